@@ -4,7 +4,11 @@
 #include "transformer.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -836,6 +840,887 @@ void multiply_inplace(Tensor<T>& X, const Tensor<T>& scale) {
 }
 
 // ================================================================================================
+// MODELS
+// ================================================================================================
+
+const char* variant_name(Variant v) {
+    switch (v) {
+        case Variant::gpt: return "gpt";
+        case Variant::gpt2: return "gpt2";
+        case Variant::gpt3: return "gpt3";
+        case Variant::bert: return "bert";
+        case Variant::roberta: return "roberta";
+    }
+    return "?";
+}
+
+Variant variant_from_name(const std::string& s) {
+    for (Variant v : {Variant::gpt, Variant::gpt2, Variant::gpt3, Variant::bert, Variant::roberta})
+        if (s == variant_name(v)) return v;
+    throw Error("unknown model variant '" + s + "' (expected gpt, gpt2, gpt3, bert or roberta)");
+}
+
+bool is_pre_ln(Variant v) { return v == Variant::gpt2 || v == Variant::gpt3; }
+bool is_causal(Variant v) { return v == Variant::gpt || v == Variant::gpt2 || v == Variant::gpt3; }
+bool has_segments(Variant v) { return v == Variant::bert; }
+
+static Config make_config(Variant v, int V, int H, int F, int D, int L, int A, int n_ctx, Activation act,
+                          double eps) {
+    Config c;
+    c.variant = v, c.V = V, c.H = H, c.F = F, c.D = D, c.L = L, c.A = A, c.n_ctx = n_ctx;
+    c.activation = act, c.eps = eps;
+    return c;
+}
+
+std::vector<std::string> preset_names() {
+    return {"gpt1",     "gpt2-124m", "gpt3-125m", "bert-base",  "roberta-base",
+            "tiny-gpt", "tiny-gpt2", "tiny-gpt3", "tiny-bert", "tiny-roberta"};
+}
+
+Config preset(const std::string& name) {
+    Config c;
+    if (name == "gpt1") {  // the seed's hyperparameters (GPT-1 paper)
+        c = make_config(Variant::gpt, 40478, 768, 3072, 64, 12, 12, 512, Activation::gelu_sigmoid, 1e-5);
+    } else if (name == "gpt2-124m") {  // released GPT-2 small: tanh GELU
+        c = make_config(Variant::gpt2, 50257, 768, 3072, 64, 12, 12, 1024, Activation::gelu_tanh, 1e-5);
+    } else if (name == "gpt3-125m") {  // GPT-3 Small (paper table 2.1), n_ctx 2048
+        c = make_config(Variant::gpt3, 50257, 768, 3072, 64, 12, 12, 2048, Activation::gelu_tanh, 1e-5);
+        c.st_window = 256, c.st_stride = 256;
+    } else if (name == "bert-base") {  // BERT-base uncased: exact GELU, eps 1e-12
+        c = make_config(Variant::bert, 30522, 768, 3072, 64, 12, 12, 512, Activation::gelu_erf, 1e-12);
+        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103;
+    } else if (name == "roberta-base") {  // <s> = 0, </s> = 2, <mask> = 50264
+        c = make_config(Variant::roberta, 50265, 768, 3072, 64, 12, 12, 514, Activation::gelu_erf, 1e-5);
+        c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264;
+    } else if (name.rfind("tiny-", 0) == 0) {  // tiny: V 13, H 8, F 16, D 4, L 2, A 2, n_ctx 16
+        const Variant v = variant_from_name(name.substr(5));
+        c = make_config(v, 13, 8, 16, 4, 2, 2, 16, Activation::gelu_sigmoid, 1e-5);
+        if (v == Variant::bert || v == Variant::roberta) c.cls_id = 10, c.sep_id = 11, c.mask_id = 12;
+        if (v == Variant::bert) c.activation = Activation::gelu_erf, c.eps = 1e-12;
+        if (v == Variant::gpt3) c.st_window = 2, c.st_stride = 3;
+    } else {
+        std::string all;
+        for (auto& p : preset_names()) all += " " + p;
+        throw Error("unknown preset '" + name + "' (presets:" + all + ")");
+    }
+    return c;
+}
+
+void validate(const Config& c) {
+    auto positive = [](int v, const char* what) {
+        if (v <= 0) throw Error(std::string("config: ") + what + " must be positive, got " + std::to_string(v));
+    };
+    positive(c.V, "V"), positive(c.H, "H"), positive(c.F, "F"), positive(c.D, "D");
+    positive(c.L, "L"), positive(c.A, "A"), positive(c.n_ctx, "n_ctx");
+    if (!(c.eps > 0)) throw Error("config: eps must be positive");
+    if (c.variant == Variant::gpt3 && (c.st_window < 1 || c.st_stride < 0))
+        throw Error("config: gpt3 needs st_window >= 1 and st_stride >= 0");
+    if (c.variant == Variant::bert || c.variant == Variant::roberta) {
+        for (int id : {c.cls_id, c.sep_id, c.mask_id})
+            if (id < 0 || id >= c.V)
+                throw Error("config: " + std::string(variant_name(c.variant)) +
+                            " needs cls_id, sep_id and mask_id inside 0..V-1");
+    }
+    const double floats = (double)c.V * c.H + (double)c.L * (4.0 * c.H * c.A * c.D + 2.0 * c.H * c.F);
+    if (floats > 2e9) throw Error("config: the model would hold more than 2e9 parameters");
+}
+
+template <typename T>
+Params<T> make_params(const Config& c) {
+    validate(c);
+    const int H = c.H, D = c.D, A = c.A, F = c.F;
+    Params<T> p;
+    p.W_e = Tensor<T>(c.V, H);
+    p.W_p = Tensor<T>(c.n_ctx, H);
+    if (has_segments(c.variant)) p.w_A = Tensor<T>({H}), p.w_B = Tensor<T>({H});
+    p.layers.resize(c.L);
+    for (auto& l : p.layers) {
+        l.attn.W_Q.assign(A, Tensor<T>(H, D));
+        l.attn.W_K.assign(A, Tensor<T>(H, D));
+        l.attn.W_V.assign(A, Tensor<T>(H, D));
+        l.attn.W_O = Tensor<T>(A * D, H);
+        l.ffn = {Tensor<T>(H, F), Tensor<T>({F}), Tensor<T>(F, H), Tensor<T>({H})};
+        l.ln_1_gamma = Tensor<T>({H}), l.ln_1_beta = Tensor<T>({H});
+        l.ln_2_gamma = Tensor<T>({H}), l.ln_2_beta = Tensor<T>({H});
+    }
+    if (is_pre_ln(c.variant)) p.ln_f_gamma = Tensor<T>({H}), p.ln_f_beta = Tensor<T>({H});
+    return p;
+}
+
+template <typename T>
+std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
+    std::vector<Named<T>> out = {{"W_e", &p.W_e}, {"W_p", &p.W_p}};
+    if (has_segments(c.variant)) out.push_back({"w_A", &p.w_A}), out.push_back({"w_B", &p.w_B});
+    for (int l = 0; l < (int)p.layers.size(); l++) {
+        Layer<T>& ly = p.layers[l];
+        const std::string pre = "layers." + std::to_string(l) + ".";
+        for (int i = 0; i < (int)ly.attn.W_Q.size(); i++) {
+            out.push_back({pre + "attn.W_Q." + std::to_string(i), &ly.attn.W_Q[i]});
+            out.push_back({pre + "attn.W_K." + std::to_string(i), &ly.attn.W_K[i]});
+            out.push_back({pre + "attn.W_V." + std::to_string(i), &ly.attn.W_V[i]});
+        }
+        out.push_back({pre + "attn.W_O", &ly.attn.W_O});
+        out.push_back({pre + "ffn.W_1", &ly.ffn.W_1});
+        out.push_back({pre + "ffn.b_1", &ly.ffn.b_1});
+        out.push_back({pre + "ffn.W_2", &ly.ffn.W_2});
+        out.push_back({pre + "ffn.b_2", &ly.ffn.b_2});
+        out.push_back({pre + "ln_1.gamma", &ly.ln_1_gamma});
+        out.push_back({pre + "ln_1.beta", &ly.ln_1_beta});
+        out.push_back({pre + "ln_2.gamma", &ly.ln_2_gamma});
+        out.push_back({pre + "ln_2.beta", &ly.ln_2_beta});
+    }
+    if (is_pre_ln(c.variant)) out.push_back({"ln_f.gamma", &p.ln_f_gamma}), out.push_back({"ln_f.beta", &p.ln_f_beta});
+    return out;
+}
+
+// Names ending in "gamma" are LayerNorm gains (init 1); other vectors are biases (init 0), except
+// the segment vectors, which are embeddings; matrices are N(0, 0.02). Drawn in named_tensors order.
+template <typename T>
+void init_params(const Config& c, Params<T>& p, uint64_t seed) {
+    Rng rng(seed);
+    for (auto& nt : named_tensors(c, p)) {
+        const std::string& name = nt.name;
+        const bool gain = name.size() >= 5 && name.compare(name.size() - 5, 5, "gamma") == 0;
+        const bool random = nt.tensor->shape.size() == 2 || name == "w_A" || name == "w_B";
+        for (auto& v : nt.tensor->data) v = random ? T(0.02 * rng.normal()) : gain ? T(1) : T(0);
+    }
+}
+
+template <typename T>
+void zero_params(const Config& c, Params<T>& p) {
+    for (auto& nt : named_tensors(c, p)) nt.tensor->zero();
+}
+
+template <typename T>
+Params<T> convert_params(const Config& c, Params<float>& p) {
+    Params<T> q = make_params<T>(c);
+    auto src = named_tensors(c, p);
+    auto dst = named_tensors(c, q);
+    for (std::size_t k = 0; k < src.size(); k++)
+        for (std::size_t j = 0; j < src[k].tensor->size(); j++) dst[k].tensor->data[j] = T(src[k].tensor->data[j]);
+    return q;
+}
+
+ParamCount count_params(const Config& c) {
+    validate(c);
+    const long long V = c.V, H = c.H, F = c.F, D = c.D, L = c.L, A = c.A, n = c.n_ctx;
+    ParamCount k;
+    k.embeddings = V * H + n * H;
+    k.attention = L * (A * (H * D + H * D + H * D) + A * D * H);
+    k.ffn = L * (H * F + F + F * H + H);
+    k.layernorms = L * (H + H + H + H);
+    k.seed_lambda = k.embeddings + k.attention + k.ffn + k.layernorms;
+    k.segments = has_segments(c.variant) ? 2 * H : 0;
+    k.final_ln = is_pre_ln(c.variant) ? 2 * H : 0;
+    k.actual = k.seed_lambda + k.segments + k.final_ln;
+    return k;
+}
+
+// ---- Embedding of a model ---------------------------------------------------------------------
+//   X^(0) = OneHot(x) W_e + W_p[0:n, :]                                              (n x H)
+//   BERT:  X^(0) += diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)                  (n x H)
+// (t_i = 0, the first part up to its [SEP], gets w_A: seed README item 5.)
+template <typename T>
+static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch) {
+    const int n = batch.n;
+    Tensor<T> X = Embedding(batch.tokens, p.W_e);  // (B*n) x H
+    for (int r = 0; r < X.rows(); r++) {
+        const T* __restrict wp = p.W_p.row(r % n);
+        T* __restrict x = X.row(r);
+        for (int j = 0; j < c.H; j++) x[j] += wp[j];
+        if (has_segments(c.variant)) {
+            const int t = batch.segments.empty() ? 0 : batch.segments[r];
+            const T* __restrict w = t == 0 ? p.w_A.ptr() : p.w_B.ptr();
+            for (int j = 0; j < c.H; j++) x[j] += w[j];
+        }
+    }
+    return X;
+}
+// dW_e += OneHot(x)^T dX, dW_p[i] += sum over sequences of dX row i, dw_A / dw_B += the rows of
+// their part (the backward of diag(.) Stack(.)).
+template <typename T>
+static void embed_backward(const Config& c, const Batch& batch, const Tensor<T>& dX, Params<T>& g) {
+    Embedding_backward(batch.tokens, dX, g.W_e);
+    for (int r = 0; r < dX.rows(); r++) {
+        const T* d = dX.row(r);
+        T* wp = g.W_p.row(r % batch.n);
+        for (int j = 0; j < c.H; j++) wp[j] += d[j];
+        if (has_segments(c.variant)) {
+            const int t = batch.segments.empty() ? 0 : batch.segments[r];
+            T* w = t == 0 ? g.w_A.ptr() : g.w_B.ptr();
+            for (int j = 0; j < c.H; j++) w[j] += d[j];
+        }
+    }
+}
+
+template <typename T>
+Tensor<T> layer_mask(const Config& c, int l, int n) {
+    switch (c.variant) {
+        case Variant::bert:
+        case Variant::roberta: return Mask_BD<T>(n);
+        case Variant::gpt3: return (l + 1) % 2 == 0 ? Mask_AR<T>(n) : Mask_ST<T>(n, c.st_window, c.st_stride);
+        default: return Mask_AR<T>(n);
+    }
+}
+
+// ---- Post-LN block (GPT, BERT, RoBERTa) --------------------------------------------------------
+//   X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1))
+//   X^(l)  = LayerNorm(FFN(X'^(l)) + X'^(l))
+// Training adds dropout to each branch before the sum (seed 003: "residual dropout").
+template <typename T>
+static Tensor<T> post_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
+                                       BlockCache<T>& k, const ForwardOptions& o) {
+    k.X_in = X;
+    k.attn_in = X;
+    Tensor<T> a = MultiHeadSA(X, Mask, w.attn, &k.attn, o.dropout, o.rng);
+    if (o.dropout > 0) k.drop_attn = dropout_mask<T>(a.shape, o.dropout, *o.rng), multiply_inplace(a, k.drop_attn);
+    add_inplace(a, X);
+    k.X_mid = LayerNorm(a, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);
+    k.ffn_in = k.X_mid;
+    Tensor<T> f = FFN(k.X_mid, w.ffn, c.activation, &k.ffn);
+    if (o.dropout > 0) k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, *o.rng), multiply_inplace(f, k.drop_ffn);
+    add_inplace(f, k.X_mid);
+    return LayerNorm(f, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
+}
+// Backward of u = LN(branch(x) + x): du = LN_backward(dy); dx = du + branch_backward(du).
+template <typename T>
+static Tensor<T> post_ln_block_backward(const Config& c, const Layer<T>& w, const BlockCache<T>& k, const Tensor<T>& dY,
+                                        Layer<T>& g) {
+    Tensor<T> du = LayerNorm_backward(w.ln_2_gamma, k.ln_2, dY, g.ln_2_gamma, g.ln_2_beta);
+    Tensor<T> df = du;
+    multiply_inplace(df, k.drop_ffn);
+    Tensor<T> dX_mid = FFN_backward(k.X_mid, w.ffn, c.activation, k.ffn, df, g.ffn);
+    add_inplace(dX_mid, du);
+    Tensor<T> dv = LayerNorm_backward(w.ln_1_gamma, k.ln_1, dX_mid, g.ln_1_gamma, g.ln_1_beta);
+    Tensor<T> da = dv;
+    multiply_inplace(da, k.drop_attn);
+    Tensor<T> dX = MultiHeadSA_backward(k.X_in, w.attn, k.attn, da, g.attn);
+    add_inplace(dX, dv);
+    return dX;
+}
+
+// ---- Pre-LN block (GPT-2, GPT-3) ---------------------------------------------------------------
+//   X'^(l) = MultiHeadSA(LayerNorm(X^(l-1)), Mask) + X^(l-1)
+//   X^(l)  = FFN(LayerNorm(X'^(l))) + X'^(l)
+template <typename T>
+static Tensor<T> pre_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
+                                      BlockCache<T>& k, const ForwardOptions& o) {
+    k.X_in = X;
+    k.attn_in = LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);
+    Tensor<T> a = MultiHeadSA(k.attn_in, Mask, w.attn, &k.attn, o.dropout, o.rng);
+    if (o.dropout > 0) k.drop_attn = dropout_mask<T>(a.shape, o.dropout, *o.rng), multiply_inplace(a, k.drop_attn);
+    add_inplace(a, X);
+    k.X_mid = std::move(a);
+    k.ffn_in = LayerNorm(k.X_mid, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
+    Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
+    if (o.dropout > 0) k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, *o.rng), multiply_inplace(f, k.drop_ffn);
+    add_inplace(f, k.X_mid);
+    return f;
+}
+// Backward of y = branch(LN(x)) + x: dx = dy + LN_backward(branch_backward(dy)).
+template <typename T>
+static Tensor<T> pre_ln_block_backward(const Config& c, const Layer<T>& w, const BlockCache<T>& k, const Tensor<T>& dY,
+                                       Layer<T>& g) {
+    Tensor<T> df = dY;
+    multiply_inplace(df, k.drop_ffn);
+    Tensor<T> d_ffn_in = FFN_backward(k.ffn_in, w.ffn, c.activation, k.ffn, df, g.ffn);
+    Tensor<T> dX_mid = LayerNorm_backward(w.ln_2_gamma, k.ln_2, d_ffn_in, g.ln_2_gamma, g.ln_2_beta);
+    add_inplace(dX_mid, dY);
+    Tensor<T> da = dX_mid;
+    multiply_inplace(da, k.drop_attn);
+    Tensor<T> d_attn_in = MultiHeadSA_backward(k.attn_in, w.attn, k.attn, da, g.attn);
+    Tensor<T> dX = LayerNorm_backward(w.ln_1_gamma, k.ln_1, d_attn_in, g.ln_1_gamma, g.ln_1_beta);
+    add_inplace(dX, dX_mid);
+    return dX;
+}
+
+static void check_batch(const Config& c, const Batch& b) {
+    if (b.B < 1 || b.n < 1) throw Error("batch: B and n must be positive");
+    if (b.n > c.n_ctx)
+        throw Error("sequence of " + std::to_string(b.n) + " tokens is longer than the context n_ctx = " +
+                    std::to_string(c.n_ctx));
+    if ((long long)b.tokens.size() != (long long)b.B * b.n)
+        throw Error("batch: " + std::to_string(b.tokens.size()) + " tokens for B x n = " + std::to_string(b.B) + " x " +
+                    std::to_string(b.n));
+    check_token_ids(b.tokens, c.V, "input");
+    if (!b.segments.empty()) {
+        if (b.segments.size() != b.tokens.size())
+            throw Error("batch: " + std::to_string(b.segments.size()) + " segment ids for " +
+                        std::to_string(b.tokens.size()) + " tokens");
+        for (int t : b.segments)
+            if (t != 0 && t != 1) throw Error("segment ids must be 0 or 1, got " + std::to_string(t));
+    }
+    if (!b.targets.empty() && b.targets.size() != b.tokens.size())
+        throw Error("batch: " + std::to_string(b.targets.size()) + " targets for " + std::to_string(b.tokens.size()) +
+                    " tokens");
+}
+
+// The five formula boxes in one pass (formula -> code):
+//   Embedding   X^(0) = OneHot(x) W_e + W_p  [+ segments, BERT]     embed_forward
+//   Layers      l = 1..L (code l-1): post-LN (GPT, BERT, RoBERTa) or pre-LN (GPT-2, GPT-3) block
+//               with Mask^(l) = layer_mask
+//   GPT-2/3     X^(L) = LayerNorm(X^(L))                               ln_f
+//   De-embed    Z = X^(L) W_e^T, Y = Softmax(Z)                        (B*n) x V
+template <typename T>
+Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch, ForwardCache<T>* cache,
+                        ForwardOptions opt) {
+    check_batch(c, batch);
+    if (opt.dropout > 0 && !opt.rng) throw Error("model_forward: dropout needs a random generator");
+    ForwardCache<T> local;
+    ForwardCache<T>& k = cache ? *cache : local;
+    k.batch = batch;
+    Tensor<T> X = embed_forward(c, p, batch);
+    k.drop_emb = Tensor<T>();
+    if (opt.dropout > 0) k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, *opt.rng), multiply_inplace(X, k.drop_emb);
+    k.masks.resize(c.L);
+    k.blocks.resize(c.L);
+    for (int l = 0; l < c.L; l++) {
+        k.masks[l] = layer_mask<T>(c, l, batch.n);
+        X = is_pre_ln(c.variant) ? pre_ln_block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt)
+                                 : post_ln_block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt);
+    }
+    if (is_pre_ln(c.variant)) {
+        k.X_L_in = std::move(X);
+        X = LayerNorm(k.X_L_in, p.ln_f_gamma, p.ln_f_beta, c.eps, &k.ln_f);
+    }
+    k.X_L = std::move(X);
+    return matmul_nt(k.X_L, p.W_e);  // Z = X^(L) W_e^T, (B*n) x V
+}
+
+// Z = X^(L) W_e^T: dX^(L) = dZ W_e, dW_e += dZ^T X^(L) (W_e's second use; the first is the
+// embedding, whose gradient embed_backward adds).
+template <typename T>
+void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& k, const Tensor<T>& dZ, Params<T>& g) {
+    require_shape(dZ, {k.X_L.rows(), c.V}, "model_backward", "dZ");
+    matmul_tn_acc(dZ, k.X_L, g.W_e);
+    Tensor<T> dX = matmul(dZ, p.W_e);
+    if (is_pre_ln(c.variant)) dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
+    for (int l = c.L - 1; l >= 0; l--)
+        dX = is_pre_ln(c.variant) ? pre_ln_block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l])
+                                  : post_ln_block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);
+    multiply_inplace(dX, k.drop_emb);
+    embed_backward(c, k.batch, dX, g);
+}
+
+template <typename T>
+double model_loss(const Config& c, const Params<T>& p, const Batch& batch, Params<T>* g, ForwardOptions opt) {
+    ForwardCache<T> cache;
+    Tensor<T> Z = model_forward(c, p, batch, g ? &cache : nullptr, opt);
+    if (batch.targets.empty()) throw Error("model_loss: the batch has no targets");
+    Tensor<T> dZ;
+    const double loss = CrossEntropy_logits(Z, batch.targets, g ? &dZ : nullptr);
+    if (g) model_backward(c, p, cache, dZ, *g);
+    return loss;
+}
+
+// One row of Softmax(Z): the formula's output distribution (V).
+template <typename T>
+static Tensor<T> output_row(const Config& c, const Params<T>& p, const Batch& b, int row) {
+    Tensor<T> Z = model_forward(c, p, b);
+    Tensor<T> y({c.V});
+    softmax_row(Z.row(row), y.ptr(), c.V);
+    return y;
+}
+
+template <typename T>
+Tensor<T> GPT(const Config& c, const Params<T>& p, const std::vector<int>& x) {
+    if (!is_causal(c.variant)) throw Error("GPT: the model is " + std::string(variant_name(c.variant)));
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x;
+    return output_row(c, p, b, b.n - 1);  // formula row n = code row n-1
+}
+
+template <typename T>
+Tensor<T> BERT(const Config& c, const Params<T>& p, const std::vector<int>& x, const std::vector<int>& t,
+               int j_masked) {
+    if (c.variant != Variant::bert) throw Error("BERT: the model is " + std::string(variant_name(c.variant)));
+    if (j_masked < 0 || j_masked >= (int)x.size()) throw Error("BERT: j_masked outside the sequence");
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x, b.segments = t;
+    return output_row(c, p, b, j_masked);
+}
+
+template <typename T>
+Tensor<T> RoBERTa(const Config& c, const Params<T>& p, const std::vector<int>& x, int j_masked) {
+    if (c.variant != Variant::roberta) throw Error("RoBERTa: the model is " + std::string(variant_name(c.variant)));
+    if (j_masked < 0 || j_masked >= (int)x.size()) throw Error("RoBERTa: j_masked outside the sequence");
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x;
+    return output_row(c, p, b, j_masked);
+}
+
+// ================================================================================================
+// OBJECTIVES
+// ================================================================================================
+
+std::vector<int> next_token_targets(const std::vector<int>& x, int B, int n) {
+    if ((long long)x.size() != (long long)B * n) throw Error("next_token_targets: size is not B x n");
+    std::vector<int> t(x.size(), -1);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i + 1 < n; i++) t[b * n + i] = x[b * n + i + 1];
+    return t;
+}
+
+MLMExample mlm_corrupt(const std::vector<int>& x, int B, int n, const Config& c, Rng& rng, double p_select) {
+    if ((long long)x.size() != (long long)B * n) throw Error("mlm_corrupt: size is not B x n");
+    if (c.mask_id < 0) throw Error("mlm_corrupt: the config has no mask id");
+    MLMExample e{x, std::vector<int>(x.size(), -1)};
+    auto corrupt = [&](int i) {
+        e.targets[i] = x[i];
+        const double u = rng.uniform();
+        if (u < 0.8) e.tokens[i] = c.mask_id;          // 80%: [MASK]
+        else if (u < 0.9) e.tokens[i] = rng.below(c.V);  // 10%: a random token
+        // else 10%: unchanged
+    };
+    for (int b = 0; b < B; b++) {
+        std::vector<int> candidates;
+        int chosen = 0;
+        for (int i = b * n; i < (b + 1) * n; i++) {
+            if (x[i] == c.cls_id || x[i] == c.sep_id) continue;
+            candidates.push_back(i);
+            if (rng.uniform() < p_select) corrupt(i), chosen++;
+        }
+        if (chosen == 0 && !candidates.empty()) corrupt(candidates[rng.below((int)candidates.size())]);
+    }
+    return e;
+}
+
+void bert_pair(const Config& c, const std::vector<int>& a, const std::vector<int>& b, std::vector<int>& x,
+               std::vector<int>& t) {
+    x.clear(), t.clear();
+    x.push_back(c.cls_id);
+    x.insert(x.end(), a.begin(), a.end());
+    x.push_back(c.sep_id);
+    t.assign(x.size(), 0);  // formula: t_i = 0 for i <= n_A + 2
+    x.insert(x.end(), b.begin(), b.end());
+    x.push_back(c.sep_id);
+    t.resize(x.size(), 1);
+}
+
+// ================================================================================================
+// CHECKPOINTS
+// ================================================================================================
+
+// ---- JSON --------------------------------------------------------------------------------------
+const Json* Json::get(const std::string& key) const {
+    if (type != object) return nullptr;
+    for (auto& kv : obj)
+        if (kv.first == key) return &kv.second;
+    return nullptr;
+}
+
+namespace {
+struct JsonParser {
+    const std::string& s;
+    std::size_t i = 0;
+    int depth = 0;
+    [[noreturn]] void fail(const std::string& what) const {
+        throw Error("JSON: " + what + " at byte " + std::to_string(i));
+    }
+    void ws() {
+        while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+    }
+    bool eat(char ch) {
+        ws();
+        if (i < s.size() && s[i] == ch) return ++i, true;
+        return false;
+    }
+    void expect(char ch) {
+        if (!eat(ch)) fail(std::string("expected '") + ch + "'");
+    }
+    static void put_utf8(std::string& out, uint32_t cp) {
+        if (cp < 0x80) out += (char)cp;
+        else if (cp < 0x800) out += (char)(0xC0 | (cp >> 6)), out += (char)(0x80 | (cp & 0x3F));
+        else if (cp < 0x10000)
+            out += (char)(0xE0 | (cp >> 12)), out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
+        else
+            out += (char)(0xF0 | (cp >> 18)), out += (char)(0x80 | ((cp >> 12) & 0x3F)),
+                out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
+    }
+    uint32_t hex4() {
+        if (i + 4 > s.size()) fail("truncated \\u escape");
+        uint32_t v = 0;
+        for (int k = 0; k < 4; k++) {
+            const char ch = s[i++];
+            v <<= 4;
+            if (ch >= '0' && ch <= '9') v |= ch - '0';
+            else if (ch >= 'a' && ch <= 'f') v |= ch - 'a' + 10;
+            else if (ch >= 'A' && ch <= 'F') v |= ch - 'A' + 10;
+            else fail("bad \\u escape");
+        }
+        return v;
+    }
+    std::string string() {
+        ws();
+        if (i >= s.size() || s[i] != '"') fail("expected a string");
+        i++;
+        std::string out;
+        while (true) {
+            if (i >= s.size()) fail("unterminated string");
+            const char ch = s[i++];
+            if (ch == '"') return out;
+            if ((unsigned char)ch < 0x20) fail("control character in string");
+            if (ch != '\\') {
+                out += ch;
+                continue;
+            }
+            if (i >= s.size()) fail("unterminated escape");
+            const char e = s[i++];
+            switch (e) {
+                case '"': out += '"'; break;
+                case '\\': out += '\\'; break;
+                case '/': out += '/'; break;
+                case 'b': out += '\b'; break;
+                case 'f': out += '\f'; break;
+                case 'n': out += '\n'; break;
+                case 'r': out += '\r'; break;
+                case 't': out += '\t'; break;
+                case 'u': {
+                    uint32_t cp = hex4();
+                    if (cp >= 0xD800 && cp < 0xDC00) {  // a surrogate pair
+                        if (i + 2 > s.size() || s[i] != '\\' || s[i + 1] != 'u') fail("lone surrogate");
+                        i += 2;
+                        const uint32_t lo = hex4();
+                        if (lo < 0xDC00 || lo > 0xDFFF) fail("bad surrogate pair");
+                        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    }
+                    put_utf8(out, cp);
+                    break;
+                }
+                default: fail("bad escape");
+            }
+        }
+    }
+    Json value() {
+        if (++depth > 64) fail("nesting too deep");
+        ws();
+        if (i >= s.size()) fail("unexpected end");
+        Json v;
+        const char ch = s[i];
+        if (ch == '{') {
+            i++;
+            v.type = Json::object;
+            if (!eat('}')) {
+                do {
+                    std::string key = string();
+                    expect(':');
+                    v.obj.emplace_back(std::move(key), value());
+                } while (eat(','));
+                expect('}');
+            }
+        } else if (ch == '[') {
+            i++;
+            v.type = Json::array;
+            if (!eat(']')) {
+                do v.arr.push_back(value());
+                while (eat(','));
+                expect(']');
+            }
+        } else if (ch == '"') {
+            v.type = Json::string;
+            v.str = string();
+        } else if (s.compare(i, 4, "true") == 0) {
+            v.type = Json::boolean, v.b = true, i += 4;
+        } else if (s.compare(i, 5, "false") == 0) {
+            v.type = Json::boolean, i += 5;
+        } else if (s.compare(i, 4, "null") == 0) {
+            i += 4;
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            const std::size_t start = i;
+            i++;
+            while (i < s.size() && (std::isdigit((unsigned char)s[i]) || s[i] == '.' || s[i] == 'e' || s[i] == 'E' ||
+                                    s[i] == '+' || s[i] == '-'))
+                i++;
+            const std::string num = s.substr(start, i - start);
+            char* end = nullptr;
+            v.type = Json::number;
+            v.num = std::strtod(num.c_str(), &end);
+            if (end != num.c_str() + num.size()) fail("bad number '" + num + "'");
+        } else {
+            fail(std::string("unexpected character '") + ch + "'");
+        }
+        depth--;
+        return v;
+    }
+};
+}  // namespace
+
+Json parse_json(const std::string& text) {
+    JsonParser p{text};
+    Json v = p.value();
+    p.ws();
+    if (p.i != text.size()) p.fail("trailing characters");
+    return v;
+}
+
+std::string json_escape(const std::string& s) {
+    std::string out = "\"";
+    for (unsigned char ch : s) {
+        if (ch == '"') out += "\\\"";
+        else if (ch == '\\') out += "\\\\";
+        else if (ch == '\n') out += "\\n";
+        else if (ch == '\r') out += "\\r";
+        else if (ch == '\t') out += "\\t";
+        else if (ch < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+            out += buf;
+        } else out += (char)ch;
+    }
+    return out + "\"";
+}
+
+// ---- Atomic file writing -------------------------------------------------------------------------
+// Write everything to path.tmp, flush, then rename over path: readers see the old file or the new
+// one, never half of one.
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+    const std::string tmp = path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) throw Error("cannot write '" + tmp + "': " + std::strerror(errno));
+    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    const bool closed = std::fclose(f) == 0;
+    if (!ok || !closed) {
+        std::remove(tmp.c_str());
+        throw Error("cannot write '" + tmp + "' (disk full?)");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw Error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+    }
+}
+
+std::string read_file(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+    std::string out;
+    char buf[1 << 16];
+    std::size_t got;
+    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, got);
+    const bool bad = std::ferror(f);
+    std::fclose(f);
+    if (bad) throw Error("cannot read '" + path + "'");
+    return out;
+}
+
+// ---- safetensors ---------------------------------------------------------------------------------
+const Tensor<float>* SafeTensors::find(const std::string& name) const {
+    for (auto& kv : tensors)
+        if (kv.first == name) return &kv.second;
+    return nullptr;
+}
+
+// Layout: u64 little-endian N | N bytes JSON {"name": {"dtype": "F32", "shape": [...],
+// "data_offsets": [begin, end]}, ..., "__metadata__": {"key": "value"}} | data. Offsets count
+// from the start of the data. The header is padded with spaces to a multiple of 8 bytes.
+void save_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                      const std::vector<std::pair<std::string, const Tensor<float>*>>& tensors) {
+    std::string header = "{\"__metadata__\":{";
+    bool first = true;
+    for (auto& kv : metadata) {
+        header += (first ? "" : ",") + json_escape(kv.first) + ":" + json_escape(kv.second);
+        first = false;
+    }
+    header += "}";
+    std::size_t offset = 0;
+    for (auto& nt : tensors) {
+        std::string shape;
+        for (std::size_t k = 0; k < nt.second->shape.size(); k++)
+            shape += (k ? "," : "") + std::to_string(nt.second->shape[k]);
+        const std::size_t bytes = nt.second->size() * 4;
+        header += "," + json_escape(nt.first) + ":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+                  std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+        offset += bytes;
+    }
+    header += "}";
+    while (header.size() % 8) header += ' ';
+    std::string out;
+    out.reserve(8 + header.size() + offset);
+    uint64_t n = header.size();
+    for (int k = 0; k < 8; k++) out += (char)((n >> (8 * k)) & 0xFF);
+    out += header;
+    for (auto& nt : tensors)
+        for (float v : nt.second->data) {
+            uint32_t u;
+            std::memcpy(&u, &v, 4);
+            for (int k = 0; k < 4; k++) out += (char)((u >> (8 * k)) & 0xFF);
+        }
+    write_file_atomic(path, out);
+}
+
+SafeTensors load_safetensors(const std::string& path) {
+    const std::string bytes = read_file(path);
+    auto bad = [&](const std::string& what) { return Error("'" + path + "' is not a valid safetensors file: " + what); };
+    if (bytes.size() < 8) throw bad("shorter than its 8-byte header size");
+    uint64_t n = 0;
+    for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)bytes[k] << (8 * k);
+    if (n > bytes.size() - 8) throw bad("header size " + std::to_string(n) + " exceeds the file size");
+    Json h;
+    try {
+        h = parse_json(bytes.substr(8, n));
+    } catch (const Error& e) {
+        throw bad(std::string("header: ") + e.what());
+    }
+    if (h.type != Json::object) throw bad("header is not a JSON object");
+    const std::size_t data_start = 8 + n, data_size = bytes.size() - data_start;
+    SafeTensors st;
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    for (auto& kv : h.obj) {
+        const std::string& name = kv.first;
+        const Json& t = kv.second;
+        if (name == "__metadata__") {
+            if (t.type != Json::object) throw bad("__metadata__ is not an object");
+            for (auto& m : t.obj) {
+                if (m.second.type != Json::string) throw bad("metadata value of '" + m.first + "' is not a string");
+                st.metadata[m.first] = m.second.str;
+            }
+            continue;
+        }
+        const Json *dtype = t.get("dtype"), *shape = t.get("shape"), *offs = t.get("data_offsets");
+        if (!dtype || dtype->type != Json::string || !shape || shape->type != Json::array || !offs ||
+            offs->type != Json::array || offs->arr.size() != 2)
+            throw bad("tensor '" + name + "' needs dtype, shape and data_offsets [begin, end]");
+        if (dtype->str != "F32") throw bad("tensor '" + name + "' has dtype " + dtype->str + "; only F32 is supported");
+        std::vector<int> dims;
+        double count = 1;
+        for (auto& d : shape->arr) {
+            if (d.type != Json::number || d.num < 0 || d.num != std::floor(d.num) || d.num > 2147483647.0)
+                throw bad("tensor '" + name + "' has a bad shape entry");
+            dims.push_back((int)d.num);
+            count *= d.num;
+        }
+        for (auto& o : offs->arr)
+            if (o.type != Json::number || o.num < 0 || o.num != std::floor(o.num))
+                throw bad("tensor '" + name + "' has bad data_offsets");
+        const double begin = offs->arr[0].num, end = offs->arr[1].num;
+        if (end < begin || end - begin != count * 4)
+            throw bad("tensor '" + name + "' of shape " + shape_str(dims) + " needs " + std::to_string((long long)count * 4) +
+                      " bytes but data_offsets give " + std::to_string((long long)(end - begin)));
+        if (end > (double)data_size)
+            throw bad("truncated: tensor '" + name + "' ends at byte " + std::to_string((long long)end) + " of the data but the file holds " +
+                      std::to_string(data_size));
+        if (st.find(name)) throw bad("tensor '" + name + "' appears twice");
+        ranges.push_back({(std::size_t)begin, (std::size_t)end});
+        Tensor<float> tensor(dims);
+        const char* src = bytes.data() + data_start + (std::size_t)begin;
+        for (std::size_t k = 0; k < tensor.size(); k++) {
+            uint32_t u = 0;
+            for (int b = 0; b < 4; b++) u |= (uint32_t)(unsigned char)src[4 * k + b] << (8 * b);
+            std::memcpy(&tensor.data[k], &u, 4);
+        }
+        st.tensors.emplace_back(name, std::move(tensor));
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (std::size_t k = 1; k < ranges.size(); k++)
+        if (ranges[k].first < ranges[k - 1].second) throw bad("two tensors overlap in the data");
+    return st;
+}
+
+// ---- Model checkpoints ---------------------------------------------------------------------------
+std::map<std::string, std::string> config_metadata(const Config& c) {
+    auto num = [](double v) {
+        std::ostringstream o;
+        o.precision(17);
+        o << v;
+        return o.str();
+    };
+    std::map<std::string, std::string> m = {
+        {"variant", variant_name(c.variant)}, {"V", std::to_string(c.V)}, {"H", std::to_string(c.H)},
+        {"F", std::to_string(c.F)},           {"D", std::to_string(c.D)}, {"L", std::to_string(c.L)},
+        {"A", std::to_string(c.A)},           {"n_ctx", std::to_string(c.n_ctx)},
+        {"activation", activation_name(c.activation)}, {"eps", num(c.eps)}};
+    if (c.variant == Variant::bert || c.variant == Variant::roberta) {
+        m["cls_id"] = std::to_string(c.cls_id);
+        m["sep_id"] = std::to_string(c.sep_id);
+        m["mask_id"] = std::to_string(c.mask_id);
+    }
+    if (c.variant == Variant::gpt3) m["st_window"] = std::to_string(c.st_window), m["st_stride"] = std::to_string(c.st_stride);
+    return m;
+}
+
+static int parse_int(const std::string& s, const std::string& what) {
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || errno || v < -2147483647L || v > 2147483647L)
+        throw Error(what + ": '" + s + "' is not an integer");
+    return (int)v;
+}
+
+Config config_from_metadata(const std::map<std::string, std::string>& m) {
+    auto need = [&](const char* key) -> const std::string& {
+        auto it = m.find(key);
+        if (it == m.end()) throw Error(std::string("checkpoint metadata lacks '") + key + "'");
+        return it->second;
+    };
+    auto integer = [&](const char* key, int fallback) {
+        auto it = m.find(key);
+        return it == m.end() ? fallback : parse_int(it->second, std::string("metadata '") + key + "'");
+    };
+    Config c;
+    c.variant = variant_from_name(need("variant"));
+    c.V = parse_int(need("V"), "metadata 'V'"), c.H = parse_int(need("H"), "metadata 'H'");
+    c.F = parse_int(need("F"), "metadata 'F'"), c.D = parse_int(need("D"), "metadata 'D'");
+    c.L = parse_int(need("L"), "metadata 'L'"), c.A = parse_int(need("A"), "metadata 'A'");
+    c.n_ctx = parse_int(need("n_ctx"), "metadata 'n_ctx'");
+    if (m.count("activation")) c.activation = activation_from_name(m.at("activation"));
+    if (m.count("eps")) {
+        char* end = nullptr;
+        c.eps = std::strtod(m.at("eps").c_str(), &end);
+        if (*end != '\0') throw Error("metadata 'eps': '" + m.at("eps") + "' is not a number");
+    }
+    c.cls_id = integer("cls_id", -1), c.sep_id = integer("sep_id", -1), c.mask_id = integer("mask_id", -1);
+    c.st_window = integer("st_window", 0), c.st_stride = integer("st_stride", 0);
+    validate(c);
+    return c;
+}
+
+void save_model(const std::string& path, const Config& c, Params<float>& p,
+                const std::map<std::string, std::string>& extra_metadata,
+                const std::vector<std::pair<std::string, const Tensor<float>*>>& extra_tensors) {
+    std::map<std::string, std::string> meta = config_metadata(c);
+    for (auto& kv : extra_metadata) meta[kv.first] = kv.second;
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    for (auto& nt : named_tensors(c, p)) list.push_back({nt.name, nt.tensor});
+    list.insert(list.end(), extra_tensors.begin(), extra_tensors.end());
+    save_safetensors(path, meta, list);
+}
+
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
+    LoadedModel lm;
+    lm.file = load_safetensors(path);
+    try {
+        lm.config = config_from_metadata(lm.file.metadata);
+    } catch (const Error& e) {
+        throw Error("'" + path + "': " + e.what());
+    }
+    lm.params = make_params<float>(lm.config);
+    std::vector<Named<float>> named = named_tensors(lm.config, lm.params);
+    std::map<std::string, Tensor<float>*> want;
+    for (auto& nt : named) want[nt.name] = nt.tensor;
+    std::vector<std::pair<std::string, Tensor<float>>> rest;
+    for (auto& kv : lm.file.tensors) {
+        auto it = want.find(kv.first);
+        if (it == want.end()) {
+            bool allowed = false;
+            for (auto& pre : allowed_extra_prefixes) allowed |= kv.first.rfind(pre, 0) == 0;
+            if (!allowed)
+                throw Error("'" + path + "': unexpected tensor '" + kv.first + "' for a " + variant_name(lm.config.variant) +
+                            " model with L=" + std::to_string(lm.config.L) + ", A=" + std::to_string(lm.config.A));
+            rest.push_back(std::move(kv));
+            continue;
+        }
+        if (kv.second.shape != it->second->shape)
+            throw Error("'" + path + "': tensor '" + kv.first + "' is " + shape_str(kv.second.shape) + ", expected " +
+                        shape_str(it->second->shape));
+        *it->second = std::move(kv.second);
+        want.erase(it);
+    }
+    if (!want.empty()) throw Error("'" + path + "': missing tensor '" + want.begin()->first + "'");
+    lm.file.tensors = std::move(rest);
+    return lm;
+}
+
+// ================================================================================================
 // Explicit instantiation for float (training) and double (gradient checks).
 // ================================================================================================
 #define TF_INSTANTIATE(T)                                                                                  \
@@ -899,7 +1784,26 @@ void multiply_inplace(Tensor<T>& X, const Tensor<T>& scale) {
     template Tensor<T> dropout_mask(const std::vector<int>&, double, Rng&);                                \
     template void multiply_inplace(Tensor<T>&, const Tensor<T>&);
 
+#define TF_INSTANTIATE_MODELS(T)                                                                           \
+    template Params<T> make_params(const Config&);                                                         \
+    template std::vector<Named<T>> named_tensors(const Config&, Params<T>&);                               \
+    template void init_params(const Config&, Params<T>&, uint64_t);                                        \
+    template void zero_params(const Config&, Params<T>&);                                                  \
+    template Params<T> convert_params(const Config&, Params<float>&);                                      \
+    template Tensor<T> layer_mask(const Config&, int, int);                                                \
+    template Tensor<T> model_forward(const Config&, const Params<T>&, const Batch&, ForwardCache<T>*,      \
+                                     ForwardOptions);                                                      \
+    template void model_backward(const Config&, const Params<T>&, const ForwardCache<T>&, const Tensor<T>&, \
+                                 Params<T>&);                                                              \
+    template double model_loss(const Config&, const Params<T>&, const Batch&, Params<T>*, ForwardOptions); \
+    template Tensor<T> GPT(const Config&, const Params<T>&, const std::vector<int>&);                      \
+    template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \
+                            const std::vector<int>&, int);                                                 \
+    template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);
+
 TF_INSTANTIATE(float)
+TF_INSTANTIATE_MODELS(float)
+TF_INSTANTIATE_MODELS(double)
 TF_INSTANTIATE(double)
 
 }  // namespace tf

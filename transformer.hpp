@@ -323,4 +323,216 @@ Tensor<T> dropout_mask(const std::vector<int>& shape, double p, Rng& rng);
 template <typename T>
 void multiply_inplace(Tensor<T>& X, const Tensor<T>& scale);  // X *= scale (empty scale: no-op)
 
+
+// ================================================================================================
+// MODELS (seed sections "Definition", "BERT"): GPT, GPT-2, GPT-3, BERT, RoBERTa.
+// ================================================================================================
+enum class Variant { gpt, gpt2, gpt3, bert, roberta };
+const char* variant_name(Variant v);              // "gpt", "gpt2", "gpt3", "bert", "roberta"
+Variant variant_from_name(const std::string& s);  // throws Error on an unknown name
+
+// The hyperparameters of the seed ("Hyperparameters") plus what the seed leaves loose.
+struct Config {
+    Variant variant = Variant::gpt2;
+    int V = 0;      // vocabulary size
+    int H = 0;      // dimension of the residual stream
+    int F = 0;      // hidden dimension of the feed-forward nets
+    int D = 0;      // dimension of queries, keys and values (per head)
+    int L = 0;      // number of layers
+    int A = 0;      // number of heads
+    int n_ctx = 0;  // context size: W_p is n_ctx x H (seed README item 6)
+    Activation activation = Activation::gelu_sigmoid;
+    double eps = 1e-5;  // LayerNorm epsilon (GPT/GPT-2: 1e-5, BERT: 1e-12)
+    int cls_id = -1, sep_id = -1, mask_id = -1;  // BERT [CLS] [SEP] [MASK]; RoBERTa <s> </s> <mask>
+    int st_window = 0, st_stride = 0;             // GPT-3's Mask_ST (see Mask_ST)
+};
+// Named presets: gpt1, gpt2-124m, gpt3-125m, bert-base, roberta-base (the published sizes) and
+// tiny-gpt, tiny-gpt2, tiny-gpt3, tiny-bert, tiny-roberta (for tests and demos).
+Config preset(const std::string& name);
+std::vector<std::string> preset_names();
+void validate(const Config& c);  // throws Error naming the bad field
+bool is_pre_ln(Variant v);       // GPT-2, GPT-3: LayerNorm before each sub-block
+bool is_causal(Variant v);       // GPT, GPT-2, GPT-3: next-token models
+bool has_segments(Variant v);    // BERT: segment vectors w_A, w_B
+
+// All parameters theta (seed "Parameters"). Layer l (formula l = 1..L) is layers[l-1].
+template <typename T>
+struct Layer {
+    MultiHeadSAParams<T> attn;
+    FFNParams<T> ffn;
+    Tensor<T> ln_1_gamma, ln_1_beta;  // H: the LayerNorm nearer the block's input
+    Tensor<T> ln_2_gamma, ln_2_beta;  // H: the second one
+};
+template <typename T>
+struct Params {
+    Tensor<T> W_e;  // V x H token embedding (also the de-embedding, tied: W_e^T)
+    Tensor<T> W_p;  // n_ctx x H positional embedding; rows 0..n-1 are used
+    Tensor<T> w_A, w_B;  // H, BERT's segment vectors (empty for other variants)
+    std::vector<Layer<T>> layers;
+    Tensor<T> ln_f_gamma, ln_f_beta;  // H, final LayerNorm of GPT-2/GPT-3 (empty otherwise)
+};
+// Every tensor of the variant, with all entries 0 (shapes from the config).
+template <typename T>
+Params<T> make_params(const Config& c);
+// The parameter tensors by checkpoint name ("W_e", "layers.0.attn.W_Q.0", ...), in a fixed order.
+template <typename T>
+struct Named {
+    std::string name;
+    Tensor<T>* tensor;
+};
+template <typename T>
+std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p);
+// Seed 003's initialisation: matrices and segment vectors N(0, 0.02), gamma 1, beta and biases 0.
+template <typename T>
+void init_params(const Config& c, Params<T>& p, uint64_t seed);
+template <typename T>
+void zero_params(const Config& c, Params<T>& p);
+template <typename T>
+Params<T> convert_params(const Config& c, Params<float>& p);  // float -> T, for gradient checks
+
+// The seed's lambda (with n = n_ctx):
+//   lambda = V H + n H                                 embeddings
+//          + L (A (H D + H D + H D) + A D H)           MultiHeadSAs
+//          + L (H F + F + F H + H)                     FFNets
+//          + L (H + H + H + H)                         LayerNorms
+struct ParamCount {
+    long long embeddings = 0, attention = 0, ffn = 0, layernorms = 0, segments = 0, final_ln = 0;
+    long long seed_lambda = 0;  // the seed's formula
+    long long actual = 0;       // floats the variant really holds
+};
+ParamCount count_params(const Config& c);
+
+// The input of one forward pass: B sequences of n token ids (code ids 0..V-1), row-major B x n.
+struct Batch {
+    int B = 1, n = 0;
+    std::vector<int> tokens;    // B*n ids: x (or x' for BERT/RoBERTa)
+    std::vector<int> segments;  // B*n values t_i in {0, 1} (BERT only; empty = all 0)
+    std::vector<int> targets;   // B*n target ids for the loss, -1 = no target at this position
+};
+
+// Everything the forward pass keeps for the backward pass.
+template <typename T>
+struct BlockCache {
+    Tensor<T> X_in;                // (B*n) x H, X^(l-1)
+    LayerNormCache<T> ln_1, ln_2;
+    Tensor<T> attn_in;             // input of MultiHeadSA (X^(l-1), or LayerNorm(X^(l-1)) pre-LN)
+    MultiHeadSACache<T> attn;
+    Tensor<T> drop_attn;           // residual dropout scales of the attention branch
+    Tensor<T> X_mid;               // X'^(l)
+    Tensor<T> ffn_in;              // input of the FFN
+    FFNCache<T> ffn;
+    Tensor<T> drop_ffn;            // residual dropout scales of the FFN branch
+};
+template <typename T>
+struct ForwardCache {
+    Batch batch;
+    Tensor<T> drop_emb;            // (B*n) x H embedding dropout scales
+    std::vector<Tensor<T>> masks;  // Mask^(l) per layer, n x n
+    std::vector<BlockCache<T>> blocks;
+    Tensor<T> X_L_in;              // X^(L) before the final LayerNorm (pre-LN variants)
+    LayerNormCache<T> ln_f;
+    Tensor<T> X_L;                 // (B*n) x H, the rows that are de-embedded
+};
+// Training-time switches: dropout (seed 003) on embeddings, residual branches and attention
+// probabilities, drawn from rng. dropout = 0 (evaluation) switches all of it off.
+struct ForwardOptions {
+    double dropout = 0;
+    Rng* rng = nullptr;
+};
+// The mask of layer l (0-based code index; formula l = code l + 1):
+//   GPT, GPT-2: Mask^AR; BERT, RoBERTa: Mask^BD;
+//   GPT-3: Mask^AR if formula l is even, Mask^ST if it is odd (code layer 0 is formula l = 1: ST).
+template <typename T>
+Tensor<T> layer_mask(const Config& c, int l, int n);
+
+// The whole network up to the logits Z = X^(L) W_e^T ((B*n) x V); Softmax(Z) is the seed's Y.
+template <typename T>
+Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch, ForwardCache<T>* cache = nullptr,
+                        ForwardOptions opt = {});
+// Backward from dZ ((B*n) x V) to every parameter; gradients are accumulated into g.
+template <typename T>
+void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& cache, const Tensor<T>& dZ,
+                    Params<T>& g);
+// Forward, mean cross-entropy over the batch's targets (nats per predicted token), and, if g is
+// given, backward into g. The one function training and the grad command call.
+template <typename T>
+double model_loss(const Config& c, const Params<T>& p, const Batch& batch, Params<T>* g = nullptr,
+                  ForwardOptions opt = {});
+
+// The formula boxes' outputs, one sequence at a time (ids 0-based):
+//   GPT(x) = GPT2(x) = GPT3(x) = Softmax(X^(L)_{n,:} W_e^T)              (V)
+//   BERT(x', t, j) = Softmax(X^(L)_{j,:} W_e^T),  RoBERTa(x', j) likewise  (V)
+template <typename T>
+Tensor<T> GPT(const Config& c, const Params<T>& p, const std::vector<int>& x);
+template <typename T>
+Tensor<T> BERT(const Config& c, const Params<T>& p, const std::vector<int>& x, const std::vector<int>& t,
+               int j_masked);
+template <typename T>
+Tensor<T> RoBERTa(const Config& c, const Params<T>& p, const std::vector<int>& x, int j_masked);
+
+// ================================================================================================
+// OBJECTIVES
+// ================================================================================================
+// GPT: targets of x are x shifted by one: position i predicts x_{i+1}; the last has none (-1).
+// loss = - (1/(n-1)) sum_{j=2}^n log Y[j-1, x_j]  (formula indices; mean in nats per token).
+std::vector<int> next_token_targets(const std::vector<int>& x, int B, int n);
+// BERT/RoBERTa masked-LM corruption (seed 002): each position that is not [CLS]/[SEP] is chosen
+// with probability p_select (0.15); a chosen token becomes [MASK] with probability 0.8, a random
+// token with 0.1, stays with 0.1. targets = the original id at chosen positions, -1 elsewhere.
+// At least one position per sequence is chosen.
+struct MLMExample {
+    std::vector<int> tokens, targets;
+};
+MLMExample mlm_corrupt(const std::vector<int>& x, int B, int n, const Config& c, Rng& rng, double p_select = 0.15);
+// The BERT input of seed 000: ([CLS], A, [SEP], B, [SEP]) and t_i = 0 up to and including the
+// first [SEP], 1 after it.
+void bert_pair(const Config& c, const std::vector<int>& a, const std::vector<int>& b, std::vector<int>& x,
+               std::vector<int>& t);
+
+// ================================================================================================
+// CHECKPOINTS: safetensors (8-byte little-endian header size N, N bytes of JSON header, raw
+// little-endian data). float32 tensors; the configuration as strings in "__metadata__".
+// ================================================================================================
+struct SafeTensors {
+    std::map<std::string, std::string> metadata;
+    std::vector<std::pair<std::string, Tensor<float>>> tensors;  // in file order
+    const Tensor<float>* find(const std::string& name) const;
+};
+// Writes to path + ".tmp", then renames: a crash never leaves a half-written file.
+void save_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                      const std::vector<std::pair<std::string, const Tensor<float>*>>& tensors);
+SafeTensors load_safetensors(const std::string& path);  // throws Error naming what is wrong
+
+std::map<std::string, std::string> config_metadata(const Config& c);
+Config config_from_metadata(const std::map<std::string, std::string>& m);
+// A model checkpoint: the config, every parameter under its name, and extra tensors/metadata
+// (e.g. the optimiser state "adam.m.<name>", "adam.v.<name>" of a training checkpoint).
+void save_model(const std::string& path, const Config& c, Params<float>& p,
+                const std::map<std::string, std::string>& extra_metadata = {},
+                const std::vector<std::pair<std::string, const Tensor<float>*>>& extra_tensors = {});
+struct LoadedModel {
+    Config config;
+    Params<float> params;
+    SafeTensors file;  // metadata and the tensors that are not parameters
+};
+// Every parameter must be present with its shape; any other tensor is an error unless its name
+// starts with one of allowed_extra_prefixes.
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes = {});
+
+// A minimal JSON reader (for safetensors headers and tokenizer files).
+struct Json {
+    enum Type { null, boolean, number, string, array, object } type = null;
+    bool b = false;
+    double num = 0;
+    std::string str;
+    std::vector<Json> arr;
+    std::vector<std::pair<std::string, Json>> obj;
+    const Json* get(const std::string& key) const;  // nullptr if absent or not an object
+};
+Json parse_json(const std::string& text);  // throws Error with the byte offset
+std::string json_escape(const std::string& s);
+// Whole files: read, and write atomically (path.tmp, then rename).
+std::string read_file(const std::string& path);
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
 }  // namespace tf
