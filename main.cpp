@@ -1,16 +1,423 @@
-// main.cpp - the command-line program.
+// main.cpp - the command-line program: train, sample, fill, eval, init, grad, params, bench.
+// Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
+// is an error with a message and exit status 1.
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "transformer.hpp"
 
+using namespace tf;
+
+static const char* USAGE = R"(usage: transformer COMMAND [flags]
+
+commands:
+  train    train a model (default: a small GPT-2 on the built-in 3-digit addition task)
+           --data FILE --model gpt|gpt2|gpt3|bert|roberta --layers L --heads A --embd H --ffn F
+           --block n --batch B --steps S --lr LR --min-lr LR --warmup S --weight-decay W
+           --beta1 B1 --beta2 B2 --grad-clip C --dropout P --activation NAME --eval-every S
+           --eval-steps S --save-every S --log-every S --stop-at S --seed S --out FILE --resume FILE
+  sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
+  fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
+  eval     --checkpoint FILE --data FILE                       (mean loss in nats per token)
+  init     --preset NAME [--seed S] --out FILE
+  grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
+  params   --preset NAME
+  bench    [--preset NAME] [--batch B] [--block n] [--steps S] [--json]
+
+presets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta
+)";
+
+// ---- Flags -----------------------------------------------------------------------------------------
+struct Flags {
+    std::map<std::string, std::string> values;
+    std::set<std::string> used;
+    bool has(const std::string& k) const { return values.count(k) > 0; }
+    std::string str(const std::string& k, const std::string& fallback = "") {
+        used.insert(k);
+        auto it = values.find(k);
+        return it == values.end() ? fallback : it->second;
+    }
+    std::string need(const std::string& k) {
+        if (!has(k)) throw Error("missing flag --" + k);
+        return str(k);
+    }
+    long long integer(const std::string& k, long long fallback) {
+        if (!has(k)) return used.insert(k), fallback;
+        const std::string s = str(k);
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        if (s.empty() || *end != '\0' || errno) throw Error("--" + k + " expects an integer, got '" + s + "'");
+        return v;
+    }
+    double number(const std::string& k, double fallback) {
+        if (!has(k)) return used.insert(k), fallback;
+        const std::string s = str(k);
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0' || !std::isfinite(v)) throw Error("--" + k + " expects a number, got '" + s + "'");
+        return v;
+    }
+    bool flag(const std::string& k) {
+        used.insert(k);
+        return has(k);
+    }
+    void done() const {  // every flag given must have been read by the command
+        for (auto& kv : values)
+            if (!used.count(kv.first)) throw Error("unknown flag --" + kv.first + " for this command");
+    }
+};
+
+static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet"};
+
+static Flags parse_flags(int argc, char** argv, int first) {
+    Flags f;
+    for (int i = first; i < argc; i++) {
+        std::string a = argv[i];
+        if (a.size() < 3 || a.compare(0, 2, "--") != 0) throw Error("unexpected argument '" + a + "' (flags look like --name value)");
+        a = a.substr(2);
+        std::string v;
+        const std::size_t eq = a.find('=');
+        if (eq != std::string::npos) v = a.substr(eq + 1), a = a.substr(0, eq);
+        else if (BOOLEAN_FLAGS.count(a)) v = "1";
+        else if (i + 1 < argc) v = argv[++i];
+        else throw Error("flag --" + a + " needs a value");
+        if (f.values.count(a)) throw Error("flag --" + a + " given twice");
+        f.values[a] = v;
+    }
+    return f;
+}
+
+static std::vector<int> parse_ids(const std::string& s, const std::string& what) {
+    std::vector<int> ids;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        char* end = nullptr;
+        errno = 0;
+        const long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || errno || v < -2147483647L || v > 2147483647L)
+            throw Error(what + ": '" + item + "' is not an integer");
+        ids.push_back((int)v);
+    }
+    if (ids.empty()) throw Error(what + " is empty");
+    return ids;
+}
+
+// ---- params, init, grad ------------------------------------------------------------------------------
+static int cmd_params(Flags& f) {
+    const std::string name = f.need("preset");
+    f.done();
+    const Config c = preset(name);
+    const ParamCount k = count_params(c);
+    std::printf("preset %s (%s): V=%d H=%d F=%d D=%d L=%d A=%d n_ctx=%d\n", name.c_str(), variant_name(c.variant), c.V, c.H,
+                c.F, c.D, c.L, c.A, c.n_ctx);
+    std::printf("  embeddings    V*H + n_ctx*H            %12lld\n", k.embeddings);
+    std::printf("  MultiHeadSAs  L*(A*3*H*D + A*D*H)      %12lld\n", k.attention);
+    std::printf("  FFNets        L*(H*F + F + F*H + H)    %12lld\n", k.ffn);
+    std::printf("  LayerNorms    L*4*H                    %12lld\n", k.layernorms);
+    std::printf("seed formula lambda:                     %12lld\n", k.seed_lambda);
+    if (k.final_ln) std::printf("  + final LayerNorm ln_f (2*H)           %12lld\n", k.final_ln);
+    if (k.segments) std::printf("  + segment vectors w_A, w_B (2*H)       %12lld\n", k.segments);
+    std::printf("floats the model holds:                  %12lld\n", k.actual);
+    return 0;
+}
+
+static int cmd_init(Flags& f) {
+    const std::string name = f.need("preset"), out = f.need("out");
+    const long long seed = f.integer("seed", 1);
+    f.done();
+    const Config c = preset(name);
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, (uint64_t)seed);
+    save_model(out, c, p, {{"init_seed", std::to_string(seed)}});
+    std::printf("wrote %s: %s, %lld parameters, seed %lld\n", out.c_str(), variant_name(c.variant), count_params(c).actual, seed);
+    return 0;
+}
+
+static int cmd_grad(Flags& f) {
+    const std::string path = f.need("checkpoint"), out = f.need("out");
+    const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
+    const std::string seg = f.str("segments"), masked = f.str("masked");
+    f.done();
+    LoadedModel lm = load_model(path, {"adam."});
+    const Config& c = lm.config;
+    Batch b;
+    b.n = (int)tokens.size(), b.tokens = tokens;
+    if (!seg.empty()) {
+        if (!has_segments(c.variant)) throw Error("--segments applies to bert only");
+        b.segments = parse_ids(seg, "--segments");
+    }
+    if (is_causal(c.variant)) {
+        if (!masked.empty()) throw Error("--masked applies to bert and roberta only");
+        if (b.n < 2) throw Error("a GPT loss needs at least 2 tokens");
+        b.targets = next_token_targets(tokens, 1, b.n);
+    } else {
+        if (masked.empty()) throw Error("missing flag --masked (positions to predict, 0-based)");
+        b.targets.assign(tokens.size(), -1);
+        for (int j : parse_ids(masked, "--masked")) {
+            if (j < 0 || j >= b.n) throw Error("--masked position " + std::to_string(j) + " is outside 0.." + std::to_string(b.n - 1));
+            if (tokens[j] < 0 || tokens[j] >= c.V) break;  // model_loss reports the bad id
+            b.targets[j] = tokens[j];
+            b.tokens[j] = c.mask_id;
+        }
+    }
+    Params<float> g = make_params<float>(c);
+    const double loss = model_loss(c, lm.params, b, &g);
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    for (auto& nt : named_tensors(c, g)) list.push_back({nt.name, nt.tensor});
+    std::map<std::string, std::string> meta = config_metadata(c);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", loss);
+    meta["loss"] = buf;
+    save_safetensors(out, meta, list);
+    std::printf("loss %.9g\nwrote %s\n", loss, out.c_str());
+    return 0;
+}
+
+// ---- train, sample, fill, eval ---------------------------------------------------------------------
+static int cmd_train(Flags& f) {
+    TrainOptions o;
+    o.data = f.str("data");
+    o.model = f.str("model", o.model);
+    o.layers = (int)f.integer("layers", o.layers);
+    o.heads = (int)f.integer("heads", o.heads);
+    o.embd = (int)f.integer("embd", o.embd);
+    o.ffn = (int)f.integer("ffn", o.ffn);
+    o.block = (int)f.integer("block", o.block);
+    o.batch = (int)f.integer("batch", o.batch);
+    o.steps = f.integer("steps", o.steps);
+    o.warmup = f.integer("warmup", o.warmup);
+    o.eval_every = f.integer("eval-every", o.eval_every);
+    o.eval_steps = f.integer("eval-steps", o.eval_steps);
+    o.save_every = f.integer("save-every", o.save_every);
+    o.log_every = f.integer("log-every", o.log_every);
+    o.stop_at = f.integer("stop-at", o.stop_at);
+    o.lr = f.number("lr", o.lr);
+    o.min_lr = f.number("min-lr", f.has("lr") ? o.lr / 10 : o.min_lr);
+    o.weight_decay = f.number("weight-decay", o.weight_decay);
+    o.beta1 = f.number("beta1", o.beta1);
+    o.beta2 = f.number("beta2", o.beta2);
+    o.grad_clip = f.number("grad-clip", o.grad_clip);
+    o.dropout = f.number("dropout", o.dropout);
+    o.activation = f.str("activation");
+    o.seed = (uint64_t)f.integer("seed", (long long)o.seed);
+    o.out = f.str("out", o.out);
+    o.resume = f.str("resume");
+    o.quiet = f.flag("quiet");
+    f.done();
+    train(o);
+    return 0;
+}
+
+// The checkpoint's character vocabulary (written by `train`).
+static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
+    auto it = lm.file.metadata.find("vocab");
+    if (it == lm.file.metadata.end())
+        throw Error("'" + path + "' has no character vocabulary (it was not written by `transformer train`)");
+    return CharVocab::from_metadata(it->second);
+}
+
+static int cmd_sample(Flags& f) {
+    const std::string path = f.need("checkpoint"), prompt = f.need("prompt");
+    const long long tokens = f.integer("tokens", 200), top_k = f.integer("top-k", 0), seed = f.integer("seed", 1);
+    const double temperature = f.number("temperature", 1.0);
+    f.done();
+    if (tokens < 0 || tokens > 1000000) throw Error("--tokens must be between 0 and 1000000");
+    if (temperature < 0) throw Error("--temperature must be >= 0");
+    if (top_k < 0) throw Error("--top-k must be >= 0");
+    LoadedModel lm = load_model(path, {"adam."});
+    const CharVocab vocab = vocab_of(lm, path);
+    if (!is_causal(lm.config.variant)) throw Error("sample needs a gpt, gpt2 or gpt3 model; use fill for bert/roberta");
+    Rng rng((uint64_t)seed);
+    const std::vector<int> out = generate(lm.config, lm.params, vocab.encode(prompt), (int)tokens, temperature, (int)top_k, rng);
+    std::printf("%s\n", vocab.decode(out).c_str());
+    return 0;
+}
+
+static int cmd_fill(Flags& f) {
+    const std::string path = f.need("checkpoint"), text = f.need("text");
+    f.done();
+    LoadedModel lm = load_model(path, {"adam."});
+    const Config& c = lm.config;
+    if (is_causal(c.variant)) throw Error("fill needs a bert or roberta model; use sample for gpt variants");
+    const CharVocab vocab = vocab_of(lm, path);
+    std::vector<int> x, masked;
+    const std::string MASK = "[MASK]";
+    for (std::size_t i = 0; i < text.size();) {
+        if (text.compare(i, MASK.size(), MASK) == 0) {
+            masked.push_back((int)x.size()), x.push_back(c.mask_id), i += MASK.size();
+        } else {
+            x.push_back(vocab.encode(text.substr(i, 1))[0]), i++;
+        }
+    }
+    if (masked.empty()) throw Error("--text has no [MASK]");
+    if ((int)x.size() > c.n_ctx)
+        throw Error("--text is " + std::to_string(x.size()) + " tokens, longer than n_ctx = " + std::to_string(c.n_ctx));
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x;
+    const Tensor<float> Z = model_forward(c, lm.params, b);
+    for (int j : masked) {  // the most likely ordinary character at each [MASK]
+        int best = 0;
+        for (int v = 1; v < vocab.size(); v++)
+            if (Z(j, v) > Z(j, best)) best = v;
+        x[j] = best;
+    }
+    std::printf("%s\n", vocab.decode(x).c_str());
+    return 0;
+}
+
+static int cmd_eval(Flags& f) {
+    const std::string path = f.need("checkpoint"), data = f.need("data");
+    f.done();
+    LoadedModel lm = load_model(path, {"adam."});
+    const Config& c = lm.config;
+    const CharVocab vocab = vocab_of(lm, path);
+    const std::string text = read_file(data);
+    const std::vector<int> ids = vocab.encode(text);
+    const int n = c.n_ctx;
+    if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
+    // Consecutive windows of n tokens; GPT: each predicts its next tokens, BERT: seeded corruption.
+    double sum = 0;
+    long long count = 0;
+    Rng rng(1234);
+    for (std::size_t start = 0; start + 1 < ids.size(); start += n) {
+        const std::size_t end = std::min(ids.size(), start + n + (is_causal(c.variant) ? 1 : 0));
+        std::vector<int> w(ids.begin() + start, ids.begin() + end);
+        Batch b;
+        if (is_causal(c.variant)) {
+            b.tokens.assign(w.begin(), w.end() - 1);
+            b.targets.assign(w.begin() + 1, w.end());
+        } else {
+            MLMExample e = mlm_corrupt(w, 1, (int)w.size(), c, rng);
+            b.tokens = e.tokens, b.targets = e.targets;
+        }
+        b.n = (int)b.tokens.size();
+        int m = 0;
+        for (int t : b.targets) m += t >= 0;
+        sum += model_loss(c, lm.params, b) * m;
+        count += m;
+    }
+    std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens\n", data.c_str(), sum / (double)count, count);
+    return 0;
+}
+
+// ---- bench -------------------------------------------------------------------------------------------
+using Clock = std::chrono::steady_clock;
+static double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// GFLOP/s of gemm alone: C (M x N) = A (M x K) B (K x N); B given transposed (N x K) if bt.
+static double gemm_gflops(int M, int N, int K, bool bt) {
+    std::vector<float> A((std::size_t)M * K), B((std::size_t)K * N), C((std::size_t)M * N);
+    Rng r(7);
+    for (auto& v : A) v = (float)r.normal();
+    for (auto& v : B) v = (float)r.normal();
+    double best = 1e30;
+    for (int rep = 0; rep < 4; rep++) {
+        const auto t = Clock::now();
+        if (bt) gemm(M, N, K, A.data(), K, 1, B.data(), 1, K, C.data(), N, false);
+        else gemm(M, N, K, A.data(), K, 1, B.data(), N, 1, C.data(), N, false);
+        best = std::min(best, ms_since(t));
+    }
+    return 2.0 * M * N * K / (best * 1e6);
+}
+
+static int cmd_bench(Flags& f) {
+    const std::string name = f.str("preset", "gpt2-124m");
+    const int B = (int)f.integer("batch", 4), n = (int)f.integer("block", 64), steps = (int)f.integer("steps", 3);
+    const bool json = f.flag("json");
+    f.done();
+    if (B < 1 || n < 1 || steps < 1) throw Error("--batch, --block and --steps must be positive");
+    const Config c = preset(name);
+    if (n > c.n_ctx) throw Error("--block " + std::to_string(n) + " is longer than n_ctx = " + std::to_string(c.n_ctx));
+    Params<float> p = make_params<float>(c), g = make_params<float>(c);
+    init_params(c, p, 1);
+    AdamW adam;
+    adamw_init(c, adam);
+    Rng rng(3);
+    Batch b;
+    b.B = B, b.n = n;
+    for (int k = 0; k < B * n; k++) b.tokens.push_back(rng.below(c.V));
+    b.targets = next_token_targets(b.tokens, B, n);
+    if (!is_causal(c.variant)) b.targets = mlm_corrupt(b.tokens, B, n, c, rng).targets;
+    double fwd = 0, bwd = 0, upd = 0, loss = 0;
+    for (int s = 0; s <= steps; s++) {  // step 0 is the warm-up
+        auto t = Clock::now();
+        ForwardCache<float> cache;
+        Tensor<float> Z = model_forward(c, p, b, &cache), dZ;
+        loss = CrossEntropy_logits(Z, b.targets, &dZ);
+        const double t_f = ms_since(t);
+        t = Clock::now();
+        zero_params(c, g);
+        model_backward(c, p, cache, dZ, g);
+        const double t_b = ms_since(t);
+        t = Clock::now();
+        adamw_step(c, p, g, adam, 1e-4);
+        const double t_u = ms_since(t);
+        if (s > 0) fwd += t_f / steps, bwd += t_b / steps, upd += t_u / steps;
+    }
+    // FLOPs of the matrix products: per layer Q, K, V (3 H A D), W_O (A D H), FFN (2 H F) per row,
+    // attention 2 n^2 D per head and sequence (S = QK^T and PV), de-embedding H V per row.
+    const double rows = (double)B * n;
+    const double fwd_flops = 2.0 * rows * (c.L * (4.0 * c.H * c.A * c.D + 2.0 * c.H * c.F) + (double)c.H * c.V) +
+                             (double)c.L * B * c.A * 4.0 * n * n * c.D;
+    const double step = fwd + bwd + upd, gflops = 3.0 * fwd_flops / ((fwd + bwd) * 1e6);
+    const int M = B * n;
+    const double mm[4] = {gemm_gflops(M, 3 * c.H, c.H, false), gemm_gflops(M, c.F, c.H, false),
+                          gemm_gflops(M, c.H, c.F, false), gemm_gflops(M, c.V, c.H, true)};
+    double mm_min = mm[0];
+    for (double v : mm) mm_min = std::min(mm_min, v);
+    if (json) {
+        std::printf("{\"preset\": \"%s\", \"batch\": %d, \"block\": %d, \"steps\": %d, \"loss\": %.6f, \"step_ms\": %.2f, "
+                    "\"forward_ms\": %.2f, \"backward_ms\": %.2f, \"update_ms\": %.2f, \"tokens_per_s\": %.1f, "
+                    "\"gflops\": %.2f, \"matmul_gflops\": %.2f, \"matmul_gflops_shapes\": {\"%dx%dx%d\": %.2f, "
+                    "\"%dx%dx%d\": %.2f, \"%dx%dx%d\": %.2f, \"%dx%dx%d\": %.2f}}\n",
+                    name.c_str(), B, n, steps, loss, step, fwd, bwd, upd, rows / (step / 1000.0), gflops, mm_min, M, c.H,
+                    3 * c.H, mm[0], M, c.H, c.F, mm[1], M, c.F, c.H, mm[2], M, c.H, c.V, mm[3]);
+        return 0;
+    }
+    std::printf("bench %s, B=%d n=%d, %d steps after 1 warm-up (loss %.4f)\n", name.c_str(), B, n, steps, loss);
+    std::printf("  forward   %9.1f ms\n  backward  %9.1f ms\n  update    %9.1f ms\n  step      %9.1f ms\n", fwd, bwd, upd, step);
+    std::printf("  %.0f tokens/s, %.1f GFLOP/s in the matrix products of forward + backward\n", rows / (step / 1000.0), gflops);
+    std::printf("matrix-product kernel alone (GFLOP/s):\n");
+    std::printf("  %4dx%-5d by %5dx%-5d (QKV)        %6.1f\n", M, c.H, c.H, 3 * c.H, mm[0]);
+    std::printf("  %4dx%-5d by %5dx%-5d (FFN W_1)    %6.1f\n", M, c.H, c.H, c.F, mm[1]);
+    std::printf("  %4dx%-5d by %5dx%-5d (FFN W_2)    %6.1f\n", M, c.F, c.F, c.H, mm[2]);
+    std::printf("  %4dx%-5d by %5dx%-5d (W_e^T)      %6.1f\n", M, c.H, c.H, c.V, mm[3]);
+    return 0;
+}
+
 int main(int argc, char** argv) {
-    (void)argc, (void)argv;
+    if (argc < 2 || std::string(argv[1]) == "help" || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+        std::fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 1 : 0;
+    }
+    const std::string cmd = argv[1];
     try {
-        std::printf("transformer: modules diag Stack OneHot Softmax Mask_BD Mask_AR Attention Concat MultiHeadSA FFN_ReLU FFN_GELU LayerNorm CrossEntropy\n");
+        Flags f = parse_flags(argc, argv, 2);
+        if (cmd == "train") return cmd_train(f);
+        if (cmd == "sample") return cmd_sample(f);
+        if (cmd == "fill") return cmd_fill(f);
+        if (cmd == "eval") return cmd_eval(f);
+        if (cmd == "init") return cmd_init(f);
+        if (cmd == "grad") return cmd_grad(f);
+        if (cmd == "params") return cmd_params(f);
+        if (cmd == "bench") return cmd_bench(f);
+        std::fprintf(stderr, "error: unknown command '%s'\n\n%s", cmd.c_str(), USAGE);
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "error: out of memory\n");
+        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
-    return 0;
 }

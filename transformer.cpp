@@ -4,6 +4,7 @@
 #include "transformer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -1721,6 +1722,548 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
 }
 
 // ================================================================================================
+// TRAINING
+// ================================================================================================
+
+// ---- AdamW -------------------------------------------------------------------------------------
+bool decays(const std::string& name, const Tensor<float>& t) {
+    return t.shape.size() == 2 && name != "w_A" && name != "w_B";
+}
+
+void adamw_init(const Config& c, AdamW& opt) {
+    opt.m = make_params<float>(c);
+    opt.v = make_params<float>(c);
+    opt.t = 0;
+}
+
+void adamw_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr) {
+    opt.t++;
+    const float b1 = (float)opt.beta1, b2 = (float)opt.beta2, eps = (float)opt.eps;
+    const float c1 = (float)(1.0 / (1.0 - std::pow(opt.beta1, (double)opt.t)));  // bias corrections
+    const float c2 = (float)(1.0 / (1.0 - std::pow(opt.beta2, (double)opt.t)));
+    auto P = named_tensors(c, p), G = named_tensors(c, g), M = named_tensors(c, opt.m), S = named_tensors(c, opt.v);
+    for (std::size_t k = 0; k < P.size(); k++) {
+        const float lr_f = (float)lr;
+        const float decay = decays(P[k].name, *P[k].tensor) ? (float)(lr * opt.weight_decay) : 0.f;
+        float* __restrict th = P[k].tensor->ptr();
+        const float* __restrict gr = G[k].tensor->ptr();
+        float* __restrict m = M[k].tensor->ptr();
+        float* __restrict v = S[k].tensor->ptr();
+        const std::size_t n = P[k].tensor->size();
+#pragma GCC ivdep
+        for (std::size_t j = 0; j < n; j++) {
+            m[j] = b1 * m[j] + (1 - b1) * gr[j];
+            v[j] = b2 * v[j] + (1 - b2) * gr[j] * gr[j];
+            const float mhat = m[j] * c1, vhat = v[j] * c2;
+            th[j] -= decay * th[j];  // decoupled weight decay, as PyTorch's AdamW: before the Adam step
+            th[j] -= lr_f * mhat / (std::sqrt(vhat) + eps);
+        }
+    }
+}
+
+double lr_schedule(long long s, long long steps, long long warmup, double lr, double min_lr) {
+    if (s < warmup) return lr * (double)(s + 1) / (double)warmup;
+    const long long span = std::max(1LL, steps - 1 - warmup);
+    const double ratio = std::min(1.0, (double)(s - warmup) / (double)span);
+    return min_lr + 0.5 * (1.0 + std::cos(3.141592653589793 * ratio)) * (lr - min_lr);
+}
+
+double clip_grad_norm(const Config& c, Params<float>& g, double max_norm) {
+    double sq = 0;
+    auto G = named_tensors(c, g);
+    for (auto& nt : G)
+        for (float v : nt.tensor->data) sq += (double)v * v;
+    const double norm = std::sqrt(sq);
+    if (max_norm > 0 && norm > max_norm) {
+        const float s = (float)(max_norm / norm);
+        for (auto& nt : G)
+            for (float& v : nt.tensor->data) v *= s;
+    }
+    return norm;
+}
+
+// ---- Character vocabulary ------------------------------------------------------------------------
+CharVocab::CharVocab() {
+    for (int& v : id) v = -1;
+}
+
+CharVocab CharVocab::from_text(const std::string& text) {
+    bool seen[256] = {};
+    for (unsigned char ch : text) seen[ch] = true;
+    CharVocab v;
+    for (int b = 0; b < 256; b++)
+        if (seen[b]) v.id[b] = (int)v.chars.size(), v.chars.push_back((unsigned char)b);
+    return v;
+}
+
+std::vector<int> CharVocab::encode(const std::string& text) const {
+    std::vector<int> ids;
+    ids.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); i++) {
+        const unsigned char ch = (unsigned char)text[i];
+        if (id[ch] < 0) {
+            char buf[128];
+            std::snprintf(buf, sizeof buf, "character 0x%02x at offset %zu is not in the model's vocabulary", ch, i);
+            throw Error(buf);
+        }
+        ids.push_back(id[ch]);
+    }
+    return ids;
+}
+
+std::string CharVocab::decode(const std::vector<int>& ids) const {
+    std::string s;
+    for (int t : ids) {
+        if (t >= 0 && t < size()) s += (char)chars[t];
+        else if (t == size()) s += "[CLS]";
+        else if (t == size() + 1) s += "[SEP]";
+        else s += "_";
+    }
+    return s;
+}
+
+std::string CharVocab::to_metadata() const {
+    std::string s;
+    for (std::size_t k = 0; k < chars.size(); k++) s += (k ? "," : "") + std::to_string(chars[k]);
+    return s;
+}
+
+CharVocab CharVocab::from_metadata(const std::string& s) {
+    CharVocab v;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const int b = parse_int(item, "metadata 'vocab'");
+        if (b < 0 || b > 255 || v.id[b] >= 0) throw Error("metadata 'vocab': bad or repeated byte " + item);
+        v.id[b] = (int)v.chars.size();
+        v.chars.push_back((unsigned char)b);
+    }
+    if (v.chars.empty()) throw Error("metadata 'vocab' is empty");
+    return v;
+}
+
+// ---- The built-in task: addition -----------------------------------------------------------------
+const std::string AdditionTask::alphabet = "\n+0123456789=";
+
+std::string AdditionTask::problem(int a, int b) {
+    char buf[32];
+    const int s = a + b;
+    std::snprintf(buf, sizeof buf, "%03d+%03d=%d%d%d%d\n", a, b, s % 10, s / 10 % 10, s / 100 % 10, s / 1000);
+    return buf;
+}
+
+bool AdditionTask::held_out(int a, int b) {
+    Rng h((uint64_t)a * 1000 + (uint64_t)b);  // a hash of the pair, so the split has no pattern
+    return h.next() % 10 == 0;
+}
+
+// One addition problem as a training sequence: x = its first 12 characters, targets = the next
+// character only where it is part of the answer (the 4 digits and the newline).
+static void addition_example(const CharVocab& vocab, int a, int b, std::vector<int>& x, std::vector<int>& y) {
+    const std::vector<int> ids = vocab.encode(AdditionTask::problem(a, b));
+    x.assign(ids.begin(), ids.end() - 1);
+    y.assign(x.size(), -1);
+    for (std::size_t i = AdditionTask::prompt_len() - 1; i < x.size(); i++) y[i] = ids[i + 1];
+}
+
+// ---- Sampling ------------------------------------------------------------------------------------
+int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng) {
+    const int V = (int)z.size();
+    if (temperature <= 0) return (int)(std::max_element(z.begin(), z.end()) - z.begin());
+    std::vector<int> order(V);
+    for (int j = 0; j < V; j++) order[j] = j;
+    const int k = (top_k > 0 && top_k < V) ? top_k : V;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return z[a] > z[b]; });
+    std::vector<double> w(k);
+    double sum = 0;
+    for (int j = 0; j < k; j++) sum += w[j] = std::exp((z[order[j]] - z[order[0]]) / temperature);
+    double u = rng.uniform() * sum;
+    for (int j = 0; j < k; j++) {
+        if (u < w[j]) return order[j];
+        u -= w[j];
+    }
+    return order[k - 1];
+}
+
+template <typename T>
+std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> x, int new_tokens, double temperature,
+                          int top_k, Rng& rng) {
+    if (!is_causal(c.variant)) throw Error("generate: a " + std::string(variant_name(c.variant)) + " model does not generate");
+    if (x.empty()) throw Error("generate: the prompt is empty");
+    check_token_ids(x, c.V, "prompt");
+    for (int s = 0; s < new_tokens; s++) {
+        Batch b;
+        const int start = std::max(0, (int)x.size() - c.n_ctx);
+        b.tokens.assign(x.begin() + start, x.end());
+        b.n = (int)b.tokens.size();
+        const Tensor<T> Z = model_forward(c, p, b);
+        std::vector<float> z(Z.row(b.n - 1), Z.row(b.n - 1) + c.V);
+        x.push_back(sample_logits(z, temperature, top_k, rng));
+    }
+    return x;
+}
+
+double addition_accuracy(const Config& c, const Params<float>& p, const CharVocab& vocab, int problems, uint64_t seed) {
+    Rng rng(seed);
+    int right = 0, done = 0;
+    while (done < problems) {
+        const int a = rng.below(1000), b = rng.below(1000);
+        if (!AdditionTask::held_out(a, b)) continue;
+        const std::string full = AdditionTask::problem(a, b);
+        std::vector<int> prompt = vocab.encode(full.substr(0, AdditionTask::prompt_len()));
+        Rng unused(0);
+        const std::vector<int> out = generate(c, p, prompt, AdditionTask::answer_len(), 0.0, 0, unused);
+        right += vocab.decode(out) == full.substr(0, AdditionTask::prompt_len() + AdditionTask::answer_len());
+        done++;
+    }
+    return (double)right / problems;
+}
+
+// ---- Plot ----------------------------------------------------------------------------------------
+std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
+                     const std::vector<std::pair<long long, double>>& val, const std::string& title) {
+    const double W = 720, Hh = 420, left = 60, right = 20, top = 40, bottom = 50;
+    long long xmax = 1;
+    double ymin = 1e300, ymax = -1e300;
+    for (auto* s : {&train, &val})
+        for (auto& pt : *s) xmax = std::max(xmax, pt.first), ymin = std::min(ymin, pt.second), ymax = std::max(ymax, pt.second);
+    if (ymin > ymax) ymin = 0, ymax = 1;
+    if (ymax - ymin < 1e-9) ymax = ymin + 1;
+    auto X = [&](double s) { return left + (W - left - right) * s / (double)xmax; };
+    auto Y = [&](double l) { return top + (Hh - top - bottom) * (ymax - l) / (ymax - ymin); };
+    std::ostringstream o;
+    o.precision(5);
+    o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh << "' font-family='sans-serif' font-size='12'>\n";
+    o << "<rect width='100%' height='100%' fill='white'/>\n";
+    std::string esc;
+    for (char ch : title) esc += ch == '<' ? "&lt;" : ch == '&' ? "&amp;" : std::string(1, ch);
+    o << "<text x='" << W / 2 << "' y='22' text-anchor='middle' font-size='15'>" << esc << "</text>\n";
+    for (int k = 0; k <= 5; k++) {  // grid and tick labels
+        const double l = ymin + (ymax - ymin) * k / 5, s = (double)xmax * k / 5;
+        o << "<line x1='" << left << "' x2='" << W - right << "' y1='" << Y(l) << "' y2='" << Y(l) << "' stroke='#ddd'/>\n";
+        o << "<text x='" << left - 6 << "' y='" << Y(l) + 4 << "' text-anchor='end'>" << l << "</text>\n";
+        o << "<text x='" << X(s) << "' y='" << Hh - bottom + 18 << "' text-anchor='middle'>" << (long long)s << "</text>\n";
+    }
+    o << "<text x='" << W / 2 << "' y='" << Hh - 10 << "' text-anchor='middle'>step</text>\n";
+    o << "<text x='16' y='" << Hh / 2 << "' transform='rotate(-90 16 " << Hh / 2 << ")' text-anchor='middle'>loss (nats/token)</text>\n";
+    auto polyline = [&](const std::vector<std::pair<long long, double>>& s, const char* color) {
+        o << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' points='";
+        for (auto& pt : s) o << X((double)pt.first) << "," << Y(pt.second) << " ";
+        o << "'/>\n";
+    };
+    polyline(train, "#1f77b4");
+    polyline(val, "#d62728");
+    for (auto& pt : val) o << "<circle cx='" << X((double)pt.first) << "' cy='" << Y(pt.second) << "' r='3' fill='#d62728'/>\n";
+    o << "<text x='" << W - right - 150 << "' y='" << top + 14 << "' fill='#1f77b4'>train loss</text>\n";
+    o << "<text x='" << W - right - 70 << "' y='" << top + 14 << "' fill='#d62728'>val loss</text>\n";
+    o << "</svg>\n";
+    return o.str();
+}
+
+// ---- The training loop ---------------------------------------------------------------------------
+static std::string num_str(double v) {
+    std::ostringstream o;
+    o.precision(17);
+    o << v;
+    return o.str();
+}
+static double parse_double(const std::string& s, const std::string& what) {
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(v)) throw Error(what + ": '" + s + "' is not a number");
+    return v;
+}
+
+// The hyperparameters travel in the checkpoint as "train.<flag>" metadata, so --resume continues
+// the same run.
+static std::map<std::string, std::string> options_metadata(const TrainOptions& o) {
+    return {{"train.data", o.data},
+            {"train.batch", std::to_string(o.batch)},
+            {"train.steps", std::to_string(o.steps)},
+            {"train.warmup", std::to_string(o.warmup)},
+            {"train.eval_every", std::to_string(o.eval_every)},
+            {"train.eval_steps", std::to_string(o.eval_steps)},
+            {"train.save_every", std::to_string(o.save_every)},
+            {"train.log_every", std::to_string(o.log_every)},
+            {"train.lr", num_str(o.lr)},
+            {"train.min_lr", num_str(o.min_lr)},
+            {"train.weight_decay", num_str(o.weight_decay)},
+            {"train.beta1", num_str(o.beta1)},
+            {"train.beta2", num_str(o.beta2)},
+            {"train.grad_clip", num_str(o.grad_clip)},
+            {"train.dropout", num_str(o.dropout)},
+            {"train.seed", std::to_string(o.seed)}};
+}
+static void options_from_metadata(const std::map<std::string, std::string>& m, TrainOptions& o) {
+    auto get = [&](const char* k) -> const std::string& {
+        auto it = m.find(k);
+        if (it == m.end()) throw Error(std::string("not a training checkpoint: metadata lacks '") + k + "'");
+        return it->second;
+    };
+    o.data = get("train.data");
+    o.batch = parse_int(get("train.batch"), "train.batch");
+    o.warmup = (long long)parse_double(get("train.warmup"), "train.warmup");
+    o.eval_every = (long long)parse_double(get("train.eval_every"), "train.eval_every");
+    o.eval_steps = (long long)parse_double(get("train.eval_steps"), "train.eval_steps");
+    o.save_every = (long long)parse_double(get("train.save_every"), "train.save_every");
+    o.log_every = (long long)parse_double(get("train.log_every"), "train.log_every");
+    o.lr = parse_double(get("train.lr"), "train.lr");
+    o.min_lr = parse_double(get("train.min_lr"), "train.min_lr");
+    o.weight_decay = parse_double(get("train.weight_decay"), "train.weight_decay");
+    o.beta1 = parse_double(get("train.beta1"), "train.beta1");
+    o.beta2 = parse_double(get("train.beta2"), "train.beta2");
+    o.grad_clip = parse_double(get("train.grad_clip"), "train.grad_clip");
+    o.dropout = parse_double(get("train.dropout"), "train.dropout");
+    o.seed = (uint64_t)std::stoull(get("train.seed"));
+}
+
+static void check_options(const TrainOptions& o) {
+    auto fail = [](const std::string& s) { throw Error("train: " + s); };
+    if (o.layers < 1 || o.heads < 1 || o.embd < 1 || o.ffn < 0 || o.block < 0 || o.batch < 1)
+        fail("--layers, --heads, --embd, --batch must be positive (--ffn, --block >= 0)");
+    if (o.embd % o.heads != 0) fail("--embd " + std::to_string(o.embd) + " is not divisible by --heads " + std::to_string(o.heads));
+    if (o.steps < 1) fail("--steps must be at least 1");
+    if (o.warmup < 0 || o.eval_every < 0 || o.eval_steps < 1 || o.save_every < 0 || o.log_every < 1 || o.stop_at < 0)
+        fail("--warmup, --eval-every, --save-every, --stop-at must be >= 0, --eval-steps and --log-every >= 1");
+    if (!(o.lr > 0) || o.min_lr < 0 || o.min_lr > o.lr) fail("need 0 <= --min-lr <= --lr and --lr > 0");
+    if (o.weight_decay < 0 || o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1 || o.grad_clip < 0)
+        fail("need --weight-decay >= 0, 0 <= --beta1, --beta2 < 1, --grad-clip >= 0");
+    if (o.dropout < 0 || o.dropout >= 1) fail("--dropout must be in [0, 1)");
+}
+
+// The corpus of a training run: a text file's ids split 90% / 10%, or the built-in task.
+struct Corpus {
+    bool task = false;
+    CharVocab vocab;
+    std::vector<int> train, val;
+};
+
+static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n) {
+    Corpus k;
+    if (path.empty()) {
+        k.task = true;
+        k.vocab = vocab ? *vocab : CharVocab::from_text(AdditionTask::alphabet);
+        return k;
+    }
+    const std::string text = read_file(path);
+    if (text.empty()) throw Error("'" + path + "' is empty");
+    std::size_t odd = 0;
+    for (unsigned char ch : text) odd += ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t');
+    if (odd * 100 > text.size()) throw Error("'" + path + "' looks binary, not text (control bytes)");
+    k.vocab = vocab ? *vocab : CharVocab::from_text(text);
+    const std::vector<int> ids = k.vocab.encode(text);
+    const std::size_t cut = ids.size() * 9 / 10;
+    k.train.assign(ids.begin(), ids.begin() + cut);
+    k.val.assign(ids.begin() + cut, ids.end());
+    if ((long long)k.val.size() < n + 2)
+        throw Error("'" + path + "' is too short: " + std::to_string(text.size()) + " characters, the 10% validation split needs more than the block of " +
+                    std::to_string(n + 1));
+    return k;
+}
+
+// B examples: random windows (text) or random problems (task). GPT variants predict the next
+// character; BERT/RoBERTa their corrupted positions (mlm_corrupt).
+static Batch make_batch(const Config& c, const Corpus& k, bool validation, int B, int n, Rng& rng) {
+    Batch b;
+    b.B = B, b.n = n;
+    for (int s = 0; s < B; s++) {
+        std::vector<int> x, y;
+        if (k.task) {
+            int a, bb;
+            do a = rng.below(1000), bb = rng.below(1000);
+            while (AdditionTask::held_out(a, bb) != validation);
+            addition_example(k.vocab, a, bb, x, y);
+            if (!is_causal(c.variant)) x.push_back(k.vocab.id[(unsigned char)'\n']);
+        } else {
+            const std::vector<int>& ids = validation ? k.val : k.train;
+            const int start = rng.below((int)ids.size() - n - 1);
+            x.assign(ids.begin() + start, ids.begin() + start + n);
+            y.assign(ids.begin() + start + 1, ids.begin() + start + n + 1);
+        }
+        b.tokens.insert(b.tokens.end(), x.begin(), x.end());
+        b.targets.insert(b.targets.end(), y.begin(), y.end());
+    }
+    if (!is_causal(c.variant)) {
+        MLMExample e = mlm_corrupt(b.tokens, B, n, c, rng);
+        b.tokens = std::move(e.tokens), b.targets = std::move(e.targets);
+    }
+    return b;
+}
+
+// Mean validation loss over eval_steps batches drawn with a fixed seed (the same batches at every
+// evaluation, and the training generator is not touched, so resuming changes nothing).
+static double evaluate(const Config& c, const Params<float>& p, const Corpus& k, int B, int n, long long batches,
+                       uint64_t seed) {
+    Rng rng(seed ^ 0x5EED5EEDull);
+    double sum = 0;
+    for (long long s = 0; s < batches; s++) sum += model_loss(c, p, make_batch(c, k, true, B, n, rng));
+    return sum / (double)batches;
+}
+
+static std::string hms(double seconds) {
+    char buf[32];
+    const long long s = (long long)(seconds + 0.5);
+    if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s / 60 % 60);
+    else std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+    return buf;
+}
+
+static std::string strip_ext(const std::string& path) {
+    const std::size_t dot = path.rfind('.'), slash = path.rfind('/');
+    return dot != std::string::npos && (slash == std::string::npos || dot > slash) ? path.substr(0, dot) : path;
+}
+
+TrainResult train(const TrainOptions& opt_in) {
+    using clock = std::chrono::steady_clock;
+    TrainOptions o = opt_in;
+    Config c;
+    Params<float> p;
+    AdamW adam;
+    Rng rng(o.seed);
+    long long step0 = 0;
+    CharVocab saved_vocab;
+    std::vector<std::pair<long long, double>> log_train, log_val;
+    std::string log_csv = "step,train_loss,val_loss,lr\n";
+    if (!o.resume.empty()) {
+        LoadedModel lm = load_model(o.resume, {"adam."});
+        c = lm.config;
+        p = std::move(lm.params);
+        const long long steps = o.steps, stop_at = o.stop_at;
+        const std::string out = o.out;
+        const bool quiet = o.quiet;
+        options_from_metadata(lm.file.metadata, o);
+        o.steps = steps, o.stop_at = stop_at, o.out = out, o.quiet = quiet;
+        adamw_init(c, adam);
+        auto M = named_tensors(c, adam.m), S = named_tensors(c, adam.v);
+        for (std::size_t j = 0; j < M.size(); j++) {
+            const Tensor<float>* m = lm.file.find("adam.m." + M[j].name);
+            const Tensor<float>* v = lm.file.find("adam.v." + M[j].name);
+            if (!m || !v || m->shape != M[j].tensor->shape || v->shape != S[j].tensor->shape)
+                throw Error("'" + o.resume + "': optimiser state for '" + M[j].name + "' is missing or misshaped");
+            *M[j].tensor = *m, *S[j].tensor = *v;
+        }
+        const auto& md = lm.file.metadata;
+        if (!md.count("train.step") || !md.count("train.rng") || !md.count("vocab") || !md.count("adam.t"))
+            throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
+        step0 = (long long)parse_double(md.at("train.step"), "train.step");
+        adam.t = (long long)parse_double(md.at("adam.t"), "adam.t");
+        rng.state = (uint64_t)std::stoull(md.at("train.rng"));
+        saved_vocab = CharVocab::from_metadata(md.at("vocab"));
+        if (md.count("train.log")) log_csv = md.at("train.log");
+    }
+    check_options(o);
+    adam.beta1 = o.beta1, adam.beta2 = o.beta2, adam.weight_decay = o.weight_decay;
+    const int n_default = o.data.empty() ? AdditionTask::prompt_len() + AdditionTask::answer_len() : 64;
+    const Variant variant = o.resume.empty() ? variant_from_name(o.model) : c.variant;
+    int n = o.resume.empty() ? (o.block ? o.block : n_default) : c.n_ctx;
+    if (o.data.empty()) n = is_causal(variant) ? 12 : 13;  // one addition problem
+    Corpus k = load_corpus(o.data, o.resume.empty() ? nullptr : &saved_vocab, n);
+    if (o.resume.empty()) {
+        c.variant = variant;
+        c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
+        c.n_ctx = n;
+        c.V = k.vocab.size();
+        if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
+        if (variant == Variant::bert) c.eps = 1e-12;
+        if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
+        if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
+        p = make_params<float>(c);
+        init_params(c, p, o.seed);
+        adamw_init(c, adam);
+    }
+    Params<float> g = make_params<float>(c);
+    const ParamCount count = count_params(c);
+    const long long last = o.stop_at ? std::min(o.stop_at, o.steps) : o.steps;
+    if (!o.quiet) {
+        std::printf("model %s: L=%d H=%d A=%d D=%d F=%d n=%d V=%d, %lld parameters, %s\n", variant_name(c.variant), c.L, c.H,
+                    c.A, c.D, c.F, c.n_ctx, c.V, count.actual, activation_name(c.activation));
+        std::printf("data: %s, batch %d x %d tokens, steps %lld..%lld of %lld, lr %g -> %g, warmup %lld, dropout %g\n",
+                    k.task ? "built-in task: 3-digit addition (answer digits reversed)" : o.data.c_str(), o.batch, n,
+                    step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
+        std::fflush(stdout);
+    }
+    auto save = [&](long long step) {
+        std::map<std::string, std::string> meta = options_metadata(o);
+        meta["train.step"] = std::to_string(step);
+        meta["train.rng"] = std::to_string(rng.state);
+        meta["adam.t"] = std::to_string(adam.t);
+        meta["vocab"] = k.vocab.to_metadata();
+        meta["train.log"] = log_csv;
+        std::vector<std::pair<std::string, const Tensor<float>*>> extra;
+        auto M = named_tensors(c, adam.m), S = named_tensors(c, adam.v);
+        for (std::size_t j = 0; j < M.size(); j++) extra.push_back({"adam.m." + M[j].name, M[j].tensor});
+        for (std::size_t j = 0; j < S.size(); j++) extra.push_back({"adam.v." + S[j].name, S[j].tensor});
+        save_model(o.out, c, p, meta, extra);
+    };
+    TrainResult r;
+    const auto t_start = clock::now();
+    auto t_last = t_start;
+    long long since_log = 0;
+    double loss_sum = 0;
+    for (long long s = step0; s < last; s++) {
+        const double lr = lr_schedule(s, o.steps, o.warmup, o.lr, o.min_lr);
+        Batch b = make_batch(c, k, false, o.batch, n, rng);
+        g = make_params<float>(c);
+        ForwardOptions fo;
+        fo.dropout = o.dropout, fo.rng = &rng;
+        const double loss = model_loss(c, p, b, &g, fo);
+        if (!std::isfinite(loss)) throw Error("train: the loss became " + num_str(loss) + " at step " + std::to_string(s + 1) + " (lower --lr?)");
+        clip_grad_norm(c, g, o.grad_clip);
+        adamw_step(c, p, g, adam, lr);
+        r.train_losses.push_back(loss);
+        loss_sum += loss, since_log++;
+        const long long step = s + 1;
+        double val = -1;
+        if ((o.eval_every > 0 && step % o.eval_every == 0) || step == last) {
+            val = evaluate(c, p, k, o.batch, n, o.eval_steps, o.seed);
+            r.val_loss = val;
+            log_val.push_back({step, val});
+        }
+        log_train.push_back({step, loss});
+        log_csv += std::to_string(step) + "," + num_str(loss) + "," + (val >= 0 ? num_str(val) : "") + "," + num_str(lr) + "\n";
+        if (!o.quiet && (step % o.log_every == 0 || val >= 0 || step == last)) {
+            const auto now = clock::now();
+            const double ms = std::chrono::duration<double, std::milli>(now - t_last).count() / (double)since_log;
+            const double left = ms * (double)(last - step) / 1000.0;
+            std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %6.1f ms/step | %7.0f tok/s | left %s", step, o.steps,
+                        loss_sum / (double)since_log, lr, ms, 1000.0 * o.batch * n / ms, hms(left).c_str());
+            if (val >= 0) std::printf(" | val %.4f", val);
+            std::printf("\n");
+            std::fflush(stdout);
+            t_last = now, since_log = 0, loss_sum = 0;
+        }
+        if ((o.save_every > 0 && step % o.save_every == 0) || step == last) save(step);
+        r.steps_done = step;
+    }
+    r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
+    if (r.steps_done == 0) throw Error("train: nothing to do (the checkpoint is already at step " + std::to_string(step0) + ")");
+    const std::string base = strip_ext(o.out);
+    write_file_atomic(base + ".csv", log_csv);
+    {  // the plot covers the whole run, resumed parts included: rebuild it from the CSV
+        std::vector<std::pair<long long, double>> tr, va;
+        std::stringstream ss(log_csv);
+        std::string line;
+        std::getline(ss, line);
+        while (std::getline(ss, line)) {
+            std::stringstream ls(line);
+            std::string f[4];
+            for (auto& x : f) std::getline(ls, x, ',');
+            tr.push_back({std::stoll(f[0]), std::stod(f[1])});
+            if (!f[2].empty()) va.push_back({std::stoll(f[0]), std::stod(f[2])});
+        }
+        write_file_atomic(base + ".svg", loss_svg(tr, va, std::string(variant_name(c.variant)) + " training loss"));
+    }
+    if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, p, k.vocab, 500, 4242);
+    if (!o.quiet) {
+        std::printf("done: %lld steps in %s (%.1f ms/step), final train loss %.4f, val loss %.4f\n", r.steps_done,
+                    hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)r.steps_done, r.train_losses.back(), r.val_loss);
+        if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
+        std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
+    }
+    return r;
+}
+
+// ================================================================================================
 // Explicit instantiation for float (training) and double (gradient checks).
 // ================================================================================================
 #define TF_INSTANTIATE(T)                                                                                  \
@@ -1804,6 +2347,7 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
 TF_INSTANTIATE(float)
 TF_INSTANTIATE_MODELS(float)
 TF_INSTANTIATE_MODELS(double)
+template std::vector<int> generate(const Config&, const Params<float>&, std::vector<int>, int, double, int, Rng&);
 TF_INSTANTIATE(double)
 
 }  // namespace tf

@@ -535,4 +535,93 @@ std::string json_escape(const std::string& s);
 std::string read_file(const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// ================================================================================================
+// TRAINING (seed 003: Adam with decoupled weight decay, linear warmup then cosine decay,
+// N(0, 0.02) init, dropout 0.1 on residual branches, embeddings and attention).
+// ================================================================================================
+
+// AdamW (Loshchilov & Hutter): for each parameter theta with gradient g, at step t = 1, 2, ...
+//   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2,
+//   mhat = m / (1 - beta1^t),      vhat = v / (1 - beta2^t),
+//   theta -= lr (mhat / (sqrt(vhat) + eps) + wd theta)     (wd only for matrices: decays())
+struct AdamW {
+    double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+    long long t = 0;  // steps taken
+    Params<float> m, v;
+};
+bool decays(const std::string& name, const Tensor<float>& t);  // matrices yes; gains, biases, w_A/w_B no
+void adamw_init(const Config& c, AdamW& opt);
+void adamw_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr);
+
+// Learning rate at step s = 0 .. steps-1: linear warmup from lr/warmup to lr over `warmup` steps,
+// then cosine decay from lr to min_lr at the last step.
+double lr_schedule(long long s, long long steps, long long warmup, double lr, double min_lr);
+// Global gradient norm ||g|| over every tensor; if it exceeds max_norm (> 0), scale g by
+// max_norm / ||g||. Returns the norm before clipping.
+double clip_grad_norm(const Config& c, Params<float>& g, double max_norm);
+
+// A character-level vocabulary: the distinct bytes of a text, sorted; id = index. BERT/RoBERTa add
+// three special tokens after them ([CLS]/<s>, [SEP]/</s>, [MASK]/<mask>).
+struct CharVocab {
+    std::vector<unsigned char> chars;
+    int id[256];
+    CharVocab();
+    static CharVocab from_text(const std::string& text);
+    int size() const { return (int)chars.size(); }
+    std::vector<int> encode(const std::string& text) const;  // throws Error on an unknown character
+    std::string decode(const std::vector<int>& ids) const;   // special ids become "[CLS]", "[SEP]", "_"
+    std::string to_metadata() const;                         // "10,32,33,..." byte values
+    static CharVocab from_metadata(const std::string& s);
+};
+
+// The built-in task: 3-digit addition "123+456=" -> the sum's 4 digits, least significant first
+// (so each digit depends only on digits already seen: 123+456=9750). One problem = 13 characters
+// including the newline. Problems with (a * 1000 + b) % 10 == 0 are held out for evaluation.
+struct AdditionTask {
+    static const std::string alphabet;  // "\n+0123456789="
+    static std::string problem(int a, int b);      // "123+456=9750\n"
+    static bool held_out(int a, int b);
+    static int prompt_len() { return 8; }          // "123+456="
+    static int answer_len() { return 4; }
+};
+
+// Everything `transformer train` takes; the defaults are the main job (make run).
+struct TrainOptions {
+    std::string data;            // text file; empty = the built-in addition task
+    std::string model = "gpt2";  // variant
+    int layers = 2, heads = 4, embd = 64, ffn = 0, block = 0, batch = 32;  // ffn 0 = 4H, block 0 = auto
+    long long steps = 3000, warmup = 100, eval_every = 250, eval_steps = 20, save_every = 0, log_every = 50;
+    long long stop_at = 0;       // stop (and save) after this step; 0 = run to `steps`
+    double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
+    double dropout = 0.0;
+    std::string activation;      // empty: the variant's default
+    uint64_t seed = 1337;
+    std::string out = "model.safetensors";
+    std::string resume;          // checkpoint to continue from
+    bool quiet = false;
+};
+struct TrainResult {
+    long long steps_done = 0;
+    std::vector<double> train_losses;  // per step, from the first step of this run
+    double val_loss = -1;              // last evaluation
+    double accuracy = -1;              // held-out task accuracy (built-in task), -1 otherwise
+    double seconds = 0;
+};
+TrainResult train(const TrainOptions& opt);
+
+// Generation from a GPT-variant checkpoint: next token ~ Softmax(z / temperature) restricted to the
+// top_k most likely (top_k 0 = all; temperature 0 = greedy). The context is the last n_ctx tokens.
+template <typename T>
+std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> prompt, int new_tokens,
+                          double temperature, int top_k, Rng& rng);
+// Draw one id from logits z (V) with temperature and top-k (exposed for tests).
+int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng);
+
+// The held-out accuracy of a model on the built-in addition task (greedy answers, all 4 digits right).
+double addition_accuracy(const Config& c, const Params<float>& p, const CharVocab& vocab, int problems, uint64_t seed);
+
+// A loss-curve plot (SVG, written by hand): train loss per step and val loss at its steps.
+std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
+                     const std::vector<std::pair<long long, double>>& val, const std::string& title);
+
 }  // namespace tf
