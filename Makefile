@@ -33,11 +33,15 @@ doctest:
 	  $(DOCTEST_CHECK) || { echo "error: <doctest/doctest.h> not found; install the Debian package doctest-dev (apt-get install doctest-dev)"; exit 1; }; \
 	fi
 
-test: tests
+# The CLI tests call ./transformer, so it is built too.
+test: tests transformer
 	./tests
 
+# The main job: train a small GPT-2 on 3-digit addition, then answer a few unseen problems.
 run: transformer
-	./transformer
+	./transformer train --out addition.safetensors
+	@echo "greedy samples (the sum is written least significant digit first: 123+456=9750 means 579):"
+	@for p in 123+456= 905+117= 999+999= 040+962=; do ./transformer sample --checkpoint addition.safetensors --prompt $$p --tokens 4 --temperature 0; done
 
 bench: transformer
 	./transformer bench

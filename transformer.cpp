@@ -39,7 +39,7 @@ Tensor<T>::Tensor(std::vector<int> shape_, T fill) : shape(std::move(shape_)) {
 
 template <typename T>
 Tensor<T> Tensor<T>::from(int rows, int cols, std::vector<T> values) {
-    if (values.size() != (std::size_t)rows * cols)
+    if (rows < 0 || cols < 0 || values.size() != (std::size_t)rows * cols)
         throw ShapeError("Tensor::from: " + std::to_string(values.size()) + " values for a " +
                          shape_str({rows, cols}) + " matrix");
     Tensor t;
@@ -511,7 +511,7 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
     check_mhsa_params(X, p, "MultiHeadSA");
     require_matrix(Mask, "MultiHeadSA", "Mask");
     const int n = Mask.rows(), A = (int)p.W_Q.size(), D = p.W_Q[0].cols();
-    if (Mask.cols() != n || X.rows() % n != 0)
+    if (n == 0 || Mask.cols() != n || X.rows() % n != 0)
         throw ShapeError("MultiHeadSA: X is " + shape_str(X) + " but Mask is " + shape_str(Mask) +
                          " (X needs a multiple of n rows, Mask n x n)");
     const int B = X.rows() / n;
@@ -544,6 +544,9 @@ Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p
     check_mhsa_params(X, p, "MultiHeadSA_backward");
     require_same_shape(X, dY, "MultiHeadSA_backward", "X", "dY");
     const int A = (int)p.W_Q.size(), D = p.W_Q[0].cols();
+    if ((int)c.att.size() != A || c.att[0].empty() || c.concat.rows() != X.rows())
+        throw ShapeError("MultiHeadSA_backward: the cache does not come from a forward pass on X (" + shape_str(X) +
+                         "), concat is " + shape_str(c.concat));
     const int B = (int)c.att[0].size(), n = X.rows() / B;
     matmul_tn_acc(c.concat, dY, g.W_O);
     std::vector<Tensor<T>> dhead = Concat_backward(matmul_nt(dY, p.W_O), A);
@@ -609,6 +612,7 @@ T activation_derivative(Activation a, T x) {
             return s + T(1.702) * x * s * (T(1) - s);
         }
         case Activation::gelu_tanh: {
+            if (std::fabs(x) > T(20)) return x > T(0) ? T(1) : T(0);  // saturated; avoids inf * 0
             const T c = T(0.7978845608028654);
             const T t = std::tanh(c * (x + T(0.044715) * x * x * x));
             return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * x * x);
@@ -822,7 +826,7 @@ int Rng::below(int n) { return (int)(uniform() * n); }
 template <typename T>
 Tensor<T> dropout_mask(const std::vector<int>& shape, double p, Rng& rng) {
     if (p <= 0) return Tensor<T>();
-    if (p >= 1) throw Error("dropout: p must be below 1, got " + std::to_string(p));
+    if (!(p < 1)) throw Error("dropout: p must be below 1, got " + std::to_string(p));
     Tensor<T> m(shape);
     const T keep = T(1.0 / (1.0 - p));
     for (auto& v : m.data) v = rng.uniform() < p ? T(0) : keep;
