@@ -182,14 +182,19 @@ namespace gemm_detail {
 // A zmm register holds 16 floats or 8 doubles, so NR = 4 registers.
 template <typename T> struct Blocking;
 
+// NR is the wide tile; for products with at most NR/2 columns (one attention head: D = 32 or
+// 64) a tile of twice the rows and half the columns (MR2 x NR2, the same 24 registers) wastes
+// no work on zero padding.
 template <> struct Blocking<float> {
     static constexpr int MR = 6, NR = 64;   // micro-tile, 24 zmm accumulators
+    static constexpr int MR2 = 12, NR2 = 32;  // narrow tile for N <= 32
     static constexpr int KC = 384;          // depth of one packed panel
     static constexpr int MC = 96;           // rows of packed A   (multiple of MR)
     static constexpr int NC = 4096;         // columns of packed B (multiple of NR)
 };
 template <> struct Blocking<double> {           // same register budget, 8 lanes
     static constexpr int MR = 6, NR = 32;   // 24 zmm accumulators
+    static constexpr int MR2 = 12, NR2 = 16;  // narrow tile for N <= 16
     static constexpr int KC = 256;          // B micro-panel 64 KiB, A block 192 KiB (L2)
     static constexpr int MC = 96;
     static constexpr int NC = 2048;         // B panel 4 MiB (L3); not tuned further
@@ -286,22 +291,17 @@ void micro_kernel(int kc, const T* __restrict a, const T* __restrict b,
 // ---------------------------------------------------------------------------
 // Fast version.
 // ---------------------------------------------------------------------------
-template <typename T>
-void gemm(int M, int N, int K,
+// The blocked loops around the micro-kernel for one tile shape MR x NR.
+template <typename T, int MR, int NR>
+static void gemm_blocked(int M, int N, int K,
           const T* A, long rsA, long csA,
           const T* B, long rsB, long csB,
           T* C, long ldc, bool accumulate)
 {
     using namespace gemm_detail;
-    constexpr int MR = Blocking<T>::MR, NR = Blocking<T>::NR;
     constexpr int MC = Blocking<T>::MC, KC = Blocking<T>::KC, NC = Blocking<T>::NC;
     static_assert(MC % MR == 0 && NC % NR == 0, "blocks must hold whole micro-panels");
 
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0 || long(M) * N * K < kSmallWork || (M <= kFewRows && csB == 1)) {
-        gemm_reference(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
-        return;
-    }
 
     // Pack buffers: grown on demand, kept for the next call (per thread).
     static thread_local std::vector<T> bufA, bufB;
@@ -335,6 +335,19 @@ void gemm(int M, int N, int K,
             }
         }
     }
+}
+
+template <typename T>
+void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long rsB, long csB, T* C, long ldc,
+          bool accumulate) {
+    using namespace gemm_detail;
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || long(M) * N * K < kSmallWork || (M <= kFewRows && csB == 1))
+        gemm_reference(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
+    else if (N <= Blocking<T>::NR2)
+        gemm_blocked<T, Blocking<T>::MR2, Blocking<T>::NR2>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
+    else
+        gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
 }
 
 template <typename T>
