@@ -1,7 +1,9 @@
 // main.cpp - the command-line program: train, sample, fill, eval, init, grad, params, bench.
 // Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
 // is an error with a message and exit status 1.
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +60,11 @@ struct Flags {
         if (s.empty() || *end != '\0' || errno) throw Error("--" + k + " expects an integer, got '" + s + "'");
         return v;
     }
+    int int32(const std::string& k, int fallback) {
+        const long long v = integer(k, fallback);
+        if (v < INT_MIN || v > INT_MAX) throw Error("--" + k + " is out of range, got " + std::to_string(v));
+        return (int)v;
+    }
     double number(const std::string& k, double fallback) {
         if (!has(k)) return used.insert(k), fallback;
         const std::string s = str(k);
@@ -98,6 +105,7 @@ static Flags parse_flags(int argc, char** argv, int first) {
 
 static std::vector<int> parse_ids(const std::string& s, const std::string& what) {
     std::vector<int> ids;
+    if (!s.empty() && s.back() == ',') throw Error(what + " ends with a comma");
     std::stringstream ss(s);
     std::string item;
     while (std::getline(ss, item, ',')) {
@@ -185,15 +193,19 @@ static int cmd_grad(Flags& f) {
 
 // ---- train, sample, fill, eval ---------------------------------------------------------------------
 static int cmd_train(Flags& f) {
+    if (f.has("resume"))  // a resumed run keeps its model, data and hyperparameters
+        for (auto& kv : f.values)
+            if (kv.first != "resume" && kv.first != "steps" && kv.first != "stop-at" && kv.first != "out" && kv.first != "quiet")
+                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at and --out may be given)");
     TrainOptions o;
     o.data = f.str("data");
     o.model = f.str("model", o.model);
-    o.layers = (int)f.integer("layers", o.layers);
-    o.heads = (int)f.integer("heads", o.heads);
-    o.embd = (int)f.integer("embd", o.embd);
-    o.ffn = (int)f.integer("ffn", o.ffn);
-    o.block = (int)f.integer("block", o.block);
-    o.batch = (int)f.integer("batch", o.batch);
+    o.layers = f.int32("layers", o.layers);
+    o.heads = f.int32("heads", o.heads);
+    o.embd = f.int32("embd", o.embd);
+    o.ffn = f.int32("ffn", o.ffn);
+    o.block = f.int32("block", o.block);
+    o.batch = f.int32("batch", o.batch);
     o.steps = f.integer("steps", o.steps);
     o.warmup = f.integer("warmup", o.warmup);
     o.eval_every = f.integer("eval-every", o.eval_every);
@@ -228,7 +240,8 @@ static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
 
 static int cmd_sample(Flags& f) {
     const std::string path = f.need("checkpoint"), prompt = f.need("prompt");
-    const long long tokens = f.integer("tokens", 200), top_k = f.integer("top-k", 0), seed = f.integer("seed", 1);
+    const long long tokens = f.integer("tokens", 200), seed = f.integer("seed", 1);
+    const int top_k = f.int32("top-k", 0);
     const double temperature = f.number("temperature", 1.0);
     f.done();
     if (tokens < 0 || tokens > 1000000) throw Error("--tokens must be between 0 and 1000000");
@@ -238,7 +251,7 @@ static int cmd_sample(Flags& f) {
     const CharVocab vocab = vocab_of(lm, path);
     if (!is_causal(lm.config.variant)) throw Error("sample needs a gpt, gpt2 or gpt3 model; use fill for bert/roberta");
     Rng rng((uint64_t)seed);
-    const std::vector<int> out = generate(lm.config, lm.params, vocab.encode(prompt), (int)tokens, temperature, (int)top_k, rng);
+    const std::vector<int> out = generate(lm.config, lm.params, vocab.encode(prompt), (int)tokens, temperature, top_k, rng);
     std::printf("%s\n", vocab.decode(out).c_str());
     return 0;
 }
@@ -332,7 +345,7 @@ static double gemm_gflops(int M, int N, int K, bool bt) {
 
 static int cmd_bench(Flags& f) {
     const std::string name = f.str("preset", "gpt2-124m");
-    const int B = (int)f.integer("batch", 4), n = (int)f.integer("block", 64), steps = (int)f.integer("steps", 3);
+    const int B = f.int32("batch", 4), n = f.int32("block", 64), steps = f.int32("steps", 3);
     const bool json = f.flag("json");
     f.done();
     if (B < 1 || n < 1 || steps < 1) throw Error("--batch, --block and --steps must be positive");
@@ -347,7 +360,10 @@ static int cmd_bench(Flags& f) {
     b.B = B, b.n = n;
     for (int k = 0; k < B * n; k++) b.tokens.push_back(rng.below(c.V));
     b.targets = next_token_targets(b.tokens, B, n);
-    if (!is_causal(c.variant)) b.targets = mlm_corrupt(b.tokens, B, n, c, rng).targets;
+    if (!is_causal(c.variant)) {
+        MLMExample e = mlm_corrupt(b.tokens, B, n, c, rng);
+        b.tokens = e.tokens, b.targets = e.targets;
+    }
     double fwd = 0, bwd = 0, upd = 0, loss = 0;
     for (int s = 0; s <= steps; s++) {  // step 0 is the warm-up
         auto t = Clock::now();

@@ -1953,3 +1953,1604 @@ TEST_CASE("Rng: known mean and variance of uniform() and normal(), range of belo
     }
     for (int v = 0; v < 7; v++) CHECK(std::abs(counts[v] - 10000) <= 500);
 }
+
+// ================================================================================================
+// tests_models.cpp - models, objectives, parameters, checkpoints, training, sampling and the
+// command-line program. A fragment of tests.cpp: doctest, transformer.hpp and `using namespace tf`
+// come first. Test case names start with their area ("GPT-2: ...", "checkpoint: ...", "CLI: ...")
+// so `./tests -tc="checkpoint*"` runs one group. Helpers are named m_* (anonymous namespace).
+// ================================================================================================
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+// The program under test, relative to the working directory (make test runs ./tests from the root).
+static const char* m_PROGRAM = "./transformer";
+
+// A scratch directory for this process, removed at exit.
+const std::string& m_dir() {
+    static const std::string d = [] {
+        const std::string s = "/tmp/tfm_tests_" + std::to_string((long long)getpid());
+        ::mkdir(s.c_str(), 0755);
+        std::atexit([] {
+            const std::string cmd = "rm -rf /tmp/tfm_tests_" + std::to_string((long long)getpid());
+            if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove the test directory\n");
+        });
+        return s;
+    }();
+    return d;
+}
+std::string m_path(const std::string& name) { return m_dir() + "/" + name; }
+
+void m_write(const std::string& path, const std::string& bytes) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), (std::streamsize)bytes.size());
+}
+std::string m_read(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::ostringstream o;
+    o << f.rdbuf();
+    return o.str();
+}
+bool m_exists(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0;
+}
+bool m_contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The message of what f throws: "tf::Error: ..." for tf::Error, something else otherwise.
+template <class F>
+std::string m_error_of(F&& f) {
+    try {
+        f();
+    } catch (const tf::Error& e) {
+        return std::string("tf::Error: ") + e.what();
+    } catch (const std::exception& e) {
+        return std::string("<not a tf::Error> ") + e.what();
+    } catch (...) {
+        return "<unknown exception>";
+    }
+    return "<no exception>";
+}
+// expr must throw a tf::Error whose message contains every given string.
+#define M_CHECK_TF_ERROR(expr, ...)                                                         \
+    do {                                                                                    \
+        const std::string m_msg_ = m_error_of([&] { (void)(expr); });                       \
+        INFO("expression: " #expr);                                                         \
+        INFO("message: " << m_msg_);                                                        \
+        CHECK(m_msg_.rfind("tf::Error: ", 0) == 0);                                         \
+        for (const std::string& m_part_ : std::vector<std::string>{__VA_ARGS__})            \
+            CHECK_MESSAGE(m_contains(m_msg_, m_part_), "message lacks '" << m_part_ << "'"); \
+    } while (0)
+
+template <typename T>
+bool m_bits_equal(const Tensor<T>& a, const Tensor<T>& b) {
+    return a.shape == b.shape && a.data.size() == b.data.size() &&
+           (a.data.empty() || std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(T)) == 0);
+}
+template <typename T>
+bool m_row_bits_equal(const Tensor<T>& a, const Tensor<T>& b, int i) {
+    return std::memcmp(a.row(i), b.row(i), sizeof(T) * (std::size_t)a.cols()) == 0;
+}
+template <typename T>
+bool m_params_bits_equal(const Config& c, Params<T>& a, Params<T>& b) {
+    auto A = named_tensors(c, a), B = named_tensors(c, b);
+    if (A.size() != B.size()) return false;
+    for (std::size_t k = 0; k < A.size(); k++)
+        if (A[k].name != B[k].name || !m_bits_equal(*A[k].tensor, *B[k].tensor)) return false;
+    return true;
+}
+
+// init_params plus noise of the given size, so LayerNorm gains, biases, ... are not trivial.
+template <typename T>
+Params<T> m_model(const Config& c, uint64_t seed, double noise) {
+    Params<T> p = make_params<T>(c);
+    init_params(c, p, seed);
+    Rng r(seed * 7919 + 17);
+    for (auto& nt : named_tensors(c, p))
+        for (auto& v : nt.tensor->data) v += T(noise * r.normal());
+    return p;
+}
+
+// The ordinary (non-special) token ids of a tiny preset: 0..9 (BERT/RoBERTa use 10, 11, 12).
+std::vector<int> m_random_ids(int count, int below, Rng& r) {
+    std::vector<int> x(count);
+    for (int& v : x) v = r.below(below);
+    return x;
+}
+
+// A batch of B = 2, n = 6 for the variant: GPT next-token targets; BERT ([CLS] .. [SEP] .. [SEP])
+// with segments and masked positions; RoBERTa the same without segments.
+Batch m_batch(const Config& c, uint64_t seed) {
+    Rng r(seed);
+    Batch b;
+    b.B = 2, b.n = 6;
+    b.tokens = m_random_ids(b.B * b.n, 10, r);
+    if (is_causal(c.variant)) {
+        b.targets = next_token_targets(b.tokens, b.B, b.n);
+        return b;
+    }
+    b.targets.assign(b.tokens.size(), -1);
+    for (int s = 0; s < b.B; s++) {
+        int* x = &b.tokens[s * b.n];
+        x[0] = c.cls_id, x[3] = c.sep_id, x[5] = c.sep_id;
+        const int masked[2] = {s == 0 ? 1 : 2, 4};
+        for (int j : masked) b.targets[s * b.n + j] = x[j], x[j] = c.mask_id;
+        if (has_segments(c.variant))
+            for (int i = 0; i < b.n; i++) b.segments.push_back(i <= 3 ? 0 : 1);
+    }
+    return b;
+}
+
+// Central differences (h = 1e-5) on ~5 random entries plus the largest-gradient entry of EVERY
+// parameter tensor; loss(g) computes the loss and, if g is given, the gradient into g.
+void m_grad_check(const Config& c, Params<double>& p, const std::function<double(Params<double>*)>& loss,
+                  uint64_t seed, const std::string& what) {
+    Params<double> g = make_params<double>(c);
+    const double L0 = loss(&g);
+    REQUIRE(std::isfinite(L0));
+    CHECK(loss(nullptr) == L0);  // the loss without a gradient is the same number
+    auto P = named_tensors(c, p);
+    auto G = named_tensors(c, g);
+    REQUIRE(P.size() == G.size());
+    Rng r(seed);
+    const double h = 1e-5;
+    int checked = 0;
+    double worst = 0;
+    std::string worst_at;
+    for (std::size_t k = 0; k < P.size(); k++) {
+        Tensor<double>& x = *P[k].tensor;
+        const Tensor<double>& ana = *G[k].tensor;
+        REQUIRE(ana.shape == x.shape);
+        std::set<std::size_t> idx;
+        std::size_t arg = 0;
+        for (std::size_t j = 0; j < ana.size(); j++)
+            if (std::fabs(ana[j]) > std::fabs(ana[arg])) arg = j;
+        idx.insert(arg);
+        for (int s = 0; s < 5; s++) idx.insert((std::size_t)r.below((int)x.size()));
+        INFO(what << ": tensor " << P[k].name);
+        CHECK(std::fabs(ana[arg]) > 1e-7);  // every tensor really receives a gradient
+        for (std::size_t j : idx) {
+            const double x0 = x[j];
+            x[j] = x0 + h;
+            const double lp = loss(nullptr);
+            x[j] = x0 - h;
+            const double lm = loss(nullptr);
+            x[j] = x0;
+            const double num = (lp - lm) / (2 * h);
+            const double err = std::fabs(num - ana[j]);
+            const double tol = 1e-6 * std::max(1.0, std::fabs(ana[j]));
+            CHECK_MESSAGE(err <= tol, what << " " << P[k].name << "[" << j << "]: numeric " << num << ", analytic "
+                                           << ana[j]);
+            if (!(err / tol <= worst)) worst = err / tol, worst_at = P[k].name + "[" + std::to_string(j) + "]";
+            checked++;
+        }
+    }
+    MESSAGE(what << ": " << checked << " entries in " << P.size() << " tensors, worst error/tolerance " << worst
+                 << " at " << worst_at);
+    CHECK(checked >= 5 * (int)P.size());
+}
+
+void m_model_grad_check(const std::string& preset_name, uint64_t seed) {
+    const Config c = preset(preset_name);
+    Params<double> p = m_model<double>(c, seed, 0.2);
+    const Batch b = m_batch(c, seed + 1);
+    m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, seed + 2, preset_name);
+}
+
+// With dropout: a re-seeded generator gives the same masks, hence the same loss, every time.
+void m_model_grad_check_dropout(const std::string& preset_name, uint64_t seed) {
+    const Config c = preset(preset_name);
+    Params<double> p = m_model<double>(c, seed, 0.2);
+    const Batch b = m_batch(c, seed + 1);
+    auto loss = [&](Params<double>* g) {
+        Rng rng(seed + 3);
+        ForwardOptions o;
+        o.dropout = 0.3, o.rng = &rng;
+        return model_loss(c, p, b, g, o);
+    };
+    const double l1 = loss(nullptr), l2 = loss(nullptr), l0 = model_loss(c, p, b);
+    CHECK(l1 == l2);
+    CHECK(l1 != l0);  // dropout does something
+    m_grad_check(c, p, loss, seed + 2, preset_name + " with dropout 0.3");
+}
+
+// Changing token x_k: causal models keep rows < k bit-identical and change row k; bidirectional
+// models change the earlier rows too.
+void m_check_causality(const std::string& preset_name) {
+    const Config c = preset(preset_name);
+    const Params<double> p = m_model<double>(c, 11, 0.2);
+    Rng r(5);
+    Batch b;
+    b.n = 10;
+    b.tokens = m_random_ids(b.n, 10, r);
+    const Tensor<double> Z0 = model_forward(c, p, b);
+    for (int k : {1, 4, 9}) {
+        Batch b2 = b;
+        b2.tokens[k] = (b.tokens[k] + 1) % 10;
+        const Tensor<double> Z1 = model_forward(c, p, b2);
+        INFO(preset_name << ": changed x_" << k);
+        CHECK_FALSE(m_row_bits_equal(Z0, Z1, k));
+        for (int i = 0; i < k; i++) {
+            INFO("row " << i);
+            if (is_causal(c.variant)) CHECK(m_row_bits_equal(Z0, Z1, i));
+            else CHECK_FALSE(m_row_bits_equal(Z0, Z1, i));
+        }
+    }
+}
+
+// ---- the command-line program ------------------------------------------------------------------
+struct m_Run {
+    bool exited = false;  // ended by exit(), not by a signal
+    int status = -1;
+    std::string out, err;
+};
+m_Run m_run(const std::string& args) {
+    static int counter = 0;
+    const std::string base = m_path("run" + std::to_string(counter++));
+    const std::string cmd = std::string(m_PROGRAM) + " " + args + " > " + base + ".out 2> " + base + ".err";
+    const int st = std::system(cmd.c_str());
+    m_Run r;
+    r.exited = st != -1 && WIFEXITED(st);
+    r.status = r.exited ? WEXITSTATUS(st) : -1;
+    r.out = m_read(base + ".out");
+    r.err = m_read(base + ".err");
+    return r;
+}
+// The command must fail cleanly: exit status exactly 1 (no signal, no abort) and stderr starting
+// with "error:" and containing `part`.
+void m_cli_fails(const std::string& args, const std::string& part) {
+    const m_Run r = m_run(args);
+    INFO("command: transformer " << args);
+    INFO("stdout: " << r.out);
+    INFO("stderr: " << r.err);
+    CHECK(r.exited);
+    CHECK(r.status == 1);
+    CHECK(r.err.rfind("error:", 0) == 0);
+    CHECK_MESSAGE(m_contains(r.err, part), "stderr lacks '" << part << "'");
+}
+
+// A small text file for training runs (~2 KB, a few dozen distinct characters).
+std::string m_text_file() {
+    const std::string path = m_path("corpus.txt");
+    if (!m_exists(path)) {
+        std::string text;
+        for (int k = 0; k < 40; k++) text += "the quick brown fox jumps over the lazy dog; abc abd abe.\n";
+        m_write(path, text);
+    }
+    return path;
+}
+
+TrainOptions m_small_train(const std::string& out) {
+    TrainOptions o;
+    o.data = m_text_file();
+    o.model = "gpt2";
+    o.layers = 1, o.heads = 2, o.embd = 16, o.block = 16, o.batch = 8;
+    o.steps = 60, o.warmup = 5, o.eval_every = 0, o.eval_steps = 2;
+    o.lr = 1e-2, o.min_lr = 1e-3;
+    o.quiet = true;
+    o.out = out;
+    return o;
+}
+
+// Bytes of a safetensors file: 8-byte little-endian header size, the header, the body.
+std::string m_st_bytes(const std::string& header, const std::string& body = "") {
+    std::string out;
+    const uint64_t n = header.size();
+    for (int k = 0; k < 8; k++) out += (char)((n >> (8 * k)) & 0xFF);
+    return out + header + body;
+}
+
+const char* const m_TINY[] = {"tiny-gpt", "tiny-gpt2", "tiny-gpt3", "tiny-bert", "tiny-roberta"};
+
+}  // namespace
+
+// ================================================================================================
+// Whole-model gradient checks (double, every parameter tensor)
+// ================================================================================================
+TEST_CASE("GPT: whole-model gradient check of every parameter tensor (B = 2, n = 6)") {
+    m_model_grad_check("tiny-gpt", 101);
+}
+TEST_CASE("GPT-2: whole-model gradient check of every parameter tensor (B = 2, n = 6)") {
+    m_model_grad_check("tiny-gpt2", 202);
+}
+TEST_CASE("GPT-3: whole-model gradient check of every parameter tensor (B = 2, n = 6)") {
+    m_model_grad_check("tiny-gpt3", 303);
+}
+TEST_CASE("BERT: whole-model gradient check of every parameter tensor (segments, masked targets)") {
+    m_model_grad_check("tiny-bert", 404);
+}
+TEST_CASE("RoBERTa: whole-model gradient check of every parameter tensor (masked targets)") {
+    m_model_grad_check("tiny-roberta", 505);
+}
+TEST_CASE("dropout: reproducible masks, whole-model gradient check with dropout for every variant") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        m_model_grad_check_dropout(name, 606);
+    }
+}
+
+// ================================================================================================
+// Causality and the masks of each layer
+// ================================================================================================
+TEST_CASE("GPT: changing x_k leaves rows < k bit-identical and changes row k") { m_check_causality("tiny-gpt"); }
+TEST_CASE("GPT-2: changing x_k leaves rows < k bit-identical and changes row k") { m_check_causality("tiny-gpt2"); }
+TEST_CASE("GPT-3: changing x_k leaves rows < k bit-identical and changes row k") { m_check_causality("tiny-gpt3"); }
+TEST_CASE("BERT: changing x_k changes earlier rows (bidirectional)") { m_check_causality("tiny-bert"); }
+TEST_CASE("RoBERTa: changing x_k changes earlier rows (bidirectional)") { m_check_causality("tiny-roberta"); }
+
+TEST_CASE("GPT-3: layer_mask alternates Mask_ST (code layer 0 = formula l = 1, odd) and Mask_AR") {
+    Config c = preset("tiny-gpt3");
+    c.L = 4;
+    const int n = 9;
+    const Tensor<double> ST = Mask_ST<double>(n, c.st_window, c.st_stride), AR = Mask_AR<double>(n);
+    CHECK_FALSE(m_bits_equal(ST, AR));  // the tiny preset's pattern really is sparse
+    for (int l = 0; l < c.L; l++) {
+        CAPTURE(l);
+        CHECK(m_bits_equal(layer_mask<double>(c, l, n), l % 2 == 0 ? ST : AR));
+    }
+    for (const std::string name : {"tiny-gpt", "tiny-gpt2"})
+        for (int l = 0; l < 2; l++) CHECK(m_bits_equal(layer_mask<double>(preset(name), l, n), AR));
+    for (const std::string name : {"tiny-bert", "tiny-roberta"})
+        for (int l = 0; l < 2; l++) CHECK(m_bits_equal(layer_mask<double>(preset(name), l, n), Mask_BD<double>(n)));
+}
+
+TEST_CASE("GPT-3: a one-layer model (Mask_ST only) ignores positions outside the sparse pattern") {
+    // tiny-gpt3: window 2, stride 3. Row 5 sees j with 5 - j < 2 or (5 - j) % 3 == 0: j = 5, 4, 2.
+    Config c = preset("tiny-gpt3");
+    REQUIRE(c.st_window == 2);
+    REQUIRE(c.st_stride == 3);
+    c.L = 1;
+    const Params<double> p = m_model<double>(c, 21, 0.2);
+    Batch b;
+    b.n = 8;
+    b.tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+    const Tensor<double> Z0 = model_forward(c, p, b);
+    for (int k = 0; k < 6; k++) {
+        Batch b2 = b;
+        b2.tokens[k] = 9;
+        const Tensor<double> Z1 = model_forward(c, p, b2);
+        CAPTURE(k);
+        const bool seen = k == 5 || k == 4 || k == 2;
+        CHECK(m_row_bits_equal(Z0, Z1, 5) == !seen);
+    }
+    // Two layers (ST, then AR): row 5 now reaches x_3 through row 4.
+    c.L = 2;
+    const Params<double> p2 = m_model<double>(c, 21, 0.2);
+    Batch b3 = b;
+    b3.tokens[3] = 9;
+    CHECK_FALSE(m_row_bits_equal(model_forward(c, p2, b), model_forward(c, p2, b3), 5));
+}
+
+TEST_CASE("GPT-2: a batch of B sequences gives each sequence the logits it gets alone") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Params<double> p = m_model<double>(c, 8, 0.2);
+        const Batch b = m_batch(c, 9);
+        const Tensor<double> Z = model_forward(c, p, b);
+        for (int s = 0; s < b.B; s++) {
+            Batch one;
+            one.n = b.n;
+            one.tokens.assign(b.tokens.begin() + s * b.n, b.tokens.begin() + (s + 1) * b.n);
+            if (!b.segments.empty()) one.segments.assign(b.segments.begin() + s * b.n, b.segments.begin() + (s + 1) * b.n);
+            const Tensor<double> Z1 = model_forward(c, p, one);
+            for (int i = 0; i < b.n; i++)
+                for (int v = 0; v < c.V; v++) CHECK(Z1(i, v) == doctest::Approx(Z(s * b.n + i, v)).epsilon(1e-12));
+        }
+    }
+}
+
+// ================================================================================================
+// The formula boxes' outputs
+// ================================================================================================
+TEST_CASE("GPT: GPT(x), GPT2(x), GPT3(x) are Softmax of the last logits row, a distribution over V") {
+    for (const std::string name : {"tiny-gpt", "tiny-gpt2", "tiny-gpt3"}) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Params<double> p = m_model<double>(c, 3, 0.2);
+        const std::vector<int> x = {3, 1, 4, 1, 5, 9, 2};
+        const Tensor<double> y = GPT(c, p, x);
+        REQUIRE(y.shape == std::vector<int>{c.V});
+        double sum = 0;
+        for (double v : y.data) {
+            CHECK(v > 0);
+            sum += v;
+        }
+        CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
+        Batch b;
+        b.n = (int)x.size(), b.tokens = x;
+        const Tensor<double> Y = Softmax(model_forward(c, p, b));
+        for (int v = 0; v < c.V; v++) CHECK(y[v] == doctest::Approx(Y(b.n - 1, v)).epsilon(1e-12));
+        CHECK_THROWS_AS(BERT(c, p, x, std::vector<int>(x.size(), 0), 1), tf::Error);
+    }
+    const Config cb = preset("tiny-bert");
+    const Params<double> pb = make_params<double>(cb);
+    CHECK_THROWS_AS(GPT(cb, pb, {1, 2}), tf::Error);
+}
+
+TEST_CASE("BERT: BERT(x, t, j) is Softmax of logits row j, segments matter") {
+    const Config c = preset("tiny-bert");
+    const Params<double> p = m_model<double>(c, 4, 0.2);
+    std::vector<int> x, t;
+    bert_pair(c, {1, 2, c.mask_id}, {4, 5}, x, t);
+    const int j = 3;
+    REQUIRE(x[j] == c.mask_id);
+    const Tensor<double> y = BERT(c, p, x, t, j);
+    REQUIRE(y.shape == std::vector<int>{c.V});
+    double sum = 0;
+    for (double v : y.data) sum += v;
+    CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x, b.segments = t;
+    const Tensor<double> Y = Softmax(model_forward(c, p, b));
+    for (int v = 0; v < c.V; v++) CHECK(y[v] == doctest::Approx(Y(j, v)).epsilon(1e-12));
+    // Other segment ids give another distribution.
+    const Tensor<double> y0 = BERT(c, p, x, std::vector<int>(x.size(), 0), j);
+    CHECK_FALSE(m_bits_equal(y, y0));
+    M_CHECK_TF_ERROR(BERT(c, p, x, t, (int)x.size()), "j_masked");
+    M_CHECK_TF_ERROR(BERT(c, p, x, t, -1), "j_masked");
+}
+
+TEST_CASE("RoBERTa: RoBERTa(x, j) is Softmax of logits row j") {
+    const Config c = preset("tiny-roberta");
+    const Params<double> p = m_model<double>(c, 5, 0.2);
+    const std::vector<int> x = {c.cls_id, 1, c.mask_id, 3, c.sep_id};
+    for (int j : {0, 2, 4}) {
+        const Tensor<double> y = RoBERTa(c, p, x, j);
+        Batch b;
+        b.n = (int)x.size(), b.tokens = x;
+        const Tensor<double> Y = Softmax(model_forward(c, p, b));
+        double sum = 0;
+        for (int v = 0; v < c.V; v++) {
+            sum += y[v];
+            CHECK(y[v] == doctest::Approx(Y(j, v)).epsilon(1e-12));
+        }
+        CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
+    }
+    M_CHECK_TF_ERROR(RoBERTa(c, p, x, 5), "j_masked");
+    CHECK_THROWS_AS(RoBERTa(preset("tiny-bert"), make_params<double>(preset("tiny-bert")), x, 1), tf::Error);
+}
+
+TEST_CASE("BERT: rows with t_i = 0 get w_A, rows with t_i = 1 get w_B") {
+    const Config c = preset("tiny-bert");
+    Params<double> p = m_model<double>(c, 6, 0.2);
+    Batch b;
+    b.n = 7;
+    b.tokens = {c.cls_id, 1, 2, c.sep_id, 3, 4, c.sep_id};
+    b.segments = {0, 0, 0, 0, 1, 1, 1};
+    b.targets = {-1, 1, -1, -1, 3, -1, -1};
+    // X^(0)_i = W_e[x_i] + W_p[i] + (t_i = 0 ? w_A : w_B), so with B = 1 the gradient of W_p row i
+    // is dX^(0)_i, and dw_A = sum of the t = 0 rows, dw_B = sum of the t = 1 rows.
+    Params<double> g = make_params<double>(c);
+    model_loss(c, p, b, &g);
+    for (int h = 0; h < c.H; h++) {
+        double a = 0, bb = 0;
+        for (int i = 0; i < b.n; i++) (b.segments[i] == 0 ? a : bb) += g.W_p(i, h);
+        CHECK(g.w_A[h] == doctest::Approx(a).epsilon(1e-10));
+        CHECK(g.w_B[h] == doctest::Approx(bb).epsilon(1e-10));
+    }
+    CHECK(std::fabs(g.w_A[0]) + std::fabs(g.w_B[0]) > 0);
+    // Moving w_A into every row of W_p (and zeroing w_A) changes nothing for t = 0 rows, so rows
+    // with t_i = 0 really receive w_A (and t_i = 1 rows w_B: same with w_B).
+    for (int seg = 0; seg < 2; seg++) {
+        CAPTURE(seg);
+        Batch same = b;
+        same.segments.assign(b.n, seg);
+        Params<double> moved = p;
+        Tensor<double>& w = seg == 0 ? moved.w_A : moved.w_B;
+        for (int i = 0; i < c.n_ctx; i++)
+            for (int h = 0; h < c.H; h++) moved.W_p(i, h) += w[h];
+        w.zero();
+        const Tensor<double> Za = model_forward(c, p, same), Zb = model_forward(c, moved, same);
+        for (std::size_t k = 0; k < Za.size(); k++) CHECK(Za[k] == doctest::Approx(Zb[k]).epsilon(1e-10));
+    }
+    // Swapping w_A and w_B and flipping every t_i gives the same logits, bit for bit.
+    const Tensor<double> Z = model_forward(c, p, b);
+    Params<double> q = p;
+    std::swap(q.w_A, q.w_B);
+    Batch flipped = b;
+    for (int& t : flipped.segments) t = 1 - t;
+    CHECK(m_bits_equal(Z, model_forward(c, q, flipped)));
+    // Empty segments mean all t_i = 0 (w_A everywhere).
+    Batch none = b, zeros = b;
+    none.segments.clear();
+    zeros.segments.assign(b.n, 0);
+    CHECK(m_bits_equal(model_forward(c, p, none), model_forward(c, p, zeros)));
+    // Bad segment ids are an error.
+    Batch bad = b;
+    bad.segments[2] = 2;
+    M_CHECK_TF_ERROR(model_forward(c, p, bad), "segment");
+    bad.segments.pop_back();
+    M_CHECK_TF_ERROR(model_forward(c, p, bad), "segment");
+}
+
+TEST_CASE("BERT: bert_pair builds ([CLS], A, [SEP], B, [SEP]) with t = 0 through the first [SEP]") {
+    const Config c = preset("tiny-bert");
+    std::vector<int> x = {99}, t = {99};  // overwritten, not appended to
+    bert_pair(c, {1, 2}, {3, 4, 5}, x, t);
+    CHECK(x == std::vector<int>{c.cls_id, 1, 2, c.sep_id, 3, 4, 5, c.sep_id});
+    CHECK(t == std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1});
+    bert_pair(c, {}, {7}, x, t);
+    CHECK(x == std::vector<int>{c.cls_id, c.sep_id, 7, c.sep_id});
+    CHECK(t == std::vector<int>{0, 0, 1, 1});
+}
+
+TEST_CASE("GPT-2: model_forward rejects bad batches with a message") {
+    const Config c = preset("tiny-gpt2");
+    const Params<float> p = make_params<float>(c);
+    Batch b;
+    b.n = 3, b.tokens = {1, 2, 13};
+    M_CHECK_TF_ERROR(model_forward(c, p, b), "token id 13", "0..12");
+    b.tokens = {1, 2, -1};
+    M_CHECK_TF_ERROR(model_forward(c, p, b), "token id -1");
+    b.n = 17, b.tokens.assign(17, 1);
+    M_CHECK_TF_ERROR(model_forward(c, p, b), "n_ctx = 16");
+    b.n = 3, b.tokens = {1, 2};
+    M_CHECK_TF_ERROR(model_forward(c, p, b), "2 tokens");
+    b.n = 0, b.tokens = {};
+    M_CHECK_TF_ERROR(model_forward(c, p, b), "positive");
+    b.n = 2, b.tokens = {1, 2}, b.targets = {2};
+    M_CHECK_TF_ERROR(model_loss(c, p, b), "targets");
+    b.targets = {2, 13};
+    M_CHECK_TF_ERROR(model_loss(c, p, b), "13");
+    b.targets = {};
+    M_CHECK_TF_ERROR(model_loss(c, p, b), "no targets");
+    ForwardOptions o;
+    o.dropout = 0.1;  // no generator
+    b.targets = {2, -1};
+    M_CHECK_TF_ERROR(model_loss(c, p, b, (Params<float>*)nullptr, o), "random generator");
+}
+
+// ================================================================================================
+// Parameters
+// ================================================================================================
+TEST_CASE("parameters: the seed's lambda for GPT-1 is 116,497,920") {
+    const ParamCount k = count_params(preset("gpt1"));
+    CHECK(k.seed_lambda == 116497920LL);
+    CHECK(k.actual == 116497920LL);  // GPT: no final LayerNorm, no segment vectors
+    CHECK(k.embeddings + k.attention + k.ffn + k.layernorms == k.seed_lambda);
+}
+
+TEST_CASE("parameters: actual counts of every preset (lambda + ln_f for GPT-2/3, + w_A, w_B for BERT)") {
+    for (const std::string& name : preset_names()) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const ParamCount k = count_params(c);
+        const long long V = c.V, H = c.H, F = c.F, D = c.D, L = c.L, A = c.A, n = c.n_ctx;
+        const long long lambda =
+            V * H + n * H + L * (A * (H * D + H * D + H * D) + A * D * H) + L * (H * F + F + F * H + H) + L * 4 * H;
+        CHECK(k.seed_lambda == lambda);
+        const long long extra = (is_pre_ln(c.variant) ? 2 * H : 0) + (has_segments(c.variant) ? 2 * H : 0);
+        CHECK(k.actual == lambda + extra);
+        if (c.variant == Variant::gpt2 || c.variant == Variant::gpt3 || c.variant == Variant::bert)
+            CHECK(k.actual == k.seed_lambda + 2 * H);
+        else CHECK(k.actual == k.seed_lambda);
+    }
+    // Published sizes without the parts this model leaves out (attention biases; BERT's pooler and
+    // embedding LayerNorm): GPT-2 small 124,439,808 - 36,864; BERT-base 109,482,240 - 590,592 - 36,864 - 1,536.
+    CHECK(count_params(preset("gpt2-124m")).actual == 124439808LL - 36864);
+    CHECK(count_params(preset("bert-base")).actual == 109482240LL - 590592 - 36864 - 1536);
+}
+
+TEST_CASE("parameters: named tensors of every tiny preset add up to the actual count, names unique") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        Params<float> p = make_params<float>(c);
+        long long total = 0;
+        std::set<std::string> names;
+        for (auto& nt : named_tensors(c, p)) total += (long long)nt.tensor->size(), names.insert(nt.name);
+        CHECK(total == count_params(c).actual);
+        CHECK(names.size() == named_tensors(c, p).size());
+        CHECK(names.count("W_e") == 1);
+        CHECK(names.count("layers.1.attn.W_V.1") == 1);
+        CHECK(names.count("w_A") == (has_segments(c.variant) ? 1u : 0u));
+        CHECK(names.count("ln_f.gamma") == (is_pre_ln(c.variant) ? 1u : 0u));
+    }
+}
+
+TEST_CASE("parameters: init_params is reproducible, N(0, 0.02) matrices, gamma 1, beta and biases 0") {
+    Config c = preset("tiny-bert");
+    c.V = 100, c.H = 64, c.F = 256, c.D = 16, c.A = 4, c.L = 2, c.n_ctx = 64;
+    Params<float> p = make_params<float>(c), q = make_params<float>(c), r = make_params<float>(c);
+    init_params(c, p, 42);
+    init_params(c, q, 42);
+    init_params(c, r, 43);
+    CHECK(m_params_bits_equal(c, p, q));
+    CHECK_FALSE(m_bits_equal(p.W_e, r.W_e));
+    CHECK_FALSE(m_bits_equal(p.layers[1].ffn.W_2, r.layers[1].ffn.W_2));
+    double s1 = 0, s2 = 0, within = 0;
+    long long count = 0;
+    for (auto& nt : named_tensors(c, p)) {
+        CAPTURE(nt.name);
+        const Tensor<float>& t = *nt.tensor;
+        const bool gamma = m_contains(nt.name, "gamma");
+        if (t.shape.size() == 2 || nt.name == "w_A" || nt.name == "w_B") {
+            double a = 0, b = 0;
+            for (float v : t.data) a += v, b += (double)v * v, within += std::fabs(v) < 0.02;
+            s1 += a, s2 += b, count += (long long)t.size();
+            const double sd = std::sqrt(b / (double)t.size() - (a / (double)t.size()) * (a / (double)t.size()));
+            if (t.size() >= 4096) CHECK(sd == doctest::Approx(0.02).epsilon(0.05));
+            else CHECK((sd > 0.01 && sd < 0.03));
+        } else {
+            for (float v : t.data) CHECK(v == (gamma ? 1.0f : 0.0f));
+        }
+    }
+    const double mean = s1 / (double)count, sd = std::sqrt(s2 / (double)count - mean * mean);
+    CHECK(std::fabs(mean) < 3e-4);
+    CHECK(sd == doctest::Approx(0.02).epsilon(0.02));
+    CHECK(within / (double)count == doctest::Approx(0.6827).epsilon(0.02));  // normal, not uniform
+}
+
+TEST_CASE("parameters: validate refuses configs too large to allocate, W_p (n_ctx x H) included") {
+    Config c = preset("tiny-gpt");
+    c.n_ctx = 1000000000;  // W_p alone would be 8e9 floats (32 GB)
+    M_CHECK_TF_ERROR(validate(c), "2e9");
+    c = preset("tiny-gpt");
+    c.V = 1000000000;
+    M_CHECK_TF_ERROR(validate(c), "2e9");
+    c = preset("tiny-gpt");
+    c.H = 0;
+    M_CHECK_TF_ERROR(validate(c), "H");
+    c = preset("tiny-bert");
+    c.mask_id = c.V;
+    M_CHECK_TF_ERROR(validate(c), "mask_id");
+    c = preset("tiny-gpt3");
+    c.st_window = 0;
+    M_CHECK_TF_ERROR(validate(c), "st_window");
+    for (const std::string& name : preset_names()) CHECK_NOTHROW(validate(preset(name)));
+}
+
+// ================================================================================================
+// Objectives
+// ================================================================================================
+TEST_CASE("objective: next_token_targets shifts each sequence by one, last position -1") {
+    CHECK(next_token_targets({5, 6, 7, 8, 1, 2, 3, 4}, 2, 4) == std::vector<int>{6, 7, 8, -1, 2, 3, 4, -1});
+    CHECK(next_token_targets({5}, 1, 1) == std::vector<int>{-1});
+    M_CHECK_TF_ERROR(next_token_targets({1, 2, 3}, 2, 2), "B x n");
+}
+
+TEST_CASE("objective: the GPT loss is the mean of -log Y[j-1, x_j] (seed 001 with the log)") {
+    const Config c = preset("tiny-gpt");
+    const Params<double> p = m_model<double>(c, 12, 0.2);
+    Batch b;
+    b.n = 5, b.tokens = {1, 7, 3, 3, 0};
+    b.targets = next_token_targets(b.tokens, 1, b.n);
+    const Tensor<double> Y = Softmax(model_forward(c, p, b));
+    double expected = 0;
+    for (int j = 1; j < b.n; j++) expected -= std::log(Y(j - 1, b.tokens[j]));
+    expected /= (b.n - 1);
+    CHECK(model_loss(c, p, b) == doctest::Approx(expected).epsilon(1e-12));
+}
+
+TEST_CASE("objective: mlm_corrupt frequencies (15% chosen; 80% [MASK], 10% random, 10% kept)") {
+    const Config c = preset("tiny-bert");
+    const int B = 1000, n = 200;  // 200,000 positions, 198,000 candidates
+    std::vector<int> x;
+    Rng r(77);
+    for (int s = 0; s < B; s++) {
+        x.push_back(c.cls_id);
+        for (int i = 1; i < n - 1; i++) x.push_back(r.below(10));
+        x.push_back(c.sep_id);
+    }
+    Rng rng(2024);
+    const MLMExample e = mlm_corrupt(x, B, n, c, rng);
+    REQUIRE(e.tokens.size() == x.size());
+    REQUIRE(e.targets.size() == x.size());
+    long long chosen = 0, masked = 0, kept = 0, replaced = 0, candidates = 0, bad = 0;
+    for (std::size_t i = 0; i < x.size(); i++) {
+        const bool special = x[i] == c.cls_id || x[i] == c.sep_id;
+        candidates += !special;
+        if (e.targets[i] < 0) {
+            bad += e.tokens[i] != x[i];  // unchosen positions are untouched
+            continue;
+        }
+        bad += special;                  // [CLS]/[SEP] are never chosen
+        bad += e.targets[i] != x[i];     // the target is the original token
+        chosen++;
+        if (e.tokens[i] == c.mask_id) masked++;
+        else if (e.tokens[i] == x[i]) kept++;
+        else replaced++;
+        bad += e.tokens[i] < 0 || e.tokens[i] >= c.V;
+    }
+    CHECK(bad == 0);
+    const double f = (double)chosen / (double)candidates;
+    CHECK(f == doctest::Approx(0.15).epsilon(0.005 / 0.15));
+    CHECK((double)masked / chosen == doctest::Approx(0.8).epsilon(0.015 / 0.8));
+    // The random 10% can draw the original token (1 in V) or even [MASK]; kept + replaced ~ 0.2.
+    CHECK((double)(kept + replaced) / chosen == doctest::Approx(0.2).epsilon(0.015 / 0.2));
+    CHECK((double)kept / chosen > 0.085);
+    CHECK((double)kept / chosen < 0.125);
+    CHECK((double)replaced / chosen > 0.07);
+    CHECK((double)replaced / chosen < 0.105);
+    // Reproducible with the same seed, different with another.
+    Rng again(2024), other(2025);
+    const MLMExample e2 = mlm_corrupt(x, B, n, c, again), e3 = mlm_corrupt(x, B, n, c, other);
+    CHECK(e2.tokens == e.tokens);
+    CHECK(e2.targets == e.targets);
+    CHECK(e3.targets != e.targets);
+}
+
+TEST_CASE("objective: mlm_corrupt chooses at least one position per sequence, never [CLS]/[SEP]") {
+    const Config c = preset("tiny-roberta");
+    const int B = 500, n = 3;
+    std::vector<int> x;
+    for (int s = 0; s < B; s++) x.insert(x.end(), {c.cls_id, s % 10, c.sep_id});
+    Rng rng(9);
+    const MLMExample e = mlm_corrupt(x, B, n, c, rng, 0.01);
+    for (int s = 0; s < B; s++) {
+        CAPTURE(s);
+        CHECK(e.targets[s * n] == -1);
+        CHECK(e.targets[s * n + 2] == -1);
+        CHECK(e.tokens[s * n] == c.cls_id);
+        CHECK(e.tokens[s * n + 2] == c.sep_id);
+        CHECK(e.targets[s * n + 1] == s % 10);
+    }
+    Rng r2(1);
+    M_CHECK_TF_ERROR(mlm_corrupt({1, 2, 3}, 2, 2, c, r2), "B x n");
+    M_CHECK_TF_ERROR(mlm_corrupt({1, 2}, 1, 2, preset("tiny-gpt"), r2), "mask");
+}
+
+// ================================================================================================
+// Checkpoints
+// ================================================================================================
+TEST_CASE("checkpoint: save_model / load_model round trip bit for bit for every tiny variant") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        Params<float> p = m_model<float>(c, 31, 0.5);
+        const std::string path = m_path("rt_" + name + ".safetensors");
+        save_model(path, c, p, {{"note", "hello \"world\"\n\\"}});
+        CHECK_FALSE(m_exists(path + ".tmp"));  // atomic write: the temporary was renamed
+        LoadedModel lm = load_model(path);
+        CHECK(lm.config.variant == c.variant);
+        CHECK(lm.config.V == c.V);
+        CHECK(lm.config.activation == c.activation);
+        CHECK(lm.config.eps == c.eps);
+        CHECK(lm.config.st_window == c.st_window);
+        CHECK(lm.config.mask_id == c.mask_id);
+        CHECK(m_params_bits_equal(c, p, lm.params));
+        CHECK(lm.file.metadata["note"] == "hello \"world\"\n\\");
+        CHECK(lm.file.tensors.empty());
+        // Overwriting an existing checkpoint replaces it.
+        Params<float> p2 = m_model<float>(c, 32, 0.5);
+        save_model(path, c, p2);
+        LoadedModel lm2 = load_model(path);
+        CHECK(m_params_bits_equal(c, p2, lm2.params));
+        CHECK_FALSE(m_exists(path + ".tmp"));
+    }
+}
+
+TEST_CASE("checkpoint: config_metadata round trip for every preset") {
+    for (const std::string& name : preset_names()) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Config d = config_from_metadata(config_metadata(c));
+        CHECK(d.variant == c.variant);
+        CHECK(d.V == c.V);
+        CHECK(d.H == c.H);
+        CHECK(d.F == c.F);
+        CHECK(d.D == c.D);
+        CHECK(d.L == c.L);
+        CHECK(d.A == c.A);
+        CHECK(d.n_ctx == c.n_ctx);
+        CHECK(d.activation == c.activation);
+        CHECK(d.eps == c.eps);  // exactly: 17 significant digits
+        CHECK(d.cls_id == c.cls_id);
+        CHECK(d.sep_id == c.sep_id);
+        CHECK(d.mask_id == c.mask_id);
+        CHECK(d.st_window == c.st_window);
+        CHECK(d.st_stride == c.st_stride);
+    }
+}
+
+TEST_CASE("checkpoint: save_safetensors byte layout (u64 LE header size, padded JSON, LE float32 data)") {
+    const std::string f = m_path("layout.safetensors");
+    const Tensor<float> t = Tensor<float>::vector({1.0f, -2.0f});
+    save_safetensors(f, {{"k", "v"}}, {{"t", &t}});
+    CHECK_FALSE(m_exists(f + ".tmp"));
+    const std::string b = m_read(f);
+    REQUIRE(b.size() >= 16);
+    uint64_t n = 0;
+    for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)b[k] << (8 * k);
+    CHECK(n % 8 == 0);
+    REQUIRE(b.size() == 8 + n + 8);
+    const Json h = parse_json(b.substr(8, n));
+    REQUIRE(h.type == Json::object);
+    REQUIRE(h.get("t") != nullptr);
+    CHECK(h.get("t")->get("dtype")->str == "F32");
+    CHECK(h.get("t")->get("shape")->arr.size() == 1);
+    CHECK(h.get("t")->get("shape")->arr[0].num == 2);
+    CHECK(h.get("t")->get("data_offsets")->arr[0].num == 0);
+    CHECK(h.get("t")->get("data_offsets")->arr[1].num == 8);
+    CHECK(h.get("__metadata__")->get("k")->str == "v");
+    CHECK(b.substr(8 + n) == std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8));  // 1.0f, -2.0f
+}
+
+TEST_CASE("checkpoint: malformed safetensors files give a tf::Error naming the problem") {
+    const std::string f = m_path("bad.safetensors");
+    auto load = [&](const std::string& bytes) {
+        m_write(f, bytes);
+        return load_safetensors(f);
+    };
+    M_CHECK_TF_ERROR(load(""), "bad.safetensors", "8-byte");
+    M_CHECK_TF_ERROR(load("\x05\x00\x00"), "8-byte");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{}").substr(0, 7)), "8-byte");
+    {  // header size larger than the file, including absurd sizes
+        std::string b = m_st_bytes("{}");
+        b[0] = 100;
+        M_CHECK_TF_ERROR(load(b), "header size 100", "exceeds");
+        for (int k = 0; k < 8; k++) b[k] = (char)0xFF;
+        M_CHECK_TF_ERROR(load(b), "exceeds");
+        b = m_st_bytes("{}");
+        b[0] = 3;  // the header "{}" has 2 bytes, the size says 3
+        M_CHECK_TF_ERROR(load(b), "exceeds");
+    }
+    M_CHECK_TF_ERROR(load(m_st_bytes("{not json")), "header", "JSON");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":1} trailing")), "header", "JSON");
+    M_CHECK_TF_ERROR(load(m_st_bytes("[1, 2]")), "not a JSON object");
+    M_CHECK_TF_ERROR(load(m_st_bytes("\"text\"")), "not a JSON object");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", std::string(8, '\0'))),
+                     "'a'", "dtype");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", std::string(8, '\0'))),
+                     "'a'", "shape");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", std::string(8, '\0'))), "'a'",
+                     "data_offsets");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", std::string(8, '\0'))),
+                     "'a'", "data_offsets");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":7}", std::string(8, '\0'))), "'a'");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", std::string(4, '\0'))),
+                     "'a'", "F16");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", std::string(8, '\0'))),
+                     "'a'", "8 bytes");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", std::string(8, '\0'))),
+                     "'a'");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", std::string(8, '\0'))),
+                     "'a'", "shape");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,10]}}", std::string(10, '\0'))),
+                     "'a'", "shape");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", std::string(6, '\0'))),
+                     "'a'", "truncated");
+    M_CHECK_TF_ERROR(
+        load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2147483647,2147483647],\"data_offsets\":[0,18446744056529682436]}}",
+                        std::string(8, '\0'))),
+        "'a'");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                                     std::string(12, '\0'))),
+                     "overlap");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                                     std::string(8, '\0'))),
+                     "'a'", "twice");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"__metadata__\":{\"k\":1}}")), "metadata");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"__metadata__\":[]}")), "__metadata__");
+    M_CHECK_TF_ERROR(load_safetensors(m_path("does_not_exist.safetensors")), "does_not_exist.safetensors");
+    // A valid minimal file loads.
+    const SafeTensors ok = load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                                           std::string("\x00\x00\x80\x3f", 4)));
+    REQUIRE(ok.find("a"));
+    CHECK(ok.find("a")->data == std::vector<float>{1.0f});
+    CHECK(ok.find("b") == nullptr);
+}
+
+TEST_CASE("checkpoint: a truncated model checkpoint is an error, at every cut") {
+    const Config c = preset("tiny-gpt2");
+    Params<float> p = m_model<float>(c, 33, 0.1);
+    const std::string full = m_path("full.safetensors"), cut = m_path("cut.safetensors");
+    save_model(full, c, p);
+    const std::string bytes = m_read(full);
+    for (std::size_t keep : {bytes.size() - 1, bytes.size() - 10, bytes.size() / 2, (std::size_t)100, (std::size_t)9}) {
+        CAPTURE(keep);
+        m_write(cut, bytes.substr(0, keep));
+        const std::string msg = m_error_of([&] { (void)load_model(cut); });
+        INFO(msg);
+        CHECK(msg.rfind("tf::Error: ", 0) == 0);
+        CHECK(m_contains(msg, "cut.safetensors"));
+    }
+    m_write(cut, bytes.substr(0, bytes.size() - 10));
+    M_CHECK_TF_ERROR(load_model(cut), "truncated");
+}
+
+TEST_CASE("checkpoint: load_model reports missing, misshaped and unexpected tensors, bad metadata") {
+    const Config c = preset("tiny-gpt2");
+    Params<float> p = m_model<float>(c, 34, 0.1);
+    const std::string f = m_path("model_bad.safetensors");
+    auto tensors = [&](Params<float>& q) {
+        std::vector<std::pair<std::string, const Tensor<float>*>> list;
+        for (auto& nt : named_tensors(c, q)) list.push_back({nt.name, nt.tensor});
+        return list;
+    };
+    {  // one tensor left out
+        auto list = tensors(p);
+        const std::string left_out = list[5].first;
+        list.erase(list.begin() + 5);
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "model_bad.safetensors", "missing tensor '" + left_out + "'");
+    }
+    {  // a tensor of the wrong shape
+        auto list = tensors(p);
+        Tensor<float> wrong(3, 8, 0.5f);
+        list[1].second = &wrong;  // W_p is 16x8
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "'W_p'", "3x8", "16x8");
+        Tensor<float> vec({128});  // same size, different shape
+        list[1].second = &vec;
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "'W_p'", "16x8");
+    }
+    {  // an extra tensor: an error, unless its name has an allowed prefix
+        auto list = tensors(p);
+        Tensor<float> extra(std::vector<int>{4}, 2.0f);
+        list.push_back({"bogus", &extra});
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "unexpected tensor 'bogus'");
+        M_CHECK_TF_ERROR(load_model(f, {"adam."}), "unexpected tensor 'bogus'");
+        list.back().first = "layers.2.attn.W_O";  // a layer the config does not have
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "unexpected tensor 'layers.2.attn.W_O'");
+        list.back().first = "adam.m.W_e";
+        save_safetensors(f, config_metadata(c), list);
+        LoadedModel lm = load_model(f, {"adam."});
+        CHECK(m_params_bits_equal(c, p, lm.params));
+        REQUIRE(lm.file.tensors.size() == 1);
+        CHECK(lm.file.tensors[0].first == "adam.m.W_e");
+        CHECK(lm.file.tensors[0].second.data == extra.data);
+        M_CHECK_TF_ERROR(load_model(f), "unexpected tensor 'adam.m.W_e'");
+    }
+    {  // metadata problems
+        auto meta = config_metadata(c);
+        meta.erase("variant");
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "model_bad.safetensors", "'variant'");
+        meta = config_metadata(c);
+        meta["variant"] = "gpt5";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "model_bad.safetensors", "gpt5");
+        meta = config_metadata(c);
+        meta["H"] = "eight";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "'H'", "eight");
+        meta["H"] = "8x";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "'H'");
+        meta["H"] = "-8";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "H");
+        meta = config_metadata(c);
+        meta["eps"] = "tiny";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "eps");
+        meta = config_metadata(c);
+        meta["activation"] = "swish";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "swish");
+        meta = config_metadata(c);
+        meta.erase("n_ctx");
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "'n_ctx'");
+        save_safetensors(f, {}, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "lacks");
+    }
+    {  // BERT ids outside the vocabulary
+        const Config cb = preset("tiny-bert");
+        Params<float> pb = m_model<float>(cb, 35, 0.1);
+        auto meta = config_metadata(cb);
+        meta["mask_id"] = "13";
+        std::vector<std::pair<std::string, const Tensor<float>*>> list;
+        for (auto& nt : named_tensors(cb, pb)) list.push_back({nt.name, nt.tensor});
+        save_safetensors(f, meta, list);
+        M_CHECK_TF_ERROR(load_model(f), "mask_id");
+    }
+    M_CHECK_TF_ERROR(save_model(m_path("no/such/dir/x.safetensors"), c, p), "no/such/dir");
+}
+
+TEST_CASE("checkpoint: a file written by another writer (key order, spaces, no padding) loads") {
+    const Config c = preset("tiny-bert");
+    Params<float> p = m_model<float>(c, 36, 0.3);
+    auto named = named_tensors(c, p);
+    // Body in reverse order of the header; header keys in another order, with spaces; metadata last.
+    std::string body;
+    std::vector<std::pair<std::size_t, std::size_t>> offsets(named.size());
+    for (std::size_t k = named.size(); k-- > 0;) {
+        offsets[k].first = body.size();
+        for (float v : named[k].tensor->data) {
+            uint32_t u;
+            std::memcpy(&u, &v, 4);
+            for (int b = 0; b < 4; b++) body += (char)((u >> (8 * b)) & 0xFF);
+        }
+        offsets[k].second = body.size();
+    }
+    std::string header = "{ ";
+    for (std::size_t k = 0; k < named.size(); k++) {
+        const Tensor<float>& t = *named[k].tensor;
+        header += "\"" + named[k].name + "\" : { \"shape\" : [ ";
+        for (std::size_t d = 0; d < t.shape.size(); d++) header += (d ? ", " : "") + std::to_string(t.shape[d]);
+        header += " ], \"data_offsets\" : [ " + std::to_string(offsets[k].first) + ", " +
+                  std::to_string(offsets[k].second) + " ], \"dtype\" : \"F32\" },\n  ";
+    }
+    header += "\"__metadata__\" : { ";
+    bool first = true;
+    for (auto& kv : config_metadata(c)) header += (first ? "" : ", ") + json_escape(kv.first) + " : " + json_escape(kv.second), first = false;
+    header += " } }";
+    if (header.size() % 8 == 0) header += "\n";  // make sure it is not a multiple of 8
+    REQUIRE(header.size() % 8 != 0);
+    const std::string f = m_path("other_writer.safetensors");
+    m_write(f, m_st_bytes(header, body));
+    LoadedModel lm = load_model(f);
+    CHECK(lm.config.variant == Variant::bert);
+    CHECK(lm.config.eps == c.eps);
+    CHECK(m_params_bits_equal(c, p, lm.params));
+}
+
+// ================================================================================================
+// AdamW, learning-rate schedule, gradient clipping
+// ================================================================================================
+TEST_CASE("AdamW: decays() is true for matrices only, never for gains, biases, w_A, w_B") {
+    CHECK(decays("W_e", Tensor<float>(3, 2)));
+    CHECK(decays("layers.0.attn.W_Q.0", Tensor<float>(3, 2)));
+    CHECK_FALSE(decays("layers.0.ffn.b_1", Tensor<float>({4})));
+    CHECK_FALSE(decays("layers.0.ln_1.gamma", Tensor<float>({4})));
+    CHECK_FALSE(decays("ln_f.beta", Tensor<float>({4})));
+    CHECK_FALSE(decays("w_A", Tensor<float>({4})));
+    CHECK_FALSE(decays("w_B", Tensor<float>(1, 4)));
+}
+
+TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), decay on matrices only") {
+    const Config c = preset("tiny-bert");
+    Params<float> p = make_params<float>(c), g = make_params<float>(c);
+    // theta = 1 everywhere, g = 0.5: at t = 1 mhat = g, vhat = g^2, so the Adam part is lr * 1.
+    for (auto& nt : named_tensors(c, p)) nt.tensor->data.assign(nt.tensor->size(), 1.0f);
+    for (auto& nt : named_tensors(c, g)) nt.tensor->data.assign(nt.tensor->size(), 0.5f);
+    AdamW opt;
+    opt.beta1 = 0.9, opt.beta2 = 0.95, opt.eps = 1e-8, opt.weight_decay = 0.1;
+    adamw_init(c, opt);
+    adamw_step(c, p, g, opt, 0.1);
+    CHECK(opt.t == 1);
+    // matrix: 1 - 0.1 * 0.1 * 1 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.89; others 1 - 0.1 = 0.9
+    CHECK(p.W_e(2, 3) == doctest::Approx(0.89).epsilon(1e-6));
+    CHECK(p.layers[1].attn.W_O(0, 0) == doctest::Approx(0.89).epsilon(1e-6));
+    CHECK(p.layers[0].ffn.b_1[3] == doctest::Approx(0.9).epsilon(1e-6));
+    CHECK(p.layers[0].ln_2_gamma[1] == doctest::Approx(0.9).epsilon(1e-6));
+    CHECK(p.w_A[0] == doctest::Approx(0.9).epsilon(1e-6));
+    CHECK(p.w_B[5] == doctest::Approx(0.9).epsilon(1e-6));
+    CHECK(opt.m.W_e(2, 3) == doctest::Approx(0.05).epsilon(1e-6));   // (1 - 0.9) * 0.5
+    CHECK(opt.v.W_e(2, 3) == doctest::Approx(0.0125).epsilon(1e-6));  // (1 - 0.95) * 0.25
+    // t = 2 with g = -0.25 and lr = 0.05:
+    //   m = 0.9 * 0.05 - 0.1 * 0.25 = 0.02,  v = 0.95 * 0.0125 + 0.05 * 0.0625 = 0.015
+    //   mhat = 0.02 / (1 - 0.81) = 0.105263..., vhat = 0.015 / (1 - 0.9025) = 0.153846...
+    for (auto& nt : named_tensors(c, g)) nt.tensor->data.assign(nt.tensor->size(), -0.25f);
+    adamw_step(c, p, g, opt, 0.05);
+    CHECK(opt.t == 2);
+    const double mhat = 0.02 / (1 - 0.81), vhat = 0.015 / (1 - 0.9025);
+    const double adam = 0.05 * mhat / (std::sqrt(vhat) + 1e-8);
+    CHECK(p.W_e(2, 3) == doctest::Approx(0.89 - 0.05 * 0.1 * 0.89 - adam).epsilon(1e-6));
+    CHECK(p.layers[0].ffn.b_1[3] == doctest::Approx(0.9 - adam).epsilon(1e-6));
+    CHECK(p.w_A[0] == doctest::Approx(0.9 - adam).epsilon(1e-6));
+    CHECK(p.layers[1].ln_1_beta[0] == doctest::Approx(0.9 - adam).epsilon(1e-6));
+    CHECK(opt.m.W_e(2, 3) == doctest::Approx(0.02).epsilon(1e-5));
+    CHECK(opt.v.W_e(2, 3) == doctest::Approx(0.015).epsilon(1e-5));
+    // A zero gradient moves only the decayed matrices.
+    Params<float> z = make_params<float>(c);
+    AdamW fresh;
+    adamw_init(c, fresh);
+    Params<float> q = make_params<float>(c);
+    for (auto& nt : named_tensors(c, q)) nt.tensor->data.assign(nt.tensor->size(), 2.0f);
+    adamw_step(c, q, z, fresh, 0.1);
+    CHECK(q.W_e(0, 0) == doctest::Approx(2.0 - 0.1 * 0.1 * 2.0).epsilon(1e-6));
+    CHECK(q.layers[0].ffn.b_2[0] == 2.0f);
+}
+
+TEST_CASE("lr_schedule: linear warmup, peak at warmup, cosine to min_lr at the last step") {
+    const long long steps = 31, warmup = 10;
+    const double lr = 1.0, min_lr = 0.1;
+    for (long long s = 0; s < warmup; s++)
+        CHECK(lr_schedule(s, steps, warmup, lr, min_lr) == doctest::Approx(lr * (double)(s + 1) / warmup).epsilon(1e-12));
+    CHECK(lr_schedule(0, steps, warmup, lr, min_lr) == doctest::Approx(0.1));
+    CHECK(lr_schedule(warmup - 1, steps, warmup, lr, min_lr) == doctest::Approx(lr));
+    CHECK(lr_schedule(warmup, steps, warmup, lr, min_lr) == doctest::Approx(lr));
+    CHECK(lr_schedule(20, steps, warmup, lr, min_lr) == doctest::Approx(0.55).epsilon(1e-12));  // half way
+    CHECK(lr_schedule(steps - 1, steps, warmup, lr, min_lr) == doctest::Approx(min_lr).epsilon(1e-12));
+    double prev = lr_schedule(warmup, steps, warmup, lr, min_lr);
+    for (long long s = warmup + 1; s < steps; s++) {
+        const double cur = lr_schedule(s, steps, warmup, lr, min_lr);
+        CAPTURE(s);
+        CHECK(cur < prev);
+        CHECK(cur >= min_lr - 1e-15);
+        prev = cur;
+    }
+    double peak = 0;
+    for (long long s = 0; s < steps; s++) peak = std::max(peak, lr_schedule(s, steps, warmup, lr, min_lr));
+    CHECK(peak == doctest::Approx(lr));
+    // No warmup: starts at lr. One step: lr.
+    CHECK(lr_schedule(0, 100, 0, 0.5, 0.0) == doctest::Approx(0.5));
+    CHECK(lr_schedule(99, 100, 0, 0.5, 0.0) == doctest::Approx(0.0));
+    CHECK(lr_schedule(0, 1, 0, 0.5, 0.05) == doctest::Approx(0.5));
+    CHECK(std::isfinite(lr_schedule(5, 5, 5, 0.5, 0.05)));
+}
+
+TEST_CASE("AdamW: clip_grad_norm returns the norm, scales down to max_norm, leaves small gradients") {
+    const Config c = preset("tiny-gpt2");
+    Params<float> g = make_params<float>(c);
+    g.W_e(1, 2) = 3.0f;
+    g.layers[1].ffn.b_1[4] = 4.0f;  // norm 5
+    CHECK(clip_grad_norm(c, g, 10.0) == doctest::Approx(5.0));
+    CHECK(g.W_e(1, 2) == 3.0f);
+    CHECK(g.layers[1].ffn.b_1[4] == 4.0f);
+    CHECK(clip_grad_norm(c, g, 0.0) == doctest::Approx(5.0));  // 0: no clipping
+    CHECK(g.W_e(1, 2) == 3.0f);
+    CHECK(clip_grad_norm(c, g, 1.0) == doctest::Approx(5.0));
+    CHECK(g.W_e(1, 2) == doctest::Approx(0.6).epsilon(1e-6));
+    CHECK(g.layers[1].ffn.b_1[4] == doctest::Approx(0.8).epsilon(1e-6));
+    CHECK(clip_grad_norm(c, g, 100.0) == doctest::Approx(1.0).epsilon(1e-6));
+    g.ln_f_gamma[0] = 1.0f;  // every tensor counts, ln_f included
+    CHECK(clip_grad_norm(c, g, 100.0) == doctest::Approx(std::sqrt(2.0)).epsilon(1e-6));
+}
+
+// ================================================================================================
+// Dropout
+// ================================================================================================
+TEST_CASE("dropout: dropout_mask zeros a fraction p, keeps 1/(1-p), expectation 1") {
+    Rng rng(5);
+    const double p = 0.3;
+    const Tensor<double> m = dropout_mask<double>({400, 250}, p, rng);
+    REQUIRE(m.shape == std::vector<int>({400, 250}));
+    long long zeros = 0, bad = 0;
+    double sum = 0;
+    for (double v : m.data) {
+        zeros += v == 0;
+        bad += v != 0 && v != 1.0 / (1.0 - p);
+        sum += v;
+    }
+    CHECK(bad == 0);
+    CHECK((double)zeros / m.size() == doctest::Approx(p).epsilon(0.01 / p));
+    CHECK(sum / m.size() == doctest::Approx(1.0).epsilon(0.01));
+    CHECK(dropout_mask<double>({3, 3}, 0.0, rng).empty());
+    M_CHECK_TF_ERROR(dropout_mask<double>({3, 3}, 1.0, rng), "dropout");
+    Rng a(9), b(9);
+    CHECK(m_bits_equal(dropout_mask<float>({7, 5}, 0.5, a), dropout_mask<float>({7, 5}, 0.5, b)));
+}
+
+TEST_CASE("dropout: 0 is the plain forward; > 0 changes the loss; evaluation is deterministic") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Params<float> p = m_model<float>(c, 41, 0.1);
+        const Batch b = m_batch(c, 42);
+        Rng rng(1);
+        ForwardOptions off;
+        off.dropout = 0, off.rng = &rng;
+        const uint64_t before = rng.state;
+        CHECK(m_bits_equal(model_forward(c, p, b, (ForwardCache<float>*)nullptr, off), model_forward(c, p, b)));
+        CHECK(rng.state == before);  // dropout 0 draws nothing
+        const double l0 = model_loss(c, p, b);
+        CHECK(model_loss(c, p, b) == l0);
+        ForwardOptions on;
+        on.dropout = 0.2, on.rng = &rng;
+        const double l1 = model_loss(c, p, b, (Params<float>*)nullptr, on), l2 = model_loss(c, p, b, (Params<float>*)nullptr, on);
+        CHECK(l1 != l0);
+        CHECK(l1 != l2);  // fresh masks from the advancing generator
+        CHECK(rng.state != before);
+    }
+}
+
+// ================================================================================================
+// Training
+// ================================================================================================
+TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg") {
+    TrainOptions o = m_small_train(m_path("train_small.safetensors"));
+    const TrainResult r = train(o);
+    REQUIRE(r.train_losses.size() == 60);
+    CHECK(r.steps_done == 60);
+    double first = 0, last = 0;
+    for (int k = 0; k < 10; k++) first += r.train_losses[k] / 10, last += r.train_losses[50 + k] / 10;
+    MESSAGE("mean loss of the first 10 steps " << first << ", of the last 10 " << last);
+    CHECK(last < first - 0.5);
+    CHECK(r.val_loss > 0);
+    CHECK(std::isfinite(r.val_loss));
+    CHECK(r.accuracy == -1);  // a text file, not the built-in task
+    CHECK(m_exists(m_path("train_small.safetensors")));
+    CHECK_FALSE(m_exists(m_path("train_small.safetensors.tmp")));
+    const std::string csv = m_read(m_path("train_small.csv"));
+    CHECK(csv.rfind("step,train_loss,val_loss,lr\n", 0) == 0);
+    CHECK(std::count(csv.begin(), csv.end(), '\n') == 61);
+    CHECK(m_contains(csv, "\n60,"));
+    CHECK(m_read(m_path("train_small.svg")).rfind("<svg", 0) == 0);
+    LoadedModel lm = load_model(m_path("train_small.safetensors"), {"adam."});
+    CHECK(lm.config.variant == Variant::gpt2);
+    CHECK(lm.config.H == 16);
+    CHECK(lm.config.n_ctx == 16);
+    CHECK(lm.file.metadata.count("vocab") == 1);
+    CHECK(lm.file.metadata["train.step"] == "60");
+    CHECK(lm.file.find("adam.m.W_e") != nullptr);
+    CHECK(lm.file.find("adam.v.ln_f.gamma") != nullptr);
+}
+
+TEST_CASE("train: resuming at step 20 gives the losses and weights of an uninterrupted run, bit for bit") {
+    for (const std::string model : {"gpt3", "bert"}) {
+        CAPTURE(model);
+        TrainOptions u = m_small_train(m_path("resume_u_" + model + ".safetensors"));
+        u.model = model, u.steps = 40, u.eval_every = 10, u.dropout = 0.1;
+        const TrainResult ru = train(u);
+        REQUIRE(ru.train_losses.size() == 40);
+
+        TrainOptions a = u;
+        a.out = m_path("resume_a_" + model + ".safetensors");
+        a.stop_at = 20;
+        const TrainResult ra = train(a);
+        REQUIRE(ra.train_losses.size() == 20);
+        CHECK(ra.steps_done == 20);
+        for (int s = 0; s < 20; s++) CHECK(ra.train_losses[s] == ru.train_losses[s]);
+
+        TrainOptions b;
+        b.resume = a.out;
+        b.steps = 40;
+        b.quiet = true;
+        b.out = m_path("resume_b_" + model + ".safetensors");
+        const TrainResult rb = train(b);
+        REQUIRE(rb.train_losses.size() == 20);  // the steps of this call: 21..40
+        CHECK(rb.steps_done == 40);
+        for (int s = 0; s < 20; s++) {
+            CAPTURE(s + 21);
+            CHECK(rb.train_losses[s] == ru.train_losses[20 + s]);
+        }
+        CHECK(rb.val_loss == ru.val_loss);
+        LoadedModel mu = load_model(u.out, {"adam."}), mb = load_model(b.out, {"adam."});
+        CHECK(m_params_bits_equal(mu.config, mu.params, mb.params));
+        const Tensor<float>*vu = mu.file.find("adam.v.W_e"), *vb = mb.file.find("adam.v.W_e");
+        REQUIRE(vu);
+        REQUIRE(vb);
+        CHECK(m_bits_equal(*vu, *vb));
+        // The CSV of the resumed run covers all 40 steps.
+        const std::string csv = m_read(m_path("resume_b_" + model + ".csv"));
+        CHECK(std::count(csv.begin(), csv.end(), '\n') == 41);
+        CHECK(m_contains(csv, "\n1,"));
+        CHECK(m_contains(csv, "\n40,"));
+        // Resuming a finished run has nothing to do.
+        TrainOptions again = b;
+        again.resume = b.out;
+        again.out = m_path("resume_again.safetensors");
+        M_CHECK_TF_ERROR(train(again), "nothing to do");
+    }
+}
+
+TEST_CASE("train: a tampered training checkpoint is a tf::Error naming the problem, not a crash") {
+    TrainOptions o = m_small_train(m_path("tamper_src.safetensors"));
+    o.steps = 4, o.stop_at = 2;
+    train(o);
+    LoadedModel lm = load_model(o.out, {"adam."});
+    auto rewrite = [&](const std::string& key, const std::string& value) {
+        std::map<std::string, std::string> meta = lm.file.metadata;
+        if (value.empty()) meta.erase(key);
+        else meta[key] = value;
+        std::vector<std::pair<std::string, const Tensor<float>*>> extra;
+        for (auto& kv : lm.file.tensors) extra.push_back({kv.first, &kv.second});
+        const std::string f = m_path("tampered.safetensors");
+        save_model(f, lm.config, lm.params, meta, extra);
+        TrainOptions r;
+        r.resume = f, r.steps = 4, r.quiet = true, r.out = m_path("tampered_out.safetensors");
+        return r;
+    };
+    M_CHECK_TF_ERROR(train(rewrite("train.seed", "abc")), "train.seed");
+    M_CHECK_TF_ERROR(train(rewrite("train.rng", "xyz")), "train.rng");
+    M_CHECK_TF_ERROR(train(rewrite("train.step", "two")), "train.step");
+    M_CHECK_TF_ERROR(train(rewrite("vocab", "")), "vocab");
+    M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\nabc,def,,\n")), "train.log");
+}
+
+TEST_CASE("train: the built-in addition task runs and reports a held-out accuracy") {
+    TrainOptions o;
+    o.model = "gpt";
+    o.layers = 1, o.heads = 2, o.embd = 16, o.batch = 8, o.steps = 20, o.warmup = 2, o.eval_every = 0, o.eval_steps = 1;
+    o.quiet = true;
+    o.out = m_path("task.safetensors");
+    const TrainResult r = train(o);
+    CHECK(r.train_losses.size() == 20);
+    CHECK(r.accuracy >= 0);
+    CHECK(r.accuracy <= 1);
+    LoadedModel lm = load_model(o.out, {"adam."});
+    CHECK(lm.config.n_ctx == 12);
+    CHECK(lm.config.V == 13);
+}
+
+TEST_CASE("train: bad data and bad options are tf::Errors") {
+    const std::string empty = m_path("empty.txt"), binary = m_path("binary.bin"), tiny = m_path("short.txt");
+    m_write(empty, "");
+    std::string bin;
+    for (int k = 0; k < 2000; k++) bin += (char)(k * 37 % 256);
+    m_write(binary, bin);
+    m_write(tiny, "hello world\n");
+    TrainOptions o = m_small_train(m_path("bad_train.safetensors"));
+    o.steps = 2;
+    o.data = empty;
+    M_CHECK_TF_ERROR(train(o), "empty.txt", "empty");
+    o.data = binary;
+    M_CHECK_TF_ERROR(train(o), "binary.bin", "binary");
+    o.data = tiny;
+    M_CHECK_TF_ERROR(train(o), "short.txt", "too short");
+    o.data = m_path("missing.txt");
+    M_CHECK_TF_ERROR(train(o), "missing.txt");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.heads = 3;
+    M_CHECK_TF_ERROR(train(o), "divisible");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.dropout = 1.5;
+    M_CHECK_TF_ERROR(train(o), "dropout");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.model = "gpt5";
+    M_CHECK_TF_ERROR(train(o), "gpt5");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.lr = 0;
+    M_CHECK_TF_ERROR(train(o), "lr");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.resume = m_path("no_such_checkpoint.safetensors");
+    M_CHECK_TF_ERROR(train(o), "no_such_checkpoint");
+    // A checkpoint that is not a training checkpoint.
+    const Config c = preset("tiny-gpt2");
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    save_model(m_path("plain.safetensors"), c, p);
+    o.resume = m_path("plain.safetensors");
+    M_CHECK_TF_ERROR(train(o), "plain.safetensors");
+    CHECK_FALSE(m_exists(m_path("bad_train.safetensors")));
+}
+
+// ================================================================================================
+// Sampling
+// ================================================================================================
+TEST_CASE("sample: sample_logits greedy, reproducible, top-k restricted") {
+    const std::vector<float> z = {0.1f, 2.0f, -1.0f, 1.5f, 1.9f, 0.0f, -3.0f, 1.0f, 0.5f, -0.5f};
+    Rng rng(1);
+    for (int k : {0, 1, 3, 10})
+        CHECK(sample_logits(z, 0.0, k, rng) == 1);  // temperature 0: argmax
+    CHECK(sample_logits(z, 1.0, 1, rng) == 1);      // top-1: argmax
+    Rng a(7), b(7);
+    std::vector<int> da, db;
+    for (int k = 0; k < 200; k++) da.push_back(sample_logits(z, 1.0, 0, a)), db.push_back(sample_logits(z, 1.0, 0, b));
+    CHECK(da == db);
+    CHECK(std::set<int>(da.begin(), da.end()).size() > 3);
+    std::map<int, int> counts;
+    Rng r(3);
+    for (int k = 0; k < 2000; k++) counts[sample_logits(z, 1.0, 3, r)]++;
+    CHECK(counts.size() == 3);  // all of the top 3 occur, nothing else
+    CHECK(counts.count(1) == 1);
+    CHECK(counts.count(4) == 1);
+    CHECK(counts.count(3) == 1);
+    // Frequencies follow Softmax over the top 3: e^2 : e^1.9 : e^1.5.
+    const double s = std::exp(2.0) + std::exp(1.9) + std::exp(1.5);
+    CHECK(counts[1] / 2000.0 == doctest::Approx(std::exp(2.0) / s).epsilon(0.1));
+    CHECK(counts[3] / 2000.0 == doctest::Approx(std::exp(1.5) / s).epsilon(0.15));
+    // High temperature spreads, low temperature concentrates.
+    Rng cold(4);
+    int top = 0;
+    for (int k = 0; k < 500; k++) top += sample_logits(z, 0.01, 0, cold) == 1;
+    CHECK(top == 500);
+}
+
+TEST_CASE("sample: generate is reproducible, keeps the prompt, greedy follows GPT(x), slides the context") {
+    const Config c = preset("tiny-gpt");
+    const Params<float> p = m_model<float>(c, 51, 0.5);
+    const std::vector<int> prompt = {1, 2, 3};
+    Rng a(5), b(5);
+    const std::vector<int> ga = generate(c, p, prompt, 10, 1.0, 0, a), gb = generate(c, p, prompt, 10, 1.0, 0, b);
+    CHECK(ga == gb);
+    REQUIRE(ga.size() == 13);
+    CHECK(std::equal(prompt.begin(), prompt.end(), ga.begin()));
+    for (int t : ga) CHECK((t >= 0 && t < c.V));
+    Rng unused(0);
+    const std::vector<int> greedy = generate(c, p, prompt, 5, 0.0, 0, unused);
+    for (std::size_t i = prompt.size(); i < greedy.size(); i++) {
+        const std::vector<int> ctx(greedy.begin(), greedy.begin() + (long)i);
+        const Tensor<float> y = GPT(c, p, ctx);
+        CHECK(greedy[i] == (int)(std::max_element(y.data.begin(), y.data.end()) - y.data.begin()));
+    }
+    // A prompt longer than n_ctx uses its last n_ctx tokens.
+    std::vector<int> long_prompt(20);
+    for (int i = 0; i < 20; i++) long_prompt[i] = i % 10;
+    const std::vector<int> gl = generate(c, p, long_prompt, 3, 0.0, 0, unused);
+    CHECK(gl.size() == 23);
+    const std::vector<int> tail(long_prompt.end() - c.n_ctx, long_prompt.end());
+    CHECK(generate(c, p, tail, 1, 0.0, 0, unused).back() == gl[20]);
+    M_CHECK_TF_ERROR(generate(c, p, {}, 3, 1.0, 0, unused), "empty");
+    M_CHECK_TF_ERROR(generate(c, p, {1, 13}, 3, 1.0, 0, unused), "13");
+    const Config cb = preset("tiny-bert");
+    M_CHECK_TF_ERROR(generate(cb, make_params<float>(cb), {1}, 3, 1.0, 0, unused), "bert");
+}
+
+// ================================================================================================
+// The command-line program
+// ================================================================================================
+TEST_CASE("CLI: params --preset gpt1 prints 116497920") {
+    const m_Run r = m_run("params --preset gpt1");
+    INFO(r.out << r.err);
+    CHECK(r.exited);
+    CHECK(r.status == 0);
+    CHECK(m_contains(r.out, "116497920"));
+    const m_Run r2 = m_run("params --preset gpt2-124m");
+    CHECK(r2.status == 0);
+    CHECK(m_contains(r2.out, "124402944"));
+}
+
+TEST_CASE("CLI: init then grad for every tiny variant writes every parameter's gradient and the loss") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const std::string ck = m_path("cli_" + name + ".safetensors");
+        const std::string gr = m_path("cli_grad_" + name + ".safetensors");
+        const m_Run ri = m_run("init --preset " + name + " --seed 7 --out " + ck);
+        INFO(ri.out << ri.err);
+        REQUIRE(ri.status == 0);
+        CHECK_FALSE(m_exists(ck + ".tmp"));
+        std::string args;
+        Batch b;
+        if (c.variant == Variant::bert) {
+            args = "--tokens 10,1,2,11,3,11 --segments 0,0,0,0,1,1 --masked 1,4";
+            b.n = 6, b.tokens = {10, 12, 2, 11, 12, 11}, b.segments = {0, 0, 0, 0, 1, 1};
+            b.targets = {-1, 1, -1, -1, 3, -1};
+        } else if (c.variant == Variant::roberta) {
+            args = "--tokens 10,1,2,3,11 --masked 2";
+            b.n = 5, b.tokens = {10, 1, 12, 3, 11}, b.targets = {-1, -1, 2, -1, -1};
+        } else {
+            args = "--tokens 3,1,4,1,5";
+            b.n = 5, b.tokens = {3, 1, 4, 1, 5}, b.targets = next_token_targets(b.tokens, 1, 5);
+        }
+        const m_Run rg = m_run("grad --checkpoint " + ck + " " + args + " --out " + gr);
+        INFO(rg.out << rg.err);
+        REQUIRE(rg.status == 0);
+        CHECK(m_contains(rg.out, "loss "));
+        const SafeTensors st = load_safetensors(gr);
+        // The same model and batch here give the same loss and gradients.
+        LoadedModel lm = load_model(ck);
+        Params<float> g = make_params<float>(c);
+        const double loss = model_loss(c, lm.params, b, &g);
+        REQUIRE(st.metadata.count("loss") == 1);
+        CHECK(std::stod(st.metadata.at("loss")) == doctest::Approx(loss).epsilon(1e-6));
+        CHECK(st.metadata.at("variant") == variant_name(c.variant));
+        for (auto& nt : named_tensors(c, g)) {
+            CAPTURE(nt.name);
+            const Tensor<float>* t = st.find(nt.name);
+            REQUIRE(t != nullptr);
+            REQUIRE(t->shape == nt.tensor->shape);
+            for (std::size_t k = 0; k < t->size(); k++)
+                CHECK(t->data[k] == doctest::Approx(nt.tensor->data[k]).epsilon(1e-4).scale(1e-3));
+        }
+        CHECK(st.tensors.size() == named_tensors(c, g).size());
+    }
+}
+
+TEST_CASE("CLI: bad input gives exit status 1 and 'error: ...' on stderr, never a crash") {
+    const std::string gpt = m_path("cli_err_gpt.safetensors"), bert = m_path("cli_err_bert.safetensors");
+    REQUIRE(m_run("init --preset tiny-gpt2 --out " + gpt).status == 0);
+    const std::string text = m_text_file();
+    const std::string trained_bert = m_path("cli_trained_bert.safetensors");
+    {
+        const m_Run r = m_run("train --model bert --data " + text +
+                              " --layers 1 --heads 2 --embd 8 --block 8 --batch 2 --steps 2 --eval-steps 1 --quiet --out " +
+                              trained_bert);
+        INFO(r.out << r.err);
+        REQUIRE(r.status == 0);
+    }
+    REQUIRE(m_run("init --preset tiny-bert --out " + bert).status == 0);
+    const std::string truncated = m_path("cli_truncated.safetensors");
+    {
+        const std::string bytes = m_read(gpt);
+        m_write(truncated, bytes.substr(0, bytes.size() - 20));
+    }
+    const std::string empty = m_path("cli_empty.txt");
+    m_write(empty, "");
+
+    m_cli_fails("frobnicate", "unknown command 'frobnicate'");
+    m_cli_fails("params --preset gpt1 --bogus 1", "unknown flag --bogus");
+    m_cli_fails("params --preset", "--preset needs a value");
+    m_cli_fails("params --preset gpt9", "unknown preset 'gpt9'");
+    m_cli_fails("params --preset gpt1 --preset gpt1", "twice");
+    m_cli_fails("params gpt1", "unexpected argument");
+    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,99 --out " + m_path("g.safetensors"), "token id 99");
+    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,-1 --out " + m_path("g.safetensors"), "token id -1");
+    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2,x --out " + m_path("g.safetensors"), "'x' is not an integer");
+    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2,99999999999 --out " + m_path("g.safetensors"), "not an integer");
+    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2,3,4,5,6,7,8,9,1,2,3,4,5,6,7,8 --out " + m_path("g.safetensors"),
+                "n_ctx = 16");
+    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1 --out " + m_path("g.safetensors"), "at least 2 tokens");
+    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2 --masked 1 --out " + m_path("g.safetensors"), "--masked");
+    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --out " + m_path("g.safetensors"), "--masked");
+    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --masked 3 --out " + m_path("g.safetensors"), "outside");
+    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,13 --masked 2 --out " + m_path("g.safetensors"), "13");
+    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --segments 0,1 --masked 1 --out " + m_path("g.safetensors"),
+                "segment");
+    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --segments 0,1,2 --masked 1 --out " + m_path("g.safetensors"),
+                "segment");
+    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2 --out " + m_path("no/such/dir/g.safetensors"), "no/such/dir");
+    m_cli_fails("train --steps abc", "--steps expects an integer, got 'abc'");
+    m_cli_fails("train --lr fast", "--lr expects a number");
+    m_cli_fails("train --lr nan", "--lr expects a number");
+    m_cli_fails("sample --prompt abc", "missing flag --checkpoint");
+    m_cli_fails("sample --checkpoint " + m_path("nonexistent.safetensors") + " --prompt abc", "nonexistent.safetensors");
+    m_cli_fails("sample --checkpoint " + truncated + " --prompt abc", "truncated");
+    m_cli_fails("grad --checkpoint " + truncated + " --tokens 1,2 --out " + m_path("g.safetensors"), "truncated");
+    m_cli_fails("sample --checkpoint " + gpt + " --prompt abc", "vocabulary");
+    m_cli_fails("sample --checkpoint " + trained_bert + " --prompt the", "sample needs a gpt");
+    m_cli_fails("sample --checkpoint " + trained_bert + " --prompt the --tokens -1", "--tokens");
+    m_cli_fails("sample --checkpoint " + trained_bert + " --prompt the --temperature -1", "--temperature");
+    m_cli_fails("fill --checkpoint " + trained_bert + " --text the", "no [MASK]");
+    m_cli_fails("fill --checkpoint " + trained_bert + " --text 'th[MASK] ~'", "not in the model's vocabulary");
+    m_cli_fails("fill --checkpoint " + gpt + " --text 'a[MASK]'", "fill needs a bert");
+    m_cli_fails("eval --checkpoint " + trained_bert + " --data " + empty, "too short");
+    m_cli_fails("train --data " + empty + " --steps 2 --quiet --out " + m_path("t.safetensors"), "empty");
+    m_cli_fails("train --heads 3 --embd 64 --quiet --out " + m_path("t.safetensors"), "not divisible");
+    m_cli_fails("train --dropout 1.5 --quiet --out " + m_path("t.safetensors"), "--dropout");
+    m_cli_fails("train --model gpt5 --quiet --out " + m_path("t.safetensors"), "gpt5");
+    m_cli_fails("train --resume " + m_path("nonexistent.safetensors") + " --quiet", "nonexistent.safetensors");
+    m_cli_fails("bench --batch 0", "must be positive");
+    m_cli_fails("bench --preset tiny-gpt --block 17", "n_ctx");
+    m_cli_fails("init --preset tiny-gpt", "missing flag --out");
+    m_cli_fails("init --preset tiny-gpt --seed 1x --out " + m_path("i.safetensors"), "--seed");
+    CHECK_FALSE(m_exists(m_path("t.safetensors")));
+    CHECK_FALSE(m_exists(m_path("g.safetensors")));
+}
+
+TEST_CASE("CLI: integer flags out of the int range are errors, not silently wrapped") {
+    // 4294967297 = 2^32 + 1 would become 1 after a cast to int.
+    m_cli_fails("bench --preset tiny-gpt --batch 4294967297 --block 4 --steps 1", "--batch");
+    m_cli_fails("bench --preset tiny-gpt --block 4294967300 --steps 1", "--block");
+    m_cli_fails("train --layers 4294967298 --embd 8 --heads 2 --steps 1 --eval-steps 1 --batch 2 --quiet --out " +
+                    m_path("wrap.safetensors"),
+                "--layers");
+    CHECK_FALSE(m_exists(m_path("wrap.safetensors")));
+}
+
+TEST_CASE("CLI: fill and sample work on trained checkpoints, usage on no arguments") {
+    const std::string text = m_text_file();
+    const std::string g = m_path("cli_ok_gpt.safetensors"), b = m_path("cli_ok_roberta.safetensors");
+    REQUIRE(m_run("train --model gpt --data " + text +
+                  " --layers 1 --heads 2 --embd 8 --block 8 --batch 2 --steps 3 --eval-steps 1 --quiet --out " + g)
+                .status == 0);
+    REQUIRE(m_run("train --model roberta --data " + text +
+                  " --layers 1 --heads 2 --embd 8 --block 16 --batch 2 --steps 3 --eval-steps 1 --quiet --out " + b)
+                .status == 0);
+    const m_Run s1 = m_run("sample --checkpoint " + g + " --prompt the --tokens 12 --seed 3");
+    const m_Run s2 = m_run("sample --checkpoint " + g + " --prompt the --tokens 12 --seed 3");
+    INFO(s1.out << s1.err);
+    CHECK(s1.status == 0);
+    CHECK(s1.out == s2.out);
+    CHECK(s1.out.rfind("the", 0) == 0);
+    CHECK(s1.out.size() == 3 + 12 + 1);  // prompt, 12 characters, newline
+    const m_Run f = m_run("fill --checkpoint " + b + " --text 'th[MASK] quick'");
+    INFO(f.out << f.err);
+    CHECK(f.status == 0);
+    CHECK(f.out.size() == std::string("the quick\n").size());
+    CHECK(f.out.rfind("th", 0) == 0);
+    CHECK_FALSE(m_contains(f.out, "[MASK]"));
+    const m_Run e = m_run("eval --checkpoint " + g + " --data " + text);
+    CHECK(e.status == 0);
+    CHECK(m_contains(e.out, "mean loss"));
+    const m_Run none = m_run("");
+    CHECK(none.status == 1);
+    CHECK(m_contains(none.err, "usage"));
+    const m_Run help = m_run("help");
+    CHECK(help.status == 0);
+    CHECK(m_contains(help.out, "usage"));
+    const m_Run bench = m_run("bench --preset tiny-bert --batch 2 --block 8 --steps 1 --json");
+    INFO(bench.out << bench.err);
+    CHECK(bench.status == 0);
+    CHECK(bench.out.rfind("{\"preset\": \"tiny-bert\"", 0) == 0);
+}

@@ -1140,7 +1140,7 @@ void validate(const Config& c) {
                 throw Error("config: " + std::string(variant_name(c.variant)) +
                             " needs cls_id, sep_id and mask_id inside 0..V-1");
     }
-    const double floats = (double)c.V * c.H + (double)c.L * (4.0 * c.H * c.A * c.D + 2.0 * c.H * c.F);
+    const double floats = (double)c.V * c.H + (double)c.n_ctx * c.H + (double)c.L * (4.0 * c.H * c.A * c.D + 2.0 * c.H * c.F);
     if (floats > 2e9) throw Error("config: the model would hold more than 2e9 parameters");
 }
 
@@ -2079,13 +2079,15 @@ bool AdditionTask::held_out(int a, int b) {
 // character only where it is part of the answer (the 4 digits and the newline).
 static void addition_example(const CharVocab& vocab, int a, int b, std::vector<int>& x, std::vector<int>& y) {
     const std::vector<int> ids = vocab.encode(AdditionTask::problem(a, b));
-    x.assign(ids.begin(), ids.end() - 1);
+    x = ids;
+    x.pop_back();
     y.assign(x.size(), -1);
     for (std::size_t i = AdditionTask::prompt_len() - 1; i < x.size(); i++) y[i] = ids[i + 1];
 }
 
 // ---- Sampling ------------------------------------------------------------------------------------
 int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng) {
+    if (z.empty()) throw Error("sample_logits: empty logits");
     const int V = (int)z.size();
     if (temperature <= 0) return (int)(std::max_element(z.begin(), z.end()) - z.begin());
     std::vector<int> order(V);
@@ -2112,7 +2114,7 @@ std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> 
     for (int s = 0; s < new_tokens; s++) {
         Batch b;
         const int start = std::max(0, (int)x.size() - c.n_ctx);
-        b.tokens.assign(x.begin() + start, x.end());
+        b.tokens = std::vector<int>(x.begin() + start, x.end());
         b.n = (int)b.tokens.size();
         const Tensor<T> Z = model_forward(c, p, b);
         std::vector<float> z(Z.row(b.n - 1), Z.row(b.n - 1) + c.V);
@@ -2185,6 +2187,13 @@ static std::string num_str(double v) {
     o << v;
     return o.str();
 }
+static uint64_t parse_u64(const std::string& s, const std::string& what) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+    if (s.empty() || s[0] == '-' || *end != '\0' || errno) throw Error(what + ": '" + s + "' is not an unsigned integer");
+    return v;
+}
 static double parse_double(const std::string& s, const std::string& what) {
     char* end = nullptr;
     const double v = std::strtod(s.c_str(), &end);
@@ -2232,7 +2241,7 @@ static void options_from_metadata(const std::map<std::string, std::string>& m, T
     o.beta2 = parse_double(get("train.beta2"), "train.beta2");
     o.grad_clip = parse_double(get("train.grad_clip"), "train.grad_clip");
     o.dropout = parse_double(get("train.dropout"), "train.dropout");
-    o.seed = (uint64_t)std::stoull(get("train.seed"));
+    o.seed = parse_u64(get("train.seed"), "train.seed");
 }
 
 static void check_options(const TrainOptions& o) {
@@ -2326,6 +2335,23 @@ static std::string hms(double seconds) {
     return buf;
 }
 
+// The CSV log ("step,train_loss,val_loss,lr") back into points for the plot.
+static void parse_log(const std::string& csv, std::vector<std::pair<long long, double>>& train,
+                      std::vector<std::pair<long long, double>>& val) {
+    train.clear(), val.clear();
+    std::stringstream ss(csv);
+    std::string line;
+    std::getline(ss, line);
+    while (std::getline(ss, line)) {
+        std::stringstream ls(line);
+        std::string f[4];
+        for (auto& x : f) std::getline(ls, x, ',');
+        const long long step = (long long)parse_double(f[0], "train.log step");
+        train.push_back({step, parse_double(f[1], "train.log loss")});
+        if (!f[2].empty()) val.push_back({step, parse_double(f[2], "train.log val loss")});
+    }
+}
+
 static std::string strip_ext(const std::string& path) {
     const std::size_t dot = path.rfind('.'), slash = path.rfind('/');
     return dot != std::string::npos && (slash == std::string::npos || dot > slash) ? path.substr(0, dot) : path;
@@ -2349,7 +2375,11 @@ TrainResult train(const TrainOptions& opt_in) {
         const long long steps = o.steps, stop_at = o.stop_at;
         const std::string out = o.out;
         const bool quiet = o.quiet;
-        options_from_metadata(lm.file.metadata, o);
+        try {
+            options_from_metadata(lm.file.metadata, o);
+        } catch (const Error& e) {
+            throw Error("'" + o.resume + "': " + e.what());
+        }
         o.steps = steps, o.stop_at = stop_at, o.out = out, o.quiet = quiet;
         adamw_init(c, adam);
         auto M = named_tensors(c, adam.m), S = named_tensors(c, adam.v);
@@ -2365,9 +2395,10 @@ TrainResult train(const TrainOptions& opt_in) {
             throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
         step0 = (long long)parse_double(md.at("train.step"), "train.step");
         adam.t = (long long)parse_double(md.at("adam.t"), "adam.t");
-        rng.state = (uint64_t)std::stoull(md.at("train.rng"));
+        rng.state = parse_u64(md.at("train.rng"), "train.rng");
         saved_vocab = CharVocab::from_metadata(md.at("vocab"));
         if (md.count("train.log")) log_csv = md.at("train.log");
+        parse_log(log_csv, log_train, log_val);  // a damaged log fails now, not after the run
     }
     check_options(o);
     adam.beta1 = o.beta1, adam.beta2 = o.beta2, adam.weight_decay = o.weight_decay;
@@ -2435,9 +2466,7 @@ TrainResult train(const TrainOptions& opt_in) {
         if ((o.eval_every > 0 && step % o.eval_every == 0) || step == last) {
             val = evaluate(c, p, k, o.batch, n, o.eval_steps, o.seed);
             r.val_loss = val;
-            log_val.push_back({step, val});
         }
-        log_train.push_back({step, loss});
         log_csv += std::to_string(step) + "," + num_str(loss) + "," + (val >= 0 ? num_str(val) : "") + "," + num_str(lr) + "\n";
         if (!o.quiet && (step % o.log_every == 0 || val >= 0 || step == last)) {
             const auto now = clock::now();
@@ -2457,20 +2486,8 @@ TrainResult train(const TrainOptions& opt_in) {
     if (r.steps_done == 0) throw Error("train: nothing to do (the checkpoint is already at step " + std::to_string(step0) + ")");
     const std::string base = strip_ext(o.out);
     write_file_atomic(base + ".csv", log_csv);
-    {  // the plot covers the whole run, resumed parts included: rebuild it from the CSV
-        std::vector<std::pair<long long, double>> tr, va;
-        std::stringstream ss(log_csv);
-        std::string line;
-        std::getline(ss, line);
-        while (std::getline(ss, line)) {
-            std::stringstream ls(line);
-            std::string f[4];
-            for (auto& x : f) std::getline(ls, x, ',');
-            tr.push_back({std::stoll(f[0]), std::stod(f[1])});
-            if (!f[2].empty()) va.push_back({std::stoll(f[0]), std::stod(f[2])});
-        }
-        write_file_atomic(base + ".svg", loss_svg(tr, va, std::string(variant_name(c.variant)) + " training loss"));
-    }
+    parse_log(log_csv, log_train, log_val);  // the whole run, resumed parts included
+    write_file_atomic(base + ".svg", loss_svg(log_train, log_val, std::string(variant_name(c.variant)) + " training loss"));
     if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, p, k.vocab, 500, 4242);
     if (!o.quiet) {
         std::printf("done: %lld steps in %s (%.1f ms/step), final train loss %.4f, val loss %.4f\n", r.steps_done,
@@ -2566,6 +2583,7 @@ TF_INSTANTIATE(float)
 TF_INSTANTIATE_MODELS(float)
 TF_INSTANTIATE_MODELS(double)
 template std::vector<int> generate(const Config&, const Params<float>&, std::vector<int>, int, double, int, Rng&);
+template std::vector<int> generate(const Config&, const Params<double>&, std::vector<int>, int, double, int, Rng&);
 TF_INSTANTIATE(double)
 
 }  // namespace tf
