@@ -26,6 +26,7 @@ commands:
            --block n --batch B --steps S --lr LR --min-lr LR --warmup S --weight-decay W
            --beta1 B1 --beta2 B2 --grad-clip C --dropout P --activation NAME --eval-every S
            --eval-steps S --save-every S --log-every S --stop-at S --seed S --out FILE --resume FILE
+           --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --quiet
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
   eval     --checkpoint FILE --data FILE                       (mean loss in nats per token)
@@ -83,7 +84,7 @@ struct Flags {
     }
 };
 
-static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet"};
+static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init"};
 
 static Flags parse_flags(int argc, char** argv, int first) {
     Flags f;
@@ -221,6 +222,7 @@ static int cmd_train(Flags& f) {
     o.grad_clip = f.number("grad-clip", o.grad_clip);
     o.dropout = f.number("dropout", o.dropout);
     o.activation = f.str("activation");
+    o.gpt2_init = f.flag("gpt2-init");
     o.seed = (uint64_t)f.integer("seed", (long long)o.seed);
     o.out = f.str("out", o.out);
     o.resume = f.str("resume");
@@ -417,6 +419,8 @@ int main(int argc, char** argv) {
         return argc < 2 ? 1 : 0;
     }
     const std::string cmd = argv[1];
+    for (int i = 2; i < argc; i++)
+        if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return std::fputs(USAGE, stdout), 0;
     try {
         Flags f = parse_flags(argc, argv, 2);
         if (cmd == "train") return cmd_train(f);

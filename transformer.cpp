@@ -1206,6 +1206,15 @@ void init_params(const Config& c, Params<T>& p, uint64_t seed) {
 }
 
 template <typename T>
+void scale_residual_init(const Config& c, Params<T>& p) {
+    const T s = T(1.0 / std::sqrt(2.0 * c.L));
+    for (auto& l : p.layers) {
+        for (auto& v : l.attn.W_O.data) v *= s;
+        for (auto& v : l.ffn.W_2.data) v *= s;
+    }
+}
+
+template <typename T>
 void zero_params(const Config& c, Params<T>& p) {
     for (auto& nt : named_tensors(c, p)) nt.tensor->zero();
 }
@@ -2418,6 +2427,7 @@ TrainResult train(const TrainOptions& opt_in) {
         if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
         p = make_params<float>(c);
         init_params(c, p, o.seed);
+        if (o.gpt2_init) scale_residual_init(c, p);
         adamw_init(c, adam);
     }
     Params<float> g = make_params<float>(c);
@@ -2567,6 +2577,7 @@ TrainResult train(const TrainOptions& opt_in) {
     template std::vector<Named<T>> named_tensors(const Config&, Params<T>&);                               \
     template void init_params(const Config&, Params<T>&, uint64_t);                                        \
     template void zero_params(const Config&, Params<T>&);                                                  \
+    template void scale_residual_init(const Config&, Params<T>&);                                                  \
     template Params<T> convert_params(const Config&, Params<float>&);                                      \
     template Tensor<T> layer_mask(const Config&, int, int);                                                \
     template Tensor<T> model_forward(const Config&, const Params<T>&, const Batch&, ForwardCache<T>*,      \

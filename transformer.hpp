@@ -385,6 +385,10 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p);
 // Seed 003's initialisation: matrices and segment vectors N(0, 0.02), gamma 1, beta and biases 0.
 template <typename T>
 void init_params(const Config& c, Params<T>& p, uint64_t seed);
+// GPT-2's variant of it (GPT-2 paper, section 2.3, as in nanoGPT): the weights that end a residual
+// branch (W_O and W_2) are scaled by 1/sqrt(2L), so the residual stream does not grow with depth.
+template <typename T>
+void scale_residual_init(const Config& c, Params<T>& p);
 template <typename T>
 void zero_params(const Config& c, Params<T>& p);
 template <typename T>
@@ -594,6 +598,7 @@ struct TrainOptions {
     long long stop_at = 0;       // stop (and save) after this step; 0 = run to `steps`
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
     double dropout = 0.0;
+    bool gpt2_init = false;      // scale_residual_init after init_params
     std::string activation;      // empty: the variant's default
     uint64_t seed = 1337;
     std::string out = "model.safetensors";
