@@ -1144,6 +1144,7 @@ void validate(const Config& c) {
     if (floats > 2e9) throw Error("config: the model would hold more than 2e9 parameters");
 }
 
+// ---- Parameters theta (seed "Parameters") ----------------------------------------------------
 template <typename T>
 Params<T> make_params(const Config& c) {
     validate(c);
@@ -2577,7 +2578,7 @@ TrainResult train(const TrainOptions& opt_in) {
     template std::vector<Named<T>> named_tensors(const Config&, Params<T>&);                               \
     template void init_params(const Config&, Params<T>&, uint64_t);                                        \
     template void zero_params(const Config&, Params<T>&);                                                  \
-    template void scale_residual_init(const Config&, Params<T>&);                                                  \
+    template void scale_residual_init(const Config&, Params<T>&);                                          \
     template Params<T> convert_params(const Config&, Params<float>&);                                      \
     template Tensor<T> layer_mask(const Config&, int, int);                                                \
     template Tensor<T> model_forward(const Config&, const Params<T>&, const Batch&, ForwardCache<T>*,      \
