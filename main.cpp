@@ -207,7 +207,7 @@ static int cmd_train(Flags& f) {
     o.ffn = f.int32("ffn", o.ffn);
     o.block = f.int32("block", o.block);
     o.batch = f.int32("batch", o.batch);
-    o.steps = f.integer("steps", o.steps);
+    o.steps = f.has("steps") ? f.integer("steps", 0) : f.has("resume") ? 0 : o.steps;
     o.warmup = f.integer("warmup", o.warmup);
     o.eval_every = f.integer("eval-every", o.eval_every);
     o.eval_steps = f.integer("eval-steps", o.eval_steps);
@@ -224,7 +224,7 @@ static int cmd_train(Flags& f) {
     o.activation = f.str("activation");
     o.gpt2_init = f.flag("gpt2-init");
     o.seed = (uint64_t)f.integer("seed", (long long)o.seed);
-    o.out = f.str("out", o.out);
+    o.out = f.str("out", f.has("resume") ? "" : o.out);
     o.resume = f.str("resume");
     o.quiet = f.flag("quiet");
     f.done();
@@ -237,7 +237,12 @@ static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
     auto it = lm.file.metadata.find("vocab");
     if (it == lm.file.metadata.end())
         throw Error("'" + path + "' has no character vocabulary (it was not written by `transformer train`)");
-    return CharVocab::from_metadata(it->second);
+    CharVocab v = CharVocab::from_metadata(it->second);
+    const int expected = lm.config.V - (is_causal(lm.config.variant) ? 0 : 3);
+    if (v.size() != expected)
+        throw Error("'" + path + "': its vocabulary has " + std::to_string(v.size()) + " characters but V = " +
+                    std::to_string(lm.config.V));
+    return v;
 }
 
 static int cmd_sample(Flags& f) {
@@ -353,6 +358,7 @@ static int cmd_bench(Flags& f) {
     if (B < 1 || n < 1 || steps < 1) throw Error("--batch, --block and --steps must be positive");
     const Config c = preset(name);
     if (n > c.n_ctx) throw Error("--block " + std::to_string(n) + " is longer than n_ctx = " + std::to_string(c.n_ctx));
+    if ((long long)B * n > (1 << 20)) throw Error("--batch x --block is too large for a benchmark");
     Params<float> p = make_params<float>(c), g = make_params<float>(c);
     init_params(c, p, 1);
     AdamW adam;

@@ -162,9 +162,10 @@ void gemm_reference(int M, int N, int K, const T* A, long rsA, long csA, const T
 // * Edges. The packing pads partial micro-panels with zeros, so the
 //   micro-kernel always computes a full MR x NR tile; only its write-back
 //   to C is clipped. Zeros do not change the result.
-// * Rounding. Each C(i,j) is summed over k in increasing order (one KC
-//   chunk after the other), as in the reference loop; the only difference
-//   is that every multiply-add is a fused FMA (one rounding instead of two).
+// * Rounding. Each C(i,j) is summed over k in increasing order within a KC
+//   chunk; the chunk sums (and, with accumulate, the old C) are added to C
+//   one after another, and every multiply-add is a fused FMA. So the result
+//   differs from the reference loop only by rounding.
 //
 // Why std::fma in the micro-kernel: with `acc += a*b` GCC 12 vectorises the
 // k loop as 96 separate "reductions" and shuffles every B vector (and the
@@ -200,8 +201,7 @@ template <> struct Blocking<double> {           // same register budget, 8 lanes
     static constexpr int NC = 2048;         // B panel 4 MiB (L3); not tuned further
 };
 
-// When to skip packing and use the simple i-k-j loop instead (measured,
-// see REPORT.md):
+// When to skip packing and use the simple i-k-j loop instead (measured):
 //  * tiny products (below ~8x16x16), where packing overhead dominates;
 //  * at most 3 rows of A with row-major B (e.g. one token at a time): each
 //    B value is used <= 3 times, so packing B costs about as much as the
@@ -2152,7 +2152,7 @@ double addition_accuracy(const Config& c, const Params<float>& p, const CharVoca
 // ---- Plot ----------------------------------------------------------------------------------------
 std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
                      const std::vector<std::pair<long long, double>>& val, const std::string& title) {
-    const double W = 720, Hh = 420, left = 60, right = 20, top = 40, bottom = 50;
+    const double W = 720, Hh = 420, left = 72, right = 20, top = 40, bottom = 50;
     long long xmax = 1;
     double ymin = 1e300, ymax = -1e300;
     for (auto* s : {&train, &val})
@@ -2171,11 +2171,13 @@ std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
     for (int k = 0; k <= 5; k++) {  // grid and tick labels
         const double l = ymin + (ymax - ymin) * k / 5, s = (double)xmax * k / 5;
         o << "<line x1='" << left << "' x2='" << W - right << "' y1='" << Y(l) << "' y2='" << Y(l) << "' stroke='#ddd'/>\n";
-        o << "<text x='" << left - 6 << "' y='" << Y(l) + 4 << "' text-anchor='end'>" << l << "</text>\n";
+        char label[32];
+        std::snprintf(label, sizeof label, "%.3g", l);
+        o << "<text x='" << left - 6 << "' y='" << Y(l) + 4 << "' text-anchor='end'>" << label << "</text>\n";
         o << "<text x='" << X(s) << "' y='" << Hh - bottom + 18 << "' text-anchor='middle'>" << (long long)s << "</text>\n";
     }
     o << "<text x='" << W / 2 << "' y='" << Hh - 10 << "' text-anchor='middle'>step</text>\n";
-    o << "<text x='16' y='" << Hh / 2 << "' transform='rotate(-90 16 " << Hh / 2 << ")' text-anchor='middle'>loss (nats/token)</text>\n";
+    o << "<text x='14' y='" << Hh / 2 << "' transform='rotate(-90 14 " << Hh / 2 << ")' text-anchor='middle'>loss (nats/token)</text>\n";
     auto polyline = [&](const std::vector<std::pair<long long, double>>& s, const char* color) {
         o << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' points='";
         for (auto& pt : s) o << X((double)pt.first) << "," << Y(pt.second) << " ";
@@ -2196,6 +2198,13 @@ static std::string num_str(double v) {
     o.precision(17);
     o << v;
     return o.str();
+}
+static long long parse_i64(const std::string& s, const std::string& what) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || errno) throw Error(what + ": '" + s + "' is not an integer");
+    return v;
 }
 static uint64_t parse_u64(const std::string& s, const std::string& what) {
     char* end = nullptr;
@@ -2238,12 +2247,13 @@ static void options_from_metadata(const std::map<std::string, std::string>& m, T
         return it->second;
     };
     o.data = get("train.data");
+    o.steps = parse_i64(get("train.steps"), "train.steps");
     o.batch = parse_int(get("train.batch"), "train.batch");
-    o.warmup = (long long)parse_double(get("train.warmup"), "train.warmup");
-    o.eval_every = (long long)parse_double(get("train.eval_every"), "train.eval_every");
-    o.eval_steps = (long long)parse_double(get("train.eval_steps"), "train.eval_steps");
-    o.save_every = (long long)parse_double(get("train.save_every"), "train.save_every");
-    o.log_every = (long long)parse_double(get("train.log_every"), "train.log_every");
+    o.warmup = parse_i64(get("train.warmup"), "train.warmup");
+    o.eval_every = parse_i64(get("train.eval_every"), "train.eval_every");
+    o.eval_steps = parse_i64(get("train.eval_steps"), "train.eval_steps");
+    o.save_every = parse_i64(get("train.save_every"), "train.save_every");
+    o.log_every = parse_i64(get("train.log_every"), "train.log_every");
     o.lr = parse_double(get("train.lr"), "train.lr");
     o.min_lr = parse_double(get("train.min_lr"), "train.min_lr");
     o.weight_decay = parse_double(get("train.weight_decay"), "train.weight_decay");
@@ -2382,15 +2392,16 @@ TrainResult train(const TrainOptions& opt_in) {
         LoadedModel lm = load_model(o.resume, {"adam."});
         c = lm.config;
         p = std::move(lm.params);
-        const long long steps = o.steps, stop_at = o.stop_at;
-        const std::string out = o.out;
+        const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
+        const std::string out = o.out.empty() ? o.resume : o.out;
         const bool quiet = o.quiet;
         try {
             options_from_metadata(lm.file.metadata, o);
         } catch (const Error& e) {
             throw Error("'" + o.resume + "': " + e.what());
         }
-        o.steps = steps, o.stop_at = stop_at, o.out = out, o.quiet = quiet;
+        if (steps > 0) o.steps = steps;
+        o.stop_at = stop_at, o.out = out, o.quiet = quiet;
         adamw_init(c, adam);
         auto M = named_tensors(c, adam.m), S = named_tensors(c, adam.v);
         for (std::size_t j = 0; j < M.size(); j++) {
@@ -2403,8 +2414,10 @@ TrainResult train(const TrainOptions& opt_in) {
         const auto& md = lm.file.metadata;
         if (!md.count("train.step") || !md.count("train.rng") || !md.count("vocab") || !md.count("adam.t"))
             throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
-        step0 = (long long)parse_double(md.at("train.step"), "train.step");
-        adam.t = (long long)parse_double(md.at("adam.t"), "adam.t");
+        step0 = parse_i64(md.at("train.step"), "train.step");
+        adam.t = parse_i64(md.at("adam.t"), "adam.t");
+        if (step0 < 0 || adam.t != step0)
+            throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(step0) + " and adam.t " + std::to_string(adam.t));
         rng.state = parse_u64(md.at("train.rng"), "train.rng");
         saved_vocab = CharVocab::from_metadata(md.at("vocab"));
         if (md.count("train.log")) log_csv = md.at("train.log");

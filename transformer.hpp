@@ -580,7 +580,8 @@ struct CharVocab {
 
 // The built-in task: 3-digit addition "123+456=" -> the sum's 4 digits, least significant first
 // (so each digit depends only on digits already seen: 123+456=9750). One problem = 13 characters
-// including the newline. Problems with (a * 1000 + b) % 10 == 0 are held out for evaluation.
+// including the newline. A tenth of the problems, chosen by a hash of the pair
+// (Rng(a * 1000 + b).next() % 10 == 0), is held out for evaluation.
 struct AdditionTask {
     static const std::string alphabet;  // "\n+0123456789="
     static std::string problem(int a, int b);      // "123+456=9750\n"
@@ -594,15 +595,15 @@ struct TrainOptions {
     std::string data;            // text file; empty = the built-in addition task
     std::string model = "gpt2";  // variant
     int layers = 2, heads = 4, embd = 64, ffn = 0, block = 0, batch = 32;  // ffn 0 = 4H, block 0 = auto
-    long long steps = 3000, warmup = 100, eval_every = 250, eval_steps = 20, save_every = 0, log_every = 50;
+    long long steps = 3000, warmup = 100, eval_every = 250, eval_steps = 20, save_every = 0, log_every = 100;
     long long stop_at = 0;       // stop (and save) after this step; 0 = run to `steps`
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
-    double dropout = 0.0;
+    double dropout = 0.1;
     bool gpt2_init = false;      // scale_residual_init after init_params
-    std::string activation;      // empty: the variant's default
+    std::string activation;      // empty: gelu_sigmoid (the seed's GELU) for every variant
     uint64_t seed = 1337;
-    std::string out = "model.safetensors";
-    std::string resume;          // checkpoint to continue from
+    std::string out = "model.safetensors";  // with resume: empty = overwrite the resumed file
+    std::string resume;          // checkpoint to continue from (steps 0 = the checkpoint's)
     bool quiet = false;
 };
 struct TrainResult {
