@@ -3,7 +3,7 @@
 CXX      ?= g++
 STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
-OPT      := -O3 -march=native
+OPT      := -O3 -march=native -fno-math-errno
 DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
 

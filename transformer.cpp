@@ -1002,21 +1002,22 @@ double CrossEntropy_logits(const Tensor<T>& Z, const std::vector<int>& targets, 
     }
     if (dZ) *dZ = Tensor<T>(m, V);
     if (count == 0) return 0.0;
+    std::vector<T> row(dZ ? 0 : V);
     double loss = 0;
     for (int i = 0; i < m; i++) {
         if (targets[i] < 0) continue;
         const T* z = Z.row(i);
         T mx = z[0];
         for (int j = 1; j < V; j++) mx = std::max(mx, z[j]);
+        T* e = dZ ? dZ->row(i) : row.data();  // e_j = exp(z_j - max), computed once
         double sum = 0;
-        for (int j = 0; j < V; j++) sum += std::exp((double)(z[j] - mx));
+        for (int j = 0; j < V; j++) sum += (double)(e[j] = std::exp(z[j] - mx));
         const double lse = (double)mx + std::log(sum);
         loss += lse - (double)z[targets[i]];
         if (dZ) {
-            T* d = dZ->row(i);
-            const double inv = 1.0 / (sum * count);
-            for (int j = 0; j < V; j++) d[j] = T(std::exp((double)(z[j] - mx)) * inv);
-            d[targets[i]] -= T(1.0 / count);
+            const T inv = T(1.0 / (sum * count));
+            for (int j = 0; j < V; j++) e[j] *= inv;
+            e[targets[i]] -= T(1.0 / count);
         }
     }
     return loss / count;
