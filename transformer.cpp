@@ -611,15 +611,17 @@ Tensor<T> apply_mask(const Tensor<T>& Mask, const Tensor<T>& S) {
 
 // ---- Masked Scaled Dot-Product Attention -----------------------------------------------------
 // Q, K, V: n x D; Mask: n x n; P = Softmax(Mask (.) Q K^T / sqrt(D)) (n x n); O = P V (n x D).
+// (Q may also have m != n rows, with Mask m x n: generation with a key/value cache uses m = 1.)
 template <typename T>
 Tensor<T> Attention(const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V, const Tensor<T>& Mask,
                     AttentionCache<T>* cache, const Tensor<T>* dropout_scale) {
     require_matrix(Q, "Attention", "Q");
-    require_same_shape(Q, K, "Attention", "Q", "K");
-    require_same_shape(Q, V, "Attention", "Q", "V");
-    const int n = Q.rows(), D = Q.cols();
-    require_shape(Mask, {n, n}, "Attention", "Mask");
-    Tensor<T> S = matmul_nt(Q, K);  // n x n, S_{i,j} = q_i . k_j
+    require_matrix(K, "Attention", "K");
+    if (K.cols() != Q.cols()) throw ShapeError("Attention: Q is " + shape_str(Q) + " but K is " + shape_str(K));
+    require_same_shape(K, V, "Attention", "K", "V");
+    const int m = Q.rows(), n = K.rows(), D = Q.cols();
+    require_shape(Mask, {m, n}, "Attention", "Mask");
+    Tensor<T> S = matmul_nt(Q, K);  // m x n, S_{i,j} = q_i . k_j
     const T scale = T(1) / std::sqrt(T(D));
     for (auto& s : S.data) s *= scale;
     Tensor<T> P = Softmax(apply_mask(Mask, S));
@@ -2116,19 +2118,80 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
     return order[k - 1];
 }
 
+// ---- Generation with a key/value cache ---------------------------------------------------------
+template <typename T>
+void kv_init(const Config& c, KVCache<T>& cache) {
+    if (!is_causal(c.variant)) throw Error("kv_init: a " + std::string(variant_name(c.variant)) + " model is not causal");
+    cache.t = 0;
+    cache.K.assign(c.L, std::vector<Tensor<T>>(c.A, Tensor<T>(c.n_ctx, c.D)));
+    cache.V = cache.K;
+    cache.masks.resize(c.L);
+    for (int l = 0; l < c.L; l++) cache.masks[l] = layer_mask<T>(c, l, c.n_ctx);
+}
+
+// The blocks of model_forward for the single new row t (1 x H); MultiHeadSA's heads attend from
+// it to rows 0..t of the cached keys and values, with row t of the layer's mask (1 x (t+1)).
+template <typename T>
+Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& k) {
+    const int t = k.t;
+    if ((int)k.K.size() != c.L) throw Error("model_step: call kv_init first");
+    if (t >= c.n_ctx) throw Error("model_step: the cache is full (n_ctx = " + std::to_string(c.n_ctx) + " tokens)");
+    Tensor<T> X = Embedding(std::vector<int>{x}, p.W_e);  // 1 x H: OneHot(x) W_e + W_p[t]
+    for (int j = 0; j < c.H; j++) X[j] += p.W_p(t, j);
+    for (int l = 0; l < c.L; l++) {
+        const Layer<T>& w = p.layers[l];
+        Tensor<T> mask(1, t + 1);
+        std::copy(k.masks[l].row(t), k.masks[l].row(t) + t + 1, mask.ptr());
+        auto attention = [&](const Tensor<T>& A_in) {  // MultiHeadSA(A_in, Mask) for row t
+            std::vector<Tensor<T>> heads(c.A);
+            for (int i = 0; i < c.A; i++) {
+                const Tensor<T> kt = matmul(A_in, w.attn.W_K[i]), vt = matmul(A_in, w.attn.W_V[i]);
+                std::copy(kt.data.begin(), kt.data.end(), k.K[l][i].row(t));
+                std::copy(vt.data.begin(), vt.data.end(), k.V[l][i].row(t));
+                heads[i] = Attention(matmul(A_in, w.attn.W_Q[i]), rows_of(k.K[l][i], 0, t + 1),
+                                     rows_of(k.V[l][i], 0, t + 1), mask);
+            }
+            return matmul(Concat(heads), w.attn.W_O);
+        };
+        if (is_pre_ln(c.variant)) {  // X' = MHSA(LN(X)) + X;  X = FFN(LN(X')) + X'
+            add_inplace(X, attention(LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps)));
+            add_inplace(X, FFN(LayerNorm(X, w.ln_2_gamma, w.ln_2_beta, c.eps), w.ffn, c.activation));
+        } else {  // X' = LN(MHSA(X) + X);  X = LN(FFN(X') + X')
+            X = LayerNorm(add(attention(X), X), w.ln_1_gamma, w.ln_1_beta, c.eps);
+            X = LayerNorm(add(FFN(X, w.ffn, c.activation), X), w.ln_2_gamma, w.ln_2_beta, c.eps);
+        }
+    }
+    if (is_pre_ln(c.variant)) X = LayerNorm(X, p.ln_f_gamma, p.ln_f_beta, c.eps);
+    k.t++;
+    Tensor<T> z = matmul_nt(X, p.W_e);  // 1 x V
+    z.shape = {c.V};
+    return z;
+}
+
 template <typename T>
 std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> x, int new_tokens, double temperature,
                           int top_k, Rng& rng) {
     if (!is_causal(c.variant)) throw Error("generate: a " + std::string(variant_name(c.variant)) + " model does not generate");
     if (x.empty()) throw Error("generate: the prompt is empty");
     check_token_ids(x, c.V, "prompt");
+    KVCache<T> cache;
+    std::vector<float> z;
+    auto next_logits = [&]() {  // logits after the last token of x
+        if ((int)x.size() <= c.n_ctx) {  // it fits: feed the tokens the cache has not seen
+            if (cache.K.empty()) kv_init(c, cache);
+            Tensor<T> zt;
+            while (cache.t < (int)x.size()) zt = model_step(c, p, x[cache.t], cache);
+            z.assign(zt.data.begin(), zt.data.end());
+        } else {  // the window slides: positions change, so the whole window is recomputed
+            Batch b;
+            b.tokens = std::vector<int>(x.end() - c.n_ctx, x.end());
+            b.n = c.n_ctx;
+            const Tensor<T> Z = model_forward(c, p, b);
+            z.assign(Z.row(b.n - 1), Z.row(b.n - 1) + c.V);
+        }
+    };
     for (int s = 0; s < new_tokens; s++) {
-        Batch b;
-        const int start = std::max(0, (int)x.size() - c.n_ctx);
-        b.tokens = std::vector<int>(x.begin() + start, x.end());
-        b.n = (int)b.tokens.size();
-        const Tensor<T> Z = model_forward(c, p, b);
-        std::vector<float> z(Z.row(b.n - 1), Z.row(b.n - 1) + c.V);
+        next_logits();
         x.push_back(sample_logits(z, temperature, top_k, rng));
     }
     return x;
@@ -2608,8 +2671,13 @@ TrainResult train(const TrainOptions& opt_in) {
 TF_INSTANTIATE(float)
 TF_INSTANTIATE_MODELS(float)
 TF_INSTANTIATE_MODELS(double)
-template std::vector<int> generate(const Config&, const Params<float>&, std::vector<int>, int, double, int, Rng&);
-template std::vector<int> generate(const Config&, const Params<double>&, std::vector<int>, int, double, int, Rng&);
+#define TF_INSTANTIATE_GENERATION(T)                                                                       \
+    template void kv_init(const Config&, KVCache<T>&);                                                     \
+    template Tensor<T> model_step(const Config&, const Params<T>&, int, KVCache<T>&);                      \
+    template std::vector<int> generate(const Config&, const Params<T>&, std::vector<int>, int, double, int, Rng&);
+
+TF_INSTANTIATE_GENERATION(float)
+TF_INSTANTIATE_GENERATION(double)
 TF_INSTANTIATE(double)
 
 }  // namespace tf

@@ -169,6 +169,7 @@ Tensor<T> apply_mask(const Tensor<T>& Mask, const Tensor<T>& S);
 
 // Masked Scaled Dot-Product Attention (Q, K, V: n x D, Mask: n x n -> n x D):
 //   Attention(Q, K, V, Mask) = Softmax( Mask (.) Q K^T / sqrt(D) ) V
+// (The code also takes Q with m rows and Mask m x n, for one new row at a time: model_step.)
 // P (n x n) is the softmax output, kept for the backward. If dropout_scale is given (n x n, each
 // entry 0 or 1/(1-p)), the product uses P (.) dropout_scale instead of P (dropout on attention
 // probabilities, seed 003).
@@ -615,8 +616,26 @@ struct TrainResult {
 };
 TrainResult train(const TrainOptions& opt);
 
+// Generation with a key/value cache (GPT variants). Under a causal mask row t of every layer
+// depends only on rows 0..t below it, so when tokens arrive one at a time the keys X W_i^K and
+// values X W_i^V of earlier rows can be kept and only the new row computed: O(t) work per token
+// instead of O(t^2). model_step feeds token x at position cache.t and returns the logits (V) for
+// the next token, equal to row t of model_forward on the whole prefix.
+template <typename T>
+struct KVCache {
+    int t = 0;                                 // tokens fed so far (the next position)
+    std::vector<std::vector<Tensor<T>>> K, V;  // [l][i]: n_ctx x D, rows 0..t-1 filled
+    std::vector<Tensor<T>> masks;              // [l]: layer_mask(c, l, n_ctx)
+};
+template <typename T>
+void kv_init(const Config& c, KVCache<T>& cache);
+template <typename T>
+Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& cache);
+
 // Generation from a GPT-variant checkpoint: next token ~ Softmax(z / temperature) restricted to the
-// top_k most likely (top_k 0 = all; temperature 0 = greedy). The context is the last n_ctx tokens.
+// top_k most likely (top_k 0 = all; temperature 0 = greedy). The context is the last n_ctx tokens:
+// while the text fits in n_ctx the key/value cache is used, after that the window slides and each
+// token runs model_forward on the last n_ctx tokens.
 template <typename T>
 std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> prompt, int new_tokens,
                           double temperature, int top_k, Rng& rng);
