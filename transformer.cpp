@@ -1303,6 +1303,7 @@ template <typename T>
 static Tensor<T> post_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
                                        BlockCache<T>& k, const ForwardOptions& o) {
     k.X_in = X;
+    k.drop_attn = k.drop_ffn = Tensor<T>();  // no stale masks when a cache is reused
     k.attn_in = X;
     Tensor<T> a = MultiHeadSA(X, Mask, w.attn, &k.attn, o.dropout, o.rng);
     if (o.dropout > 0) k.drop_attn = dropout_mask<T>(a.shape, o.dropout, *o.rng), multiply_inplace(a, k.drop_attn);
@@ -1338,6 +1339,7 @@ template <typename T>
 static Tensor<T> pre_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
                                       BlockCache<T>& k, const ForwardOptions& o) {
     k.X_in = X;
+    k.drop_attn = k.drop_ffn = Tensor<T>();  // no stale masks when a cache is reused
     k.attn_in = LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);
     Tensor<T> a = MultiHeadSA(k.attn_in, Mask, w.attn, &k.attn, o.dropout, o.rng);
     if (o.dropout > 0) k.drop_attn = dropout_mask<T>(a.shape, o.dropout, *o.rng), multiply_inplace(a, k.drop_attn);
