@@ -1038,7 +1038,10 @@ double Rng::normal() {
     if (u1 < 1e-300) u1 = 1e-300;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
-int Rng::below(int n) { return (int)(uniform() * n); }
+int Rng::below(int n) {
+    if (n <= 0) throw Error("Rng::below: empty range 0.." + std::to_string(n - 1));
+    return (int)(uniform() * n);
+}
 
 template <typename T>
 Tensor<T> dropout_mask(const std::vector<int>& shape, double p, Rng& rng) {
