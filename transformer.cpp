@@ -2339,6 +2339,7 @@ static void check_options(const TrainOptions& o) {
         fail("--layers, --heads, --embd, --batch must be positive (--ffn, --block >= 0)");
     if (o.embd % o.heads != 0) fail("--embd " + std::to_string(o.embd) + " is not divisible by --heads " + std::to_string(o.heads));
     if (o.steps < 1) fail("--steps must be at least 1");
+    if ((long long)o.batch * std::max(o.block, 1) > (1 << 22)) fail("--batch x --block is too large (at most 4194304 tokens a step)");
     if (o.warmup < 0 || o.eval_every < 0 || o.eval_steps < 1 || o.save_every < 0 || o.log_every < 1 || o.stop_at < 0)
         fail("--warmup, --eval-every, --save-every, --stop-at must be >= 0, --eval-steps and --log-every >= 1");
     if (!(o.lr > 0) || o.min_lr < 0 || o.min_lr > o.lr) fail("need 0 <= --min-lr <= --lr and --lr > 0");
