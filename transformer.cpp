@@ -1226,16 +1226,6 @@ void zero_params(const Config& c, Params<T>& p) {
     for (auto& nt : named_tensors(c, p)) nt.tensor->zero();
 }
 
-template <typename T>
-Params<T> convert_params(const Config& c, Params<float>& p) {
-    Params<T> q = make_params<T>(c);
-    auto src = named_tensors(c, p);
-    auto dst = named_tensors(c, q);
-    for (std::size_t k = 0; k < src.size(); k++)
-        for (std::size_t j = 0; j < src[k].tensor->size(); j++) dst[k].tensor->data[j] = T(src[k].tensor->data[j]);
-    return q;
-}
-
 ParamCount count_params(const Config& c) {
     validate(c);
     const long long V = c.V, H = c.H, F = c.F, D = c.D, L = c.L, A = c.A, n = c.n_ctx;
@@ -1305,17 +1295,15 @@ Tensor<T> layer_mask(const Config& c, int l, int n) {
 template <typename T>
 static Tensor<T> post_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
                                        BlockCache<T>& k, const ForwardOptions& o) {
-    k.X_in = X;
     k.drop_attn = k.drop_ffn = Tensor<T>();  // no stale masks when a cache is reused
-    k.attn_in = X;
+    k.attn_in = X;                           // X^(l-1)
     Tensor<T> a = MultiHeadSA(X, Mask, w.attn, &k.attn, o.dropout, o.rng);
     if (o.dropout > 0) k.drop_attn = dropout_mask<T>(a.shape, o.dropout, *o.rng), multiply_inplace(a, k.drop_attn);
     add_inplace(a, X);
-    k.X_mid = LayerNorm(a, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);
-    k.ffn_in = k.X_mid;
-    Tensor<T> f = FFN(k.X_mid, w.ffn, c.activation, &k.ffn);
+    k.ffn_in = LayerNorm(a, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);  // X'^(l)
+    Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
     if (o.dropout > 0) k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, *o.rng), multiply_inplace(f, k.drop_ffn);
-    add_inplace(f, k.X_mid);
+    add_inplace(f, k.ffn_in);
     return LayerNorm(f, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
 }
 // Backward of u = LN(branch(x) + x): du = LN_backward(dy); dx = du + branch_backward(du).
@@ -1325,12 +1313,12 @@ static Tensor<T> post_ln_block_backward(const Config& c, const Layer<T>& w, cons
     Tensor<T> du = LayerNorm_backward(w.ln_2_gamma, k.ln_2, dY, g.ln_2_gamma, g.ln_2_beta);
     Tensor<T> df = du;
     multiply_inplace(df, k.drop_ffn);
-    Tensor<T> dX_mid = FFN_backward(k.X_mid, w.ffn, c.activation, k.ffn, df, g.ffn);
+    Tensor<T> dX_mid = FFN_backward(k.ffn_in, w.ffn, c.activation, k.ffn, df, g.ffn);
     add_inplace(dX_mid, du);
     Tensor<T> dv = LayerNorm_backward(w.ln_1_gamma, k.ln_1, dX_mid, g.ln_1_gamma, g.ln_1_beta);
     Tensor<T> da = dv;
     multiply_inplace(da, k.drop_attn);
-    Tensor<T> dX = MultiHeadSA_backward(k.X_in, w.attn, k.attn, da, g.attn);
+    Tensor<T> dX = MultiHeadSA_backward(k.attn_in, w.attn, k.attn, da, g.attn);
     add_inplace(dX, dv);
     return dX;
 }
@@ -1341,17 +1329,15 @@ static Tensor<T> post_ln_block_backward(const Config& c, const Layer<T>& w, cons
 template <typename T>
 static Tensor<T> pre_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
                                       BlockCache<T>& k, const ForwardOptions& o) {
-    k.X_in = X;
     k.drop_attn = k.drop_ffn = Tensor<T>();  // no stale masks when a cache is reused
     k.attn_in = LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);
     Tensor<T> a = MultiHeadSA(k.attn_in, Mask, w.attn, &k.attn, o.dropout, o.rng);
     if (o.dropout > 0) k.drop_attn = dropout_mask<T>(a.shape, o.dropout, *o.rng), multiply_inplace(a, k.drop_attn);
-    add_inplace(a, X);
-    k.X_mid = std::move(a);
-    k.ffn_in = LayerNorm(k.X_mid, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
+    add_inplace(a, X);  // a = X'^(l)
+    k.ffn_in = LayerNorm(a, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
     Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
     if (o.dropout > 0) k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, *o.rng), multiply_inplace(f, k.drop_ffn);
-    add_inplace(f, k.X_mid);
+    add_inplace(f, a);
     return f;
 }
 // Backward of y = branch(LN(x)) + x: dx = dy + LN_backward(branch_backward(dy)).
@@ -2389,8 +2375,8 @@ static Batch make_batch(const Config& c, const Corpus& k, bool validation, int B
             int a, bb;
             do a = rng.below(1000), bb = rng.below(1000);
             while (AdditionTask::held_out(a, bb) != validation);
-            addition_example(k.vocab, a, bb, x, y);
-            if (!is_causal(c.variant)) x.push_back(k.vocab.id[(unsigned char)'\n']);
+            if (is_causal(c.variant)) addition_example(k.vocab, a, bb, x, y);
+            else x = k.vocab.encode(AdditionTask::problem(a, bb)), y.assign(x.size(), -1);  // mlm_corrupt sets targets
         } else {
             const std::vector<int>& ids = validation ? k.val : k.train;
             const int start = rng.below((int)ids.size() - n - 1);
@@ -2546,7 +2532,7 @@ TrainResult train(const TrainOptions& opt_in) {
     for (long long s = step0; s < last; s++) {
         const double lr = lr_schedule(s, o.steps, o.warmup, o.lr, o.min_lr);
         Batch b = make_batch(c, k, false, o.batch, n, rng);
-        g = make_params<float>(c);
+        zero_params(c, g);
         ForwardOptions fo;
         fo.dropout = o.dropout, fo.rng = &rng;
         const double loss = model_loss(c, p, b, &g, fo);
@@ -2662,7 +2648,6 @@ TrainResult train(const TrainOptions& opt_in) {
     template void init_params(const Config&, Params<T>&, uint64_t);                                        \
     template void zero_params(const Config&, Params<T>&);                                                  \
     template void scale_residual_init(const Config&, Params<T>&);                                          \
-    template Params<T> convert_params(const Config&, Params<float>&);                                      \
     template Tensor<T> layer_mask(const Config&, int, int);                                                \
     template Tensor<T> model_forward(const Config&, const Params<T>&, const Batch&, ForwardCache<T>*,      \
                                      ForwardOptions);                                                      \

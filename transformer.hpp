@@ -392,8 +392,6 @@ template <typename T>
 void scale_residual_init(const Config& c, Params<T>& p);
 template <typename T>
 void zero_params(const Config& c, Params<T>& p);
-template <typename T>
-Params<T> convert_params(const Config& c, Params<float>& p);  // float -> T, for gradient checks
 
 // The seed's lambda (with n = n_ctx):
 //   lambda = V H + n H                                 embeddings
@@ -418,13 +416,11 @@ struct Batch {
 // Everything the forward pass keeps for the backward pass.
 template <typename T>
 struct BlockCache {
-    Tensor<T> X_in;                // (B*n) x H, X^(l-1)
     LayerNormCache<T> ln_1, ln_2;
-    Tensor<T> attn_in;             // input of MultiHeadSA (X^(l-1), or LayerNorm(X^(l-1)) pre-LN)
+    Tensor<T> attn_in;             // (B*n) x H, input of MultiHeadSA: X^(l-1) (post-LN), LayerNorm(X^(l-1)) (pre-LN)
     MultiHeadSACache<T> attn;
     Tensor<T> drop_attn;           // residual dropout scales of the attention branch
-    Tensor<T> X_mid;               // X'^(l)
-    Tensor<T> ffn_in;              // input of the FFN
+    Tensor<T> ffn_in;              // (B*n) x H, input of the FFN: X'^(l) (post-LN), LayerNorm(X'^(l)) (pre-LN)
     FFNCache<T> ffn;
     Tensor<T> drop_ffn;            // residual dropout scales of the FFN branch
 };
