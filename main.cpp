@@ -303,30 +303,10 @@ static int cmd_eval(Flags& f) {
     const CharVocab vocab = vocab_of(lm, path);
     const std::string text = read_file(data);
     const std::vector<int> ids = vocab.encode(text);
-    const int n = c.n_ctx;
     if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
-    // Consecutive windows of n tokens; GPT: each predicts its next tokens, BERT: seeded corruption.
-    double sum = 0;
     long long count = 0;
-    Rng rng(1234);
-    for (std::size_t start = 0; start + 1 < ids.size(); start += n) {
-        const std::size_t end = std::min(ids.size(), start + n + (is_causal(c.variant) ? 1 : 0));
-        std::vector<int> w(ids.begin() + start, ids.begin() + end);
-        Batch b;
-        if (is_causal(c.variant)) {
-            b.tokens.assign(w.begin(), w.end() - 1);
-            b.targets.assign(w.begin() + 1, w.end());
-        } else {
-            MLMExample e = mlm_corrupt(w, 1, (int)w.size(), c, rng);
-            b.tokens = e.tokens, b.targets = e.targets;
-        }
-        b.n = (int)b.tokens.size();
-        int m = 0;
-        for (int t : b.targets) m += t >= 0;
-        sum += model_loss(c, lm.params, b) * m;
-        count += m;
-    }
-    std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens\n", data.c_str(), sum / (double)count, count);
+    const double loss = corpus_loss(c, lm.params, ids, 1234, &count);
+    std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens\n", data.c_str(), loss, count);
     return 0;
 }
 

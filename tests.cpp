@@ -3157,6 +3157,39 @@ TEST_CASE("dropout: 0 is the plain forward; > 0 changes the loss; evaluation is 
 // ================================================================================================
 // Training
 // ================================================================================================
+TEST_CASE("corpus_loss: consecutive windows of n_ctx + 1 ids, each weighted by its predicted tokens") {
+    const Config c = preset("tiny-gpt2");
+    const int n = c.n_ctx;
+    const Params<double> p = m_model<double>(c, 3, 0.05);
+    Rng r(11);
+    const std::vector<int> ids = m_random_ids(2 * n + 5, 10, r);
+    auto window = [&](int start, int m) {  // x_{start+1..start+m} predicting x_{start+2..start+m+1}
+        Batch b;
+        b.n = m;
+        b.tokens.assign(ids.begin() + start, ids.begin() + start + m);
+        b.targets.assign(ids.begin() + start + 1, ids.begin() + start + m + 1);
+        return model_loss(c, p, b);
+    };
+    const double expected = (n * window(0, n) + n * window(n, n) + 4 * window(2 * n, 4)) / (2.0 * n + 4);
+    long long count = 0;
+    CHECK(corpus_loss(c, p, ids, 1, &count) == doctest::Approx(expected).epsilon(1e-12));
+    CHECK(count == 2 * n + 4);  // every id but the first is predicted once
+    const std::vector<int> one(ids.begin(), ids.begin() + n + 1);
+    CHECK(corpus_loss(c, p, one, 1, &count) == doctest::Approx(window(0, n)).epsilon(1e-12));
+    CHECK(count == n);
+    CHECK_THROWS_AS(corpus_loss(c, p, std::vector<int>{3}, 1), Error);
+
+    const Config cb = preset("tiny-bert");
+    const Params<double> pb = m_model<double>(cb, 4, 0.05);
+    const std::vector<int> text = m_random_ids(3 * cb.n_ctx, 10, r);
+    long long masked = 0;
+    const double lb = corpus_loss(cb, pb, text, 7, &masked);
+    CHECK(masked > 0);
+    CHECK(masked < (long long)text.size() / 2);  // about 15% of the positions
+    CHECK(std::isfinite(lb));
+    CHECK(corpus_loss(cb, pb, text, 7) == lb);  // the masking is drawn from the seed
+}
+
 TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg") {
     TrainOptions o = m_small_train(m_path("train_small.safetensors"));
     const TrainResult r = train(o);
@@ -3169,6 +3202,8 @@ TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .sa
     CHECK(r.val_loss > 0);
     CHECK(std::isfinite(r.val_loss));
     CHECK(r.accuracy == -1);  // a text file, not the built-in task
+    CHECK(r.val_loss_split > 0);  // the whole validation split, measured at the end
+    CHECK(std::fabs(r.val_loss_split - r.val_loss) < 0.5);
     CHECK(m_exists(m_path("train_small.safetensors")));
     CHECK_FALSE(m_exists(m_path("train_small.safetensors.tmp")));
     const std::string csv = m_read(m_path("train_small.csv"));

@@ -2403,6 +2403,36 @@ static double evaluate(const Config& c, const Params<float>& p, const Corpus& k,
     return sum / (double)batches;
 }
 
+template <typename T>
+double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, uint64_t seed, long long* count) {
+    if (ids.size() < 2) throw Error("corpus_loss: need at least 2 tokens, got " + std::to_string(ids.size()));
+    const int n = c.n_ctx;
+    const bool causal = is_causal(c.variant);
+    Rng rng(seed);
+    double sum = 0;
+    long long predicted = 0;
+    for (std::size_t start = 0; start + 1 < ids.size(); start += n) {
+        const std::size_t end = std::min(ids.size(), start + n + (causal ? 1 : 0));
+        Batch b;
+        if (causal) {
+            b.tokens = std::vector<int>(ids.begin() + start, ids.begin() + (end - 1));  // x_1..x_m
+            b.targets = std::vector<int>(ids.begin() + (start + 1), ids.begin() + end);  // x_2..x_{m+1}
+        } else {
+            const std::vector<int> w(ids.begin() + start, ids.begin() + end);
+            MLMExample e = mlm_corrupt(w, 1, (int)w.size(), c, rng);
+            b.tokens = std::move(e.tokens), b.targets = std::move(e.targets);
+        }
+        b.n = (int)b.tokens.size();
+        long long m = 0;
+        for (int t : b.targets) m += t >= 0;
+        if (m > 0) sum += model_loss(c, p, b) * (double)m;  // model_loss is the mean over the m targets
+        predicted += m;
+    }
+    if (count) *count = predicted;
+    if (predicted == 0) throw Error("corpus_loss: no position to predict (text too short for masking?)");
+    return sum / (double)predicted;
+}
+
 static std::string hms(double seconds) {
     char buf[32];
     const long long s = (long long)(seconds + 0.5);
@@ -2569,10 +2599,20 @@ TrainResult train(const TrainOptions& opt_in) {
     parse_log(log_csv, log_train, log_val);  // the whole run, resumed parts included
     write_file_atomic(base + ".svg", loss_svg(log_train, log_val, std::string(variant_name(c.variant)) + " training loss"));
     if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, p, k.vocab, 500, 4242);
+    if (!k.task) r.val_loss_split = corpus_loss(c, p, k.val, 1234);
     if (!o.quiet) {
-        std::printf("done: %lld steps in %s (%.1f ms/step), final train loss %.4f, val loss %.4f\n", r.steps_done,
-                    hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)r.steps_done, r.train_losses.back(), r.val_loss);
+        // The train loss of the summary is the mean of the last logging interval, as on the step lines
+        // (one batch's loss alone varies by several hundredths).
+        const std::size_t tail = std::min<std::size_t>(r.train_losses.size(), (std::size_t)std::max(1LL, o.log_every));
+        double tail_sum = 0;
+        for (std::size_t j = r.train_losses.size() - tail; j < r.train_losses.size(); j++) tail_sum += r.train_losses[j];
+        std::printf("done: %lld steps in %s (%.1f ms/step), train loss %.4f (mean of the last %zu steps), val loss %.4f\n",
+                    r.steps_done, hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)r.steps_done, tail_sum / (double)tail, tail,
+                    r.val_loss);
         if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
+        if (r.val_loss_split >= 0)
+            std::printf("val loss over the whole validation split: %.4f (%zu characters; the %lld-batch estimate above: %.4f)\n",
+                        r.val_loss_split, k.val.size(), o.eval_steps, r.val_loss);
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
     }
     return r;
@@ -2657,7 +2697,8 @@ TrainResult train(const TrainOptions& opt_in) {
     template Tensor<T> GPT(const Config&, const Params<T>&, const std::vector<int>&);                      \
     template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \
                             const std::vector<int>&, int);                                                 \
-    template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);
+    template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);              \
+    template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*);
 
 TF_INSTANTIATE(float)
 TF_INSTANTIATE_MODELS(float)

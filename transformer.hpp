@@ -603,10 +603,19 @@ struct TrainOptions {
     std::string resume;          // checkpoint to continue from (steps 0 = the checkpoint's)
     bool quiet = false;
 };
+// Mean loss in nats per predicted token over a whole sequence of ids (evaluation: no dropout), in
+// consecutive windows of n_ctx tokens. GPT variants predict every token after the first (a window
+// holds n_ctx + 1 ids, the next window starts at its last one); BERT/RoBERTa predict the positions
+// mlm_corrupt picks in each window, drawn from Rng(seed). *count, if given: the predicted tokens.
+template <typename T>
+double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, uint64_t seed,
+                   long long* count = nullptr);
+
 struct TrainResult {
     long long steps_done = 0;
     std::vector<double> train_losses;  // per step, from the first step of this run
-    double val_loss = -1;              // last evaluation
+    double val_loss = -1;              // last evaluation (--eval-steps batches)
+    double val_loss_split = -1;        // at the end: corpus_loss over the whole validation split (text data)
     double accuracy = -1;              // held-out task accuracy (built-in task), -1 otherwise
     double seconds = 0;
 };
