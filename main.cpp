@@ -26,7 +26,7 @@ commands:
            --block n --batch B --steps S --lr LR --min-lr LR --warmup S --weight-decay W
            --beta1 B1 --beta2 B2 --grad-clip C --dropout P --activation NAME --eval-every S
            --eval-steps S --save-every S --log-every S --stop-at S --seed S --out FILE --resume FILE
-           --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --quiet
+           --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --attn-bias (biases on Q, K, V, O) --quiet
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
   eval     --checkpoint FILE --data FILE                       (mean loss in nats per token)
@@ -84,7 +84,7 @@ struct Flags {
     }
 };
 
-static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init"};
+static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias"};
 
 static Flags parse_flags(int argc, char** argv, int first) {
     Flags f;
@@ -136,6 +136,7 @@ static int cmd_params(Flags& f) {
     std::printf("seed formula lambda:                     %12lld\n", k.seed_lambda);
     if (k.final_ln) std::printf("  + final LayerNorm ln_f (2*H)           %12lld\n", k.final_ln);
     if (k.segments) std::printf("  + segment vectors w_A, w_B (2*H)       %12lld\n", k.segments);
+    if (k.attn_biases) std::printf("  + attention biases L*(A*3*D + H)       %12lld\n", k.attn_biases);
     std::printf("floats the model holds:                  %12lld\n", k.actual);
     return 0;
 }
@@ -197,7 +198,7 @@ static int cmd_train(Flags& f) {
     if (f.has("resume"))  // a resumed run keeps its model, data and hyperparameters
         for (auto& kv : f.values)
             if (kv.first != "resume" && kv.first != "steps" && kv.first != "stop-at" && kv.first != "out" && kv.first != "quiet")
-                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at and --out may be given)");
+                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at, --out and --quiet may be given)");
     TrainOptions o;
     o.data = f.str("data");
     o.model = f.str("model", o.model);
@@ -223,6 +224,7 @@ static int cmd_train(Flags& f) {
     o.dropout = f.number("dropout", o.dropout);
     o.activation = f.str("activation");
     o.gpt2_init = f.flag("gpt2-init");
+    o.attn_bias = f.flag("attn-bias");
     o.seed = (uint64_t)f.integer("seed", (long long)o.seed);
     o.out = f.str("out", f.has("resume") ? "" : o.out);
     o.resume = f.str("resume");

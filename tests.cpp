@@ -201,7 +201,7 @@ std::string outcome_in_child(F&& f) {
     } while (0)
 
 // Random parameters of one multi-head self-attention: A heads, H -> D, W_O: AD x H.
-MultiHeadSAParams<double> make_mhsa(int H, int A, int D, Rng& rng, double scale = 0.6) {
+MultiHeadSAParams<double> make_mhsa(int H, int A, int D, Rng& rng, double scale = 0.6, bool bias = false) {
     MultiHeadSAParams<double> p;
     for (int i = 0; i < A; i++) {
         p.W_Q.push_back(randn(H, D, rng, scale));
@@ -209,6 +209,14 @@ MultiHeadSAParams<double> make_mhsa(int H, int A, int D, Rng& rng, double scale 
         p.W_V.push_back(randn(H, D, rng, scale));
     }
     p.W_O = randn(A * D, H, rng, scale);
+    if (bias) {
+        for (int i = 0; i < A; i++) {
+            p.b_Q.push_back(randn_vec(D, rng, 0.5));
+            p.b_K.push_back(randn_vec(D, rng, 0.5));
+            p.b_V.push_back(randn_vec(D, rng, 0.5));
+        }
+        p.b_O = randn_vec(H, rng, 0.5);
+    }
     return p;
 }
 MultiHeadSAParams<double> zeros_like(const MultiHeadSAParams<double>& p) {
@@ -219,6 +227,12 @@ MultiHeadSAParams<double> zeros_like(const MultiHeadSAParams<double>& p) {
         g.W_V.push_back(TD(p.W_V[i].shape));
     }
     g.W_O = TD(p.W_O.shape);
+    for (std::size_t i = 0; i < p.b_Q.size(); i++) {
+        g.b_Q.push_back(TD(p.b_Q[i].shape));
+        g.b_K.push_back(TD(p.b_K[i].shape));
+        g.b_V.push_back(TD(p.b_V[i].shape));
+    }
+    if (!p.b_O.empty()) g.b_O = TD(p.b_O.shape);
     return g;
 }
 FFNParams<double> make_ffn(int H, int F, Rng& rng) {
@@ -922,10 +936,11 @@ namespace {
 // dX and every W_Q[i], W_K[i], W_V[i], W_O of MultiHeadSA against finite differences.
 // With dropout, the forward draws the masks from the Rng, so it is re-seeded identically before
 // every forward: the analytic run's cache then holds the very masks the numeric runs use.
-void mhsa_grad_check(const TD& Mask, int B, int A, double attn_dropout, uint64_t seed, const std::string& what) {
+void mhsa_grad_check(const TD& Mask, int B, int A, double attn_dropout, uint64_t seed, const std::string& what,
+                     bool bias = false) {
     const int n = Mask.rows(), H = 4, D = 2;
     Rng rng(seed);
-    MultiHeadSAParams<double> p = make_mhsa(H, A, D, rng);
+    MultiHeadSAParams<double> p = make_mhsa(H, A, D, rng, 0.6, bias);
     TD X = randn(B * n, H, rng), R = randn(B * n, H, rng);
     const uint64_t drop_seed = seed * 7 + 1;
     auto forward = [&](MultiHeadSACache<double>* c) {
@@ -955,6 +970,16 @@ void mhsa_grad_check(const TD& Mask, int B, int A, double attn_dropout, uint64_t
         grad_check(L, p.W_V[i], g.W_V[i], what + " W_V" + h);
     }
     grad_check(L, p.W_O, g.W_O, what + " W_O");
+    if (!bias) return;
+    for (int i = 0; i < A; i++) {
+        const std::string h = "[" + std::to_string(i) + "]";
+        grad_check(L, p.b_Q[i], g.b_Q[i], what + " b_Q" + h);
+        grad_check(L, p.b_K[i], g.b_K[i], what + " b_K" + h);  // zero: softmax ignores q . b_K
+        grad_check(L, p.b_V[i], g.b_V[i], what + " b_V" + h);
+    }
+    grad_check(L, p.b_O, g.b_O, what + " b_O");
+    CHECK(max_abs(g.b_Q[0]) > 1e-3);
+    CHECK(max_abs(g.b_O) > 1e-3);
 }
 }  // namespace
 
@@ -968,6 +993,44 @@ TEST_CASE("MultiHeadSA: gradient check of dX, W_Q, W_K, W_V, W_O (B = 2, A = 2)"
 TEST_CASE("MultiHeadSA: gradient check with attention dropout (B = 2, A = 2)") {
     mhsa_grad_check(Mask_AR<double>(4), 2, 2, 0.3, 56, "Mask_AR + dropout");
     mhsa_grad_check(Mask_BD<double>(4), 2, 2, 0.3, 57, "Mask_BD + dropout");
+}
+
+TEST_CASE("MultiHeadSA: gradient check with biases b_Q, b_K, b_V, b_O (GPT-2 as released)") {
+    mhsa_grad_check(Mask_AR<double>(4), 2, 2, 0.0, 61, "Mask_AR + biases", true);
+    mhsa_grad_check(Mask_BD<double>(3), 1, 3, 0.3, 62, "Mask_BD + dropout + biases", true);
+}
+
+TEST_CASE("MultiHeadSA: biases: b_K changes nothing, b_V adds b_V W^O's rows to every row, b_O adds b_O") {
+    // Each probability row sums to 1, so a bias on the values reaches the output as the constant
+    // row Concat(b_1^V, ..., b_A^V) W^O; a key bias adds q . b^K to a whole score row, which the
+    // softmax ignores.
+    const int H = 4, A = 2, D = 2, n = 3;
+    Rng rng(63);
+    const MultiHeadSAParams<double> p = make_mhsa(H, A, D, rng);
+    const TD X = randn(n, H, rng), Mask = Mask_AR<double>(n);
+    const TD Y0 = MultiHeadSA(X, Mask, p);
+    MultiHeadSAParams<double> pk = zeros_like(p);
+    pk.W_Q = p.W_Q, pk.W_K = p.W_K, pk.W_V = p.W_V, pk.W_O = p.W_O;
+    for (int i = 0; i < A; i++) pk.b_Q.push_back(TD({D})), pk.b_K.push_back(randn_vec(D, rng, 2.0)), pk.b_V.push_back(TD({D}));
+    pk.b_O = TD({H});
+    CHECK(max_abs_diff(MultiHeadSA(X, Mask, pk), Y0) < 1e-12);
+    MultiHeadSAParams<double> pv = pk;
+    for (int i = 0; i < A; i++) pv.b_V[i] = randn_vec(D, rng, 1.0);
+    pv.b_O = randn_vec(H, rng, 1.0);
+    const TD Yv = MultiHeadSA(X, Mask, pv);
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < H; j++) {
+            double shift = pv.b_O[j];
+            for (int i = 0; i < A; i++)
+                for (int d = 0; d < D; d++) shift += pv.b_V[i][d] * p.W_O(i * D + d, j);
+            CHECK(Yv(r, j) == doctest::Approx(Y0(r, j) + shift).epsilon(1e-12));
+        }
+    MultiHeadSAParams<double> bad = pv;
+    bad.b_V.pop_back();
+    CHECK_THROWS_AS(MultiHeadSA(X, Mask, bad), ShapeError);
+    bad = pv;
+    bad.b_O = TD({H + 1});
+    CHECK_THROWS_AS(MultiHeadSA(X, Mask, bad), ShapeError);
 }
 
 TEST_CASE("MultiHeadSA: parameter gradients accumulate") {
@@ -2113,7 +2176,7 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
     REQUIRE(P.size() == G.size());
     Rng r(seed);
     const double h = 1e-5;
-    int checked = 0;
+    int checked = 0, expected = 0;
     double worst = 0;
     std::string worst_at;
     for (std::size_t k = 0; k < P.size(); k++) {
@@ -2126,8 +2189,13 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
             if (std::fabs(ana[j]) > std::fabs(ana[arg])) arg = j;
         idx.insert(arg);
         for (int s = 0; s < 5; s++) idx.insert((std::size_t)r.below((int)x.size()));
+        if (x.size() <= 8)  // small vectors (biases of a tiny model): every entry
+            for (std::size_t j = 0; j < x.size(); j++) idx.insert(j);
         INFO(what << ": tensor " << P[k].name);
-        CHECK(std::fabs(ana[arg]) > 1e-7);  // every tensor really receives a gradient
+        // Every tensor really receives a gradient, but a key bias: it adds q_i . b^K to the whole
+        // score row i, which the softmax ignores, so its gradient is 0 (checked numerically below).
+        if (P[k].name.find(".b_K.") == std::string::npos) CHECK(std::fabs(ana[arg]) > 1e-7);
+        expected += (int)std::min<std::size_t>(5, x.size());
         for (std::size_t j : idx) {
             const double x0 = x[j];
             x[j] = x0 + h;
@@ -2147,11 +2215,12 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
     INFO(what << ": " << checked << " entries in " << P.size() << " tensors, worst error/tolerance " << worst
               << " at " << worst_at);
     CHECK(worst <= 1.0);
-    CHECK(checked >= 5 * (int)P.size());
+    CHECK(checked >= expected);
 }
 
-void m_model_grad_check(const std::string& preset_name, uint64_t seed) {
-    const Config c = preset(preset_name);
+void m_model_grad_check(const std::string& preset_name, uint64_t seed, bool attn_bias = false) {
+    Config c = preset(preset_name);
+    c.attn_bias = attn_bias;
     Params<double> p = m_model<double>(c, seed, 0.2);
     const Batch b = m_batch(c, seed + 1);
     m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, seed + 2, preset_name);
@@ -2272,6 +2341,9 @@ TEST_CASE("GPT: whole-model gradient check of every parameter tensor (B = 2, n =
 }
 TEST_CASE("GPT-2: whole-model gradient check of every parameter tensor (B = 2, n = 6)") {
     m_model_grad_check("tiny-gpt2", 202);
+}
+TEST_CASE("GPT-2: whole-model gradient check with attention biases (attn_bias, as released GPT-2)") {
+    m_model_grad_check("tiny-gpt2", 207, true);
 }
 TEST_CASE("GPT-3: whole-model gradient check of every parameter tensor (B = 2, n = 6)") {
     m_model_grad_check("tiny-gpt3", 303);
@@ -2540,16 +2612,22 @@ TEST_CASE("parameters: actual counts of every preset (lambda + ln_f for GPT-2/3,
         const long long lambda =
             V * H + n * H + L * (A * (H * D + H * D + H * D) + A * D * H) + L * (H * F + F + F * H + H) + L * 4 * H;
         CHECK(k.seed_lambda == lambda);
-        const long long extra = (is_pre_ln(c.variant) ? 2 * H : 0) + (has_segments(c.variant) ? 2 * H : 0);
+        const long long biases = c.attn_bias ? L * (A * 3 * D + H) : 0;
+        CHECK(k.attn_biases == biases);
+        const long long extra = (is_pre_ln(c.variant) ? 2 * H : 0) + (has_segments(c.variant) ? 2 * H : 0) + biases;
         CHECK(k.actual == lambda + extra);
         if (c.variant == Variant::gpt2 || c.variant == Variant::gpt3 || c.variant == Variant::bert)
-            CHECK(k.actual == k.seed_lambda + 2 * H);
-        else CHECK(k.actual == k.seed_lambda);
+            CHECK(k.actual == k.seed_lambda + 2 * H + biases);
+        else CHECK(k.actual == k.seed_lambda + biases);
     }
-    // Published sizes without the parts this model leaves out (attention biases; BERT's pooler and
-    // embedding LayerNorm): GPT-2 small 124,439,808 - 36,864; BERT-base 109,482,240 - 590,592 - 36,864 - 1,536.
-    CHECK(count_params(preset("gpt2-124m")).actual == 124439808LL - 36864);
-    CHECK(count_params(preset("bert-base")).actual == 109482240LL - 590592 - 36864 - 1536);
+    // Published sizes without the parts this model leaves out (BERT's and RoBERTa's pooler and
+    // embedding LayerNorm, RoBERTa's one-row token type embedding): GPT-2 small 124,439,808;
+    // BERT-base 109,482,240 - 590,592 - 1,536; RoBERTa-base 124,645,632 - 590,592 - 1,536 - 768.
+    CHECK(count_params(preset("gpt2-124m")).actual == 124439808LL);
+    CHECK(count_params(preset("gpt2-124m")).attn_biases == 36864);
+    CHECK(count_params(preset("bert-base")).actual == 109482240LL - 590592 - 1536);
+    CHECK(count_params(preset("roberta-base")).actual == 124645632LL - 590592 - 1536 - 768);
+    CHECK(count_params(preset("gpt1")).actual == 116497920LL);  // the seed's GPT-1: no attention biases
 }
 
 TEST_CASE("parameters: named tensors of every tiny preset add up to the actual count, names unique") {
@@ -2761,7 +2839,40 @@ TEST_CASE("checkpoint: config_metadata round trip for every preset") {
         CHECK(d.mask_id == c.mask_id);
         CHECK(d.st_window == c.st_window);
         CHECK(d.st_stride == c.st_stride);
+        CHECK(d.attn_bias == c.attn_bias);
     }
+    CHECK(preset("gpt2-124m").attn_bias);
+    CHECK_FALSE(preset("gpt1").attn_bias);
+    std::map<std::string, std::string> m = config_metadata(preset("tiny-gpt2"));
+    CHECK(m.count("attn_bias") == 0);  // absent means no biases: older checkpoints load unchanged
+    m["attn_bias"] = "2";
+    M_CHECK_TF_ERROR(config_from_metadata(m), "attn_bias");
+}
+
+TEST_CASE("checkpoint: a model with attention biases round trips with its b_Q, b_K, b_V, b_O tensors") {
+    Config c = preset("tiny-gpt2");
+    c.attn_bias = true;
+    Params<float> p = m_model<float>(c, 33, 0.5);
+    const std::string path = m_path("rt_attn_bias.safetensors");
+    save_model(path, c, p);
+    LoadedModel lm = load_model(path);
+    CHECK(lm.config.attn_bias);
+    CHECK(m_params_bits_equal(c, p, lm.params));
+    const std::string bytes = m_read(path);
+    CHECK(m_contains(bytes, "\"layers.1.attn.b_Q.1\""));
+    CHECK(m_contains(bytes, "\"layers.0.attn.b_O\""));
+    CHECK(m_contains(bytes, "\"attn_bias\":\"1\""));
+    CHECK(lm.params.layers[1].attn.b_V[0].shape == std::vector<int>{c.D});
+    // Without biases: no bias tensors, no attn_bias key, and loading gives empty biases.
+    Config c0 = c;
+    c0.attn_bias = false;
+    Params<float> p0 = m_model<float>(c0, 33, 0.5);
+    save_model(path, c0, p0);
+    LoadedModel lm0 = load_model(path);
+    CHECK_FALSE(lm0.config.attn_bias);
+    CHECK(lm0.params.layers[0].attn.b_O.empty());
+    CHECK_FALSE(m_contains(m_read(path), "b_O"));
+    CHECK_FALSE(m_contains(m_read(path), "attn_bias"));
 }
 
 TEST_CASE("checkpoint: save_safetensors byte layout (u64 LE header size, padded JSON, LE float32 data)") {
@@ -3293,6 +3404,25 @@ TEST_CASE("train: a tampered training checkpoint is a tf::Error naming the probl
     M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\nabc,def,,\n")), "train.log");
 }
 
+TEST_CASE("train: attn_bias trains the attention biases, saves them, and a resumed run keeps them") {
+    TrainOptions o = m_small_train(m_path("train_bias.safetensors"));
+    o.attn_bias = true;
+    o.steps = 20;
+    const TrainResult r = train(o);
+    CHECK(r.train_losses.back() < r.train_losses.front());
+    LoadedModel lm = load_model(m_path("train_bias.safetensors"), {"adam."});
+    REQUIRE(lm.config.attn_bias);
+    auto nonzero = [](const Tensor<float>& t) { return std::any_of(t.data.begin(), t.data.end(), [](float v) { return v != 0; }); };
+    CHECK(nonzero(lm.params.layers[0].attn.b_Q[1]));  // initialised to 0, moved by AdamW
+    CHECK(nonzero(lm.params.layers[0].attn.b_O));
+    TrainOptions ro;
+    ro.resume = m_path("train_bias.safetensors");
+    ro.steps = 25;
+    ro.quiet = true;
+    CHECK(train(ro).steps_done == 25);
+    CHECK(load_model(m_path("train_bias.safetensors"), {"adam."}).config.attn_bias);
+}
+
 TEST_CASE("train: the built-in addition task runs and reports a held-out accuracy") {
     TrainOptions o;
     o.model = "gpt";
@@ -3423,7 +3553,8 @@ TEST_CASE("CLI: params --preset gpt1 prints 116497920") {
     CHECK(m_contains(r.out, "116497920"));
     const m_Run r2 = m_run("params --preset gpt2-124m");
     CHECK(r2.status == 0);
-    CHECK(m_contains(r2.out, "124402944"));
+    CHECK(m_contains(r2.out, "124439808"));  // released GPT-2 small, attention biases included
+    CHECK(m_contains(r2.out, "36864"));
 }
 
 TEST_CASE("CLI: init then grad for every tiny variant writes every parameter's gradient and the loss") {
@@ -3594,10 +3725,12 @@ TEST_CASE("CLI: fill and sample work on trained checkpoints, usage on no argumen
 // ================================================================================================
 // Generation with a key/value cache
 // ================================================================================================
-TEST_CASE("sample: model_step equals model_forward row by row (GPT, GPT-2, GPT-3)") {
-    for (const char* name : {"tiny-gpt", "tiny-gpt2", "tiny-gpt3"}) {
+TEST_CASE("sample: model_step equals model_forward row by row (GPT, GPT-2, GPT-3, GPT-2 with attention biases)") {
+    for (const char* name : {"tiny-gpt", "tiny-gpt2", "tiny-gpt3", "tiny-gpt2+attn_bias"}) {
         CAPTURE(name);
-        const Config c = preset(name);
+        const std::string s = name;
+        Config c = preset(s.substr(0, s.find('+')));
+        c.attn_bias = s.find("+attn_bias") != std::string::npos;
         Params<double> p = make_params<double>(c);
         init_params(c, p, 11);
         Rng r(5);

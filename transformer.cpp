@@ -718,9 +718,32 @@ static void check_mhsa_params(const Tensor<T>& X, const MultiHeadSAParams<T>& p,
         require_shape(p.W_V[i], {H, D}, where, "W_V[i]");
     }
     require_shape(p.W_O, {A * D, H}, where, "W_O");
+    if (p.b_Q.empty() && p.b_K.empty() && p.b_V.empty() && p.b_O.empty()) return;  // no biases
+    if ((int)p.b_Q.size() != A || (int)p.b_K.size() != A || (int)p.b_V.size() != A)
+        throw ShapeError(std::string(where) + ": b_Q, b_K, b_V need one vector per head, or none (got " +
+                         std::to_string(p.b_Q.size()) + ", " + std::to_string(p.b_K.size()) + ", " +
+                         std::to_string(p.b_V.size()) + ")");
+    for (int i = 0; i < A; i++) {
+        require_shape(p.b_Q[i], {D}, where, "b_Q[i]");
+        require_shape(p.b_K[i], {D}, where, "b_K[i]");
+        require_shape(p.b_V[i], {D}, where, "b_V[i]");
+    }
+    require_shape(p.b_O, {H}, where, "b_O");
 }
 
-// X: (B*n) x H, Mask: n x n, W_i^Q, W_i^K, W_i^V: H x D, W^O: AD x H -> (B*n) x H.
+// Head i's bias, or an empty tensor (no bias) when the attention has none.
+template <typename T>
+static const Tensor<T>& head_bias(const std::vector<Tensor<T>>& b, int i) {
+    static const Tensor<T> none;
+    return b.empty() ? none : b[i];
+}
+template <typename T>
+static Tensor<T>* head_bias(std::vector<Tensor<T>>& b, int i) {
+    return b.empty() ? nullptr : &b[i];
+}
+
+// X: (B*n) x H, Mask: n x n, W_i^Q, W_i^K, W_i^V: H x D, W^O: AD x H -> (B*n) x H
+// (biases, if any: b_i^Q, b_i^K, b_i^V: D, b^O: H).
 template <typename T>
 Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHeadSAParams<T>& p,
                       MultiHeadSACache<T>* cache, double attn_dropout, Rng* rng) {
@@ -737,9 +760,9 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
     c.att.assign(A, std::vector<AttentionCache<T>>(B));
     c.dropout.assign(A, std::vector<Tensor<T>>(B));
     for (int i = 0; i < A; i++) {
-        c.Q[i] = matmul(X, p.W_Q[i]);  // (B*n) x D
-        c.K[i] = matmul(X, p.W_K[i]);
-        c.V[i] = matmul(X, p.W_V[i]);
+        c.Q[i] = Linear(X, p.W_Q[i], head_bias(p.b_Q, i));  // (B*n) x D: X W_i^Q (+ b_i^Q)
+        c.K[i] = Linear(X, p.W_K[i], head_bias(p.b_K, i));
+        c.V[i] = Linear(X, p.W_V[i], head_bias(p.b_V, i));
         for (int b = 0; b < B; b++) {
             if (attn_dropout > 0 && rng) c.dropout[i][b] = dropout_mask<T>({n, n}, attn_dropout, *rng);
             Tensor<T> O = Attention(rows_of(c.Q[i], b * n, n), rows_of(c.K[i], b * n, n), rows_of(c.V[i], b * n, n),
@@ -748,12 +771,13 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
         }
     }
     c.concat = Concat(c.head);  // (B*n) x AD
-    return matmul(c.concat, p.W_O);
+    return Linear(c.concat, p.W_O, p.b_O);
 }
 
 // Y = C W^O with C = Concat(head_i): dW^O += C^T dY, dC = dY W^O^T, dhead_i = dC[:, iD:(i+1)D];
 // per head Attention_backward gives dQ_i, dK_i, dV_i; Q_i = X W_i^Q gives dW_i^Q += X^T dQ_i and
-// dX = sum_i (dQ_i W_i^Q^T + dK_i W_i^K^T + dV_i W_i^V^T).
+// dX = sum_i (dQ_i W_i^Q^T + dK_i W_i^K^T + dV_i W_i^V^T). A bias added to every row gets the
+// column sums: db^O += colsum(dY), db_i^Q += colsum(dQ_i), ...
 template <typename T>
 Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p, const MultiHeadSACache<T>& c,
                                const Tensor<T>& dY, MultiHeadSAParams<T>& g) {
@@ -764,8 +788,7 @@ Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p
         throw ShapeError("MultiHeadSA_backward: the cache does not come from a forward pass on X (" + shape_str(X) +
                          "), concat is " + shape_str(c.concat));
     const int B = (int)c.att[0].size(), n = X.rows() / B;
-    matmul_tn_acc(c.concat, dY, g.W_O);
-    std::vector<Tensor<T>> dhead = Concat_backward(matmul_nt(dY, p.W_O), A);
+    std::vector<Tensor<T>> dhead = Concat_backward(Linear_backward(c.concat, p.W_O, dY, g.W_O, &g.b_O), A);
     Tensor<T> dX(X.rows(), X.cols());
     for (int i = 0; i < A; i++) {
         Tensor<T> dQ(B * n, D), dK(B * n, D), dV(B * n, D);
@@ -775,12 +798,9 @@ Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p
                                c.att[i][b], rows_of(dhead[i], b * n, n), dq, dk, dv, &c.dropout[i][b]);
             set_rows(dQ, b * n, dq), set_rows(dK, b * n, dk), set_rows(dV, b * n, dv);
         }
-        matmul_tn_acc(X, dQ, g.W_Q[i]);
-        matmul_tn_acc(X, dK, g.W_K[i]);
-        matmul_tn_acc(X, dV, g.W_V[i]);
-        add_inplace(dX, matmul_nt(dQ, p.W_Q[i]));
-        add_inplace(dX, matmul_nt(dK, p.W_K[i]));
-        add_inplace(dX, matmul_nt(dV, p.W_V[i]));
+        add_inplace(dX, Linear_backward(X, p.W_Q[i], dQ, g.W_Q[i], head_bias(g.b_Q, i)));
+        add_inplace(dX, Linear_backward(X, p.W_K[i], dK, g.W_K[i], head_bias(g.b_K, i)));
+        add_inplace(dX, Linear_backward(X, p.W_V[i], dV, g.W_V[i], head_bias(g.b_V, i)));
     }
     return dX;
 }
@@ -1106,17 +1126,18 @@ Config preset(const std::string& name) {
     Config c;
     if (name == "gpt1") {  // the seed's hyperparameters (GPT-1 paper)
         c = make_config(Variant::gpt, 40478, 768, 3072, 64, 12, 12, 512, Activation::gelu_sigmoid, 1e-5);
-    } else if (name == "gpt2-124m") {  // released GPT-2 small: tanh GELU
+    } else if (name == "gpt2-124m") {  // released GPT-2 small: tanh GELU, attention biases
         c = make_config(Variant::gpt2, 50257, 768, 3072, 64, 12, 12, 1024, Activation::gelu_tanh, 1e-5);
+        c.attn_bias = true;
     } else if (name == "gpt3-125m") {  // GPT-3 Small (paper table 2.1), n_ctx 2048
         c = make_config(Variant::gpt3, 50257, 768, 3072, 64, 12, 12, 2048, Activation::gelu_tanh, 1e-5);
         c.st_window = 256, c.st_stride = 256;
     } else if (name == "bert-base") {  // BERT-base uncased: exact GELU, eps 1e-12
         c = make_config(Variant::bert, 30522, 768, 3072, 64, 12, 12, 512, Activation::gelu_erf, 1e-12);
-        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103;
+        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103, c.attn_bias = true;
     } else if (name == "roberta-base") {  // <s> = 0, </s> = 2, <mask> = 50264
         c = make_config(Variant::roberta, 50265, 768, 3072, 64, 12, 12, 514, Activation::gelu_erf, 1e-5);
-        c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264;
+        c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264, c.attn_bias = true;
     } else if (name.rfind("tiny-", 0) == 0) {  // tiny: V 13, H 8, F 16, D 4, L 2, A 2, n_ctx 16
         const Variant v = variant_from_name(name.substr(5));
         c = make_config(v, 13, 8, 16, 4, 2, 2, 16, Activation::gelu_sigmoid, 1e-5);
@@ -1165,6 +1186,12 @@ Params<T> make_params(const Config& c) {
         l.attn.W_K.assign(A, Tensor<T>(H, D));
         l.attn.W_V.assign(A, Tensor<T>(H, D));
         l.attn.W_O = Tensor<T>(A * D, H);
+        if (c.attn_bias) {
+            l.attn.b_Q.assign(A, Tensor<T>({D}));
+            l.attn.b_K.assign(A, Tensor<T>({D}));
+            l.attn.b_V.assign(A, Tensor<T>({D}));
+            l.attn.b_O = Tensor<T>({H});
+        }
         l.ffn = {Tensor<T>(H, F), Tensor<T>({F}), Tensor<T>(F, H), Tensor<T>({H})};
         l.ln_1_gamma = Tensor<T>({H}), l.ln_1_beta = Tensor<T>({H});
         l.ln_2_gamma = Tensor<T>({H}), l.ln_2_beta = Tensor<T>({H});
@@ -1186,6 +1213,12 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
             out.push_back({pre + "attn.W_V." + std::to_string(i), &ly.attn.W_V[i]});
         }
         out.push_back({pre + "attn.W_O", &ly.attn.W_O});
+        for (int i = 0; i < (int)ly.attn.b_Q.size(); i++) {
+            out.push_back({pre + "attn.b_Q." + std::to_string(i), &ly.attn.b_Q[i]});
+            out.push_back({pre + "attn.b_K." + std::to_string(i), &ly.attn.b_K[i]});
+            out.push_back({pre + "attn.b_V." + std::to_string(i), &ly.attn.b_V[i]});
+        }
+        if (!ly.attn.b_O.empty()) out.push_back({pre + "attn.b_O", &ly.attn.b_O});
         out.push_back({pre + "ffn.W_1", &ly.ffn.W_1});
         out.push_back({pre + "ffn.b_1", &ly.ffn.b_1});
         out.push_back({pre + "ffn.W_2", &ly.ffn.W_2});
@@ -1237,7 +1270,8 @@ ParamCount count_params(const Config& c) {
     k.seed_lambda = k.embeddings + k.attention + k.ffn + k.layernorms;
     k.segments = has_segments(c.variant) ? 2 * H : 0;
     k.final_ln = is_pre_ln(c.variant) ? 2 * H : 0;
-    k.actual = k.seed_lambda + k.segments + k.final_ln;
+    k.attn_biases = c.attn_bias ? L * (A * (D + D + D) + H) : 0;
+    k.actual = k.seed_lambda + k.segments + k.final_ln + k.attn_biases;
     return k;
 }
 
@@ -1857,6 +1891,7 @@ std::map<std::string, std::string> config_metadata(const Config& c) {
         m["mask_id"] = std::to_string(c.mask_id);
     }
     if (c.variant == Variant::gpt3) m["st_window"] = std::to_string(c.st_window), m["st_stride"] = std::to_string(c.st_stride);
+    if (c.attn_bias) m["attn_bias"] = "1";  // absent = 0, so checkpoints without the biases are unchanged
     return m;
 }
 
@@ -1893,6 +1928,9 @@ Config config_from_metadata(const std::map<std::string, std::string>& m) {
     }
     c.cls_id = integer("cls_id", -1), c.sep_id = integer("sep_id", -1), c.mask_id = integer("mask_id", -1);
     c.st_window = integer("st_window", 0), c.st_stride = integer("st_stride", 0);
+    const int attn_bias = integer("attn_bias", 0);
+    if (attn_bias != 0 && attn_bias != 1) throw Error("metadata 'attn_bias': expected 0 or 1, got " + m.at("attn_bias"));
+    c.attn_bias = attn_bias == 1;
     validate(c);
     return c;
 }
@@ -2136,13 +2174,14 @@ Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& k) 
         auto attention = [&](const Tensor<T>& A_in) {  // MultiHeadSA(A_in, Mask) for row t
             std::vector<Tensor<T>> heads(c.A);
             for (int i = 0; i < c.A; i++) {
-                const Tensor<T> kt = matmul(A_in, w.attn.W_K[i]), vt = matmul(A_in, w.attn.W_V[i]);
+                const Tensor<T> kt = Linear(A_in, w.attn.W_K[i], head_bias(w.attn.b_K, i));
+                const Tensor<T> vt = Linear(A_in, w.attn.W_V[i], head_bias(w.attn.b_V, i));
                 std::copy(kt.data.begin(), kt.data.end(), k.K[l][i].row(t));
                 std::copy(vt.data.begin(), vt.data.end(), k.V[l][i].row(t));
-                heads[i] = Attention(matmul(A_in, w.attn.W_Q[i]), rows_of(k.K[l][i], 0, t + 1),
+                heads[i] = Attention(Linear(A_in, w.attn.W_Q[i], head_bias(w.attn.b_Q, i)), rows_of(k.K[l][i], 0, t + 1),
                                      rows_of(k.V[l][i], 0, t + 1), mask);
             }
-            return matmul(Concat(heads), w.attn.W_O);
+            return Linear(Concat(heads), w.attn.W_O, w.attn.b_O);
         };
         if (is_pre_ln(c.variant)) {  // X' = MHSA(LN(X)) + X;  X = FFN(LN(X')) + X'
             add_inplace(X, attention(LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps)));
@@ -2525,6 +2564,7 @@ TrainResult train(const TrainOptions& opt_in) {
         if (variant == Variant::bert) c.eps = 1e-12;
         if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
         if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
+        c.attn_bias = o.attn_bias;
         p = make_params<float>(c);
         init_params(c, p, o.seed);
         if (o.gpt2_init) scale_residual_init(c, p);

@@ -197,11 +197,14 @@ template <typename T>
 std::vector<Tensor<T>> Concat_backward(const Tensor<T>& dY, int A);
 
 // Parameters of one Masked Multi-Head Self-Attention: W_Q[i], W_K[i], W_V[i] (H x D) for the
-// heads i = 0..A-1 (formula i = 1..A) and W_O (AD x H).
+// heads i = 0..A-1 (formula i = 1..A) and W_O (AD x H). The biases are not in the seed; GPT-2
+// as released has them (Config::attn_bias). Empty = no biases.
 template <typename T>
 struct MultiHeadSAParams {
     std::vector<Tensor<T>> W_Q, W_K, W_V;  // A tensors of H x D each
     Tensor<T> W_O;                         // AD x H
+    std::vector<Tensor<T>> b_Q, b_K, b_V;  // A tensors of D each, or none
+    Tensor<T> b_O;                         // H, or empty
 };
 template <typename T>
 struct MultiHeadSACache {
@@ -213,6 +216,8 @@ struct MultiHeadSACache {
 // Masked Multi-Head Self-Attention  (X: n x H, Mask: n x n -> n x H):
 //   MultiHeadSA(X, Mask) = Concat(head_1, ..., head_A) W^O,
 //   head_i = Attention(X W_i^Q, X W_i^K, X W_i^V, Mask).
+// With biases (not in the seed): X W_i^Q + Stack_n(b_i^Q), likewise for K and V, and
+// Concat(...) W^O + Stack_n(b^O).
 // X may hold B sequences of n rows ((B*n) x H); attention is applied to each sequence alone.
 // attn_dropout > 0 draws dropout masks for the attention probabilities from rng.
 struct Rng;
@@ -346,9 +351,11 @@ struct Config {
     double eps = 1e-5;  // LayerNorm epsilon (GPT/GPT-2: 1e-5, BERT: 1e-12)
     int cls_id = -1, sep_id = -1, mask_id = -1;  // BERT [CLS] [SEP] [MASK]; RoBERTa <s> </s> <mask>
     int st_window = 0, st_stride = 0;             // GPT-3's Mask_ST (see Mask_ST)
+    bool attn_bias = false;  // biases b_i^Q, b_i^K, b_i^V, b^O in every MultiHeadSA (GPT-2 as released; not in the seed)
 };
-// Named presets: gpt1, gpt2-124m, gpt3-125m, bert-base, roberta-base (the published sizes) and
-// tiny-gpt, tiny-gpt2, tiny-gpt3, tiny-bert, tiny-roberta (for tests and demos).
+// Named presets: gpt1 (the seed's hyperparameters), gpt2-124m, gpt3-125m, bert-base, roberta-base
+// (the published sizes; gpt2-124m, bert-base and roberta-base with attention biases, as released)
+// and tiny-gpt, tiny-gpt2, tiny-gpt3, tiny-bert, tiny-roberta (for tests and demos).
 Config preset(const std::string& name);
 std::vector<std::string> preset_names();
 void validate(const Config& c);  // throws Error naming the bad field
@@ -400,6 +407,7 @@ void zero_params(const Config& c, Params<T>& p);
 //          + L (H + H + H + H)                         LayerNorms
 struct ParamCount {
     long long embeddings = 0, attention = 0, ffn = 0, layernorms = 0, segments = 0, final_ln = 0;
+    long long attn_biases = 0;  // L (A (D + D + D) + H) with Config::attn_bias, not in the seed's lambda
     long long seed_lambda = 0;  // the seed's formula
     long long actual = 0;       // floats the variant really holds
 };
@@ -597,6 +605,7 @@ struct TrainOptions {
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
     double dropout = 0.1;
     bool gpt2_init = false;      // scale_residual_init after init_params
+    bool attn_bias = false;      // Config::attn_bias
     std::string activation;      // empty: gelu_sigmoid (the seed's GELU) for every variant
     uint64_t seed = 1337;
     std::string out = "model.safetensors";  // with resume: empty = overwrite the resumed file
