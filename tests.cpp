@@ -1057,6 +1057,18 @@ TEST_CASE("MultiHeadSA: parameter gradients accumulate") {
     for (std::size_t k = 0; k < g1.W_O.size(); k++)
         CHECK(g2.W_O[k] == doctest::Approx(1.5 * g1.W_O[k]).epsilon(1e-12));
     CHECK(max_abs(g1.W_O) > 0);
+    // With biases, and a gradient without them: an error, not silently dropped gradients.
+    Rng rb(60);
+    MultiHeadSAParams<double> pb = make_mhsa(4, 2, 2, rb, 0.6, true);
+    MultiHeadSAParams<double> gb = zeros_like(pb), gb2 = zeros_like(pb);
+    MultiHeadSA(X, Mask_AR<double>(3), pb, &c);
+    MultiHeadSA_backward(X, pb, c, R, gb);
+    MultiHeadSA_backward(X, pb, c, R, gb2);
+    MultiHeadSA_backward(X, pb, c, R, gb2);
+    for (std::size_t k = 0; k < gb.b_O.size(); k++) CHECK(gb2.b_O[k] == doctest::Approx(2 * gb.b_O[k]).epsilon(1e-12));
+    for (std::size_t k = 0; k < gb.b_V[1].size(); k++) CHECK(gb2.b_V[1][k] == doctest::Approx(2 * gb.b_V[1][k]).epsilon(1e-12));
+    MultiHeadSAParams<double> g_nobias = zeros_like(p);
+    CHECK_THROWS_AS(MultiHeadSA_backward(X, pb, c, R, g_nobias), ShapeError);
 }
 
 TEST_CASE("MultiHeadSA: Mask_AR row i ignores rows j > i of X, Mask_BD sees every row") {
@@ -2873,6 +2885,11 @@ TEST_CASE("checkpoint: a model with attention biases round trips with its b_Q, b
     CHECK(lm0.params.layers[0].attn.b_O.empty());
     CHECK_FALSE(m_contains(m_read(path), "b_O"));
     CHECK_FALSE(m_contains(m_read(path), "attn_bias"));
+    // attn_bias = 1 in the metadata but no bias tensors in the file: a missing tensor, named.
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    for (auto& nt : named_tensors(c0, p0)) list.push_back({nt.name, nt.tensor});
+    save_safetensors(path, config_metadata(c), list);
+    M_CHECK_TF_ERROR(load_model(path), "missing tensor 'layers.0.attn.b_");
 }
 
 TEST_CASE("checkpoint: save_safetensors byte layout (u64 LE header size, padded JSON, LE float32 data)") {
@@ -3417,10 +3434,14 @@ TEST_CASE("train: attn_bias trains the attention biases, saves them, and a resum
     CHECK(nonzero(lm.params.layers[0].attn.b_O));
     TrainOptions ro;
     ro.resume = m_path("train_bias.safetensors");
+    ro.out = "";  // continue in the same file
     ro.steps = 25;
     ro.quiet = true;
     CHECK(train(ro).steps_done == 25);
-    CHECK(load_model(m_path("train_bias.safetensors"), {"adam."}).config.attn_bias);
+    LoadedModel lm2 = load_model(m_path("train_bias.safetensors"), {"adam."});
+    CHECK(lm2.config.attn_bias);
+    CHECK(nonzero(lm2.params.layers[0].attn.b_V[0]));
+    CHECK_FALSE(m_bits_equal(lm2.params.layers[0].attn.b_V[0], lm.params.layers[0].attn.b_V[0]));  // trained on
 }
 
 TEST_CASE("train: the built-in addition task runs and reports a held-out accuracy") {

@@ -788,6 +788,9 @@ Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p
         throw ShapeError("MultiHeadSA_backward: the cache does not come from a forward pass on X (" + shape_str(X) +
                          "), concat is " + shape_str(c.concat));
     const int B = (int)c.att[0].size(), n = X.rows() / B;
+    if (g.b_Q.size() != p.b_Q.size() || g.b_K.size() != p.b_K.size() || g.b_V.size() != p.b_V.size() ||
+        g.b_O.empty() != p.b_O.empty())
+        throw ShapeError("MultiHeadSA_backward: the gradient g needs biases exactly when the parameters have them");
     std::vector<Tensor<T>> dhead = Concat_backward(Linear_backward(c.concat, p.W_O, dY, g.W_O, &g.b_O), A);
     Tensor<T> dX(X.rows(), X.cols());
     for (int i = 0; i < A; i++) {
@@ -2450,7 +2453,7 @@ double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& 
     Rng rng(seed);
     double sum = 0;
     long long predicted = 0;
-    for (std::size_t start = 0; start + 1 < ids.size(); start += n) {
+    for (std::size_t start = 0; start + (causal ? 1 : 0) < ids.size(); start += n) {
         const std::size_t end = std::min(ids.size(), start + n + (causal ? 1 : 0));
         Batch b;
         if (causal) {
@@ -2641,8 +2644,8 @@ TrainResult train(const TrainOptions& opt_in) {
     if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, p, k.vocab, 500, 4242);
     if (!k.task) r.val_loss_split = corpus_loss(c, p, k.val, 1234);
     if (!o.quiet) {
-        // The train loss of the summary is the mean of the last logging interval, as on the step lines
-        // (one batch's loss alone varies by several hundredths).
+        // The train loss of the summary is the mean of the last --log-every steps (one batch's loss
+        // alone varies by several hundredths).
         const std::size_t tail = std::min<std::size_t>(r.train_losses.size(), (std::size_t)std::max(1LL, o.log_every));
         double tail_sum = 0;
         for (std::size_t j = r.train_losses.size() - tail; j < r.train_losses.size(); j++) tail_sum += r.train_losses[j];
