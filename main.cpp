@@ -33,6 +33,8 @@ commands:
   init     --preset NAME [--seed S] --out FILE
   grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
   params   --preset NAME
+  tokenize --encoder encoder.json --vocab vocab.bpe (--text TEXT | --file FILE | --ids 15496,995)
+           (GPT-2's byte-level BPE: text -> ids, or ids -> text)
   bench    [--preset NAME] [--batch B] [--block n] [--steps S] [--json]
 
 presets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta
@@ -119,6 +121,26 @@ static std::vector<int> parse_ids(const std::string& s, const std::string& what)
     }
     if (ids.empty()) throw Error(what + " is empty");
     return ids;
+}
+
+// ---- tokenize ----------------------------------------------------------------------------------------
+static int cmd_tokenize(Flags& f) {
+    const std::string enc = f.need("encoder"), merges = f.need("vocab");
+    const std::string text = f.str("text"), file = f.str("file"), ids = f.str("ids");
+    f.done();
+    if (f.has("text") + f.has("file") + f.has("ids") != 1) throw Error("tokenize: give exactly one of --text, --file, --ids");
+    const BPE bpe = load_bpe(enc, merges);
+    if (f.has("ids")) {
+        const std::string out = bpe.decode(parse_ids(ids, "--ids"));
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        std::printf("\n");
+        return 0;
+    }
+    const std::vector<int> tokens = bpe.encode(f.has("file") ? read_file(file) : text);
+    for (std::size_t k = 0; k < tokens.size(); k++) std::printf(k ? ",%d" : "%d", tokens[k]);
+    std::printf("\n");
+    std::fprintf(stderr, "%zu tokens\n", tokens.size());
+    return 0;
 }
 
 // ---- params, init, grad ------------------------------------------------------------------------------
@@ -418,6 +440,7 @@ int main(int argc, char** argv) {
         if (cmd == "init") return cmd_init(f);
         if (cmd == "grad") return cmd_grad(f);
         if (cmd == "params") return cmd_params(f);
+        if (cmd == "tokenize") return cmd_tokenize(f);
         if (cmd == "bench") return cmd_bench(f);
         std::fprintf(stderr, "error: unknown command '%s'\n\n%s", cmd.c_str(), USAGE);
         return 1;

@@ -3802,3 +3802,132 @@ TEST_CASE("sample: generate with the cache gives the tokens of full forward pass
     }
     CHECK(cached == plain);
 }
+
+// ================================================================================================
+// Tokenizer: GPT-2's byte-level BPE (on a small hand-made vocabulary; the real files are not
+// part of the repository)
+// ================================================================================================
+namespace {
+// encoder.json with the 256 byte symbols as ids 0..255 (in byte order), then `merged` tokens as
+// 256, 257, ...; vocab.bpe with the given merges in rank order.
+std::string m_encoder_json(const std::vector<std::string>& merged) {
+    std::string j = "{";
+    for (int b = 0; b < 256; b++) j += (b ? ", " : "") + json_escape(bytes_to_unicode((unsigned char)b)) + ": " + std::to_string(b);
+    for (std::size_t k = 0; k < merged.size(); k++) j += ", " + json_escape(merged[k]) + ": " + std::to_string(256 + k);
+    return j + "}";
+}
+std::string m_vocab_bpe(const std::vector<std::string>& merges) {
+    std::string v = "#version: 0.2\n";
+    for (auto& m : merges) v += m + "\n";
+    return v;
+}
+const std::string m_G = bytes_to_unicode(' ');  // "Ġ"
+BPE m_small_bpe() {
+    return make_bpe(m_encoder_json({"he", "ll", "hell", m_G + "hell", "<|endoftext|>"}),
+                    m_vocab_bpe({"h e", "l l", "he ll", m_G + " hell"}));
+}
+}  // namespace
+
+TEST_CASE("tokenizer: bytes_to_unicode maps printable bytes to themselves and the 68 others to U+0100...") {
+    CHECK(bytes_to_unicode('A') == "A");
+    CHECK(bytes_to_unicode('~') == "~");
+    CHECK(bytes_to_unicode(0xFF) == "\xC3\xBF");   // U+00FF
+    CHECK(bytes_to_unicode(0) == "\xC4\x80");      // U+0100: the first non-printable byte
+    CHECK(bytes_to_unicode('\n') == "\xC4\x8A");   // U+010A "Ċ"
+    CHECK(bytes_to_unicode(' ') == "\xC4\xA0");    // U+0120 "Ġ": bytes 0..32 are the first 33
+    CHECK(bytes_to_unicode(0xAD) == "\xC5\x83");   // U+0143: the 68th and last (33 + 34 before it)
+    std::set<std::string> all;
+    for (int b = 0; b < 256; b++) all.insert(bytes_to_unicode((unsigned char)b));
+    CHECK(all.size() == 256);
+}
+
+TEST_CASE("tokenizer: gpt2_pretokenize splits as GPT-2's pattern does") {
+    using V = std::vector<std::string>;
+    CHECK(gpt2_pretokenize("Hello world") == V{"Hello", " world"});
+    // Contractions, a run of two spaces (the last one starts " ok"), newlines before a letter.
+    CHECK(gpt2_pretokenize("it's  ok\n\nyes") == V{"it", "'s", " ", " ok", "\n", "\n", "yes"});
+    CHECK(gpt2_pretokenize("I'll 2024... x") == V{"I", "'ll", " 2024", "...", " x"});
+    CHECK(gpt2_pretokenize("we're they've I'm he'd 'S") == V{"we", "'re", " they", "'ve", " I", "'m", " he", "'d", " '", "S"});
+    CHECK(gpt2_pretokenize("a  ") == V{"a", "  "});            // white space at the end stays whole
+    CHECK(gpt2_pretokenize("a\t b") == V{"a", "\t", " b"});
+    CHECK(gpt2_pretokenize("!'s") == V{"!'", "s"});            // the run of punctuation comes first
+    // Letters and numbers beyond ASCII: accents, CJK, Arabic-Indic digits, superscript two (N).
+    CHECK(gpt2_pretokenize("h\xC3\xA9llo w\xC3\xB6rld") == V{"h\xC3\xA9llo", " w\xC3\xB6rld"});
+    CHECK(gpt2_pretokenize("\xE6\x97\xA5\xE6\x9C\xAC!") == V{"\xE6\x97\xA5\xE6\x9C\xAC", "!"});
+    CHECK(gpt2_pretokenize("x\xC2\xB2 \xD9\xA3\xD9\xA4") == V{"x", "\xC2\xB2", " \xD9\xA3\xD9\xA4"});
+    // A no-break space is white space, so it does not join the letters after it.
+    CHECK(gpt2_pretokenize("\xC2\xA0" "a") == V{"\xC2\xA0", "a"});
+    CHECK(gpt2_pretokenize("").empty());
+    // The pieces always put the text back together.
+    const std::string mixed = "  Tom's  caf\xC3\xA9 \xE2\x80\x94 2\xC2\xBD cups!!\r\n\tend \xF0\x9F\x98\x80 ";
+    std::string joined;
+    for (auto& p : gpt2_pretokenize(mixed)) joined += p;
+    CHECK(joined == mixed);
+    M_CHECK_TF_ERROR(gpt2_pretokenize("ok\xFF"), "UTF-8", "byte 2");
+    M_CHECK_TF_ERROR(gpt2_pretokenize("\xC3"), "UTF-8");          // truncated
+    M_CHECK_TF_ERROR(gpt2_pretokenize("\xC0\x80"), "UTF-8");      // overlong NUL
+    M_CHECK_TF_ERROR(gpt2_pretokenize("\xED\xA0\x80"), "UTF-8");  // a surrogate
+}
+
+TEST_CASE("tokenizer: BPE merges the lowest-ranked pair first, every occurrence, and decodes back") {
+    const BPE t = m_small_bpe();
+    CHECK(t.size() == 261);
+    CHECK(t.eot == 260);
+    // "hello": h e l l o -> (rank 0) he l l o -> (1) he ll o -> (2) hell o.
+    CHECK(t.bpe("hello") == std::vector<std::string>{"hell", "o"});
+    // " hello": the space symbol joins "hell" last (rank 3).
+    CHECK(t.bpe(" hello") == std::vector<std::string>{m_G + "hell", "o"});
+    CHECK(t.encode("hello hello") == std::vector<int>{258, 'o', 259, 'o'});
+    CHECK(t.bpe("llll") == std::vector<std::string>{"ll", "ll"});  // every occurrence, left to right
+    CHECK(t.bpe("lll") == std::vector<std::string>{"ll", "l"});
+    // Rank, not position, decides: with "b c" ranked before "a b", "abc" is a + bc.
+    const BPE r = make_bpe(m_encoder_json({"bc", "ab"}), m_vocab_bpe({"b c", "a b"}));
+    CHECK(r.encode("abc") == std::vector<int>{'a', 256});
+    CHECK(r.encode("abd") == std::vector<int>{257, 'd'});
+    // Any bytes that are valid UTF-8 round trip, "<|endoftext|>" is plain text to encode.
+    const std::string text = "hello, w\xC3\xB6rld!\n\n  \xF0\x9F\x98\x80 <|endoftext|>\t";
+    CHECK(t.decode(t.encode(text)) == text);
+    CHECK(t.decode({258, 'o', t.eot}) == "hello<|endoftext|>");
+    M_CHECK_TF_ERROR(t.decode({261}), "261", "0..260");
+    M_CHECK_TF_ERROR(t.decode({-1}), "-1");
+}
+
+TEST_CASE("tokenizer: malformed encoder.json and vocab.bpe are errors naming the problem") {
+    const std::string merges = m_vocab_bpe({"h e"});
+    M_CHECK_TF_ERROR(make_bpe("{\"a\": 0", merges), "JSON");
+    M_CHECK_TF_ERROR(make_bpe("[1, 2]", merges), "encoder.json", "object");
+    M_CHECK_TF_ERROR(make_bpe("{\"a\": 0, \"b\": 0}", merges), "id 0", "twice");
+    M_CHECK_TF_ERROR(make_bpe("{\"a\": 0, \"b\": 2}", merges), "'b'", "0..1");
+    M_CHECK_TF_ERROR(make_bpe("{\"a\": 0.5}", merges), "'a'");
+    M_CHECK_TF_ERROR(make_bpe("{\"a\": \"0\"}", merges), "'a'");
+    M_CHECK_TF_ERROR(make_bpe("{\"a b\": 0}", merges), "outside the 256 byte symbols");  // a raw space
+    const std::string enc = m_encoder_json({"he"});
+    M_CHECK_TF_ERROR(make_bpe(enc, "#version: 0.2\nh e\nhe\n"), "line 3");
+    M_CHECK_TF_ERROR(make_bpe(enc, "#version: 0.2\nh  e\n"), "line 2");
+    M_CHECK_TF_ERROR(make_bpe(enc, "#version: 0.2\n"), "no merges");
+    // A merge whose result is not in the vocabulary: encoding names the symbol.
+    const BPE t = make_bpe(m_encoder_json({}), m_vocab_bpe({"h e"}));
+    M_CHECK_TF_ERROR(t.encode("he"), "'he'", "not in the vocabulary");
+    M_CHECK_TF_ERROR(load_bpe(m_path("no_such_encoder.json"), m_path("no_such.bpe")), "no_such_encoder.json");
+}
+
+TEST_CASE("CLI: tokenize encodes text and files, decodes ids, rejects bad input") {
+    m_write(m_path("enc.json"), m_encoder_json({"he", "ll", "hell", m_G + "hell"}));
+    m_write(m_path("merges.bpe"), m_vocab_bpe({"h e", "l l", "he ll", m_G + " hell"}));
+    const std::string files = "tokenize --encoder " + m_path("enc.json") + " --vocab " + m_path("merges.bpe");
+    const m_Run r = m_run(files + " --text 'hello hello'");
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out == "258,111,259,111\n");
+    m_write(m_path("text.txt"), "hello\n");
+    CHECK(m_run(files + " --file " + m_path("text.txt")).out == "258,111,10\n");
+    CHECK(m_run(files + " --ids 258,111,259,111").out == "hello hello\n");
+    m_cli_fails(files + " --ids 258,9999", "9999");
+    m_cli_fails(files + " --text hi --ids 1", "exactly one of");
+    m_cli_fails(files, "exactly one of");
+    m_cli_fails("tokenize --encoder " + m_path("enc.json") + " --text hi", "--vocab");
+    m_write(m_path("latin1.txt"), "caf\xE9\n");  // Latin-1, not UTF-8
+    m_cli_fails(files + " --file " + m_path("latin1.txt"), "UTF-8");
+    m_write(m_path("bad.json"), "{\"a\": 7}");
+    m_cli_fails("tokenize --encoder " + m_path("bad.json") + " --vocab " + m_path("merges.bpe") + " --text hi", "bad.json");
+}

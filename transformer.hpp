@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -662,5 +663,38 @@ double addition_accuracy(const Config& c, const Params<float>& p, const CharVoca
 // A loss-curve plot (SVG, written by hand): train loss per step and val loss at its steps.
 std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
                      const std::vector<std::pair<long long, double>>& val, const std::string& title);
+
+// ================================================================================================
+// TOKENIZER: GPT-2's byte-level BPE (GPT-2 paper, section 2.2), for the released weights (roadmap).
+// ================================================================================================
+// Text -> ids in three steps:
+//   1. pre-tokenize: split the UTF-8 text into pieces with GPT-2's pattern
+//        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//      (first alternative that matches at the current position, each as long as it can be);
+//   2. each piece's bytes become symbols: byte b -> one printable character bytes_to_unicode(b)
+//      (the printable bytes stand for themselves, the 68 others for U+0100 + k in byte order, so a
+//      space is "Ġ", a newline "Ċ");
+//   3. BPE: repeatedly merge the adjacent pair of symbols with the lowest rank in the merge list
+//      (every occurrence, left to right) until no pair is in the list; each symbol is a token id.
+// decode maps ids back to their symbols and the symbols back to bytes. The ids match OpenAI's
+// encoder (encode treats "<|endoftext|>" as plain text; its id is eot).
+struct BPE {
+    std::unordered_map<std::string, int> encoder;  // symbol string (UTF-8) -> id
+    std::vector<std::string> decoder;              // id -> the raw bytes it stands for
+    std::unordered_map<std::string, int> ranks;    // "A B" (two symbols) -> merge rank, 0 first
+    int eot = -1;                                  // id of "<|endoftext|>", -1 if absent
+    int size() const { return (int)decoder.size(); }
+    std::vector<int> encode(const std::string& text) const;  // throws Error on invalid UTF-8
+    std::string decode(const std::vector<int>& ids) const;  // throws Error on an id outside 0..size-1
+    std::vector<std::string> bpe(const std::string& piece) const;  // step 3 for one piece: its symbols
+};
+// From the contents of encoder.json ({"token": id, ...}, ids 0..N-1 each once) and vocab.bpe (a
+// "#version" line, then one merge "A B" per line); throws Error naming what is malformed.
+BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
+BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+// Step 1 alone: the pieces (byte strings) of GPT-2's pattern; throws Error on invalid UTF-8.
+std::vector<std::string> gpt2_pretokenize(const std::string& text);
+// Step 2's alphabet: the UTF-8 of the character that stands for byte b.
+std::string bytes_to_unicode(unsigned char b);
 
 }  // namespace tf
