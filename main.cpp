@@ -28,8 +28,9 @@ commands:
            --eval-steps S --save-every S --log-every S --stop-at S --seed S --out FILE --resume FILE
            --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --attn-bias (biases on Q, K, V, O) --quiet
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
+           [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's tokenizer, for released GPT-2 weights)
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
-  eval     --checkpoint FILE --data FILE                       (mean loss in nats per token)
+  eval     --checkpoint FILE --data FILE [--encoder F --vocab F] (mean loss in nats per token)
   init     --preset NAME [--seed S] --out FILE
   grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
   params   --preset NAME
@@ -269,8 +270,32 @@ static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
     return v;
 }
 
+// Text <-> ids for sample and eval: GPT-2's BPE when --encoder and --vocab are given (released
+// GPT-2 weights), else the character vocabulary that train stored in the checkpoint.
+struct Codec {
+    bool bpe_mode = false;
+    BPE bpe;
+    CharVocab chars;
+    std::vector<int> encode(const std::string& s) const { return bpe_mode ? bpe.encode(s) : chars.encode(s); }
+    std::string decode(const std::vector<int>& ids) const { return bpe_mode ? bpe.decode(ids) : chars.decode(ids); }
+};
+static Codec codec_of(const LoadedModel& lm, const std::string& path, const std::string& encoder, const std::string& merges) {
+    Codec k;
+    if (encoder.empty() != merges.empty()) throw Error("--encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
+    if (encoder.empty()) {
+        k.chars = vocab_of(lm, path);
+        return k;
+    }
+    k.bpe_mode = true;
+    k.bpe = load_bpe(encoder, merges);
+    if (k.bpe.size() != lm.config.V)
+        throw Error("the tokenizer has " + std::to_string(k.bpe.size()) + " tokens but the model's V = " + std::to_string(lm.config.V));
+    return k;
+}
+
 static int cmd_sample(Flags& f) {
     const std::string path = f.need("checkpoint"), prompt = f.need("prompt");
+    const std::string encoder = f.str("encoder"), merges = f.str("vocab");
     const long long tokens = f.integer("tokens", 200), seed = f.integer("seed", 1);
     const int top_k = f.int32("top-k", 0);
     const double temperature = f.number("temperature", 1.0);
@@ -279,11 +304,14 @@ static int cmd_sample(Flags& f) {
     if (temperature < 0) throw Error("--temperature must be >= 0");
     if (top_k < 0) throw Error("--top-k must be >= 0");
     LoadedModel lm = load_model(path, {"adam."});
-    const CharVocab vocab = vocab_of(lm, path);
     if (!is_causal(lm.config.variant)) throw Error("sample needs a gpt, gpt2 or gpt3 model; use fill for bert/roberta");
+    const Codec codec = codec_of(lm, path, encoder, merges);
+    const std::vector<int> x = codec.encode(prompt);
+    if (x.empty()) throw Error("--prompt is empty");
     Rng rng((uint64_t)seed);
-    const std::vector<int> out = generate(lm.config, lm.params, vocab.encode(prompt), (int)tokens, temperature, top_k, rng);
-    std::printf("%s\n", vocab.decode(out).c_str());
+    const std::string out = codec.decode(generate(lm.config, lm.params, x, (int)tokens, temperature, top_k, rng));
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::printf("\n");
     return 0;
 }
 
@@ -321,12 +349,11 @@ static int cmd_fill(Flags& f) {
 
 static int cmd_eval(Flags& f) {
     const std::string path = f.need("checkpoint"), data = f.need("data");
+    const std::string encoder = f.str("encoder"), merges = f.str("vocab");
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
-    const CharVocab vocab = vocab_of(lm, path);
-    const std::string text = read_file(data);
-    const std::vector<int> ids = vocab.encode(text);
+    const std::vector<int> ids = codec_of(lm, path, encoder, merges).encode(read_file(data));
     if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
     long long count = 0;
     const double loss = corpus_loss(c, lm.params, ids, 1234, &count);

@@ -3931,3 +3931,164 @@ TEST_CASE("CLI: tokenize encodes text and files, decodes ids, rejects bad input"
     m_write(m_path("bad.json"), "{\"a\": 7}");
     m_cli_fails("tokenize --encoder " + m_path("bad.json") + " --vocab " + m_path("merges.bpe") + " --text hi", "bad.json");
 }
+
+// ================================================================================================
+// Released GPT-2 weights: a Hugging Face model.safetensors (names and layout of GPT-2), made here
+// from a small model so that the test knows every number
+// ================================================================================================
+namespace {
+// The tensors of c/p under GPT-2's names: c_attn = [W_Q^1..W_Q^A | W_K^1.. | W_V^1..] and so on.
+std::vector<std::pair<std::string, Tensor<float>>> m_hf_tensors(const Config& c, const Params<float>& p,
+                                                                const std::string& prefix = "") {
+    std::vector<std::pair<std::string, Tensor<float>>> t;
+    const int H = c.H, D = c.D;
+    t.push_back({prefix + "wte.weight", p.W_e});
+    t.push_back({prefix + "wpe.weight", p.W_p});
+    for (int l = 0; l < c.L; l++) {
+        const Layer<float>& y = p.layers[l];
+        const std::string h = prefix + "h." + std::to_string(l) + ".";
+        Tensor<float> W(H, 3 * H), b({3 * H});
+        for (int i = 0; i < c.A; i++) {
+            const Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
+            const Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
+            for (int part = 0; part < 3; part++)
+                for (int d = 0; d < D; d++) {
+                    for (int r = 0; r < H; r++) W(r, part * H + i * D + d) = (*Wi[part])(r, d);
+                    b[part * H + i * D + d] = (*bi[part])[d];
+                }
+        }
+        t.push_back({h + "ln_1.weight", y.ln_1_gamma});
+        t.push_back({h + "ln_1.bias", y.ln_1_beta});
+        t.push_back({h + "attn.c_attn.weight", W});
+        t.push_back({h + "attn.c_attn.bias", b});
+        t.push_back({h + "attn.c_proj.weight", y.attn.W_O});
+        t.push_back({h + "attn.c_proj.bias", y.attn.b_O});
+        t.push_back({h + "ln_2.weight", y.ln_2_gamma});
+        t.push_back({h + "ln_2.bias", y.ln_2_beta});
+        t.push_back({h + "mlp.c_fc.weight", y.ffn.W_1});
+        t.push_back({h + "mlp.c_fc.bias", y.ffn.b_1});
+        t.push_back({h + "mlp.c_proj.weight", y.ffn.W_2});
+        t.push_back({h + "mlp.c_proj.bias", y.ffn.b_2});
+        t.push_back({h + "attn.bias", Tensor<float>({1, 1, c.n_ctx, c.n_ctx}, 1.f)});  // a mask buffer
+    }
+    t.push_back({prefix + "ln_f.weight", p.ln_f_gamma});
+    t.push_back({prefix + "ln_f.bias", p.ln_f_beta});
+    return t;
+}
+void m_write_hf(const std::string& path, const std::vector<std::pair<std::string, Tensor<float>>>& t) {
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    for (auto& kv : t) list.push_back({kv.first, &kv.second});
+    save_safetensors(path, {{"format", "pt"}}, list);
+}
+Config m_hf_config(int V) {  // a small GPT-2 as released: gelu_tanh, attention biases, 3 heads
+    Config c = preset("tiny-gpt2");
+    c.V = V, c.H = 12, c.A = 3, c.D = 4, c.F = 20, c.L = 2, c.n_ctx = 16;
+    c.activation = Activation::gelu_tanh, c.attn_bias = true;
+    return c;
+}
+}  // namespace
+
+TEST_CASE("GPT-2 weights: a Hugging Face model.safetensors loads as a gpt2 model, every number in place") {
+    const Config c = m_hf_config(13);
+    const Params<float> p = m_model<float>(c, 71, 0.5);
+    const std::string dir = m_path("");
+    const std::string path = m_path("hf_model.safetensors");
+    m_write(dir + "config.json", "{\"n_head\": 3, \"n_embd\": 12, \"layer_norm_epsilon\": 1e-05, \"activation_function\": \"gelu_new\"}");
+    for (const std::string prefix : {"", "transformer."}) {
+        CAPTURE(prefix);
+        m_write_hf(path, m_hf_tensors(c, p, prefix));
+        LoadedModel lm = load_model(path);
+        const Config& d = lm.config;
+        CHECK(d.variant == Variant::gpt2);
+        CHECK(d.activation == Activation::gelu_tanh);
+        CHECK(d.attn_bias);
+        CHECK(d.V == 13);
+        CHECK(d.H == 12);
+        CHECK(d.A == 3);
+        CHECK(d.D == 4);
+        CHECK(d.F == 20);
+        CHECK(d.L == 2);
+        CHECK(d.n_ctx == 16);
+        CHECK(d.eps == 1e-5);
+        Params<float> q = p;
+        CHECK(m_params_bits_equal(c, q, lm.params));
+        // Hence the same logits; and it round trips through this project's own format.
+        Batch b;
+        b.n = 6, b.tokens = {1, 5, 2, 12, 0, 7};
+        CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+        save_model(m_path("hf_converted.safetensors"), d, lm.params);
+        LoadedModel back = load_model(m_path("hf_converted.safetensors"));
+        CHECK(m_params_bits_equal(c, q, back.params));
+    }
+    // A tied lm_head is accepted; an untied one is an error.
+    auto t = m_hf_tensors(c, p);
+    t.push_back({"lm_head.weight", p.W_e});
+    m_write_hf(path, t);
+    CHECK(load_model(path).config.V == 13);
+    t.back().second[3] += 1.f;
+    m_write_hf(path, t);
+    M_CHECK_TF_ERROR(load_model(path), "lm_head.weight", "tied");
+}
+
+TEST_CASE("GPT-2 weights: missing, misshaped and unexpected tensors, and unknown head counts, are errors") {
+    const Config c = m_hf_config(13);
+    const Params<float> p = m_model<float>(c, 72, 0.5);
+    const std::string path = m_path("hf_bad/model.safetensors");
+    REQUIRE(std::system(("mkdir -p " + m_path("hf_bad")).c_str()) == 0);
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3}");
+    auto with = [&](const std::function<void(std::vector<std::pair<std::string, Tensor<float>>>&)>& change) {
+        auto t = m_hf_tensors(c, p);
+        change(t);
+        m_write_hf(path, t);
+    };
+    auto find = [](std::vector<std::pair<std::string, Tensor<float>>>& t, const std::string& name) -> Tensor<float>& {
+        for (auto& kv : t)
+            if (kv.first == name) return kv.second;
+        throw std::runtime_error("no " + name);
+    };
+    with([](auto& t) { t.erase(std::remove_if(t.begin(), t.end(), [](auto& kv) { return kv.first == "h.1.mlp.c_fc.bias"; }), t.end()); });
+    M_CHECK_TF_ERROR(load_model(path), "missing tensor 'h.1.mlp.c_fc.bias'", "GPT-2 weights");
+    with([&](auto& t) { find(t, "h.0.attn.c_attn.weight") = Tensor<float>(12, 35); });
+    M_CHECK_TF_ERROR(load_model(path), "h.0.attn.c_attn.weight", "12x35", "expected 12x36");
+    with([](auto& t) { t.push_back({"h.0.attn.extra", Tensor<float>({3})}); });
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.0.attn.extra'");
+    with([](auto& t) { t.push_back({"h.x.ln_1.weight", Tensor<float>({3})}); });
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.x.ln_1.weight'");
+    with([](auto&) {});
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 5}");  // 12 is not a multiple of 5
+    M_CHECK_TF_ERROR(load_model(path), "heads");
+    m_write(m_path("hf_bad/config.json"), "{\"n_embd\": 12}");
+    M_CHECK_TF_ERROR(load_model(path), "n_head");
+    REQUIRE(std::remove(m_path("hf_bad/config.json").c_str()) == 0);  // no config.json: H = 12 has no heads of 64
+    M_CHECK_TF_ERROR(load_model(path), "config.json", "n_head");
+}
+
+TEST_CASE("CLI: sample and eval with GPT-2's tokenizer on imported GPT-2 weights") {
+    m_write(m_path("enc.json"), m_encoder_json({"he", "ll", "hell", m_G + "hell"}));
+    m_write(m_path("merges.bpe"), m_vocab_bpe({"h e", "l l", "he ll", m_G + " hell"}));
+    const Config c = m_hf_config(260);  // as many ids as the tokenizer
+    const Params<float> p = m_model<float>(c, 73, 0.5);
+    REQUIRE(std::system(("mkdir -p " + m_path("hf_cli")).c_str()) == 0);
+    m_write(m_path("hf_cli/config.json"), "{\"n_head\": 3}");
+    m_write_hf(m_path("hf_cli/model.safetensors"), m_hf_tensors(c, p));
+    const std::string model = " --checkpoint " + m_path("hf_cli/model.safetensors");
+    const std::string tok = " --encoder " + m_path("enc.json") + " --vocab " + m_path("merges.bpe");
+    const m_Run r = m_run("sample" + model + tok + " --prompt 'hello hello' --tokens 5 --temperature 0");
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out.rfind("hello hello", 0) == 0);
+    // The greedy continuation is the one generate gives for the prompt's ids 258, 111, 259, 111.
+    Rng unused(0);
+    const BPE bpe = m_small_bpe();
+    const std::vector<int> ids = generate(c, p, std::vector<int>{258, 111, 259, 111}, 5, 0.0, 0, unused);
+    CHECK(r.out == bpe.decode(ids) + "\n");
+    m_write(m_path("hf_cli/text.txt"), "hello hello hello");
+    const m_Run e = m_run("eval" + model + tok + " --data " + m_path("hf_cli/text.txt"));
+    CHECK(e.status == 0);
+    CHECK(m_contains(e.out, "over 5 predicted tokens"));  // 6 ids: hell o Ġhell o Ġhell o
+    m_cli_fails("sample" + model + " --encoder " + m_path("enc.json") + " --prompt hi", "--encoder and --vocab");
+    m_cli_fails("sample" + model + " --prompt hi", "no character vocabulary");
+    const Config small = m_hf_config(100);
+    m_write_hf(m_path("hf_cli/model.safetensors"), m_hf_tensors(small, m_model<float>(small, 74, 0.5)));
+    m_cli_fails("sample" + model + tok + " --prompt hi", "260 tokens but the model's V = 100");
+}

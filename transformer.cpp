@@ -1949,9 +1949,117 @@ void save_model(const std::string& path, const Config& c, Params<float>& p,
     save_safetensors(path, meta, list);
 }
 
+// ---- Released GPT-2 weights (a Hugging Face model.safetensors) ---------------------------------
+// GPT-2's names and layouts (its Conv1D computes y = x W + b with W stored in x out, as ours):
+//   wte.weight (V x H) -> W_e            wpe.weight (n_ctx x H) -> W_p
+//   h.l.ln_1.weight, .bias -> layers.l.ln_1.gamma, .beta   (ln_2 and ln_f likewise)
+//   h.l.attn.c_attn.weight (H x 3H) = [W_Q^1 .. W_Q^A | W_K^1 .. W_K^A | W_V^1 .. W_V^A], head i in
+//       columns i*D .. i*D+D-1 of each third; h.l.attn.c_attn.bias (3H) likewise for b_Q, b_K, b_V
+//   h.l.attn.c_proj.weight (AD x H), .bias -> W_O, b_O;  h.l.mlp.c_fc -> W_1, b_1;  h.l.mlp.c_proj -> W_2, b_2
+// Names may start with "transformer."; lm_head.weight must equal wte.weight (tied); the causal-mask
+// buffers h.l.attn.bias and h.l.attn.masked_bias are ignored. The file does not say how many heads:
+// they come from config.json beside it (n_head; also layer_norm_epsilon), else A = H / 64 (every
+// GPT-2 size has heads of 64).
+static bool is_hf_gpt2(const SafeTensors& st) {
+    return !st.metadata.count("variant") && (st.find("wte.weight") || st.find("transformer.wte.weight"));
+}
+
+static LoadedModel import_hf_gpt2(const std::string& path, SafeTensors st) {
+    auto fail = [&](const std::string& what) { return Error("'" + path + "' (GPT-2 weights): " + what); };
+    std::map<std::string, Tensor<float>*> by;  // names without "transformer."
+    int L = 0;
+    for (auto& kv : st.tensors) {
+        const std::string name = kv.first.rfind("transformer.", 0) == 0 ? kv.first.substr(12) : kv.first;
+        if (!by.emplace(name, &kv.second).second) throw fail("tensor '" + name + "' appears twice");
+        if (name.rfind("h.", 0) == 0) {
+            const std::size_t dot = name.find('.', 2);
+            const std::string l = name.substr(2, dot == std::string::npos ? std::string::npos : dot - 2);
+            if (l.empty() || l.size() > 4 || l.find_first_not_of("0123456789") != std::string::npos)
+                throw fail("unexpected tensor '" + kv.first + "'");
+            L = std::max(L, std::stoi(l) + 1);
+        }
+    }
+    auto take = [&](const std::string& name, const std::vector<int>& shape) -> Tensor<float>& {
+        auto it = by.find(name);
+        if (it == by.end()) throw fail("missing tensor '" + name + "'");
+        if (it->second->shape != shape)
+            throw fail("tensor '" + name + "' is " + shape_str(it->second->shape) + ", expected " + shape_str(shape));
+        Tensor<float>& t = *it->second;
+        by.erase(it);
+        return t;
+    };
+    auto grab = [&](const std::string& name, const std::vector<int>& shape) { return std::move(take(name, shape)); };
+    const Tensor<float>* wte = by.count("wte.weight") ? by["wte.weight"] : nullptr;
+    const Tensor<float>* wpe = by.count("wpe.weight") ? by["wpe.weight"] : nullptr;
+    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
+        throw fail("needs wte.weight (V x H), wpe.weight (n_ctx x H) and layers h.0, h.1, ...");
+    const Tensor<float>* fc = by.count("h.0.mlp.c_fc.weight") ? by["h.0.mlp.c_fc.weight"] : nullptr;
+    if (!fc || fc->shape.size() != 2) throw fail("missing tensor 'h.0.mlp.c_fc.weight'");
+    Config c;
+    c.variant = Variant::gpt2, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
+    c.V = wte->rows(), c.H = wte->cols(), c.n_ctx = wpe->rows(), c.F = fc->cols(), c.L = L;
+    c.A = c.H % 64 == 0 ? c.H / 64 : 0;
+    const std::size_t slash = path.find_last_of('/');
+    const std::string config_json = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
+    if (std::FILE* probe = std::fopen(config_json.c_str(), "rb")) {
+        std::fclose(probe);
+        const Json j = parse_json(read_file(config_json));
+        const Json* heads = j.get("n_head");
+        if (!heads || heads->type != Json::number || heads->num < 1 || heads->num != std::floor(heads->num))
+            throw Error("'" + config_json + "': needs n_head, a positive integer");
+        c.A = (int)heads->num;
+        if (const Json* e = j.get("layer_norm_epsilon"); e && e->type == Json::number) c.eps = e->num;
+    }
+    if (c.A == 0 || c.H % c.A != 0)
+        throw fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
+                   " is not a multiple of 64 and there is no config.json with n_head beside the file");
+    c.D = c.H / c.A;
+    validate(c);
+    LoadedModel lm;
+    lm.config = c;
+    lm.params = make_params<float>(c);
+    Params<float>& p = lm.params;
+    const int H = c.H, D = c.D, A = c.A;
+    p.W_e = grab("wte.weight", {c.V, H});
+    p.W_p = grab("wpe.weight", {c.n_ctx, H});
+    p.ln_f_gamma = grab("ln_f.weight", {H}), p.ln_f_beta = grab("ln_f.bias", {H});
+    for (int l = 0; l < c.L; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        Layer<float>& y = p.layers[l];
+        y.ln_1_gamma = grab(h + "ln_1.weight", {H}), y.ln_1_beta = grab(h + "ln_1.bias", {H});
+        y.ln_2_gamma = grab(h + "ln_2.weight", {H}), y.ln_2_beta = grab(h + "ln_2.bias", {H});
+        const Tensor<float>& W = grab(h + "attn.c_attn.weight", {H, 3 * H});
+        const Tensor<float>& b = grab(h + "attn.c_attn.bias", {3 * H});
+        for (int i = 0; i < A; i++) {
+            Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
+            Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
+            for (int part = 0; part < 3; part++) {  // Q, K, V: column block part*H + i*D
+                const int col = part * H + i * D;
+                for (int r = 0; r < H; r++)
+                    for (int d = 0; d < D; d++) (*Wi[part])(r, d) = W(r, col + d);
+                for (int d = 0; d < D; d++) (*bi[part])[d] = b[col + d];
+            }
+        }
+        y.attn.W_O = grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = grab(h + "attn.c_proj.bias", {H});
+        y.ffn.W_1 = grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = grab(h + "mlp.c_fc.bias", {c.F});
+        y.ffn.W_2 = grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = grab(h + "mlp.c_proj.bias", {H});
+        by.erase(h + "attn.bias"), by.erase(h + "attn.masked_bias");  // causal-mask buffers
+    }
+    if (by.count("lm_head.weight")) {
+        if (by["lm_head.weight"]->shape != p.W_e.shape || by["lm_head.weight"]->data != p.W_e.data)
+            throw fail("lm_head.weight differs from wte.weight; this model de-embeds with W_e^T (tied)");
+        by.erase("lm_head.weight");
+    }
+    if (!by.empty()) throw fail("unexpected tensor '" + by.begin()->first + "'");
+    st.tensors.clear();
+    lm.file = std::move(st);
+    return lm;
+}
+
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
     LoadedModel lm;
     lm.file = load_safetensors(path);
+    if (is_hf_gpt2(lm.file)) return import_hf_gpt2(path, std::move(lm.file));
     try {
         lm.config = config_from_metadata(lm.file.metadata);
     } catch (const Error& e) {

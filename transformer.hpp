@@ -526,7 +526,10 @@ struct LoadedModel {
     SafeTensors file;  // metadata and the tensors that are not parameters
 };
 // Every parameter must be present with its shape; any other tensor is an error unless its name
-// starts with one of allowed_extra_prefixes.
+// starts with one of allowed_extra_prefixes. A file without our metadata whose tensors are named
+// as in the released GPT-2 (wte.weight, h.0.attn.c_attn.weight, ...: a Hugging Face
+// model.safetensors) is read as a gpt2 model with gelu_tanh and attention biases (see
+// import_hf_gpt2 in transformer.cpp for the mapping of names).
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes = {});
 
 // A minimal JSON reader (for safetensors headers and tokenizer files).
