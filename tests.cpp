@@ -4092,3 +4092,131 @@ TEST_CASE("CLI: sample and eval with GPT-2's tokenizer on imported GPT-2 weights
     m_write_hf(m_path("hf_cli/model.safetensors"), m_hf_tensors(small, m_model<float>(small, 74, 0.5)));
     m_cli_fails("sample" + model + tok + " --prompt hi", "260 tokens but the model's V = 100");
 }
+
+// ================================================================================================
+// GPT-1 fine-tuning (seed 003): the head W_y, L3 = L2 + lambda L1, the input transformations
+// ================================================================================================
+namespace {
+const GPT1Specials m_S{10, 11, 12};  // tiny presets: ids 10, 11, 12 as start, delimiter, extract
+}  // namespace
+
+TEST_CASE("finetune: GPT-1's input transformations and the padded batch") {
+    using V = std::vector<int>;
+    CHECK(gpt1_classify_input({1, 2, 3}, m_S) == V{10, 1, 2, 3, 12});
+    CHECK(gpt1_entailment_input({1, 2}, {3}, m_S) == V{10, 1, 2, 11, 3, 12});
+    CHECK(gpt1_similarity_inputs({1}, {2, 3}, m_S) == std::vector<V>{{10, 1, 11, 2, 3, 12}, {10, 2, 3, 11, 1, 12}});
+    CHECK(gpt1_multiple_choice_inputs({1, 2}, {{3}, {4, 5}}, m_S) ==
+          std::vector<V>{{10, 1, 2, 11, 3, 12}, {10, 1, 2, 11, 4, 5, 12}});
+    std::vector<int> at;
+    const Batch b = gpt1_batch({{10, 1, 12}, {10, 1, 2, 3, 12}}, 5, 0, at);
+    CHECK(b.B == 2);
+    CHECK(b.n == 5);
+    CHECK(b.tokens == V{10, 1, 12, 0, 0, 10, 1, 2, 3, 12});
+    CHECK(b.targets == V{1, 12, -1, -1, -1, 1, 2, 3, 12, -1});
+    CHECK(at == V{2, 4});
+    M_CHECK_TF_ERROR(gpt1_batch({{1, 2, 3, 4, 5, 6}}, 5, 0, at), "6 tokens", "n = 5");
+}
+
+TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all parameters and W_y)") {
+    const Config c = preset("tiny-gpt2");
+    struct Case {
+        FinetuneTask task;
+        int K, rows, C;
+        std::vector<std::vector<int>> seqs;
+        std::vector<int> labels;
+        const char* name;
+    };
+    const std::vector<Case> cases = {
+        {FinetuneTask::classify, 1, c.H, 3, {gpt1_classify_input({1, 2, 3}, m_S), gpt1_entailment_input({4}, {5, 6}, m_S)}, {2, 0}, "classify"},
+        {FinetuneTask::similarity, 2, 2 * c.H, 2, gpt1_similarity_inputs({1, 2}, {3}, m_S), {1}, "similarity"},
+        {FinetuneTask::multiple_choice, 3, c.H, 1, gpt1_multiple_choice_inputs({1, 2}, {{3}, {4, 5}, {6}}, m_S), {1}, "multiple choice"},
+    };
+    for (const Case& t : cases) {
+        CAPTURE(t.name);
+        Params<double> p = m_model<double>(c, 81, 0.2);
+        Rng r(82);
+        TD W_y = randn(t.rows, t.C, r, 0.5);
+        std::vector<int> at;
+        const Batch b = gpt1_batch(t.seqs, 8, 0, at);
+        const double lambda = 0.5;
+        auto loss = [&](Params<double>* g) {
+            TD dW(W_y.shape);
+            return finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda, g, g ? &dW : nullptr).L3;
+        };
+        m_grad_check(c, p, loss, 83, std::string("finetune ") + t.name);
+        Params<double> g = make_params<double>(c);
+        TD dW(W_y.shape);
+        const FinetuneLoss L = finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda, &g, &dW);
+        grad_check([&] { return finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda).L3; }, W_y, dW,
+                   std::string("W_y, ") + t.name);
+        CHECK(L.L3 == doctest::Approx(L.L2 + lambda * L.L1).epsilon(1e-14));
+        CHECK(L.L1 == doctest::Approx(model_loss(c, p, b)).epsilon(1e-14));  // L1 is the LM loss on x
+        // L2 is -log of the label's probability, averaged over the examples.
+        const TD P = finetune_probs(c, p, W_y, t.task, t.K, b, at);
+        double L2 = 0;
+        for (int e = 0; e < P.rows(); e++) {
+            double row = 0;
+            for (int k = 0; k < P.cols(); k++) row += P(e, k);
+            CHECK(row == doctest::Approx(1.0).epsilon(1e-12));
+            L2 -= std::log(P(e, t.labels[e])) / P.rows();
+        }
+        CHECK(L.L2 == doctest::Approx(L2).epsilon(1e-12));
+    }
+}
+
+TEST_CASE("finetune: padding after the extract token and the order of the answers do not matter") {
+    const Config c = preset("tiny-gpt2");
+    const Params<double> p = m_model<double>(c, 84, 0.3);
+    Rng r(85);
+    const TD W_y = randn(c.H, 1, r, 0.5);
+    const auto seqs = gpt1_multiple_choice_inputs({1, 2}, {{3}, {4, 5}, {6}}, m_S);
+    std::vector<int> at, at2;
+    const TD P = finetune_probs(c, p, W_y, FinetuneTask::multiple_choice, 3, gpt1_batch(seqs, 7, 0, at), at);
+    // Other padding, longer rows: the same probabilities (the causal mask keeps the pads out of h).
+    const TD P2 = finetune_probs(c, p, W_y, FinetuneTask::multiple_choice, 3, gpt1_batch(seqs, 12, 9, at2), at2);
+    CHECK(max_abs_diff(P, P2) < 1e-12);
+    // The answers reversed: the probabilities reversed.
+    const std::vector<std::vector<int>> rev(seqs.rbegin(), seqs.rend());
+    const TD P3 = finetune_probs(c, p, W_y, FinetuneTask::multiple_choice, 3, gpt1_batch(rev, 7, 0, at2), at2);
+    for (int k = 0; k < 3; k++) CHECK(P3(0, k) == doctest::Approx(P(0, 2 - k)).epsilon(1e-12));
+    std::vector<int> at3;
+    const Batch b = gpt1_batch(seqs, 7, 0, at3);
+    M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::multiple_choice, 3, b, at3, {3}, 0.5), "label 3");
+    M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::multiple_choice, 2, b, at3, {0}, 0.5), "multiple of K");
+    const TD W_bad = randn(c.H + 1, 2, r, 0.5);  // classify needs H rows
+    CHECK_THROWS_AS(finetune_loss(c, p, W_bad, FinetuneTask::classify, 1, b, at3, {0, 0, 0}, 0.5), ShapeError);
+    M_CHECK_TF_ERROR(finetune_loss(preset("tiny-bert"), m_model<double>(preset("tiny-bert"), 1, 0.1), W_y,
+                                   FinetuneTask::classify, 1, b, at3, {0, 0, 0}, 0.5), "gpt");
+}
+
+TEST_CASE("finetune: gradient descent on L3 learns a toy classification (does the text contain 3?)") {
+    const Config c = preset("tiny-gpt2");
+    Params<double> p = m_model<double>(c, 86, 0.0);
+    Rng r(87);
+    TD W_y = randn(c.H, 2, r, 0.02);
+    std::vector<std::vector<int>> seqs;
+    std::vector<int> labels;
+    for (int e = 0; e < 8; e++) {
+        std::vector<int> text = m_random_ids(4, 10, r);
+        for (int& v : text) v = v == 3 ? 4 : v;
+        if (e % 2) text[r.below(4)] = 3;
+        seqs.push_back(gpt1_classify_input(text, m_S));
+        labels.push_back(e % 2);
+    }
+    std::vector<int> at;
+    const Batch b = gpt1_batch(seqs, 6, 0, at);
+    const double first = finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, labels, 0.5).L2;
+    for (int step = 0; step < 300; step++) {
+        Params<double> g = make_params<double>(c);
+        TD dW(W_y.shape);
+        finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, labels, 0.5, &g, &dW);
+        auto P = named_tensors(c, p), G = named_tensors(c, g);
+        for (std::size_t k = 0; k < P.size(); k++)
+            for (std::size_t j = 0; j < P[k].tensor->size(); j++) (*P[k].tensor)[j] -= 0.1 * (*G[k].tensor)[j];
+        for (std::size_t j = 0; j < W_y.size(); j++) W_y[j] -= 0.1 * dW[j];
+    }
+    const double last = finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, labels, 0.5).L2;
+    MESSAGE("L2 from " << first << " to " << last);
+    CHECK(first > 0.6);  // about log 2 at the start
+    CHECK(last < 0.1);
+}

@@ -1450,10 +1450,15 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
 // Z = X^(L) W_e^T: dX^(L) = dZ W_e, dW_e += dZ^T X^(L) (W_e's second use; the first is the
 // embedding, whose gradient embed_backward adds).
 template <typename T>
-void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& k, const Tensor<T>& dZ, Params<T>& g) {
+void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& k, const Tensor<T>& dZ, Params<T>& g,
+                    const Tensor<T>* dX_L) {
     require_shape(dZ, {k.X_L.rows(), c.V}, "model_backward", "dZ");
     matmul_tn_acc(dZ, k.X_L, g.W_e);
     Tensor<T> dX = matmul(dZ, p.W_e);
+    if (dX_L) {
+        require_same_shape(*dX_L, k.X_L, "model_backward", "dX_L", "X_L");
+        add_inplace(dX, *dX_L);
+    }
     if (is_pre_ln(c.variant)) dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
     for (int l = c.L - 1; l >= 0; l--)
         dX = is_pre_ln(c.variant) ? pre_ln_block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l])
@@ -1555,6 +1560,146 @@ void bert_pair(const Config& c, const std::vector<int>& a, const std::vector<int
     x.insert(x.end(), b.begin(), b.end());
     x.push_back(c.sep_id);
     t.resize(x.size(), 1);
+}
+
+// ---- GPT-1 fine-tuning (seed 003) -----------------------------------------------------------------
+std::vector<int> gpt1_classify_input(const std::vector<int>& text, const GPT1Specials& s) {
+    std::vector<int> x = {s.start};
+    x.insert(x.end(), text.begin(), text.end());
+    x.push_back(s.extract);
+    return x;
+}
+
+std::vector<int> gpt1_entailment_input(const std::vector<int>& premise, const std::vector<int>& hypothesis,
+                                       const GPT1Specials& s) {
+    std::vector<int> x = {s.start};
+    x.insert(x.end(), premise.begin(), premise.end());
+    x.push_back(s.delim);
+    x.insert(x.end(), hypothesis.begin(), hypothesis.end());
+    x.push_back(s.extract);
+    return x;
+}
+
+std::vector<std::vector<int>> gpt1_similarity_inputs(const std::vector<int>& a, const std::vector<int>& b,
+                                                     const GPT1Specials& s) {
+    return {gpt1_entailment_input(a, b, s), gpt1_entailment_input(b, a, s)};  // both orderings
+}
+
+std::vector<std::vector<int>> gpt1_multiple_choice_inputs(const std::vector<int>& context,
+                                                          const std::vector<std::vector<int>>& answers,
+                                                          const GPT1Specials& s) {
+    std::vector<std::vector<int>> xs;
+    for (const auto& a : answers) xs.push_back(gpt1_entailment_input(context, a, s));
+    return xs;
+}
+
+Batch gpt1_batch(const std::vector<std::vector<int>>& sequences, int n, int pad, std::vector<int>& at) {
+    Batch b;
+    b.B = (int)sequences.size(), b.n = n;
+    at.clear();
+    for (const auto& x : sequences) {
+        if (x.empty() || (int)x.size() > n)
+            throw Error("gpt1_batch: a sequence of " + std::to_string(x.size()) + " tokens does not fit n = " + std::to_string(n));
+        const std::size_t first = b.tokens.size();
+        b.tokens.insert(b.tokens.end(), x.begin(), x.end());
+        b.tokens.resize(first + n, pad);
+        b.targets.resize(first + n, -1);
+        for (std::size_t i = 0; i + 1 < x.size(); i++) b.targets[first + i] = x[i + 1];  // x_{i+1} predicts x_{i+2}
+        at.push_back((int)x.size() - 1);
+    }
+    return b;
+}
+
+// The head's rows h: row at[b] of sequence b in X^(L) ((B*n) x H) -> B x H.
+template <typename T>
+static Tensor<T> extract_rows(const Tensor<T>& X_L, int B, int n, const std::vector<int>& at) {
+    if ((int)at.size() != B) throw Error("finetune: at has " + std::to_string(at.size()) + " rows for B = " + std::to_string(B));
+    Tensor<T> h(B, X_L.cols());
+    for (int b = 0; b < B; b++) {
+        if (at[b] < 0 || at[b] >= n) throw Error("finetune: at[" + std::to_string(b) + "] is outside 0..n-1");
+        std::copy(X_L.row(b * n + at[b]), X_L.row(b * n + at[b]) + X_L.cols(), h.row(b));
+    }
+    return h;
+}
+
+// The logits S of the E examples from h (B x H):
+//   classify, similarity: F = the K rows of an example side by side (E x KH: [h_1, h_2] for
+//     similarity, a row-major reshape), S = F W_y (E x C);
+//   multiple choice: one score per sequence, s = h W_y (B x 1), S = s as E x K.
+template <typename T>
+static Tensor<T> head_logits(FinetuneTask task, int K, const Tensor<T>& h, const Tensor<T>& W_y) {
+    const int B = h.rows(), H = h.cols();
+    if (K < 1 || B % K != 0) throw Error("finetune: B = " + std::to_string(B) + " is not a multiple of K = " + std::to_string(K));
+    const int E = B / K;
+    Tensor<T> F = h;
+    if (task == FinetuneTask::multiple_choice) {
+        require_shape(W_y, {H, 1}, "finetune (multiple choice)", "W_y");
+    } else {
+        if (task == FinetuneTask::classify && K != 1) throw Error("finetune: classify takes K = 1 sequence per example");
+        if (task == FinetuneTask::similarity && K != 2) throw Error("finetune: similarity takes K = 2 sequences per example");
+        F.shape = {E, K * H};
+        require_matrix(W_y, "finetune", "W_y");
+        if (W_y.rows() != K * H) throw ShapeError("finetune: W_y is " + shape_str(W_y) + ", needs " + std::to_string(K * H) + " rows");
+    }
+    Tensor<T> S = matmul(F, W_y);
+    if (task == FinetuneTask::multiple_choice) S.shape = {E, K};
+    return S;
+}
+
+template <typename T>
+Tensor<T> finetune_probs(const Config& c, const Params<T>& p, const Tensor<T>& W_y, FinetuneTask task, int K,
+                         const Batch& batch, const std::vector<int>& at) {
+    ForwardCache<T> cache;
+    model_forward(c, p, batch, &cache);
+    Tensor<T> S = head_logits(task, K, extract_rows(cache.X_L, batch.B, batch.n, at), W_y);
+    for (int e = 0; e < S.rows(); e++) softmax_row(S.row(e), S.row(e), S.cols());
+    return S;
+}
+
+// Backward: CrossEntropy_logits gives dS = (Softmax(S) - OneHot(y)) / E. Then
+//   classify, similarity: dW_y += F^T dS, dF = dS W_y^T (E x KH), read back as dh (B x H);
+//   multiple choice: ds = dS as B x 1, dW_y += h^T ds, dh = ds W_y^T;
+// dh goes to row at[b] of dX^(L), and L1's dZ is scaled by lambda; model_backward takes both.
+template <typename T>
+FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>& W_y, FinetuneTask task, int K,
+                           const Batch& batch, const std::vector<int>& at, const std::vector<int>& labels,
+                           double lambda, Params<T>* g, Tensor<T>* dW_y, ForwardOptions opt) {
+    if (!is_causal(c.variant)) throw Error("finetune: GPT-1 fine-tuning needs a gpt, gpt2 or gpt3 model");
+    if ((g == nullptr) != (dW_y == nullptr)) throw Error("finetune: give both g and dW_y, or neither");
+    ForwardCache<T> cache;
+    const Tensor<T> Z = model_forward(c, p, batch, &cache, opt);  // (B*n) x V
+    const Tensor<T> h = extract_rows(cache.X_L, batch.B, batch.n, at);
+    const Tensor<T> S = head_logits(task, K, h, W_y);
+    if ((int)labels.size() != S.rows()) throw Error("finetune: " + std::to_string(labels.size()) + " labels for " + std::to_string(S.rows()) + " examples");
+    for (int y : labels)
+        if (y < 0 || y >= S.cols()) throw Error("finetune: label " + std::to_string(y) + " outside 0.." + std::to_string(S.cols() - 1));
+    FinetuneLoss r;
+    Tensor<T> dS, dZ;
+    r.L2 = CrossEntropy_logits(S, labels, g ? &dS : nullptr);
+    if (lambda != 0) r.L1 = CrossEntropy_logits(Z, batch.targets, g ? &dZ : nullptr);
+    r.L3 = r.L2 + lambda * r.L1;
+    if (!g) return r;
+    if (lambda != 0)
+        for (T& v : dZ.data) v *= T(lambda);
+    else dZ = Tensor<T>(Z.rows(), Z.cols());
+    Tensor<T> dh;
+    if (task == FinetuneTask::multiple_choice) {
+        Tensor<T> ds = dS;
+        ds.shape = {h.rows(), 1};
+        matmul_tn_acc(h, ds, *dW_y);
+        dh = matmul_nt(ds, W_y);
+    } else {
+        Tensor<T> F = h;
+        F.shape = {S.rows(), W_y.rows()};
+        matmul_tn_acc(F, dS, *dW_y);
+        dh = matmul_nt(dS, W_y);
+        dh.shape = h.shape;
+    }
+    Tensor<T> dX_L(cache.X_L.rows(), cache.X_L.cols());
+    for (int b = 0; b < batch.B; b++)
+        std::copy(dh.row(b), dh.row(b) + dh.cols(), dX_L.row(b * batch.n + at[b]));
+    model_backward(c, p, cache, dZ, *g, &dX_L);
+    return r;
 }
 
 // ================================================================================================
@@ -3217,7 +3362,12 @@ static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNI
     template Tensor<T> model_forward(const Config&, const Params<T>&, const Batch&, ForwardCache<T>*,      \
                                      ForwardOptions);                                                      \
     template void model_backward(const Config&, const Params<T>&, const ForwardCache<T>&, const Tensor<T>&, \
-                                 Params<T>&);                                                              \
+                                 Params<T>&, const Tensor<T>*);                                            \
+    template FinetuneLoss finetune_loss(const Config&, const Params<T>&, const Tensor<T>&, FinetuneTask, int,  \
+                                        const Batch&, const std::vector<int>&, const std::vector<int>&, double, \
+                                        Params<T>*, Tensor<T>*, ForwardOptions);                           \
+    template Tensor<T> finetune_probs(const Config&, const Params<T>&, const Tensor<T>&, FinetuneTask, int,    \
+                                      const Batch&, const std::vector<int>&);                              \
     template double model_loss(const Config&, const Params<T>&, const Batch&, Params<T>*, ForwardOptions); \
     template Tensor<T> GPT(const Config&, const Params<T>&, const std::vector<int>&);                      \
     template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \

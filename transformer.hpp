@@ -459,10 +459,11 @@ Tensor<T> layer_mask(const Config& c, int l, int n);
 template <typename T>
 Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch, ForwardCache<T>* cache = nullptr,
                         ForwardOptions opt = {});
-// Backward from dZ ((B*n) x V) to every parameter; gradients are accumulated into g.
+// Backward from dZ ((B*n) x V) to every parameter; gradients are accumulated into g. dX_L, if
+// given ((B*n) x H), is a further gradient on the de-embedded rows X^(L) (a fine-tuning head's).
 template <typename T>
 void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& cache, const Tensor<T>& dZ,
-                    Params<T>& g);
+                    Params<T>& g, const Tensor<T>* dX_L = nullptr);
 // Forward, mean cross-entropy over the batch's targets (nats per predicted token), and, if g is
 // given, backward into g. The one function training and the grad command call.
 template <typename T>
@@ -498,6 +499,49 @@ MLMExample mlm_corrupt(const std::vector<int>& x, int B, int n, const Config& c,
 // first [SEP], 1 after it.
 void bert_pair(const Config& c, const std::vector<int>& a, const std::vector<int>& b, std::vector<int>& x,
                std::vector<int>& t);
+
+// GPT-1 fine-tuning (seed 003). A linear head W_y on h_L^m, the final hidden state (the
+// de-embedded row X^(L), after ln_f for GPT-2/GPT-3) at the sequence's extract token m:
+//   P(y | x^1, ..., x^m) = Softmax(h_L^m W_y),   L2 = -log P(y | x),
+//   L1 = the language-model loss on x,           L3 = L2 + lambda L1.
+// Losses are means (L2 over the examples, L1 over the predicted tokens). The task's input
+// transformations (start s, delimiter $, extract e are extra token ids):
+//   classify:        [s] text [e]                                   one sequence, W_y: H x C
+//   entailment:      [s] premise [$] hypothesis [e]                 one sequence, W_y: H x C
+//   similarity:      [s] a [$] b [e] and [s] b [$] a [e]            two sequences whose h are
+//                    concatenated [h_1, h_2] (seed 003; the paper adds them), W_y: 2H x C
+//   multiple choice: [s] context [$] answer_k [e] for k = 1..K      K sequences, a score h W_y
+//                    per answer (W_y: H x 1), Softmax over the K answers
+// A batch holds E examples of K sequences each (K = 1 for classify and entailment, 2 for
+// similarity, the number of answers for multiple choice), B = E K rows of n tokens; at[b] is the
+// 0-based row of sequence b's extract token (padding after it cannot reach h: Mask^AR).
+enum class FinetuneTask { classify, similarity, multiple_choice };
+struct GPT1Specials {
+    int start = -1, delim = -1, extract = -1;
+};
+std::vector<int> gpt1_classify_input(const std::vector<int>& text, const GPT1Specials& s);
+std::vector<int> gpt1_entailment_input(const std::vector<int>& premise, const std::vector<int>& hypothesis,
+                                       const GPT1Specials& s);
+std::vector<std::vector<int>> gpt1_similarity_inputs(const std::vector<int>& a, const std::vector<int>& b,
+                                                     const GPT1Specials& s);
+std::vector<std::vector<int>> gpt1_multiple_choice_inputs(const std::vector<int>& context,
+                                                          const std::vector<std::vector<int>>& answers,
+                                                          const GPT1Specials& s);
+// Sequences of any lengths up to n -> one batch: padded after the end with `pad`, next-token
+// targets inside each sequence (-1 on the padding), at = each sequence's last row.
+Batch gpt1_batch(const std::vector<std::vector<int>>& sequences, int n, int pad, std::vector<int>& at);
+struct FinetuneLoss {
+    double L1 = 0, L2 = 0, L3 = 0;
+};
+// The losses; with g and dW_y, the gradients of L3 are accumulated into them.
+template <typename T>
+FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>& W_y, FinetuneTask task, int K,
+                           const Batch& batch, const std::vector<int>& at, const std::vector<int>& labels,
+                           double lambda, Params<T>* g = nullptr, Tensor<T>* dW_y = nullptr, ForwardOptions opt = {});
+// P(y | x) of each example (E x C, or E x K for multiple choice), dropout off.
+template <typename T>
+Tensor<T> finetune_probs(const Config& c, const Params<T>& p, const Tensor<T>& W_y, FinetuneTask task, int K,
+                         const Batch& batch, const std::vector<int>& at);
 
 // ================================================================================================
 // CHECKPOINTS: safetensors (8-byte little-endian header size N, N bytes of JSON header, raw
