@@ -4220,3 +4220,49 @@ TEST_CASE("finetune: gradient descent on L3 learns a toy classification (does th
     CHECK(first > 0.6);  // about log 2 at the start
     CHECK(last < 0.1);
 }
+
+TEST_CASE("tokenizer: the heap-based merges equal GPT-2's rescanning loop on random pieces") {
+    // GPT-2's loop, written plainly: lowest-ranked pair, every occurrence left to right, repeat.
+    auto plain = [](const BPE& t, const std::string& piece) {
+        std::vector<std::string> w;
+        for (unsigned char b : piece) w.push_back(bytes_to_unicode(b));
+        while (w.size() > 1) {
+            int best = -1;
+            std::size_t at = 0;
+            for (std::size_t k = 0; k + 1 < w.size(); k++) {
+                auto it = t.ranks.find(w[k] + " " + w[k + 1]);
+                if (it != t.ranks.end() && (best < 0 || it->second < best)) best = it->second, at = k;
+            }
+            if (best < 0) break;
+            const std::string a = w[at], b = w[at + 1];
+            std::vector<std::string> m;
+            for (std::size_t k = 0; k < w.size(); k++) {
+                if (k + 1 < w.size() && w[k] == a && w[k + 1] == b) m.push_back(a + b), k++;
+                else m.push_back(w[k]);
+            }
+            w = m;
+        }
+        return w;
+    };
+    // Merges whose results create pairs of lower rank than the pass that made them ("bc b" before
+    // "b c", "aa c" before "a a"): impossible in a trained vocabulary, but the passes must still be
+    // GPT-2's.
+    const std::vector<std::string> merges = {"bc b", "aa c", "a a", "b c", "a bc", "aa a", "c a", "b b",
+                                             "ca b", "bb bb", "a b", "ab c", "aabc a"};
+    std::vector<std::string> tokens;
+    for (auto& m : merges) {
+        const std::string joined = m.substr(0, m.find(' ')) + m.substr(m.find(' ') + 1);
+        if (std::find(tokens.begin(), tokens.end(), joined) == tokens.end()) tokens.push_back(joined);
+    }
+    const BPE t = make_bpe(m_encoder_json(tokens), m_vocab_bpe(merges));
+    Rng r(91);
+    for (int trial = 0; trial < 500; trial++) {
+        std::string piece(1 + r.below(40), 'a');
+        for (char& ch : piece) ch = "abc"[r.below(3)];
+        CAPTURE(piece);
+        CHECK(t.bpe(piece) == plain(t, piece));
+    }
+    std::string long_piece(3000, 'a');  // a long piece, where the passes matter most
+    for (std::size_t k = 0; k < long_piece.size(); k += 7) long_piece[k] = "bc"[k % 2];
+    CHECK(t.bpe(long_piece) == plain(t, long_piece));
+}

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <queue>
 #include <sstream>
 
 namespace tf {
@@ -2997,26 +2998,50 @@ static const std::string& byte_symbol(unsigned char b) {
 std::string bytes_to_unicode(unsigned char b) { return byte_symbol(b); }
 
 // ---- Step 3: merges ----------------------------------------------------------------------------
+// GPT-2's loop: find the adjacent pair with the lowest rank, merge every occurrence of it left to
+// right, repeat until no pair has a rank. Rescanning the whole piece each time is O(n^2), which a
+// long piece without spaces makes hours, so the same passes run on a linked list of symbols with
+// a heap of candidate pairs (rank, left symbol): O(n log n). A merge never recreates the pair just
+// merged (the new symbol is longer than both halves), and the pairs it does create are queued only
+// after the pass, so the passes are exactly GPT-2's.
 std::vector<std::string> BPE::bpe(const std::string& piece) const {
-    std::vector<std::string> w;  // the piece's symbols
-    for (unsigned char b : piece) w.push_back(byte_symbol(b));
-    while (w.size() > 1) {
-        int best = -1;  // the adjacent pair with the lowest rank
-        std::size_t at = 0;
-        for (std::size_t k = 0; k + 1 < w.size(); k++) {
-            auto it = ranks.find(w[k] + " " + w[k + 1]);
-            if (it != ranks.end() && (best < 0 || it->second < best)) best = it->second, at = k;
+    const int n = (int)piece.size();
+    std::vector<std::string> sym(n);
+    std::vector<int> prev(n), next(n);
+    std::vector<char> alive(n, 1);
+    for (int i = 0; i < n; i++) sym[i] = byte_symbol((unsigned char)piece[i]), prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
+    auto rank_of = [&](int i) {  // rank of the pair (sym[i], sym[next[i]]), -1 if none
+        if (i < 0 || next[i] < 0) return -1;
+        auto it = ranks.find(sym[i] + " " + sym[next[i]]);
+        return it == ranks.end() ? -1 : it->second;
+    };
+    using Candidate = std::pair<int, int>;  // (rank, left symbol): the lowest rank, then leftmost, first
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+    auto push = [&](int i) {
+        const int r = rank_of(i);
+        if (r >= 0) heap.push({r, i});
+    };
+    for (int i = 0; i < n; i++) push(i);
+    std::vector<int> merged;
+    while (!heap.empty()) {
+        const int r = heap.top().first;  // one pass: every occurrence of the pair of rank r
+        merged.clear();
+        while (!heap.empty() && heap.top().first == r) {
+            const int i = heap.top().second;
+            heap.pop();
+            if (!alive[i] || rank_of(i) != r) continue;  // out of date: a neighbour was merged
+            const int j = next[i];
+            sym[i] += sym[j], alive[j] = 0;
+            next[i] = next[j];
+            if (next[j] >= 0) prev[next[j]] = i;
+            merged.push_back(i);
         }
-        if (best < 0) break;
-        const std::string first = w[at], second = w[at + 1];
-        std::vector<std::string> merged;  // every occurrence of (first, second), left to right
-        for (std::size_t k = 0; k < w.size(); k++) {
-            if (k + 1 < w.size() && w[k] == first && w[k + 1] == second) merged.push_back(first + second), k++;
-            else merged.push_back(w[k]);
-        }
-        w = std::move(merged);
+        for (int i : merged)
+            if (alive[i]) push(prev[i]), push(i);
     }
-    return w;
+    std::vector<std::string> out;
+    for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(std::move(sym[i]));
+    return out;
 }
 
 std::vector<int> BPE::encode(const std::string& text) const {
