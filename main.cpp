@@ -261,7 +261,7 @@ static int cmd_train(Flags& f) {
 static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
     auto it = lm.file.metadata.find("vocab");
     if (it == lm.file.metadata.end())
-        throw Error("'" + path + "' has no character vocabulary (it was not written by `transformer train`)");
+        throw Error("'" + path + "' has no character vocabulary (it was not written by `transformer train`; for GPT-2's tokenizer give --encoder and --vocab)");
     CharVocab v = CharVocab::from_metadata(it->second);
     const int expected = lm.config.V - (is_causal(lm.config.variant) ? 0 : 3);
     if (v.size() != expected)

@@ -4056,9 +4056,19 @@ TEST_CASE("GPT-2 weights: missing, misshaped and unexpected tensors, and unknown
     M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.x.ln_1.weight'");
     with([](auto&) {});
     m_write(m_path("hf_bad/config.json"), "{\"n_head\": 5}");  // 12 is not a multiple of 5
-    M_CHECK_TF_ERROR(load_model(path), "heads");
+    M_CHECK_TF_ERROR(load_model(path), "config.json", "n_head", "divides n_embd = 12");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 1e12}");
+    M_CHECK_TF_ERROR(load_model(path), "n_head");
     m_write(m_path("hf_bad/config.json"), "{\"n_embd\": 12}");
     M_CHECK_TF_ERROR(load_model(path), "n_head");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"activation_function\": \"swish\"}");
+    M_CHECK_TF_ERROR(load_model(path), "activation_function 'swish'");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"layer_norm_epsilon\": \"small\"}");
+    M_CHECK_TF_ERROR(load_model(path), "layer_norm_epsilon");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"n_layer\": 12}");
+    M_CHECK_TF_ERROR(load_model(path), "n_layer does not match the weights (2)");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"activation_function\": \"gelu\", \"n_layer\": 2, \"vocab_size\": 13}");
+    CHECK(load_model(path).config.activation == Activation::gelu_erf);  // Hugging Face's "gelu" is the erf form
     REQUIRE(std::remove(m_path("hf_bad/config.json").c_str()) == 0);  // no config.json: H = 12 has no heads of 64
     M_CHECK_TF_ERROR(load_model(path), "config.json", "n_head");
 }
@@ -4098,6 +4108,10 @@ TEST_CASE("CLI: sample and eval with GPT-2's tokenizer on imported GPT-2 weights
 // ================================================================================================
 namespace {
 const GPT1Specials m_S{10, 11, 12};  // tiny presets: ids 10, 11, 12 as start, delimiter, extract
+std::vector<std::vector<int>> m_concat(std::vector<std::vector<int>> a, const std::vector<std::vector<int>>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
 }  // namespace
 
 TEST_CASE("finetune: GPT-1's input transformations and the padded batch") {
@@ -4118,7 +4132,9 @@ TEST_CASE("finetune: GPT-1's input transformations and the padded batch") {
 }
 
 TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all parameters and W_y)") {
-    const Config c = preset("tiny-gpt2");
+  for (const char* model : {"tiny-gpt2", "tiny-gpt"}) {
+    CAPTURE(model);
+    const Config c = preset(model);
     struct Case {
         FinetuneTask task;
         int K, rows, C;
@@ -4128,8 +4144,9 @@ TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all p
     };
     const std::vector<Case> cases = {
         {FinetuneTask::classify, 1, c.H, 3, {gpt1_classify_input({1, 2, 3}, m_S), gpt1_entailment_input({4}, {5, 6}, m_S)}, {2, 0}, "classify"},
-        {FinetuneTask::similarity, 2, 2 * c.H, 2, gpt1_similarity_inputs({1, 2}, {3}, m_S), {1}, "similarity"},
-        {FinetuneTask::multiple_choice, 3, c.H, 1, gpt1_multiple_choice_inputs({1, 2}, {{3}, {4, 5}, {6}}, m_S), {1}, "multiple choice"},
+        {FinetuneTask::similarity, 2, 2 * c.H, 2, m_concat(gpt1_similarity_inputs({1, 2}, {3}, m_S), gpt1_similarity_inputs({4}, {5, 6}, m_S)), {1, 0}, "similarity"},
+        {FinetuneTask::multiple_choice, 3, c.H, 1,
+         m_concat(gpt1_multiple_choice_inputs({1, 2}, {{3}, {4, 5}, {6}}, m_S), gpt1_multiple_choice_inputs({7}, {{8}, {9}, {1, 1}}, m_S)), {1, 2}, "multiple choice"},
     };
     for (const Case& t : cases) {
         CAPTURE(t.name);
@@ -4138,7 +4155,7 @@ TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all p
         TD W_y = randn(t.rows, t.C, r, 0.5);
         std::vector<int> at;
         const Batch b = gpt1_batch(t.seqs, 8, 0, at);
-        const double lambda = 0.5;
+        const double lambda = t.task == FinetuneTask::similarity ? 2.0 : 0.5;
         auto loss = [&](Params<double>* g) {
             TD dW(W_y.shape);
             return finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda, g, g ? &dW : nullptr).L3;
@@ -4162,6 +4179,22 @@ TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all p
         }
         CHECK(L.L2 == doctest::Approx(L2).epsilon(1e-12));
     }
+    // lambda = 0: the head's gradient alone (the logits' dZ is skipped); L1 is still reported.
+    Params<double> p = m_model<double>(c, 88, 0.2);
+    Rng r(89);
+    TD W_y = randn(c.H, 3, r, 0.5);
+    std::vector<int> at;
+    const Batch b = gpt1_batch({gpt1_classify_input({1, 2}, m_S), gpt1_classify_input({3, 4, 5}, m_S)}, 7, 0, at);
+    auto loss0 = [&](Params<double>* g) {
+        TD dW(W_y.shape);
+        return finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, 0.0, g, g ? &dW : nullptr).L3;
+    };
+    m_grad_check(c, p, loss0, 90, "finetune classify, lambda = 0");
+    const FinetuneLoss L0 = finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, 0.0);
+    CHECK(L0.L3 == L0.L2);
+    CHECK(L0.L1 == doctest::Approx(model_loss(c, p, b)).epsilon(1e-14));
+    M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, -1.0), "lambda");
+  }
 }
 
 TEST_CASE("finetune: padding after the extract token and the order of the answers do not matter") {

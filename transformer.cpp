@@ -1453,9 +1453,12 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
 template <typename T>
 void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& k, const Tensor<T>& dZ, Params<T>& g,
                     const Tensor<T>* dX_L) {
-    require_shape(dZ, {k.X_L.rows(), c.V}, "model_backward", "dZ");
-    matmul_tn_acc(dZ, k.X_L, g.W_e);
-    Tensor<T> dX = matmul(dZ, p.W_e);
+    Tensor<T> dX(k.X_L.rows(), c.H);
+    if (!dZ.empty()) {  // empty: no gradient through the logits (a fine-tuning head alone)
+        require_shape(dZ, {k.X_L.rows(), c.V}, "model_backward", "dZ");
+        matmul_tn_acc(dZ, k.X_L, g.W_e);
+        dX = matmul(dZ, p.W_e);
+    }
     if (dX_L) {
         require_same_shape(*dX_L, k.X_L, "model_backward", "dX_L", "X_L");
         add_inplace(dX, *dX_L);
@@ -1650,6 +1653,7 @@ static Tensor<T> head_logits(FinetuneTask task, int K, const Tensor<T>& h, const
 template <typename T>
 Tensor<T> finetune_probs(const Config& c, const Params<T>& p, const Tensor<T>& W_y, FinetuneTask task, int K,
                          const Batch& batch, const std::vector<int>& at) {
+    if (!is_causal(c.variant)) throw Error("finetune: GPT-1 fine-tuning needs a gpt, gpt2 or gpt3 model");
     ForwardCache<T> cache;
     model_forward(c, p, batch, &cache);
     Tensor<T> S = head_logits(task, K, extract_rows(cache.X_L, batch.B, batch.n, at), W_y);
@@ -1667,6 +1671,7 @@ FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>&
                            double lambda, Params<T>* g, Tensor<T>* dW_y, ForwardOptions opt) {
     if (!is_causal(c.variant)) throw Error("finetune: GPT-1 fine-tuning needs a gpt, gpt2 or gpt3 model");
     if ((g == nullptr) != (dW_y == nullptr)) throw Error("finetune: give both g and dW_y, or neither");
+    if (!(lambda >= 0) || !std::isfinite(lambda)) throw Error("finetune: lambda must be a finite number >= 0");
     ForwardCache<T> cache;
     const Tensor<T> Z = model_forward(c, p, batch, &cache, opt);  // (B*n) x V
     const Tensor<T> h = extract_rows(cache.X_L, batch.B, batch.n, at);
@@ -1677,12 +1682,12 @@ FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>&
     FinetuneLoss r;
     Tensor<T> dS, dZ;
     r.L2 = CrossEntropy_logits(S, labels, g ? &dS : nullptr);
-    if (lambda != 0) r.L1 = CrossEntropy_logits(Z, batch.targets, g ? &dZ : nullptr);
+    const bool lm_targets = std::any_of(batch.targets.begin(), batch.targets.end(), [](int t) { return t >= 0; });
+    if (lambda != 0 && !lm_targets) throw Error("finetune: lambda > 0 needs next-token targets for L1 (gpt1_batch makes them)");
+    if (lm_targets) r.L1 = CrossEntropy_logits(Z, batch.targets, g && lambda != 0 ? &dZ : nullptr);
     r.L3 = r.L2 + lambda * r.L1;
     if (!g) return r;
-    if (lambda != 0)
-        for (T& v : dZ.data) v *= T(lambda);
-    else dZ = Tensor<T>(Z.rows(), Z.cols());
+    for (T& v : dZ.data) v *= T(lambda);  // dZ stays empty when lambda = 0: model_backward skips it
     Tensor<T> dh;
     if (task == FinetuneTask::multiple_choice) {
         Tensor<T> ds = dS;
@@ -2149,14 +2154,30 @@ static LoadedModel import_hf_gpt2(const std::string& path, SafeTensors st) {
     const std::string config_json = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
     if (std::FILE* probe = std::fopen(config_json.c_str(), "rb")) {
         std::fclose(probe);
+        auto bad = [&](const std::string& what) { return Error("'" + config_json + "': " + what); };
         const Json j = parse_json(read_file(config_json));
         const Json* heads = j.get("n_head");
-        if (!heads || heads->type != Json::number || heads->num < 1 || heads->num != std::floor(heads->num))
-            throw Error("'" + config_json + "': needs n_head, a positive integer");
+        if (!heads || heads->type != Json::number || heads->num < 1 || heads->num > c.H || heads->num != std::floor(heads->num) ||
+            c.H % (int)heads->num != 0)
+            throw bad("needs n_head, a whole number that divides n_embd = " + std::to_string(c.H));
         c.A = (int)heads->num;
-        if (const Json* e = j.get("layer_norm_epsilon"); e && e->type == Json::number) c.eps = e->num;
+        if (const Json* e = j.get("layer_norm_epsilon")) {
+            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
+            c.eps = e->num;
+        }
+        if (const Json* a = j.get("activation_function")) {  // Hugging Face's names
+            const std::string f = a->type == Json::string ? a->str : "";
+            if (f == "gelu_new" || f == "gelu_pytorch_tanh" || f == "gelu_fast") c.activation = Activation::gelu_tanh;
+            else if (f == "gelu") c.activation = Activation::gelu_erf;
+            else if (f == "relu") c.activation = Activation::relu;
+            else throw bad("activation_function '" + f + "' is not one of gelu_new, gelu, relu");
+        }
+        const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
+        for (const auto& kv : sizes)
+            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
     }
-    if (c.A == 0 || c.H % c.A != 0)
+    if (c.A == 0)
         throw fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
                    " is not a multiple of 64 and there is no config.json with n_head beside the file");
     c.D = c.H / c.A;

@@ -460,7 +460,8 @@ template <typename T>
 Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch, ForwardCache<T>* cache = nullptr,
                         ForwardOptions opt = {});
 // Backward from dZ ((B*n) x V) to every parameter; gradients are accumulated into g. dX_L, if
-// given ((B*n) x H), is a further gradient on the de-embedded rows X^(L) (a fine-tuning head's).
+// given ((B*n) x H), is a further gradient on the de-embedded rows X^(L) (a fine-tuning head's);
+// an empty dZ then means no gradient through the logits.
 template <typename T>
 void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& cache, const Tensor<T>& dZ,
                     Params<T>& g, const Tensor<T>* dX_L = nullptr);
