@@ -4132,69 +4132,69 @@ TEST_CASE("finetune: GPT-1's input transformations and the padded batch") {
 }
 
 TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all parameters and W_y)") {
-  for (const char* model : {"tiny-gpt2", "tiny-gpt"}) {
-    CAPTURE(model);
-    const Config c = preset(model);
-    struct Case {
-        FinetuneTask task;
-        int K, rows, C;
-        std::vector<std::vector<int>> seqs;
-        std::vector<int> labels;
-        const char* name;
-    };
-    const std::vector<Case> cases = {
-        {FinetuneTask::classify, 1, c.H, 3, {gpt1_classify_input({1, 2, 3}, m_S), gpt1_entailment_input({4}, {5, 6}, m_S)}, {2, 0}, "classify"},
-        {FinetuneTask::similarity, 2, 2 * c.H, 2, m_concat(gpt1_similarity_inputs({1, 2}, {3}, m_S), gpt1_similarity_inputs({4}, {5, 6}, m_S)), {1, 0}, "similarity"},
-        {FinetuneTask::multiple_choice, 3, c.H, 1,
-         m_concat(gpt1_multiple_choice_inputs({1, 2}, {{3}, {4, 5}, {6}}, m_S), gpt1_multiple_choice_inputs({7}, {{8}, {9}, {1, 1}}, m_S)), {1, 2}, "multiple choice"},
-    };
-    for (const Case& t : cases) {
-        CAPTURE(t.name);
-        Params<double> p = m_model<double>(c, 81, 0.2);
-        Rng r(82);
-        TD W_y = randn(t.rows, t.C, r, 0.5);
-        std::vector<int> at;
-        const Batch b = gpt1_batch(t.seqs, 8, 0, at);
-        const double lambda = t.task == FinetuneTask::similarity ? 2.0 : 0.5;
-        auto loss = [&](Params<double>* g) {
-            TD dW(W_y.shape);
-            return finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda, g, g ? &dW : nullptr).L3;
+    for (const char* model : {"tiny-gpt2", "tiny-gpt"}) {
+        CAPTURE(model);
+        const Config c = preset(model);
+        struct Case {
+            FinetuneTask task;
+            int K, rows, C;
+            std::vector<std::vector<int>> seqs;
+            std::vector<int> labels;
+            const char* name;
         };
-        m_grad_check(c, p, loss, 83, std::string("finetune ") + t.name);
-        Params<double> g = make_params<double>(c);
-        TD dW(W_y.shape);
-        const FinetuneLoss L = finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda, &g, &dW);
-        grad_check([&] { return finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda).L3; }, W_y, dW,
-                   std::string("W_y, ") + t.name);
-        CHECK(L.L3 == doctest::Approx(L.L2 + lambda * L.L1).epsilon(1e-14));
-        CHECK(L.L1 == doctest::Approx(model_loss(c, p, b)).epsilon(1e-14));  // L1 is the LM loss on x
-        // L2 is -log of the label's probability, averaged over the examples.
-        const TD P = finetune_probs(c, p, W_y, t.task, t.K, b, at);
-        double L2 = 0;
-        for (int e = 0; e < P.rows(); e++) {
-            double row = 0;
-            for (int k = 0; k < P.cols(); k++) row += P(e, k);
-            CHECK(row == doctest::Approx(1.0).epsilon(1e-12));
-            L2 -= std::log(P(e, t.labels[e])) / P.rows();
+        const std::vector<Case> cases = {
+            {FinetuneTask::classify, 1, c.H, 3, {gpt1_classify_input({1, 2, 3}, m_S), gpt1_entailment_input({4}, {5, 6}, m_S)}, {2, 0}, "classify"},
+            {FinetuneTask::similarity, 2, 2 * c.H, 2, m_concat(gpt1_similarity_inputs({1, 2}, {3}, m_S), gpt1_similarity_inputs({4}, {5, 6}, m_S)), {1, 0}, "similarity"},
+            {FinetuneTask::multiple_choice, 3, c.H, 1,
+             m_concat(gpt1_multiple_choice_inputs({1, 2}, {{3}, {4, 5}, {6}}, m_S), gpt1_multiple_choice_inputs({7}, {{8}, {9}, {1, 1}}, m_S)), {1, 2}, "multiple choice"},
+        };
+        for (const Case& t : cases) {
+            CAPTURE(t.name);
+            Params<double> p = m_model<double>(c, 81, 0.2);
+            Rng r(82);
+            TD W_y = randn(t.rows, t.C, r, 0.5);
+            std::vector<int> at;
+            const Batch b = gpt1_batch(t.seqs, 8, 0, at);
+            const double lambda = t.task == FinetuneTask::similarity ? 2.0 : 0.5;
+            auto loss = [&](Params<double>* g) {
+                TD dW(W_y.shape);
+                return finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda, g, g ? &dW : nullptr).L3;
+            };
+            m_grad_check(c, p, loss, 83, std::string("finetune ") + t.name);
+            Params<double> g = make_params<double>(c);
+            TD dW(W_y.shape);
+            const FinetuneLoss L = finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda, &g, &dW);
+            grad_check([&] { return finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda).L3; }, W_y, dW,
+                       std::string("W_y, ") + t.name);
+            CHECK(L.L3 == doctest::Approx(L.L2 + lambda * L.L1).epsilon(1e-14));
+            CHECK(L.L1 == doctest::Approx(model_loss(c, p, b)).epsilon(1e-14));  // L1 is the LM loss on x
+            // L2 is -log of the label's probability, averaged over the examples.
+            const TD P = finetune_probs(c, p, W_y, t.task, t.K, b, at);
+            double L2 = 0;
+            for (int e = 0; e < P.rows(); e++) {
+                double row = 0;
+                for (int k = 0; k < P.cols(); k++) row += P(e, k);
+                CHECK(row == doctest::Approx(1.0).epsilon(1e-12));
+                L2 -= std::log(P(e, t.labels[e])) / P.rows();
+            }
+            CHECK(L.L2 == doctest::Approx(L2).epsilon(1e-12));
         }
-        CHECK(L.L2 == doctest::Approx(L2).epsilon(1e-12));
+        // lambda = 0: the head's gradient alone (the logits' dZ is skipped); L1 is still reported.
+        Params<double> p = m_model<double>(c, 88, 0.2);
+        Rng r(89);
+        TD W_y = randn(c.H, 3, r, 0.5);
+        std::vector<int> at;
+        const Batch b = gpt1_batch({gpt1_classify_input({1, 2}, m_S), gpt1_classify_input({3, 4, 5}, m_S)}, 7, 0, at);
+        auto loss0 = [&](Params<double>* g) {
+            TD dW(W_y.shape);
+            return finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, 0.0, g, g ? &dW : nullptr).L3;
+        };
+        m_grad_check(c, p, loss0, 90, "finetune classify, lambda = 0");
+        const FinetuneLoss L0 = finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, 0.0);
+        CHECK(L0.L3 == L0.L2);
+        CHECK(L0.L1 == doctest::Approx(model_loss(c, p, b)).epsilon(1e-14));
+        M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, -1.0), "lambda");
     }
-    // lambda = 0: the head's gradient alone (the logits' dZ is skipped); L1 is still reported.
-    Params<double> p = m_model<double>(c, 88, 0.2);
-    Rng r(89);
-    TD W_y = randn(c.H, 3, r, 0.5);
-    std::vector<int> at;
-    const Batch b = gpt1_batch({gpt1_classify_input({1, 2}, m_S), gpt1_classify_input({3, 4, 5}, m_S)}, 7, 0, at);
-    auto loss0 = [&](Params<double>* g) {
-        TD dW(W_y.shape);
-        return finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, 0.0, g, g ? &dW : nullptr).L3;
-    };
-    m_grad_check(c, p, loss0, 90, "finetune classify, lambda = 0");
-    const FinetuneLoss L0 = finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, 0.0);
-    CHECK(L0.L3 == L0.L2);
-    CHECK(L0.L1 == doctest::Approx(model_loss(c, p, b)).epsilon(1e-14));
-    M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, -1.0), "lambda");
-  }
 }
 
 TEST_CASE("finetune: padding after the extract token and the order of the answers do not matter") {
