@@ -1395,6 +1395,32 @@ static Tensor<T> pre_ln_block_backward(const Config& c, const Layer<T>& w, const
     return dX;
 }
 
+// The layers l = 1..L (code l-1) on X^(0) with the masks in k.masks, then ln_f (pre-LN variants):
+// X^(L), the rows that are de-embedded. Shared by model_forward and xlnet_loss.
+template <typename T>
+static Tensor<T> blocks_forward(const Config& c, const Params<T>& p, Tensor<T> X, ForwardCache<T>& k,
+                                const ForwardOptions& opt) {
+    k.blocks.resize(c.L);
+    for (int l = 0; l < c.L; l++)
+        X = is_pre_ln(c.variant) ? pre_ln_block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt)
+                                 : post_ln_block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt);
+    if (is_pre_ln(c.variant)) {
+        k.X_L_in = std::move(X);
+        X = LayerNorm(k.X_L_in, p.ln_f_gamma, p.ln_f_beta, c.eps, &k.ln_f);
+    }
+    return X;
+}
+// dX^(L) -> dX^(0), accumulating every layer's gradients into g.
+template <typename T>
+static Tensor<T> blocks_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& k, Tensor<T> dX,
+                                 Params<T>& g) {
+    if (is_pre_ln(c.variant)) dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
+    for (int l = c.L - 1; l >= 0; l--)
+        dX = is_pre_ln(c.variant) ? pre_ln_block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l])
+                                  : post_ln_block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);
+    return dX;
+}
+
 static void check_batch(const Config& c, const Batch& b) {
     if (b.B < 1 || b.n < 1) throw Error("batch: B and n must be positive");
     if (b.n > c.n_ctx)
@@ -1434,17 +1460,8 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
     k.drop_emb = Tensor<T>();
     if (opt.dropout > 0) k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, *opt.rng), multiply_inplace(X, k.drop_emb);
     k.masks.resize(c.L);
-    k.blocks.resize(c.L);
-    for (int l = 0; l < c.L; l++) {
-        k.masks[l] = layer_mask<T>(c, l, batch.n);
-        X = is_pre_ln(c.variant) ? pre_ln_block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt)
-                                 : post_ln_block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt);
-    }
-    if (is_pre_ln(c.variant)) {
-        k.X_L_in = std::move(X);
-        X = LayerNorm(k.X_L_in, p.ln_f_gamma, p.ln_f_beta, c.eps, &k.ln_f);
-    }
-    k.X_L = std::move(X);
+    for (int l = 0; l < c.L; l++) k.masks[l] = layer_mask<T>(c, l, batch.n);
+    k.X_L = blocks_forward(c, p, std::move(X), k, opt);
     return matmul_nt(k.X_L, p.W_e);  // Z = X^(L) W_e^T, (B*n) x V
 }
 
@@ -1463,10 +1480,7 @@ void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& 
         require_same_shape(*dX_L, k.X_L, "model_backward", "dX_L", "X_L");
         add_inplace(dX, *dX_L);
     }
-    if (is_pre_ln(c.variant)) dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
-    for (int l = c.L - 1; l >= 0; l--)
-        dX = is_pre_ln(c.variant) ? pre_ln_block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l])
-                                  : post_ln_block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);
+    dX = blocks_backward(c, p, k, std::move(dX), g);
     multiply_inplace(dX, k.drop_emb);
     embed_backward(c, k.batch, dX, g);
 }
