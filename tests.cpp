@@ -4299,3 +4299,118 @@ TEST_CASE("tokenizer: the heap-based merges equal GPT-2's rescanning loop on ran
     for (std::size_t k = 0; k < long_piece.size(); k += 7) long_piece[k] = "bc"[k % 2];
     CHECK(t.bpe(long_piece) == plain(t, long_piece));
 }
+
+// ================================================================================================
+// XLNet: the permutation objective with two-stream attention
+// ================================================================================================
+TEST_CASE("xlnet: Mask_XL for z = (2, 0, 1): content sees up to its own rank, query strictly before") {
+    const TD M = Mask_XL<double>({2, 0, 1});  // ranks: position 2 -> 0, 0 -> 1, 1 -> 2
+    const double o = 1, x = -INF;
+    const TD expected = TD(6, 6, x);
+    const double rows[6][6] = {
+        {o, x, o, x, x, x},  // content 0 (rank 1): positions 2 and 0
+        {o, o, o, x, x, x},  // content 1 (rank 2): all
+        {x, x, o, x, x, x},  // content 2 (rank 0): itself
+        {x, x, o, x, x, x},  // query 0: position 2 only, not its own token
+        {o, x, o, x, x, x},  // query 1: positions 2 and 0
+        {x, x, x, x, x, x},  // query 2 (first in z): nothing
+    };
+    REQUIRE(M.shape == expected.shape);
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 6; j++) CHECK(M(i, j) == rows[i][j]);
+    M_CHECK_TF_ERROR(Mask_XL<double>({0, 0, 1}), "permutation");
+    M_CHECK_TF_ERROR(Mask_XL<double>({0, 3, 1}), "permutation");
+}
+
+TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes after i in z") {
+    for (const char* name : {"tiny-gpt2", "tiny-roberta"}) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Params<double> p = m_model<double>(c, 95, 0.3);
+        Rng r(96);
+        const TD w = randn_vec(c.H, r, 0.5);
+        const std::vector<int> z = {3, 0, 5, 1, 4, 2};
+        std::vector<int> rank(6);
+        for (int t = 0; t < 6; t++) rank[z[t]] = t;
+        const std::vector<int> x = {1, 7, 2, 9, 4, 6};
+        const TD P = xlnet_query_probs(c, p, w, x, z);
+        for (int j = 0; j < 6; j++) {
+            std::vector<int> x2 = x;
+            x2[j] = (x[j] + 3) % 10;
+            const TD P2 = xlnet_query_probs(c, p, w, x2, z);
+            for (int i = 0; i < 6; i++) {
+                INFO("changed x_" << j << ", row " << i);
+                if (rank[j] >= rank[i]) CHECK(m_row_bits_equal(P, P2, i));  // x_i itself, or later in z
+                else CHECK_FALSE(m_row_bits_equal(P, P2, i));
+            }
+        }
+        for (int i = 0; i < 6; i++) {
+            double sum = 0;
+            for (int v = 0; v < c.V; v++) sum += P(i, v);
+            CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
+        }
+    }
+}
+
+TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN blocks)") {
+    for (const char* name : {"tiny-gpt2", "tiny-gpt"}) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        Params<double> p = m_model<double>(c, 97, 0.2);
+        Rng r(98);
+        TD w = randn_vec(c.H, r, 0.5);
+        const std::vector<int> z = {4, 1, 0, 3, 2}, x = m_random_ids(2 * 5, 10, r);
+        auto loss = [&](Params<double>* g) {
+            TD dw({c.H});
+            return xlnet_loss(c, p, w, x, 2, z, 3, g, g ? &dw : nullptr);
+        };
+        m_grad_check(c, p, loss, 99, std::string("xlnet ") + name);
+        Params<double> g = make_params<double>(c);
+        TD dw({c.H});
+        xlnet_loss(c, p, w, x, 2, z, 3, &g, &dw);
+        grad_check([&] { return xlnet_loss(c, p, w, x, 2, z, 3); }, w, dw, std::string("w, ") + name);
+        // The loss is the mean -log P of the predicted tokens (the last 3 of z) under the query stream.
+        const TD P = xlnet_query_probs(c, p, w, std::vector<int>(x.begin(), x.begin() + 5), z);
+        const TD P1 = xlnet_query_probs(c, p, w, std::vector<int>(x.begin() + 5, x.end()), z);
+        double expected = 0;
+        for (int t = 2; t < 5; t++) expected -= (std::log(P(z[t], x[z[t]])) + std::log(P1(z[t], x[5 + z[t]]))) / 6;
+        CHECK(xlnet_loss(c, p, w, x, 2, z, 3) == doctest::Approx(expected).epsilon(1e-12));
+    }
+    const Config c = preset("tiny-gpt2");
+    const Params<double> p = m_model<double>(c, 1, 0.1);
+    const TD w({c.H});
+    M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {1, 2, 3}, 1, {0, 1, 2}, 0), "predict");
+    M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {1, 2, 3}, 2, {0, 1, 2}, 1), "tokens");
+    M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {1, 2, 3}, 1, {0, 2, 2}, 1), "permutation");
+    M_CHECK_TF_ERROR(xlnet_loss(preset("tiny-bert"), m_model<double>(preset("tiny-bert"), 1, 0.1), w, {1, 2, 3}, 1, {0, 1, 2}, 1), "bert");
+}
+
+TEST_CASE("xlnet: gradient descent on random permutations lowers the loss of a repeating text") {
+    const Config c = preset("tiny-gpt2");
+    Params<double> p = m_model<double>(c, 100, 0.0);
+    Rng r(101);
+    TD w = randn_vec(c.H, r, 0.02);
+    const std::vector<int> x = {1, 2, 3, 4, 1, 2, 3, 4};  // the pattern makes every token predictable
+    auto shuffled = [&] {
+        std::vector<int> z = {0, 1, 2, 3, 4, 5, 6, 7};
+        for (int i = 7; i > 0; i--) std::swap(z[i], z[r.below(i + 1)]);
+        return z;
+    };
+    double first = 0, last = 0;
+    std::vector<std::vector<int>> eval_z;
+    for (int k = 0; k < 8; k++) eval_z.push_back(shuffled());
+    for (auto& z : eval_z) first += xlnet_loss(c, p, w, x, 1, z, 3) / 8;
+    for (int step = 0; step < 300; step++) {
+        Params<double> g = make_params<double>(c);
+        TD dw({c.H});
+        xlnet_loss(c, p, w, x, 1, shuffled(), 3, &g, &dw);
+        auto P = named_tensors(c, p), G = named_tensors(c, g);
+        for (std::size_t k = 0; k < P.size(); k++)
+            for (std::size_t j = 0; j < P[k].tensor->size(); j++) (*P[k].tensor)[j] -= 0.1 * (*G[k].tensor)[j];
+        for (std::size_t j = 0; j < w.size(); j++) w[j] -= 0.1 * dw[j];
+    }
+    for (auto& z : eval_z) last += xlnet_loss(c, p, w, x, 1, z, 3) / 8;
+    MESSAGE("xlnet loss from " << first << " to " << last);
+    CHECK(first > 2.0);  // about log 13 at the start
+    CHECK(last < first - 1.0);
+}

@@ -1722,6 +1722,97 @@ FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>&
     return r;
 }
 
+// ---- XLNet: permutation objective, two-stream attention (see transformer.hpp) -------------------
+static std::vector<int> permutation_ranks(const std::vector<int>& z) {
+    const int n = (int)z.size();
+    std::vector<int> rank(n, -1);
+    for (int t = 0; t < n; t++) {
+        if (z[t] < 0 || z[t] >= n || rank[z[t]] >= 0) throw Error("xlnet: z is not a permutation of 0..n-1 (n = " + std::to_string(n) + ")");
+        rank[z[t]] = t;
+    }
+    return rank;
+}
+
+template <typename T>
+Tensor<T> Mask_XL(const std::vector<int>& z) {
+    const std::vector<int> rank = permutation_ranks(z);
+    const int n = (int)z.size();
+    Tensor<T> M(2 * n, 2 * n, -std::numeric_limits<T>::infinity());
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            if (rank[j] <= rank[i]) M(i, j) = T(1);      // content i <- content j
+            if (rank[j] < rank[i]) M(n + i, j) = T(1);   // query i <- content j
+        }
+    return M;
+}
+
+// The forward of both streams for B sequences: X^(0) ((B*2n) x H, sequence b in rows b*2n ..
+// b*2n+2n-1, content first), the blocks with Mask^XL(z) in every layer; returns X^(L).
+template <typename T>
+static Tensor<T> xlnet_forward(const Config& c, const Params<T>& p, const Tensor<T>& w, const std::vector<int>& tokens,
+                               int B, const std::vector<int>& z, ForwardCache<T>& k) {
+    if (has_segments(c.variant)) throw Error("xlnet: the bert variant's segment vectors have no place here; use another variant");
+    const int n = (int)z.size();
+    if (B < 1 || n < 1 || (long long)tokens.size() != (long long)B * n)
+        throw Error("xlnet: " + std::to_string(tokens.size()) + " tokens for B = " + std::to_string(B) + " sequences of n = " + std::to_string(n));
+    if (n > c.n_ctx) throw Error("xlnet: n = " + std::to_string(n) + " is longer than n_ctx = " + std::to_string(c.n_ctx));
+    check_token_ids(tokens, c.V, "input");
+    require_shape(w, {c.H}, "xlnet", "w");
+    const Tensor<T> content = Embedding(tokens, p.W_e);  // (B*n) x H: W_e[x_i]
+    Tensor<T> X(B * 2 * n, c.H);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n; i++) {
+            T* h = X.row(b * 2 * n + i);
+            T* q = X.row(b * 2 * n + n + i);
+            const T *e = content.row(b * n + i), *wp = p.W_p.row(i);
+            for (int j = 0; j < c.H; j++) h[j] = e[j] + wp[j], q[j] = w[j] + wp[j];
+        }
+    k.masks.assign(c.L, Mask_XL<T>(z));
+    return blocks_forward(c, p, std::move(X), k, ForwardOptions{});
+}
+
+// Backward: dZ -> dX^(L) = dZ W_e (W_e += dZ^T X^(L)), the blocks, then the embeddings: content
+// rows into W_e (scatter) and W_p[i], query rows into w and W_p[i].
+template <typename T>
+double xlnet_loss(const Config& c, const Params<T>& p, const Tensor<T>& w, const std::vector<int>& tokens, int B,
+                  const std::vector<int>& z, int predict, Params<T>* g, Tensor<T>* dw) {
+    if ((g == nullptr) != (dw == nullptr)) throw Error("xlnet: give both g and dw, or neither");
+    const int n = (int)z.size();
+    if (predict < 1 || predict > n) throw Error("xlnet: predict must be in 1..n = " + std::to_string(n));
+    ForwardCache<T> k;
+    const Tensor<T> X_L = xlnet_forward(c, p, w, tokens, B, z, k);
+    const Tensor<T> Z = matmul_nt(X_L, p.W_e);  // (B*2n) x V; only predicted query rows have targets
+    std::vector<int> targets(Z.rows(), -1);
+    for (int b = 0; b < B; b++)
+        for (int t = n - predict; t < n; t++) targets[b * 2 * n + n + z[t]] = tokens[b * n + z[t]];
+    Tensor<T> dZ;
+    const double loss = CrossEntropy_logits(Z, targets, g ? &dZ : nullptr);
+    if (!g) return loss;
+    matmul_tn_acc(dZ, X_L, g->W_e);
+    const Tensor<T> dX = blocks_backward(c, p, k, matmul(dZ, p.W_e), *g);
+    Tensor<T> d_content(B * n, c.H);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n; i++) {
+            const T *dh = dX.row(b * 2 * n + i), *dq = dX.row(b * 2 * n + n + i);
+            T *dc = d_content.row(b * n + i), *dwp = g->W_p.row(i);
+            for (int j = 0; j < c.H; j++) dc[j] = dh[j], dwp[j] += dh[j] + dq[j], (*dw)[j] += dq[j];
+        }
+    Embedding_backward(tokens, d_content, g->W_e);
+    return loss;
+}
+
+template <typename T>
+Tensor<T> xlnet_query_probs(const Config& c, const Params<T>& p, const Tensor<T>& w, const std::vector<int>& tokens,
+                            const std::vector<int>& z) {
+    const int n = (int)z.size();
+    ForwardCache<T> k;
+    const Tensor<T> X_L = xlnet_forward(c, p, w, tokens, 1, z, k);
+    Tensor<T> P(n, c.V);
+    const Tensor<T> Z = matmul_nt(X_L, p.W_e);
+    for (int i = 0; i < n; i++) softmax_row(Z.row(n + i), P.row(i), c.V);
+    return P;
+}
+
 // ================================================================================================
 // CHECKPOINTS
 // ================================================================================================
@@ -3428,6 +3519,11 @@ static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNI
                                         Params<T>*, Tensor<T>*, ForwardOptions);                           \
     template Tensor<T> finetune_probs(const Config&, const Params<T>&, const Tensor<T>&, FinetuneTask, int,    \
                                       const Batch&, const std::vector<int>&);                              \
+    template Tensor<T> Mask_XL(const std::vector<int>&);                                                   \
+    template double xlnet_loss(const Config&, const Params<T>&, const Tensor<T>&, const std::vector<int>&, int, \
+                               const std::vector<int>&, int, Params<T>*, Tensor<T>*);                      \
+    template Tensor<T> xlnet_query_probs(const Config&, const Params<T>&, const Tensor<T>&,                  \
+                                         const std::vector<int>&, const std::vector<int>&);                \
     template double model_loss(const Config&, const Params<T>&, const Batch&, Params<T>*, ForwardOptions); \
     template Tensor<T> GPT(const Config&, const Params<T>&, const std::vector<int>&);                      \
     template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \

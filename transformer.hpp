@@ -544,6 +544,34 @@ template <typename T>
 Tensor<T> finetune_probs(const Config& c, const Params<T>& p, const Tensor<T>& W_y, FinetuneTask task, int K,
                          const Batch& batch, const std::vector<int>& at);
 
+// XLNet's permutation objective with two-stream attention (seed 000, "Statistical interpretation";
+// two-stream attention from the XLNet paper, Yang et al. 2019). For a permutation z of the n
+// positions (0-based here), with rank(z_t) = t:
+//   log P(x) = sum over the last `predict` t of  log P(x_{z_t} | x_{z_1}, ..., x_{z_{t-1}}).
+// Two streams run through the same blocks (the config's variant, shared weights):
+//   content h_i:  h^(0)_i = W_e[x_i] + W_p[i]; sees the content of every j with rank(j) <= rank(i),
+//                 its own token included;
+//   query   g_i:  g^(0)_i = w + W_p[i] (w: H, learned); sees the content of every j with
+//                 rank(j) < rank(i) and its own position, never its own token.
+//   P(x_i | ...) = Softmax(g^(L)_i W_e^T)  (after ln_f for pre-LN variants).
+// Each sequence becomes 2n rows [h_1..h_n; g_1..g_n] and one mask does both streams, Mask^XL(z)
+// (2n x 2n): (content i, content j) = 1 if rank(j) <= rank(i); (query i, content j) = 1 if
+// rank(j) < rank(i); every other entry -inf, so no row attends to the query stream. FFN and
+// LayerNorm act on each row alone, so every row gets exactly its stream's block. The query row of
+// z_1 sees nothing: its attention output is 0 (Softmax of a row of -inf is 0 here, not NaN).
+// Absolute positions W_p stand in for XLNet's relative encoding. BERT (segments) is refused.
+template <typename T>
+Tensor<T> Mask_XL(const std::vector<int>& z);
+// Mean -log P over the B x predict targets of a batch of B sequences of n tokens (one z for the
+// batch); with g and dw, the gradients are accumulated into them.
+template <typename T>
+double xlnet_loss(const Config& c, const Params<T>& p, const Tensor<T>& w, const std::vector<int>& tokens, int B,
+                  const std::vector<int>& z, int predict, Params<T>* g = nullptr, Tensor<T>* dw = nullptr);
+// The query stream's distributions Softmax(g^(L)_i W_e^T) for sequence 0, n x V (row i: position i).
+template <typename T>
+Tensor<T> xlnet_query_probs(const Config& c, const Params<T>& p, const Tensor<T>& w, const std::vector<int>& tokens,
+                            const std::vector<int>& z);
+
 // ================================================================================================
 // CHECKPOINTS: safetensors (8-byte little-endian header size N, N bytes of JSON header, raw
 // little-endian data). float32 tensors; the configuration as strings in "__metadata__".
