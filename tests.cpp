@@ -4385,6 +4385,54 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
     M_CHECK_TF_ERROR(xlnet_loss(preset("tiny-bert"), m_model<double>(preset("tiny-bert"), 1, 0.1), w, {1, 2, 3}, 1, {0, 1, 2}, 1), "bert");
 }
 
+TEST_CASE("xlnet: predicting every position (the first in z sees nothing) for every variant but BERT") {
+    for (const char* name : {"tiny-gpt", "tiny-gpt2", "tiny-gpt3", "tiny-roberta"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        c.attn_bias = std::string(name) == "tiny-gpt2";
+        Params<double> p = m_model<double>(c, 102, 0.2);
+        Rng r(103);
+        TD w = randn_vec(c.H, r, 0.5);
+        const std::vector<int> z = {2, 0, 3, 1}, x = m_random_ids(4, 10, r);
+        auto loss = [&](Params<double>* g) {
+            TD dw({c.H});
+            return xlnet_loss(c, p, w, x, 1, z, 4, g, g ? &dw : nullptr);
+        };
+        m_grad_check(c, p, loss, 104, std::string("xlnet predict = n, ") + name);
+    }
+}
+
+TEST_CASE("xlnet: one post-LN layer's query stream equals Attention(g W^Q, h W^K, h W^V) written out") {
+    Config c = preset("tiny-gpt");
+    c.L = 1;
+    const Params<double> p = m_model<double>(c, 105, 0.3);
+    Rng r(106);
+    const TD w = randn_vec(c.H, r, 0.5);
+    const std::vector<int> z = {1, 3, 0, 2}, x = {4, 8, 1, 6};
+    const int n = 4;
+    std::vector<int> rank(n);
+    for (int t = 0; t < n; t++) rank[z[t]] = t;
+    TD h(n, c.H), g(n, c.H), Mq(n, n, -INF);  // h^(0), g^(0); query i sees content j before it in z
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < c.H; j++) h(i, j) = p.W_e(x[i], j) + p.W_p(i, j), g(i, j) = w[j] + p.W_p(i, j);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            if (rank[j] < rank[i]) Mq(i, j) = 1;
+    const Layer<double>& y = p.layers[0];
+    std::vector<TD> heads;
+    for (int a = 0; a < c.A; a++)
+        heads.push_back(Attention(matmul(g, y.attn.W_Q[a]), matmul(h, y.attn.W_K[a]), matmul(h, y.attn.W_V[a]), Mq));
+    TD u = matmul(Concat(heads), y.attn.W_O);
+    add_inplace(u, g);
+    const TD g1 = LayerNorm(u, y.ln_1_gamma, y.ln_1_beta, c.eps);  // post-LN: LN(MHA + g), LN(FFN + .)
+    TD v = FFN(g1, y.ffn, c.activation);
+    add_inplace(v, g1);
+    const TD gL = LayerNorm(v, y.ln_2_gamma, y.ln_2_beta, c.eps);
+    const TD P_hand = Softmax(matmul_nt(gL, p.W_e));
+    const TD P = xlnet_query_probs(c, p, w, x, z);
+    CHECK(max_abs_diff(P, P_hand) < 1e-12);
+}
+
 TEST_CASE("xlnet: gradient descent on random permutations lowers the loss of a repeating text") {
     const Config c = preset("tiny-gpt2");
     Params<double> p = m_model<double>(c, 100, 0.0);

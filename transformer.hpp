@@ -437,7 +437,7 @@ template <typename T>
 struct ForwardCache {
     Batch batch;
     Tensor<T> drop_emb;            // (B*n) x H embedding dropout scales
-    std::vector<Tensor<T>> masks;  // Mask^(l) per layer, n x n
+    std::vector<Tensor<T>> masks;  // Mask^(l) per layer, n x n (XLNet: Mask^XL, 2n x 2n)
     std::vector<BlockCache<T>> blocks;
     Tensor<T> X_L_in;              // X^(L) before the final LayerNorm (pre-LN variants)
     LayerNormCache<T> ln_f;
@@ -558,7 +558,10 @@ Tensor<T> finetune_probs(const Config& c, const Params<T>& p, const Tensor<T>& W
 // (2n x 2n): (content i, content j) = 1 if rank(j) <= rank(i); (query i, content j) = 1 if
 // rank(j) < rank(i); every other entry -inf, so no row attends to the query stream. FFN and
 // LayerNorm act on each row alone, so every row gets exactly its stream's block. The query row of
-// z_1 sees nothing: its attention output is 0 (Softmax of a row of -inf is 0 here, not NaN).
+// z_1 sees nothing: its attention probabilities are 0 (Softmax of a row of -inf is 0 here, not
+// NaN), so its attention sub-block adds only b^O (if the model has attention biases). Every layer
+// uses Mask^XL, GPT-3's included (no strided layers). Cost: attention runs over 2n x 2n where
+// each stream needs n x n; kept so that the blocks' code serves both streams unchanged.
 // Absolute positions W_p stand in for XLNet's relative encoding. BERT (segments) is refused.
 template <typename T>
 Tensor<T> Mask_XL(const std::vector<int>& z);
