@@ -1758,14 +1758,15 @@ static Tensor<T> xlnet_forward(const Config& c, const Params<T>& p, const Tensor
     if (n > c.n_ctx) throw Error("xlnet: n = " + std::to_string(n) + " is longer than n_ctx = " + std::to_string(c.n_ctx));
     check_token_ids(tokens, c.V, "input");
     require_shape(w, {c.H}, "xlnet", "w");
-    const Tensor<T> content = Embedding(tokens, p.W_e);  // (B*n) x H: W_e[x_i]
+    Batch batch;
+    batch.B = B, batch.n = n, batch.tokens = tokens;
+    const Tensor<T> content = embed_forward(c, p, batch);  // (B*n) x H: W_e[x_i] + W_p[i]
     Tensor<T> X(B * 2 * n, c.H);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < n; i++) {
-            T* h = X.row(b * 2 * n + i);
+            std::copy(content.row(b * n + i), content.row(b * n + i) + c.H, X.row(b * 2 * n + i));
             T* q = X.row(b * 2 * n + n + i);
-            const T *e = content.row(b * n + i), *wp = p.W_p.row(i);
-            for (int j = 0; j < c.H; j++) h[j] = e[j] + wp[j], q[j] = w[j] + wp[j];
+            for (int j = 0; j < c.H; j++) q[j] = w[j] + p.W_p(i, j);  // w + W_p[i]
         }
     k.masks.assign(c.L, Mask_XL<T>(z));
     return blocks_forward(c, p, std::move(X), k, ForwardOptions{});
@@ -1790,14 +1791,16 @@ double xlnet_loss(const Config& c, const Params<T>& p, const Tensor<T>& w, const
     if (!g) return loss;
     matmul_tn_acc(dZ, X_L, g->W_e);
     const Tensor<T> dX = blocks_backward(c, p, k, matmul(dZ, p.W_e), *g);
+    Batch batch;
+    batch.B = B, batch.n = n, batch.tokens = tokens;
     Tensor<T> d_content(B * n, c.H);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < n; i++) {
-            const T *dh = dX.row(b * 2 * n + i), *dq = dX.row(b * 2 * n + n + i);
-            T *dc = d_content.row(b * n + i), *dwp = g->W_p.row(i);
-            for (int j = 0; j < c.H; j++) dc[j] = dh[j], dwp[j] += dh[j] + dq[j], (*dw)[j] += dq[j];
+            std::copy(dX.row(b * 2 * n + i), dX.row(b * 2 * n + i) + c.H, d_content.row(b * n + i));
+            const T* dq = dX.row(b * 2 * n + n + i);  // query row: into w and W_p[i]
+            for (int j = 0; j < c.H; j++) g->W_p(i, j) += dq[j], (*dw)[j] += dq[j];
         }
-    Embedding_backward(tokens, d_content, g->W_e);
+    embed_backward(c, batch, d_content, *g);  // content rows: W_e (scatter) and W_p[i]
     return loss;
 }
 
@@ -2235,16 +2238,15 @@ static LoadedModel import_hf_gpt2(const std::string& path, SafeTensors st) {
             L = std::max(L, std::stoi(l) + 1);
         }
     }
-    auto take = [&](const std::string& name, const std::vector<int>& shape) -> Tensor<float>& {
+    auto grab = [&](const std::string& name, const std::vector<int>& shape) {  // moved out of the file
         auto it = by.find(name);
         if (it == by.end()) throw fail("missing tensor '" + name + "'");
         if (it->second->shape != shape)
             throw fail("tensor '" + name + "' is " + shape_str(it->second->shape) + ", expected " + shape_str(shape));
-        Tensor<float>& t = *it->second;
+        Tensor<float> t = std::move(*it->second);
         by.erase(it);
         return t;
     };
-    auto grab = [&](const std::string& name, const std::vector<int>& shape) { return std::move(take(name, shape)); };
     const Tensor<float>* wte = by.count("wte.weight") ? by["wte.weight"] : nullptr;
     const Tensor<float>* wpe = by.count("wpe.weight") ? by["wpe.weight"] : nullptr;
     if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)

@@ -749,7 +749,8 @@ std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
 // Text -> ids in three steps:
 //   1. pre-tokenize: split the UTF-8 text into pieces with GPT-2's pattern
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//      (first alternative that matches at the current position, each as long as it can be);
+//      (the first alternative that matches at the current position, as long as it can be; a run of
+//      white space before more text leaves its last character to start the next piece, " word");
 //   2. each piece's bytes become symbols: byte b -> one printable character bytes_to_unicode(b)
 //      (the printable bytes stand for themselves, the 68 others for U+0100 + k in byte order, so a
 //      space is "Ġ", a newline "Ċ");
