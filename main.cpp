@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <set>
@@ -77,9 +78,9 @@ struct Flags {
         if (s.empty() || *end != '\0' || !std::isfinite(v)) throw Error("--" + k + " expects a number, got '" + s + "'");
         return v;
     }
-    bool flag(const std::string& k) {
+    bool flag(const std::string& k) {  // a boolean flag: parse_flags stored "1" or "0"
         used.insert(k);
-        return has(k);
+        return has(k) && values.at(k) == "1";
     }
     void done() const {  // every flag given must have been read by the command
         for (auto& kv : values)
@@ -89,18 +90,32 @@ struct Flags {
 
 static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias"};
 
-static Flags parse_flags(int argc, char** argv, int first) {
+// --name VALUE or --name=VALUE; the word after a flag is its value whatever it looks like
+// (--prompt --help prompts with "--help"). A boolean flag is --name alone, or --name=true|false|1|0.
+// --help (or -h) in a flag's place asks for the usage.
+static Flags parse_flags(int argc, char** argv, int first, bool& help) {
     Flags f;
+    help = false;
     for (int i = first; i < argc; i++) {
         std::string a = argv[i];
+        if (a == "--help" || a == "-h") {
+            help = true;
+            continue;
+        }
         if (a.size() < 3 || a.compare(0, 2, "--") != 0) throw Error("unexpected argument '" + a + "' (flags look like --name value)");
         a = a.substr(2);
         std::string v;
         const std::size_t eq = a.find('=');
-        if (eq != std::string::npos) v = a.substr(eq + 1), a = a.substr(0, eq);
-        else if (BOOLEAN_FLAGS.count(a)) v = "1";
-        else if (i + 1 < argc) v = argv[++i];
-        else throw Error("flag --" + a + " needs a value");
+        const bool inline_value = eq != std::string::npos;
+        if (inline_value) v = a.substr(eq + 1), a = a.substr(0, eq);
+        if (BOOLEAN_FLAGS.count(a)) {
+            if (!inline_value || v == "true" || v == "1") v = "1";
+            else if (v == "false" || v == "0") v = "0";
+            else throw Error("--" + a + " is a switch: give --" + a + " alone, or --" + a + "=true|false|1|0, not '" + v + "'");
+        } else if (!inline_value) {
+            if (i + 1 >= argc) throw Error("flag --" + a + " needs a value");
+            v = argv[++i];
+        }
         if (f.values.count(a)) throw Error("flag --" + a + " given twice");
         f.values[a] = v;
     }
@@ -169,6 +184,7 @@ static int cmd_init(Flags& f) {
     const long long seed = f.integer("seed", 1);
     f.done();
     const Config c = preset(name);
+    check_outputs({{out, "--out", OutputKind::checkpoint}});
     Params<float> p = make_params<float>(c);
     init_params(c, p, (uint64_t)seed);
     save_model(out, c, p, {{"init_seed", std::to_string(seed)}});
@@ -181,6 +197,7 @@ static int cmd_grad(Flags& f) {
     const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
     const std::string seg = f.str("segments"), masked = f.str("masked");
     f.done();
+    check_outputs({{out, "--out", OutputKind::checkpoint}}, {{path, "--checkpoint"}});
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
     Batch b;
@@ -220,8 +237,9 @@ static int cmd_grad(Flags& f) {
 static int cmd_train(Flags& f) {
     if (f.has("resume"))  // a resumed run keeps its model, data and hyperparameters
         for (auto& kv : f.values)
-            if (kv.first != "resume" && kv.first != "steps" && kv.first != "stop-at" && kv.first != "out" && kv.first != "quiet")
-                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at, --out and --quiet may be given)");
+            if (kv.first != "resume" && kv.first != "steps" && kv.first != "stop-at" && kv.first != "out" && kv.first != "quiet" &&
+                kv.first != "data")
+                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at, --out, --quiet and --data (a moved copy of the same text) may be given)");
     TrainOptions o;
     o.data = f.str("data");
     o.model = f.str("model", o.model);
@@ -276,7 +294,9 @@ struct Codec {
     bool bpe_mode = false;
     BPE bpe;
     CharVocab chars;
-    std::vector<int> encode(const std::string& s) const { return bpe_mode ? bpe.encode(s) : chars.encode(s); }
+    std::vector<int> encode(const std::string& s, const std::string& where) const {
+        return bpe_mode ? bpe.encode(s) : chars.encode(s, where);
+    }
     std::string decode(const std::vector<int>& ids) const { return bpe_mode ? bpe.decode(ids) : chars.decode(ids); }
 };
 static Codec codec_of(const LoadedModel& lm, const std::string& path, const std::string& encoder, const std::string& merges) {
@@ -306,7 +326,7 @@ static int cmd_sample(Flags& f) {
     LoadedModel lm = load_model(path, {"adam."});
     if (!is_causal(lm.config.variant)) throw Error("sample needs a gpt, gpt2 or gpt3 model; use fill for bert/roberta");
     const Codec codec = codec_of(lm, path, encoder, merges);
-    const std::vector<int> x = codec.encode(prompt);
+    const std::vector<int> x = codec.encode(prompt, "--prompt");
     if (x.empty()) throw Error("--prompt is empty");
     Rng rng((uint64_t)seed);
     const std::string out = codec.decode(generate(lm.config, lm.params, x, (int)tokens, temperature, top_k, rng));
@@ -328,7 +348,9 @@ static int cmd_fill(Flags& f) {
         if (text.compare(i, MASK.size(), MASK) == 0) {
             masked.push_back((int)x.size()), x.push_back(c.mask_id), i += MASK.size();
         } else {
-            x.push_back(vocab.encode(text.substr(i, 1))[0]), i++;
+            const int id = vocab.id[(unsigned char)text[i]];
+            if (id < 0) throw Error(describe_char_at(text, i, "--text") + " is not in the model's vocabulary");
+            x.push_back(id), i++;
         }
     }
     if (masked.empty()) throw Error("--text has no [MASK]");
@@ -353,10 +375,11 @@ static int cmd_eval(Flags& f) {
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
-    const std::vector<int> ids = codec_of(lm, path, encoder, merges).encode(read_file(data));
+    const std::vector<int> ids = codec_of(lm, path, encoder, merges).encode(read_file(data), "'" + data + "'");
     if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
     long long count = 0;
     const double loss = corpus_loss(c, lm.params, ids, 1234, &count);
+    if (!std::isfinite(loss)) throw Error("the loss on '" + data + "' is not finite (" + std::to_string(loss) + "): the model's numbers overflow");
     std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens\n", data.c_str(), loss, count);
     return 0;
 }
@@ -383,11 +406,11 @@ static double gemm_gflops(int M, int N, int K, bool bt) {
 
 static int cmd_bench(Flags& f) {
     const std::string name = f.str("preset", "gpt2-124m");
-    const int B = f.int32("batch", 4), n = f.int32("block", 64), steps = f.int32("steps", 3);
+    const Config c = preset(name);
+    const int B = f.int32("batch", 4), n = f.int32("block", std::min(64, c.n_ctx)), steps = f.int32("steps", 3);
     const bool json = f.flag("json");
     f.done();
     if (B < 1 || n < 1 || steps < 1) throw Error("--batch, --block and --steps must be positive");
-    const Config c = preset(name);
     if (n > c.n_ctx) throw Error("--block " + std::to_string(n) + " is longer than n_ctx = " + std::to_string(c.n_ctx));
     if ((long long)B * n > (1 << 20)) throw Error("--batch x --block is too large for a benchmark");
     Params<float> p = make_params<float>(c), g = make_params<float>(c);
@@ -450,27 +473,24 @@ static int cmd_bench(Flags& f) {
     return 0;
 }
 
-int main(int argc, char** argv) {
-    if (argc < 2 || std::string(argv[1]) == "help" || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-        std::fputs(USAGE, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 1 : 0;
-    }
+static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
+    {"train", cmd_train}, {"sample", cmd_sample}, {"fill", cmd_fill},         {"eval", cmd_eval},   {"init", cmd_init},
+    {"grad", cmd_grad},   {"params", cmd_params}, {"tokenize", cmd_tokenize}, {"bench", cmd_bench}};
+
+static int run(int argc, char** argv) {
+    if (argc < 2) return std::fputs(USAGE, stderr), 1;
     const std::string cmd = argv[1];
-    for (int i = 2; i < argc; i++)
-        if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return std::fputs(USAGE, stdout), 0;
-    try {
-        Flags f = parse_flags(argc, argv, 2);
-        if (cmd == "train") return cmd_train(f);
-        if (cmd == "sample") return cmd_sample(f);
-        if (cmd == "fill") return cmd_fill(f);
-        if (cmd == "eval") return cmd_eval(f);
-        if (cmd == "init") return cmd_init(f);
-        if (cmd == "grad") return cmd_grad(f);
-        if (cmd == "params") return cmd_params(f);
-        if (cmd == "tokenize") return cmd_tokenize(f);
-        if (cmd == "bench") return cmd_bench(f);
-        std::fprintf(stderr, "error: unknown command '%s'\n\n%s", cmd.c_str(), USAGE);
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") return std::fputs(USAGE, stdout), 0;
+    auto it = COMMANDS.find(cmd);
+    if (it == COMMANDS.end()) {  // whatever follows it
+        std::fprintf(stderr, "error: unknown command '%s' (transformer --help lists the commands)\n", cmd.c_str());
         return 1;
+    }
+    try {
+        bool help = false;
+        Flags f = parse_flags(argc, argv, 2, help);
+        if (help) return std::fputs(USAGE, stdout), 0;
+        return it->second(f);
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "error: out of memory\n");
         return 1;
@@ -478,4 +498,18 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
+}
+
+// Standard output is checked like any other file (as coreutils do): output that could not be
+// written (a full disk, /dev/full, a closed pipe) is an error, never a silent exit 0.
+int main(int argc, char** argv) {
+    const int status = run(argc, argv);
+    errno = 0;
+    const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout);
+    const int err = errno;
+    if (std::fclose(stdout) != 0 || failed) {
+        std::fprintf(stderr, "error: writing standard output: %s\n", std::strerror(err ? err : errno ? errno : EIO));
+        return 1;
+    }
+    return status;
 }

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cctype>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +16,10 @@
 #include <limits>
 #include <queue>
 #include <sstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace tf {
 
@@ -938,20 +944,24 @@ Tensor<T> LayerNorm(const Tensor<T>& X, const Tensor<T>& gamma, const Tensor<T>&
     c.Xhat = Tensor<T>(n, H);
     c.rstd = Tensor<T>({n});
     Tensor<T> Y(n, H);
+    // The statistics are summed in double around a shift K = x_0 (shifted two-pass): a constant
+    // row gives mu = K and x_j - mu = 0 exactly (so Y = beta), and a large common offset (rows of
+    // 1000 +- 0.5) costs no precision, whatever T is.
     for (int i = 0; i < n; i++) {
         const T* x = X.row(i);
-        T mu = 0;
-        for (int j = 0; j < H; j++) mu += x[j];
-        mu /= T(H);
-        T var = 0;
-        for (int j = 0; j < H; j++) var += (x[j] - mu) * (x[j] - mu);
-        var /= T(H);
-        const T rstd = T(1) / std::sqrt(var + T(eps));
-        c.rstd[i] = rstd;
+        const double K = (double)x[0];
+        double s = 0;
+        for (int j = 0; j < H; j++) s += (double)x[j] - K;
+        const double mu = K + s / H;
+        double var = 0;
+        for (int j = 0; j < H; j++) var += ((double)x[j] - mu) * ((double)x[j] - mu);
+        var /= H;
+        const double rstd = 1.0 / std::sqrt(var + eps);
+        c.rstd[i] = T(rstd);
         T* xh = c.Xhat.row(i);
         T* y = Y.row(i);
         for (int j = 0; j < H; j++) {
-            xh[j] = (x[j] - mu) * rstd;
+            xh[j] = T(((double)x[j] - mu) * rstd);
             y[j] = gamma[j] * xh[j] + beta[j];
         }
     }
@@ -973,16 +983,15 @@ Tensor<T> LayerNorm_backward(const Tensor<T>& gamma, const LayerNormCache<T>& c,
     for (int i = 0; i < n; i++) {
         const T* dy = dY.row(i);
         const T* xh = c.Xhat.row(i);
-        T mean_g = 0, mean_gx = 0;
+        double sum_g = 0, sum_gx = 0;  // row means summed in double, as in the forward
         for (int j = 0; j < H; j++) {
             const T g = dy[j] * gamma[j];
-            mean_g += g;
-            mean_gx += g * xh[j];
+            sum_g += g;
+            sum_gx += (double)g * xh[j];
             dgamma[j] += dy[j] * xh[j];
             dbeta[j] += dy[j];
         }
-        mean_g /= T(H);
-        mean_gx /= T(H);
+        const T mean_g = T(sum_g / H), mean_gx = T(sum_gx / H);
         T* dx = dX.row(i);
         for (int j = 0; j < H; j++) dx[j] = c.rstd[i] * (dy[j] * gamma[j] - mean_g - xh[j] * mean_gx);
     }
@@ -1261,6 +1270,16 @@ void scale_residual_init(const Config& c, Params<T>& p) {
 template <typename T>
 void zero_params(const Config& c, Params<T>& p) {
     for (auto& nt : named_tensors(c, p)) nt.tensor->zero();
+}
+
+template <typename T>
+std::string first_nonfinite(const Config& c, const Params<T>& p) {
+    for (auto& nt : named_tensors(c, const_cast<Params<T>&>(p))) {
+        bool finite = true;
+        for (T v : nt.tensor->data) finite &= std::isfinite(v);  // no early exit: the loop vectorises
+        if (!finite) return nt.name;
+    }
+    return "";
 }
 
 ParamCount count_params(const Config& c) {
@@ -1820,6 +1839,47 @@ Tensor<T> xlnet_query_probs(const Config& c, const Params<T>& p, const Tensor<T>
 // CHECKPOINTS
 // ================================================================================================
 
+// ---- UTF-8 -------------------------------------------------------------------------------------
+// The length (1..4) of the valid UTF-8 sequence that starts at byte i, its code point in cp; 0 if
+// the bytes there are not valid UTF-8 (overlong forms, surrogates and truncated sequences included).
+int utf8_next(const std::string& text, std::size_t i, uint32_t& cp) {
+    static const uint32_t smallest[5] = {0, 0, 0x80, 0x800, 0x10000};  // per sequence length
+    const unsigned char b0 = (unsigned char)text[i];
+    const int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i + len > text.size()) return 0;
+    cp = len == 1 ? b0 : len == 2 ? (b0 & 0x1Fu) : len == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
+    for (int k = 1; k < len; k++) {
+        const unsigned char b = (unsigned char)text[i + k];
+        if ((b & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (b & 0x3Fu);
+    }
+    if (cp < smallest[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+// "character '€' (U+20AC) at byte 16 (line 1, column 17) of WHERE": the character that contains
+// byte `offset` of text (a byte that is not UTF-8 is named as a byte), for every "not in the
+// vocabulary" error of every command.
+std::string describe_char_at(const std::string& text, std::size_t offset, const std::string& where) {
+    std::size_t start = offset;  // back up to the lead byte of a multi-byte character
+    while (start > 0 && offset - start < 3 && ((unsigned char)text[start] & 0xC0) == 0x80) start--;
+    uint32_t cp = 0;
+    int len = utf8_next(text, start, cp);
+    if (len == 0 || start + len <= offset) start = offset, len = utf8_next(text, offset, cp);
+    std::size_t line = 1, col = 1;
+    for (std::size_t k = 0; k < start;) {
+        uint32_t ignored;
+        if (text[k] == '\n') line++, col = 1, k++;
+        else col++, k += (std::size_t)std::max(1, utf8_next(text, k, ignored));
+    }
+    char buf[96];
+    if (len == 0) std::snprintf(buf, sizeof buf, "byte 0x%02X (not UTF-8)", (unsigned char)text[offset]);
+    else if (cp < 0x20 || cp == 0x7F) std::snprintf(buf, sizeof buf, "character U+%04X", (unsigned)cp);
+    else std::snprintf(buf, sizeof buf, "character '%s' (U+%04X)", text.substr(start, (std::size_t)len).c_str(), (unsigned)cp);
+    return std::string(buf) + " at byte " + std::to_string(start) + " (line " + std::to_string(line) + ", column " +
+           std::to_string(col) + ") of " + where;
+}
+
 // ---- JSON --------------------------------------------------------------------------------------
 const Json* Json::get(const std::string& key) const {
     if (type != object) return nullptr;
@@ -1972,10 +2032,17 @@ Json parse_json(const std::string& text) {
     return v;
 }
 
+// Always valid JSON in UTF-8: a byte that is not part of valid UTF-8 becomes U+FFFD (the
+// replacement character), so a file name in any encoding cannot break a safetensors header.
 std::string json_escape(const std::string& s) {
     std::string out = "\"";
-    for (unsigned char ch : s) {
-        if (ch == '"') out += "\\\"";
+    for (std::size_t i = 0; i < s.size(); i++) {
+        const unsigned char ch = (unsigned char)s[i];
+        uint32_t cp;
+        const int len = ch < 0x80 ? 1 : utf8_next(s, i, cp);
+        if (len == 0) out += "\xEF\xBF\xBD";
+        else if (len > 1) out.append(s, i, (std::size_t)len), i += (std::size_t)len - 1;
+        else if (ch == '"') out += "\\\"";
         else if (ch == '\\') out += "\\\\";
         else if (ch == '\n') out += "\\n";
         else if (ch == '\r') out += "\\r";
@@ -1989,23 +2056,214 @@ std::string json_escape(const std::string& s) {
     return out + "\"";
 }
 
-// ---- Atomic file writing -------------------------------------------------------------------------
-// Write everything to path.tmp, flush, then rename over path: readers see the old file or the new
-// one, never half of one.
+// ---- Files: outputs checked before the work, one durable writer ----------------------------------
+static std::string dir_of(const std::string& path) {
+    const std::size_t slash = path.rfind('/');
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The file that writing to `path` replaces: symbolic links are followed, so a link stays a link
+// and its target gets the new contents.
+std::string resolve_output_path(const std::string& path) {
+    std::string p = path;
+    for (int hops = 0; hops < 40; hops++) {
+        struct stat st;
+        if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+        std::vector<char> buf((std::size_t)PATH_MAX + 1);
+        const ssize_t k = ::readlink(p.c_str(), buf.data(), buf.size() - 1);
+        if (k < 0) throw Error("cannot read the symbolic link '" + p + "': " + std::strerror(errno));
+        const std::string target(buf.data(), (std::size_t)k);
+        p = target[0] == '/' ? target : dir_of(p) + "/" + target;
+    }
+    throw Error("'" + path + "': too many levels of symbolic links");
+}
+
+// Two names are the same file if they reach the same inode, or (for files that do not exist yet)
+// the same name in the same real directory.
+static std::string file_identity(const std::string& path) {
+    const std::string p = resolve_output_path(path);
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0) return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+    char* real = ::realpath(dir_of(p).c_str(), nullptr);
+    const std::string dir = real ? real : dir_of(p);
+    std::free(real);
+    return "path " + dir + "/" + p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
+}
+
+// Does the existing regular file at p hold what this program writes as `kind`? (Only such files,
+// and empty ones, are ever replaced.)
+static bool holds_kind(const std::string& p, OutputKind kind) {
+    std::FILE* f = std::fopen(p.c_str(), "rb");
+    if (!f) return false;
+    char head[40] = {};
+    const std::size_t got = std::fread(head, 1, sizeof head, f);
+    std::fseek(f, 0, SEEK_END);
+    const long size = std::ftell(f);
+    std::fclose(f);
+    if (got == 0) return true;  // an empty file
+    const std::string h(head, got);
+    switch (kind) {
+        case OutputKind::checkpoint: {  // safetensors: u64 header size N, then N bytes of '{'...
+            if (got < 9) return false;
+            uint64_t n = 0;
+            for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)head[k] << (8 * k);
+            return n > 0 && n <= (uint64_t)size - 8 && head[8] == '{';
+        }
+        case OutputKind::csv_log: return h.rfind("step,", 0) == 0;
+        case OutputKind::svg_plot: return h.rfind("<svg ", 0) == 0 || h.rfind("<?xml", 0) == 0;
+        case OutputKind::json: return h[h.find_first_not_of(" \t\r\n") == std::string::npos ? 0 : h.find_first_not_of(" \t\r\n")] == '{';
+    }
+    return false;
+}
+static const char* kind_name(OutputKind k) {
+    switch (k) {
+        case OutputKind::checkpoint: return "a safetensors checkpoint";
+        case OutputKind::csv_log: return "a CSV log written by this program";
+        case OutputKind::svg_plot: return "an SVG plot written by this program";
+        case OutputKind::json: return "a JSON file";
+    }
+    return "?";
+}
+
+void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs) {
+    std::vector<std::string> ids;
+    for (const OutputFile& o : outputs) {
+        const std::string what = o.role + " '" + o.path + "'";
+        if (o.path.empty()) throw Error(o.role + " is empty");
+        const std::string p = resolve_output_path(o.path);
+        const std::string dir = dir_of(p);
+        struct stat st;
+        if (::stat(dir.c_str(), &st) != 0) throw Error("cannot write " + what + ": directory '" + dir + "' does not exist");
+        if (!S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": '" + dir + "' is not a directory");
+        if (::access(dir.c_str(), W_OK | X_OK) != 0)
+            throw Error("cannot write " + what + ": directory '" + dir + "' is not writable (" + std::strerror(errno) + ")");
+        if (::stat(p.c_str(), &st) == 0) {
+            if (S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": it is a directory");
+            if (S_ISFIFO(st.st_mode)) throw Error("cannot write " + what + ": it is a FIFO, not a regular file");
+            if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) throw Error("cannot write " + what + ": it is a device, not a regular file");
+            if (!S_ISREG(st.st_mode)) throw Error("cannot write " + what + ": it is not a regular file");
+            if (!holds_kind(p, o.kind))
+                throw Error("refusing to replace " + what + ": it exists and is not " + kind_name(o.kind) +
+                            " (only files this program wrote are replaced; remove it or choose another name)");
+        }
+        ids.push_back(file_identity(o.path));
+        for (std::size_t j = 0; j + 1 < ids.size(); j++)
+            if (ids[j] == ids.back())
+                throw Error(outputs[j].role + " '" + outputs[j].path + "' and " + what + " are the same file; choose another --out");
+    }
+    for (const InputFile& in : inputs) {
+        if (in.path.empty()) continue;
+        const std::string id = file_identity(in.path);
+        for (std::size_t j = 0; j < outputs.size(); j++)
+            if (ids[j] == id && !(in.may_be_replaced && outputs[j].kind == OutputKind::checkpoint))
+                throw Error(outputs[j].role + " '" + outputs[j].path + "' would overwrite " + in.role + " '" + in.path +
+                            "', which this command reads; choose another --out");
+    }
+}
+
+// The temporary file being written, so that Ctrl-C (SIGINT), SIGTERM or SIGHUP removes it before
+// the program ends (unlink is safe in a signal handler). kill -9 cannot be caught: then a hidden
+// ".NAME.tmp.XXXXXX" beside the target may stay behind, and the target is untouched.
+static char g_tmp_path[PATH_MAX + 1];
+static volatile std::sig_atomic_t g_tmp_active = 0;
+extern "C" void remove_tmp_on_signal(int sig) {
+    if (g_tmp_active) ::unlink(g_tmp_path);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+
+AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(path)) {
+    struct stat st;
+    const bool exists = ::stat(target_.c_str(), &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) throw Error("cannot write '" + path + "': it exists and is not a regular file");
+    std::string base = target_.substr(target_.rfind('/') == std::string::npos ? 0 : target_.rfind('/') + 1);
+    std::string tmpl = dir_of(target_) + "/." + base + ".tmp.XXXXXX";
+    if (tmpl.size() > PATH_MAX) throw Error("cannot write '" + path + "': the path is too long");
+    std::vector<char> name(tmpl.begin(), tmpl.end());
+    name.push_back('\0');
+    fd_ = ::mkstemp(name.data());
+    if (fd_ < 0) throw Error("cannot write '" + path + "': cannot create a temporary file in '" + dir_of(target_) + "': " + std::strerror(errno));
+    tmp_ = name.data();
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd_, exists ? (st.st_mode & 07777) : (0666 & ~mask));  // the mode a plain fopen would give
+    static bool handlers = false;
+    if (!handlers) {
+        for (int sig : {SIGINT, SIGTERM, SIGHUP})
+            if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+        handlers = true;
+    }
+    std::memcpy(g_tmp_path, tmp_.c_str(), tmp_.size() + 1);
+    g_tmp_active = 1;
+    buf_.reserve(1 << 20);
+}
+
+AtomicFile::~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+    g_tmp_active = 0;
+}
+
+void AtomicFile::fail(const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_), fd_ = -1;
+    ::unlink(tmp_.c_str());
+    tmp_.clear();
+    g_tmp_active = 0;
+    throw Error("cannot write '" + target_ + "': " + what + ": " + reason + " (the previous file, if any, is unchanged)");
+}
+
+void AtomicFile::flush_buffer() {
+    std::size_t done = 0;
+    while (done < buf_.size()) {
+        const ssize_t k = ::write(fd_, buf_.data() + done, buf_.size() - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            if (k == 0) errno = ENOSPC;
+            fail("write failed");
+        }
+        done += (std::size_t)k;
+    }
+    buf_.clear();
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+    if (fd_ < 0) throw Error("AtomicFile: write after commit or failure");
+    const char* p = (const char*)data;
+    if (buf_.size() + n > buf_.capacity()) flush_buffer();
+    if (n >= buf_.capacity()) {  // large blocks go straight to the file
+        buf_.assign(p, p + n);
+        flush_buffer();
+        buf_.shrink_to_fit(), buf_.reserve(1 << 20);
+        return;
+    }
+    buf_.insert(buf_.end(), p, p + n);
+}
+
+void AtomicFile::commit() {
+    if (fd_ < 0) throw Error("AtomicFile: commit twice or after failure");
+    flush_buffer();
+    if (::fsync(fd_) != 0) fail("fsync failed");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("close failed");
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file over it");
+    committed_ = true;
+    g_tmp_active = 0;
+    const int dfd = ::open(dir_of(target_).c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {  // make the rename itself durable; some file systems cannot fsync a directory
+        const int r = ::fsync(dfd);
+        const int e = errno;
+        ::close(dfd);
+        if (r != 0 && e != EINVAL && e != EROFS)
+            throw Error("wrote '" + target_ + "' but could not fsync its directory: " + std::strerror(e));
+    }
+}
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
-    const std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw Error("cannot write '" + tmp + "': " + std::strerror(errno));
-    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-    const bool closed = std::fclose(f) == 0;
-    if (!ok || !closed) {
-        std::remove(tmp.c_str());
-        throw Error("cannot write '" + tmp + "' (disk full?)");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw Error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
-    }
+    AtomicFile f(path);
+    f.write(bytes.data(), bytes.size());
+    f.commit();
 }
 
 std::string read_file(const std::string& path) {
@@ -2052,18 +2310,25 @@ void save_safetensors(const std::string& path, const std::map<std::string, std::
     }
     header += "}";
     while (header.size() % 8) header += ' ';
-    std::string out;
-    out.reserve(8 + header.size() + offset);
-    uint64_t n = header.size();
-    for (int k = 0; k < 8; k++) out += (char)((n >> (8 * k)) & 0xFF);
-    out += header;
-    for (auto& nt : tensors)
+    AtomicFile f(path);  // streamed: no second copy of the model in memory
+    unsigned char size_le[8];
+    const uint64_t n = header.size();
+    for (int k = 0; k < 8; k++) size_le[k] = (unsigned char)((n >> (8 * k)) & 0xFF);
+    f.write(size_le, 8);
+    f.write(header.data(), header.size());
+    for (auto& nt : tensors) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        f.write(nt.second->data.data(), nt.second->size() * 4);  // floats are stored as they are in memory
+#else
         for (float v : nt.second->data) {
             uint32_t u;
             std::memcpy(&u, &v, 4);
-            for (int k = 0; k < 4; k++) out += (char)((u >> (8 * k)) & 0xFF);
+            const unsigned char le[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16), (unsigned char)(u >> 24)};
+            f.write(le, 4);
         }
-    write_file_atomic(path, out);
+#endif
+    }
+    f.commit();
 }
 
 SafeTensors load_safetensors(const std::string& path) {
@@ -2330,7 +2595,7 @@ static LoadedModel import_hf_gpt2(const std::string& path, SafeTensors st) {
     return lm;
 }
 
-LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
+static LoadedModel load_model_tensors(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
     LoadedModel lm;
     lm.file = load_safetensors(path);
     if (is_hf_gpt2(lm.file)) return import_hf_gpt2(path, std::move(lm.file));
@@ -2363,6 +2628,13 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
     }
     if (!want.empty()) throw Error("'" + path + "': missing tensor '" + want.begin()->first + "'");
     lm.file.tensors = std::move(rest);
+    return lm;
+}
+
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
+    LoadedModel lm = load_model_tensors(path, allowed_extra_prefixes);
+    const std::string bad = first_nonfinite(lm.config, lm.params);
+    if (!bad.empty()) throw Error("'" + path + "': tensor '" + bad + "' holds a value that is not finite (NaN or infinity); the model is unusable");
     return lm;
 }
 
@@ -2441,16 +2713,12 @@ CharVocab CharVocab::from_text(const std::string& text) {
     return v;
 }
 
-std::vector<int> CharVocab::encode(const std::string& text) const {
+std::vector<int> CharVocab::encode(const std::string& text, const std::string& where) const {
     std::vector<int> ids;
     ids.reserve(text.size());
     for (std::size_t i = 0; i < text.size(); i++) {
         const unsigned char ch = (unsigned char)text[i];
-        if (id[ch] < 0) {
-            char buf[128];
-            std::snprintf(buf, sizeof buf, "character 0x%02x at offset %zu is not in the model's vocabulary", ch, i);
-            throw Error(buf);
-        }
+        if (id[ch] < 0) throw Error(describe_char_at(text, i, where) + " is not in the model's vocabulary");
         ids.push_back(id[ch]);
     }
     return ids;
@@ -2516,6 +2784,8 @@ static void addition_example(const CharVocab& vocab, int a, int b, std::vector<i
 int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng) {
     if (z.empty()) throw Error("sample_logits: empty logits");
     const int V = (int)z.size();
+    for (int j = 0; j < V; j++)
+        if (!std::isfinite(z[j])) throw Error("the model's logits are not finite (token id " + std::to_string(j) + "): its numbers overflow");
     if (temperature <= 0) return (int)(std::max_element(z.begin(), z.end()) - z.begin());
     std::vector<int> order(V);
     for (int j = 0; j < V; j++) order[j] = j;
@@ -2756,6 +3026,8 @@ static void check_options(const TrainOptions& o) {
     if (o.weight_decay < 0 || o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1 || o.grad_clip < 0)
         fail("need --weight-decay >= 0, 0 <= --beta1, --beta2 < 1, --grad-clip >= 0");
     if (o.dropout < 0 || o.dropout >= 1) fail("--dropout must be in [0, 1)");
+    if (o.data.empty() && o.block != 0)
+        fail("--block does not apply to the built-in addition task (its block is one problem, 12 or 13 tokens); give --data FILE to train on a text");
 }
 
 // The corpus of a training run: a text file's ids split 90% / 10%, or the built-in task.
@@ -2763,7 +3035,16 @@ struct Corpus {
     bool task = false;
     CharVocab vocab;
     std::vector<int> train, val;
+    std::size_t bytes = 0;  // the text file's size and content hash (resume checks them)
+    uint64_t hash = 0;
 };
+
+// FNV-1a, 64 bits: the content hash a checkpoint records for its training text.
+static uint64_t fnv1a64(const std::string& bytes) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char b : bytes) h = (h ^ b) * 0x100000001b3ull;
+    return h;
+}
 
 static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n) {
     Corpus k;
@@ -2774,11 +3055,12 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
     }
     const std::string text = read_file(path);
     if (text.empty()) throw Error("'" + path + "' is empty");
+    k.bytes = text.size(), k.hash = fnv1a64(text);
     std::size_t odd = 0;
     for (unsigned char ch : text) odd += ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t');
     if (odd * 100 > text.size()) throw Error("'" + path + "' looks binary, not text (control bytes)");
     k.vocab = vocab ? *vocab : CharVocab::from_text(text);
-    const std::vector<int> ids = k.vocab.encode(text);
+    const std::vector<int> ids = k.vocab.encode(text, "'" + path + "'");
     const std::size_t cut = ids.size() * 9 / 10;
     k.train.assign(ids.begin(), ids.begin() + cut);
     k.val.assign(ids.begin() + cut, ids.end());
@@ -2786,6 +3068,42 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
         throw Error("'" + path + "' is too short: " + std::to_string(text.size()) + " characters, the 10% validation split needs more than the block of " +
                     std::to_string(n + 1));
     return k;
+}
+
+// The data file of a resumed run: the one given (--data, a moved copy) or the one recorded, by
+// its path as given or else its absolute path; its size and content hash must be the recorded ones.
+static std::string resume_data_path(const std::map<std::string, std::string>& md, const std::string& given,
+                                    const std::string& checkpoint) {
+    const std::string recorded = md.count("train.data") ? md.at("train.data") : "";
+    if (recorded.empty() && given.empty()) return "";  // the built-in task
+    if (recorded.empty()) throw Error("--data: '" + checkpoint + "' was trained on the built-in task, not on a file");
+    std::string path = given;
+    if (path.empty()) {
+        const std::string abs = md.count("train.data_path") ? md.at("train.data_path") : "";
+        struct stat st;
+        path = ::stat(recorded.c_str(), &st) == 0 || abs.empty() || ::stat(abs.c_str(), &st) != 0 ? recorded : abs;
+    }
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f)
+        throw Error("the training data '" + path + "' of '" + checkpoint + "' cannot be opened (" + std::strerror(errno) +
+                    "); if it moved, give --data FILE with the same text");
+    std::fclose(f);
+    return path;
+}
+static void check_resume_data(const std::map<std::string, std::string>& md, const Corpus& k, const std::string& path,
+                              const std::string& checkpoint) {
+    if (!md.count("train.data_bytes") || !md.count("train.data_fnv1a64")) {
+        std::fprintf(stderr, "note: '%s' does not record its data's size and hash (an older checkpoint); '%s' is not checked\n",
+                     checkpoint.c_str(), path.c_str());
+        return;
+    }
+    const std::string bytes = std::to_string(k.bytes), hash = std::to_string(k.hash);
+    std::string diff;
+    if (md.at("train.data_bytes") != bytes) diff = "its size is " + bytes + " bytes, the checkpoint recorded " + md.at("train.data_bytes");
+    else if (md.at("train.data_fnv1a64") != hash) diff = "same size, but its content hash (FNV-1a 64) differs from the recorded one";
+    if (!diff.empty())
+        throw Error("the training data '" + path + "' has changed since '" + checkpoint + "' was written: " + diff +
+                    "; resume needs the same text (give --data FILE to point at a copy of it)");
 }
 
 // B examples: random windows (text) or random problems (task). GPT variants predict the next
@@ -2898,8 +3216,10 @@ TrainResult train(const TrainOptions& opt_in) {
     CharVocab saved_vocab;
     std::vector<std::pair<long long, double>> log_train, log_val;
     std::string log_csv = "step,train_loss,val_loss,lr\n";
+    std::map<std::string, std::string> resume_md;  // the resumed checkpoint's metadata
     if (!o.resume.empty()) {
         LoadedModel lm = load_model(o.resume, {"adam."});
+        const std::string data_given = o.data;  // --data on resume: a moved copy of the same text
         c = lm.config;
         p = std::move(lm.params);
         const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
@@ -2912,6 +3232,8 @@ TrainResult train(const TrainOptions& opt_in) {
         }
         if (steps > 0) o.steps = steps;
         o.stop_at = stop_at, o.out = out, o.quiet = quiet;
+        o.data = resume_data_path(lm.file.metadata, data_given, o.resume);
+        resume_md = lm.file.metadata;
         adamw_init(c, adam);
         auto M = named_tensors(c, adam.m), S = named_tensors(c, adam.v);
         for (std::size_t j = 0; j < M.size(); j++) {
@@ -2934,12 +3256,19 @@ TrainResult train(const TrainOptions& opt_in) {
         parse_log(log_csv, log_train, log_val);  // a damaged log fails now, not after the run
     }
     check_options(o);
+    // Every output is checked before any work: a typo in --out must not cost the run.
+    const std::string base = strip_ext(o.out);
+    check_outputs({{o.out, "--out", OutputKind::checkpoint},
+                   {base + ".csv", "the loss log", OutputKind::csv_log},
+                   {base + ".svg", "the loss plot", OutputKind::svg_plot}},
+                  {{o.data, "--data"}, {o.resume, "--resume", true}});
     adam.beta1 = o.beta1, adam.beta2 = o.beta2, adam.weight_decay = o.weight_decay;
     const int n_default = o.data.empty() ? AdditionTask::prompt_len() + AdditionTask::answer_len() : 64;
     const Variant variant = o.resume.empty() ? variant_from_name(o.model) : c.variant;
     int n = o.resume.empty() ? (o.block ? o.block : n_default) : c.n_ctx;
     if (o.data.empty()) n = is_causal(variant) ? 12 : 13;  // one addition problem
     Corpus k = load_corpus(o.data, o.resume.empty() ? nullptr : &saved_vocab, n);
+    if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k, o.data, o.resume);
     if (o.resume.empty()) {
         c.variant = variant;
         c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
@@ -2966,8 +3295,16 @@ TrainResult train(const TrainOptions& opt_in) {
                     step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
         std::fflush(stdout);
     }
+    long long saved_step = o.resume.empty() ? -1 : step0;  // the last checkpoint written to o.out
     auto save = [&](long long step) {
         std::map<std::string, std::string> meta = options_metadata(o);
+        if (!k.task) {  // what resume checks: the path as given, the absolute path, size and hash
+            char* abs = ::realpath(o.data.c_str(), nullptr);
+            meta["train.data_path"] = abs ? abs : o.data;
+            std::free(abs);
+            meta["train.data_bytes"] = std::to_string(k.bytes);
+            meta["train.data_fnv1a64"] = std::to_string(k.hash);
+        }
         meta["train.step"] = std::to_string(step);
         meta["train.rng"] = std::to_string(rng.state);
         meta["adam.t"] = std::to_string(adam.t);
@@ -2978,6 +3315,14 @@ TrainResult train(const TrainOptions& opt_in) {
         for (std::size_t j = 0; j < M.size(); j++) extra.push_back({"adam.m." + M[j].name, M[j].tensor});
         for (std::size_t j = 0; j < S.size(); j++) extra.push_back({"adam.v." + S[j].name, S[j].tensor});
         save_model(o.out, c, p, meta, extra);
+        saved_step = step;
+    };
+    // A value that is not finite stops the run before anything is written over the last good checkpoint.
+    auto diverged = [&](const std::string& what, double v, long long step) {
+        const std::string kept = saved_step < 0 ? "no checkpoint was written"
+                                                : "'" + o.out + "' still holds step " + std::to_string(saved_step);
+        return Error("train: " + what + " became " + num_str(v) + " at step " + std::to_string(step) + "; stopped (" + kept +
+                     "). Lower --lr or --grad-clip?");
     };
     TrainResult r;
     const auto t_start = clock::now();
@@ -2991,15 +3336,19 @@ TrainResult train(const TrainOptions& opt_in) {
         ForwardOptions fo;
         fo.dropout = o.dropout, fo.rng = &rng;
         const double loss = model_loss(c, p, b, &g, fo);
-        if (!std::isfinite(loss)) throw Error("train: the loss became " + num_str(loss) + " at step " + std::to_string(s + 1) + " (lower --lr?)");
-        clip_grad_norm(c, g, o.grad_clip);
+        if (!std::isfinite(loss)) throw diverged("the loss", loss, s + 1);
+        const double norm = clip_grad_norm(c, g, o.grad_clip);
+        if (!std::isfinite(norm)) throw diverged("the gradient norm", norm, s + 1);
         adamw_step(c, p, g, adam, lr);
+        const std::string bad = first_nonfinite(c, p);
+        if (!bad.empty()) throw diverged("parameter '" + bad + "' (after the update)", NAN, s + 1);
         r.train_losses.push_back(loss);
         loss_sum += loss, since_log++;
         const long long step = s + 1;
         double val = -1;
         if ((o.eval_every > 0 && step % o.eval_every == 0) || step == last) {
             val = evaluate(c, p, k, o.batch, n, o.eval_steps, o.seed);
+            if (!std::isfinite(val)) throw diverged("the validation loss", val, step);
             r.val_loss = val;
         }
         log_csv += std::to_string(step) + "," + num_str(loss) + "," + (val >= 0 ? num_str(val) : "") + "," + num_str(lr) + "\n";
@@ -3019,12 +3368,12 @@ TrainResult train(const TrainOptions& opt_in) {
     }
     r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
     if (r.steps_done == 0) throw Error("train: nothing to do (the checkpoint is already at step " + std::to_string(step0) + ")");
-    const std::string base = strip_ext(o.out);
     write_file_atomic(base + ".csv", log_csv);
     parse_log(log_csv, log_train, log_val);  // the whole run, resumed parts included
     write_file_atomic(base + ".svg", loss_svg(log_train, log_val, std::string(variant_name(c.variant)) + " training loss"));
     if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, p, k.vocab, 500, 4242);
     if (!k.task) r.val_loss_split = corpus_loss(c, p, k.val, 1234);
+    if (!k.task && !std::isfinite(r.val_loss_split)) throw diverged("the validation loss over the whole split", r.val_loss_split, r.steps_done);
     if (!o.quiet) {
         // The train loss of the summary is the mean of the last --log-every steps (one batch's loss
         // alone varies by several hundredths).
@@ -3059,19 +3408,10 @@ static bool unicode_space(uint32_t cp) {  // the White_Space property
 // The code points of a UTF-8 text and the byte offset where each starts (plus text.size() at the
 // end). Overlong forms, surrogates and truncated sequences are errors, as in a strict decoder.
 static void utf8_decode(const std::string& text, std::vector<uint32_t>& cps, std::vector<std::size_t>& at) {
-    static const uint32_t smallest[5] = {0, 0, 0x80, 0x800, 0x10000};  // per sequence length
     for (std::size_t i = 0; i < text.size();) {
-        const unsigned char b0 = (unsigned char)text[i];
-        const int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 0;
-        uint32_t cp = len == 1 ? b0 : len == 2 ? (b0 & 0x1Fu) : len == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
-        bool ok = len > 0 && i + len <= text.size();
-        for (int k = 1; ok && k < len; k++) {
-            const unsigned char b = (unsigned char)text[i + k];
-            ok = (b & 0xC0) == 0x80;
-            cp = (cp << 6) | (b & 0x3Fu);
-        }
-        if (ok) ok = cp >= smallest[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-        if (!ok) throw Error("text is not valid UTF-8 (at byte " + std::to_string(i) + ")");
+        uint32_t cp = 0;
+        const int len = utf8_next(text, i, cp);
+        if (len == 0) throw Error("text is not valid UTF-8 (at byte " + std::to_string(i) + ")");
         cps.push_back(cp), at.push_back(i);
         i += (std::size_t)len;
     }
@@ -3510,6 +3850,7 @@ static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNI
     template std::vector<Named<T>> named_tensors(const Config&, Params<T>&);                               \
     template void init_params(const Config&, Params<T>&, uint64_t);                                        \
     template void zero_params(const Config&, Params<T>&);                                                  \
+    template std::string first_nonfinite(const Config&, const Params<T>&);                                 \
     template void scale_residual_init(const Config&, Params<T>&);                                          \
     template Tensor<T> layer_mask(const Config&, int, int);                                                \
     template Tensor<T> model_forward(const Config&, const Params<T>&, const Batch&, ForwardCache<T>*,      \

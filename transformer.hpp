@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace tf {
@@ -44,7 +45,11 @@ struct Tensor {
 
     Tensor() = default;
     explicit Tensor(std::vector<int> shape_, T fill = T(0));
-    Tensor(int rows, int cols, T fill = T(0)) : Tensor(std::vector<int>{rows, cols}, fill) {}
+    // rows x cols. Only integer sizes are accepted: Tensor<float>({5}, 2.0f) is the 5-vector of 2s
+    // (the constructor above), never a 5 x 2 matrix, and Tensor<float>(5, 2.0f) does not compile.
+    template <class R, class C,
+              typename std::enable_if<std::is_integral<R>::value && std::is_integral<C>::value, int>::type = 0>
+    Tensor(R rows, C cols, T fill = T(0)) : Tensor(std::vector<int>{(int)rows, (int)cols}, fill) {}
     // A matrix from its entries in row-major order (for hand-computed tests).
     static Tensor from(int rows, int cols, std::vector<T> values);
     static Tensor vector(std::vector<T> values);
@@ -400,6 +405,9 @@ template <typename T>
 void scale_residual_init(const Config& c, Params<T>& p);
 template <typename T>
 void zero_params(const Config& c, Params<T>& p);
+// The name of the first parameter tensor holding a NaN or an infinity, "" if all are finite.
+template <typename T>
+std::string first_nonfinite(const Config& c, const Params<T>& p);
 
 // The seed's lambda (with n = n_ctx):
 //   lambda = V H + n H                                 embeddings
@@ -584,7 +592,7 @@ struct SafeTensors {
     std::vector<std::pair<std::string, Tensor<float>>> tensors;  // in file order
     const Tensor<float>* find(const std::string& name) const;
 };
-// Writes to path + ".tmp", then renames: a crash never leaves a half-written file.
+// Written through AtomicFile: a crash or a full disk never leaves a half-written file.
 void save_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
                       const std::vector<std::pair<std::string, const Tensor<float>*>>& tensors);
 SafeTensors load_safetensors(const std::string& path);  // throws Error naming what is wrong
@@ -619,8 +627,52 @@ struct Json {
     const Json* get(const std::string& key) const;  // nullptr if absent or not an object
 };
 Json parse_json(const std::string& text);  // throws Error with the byte offset
-std::string json_escape(const std::string& s);
-// Whole files: read, and write atomically (path.tmp, then rename).
+std::string json_escape(const std::string& s);  // a byte that is not UTF-8 becomes U+FFFD
+// UTF-8: the length (1..4) of the valid sequence at byte i and its code point, or 0 if invalid.
+int utf8_next(const std::string& text, std::size_t i, uint32_t& cp);
+// "character '€' (U+20AC) at byte 16 (line 1, column 17) of WHERE" for the character holding byte
+// `offset` (the one message of every "not in the vocabulary" error).
+std::string describe_char_at(const std::string& text, std::size_t offset, const std::string& where);
+
+// ---- Files: every output is checked before the work starts and written by one durable writer ----
+enum class OutputKind { checkpoint, csv_log, svg_plot, json };
+struct OutputFile {
+    std::string path, role;  // role names it in errors: "--out", "the log"
+    OutputKind kind;
+};
+struct InputFile {
+    std::string path, role;       // "--data", "--resume"
+    bool may_be_replaced = false;  // --resume writing over the checkpoint it resumed
+};
+// Throws Error, before any work, unless every output can be written: its directory exists and is
+// writable, it is not a directory, FIFO or device (a symlink is followed: its target is written),
+// an existing file holds what the program writes there (a safetensors file, our CSV log or SVG
+// plot; or it is empty), no two outputs are the same file, and no output is an input.
+void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs = {});
+// The file a write to path replaces (symbolic links followed).
+std::string resolve_output_path(const std::string& path);
+// The one writer: a unique temporary file beside the target (".NAME.tmp.XXXXXX"), every write and
+// the close checked, fsync, rename over the target, fsync of the directory. Until commit() the
+// target is untouched; on any failure, on destruction without commit, and on SIGINT/SIGTERM/SIGHUP
+// the temporary is removed. Two writers of the same path both succeed; the last rename wins whole.
+class AtomicFile {
+public:
+    explicit AtomicFile(const std::string& path);
+    ~AtomicFile();
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+    void write(const void* data, std::size_t n);
+    void commit();
+
+private:
+    std::string target_, tmp_;
+    int fd_ = -1;
+    bool committed_ = false;
+    std::vector<char> buf_;
+    void flush_buffer();
+    [[noreturn]] void fail(const std::string& what);
+};
+// Whole files: read, and write through AtomicFile.
 std::string read_file(const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
@@ -657,7 +709,8 @@ struct CharVocab {
     CharVocab();
     static CharVocab from_text(const std::string& text);
     int size() const { return (int)chars.size(); }
-    std::vector<int> encode(const std::string& text) const;  // throws Error on an unknown character
+    // Throws Error on an unknown character, naming it and where it is (describe_char_at).
+    std::vector<int> encode(const std::string& text, const std::string& where = "the text") const;
     std::string decode(const std::vector<int>& ids) const;   // special ids become "[CLS]", "[SEP]", "_"
     std::string to_metadata() const;                         // "10,32,33,..." byte values
     static CharVocab from_metadata(const std::string& s);
