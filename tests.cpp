@@ -2035,10 +2035,15 @@ TEST_CASE("Rng: known mean and variance of uniform() and normal(), range of belo
 // come first. Test case names start with their area ("GPT-2: ...", "checkpoint: ...", "CLI: ...")
 // so `./tests -tc="checkpoint*"` runs one group. Helpers are named m_* (anonymous namespace).
 // ================================================================================================
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <limits>
+#include <type_traits>
 
 #include <algorithm>
 #include <cmath>
@@ -3741,6 +3746,371 @@ TEST_CASE("CLI: fill and sample work on trained checkpoints, usage on no argumen
     INFO(bench.out << bench.err);
     CHECK(bench.status == 0);
     CHECK(bench.out.rfind("{\"preset\": \"tiny-bert\"", 0) == 0);
+}
+
+// ================================================================================================
+// Files and failures (issue 14): outputs checked before work, one durable writer, no non-finite
+// model, resume knows its data, stdout checked, strict flags, errors that point at the place.
+// ================================================================================================
+// Every name in directory `dir` that starts with `prefix` (to find stray temporaries).
+std::vector<std::string> m_names_in(const std::string& dir, const std::string& prefix) {
+    std::vector<std::string> out;
+    const m_Run r = [&] {
+        m_Run x;
+        const std::string list = m_path("ls_out.txt");
+        x.status = std::system(("ls -A " + dir + " > " + list).c_str());
+        x.out = m_read(list);
+        return x;
+    }();
+    std::stringstream ss(r.out);
+    std::string name;
+    while (std::getline(ss, name))
+        if (name.rfind(prefix, 0) == 0) out.push_back(name);
+    return out;
+}
+
+TEST_CASE("files: train checks every output before any work (missing directory, directory, log clash, FIFO, foreign file, input)") {
+    const std::string text = m_text_file();
+    const std::string dir = m_path("outs");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string args = " --data " + text + " --layers 1 --heads 2 --embd 8 --block 8 --steps 200000 --quiet";
+    // No "model ..." line and no file: the command failed before training started.
+    auto refused = [&](const std::string& out, const std::string& part) {
+        const m_Run r = m_run("train" + args + " --out " + out);
+        INFO("--out " << out << "\nstderr: " << r.err);
+        CHECK(r.status == 1);
+        CHECK(r.out.empty());
+        CHECK(m_contains(r.err, part));
+    };
+    refused(dir + "/nodir/m.st", "directory '" + dir + "/nodir' does not exist");
+    refused(dir, "it is a directory");
+    refused(dir + "/run.csv", "the loss log '" + dir + "/run.csv' are the same file");
+    const std::string fifo = dir + "/fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+    refused(fifo, "it is a FIFO");
+    struct stat st;
+    REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+    CHECK(S_ISFIFO(st.st_mode));  // still a FIFO
+    const std::string notes = dir + "/notes.txt";
+    m_write(notes, "my notes\n");
+    refused(notes, "refusing to replace --out '" + notes + "'");
+    CHECK(m_read(notes) == "my notes\n");
+    refused(text, "would overwrite --data '" + text + "'");
+    // The log's name clashes with the data: train --data X.csv --out X.st.
+    const std::string csv_data = dir + "/data.csv";
+    m_write(csv_data, m_read(text));
+    const m_Run r = m_run("train --data " + csv_data + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet --out " + dir + "/data.st");
+    CHECK(r.status == 1);
+    CHECK(m_contains(r.err, "the loss log '" + dir + "/data.csv' would overwrite --data"));
+    CHECK(m_read(csv_data) == m_read(text));
+    CHECK(m_names_in(dir, "data.st").empty());
+    // Files the program wrote are replaced: a second run over the same --out succeeds.
+    const std::string ok = dir + "/ok.st";
+    for (int k = 0; k < 2; k++) CHECK(m_run("train --data " + text + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet --out " + ok).status == 0);
+    CHECK(m_run("grad --checkpoint " + ok + " --tokens 1,2,3 --out " + ok).status == 1);  // grad's input
+    CHECK(m_contains(m_run("grad --checkpoint " + ok + " --tokens 1,2,3 --out " + ok).err, "would overwrite --checkpoint"));
+}
+
+TEST_CASE("files: a symlinked --out writes the link's target and keeps the link; check_outputs on a dangling link") {
+    const std::string dir = m_path("links");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string link = dir + "/link.st", target = dir + "/real.st";
+    REQUIRE(::symlink("real.st", link.c_str()) == 0);  // dangling until written
+    CHECK_NOTHROW(check_outputs({{link, "--out", OutputKind::checkpoint}}));
+    CHECK(resolve_output_path(link) == dir + "/real.st");
+    const m_Run r = m_run("init --preset tiny-gpt --out " + link);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    struct stat st;
+    REQUIRE(::lstat(link.c_str(), &st) == 0);
+    CHECK(S_ISLNK(st.st_mode));
+    CHECK(load_model(target).config.variant == Variant::gpt);
+    REQUIRE(m_run("init --preset tiny-gpt2 --out " + link).status == 0);  // again, through the link
+    REQUIRE(::lstat(link.c_str(), &st) == 0);
+    CHECK(S_ISLNK(st.st_mode));
+    CHECK(load_model(target).config.variant == Variant::gpt2);
+    CHECK(m_names_in(dir, ".").empty());  // no temporaries left
+}
+
+TEST_CASE("files: two concurrent writers of the same path both succeed and leave one whole file") {
+    const std::string dir = m_path("concurrent");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string path = dir + "/same.st";
+    Tensor<float> a(300, 700, 1.0f), b(300, 700, 2.0f);  // ~0.8 MB each, so the writes overlap
+    pid_t kids[2];
+    for (int w = 0; w < 2; w++) {
+        kids[w] = ::fork();
+        REQUIRE(kids[w] >= 0);
+        if (kids[w] == 0) {
+            int code = 0;
+            try {
+                for (int rep = 0; rep < 10; rep++) save_safetensors(path, {{"writer", std::to_string(w)}}, {{"t", w ? &b : &a}});
+            } catch (...) {
+                code = 1;
+            }
+            ::_exit(code);
+        }
+    }
+    for (pid_t kid : kids) {
+        int st = 0;
+        REQUIRE(::waitpid(kid, &st, 0) == kid);
+        CHECK(WIFEXITED(st));
+        CHECK(WEXITSTATUS(st) == 0);
+    }
+    const SafeTensors f = load_safetensors(path);
+    REQUIRE(f.metadata.count("writer"));
+    const float want = f.metadata.at("writer") == "1" ? 2.0f : 1.0f;
+    REQUIRE(f.find("t"));
+    CHECK(std::all_of(f.find("t")->data.begin(), f.find("t")->data.end(), [&](float v) { return v == want; }));
+    CHECK(m_names_in(dir, ".").empty());
+    // The same through the program: two `init` runs at once on one --out.
+    const std::string out = dir + "/init.st";
+    const std::string one = std::string(m_PROGRAM) + " init --preset tiny-gpt --seed ";
+    const std::string cmd = one + "1 --out " + out + " >/dev/null & a=$!; " + one + "2 --out " + out + " >/dev/null & b=$!; wait $a && wait $b";
+    CHECK(std::system(("bash -c '" + cmd + "'").c_str()) == 0);
+    CHECK_NOTHROW(load_model(out));
+}
+
+TEST_CASE("files: a failed write (file size limit, as on a full disk) keeps the previous file and leaves no temporary") {
+    const std::string dir = m_path("fulldisk");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string path = dir + "/m.st";
+    Tensor<float> small(4, 4, 1.0f), big(1000, 1000, 3.0f);
+    save_safetensors(path, {{"which", "old"}}, {{"t", &small}});
+    const std::string before = m_read(path);
+    const pid_t kid = ::fork();
+    REQUIRE(kid >= 0);
+    if (kid == 0) {  // the write fails with EFBIG past 64 KiB
+        std::signal(SIGXFSZ, SIG_IGN);
+        struct rlimit lim = {1 << 16, 1 << 16};
+        ::setrlimit(RLIMIT_FSIZE, &lim);
+        int code = 3;
+        try {
+            save_safetensors(path, {{"which", "new"}}, {{"t", &big}});
+            code = 0;
+        } catch (const Error& e) {
+            code = m_contains(e.what(), "previous file, if any, is unchanged") ? 2 : 4;
+        } catch (...) {
+        }
+        ::_exit(code);
+    }
+    int st = 0;
+    REQUIRE(::waitpid(kid, &st, 0) == kid);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 2);  // a tf::Error that says so
+    CHECK(m_read(path) == before);
+    CHECK(m_names_in(dir, ".").empty());
+    {  // destroyed without commit: the target is untouched, the temporary gone
+        AtomicFile f(path);
+        f.write("partial", 7);
+    }
+    CHECK(m_read(path) == before);
+    CHECK(m_names_in(dir, ".").empty());
+}
+
+TEST_CASE("train: a divergent run (lr 1e38) stops naming the step and writes nothing over the last checkpoint") {
+    const std::string dir = m_path("diverge");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string out = dir + "/m.st";
+    const m_Run r = m_run("train --steps 1 --lr 1e38 --warmup 0 --quiet --out " + out);
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(m_contains(r.err, "at step 1"));
+    CHECK(m_contains(r.err, "no checkpoint was written"));
+    CHECK_FALSE(m_exists(out));
+    CHECK(m_names_in(dir, "").empty());
+    // A good checkpoint at --out stays as it was when the next run over it diverges.
+    REQUIRE(m_run("train --steps 2 --quiet --out " + out).status == 0);
+    const std::string good = m_read(out);
+    const m_Run r2 = m_run("train --steps 3 --lr 1e38 --warmup 0 --quiet --out " + out);
+    CHECK(r2.status == 1);
+    CHECK(m_contains(r2.err, "at step 2"));  // the first update's huge weights overflow the next loss
+    CHECK(m_read(out) == good);
+    CHECK(m_names_in(dir, ".").empty());
+}
+
+TEST_CASE("checkpoint: a NaN parameter is refused by load_model, sample and eval, naming the tensor") {
+    const Config c = preset("tiny-gpt");
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    p.layers[1].ffn.W_2(2, 3) = std::numeric_limits<float>::quiet_NaN();
+    CHECK(first_nonfinite(c, p) == "layers.1.ffn.W_2");
+    const std::string path = m_path("nan.st");
+    save_model(path, c, p, {{"vocab", CharVocab::from_text("abcdefghijklm").to_metadata()}});
+    M_CHECK_TF_ERROR(load_model(path), "layers.1.ffn.W_2", "not finite");
+    m_cli_fails("sample --checkpoint " + path + " --prompt abc", "layers.1.ffn.W_2");
+    m_write(m_path("nan_eval.txt"), "abcabcabcabc");
+    m_cli_fails("eval --checkpoint " + path + " --data " + m_path("nan_eval.txt"), "layers.1.ffn.W_2");
+    p.layers[1].ffn.W_2(2, 3) = std::numeric_limits<float>::infinity();
+    CHECK(first_nonfinite(c, p) == "layers.1.ffn.W_2");
+    p.layers[1].ffn.W_2(2, 3) = 0;
+    CHECK(first_nonfinite(c, p) == "");
+    std::vector<float> z = {0.5f, std::numeric_limits<float>::quiet_NaN()};
+    Rng rng(1);
+    M_CHECK_TF_ERROR(sample_logits(z, 1.0, 0, rng), "not finite");
+}
+
+TEST_CASE("train: --resume refuses a changed or missing data file and accepts a moved copy with --data") {
+    const std::string dir = m_path("resume_data");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string data = dir + "/a.txt", moved = dir + "/b.txt", ck = dir + "/r.st";
+    std::string text = m_read(m_text_file());
+    m_write(data, text);
+    const std::string args = " --layers 1 --heads 2 --embd 8 --block 8 --batch 2 --steps 4 --eval-steps 1 --quiet";
+    REQUIRE(m_run("train --data " + data + args + " --stop-at 2 --out " + ck).status == 0);
+    const LoadedModel lm = load_model(ck, {"adam."});
+    CHECK(lm.file.metadata.at("train.data") == data);
+    CHECK(lm.file.metadata.at("train.data_bytes") == std::to_string(text.size()));
+    CHECK(lm.file.metadata.count("train.data_fnv1a64"));
+    CHECK(lm.file.metadata.at("train.data_path").rfind("/", 0) == 0);
+    const std::string saved = m_read(ck);
+    std::string edited = text;  // same characters, same size, other text
+    std::swap(edited[0], edited[1]);
+    REQUIRE(edited != text);
+    m_write(data, edited);
+    m_cli_fails("train --resume " + ck, "'" + data + "' has changed");
+    m_write(data, text + "x");
+    m_cli_fails("train --resume " + ck, "its size is");
+    CHECK(m_read(ck) == saved);
+    REQUIRE(std::rename(data.c_str(), moved.c_str()) == 0);
+    m_cli_fails("train --resume " + ck, "cannot be opened");
+    m_write(moved, edited);
+    m_cli_fails("train --resume " + ck + " --data " + moved, "'" + moved + "' has changed");
+    m_write(moved, text);
+    const m_Run ok = m_run("train --resume " + ck + " --data " + moved);
+    INFO(ok.err);
+    CHECK(ok.status == 0);
+    CHECK(load_model(ck, {"adam."}).file.metadata.at("train.data") == moved);
+}
+
+TEST_CASE("CLI: a failed write to standard output is an error (stdout on /dev/full)") {
+    // stdout goes to /dev/full, stderr to a file (m_run redirects stdout itself, so not through it).
+    auto run_full = [](const std::string& args) {
+        m_Run r;
+        const std::string err = m_path("full.err");
+        const int st = std::system((std::string(m_PROGRAM) + " " + args + " > /dev/full 2> " + err).c_str());
+        r.status = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        r.err = m_read(err);
+        return r;
+    };
+    for (const std::string args : {"params --preset gpt2-124m", "--help", "help", "train --help", "bench --preset tiny-gpt --steps 1"}) {
+        const m_Run r = run_full(args);
+        INFO(args << "\nstderr: " << r.err);
+        CHECK(r.status == 1);
+        CHECK(m_contains(r.err, "error: writing standard output: No space left on device"));
+    }
+    const std::string ck = m_path("stdout_full.st");
+    REQUIRE(m_run("train --steps 2 --quiet --out " + ck).status == 0);
+    const m_Run s = run_full("sample --checkpoint " + ck + " --prompt 12 --tokens 3");
+    CHECK(s.status == 1);
+    CHECK(m_contains(s.err, "writing standard output"));
+}
+
+TEST_CASE("CLI: switches take =true/false/1/0 or nothing, values are taken as values, unknown commands fail") {
+    const std::string off = m_path("ab_off.st"), on = m_path("ab_on.st");
+    REQUIRE(m_run("train --steps 1 --quiet --attn-bias=0 --out " + off).status == 0);
+    REQUIRE(m_run("train --steps 1 --quiet --attn-bias=true --out " + on).status == 0);
+    CHECK_FALSE(load_model(off, {"adam."}).config.attn_bias);
+    CHECK(load_model(on, {"adam."}).config.attn_bias);
+    m_cli_fails("train --steps 1 --attn-bias=maybe", "--attn-bias is a switch");
+    m_cli_fails("params --preset --help", "--help");  // a value, not a request for help
+    m_cli_fails("bogus --help", "unknown command 'bogus'");
+    m_cli_fails("bogus", "unknown command 'bogus'");
+    m_cli_fails("train --block 32", "--block does not apply to the built-in addition task");
+    for (const std::string& name : preset_names()) {
+        if (name.rfind("tiny-", 0) != 0) continue;  // the published sizes work too, but take seconds
+        const m_Run r = m_run("bench --preset " + name + " --steps 1 --json");
+        INFO(name << ": " << r.err);
+        CHECK(r.status == 0);
+    }
+}
+
+TEST_CASE("errors: an unknown character is named with its code point, byte offset, line and column") {
+    const std::string s = "hello [MASK] wor\xE2\x82\xAC" "ld";
+    CHECK(describe_char_at(s, 16, "--text") == "character '\xE2\x82\xAC' (U+20AC) at byte 16 (line 1, column 17) of --text");
+    CHECK(describe_char_at(s, 17, "--text") == describe_char_at(s, 16, "--text"));  // a continuation byte
+    CHECK(describe_char_at("ab\ncd\x01", 5, "'f.txt'") == "character U+0001 at byte 5 (line 2, column 3) of 'f.txt'");
+    CHECK(describe_char_at("a\xFFz", 1, "x") == "byte 0xFF (not UTF-8) at byte 1 (line 1, column 2) of x");
+    CHECK(describe_char_at("\xC3\xA9t\xC3\xA9\n\xC3\xA9!", 8, "y") == "character '!' (U+0021) at byte 8 (line 2, column 2) of y");
+    const CharVocab v = CharVocab::from_text("abc\n");
+    M_CHECK_TF_ERROR(v.encode("ab\nc\xE2\x82\xAC", "'d.txt'"), "character '\xE2\x82\xAC' (U+20AC) at byte 4 (line 2, column 2) of 'd.txt'");
+    // fill names the place in the whole text, not in one character.
+    const std::string bert = m_path("chars_bert.st");
+    REQUIRE(m_run("train --model bert --data " + m_text_file() + " --layers 1 --heads 2 --embd 8 --block 16 --batch 2 --steps 1 --quiet --out " + bert).status == 0);
+    m_cli_fails("fill --checkpoint " + bert + " --text 'the [MASK] wor\xE2\x82\xAC" "ld'", "(U+20AC) at byte 14 (line 1, column 15) of --text");
+    const std::string other = m_path("chars_other.txt");
+    m_write(other, "the fox\nthe dog\nthe cat\xE2\x82\xAC\n");
+    m_cli_fails("eval --checkpoint " + bert + " --data " + other, "at byte 23 (line 3, column 8) of '" + other + "'");
+}
+
+TEST_CASE("checkpoint: headers are valid UTF-8 JSON whatever the strings (a file name that is not UTF-8)") {
+    CHECK(json_escape("a\xFF" "b") == "\"a\xEF\xBF\xBD" "b\"");
+    CHECK(json_escape("\xE2\x82\xAC\x01\"") == "\"\xE2\x82\xAC\\u0001\\\"\"");
+    CHECK(json_escape("\xE2\x82") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // truncated sequence
+    const std::string dir = m_path("utf8 dir");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string data = dir + "/x\xFF.txt", ck = m_path("utf8.st");
+    m_write(data, m_read(m_text_file()));
+    const m_Run r = m_run("train --data '" + data + "' --layers 1 --heads 2 --embd 8 --block 8 --steps 1 --quiet --out " + ck);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const std::string bytes = m_read(ck);
+    uint64_t n = 0;
+    for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)bytes[k] << (8 * k);
+    const std::string header = bytes.substr(8, n);
+    for (std::size_t i = 0; i < header.size();) {  // valid UTF-8 throughout
+        uint32_t cp;
+        const int len = utf8_next(header, i, cp);
+        REQUIRE(len > 0);
+        i += (std::size_t)len;
+    }
+    const Json h = parse_json(header);
+    CHECK(h.get("__metadata__")->get("train.data")->str == dir + "/x\xEF\xBF\xBD.txt");
+}
+
+TEST_CASE("LayerNorm: a constant row gives exactly beta (H 768, eps 1e-12), and an offset of 1000 costs no precision") {
+    const int H = 768;
+    Tensor<float> gamma({H}), beta({H});
+    Rng r(5);
+    for (int j = 0; j < H; j++) gamma[j] = (float)(1 + 0.1 * r.normal()), beta[j] = (float)(0.1 * r.normal());
+    for (const float value : {0.1f, -1000.3f, 3.0e4f, 1e-20f}) {
+        for (const double eps : {1e-12, 1e-5}) {
+            const Tensor<float> Y = LayerNorm(Tensor<float>(1, H, value), gamma, beta, eps);
+            INFO("value " << value << ", eps " << eps);
+            CHECK(m_bits_equal(Y, Tensor<float>::from(1, H, beta.data)));
+        }
+    }
+    // Rows of 1000 +- 0.5: float LayerNorm against a double computation of the same numbers.
+    Tensor<float> X(4, H);
+    for (auto& v : X.data) v = (float)(1000.0 + r.uniform() - 0.5);
+    const Tensor<float> Y = LayerNorm(X, gamma, beta, 1e-5);
+    double worst = 0;
+    for (int i = 0; i < 4; i++) {
+        double mu = 0, var = 0;
+        for (int j = 0; j < H; j++) mu += X(i, j);
+        mu /= H;
+        for (int j = 0; j < H; j++) var += (X(i, j) - mu) * (X(i, j) - mu);
+        var /= H;
+        for (int j = 0; j < H; j++)
+            worst = std::max(worst, std::abs(Y(i, j) - (gamma[j] * (X(i, j) - mu) / std::sqrt(var + 1e-5) + beta[j])));
+    }
+    CHECK(worst < 2e-6);  // float rounding of the output; the old float mean was off by ~1e-2
+}
+
+// A shape in braces and a fill value build that shape; a float never becomes a size.
+static_assert(!std::is_constructible<Tensor<float>, int, float>::value, "Tensor<float>(5, 2.0f) must not compile");
+static_assert(!std::is_constructible<Tensor<float>, double, double>::value, "float sizes must not compile");
+static_assert(!std::is_constructible<Tensor<double>, float, int>::value, "float sizes must not compile");
+static_assert(std::is_constructible<Tensor<float>, int, int>::value, "rows x cols");
+static_assert(std::is_constructible<Tensor<float>, int, int, float>::value, "rows x cols filled");
+TEST_CASE("Tensor: Tensor<float>({5}, 2.0f) is the 5-vector of 2s (compile-time checks above)") {
+    const Tensor<float> t({5}, 2.0f);
+    CHECK(t.shape == std::vector<int>{5});
+    CHECK(t.data == std::vector<float>(5, 2.0f));
+    const Tensor<float> m({2, 3}, 1.5f);
+    CHECK(m.shape == std::vector<int>{2, 3});
+    CHECK(m.data == std::vector<float>(6, 1.5f));
+    CHECK(Tensor<float>(2, 3).shape == std::vector<int>{2, 3});
 }
 
 // ================================================================================================

@@ -2142,9 +2142,6 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
             if (S_ISFIFO(st.st_mode)) throw Error("cannot write " + what + ": it is a FIFO, not a regular file");
             if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) throw Error("cannot write " + what + ": it is a device, not a regular file");
             if (!S_ISREG(st.st_mode)) throw Error("cannot write " + what + ": it is not a regular file");
-            if (!holds_kind(p, o.kind))
-                throw Error("refusing to replace " + what + ": it exists and is not " + kind_name(o.kind) +
-                            " (only files this program wrote are replaced; remove it or choose another name)");
         }
         ids.push_back(file_identity(o.path));
         for (std::size_t j = 0; j + 1 < ids.size(); j++)
@@ -2158,6 +2155,13 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
             if (ids[j] == id && !(in.may_be_replaced && outputs[j].kind == OutputKind::checkpoint))
                 throw Error(outputs[j].role + " '" + outputs[j].path + "' would overwrite " + in.role + " '" + in.path +
                             "', which this command reads; choose another --out");
+    }
+    for (const OutputFile& o : outputs) {  // last: an existing file must be one this program writes
+        const std::string p = resolve_output_path(o.path);
+        struct stat st;
+        if (::stat(p.c_str(), &st) == 0 && !holds_kind(p, o.kind))
+            throw Error("refusing to replace " + o.role + " '" + o.path + "': it exists and is not " + kind_name(o.kind) +
+                        " (only files this program wrote are replaced; remove it or choose another name)");
     }
 }
 
