@@ -323,6 +323,8 @@ static int cmd_sample(Flags& f) {
     if (tokens < 0 || tokens > 1000000) throw Error("--tokens must be between 0 and 1000000");
     if (temperature < 0) throw Error("--temperature must be >= 0");
     if (top_k < 0) throw Error("--top-k must be >= 0");
+    if (temperature == 0 && (f.has("top-k") || f.has("seed")))  // greedy: nothing is drawn
+        throw Error(std::string("--") + (f.has("top-k") ? "top-k" : "seed") + " does not apply with --temperature 0 (greedy decoding draws nothing)");
     LoadedModel lm = load_model(path, {"adam."});
     if (!is_causal(lm.config.variant)) throw Error("sample needs a gpt, gpt2 or gpt3 model; use fill for bert/roberta");
     const Codec codec = codec_of(lm, path, encoder, merges);

@@ -4017,6 +4017,8 @@ TEST_CASE("CLI: switches take =true/false/1/0 or nothing, values are taken as va
     m_cli_fails("bogus --help", "unknown command 'bogus'");
     m_cli_fails("bogus", "unknown command 'bogus'");
     m_cli_fails("train --block 32", "--block does not apply to the built-in addition task");
+    m_cli_fails("sample --checkpoint x.st --prompt a --temperature 0 --top-k 5", "--top-k does not apply with --temperature 0");
+    m_cli_fails("sample --checkpoint x.st --prompt a --temperature 0 --seed 5", "--seed does not apply with --temperature 0");
     for (const std::string& name : preset_names()) {
         if (name.rfind("tiny-", 0) != 0) continue;  // the published sizes work too, but take seconds
         const m_Run r = m_run("bench --preset " + name + " --steps 1 --json");
