@@ -28,6 +28,7 @@ commands:
            --beta1 B1 --beta2 B2 --grad-clip C --dropout P --activation NAME --eval-every S
            --eval-steps S --save-every S --log-every S --stop-at S --seed S --out FILE --resume FILE
            --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --attn-bias (biases on Q, K, V, O) --quiet
+           --objective lm|xlnet (xlnet: permutation LM, two-stream attention) --predict K (xlnet, default n/6)
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
            [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's tokenizer, for released GPT-2 weights)
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
@@ -270,6 +271,13 @@ static int cmd_train(Flags& f) {
     o.out = f.str("out", f.has("resume") ? "" : o.out);
     o.resume = f.str("resume");
     o.quiet = f.flag("quiet");
+    o.objective = f.str("objective", o.objective);
+    o.predict = f.int32("predict", o.predict);
+    if (f.has("predict") && o.objective != "xlnet") throw Error("--predict applies to --objective xlnet only");
+    if (o.objective == "xlnet") {  // XLNet's two streams run without dropout (README: choices)
+        if (f.has("dropout") && o.dropout != 0) throw Error("--dropout does not apply to --objective xlnet (trained without dropout)");
+        o.dropout = 0;
+    }
     f.done();
     train(o);
     return 0;

@@ -4590,8 +4590,10 @@ TEST_CASE("finetune: padding after the extract token and the order of the answer
     M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::multiple_choice, 2, b, at3, {0}, 0.5), "multiple of K");
     const TD W_bad = randn(c.H + 1, 2, r, 0.5);  // classify needs H rows
     CHECK_THROWS_AS(finetune_loss(c, p, W_bad, FinetuneTask::classify, 1, b, at3, {0, 0, 0}, 0.5), ShapeError);
+    Batch no_targets = b;  // lambda > 0 needs L1's targets (next tokens, or BERT's masked positions)
+    no_targets.targets.assign(no_targets.tokens.size(), -1);
     M_CHECK_TF_ERROR(finetune_loss(preset("tiny-bert"), m_model<double>(preset("tiny-bert"), 1, 0.1), W_y,
-                                   FinetuneTask::classify, 1, b, at3, {0, 0, 0}, 0.5), "gpt");
+                                   FinetuneTask::classify, 1, no_targets, at3, {0, 0, 0}, 0.5), "needs targets for L1");
 }
 
 TEST_CASE("finetune: gradient descent on L3 learns a toy classification (does the text contain 3?)") {

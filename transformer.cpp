@@ -749,17 +749,18 @@ static Tensor<T>* head_bias(std::vector<Tensor<T>>& b, int i) {
     return b.empty() ? nullptr : &b[i];
 }
 
-// X: (B*n) x H, Mask: n x n, W_i^Q, W_i^K, W_i^V: H x D, W^O: AD x H -> (B*n) x H
+// X: (B*n) x H, Mask: n x n (or (B*n) x n, one per sequence: key_padding_mask), W_i^Q, W_i^K, W_i^V: H x D, W^O: AD x H -> (B*n) x H
 // (biases, if any: b_i^Q, b_i^K, b_i^V: D, b^O: H).
 template <typename T>
 Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHeadSAParams<T>& p,
                       MultiHeadSACache<T>* cache, double attn_dropout, Rng* rng) {
     check_mhsa_params(X, p, "MultiHeadSA");
     require_matrix(Mask, "MultiHeadSA", "Mask");
-    const int n = Mask.rows(), A = (int)p.W_Q.size(), D = p.W_Q[0].cols();
-    if (n == 0 || Mask.cols() != n || X.rows() % n != 0)
+    const int n = Mask.cols(), A = (int)p.W_Q.size(), D = p.W_Q[0].cols();
+    const bool per_sequence = Mask.rows() != n;  // (B*n) x n: one n x n mask per sequence
+    if (n == 0 || X.rows() % n != 0 || (per_sequence && Mask.rows() != X.rows()))
         throw ShapeError("MultiHeadSA: X is " + shape_str(X) + " but Mask is " + shape_str(Mask) +
-                         " (X needs a multiple of n rows, Mask n x n)");
+                         " (X needs a multiple of n rows, Mask n x n or one n x n per sequence)");
     const int B = X.rows() / n;
     MultiHeadSACache<T> local;
     MultiHeadSACache<T>& c = cache ? *cache : local;
@@ -773,7 +774,7 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
         for (int b = 0; b < B; b++) {
             if (attn_dropout > 0 && rng) c.dropout[i][b] = dropout_mask<T>({n, n}, attn_dropout, *rng);
             Tensor<T> O = Attention(rows_of(c.Q[i], b * n, n), rows_of(c.K[i], b * n, n), rows_of(c.V[i], b * n, n),
-                                    Mask, &c.att[i][b], &c.dropout[i][b]);
+                                    per_sequence ? rows_of(Mask, b * n, n) : Mask, &c.att[i][b], &c.dropout[i][b]);
             set_rows(c.head[i], b * n, O);
         }
     }
@@ -1174,6 +1175,9 @@ void validate(const Config& c) {
     if (!(c.eps > 0)) throw Error("config: eps must be positive");
     if (c.variant == Variant::gpt3 && (c.st_window < 1 || c.st_stride < 0))
         throw Error("config: gpt3 needs st_window >= 1 and st_stride >= 0");
+    if (c.W_y_rows < 0 || c.W_y_cols < 0 || (c.W_y_rows == 0) != (c.W_y_cols == 0))
+        throw Error("config: W_y needs both sizes positive (or both 0: no head)");
+    if (c.xlnet && has_segments(c.variant)) throw Error("config: XLNet's objective does not apply to bert (segments)");
     if (c.variant == Variant::bert || c.variant == Variant::roberta) {
         for (int id : {c.cls_id, c.sep_id, c.mask_id})
             if (id < 0 || id >= c.V)
@@ -1210,6 +1214,8 @@ Params<T> make_params(const Config& c) {
         l.ln_2_gamma = Tensor<T>({H}), l.ln_2_beta = Tensor<T>({H});
     }
     if (is_pre_ln(c.variant)) p.ln_f_gamma = Tensor<T>({H}), p.ln_f_beta = Tensor<T>({H});
+    if (c.W_y_rows > 0) p.W_y = Tensor<T>(c.W_y_rows, c.W_y_cols);
+    if (c.xlnet) p.w = Tensor<T>({H});
     return p;
 }
 
@@ -1242,6 +1248,8 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
         out.push_back({pre + "ln_2.beta", &ly.ln_2_beta});
     }
     if (is_pre_ln(c.variant)) out.push_back({"ln_f.gamma", &p.ln_f_gamma}), out.push_back({"ln_f.beta", &p.ln_f_beta});
+    if (c.W_y_rows > 0) out.push_back({"W_y", &p.W_y});
+    if (c.xlnet) out.push_back({"w", &p.w});
     return out;
 }
 
@@ -1253,7 +1261,7 @@ void init_params(const Config& c, Params<T>& p, uint64_t seed) {
     for (auto& nt : named_tensors(c, p)) {
         const std::string& name = nt.name;
         const bool gain = name.size() >= 5 && name.compare(name.size() - 5, 5, "gamma") == 0;
-        const bool random = nt.tensor->shape.size() == 2 || name == "w_A" || name == "w_B";
+        const bool random = nt.tensor->shape.size() == 2 || name == "w_A" || name == "w_B" || name == "w";
         for (auto& v : nt.tensor->data) v = random ? T(0.02 * rng.normal()) : gain ? T(1) : T(0);
     }
 }
@@ -1294,7 +1302,8 @@ ParamCount count_params(const Config& c) {
     k.segments = has_segments(c.variant) ? 2 * H : 0;
     k.final_ln = is_pre_ln(c.variant) ? 2 * H : 0;
     k.attn_biases = c.attn_bias ? L * (A * (D + D + D) + H) : 0;
-    k.actual = k.seed_lambda + k.segments + k.final_ln + k.attn_biases;
+    k.heads = (long long)c.W_y_rows * c.W_y_cols + (c.xlnet ? H : 0);
+    k.actual = k.seed_lambda + k.segments + k.final_ln + k.attn_biases + k.heads;
     return k;
 }
 
@@ -1459,6 +1468,26 @@ static void check_batch(const Config& c, const Batch& b) {
     if (!b.targets.empty() && b.targets.size() != b.tokens.size())
         throw Error("batch: " + std::to_string(b.targets.size()) + " targets for " + std::to_string(b.tokens.size()) +
                     " tokens");
+    if (!b.lengths.empty()) {
+        if ((int)b.lengths.size() != b.B) throw Error("batch: " + std::to_string(b.lengths.size()) + " lengths for B = " + std::to_string(b.B));
+        for (int len : b.lengths)
+            if (len < 1 || len > b.n) throw Error("batch: a length of " + std::to_string(len) + " is outside 1..n = " + std::to_string(b.n));
+    }
+}
+
+// Padded batches of a bidirectional model: sequence b's Mask^(l) with every key column j >=
+// lengths[b] set to -inf (a key-padding mask), stacked into (B*n) x n, so no real token attends to
+// the padding. (A causal mask needs none: padding comes after every real token.)
+template <typename T>
+Tensor<T> key_padding_mask(const Tensor<T>& Mask, const std::vector<int>& lengths) {
+    require_matrix(Mask, "key_padding_mask", "Mask");
+    const int n = Mask.cols(), B = (int)lengths.size();
+    Tensor<T> M(B * n, n);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                M(b * n + i, j) = j < lengths[b] ? Mask(i, j) : -std::numeric_limits<T>::infinity();
+    return M;
 }
 
 // The five formula boxes in one pass (formula -> code):
@@ -1479,7 +1508,12 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
     k.drop_emb = Tensor<T>();
     if (opt.dropout > 0) k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, *opt.rng), multiply_inplace(X, k.drop_emb);
     k.masks.resize(c.L);
-    for (int l = 0; l < c.L; l++) k.masks[l] = layer_mask<T>(c, l, batch.n);
+    const bool padded = !is_causal(c.variant) &&
+                        std::any_of(batch.lengths.begin(), batch.lengths.end(), [&](int len) { return len < batch.n; });
+    for (int l = 0; l < c.L; l++) {
+        k.masks[l] = layer_mask<T>(c, l, batch.n);
+        if (padded) k.masks[l] = key_padding_mask(k.masks[l], batch.lengths);
+    }
     k.X_L = blocks_forward(c, p, std::move(X), k, opt);
     return matmul_nt(k.X_L, p.W_e);  // Z = X^(L) W_e^T, (B*n) x V
 }
@@ -1686,7 +1720,6 @@ static Tensor<T> head_logits(FinetuneTask task, int K, const Tensor<T>& h, const
 template <typename T>
 Tensor<T> finetune_probs(const Config& c, const Params<T>& p, const Tensor<T>& W_y, FinetuneTask task, int K,
                          const Batch& batch, const std::vector<int>& at) {
-    if (!is_causal(c.variant)) throw Error("finetune: GPT-1 fine-tuning needs a gpt, gpt2 or gpt3 model");
     ForwardCache<T> cache;
     model_forward(c, p, batch, &cache);
     Tensor<T> S = head_logits(task, K, extract_rows(cache.X_L, batch.B, batch.n, at), W_y);
@@ -1702,7 +1735,6 @@ template <typename T>
 FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>& W_y, FinetuneTask task, int K,
                            const Batch& batch, const std::vector<int>& at, const std::vector<int>& labels,
                            double lambda, Params<T>* g, Tensor<T>* dW_y, ForwardOptions opt) {
-    if (!is_causal(c.variant)) throw Error("finetune: GPT-1 fine-tuning needs a gpt, gpt2 or gpt3 model");
     if ((g == nullptr) != (dW_y == nullptr)) throw Error("finetune: give both g and dW_y, or neither");
     if (!(lambda >= 0) || !std::isfinite(lambda)) throw Error("finetune: lambda must be a finite number >= 0");
     ForwardCache<T> cache;
@@ -1716,7 +1748,8 @@ FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>&
     Tensor<T> dS, dZ;
     r.L2 = CrossEntropy_logits(S, labels, g ? &dS : nullptr);
     const bool lm_targets = std::any_of(batch.targets.begin(), batch.targets.end(), [](int t) { return t >= 0; });
-    if (lambda != 0 && !lm_targets) throw Error("finetune: lambda > 0 needs next-token targets for L1 (gpt1_batch makes them)");
+    if (lambda != 0 && !lm_targets)
+        throw Error("finetune: lambda > 0 needs targets for L1 (next tokens from gpt1_batch, masked positions for BERT)");
     if (lm_targets) r.L1 = CrossEntropy_logits(Z, batch.targets, g && lambda != 0 ? &dZ : nullptr);
     r.L3 = r.L2 + lambda * r.L1;
     if (!g) return r;
@@ -2423,6 +2456,8 @@ std::map<std::string, std::string> config_metadata(const Config& c) {
     }
     if (c.variant == Variant::gpt3) m["st_window"] = std::to_string(c.st_window), m["st_stride"] = std::to_string(c.st_stride);
     if (c.attn_bias) m["attn_bias"] = "1";  // absent = 0, so checkpoints without the biases are unchanged
+    if (c.W_y_rows > 0) m["W_y_rows"] = std::to_string(c.W_y_rows), m["W_y_cols"] = std::to_string(c.W_y_cols);
+    if (c.xlnet) m["xlnet"] = "1";
     return m;
 }
 
@@ -2462,6 +2497,10 @@ Config config_from_metadata(const std::map<std::string, std::string>& m) {
     const int attn_bias = integer("attn_bias", 0);
     if (attn_bias != 0 && attn_bias != 1) throw Error("metadata 'attn_bias': expected 0 or 1, got " + m.at("attn_bias"));
     c.attn_bias = attn_bias == 1;
+    c.W_y_rows = integer("W_y_rows", 0), c.W_y_cols = integer("W_y_cols", 0);
+    const int xlnet = integer("xlnet", 0);
+    if (xlnet != 0 && xlnet != 1) throw Error("metadata 'xlnet': expected 0 or 1, got " + m.at("xlnet"));
+    c.xlnet = xlnet == 1;
     validate(c);
     return c;
 }
@@ -2687,6 +2726,12 @@ double lr_schedule(long long s, long long steps, long long warmup, double lr, do
     const long long span = std::max(1LL, steps - 1 - warmup);
     const double ratio = std::min(1.0, (double)(s - warmup) / (double)span);
     return min_lr + 0.5 * (1.0 + std::cos(3.141592653589793 * ratio)) * (lr - min_lr);
+}
+
+double lr_linear(long long s, long long steps, long long warmup, double lr, double min_lr) {
+    if (s < warmup) return lr * (double)(s + 1) / (double)warmup;
+    const long long span = std::max(1LL, steps - 1 - warmup);
+    return lr - (lr - min_lr) * std::min(1.0, (double)(s - warmup) / (double)span);
 }
 
 double clip_grad_norm(const Config& c, Params<float>& g, double max_norm) {
@@ -2991,7 +3036,10 @@ static std::map<std::string, std::string> options_metadata(const TrainOptions& o
             {"train.beta2", num_str(o.beta2)},
             {"train.grad_clip", num_str(o.grad_clip)},
             {"train.dropout", num_str(o.dropout)},
-            {"train.seed", std::to_string(o.seed)}};
+            {"train.seed", std::to_string(o.seed)},
+            {"train.schedule", o.schedule},
+            {"train.objective", o.objective},
+            {"train.predict", std::to_string(o.predict)}};
 }
 static void options_from_metadata(const std::map<std::string, std::string>& m, TrainOptions& o) {
     auto get = [&](const char* k) -> const std::string& {
@@ -3015,6 +3063,10 @@ static void options_from_metadata(const std::map<std::string, std::string>& m, T
     o.grad_clip = parse_double(get("train.grad_clip"), "train.grad_clip");
     o.dropout = parse_double(get("train.dropout"), "train.dropout");
     o.seed = parse_u64(get("train.seed"), "train.seed");
+    auto optional = [&](const char* k, const std::string& fallback) { return m.count(k) ? m.at(k) : fallback; };
+    o.schedule = optional("train.schedule", "cosine");  // absent in older checkpoints
+    o.objective = optional("train.objective", "lm");
+    o.predict = parse_int(optional("train.predict", "0"), "train.predict");
 }
 
 static void check_options(const TrainOptions& o) {
@@ -3126,8 +3178,8 @@ static Batch make_batch(const Config& c, const Corpus& k, bool validation, int B
         } else {
             const std::vector<int>& ids = validation ? k.val : k.train;
             const int start = rng.below((int)ids.size() - n - 1);
-            x.assign(ids.begin() + start, ids.begin() + start + n);
-            y.assign(ids.begin() + start + 1, ids.begin() + start + n + 1);
+            x = std::vector<int>(ids.begin() + start, ids.begin() + start + n);
+            y = std::vector<int>(ids.begin() + start + 1, ids.begin() + start + n + 1);
         }
         b.tokens.insert(b.tokens.end(), x.begin(), x.end());
         b.targets.insert(b.targets.end(), y.begin(), y.end());
@@ -3209,113 +3261,26 @@ static std::string strip_ext(const std::string& path) {
     return dot != std::string::npos && (slash == std::string::npos || dot > slash) ? path.substr(0, dot) : path;
 }
 
-TrainResult train(const TrainOptions& opt_in) {
+// ---- One training loop for every objective ----------------------------------------------------
+TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& obj) {
     using clock = std::chrono::steady_clock;
-    TrainOptions o = opt_in;
-    Config c;
-    Params<float> p;
-    AdamW adam;
-    Rng rng(o.seed);
-    long long step0 = 0;
-    CharVocab saved_vocab;
-    std::vector<std::pair<long long, double>> log_train, log_val;
-    std::string log_csv = "step,train_loss,val_loss,lr\n";
-    std::map<std::string, std::string> resume_md;  // the resumed checkpoint's metadata
-    if (!o.resume.empty()) {
-        LoadedModel lm = load_model(o.resume, {"adam."});
-        const std::string data_given = o.data;  // --data on resume: a moved copy of the same text
-        c = lm.config;
-        p = std::move(lm.params);
-        const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
-        const std::string out = o.out.empty() ? o.resume : o.out;
-        const bool quiet = o.quiet;
-        try {
-            options_from_metadata(lm.file.metadata, o);
-        } catch (const Error& e) {
-            throw Error("'" + o.resume + "': " + e.what());
-        }
-        if (steps > 0) o.steps = steps;
-        o.stop_at = stop_at, o.out = out, o.quiet = quiet;
-        o.data = resume_data_path(lm.file.metadata, data_given, o.resume);
-        resume_md = lm.file.metadata;
-        adamw_init(c, adam);
-        auto M = named_tensors(c, adam.m), S = named_tensors(c, adam.v);
-        for (std::size_t j = 0; j < M.size(); j++) {
-            const Tensor<float>* m = lm.file.find("adam.m." + M[j].name);
-            const Tensor<float>* v = lm.file.find("adam.v." + M[j].name);
-            if (!m || !v || m->shape != M[j].tensor->shape || v->shape != S[j].tensor->shape)
-                throw Error("'" + o.resume + "': optimiser state for '" + M[j].name + "' is missing or misshaped");
-            *M[j].tensor = *m, *S[j].tensor = *v;
-        }
-        const auto& md = lm.file.metadata;
-        if (!md.count("train.step") || !md.count("train.rng") || !md.count("vocab") || !md.count("adam.t"))
-            throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
-        step0 = parse_i64(md.at("train.step"), "train.step");
-        adam.t = parse_i64(md.at("adam.t"), "adam.t");
-        if (step0 < 0 || adam.t != step0)
-            throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(step0) + " and adam.t " + std::to_string(adam.t));
-        rng.state = parse_u64(md.at("train.rng"), "train.rng");
-        saved_vocab = CharVocab::from_metadata(md.at("vocab"));
-        if (md.count("train.log")) log_csv = md.at("train.log");
-        parse_log(log_csv, log_train, log_val);  // a damaged log fails now, not after the run
-    }
-    check_options(o);
-    // Every output is checked before any work: a typo in --out must not cost the run.
-    const std::string base = strip_ext(o.out);
-    check_outputs({{o.out, "--out", OutputKind::checkpoint},
-                   {base + ".csv", "the loss log", OutputKind::csv_log},
-                   {base + ".svg", "the loss plot", OutputKind::svg_plot}},
-                  {{o.data, "--data"}, {o.resume, "--resume", true}});
-    adam.beta1 = o.beta1, adam.beta2 = o.beta2, adam.weight_decay = o.weight_decay;
-    const int n_default = o.data.empty() ? AdditionTask::prompt_len() + AdditionTask::answer_len() : 64;
-    const Variant variant = o.resume.empty() ? variant_from_name(o.model) : c.variant;
-    int n = o.resume.empty() ? (o.block ? o.block : n_default) : c.n_ctx;
-    if (o.data.empty()) n = is_causal(variant) ? 12 : 13;  // one addition problem
-    Corpus k = load_corpus(o.data, o.resume.empty() ? nullptr : &saved_vocab, n);
-    if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k, o.data, o.resume);
-    if (o.resume.empty()) {
-        c.variant = variant;
-        c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
-        c.n_ctx = n;
-        c.V = k.vocab.size();
-        if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
-        if (variant == Variant::bert) c.eps = 1e-12;
-        if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
-        if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
-        c.attn_bias = o.attn_bias;
-        p = make_params<float>(c);
-        init_params(c, p, o.seed);
-        if (o.gpt2_init) scale_residual_init(c, p);
-        adamw_init(c, adam);
-    }
+    const Config& c = s.c;
+    Params<float>& p = s.p;
     Params<float> g = make_params<float>(c);
-    const ParamCount count = count_params(c);
     const long long last = o.stop_at ? std::min(o.stop_at, o.steps) : o.steps;
-    if (!o.quiet) {
-        std::printf("model %s: L=%d H=%d A=%d D=%d F=%d n=%d V=%d, %lld parameters, %s\n", variant_name(c.variant), c.L, c.H,
-                    c.A, c.D, c.F, c.n_ctx, c.V, count.actual, activation_name(c.activation));
-        std::printf("data: %s, batch %d x %d tokens, steps %lld..%lld of %lld, lr %g -> %g, warmup %lld, dropout %g\n",
-                    k.task ? "built-in task: 3-digit addition (answer digits reversed)" : o.data.c_str(), o.batch, n,
-                    step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
-        std::fflush(stdout);
-    }
-    long long saved_step = o.resume.empty() ? -1 : step0;  // the last checkpoint written to o.out
+    const std::string base = strip_ext(o.out);
+    std::vector<std::pair<long long, double>> log_train, log_val;
+    parse_log(s.log_csv, log_train, log_val);  // a damaged log fails now, not after the run
+    long long saved_step = s.on_disk;           // the step the file at o.out holds, -1 = none of this run's
     auto save = [&](long long step) {
         std::map<std::string, std::string> meta = options_metadata(o);
-        if (!k.task) {  // what resume checks: the path as given, the absolute path, size and hash
-            char* abs = ::realpath(o.data.c_str(), nullptr);
-            meta["train.data_path"] = abs ? abs : o.data;
-            std::free(abs);
-            meta["train.data_bytes"] = std::to_string(k.bytes);
-            meta["train.data_fnv1a64"] = std::to_string(k.hash);
-        }
+        for (auto& kv : s.meta) meta[kv.first] = kv.second;
         meta["train.step"] = std::to_string(step);
-        meta["train.rng"] = std::to_string(rng.state);
-        meta["adam.t"] = std::to_string(adam.t);
-        meta["vocab"] = k.vocab.to_metadata();
-        meta["train.log"] = log_csv;
+        meta["train.rng"] = std::to_string(s.rng.state);
+        meta["adam.t"] = std::to_string(s.adam.t);
+        meta["train.log"] = s.log_csv;
         std::vector<std::pair<std::string, const Tensor<float>*>> extra;
-        auto M = named_tensors(c, adam.m), S = named_tensors(c, adam.v);
+        auto M = named_tensors(c, s.adam.m), S = named_tensors(c, s.adam.v);
         for (std::size_t j = 0; j < M.size(); j++) extra.push_back({"adam.m." + M[j].name, M[j].tensor});
         for (std::size_t j = 0; j < S.size(); j++) extra.push_back({"adam.v." + S[j].name, S[j].tensor});
         save_model(o.out, c, p, meta, extra);
@@ -3333,51 +3298,58 @@ TrainResult train(const TrainOptions& opt_in) {
     auto t_last = t_start;
     long long since_log = 0;
     double loss_sum = 0;
-    for (long long s = step0; s < last; s++) {
-        const double lr = lr_schedule(s, o.steps, o.warmup, o.lr, o.min_lr);
-        Batch b = make_batch(c, k, false, o.batch, n, rng);
+    std::vector<double> parts, part_sums(obj.part_names.size(), 0.0);
+    for (long long step_index = s.step0; step_index < last; step_index++) {
+        const long long step = step_index + 1;
+        const double lr = o.schedule == "linear" ? lr_linear(step_index, o.steps, o.warmup, o.lr, o.min_lr)
+                                                 : lr_schedule(step_index, o.steps, o.warmup, o.lr, o.min_lr);
         zero_params(c, g);
-        ForwardOptions fo;
-        fo.dropout = o.dropout, fo.rng = &rng;
-        const double loss = model_loss(c, p, b, &g, fo);
-        if (!std::isfinite(loss)) throw diverged("the loss", loss, s + 1);
+        parts.assign(obj.part_names.size(), 0.0);
+        const double loss = obj.step(g, s.rng, parts);  // what differs: the batch, the loss, the gradient
+        if (!std::isfinite(loss)) throw diverged("the loss", loss, step);
         const double norm = clip_grad_norm(c, g, o.grad_clip);
-        if (!std::isfinite(norm)) throw diverged("the gradient norm", norm, s + 1);
-        adamw_step(c, p, g, adam, lr);
+        if (!std::isfinite(norm)) throw diverged("the gradient norm", norm, step);
+        adamw_step(c, p, g, s.adam, lr);
         const std::string bad = first_nonfinite(c, p);
-        if (!bad.empty()) throw diverged("parameter '" + bad + "' (after the update)", NAN, s + 1);
+        if (!bad.empty()) throw diverged("parameter '" + bad + "' (after the update)", NAN, step);
         r.train_losses.push_back(loss);
         loss_sum += loss, since_log++;
-        const long long step = s + 1;
+        for (std::size_t j = 0; j < parts.size(); j++) part_sums[j] += parts[j];
         double val = -1;
+        std::string shown;
         if ((o.eval_every > 0 && step % o.eval_every == 0) || step == last) {
-            val = evaluate(c, p, k, o.batch, n, o.eval_steps, o.seed);
+            val = obj.validate(p, shown);
             if (!std::isfinite(val)) throw diverged("the validation loss", val, step);
             r.val_loss = val;
         }
-        log_csv += std::to_string(step) + "," + num_str(loss) + "," + (val >= 0 ? num_str(val) : "") + "," + num_str(lr) + "\n";
+        s.log_csv += std::to_string(step) + "," + num_str(loss) + "," + (val >= 0 ? num_str(val) : "") + "," + num_str(lr);
+        for (double v : parts) s.log_csv += "," + num_str(v);
+        s.log_csv += "\n";
         if (!o.quiet && (step % o.log_every == 0 || val >= 0 || step == last)) {
             const auto now = clock::now();
             const double ms = std::chrono::duration<double, std::milli>(now - t_last).count() / (double)since_log;
             const double left = ms * (double)(last - step) / 1000.0;
-            std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %6.1f ms/step | %7.0f tok/s | left %s", step, o.steps,
-                        loss_sum / (double)since_log, lr, ms, 1000.0 * o.batch * n / ms, hms(left).c_str());
-            if (val >= 0) std::printf(" | val %.4f", val);
+            std::printf("step %5lld/%lld | loss %.4f", step, o.steps, loss_sum / (double)since_log);
+            for (std::size_t j = 0; j < parts.size(); j++)
+                std::printf("%s%s %.4f%s", j ? ", " : " (", obj.part_names[j].c_str(), part_sums[j] / (double)since_log,
+                            j + 1 == parts.size() ? ")" : "");
+            std::printf(" | lr %.2e | %6.1f ms/step | %7.0f tok/s | left %s", lr, ms, 1000.0 * (double)obj.tokens_per_step / ms,
+                        hms(left).c_str());
+            if (val >= 0 && shown.empty()) std::printf(" | val %.4f", val);
+            else if (val >= 0) std::printf(" | val %s", shown.c_str());
             std::printf("\n");
             std::fflush(stdout);
             t_last = now, since_log = 0, loss_sum = 0;
+            std::fill(part_sums.begin(), part_sums.end(), 0.0);
         }
         if ((o.save_every > 0 && step % o.save_every == 0) || step == last) save(step);
         r.steps_done = step;
     }
     r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
-    if (r.steps_done == 0) throw Error("train: nothing to do (the checkpoint is already at step " + std::to_string(step0) + ")");
-    write_file_atomic(base + ".csv", log_csv);
-    parse_log(log_csv, log_train, log_val);  // the whole run, resumed parts included
-    write_file_atomic(base + ".svg", loss_svg(log_train, log_val, std::string(variant_name(c.variant)) + " training loss"));
-    if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, p, k.vocab, 500, 4242);
-    if (!k.task) r.val_loss_split = corpus_loss(c, p, k.val, 1234);
-    if (!k.task && !std::isfinite(r.val_loss_split)) throw diverged("the validation loss over the whole split", r.val_loss_split, r.steps_done);
+    if (r.steps_done == 0) throw Error("train: nothing to do (the checkpoint is already at step " + std::to_string(s.step0) + ")");
+    write_file_atomic(base + ".csv", s.log_csv);
+    parse_log(s.log_csv, log_train, log_val);  // the whole run, resumed parts included
+    write_file_atomic(base + ".svg", loss_svg(log_train, log_val, obj.title));
     if (!o.quiet) {
         // The train loss of the summary is the mean of the last --log-every steps (one batch's loss
         // alone varies by several hundredths).
@@ -3387,10 +3359,177 @@ TrainResult train(const TrainOptions& opt_in) {
         std::printf("done: %lld steps in %s (%.1f ms/step), train loss %.4f (mean of the last %zu steps), val loss %.4f\n",
                     r.steps_done, hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)r.steps_done, tail_sum / (double)tail, tail,
                     r.val_loss);
+    }
+    return r;
+}
+
+// A uniformly random permutation of 0..n-1 (Fisher-Yates).
+static std::vector<int> random_permutation(int n, Rng& rng) {
+    std::vector<int> z(n);
+    for (int i = 0; i < n; i++) z[i] = i;
+    for (int i = n - 1; i > 0; i--) std::swap(z[i], z[rng.below(i + 1)]);
+    return z;
+}
+
+template <typename T>
+double xlnet_corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, int predict, int perms,
+                         uint64_t seed, long long* count) {
+    if (!c.xlnet) throw Error("xlnet_corpus_loss: the model has no query vector w (not trained with --objective xlnet)");
+    if (perms < 1) throw Error("xlnet_corpus_loss: perms must be >= 1");
+    Rng rng(seed);
+    double sum = 0;
+    long long predicted = 0;
+    for (std::size_t start = 0; start + 1 < ids.size(); start += (std::size_t)c.n_ctx) {
+        const std::vector<int> x(ids.begin() + start, ids.begin() + std::min(ids.size(), start + (std::size_t)c.n_ctx));
+        const int n = (int)x.size(), k = std::min(predict, n);
+        for (int r = 0; r < perms; r++) sum += xlnet_loss(c, p, p.w, x, 1, random_permutation(n, rng), k) * k;
+        predicted += (long long)k * perms;
+    }
+    if (predicted == 0) throw Error("xlnet_corpus_loss: the text is too short (2 tokens at least)");
+    if (count) *count = predicted;
+    return sum / (double)predicted;
+}
+
+TrainResult train(const TrainOptions& opt_in) {
+    TrainOptions o = opt_in;
+    RunState s;
+    s.rng = Rng(o.seed);
+    CharVocab saved_vocab;
+    std::map<std::string, std::string> resume_md;  // the resumed checkpoint's metadata
+    if (!o.resume.empty()) {
+        LoadedModel lm = load_model(o.resume, {"adam."});
+        const std::string data_given = o.data;  // --data on resume: a moved copy of the same text
+        s.c = lm.config;
+        s.p = std::move(lm.params);
+        const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
+        const std::string out = o.out.empty() ? o.resume : o.out;
+        const bool quiet = o.quiet;
+        try {
+            options_from_metadata(lm.file.metadata, o);
+        } catch (const Error& e) {
+            throw Error("'" + o.resume + "': " + e.what());
+        }
+        if (steps > 0) o.steps = steps;
+        o.stop_at = stop_at, o.out = out, o.quiet = quiet;
+        o.data = resume_data_path(lm.file.metadata, data_given, o.resume);
+        resume_md = lm.file.metadata;
+        adamw_init(s.c, s.adam);
+        auto M = named_tensors(s.c, s.adam.m), S = named_tensors(s.c, s.adam.v);
+        for (std::size_t j = 0; j < M.size(); j++) {
+            const Tensor<float>* m = lm.file.find("adam.m." + M[j].name);
+            const Tensor<float>* v = lm.file.find("adam.v." + M[j].name);
+            if (!m || !v || m->shape != M[j].tensor->shape || v->shape != S[j].tensor->shape)
+                throw Error("'" + o.resume + "': optimiser state for '" + M[j].name + "' is missing or misshaped");
+            *M[j].tensor = *m, *S[j].tensor = *v;
+        }
+        const auto& md = lm.file.metadata;
+        if (!md.count("train.step") || !md.count("train.rng") || !md.count("vocab") || !md.count("adam.t"))
+            throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
+        if (md.count("finetune.task")) throw Error("'" + o.resume + "' is a fine-tuned checkpoint: continue it with finetune --checkpoint");
+        s.step0 = parse_i64(md.at("train.step"), "train.step");
+        s.adam.t = parse_i64(md.at("adam.t"), "adam.t");
+        if (s.step0 < 0 || s.adam.t != s.step0)
+            throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(s.step0) + " and adam.t " + std::to_string(s.adam.t));
+        s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
+        saved_vocab = CharVocab::from_metadata(md.at("vocab"));
+        if (md.count("train.log")) s.log_csv = md.at("train.log");
+        if (resolve_output_path(o.out) == resolve_output_path(o.resume)) s.on_disk = s.step0;
+    }
+    const bool xlnet = o.objective == "xlnet";
+    if (o.objective != "lm" && !xlnet) throw Error("train: --objective must be lm or xlnet, got '" + o.objective + "'");
+    if (xlnet && o.data.empty()) throw Error("train: --objective xlnet needs --data (a text; the built-in task is for next-token models)");
+    check_options(o);
+    // Every output is checked before any work: a typo in --out must not cost the run.
+    const std::string base = strip_ext(o.out);
+    check_outputs({{o.out, "--out", OutputKind::checkpoint},
+                   {base + ".csv", "the loss log", OutputKind::csv_log},
+                   {base + ".svg", "the loss plot", OutputKind::svg_plot}},
+                  {{o.data, "--data"}, {o.resume, "--resume", true}});
+    Config& c = s.c;
+    s.adam.beta1 = o.beta1, s.adam.beta2 = o.beta2, s.adam.weight_decay = o.weight_decay;
+    const int n_default = o.data.empty() ? AdditionTask::prompt_len() + AdditionTask::answer_len() : 64;
+    const Variant variant = o.resume.empty() ? variant_from_name(o.model) : c.variant;
+    if (xlnet && has_segments(variant)) throw Error("train: --objective xlnet applies to gpt, gpt2, gpt3 and roberta, not bert (segments)");
+    int n = o.resume.empty() ? (o.block ? o.block : n_default) : c.n_ctx;
+    if (o.data.empty()) n = is_causal(variant) ? 12 : 13;  // one addition problem
+    const int predict = o.predict > 0 ? o.predict : std::max(1, n / 6);  // K = n/6: the XLNet paper's partial prediction
+    if (xlnet && predict > n) throw Error("train: --predict " + std::to_string(predict) + " is more than the block of " + std::to_string(n));
+    o.predict = xlnet ? predict : 0;
+    Corpus k = load_corpus(o.data, o.resume.empty() ? nullptr : &saved_vocab, n);
+    if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k, o.data, o.resume);
+    if (o.resume.empty()) {
+        c.variant = variant;
+        c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
+        c.n_ctx = n;
+        c.V = k.vocab.size();
+        if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
+        if (variant == Variant::bert) c.eps = 1e-12;
+        if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
+        if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
+        c.attn_bias = o.attn_bias;
+        c.xlnet = xlnet;
+        s.p = make_params<float>(c);
+        init_params(c, s.p, o.seed);
+        if (o.gpt2_init) scale_residual_init(c, s.p);
+        adamw_init(c, s.adam);
+    }
+    // What the checkpoint records beyond the loop's state: the vocabulary and the data's identity.
+    s.meta["vocab"] = k.vocab.to_metadata();
+    if (!k.task) {
+        char* abs = ::realpath(o.data.c_str(), nullptr);
+        s.meta["train.data_path"] = abs ? abs : o.data;
+        std::free(abs);
+        s.meta["train.data_bytes"] = std::to_string(k.bytes);
+        s.meta["train.data_fnv1a64"] = std::to_string(k.hash);
+    }
+    Objective obj;
+    obj.tokens_per_step = (long long)o.batch * n;
+    obj.title = std::string(variant_name(c.variant)) + (xlnet ? " XLNet permutation loss" : " training loss");
+    if (xlnet) {  // seed 000's permutation objective: one z per batch, the last `predict` ranks predicted
+        obj.step = [&](Params<float>& g, Rng& rng, std::vector<double>&) {
+            const Batch b = make_batch(c, k, false, o.batch, n, rng);
+            return xlnet_loss(c, s.p, s.p.w, b.tokens, o.batch, random_permutation(n, rng), predict, &g, &g.w);
+        };
+        obj.validate = [&](const Params<float>& p, std::string&) {
+            Rng rng(o.seed ^ 0x5EED5EEDull);
+            double sum = 0;
+            for (long long j = 0; j < o.eval_steps; j++) {
+                const Batch b = make_batch(c, k, true, o.batch, n, rng);
+                sum += xlnet_loss(c, p, p.w, b.tokens, o.batch, random_permutation(n, rng), predict);
+            }
+            return sum / (double)o.eval_steps;
+        };
+    } else {  // next token (GPT variants) or masked tokens (BERT, RoBERTa)
+        obj.step = [&](Params<float>& g, Rng& rng, std::vector<double>&) {
+            const Batch b = make_batch(c, k, false, o.batch, n, rng);
+            ForwardOptions fo;
+            fo.dropout = o.dropout, fo.rng = &rng;
+            return model_loss(c, s.p, b, &g, fo);
+        };
+        obj.validate = [&](const Params<float>& p, std::string&) { return evaluate(c, p, k, o.batch, n, o.eval_steps, o.seed); };
+    }
+    const ParamCount count = count_params(c);
+    const long long last = o.stop_at ? std::min(o.stop_at, o.steps) : o.steps;
+    if (!o.quiet) {
+        std::printf("model %s: L=%d H=%d A=%d D=%d F=%d n=%d V=%d, %lld parameters, %s\n", variant_name(c.variant), c.L, c.H,
+                    c.A, c.D, c.F, c.n_ctx, c.V, count.actual, activation_name(c.activation));
+        std::printf("data: %s, batch %d x %d tokens, steps %lld..%lld of %lld, lr %g -> %g, warmup %lld, dropout %g\n",
+                    k.task ? "built-in task: 3-digit addition (answer digits reversed)" : o.data.c_str(), o.batch, n,
+                    s.step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
+        if (xlnet)
+            std::printf("objective: XLNet's permutation language model, two-stream attention, one permutation z per batch, "
+                        "the last %d of %d positions in z predicted\n", predict, n);
+        std::fflush(stdout);
+    }
+    TrainResult r = run_training(o, s, obj);
+    if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
+    if (!k.task) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234);
+    if (!k.task && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
+    if (!o.quiet) {
         if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
         if (r.val_loss_split >= 0)
-            std::printf("val loss over the whole validation split: %.4f (%zu characters; the %lld-batch estimate above: %.4f)\n",
-                        r.val_loss_split, k.val.size(), o.eval_steps, r.val_loss);
+            std::printf("val loss over the whole validation split: %.4f (%zu characters%s; the %lld-batch estimate above: %.4f)\n",
+                        r.val_loss_split, k.val.size(), xlnet ? ", 4 permutations per window" : "", o.eval_steps, r.val_loss);
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
     }
     return r;
@@ -3857,6 +3996,7 @@ static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNI
     template std::string first_nonfinite(const Config&, const Params<T>&);                                 \
     template void scale_residual_init(const Config&, Params<T>&);                                          \
     template Tensor<T> layer_mask(const Config&, int, int);                                                \
+    template Tensor<T> key_padding_mask(const Tensor<T>&, const std::vector<int>&);                       \
     template Tensor<T> model_forward(const Config&, const Params<T>&, const Batch&, ForwardCache<T>*,      \
                                      ForwardOptions);                                                      \
     template void model_backward(const Config&, const Params<T>&, const ForwardCache<T>&, const Tensor<T>&, \
@@ -3876,7 +4016,9 @@ static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNI
     template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \
                             const std::vector<int>&, int);                                                 \
     template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);              \
-    template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*);
+    template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*);          \
+    template double xlnet_corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, int, int, uint64_t,      \
+                                      long long*);
 
 TF_INSTANTIATE(float)
 TF_INSTANTIATE_MODELS(float)

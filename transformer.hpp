@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <stdexcept>
@@ -358,6 +359,8 @@ struct Config {
     int cls_id = -1, sep_id = -1, mask_id = -1;  // BERT [CLS] [SEP] [MASK]; RoBERTa <s> </s> <mask>
     int st_window = 0, st_stride = 0;             // GPT-3's Mask_ST (see Mask_ST)
     bool attn_bias = false;  // biases b_i^Q, b_i^K, b_i^V, b^O in every MultiHeadSA (GPT-2 as released; not in the seed)
+    int W_y_rows = 0, W_y_cols = 0;  // the fine-tuning head W_y (seed 003), 0 x 0 = none
+    bool xlnet = false;              // XLNet's query-stream start vector w (H): trained with the permutation objective
 };
 // Named presets: gpt1 (the seed's hyperparameters), gpt2-124m, gpt3-125m, bert-base, roberta-base
 // (the published sizes; gpt2-124m, bert-base and roberta-base with attention biases, as released)
@@ -384,6 +387,8 @@ struct Params {
     Tensor<T> w_A, w_B;  // H, BERT's segment vectors (empty for other variants)
     std::vector<Layer<T>> layers;
     Tensor<T> ln_f_gamma, ln_f_beta;  // H, final LayerNorm of GPT-2/GPT-3 (empty otherwise)
+    Tensor<T> W_y;  // Config::W_y_rows x W_y_cols, the fine-tuning head (empty otherwise)
+    Tensor<T> w;    // H, XLNet's query start vector (empty unless Config::xlnet)
 };
 // Every tensor of the variant, with all entries 0 (shapes from the config).
 template <typename T>
@@ -417,6 +422,7 @@ std::string first_nonfinite(const Config& c, const Params<T>& p);
 struct ParamCount {
     long long embeddings = 0, attention = 0, ffn = 0, layernorms = 0, segments = 0, final_ln = 0;
     long long attn_biases = 0;  // L (A (D + D + D) + H) with Config::attn_bias, not in the seed's lambda
+    long long heads = 0;        // W_y (fine-tuning) and w (XLNet), not in the seed's lambda
     long long seed_lambda = 0;  // the seed's formula
     long long actual = 0;       // floats the variant really holds
 };
@@ -428,6 +434,8 @@ struct Batch {
     std::vector<int> tokens;    // B*n ids: x (or x' for BERT/RoBERTa)
     std::vector<int> segments;  // B*n values t_i in {0, 1} (BERT only; empty = all 0)
     std::vector<int> targets;   // B*n target ids for the loss, -1 = no target at this position
+    std::vector<int> lengths;   // B: tokens before the padding (empty = all n); BERT and RoBERTa
+                                // mask the padding's keys (key_padding_mask), GPTs need not
 };
 
 // Everything the forward pass keeps for the backward pass.
@@ -445,7 +453,7 @@ template <typename T>
 struct ForwardCache {
     Batch batch;
     Tensor<T> drop_emb;            // (B*n) x H embedding dropout scales
-    std::vector<Tensor<T>> masks;  // Mask^(l) per layer, n x n (XLNet: Mask^XL, 2n x 2n)
+    std::vector<Tensor<T>> masks;  // Mask^(l) per layer, n x n (XLNet: Mask^XL, 2n x 2n; padded BERT: (B*n) x n)
     std::vector<BlockCache<T>> blocks;
     Tensor<T> X_L_in;              // X^(L) before the final LayerNorm (pre-LN variants)
     LayerNormCache<T> ln_f;
@@ -462,6 +470,11 @@ struct ForwardOptions {
 //   GPT-3: Mask^AR if formula l is even, Mask^ST if it is odd (code layer 0 is formula l = 1: ST).
 template <typename T>
 Tensor<T> layer_mask(const Config& c, int l, int n);
+// Batches of padded sequences (Batch::lengths) of a bidirectional model: Mask (n x n) repeated per
+// sequence b with the key columns j >= lengths[b] set to -inf ((B*n) x n), so no token attends
+// to padding. MultiHeadSA takes either form.
+template <typename T>
+Tensor<T> key_padding_mask(const Tensor<T>& Mask, const std::vector<int>& lengths);
 
 // The whole network up to the logits Z = X^(L) W_e^T ((B*n) x V); Softmax(Z) is the seed's Y.
 template <typename T>
@@ -524,6 +537,9 @@ void bert_pair(const Config& c, const std::vector<int>& a, const std::vector<int
 // A batch holds E examples of K sequences each (K = 1 for classify and entailment, 2 for
 // similarity, the number of answers for multiple choice), B = E K rows of n tokens; at[b] is the
 // 0-based row of sequence b's extract token (padding after it cannot reach h: Mask^AR).
+// BERT and RoBERTa (BERT paper, section 4) use the same head on h = X^(L) at [CLS] (at[b] = 0),
+// with [CLS] A [SEP] B [SEP] as the pair, Batch::lengths masking the padding, and L1 the masked-LM
+// loss of the batch's targets (mlm_corrupt on the same inputs).
 enum class FinetuneTask { classify, similarity, multiple_choice };
 struct GPT1Specials {
     int start = -1, delim = -1, extract = -1;
@@ -697,6 +713,9 @@ void adamw_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt,
 // Learning rate at step s = 0 .. steps-1: linear warmup from lr/warmup to lr over `warmup` steps,
 // then cosine decay from lr to min_lr at the last step.
 double lr_schedule(long long s, long long steps, long long warmup, double lr, double min_lr);
+// The same warmup, then linear decay from lr to min_lr at the last step (the GPT-1 paper's
+// fine-tuning schedule).
+double lr_linear(long long s, long long steps, long long warmup, double lr, double min_lr);
 // Global gradient norm ||g|| over every tensor; if it exceeds max_norm (> 0), scale g by
 // max_norm / ||g||. Returns the norm before clipping.
 double clip_grad_norm(const Config& c, Params<float>& g, double max_norm);
@@ -744,6 +763,9 @@ struct TrainOptions {
     std::string out = "model.safetensors";  // with resume: empty = overwrite the resumed file
     std::string resume;          // checkpoint to continue from (steps 0 = the checkpoint's)
     bool quiet = false;
+    std::string schedule = "cosine";  // after warmup: "cosine" (lr_schedule) or "linear" (lr_linear)
+    std::string objective = "lm";     // "lm": next token / masked LM; "xlnet": seed 000's permutation objective
+    int predict = 0;                  // xlnet: positions predicted per sequence (the last K of z), 0 = n/6
 };
 // Mean loss in nats per predicted token over a whole sequence of ids (evaluation: no dropout), in
 // consecutive windows of n_ctx tokens. GPT variants predict every token after the first (a window
@@ -752,6 +774,13 @@ struct TrainOptions {
 template <typename T>
 double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, uint64_t seed,
                    long long* count = nullptr);
+
+// XLNet's loss over a whole sequence of ids in consecutive windows of n_ctx tokens, each under
+// `perms` random permutations (from Rng(seed)) predicting the last min(predict, window) positions
+// in z: the mean -log P per predicted token. Needs a model with w (Config::xlnet).
+template <typename T>
+double xlnet_corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, int predict, int perms,
+                         uint64_t seed, long long* count = nullptr);
 
 struct TrainResult {
     long long steps_done = 0;
@@ -762,6 +791,33 @@ struct TrainResult {
     double seconds = 0;
 };
 TrainResult train(const TrainOptions& opt);
+
+// The one training loop (style: one loop, the objective passed in). What differs between `train`
+// (next token or masked LM), `train --objective xlnet` and `finetune` is how a batch is drawn and
+// its loss and gradient computed, and how the model is validated; run_training does the rest for
+// all of them: the lr schedule, clipping, AdamW, the divergence checks, progress lines,
+// checkpoints (with the optimiser and generator state), the CSV log and the SVG plot.
+struct Objective {
+    // One step's batch drawn from rng: returns its loss, accumulates its gradient into g (zeroed
+    // before the call); parts[j] receives the j-th part of the loss named in part_names (e.g. L1, L2).
+    std::function<double(Params<float>& g, Rng& rng, std::vector<double>& parts)> step;
+    // The validation loss (no dropout); `shown` may replace what the progress line prints after "val".
+    std::function<double(const Params<float>& p, std::string& shown)> validate;
+    std::vector<std::string> part_names;
+    long long tokens_per_step = 0;  // for the tokens/s of the progress line
+    std::string title;              // of the plot
+};
+struct RunState {
+    Config c;
+    Params<float> p;
+    AdamW adam;
+    Rng rng;
+    long long step0 = 0;  // steps already taken (resume)
+    long long on_disk = -1;  // the step the file at --out holds, -1 = none
+    std::string log_csv = "step,train_loss,val_loss,lr\n";
+    std::map<std::string, std::string> meta;  // saved with every checkpoint (vocabulary, data, task, ...)
+};
+TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& obj);
 
 // Generation with a key/value cache (GPT variants). Under a causal mask row t of every layer
 // depends only on rows 0..t below it, so when tokens arrive one at a time the keys X W_i^K and
