@@ -7,13 +7,13 @@ OPT      := -O3 -march=native -fno-math-errno
 DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
 
-.PHONY: all test run bench debug clean doctest
+.PHONY: all test run bench debug clean doctest handout
 all: transformer
 
 build/%.o: %.cpp transformer.hpp | build
 	$(CXX) $(STD) $(WARN) $(OPT) -c -o $@ $<
 build/debug-%.o: %.cpp transformer.hpp | build
-	$(CXX) $(STD) $(WARN) $(DBG) -c -o $@ $<
+	$(CXX) $(STD) $(WARN) $(DBG) $(DEFS) -c -o $@ $<
 build:
 	mkdir -p build
 
@@ -46,7 +46,9 @@ run: transformer
 bench: transformer
 	./transformer bench
 
+# tests-debug runs the CLI tests on ./transformer-debug (TF_TESTS_DEBUG), so both are built.
 debug: transformer-debug tests-debug
+build/debug-tests.o: DEFS := -DTF_TESTS_DEBUG
 transformer-debug: build/debug-main.o build/debug-transformer.o
 	$(CXX) $(DBG) -o $@ $^
 tests-debug: build/debug-tests.o build/debug-transformer.o
@@ -54,3 +56,144 @@ tests-debug: build/debug-tests.o build/debug-transformer.o
 
 clean:
 	rm -rf build transformer tests transformer-debug tests-debug
+
+# ---- make handout: a student copy with chosen function bodies replaced by a stub -----------------
+# make handout [DIR=handout] [FUNCS="LayerNorm_backward ..."] copies the project into DIR (not .git)
+# with the body of every function named in FUNCS, a definition in transformer.cpp (found by its
+# name on a line starting in column 0, body up to the closing brace in column 0), replaced by
+#     (void)param; ...
+#     throw tf::Error("not implemented: NAME");
+# The test cases "handout: ..." (they make handouts from the solution) are left out of its tests.cpp,
+# and HANDOUT.md lists the functions to write. An unknown name is an error; a DIR that exists and
+# holds something other than an earlier handout is left alone. The default FUNCS: the backward of
+# every seed module, with the helpers that hold the answer (softmax_backward_row; FFN_backward and
+# activation_derivative, which FFN_ReLU_backward and FFN_GELU_backward call).
+HANDOUT_FUNCS := diag_backward Stack_backward Embedding_backward Softmax_backward softmax_backward_row \
+                 Attention_backward Concat_backward MultiHeadSA_backward FFN_backward activation_derivative \
+                 LayerNorm_backward CrossEntropy_backward
+DIR   ?= handout
+FUNCS ?= $(HANDOUT_FUNCS)
+
+# awk -v funcs="A B": transformer.cpp with the bodies of A and B blanked; exit 1 if a name has no body.
+define HANDOUT_BLANK
+function pname(p,    nm) {  # the name of one parameter declaration, "" if it has none
+    sub(/=.*/, "", p); gsub(/^[ \t]+|[ \t]+$/, "", p)
+    if (!match(p, /[A-Za-z_][A-Za-z0-9_]*$/) || RSTART == 1) return ""
+    nm = substr(p, RSTART, RLENGTH)
+    return (nm in keyword) ? "" : nm
+}
+function pnames(s,    i, c, depth, cur, out, nm) {  # the names in a parameter list
+    depth = 0; cur = ""; out = ""
+    for (i = 1; i <= length(s); i++) {
+        c = substr(s, i, 1)
+        if (c == "(" || c == "<" || c == "[") depth++
+        if (c == ")" || c == ">" || c == "]") depth--
+        if (c == "," && depth == 0) {
+            if ((nm = pname(cur)) != "") out = out " " nm
+            cur = ""
+        } else cur = cur c
+    }
+    if ((nm = pname(cur)) != "") out = out " " nm
+    return out
+}
+function candidate(line,    k, p, before) {  # a wanted name followed by "(" in this line, or ""
+    for (k = 1; k <= nwant; k++) {
+        p = index(line, want[k] "(")
+        if (p == 0) continue
+        before = p == 1 ? " " : substr(line, p - 1, 1)
+        if (before == " " || before == "*" || before == "&") return want[k]
+    }
+    return ""
+}
+# sig: the signature so far, from its first line. Returns 0 (not complete yet), 1 (a declaration or
+# not a function), 2 (a definition whose "{" ends the last line).
+function decide(    p, i, c, depth, rest, names, line, k, n) {
+    p = index(sig, name "(") + length(name) + 1
+    depth = 1
+    for (i = p; i <= length(sig) && depth > 0; i++) {
+        c = substr(sig, i, 1)
+        if (c == "(") depth++
+        if (c == ")") depth--
+    }
+    if (depth > 0) return nlines > 12 ? 1 : 0
+    rest = substr(sig, i)
+    if (rest ~ /;/ && !(rest ~ /^[^;]*\{/)) return 1
+    if (!(rest ~ /\{/)) return nlines > 12 ? 1 : 0
+    if (!(rest ~ /\{[ \t]*$/)) {
+        printf("make handout: %s: the body of %s does not start on a line of its own\n", FILENAME, name) > "/dev/stderr"
+        failed = 1; exit 1
+    }
+    names = pnames(substr(sig, p, i - 1 - p)); n = split(names, arg, " ")
+    stub = ""; line = "   "
+    for (k = 1; k <= n; k++) {
+        if (length(line) + length(arg[k]) > 100) { stub = stub line "\n"; line = "   " }
+        line = line " (void)" arg[k] ";"
+    }
+    if (n > 0) stub = stub line "\n"
+    stub = stub "    throw tf::Error(\"not implemented: " name "\");"
+    return 2
+}
+BEGIN {
+    nwant = split(funcs, want, " ")
+    nkw = split("const volatile unsigned signed int long short char bool float double void auto typename", kw, " ")
+    for (k = 1; k <= nkw; k++) keyword[kw[k]] = 1
+    state = 0
+}
+state == 2 { if ($0 == "}") { print; state = 0 }; next }
+state == 1 || (state == 0 && /^[A-Za-z_]/ && (name = candidate($0)) != "") {
+    if (state == 0) { buf = $0; sig = $0; nlines = 1; state = 1 }
+    else { buf = buf "\n" $0; sig = sig " " $0; nlines++ }
+    d = decide()
+    if (d == 1) { print buf; state = 0 }
+    if (d == 2) { print buf; print stub; blanked[name]++; state = 2 }
+    next
+}
+{ print }
+END {
+    if (failed) exit 1
+    if (state != 0) {
+        printf("make handout: %s: the body of %s has no closing brace in column 0\n", FILENAME, name) > "/dev/stderr"
+        exit 1
+    }
+    for (k = 1; k <= nwant; k++)
+        if (!(want[k] in blanked)) {
+            printf("make handout: %s defines no function %s\n", FILENAME, want[k]) > "/dev/stderr"
+            failed = 1
+        }
+    if (failed) exit 1
+}
+endef
+
+# awk: tests.cpp without the TEST_CASEs named "handout: ..." (and the empty line after each).
+define HANDOUT_TESTS
+skip == 2 { skip = 0; if ($0 == "") next }
+skip == 1 { if ($0 == "}") skip = 2; next }
+/^TEST_CASE\("handout: / { skip = 1; next }
+{ skip = 0; print }
+endef
+
+handout: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
+handout: export HANDOUT_TESTS_AWK := $(value HANDOUT_TESTS)
+handout:
+	@set -e; dir='$(DIR)'; funcs='$(strip $(FUNCS))'; \
+	case "$$dir" in ''|.|./|/|..|../) echo "make handout: DIR=$$dir: give a new directory" >&2; exit 1;; esac; \
+	case " $$funcs " in "  ") echo "make handout: FUNCS is empty" >&2; exit 1;; esac; \
+	if [ -e "$$dir" ] && [ ! -f "$$dir/HANDOUT.md" ] && [ -n "$$(ls -A "$$dir" 2>/dev/null)" ]; then \
+	  echo "make handout: $$dir exists and is not a handout; remove it or choose another DIR" >&2; exit 1; fi; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	awk -v funcs="$$funcs" "$$HANDOUT_BLANK_AWK" transformer.cpp > "$$tmp/transformer.cpp"; \
+	awk "$$HANDOUT_TESTS_AWK" tests.cpp > "$$tmp/tests.cpp"; \
+	{ echo "# Handout"; echo; \
+	  echo "Write the bodies of these functions in \`transformer.cpp\`; each one now throws"; \
+	  echo "\`tf::Error(\"not implemented: NAME\")\`:"; echo; \
+	  for f in $$funcs; do echo "- \`$$f\`"; done; echo; \
+	  echo "\`make test\` builds the program and the tests and runs them: every failing test case shows"; \
+	  echo "the \"not implemented: NAME\" of the function it still needs. Test cases are named by module,"; \
+	  echo "so \`./tests -tc=\"LayerNorm*\"\` runs the LayerNorm tests alone (\`./tests -ltc\` lists them all)."; \
+	  echo "The README's table \"Formula boxes and where they are\" says which function computes which box."; \
+	} > "$$tmp/HANDOUT.md"; \
+	rm -rf "$$dir"; mkdir -p "$$dir/.ci"; \
+	cp transformer.hpp main.cpp Makefile README.md .gitignore "$$dir/"; cp .ci/run "$$dir/.ci/"; \
+	cp "$$tmp/transformer.cpp" "$$tmp/tests.cpp" "$$tmp/HANDOUT.md" "$$dir/"; \
+	echo "make handout: wrote $$dir with these bodies replaced by a stub: $$funcs"; \
+	echo "check it: make -C $$dir test (the cases that need them fail, naming them)"
