@@ -3757,6 +3757,14 @@ TEST_CASE("CLI: fill and sample work on trained checkpoints, usage on no argumen
 // Files and failures (issue 14): outputs checked before work, one durable writer, no non-finite
 // model, resume knows its data, stdout checked, strict flags, errors that point at the place.
 // ================================================================================================
+// A command that must succeed; on failure its stderr is the message (in a handout it names the
+// function to implement).
+m_Run m_run_ok(const std::string& args) {
+    const m_Run r = m_run(args);
+    REQUIRE_MESSAGE(r.status == 0, "transformer " << args << "\nstderr: " << r.err);
+    return r;
+}
+
 // Every name in directory `dir` that starts with `prefix` (to find stray temporaries).
 std::vector<std::string> m_names_in(const std::string& dir, const std::string& prefix) {
     std::vector<std::string> out;
@@ -3811,7 +3819,7 @@ TEST_CASE("files: train checks every output before any work (missing directory, 
     CHECK(m_names_in(dir, "data.st").empty());
     // Files the program wrote are replaced: a second run over the same --out succeeds.
     const std::string ok = dir + "/ok.st";
-    for (int k = 0; k < 2; k++) CHECK(m_run("train --data " + text + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet --out " + ok).status == 0);
+    for (int k = 0; k < 2; k++) m_run_ok("train --data " + text + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet --out " + ok);
     CHECK(m_run("grad --checkpoint " + ok + " --tokens 1,2,3 --out " + ok).status == 1);  // grad's input
     CHECK(m_contains(m_run("grad --checkpoint " + ok + " --tokens 1,2,3 --out " + ok).err, "would overwrite --checkpoint"));
 }
@@ -3830,7 +3838,7 @@ TEST_CASE("files: a symlinked --out writes the link's target and keeps the link;
     REQUIRE(::lstat(link.c_str(), &st) == 0);
     CHECK(S_ISLNK(st.st_mode));
     CHECK(load_model(target).config.variant == Variant::gpt);
-    REQUIRE(m_run("init --preset tiny-gpt2 --out " + link).status == 0);  // again, through the link
+    m_run_ok("init --preset tiny-gpt2 --out " + link);  // again, through the link
     REQUIRE(::lstat(link.c_str(), &st) == 0);
     CHECK(S_ISLNK(st.st_mode));
     CHECK(load_model(target).config.variant == Variant::gpt2);
@@ -3925,7 +3933,7 @@ TEST_CASE("train: a divergent run (lr 1e38) stops naming the step and writes not
     CHECK_FALSE(m_exists(out));
     CHECK(m_names_in(dir, "").empty());
     // A good checkpoint at --out stays as it was when the next run over it diverges.
-    REQUIRE(m_run("train --steps 2 --quiet --out " + out).status == 0);
+    m_run_ok("train --steps 2 --quiet --out " + out);
     const std::string good = m_read(out);
     const m_Run r2 = m_run("train --steps 3 --lr 1e38 --warmup 0 --quiet --out " + out);
     CHECK(r2.status == 1);
@@ -3934,7 +3942,7 @@ TEST_CASE("train: a divergent run (lr 1e38) stops naming the step and writes not
     CHECK(m_names_in(dir, ".").empty());
 }
 
-TEST_CASE("checkpoint: a NaN parameter is refused by load_model, sample and eval, naming the tensor") {
+TEST_CASE("files: a NaN parameter is refused by load_model, sample and eval, naming the tensor") {
     const Config c = preset("tiny-gpt");
     Params<float> p = make_params<float>(c);
     init_params(c, p, 1);
@@ -3962,7 +3970,7 @@ TEST_CASE("train: --resume refuses a changed or missing data file and accepts a 
     std::string text = m_read(m_text_file());
     m_write(data, text);
     const std::string args = " --layers 1 --heads 2 --embd 8 --block 8 --batch 2 --steps 4 --eval-steps 1 --quiet";
-    REQUIRE(m_run("train --data " + data + args + " --stop-at 2 --out " + ck).status == 0);
+    m_run_ok("train --data " + data + args + " --stop-at 2 --out " + ck);
     const LoadedModel lm = load_model(ck, {"adam."});
     CHECK(lm.file.metadata.at("train.data") == data);
     CHECK(lm.file.metadata.at("train.data_bytes") == std::to_string(text.size()));
@@ -4005,7 +4013,7 @@ TEST_CASE("CLI: a failed write to standard output is an error (stdout on /dev/fu
         CHECK(m_contains(r.err, "error: writing standard output: No space left on device"));
     }
     const std::string ck = m_path("stdout_full.st");
-    REQUIRE(m_run("train --steps 2 --quiet --out " + ck).status == 0);
+    m_run_ok("train --steps 2 --quiet --out " + ck);
     const m_Run s = run_full("sample --checkpoint " + ck + " --prompt 12 --tokens 3");
     CHECK(s.status == 1);
     CHECK(m_contains(s.err, "writing standard output"));
@@ -4013,8 +4021,8 @@ TEST_CASE("CLI: a failed write to standard output is an error (stdout on /dev/fu
 
 TEST_CASE("CLI: switches take =true/false/1/0 or nothing, values are taken as values, unknown commands fail") {
     const std::string off = m_path("ab_off.st"), on = m_path("ab_on.st");
-    REQUIRE(m_run("train --steps 1 --quiet --attn-bias=0 --out " + off).status == 0);
-    REQUIRE(m_run("train --steps 1 --quiet --attn-bias=true --out " + on).status == 0);
+    m_run_ok("train --steps 1 --quiet --attn-bias=0 --out " + off);
+    m_run_ok("train --steps 1 --quiet --attn-bias=true --out " + on);
     CHECK_FALSE(load_model(off, {"adam."}).config.attn_bias);
     CHECK(load_model(on, {"adam."}).config.attn_bias);
     m_cli_fails("train --steps 1 --attn-bias=maybe", "--attn-bias is a switch");
@@ -4043,14 +4051,14 @@ TEST_CASE("errors: an unknown character is named with its code point, byte offse
     M_CHECK_TF_ERROR(v.encode("ab\nc\xE2\x82\xAC", "'d.txt'"), "character '\xE2\x82\xAC' (U+20AC) at byte 4 (line 2, column 2) of 'd.txt'");
     // fill names the place in the whole text, not in one character.
     const std::string bert = m_path("chars_bert.st");
-    REQUIRE(m_run("train --model bert --data " + m_text_file() + " --layers 1 --heads 2 --embd 8 --block 16 --batch 2 --steps 1 --quiet --out " + bert).status == 0);
+    m_run_ok("train --model bert --data " + m_text_file() + " --layers 1 --heads 2 --embd 8 --block 16 --batch 2 --steps 1 --quiet --out " + bert);
     m_cli_fails("fill --checkpoint " + bert + " --text 'the [MASK] wor\xE2\x82\xAC" "ld'", "(U+20AC) at byte 14 (line 1, column 15) of --text");
     const std::string other = m_path("chars_other.txt");
     m_write(other, "the fox\nthe dog\nthe cat\xE2\x82\xAC\n");
     m_cli_fails("eval --checkpoint " + bert + " --data " + other, "at byte 23 (line 3, column 8) of '" + other + "'");
 }
 
-TEST_CASE("checkpoint: headers are valid UTF-8 JSON whatever the strings (a file name that is not UTF-8)") {
+TEST_CASE("files: checkpoint headers are valid UTF-8 JSON whatever the strings (a file name that is not UTF-8)") {
     CHECK(json_escape("a\xFF" "b") == "\"a\xEF\xBF\xBD" "b\"");
     CHECK(json_escape("\xE2\x82\xAC\x01\"") == "\"\xE2\x82\xAC\\u0001\\\"\"");
     CHECK(json_escape("\xE2\x82") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // truncated sequence
