@@ -1,4 +1,5 @@
-// main.cpp - the command-line program: train, sample, fill, eval, init, grad, params, bench.
+// main.cpp - the command-line program: train, finetune, predict, sample, fill, eval, init, grad, params,
+// tokenize, bench.
 // Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
 // is an error with a message and exit status 1.
 #include <cerrno>
@@ -31,6 +32,14 @@ commands:
            --objective lm|xlnet (xlnet: permutation LM, two-stream attention) --predict K (xlnet, default n/6)
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
            [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's tokenizer, for released GPT-2 weights)
+  finetune --checkpoint PRETRAINED --task classify|entailment|similarity|choice --train FILE --val FILE
+           --out FILE [--lambda 0.5] [--steps S (0: 3 epochs)] [--batch 32] [--lr 6.25e-5] [--warmup S]
+           [--dropout 0.1] [--weight-decay 0.01] [--grad-clip 1] [--eval-every S] [--log-every S] [--seed S]
+           [--scratch (same shapes, fresh weights)] [--quiet]   (tab-separated files, see README)
+  predict  --checkpoint FINETUNED --data FILE   (one label per line; accuracy on stderr if FILE has labels)
+  task     --task text|classify|entailment|similarity|choice --out FILE [--examples 2000] [--seed S] [--held-out]
+           (the built-in tasks on 3-digit sums: text = unlabelled problems to pre-train on; the others
+           labelled, in finetune's file format)
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
   eval     --checkpoint FILE --data FILE [--encoder F --vocab F] (mean loss in nats per token)
   init     --preset NAME [--seed S] --out FILE
@@ -89,7 +98,7 @@ struct Flags {
     }
 };
 
-static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias"};
+static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out"};
 
 // --name VALUE or --name=VALUE; the word after a flag is its value whatever it looks like
 // (--prompt --help prompts with "--help"). A boolean flag is --name alone, or --name=true|false|1|0.
@@ -280,6 +289,80 @@ static int cmd_train(Flags& f) {
     }
     f.done();
     train(o);
+    return 0;
+}
+
+// ---- finetune, predict -----------------------------------------------------------------------------
+static int cmd_finetune(Flags& f) {
+    FinetuneOptions o;
+    o.checkpoint = f.need("checkpoint"), o.task = f.need("task"), o.train_file = f.need("train"), o.val_file = f.need("val");
+    TrainOptions& t = o.loop;
+    t.out = f.need("out");
+    o.lambda = f.number("lambda", o.lambda);
+    o.scratch = f.flag("scratch");
+    t.steps = f.integer("steps", 0);  // 0: 3 epochs
+    t.batch = f.int32("batch", 32);
+    t.lr = f.number("lr", 6.25e-5);  // the GPT-1 paper's fine-tuning rate
+    t.min_lr = 0, t.schedule = "linear";
+    t.warmup = f.integer("warmup", -1);  // -1: 0.2% of the steps
+    t.dropout = f.number("dropout", 0.1);
+    t.weight_decay = f.number("weight-decay", 0.01);
+    t.grad_clip = f.number("grad-clip", 1.0);
+    t.eval_every = f.integer("eval-every", -1);  // -1: every epoch
+    t.log_every = f.integer("log-every", 50);
+    t.seed = (uint64_t)f.integer("seed", 1337);
+    t.quiet = f.flag("quiet");
+    f.done();
+    finetune(o);
+    return 0;
+}
+
+static int cmd_task(Flags& f) {
+    const std::string task = f.need("task"), out = f.need("out");
+    const int examples = f.int32("examples", 2000);
+    const long long seed = f.integer("seed", 1);
+    const bool held_out = f.flag("held-out");
+    f.done();
+    if (examples < 1 || examples > 10000000) throw Error("--examples must be between 1 and 10000000");
+    check_outputs({{out, "--out", OutputKind::text}});
+    std::string text;
+    if (task == "text") {  // unlabelled problems "123+456=9750", one a line: a pre-training text
+        Rng rng((uint64_t)seed);
+        for (int k = 0; k < examples; k++) {
+            int a, b;
+            do a = rng.below(1000), b = rng.below(1000);
+            while (AdditionTask::held_out(a, b) != held_out);
+            text += AdditionTask::problem(a, b);
+        }
+    } else {
+        text = addition_finetune_task(finetune_kind_from_name(task), examples, (uint64_t)seed, held_out);
+    }
+    write_file_atomic(out, text);
+    std::printf("wrote %s: %d %s examples%s\n", out.c_str(), examples, task.c_str(), held_out ? " (held-out pairs)" : "");
+    return 0;
+}
+
+static int cmd_predict(Flags& f) {
+    const std::string path = f.need("checkpoint"), data = f.need("data");
+    f.done();
+    LoadedModel lm = load_model(path, {"adam."});
+    const FinetuneSpec spec = finetune_spec_of(lm, path);
+    if (!lm.file.metadata.count("vocab")) throw Error("'" + path + "' has no character vocabulary");
+    const CharVocab vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
+    const std::string text = read_file(data);
+    const bool labelled = has_label_column(text, spec.kind);
+    std::vector<std::string> classes = spec.classes;
+    std::vector<EncodedExample> ex;
+    for (const LabelledExample& e : parse_labelled(text, data, spec.kind, classes, false, labelled))
+        ex.push_back(encode_example(lm.config, spec, vocab, e, text, data));
+    const std::vector<int> pred = finetune_predict(lm.config, lm.params, spec, ex);
+    int right = 0;
+    for (std::size_t i = 0; i < pred.size(); i++) {
+        if (spec.kind == FinetuneKind::choice) std::printf("%d\n", pred[i]);
+        else std::printf("%s\n", spec.classes[pred[i]].c_str());
+        right += pred[i] == ex[i].label;
+    }
+    if (labelled) std::fprintf(stderr, "accuracy: %.1f%% (%d of %zu)\n", 100.0 * right / (double)pred.size(), right, pred.size());
     return 0;
 }
 
@@ -485,7 +568,8 @@ static int cmd_bench(Flags& f) {
 
 static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
     {"train", cmd_train}, {"sample", cmd_sample}, {"fill", cmd_fill},         {"eval", cmd_eval},   {"init", cmd_init},
-    {"grad", cmd_grad},   {"params", cmd_params}, {"tokenize", cmd_tokenize}, {"bench", cmd_bench}};
+    {"grad", cmd_grad},   {"params", cmd_params}, {"tokenize", cmd_tokenize}, {"bench", cmd_bench},
+    {"finetune", cmd_finetune}, {"predict", cmd_predict}, {"task", cmd_task}};
 
 static int run(int argc, char** argv) {
     if (argc < 2) return std::fputs(USAGE, stderr), 1;

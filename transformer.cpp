@@ -2145,6 +2145,7 @@ static bool holds_kind(const std::string& p, OutputKind kind) {
         case OutputKind::csv_log: return h.rfind("step,", 0) == 0;
         case OutputKind::svg_plot: return h.rfind("<svg ", 0) == 0 || h.rfind("<?xml", 0) == 0;
         case OutputKind::json: return h[h.find_first_not_of(" \t\r\n") == std::string::npos ? 0 : h.find_first_not_of(" \t\r\n")] == '{';
+        case OutputKind::text: return h.find('\0') == std::string::npos;
     }
     return false;
 }
@@ -2154,6 +2155,7 @@ static const char* kind_name(OutputKind k) {
         case OutputKind::csv_log: return "a CSV log written by this program";
         case OutputKind::svg_plot: return "an SVG plot written by this program";
         case OutputKind::json: return "a JSON file";
+        case OutputKind::text: return "a text file";
     }
     return "?";
 }
@@ -3533,6 +3535,448 @@ TrainResult train(const TrainOptions& opt_in) {
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
     }
     return r;
+}
+
+// ---- Fine-tuning (seeds 003, 004): labelled files, the head on a pre-trained model -----------
+const char* finetune_kind_name(FinetuneKind k) {
+    switch (k) {
+        case FinetuneKind::classify: return "classify";
+        case FinetuneKind::entailment: return "entailment";
+        case FinetuneKind::similarity: return "similarity";
+        case FinetuneKind::choice: return "choice";
+    }
+    return "?";
+}
+FinetuneKind finetune_kind_from_name(const std::string& s) {
+    for (FinetuneKind k : {FinetuneKind::classify, FinetuneKind::entailment, FinetuneKind::similarity, FinetuneKind::choice})
+        if (s == finetune_kind_name(k)) return k;
+    throw Error("unknown task '" + s + "' (classify, entailment, similarity, choice)");
+}
+static FinetuneTask head_task(FinetuneKind k) {
+    return k == FinetuneKind::similarity ? FinetuneTask::similarity
+           : k == FinetuneKind::choice   ? FinetuneTask::multiple_choice
+                                         : FinetuneTask::classify;
+}
+
+// The lines of a file with the byte offset where each starts ("\r\n" endings allowed).
+static std::vector<std::pair<std::string, std::size_t>> file_lines(const std::string& text) {
+    std::vector<std::pair<std::string, std::size_t>> out;
+    for (std::size_t i = 0; i < text.size();) {
+        std::size_t end = text.find('\n', i);
+        if (end == std::string::npos) end = text.size();
+        std::string line = text.substr(i, end - i);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        out.push_back({line, i});
+        i = end + 1;
+    }
+    return out;
+}
+static std::vector<std::string> split_tabs(const std::string& line) {
+    std::vector<std::string> f;
+    std::size_t i = 0;
+    for (;;) {
+        const std::size_t t = line.find('\t', i);
+        f.push_back(line.substr(i, t == std::string::npos ? std::string::npos : t - i));
+        if (t == std::string::npos) return f;
+        i = t + 1;
+    }
+}
+static bool is_index(const std::string& s) {
+    return !s.empty() && s.size() < 10 && std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+bool has_label_column(const std::string& text, FinetuneKind kind) {
+    const auto lines = file_lines(text);
+    if (lines.empty()) return false;
+    if (kind == FinetuneKind::choice) {  // ANSWER CONTEXT C_1..C_K: every first field an index into the choices
+        for (auto& l : lines) {
+            const std::vector<std::string> f = split_tabs(l.first);
+            if (f.size() < 4 || !is_index(f[0]) || std::stoi(f[0]) > (int)f.size() - 3) return false;
+        }
+        return true;
+    }
+    const std::size_t with_label = kind == FinetuneKind::classify ? 2 : 3;
+    return split_tabs(lines[0].first).size() == with_label;
+}
+
+std::vector<LabelledExample> parse_labelled(const std::string& text, const std::string& file, FinetuneKind kind,
+                                            std::vector<std::string>& classes, bool learn_classes, bool labelled) {
+    const auto lines = file_lines(text);
+    if (lines.empty()) throw Error("'" + file + "' is empty");
+    static const char* layout[] = {"LABEL<TAB>TEXT", "LABEL<TAB>PREMISE<TAB>HYPOTHESIS", "LABEL<TAB>TEXT_A<TAB>TEXT_B",
+                                   "ANSWER<TAB>CONTEXT<TAB>CHOICE_1<TAB>...<TAB>CHOICE_K"};
+    std::vector<LabelledExample> out;
+    for (std::size_t ln = 0; ln < lines.size(); ln++) {
+        const std::string where = "'" + file + "' line " + std::to_string(ln + 1) + ": ";
+        std::vector<std::string> f = split_tabs(lines[ln].first);
+        const int want = kind == FinetuneKind::classify ? 2 : kind == FinetuneKind::choice ? -1 : 3;
+        const int have = (int)f.size() + (labelled ? 0 : 1);  // fields counted as if labelled
+        if (want > 0 ? have != want : have < 4)
+            throw Error(where + "expected " + (want > 0 ? std::to_string(want - (labelled ? 0 : 1)) : std::string("at least ") + std::to_string(labelled ? 4 : 3)) +
+                        " tab-separated fields (" + layout[(int)kind] + (labelled ? "" : " without the first") + "), got " +
+                        std::to_string(f.size()));
+        LabelledExample e;
+        e.line = (int)ln + 1;
+        std::size_t at = lines[ln].second;
+        for (std::size_t k = 0; k < f.size(); k++) {
+            if (f[k].empty()) throw Error(where + "field " + std::to_string(k + 1) + " is empty");
+            if (k > 0 || !labelled) e.fields.push_back(f[k]), e.at.push_back(at);
+            at += f[k].size() + 1;
+        }
+        if (labelled && kind == FinetuneKind::choice) {
+            const int K = (int)f.size() - 2;
+            if (!is_index(f[0]) || std::stoi(f[0]) >= K)
+                throw Error(where + "the answer '" + f[0] + "' is not an index 0.." + std::to_string(K - 1) + " of the " + std::to_string(K) + " choices");
+            e.label = std::stoi(f[0]);
+        } else if (labelled) {
+            auto it = std::find(classes.begin(), classes.end(), f[0]);
+            if (it == classes.end()) {
+                if (!learn_classes) throw Error(where + "the label '" + f[0] + "' was not in the training file");
+                classes.push_back(f[0]);
+                it = classes.end() - 1;
+            }
+            e.label = (int)(it - classes.begin());
+        }
+        out.push_back(std::move(e));
+    }
+    if (learn_classes && kind != FinetuneKind::choice && classes.size() < 2)
+        throw Error("'" + file + "' has " + std::to_string(classes.size()) + " label(s); a classifier needs at least 2");
+    return out;
+}
+
+EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const CharVocab& v, const LabelledExample& e,
+                              const std::string& text, const std::string& file) {
+    std::vector<std::vector<int>> f;
+    for (std::size_t k = 0; k < e.fields.size(); k++) {
+        std::vector<int> ids;
+        for (std::size_t i = 0; i < e.fields[k].size(); i++) {
+            const int id = v.id[(unsigned char)e.fields[k][i]];
+            if (id < 0) throw Error(describe_char_at(text, e.at[k] + i, "'" + file + "'") + " is not in the pre-trained model's vocabulary");
+            ids.push_back(id);
+        }
+        f.push_back(std::move(ids));
+    }
+    EncodedExample x;
+    x.label = e.label, x.line = e.line;
+    const bool gpt = is_causal(c.variant);
+    auto pair = [&](const std::vector<int>& a, const std::vector<int>& b) {  // GPT: [s] a [$] b [e]; BERT: [CLS] a [SEP] b [SEP]
+        std::vector<int> ids, seg;
+        if (gpt) ids = gpt1_entailment_input(a, b, s.specials);
+        else bert_pair(c, a, b, ids, seg);
+        x.seqs.push_back(ids), x.segs.push_back(has_segments(c.variant) ? seg : std::vector<int>());
+    };
+    switch (s.kind) {
+        case FinetuneKind::classify:
+            if (gpt) x.seqs.push_back(gpt1_classify_input(f[0], s.specials)), x.segs.push_back({});
+            else {
+                std::vector<int> ids = {c.cls_id};
+                ids.insert(ids.end(), f[0].begin(), f[0].end());
+                ids.push_back(c.sep_id);
+                x.segs.push_back(has_segments(c.variant) ? std::vector<int>(ids.size(), 0) : std::vector<int>());
+                x.seqs.push_back(ids);
+            }
+            break;
+        case FinetuneKind::entailment: pair(f[0], f[1]); break;
+        case FinetuneKind::similarity: pair(f[0], f[1]), pair(f[1], f[0]); break;  // both orderings (seed 003)
+        case FinetuneKind::choice:
+            for (std::size_t k = 1; k < f.size(); k++) pair(f[0], f[k]);
+            break;
+    }
+    for (auto& seq : x.seqs)
+        if ((int)seq.size() > c.n_ctx)
+            throw Error("'" + file + "' line " + std::to_string(e.line) + ": the example is " + std::to_string(seq.size()) +
+                        " tokens after the input transformation, longer than n_ctx = " + std::to_string(c.n_ctx));
+    return x;
+}
+
+Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<const EncodedExample*>& examples,
+                     std::vector<int>& at, std::vector<int>& labels, Rng* mlm_rng) {
+    std::vector<std::vector<int>> seqs;
+    labels.clear();
+    for (const EncodedExample* e : examples) {
+        if (e->seqs.size() != examples[0]->seqs.size()) throw Error("finetune_batch: examples with different numbers of sequences");
+        seqs.insert(seqs.end(), e->seqs.begin(), e->seqs.end());
+        labels.push_back(e->label);
+    }
+    int n = 0;
+    for (auto& q : seqs) n = std::max(n, (int)q.size());
+    if (is_causal(c.variant)) return gpt1_batch(seqs, n, s.specials.extract, at);  // next-token targets for L1
+    Batch b;  // BERT, RoBERTa: the head reads [CLS] (row 0), the padding is masked out
+    b.B = (int)seqs.size(), b.n = n;
+    at.assign(b.B, 0);
+    int k = 0;
+    for (const EncodedExample* e : examples)
+        for (std::size_t j = 0; j < e->seqs.size(); j++, k++) {
+            const std::vector<int>& x = e->seqs[j];
+            std::vector<int> tokens = x, targets(x.size(), -1);
+            if (mlm_rng) {  // L1: the masked-LM loss on the same input
+                MLMExample m = mlm_corrupt(x, 1, (int)x.size(), c, *mlm_rng);
+                tokens = std::move(m.tokens), targets = std::move(m.targets);
+            }
+            tokens.resize(n, c.sep_id), targets.resize(n, -1);
+            b.tokens.insert(b.tokens.end(), tokens.begin(), tokens.end());
+            b.targets.insert(b.targets.end(), targets.begin(), targets.end());
+            if (has_segments(c.variant)) {
+                std::vector<int> seg = e->segs[j];
+                seg.resize(n, 1);
+                b.segments.insert(b.segments.end(), seg.begin(), seg.end());
+            }
+            b.lengths.push_back((int)x.size());
+        }
+    return b;
+}
+
+std::vector<int> finetune_predict(const Config& c, const Params<float>& p, const FinetuneSpec& s,
+                                  const std::vector<EncodedExample>& examples, double* mean_L2) {
+    std::vector<int> pred(examples.size(), -1);
+    double L2 = 0;
+    int counted = 0;
+    for (std::size_t i = 0; i < examples.size();) {  // batches of up to 16 consecutive examples with the same K
+        std::vector<const EncodedExample*> chunk = {&examples[i]};
+        std::size_t j = i + 1;
+        while (j < examples.size() && chunk.size() < 16 && examples[j].seqs.size() == examples[i].seqs.size()) chunk.push_back(&examples[j++]);
+        std::vector<int> at, labels;
+        const Batch b = finetune_batch(c, s, chunk, at, labels, nullptr);
+        const Tensor<float> P = finetune_probs(c, p, p.W_y, head_task(s.kind), (int)examples[i].seqs.size(), b, at);
+        for (int e = 0; e < P.rows(); e++) {
+            int best = 0;
+            for (int y = 1; y < P.cols(); y++)
+                if (P(e, y) > P(e, best)) best = y;
+            pred[i + e] = best;
+            if (labels[e] >= 0) L2 -= std::log(std::max(1e-30, (double)P(e, labels[e]))), counted++;
+        }
+        i = j;
+    }
+    if (mean_L2) *mean_L2 = counted ? L2 / counted : 0;
+    return pred;
+}
+
+// The checkpoint's fine-tuning metadata <-> FinetuneSpec.
+static void spec_to_metadata(const FinetuneSpec& s, std::map<std::string, std::string>& m) {
+    m["finetune.task"] = finetune_kind_name(s.kind);
+    std::string classes = "[";
+    for (std::size_t k = 0; k < s.classes.size(); k++) classes += (k ? "," : "") + json_escape(s.classes[k]);
+    m["finetune.classes"] = classes + "]";
+    m["finetune.start"] = std::to_string(s.specials.start);
+    m["finetune.delim"] = std::to_string(s.specials.delim);
+    m["finetune.extract"] = std::to_string(s.specials.extract);
+}
+FinetuneSpec finetune_spec_of(const LoadedModel& lm, const std::string& path) {
+    const auto& m = lm.file.metadata;
+    if (!m.count("finetune.task")) throw Error("'" + path + "' is not a fine-tuned checkpoint (no finetune.task; make one with `transformer finetune`)");
+    FinetuneSpec s;
+    s.kind = finetune_kind_from_name(m.at("finetune.task"));
+    const Json classes = parse_json(m.count("finetune.classes") ? m.at("finetune.classes") : "[]");
+    for (const Json& j : classes.arr) {
+        if (j.type != Json::string) throw Error("'" + path + "': finetune.classes must be a list of strings");
+        s.classes.push_back(j.str);
+    }
+    auto id = [&](const char* k) { return m.count(k) ? parse_int(m.at(k), std::string("metadata '") + k + "'") : -1; };
+    s.specials = {id("finetune.start"), id("finetune.delim"), id("finetune.extract")};
+    const Config& c = lm.config;
+    const int C = s.kind == FinetuneKind::choice ? 1 : (int)s.classes.size();
+    const int rows = s.kind == FinetuneKind::similarity ? 2 * c.H : c.H;
+    if (c.W_y_rows != rows || c.W_y_cols != C) throw Error("'" + path + "': W_y does not match its task and " + std::to_string(C) + " classes");
+    if (is_causal(c.variant))
+        for (int t : {s.specials.start, s.specials.delim, s.specials.extract})
+            if (t < 0 || t >= c.V) throw Error("'" + path + "': the start, delimiter and extract ids must be inside 0..V-1");
+    return s;
+}
+
+FinetuneResult finetune(const FinetuneOptions& fo) {
+    TrainOptions o = fo.loop;
+    const FinetuneKind kind = finetune_kind_from_name(fo.task);
+    if (!(fo.lambda >= 0) || !std::isfinite(fo.lambda)) throw Error("finetune: --lambda must be a number >= 0");
+    const std::string base = strip_ext(o.out);
+    check_outputs({{o.out, "--out", OutputKind::checkpoint},
+                   {base + ".csv", "the loss log", OutputKind::csv_log},
+                   {base + ".svg", "the loss plot", OutputKind::svg_plot}},
+                  {{fo.checkpoint, "--checkpoint"}, {fo.train_file, "--train"}, {fo.val_file, "--val"}});
+    LoadedModel lm = load_model(fo.checkpoint, {"adam."});
+    if (!lm.file.metadata.count("vocab"))
+        throw Error("'" + fo.checkpoint + "' has no character vocabulary: finetune starts from a checkpoint written by `transformer train`");
+    const CharVocab vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
+    if (lm.config.xlnet) throw Error("'" + fo.checkpoint + "' was trained with --objective xlnet; fine-tune a gpt, gpt2, gpt3, bert or roberta checkpoint");
+    RunState s;
+    s.rng = Rng(o.seed);
+    FinetuneSpec spec;
+    Config& c = s.c;
+    const bool again = lm.file.metadata.count("finetune.task") > 0;  // fine-tuning a fine-tuned model further
+    if (again) {
+        spec = finetune_spec_of(lm, fo.checkpoint);
+        if (spec.kind != kind) throw Error("'" + fo.checkpoint + "' was fine-tuned for " + finetune_kind_name(spec.kind) + ", not " + fo.task);
+    }
+    spec.kind = kind;
+    const std::string train_text = read_file(fo.train_file), val_text = read_file(fo.val_file);
+    const std::vector<LabelledExample> train_raw = parse_labelled(train_text, fo.train_file, kind, spec.classes, !again, true);
+    const std::vector<LabelledExample> val_raw = parse_labelled(val_text, fo.val_file, kind, spec.classes, false, true);
+    c = lm.config;
+    Rng init(o.seed ^ 0xF17E7u);
+    if (!again) {
+        if (is_causal(c.variant)) {  // start, delimiter, extract: new rows of W_e (seed 004), N(0, 0.02)
+            spec.specials = {c.V, c.V + 1, c.V + 2};
+            c.V += 3;
+        } else {
+            spec.specials = {c.cls_id, c.sep_id, c.sep_id};
+        }
+        c.W_y_rows = kind == FinetuneKind::similarity ? 2 * c.H : c.H;
+        c.W_y_cols = kind == FinetuneKind::choice ? 1 : (int)spec.classes.size();
+    }
+    s.p = make_params<float>(c);
+    if (fo.scratch) {
+        init_params(c, s.p, o.seed);  // the ablation's "no pre-training": same shapes, fresh numbers
+    } else {
+        auto from = named_tensors(lm.config, lm.params);
+        auto to = named_tensors(c, s.p);
+        for (std::size_t j = 0; j < to.size(); j++) {
+            Tensor<float>& t = *to[j].tensor;
+            const Tensor<float>* f = j < from.size() && from[j].name == to[j].name ? from[j].tensor : nullptr;
+            if (f && f->shape == t.shape) t = *f;
+            else if (to[j].name == "W_e") {  // the pre-trained rows, then the new ones
+                std::copy(f->data.begin(), f->data.end(), t.data.begin());
+                for (std::size_t k = f->size(); k < t.size(); k++) t.data[k] = (float)(0.02 * init.normal());
+            } else if (to[j].name == "W_y") {
+                for (float& v : t.data) v = (float)(0.02 * init.normal());
+            } else throw Error("finetune: cannot carry over '" + to[j].name + "'");
+        }
+    }
+    adamw_init(c, s.adam);
+    s.adam.beta1 = o.beta1, s.adam.beta2 = o.beta2, s.adam.weight_decay = o.weight_decay;
+    std::vector<EncodedExample> train_ex, val_ex;
+    for (auto& e : train_raw) train_ex.push_back(encode_example(c, spec, vocab, e, train_text, fo.train_file));
+    for (auto& e : val_raw) val_ex.push_back(encode_example(c, spec, vocab, e, val_text, fo.val_file));
+    std::map<std::size_t, std::vector<int>> by_K;  // multiple choice: a batch holds examples with the same K
+    for (std::size_t i = 0; i < train_ex.size(); i++) by_K[train_ex[i].seqs.size()].push_back((int)i);
+    const long long N = (long long)train_ex.size();
+    if (o.steps <= 0) o.steps = std::max(1LL, (3 * N + o.batch - 1) / o.batch);  // 3 epochs, as the GPT-1 paper
+    if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                     // 0.2% of the steps
+    if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + o.batch - 1) / o.batch);  // every epoch
+    check_options(o);
+    s.meta["vocab"] = vocab.to_metadata();
+    spec_to_metadata(spec, s.meta);
+    s.meta["finetune.lambda"] = num_str(fo.lambda);
+    s.meta["finetune.from"] = fo.scratch ? "(scratch)" : fo.checkpoint;
+    s.meta["finetune.train"] = fo.train_file;
+    s.meta["train.data"] = "";
+    Objective obj;
+    obj.part_names = {"L1", "L2"};
+    obj.title = std::string(variant_name(c.variant)) + " fine-tuning (" + fo.task + "): L3 = L2 + " + num_str(fo.lambda) + " L1";
+    obj.step = [&](Params<float>& g, Rng& rng, std::vector<double>& parts) {
+        std::vector<const EncodedExample*> chunk;
+        const std::vector<int>& pool = by_K.size() == 1 ? by_K.begin()->second : by_K[train_ex[rng.below((int)N)].seqs.size()];
+        for (int k = 0; k < o.batch; k++) chunk.push_back(&train_ex[pool[rng.below((int)pool.size())]]);
+        std::vector<int> at, labels;
+        const Batch b = finetune_batch(c, spec, chunk, at, labels, !is_causal(c.variant) && fo.lambda > 0 ? &rng : nullptr);
+        ForwardOptions f;
+        f.dropout = o.dropout, f.rng = &rng;
+        const FinetuneLoss L = finetune_loss(c, s.p, s.p.W_y, head_task(kind), (int)chunk[0]->seqs.size(), b, at, labels,
+                                             fo.lambda, &g, &g.W_y, f);
+        parts[0] = L.L1, parts[1] = L.L2;
+        obj.tokens_per_step = (long long)b.B * b.n;
+        return L.L3;
+    };
+    FinetuneResult r;
+    auto accuracy = [&](const Params<float>& p, double* L2) {
+        const std::vector<int> pred = finetune_predict(c, p, spec, val_ex, L2);
+        int right = 0;
+        for (std::size_t i = 0; i < pred.size(); i++) right += pred[i] == val_ex[i].label;
+        r.correct = right, r.total = (int)pred.size();
+        return (double)right / (double)pred.size();
+    };
+    obj.validate = [&](const Params<float>& p, std::string& shown) {
+        double L2 = 0;
+        const double acc = accuracy(p, &L2);
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "L2 %.4f, accuracy %.1f%%", L2, 100.0 * acc);
+        shown = buf;
+        return L2;
+    };
+    if (!o.quiet) {
+        std::printf("fine-tune %s (%s%s): L=%d H=%d V=%d, task %s, %zu classes, lambda %g\n", variant_name(c.variant),
+                    fo.scratch ? "from scratch, " : "pre-trained ", fo.scratch ? "same shapes" : fo.checkpoint.c_str(), c.L, c.H,
+                    c.V, fo.task.c_str(), kind == FinetuneKind::choice ? (std::size_t)0 : spec.classes.size(), fo.lambda);
+        std::printf("data: %s (%lld examples), %s (%zu), batch %d, steps %lld, lr %g, %s, warmup %lld, dropout %g\n",
+                    fo.train_file.c_str(), N, fo.val_file.c_str(), val_ex.size(), o.batch, o.steps, o.lr, o.schedule.c_str(),
+                    o.warmup, o.dropout);
+        std::fflush(stdout);
+    }
+    run_training(o, s, obj);
+    r.accuracy = accuracy(s.p, nullptr);
+    if (!o.quiet) {
+        std::printf("val accuracy: %.1f%% (%d of %d)\n", 100.0 * r.accuracy, r.correct, r.total);
+        std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
+    }
+    return r;
+}
+
+
+// The built-in labelled tasks, one per input transformation, in the world of the addition task
+// (operands and sums written as the pre-training text writes them: "123+456", sum "9750"):
+//   classify    big|small: is the sum 1000 or more?          "big<TAB>623+456"
+//   entailment  yes|no: is the hypothesis the sum?           "yes<TAB>123+456<TAB>9750"
+//   similarity  same|different: do the two sums agree?       "same<TAB>123+456<TAB>300+279"
+//   choice      which of 4 sums completes the problem?        "2<TAB>123+456=<TAB>9850<TAB>9740<TAB>9750<TAB>9751"
+// Wrong answers differ from the right one by a small amount, so the task needs the arithmetic.
+// held_out: only pairs the pre-training never saw (AdditionTask::held_out), for validation files.
+std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t seed, bool held_out) {
+    if (examples < 1) throw Error("addition_finetune_task: examples must be >= 1");
+    Rng rng(seed);
+    auto pair = [&](int& a, int& b) {
+        do a = rng.below(1000), b = rng.below(1000);
+        while (AdditionTask::held_out(a, b) != held_out);
+    };
+    auto operands = [](int a, int b) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%03d+%03d", a, b);
+        return std::string(buf);
+    };
+    auto sum_text = [](int s) {  // least significant digit first, 4 digits
+        char buf[48];
+        std::snprintf(buf, sizeof buf, "%d%d%d%d", s % 10, s / 10 % 10, s / 100 % 10, s / 1000);
+        return std::string(buf);
+    };
+    auto near = [&](int s) {  // a different sum 0..1998 close to s
+        static const int deltas[] = {1, 2, 9, 10, 11, 100};
+        int t;
+        do t = s + (rng.below(2) ? 1 : -1) * deltas[rng.below(6)];
+        while (t < 0 || t > 1998 || t == s);
+        return t;
+    };
+    std::string out;
+    for (int k = 0; k < examples; k++) {
+        int a, b;
+        pair(a, b);
+        const int s = a + b;
+        switch (kind) {
+            case FinetuneKind::classify: out += std::string(s >= 1000 ? "big" : "small") + "\t" + operands(a, b); break;
+            case FinetuneKind::entailment: {
+                const bool yes = rng.below(2) == 0;
+                out += std::string(yes ? "yes" : "no") + "\t" + operands(a, b) + "\t" + sum_text(yes ? s : near(s));
+                break;
+            }
+            case FinetuneKind::similarity: {
+                const bool same = rng.below(2) == 0;
+                const int t = same ? s : near(s);
+                const int c = std::max(0, t - 999) + rng.below(std::min(t, 999) - std::max(0, t - 999) + 1);  // c + d = t
+                out += std::string(same ? "same" : "different") + "\t" + operands(a, b) + "\t" + operands(c, t - c);
+                break;
+            }
+            case FinetuneKind::choice: {
+                const int answer = rng.below(4);
+                std::vector<int> sums = {s};
+                while (sums.size() < 4) {
+                    const int t = near(s);
+                    if (std::find(sums.begin(), sums.end(), t) == sums.end()) sums.push_back(t);
+                }
+                std::swap(sums[0], sums[answer]);
+                out += std::to_string(answer) + "\t" + operands(a, b) + "=";
+                for (int t : sums) out += "\t" + sum_text(t);
+                break;
+            }
+        }
+        out += "\n";
+    }
+    return out;
 }
 
 // ================================================================================================

@@ -651,7 +651,7 @@ int utf8_next(const std::string& text, std::size_t i, uint32_t& cp);
 std::string describe_char_at(const std::string& text, std::size_t offset, const std::string& where);
 
 // ---- Files: every output is checked before the work starts and written by one durable writer ----
-enum class OutputKind { checkpoint, csv_log, svg_plot, json };
+enum class OutputKind { checkpoint, csv_log, svg_plot, json, text };  // text: any text file (no NUL byte)
 struct OutputFile {
     std::string path, role;  // role names it in errors: "--out", "the log"
     OutputKind kind;
@@ -818,6 +818,67 @@ struct RunState {
     std::map<std::string, std::string> meta;  // saved with every checkpoint (vocabulary, data, task, ...)
 };
 TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& obj);
+
+// Fine-tuning as a command (seeds 003, 004): labelled tab-separated files, one example a line:
+//   classify    LABEL<TAB>TEXT
+//   entailment  LABEL<TAB>PREMISE<TAB>HYPOTHESIS
+//   similarity  LABEL<TAB>TEXT_A<TAB>TEXT_B          (both orderings are fed, seed 003)
+//   choice      ANSWER<TAB>CONTEXT<TAB>CHOICE_1<TAB>...<TAB>CHOICE_K   (ANSWER 0-based, K may vary)
+// Labels are any strings; the classes are those of the training file, in order of appearance.
+// Without the label column (predict) a line has one field fewer.
+enum class FinetuneKind { classify, entailment, similarity, choice };
+const char* finetune_kind_name(FinetuneKind k);
+FinetuneKind finetune_kind_from_name(const std::string& s);
+struct LabelledExample {
+    int label = -1;                   // class index (choice: the answer's index), -1 = no label column
+    std::vector<std::string> fields;  // the text fields after the label
+    std::vector<std::size_t> at;      // each field's byte offset in the file (for error messages)
+    int line = 0;                     // 1-based
+};
+// Throws Error naming the file, the line and what is wrong (field count, empty field, a label not
+// in classes unless learn_classes, an answer out of range).
+std::vector<LabelledExample> parse_labelled(const std::string& text, const std::string& file, FinetuneKind kind,
+                                            std::vector<std::string>& classes, bool learn_classes, bool labelled);
+// Whether a file has the label column: by the field count of its first line (choice: every first
+// field is an index into its line's choices).
+bool has_label_column(const std::string& text, FinetuneKind kind);
+// What a fine-tuned model needs to read its input (kept in its checkpoint as finetune.* metadata).
+struct FinetuneSpec {
+    FinetuneKind kind = FinetuneKind::classify;
+    std::vector<std::string> classes;  // C labels; empty for choice
+    GPT1Specials specials;             // GPT: new ids V, V+1, V+2; BERT/RoBERTa: [CLS], [SEP]
+};
+struct LoadedModel;
+FinetuneSpec finetune_spec_of(const LoadedModel& lm, const std::string& path);
+// One example after the input transformation: K sequences (and BERT's segments), as ids.
+struct EncodedExample {
+    std::vector<std::vector<int>> seqs, segs;
+    int label = -1, line = 0;
+};
+EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const CharVocab& v, const LabelledExample& e,
+                              const std::string& text, const std::string& file);
+// Examples with the same K -> one padded batch and the head rows `at`; GPT: next-token targets
+// (L1); BERT/RoBERTa: mlm_corrupt targets when mlm_rng is given, else none.
+Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<const EncodedExample*>& examples,
+                     std::vector<int>& at, std::vector<int>& labels, Rng* mlm_rng);
+// The most likely class (choice: answer) of each example, in order; mean_L2 over the labelled ones.
+std::vector<int> finetune_predict(const Config& c, const Params<float>& p, const FinetuneSpec& s,
+                                  const std::vector<EncodedExample>& examples, double* mean_L2 = nullptr);
+struct FinetuneOptions {
+    std::string checkpoint, task, train_file, val_file;
+    double lambda = 0.5;   // L3 = L2 + lambda L1 (seed 003)
+    bool scratch = false;  // same shapes and vocabulary, fresh initialisation
+    TrainOptions loop;     // lr, steps (0: 3 epochs), warmup (-1: 0.2% of the steps), eval_every (-1: every epoch), ...
+};
+struct FinetuneResult {
+    double accuracy = 0;
+    int correct = 0, total = 0;
+};
+FinetuneResult finetune(const FinetuneOptions& o);
+// The built-in labelled tasks in the world of the addition task (one per input transformation;
+// see transformer.cpp): `examples` lines of the file format above. held_out: only pairs that the
+// pre-training never saw (validation).
+std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t seed, bool held_out);
 
 // Generation with a key/value cache (GPT variants). Under a causal mask row t of every layer
 // depends only on rows 0..t below it, so when tokens arrive one at a time the keys X W_i^K and
