@@ -253,7 +253,6 @@ FFNParams<double> zeros_like(const FFNParams<double>& p) {
 AttentionCache<double>* const kNoAttCache = nullptr;
 MultiHeadSACache<double>* const kNoMhsaCache = nullptr;
 FFNCache<double>* const kNoFfnCache = nullptr;
-Rng* const kNoRng = nullptr;
 
 const Activation kAllActivations[] = {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh,
                                       Activation::gelu_erf};
