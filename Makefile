@@ -1,27 +1,29 @@
 # The transformer: `make` builds the program, `make test` runs the doctest suite,
-# `make run` trains the default model, `make debug` builds both with sanitizers.
+# `make run` trains the default model, `make debug` builds both with sanitizers,
+# `make bench-portable` benchmarks the other targets and compilers (each in its own build-* directory).
 CXX      ?= g++
 STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
 OPT      := -O3 -march=native -fno-math-errno
+BUILD    ?= build
 DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
 
-.PHONY: all test run bench debug clean doctest handout
+.PHONY: all test run bench bench-portable debug clean doctest handout
 all: transformer
 
-build/%.o: %.cpp transformer.hpp | build
+$(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
 	$(CXX) $(STD) $(WARN) $(OPT) -c -o $@ $<
-build/debug-%.o: %.cpp transformer.hpp | build
+$(BUILD)/debug-%.o: %.cpp transformer.hpp | $(BUILD)
 	$(CXX) $(STD) $(WARN) $(DBG) $(DEFS) -c -o $@ $<
-build:
-	mkdir -p build
+$(BUILD):
+	mkdir -p $@
 
-transformer: build/main.o build/transformer.o
+transformer $(BUILD)/transformer: $(BUILD)/main.o $(BUILD)/transformer.o
 	$(CXX) $(OPT) -o $@ $^
-tests: build/tests.o build/transformer.o
+tests: $(BUILD)/tests.o $(BUILD)/transformer.o
 	$(CXX) $(OPT) -o $@ $^
-build/tests.o build/debug-tests.o: | doctest
+$(BUILD)/tests.o $(BUILD)/debug-tests.o: | doctest
 
 # doctest comes from Debian's doctest-dev; install it when missing and we are root.
 doctest:
@@ -46,16 +48,28 @@ run: transformer
 bench: transformer
 	./transformer bench
 
+# One `bench --json` line per build (the build on standard error): this one (g++ -march=native by
+# default), g++ for AVX2 + FMA (x86-64-v3: most laptops and desktops), clang++ native and AVX2.
+PORTABLE_OPT := -O3 -march=x86-64-v3 -fno-math-errno
+bench-portable: transformer
+	@$(MAKE) --no-print-directory BUILD=build-avx2 CXX=g++ OPT="$(PORTABLE_OPT)" build-avx2/transformer >/dev/null
+	@$(MAKE) --no-print-directory BUILD=build-clang CXX=clang++ build-clang/transformer >/dev/null
+	@$(MAKE) --no-print-directory BUILD=build-clang-avx2 CXX=clang++ OPT="$(PORTABLE_OPT)" build-clang-avx2/transformer >/dev/null
+	@echo "$(CXX) $(OPT):" >&2; ./transformer bench --json
+	@echo "g++ $(PORTABLE_OPT):" >&2; build-avx2/transformer bench --json
+	@echo "clang++ $(OPT):" >&2; build-clang/transformer bench --json
+	@echo "clang++ $(PORTABLE_OPT):" >&2; build-clang-avx2/transformer bench --json
+
 # tests-debug runs the CLI tests on ./transformer-debug (TF_TESTS_DEBUG), so both are built.
 debug: transformer-debug tests-debug
-build/debug-tests.o: DEFS := -DTF_TESTS_DEBUG
-transformer-debug: build/debug-main.o build/debug-transformer.o
+$(BUILD)/debug-tests.o: DEFS := -DTF_TESTS_DEBUG
+transformer-debug: $(BUILD)/debug-main.o $(BUILD)/debug-transformer.o
 	$(CXX) $(DBG) -o $@ $^
-tests-debug: build/debug-tests.o build/debug-transformer.o
+tests-debug: $(BUILD)/debug-tests.o $(BUILD)/debug-transformer.o
 	$(CXX) $(DBG) -o $@ $^
 
 clean:
-	rm -rf build transformer tests transformer-debug tests-debug
+	rm -rf build build-avx2 build-clang build-clang-avx2 transformer tests transformer-debug tests-debug
 
 # ---- make handout: a student copy with chosen function bodies replaced by a stub -----------------
 # make handout [DIR=handout] [FUNCS="LayerNorm_backward ..."] copies the project into DIR (not .git)

@@ -253,7 +253,6 @@ FFNParams<double> zeros_like(const FFNParams<double>& p) {
 AttentionCache<double>* const kNoAttCache = nullptr;
 MultiHeadSACache<double>* const kNoMhsaCache = nullptr;
 FFNCache<double>* const kNoFfnCache = nullptr;
-Rng* const kNoRng = nullptr;
 
 const Activation kAllActivations[] = {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh,
                                       Activation::gelu_erf};
@@ -1718,6 +1717,12 @@ struct Dims {
 };
 const Dims kOddShapes[] = {{1, 1, 1},   {1, 7, 3},    {5, 1, 9},     {3, 5, 7},    {17, 13, 29}, {31, 33, 65},
                            {64, 64, 64}, {67, 130, 259}, {129, 5, 300}, {2, 257, 17}, {8, 8, 1}};
+// Edges of the blocked kernel's tiles and blocks on every target (MR in 3..12, NR in 8..64,
+// KC 256 or 384, MC 48, NC 2016 or 4032): a partial last tile in rows and columns, a narrow
+// product just at and just past the narrow tile's width, several KC chunks (accumulated into C),
+// more rows than MC and more columns than NC.
+const Dims kTileEdgeShapes[] = {{25, 16, 40}, {13, 32, 9},   {50, 33, 17}, {11, 24, 30}, {23, 25, 31},
+                                {7, 49, 19},  {61, 70, 773}, {7, 4100, 20}, {3, 40, 50}};
 
 template <typename T>
 Tensor<T> rand_t(int r, int c, Rng& rng) {
@@ -1750,7 +1755,9 @@ void check_close(const Tensor<T>& C, const Tensor<T>& Cref, const Tensor<T>& bou
 template <typename T>
 void gemm_vs_reference() {
     Rng rng(121);
-    for (Dims d : kOddShapes) {
+    std::vector<Dims> shapes(std::begin(kOddShapes), std::end(kOddShapes));
+    shapes.insert(shapes.end(), std::begin(kTileEdgeShapes), std::end(kTileEdgeShapes));
+    for (Dims d : shapes) {
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
                 for (int acc = 0; acc < 2; acc++) {

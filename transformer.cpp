@@ -21,6 +21,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// Loop hints. GCC and clang each warn about the other's loop pragmas, so they are spelled per
+// compiler here; other compilers get none (every loop is correct without them).
+//   TF_IVDEP      the loop has no dependences between iterations (the pointers are __restrict)
+//   TF_UNROLL(n)  unroll the next loop n times (fully when it has at most n iterations)
+#define TF_PRAGMA(x) _Pragma(#x)
+#if defined(__clang__)
+#define TF_IVDEP TF_PRAGMA(clang loop vectorize(assume_safety))
+#define TF_UNROLL(n) TF_PRAGMA(unroll n)
+#elif defined(__GNUC__)
+#define TF_IVDEP TF_PRAGMA(GCC ivdep)
+#define TF_UNROLL(n) TF_PRAGMA(GCC unroll n)
+#else
+#define TF_IVDEP
+#define TF_UNROLL(n)
+#endif
+
 namespace tf {
 
 // ================================================================================================
@@ -103,7 +119,7 @@ void add_inplace(Tensor<T>& A, const Tensor<T>& B) {
     T* __restrict a = A.ptr();
     const T* __restrict b = B.ptr();
     const std::size_t n = A.size();
-#pragma GCC ivdep
+TF_IVDEP
     for (std::size_t k = 0; k < n; k++) a[k] += b[k];
 }
 
@@ -137,8 +153,7 @@ void gemm_reference(int M, int N, int K, const T* A, long rsA, long csA, const T
     }
 }
 
-// The fast kernel, blocked and packed.
-// How the fast version works (BLIS / Goto-style blocking)
+// The fast kernel, blocked and packed (BLIS / Goto-style blocking).
 // Loops, outermost first:
 //
 //   jc: columns of C, NC at a time
@@ -150,62 +165,82 @@ void gemm_reference(int M, int N, int K, const T* A, long rsA, long csA, const T
 //           ir: one A micro-panel (MR rows of C)
 //               micro-kernel: C(MR x NR) += Apanel(MR x KC) * Bpanel(KC x NR)
 //
-// * Micro-kernel. An MR x NR block of C is accumulated in a local array
-//   `acc` that the compiler keeps entirely in vector registers. Each step k
-//   loads NR values of B (NR/16 zmm loads for float), broadcasts MR values
-//   of A and does MR*NR multiply-adds. For float, MR=6, NR=64 gives 24
-//   zmm accumulators + 4 B vectors + 1 broadcast <= 32 registers, and 24
-//   FMAs per 10 loads, so the FMA units (not the loads) are the limit.
-// * Packing copies each operand into exactly the order the micro-kernel
-//   reads it (sequential, unit stride), whatever the original strides or
-//   transposes were. It costs O(MK + KN) and each packed value is reused
-//   about N/NR (A) or M/MR (B) times.
-// * Cache levels. Packed A block MC x KC (96 x 384 floats = 144 KiB) and
-//   the current B micro-panel (384 x 64 floats = 96 KiB) stay in L2 (1 MiB);
-//   the current A micro-panel (6 x 384 = 9 KiB) is in L1. The packed B panel
-//   KC x NC (384 x 4096 floats = 6 MiB) sits in L3 and is reused by all
-//   MC-blocks of rows. The sizes were chosen by measurement; results are
-//   flat (within a few %) for KC in 256..512 and MC in 72..192.
-// * Edges. The packing pads partial micro-panels with zeros, so the
-//   micro-kernel always computes a full MR x NR tile; only its write-back
-//   to C is clipped. Zeros do not change the result.
-// * Rounding. Each C(i,j) is summed over k in increasing order within a KC
-//   chunk; the chunk sums (and, with accumulate, the old C) are added to C
-//   one after another, and every multiply-add is a fused FMA. So the result
-//   differs from the reference loop only by rounding.
-//
-// Why std::fma in the micro-kernel: with `acc += a*b` GCC 12 vectorises the
-// k loop as 96 separate "reductions" and shuffles every B vector (and the
-// result) through lane permutations; with std::fma (a single instruction
-// on any AVX2/AVX-512 CPU) it produces the clean broadcast+FMA loop.
-// This is fragile: after changing the micro-kernel, look at the assembly
-// (g++ -S) and check that its k loop is 24 `vfmadd231ps ... %zmm` plus a
-// few loads/broadcasts, with no stack (%rsp) accesses. The tile sizes
-// assume AVX-512's 32 vector registers; on an AVX2-only CPU (16 ymm
-// registers) use e.g. MR=6, NR=16 for float.
+// * Micro-kernel. An MR x NR tile of C is accumulated in a local array `acc` that the compiler
+//   keeps in vector registers: each step k loads NR/L vectors of B (L lanes per register),
+//   broadcasts the MR values of A one at a time and does MR * NR/L vector FMAs. To keep the FMA
+//   units busy the tile needs at least latency x FMA units (4 x 2 here) independent accumulators,
+//   and accumulators + B vectors + broadcasts must fit in the register file, or the loop spills.
+// * Tile per target, chosen from the compiler's predefined macros (registers of L floats):
+//     AVX-512 (32 x 16):    6 x 64: 24 accumulators + 4 B + 1 broadcast = 29
+//                          12 x 32 for N <= 32 (one head): 24 + 2 + 1, no zero-padded columns
+//     AVX2 + FMA (16 x 8):  clang 6 x 16: 12 accumulators + 2 B + 1 broadcast = 15
+//                          g++   3 x 24:  9 accumulators + 3 B + 3 broadcasts = 15 (g++ loads
+//                          all MR broadcasts of a step before the FMAs, so 6 x 16 would need 20
+//                          registers and spill; 4 x 16 has 8 accumulators, just at the limit)
+//     ARM NEON (32 x 4):    6 x 16 and 12 x 8 as for AVX-512, with A read as vectors (fmla by
+//                          element): 24 + 4 + 2 and 24 + 2 + 3 (not measured for speed)
+//     other (16 x 4, SSE2): 4 x 8: 8 accumulators + 2 B + 4 broadcasts, multiply then add
+//   double has half the lanes, so the same tiles in registers hold half the columns.
+// * Packing copies each operand into exactly the order the micro-kernel reads it (sequential,
+//   unit stride), whatever the original strides or transposes were. It costs O(MK + KN) and
+//   each packed value is reused about N/NR (A) or M/MR (B) times.
+// * Cache levels. Packed A block MC x KC (48 x 384 floats = 72 KiB) and the current B
+//   micro-panel (at most 384 x 64 floats = 96 KiB) stay in L2 (1 MiB); the current A
+//   micro-panel (MR x 384 floats, at most 18 KiB) is in L1. The packed B panel KC x NC
+//   (384 x 4032 floats = 6 MiB) sits in L3 and is reused by all MC-blocks of rows. The sizes were
+//   chosen by measurement: GFLOP/s are flat (within the noise, a few %) for KC in 192..512 and MC
+//   in 48..144 on every target and compiler above, except g++ with AVX-512, 5-10% faster with
+//   MC = 48 than 96.
+// * Edges. The packing pads partial micro-panels with zeros, so the micro-kernel always computes
+//   a full MR x NR tile; only its write-back to C is clipped. Zeros do not change the result.
+// * Rounding. Each C(i,j) is summed over k in increasing order within a KC chunk; the chunk sums
+//   (and, with accumulate, the old C) are added to C one after another. With FMA hardware every
+//   multiply-add is fused (std::fma), without it a product and a sum. So the result differs from
+//   the reference loop only by rounding.
+// * Two spellings of the micro-kernel's k step, because the two compilers vectorise it
+//   differently. g++: both inner loops fully unrolled (#pragma GCC unroll), and the straight-line
+//   code is vectorised into broadcasts + FMAs (std::fma, not `acc += a*b`: with the latter GCC 12
+//   vectorises the k loop as reductions and shuffles every vector). clang: unrolled like that, its
+//   SLP vectoriser mixes vector widths and spills (25-55 GFLOP/s); instead the j loop carries
+//   `#pragma clang loop vectorize_width(L) interleave_count(NR/L)`, which turns it into NR/L
+//   vector FMAs, and clang unrolls the i loop itself. Both are fragile: after changing the
+//   micro-kernel, check the assembly (-S) of its k loop for MR * NR/L `vfmadd231ps` plus a few
+//   loads and broadcasts, and no stack (%rsp) accesses.
 
 namespace gemm_detail {
 
-// Block sizes per element type (see the comment at the top).
-// A zmm register holds 16 floats or 8 doubles, so NR = 4 registers.
-template <typename T> struct Blocking;
+// What the target offers, from the compiler's predefined macros: bytes per vector register, and
+// whether a fused multiply-add is one instruction (without it std::fma is a slow library call).
+#if defined(__AVX512F__)
+constexpr int kVectorBytes = 64;   // 32 zmm registers
+#elif defined(__AVX__)
+constexpr int kVectorBytes = 32;   // 16 ymm registers (AVX2 + FMA on every CPU since 2013)
+#else
+constexpr int kVectorBytes = 16;   // NEON: 32 q registers; SSE2 and others: 16 xmm registers
+#endif
+#if defined(__FMA__) || defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
+template <typename T> inline T madd(T a, T b, T c) { return std::fma(a, b, c); }
+#else
+template <typename T> inline T madd(T a, T b, T c) { return a * b + c; }
+#endif
 
-// NR is the wide tile; for products with at most NR/2 columns (one attention head: D = 32 or
-// 64) a tile of twice the rows and half the columns (MR2 x NR2, the same 24 registers) wastes
-// no work on zero padding.
-template <> struct Blocking<float> {
-    static constexpr int MR = 6, NR = 64;   // micro-tile, 24 zmm accumulators
-    static constexpr int MR2 = 12, NR2 = 32;  // narrow tile for N <= 32
-    static constexpr int KC = 384;          // depth of one packed panel
-    static constexpr int MC = 96;           // rows of packed A   (multiple of MR)
-    static constexpr int NC = 4096;         // columns of packed B (multiple of NR)
-};
-template <> struct Blocking<double> {           // same register budget, 8 lanes
-    static constexpr int MR = 6, NR = 32;   // 24 zmm accumulators
-    static constexpr int MR2 = 12, NR2 = 16;  // narrow tile for N <= 16
-    static constexpr int KC = 256;          // B micro-panel 64 KiB, A block 192 KiB (L2)
-    static constexpr int MC = 96;
-    static constexpr int NC = 2048;         // B panel 4 MiB (L3); not tuned further
+// Block sizes per element type and target (see the comment above for the register budgets).
+// MR x NR is the wide tile; for products with at most NR2 columns (one attention head) the
+// MR2 x NR2 tile wastes no work on zero padding.
+template <typename T> struct Blocking {
+    static constexpr int L = kVectorBytes / int(sizeof(T));   // lanes per vector register
+#if defined(__AVX512F__) || defined(__ARM_NEON) || defined(__aarch64__)
+    static constexpr int MR = 6, NR = 4 * L, MR2 = 12, NR2 = 2 * L;
+#elif defined(__AVX__) && defined(__clang__)
+    static constexpr int MR = 6, NR = 2 * L, MR2 = 6, NR2 = 2 * L;
+#elif defined(__AVX__)
+    static constexpr int MR = 3, NR = 3 * L, MR2 = 4, NR2 = 2 * L;
+#else
+    static constexpr int MR = 4, NR = 2 * L, MR2 = 4, NR2 = 2 * L;
+#endif
+    static constexpr int KC = sizeof(T) == 4 ? 384 : 256;   // depth of one packed panel
+    static constexpr int MC = 48;                            // rows of packed A (a multiple of every MR)
+    static constexpr int NC = 63 * 64 * 4 / int(sizeof(T));  // columns of packed B (a multiple of every NR)
 };
 
 // When to skip packing and use the simple i-k-j loop instead (measured):
@@ -229,19 +264,20 @@ void pack_panels(int kc, int n, const T* X, long rsK, long csN, T* __restrict ds
         if (csN == 1 && w == W) {
             // The W values of one k are contiguous: copy row by row.
             for (int p = 0; p < kc; ++p) {
-                #pragma GCC unroll 64
+                TF_UNROLL(64)
                 for (int j = 0; j < W; ++j) dst[p * W + j] = x[p * rsK + j];
             }
         } else {
             // Strided along the panel (typically contiguous along k, as for
             // B = W^T or a row-major A). Walk 8 values of k per column: one
             // short contiguous read, then 8 writes into a small L1-resident
-            // window of dst. Measured ~1.5x faster than going row by row.
+            // window of dst. Measured ~1.5x faster than going row by row
+            // (and faster than 16 values of k).
             constexpr int KB = 8;
             int p0 = 0;
             for (; p0 + KB <= kc; p0 += KB) {
                 for (int j = 0; j < w; ++j) {
-                    #pragma GCC unroll 8
+                    TF_UNROLL(8)
                     for (int p = p0; p < p0 + KB; ++p) dst[p * W + j] = x[p * rsK + j * csN];
                 }
                 for (int j = w; j < W; ++j)
@@ -265,12 +301,21 @@ void micro_kernel(int kc, const T* __restrict a, const T* __restrict b,
 {
     T acc[MR][NR] = {};
     for (int p = 0; p < kc; ++p) {
-        #pragma GCC unroll 64
+#if defined(__clang__)
+        constexpr int L = Blocking<T>::L;
+        for (int i = 0; i < MR; ++i) {
+            const T ai = a[i];
+            TF_PRAGMA(clang loop vectorize_width(L) interleave_count(NR / L))
+            for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
+        }
+#else
+        TF_UNROLL(64)
         for (int i = 0; i < MR; ++i) {
             const T ai = a[i];   // hoisted: GCC's vectoriser needs this
-            #pragma GCC unroll 64
-            for (int j = 0; j < NR; ++j) acc[i][j] = std::fma(ai, b[j], acc[i][j]);
+            TF_UNROLL(64)
+            for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
         }
+#endif
         a += MR;
         b += NR;
     }
@@ -279,9 +324,9 @@ void micro_kernel(int kc, const T* __restrict a, const T* __restrict b,
     // loops: if acc itself were indexed by the runtime bounds mr, nr, GCC
     // would have to keep it in memory and the k loop above would spill.
     alignas(64) T tile[MR][NR];
-    #pragma GCC unroll 64
+    TF_UNROLL(64)
     for (int i = 0; i < MR; ++i) {
-        #pragma GCC unroll 64
+        TF_UNROLL(64)
         for (int j = 0; j < NR; ++j) tile[i][j] = acc[i][j];
     }
     for (int i = 0; i < mr; ++i) {       // only the part inside C (edge tiles)
@@ -357,6 +402,51 @@ void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long 
         gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
 }
 
+// The register-only FMA peak of one core at the build's vector width, in GFLOP/s (2 per
+// multiply-add): acc = acc * x + y on a K x L array spelled like the micro-kernel's acc (and with
+// its pragmas), i.e. 6 x 4 (AVX-512) or 6 x 2 vector registers of independent chains, enough to
+// cover the FMA latency on every FMA unit. The best of repeated 20 ms runs over about 0.2 s.
+double fma_peak_gflops() {
+    using namespace gemm_detail;
+    constexpr int V = Blocking<float>::L, K = 6, L = kVectorBytes == 64 ? 4 * V : 2 * V;
+    float acc[K][L];
+    for (int k = 0; k < K; ++k)
+        for (int j = 0; j < L; ++j) acc[k][j] = 1.0f + 0.001f * float(k * L + j);
+    const float x = 0.9999f, y = 1e-4f;   // acc -> y / (1 - x) = 1: no overflow, no denormals
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    double best = 0;
+    long steps = 1 << 14;
+    for (;;) {
+        const auto t = Clock::now();
+        for (long s = 0; s < steps; ++s) {
+#if defined(__clang__)
+            for (int k = 0; k < K; ++k) {
+                TF_PRAGMA(clang loop vectorize_width(V) interleave_count(L / V))
+                for (int j = 0; j < L; ++j) acc[k][j] = madd(acc[k][j], x, y);
+            }
+#else
+            TF_UNROLL(64)
+            for (int k = 0; k < K; ++k) {
+                TF_UNROLL(64)
+                for (int j = 0; j < L; ++j) acc[k][j] = madd(acc[k][j], x, y);
+            }
+#endif
+        }
+        const double sec = std::chrono::duration<double>(Clock::now() - t).count();
+        if (sec < 0.02) {
+            steps *= 2;
+            continue;
+        }
+        best = std::max(best, 2.0 * K * L * steps / sec * 1e-9);
+        if (std::chrono::duration<double>(Clock::now() - start).count() > 0.2) break;
+    }
+    float sum = 0;   // the result is used (every acc stays near 1), so the loop is not optimised away
+    for (int k = 0; k < K; ++k)
+        for (int j = 0; j < L; ++j) sum += acc[k][j];
+    return sum > 0 ? best : 0;
+}
+
 template <typename T>
 Tensor<T> matmul(const Tensor<T>& A, const Tensor<T>& B) {
     require_matrix(A, "matmul", "A");
@@ -417,7 +507,7 @@ static void colsum_acc(const Tensor<T>& dY, Tensor<T>& db) {
     for (int i = 0; i < m; i++) {
         const T* __restrict d = dY.row(i);
         T* __restrict b = db.ptr();
-#pragma GCC ivdep
+TF_IVDEP
         for (int j = 0; j < n; j++) b[j] += d[j];
     }
 }
@@ -432,7 +522,7 @@ static Tensor<T> Linear(const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>&
         for (int i = 0; i < m; i++) {
             T* __restrict y = Y.row(i);
             const T* __restrict bb = b.ptr();
-#pragma GCC ivdep
+TF_IVDEP
             for (int j = 0; j < n; j++) y[j] += bb[j];
         }
     }
@@ -527,7 +617,7 @@ void Embedding_backward(const std::vector<int>& x, const Tensor<T>& dY, Tensor<T
     for (std::size_t i = 0; i < x.size(); i++) {
         T* __restrict w = dW_e.row(x[i]);
         const T* __restrict d = dY.row((int)i);
-#pragma GCC ivdep
+TF_IVDEP
         for (int j = 0; j < H; j++) w[j] += d[j];
     }
 }
@@ -1094,7 +1184,7 @@ void multiply_inplace(Tensor<T>& X, const Tensor<T>& scale) {
     T* __restrict x = X.ptr();
     const T* __restrict s = scale.ptr();
     const std::size_t n = X.size();
-#pragma GCC ivdep
+TF_IVDEP
     for (std::size_t k = 0; k < n; k++) x[k] *= s[k];
 }
 
@@ -2712,7 +2802,7 @@ void adamw_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt,
         float* __restrict m = M[k].tensor->ptr();
         float* __restrict v = S[k].tensor->ptr();
         const std::size_t n = P[k].tensor->size();
-#pragma GCC ivdep
+TF_IVDEP
         for (std::size_t j = 0; j < n; j++) {
             m[j] = b1 * m[j] + (1 - b1) * gr[j];
             v[j] = b2 * v[j] + (1 - b2) * gr[j] * gr[j];

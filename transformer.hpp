@@ -102,6 +102,9 @@ void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long 
 template <typename T>
 void gemm_reference(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long rsB, long csB,
                     T* C, long ldc, bool accumulate);
+// The register-only FMA peak of one core for float at this build's vector width (GFLOP/s,
+// 2 per multiply-add), measured in about 0.2 s: the yardstick for gemm's GFLOP/s.
+double fma_peak_gflops();
 
 template <typename T>
 Tensor<T> matmul(const Tensor<T>& A, const Tensor<T>& B);  // A B:    (m x k)(k x n) -> m x n
