@@ -4135,6 +4135,186 @@ TEST_CASE("Tensor: Tensor<float>({5}, 2.0f) is the 5-vector of 2s (compile-time 
     CHECK(Tensor<float>(2, 3).shape == std::vector<int>{2, 3});
 }
 
+// ---- Fine-tuning and XLNet as commands (issue 8) ------------------------------------------------
+TEST_CASE("finetune: the four file formats parse, and each malformed line names the file, the line and the reason") {
+    std::vector<std::string> classes;
+    auto ex = parse_labelled("pos\tgood film\nneg\tbad\r\npos\tfine\n", "c.tsv", FinetuneKind::classify, classes, true, true);
+    REQUIRE(ex.size() == 3);
+    CHECK(classes == std::vector<std::string>{"pos", "neg"});
+    CHECK(ex[1].label == 1);
+    CHECK(ex[1].fields == std::vector<std::string>{"bad"});
+    CHECK(ex[2].line == 3);
+    CHECK(ex[1].at == std::vector<std::size_t>{18});  // byte offset of "bad" in the file
+    classes = {};
+    ex = parse_labelled("yes\ta b\tc\nno\td\te\n", "e.tsv", FinetuneKind::entailment, classes, true, true);
+    CHECK(ex[0].fields == std::vector<std::string>{"a b", "c"});
+    ex = parse_labelled("2\tctx\tx\ty\tz\n0\tc2\tp\tq\n", "m.tsv", FinetuneKind::choice, classes, false, true);
+    CHECK(ex[0].label == 2);
+    CHECK(ex[0].fields.size() == 4);
+    CHECK(ex[1].fields.size() == 3);  // K may differ between lines
+    classes = {"pos", "neg"};
+    M_CHECK_TF_ERROR(parse_labelled("pos\tok\npos\ta\tb\n", "c.tsv", FinetuneKind::classify, classes, false, true), "'c.tsv' line 2", "expected 2");
+    M_CHECK_TF_ERROR(parse_labelled("pos\t\n", "c.tsv", FinetuneKind::classify, classes, false, true), "line 1", "field 2 is empty");
+    M_CHECK_TF_ERROR(parse_labelled("pos\tok\nmaybe\tx\n", "v.tsv", FinetuneKind::classify, classes, false, true), "'v.tsv' line 2", "'maybe' was not in the training file");
+    M_CHECK_TF_ERROR(parse_labelled("3\tctx\tx\ty\tz\n", "m.tsv", FinetuneKind::choice, classes, false, true), "answer '3' is not an index 0..2");
+    M_CHECK_TF_ERROR(parse_labelled("x\tctx\n", "m.tsv", FinetuneKind::choice, classes, false, true), "at least 4");
+    M_CHECK_TF_ERROR(parse_labelled("", "e.tsv", FinetuneKind::similarity, classes, false, true), "is empty");
+    std::vector<std::string> one;
+    M_CHECK_TF_ERROR(parse_labelled("a\tx\na\ty\n", "c.tsv", FinetuneKind::classify, one, true, true), "at least 2");
+    // Without the label column: one field fewer, decided per file.
+    CHECK(has_label_column("pos\tgood\n", FinetuneKind::classify));
+    CHECK_FALSE(has_label_column("good film\n", FinetuneKind::classify));
+    CHECK(has_label_column("1\tctx\ta\tb\n", FinetuneKind::choice));
+    CHECK_FALSE(has_label_column("ctx\ta\tb\n", FinetuneKind::choice));
+    ex = parse_labelled("good film\n", "p.tsv", FinetuneKind::classify, classes, false, false);
+    CHECK(ex[0].label == -1);
+    CHECK(ex[0].fields == std::vector<std::string>{"good film"});
+    // Characters and lengths: the input transformation through the pre-trained vocabulary.
+    Config c = preset("tiny-gpt");
+    c.n_ctx = 8;
+    const CharVocab v = CharVocab::from_text("abcdefg ");
+    FinetuneSpec s;
+    s.kind = FinetuneKind::entailment, s.classes = {"yes", "no"}, s.specials = {10, 11, 12};
+    const std::string text = "yes\tab\tcd\nno\tab\tc\xE2\x82\xAC\nno\tabcdef\tg\n";
+    classes = s.classes;
+    ex = parse_labelled(text, "t.tsv", FinetuneKind::entailment, classes, false, true);
+    const EncodedExample e0 = encode_example(c, s, v, ex[0], text, "t.tsv");
+    CHECK(e0.seqs == std::vector<std::vector<int>>{{10, 1, 2, 11, 3, 4, 12}});  // [s] a b [$] c d [e]
+    M_CHECK_TF_ERROR(encode_example(c, s, v, ex[1], text, "t.tsv"), "(U+20AC) at byte 17 (line 2, column 8) of 't.tsv'");
+    M_CHECK_TF_ERROR(encode_example(c, s, v, ex[2], text, "t.tsv"), "'t.tsv' line 3", "longer than n_ctx = 8");
+}
+
+TEST_CASE("finetune: BERT's [CLS] head with segments; padding is masked out (key_padding_mask)") {
+    const Config c = preset("tiny-bert");
+    Params<double> p = m_model<double>(c, 91, 0.2);
+    Rng r(92);
+    const TD W_y = randn(c.H, 2, r, 0.5);
+    FinetuneSpec s;
+    s.kind = FinetuneKind::entailment, s.classes = {"a", "b"}, s.specials = {c.cls_id, c.sep_id, c.sep_id};
+    EncodedExample short_ex, long_ex;
+    std::vector<int> x, t;
+    bert_pair(c, {1, 2}, {3}, x, t);
+    short_ex.seqs = {x}, short_ex.segs = {t}, short_ex.label = 0;
+    bert_pair(c, {4, 5, 6, 7}, {8, 9}, x, t);
+    long_ex.seqs = {x}, long_ex.segs = {t}, long_ex.label = 1;
+    std::vector<int> at, labels;
+    // Alone (no padding) and batched with a longer example (padded): the same P(y | x).
+    const Batch alone = finetune_batch(c, s, {&short_ex}, at, labels, nullptr);
+    CHECK(at == std::vector<int>{0});
+    CHECK(alone.segments == std::vector<int>{0, 0, 0, 0, 1, 1});
+    const TD P1 = finetune_probs(c, p, W_y, FinetuneTask::classify, 1, alone, at);
+    const Batch both = finetune_batch(c, s, {&short_ex, &long_ex}, at, labels, nullptr);
+    CHECK(both.lengths == std::vector<int>{6, 9});
+    CHECK(both.n == 9);
+    const TD P2 = finetune_probs(c, p, W_y, FinetuneTask::classify, 1, both, at);
+    CHECK(P2(0, 0) == doctest::Approx(P1(0, 0)).epsilon(1e-12));
+    Batch unmasked = both;  // without the mask the padding would change [CLS]
+    unmasked.lengths.clear();
+    CHECK(std::abs(finetune_probs(c, p, W_y, FinetuneTask::classify, 1, unmasked, at)(0, 0) - P1(0, 0)) > 1e-6);
+    // Gradient check of L3 with the masked-LM L1 on the padded batch.
+    Rng mlm(93);
+    const Batch b = finetune_batch(c, s, {&short_ex, &long_ex}, at, labels, &mlm);
+    REQUIRE(std::any_of(b.targets.begin(), b.targets.end(), [](int y) { return y >= 0; }));
+    auto loss = [&](Params<double>* g) {
+        TD dW(W_y.shape);
+        return finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, labels, 0.5, g, g ? &dW : nullptr).L3;
+    };
+    m_grad_check(c, p, loss, 94, "finetune bert padded");
+}
+
+TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same predictions; --scratch starts fresh") {
+    const std::string dir = m_path("ft");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string pre = dir + "/pre.st", text = dir + "/pre.txt", tr = dir + "/tr.tsv", va = dir + "/va.tsv";
+    m_run_ok("task --task text --examples 600 --out " + text);
+    m_run_ok("task --task classify --examples 300 --out " + tr);
+    m_run_ok("task --task classify --examples 60 --seed 2 --held-out --out " + va);
+    const bool labelled_line = m_read(tr).rfind("big\t", 0) == 0 || m_read(tr).rfind("small\t", 0) == 0;
+    CHECK(labelled_line);
+    m_run_ok("train --data " + text + " --layers 1 --heads 2 --embd 16 --block 24 --batch 8 --steps 30 --eval-steps 1 --quiet --out " + pre);
+    const std::string ft = dir + "/ft.st", sc = dir + "/sc.st";
+    const std::string files = " --task classify --train " + tr + " --val " + va, args = files + " --lr 3e-3 --steps 40 --batch 16";
+    const m_Run r = m_run_ok("finetune --checkpoint " + pre + args + " --out " + ft);
+    CHECK(m_contains(r.out, "val accuracy: "));
+    CHECK(m_contains(r.out, "(L1 "));
+    CHECK(m_exists(dir + "/ft.csv"));
+    const LoadedModel pm = load_model(pre, {"adam."}), fm = load_model(ft, {"adam."});
+    CHECK(fm.config.V == pm.config.V + 3);  // start, delimiter, extract: new rows of W_e
+    CHECK(fm.config.W_y_rows == fm.config.H);
+    CHECK(fm.config.W_y_cols == 2);
+    const FinetuneSpec spec = finetune_spec_of(fm, ft);
+    CHECK(spec.specials.start == pm.config.V);
+    CHECK(spec.classes.size() == 2);
+    // predict: one label per line, in order, equal to finetune_predict on the reloaded model.
+    const m_Run p1 = m_run_ok("predict --checkpoint " + ft + " --data " + va);
+    CHECK(m_contains(p1.err, "accuracy: "));
+    std::vector<std::string> classes = spec.classes;
+    const std::string vtext = m_read(va);
+    std::vector<EncodedExample> ex;
+    for (auto& e : parse_labelled(vtext, va, FinetuneKind::classify, classes, false, true))
+        ex.push_back(encode_example(fm.config, spec, CharVocab::from_metadata(fm.file.metadata.at("vocab")), e, vtext, va));
+    std::string want;
+    for (int y : finetune_predict(fm.config, fm.params, spec, ex)) want += spec.classes[y] + "\n";
+    CHECK(p1.out == want);
+    // Without labels: the same predictions, no accuracy.
+    std::string unlabelled;
+    std::stringstream ss(vtext);
+    for (std::string line; std::getline(ss, line);) unlabelled += line.substr(line.find('\t') + 1) + "\n";
+    m_write(dir + "/u.tsv", unlabelled);
+    const m_Run p2 = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/u.tsv");
+    CHECK(p2.out == p1.out);
+    CHECK_FALSE(m_contains(p2.err, "accuracy"));
+    // --scratch: the same shapes, but the pre-trained rows of W_e are not carried over.
+    m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --scratch --out " + sc);
+    m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --out " + dir + "/one.st");
+    const LoadedModel s1 = load_model(sc, {"adam."}), o1 = load_model(dir + "/one.st", {"adam."});
+    CHECK(s1.config.V == o1.config.V);
+    double d_scratch = 0, d_pre = 0;
+    for (int k = 0; k < pm.params.W_e.cols(); k++) {
+        d_scratch += std::abs(s1.params.W_e(3, k) - pm.params.W_e(3, k));
+        d_pre += std::abs(o1.params.W_e(3, k) - pm.params.W_e(3, k));
+    }
+    CHECK(d_pre < 1e-5);
+    CHECK(d_scratch > 1e-2);
+    // Bad input.
+    m_cli_fails("finetune --checkpoint " + pre + " --task sorting --train " + tr + " --val " + va + " --out " + dir + "/x.st", "unknown task 'sorting'");
+    m_cli_fails("predict --checkpoint " + pre + " --data " + va, "not a fine-tuned checkpoint");
+    m_write(dir + "/bad.tsv", "big\t123+456\nhuge\t1+1\n");
+    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + dir + "/bad.tsv --out " + dir + "/x.st",
+                "bad.tsv' line 2: the label 'huge' was not in the training file");
+}
+
+TEST_CASE("xlnet: train --objective xlnet lowers the loss, keeps w in the checkpoint and resumes exactly") {
+    const std::string dir = m_path("xl");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string full = dir + "/full.st", half = dir + "/half.st";
+    const std::string args = " --objective xlnet --data " + m_text_file() +
+                             " --layers 1 --heads 2 --embd 16 --block 16 --batch 16 --predict 8 --steps 200 --warmup 5 --eval-steps 2 --lr 1e-2 --quiet";
+    m_run_ok("train" + args + " --out " + full);
+    m_run_ok("train" + args + " --stop-at 100 --out " + half);
+    m_run_ok("train --resume " + half);
+    const LoadedModel a = load_model(full, {"adam."}), b = load_model(half, {"adam."});
+    CHECK(a.config.xlnet);
+    CHECK(a.params.w.size() == 16);
+    CHECK(a.file.metadata.at("train.objective") == "xlnet");
+    CHECK(a.file.metadata.at("train.predict") == "8");
+    CHECK(m_bits_equal(a.params.W_e, b.params.W_e));
+    CHECK(m_bits_equal(a.params.w, b.params.w));
+    // The loss went down: the log's first and last train losses.
+    std::stringstream log(a.file.metadata.at("train.log"));
+    std::string line;
+    std::vector<double> losses;
+    std::getline(log, line);
+    while (std::getline(log, line)) losses.push_back(std::stod(line.substr(line.find(',') + 1)));
+    REQUIRE(losses.size() == 200);
+    double first = 0, last = 0;  // means of the first and the last 20 steps (one batch is noisy)
+    for (int k = 0; k < 20; k++) first += losses[k] / 20, last += losses[180 + k] / 20;
+    CHECK(last < first - 0.3);
+    m_cli_fails("train --objective xlnet --model bert --data " + m_text_file() + " --out " + dir + "/b.st", "not bert");
+    m_cli_fails("train --objective xlnet --steps 2 --out " + dir + "/t.st", "needs --data");
+    m_cli_fails("train --predict 3 --data " + m_text_file() + " --out " + dir + "/t.st", "--predict applies to --objective xlnet");
+}
+
 // ================================================================================================
 // Generation with a key/value cache
 // ================================================================================================
