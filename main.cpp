@@ -471,6 +471,16 @@ static int cmd_eval(Flags& f) {
     const std::vector<int> ids = codec_of(lm, path, encoder, merges).encode(read_file(data), "'" + data + "'");
     if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
     long long count = 0;
+    if (c.xlnet) {  // trained with --objective xlnet: its own loss, over several permutations
+        const auto it = lm.file.metadata.find("train.predict");
+        const int predict = it == lm.file.metadata.end() ? std::max(1, c.n_ctx / 6) : std::max(1, std::atoi(it->second.c_str()));
+        const double loss = xlnet_corpus_loss(c, lm.params, ids, predict, 4, 1234, &count);
+        if (!std::isfinite(loss)) throw Error("the loss on '" + data + "' is not finite: the model's numbers overflow");
+        std::printf("%s: mean XLNet permutation loss %.4f nats per predicted token over %lld predictions (windows of %d, "
+                    "4 random permutations each, the last %d positions in each permutation predicted)\n",
+                    data.c_str(), loss, count, c.n_ctx, predict);
+        return 0;
+    }
     const double loss = corpus_loss(c, lm.params, ids, 1234, &count);
     if (!std::isfinite(loss)) throw Error("the loss on '" + data + "' is not finite (" + std::to_string(loss) + "): the model's numbers overflow");
     std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens\n", data.c_str(), loss, count);

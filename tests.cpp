@@ -4310,6 +4310,9 @@ TEST_CASE("xlnet: train --objective xlnet lowers the loss, keeps w in the checkp
     double first = 0, last = 0;  // means of the first and the last 20 steps (one batch is noisy)
     for (int k = 0; k < 20; k++) first += losses[k] / 20, last += losses[180 + k] / 20;
     CHECK(last < first - 0.3);
+    const m_Run e = m_run_ok("eval --checkpoint " + full + " --data " + m_text_file());
+    CHECK(m_contains(e.out, "mean XLNet permutation loss"));
+    CHECK(m_contains(e.out, "4 random permutations"));
     m_cli_fails("train --objective xlnet --model bert --data " + m_text_file() + " --out " + dir + "/b.st", "not bert");
     m_cli_fails("train --objective xlnet --steps 2 --out " + dir + "/t.st", "needs --data");
     m_cli_fails("train --predict 3 --data " + m_text_file() + " --out " + dir + "/t.st", "--predict applies to --objective xlnet");
