@@ -52,11 +52,11 @@ bench: transformer
 # 3-digit sums, fine-tune it on the four built-in labelled tasks (held-out pairs for validation), and
 # print the GPT-1 paper's ablation: pre-trained with lambda 0.5, pre-trained with lambda 0, no
 # pre-training (--scratch). Files go to demo/.
-FT_ARGS := --lr 1e-3 --steps 300 --batch 32 --quiet
+FT_ARGS := --lr 1e-3 --steps 1000 --batch 32 --quiet
 finetune-demo: transformer
 	@mkdir -p demo
 	./transformer task --task text --examples 20000 --out demo/sums.txt
-	./transformer train --data demo/sums.txt --block 32 --batch 32 --steps 1500 --dropout 0 --eval-every 500 --log-every 500 --out demo/pretrained.safetensors
+	./transformer train --data demo/sums.txt --line-windows --block 32 --batch 32 --steps 2000 --dropout 0 --eval-every 500 --log-every 500 --out demo/pretrained.safetensors
 	@for t in classify entailment similarity choice; do \
 	  ./transformer task --task $$t --examples 2000 --seed 1 --out demo/$$t-train.tsv >/dev/null && \
 	  ./transformer task --task $$t --examples 500 --seed 2 --held-out --out demo/$$t-val.tsv >/dev/null || exit 1; \

@@ -30,6 +30,7 @@ commands:
            --eval-steps S --save-every S --log-every S --stop-at S --seed S --out FILE --resume FILE
            --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --attn-bias (biases on Q, K, V, O) --quiet
            --objective lm|xlnet (xlnet: permutation LM, two-stream attention) --predict K (xlnet, default n/6)
+           --line-windows (every window starts at a newline: pre-training for finetune's line examples)
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
            [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's tokenizer, for released GPT-2 weights)
   finetune --checkpoint PRETRAINED --task classify|entailment|similarity|choice --train FILE --val FILE
@@ -98,7 +99,7 @@ struct Flags {
     }
 };
 
-static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out"};
+static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out", "line-windows"};
 
 // --name VALUE or --name=VALUE; the word after a flag is its value whatever it looks like
 // (--prompt --help prompts with "--help"). A boolean flag is --name alone, or --name=true|false|1|0.
@@ -276,6 +277,7 @@ static int cmd_train(Flags& f) {
     o.activation = f.str("activation");
     o.gpt2_init = f.flag("gpt2-init");
     o.attn_bias = f.flag("attn-bias");
+    o.line_windows = f.flag("line-windows");
     o.seed = (uint64_t)f.integer("seed", (long long)o.seed);
     o.out = f.str("out", f.has("resume") ? "" : o.out);
     o.resume = f.str("resume");

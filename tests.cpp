@@ -4184,6 +4184,78 @@ TEST_CASE("finetune: the four file formats parse, and each malformed line names 
     M_CHECK_TF_ERROR(encode_example(c, s, v, ex[2], text, "t.tsv"), "'t.tsv' line 3", "longer than n_ctx = 8");
 }
 
+// The sum a + b as the pre-training text writes it (least significant digit first) and back.
+static int m_sum_from_text(const std::string& d) { return (d[0] - '0') + 10 * (d[1] - '0') + 100 * (d[2] - '0') + 1000 * (d[3] - '0'); }
+static void m_operands(const std::string& f, int& a, int& b) {
+    REQUIRE(f.size() == 7);
+    REQUIRE(f[3] == '+');
+    a = std::stoi(f.substr(0, 3)), b = std::stoi(f.substr(4, 3));
+}
+
+TEST_CASE("finetune: the built-in labelled tasks' labels are the arithmetic's truth") {
+    for (bool held : {false, true}) {
+        std::vector<std::string> classes;
+        int a, b, c, d;
+        const std::string cl = addition_finetune_task(FinetuneKind::classify, 200, 5, held);
+        for (const auto& e : parse_labelled(cl, "c", FinetuneKind::classify, classes, true, true)) {
+            m_operands(e.fields[0], a, b);
+            CHECK(AdditionTask::held_out(a, b) == held);
+            CHECK(classes[e.label] == (a + b >= 1000 ? "big" : "small"));
+        }
+        classes = {};
+        int yes = 0;
+        for (const auto& e : parse_labelled(addition_finetune_task(FinetuneKind::entailment, 200, 6, held), "e",
+                                            FinetuneKind::entailment, classes, true, true)) {
+            m_operands(e.fields[0], a, b);
+            const bool right = m_sum_from_text(e.fields[1]) == a + b;
+            CHECK(classes[e.label] == (right ? "yes" : "no"));
+            yes += right;
+        }
+        CHECK(yes > 60);
+        CHECK(yes < 140);  // about half
+        classes = {};
+        for (const auto& e : parse_labelled(addition_finetune_task(FinetuneKind::similarity, 200, 7, held), "s",
+                                            FinetuneKind::similarity, classes, true, true)) {
+            m_operands(e.fields[0], a, b);
+            m_operands(e.fields[1], c, d);
+            CHECK(classes[e.label] == (a + b == c + d ? "same" : "different"));
+        }
+        std::vector<int> answers(4, 0);
+        for (const auto& e : parse_labelled(addition_finetune_task(FinetuneKind::choice, 200, 8, held), "m",
+                                            FinetuneKind::choice, classes, false, true)) {
+            REQUIRE(e.fields.size() == 5);
+            m_operands(e.fields[0], a, b);  // the context stops before "=": the delimiter takes its place
+            for (int k = 1; k <= 4; k++) CHECK((m_sum_from_text(e.fields[k]) == a + b) == (k - 1 == e.label));
+            answers[e.label]++;
+        }
+        for (int n : answers) CHECK(n > 25);  // every position holds the answer sometimes
+    }
+}
+
+TEST_CASE("train --line-windows: windows start at newlines with a whole window after them") {
+    // ids: 0 = newline; n = 3 needs 4 ids from the start on.
+    const std::vector<int> ids = {0, 5, 6, 0, 7, 8, 9, 0, 1};
+    CHECK(line_window_starts(ids, 0, 3) == std::vector<int>{0, 3});  // 7 has only 2 ids after it
+    CHECK(line_window_starts(ids, 0, 1) == std::vector<int>{0, 3, 7});
+    CHECK(line_window_starts(ids, -1, 3).empty());  // no newline in the vocabulary
+    const std::string dir = m_path("linewin");
+    ::mkdir(dir.c_str(), 0755);
+    std::string lines;
+    for (int i = 0; i < 200; i++) lines += "ab" + std::string(1 + i % 5, 'c') + "\n";
+    m_write(dir + "/lines.txt", lines);
+    m_write(dir + "/flat.txt", std::string(4000, 'a'));
+    m_run_ok("train --data " + dir + "/lines.txt --line-windows --block 8 --layers 1 --embd 16 --heads 2 --steps 2 "
+             "--eval-every 0 --quiet --out " + dir + "/m.safetensors");
+    CHECK(load_model(dir + "/m.safetensors", {"adam."}).file.metadata.at("train.line_windows") == "1");
+    const m_Run flat = m_run("train --data " + dir + "/flat.txt --line-windows --block 8 --steps 2 --out " + dir + "/f.safetensors");
+    CHECK(flat.status == 1);
+    CHECK(m_contains(flat.err, "--line-windows: the training (first 90%) split"));
+    CHECK(m_contains(flat.err, "has no newline"));
+    const m_Run task = m_run("train --line-windows --steps 2 --out " + dir + "/t.safetensors");
+    CHECK(task.status == 1);
+    CHECK(m_contains(task.err, "not to the built-in task"));
+}
+
 TEST_CASE("finetune: BERT's [CLS] head with segments; padding is masked out (key_padding_mask)") {
     const Config c = preset("tiny-bert");
     Params<double> p = m_model<double>(c, 91, 0.2);

@@ -3131,7 +3131,8 @@ static std::map<std::string, std::string> options_metadata(const TrainOptions& o
             {"train.seed", std::to_string(o.seed)},
             {"train.schedule", o.schedule},
             {"train.objective", o.objective},
-            {"train.predict", std::to_string(o.predict)}};
+            {"train.predict", std::to_string(o.predict)},
+            {"train.line_windows", o.line_windows ? "1" : "0"}};
 }
 static void options_from_metadata(const std::map<std::string, std::string>& m, TrainOptions& o) {
     auto get = [&](const char* k) -> const std::string& {
@@ -3159,6 +3160,7 @@ static void options_from_metadata(const std::map<std::string, std::string>& m, T
     o.schedule = optional("train.schedule", "cosine");  // absent in older checkpoints
     o.objective = optional("train.objective", "lm");
     o.predict = parse_int(optional("train.predict", "0"), "train.predict");
+    o.line_windows = optional("train.line_windows", "0") == "1";
 }
 
 static void check_options(const TrainOptions& o) {
@@ -3174,6 +3176,7 @@ static void check_options(const TrainOptions& o) {
     if (o.weight_decay < 0 || o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1 || o.grad_clip < 0)
         fail("need --weight-decay >= 0, 0 <= --beta1, --beta2 < 1, --grad-clip >= 0");
     if (o.dropout < 0 || o.dropout >= 1) fail("--dropout must be in [0, 1)");
+    if (o.data.empty() && o.line_windows) fail("--line-windows applies to a text (--data FILE), not to the built-in task");
     if (o.data.empty() && o.block != 0)
         fail("--block does not apply to the built-in addition task (its block is one problem, 12 or 13 tokens); give --data FILE to train on a text");
 }
@@ -3183,6 +3186,7 @@ struct Corpus {
     bool task = false;
     CharVocab vocab;
     std::vector<int> train, val;
+    std::vector<int> train_starts, val_starts;  // --line-windows: the window starts (newlines) in each split
     std::size_t bytes = 0;  // the text file's size and content hash (resume checks them)
     uint64_t hash = 0;
 };
@@ -3194,7 +3198,14 @@ static uint64_t fnv1a64(const std::string& bytes) {
     return h;
 }
 
-static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n) {
+std::vector<int> line_window_starts(const std::vector<int>& ids, int newline, int n) {
+    std::vector<int> starts;
+    for (std::size_t i = 0; i + n + 1 <= ids.size(); i++)
+        if (ids[i] == newline) starts.push_back((int)i);
+    return starts;
+}
+
+static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n, bool line_windows) {
     Corpus k;
     if (path.empty()) {
         k.task = true;
@@ -3215,6 +3226,17 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
     if ((long long)k.val.size() < n + 2)
         throw Error("'" + path + "' is too short: " + std::to_string(text.size()) + " characters, the 10% validation split needs more than the block of " +
                     std::to_string(n + 1));
+    if (line_windows) {
+        const int nl = k.vocab.id['\n'];  // -1 if the text has no newline
+        auto starts = [&](const std::vector<int>& ids, std::vector<int>& out, const char* split) {
+            out = line_window_starts(ids, nl, n);
+            if (out.empty())
+                throw Error("--line-windows: the " + std::string(split) + " split of '" + path +
+                            "' has no newline followed by a whole block of " + std::to_string(n + 1) + " characters");
+        };
+        starts(k.train, k.train_starts, "training (first 90%)");
+        starts(k.val, k.val_starts, "validation (last 10%)");
+    }
     return k;
 }
 
@@ -3269,7 +3291,8 @@ static Batch make_batch(const Config& c, const Corpus& k, bool validation, int B
             else x = k.vocab.encode(AdditionTask::problem(a, bb)), y.assign(x.size(), -1);  // mlm_corrupt sets targets
         } else {
             const std::vector<int>& ids = validation ? k.val : k.train;
-            const int start = rng.below((int)ids.size() - n - 1);
+            const std::vector<int>& starts = validation ? k.val_starts : k.train_starts;  // empty: anywhere
+            const int start = starts.empty() ? rng.below((int)ids.size() - n - 1) : starts[rng.below((int)starts.size())];
             x = std::vector<int>(ids.begin() + start, ids.begin() + start + n);
             y = std::vector<int>(ids.begin() + start + 1, ids.begin() + start + n + 1);
         }
@@ -3547,7 +3570,7 @@ TrainResult train(const TrainOptions& opt_in) {
     const int predict = o.predict > 0 ? o.predict : std::max(1, n / 6);  // K = n/6: the XLNet paper's partial prediction
     if (xlnet && predict > n) throw Error("train: --predict " + std::to_string(predict) + " is more than the block of " + std::to_string(n));
     o.predict = xlnet ? predict : 0;
-    Corpus k = load_corpus(o.data, o.resume.empty() ? nullptr : &saved_vocab, n);
+    Corpus k = load_corpus(o.data, o.resume.empty() ? nullptr : &saved_vocab, n, o.line_windows);
     if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k, o.data, o.resume);
     if (o.resume.empty()) {
         c.variant = variant;
@@ -4005,8 +4028,11 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
 //   classify    big|small: is the sum 1000 or more?          "big<TAB>623+456"
 //   entailment  yes|no: is the hypothesis the sum?           "yes<TAB>123+456<TAB>9750"
 //   similarity  same|different: do the two sums agree?       "same<TAB>123+456<TAB>300+279"
-//   choice      which of 4 sums completes the problem?        "2<TAB>123+456=<TAB>9850<TAB>9740<TAB>9750<TAB>9751"
-// Wrong answers differ from the right one by a small amount, so the task needs the arithmetic.
+//   choice      which of 4 sums is the sum?                   "2<TAB>123+456<TAB>3850<TAB>0141<TAB>9750<TAB>6201"
+// A wrong sum is any other sum 0..1998, so its units digit differs 9 times in 10: the tasks need
+// the arithmetic, mostly of the digit the pre-training text states first. The premise stops before
+// "=": with the start token in front and the delimiter in the place of "=", every digit sits where
+// it sat in a pre-training line read with --line-windows.
 // held_out: only pairs the pre-training never saw (AdditionTask::held_out), for validation files.
 std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t seed, bool held_out) {
     if (examples < 1) throw Error("addition_finetune_task: examples must be >= 1");
@@ -4025,11 +4051,10 @@ std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t see
         std::snprintf(buf, sizeof buf, "%d%d%d%d", s % 10, s / 10 % 10, s / 100 % 10, s / 1000);
         return std::string(buf);
     };
-    auto near = [&](int s) {  // a different sum 0..1998 close to s
-        static const int deltas[] = {1, 2, 9, 10, 11, 100};
+    auto other = [&](int s) {  // a different sum 0..1998
         int t;
-        do t = s + (rng.below(2) ? 1 : -1) * deltas[rng.below(6)];
-        while (t < 0 || t > 1998 || t == s);
+        do t = rng.below(1999);
+        while (t == s);
         return t;
     };
     std::string out;
@@ -4041,12 +4066,12 @@ std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t see
             case FinetuneKind::classify: out += std::string(s >= 1000 ? "big" : "small") + "\t" + operands(a, b); break;
             case FinetuneKind::entailment: {
                 const bool yes = rng.below(2) == 0;
-                out += std::string(yes ? "yes" : "no") + "\t" + operands(a, b) + "\t" + sum_text(yes ? s : near(s));
+                out += std::string(yes ? "yes" : "no") + "\t" + operands(a, b) + "\t" + sum_text(yes ? s : other(s));
                 break;
             }
             case FinetuneKind::similarity: {
                 const bool same = rng.below(2) == 0;
-                const int t = same ? s : near(s);
+                const int t = same ? s : other(s);
                 const int c = std::max(0, t - 999) + rng.below(std::min(t, 999) - std::max(0, t - 999) + 1);  // c + d = t
                 out += std::string(same ? "same" : "different") + "\t" + operands(a, b) + "\t" + operands(c, t - c);
                 break;
@@ -4055,11 +4080,11 @@ std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t see
                 const int answer = rng.below(4);
                 std::vector<int> sums = {s};
                 while (sums.size() < 4) {
-                    const int t = near(s);
+                    const int t = other(s);
                     if (std::find(sums.begin(), sums.end(), t) == sums.end()) sums.push_back(t);
                 }
                 std::swap(sums[0], sums[answer]);
-                out += std::to_string(answer) + "\t" + operands(a, b) + "=";
+                out += std::to_string(answer) + "\t" + operands(a, b);
                 for (int t : sums) out += "\t" + sum_text(t);
                 break;
             }

@@ -769,7 +769,13 @@ struct TrainOptions {
     std::string schedule = "cosine";  // after warmup: "cosine" (lr_schedule) or "linear" (lr_linear)
     std::string objective = "lm";     // "lm": next token / masked LM; "xlnet": seed 000's permutation objective
     int predict = 0;                  // xlnet: positions predicted per sequence (the last K of z), 0 = n/6
+    bool line_windows = false;        // text windows start at a newline, so each line of the text
+                                      // begins at position 1, as a fine-tuning example does after
+                                      // its start token (seed 004)
 };
+// --line-windows: the offsets i where a training window may start, those with ids[i] == newline
+// and a whole window (n inputs and their n next-token targets: n + 1 ids) from i on.
+std::vector<int> line_window_starts(const std::vector<int>& ids, int newline, int n);
 // Mean loss in nats per predicted token over a whole sequence of ids (evaluation: no dropout), in
 // consecutive windows of n_ctx tokens. GPT variants predict every token after the first (a window
 // holds n_ctx + 1 ids, the next window starts at its last one); BERT/RoBERTa predict the positions
