@@ -481,6 +481,10 @@ static int cmd_eval(Flags& f) {
         std::printf("%s: mean XLNet permutation loss %.4f nats per predicted token over %lld predictions (windows of %d, "
                     "4 random permutations each, the last %d positions in each permutation predicted)\n",
                     data.c_str(), loss, count, c.n_ctx, predict);
+        const double ltr = xlnet_left_to_right_loss(c, lm.params, ids, &count);
+        if (!std::isfinite(ltr)) throw Error("the left-to-right loss on '" + data + "' is not finite: the model's numbers overflow");
+        std::printf("%s: read left to right (z = identity, every position after the first predicted, as a GPT's eval): "
+                    "mean loss %.4f nats per token over %lld predicted tokens\n", data.c_str(), ltr, count);
         return 0;
     }
     const double loss = corpus_loss(c, lm.params, ids, 1234, &count);

@@ -4385,6 +4385,22 @@ TEST_CASE("xlnet: train --objective xlnet lowers the loss, keeps w in the checkp
     const m_Run e = m_run_ok("eval --checkpoint " + full + " --data " + m_text_file());
     CHECK(m_contains(e.out, "mean XLNet permutation loss"));
     CHECK(m_contains(e.out, "4 random permutations"));
+    CHECK(m_contains(e.out, "read left to right (z = identity"));
+    // Left to right: windows of n_ctx, z = identity, every position after the first predicted.
+    const CharVocab v = CharVocab::from_metadata(a.file.metadata.at("vocab"));
+    const std::vector<int> ids = v.encode(m_read(m_text_file()).substr(0, 40));  // windows of 16, 16, 8
+    long long count = 0;
+    const double ltr = xlnet_left_to_right_loss(a.config, a.params, ids, &count);
+    CHECK(count == 15 + 15 + 7);
+    double sum = 0;
+    for (int start : {0, 16, 32}) {
+        const int n = start == 32 ? 8 : 16;
+        std::vector<int> z(n);
+        for (int i = 0; i < n; i++) z[i] = i;
+        sum += xlnet_loss(a.config, a.params, a.params.w, std::vector<int>(ids.begin() + start, ids.begin() + start + n), 1, z, n - 1) * (n - 1);
+    }
+    CHECK(ltr == doctest::Approx(sum / 37).epsilon(1e-12));
+    CHECK(ltr < std::log((double)a.config.V));  // the trained model beats the uniform guess
     m_cli_fails("train --objective xlnet --model bert --data " + m_text_file() + " --out " + dir + "/b.st", "not bert");
     m_cli_fails("train --objective xlnet --steps 2 --out " + dir + "/t.st", "needs --data");
     m_cli_fails("train --predict 3 --data " + m_text_file() + " --out " + dir + "/t.st", "--predict applies to --objective xlnet");

@@ -3505,6 +3505,24 @@ double xlnet_corpus_loss(const Config& c, const Params<T>& p, const std::vector<
     return sum / (double)predicted;
 }
 
+template <typename T>
+double xlnet_left_to_right_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, long long* count) {
+    if (!c.xlnet) throw Error("xlnet_left_to_right_loss: the model has no query vector w (not trained with --objective xlnet)");
+    double sum = 0;
+    long long predicted = 0;
+    for (std::size_t start = 0; start + 1 < ids.size(); start += (std::size_t)c.n_ctx) {
+        const std::vector<int> x(ids.begin() + start, ids.begin() + std::min(ids.size(), start + (std::size_t)c.n_ctx));
+        const int n = (int)x.size();
+        std::vector<int> z(n);
+        for (int i = 0; i < n; i++) z[i] = i;  // the identity order: position t sees positions < t
+        sum += xlnet_loss(c, p, p.w, x, 1, z, n - 1) * (n - 1);
+        predicted += n - 1;
+    }
+    if (predicted == 0) throw Error("xlnet_left_to_right_loss: the text is too short (2 tokens at least)");
+    if (count) *count = predicted;
+    return sum / (double)predicted;
+}
+
 TrainResult train(const TrainOptions& opt_in) {
     TrainOptions o = opt_in;
     RunState s;
@@ -4576,6 +4594,7 @@ static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNI
                             const std::vector<int>&, int);                                                 \
     template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);              \
     template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*);          \
+    template double xlnet_left_to_right_loss(const Config&, const Params<T>&, const std::vector<int>&, long long*); \
     template double xlnet_corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, int, int, uint64_t,      \
                                       long long*);
 

@@ -791,6 +791,13 @@ template <typename T>
 double xlnet_corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, int predict, int perms,
                          uint64_t seed, long long* count = nullptr);
 
+// The same model read left to right: z = the identity order, every position after the first of
+// each window predicted from the ones before it, so the mean is the next-token loss a GPT's
+// corpus_loss reports on the same text (the GPT objective against XLNet's, on one footing).
+template <typename T>
+double xlnet_left_to_right_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids,
+                                long long* count = nullptr);
+
 struct TrainResult {
     long long steps_done = 0;
     std::vector<double> train_losses;  // per step, from the first step of this run
