@@ -4459,6 +4459,250 @@ static bool unicode_letter(uint32_t cp) { return in_ranges(UNICODE_L, sizeof UNI
 static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNICODE_N / sizeof UNICODE_N[0], cp); }
 
 // ================================================================================================
+// TEACHING: pictures and explain (issue 10)
+// ================================================================================================
+// ---- Heat maps (SVG, written by hand as loss_svg is) ---------------------------------------------
+static std::string xml_text(const std::string& s) {
+    std::string o;
+    for (char ch : s) o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '\'' ? "&apos;" : std::string(1, ch);
+    return o;
+}
+static std::string num(double v, const char* format = "%.4g") {
+    char b[32];
+    std::snprintf(b, sizeof b, format, v);
+    return b;
+}
+static std::size_t code_points(const std::string& s) {
+    std::size_t k = 0;
+    for (unsigned char ch : s) k += (ch & 0xC0) != 0x80;
+    return k;
+}
+
+std::string token_label(const std::string& bytes) {
+    std::string o;
+    for (std::size_t i = 0; i < bytes.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(bytes, i, cp);
+        if (len > 0 && cp >= 0x20 && cp != 0x7F) {
+            o += cp == ' ' ? "\u2423" : bytes.substr(i, (std::size_t)len);  // a space as an open box
+            i += (std::size_t)len;
+            continue;
+        }
+        o += bytes[i] == '\n' ? std::string("\u23CE") : "\\x" + num((unsigned char)bytes[i], "%02X");
+        i++;
+    }
+    return o.empty() ? "\u2205" : o;
+}
+
+// The colour of v in [0, 1]: white (0) to dark blue (1), linear between five stops.
+static const char* const BLUES[5] = {"#ffffff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"};
+static std::string blue(double v) {
+    v = std::min(1.0, std::max(0.0, v)) * 4;
+    const int k = std::min(3, (int)v);
+    const double t = v - k;
+    unsigned a = 0, b = 0;
+    std::sscanf(BLUES[k] + 1, "%x", &a), std::sscanf(BLUES[k + 1] + 1, "%x", &b);
+    char o[8];
+    auto mix = [&](int shift) { return (int)std::lround(((a >> shift) & 255) * (1 - t) + ((b >> shift) & 255) * t); };
+    std::snprintf(o, sizeof o, "#%02x%02x%02x", mix(16), mix(8), mix(0));
+    return o;
+}
+
+std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
+                        const std::vector<std::string>& caption, bool probability) {
+    if (panels.empty()) throw Error("heatmap_svg: no panels");
+    int most = 1;
+    for (const HeatPanel& q : panels) {
+        const std::size_t cells = q.rows.size() * q.cols.size();
+        if (q.values.size() != cells || q.masked.size() != cells) throw Error("heatmap_svg: a panel's values do not fit its labels");
+        most = std::max(most, (int)std::max(q.rows.size(), q.cols.size()));
+    }
+    per_row = std::max(1, std::min(per_row, (int)panels.size()));
+    const double cs = std::max(9.0, std::min(22.0, std::floor(264.0 / most)));  // cell size
+    const double font = std::min(12.0, cs - 1);
+    struct Margins {
+        double lab, colh;  // room for the row labels on the left, the column labels on top
+        bool upright;      // long column labels are written upwards
+    };
+    auto margins = [&](const HeatPanel& q) {
+        std::size_t r = 1, c = 1;
+        for (const std::string& s : q.rows) r = std::max(r, code_points(s));
+        for (const std::string& s : q.cols) c = std::max(c, code_points(s));
+        const bool up = (double)c * font * 0.62 > cs - 3;
+        return Margins{6 + font * 0.62 * (double)r, up ? 6 + font * 0.62 * (double)c : font + 6, up};
+    };
+    const double gap = 28, margin = 16, head = 34 + 16.0 * (double)caption.size();
+    // Each grid column is as wide as its widest panel, each grid row as high as its highest.
+    const int grid_rows = ((int)panels.size() + per_row - 1) / per_row;
+    std::vector<double> colw(per_row, 0), rowh(grid_rows, 0);
+    for (std::size_t k = 0; k < panels.size(); k++) {
+        const HeatPanel& q = panels[k];
+        std::size_t note = 0;
+        for (const std::string& s : q.notes) note = std::max(note, code_points(s));
+        const Margins m = margins(q);
+        const double w = std::max(m.lab + (double)q.cols.size() * cs, std::max(6.2 * (double)note, 8.4 * (double)code_points(q.title)));
+        const double h = 20 + m.colh + (double)q.rows.size() * cs + 6 + 14.0 * (double)q.notes.size();
+        colw[k % per_row] = std::max(colw[k % per_row], w);
+        rowh[k / per_row] = std::max(rowh[k / per_row], h);
+    }
+    std::vector<double> col_x(per_row + 1, margin), row_y(grid_rows + 1, head);
+    for (int k = 0; k < per_row; k++) col_x[k + 1] = col_x[k] + colw[k] + gap;
+    for (int k = 0; k < grid_rows; k++) row_y[k + 1] = row_y[k] + rowh[k] + gap;
+    std::size_t text = code_points(title);
+    for (const std::string& s : caption) text = std::max(text, code_points(s));
+    const double W = std::max(std::max(col_x[per_row] - gap + margin, 2 * margin + 6.6 * (double)text), 660.0);
+    const double H = row_y[grid_rows] + 60;
+    std::ostringstream o;
+    o << "<?xml version='1.0' encoding='UTF-8'?>\n";
+    o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
+      << "' font-family='sans-serif' font-size='12'>\n";
+    o << "<defs><pattern id='hatch' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
+         "<rect width='4' height='4' fill='#e4e4e4'/><line x1='0' y1='0' x2='0' y2='4' stroke='#a0a0a0' stroke-width='1.6'/></pattern>\n";
+    o << "<linearGradient id='scale'>";
+    for (int k = 0; k < 5; k++) o << "<stop offset='" << k * 25 << "%' stop-color='" << BLUES[k] << "'/>";
+    o << "</linearGradient></defs>\n<rect width='100%' height='100%' fill='white'/>\n";
+    o << "<text x='" << margin << "' y='22' font-size='15'>" << xml_text(title) << "</text>\n";
+    for (std::size_t k = 0; k < caption.size(); k++)
+        o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << xml_text(caption[k]) << "</text>\n";
+    for (std::size_t k = 0; k < panels.size(); k++) {
+        const HeatPanel& q = panels[k];
+        const int R = (int)q.rows.size(), C = (int)q.cols.size();
+        const double x0 = col_x[k % per_row], y0 = row_y[k / per_row];
+        const Margins m = margins(q);
+        const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
+        o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
+        o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
+        for (int j = 0; j < C; j++) {  // keys j across the top
+            const double cx = gx + (j + 0.5) * cs;
+            if (m.upright)
+                o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
+            else
+                o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
+        }
+        for (int i = 0; i < R; i++)  // queries i down the side
+            o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < C; j++) {
+                const std::size_t at = (std::size_t)i * C + j;
+                o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
+                if (q.masked[at]) o << "class='masked' fill='url(#hatch)'><title>-inf</title></rect>\n";
+                else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
+            }
+        o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
+        for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
+            o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
+        o << "</g>\n";
+    }
+    const double ly = H - 44;  // the legend
+    if (probability) {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#scale)' stroke='#666'/>\n";
+        for (int k = 0; k <= 4; k++)
+            o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
+        o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
+    } else {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
+        o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
+    }
+    const double mx = margin + (probability ? 280 : 300);
+    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#hatch)' stroke='#666'/>\n";
+    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>-inf: masked (probability exactly 0"
+      << (probability ? "; white: P near 0, not masked)" : ")") << "</text>\n";
+    o << "</svg>\n";
+    return o.str();
+}
+
+static HeatPanel mask_panel(const std::string& title, const Tensor<float>& M, const std::vector<std::string>& rows,
+                            const std::vector<std::string>& cols, std::vector<std::string> notes) {
+    HeatPanel q;
+    q.title = title, q.rows = rows, q.cols = cols, q.notes = std::move(notes);
+    for (std::size_t k = 0; k < M.size(); k++) {
+        q.masked.push_back(M[k] == -std::numeric_limits<float>::infinity());
+        q.values.push_back(q.masked.back() ? 0.0 : (double)M[k]);
+    }
+    return q;
+}
+
+std::string masks_svg(int n, int window, int stride, const std::vector<int>& z) {
+    if (n < 1 || n > 64) throw Error("masks: n must be in 1..64, got " + std::to_string(n));
+    if ((int)z.size() != n) throw Error("masks: the permutation has " + std::to_string(z.size()) + " positions, n = " + std::to_string(n));
+    permutation_ranks(z);  // throws unless z is a permutation
+    std::vector<std::string> pos, streams;
+    for (int i = 1; i <= n; i++) pos.push_back(std::to_string(i));
+    for (const char* s : {"h", "g"})
+        for (int i = 1; i <= n; i++) streams.push_back(s + std::to_string(i));
+    std::string zs;
+    for (int t = 0; t < n; t++) zs += (t ? "," : "") + std::to_string(z[t] + 1);
+    const std::string w = std::to_string(window), s = std::to_string(stride);
+    const std::vector<HeatPanel> panels = {
+        mask_panel("Mask^BD (BERT, RoBERTa)", Mask_BD<float>(n), pos, pos, {"(Mask^BD)_i,j = 1"}),
+        mask_panel("Mask^AR (GPT, GPT-2; GPT-3 at even l)", Mask_AR<float>(n), pos, pos,
+                   {"(Mask^AR)_i,j = -inf if j > i,", "1 otherwise"}),
+        mask_panel("Mask^ST (GPT-3 at odd l)", Mask_ST<float>(n, window, stride), pos, pos,
+                   {"(Mask^ST)_i,j = 1 if j <= i and (i - j < window", "or (i - j) mod stride = 0), -inf otherwise;",
+                    "window = " + w + ", stride = " + s + " (seed README item 4)"}),
+        mask_panel("Mask^XL(z) (XLNet's two streams)", Mask_XL<float>(z), streams, streams,
+                   {"rows and columns: content h_1..h_n, then query g_1..g_n;",
+                    "(h_i, h_j) = 1 if rank(j) <= rank(i), (g_i, h_j) = 1 if rank(j) < rank(i),",
+                    "-inf otherwise (no row sees the query stream); z = (" + zs + ")"})};
+    return heatmap_svg(panels, 4, "The attention masks of the seeds for n = " + std::to_string(n),
+                       {"Row i: the query (position i), column j: the key (position j); positions count from 1 as in the formulas.",
+                        "Masked attention: Softmax(Mask (.) Q K^T / sqrt(D)) V, where an entry -inf drops the score (apply_mask)."},
+                       false);
+}
+
+// ---- Attention pictures: P from the caches of the model's own forward pass ------------------------
+static std::string mask_name(const Config& c, int l) {  // l: code layer
+    if (c.xlnet) return "Mask^XL";
+    if (!is_causal(c.variant)) return "Mask^BD";
+    return c.variant == Variant::gpt3 && (l + 1) % 2 == 1 ? "Mask^ST" : "Mask^AR";
+}
+
+std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p, const std::vector<int>& x,
+                                        const std::vector<std::string>& labels, int layer, int head,
+                                        const std::vector<int>& z_in) {
+    const int n = (int)x.size();
+    if (n < 1) throw Error("attention: no tokens");
+    if ((int)labels.size() != n) throw Error("attention: " + std::to_string(labels.size()) + " labels for " + std::to_string(n) + " tokens");
+    if (layer < 0 || layer > c.L)
+        throw Error("layer " + std::to_string(layer) + " is outside 1..L = " + std::to_string(c.L) + " (layers count from 1, as in the formulas)");
+    if (head < 0 || head > c.A)
+        throw Error("head " + std::to_string(head) + " is outside 1..A = " + std::to_string(c.A) + " (heads count from 1, as in the formulas)");
+    if (!z_in.empty() && !c.xlnet) throw Error("a permutation applies only to XLNet checkpoints (trained with --objective xlnet)");
+    ForwardCache<float> k;
+    if (c.xlnet) {  // both streams: rows 0..n-1 content h, rows n..2n-1 query g
+        std::vector<int> z = z_in;
+        for (int i = 0; z_in.empty() && i < n; i++) z.push_back(i);
+        if ((int)z.size() != n) throw Error("the permutation has " + std::to_string(z.size()) + " positions for " + std::to_string(n) + " tokens");
+        xlnet_forward(c, p, p.w, x, 1, z, k);
+    } else {
+        Batch b;
+        b.n = n, b.tokens = x;
+        model_forward(c, p, b, &k);
+    }
+    std::vector<HeatPanel> panels;
+    for (int l = 0; l < c.L; l++) {
+        if (layer && l != layer - 1) continue;
+        for (int s = 0; s < (c.xlnet ? 2 : 1); s++)
+            for (int i = 0; i < c.A; i++) {
+                if (head && i != head - 1) continue;
+                const Tensor<float>& P = k.blocks[l].attn.att[i][0].P;
+                const Tensor<float>& M = k.masks[l];
+                HeatPanel q;
+                q.title = "layer l=" + std::to_string(l + 1) + ", head i=" + std::to_string(i + 1) + " (" + mask_name(c, l) +
+                          (c.xlnet ? s == 0 ? ", content h)" : ", query g)" : ")");
+                q.rows = q.cols = labels;
+                for (int r = s * n; r < s * n + n; r++)
+                    for (int j = 0; j < n; j++) {
+                        q.values.push_back(P(r, j));
+                        q.masked.push_back(M(r, j) == -std::numeric_limits<float>::infinity());
+                    }
+                panels.push_back(std::move(q));
+            }
+    }
+    return panels;
+}
+
+// ================================================================================================
 // Explicit instantiation for float (training) and double (gradient checks).
 // ================================================================================================
 #define TF_INSTANTIATE(T)                                                                                  \
