@@ -1,5 +1,5 @@
 // main.cpp - the command-line program: train, finetune, predict, sample, fill, eval, init, grad, params,
-// tokenize, bench.
+// tokenize, bench, and for teaching masks, attention, explain.
 // Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
 // is an error with a message and exit status 1.
 #include <cerrno>
@@ -55,6 +55,9 @@ commands:
            [--perm z (XLNet)] [--encoder F --vocab F]
            (heat maps of the attention probabilities P, one per layer and head; l and i count from 1
            as in the formulas; XLNet checkpoints: the content and the query stream)
+  explain  (--preset NAME [--seed S] | --checkpoint FILE) --tokens 3,1,4 [--segments 0,0,1] [--masked 1]
+           [--values 4]  (one forward and backward pass, formula box by formula box: the formula, the
+           function, the shapes and the first values; token ids and --masked positions as in grad)
 
 presets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta
 )";
@@ -209,14 +212,9 @@ static int cmd_init(Flags& f) {
     return 0;
 }
 
-static int cmd_grad(Flags& f) {
-    const std::string path = f.need("checkpoint"), out = f.need("out");
-    const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
-    const std::string seg = f.str("segments"), masked = f.str("masked");
-    f.done();
-    check_outputs({{out, "--out", OutputKind::checkpoint}}, {{path, "--checkpoint"}});
-    LoadedModel lm = load_model(path, {"adam."});
-    const Config& c = lm.config;
+// The batch of grad and explain: GPT variants predict positions 2..n; BERT/RoBERTa the --masked
+// positions (0-based), whose tokens become the mask id.
+static Batch loss_batch(const Config& c, const std::vector<int>& tokens, const std::string& seg, const std::string& masked) {
     Batch b;
     b.n = (int)tokens.size(), b.tokens = tokens;
     if (!seg.empty()) {
@@ -237,6 +235,18 @@ static int cmd_grad(Flags& f) {
             b.tokens[j] = c.mask_id;
         }
     }
+    return b;
+}
+
+static int cmd_grad(Flags& f) {
+    const std::string path = f.need("checkpoint"), out = f.need("out");
+    const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
+    const std::string seg = f.str("segments"), masked = f.str("masked");
+    f.done();
+    check_outputs({{out, "--out", OutputKind::checkpoint}}, {{path, "--checkpoint"}});
+    LoadedModel lm = load_model(path, {"adam."});
+    const Config& c = lm.config;
+    const Batch b = loss_batch(c, tokens, seg, masked);
     Params<float> g = make_params<float>(c);
     const double loss = model_loss(c, lm.params, b, &g);
     std::vector<std::pair<std::string, const Tensor<float>*>> list;
@@ -570,6 +580,31 @@ static int cmd_attention(Flags& f) {
     return 0;
 }
 
+static int cmd_explain(Flags& f) {
+    const std::string path = f.str("checkpoint"), name = f.str("preset");
+    const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
+    const std::string seg = f.str("segments"), masked = f.str("masked");
+    const long long seed = f.integer("seed", 1);
+    const int values = f.int32("values", 4);
+    f.done();
+    if (f.has("checkpoint") == f.has("preset")) throw Error("explain: give exactly one of --preset and --checkpoint");
+    if (f.has("seed") && !f.has("preset")) throw Error("--seed applies to --preset only (it initialises the model)");
+    if (values < 0 || values > 64) throw Error("--values must be between 0 and 64, got " + std::to_string(values));
+    LoadedModel lm;
+    if (f.has("checkpoint")) {
+        lm = load_model(path, {"adam."});
+    } else {
+        lm.config = preset(name);
+        lm.params = make_params<float>(lm.config);
+        init_params(lm.config, lm.params, (uint64_t)seed);
+    }
+    const Batch b = loss_batch(lm.config, tokens, seg, masked);
+    const Explained<float> e = explain(lm.config, lm.params, b, values);
+    std::fputs(explain_text(lm.config, e.steps).c_str(), stdout);
+    std::printf("\nloss %.9g (model_loss on the same input gives the same number; `transformer grad` writes every gradient)\n", e.loss);
+    return 0;
+}
+
 // ---- bench -------------------------------------------------------------------------------------------
 using Clock = std::chrono::steady_clock;
 static double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -666,7 +701,7 @@ static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
     {"train", cmd_train}, {"sample", cmd_sample}, {"fill", cmd_fill},         {"eval", cmd_eval},   {"init", cmd_init},
     {"grad", cmd_grad},   {"params", cmd_params}, {"tokenize", cmd_tokenize}, {"bench", cmd_bench},
     {"finetune", cmd_finetune}, {"predict", cmd_predict}, {"task", cmd_task},
-    {"masks", cmd_masks}, {"attention", cmd_attention}};
+    {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}};
 
 static int run(int argc, char** argv) {
     if (argc < 2) return std::fputs(USAGE, stderr), 1;

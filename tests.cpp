@@ -5457,3 +5457,173 @@ TEST_CASE("CLI: masks and attention write SVGs (valid XML, a panel per head), ba
     m_cli_fails("attention --checkpoint " + ck + " --text 12 --out " + ck, "would overwrite --checkpoint");
     CHECK_FALSE(m_exists(dir + "/bad.svg"));
 }
+
+// The batch of `transformer explain` / `grad` for a tiny preset: GPT variants predict 2..n, BERT
+// ([CLS] a [SEP] b [SEP], segments) and RoBERTa predict masked positions.
+Batch m_explain_batch(const Config& c) {
+    Batch b;
+    if (is_causal(c.variant)) {
+        b.n = 5, b.tokens = {3, 1, 4, 1, 5}, b.targets = next_token_targets(b.tokens, 1, 5);
+    } else if (c.variant == Variant::bert) {
+        b.n = 6, b.tokens = {10, 12, 2, 11, 12, 11}, b.segments = {0, 0, 0, 0, 1, 1}, b.targets = {-1, 1, -1, -1, 3, -1};
+    } else {
+        b.n = 5, b.tokens = {10, 1, 12, 3, 11}, b.targets = {-1, -1, 2, -1, -1};
+    }
+    return b;
+}
+
+TEST_CASE("explain: its logits, loss and every gradient are model_forward's and model_loss's, for all five variants") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        for (const bool bias : {false, true}) {
+            CAPTURE(bias);
+            Config c = preset(name);
+            c.attn_bias = bias;
+            const Batch b = m_explain_batch(c);
+            const Params<double> p = m_model<double>(c, 21, 0.2);
+            const Explained<double> e = explain(c, p, b);
+            const Tensor<double> Z = model_forward(c, p, b);
+            REQUIRE(e.Z.shape == Z.shape);
+            for (std::size_t k = 0; k < Z.size(); k++) CHECK(e.Z[k] == doctest::Approx(Z[k]).epsilon(1e-12));
+            Params<double> g = make_params<double>(c);
+            CHECK(e.loss == doctest::Approx(model_loss(c, p, b, &g)).epsilon(1e-12));
+            Params<double> eg = e.g;
+            auto mine = named_tensors(c, eg), theirs = named_tensors(c, g);
+            REQUIRE(mine.size() == theirs.size());
+            for (std::size_t t = 0; t < mine.size(); t++) {
+                CAPTURE(theirs[t].name);
+                REQUIRE(mine[t].tensor->shape == theirs[t].tensor->shape);
+                for (std::size_t k = 0; k < mine[t].tensor->size(); k++)
+                    CHECK(mine[t].tensor->data[k] == doctest::Approx(theirs[t].tensor->data[k]).epsilon(1e-9).scale(1e-12));
+            }
+            // float, as the program runs it: the same loss as model_loss.
+            const Params<float> pf = m_model<float>(c, 21, 0.2);
+            CHECK(explain(c, pf, b).loss == doctest::Approx(model_loss(c, pf, b)).epsilon(1e-6));
+        }
+    }
+}
+
+TEST_CASE("explain: every formula box of the variant in order, shapes as in the formula boxes, first values of each output") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Batch b = m_explain_batch(c);
+        const int n = b.n;
+        const Params<float> p = m_model<float>(c, 4, 0.1);
+        const Explained<float> e = explain(c, p, b, 3);
+        const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
+        // The function of each box, as the variant's formula box orders them (first word).
+        std::vector<std::string> want = {"Batch::tokens", "Embedding", "add"};
+        if (seg) want.push_back("diag");
+        for (int l = 0; l < c.L; l++) {
+            want.push_back("layer_mask");
+            if (pre) want.push_back("LayerNorm");
+            want.push_back("MultiHeadSA");
+            for (int i = 0; i < c.A; i++) want.push_back("Attention");
+            want.push_back("Concat");
+            for (const char* f : pre ? std::vector<const char*>{"add", "LayerNorm", "FFN", "add"}
+                                     : std::vector<const char*>{"add", "FFN", "add"})
+                want.push_back(f);
+        }
+        if (pre) want.push_back("LayerNorm");
+        for (const char* f : {"matmul_nt", "Softmax", "CrossEntropy_logits", "CrossEntropy", "CrossEntropy_logits", "matmul_tn_acc"})
+            want.push_back(f);
+        if (pre) want.push_back("LayerNorm_backward");
+        for (int l = c.L - 1; l >= 0; l--)
+            for (const char* f : pre ? std::vector<const char*>{"FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward", "LayerNorm_backward"}
+                                     : std::vector<const char*>{"LayerNorm_backward", "FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward"})
+                want.push_back(f);
+        want.push_back("Embedding_backward");
+        if (seg) want.push_back("diag");
+        std::vector<std::string> got;
+        for (const ExplainStep& s : e.steps) got.push_back(s.function.substr(0, s.function.find_first_of(" ,")));
+        CHECK(got == want);
+        // Shapes: the symbols of the formula boxes, with this model's numbers.
+        std::map<std::string, std::string> shape_of;  // output name -> "symbol = shape"
+        for (const ExplainStep& s : e.steps)
+            for (const ExplainTensor& t : s.out) {
+                shape_of[t.name] = t.symbol + " = " + t.shape;
+                CHECK(t.first.size() == std::min<std::size_t>(3, t.first.size() + (t.more ? 3 : 0)));
+            }
+        const std::string nH = "n x H = " + std::to_string(n) + "x8";
+        CHECK(shape_of["X^(0)"] == nH);
+        CHECK(shape_of["X^(2)"] == nH);
+        CHECK(shape_of["X'^(1)"] == nH);
+        CHECK(shape_of["Z"] == "n x V = " + std::to_string(n) + "x13");
+        CHECK(shape_of["Concat(head_1, ..., head_A)"] == "n x AD = " + std::to_string(n) + "x8");
+        CHECK(shape_of["P = Softmax(Mask (.) Q K^T / sqrt(D))"] == "n x n = " + std::to_string(n) + "x" + std::to_string(n));
+        CHECK(shape_of["head_2"] == "n x D = " + std::to_string(n) + "x4");
+        CHECK(shape_of[c.activation == Activation::relu ? "max(0, X W_1 + b_1)" : "GELU(X W_1 + b_1)"] == "n x F = " + std::to_string(n) + "x16");
+        CHECK(shape_of["dW_e"] == "V x H = 13x8");
+        CHECK(shape_of["loss"] == "1 = 1");
+        // The first values are the real ones: the logits' and the masks'.
+        for (const ExplainStep& s : e.steps)
+            for (const ExplainTensor& t : s.out) {
+                if (t.name == "Z")
+                    for (std::size_t k = 0; k < 3; k++) CHECK(t.first[k] == e.Z[k]);
+                if (t.name == "Mask^(1)") {
+                    const Tensor<float> M = layer_mask<float>(c, 0, n);
+                    for (std::size_t k = 0; k < 3; k++) CHECK(t.first[k] == (double)M[k]);
+                    CHECK(s.picture.size() == (std::size_t)n);
+                }
+                if (t.name == "loss") CHECK(t.first[0] == doctest::Approx(e.loss).epsilon(1e-6));
+            }
+        const std::string text = explain_text(c, e.steps);
+        CHECK(m_contains(text, "==== forward ===="));
+        CHECK(m_contains(text, "==== backward"));
+        CHECK(m_contains(text, seg ? "diag(t) Stack_n(w^A)" : "X^(0) = OneHot(x) W_e + W_p"));
+        if (c.variant == Variant::gpt3) CHECK(m_contains(text, "Mask^AR if l is even, Mask^ST if l is odd: Mask^ST"));
+    }
+    const Config c = preset("tiny-gpt2");
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    Batch b = m_explain_batch(c);
+    b.targets.clear();
+    M_CHECK_TF_ERROR(explain(c, p, b), "no targets");
+    M_CHECK_TF_ERROR(explain(c, p, m_explain_batch(c), 65), "values");
+    b = m_explain_batch(c);
+    b.tokens[1] = 13;
+    M_CHECK_TF_ERROR(explain(c, p, b), "token id 13");
+}
+
+TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a checkpoint; bad input is an error") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const std::string args = is_causal(c.variant) ? "--tokens 3,1,4,1,5"
+                                 : c.variant == Variant::bert ? "--tokens 10,1,2,11,3,11 --segments 0,0,0,0,1,1 --masked 1,4"
+                                                              : "--tokens 10,1,2,3,11 --masked 2";
+        const m_Run r = m_run_ok("explain --preset " + name + " " + args);
+        Params<float> p = make_params<float>(c);
+        init_params(c, p, 1);
+        const Batch b = m_explain_batch(c);
+        const std::size_t at = r.out.rfind("\nloss ");
+        REQUIRE(at != std::string::npos);
+        CHECK(std::stod(r.out.substr(at + 6)) == doctest::Approx(model_loss(c, p, b)).epsilon(1e-7));
+        CHECK(r.out == explain_text(c, explain(c, p, b).steps) + r.out.substr(at));
+        CHECK(std::count(r.out.begin(), r.out.end(), '\n') < 200);  // a few screens
+    }
+    const std::string dir = m_path("explain");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string ck = dir + "/gpt.safetensors";
+    m_run_ok("init --preset tiny-gpt --seed 5 --out " + ck);
+    const m_Run r = m_run_ok("explain --checkpoint " + ck + " --tokens 3,1,4 --values 2");
+    CHECK(m_contains(r.out, "explain: gpt ("));
+    CHECK(m_contains(r.out, "X'^(1) = LayerNorm(MultiHeadSA(X^(0), Mask^AR) + X^(0))"));
+    const std::string seeded = m_run_ok("explain --preset tiny-gpt --seed 5 --tokens 3,1,4 --values 2").out;
+    CHECK(seeded == r.out);
+    m_cli_fails("explain --tokens 3,1,4", "exactly one of --preset and --checkpoint");
+    m_cli_fails("explain --preset tiny-gpt --checkpoint " + ck + " --tokens 3,1,4", "exactly one of --preset and --checkpoint");
+    m_cli_fails("explain --preset tiny-gpt", "missing flag --tokens");
+    m_cli_fails("explain --preset gpt9 --tokens 3,1", "unknown preset 'gpt9'");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,13", "token id 13");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,x", "'x' is not an integer");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3", "at least 2 tokens");
+    m_cli_fails("explain --preset tiny-gpt --tokens 1,2,3,4,5,6,7,8,9,1,2,3,4,5,6,7,8", "n_ctx = 16");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --masked 1", "--masked applies to bert and roberta");
+    m_cli_fails("explain --preset tiny-bert --tokens 10,1,11", "missing flag --masked");
+    m_cli_fails("explain --preset tiny-bert --tokens 10,1,11 --masked 3", "outside");
+    m_cli_fails("explain --checkpoint " + ck + " --seed 2 --tokens 3,1", "--seed applies to --preset only");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --values 65", "--values");
+    m_cli_fails("explain --checkpoint " + dir + "/none.safetensors --tokens 3,1", "none.safetensors");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --out x.svg", "unknown flag --out");
+}

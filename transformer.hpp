@@ -990,6 +990,7 @@ std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p,
 struct ExplainTensor {
     std::string name, symbol, shape;  // "X^(0)", "n x H", "5x8"
     std::vector<double> first;        // outputs: the first values, row-major
+    bool more = false;                // it has more values than those
 };
 struct ExplainStep {
     int depth = 0;                    // 1: a box inside the one above (a head inside MultiHeadSA)
