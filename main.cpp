@@ -1,5 +1,5 @@
 // main.cpp - the command-line program: train, finetune, predict, sample, fill, eval, init, grad, params,
-// tokenize, bench.
+// tokenize, bench, and for teaching masks, attention, explain.
 // Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
 // is an error with a message and exit status 1.
 #include <cerrno>
@@ -49,6 +49,16 @@ commands:
   tokenize --encoder encoder.json --vocab vocab.bpe (--text TEXT | --file FILE | --ids 15496,995)
            (GPT-2's byte-level BPE: text -> ids, or ids -> text)
   bench    [--preset NAME] [--batch B] [--block n] [--steps S] [--json]
+  masks    --n N --out FILE.svg [--window 3] [--stride 4] [--perm 2,4,1,3]
+           (Mask^BD, Mask^AR, Mask^ST with its window and stride, Mask^XL(z) for the permutation z of
+           positions 1..n, side by side with their formulas)
+  attention --checkpoint FILE (--text TEXT | --tokens 3,1,4) --out FILE.svg [--layer l] [--head i]
+           [--perm z (XLNet)] [--encoder F --vocab F]
+           (heat maps of the attention probabilities P, one per layer and head; l and i count from 1
+           as in the formulas; XLNet checkpoints: the content and the query stream)
+  explain  (--preset NAME [--seed S] | --checkpoint FILE) --tokens 3,1,4 [--segments 0,0,1] [--masked 1]
+           [--values 4]  (one forward and backward pass, formula box by formula box: the formula, the
+           function, the shapes and the first values; token ids and --masked positions as in grad)
 
 presets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta
 )";
@@ -203,14 +213,9 @@ static int cmd_init(Flags& f) {
     return 0;
 }
 
-static int cmd_grad(Flags& f) {
-    const std::string path = f.need("checkpoint"), out = f.need("out");
-    const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
-    const std::string seg = f.str("segments"), masked = f.str("masked");
-    f.done();
-    check_outputs({{out, "--out", OutputKind::checkpoint}}, {{path, "--checkpoint"}});
-    LoadedModel lm = load_model(path, {"adam."});
-    const Config& c = lm.config;
+// The batch of grad and explain: GPT variants predict positions 2..n; BERT/RoBERTa the --masked
+// positions (0-based), whose tokens become the mask id.
+static Batch loss_batch(const Config& c, const std::vector<int>& tokens, const std::string& seg, const std::string& masked) {
     Batch b;
     b.n = (int)tokens.size(), b.tokens = tokens;
     if (!seg.empty()) {
@@ -231,6 +236,18 @@ static int cmd_grad(Flags& f) {
             b.tokens[j] = c.mask_id;
         }
     }
+    return b;
+}
+
+static int cmd_grad(Flags& f) {
+    const std::string path = f.need("checkpoint"), out = f.need("out");
+    const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
+    const std::string seg = f.str("segments"), masked = f.str("masked");
+    f.done();
+    check_outputs({{out, "--out", OutputKind::checkpoint}}, {{path, "--checkpoint"}});
+    LoadedModel lm = load_model(path, {"adam."});
+    const Config& c = lm.config;
+    const Batch b = loss_batch(c, tokens, seg, masked);
     Params<float> g = make_params<float>(c);
     const double loss = model_loss(c, lm.params, b, &g);
     std::vector<std::pair<std::string, const Tensor<float>*>> list;
@@ -493,6 +510,107 @@ static int cmd_eval(Flags& f) {
     return 0;
 }
 
+// ---- masks, attention, explain (teaching) ----------------------------------------------------------
+// --perm lists positions 1..n as the formulas count them; the code's permutation counts from 0.
+static std::vector<int> parse_perm(const std::string& s, int n) {
+    std::vector<int> z = parse_ids(s, "--perm");
+    if ((int)z.size() != n)
+        throw Error("--perm has " + std::to_string(z.size()) + " positions but n = " + std::to_string(n));
+    std::set<int> seen;
+    for (int& v : z) {
+        if (v < 1 || v > n)
+            throw Error("--perm: position " + std::to_string(v) + " is outside 1.." + std::to_string(n) + " (positions count from 1, as in the formulas)");
+        if (!seen.insert(v).second) throw Error("--perm is not a permutation: " + std::to_string(v) + " appears twice");
+        v--;
+    }
+    return z;
+}
+
+static int cmd_masks(Flags& f) {
+    const std::string out = f.need("out"), perm = f.str("perm");
+    if (!f.has("n")) throw Error("missing flag --n");
+    const int n = f.int32("n", 0), window = f.int32("window", 3), stride = f.int32("stride", 4);
+    f.done();
+    if (n < 1 || n > 64) throw Error("--n must be between 1 and 64, got " + std::to_string(n));
+    if (window < 1 || stride < 0) throw Error("--window must be >= 1 and --stride >= 0");
+    std::vector<int> z;
+    if (perm.empty()) {  // a fixed example: the even positions, then the odd ones, each backwards
+        for (int i = n - (n % 2 == 0 ? 1 : 2); i >= 1; i -= 2) z.push_back(i);
+        for (int i = n - (n % 2 == 0 ? 2 : 1); i >= 0; i -= 2) z.push_back(i);
+    } else {
+        z = parse_perm(perm, n);
+    }
+    check_outputs({{out, "--out", OutputKind::svg_plot}});
+    write_file_atomic(out, masks_svg(n, window, stride, z));
+    std::printf("wrote %s: Mask^BD, Mask^AR, Mask^ST (window %d, stride %d) and Mask^XL(z), z =", out.c_str(), window, stride);
+    for (std::size_t t = 0; t < z.size(); t++) std::printf("%s%d", t ? "," : " ", z[t] + 1);
+    std::printf(", for n = %d\n", n);
+    return 0;
+}
+
+static int cmd_attention(Flags& f) {
+    const std::string path = f.need("checkpoint"), out = f.need("out");
+    const std::string text = f.str("text"), tokens = f.str("tokens"), perm = f.str("perm");
+    const std::string encoder = f.str("encoder"), merges = f.str("vocab");
+    const int layer = f.int32("layer", 0), head = f.int32("head", 0);
+    f.done();
+    if (f.has("text") == f.has("tokens")) throw Error("attention: give exactly one of --text and --tokens");
+    if (f.has("layer") && layer < 1) throw Error("--layer " + std::to_string(layer) + " is outside 1..L (layers count from 1, as in the formulas)");
+    if (f.has("head") && head < 1) throw Error("--head " + std::to_string(head) + " is outside 1..A (heads count from 1, as in the formulas)");
+    check_outputs({{out, "--out", OutputKind::svg_plot}}, {{path, "--checkpoint"}});
+    LoadedModel lm = load_model(path, {"adam."});
+    const Config& c = lm.config;
+    std::vector<int> x;
+    std::vector<std::string> labels;
+    if (f.has("text")) {
+        const Codec codec = codec_of(lm, path, encoder, merges);
+        x = codec.encode(text, "--text");
+        for (int id : x) labels.push_back(token_label(codec.decode({id})));
+    } else {
+        if (!encoder.empty() || !merges.empty()) throw Error("--encoder and --vocab go with --text");
+        x = parse_ids(tokens, "--tokens");
+        for (int id : x) labels.push_back(std::to_string(id));
+    }
+    if (x.empty()) throw Error("--text is empty");
+    const std::vector<HeatPanel> panels =
+        attention_panels(c, lm.params, x, labels, layer, head, perm.empty() ? std::vector<int>() : parse_perm(perm, (int)x.size()));
+    const std::string name = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+    const std::string what = std::string(variant_name(c.variant)) + (c.xlnet ? " trained as XLNet" : "") + ", L=" +
+                             std::to_string(c.L) + " A=" + std::to_string(c.A) + " D=" + std::to_string(c.D);
+    std::vector<std::string> caption = {
+        "Each panel: P = Softmax(Mask (.) Q K^T / sqrt(D)) of one head, read from the forward pass's cache (AttentionCache::P).",
+        "Layers l and heads i count from 1, as in the formulas; row i is the query token, column j the key token."};
+    if (c.xlnet) caption.push_back("XLNet: two panels per head, the content stream h and the query stream g (whose columns, all -inf, are left out).");
+    write_file_atomic(out, heatmap_svg(panels, head ? 1 : c.A, "Attention of " + name + " (" + what + ")", caption, true));
+    std::printf("wrote %s: %zu panels (%s), %zu tokens\n", out.c_str(), panels.size(), what.c_str(), x.size());
+    return 0;
+}
+
+static int cmd_explain(Flags& f) {
+    const std::string path = f.str("checkpoint"), name = f.str("preset");
+    const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
+    const std::string seg = f.str("segments"), masked = f.str("masked");
+    const long long seed = f.integer("seed", 1);
+    const int values = f.int32("values", 4);
+    f.done();
+    if (f.has("checkpoint") == f.has("preset")) throw Error("explain: give exactly one of --preset and --checkpoint");
+    if (f.has("seed") && !f.has("preset")) throw Error("--seed applies to --preset only (it initialises the model)");
+    if (values < 0 || values > 64) throw Error("--values must be between 0 and 64, got " + std::to_string(values));
+    LoadedModel lm;
+    if (f.has("checkpoint")) {
+        lm = load_model(path, {"adam."});
+    } else {
+        lm.config = preset(name);
+        lm.params = make_params<float>(lm.config);
+        init_params(lm.config, lm.params, (uint64_t)seed);
+    }
+    const Batch b = loss_batch(lm.config, tokens, seg, masked);
+    const Explained<float> e = explain(lm.config, lm.params, b, values);
+    std::fputs(explain_text(lm.config, e.steps).c_str(), stdout);
+    std::printf("\nloss %.9g (model_loss on the same input gives the same number; `transformer grad` writes every gradient)\n", e.loss);
+    return 0;
+}
+
 // ---- bench -------------------------------------------------------------------------------------------
 using Clock = std::chrono::steady_clock;
 static double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -588,7 +706,8 @@ static int cmd_bench(Flags& f) {
 static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
     {"train", cmd_train}, {"sample", cmd_sample}, {"fill", cmd_fill},         {"eval", cmd_eval},   {"init", cmd_init},
     {"grad", cmd_grad},   {"params", cmd_params}, {"tokenize", cmd_tokenize}, {"bench", cmd_bench},
-    {"finetune", cmd_finetune}, {"predict", cmd_predict}, {"task", cmd_task}};
+    {"finetune", cmd_finetune}, {"predict", cmd_predict}, {"task", cmd_task},
+    {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}};
 
 static int run(int argc, char** argv) {
     if (argc < 2) return std::fputs(USAGE, stderr), 1;

@@ -5325,3 +5325,393 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
         for (const std::string& name : v) CHECK_MESSAGE(passed.count(name), name);
     }
 }
+
+// ================================================================================================
+// Teaching (issue 10): the mask and attention pictures, explain.
+// ================================================================================================
+// The panels of an SVG written by heatmap_svg: each one's title and its cells in row-major order
+// (masked or not, and the value in the cell's <title>).
+struct m_SvgPanel {
+    std::string title;
+    std::vector<bool> masked;
+    std::vector<double> values;
+};
+std::vector<m_SvgPanel> m_svg_panels(const std::string& svg) {
+    std::vector<m_SvgPanel> out;
+    const std::string start = "<g class='panel'";
+    for (std::size_t p = svg.find(start); p != std::string::npos; p = svg.find(start, p + 1)) {
+        const std::string g = svg.substr(p, svg.find("</g>", p) - p);
+        m_SvgPanel q;
+        const std::size_t t = g.find("font-weight='bold'>") + 19;
+        q.title = g.substr(t, g.find("</text>", t) - t);
+        for (std::size_t r = g.find("<rect "); r != std::string::npos; r = g.find("<rect ", r + 1)) {
+            const std::size_t e = g.find('>', r);
+            const std::string tag = g.substr(r, e - r);
+            if (!m_contains(tag, "class=")) continue;  // the frame
+            q.masked.push_back(m_contains(tag, "class='masked'"));
+            const std::size_t v = g.find("<title>", e) + 7;
+            const std::string value = g.substr(v, g.find("</title>", v) - v);
+            q.values.push_back(value == "-inf" ? -INFINITY : std::stod(value));
+        }
+        out.push_back(q);
+    }
+    return out;
+}
+// Well-formed XML with a viewBox (xmllint when the machine has it, else python3's parser).
+void m_check_svg(const std::string& path) {
+    const std::string svg = m_read(path);
+    CHECK(svg.rfind("<?xml", 0) == 0);
+    CHECK(m_contains(svg, "viewBox='0 0 "));
+    const std::string log = path + ".xmlcheck";
+    const std::string cmd = "if command -v xmllint >/dev/null; then xmllint --noout '" + path +
+                            "'; else python3 -c 'import sys, xml.dom.minidom as m; m.parse(sys.argv[1])' '" + path + "'; fi > " +
+                            log + " 2>&1";
+    const int st = std::system(cmd.c_str());
+    INFO("XML check of " << path << ": " << m_read(log));
+    CHECK(st == 0);
+}
+bool m_is_minus_inf(float v) { return v == -std::numeric_limits<float>::infinity(); }
+
+TEST_CASE("masks: the picture shows Mask^BD, Mask^AR, Mask^ST and Mask^XL(z) cell for cell, each with its formula") {
+    const int n = 7, window = 2, stride = 3;
+    const std::vector<int> z = {3, 0, 6, 2, 5, 1, 4};
+    const std::string svg = masks_svg(n, window, stride, z);
+    const std::vector<m_SvgPanel> panels = m_svg_panels(svg);
+    REQUIRE(panels.size() == 4);
+    const Tensor<float> masks[4] = {Mask_BD<float>(n), Mask_AR<float>(n), Mask_ST<float>(n, window, stride), Mask_XL<float>(z)};
+    const char* names[4] = {"Mask^BD", "Mask^AR", "Mask^ST", "Mask^XL"};
+    for (int k = 0; k < 4; k++) {
+        CAPTURE(names[k]);
+        CHECK(m_contains(panels[k].title, names[k]));
+        REQUIRE(panels[k].masked.size() == masks[k].size());
+        for (std::size_t a = 0; a < masks[k].size(); a++) {
+            CHECK(panels[k].masked[a] == m_is_minus_inf(masks[k][a]));
+            if (!panels[k].masked[a]) CHECK(panels[k].values[a] == 1.0);
+        }
+    }
+    for (const char* formula : {"(Mask^BD)_i,j = 1", "-inf if j &gt; i", "(i - j) mod stride = 0", "window = 2, stride = 3",
+                                "rank(j) &lt; rank(i)", "z = (4,1,7,3,6,2,5)"})
+        CHECK_MESSAGE(m_contains(svg, formula), formula);
+    M_CHECK_TF_ERROR(masks_svg(0, 2, 3, {}), "1..64");
+    M_CHECK_TF_ERROR(masks_svg(3, 2, 3, {0, 1}), "permutation");
+    M_CHECK_TF_ERROR(masks_svg(3, 2, 3, {0, 1, 1}), "not a permutation");
+    M_CHECK_TF_ERROR(masks_svg(3, 0, 3, {0, 1, 2}), "window");
+}
+
+TEST_CASE("attention picture: one panel per layer and head, P of the model's forward pass, masked exactly where Mask is -inf") {
+    const std::vector<int> x = {3, 1, 4, 1, 5, 9, 2};
+    const int n = (int)x.size();
+    const std::vector<std::string> labels = {"a", "b", "<", "&", "e", "f", "g"};
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Params<float> p = m_model<float>(c, 11, 0.1);
+        const std::vector<HeatPanel> all = attention_panels(c, p, x, labels, 0, 0);
+        REQUIRE((int)all.size() == c.L * c.A);
+        const std::string svg = heatmap_svg(all, c.A, "t", {"caption"}, true);
+        const std::vector<m_SvgPanel> drawn = m_svg_panels(svg);
+        REQUIRE(drawn.size() == all.size());
+        CHECK(m_contains(svg, "&lt;</text>"));  // tokens are labels, escaped
+        // Layer 1 by hand: X^(0) = Embedding + W_p, LayerNorm first for pre-LN, then per head
+        // P = Softmax(Mask (.) (X W_Q)(X W_K)^T / sqrt(D)).
+        Tensor<float> X = Embedding(x, p.W_e);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < c.H; j++) X(i, j) += p.W_p(i, j) + (has_segments(c.variant) ? p.w_A[j] : 0.0f);
+        if (is_pre_ln(c.variant)) X = LayerNorm(X, p.layers[0].ln_1_gamma, p.layers[0].ln_1_beta, c.eps);
+        for (int l = 0; l < c.L; l++)
+            for (int i = 0; i < c.A; i++) {
+                const HeatPanel& q = all[(std::size_t)(l * c.A + i)];
+                const m_SvgPanel& d = drawn[(std::size_t)(l * c.A + i)];
+                CHECK(m_contains(q.title, "layer l=" + std::to_string(l + 1) + ", head i=" + std::to_string(i + 1)));
+                CHECK(d.title == q.title);
+                const Tensor<float> M = layer_mask<float>(c, l, n);
+                REQUIRE(q.values.size() == (std::size_t)(n * n));
+                REQUIRE(d.masked.size() == (std::size_t)(n * n));
+                for (int r = 0; r < n; r++) {
+                    double row = 0;
+                    for (int j = 0; j < n; j++) {
+                        const std::size_t a = (std::size_t)(r * n + j);
+                        CHECK(q.masked[a] == m_is_minus_inf(M(r, j)));
+                        CHECK(d.masked[a] == q.masked[a]);
+                        if (q.masked[a]) CHECK(q.values[a] == 0.0);
+                        else CHECK(d.values[a] == doctest::Approx(q.values[a]).epsilon(1e-3).scale(1e-4));
+                        row += q.values[a];
+                    }
+                    CHECK(row == doctest::Approx(1.0).epsilon(1e-5));
+                }
+                if (l > 0) continue;
+                Tensor<float> S = matmul_nt(matmul(X, p.layers[0].attn.W_Q[i]), matmul(X, p.layers[0].attn.W_K[i]));
+                for (auto& v : S.data) v /= std::sqrt((float)c.D);
+                const Tensor<float> P = Softmax(apply_mask(M, S));
+                for (std::size_t a = 0; a < P.size(); a++) CHECK(q.values[a] == doctest::Approx(P[a]).epsilon(1e-5).scale(1e-6));
+            }
+        // One layer and head (1-based) is that panel alone.
+        const std::vector<HeatPanel> one = attention_panels(c, p, x, labels, 2, 1);
+        REQUIRE(one.size() == 1);
+        CHECK(one[0].values == all[(std::size_t)c.A].values);
+        M_CHECK_TF_ERROR(attention_panels(c, p, x, labels, 3, 0), "layer 3", "1..L = 2", "count from 1");
+        M_CHECK_TF_ERROR(attention_panels(c, p, x, labels, 0, 3), "head 3", "1..A = 2");
+        M_CHECK_TF_ERROR(attention_panels(c, p, x, labels, -1, 0), "layer -1");
+        M_CHECK_TF_ERROR(attention_panels(c, p, {1, 13}, {"a", "b"}, 0, 0), "token id 13");
+        M_CHECK_TF_ERROR(attention_panels(c, p, std::vector<int>(17, 1), std::vector<std::string>(17, "a"), 0, 0), "n_ctx = 16");
+        M_CHECK_TF_ERROR(attention_panels(c, p, x, labels, 0, 0, {0, 1, 2, 3, 4, 5, 6}), "XLNet");
+    }
+}
+
+TEST_CASE("attention picture: an XLNet model shows both streams, masked exactly where Mask^XL(z) is -inf") {
+    Config c = preset("tiny-gpt2");
+    c.xlnet = true;
+    const Params<float> p = m_model<float>(c, 5, 0.1);
+    const std::vector<int> x = {3, 1, 4, 1, 5}, z = {2, 4, 0, 3, 1};
+    const int n = (int)x.size();
+    const std::vector<HeatPanel> all = attention_panels(c, p, x, std::vector<std::string>(5, "t"), 0, 0, z);
+    REQUIRE((int)all.size() == 2 * c.L * c.A);
+    const Tensor<float> M = Mask_XL<float>(z);
+    for (std::size_t k = 0; k < all.size(); k++) {
+        const int s = (int)(k / c.A) % 2;  // per layer: the A content panels, then the A query panels
+        CHECK(m_contains(all[k].title, s == 0 ? "content h" : "query g"));
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < n; j++) CHECK(all[k].masked[(std::size_t)(r * n + j)] == m_is_minus_inf(M(s * n + r, j)));
+    }
+    const std::vector<HeatPanel> identity = attention_panels(c, p, x, std::vector<std::string>(5, "t"), 1, 1);
+    REQUIRE(identity.size() == 2);
+    CHECK(identity[1].masked[1] == true);   // query 1 never sees position 2 under z = 1..n ...
+    CHECK(identity[1].masked[n] == false);  // ... query 2 sees position 1
+    CHECK(identity[0].masked[0] == false);  // content 1 sees itself
+}
+
+TEST_CASE("CLI: masks and attention write SVGs (valid XML, a panel per head), bad input is an error before any file") {
+    const std::string dir = m_path("pictures");
+    ::mkdir(dir.c_str(), 0755);
+    const m_Run rm = m_run_ok("masks --n 6 --window 2 --stride 3 --perm 2,4,6,1,3,5 --out " + dir + "/masks.svg");
+    CHECK(m_contains(rm.out, "wrote " + dir + "/masks.svg"));
+    m_check_svg(dir + "/masks.svg");
+    CHECK(m_svg_panels(m_read(dir + "/masks.svg")).size() == 4);
+    CHECK(m_read(dir + "/masks.svg") == masks_svg(6, 2, 3, {1, 3, 5, 0, 2, 4}));
+    m_run_ok("masks --n 5 --out " + dir + "/masks.svg");  // replaces its own picture; a default z
+    m_check_svg(dir + "/masks.svg");
+
+    // A checkpoint with a character vocabulary and no training (as train writes it).
+    Config c = preset("tiny-gpt3");
+    const CharVocab v = CharVocab::from_text("1+2=3 &<\n");
+    c.V = v.size();
+    Params<float> p = m_model<float>(c, 3, 0.05);
+    const std::string ck = dir + "/gpt3.safetensors";
+    save_model(ck, c, p, {{"vocab", v.to_metadata()}});
+    const m_Run ra = m_run_ok("attention --checkpoint " + ck + " --text '1+2=3 &<' --out " + dir + "/att.svg");
+    CHECK(m_contains(ra.out, "4 panels"));
+    m_check_svg(dir + "/att.svg");
+    const std::string svg = m_read(dir + "/att.svg");
+    const std::vector<m_SvgPanel> drawn = m_svg_panels(svg);
+    CHECK((int)drawn.size() == c.L * c.A);
+    CHECK(m_contains(svg, ">&amp;</text>"));
+    CHECK(m_contains(svg, ">\u2423</text>"));  // the space, readable
+    CHECK(m_contains(svg, "Mask^ST"));
+    const m_Run r1 = m_run_ok("attention --checkpoint " + ck + " --tokens 1,2,3 --layer 2 --head 1 --out " + dir + "/one.svg");
+    CHECK(m_contains(r1.out, "1 panels"));
+    const std::vector<m_SvgPanel> one = m_svg_panels(m_read(dir + "/one.svg"));
+    REQUIRE(one.size() == 1);
+    CHECK(one[0].title == "layer l=2, head i=1 (Mask^AR)");
+    CHECK(one[0].masked == std::vector<bool>{false, true, true, false, false, true, false, false, false});
+
+    const std::string out = " --out " + dir + "/bad.svg";
+    m_cli_fails("masks" + out, "missing flag --n");
+    m_cli_fails("masks --n 4", "missing flag --out");
+    m_cli_fails("masks --n 0" + out, "--n must be between 1 and 64");
+    m_cli_fails("masks --n x" + out, "--n expects an integer");
+    m_cli_fails("masks --n 4 --window 0" + out, "--window");
+    m_cli_fails("masks --n 3 --perm 1,2" + out, "--perm has 2 positions but n = 3");
+    m_cli_fails("masks --n 3 --perm 1,2,2" + out, "appears twice");
+    m_cli_fails("masks --n 3 --perm 0,1,2" + out, "count from 1");
+    m_cli_fails("masks --n 3 --out " + dir + "/no/such/dir/m.svg", "does not exist");
+    m_write(dir + "/notes.txt", "my notes");
+    m_cli_fails("masks --n 3 --out " + dir + "/notes.txt", "refusing to replace");
+    CHECK(m_read(dir + "/notes.txt") == "my notes");
+    m_cli_fails("attention --text 12" + out, "missing flag --checkpoint");
+    m_cli_fails("attention --checkpoint " + ck + " --text 12", "missing flag --out");
+    m_cli_fails("attention --checkpoint " + ck + out, "exactly one of --text and --tokens");
+    m_cli_fails("attention --checkpoint " + ck + " --text 12 --tokens 1,2" + out, "exactly one of --text and --tokens");
+    m_cli_fails("attention --checkpoint " + ck + " --text 12 --layer 0" + out, "--layer 0 is outside 1..L");
+    m_cli_fails("attention --checkpoint " + ck + " --text 12 --layer 3" + out, "layer 3 is outside 1..L = 2");
+    m_cli_fails("attention --checkpoint " + ck + " --text 12 --head 3" + out, "head 3 is outside 1..A = 2");
+    m_cli_fails("attention --checkpoint " + ck + " --text 12 --head x" + out, "--head expects an integer");
+    m_cli_fails("attention --checkpoint " + ck + " --tokens 1,99" + out, "token id 99");
+    m_cli_fails("attention --checkpoint " + ck + " --tokens 1,,2" + out, "not an integer");
+    m_cli_fails("attention --checkpoint " + ck + " --text 'abc'" + out, "not in the model's vocabulary");
+    m_cli_fails("attention --checkpoint " + ck + " --text 11111111111111111" + out, "n_ctx = 16");
+    m_cli_fails("attention --checkpoint " + ck + " --text 12 --perm 2,1" + out, "XLNet");
+    m_cli_fails("attention --checkpoint " + dir + "/none.safetensors --text 12" + out, "none.safetensors");
+    m_cli_fails("attention --checkpoint " + ck + " --text 12 --out " + dir + "/no/such/dir/a.svg", "does not exist");
+    m_cli_fails("attention --checkpoint " + ck + " --text 12 --out " + ck, "would overwrite --checkpoint");
+    CHECK_FALSE(m_exists(dir + "/bad.svg"));
+}
+
+// The batch of `transformer explain` / `grad` for a tiny preset: GPT variants predict 2..n, BERT
+// ([CLS] a [SEP] b [SEP], segments) and RoBERTa predict masked positions.
+Batch m_explain_batch(const Config& c) {
+    Batch b;
+    if (is_causal(c.variant)) {
+        b.n = 5, b.tokens = {3, 1, 4, 1, 5}, b.targets = next_token_targets(b.tokens, 1, 5);
+    } else if (c.variant == Variant::bert) {
+        b.n = 6, b.tokens = {10, 12, 2, 11, 12, 11}, b.segments = {0, 0, 0, 0, 1, 1}, b.targets = {-1, 1, -1, -1, 3, -1};
+    } else {
+        b.n = 5, b.tokens = {10, 1, 12, 3, 11}, b.targets = {-1, -1, 2, -1, -1};
+    }
+    return b;
+}
+
+TEST_CASE("explain: its logits, loss and every gradient are model_forward's and model_loss's, for all five variants") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        for (const bool bias : {false, true}) {
+            CAPTURE(bias);
+            Config c = preset(name);
+            c.attn_bias = bias;
+            const Batch b = m_explain_batch(c);
+            const Params<double> p = m_model<double>(c, 21, 0.2);
+            const Explained<double> e = explain(c, p, b);
+            const Tensor<double> Z = model_forward(c, p, b);
+            REQUIRE(e.Z.shape == Z.shape);
+            for (std::size_t k = 0; k < Z.size(); k++) CHECK(e.Z[k] == doctest::Approx(Z[k]).epsilon(1e-12));
+            Params<double> g = make_params<double>(c);
+            CHECK(e.loss == doctest::Approx(model_loss(c, p, b, &g)).epsilon(1e-12));
+            Params<double> eg = e.g;
+            auto mine = named_tensors(c, eg), theirs = named_tensors(c, g);
+            REQUIRE(mine.size() == theirs.size());
+            for (std::size_t t = 0; t < mine.size(); t++) {
+                CAPTURE(theirs[t].name);
+                REQUIRE(mine[t].tensor->shape == theirs[t].tensor->shape);
+                for (std::size_t k = 0; k < mine[t].tensor->size(); k++)
+                    CHECK(mine[t].tensor->data[k] == doctest::Approx(theirs[t].tensor->data[k]).epsilon(1e-9).scale(1e-12));
+            }
+            // float, as the program runs it: the same loss as model_loss.
+            const Params<float> pf = m_model<float>(c, 21, 0.2);
+            CHECK(explain(c, pf, b).loss == doctest::Approx(model_loss(c, pf, b)).epsilon(1e-6));
+        }
+    }
+}
+
+TEST_CASE("explain: every formula box of the variant in order, shapes as in the formula boxes, first values of each output") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Batch b = m_explain_batch(c);
+        const int n = b.n;
+        const Params<float> p = m_model<float>(c, 4, 0.1);
+        const Explained<float> e = explain(c, p, b, 3);
+        const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
+        // The function of each box, as the variant's formula box orders them (first word).
+        std::vector<std::string> want = {"Batch::tokens", "Embedding", "add"};
+        if (seg) want.push_back("diag");
+        for (int l = 0; l < c.L; l++) {
+            want.push_back("layer_mask");
+            if (pre) want.push_back("LayerNorm");
+            want.push_back("MultiHeadSA");
+            for (int i = 0; i < c.A; i++) want.push_back("Attention");
+            want.push_back("Concat");
+            for (const char* f : pre ? std::vector<const char*>{"add", "LayerNorm", "FFN", "add"}
+                                     : std::vector<const char*>{"add", "FFN", "add"})
+                want.push_back(f);
+        }
+        if (pre) want.push_back("LayerNorm");
+        for (const char* f : {"matmul_nt", "Softmax", "CrossEntropy_logits", "CrossEntropy", "CrossEntropy_logits", "matmul_tn_acc"})
+            want.push_back(f);
+        if (pre) want.push_back("LayerNorm_backward");
+        for (int l = c.L - 1; l >= 0; l--)
+            for (const char* f : pre ? std::vector<const char*>{"FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward", "LayerNorm_backward"}
+                                     : std::vector<const char*>{"LayerNorm_backward", "FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward"})
+                want.push_back(f);
+        want.push_back("Embedding_backward");
+        if (seg) want.push_back("diag");
+        std::vector<std::string> got;
+        for (const ExplainStep& s : e.steps) got.push_back(s.function.substr(0, s.function.find_first_of(" ,")));
+        CHECK(got == want);
+        // Shapes: the symbols of the formula boxes, with this model's numbers.
+        std::map<std::string, std::string> shape_of;  // output name -> "symbol = shape"
+        for (const ExplainStep& s : e.steps)
+            for (const ExplainTensor& t : s.out) {
+                shape_of[t.name] = t.symbol + " = " + t.shape;
+                CHECK(t.first.size() == std::min<std::size_t>(3, t.first.size() + (t.more ? 3 : 0)));
+            }
+        const std::string nH = "n x H = " + std::to_string(n) + "x8";
+        CHECK(shape_of["X^(0)"] == nH);
+        CHECK(shape_of["X^(2)"] == nH);
+        CHECK(shape_of["X'^(1)"] == nH);
+        CHECK(shape_of["Z"] == "n x V = " + std::to_string(n) + "x13");
+        CHECK(shape_of["Concat(head_1, ..., head_A)"] == "n x AD = " + std::to_string(n) + "x8");
+        CHECK(shape_of["P = Softmax(Mask (.) Q K^T / sqrt(D))"] == "n x n = " + std::to_string(n) + "x" + std::to_string(n));
+        CHECK(shape_of["head_2"] == "n x D = " + std::to_string(n) + "x4");
+        CHECK(shape_of[c.activation == Activation::relu ? "max(0, X W_1 + b_1)" : "GELU(X W_1 + b_1)"] == "n x F = " + std::to_string(n) + "x16");
+        CHECK(shape_of["dW_e"] == "V x H = 13x8");
+        CHECK(shape_of["loss"] == "1 = 1");
+        // The first values are the real ones: the logits' and the masks'.
+        for (const ExplainStep& s : e.steps)
+            for (const ExplainTensor& t : s.out) {
+                if (t.name == "Z")
+                    for (std::size_t k = 0; k < 3; k++) CHECK(t.first[k] == e.Z[k]);
+                if (t.name == "Mask^(1)") {
+                    const Tensor<float> M = layer_mask<float>(c, 0, n);
+                    for (std::size_t k = 0; k < 3; k++) CHECK(t.first[k] == (double)M[k]);
+                    CHECK(s.picture.size() == (std::size_t)n);
+                }
+                if (t.name == "loss") CHECK(t.first[0] == doctest::Approx(e.loss).epsilon(1e-6));
+            }
+        const std::string text = explain_text(c, e.steps);
+        CHECK(m_contains(text, "==== forward ===="));
+        CHECK(m_contains(text, "==== backward"));
+        CHECK(m_contains(text, seg ? "diag(t) Stack_n(w^A)" : "X^(0) = OneHot(x) W_e + W_p"));
+        if (c.variant == Variant::gpt3) CHECK(m_contains(text, "Mask^AR if l is even, Mask^ST if l is odd: Mask^ST"));
+    }
+    const Config c = preset("tiny-gpt2");
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    Batch b = m_explain_batch(c);
+    b.targets.clear();
+    M_CHECK_TF_ERROR(explain(c, p, b), "no targets");
+    M_CHECK_TF_ERROR(explain(c, p, m_explain_batch(c), 65), "values");
+    b = m_explain_batch(c);
+    b.tokens[1] = 13;
+    M_CHECK_TF_ERROR(explain(c, p, b), "token id 13");
+}
+
+TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a checkpoint; bad input is an error") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const std::string args = is_causal(c.variant) ? "--tokens 3,1,4,1,5"
+                                 : c.variant == Variant::bert ? "--tokens 10,1,2,11,3,11 --segments 0,0,0,0,1,1 --masked 1,4"
+                                                              : "--tokens 10,1,2,3,11 --masked 2";
+        const m_Run r = m_run_ok("explain --preset " + name + " " + args);
+        Params<float> p = make_params<float>(c);
+        init_params(c, p, 1);
+        const Batch b = m_explain_batch(c);
+        const std::size_t at = r.out.rfind("\nloss ");
+        REQUIRE(at != std::string::npos);
+        CHECK(std::stod(r.out.substr(at + 6)) == doctest::Approx(model_loss(c, p, b)).epsilon(1e-7));
+        CHECK(r.out == explain_text(c, explain(c, p, b).steps) + r.out.substr(at));
+        CHECK(std::count(r.out.begin(), r.out.end(), '\n') < 200);  // a few screens
+    }
+    const std::string dir = m_path("explain");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string ck = dir + "/gpt.safetensors";
+    m_run_ok("init --preset tiny-gpt --seed 5 --out " + ck);
+    const m_Run r = m_run_ok("explain --checkpoint " + ck + " --tokens 3,1,4 --values 2");
+    CHECK(m_contains(r.out, "explain: gpt ("));
+    CHECK(m_contains(r.out, "X'^(1) = LayerNorm(MultiHeadSA(X^(0), Mask^AR) + X^(0))"));
+    const std::string seeded = m_run_ok("explain --preset tiny-gpt --seed 5 --tokens 3,1,4 --values 2").out;
+    CHECK(seeded == r.out);
+    m_cli_fails("explain --tokens 3,1,4", "exactly one of --preset and --checkpoint");
+    m_cli_fails("explain --preset tiny-gpt --checkpoint " + ck + " --tokens 3,1,4", "exactly one of --preset and --checkpoint");
+    m_cli_fails("explain --preset tiny-gpt", "missing flag --tokens");
+    m_cli_fails("explain --preset gpt9 --tokens 3,1", "unknown preset 'gpt9'");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,13", "token id 13");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,x", "'x' is not an integer");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3", "at least 2 tokens");
+    m_cli_fails("explain --preset tiny-gpt --tokens 1,2,3,4,5,6,7,8,9,1,2,3,4,5,6,7,8", "n_ctx = 16");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --masked 1", "--masked applies to bert and roberta");
+    m_cli_fails("explain --preset tiny-bert --tokens 10,1,11", "missing flag --masked");
+    m_cli_fails("explain --preset tiny-bert --tokens 10,1,11 --masked 3", "outside");
+    m_cli_fails("explain --checkpoint " + ck + " --seed 2 --tokens 3,1", "--seed applies to --preset only");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --values 65", "--values");
+    m_cli_fails("explain --checkpoint " + dir + "/none.safetensors --tokens 3,1", "none.safetensors");
+    m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --out x.svg", "unknown flag --out");
+}

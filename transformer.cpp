@@ -4502,6 +4502,559 @@ static bool unicode_letter(uint32_t cp) { return in_ranges(UNICODE_L, sizeof UNI
 static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNICODE_N / sizeof UNICODE_N[0], cp); }
 
 // ================================================================================================
+// TEACHING: pictures and explain (issue 10)
+// ================================================================================================
+// ---- Heat maps (SVG, written by hand as loss_svg is) ---------------------------------------------
+static std::string xml_text(const std::string& s) {
+    std::string o;
+    for (char ch : s) o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '\'' ? "&apos;" : std::string(1, ch);
+    return o;
+}
+static std::string num(double v, const char* format = "%.4g") {
+    char b[32];
+    std::snprintf(b, sizeof b, format, v);
+    return b;
+}
+static std::size_t code_points(const std::string& s) {
+    std::size_t k = 0;
+    for (unsigned char ch : s) k += (ch & 0xC0) != 0x80;
+    return k;
+}
+
+std::string token_label(const std::string& bytes) {
+    std::string o;
+    for (std::size_t i = 0; i < bytes.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(bytes, i, cp);
+        if (len > 0 && cp >= 0x20 && cp != 0x7F) {
+            o += cp == ' ' ? "\u2423" : bytes.substr(i, (std::size_t)len);  // a space as an open box
+            i += (std::size_t)len;
+            continue;
+        }
+        o += bytes[i] == '\n' ? std::string("\u23CE") : "\\x" + num((unsigned char)bytes[i], "%02X");
+        i++;
+    }
+    return o.empty() ? "\u2205" : o;
+}
+
+// The colour of v in [0, 1]: white (0) to dark blue (1), linear between five stops.
+static const char* const BLUES[5] = {"#ffffff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"};
+static std::string blue(double v) {
+    v = std::min(1.0, std::max(0.0, v)) * 4;
+    const int k = std::min(3, (int)v);
+    const double t = v - k;
+    unsigned a = 0, b = 0;
+    std::sscanf(BLUES[k] + 1, "%x", &a), std::sscanf(BLUES[k + 1] + 1, "%x", &b);
+    char o[8];
+    auto mix = [&](int shift) { return (int)std::lround(((a >> shift) & 255) * (1 - t) + ((b >> shift) & 255) * t); };
+    std::snprintf(o, sizeof o, "#%02x%02x%02x", mix(16), mix(8), mix(0));
+    return o;
+}
+
+std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
+                        const std::vector<std::string>& caption, bool probability) {
+    if (panels.empty()) throw Error("heatmap_svg: no panels");
+    int most = 1;
+    for (const HeatPanel& q : panels) {
+        const std::size_t cells = q.rows.size() * q.cols.size();
+        if (q.values.size() != cells || q.masked.size() != cells) throw Error("heatmap_svg: a panel's values do not fit its labels");
+        most = std::max(most, (int)std::max(q.rows.size(), q.cols.size()));
+    }
+    per_row = std::max(1, std::min(per_row, (int)panels.size()));
+    const double cs = std::max(9.0, std::min(22.0, std::floor(264.0 / most)));  // cell size
+    const double font = std::min(12.0, cs - 1);
+    struct Margins {
+        double lab, colh;  // room for the row labels on the left, the column labels on top
+        bool upright;      // long column labels are written upwards
+    };
+    auto margins = [&](const HeatPanel& q) {
+        std::size_t r = 1, c = 1;
+        for (const std::string& s : q.rows) r = std::max(r, code_points(s));
+        for (const std::string& s : q.cols) c = std::max(c, code_points(s));
+        const bool up = (double)c * font * 0.62 > cs - 3;
+        return Margins{6 + font * 0.62 * (double)r, up ? 6 + font * 0.62 * (double)c : font + 6, up};
+    };
+    const double gap = 28, margin = 16, head = 34 + 16.0 * (double)caption.size();
+    // Each grid column is as wide as its widest panel, each grid row as high as its highest.
+    const int grid_rows = ((int)panels.size() + per_row - 1) / per_row;
+    std::vector<double> colw(per_row, 0), rowh(grid_rows, 0);
+    for (std::size_t k = 0; k < panels.size(); k++) {
+        const HeatPanel& q = panels[k];
+        std::size_t note = 0;
+        for (const std::string& s : q.notes) note = std::max(note, code_points(s));
+        const Margins m = margins(q);
+        const double w = std::max(m.lab + (double)q.cols.size() * cs, std::max(6.2 * (double)note, 8.4 * (double)code_points(q.title)));
+        const double h = 20 + m.colh + (double)q.rows.size() * cs + 6 + 14.0 * (double)q.notes.size();
+        colw[k % per_row] = std::max(colw[k % per_row], w);
+        rowh[k / per_row] = std::max(rowh[k / per_row], h);
+    }
+    std::vector<double> col_x(per_row + 1, margin), row_y(grid_rows + 1, head);
+    for (int k = 0; k < per_row; k++) col_x[k + 1] = col_x[k] + colw[k] + gap;
+    for (int k = 0; k < grid_rows; k++) row_y[k + 1] = row_y[k] + rowh[k] + gap;
+    std::size_t text = code_points(title);
+    for (const std::string& s : caption) text = std::max(text, code_points(s));
+    const double W = std::max(std::max(col_x[per_row] - gap + margin, 2 * margin + 6.6 * (double)text), 660.0);
+    const double H = row_y[grid_rows] + 60;
+    std::ostringstream o;
+    o << "<?xml version='1.0' encoding='UTF-8'?>\n";
+    o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
+      << "' font-family='sans-serif' font-size='12'>\n";
+    o << "<defs><pattern id='hatch' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
+         "<rect width='4' height='4' fill='#e4e4e4'/><line x1='0' y1='0' x2='0' y2='4' stroke='#a0a0a0' stroke-width='1.6'/></pattern>\n";
+    o << "<linearGradient id='scale'>";
+    for (int k = 0; k < 5; k++) o << "<stop offset='" << k * 25 << "%' stop-color='" << BLUES[k] << "'/>";
+    o << "</linearGradient></defs>\n<rect width='100%' height='100%' fill='white'/>\n";
+    o << "<text x='" << margin << "' y='22' font-size='15'>" << xml_text(title) << "</text>\n";
+    for (std::size_t k = 0; k < caption.size(); k++)
+        o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << xml_text(caption[k]) << "</text>\n";
+    for (std::size_t k = 0; k < panels.size(); k++) {
+        const HeatPanel& q = panels[k];
+        const int R = (int)q.rows.size(), C = (int)q.cols.size();
+        const double x0 = col_x[k % per_row], y0 = row_y[k / per_row];
+        const Margins m = margins(q);
+        const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
+        o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
+        o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
+        for (int j = 0; j < C; j++) {  // keys j across the top
+            const double cx = gx + (j + 0.5) * cs;
+            if (m.upright)
+                o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
+            else
+                o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
+        }
+        for (int i = 0; i < R; i++)  // queries i down the side
+            o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < C; j++) {
+                const std::size_t at = (std::size_t)i * C + j;
+                o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
+                if (q.masked[at]) o << "class='masked' fill='url(#hatch)'><title>-inf</title></rect>\n";
+                else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
+            }
+        o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
+        for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
+            o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
+        o << "</g>\n";
+    }
+    const double ly = H - 44;  // the legend
+    if (probability) {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#scale)' stroke='#666'/>\n";
+        for (int k = 0; k <= 4; k++)
+            o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
+        o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
+    } else {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
+        o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
+    }
+    const double mx = margin + (probability ? 280 : 300);
+    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#hatch)' stroke='#666'/>\n";
+    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>-inf: masked (probability exactly 0"
+      << (probability ? "; white: P near 0, not masked)" : ")") << "</text>\n";
+    o << "</svg>\n";
+    return o.str();
+}
+
+static HeatPanel mask_panel(const std::string& title, const Tensor<float>& M, const std::vector<std::string>& rows,
+                            const std::vector<std::string>& cols, std::vector<std::string> notes) {
+    HeatPanel q;
+    q.title = title, q.rows = rows, q.cols = cols, q.notes = std::move(notes);
+    for (std::size_t k = 0; k < M.size(); k++) {
+        q.masked.push_back(M[k] == -std::numeric_limits<float>::infinity());
+        q.values.push_back(q.masked.back() ? 0.0 : (double)M[k]);
+    }
+    return q;
+}
+
+std::string masks_svg(int n, int window, int stride, const std::vector<int>& z) {
+    if (n < 1 || n > 64) throw Error("masks: n must be in 1..64, got " + std::to_string(n));
+    if ((int)z.size() != n) throw Error("masks: the permutation has " + std::to_string(z.size()) + " positions, n = " + std::to_string(n));
+    permutation_ranks(z);  // throws unless z is a permutation
+    std::vector<std::string> pos, streams;
+    for (int i = 1; i <= n; i++) pos.push_back(std::to_string(i));
+    for (const char* s : {"h", "g"})
+        for (int i = 1; i <= n; i++) streams.push_back(s + std::to_string(i));
+    std::string zs;
+    for (int t = 0; t < n; t++) zs += (t ? "," : "") + std::to_string(z[t] + 1);
+    const std::string w = std::to_string(window), s = std::to_string(stride);
+    const std::vector<HeatPanel> panels = {
+        mask_panel("Mask^BD (BERT, RoBERTa)", Mask_BD<float>(n), pos, pos, {"(Mask^BD)_i,j = 1"}),
+        mask_panel("Mask^AR (GPT, GPT-2; GPT-3 at even l)", Mask_AR<float>(n), pos, pos,
+                   {"(Mask^AR)_i,j = -inf if j > i,", "1 otherwise"}),
+        mask_panel("Mask^ST (GPT-3 at odd l)", Mask_ST<float>(n, window, stride), pos, pos,
+                   {"(Mask^ST)_i,j = 1 if j <= i and (i - j < window", "or (i - j) mod stride = 0), -inf otherwise;",
+                    "window = " + w + ", stride = " + s + " (seed README item 4)"}),
+        mask_panel("Mask^XL(z) (XLNet's two streams)", Mask_XL<float>(z), streams, streams,
+                   {"rows and columns: content h_1..h_n, then query g_1..g_n;",
+                    "(h_i, h_j) = 1 if rank(j) <= rank(i), (g_i, h_j) = 1 if rank(j) < rank(i),",
+                    "-inf otherwise (no row sees the query stream); z = (" + zs + ")"})};
+    return heatmap_svg(panels, 4, "The attention masks of the seeds for n = " + std::to_string(n),
+                       {"Row i: the query (position i), column j: the key (position j); positions count from 1 as in the formulas.",
+                        "Masked attention: Softmax(Mask (.) Q K^T / sqrt(D)) V, where an entry -inf drops the score (apply_mask)."},
+                       false);
+}
+
+// ---- Attention pictures: P from the caches of the model's own forward pass ------------------------
+static std::string mask_name(const Config& c, int l) {  // l: code layer
+    if (c.xlnet) return "Mask^XL";
+    if (!is_causal(c.variant)) return "Mask^BD";
+    return c.variant == Variant::gpt3 && (l + 1) % 2 == 1 ? "Mask^ST" : "Mask^AR";
+}
+
+std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p, const std::vector<int>& x,
+                                        const std::vector<std::string>& labels, int layer, int head,
+                                        const std::vector<int>& z_in) {
+    const int n = (int)x.size();
+    if (n < 1) throw Error("attention: no tokens");
+    if ((int)labels.size() != n) throw Error("attention: " + std::to_string(labels.size()) + " labels for " + std::to_string(n) + " tokens");
+    if (layer < 0 || layer > c.L)
+        throw Error("layer " + std::to_string(layer) + " is outside 1..L = " + std::to_string(c.L) + " (layers count from 1, as in the formulas)");
+    if (head < 0 || head > c.A)
+        throw Error("head " + std::to_string(head) + " is outside 1..A = " + std::to_string(c.A) + " (heads count from 1, as in the formulas)");
+    if (!z_in.empty() && !c.xlnet) throw Error("a permutation applies only to XLNet checkpoints (trained with --objective xlnet)");
+    ForwardCache<float> k;
+    if (c.xlnet) {  // both streams: rows 0..n-1 content h, rows n..2n-1 query g
+        std::vector<int> z = z_in;
+        for (int i = 0; z_in.empty() && i < n; i++) z.push_back(i);
+        if ((int)z.size() != n) throw Error("the permutation has " + std::to_string(z.size()) + " positions for " + std::to_string(n) + " tokens");
+        xlnet_forward(c, p, p.w, x, 1, z, k);
+    } else {
+        Batch b;
+        b.n = n, b.tokens = x;
+        model_forward(c, p, b, &k);
+    }
+    std::vector<HeatPanel> panels;
+    for (int l = 0; l < c.L; l++) {
+        if (layer && l != layer - 1) continue;
+        for (int s = 0; s < (c.xlnet ? 2 : 1); s++)
+            for (int i = 0; i < c.A; i++) {
+                if (head && i != head - 1) continue;
+                const Tensor<float>& P = k.blocks[l].attn.att[i][0].P;
+                const Tensor<float>& M = k.masks[l];
+                HeatPanel q;
+                q.title = "layer l=" + std::to_string(l + 1) + ", head i=" + std::to_string(i + 1) + " (" + mask_name(c, l) +
+                          (c.xlnet ? s == 0 ? ", content h)" : ", query g)" : ")");
+                q.rows = q.cols = labels;
+                for (int r = s * n; r < s * n + n; r++)
+                    for (int j = 0; j < n; j++) {
+                        q.values.push_back(P(r, j));
+                        q.masked.push_back(M(r, j) == -std::numeric_limits<float>::infinity());
+                    }
+                panels.push_back(std::move(q));
+            }
+    }
+    return panels;
+}
+
+// ---- explain: one forward and backward pass, formula box by formula box ---------------------------
+// The size of one factor of a shape symbol ("n", "H", "AD", ...) in this model.
+static int symbol_size(const std::string& s, const Config& c, int n) {
+    const std::map<std::string, int> sizes = {{"n", n}, {"H", c.H}, {"D", c.D}, {"F", c.F}, {"V", c.V},
+                                              {"AD", c.A * c.D}, {"1", 1}};
+    const auto it = sizes.find(s);
+    if (it == sizes.end()) throw Error("explain: unknown shape symbol '" + s + "'");
+    return it->second;
+}
+
+template <typename T>
+struct ExplainWalk {
+    const Config& c;
+    int n, values;
+    std::vector<ExplainStep> steps;
+    void step(int depth, const std::string& box, const std::string& formula, const std::string& function) {
+        ExplainStep s;
+        s.depth = depth, s.box = box, s.formula = formula, s.function = function;
+        steps.push_back(s);
+    }
+    // A tensor with its symbol, checked against its real shape: the walk cannot print a shape that
+    // is not the formula box's.
+    ExplainTensor tensor(const std::string& name, const std::string& symbol, const std::vector<int>& shape,
+                         const T* data, std::size_t size) {
+        std::vector<int> dims;
+        std::stringstream ss(symbol);
+        for (std::string f; ss >> f;)
+            if (f != "x") dims.push_back(symbol_size(f, c, n));
+        if (dims != shape) throw Error("explain: " + name + " is " + shape_str(shape) + " but its formula box says " + symbol);
+        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values};
+        for (std::size_t k = 0; k < size && k < (std::size_t)values; k++) t.first.push_back((double)data[k]);
+        return t;
+    }
+    void in(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+        steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0));
+    }
+    void out(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+        steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size()));
+    }
+};
+
+static Tensor<double> ids_tensor(const std::vector<int>& ids) {
+    return Tensor<double>::vector(std::vector<double>(ids.begin(), ids.end()));
+}
+static std::string ffn_box(Activation a) {
+    if (a == Activation::relu) return "FFN_ReLU(X) = max(0, X W_1 + b_1) W_2 + b_2";
+    const char* gelu = a == Activation::gelu_sigmoid ? "GELU(X) = X (.) sigmoid(1.702 X)"
+                       : a == Activation::gelu_tanh  ? "GELU(X) = 0.5 X (1 + tanh(sqrt(2/pi) (X + 0.044715 X^3)))"
+                                                     : "GELU(X) = 0.5 X (1 + erf(X / sqrt(2)))";
+    return std::string("FFN_GELU(X) = GELU(X W_1 + b_1) W_2 + b_2, ") + gelu;
+}
+
+// MultiHeadSA and, inside it, each head's Attention and the Concat, read from its cache.
+template <typename T>
+static void explain_attention(ExplainWalk<T>& w, const std::string& box, const std::string& X, const Tensor<T>& Xin,
+                              const Tensor<T>& Mask, const MultiHeadSACache<T>& k, const Tensor<T>& out) {
+    w.step(0, box, "MultiHeadSA(X, Mask) = Concat(head_1, ..., head_A) W^O", "MultiHeadSA");
+    w.in(X, "n x H", Xin);
+    w.in("Mask", "n x n", Mask);
+    w.out("MultiHeadSA(" + X + ", Mask)", "n x H", out);
+    for (std::size_t i = 0; i < k.head.size(); i++) {
+        const std::string h = std::to_string(i + 1);
+        w.step(1, "head i = " + h, "head_i = Attention(X W_i^Q, X W_i^K, X W_i^V, Mask) = Softmax(Mask (.) Q K^T / sqrt(D)) V",
+               "Attention (apply_mask, Softmax)");
+        w.in("Q = X W_" + h + "^Q", "n x D", k.Q[i]);
+        w.in("K = X W_" + h + "^K", "n x D", k.K[i]);
+        w.in("V = X W_" + h + "^V", "n x D", k.V[i]);
+        w.out("P = Softmax(Mask (.) Q K^T / sqrt(D))", "n x n", k.att[i][0].P);
+        w.out("head_" + h, "n x D", k.head[i]);
+    }
+    w.step(1, "Concat", "Concat(head_1, ..., head_A)_{:, (k-1)D+1 : kD} = head_k", "Concat");
+    w.out("Concat(head_1, ..., head_A)", "n x AD", k.concat);
+}
+
+template <typename T>
+static void explain_ffn(ExplainWalk<T>& w, const std::string& box, const std::string& X, const Tensor<T>& Xin,
+                        const FFNCache<T>& k, const Tensor<T>& out) {
+    w.step(0, box, ffn_box(w.c.activation), std::string("FFN (") + activation_name(w.c.activation) + ")");
+    w.in(X, "n x H", Xin);
+    w.out("X W_1 + b_1", "n x F", k.Z);
+    w.out(w.c.activation == Activation::relu ? "max(0, X W_1 + b_1)" : "GELU(X W_1 + b_1)", "n x F", k.A);
+    w.out(w.c.activation == Activation::relu ? "FFN_ReLU(" + X + ")" : "FFN_GELU(" + X + ")", "n x H", out);
+}
+
+template <typename T>
+Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values) {
+    check_batch(c, batch);
+    if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
+    if (batch.targets.empty()) throw Error("explain: the batch has no targets");
+    if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
+    const int n = batch.n;
+    const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
+    const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
+    ExplainWalk<T> w{c, n, values, {}};
+    Explained<T> r;
+
+    // ---- Forward --------------------------------------------------------------------------------
+    ExplainWalk<double> ids{c, n, values, {}};
+    ids.step(0, "Input", std::string(seg ? "x' in {1..V}^n, t in {0, 1}^n" : is_causal(c.variant) ? "x = (x_1, ..., x_n) in {1, 2, ..., V}^n" : "x' = (x'_1, ..., x'_n) in {1, 2, ..., V}^n"),
+             "Batch::tokens (code id = formula id - 1)");
+    ids.out("x", "n", ids_tensor(batch.tokens));
+    if (seg) ids.out("t", "n", ids_tensor(batch.segments.empty() ? std::vector<int>(n, 0) : batch.segments));
+    w.steps = ids.steps;
+    const Tensor<T> E = Embedding(batch.tokens, p.W_e);
+    w.step(0, "Embedding", "OneHot(x) W_e, OneHot(x)_{i,j} = 1 if j = x_i (so row i is row x_i of W_e)", "Embedding");
+    w.in("W_e", "V x H", p.W_e);
+    w.out("OneHot(x) W_e", "n x H", E);
+    const Tensor<T> Wp = rows_of(p.W_p, 0, n);
+    Tensor<T> X = add(E, Wp);
+    w.step(0, "Embedding", seg ? "X'^(0) = OneHot(x') W_e + W_p" : "X^(0) = OneHot(x) W_e + W_p", "add");
+    w.in("W_p (rows 1..n)", "n x H", Wp);
+    w.out(seg ? "X'^(0)" : "X^(0)", "n x H", X);
+    Tensor<T> t0({n}), t1({n});  // 1 - t and t
+    for (int i = 0; i < n; i++) t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]), t0[i] = T(1) - t1[i];
+    if (seg) {  // t_i = 0 gets w_A (README, choices item 5)
+        const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n)), B = matmul(diag(t1), Stack(p.w_B, n));
+        X = add(X, add(A, B));
+        w.step(0, "Embedding", "X^(0) = X'^(0) + diag(t) Stack_n(w^A) + diag(1 - t) Stack_n(w^B)  [t_i = 0 gets w_A: README item 5]",
+               "diag, Stack, matmul, add");
+        w.in("diag(1 - t)", "n x n", diag(t0));
+        w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
+        w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
+        w.out("X^(0)", "n x H", X);
+    }
+    std::vector<BlockCache<T>> K(c.L);
+    for (int l = 0; l < c.L; l++) {
+        const std::string L1 = std::to_string(l + 1), L0 = std::to_string(l), box = "Layers, l = " + L1;
+        const std::string Xp = "X^(" + L0 + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")", M = mask_name(c, l);
+        const Layer<T>& q = p.layers[l];
+        BlockCache<T>& k = K[l];
+        const Tensor<T> Mask = layer_mask<T>(c, l, n);
+        w.step(0, box, c.variant == Variant::gpt3 ? "Mask^(l) = Mask^AR if l is even, Mask^ST if l is odd: " + M : "Mask: " + M,
+               "layer_mask (" + std::string(M == "Mask^BD" ? "Mask_BD" : M == "Mask^ST" ? "Mask_ST" : "Mask_AR") + ")");
+        w.out("Mask^(" + L1 + ")", "n x n", Mask);
+        for (int i = 0; i < n && n <= 16; i++) {
+            std::string row;
+            for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
+            w.steps.back().picture.push_back(row);
+        }
+        if (!pre) {  // X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1)), X^(l) = LayerNorm(FFN(X'^(l)) + X'^(l))
+            k.attn_in = X;
+            const Tensor<T> a = MultiHeadSA(X, Mask, q.attn, &k.attn);
+            explain_attention(w, box, Xp, X, Mask, k.attn, a);
+            k.ffn_in = LayerNorm(add(a, X), q.ln_1_gamma, q.ln_1_beta, c.eps, &k.ln_1);
+            w.step(0, box, Xq + " = LayerNorm(MultiHeadSA(" + Xp + ", " + M + ") + " + Xp + "), LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j",
+                   "add, LayerNorm");
+            w.out(Xq, "n x H", k.ffn_in);
+            const Tensor<T> f = FFN(k.ffn_in, q.ffn, c.activation, &k.ffn);
+            explain_ffn(w, box, Xq, k.ffn_in, k.ffn, f);
+            X = LayerNorm(add(f, k.ffn_in), q.ln_2_gamma, q.ln_2_beta, c.eps, &k.ln_2);
+            w.step(0, box, Xl + " = LayerNorm(" + ffn + "(" + Xq + ") + " + Xq + ")", "add, LayerNorm");
+            w.out(Xl, "n x H", X);
+        } else {  // X'^(l) = MultiHeadSA(LayerNorm(X^(l-1)), Mask) + X^(l-1), X^(l) = FFN(LayerNorm(X'^(l))) + X'^(l)
+            k.attn_in = LayerNorm(X, q.ln_1_gamma, q.ln_1_beta, c.eps, &k.ln_1);
+            w.step(0, box, "LayerNorm(" + Xp + "), LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j", "LayerNorm");
+            w.out("LayerNorm(" + Xp + ")", "n x H", k.attn_in);
+            const Tensor<T> a = MultiHeadSA(k.attn_in, Mask, q.attn, &k.attn);
+            explain_attention(w, box, "LayerNorm(" + Xp + ")", k.attn_in, Mask, k.attn, a);
+            const Tensor<T> Xmid = add(a, X);
+            w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), " + M + ") + " + Xp, "add");
+            w.out(Xq, "n x H", Xmid);
+            k.ffn_in = LayerNorm(Xmid, q.ln_2_gamma, q.ln_2_beta, c.eps, &k.ln_2);
+            w.step(0, box, "LayerNorm(" + Xq + ")", "LayerNorm");
+            w.out("LayerNorm(" + Xq + ")", "n x H", k.ffn_in);
+            const Tensor<T> f = FFN(k.ffn_in, q.ffn, c.activation, &k.ffn);
+            explain_ffn(w, box, "LayerNorm(" + Xq + ")", k.ffn_in, k.ffn, f);
+            X = add(f, Xmid);
+            w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq, "add");
+            w.out(Xl, "n x H", X);
+        }
+    }
+    const std::string XL = "X^(" + std::to_string(c.L) + ")";
+    LayerNormCache<T> ln_f;
+    if (pre) {
+        X = LayerNorm(X, p.ln_f_gamma, p.ln_f_beta, c.eps, &ln_f);
+        w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
+        w.out(XL, "n x H", X);
+    }
+    r.Z = matmul_nt(X, p.W_e);
+    w.step(0, "Output", "Z = " + XL + " W_e^T (seed 001's de-embedding; Y = Softmax(Z))", "matmul_nt");
+    w.out("Z", "n x V", r.Z);
+    const Tensor<T> Y = Softmax(r.Z);
+    int first = 0;  // the first row with a target
+    while (batch.targets[first] < 0) first++;
+    const int row = is_causal(c.variant) ? n - 1 : first;
+    const std::string j = std::to_string(row + 1);
+    w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XL + "_{n,:} W_e^T) = Y_{n,:}"
+                        : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + XL + "_{j,:} W_e^T) = Y_{j,:}, j = " + j,
+           "Softmax");
+    w.out("Y = Softmax(Z)", "n x V", Y);
+    w.out("Y_" + j + ",:", "V", Tensor<T>::vector(rows_of(Y, row, 1).data));
+    Tensor<T> dZ;
+    r.loss = CrossEntropy_logits(r.Z, batch.targets, &dZ);
+    w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (README item 3)"
+                                           : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
+           "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
+    w.out("loss", "1", Tensor<T>::vector({(T)r.loss}));
+    {
+        Tensor<T> y({c.V}), yhat = Tensor<T>::vector(rows_of(Y, first, 1).data);
+        y[batch.targets[first]] = T(1);
+        w.step(1, "Loss", "CrossEntropy(y, yhat) = - sum_{j=1}^V y_j log yhat_j for row " + std::to_string(first + 1) +
+               " (y = OneHot of its target, yhat = Y_" + std::to_string(first + 1) + ",:)", "CrossEntropy");
+        w.out("CrossEntropy", "1", Tensor<T>::vector({CrossEntropy(y, yhat)}));
+    }
+
+    // ---- Backward -------------------------------------------------------------------------------
+    r.g = make_params<T>(c);
+    Params<T>& g = r.g;
+    w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
+    w.out("dZ", "n x V", dZ);
+    matmul_tn_acc(dZ, X, g.W_e);
+    Tensor<T> dX = matmul(dZ, p.W_e);
+    w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul");
+    w.out("d" + XL, "n x H", dX);
+    w.out("dW_e (so far)", "V x H", g.W_e);
+    const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; dgamma = sum_i dY Xhat, dbeta = sum_i dY";
+    if (pre) {
+        dX = LayerNorm_backward(p.ln_f_gamma, ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
+        w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f)");
+        w.out("d" + XL + " (before ln_f)", "n x H", dX);
+    }
+    const std::string ffn_bwd = "dW_2 = A^T dY, db_2 = colsum(dY), dZ = dY W_2^T * act'(Z), dW_1 = X^T dZ, db_1 = colsum(dZ), dX = dZ W_1^T";
+    const std::string mhsa_bwd = "per head: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D); dW^O = Concat^T dY";
+    for (int l = c.L - 1; l >= 0; l--) {
+        const std::string L1 = std::to_string(l + 1), box = "Backward, l = " + L1;
+        const std::string Xp = "X^(" + std::to_string(l) + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")";
+        const Layer<T>& q = p.layers[l];
+        Layer<T>& gl = g.layers[l];
+        const BlockCache<T>& k = K[l];
+        if (!pre) {
+            const Tensor<T> du = LayerNorm_backward(q.ln_2_gamma, k.ln_2, dX, gl.ln_2_gamma, gl.ln_2_beta);
+            w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward");
+            w.out("dU", "n x H", du);
+            const Tensor<T> dmid = add(FFN_backward(k.ffn_in, q.ffn, c.activation, k.ffn, du, gl.ffn), du);
+            w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add");
+            w.out("d" + Xq, "n x H", dmid);
+            const Tensor<T> dv = LayerNorm_backward(q.ln_1_gamma, k.ln_1, dmid, gl.ln_1_gamma, gl.ln_1_beta);
+            w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + ")", "LayerNorm_backward");
+            w.out("dS", "n x H", dv);
+            dX = add(MultiHeadSA_backward(k.attn_in, q.attn, k.attn, dv, gl.attn), dv);
+            w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
+                   "MultiHeadSA_backward (Concat_backward, Attention_backward), add");
+            w.out("d" + Xp, "n x H", dX);
+        } else {
+            const Tensor<T> dln2 = FFN_backward(k.ffn_in, q.ffn, c.activation, k.ffn, dX, gl.ffn);
+            w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
+                   "FFN_backward");
+            w.out("dLayerNorm(" + Xq + ")", "n x H", dln2);
+            const Tensor<T> dmid = add(LayerNorm_backward(q.ln_2_gamma, k.ln_2, dln2, gl.ln_2_gamma, gl.ln_2_beta), dX);
+            w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add");
+            w.out("d" + Xq, "n x H", dmid);
+            const Tensor<T> dln1 = MultiHeadSA_backward(k.attn_in, q.attn, k.attn, dmid, gl.attn);
+            w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
+                   "MultiHeadSA_backward (Concat_backward, Attention_backward)");
+            w.out("dLayerNorm(" + Xp + ")", "n x H", dln1);
+            dX = add(LayerNorm_backward(q.ln_1_gamma, k.ln_1, dln1, gl.ln_1_gamma, gl.ln_1_beta), dmid);
+            w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + "))", "LayerNorm_backward, add");
+            w.out("d" + Xp, "n x H", dX);
+        }
+    }
+    Embedding_backward(batch.tokens, dX, g.W_e);
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < c.H; h++) g.W_p(i, h) += dX(i, h);
+    w.step(0, "Backward: Embedding", "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), dW_p[1..n] += dX^(0)",
+           "Embedding_backward");
+    w.out("dW_e", "V x H", g.W_e);
+    w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
+    if (seg) {
+        add_inplace(g.w_A, Stack_backward(matmul(diag(t0), dX)));
+        add_inplace(g.w_B, Stack_backward(matmul(diag(t1), dX)));
+        w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) dX^(0)), dw_B likewise with t",
+               "diag, matmul, Stack_backward");
+        w.out("dw_A", "H", g.w_A);
+        w.out("dw_B", "H", g.w_B);
+    }
+    r.steps = std::move(w.steps);
+    return r;
+}
+
+std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps) {
+    std::ostringstream o;
+    o << "explain: " << variant_name(c.variant) << " (V=" << c.V << " H=" << c.H << " F=" << c.F << " D=" << c.D << " L=" << c.L
+      << " A=" << c.A << ", " << activation_name(c.activation) << "); formula indices count from 1, shapes as in the formula boxes\n";
+    bool backward = false;
+    int number = 0;
+    for (const ExplainStep& s : steps) {
+        if (number == 0 || (!backward && s.box.rfind("Backward", 0) == 0)) {
+            backward = number > 0;
+            o << "\n==== " << (backward ? "backward: d loss / d theta, from the loss down" : "forward") << " ====\n";
+        }
+        const std::string pad(4 * (std::size_t)s.depth, ' ');
+        o << pad << "[" << ++number << "] " << s.box << ":  " << s.formula << "\n";
+        o << pad << "     code: " << s.function;
+        for (std::size_t k = 0; k < s.in.size(); k++)
+            o << (k ? ", " : "   in: ") << s.in[k].name << " (" << s.in[k].symbol << " = " << s.in[k].shape << ")";
+        o << "\n";
+        for (const ExplainTensor& t : s.out) {
+            o << pad << "     " << t.name << "  " << t.symbol << " = " << t.shape << "  [";
+            for (std::size_t k = 0; k < t.first.size(); k++) o << (k ? ", " : "") << num(t.first[k]);
+            o << (t.more ? ", ...]\n" : "]\n");
+        }
+        for (const std::string& line : s.picture) o << pad << "        " << line << "\n";
+    }
+    return o.str();
+}
+
+template Explained<float> explain(const Config&, const Params<float>&, const Batch&, int);
+template Explained<double> explain(const Config&, const Params<double>&, const Batch&, int);
+
+// ================================================================================================
 // Explicit instantiation for float (training) and double (gradient checks).
 // ================================================================================================
 #define TF_INSTANTIATE(T)                                                                                  \

@@ -963,4 +963,67 @@ std::vector<std::string> gpt2_pretokenize(const std::string& text);
 // Step 2's alphabet: the UTF-8 of the character that stands for byte b.
 std::string bytes_to_unicode(unsigned char b);
 
+// ================================================================================================
+// TEACHING: pictures and explain (issue 10). Layers, heads and permutation positions count from 1
+// here, as in the formulas; token ids are code ids (0-based), as everywhere.
+// ================================================================================================
+// One heat map of a matrix: values in [0, 1] (an attention probability, or a mask entry 1), masked
+// entries (the mask is -inf there) drawn hatched, apart from a probability of 0 (white).
+struct HeatPanel {
+    std::string title;                     // "layer l=1, head i=2"
+    std::vector<std::string> rows, cols;   // axis labels: the tokens (queries i, keys j)
+    std::vector<double> values;            // rows x cols, row-major
+    std::vector<bool> masked;              // rows x cols: Mask_{i,j} = -inf
+    std::vector<std::string> notes;        // lines under the panel (a mask's formula)
+};
+// The panels in a grid of per_row columns with a title and caption lines, and a legend: a labelled
+// colour scale of P from 0 to 1 (probability) or the two mask entries 1 and -inf (masks). Each
+// panel is a <g class='panel'>, each cell a <rect> of class 'p' or 'masked' in row-major order
+// with its value in a <title>.
+std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
+                        const std::vector<std::string>& caption, bool probability);
+// A token as an SVG label: printable UTF-8 as it is, a space "␣", a newline "⏎", other bytes \xNN.
+std::string token_label(const std::string& bytes);
+// Mask^BD, Mask^AR, Mask^ST (window, stride) and Mask^XL(z) (z: a permutation of 0..n-1, code
+// positions) for n positions, side by side, each with its formula.
+std::string masks_svg(int n, int window, int stride, const std::vector<int>& z);
+// The attention probabilities P of one sequence x (code ids; labels: one per token) from the caches
+// of the model's own forward pass (model_forward; XLNet checkpoints: both streams of the two-stream
+// forward under permutation z, code positions, empty = 0..n-1): one panel per layer and head, or
+// only layer `layer` and head `head` (1-based; 0 = all). XLNet gives two panels per head: the
+// content stream h and the query stream g (the query columns, all -inf, are left out).
+std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p, const std::vector<int>& x,
+                                        const std::vector<std::string>& labels, int layer, int head,
+                                        const std::vector<int>& z = {});
+
+// explain: one forward and backward pass, formula box by formula box, by calling the module
+// functions in the order of the variant's formula box (no dropout). Each step records the formula
+// as the seed writes it, the function that computes it, the shapes of its inputs and outputs as
+// symbols (n x H) and numbers, checked against each other, and the first values of each output.
+struct ExplainTensor {
+    std::string name, symbol, shape;  // "X^(0)", "n x H", "5x8"
+    std::vector<double> first;        // outputs: the first values, row-major
+    bool more = false;                // it has more values than those
+};
+struct ExplainStep {
+    int depth = 0;                    // 1: a box inside the one above (a head inside MultiHeadSA)
+    std::string box;                  // where: "Layers, l = 1", "Backward, l = 2", ...
+    std::string formula;              // as the seed writes it
+    std::string function;             // the function(s) in transformer.cpp
+    std::vector<ExplainTensor> in, out;
+    std::vector<std::string> picture;  // optional lines (a mask as 1 and .)
+};
+template <typename T>
+struct Explained {
+    std::vector<ExplainStep> steps;  // forward, then backward
+    Tensor<T> Z;                     // the logits X^(L) W_e^T, n x V
+    double loss = 0;                 // as model_loss
+    Params<T> g;                     // d loss / d theta, as model_loss's g
+};
+// batch: one sequence (B = 1) with targets (GPT: next_token_targets; BERT/RoBERTa: the masked
+// positions' ids, the tokens there replaced by the mask id). values: how many first values to keep.
+template <typename T>
+Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values = 4);
+std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps);
+
 }  // namespace tf
