@@ -4099,7 +4099,7 @@ TEST_CASE("LayerNorm: a constant row gives exactly beta (H 768, eps 1e-12), and 
         for (const double eps : {1e-12, 1e-5}) {
             const Tensor<float> Y = LayerNorm(Tensor<float>(1, H, value), gamma, beta, eps);
             INFO("value " << value << ", eps " << eps);
-            CHECK(m_bits_equal(Y, Tensor<float>::from(1, H, beta.data)));
+            CHECK(m_bits_equal(Y, Tensor<float>::from(1, H, std::vector<float>(beta.data.begin(), beta.data.end()))));
         }
     }
     // Rows of 1000 +- 0.5: float LayerNorm against a double computation of the same numbers.

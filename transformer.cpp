@@ -14,8 +14,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
 #include <queue>
 #include <sstream>
+#include <unordered_map>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -50,14 +54,101 @@ std::string shape_str(const std::vector<int>& shape) {
     return s;
 }
 
-template <typename T>
-Tensor<T>::Tensor(std::vector<int> shape_, T fill) : shape(std::move(shape_)) {
+// ---- The pool behind Tensor's storage (see transformer.hpp) -----------------------------------
+namespace {
+struct Pool {
+    std::mutex lock;
+    std::unordered_map<std::size_t, std::vector<void*>> free;  // size class -> blocks
+    PoolStats stats;
+};
+Pool& the_pool() {
+    static Pool* pool = new Pool;  // never destroyed: static tensors may be freed after it
+    return *pool;
+}
+// 256 bytes at least, then 4 classes per doubling (5/4, 6/4, 7/4, 8/4 of a power of 2), so a
+// size that grows a little (one more token) mostly stays in its class; at most 25% is unused.
+std::size_t size_class(std::size_t bytes) {
+    std::size_t p = 256;
+    if (bytes <= p) return p;
+    while (p * 2 < bytes) p *= 2;
+    const std::size_t step = p / 4;
+    return (bytes + step - 1) / step * step;
+}
+constexpr std::align_val_t kBlockAlign{64};  // one cache line, a whole AVX-512 vector
+}  // namespace
+
+void* pool_allocate(std::size_t bytes) {
+    const std::size_t size = size_class(bytes);
+    Pool& pool = the_pool();
+    {
+        std::lock_guard<std::mutex> g(pool.lock);
+        auto it = pool.free.find(size);
+        if (it != pool.free.end() && !it->second.empty()) {
+            void* p = it->second.back();
+            it->second.pop_back();
+            pool.stats.cached_bytes -= size;
+            pool.stats.reused++;
+            return p;
+        }
+        pool.stats.fresh++;
+    }
+    return ::operator new(size, kBlockAlign);
+}
+
+void pool_deallocate(void* p, std::size_t bytes) noexcept {
+    if (!p) return;
+    const std::size_t size = size_class(bytes);
+    Pool& pool = the_pool();
+    try {
+        std::lock_guard<std::mutex> g(pool.lock);
+        if (pool.stats.cached_bytes + size <= pool_limit) {
+            pool.free[size].push_back(p);
+            pool.stats.cached_bytes += size;
+            return;
+        }
+    } catch (...) {  // no room for the list entry: give the block back instead
+    }
+    ::operator delete(p, kBlockAlign);
+}
+
+PoolStats pool_stats() {
+    Pool& pool = the_pool();
+    std::lock_guard<std::mutex> g(pool.lock);
+    return pool.stats;
+}
+
+void pool_trim() {
+    Pool& pool = the_pool();
+    std::lock_guard<std::mutex> g(pool.lock);
+    for (auto& kv : pool.free)
+        for (void* p : kv.second) ::operator delete(p, kBlockAlign);
+    pool.free.clear();
+    pool.stats.cached_bytes = 0;
+}
+
+static std::size_t shape_count(const std::vector<int>& shape) {
     std::size_t n = 1;
     for (int d : shape) {
         if (d < 0) throw ShapeError("Tensor: negative dimension in shape " + shape_str(shape));
         n *= (std::size_t)d;
     }
-    data.assign(n, fill);
+    return n;
+}
+
+template <typename T>
+Tensor<T>::Tensor(std::vector<int> shape_, T fill) : shape(std::move(shape_)) {
+    data.assign(shape_count(shape), fill);
+}
+
+template <typename T>
+Tensor<T> Tensor<T>::uninit(std::vector<int> shape) {
+    Tensor t;
+    t.data.resize(shape_count(shape));  // PoolAllocator: default-initialised, i.e. not written
+    t.shape = std::move(shape);
+#if !defined(__OPTIMIZE__)
+    std::fill(t.data.begin(), t.data.end(), std::numeric_limits<T>::quiet_NaN());
+#endif
+    return t;
 }
 
 template <typename T>
@@ -67,7 +158,7 @@ Tensor<T> Tensor<T>::from(int rows, int cols, std::vector<T> values) {
                          shape_str({rows, cols}) + " matrix");
     Tensor t;
     t.shape = {rows, cols};
-    t.data = std::move(values);
+    t.data.assign(values.begin(), values.end());
     return t;
 }
 
@@ -75,7 +166,7 @@ template <typename T>
 Tensor<T> Tensor<T>::vector(std::vector<T> values) {
     Tensor t;
     t.shape = {(int)values.size()};
-    t.data = std::move(values);
+    t.data.assign(values.begin(), values.end());
     return t;
 }
 
@@ -123,10 +214,53 @@ TF_IVDEP
     for (std::size_t k = 0; k < n; k++) a[k] += b[k];
 }
 
+// sum_j x_j in 16 partial sums (entry j goes to sum j mod 16), added up at the end: a loop the
+// compiler vectorises without -ffast-math (one running sum is a chain it may not reorder).
+// S: the type the sums are kept in.
+template <typename S, typename T>
+static S lane_sum(const T* __restrict x, int n) {
+    constexpr int W = 16;
+    S part[W] = {};
+    int j = 0;
+    for (; j + W <= n; j += W)
+        for (int l = 0; l < W; l++) part[l] += (S)x[j + l];
+    S s = 0;
+    for (int l = 0; l < W; l++) s += part[l];
+    for (; j < n; j++) s += (S)x[j];
+    return s;
+}
+// max_j x_j (-inf for n = 0) the same way; NaN entries are skipped, as std::max(m, x) does.
+template <typename T>
+static T lane_max(const T* __restrict x, int n) {
+    constexpr int W = 16;
+    T part[W];
+    for (int l = 0; l < W; l++) part[l] = -std::numeric_limits<T>::infinity();
+    int j = 0;
+    for (; j + W <= n; j += W)
+        for (int l = 0; l < W; l++) part[l] = x[j + l] > part[l] ? x[j + l] : part[l];
+    T m = -std::numeric_limits<T>::infinity();
+    for (int l = 0; l < W; l++) m = part[l] > m ? part[l] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+// sum_j x_j y_j the same way.
+template <typename T>
+static T lane_dot(const T* __restrict x, const T* __restrict y, int n) {
+    constexpr int W = 16;
+    T part[W] = {};
+    int j = 0;
+    for (; j + W <= n; j += W)
+        for (int l = 0; l < W; l++) part[l] += x[j + l] * y[j + l];
+    T s = 0;
+    for (int l = 0; l < W; l++) s += part[l];
+    for (; j < n; j++) s += x[j] * y[j];
+    return s;
+}
+
 template <typename T>
 Tensor<T> transpose(const Tensor<T>& A) {
     require_matrix(A, "transpose", "A");
-    Tensor<T> B(A.cols(), A.rows());
+    Tensor<T> B = Tensor<T>::uninit(A.cols(), A.rows());
     for (int i = 0; i < A.rows(); i++)
         for (int j = 0; j < A.cols(); j++) B(j, i) = A(i, j);
     return B;
@@ -447,13 +581,30 @@ double fma_peak_gflops() {
     return sum > 0 ? best : 0;
 }
 
+// Streaming read speed of one core: sum a 256 MiB buffer (written first, so its pages exist) with
+// lane_sum; the best of 5 passes, in GB/s.
+double mem_read_gbps() {
+    const int n = (256 << 20) / (int)sizeof(float);
+    std::vector<float> buf((std::size_t)n, 1.0f);
+    using Clock = std::chrono::steady_clock;
+    double best = 0;
+    float sum = 0;
+    for (int pass = 0; pass < 5; pass++) {
+        const auto t = Clock::now();
+        sum += lane_sum<float>(buf.data(), n);
+        const double sec = std::chrono::duration<double>(Clock::now() - t).count();
+        best = std::max(best, (double)n * sizeof(float) / sec * 1e-9);
+    }
+    return sum > 0 ? best : 0;  // the sum is used, so the passes are not optimised away
+}
+
 template <typename T>
 Tensor<T> matmul(const Tensor<T>& A, const Tensor<T>& B) {
     require_matrix(A, "matmul", "A");
     require_matrix(B, "matmul", "B");
     if (A.cols() != B.rows())
         throw ShapeError("matmul: A is " + shape_str(A) + " but B is " + shape_str(B) + " (A B needs A.cols == B.rows)");
-    Tensor<T> C(A.rows(), B.cols());
+    Tensor<T> C = Tensor<T>::uninit(A.rows(), B.cols());  // gemm overwrites every entry
     gemm(A.rows(), B.cols(), A.cols(), A.ptr(), A.cols(), 1, B.ptr(), B.cols(), 1, C.ptr(), C.cols(), false);
     return C;
 }
@@ -474,7 +625,7 @@ Tensor<T> matmul_nt(const Tensor<T>& A, const Tensor<T>& B) {
     if (A.cols() != B.cols())
         throw ShapeError("matmul_nt: A is " + shape_str(A) + " but B is " + shape_str(B) +
                          " (A B^T needs A.cols == B.cols)");
-    Tensor<T> C(A.rows(), B.rows());
+    Tensor<T> C = Tensor<T>::uninit(A.rows(), B.rows());  // gemm overwrites every entry
     // B^T(k, j) = B(j, k) = B[j*cols + k]: row stride 1, column stride B.cols().
     gemm(A.rows(), B.rows(), A.cols(), A.ptr(), A.cols(), 1, B.ptr(), 1, B.cols(), C.ptr(), C.cols(), false);
     return C;
@@ -556,7 +707,7 @@ template <typename T>
 Tensor<T> diag_backward(const Tensor<T>& dY) {
     require_matrix(dY, "diag_backward", "dY");
     if (dY.rows() != dY.cols()) throw ShapeError("diag_backward: dY must be square, got " + shape_str(dY));
-    Tensor<T> dx({dY.rows()});
+    Tensor<T> dx = Tensor<T>::uninit({dY.rows()});
     for (int i = 0; i < dY.rows(); i++) dx[i] = dY(i, i);
     return dx;
 }
@@ -566,7 +717,7 @@ Tensor<T> diag_backward(const Tensor<T>& dY) {
 template <typename T>
 Tensor<T> Stack(const Tensor<T>& x, int n) {
     if (x.shape.size() != 1) throw ShapeError("Stack: x must be a vector, got shape " + shape_str(x));
-    Tensor<T> Y(n, x.cols());
+    Tensor<T> Y = Tensor<T>::uninit(n, x.cols());
     for (int i = 0; i < n; i++) std::copy(x.data.begin(), x.data.end(), Y.row(i));
     return Y;
 }
@@ -603,7 +754,7 @@ Tensor<T> Embedding(const std::vector<int>& x, const Tensor<T>& W_e) {
     require_matrix(W_e, "Embedding", "W_e");
     check_token_ids(x, W_e.rows(), "Embedding");
     const int H = W_e.cols();
-    Tensor<T> Y((int)x.size(), H);
+    Tensor<T> Y = Tensor<T>::uninit((int)x.size(), H);
     for (std::size_t i = 0; i < x.size(); i++) std::copy(W_e.row(x[i]), W_e.row(x[i]) + H, Y.row((int)i));
     return Y;
 }
@@ -622,11 +773,59 @@ TF_IVDEP
     }
 }
 
+// ---- exp in a form the compiler vectorises ---------------------------------------------------
+// std::exp is a library call, so a loop that calls it runs one number at a time. vexp is plain
+// arithmetic that the loop vectoriser turns into vector instructions (checked with
+// -fopt-info-vec / -Rpass=loop-vectorize, g++ and clang++, AVX-512 and AVX2):
+//   exp(x) = 2^k exp(r),  k = round(x / ln 2),  r = x - k ln 2 in [-ln2/2, ln2/2]
+// (ln 2 in two parts, so k ln 2 is exact to the last bit of r), exp(r) by its Taylor series to
+// degree 7 (float) or 12 (double), 2^k from its exponent bits (in two halves, so that every
+// factor is a normal number). Accuracy, measured against double std::exp over the whole range:
+// relative error below 8e-8 for float (under one unit in the last place), 3.2e-16 for double.
+// Results below the smallest normal number are 0 (float: x < -87.3; std::exp gives < 1.2e-38
+// there), above the largest finite one inf; exp(-inf) = 0 exactly and NaN stays NaN.
+template <typename T> struct ExpParts;
+template <> struct ExpParts<float> {
+    using Int = int32_t;
+    static constexpr int mantissa = 23, bias = 127, degree = 7;
+    static constexpr float lo = -87.3f, hi = 88.72f, round = 12582912.0f;  // round: 1.5 * 2^23
+    static constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+};
+template <> struct ExpParts<double> {
+    using Int = int64_t;
+    static constexpr int mantissa = 52, bias = 1023, degree = 12;
+    static constexpr double lo = -708.0, hi = 709.78, round = 6755399441055744.0;  // 1.5 * 2^52
+    static constexpr double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+};
+template <typename T>
+static inline T pow2i(typename ExpParts<T>::Int k) {  // 2^k for a k inside the normal exponents
+    const typename ExpParts<T>::Int bits = (k + ExpParts<T>::bias) << ExpParts<T>::mantissa;
+    T s;
+    std::memcpy(&s, &bits, sizeof s);
+    return s;
+}
+template <typename T>
+static inline T vexp(T x) {
+    using C = ExpParts<T>;
+    T xc = x > C::lo ? x : C::lo;  // also NaN -> lo; NaN is put back at the end
+    xc = xc < C::hi ? xc : C::hi;
+    const T k = (xc * T(1.4426950408889634) + C::round) - C::round;  // round(x / ln 2), no library call
+    const T r = (xc - k * C::ln2_hi) - k * C::ln2_lo;
+    T p = T(1);  // 1 + r (1 + r/2 (1 + r/3 (...)))
+    for (int d = C::degree; d >= 1; --d) p = T(1) + p * r / T(d);
+    const typename C::Int ki = (typename C::Int)k, k1 = ki / 2;
+    T y = p * pow2i<T>(k1) * pow2i<T>(ki - k1);
+    y = x < C::lo ? T(0) : y;
+    y = x > C::hi ? std::numeric_limits<T>::infinity() : y;
+    return x != x ? x : y;
+}
+
 // ---- Softmax ---------------------------------------------------------------------------------
 // Y_{i,j} = exp(X_{i,j} - m_i) / sum_k exp(X_{i,k} - m_i), m_i = max_k X_{i,k} (same value, no
 // overflow). exp(-inf - m) = 0 exactly, so masked entries get probability 0.
+// The plain loop, the reference for the one below:
 template <typename T>
-static void softmax_row(const T* x, T* y, int H) {
+static void softmax_row_reference(const T* x, T* y, int H) {
     T m = -std::numeric_limits<T>::infinity();
     for (int j = 0; j < H; j++) m = std::max(m, x[j]);
     if (m == -std::numeric_limits<T>::infinity()) {  // nothing to attend to: all zeros, not NaN
@@ -641,11 +840,25 @@ static void softmax_row(const T* x, T* y, int H) {
     const T inv = T(1) / sum;
     for (int j = 0; j < H; j++) y[j] *= inv;
 }
+// The same in loops the compiler vectorises: lane_max, vexp, lane_sum.
+template <typename T>
+static void softmax_row(const T* __restrict x, T* __restrict y, int H) {
+    const T m = lane_max(x, H);
+    if (m == -std::numeric_limits<T>::infinity()) {  // nothing to attend to: all zeros, not NaN
+        for (int j = 0; j < H; j++) y[j] = T(0);
+        return;
+    }
+TF_IVDEP
+    for (int j = 0; j < H; j++) y[j] = vexp(x[j] - m);
+    const T inv = T(1) / lane_sum<T>(y, H);
+TF_IVDEP
+    for (int j = 0; j < H; j++) y[j] *= inv;
+}
 
 template <typename T>
 Tensor<T> Softmax(const Tensor<T>& X) {
     require_matrix(X, "Softmax", "X");
-    Tensor<T> Y(X.rows(), X.cols());
+    Tensor<T> Y = Tensor<T>::uninit(X.rows(), X.cols());
     for (int i = 0; i < X.rows(); i++) softmax_row(X.row(i), Y.row(i), X.cols());
     return Y;
 }
@@ -663,7 +876,7 @@ template <typename T>
 Tensor<T> Softmax_backward(const Tensor<T>& Y, const Tensor<T>& dY) {
     require_matrix(Y, "Softmax_backward", "Y");
     require_same_shape(Y, dY, "Softmax_backward", "Y", "dY");
-    Tensor<T> dX(Y.rows(), Y.cols());
+    Tensor<T> dX = Tensor<T>::uninit(Y.rows(), Y.cols());
     for (int i = 0; i < Y.rows(); i++) softmax_backward_row(Y.row(i), dY.row(i), dX.row(i), Y.cols());
     return dX;
 }
@@ -767,7 +980,7 @@ Tensor<T> Concat(const std::vector<Tensor<T>>& X) {
         require_matrix(X[k], "Concat", "X_k");
         require_same_shape(X[0], X[k], "Concat", "X_1", "X_k");
     }
-    Tensor<T> Y(n, A * D);
+    Tensor<T> Y = Tensor<T>::uninit(n, A * D);
     for (int k = 0; k < A; k++)
         for (int i = 0; i < n; i++) std::copy(X[k].row(i), X[k].row(i) + D, Y.row(i) + k * D);
     return Y;
@@ -781,9 +994,11 @@ std::vector<Tensor<T>> Concat_backward(const Tensor<T>& dY, int A) {
         throw ShapeError("Concat_backward: dY is " + shape_str(dY) + ", not divisible into " + std::to_string(A) +
                          " blocks");
     const int n = dY.rows(), D = dY.cols() / A;
-    std::vector<Tensor<T>> dX(A, Tensor<T>(n, D));
-    for (int k = 0; k < A; k++)
+    std::vector<Tensor<T>> dX(A);
+    for (int k = 0; k < A; k++) {
+        dX[k] = Tensor<T>::uninit(n, D);
         for (int i = 0; i < n; i++) std::copy(dY.row(i) + k * D, dY.row(i) + (k + 1) * D, dX[k].row(i));
+    }
     return dX;
 }
 
@@ -791,7 +1006,7 @@ std::vector<Tensor<T>> Concat_backward(const Tensor<T>& dY, int A) {
 // Rows b*n .. b*n+n-1 of a (B*n) x C matrix: sequence b.
 template <typename T>
 static Tensor<T> rows_of(const Tensor<T>& X, int first, int count) {
-    Tensor<T> Y(count, X.cols());
+    Tensor<T> Y = Tensor<T>::uninit(count, X.cols());
     std::copy(X.row(first), X.row(first) + (std::size_t)count * X.cols(), Y.ptr());
     return Y;
 }
@@ -854,7 +1069,7 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
     const int B = X.rows() / n;
     MultiHeadSACache<T> local;
     MultiHeadSACache<T>& c = cache ? *cache : local;
-    c.Q.assign(A, {}), c.K.assign(A, {}), c.V.assign(A, {}), c.head.assign(A, Tensor<T>(B * n, D));
+    c.Q.assign(A, {}), c.K.assign(A, {}), c.V.assign(A, {}), c.head.assign(A, Tensor<T>::uninit(B * n, D));
     c.att.assign(A, std::vector<AttentionCache<T>>(B));
     c.dropout.assign(A, std::vector<Tensor<T>>(B));
     for (int i = 0; i < A; i++) {
@@ -892,7 +1107,7 @@ Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p
     std::vector<Tensor<T>> dhead = Concat_backward(Linear_backward(c.concat, p.W_O, dY, g.W_O, &g.b_O), A);
     Tensor<T> dX(X.rows(), X.cols());
     for (int i = 0; i < A; i++) {
-        Tensor<T> dQ(B * n, D), dK(B * n, D), dV(B * n, D);
+        Tensor<T> dQ = Tensor<T>::uninit(B * n, D), dK = Tensor<T>::uninit(B * n, D), dV = Tensor<T>::uninit(B * n, D);
         for (int b = 0; b < B; b++) {
             Tensor<T> dq, dk, dv;
             Attention_backward(rows_of(c.Q[i], b * n, n), rows_of(c.K[i], b * n, n), rows_of(c.V[i], b * n, n),
@@ -961,6 +1176,66 @@ T activation_derivative(Activation a, T x) {
     return T(1);
 }
 
+// The same two functions over a whole array, in loops the compiler vectorises: vexp instead of
+// std::exp and std::tanh, with 0.5 (1 + tanh u) = sigmoid(2u) = 1 / (1 + exp(-2u)) for the tanh
+// form (which also avoids the cancellation in 1 + tanh u for u << 0), and with 1 - t^2 =
+// 4 s (1 - s) in its derivative. gelu_erf keeps std::erf (a plain loop). Tests compare both with
+// activation and activation_derivative.
+template <typename T>
+static void activation_array(Activation a, const T* __restrict z, T* __restrict y, std::size_t n) {
+    const T c = T(0.7978845608028654);  // sqrt(2/pi)
+    switch (a) {
+        case Activation::relu:
+TF_IVDEP
+            for (std::size_t k = 0; k < n; k++) y[k] = z[k] > T(0) ? z[k] : T(0);
+            return;
+        case Activation::gelu_sigmoid:
+TF_IVDEP
+            for (std::size_t k = 0; k < n; k++) y[k] = z[k] / (T(1) + vexp(T(-1.702) * z[k]));
+            return;
+        case Activation::gelu_tanh:
+TF_IVDEP
+            for (std::size_t k = 0; k < n; k++) {
+                const T x = z[k], u = c * (x + T(0.044715) * x * x * x);
+                y[k] = x / (T(1) + vexp(T(-2) * u));
+            }
+            return;
+        case Activation::gelu_erf:
+            for (std::size_t k = 0; k < n; k++) y[k] = activation(a, z[k]);
+            return;
+    }
+}
+// dz_k *= act'(z_k)
+template <typename T>
+static void activation_derivative_array(Activation a, const T* __restrict z, T* __restrict dz, std::size_t n) {
+    const T c = T(0.7978845608028654);
+    switch (a) {
+        case Activation::relu:
+TF_IVDEP
+            for (std::size_t k = 0; k < n; k++) dz[k] = z[k] > T(0) ? dz[k] : T(0);
+            return;
+        case Activation::gelu_sigmoid:
+TF_IVDEP
+            for (std::size_t k = 0; k < n; k++) {
+                const T x = z[k], s = T(1) / (T(1) + vexp(T(-1.702) * x));
+                dz[k] *= s + T(1.702) * x * s * (T(1) - s);
+            }
+            return;
+        case Activation::gelu_tanh:
+TF_IVDEP
+            for (std::size_t k = 0; k < n; k++) {
+                const T x = z[k], u = c * (x + T(0.044715) * x * x * x);
+                const T s = T(1) / (T(1) + vexp(T(-2) * u));  // 0.5 (1 + tanh u)
+                const T d = s + T(2) * x * s * (T(1) - s) * c * (T(1) + T(3 * 0.044715) * x * x);
+                dz[k] *= (x > T(20) || x < T(-20)) ? (x > T(0) ? T(1) : T(0)) : d;  // saturated, as above
+            }
+            return;
+        case Activation::gelu_erf:
+            for (std::size_t k = 0; k < n; k++) dz[k] *= activation_derivative(a, z[k]);
+            return;
+    }
+}
+
 // ---- Feed-Forward Networks -------------------------------------------------------------------
 template <typename T>
 static void check_ffn_params(const Tensor<T>& X, const FFNParams<T>& p, const char* where) {
@@ -980,8 +1255,8 @@ Tensor<T> FFN(const Tensor<T>& X, const FFNParams<T>& p, Activation act, FFNCach
     FFNCache<T> local;
     FFNCache<T>& c = cache ? *cache : local;
     c.Z = Linear(X, p.W_1, p.b_1);
-    c.A = c.Z;
-    for (auto& v : c.A.data) v = activation(act, v);
+    c.A = Tensor<T>::uninit(c.Z.shape);
+    activation_array(act, c.Z.ptr(), c.A.ptr(), c.Z.size());  // A = act(Z), entry by entry
     return Linear(c.A, p.W_2, p.b_2);
 }
 
@@ -991,7 +1266,12 @@ Tensor<T> FFN_backward(const Tensor<T>& X, const FFNParams<T>& p, Activation act
     check_ffn_params(X, p, "FFN_backward");
     require_same_shape(X, dY, "FFN_backward", "X", "dY");
     Tensor<T> dZ = Linear_backward(c.A, p.W_2, dY, g.W_2, &g.b_2);  // dA, n x F
-    for (std::size_t k = 0; k < dZ.size(); k++) dZ[k] *= activation_derivative(act, c.Z[k]);
+    // dZ = dA * act'(Z). Training (float) takes the vectorised loop; the gradient checks (double)
+    // take activation_derivative itself, the formula (and the function a handout asks for).
+    if (std::is_same<T, float>::value)
+        activation_derivative_array(act, c.Z.ptr(), dZ.ptr(), dZ.size());
+    else
+        for (std::size_t k = 0; k < dZ.size(); k++) dZ[k] *= activation_derivative(act, c.Z[k]);
     return Linear_backward(X, p.W_1, dZ, g.W_1, &g.b_1);
 }
 
@@ -1032,9 +1312,9 @@ Tensor<T> LayerNorm(const Tensor<T>& X, const Tensor<T>& gamma, const Tensor<T>&
     require_shape(beta, {H}, "LayerNorm", "beta");
     LayerNormCache<T> local;
     LayerNormCache<T>& c = cache ? *cache : local;
-    c.Xhat = Tensor<T>(n, H);
-    c.rstd = Tensor<T>({n});
-    Tensor<T> Y(n, H);
+    c.Xhat = Tensor<T>::uninit(n, H);  // every row is written below
+    c.rstd = Tensor<T>::uninit({n});
+    Tensor<T> Y = Tensor<T>::uninit(n, H);
     // The statistics are summed in double around a shift K = x_0 (shifted two-pass): a constant
     // row gives mu = K and x_j - mu = 0 exactly (so Y = beta), and a large common offset (rows of
     // 1000 +- 0.5) costs no precision, whatever T is.
@@ -1070,7 +1350,7 @@ Tensor<T> LayerNorm_backward(const Tensor<T>& gamma, const LayerNormCache<T>& c,
     require_shape(gamma, {H}, "LayerNorm_backward", "gamma");
     require_shape(dgamma, {H}, "LayerNorm_backward", "dgamma");
     require_shape(dbeta, {H}, "LayerNorm_backward", "dbeta");
-    Tensor<T> dX(n, H);
+    Tensor<T> dX = Tensor<T>::uninit(n, H);
     for (int i = 0; i < n; i++) {
         const T* dy = dY.row(i);
         const T* xh = c.Xhat.row(i);
@@ -1104,7 +1384,7 @@ T CrossEntropy(const Tensor<T>& y, const Tensor<T>& yhat) {
 template <typename T>
 Tensor<T> CrossEntropy_backward(const Tensor<T>& y, const Tensor<T>& yhat) {
     require_same_shape(y, yhat, "CrossEntropy_backward", "y", "yhat");
-    Tensor<T> d(yhat.shape);
+    Tensor<T> d = Tensor<T>::uninit(yhat.shape);
     for (std::size_t j = 0; j < y.size(); j++) d[j] = y[j] != T(0) ? -y[j] / yhat[j] : T(0);
     return d;
 }
@@ -1126,18 +1406,20 @@ double CrossEntropy_logits(const Tensor<T>& Z, const std::vector<int>& targets, 
                         std::to_string(V - 1));
         count += t >= 0;
     }
-    if (dZ) *dZ = Tensor<T>(m, V);
-    if (count == 0) return 0.0;
+    if (dZ) *dZ = Tensor<T>::uninit(m, V);  // rows without a target are zeroed below
     std::vector<T> row(dZ ? 0 : V);
     double loss = 0;
     for (int i = 0; i < m; i++) {
-        if (targets[i] < 0) continue;
-        const T* z = Z.row(i);
-        T mx = z[0];
-        for (int j = 1; j < V; j++) mx = std::max(mx, z[j]);
-        T* e = dZ ? dZ->row(i) : row.data();  // e_j = exp(z_j - max), computed once
-        double sum = 0;
-        for (int j = 0; j < V; j++) sum += (double)(e[j] = std::exp(z[j] - mx));
+        if (targets[i] < 0) {
+            if (dZ) std::fill(dZ->row(i), dZ->row(i) + V, T(0));
+            continue;
+        }
+        const T* __restrict z = Z.row(i);
+        const T mx = lane_max(z, V);
+        T* __restrict e = dZ ? dZ->row(i) : row.data();  // e_j = exp(z_j - max), computed once
+TF_IVDEP
+        for (int j = 0; j < V; j++) e[j] = vexp(z[j] - mx);
+        const double sum = lane_sum<double>(e, V);
         const double lse = (double)mx + std::log(sum);
         loss += lse - (double)z[targets[i]];
         if (dZ) {
@@ -1146,7 +1428,7 @@ double CrossEntropy_logits(const Tensor<T>& Z, const std::vector<int>& targets, 
             e[targets[i]] -= T(1.0 / count);
         }
     }
-    return loss / count;
+    return count ? loss / count : 0.0;
 }
 
 // ---- Random numbers and dropout --------------------------------------------------------------
@@ -1171,7 +1453,7 @@ template <typename T>
 Tensor<T> dropout_mask(const std::vector<int>& shape, double p, Rng& rng) {
     if (p <= 0) return Tensor<T>();
     if (!(p < 1)) throw Error("dropout: p must be below 1, got " + std::to_string(p));
-    Tensor<T> m(shape);
+    Tensor<T> m = Tensor<T>::uninit(shape);
     const T keep = T(1.0 / (1.0 - p));
     for (auto& v : m.data) v = rng.uniform() < p ? T(0) : keep;
     return m;
@@ -1572,7 +1854,7 @@ template <typename T>
 Tensor<T> key_padding_mask(const Tensor<T>& Mask, const std::vector<int>& lengths) {
     require_matrix(Mask, "key_padding_mask", "Mask");
     const int n = Mask.cols(), B = (int)lengths.size();
-    Tensor<T> M(B * n, n);
+    Tensor<T> M = Tensor<T>::uninit(B * n, n);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < n; i++)
             for (int j = 0; j < n; j++)
@@ -1613,11 +1895,13 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
 template <typename T>
 void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& k, const Tensor<T>& dZ, Params<T>& g,
                     const Tensor<T>* dX_L) {
-    Tensor<T> dX(k.X_L.rows(), c.H);
+    Tensor<T> dX;
     if (!dZ.empty()) {  // empty: no gradient through the logits (a fine-tuning head alone)
         require_shape(dZ, {k.X_L.rows(), c.V}, "model_backward", "dZ");
         matmul_tn_acc(dZ, k.X_L, g.W_e);
         dX = matmul(dZ, p.W_e);
+    } else {
+        dX = Tensor<T>(k.X_L.rows(), c.H);
     }
     if (dX_L) {
         require_same_shape(*dX_L, k.X_L, "model_backward", "dX_L", "X_L");
@@ -3037,6 +3321,56 @@ double addition_accuracy(const Config& c, const Params<float>& p, const CharVoca
         done++;
     }
     return (double)right / problems;
+}
+
+// ---- Speed of a model: loading and generation (bench) ---------------------------------------------
+ModelSpeed model_speed(const Config& c, Params<float>& p) {
+    using Clock = std::chrono::steady_clock;
+    auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+    ModelSpeed r;
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/transformer-bench-" + std::to_string(::getpid()) + ".safetensors";
+    struct Removed {
+        std::string path;
+        ~Removed() { std::remove(path.c_str()); }
+    } removed{path};
+    save_model(path, c, p);
+    r.load_ms = r.fread_ms = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        auto t = Clock::now();
+        {
+            std::FILE* f = std::fopen(path.c_str(), "rb");
+            if (!f) throw Error("bench: cannot read back '" + path + "': " + std::strerror(errno));
+            std::fseek(f, 0, SEEK_END);
+            const long size = std::ftell(f);
+            std::fseek(f, 0, SEEK_SET);
+            std::unique_ptr<char[]> fresh(new char[(std::size_t)std::max(size, 1L)]);  // not written: fresh pages
+            const std::size_t got = std::fread(fresh.get(), 1, (std::size_t)size, f);
+            std::fclose(f);
+            if (size < 0 || got != (std::size_t)size) throw Error("bench: reading '" + path + "' back failed");
+            r.file_bytes = (double)size;
+            r.fread_ms = std::min(r.fread_ms, ms_since(t));
+        }
+        pool_trim();  // load into fresh memory too, not into blocks the pool kept
+        t = Clock::now();
+        {
+            const LoadedModel lm = load_model(path);
+            r.load_ms = std::min(r.load_ms, ms_since(t));
+        }
+        pool_trim();
+    }
+    if (!is_causal(c.variant)) return r;
+    r.context_to = std::min(128, c.n_ctx), r.context_from = r.context_to / 2;
+    KVCache<float> k;
+    Rng rng(11);
+    for (int pass = 0; pass < 2; pass++) {  // the first warms the pool and the caches
+        kv_init(c, k);
+        for (int t = 0; t < r.context_from; t++) model_step(c, p, rng.below(c.V), k);
+        const auto t0 = Clock::now();
+        for (int t = r.context_from; t < r.context_to; t++) model_step(c, p, rng.below(c.V), k);
+        r.token_ms = ms_since(t0) / std::max(1, r.context_to - r.context_from);
+    }
+    return r;
 }
 
 // ---- Plot ----------------------------------------------------------------------------------------
