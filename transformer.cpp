@@ -382,6 +382,8 @@ template <typename T> struct Blocking {
 //  * at most 3 rows of A with row-major B (e.g. one token at a time): each
 //    B value is used <= 3 times, so packing B costs about as much as the
 //    product, while the simple loop already streams B's rows with vector FMAs.
+//  * at most 3 rows of A with B given transposed (X W_e^T for one token): one dot product
+//    (lane_dot) per column of B, reading B in its memory order.
 constexpr long kSmallWork = 2048;
 constexpr int kFewRows = 3;
 
@@ -530,6 +532,12 @@ void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long 
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || long(M) * N * K < kSmallWork || (M <= kFewRows && csB == 1))
         gemm_reference(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
+    else if (M <= kFewRows && rsB == 1 && csA == 1)
+        for (int j = 0; j < N; j++)  // column j of B is contiguous: B[j*csB .. j*csB + K)
+            for (int i = 0; i < M; i++) {
+                const T dot = lane_dot(A + (long)i * rsA, B + (long)j * csB, K);
+                C[(long)i * ldc + j] = accumulate ? C[(long)i * ldc + j] + dot : dot;
+            }
     else if (N <= Blocking<T>::NR2)
         gemm_blocked<T, Blocking<T>::MR2, Blocking<T>::NR2>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
     else
@@ -805,7 +813,7 @@ static inline T pow2i(typename ExpParts<T>::Int k) {  // 2^k for a k inside the 
     return s;
 }
 template <typename T>
-static inline T vexp(T x) {
+inline T vexp(T x) {
     using C = ExpParts<T>;
     T xc = x > C::lo ? x : C::lo;  // also NaN -> lo; NaN is put back at the end
     xc = xc < C::hi ? xc : C::hi;
@@ -825,7 +833,7 @@ static inline T vexp(T x) {
 // overflow). exp(-inf - m) = 0 exactly, so masked entries get probability 0.
 // The plain loop, the reference for the one below:
 template <typename T>
-static void softmax_row_reference(const T* x, T* y, int H) {
+void softmax_row_reference(const T* x, T* y, int H) {
     T m = -std::numeric_limits<T>::infinity();
     for (int j = 0; j < H; j++) m = std::max(m, x[j]);
     if (m == -std::numeric_limits<T>::infinity()) {  // nothing to attend to: all zeros, not NaN
@@ -842,7 +850,7 @@ static void softmax_row_reference(const T* x, T* y, int H) {
 }
 // The same in loops the compiler vectorises: lane_max, vexp, lane_sum.
 template <typename T>
-static void softmax_row(const T* __restrict x, T* __restrict y, int H) {
+void softmax_row(const T* __restrict x, T* __restrict y, int H) {
     const T m = lane_max(x, H);
     if (m == -std::numeric_limits<T>::infinity()) {  // nothing to attend to: all zeros, not NaN
         for (int j = 0; j < H; j++) y[j] = T(0);
@@ -1182,7 +1190,7 @@ T activation_derivative(Activation a, T x) {
 // 4 s (1 - s) in its derivative. gelu_erf keeps std::erf (a plain loop). Tests compare both with
 // activation and activation_derivative.
 template <typename T>
-static void activation_array(Activation a, const T* __restrict z, T* __restrict y, std::size_t n) {
+void activation_array(Activation a, const T* __restrict z, T* __restrict y, std::size_t n) {
     const T c = T(0.7978845608028654);  // sqrt(2/pi)
     switch (a) {
         case Activation::relu:
@@ -1207,7 +1215,7 @@ TF_IVDEP
 }
 // dz_k *= act'(z_k)
 template <typename T>
-static void activation_derivative_array(Activation a, const T* __restrict z, T* __restrict dz, std::size_t n) {
+void activation_derivative_array(Activation a, const T* __restrict z, T* __restrict dz, std::size_t n) {
     const T c = T(0.7978845608028654);
     switch (a) {
         case Activation::relu:
@@ -1562,32 +1570,38 @@ void validate(const Config& c) {
 
 // ---- Parameters theta (seed "Parameters") ----------------------------------------------------
 template <typename T>
-Params<T> make_params(const Config& c) {
+Params<T> make_params(const Config& c, bool allocate) {
     validate(c);
+    auto tensor = [allocate](std::vector<int> shape) {  // zeros, or the shape alone (no numbers)
+        Tensor<T> t;
+        if (allocate) return Tensor<T>(std::move(shape));
+        t.shape = std::move(shape);
+        return t;
+    };
     const int H = c.H, D = c.D, A = c.A, F = c.F;
     Params<T> p;
-    p.W_e = Tensor<T>(c.V, H);
-    p.W_p = Tensor<T>(c.n_ctx, H);
-    if (has_segments(c.variant)) p.w_A = Tensor<T>({H}), p.w_B = Tensor<T>({H});
+    p.W_e = tensor({c.V, H});
+    p.W_p = tensor({c.n_ctx, H});
+    if (has_segments(c.variant)) p.w_A = tensor({H}), p.w_B = tensor({H});
     p.layers.resize(c.L);
     for (auto& l : p.layers) {
-        l.attn.W_Q.assign(A, Tensor<T>(H, D));
-        l.attn.W_K.assign(A, Tensor<T>(H, D));
-        l.attn.W_V.assign(A, Tensor<T>(H, D));
-        l.attn.W_O = Tensor<T>(A * D, H);
+        l.attn.W_Q.assign(A, tensor({H, D}));
+        l.attn.W_K.assign(A, tensor({H, D}));
+        l.attn.W_V.assign(A, tensor({H, D}));
+        l.attn.W_O = tensor({A * D, H});
         if (c.attn_bias) {
-            l.attn.b_Q.assign(A, Tensor<T>({D}));
-            l.attn.b_K.assign(A, Tensor<T>({D}));
-            l.attn.b_V.assign(A, Tensor<T>({D}));
-            l.attn.b_O = Tensor<T>({H});
+            l.attn.b_Q.assign(A, tensor({D}));
+            l.attn.b_K.assign(A, tensor({D}));
+            l.attn.b_V.assign(A, tensor({D}));
+            l.attn.b_O = tensor({H});
         }
-        l.ffn = {Tensor<T>(H, F), Tensor<T>({F}), Tensor<T>(F, H), Tensor<T>({H})};
-        l.ln_1_gamma = Tensor<T>({H}), l.ln_1_beta = Tensor<T>({H});
-        l.ln_2_gamma = Tensor<T>({H}), l.ln_2_beta = Tensor<T>({H});
+        l.ffn = {tensor({H, F}), tensor({F}), tensor({F, H}), tensor({H})};
+        l.ln_1_gamma = tensor({H}), l.ln_1_beta = tensor({H});
+        l.ln_2_gamma = tensor({H}), l.ln_2_beta = tensor({H});
     }
-    if (is_pre_ln(c.variant)) p.ln_f_gamma = Tensor<T>({H}), p.ln_f_beta = Tensor<T>({H});
-    if (c.W_y_rows > 0) p.W_y = Tensor<T>(c.W_y_rows, c.W_y_cols);
-    if (c.xlnet) p.w = Tensor<T>({H});
+    if (is_pre_ln(c.variant)) p.ln_f_gamma = tensor({H}), p.ln_f_beta = tensor({H});
+    if (c.W_y_rows > 0) p.W_y = tensor({c.W_y_rows, c.W_y_cols});
+    if (c.xlnet) p.w = tensor({H});
     return p;
 }
 
@@ -1609,7 +1623,7 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
             out.push_back({pre + "attn.b_K." + std::to_string(i), &ly.attn.b_K[i]});
             out.push_back({pre + "attn.b_V." + std::to_string(i), &ly.attn.b_V[i]});
         }
-        if (!ly.attn.b_O.empty()) out.push_back({pre + "attn.b_O", &ly.attn.b_O});
+        if (!ly.attn.b_O.shape.empty()) out.push_back({pre + "attn.b_O", &ly.attn.b_O});
         out.push_back({pre + "ffn.W_1", &ly.ffn.W_1});
         out.push_back({pre + "ffn.b_1", &ly.ffn.b_1});
         out.push_back({pre + "ffn.W_2", &ly.ffn.W_2});
@@ -2744,71 +2758,135 @@ void save_safetensors(const std::string& path, const std::map<std::string, std::
     f.commit();
 }
 
-SafeTensors load_safetensors(const std::string& path) {
-    const std::string bytes = read_file(path);
-    auto bad = [&](const std::string& what) { return Error("'" + path + "' is not a valid safetensors file: " + what); };
-    if (bytes.size() < 8) throw bad("shorter than its 8-byte header size");
-    uint64_t n = 0;
-    for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)bytes[k] << (8 * k);
-    if (n > bytes.size() - 8) throw bad("header size " + std::to_string(n) + " exceeds the file size");
-    Json h;
+// A safetensors file open for reading: the header is read and checked first (8 + N bytes), then
+// each tensor is read on demand with fread straight into its own buffer. There is no copy of the
+// whole file in memory and no second copy of a tensor.
+class SafeTensorsReader {
+public:
+    struct Entry {
+        std::string name;
+        std::vector<int> shape;
+        std::size_t begin = 0, end = 0;  // byte offsets in the data
+    };
+    std::map<std::string, std::string> metadata;
+    std::vector<Entry> entries;  // in the header's order
+
+    explicit SafeTensorsReader(const std::string& path);
+    ~SafeTensorsReader() { std::fclose(f_); }
+    SafeTensorsReader(const SafeTensorsReader&) = delete;
+    SafeTensorsReader& operator=(const SafeTensorsReader&) = delete;
+    const Entry* find(const std::string& name) const {
+        for (auto& e : entries)
+            if (e.name == name) return &e;
+        return nullptr;
+    }
+    // count floats of the tensor from float index first on, into dst.
+    void read(const Entry& e, float* dst, std::size_t first, std::size_t count) const;
+    Tensor<float> read(const Entry& e) const {  // the whole tensor, into a new buffer
+        Tensor<float> t = Tensor<float>::uninit(e.shape);
+        read(e, t.ptr(), 0, t.size());
+        return t;
+    }
+
+private:
+    std::string path_;
+    std::FILE* f_ = nullptr;
+    std::size_t data_start_ = 0;
+    Error bad(const std::string& what) const { return Error("'" + path_ + "' is not a valid safetensors file: " + what); }
+};
+
+SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
+    f_ = std::fopen(path.c_str(), "rb");
+    if (!f_) throw Error("cannot open '" + path + "': " + std::strerror(errno));
     try {
-        h = parse_json(bytes.substr(8, n));
-    } catch (const Error& e) {
-        throw bad(std::string("header: ") + e.what());
-    }
-    if (h.type != Json::object) throw bad("header is not a JSON object");
-    const std::size_t data_start = 8 + n, data_size = bytes.size() - data_start;
-    SafeTensors st;
-    std::vector<std::pair<std::size_t, std::size_t>> ranges;
-    for (auto& kv : h.obj) {
-        const std::string& name = kv.first;
-        const Json& t = kv.second;
-        if (name == "__metadata__") {
-            if (t.type != Json::object) throw bad("__metadata__ is not an object");
-            for (auto& m : t.obj) {
-                if (m.second.type != Json::string) throw bad("metadata value of '" + m.first + "' is not a string");
-                st.metadata[m.first] = m.second.str;
+        struct stat sb;
+        if (::fstat(::fileno(f_), &sb) != 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+        const std::size_t file_size = (std::size_t)sb.st_size;
+        unsigned char size_le[8];
+        if (file_size < 8 || std::fread(size_le, 1, 8, f_) != 8) throw bad("shorter than its 8-byte header size");
+        uint64_t n = 0;
+        for (int k = 0; k < 8; k++) n |= (uint64_t)size_le[k] << (8 * k);
+        if (n > file_size - 8) throw bad("header size " + std::to_string(n) + " exceeds the file size");
+        std::string header((std::size_t)n, '\0');
+        if (n > 0 && std::fread(&header[0], 1, (std::size_t)n, f_) != n) throw Error("cannot read '" + path + "'");
+        Json h;
+        try {
+            h = parse_json(header);
+        } catch (const Error& e) {
+            throw bad(std::string("header: ") + e.what());
+        }
+        if (h.type != Json::object) throw bad("header is not a JSON object");
+        data_start_ = 8 + (std::size_t)n;
+        const std::size_t data_size = file_size - data_start_;
+        std::vector<std::pair<std::size_t, std::size_t>> ranges;
+        for (auto& kv : h.obj) {
+            const std::string& name = kv.first;
+            const Json& t = kv.second;
+            if (name == "__metadata__") {
+                if (t.type != Json::object) throw bad("__metadata__ is not an object");
+                for (auto& m : t.obj) {
+                    if (m.second.type != Json::string) throw bad("metadata value of '" + m.first + "' is not a string");
+                    metadata[m.first] = m.second.str;
+                }
+                continue;
             }
-            continue;
+            const Json *dtype = t.get("dtype"), *shape = t.get("shape"), *offs = t.get("data_offsets");
+            if (!dtype || dtype->type != Json::string || !shape || shape->type != Json::array || !offs ||
+                offs->type != Json::array || offs->arr.size() != 2)
+                throw bad("tensor '" + name + "' needs dtype, shape and data_offsets [begin, end]");
+            if (dtype->str != "F32") throw bad("tensor '" + name + "' has dtype " + dtype->str + "; only F32 is supported");
+            std::vector<int> dims;
+            double count = 1;
+            for (auto& d : shape->arr) {
+                if (d.type != Json::number || d.num < 0 || d.num != std::floor(d.num) || d.num > 2147483647.0)
+                    throw bad("tensor '" + name + "' has a bad shape entry");
+                dims.push_back((int)d.num);
+                count *= d.num;
+            }
+            for (auto& o : offs->arr)
+                if (o.type != Json::number || o.num < 0 || o.num != std::floor(o.num))
+                    throw bad("tensor '" + name + "' has bad data_offsets");
+            const double begin = offs->arr[0].num, end = offs->arr[1].num;
+            if (end < begin || end - begin != count * 4)
+                throw bad("tensor '" + name + "' of shape " + shape_str(dims) + " needs " + std::to_string((long long)count * 4) +
+                          " bytes but data_offsets give " + std::to_string((long long)(end - begin)));
+            if (end > (double)data_size)
+                throw bad("truncated: tensor '" + name + "' ends at byte " + std::to_string((long long)end) + " of the data but the file holds " +
+                          std::to_string(data_size));
+            if (find(name)) throw bad("tensor '" + name + "' appears twice");
+            ranges.push_back({(std::size_t)begin, (std::size_t)end});
+            entries.push_back({name, dims, (std::size_t)begin, (std::size_t)end});
         }
-        const Json *dtype = t.get("dtype"), *shape = t.get("shape"), *offs = t.get("data_offsets");
-        if (!dtype || dtype->type != Json::string || !shape || shape->type != Json::array || !offs ||
-            offs->type != Json::array || offs->arr.size() != 2)
-            throw bad("tensor '" + name + "' needs dtype, shape and data_offsets [begin, end]");
-        if (dtype->str != "F32") throw bad("tensor '" + name + "' has dtype " + dtype->str + "; only F32 is supported");
-        std::vector<int> dims;
-        double count = 1;
-        for (auto& d : shape->arr) {
-            if (d.type != Json::number || d.num < 0 || d.num != std::floor(d.num) || d.num > 2147483647.0)
-                throw bad("tensor '" + name + "' has a bad shape entry");
-            dims.push_back((int)d.num);
-            count *= d.num;
-        }
-        for (auto& o : offs->arr)
-            if (o.type != Json::number || o.num < 0 || o.num != std::floor(o.num))
-                throw bad("tensor '" + name + "' has bad data_offsets");
-        const double begin = offs->arr[0].num, end = offs->arr[1].num;
-        if (end < begin || end - begin != count * 4)
-            throw bad("tensor '" + name + "' of shape " + shape_str(dims) + " needs " + std::to_string((long long)count * 4) +
-                      " bytes but data_offsets give " + std::to_string((long long)(end - begin)));
-        if (end > (double)data_size)
-            throw bad("truncated: tensor '" + name + "' ends at byte " + std::to_string((long long)end) + " of the data but the file holds " +
-                      std::to_string(data_size));
-        if (st.find(name)) throw bad("tensor '" + name + "' appears twice");
-        ranges.push_back({(std::size_t)begin, (std::size_t)end});
-        Tensor<float> tensor(dims);
-        const char* src = bytes.data() + data_start + (std::size_t)begin;
-        for (std::size_t k = 0; k < tensor.size(); k++) {
-            uint32_t u = 0;
-            for (int b = 0; b < 4; b++) u |= (uint32_t)(unsigned char)src[4 * k + b] << (8 * b);
-            std::memcpy(&tensor.data[k], &u, 4);
-        }
-        st.tensors.emplace_back(name, std::move(tensor));
+        std::sort(ranges.begin(), ranges.end());
+        for (std::size_t k = 1; k < ranges.size(); k++)
+            if (ranges[k].first < ranges[k - 1].second) throw bad("two tensors overlap in the data");
+    } catch (...) {
+        std::fclose(f_);
+        throw;
     }
-    std::sort(ranges.begin(), ranges.end());
-    for (std::size_t k = 1; k < ranges.size(); k++)
-        if (ranges[k].first < ranges[k - 1].second) throw bad("two tensors overlap in the data");
+}
+
+void SafeTensorsReader::read(const Entry& e, float* dst, std::size_t first, std::size_t count) const {
+    const std::size_t at = data_start_ + e.begin + 4 * first;
+    if (count == 0) return;
+    if (4 * (first + count) > e.end - e.begin) throw Error("safetensors: read past the end of tensor '" + e.name + "'");
+    if (std::fseek(f_, (long)at, SEEK_SET) != 0 || std::fread(dst, 4, count, f_) != count)
+        throw bad("truncated while reading tensor '" + e.name + "'");
+#if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+    for (std::size_t k = 0; k < count; k++) {  // the file is little-endian
+        unsigned char b[4];
+        std::memcpy(b, &dst[k], 4);
+        const uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        std::memcpy(&dst[k], &u, 4);
+    }
+#endif
+}
+
+SafeTensors load_safetensors(const std::string& path) {
+    const SafeTensorsReader r(path);
+    SafeTensors st;
+    st.metadata = r.metadata;
+    for (auto& e : r.entries) st.tensors.emplace_back(e.name, r.read(e));
     return st;
 }
 
@@ -2903,43 +2981,46 @@ void save_model(const std::string& path, const Config& c, Params<float>& p,
 // buffers h.l.attn.bias and h.l.attn.masked_bias are ignored. The file does not say how many heads:
 // they come from config.json beside it (n_head; also layer_norm_epsilon), else A = H / 64 (every
 // GPT-2 size has heads of 64).
-static bool is_hf_gpt2(const SafeTensors& st) {
+static bool is_hf_gpt2(const SafeTensorsReader& st) {
     return !st.metadata.count("variant") && (st.find("wte.weight") || st.find("transformer.wte.weight"));
 }
 
-static LoadedModel import_hf_gpt2(const std::string& path, SafeTensors st) {
+// Each tensor is read from the file straight into its place; c_attn one row at a time.
+static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsReader& st) {
+    using Entry = SafeTensorsReader::Entry;
     auto fail = [&](const std::string& what) { return Error("'" + path + "' (GPT-2 weights): " + what); };
-    std::map<std::string, Tensor<float>*> by;  // names without "transformer."
+    std::map<std::string, const Entry*> by;  // names without "transformer."
     int L = 0;
-    for (auto& kv : st.tensors) {
-        const std::string name = kv.first.rfind("transformer.", 0) == 0 ? kv.first.substr(12) : kv.first;
-        if (!by.emplace(name, &kv.second).second) throw fail("tensor '" + name + "' appears twice");
+    for (auto& e : st.entries) {
+        const std::string name = e.name.rfind("transformer.", 0) == 0 ? e.name.substr(12) : e.name;
+        if (!by.emplace(name, &e).second) throw fail("tensor '" + name + "' appears twice");
         if (name.rfind("h.", 0) == 0) {
             const std::size_t dot = name.find('.', 2);
             const std::string l = name.substr(2, dot == std::string::npos ? std::string::npos : dot - 2);
             if (l.empty() || l.size() > 4 || l.find_first_not_of("0123456789") != std::string::npos)
-                throw fail("unexpected tensor '" + kv.first + "'");
+                throw fail("unexpected tensor '" + e.name + "'");
             L = std::max(L, std::stoi(l) + 1);
         }
     }
-    auto grab = [&](const std::string& name, const std::vector<int>& shape) {  // moved out of the file
+    auto take = [&](const std::string& name, const std::vector<int>& shape) -> const Entry& {  // checked, then used up
         auto it = by.find(name);
         if (it == by.end()) throw fail("missing tensor '" + name + "'");
         if (it->second->shape != shape)
             throw fail("tensor '" + name + "' is " + shape_str(it->second->shape) + ", expected " + shape_str(shape));
-        Tensor<float> t = std::move(*it->second);
+        const Entry& e = *it->second;
         by.erase(it);
-        return t;
+        return e;
     };
-    const Tensor<float>* wte = by.count("wte.weight") ? by["wte.weight"] : nullptr;
-    const Tensor<float>* wpe = by.count("wpe.weight") ? by["wpe.weight"] : nullptr;
+    auto grab = [&](const std::string& name, const std::vector<int>& shape) { return st.read(take(name, shape)); };
+    const Entry* wte = by.count("wte.weight") ? by["wte.weight"] : nullptr;
+    const Entry* wpe = by.count("wpe.weight") ? by["wpe.weight"] : nullptr;
     if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
         throw fail("needs wte.weight (V x H), wpe.weight (n_ctx x H) and layers h.0, h.1, ...");
-    const Tensor<float>* fc = by.count("h.0.mlp.c_fc.weight") ? by["h.0.mlp.c_fc.weight"] : nullptr;
+    const Entry* fc = by.count("h.0.mlp.c_fc.weight") ? by["h.0.mlp.c_fc.weight"] : nullptr;
     if (!fc || fc->shape.size() != 2) throw fail("missing tensor 'h.0.mlp.c_fc.weight'");
     Config c;
     c.variant = Variant::gpt2, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
-    c.V = wte->rows(), c.H = wte->cols(), c.n_ctx = wpe->rows(), c.F = fc->cols(), c.L = L;
+    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
     c.A = c.H % 64 == 0 ? c.H / 64 : 0;
     const std::size_t slash = path.find_last_of('/');
     const std::string config_json = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
@@ -2975,7 +3056,8 @@ static LoadedModel import_hf_gpt2(const std::string& path, SafeTensors st) {
     validate(c);
     LoadedModel lm;
     lm.config = c;
-    lm.params = make_params<float>(c);
+    lm.file.metadata = st.metadata;
+    lm.params = make_params<float>(c, false);  // shapes only: every tensor is read or split into place
     Params<float>& p = lm.params;
     const int H = c.H, D = c.D, A = c.A;
     p.W_e = grab("wte.weight", {c.V, H});
@@ -2986,67 +3068,75 @@ static LoadedModel import_hf_gpt2(const std::string& path, SafeTensors st) {
         Layer<float>& y = p.layers[l];
         y.ln_1_gamma = grab(h + "ln_1.weight", {H}), y.ln_1_beta = grab(h + "ln_1.bias", {H});
         y.ln_2_gamma = grab(h + "ln_2.weight", {H}), y.ln_2_beta = grab(h + "ln_2.bias", {H});
-        const Tensor<float>& W = grab(h + "attn.c_attn.weight", {H, 3 * H});
-        const Tensor<float>& b = grab(h + "attn.c_attn.bias", {3 * H});
-        for (int i = 0; i < A; i++) {
-            Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
-            Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
-            for (int part = 0; part < 3; part++) {  // Q, K, V: column block part*H + i*D
-                const int col = part * H + i * D;
-                for (int r = 0; r < H; r++)
-                    for (int d = 0; d < D; d++) (*Wi[part])(r, d) = W(r, col + d);
-                for (int d = 0; d < D; d++) (*bi[part])[d] = b[col + d];
-            }
+        const Entry& W = take(h + "attn.c_attn.weight", {H, 3 * H});
+        const Tensor<float> b = grab(h + "attn.c_attn.bias", {3 * H});
+        std::vector<Tensor<float>*> Wi, bi;  // Q, K, V: head i is column block part*H + i*D
+        for (auto* heads : {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V})
+            for (int i = 0; i < A; i++) Wi.push_back(&(*heads)[i]), *Wi.back() = Tensor<float>::uninit(H, D);
+        for (auto* heads : {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V})
+            for (int i = 0; i < A; i++) bi.push_back(&(*heads)[i]), *bi.back() = Tensor<float>::uninit({D});
+        std::vector<float> row(3 * (std::size_t)H);  // one row of c_attn at a time: never the whole of it
+        for (int r = 0; r < H; r++) {
+            st.read(W, row.data(), (std::size_t)r * 3 * H, row.size());
+            for (int k = 0; k < 3 * A; k++) std::copy(row.begin() + k * D, row.begin() + (k + 1) * D, Wi[k]->row(r));
         }
+        for (int k = 0; k < 3 * A; k++) std::copy(b.data.begin() + k * D, b.data.begin() + (k + 1) * D, bi[k]->ptr());
         y.attn.W_O = grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = grab(h + "attn.c_proj.bias", {H});
         y.ffn.W_1 = grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = grab(h + "mlp.c_fc.bias", {c.F});
         y.ffn.W_2 = grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = grab(h + "mlp.c_proj.bias", {H});
         by.erase(h + "attn.bias"), by.erase(h + "attn.masked_bias");  // causal-mask buffers
     }
-    if (by.count("lm_head.weight")) {
-        if (by["lm_head.weight"]->shape != p.W_e.shape || by["lm_head.weight"]->data != p.W_e.data)
-            throw fail("lm_head.weight differs from wte.weight; this model de-embeds with W_e^T (tied)");
+    if (by.count("lm_head.weight")) {  // compared with W_e a block of rows at a time
+        const Entry& e = *by["lm_head.weight"];
+        bool same = e.shape == p.W_e.shape;
+        std::vector<float> block;
+        for (int r0 = 0; same && r0 < c.V; r0 += 1024) {
+            const std::size_t count = (std::size_t)std::min(1024, c.V - r0) * H;
+            block.resize(count);
+            st.read(e, block.data(), (std::size_t)r0 * H, count);
+            same = std::equal(block.begin(), block.end(), p.W_e.row(r0));
+        }
+        if (!same) throw fail("lm_head.weight differs from wte.weight; this model de-embeds with W_e^T (tied)");
         by.erase("lm_head.weight");
     }
     if (!by.empty()) throw fail("unexpected tensor '" + by.begin()->first + "'");
-    st.tensors.clear();
-    lm.file = std::move(st);
     return lm;
 }
 
 static LoadedModel load_model_tensors(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
+    const SafeTensorsReader st(path);
+    if (is_hf_gpt2(st)) return import_hf_gpt2(path, st);
     LoadedModel lm;
-    lm.file = load_safetensors(path);
-    if (is_hf_gpt2(lm.file)) return import_hf_gpt2(path, std::move(lm.file));
+    lm.file.metadata = st.metadata;
     try {
         lm.config = config_from_metadata(lm.file.metadata);
     } catch (const Error& e) {
         throw Error("'" + path + "': " + e.what());
     }
-    lm.params = make_params<float>(lm.config);
+    lm.params = make_params<float>(lm.config, false);  // shapes only: each tensor is read into its place
     std::vector<Named<float>> named = named_tensors(lm.config, lm.params);
     std::map<std::string, Tensor<float>*> want;
     for (auto& nt : named) want[nt.name] = nt.tensor;
-    std::vector<std::pair<std::string, Tensor<float>>> rest;
-    for (auto& kv : lm.file.tensors) {
-        auto it = want.find(kv.first);
+    for (auto& e : st.entries) {  // checked before anything is read
+        auto it = want.find(e.name);
         if (it == want.end()) {
             bool allowed = false;
-            for (auto& pre : allowed_extra_prefixes) allowed |= kv.first.rfind(pre, 0) == 0;
+            for (auto& pre : allowed_extra_prefixes) allowed |= e.name.rfind(pre, 0) == 0;
             if (!allowed)
-                throw Error("'" + path + "': unexpected tensor '" + kv.first + "' for a " + variant_name(lm.config.variant) +
+                throw Error("'" + path + "': unexpected tensor '" + e.name + "' for a " + variant_name(lm.config.variant) +
                             " model with L=" + std::to_string(lm.config.L) + ", A=" + std::to_string(lm.config.A));
-            rest.push_back(std::move(kv));
-            continue;
-        }
-        if (kv.second.shape != it->second->shape)
-            throw Error("'" + path + "': tensor '" + kv.first + "' is " + shape_str(kv.second.shape) + ", expected " +
+        } else if (e.shape != it->second->shape) {
+            throw Error("'" + path + "': tensor '" + e.name + "' is " + shape_str(e.shape) + ", expected " +
                         shape_str(it->second->shape));
-        *it->second = std::move(kv.second);
-        want.erase(it);
+        }
     }
-    if (!want.empty()) throw Error("'" + path + "': missing tensor '" + want.begin()->first + "'");
-    lm.file.tensors = std::move(rest);
+    for (auto& kv : want)  // the first missing name in sorted order
+        if (!st.find(kv.first)) throw Error("'" + path + "': missing tensor '" + kv.first + "'");
+    for (auto& e : st.entries) {
+        auto it = want.find(e.name);
+        if (it == want.end()) lm.file.tensors.emplace_back(e.name, st.read(e));
+        else *it->second = st.read(e);
+    }
     return lm;
 }
 
@@ -3232,8 +3322,14 @@ template <typename T>
 void kv_init(const Config& c, KVCache<T>& cache) {
     if (!is_causal(c.variant)) throw Error("kv_init: a " + std::string(variant_name(c.variant)) + " model is not causal");
     cache.t = 0;
-    cache.K.assign(c.L, std::vector<Tensor<T>>(c.A, Tensor<T>(c.n_ctx, c.D)));
-    cache.V = cache.K;
+    cache.K.assign(c.L, std::vector<Tensor<T>>(c.A));
+    cache.V.assign(c.L, std::vector<Tensor<T>>(c.A));
+    for (auto* KV : {&cache.K, &cache.V})
+        for (auto& layer : *KV)
+            for (Tensor<T>& M : layer) {
+                M.shape = {0, c.D};
+                M.data.reserve((std::size_t)c.n_ctx * c.D);  // room for every row: appending never moves it
+            }
     cache.masks.resize(c.L);
     for (int l = 0; l < c.L; l++) cache.masks[l] = layer_mask<T>(c, l, c.n_ctx);
 }
@@ -3249,17 +3345,18 @@ Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& k) 
     for (int j = 0; j < c.H; j++) X[j] += p.W_p(t, j);
     for (int l = 0; l < c.L; l++) {
         const Layer<T>& w = p.layers[l];
-        Tensor<T> mask(1, t + 1);
+        Tensor<T> mask = Tensor<T>::uninit(1, t + 1);
         std::copy(k.masks[l].row(t), k.masks[l].row(t) + t + 1, mask.ptr());
+        auto append_row = [](Tensor<T>& M, const Tensor<T>& r) {  // M gets r as its last row
+            M.data.insert(M.data.end(), r.data.begin(), r.data.end());
+            M.shape[0]++;
+        };
         auto attention = [&](const Tensor<T>& A_in) {  // MultiHeadSA(A_in, Mask) for row t
             std::vector<Tensor<T>> heads(c.A);
             for (int i = 0; i < c.A; i++) {
-                const Tensor<T> kt = Linear(A_in, w.attn.W_K[i], head_bias(w.attn.b_K, i));
-                const Tensor<T> vt = Linear(A_in, w.attn.W_V[i], head_bias(w.attn.b_V, i));
-                std::copy(kt.data.begin(), kt.data.end(), k.K[l][i].row(t));
-                std::copy(vt.data.begin(), vt.data.end(), k.V[l][i].row(t));
-                heads[i] = Attention(Linear(A_in, w.attn.W_Q[i], head_bias(w.attn.b_Q, i)), rows_of(k.K[l][i], 0, t + 1),
-                                     rows_of(k.V[l][i], 0, t + 1), mask);
+                append_row(k.K[l][i], Linear(A_in, w.attn.W_K[i], head_bias(w.attn.b_K, i)));  // now t+1 rows
+                append_row(k.V[l][i], Linear(A_in, w.attn.W_V[i], head_bias(w.attn.b_V, i)));
+                heads[i] = Attention(Linear(A_in, w.attn.W_Q[i], head_bias(w.attn.b_Q, i)), k.K[l][i], k.V[l][i], mask);
             }
             return Linear(Concat(heads), w.attn.W_O, w.attn.b_O);
         };
@@ -4837,6 +4934,11 @@ static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNI
                                             MultiHeadSAParams<T>&);                                        \
     template T activation(Activation, T);                                                                  \
     template T activation_derivative(Activation, T);                                                       \
+    template void activation_array(Activation, const T*, T*, std::size_t);                                  \
+    template void activation_derivative_array(Activation, const T*, T*, std::size_t);                       \
+    template T vexp(T);                                                                                    \
+    template void softmax_row_reference(const T*, T*, int);                                                \
+    template void softmax_row(const T*, T*, int);                                                          \
     template Tensor<T> FFN(const Tensor<T>&, const FFNParams<T>&, Activation, FFNCache<T>*);               \
     template Tensor<T> FFN_backward(const Tensor<T>&, const FFNParams<T>&, Activation, const FFNCache<T>&, \
                                     const Tensor<T>&, FFNParams<T>&);                                      \
@@ -4857,7 +4959,7 @@ static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNI
     template void multiply_inplace(Tensor<T>&, const Tensor<T>&);
 
 #define TF_INSTANTIATE_MODELS(T)                                                                           \
-    template Params<T> make_params(const Config&);                                                         \
+    template Params<T> make_params(const Config&, bool);                                                         \
     template std::vector<Named<T>> named_tensors(const Config&, Params<T>&);                               \
     template void init_params(const Config&, Params<T>&, uint64_t);                                        \
     template void zero_params(const Config&, Params<T>&);                                                  \
