@@ -48,7 +48,8 @@ commands:
   params   --preset NAME
   tokenize --encoder encoder.json --vocab vocab.bpe (--text TEXT | --file FILE | --ids 15496,995)
            (GPT-2's byte-level BPE: text -> ids, or ids -> text)
-  bench    [--preset NAME] [--batch B] [--block n] [--steps S] [--json]
+  bench    [--preset NAME] [--model M --layers L --heads A --embd H --ffn F --vocab V --activation NAME]
+           [--batch B] [--block n] [--steps S] [--json]   (model flags change the preset, default gpt2-124m)
   masks    --n N --out FILE.svg [--window 3] [--stride 4] [--perm 2,4,1,3]
            (Mask^BD, Mask^AR, Mask^ST with its window and stride, Mask^XL(z) for the permutation z of
            positions 1..n, side by side with their formulas)
@@ -631,9 +632,31 @@ static double gemm_gflops(int M, int N, int K, bool bt) {
     return 2.0 * M * N * K / (best * 1e6);
 }
 
+// The bench's model: the preset with train's model flags on top (--embd alone also sets F = 4H).
+static Config bench_config(Flags& f, std::string& name) {
+    name = f.str("preset", "gpt2-124m");
+    Config c = preset(name);
+    const bool sized = f.has("model") || f.has("layers") || f.has("heads") || f.has("embd") || f.has("ffn") ||
+                       f.has("vocab") || f.has("activation");
+    if (f.has("model")) c.variant = variant_from_name(f.str("model"));
+    c.L = f.int32("layers", c.L), c.A = f.int32("heads", c.A), c.H = f.int32("embd", c.H);
+    c.F = f.int32("ffn", f.has("embd") ? 4 * c.H : c.F), c.V = f.int32("vocab", c.V);
+    if (f.has("activation")) c.activation = activation_from_name(f.str("activation"));
+    if (c.L < 1 || c.A < 1 || c.H < 1 || c.F < 1 || c.V < 1) throw Error("--layers, --heads, --embd, --ffn and --vocab must be positive");
+    if (c.H % c.A != 0) throw Error("--embd " + std::to_string(c.H) + " is not a multiple of --heads " + std::to_string(c.A));
+    c.D = c.H / c.A;
+    if ((c.variant == Variant::bert || c.variant == Variant::roberta) && f.has("vocab"))  // their special ids, at the end
+        c.cls_id = c.V - 3, c.sep_id = c.V - 2, c.mask_id = c.V - 1;
+    if (c.variant == Variant::gpt3 && c.st_window < 1) c.st_window = c.st_stride = 8;
+    if (sized) name += " (L=" + std::to_string(c.L) + " A=" + std::to_string(c.A) + " H=" + std::to_string(c.H) + " F=" +
+                       std::to_string(c.F) + " V=" + std::to_string(c.V) + " " + variant_name(c.variant) + ")";
+    validate(c);
+    return c;
+}
+
 static int cmd_bench(Flags& f) {
-    const std::string name = f.str("preset", "gpt2-124m");
-    const Config c = preset(name);
+    std::string name;
+    const Config c = bench_config(f, name);
     const int B = f.int32("batch", 4), n = f.int32("block", std::min(64, c.n_ctx)), steps = f.int32("steps", 3);
     const bool json = f.flag("json");
     f.done();
@@ -642,6 +665,7 @@ static int cmd_bench(Flags& f) {
     if ((long long)B * n > (1 << 20)) throw Error("--batch x --block is too large for a benchmark");
     Params<float> p = make_params<float>(c), g = make_params<float>(c);
     init_params(c, p, 1);
+    const ModelSpeed ms = model_speed(c, p);
     AdamW adam;
     adamw_init(c, adam);
     Rng rng(3);
@@ -680,14 +704,17 @@ static int cmd_bench(Flags& f) {
                           gemm_gflops(M, c.H, c.F, false), gemm_gflops(M, c.V, c.H, true)};
     double mm_min = mm[0];
     for (double v : mm) mm_min = std::min(mm_min, v);
-    const double peak = fma_peak_gflops();
+    const double peak = fma_peak_gflops(), gbps = mem_read_gbps();
+    const double weight_bytes = 4.0 * (double)count_params(c).actual;
     if (json) {
-        std::printf("{\"preset\": \"%s\", \"batch\": %d, \"block\": %d, \"steps\": %d, \"loss\": %.6f, \"step_ms\": %.2f, "
+        std::printf("{\"preset\": %s, \"batch\": %d, \"block\": %d, \"steps\": %d, \"loss\": %.6f, \"step_ms\": %.2f, "
                     "\"forward_ms\": %.2f, \"backward_ms\": %.2f, \"update_ms\": %.2f, \"tokens_per_s\": %.1f, "
                     "\"gflops\": %.2f, \"matmul_gflops\": %.2f, \"peak_gflops\": %.2f, \"matmul_gflops_shapes\": {\"%dx%dx%d\": %.2f, "
-                    "\"%dx%dx%d\": %.2f, \"%dx%dx%d\": %.2f, \"%dx%dx%d\": %.2f}}\n",
-                    name.c_str(), B, n, steps, loss, step, fwd, bwd, upd, rows / (step / 1000.0), gflops, mm_min, peak, M, c.H,
-                    3 * c.H, mm[0], M, c.H, c.F, mm[1], M, c.F, c.H, mm[2], M, c.H, c.V, mm[3]);
+                    "\"%dx%dx%d\": %.2f, \"%dx%dx%d\": %.2f, \"%dx%dx%d\": %.2f}, \"load_ms\": %.2f, \"fread_ms\": %.2f, "
+                    "\"token_ms\": %.3f, \"token_context\": [%d, %d], \"mem_read_gbps\": %.2f, \"weight_bytes\": %.0f}\n",
+                    json_escape(name).c_str(), B, n, steps, loss, step, fwd, bwd, upd, rows / (step / 1000.0), gflops, mm_min, peak, M, c.H,
+                    3 * c.H, mm[0], M, c.H, c.F, mm[1], M, c.F, c.H, mm[2], M, c.H, c.V, mm[3], ms.load_ms, ms.fread_ms,
+                    ms.token_ms, ms.context_from, ms.context_to, gbps, weight_bytes);
         return 0;
     }
     std::printf("bench %s, B=%d n=%d, %d steps after 1 warm-up (loss %.4f)\n", name.c_str(), B, n, steps, loss);
@@ -700,6 +727,14 @@ static int cmd_bench(Flags& f) {
     std::printf("  %4dx%-5d by %5dx%-5d (W_e^T)      %6.1f\n", M, c.H, c.H, c.V, mm[3]);
     std::printf("register-only FMA peak of one core at this build's vector width: %.1f GFLOP/s (slowest shape %.0f%%)\n",
                 peak, 100.0 * mm_min / peak);
+    std::printf("checkpoint of %.1f MB: load %.1f ms, one fread of the file into fresh memory %.1f ms (%.2fx)\n",
+                ms.file_bytes / 1e6, ms.load_ms, ms.fread_ms, ms.load_ms / ms.fread_ms);
+    if (ms.token_ms >= 0)
+        std::printf("generation: %.2f ms per token (context %d..%d); one read of the %.1f MB of weights at %.1f GB/s: %.2f ms (%.2fx)\n",
+                    ms.token_ms, ms.context_from, ms.context_to, weight_bytes / 1e6, gbps, weight_bytes / (gbps * 1e6),
+                    ms.token_ms / (weight_bytes / (gbps * 1e6)));
+    else
+        std::printf("generation: not timed (a %s model does not generate); streaming read %.1f GB/s\n", variant_name(c.variant), gbps);
     return 0;
 }
 

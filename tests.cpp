@@ -4099,7 +4099,7 @@ TEST_CASE("LayerNorm: a constant row gives exactly beta (H 768, eps 1e-12), and 
         for (const double eps : {1e-12, 1e-5}) {
             const Tensor<float> Y = LayerNorm(Tensor<float>(1, H, value), gamma, beta, eps);
             INFO("value " << value << ", eps " << eps);
-            CHECK(m_bits_equal(Y, Tensor<float>::from(1, H, beta.data)));
+            CHECK(m_bits_equal(Y, Tensor<float>::from(1, H, std::vector<float>(beta.data.begin(), beta.data.end()))));
         }
     }
     // Rows of 1000 +- 0.5: float LayerNorm against a double computation of the same numbers.
@@ -5714,4 +5714,153 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
     m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --values 65", "--values");
     m_cli_fails("explain --checkpoint " + dir + "/none.safetensors --tokens 3,1", "none.safetensors");
     m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --out x.svg", "unknown flag --out");
+}
+
+// ---- Issue 9: the vectorised forms against their references, and no memory per warm step ----------
+
+TEST_CASE("Softmax: vexp matches std::exp (float to under one ulp, double to 3.2e-16), -inf, inf, NaN") {
+    double worst_f = 0, worst_d = 0;
+    for (double x = -87.0; x < 88.7; x += 0.0137) {
+        const double ref = std::exp(x);
+        worst_f = std::max(worst_f, std::fabs((double)vexp((float)x) - std::exp((double)(float)x)) / ref);
+        worst_d = std::max(worst_d, std::fabs(vexp(x) - ref) / ref);
+    }
+    CHECK(worst_f < 1.2e-7);
+    CHECK(worst_d < 4e-16);
+    CHECK(vexp(-std::numeric_limits<float>::infinity()) == 0.0f);
+    CHECK(vexp(-std::numeric_limits<double>::infinity()) == 0.0);
+    CHECK(vexp(-1000.0f) == 0.0f);
+    CHECK(vexp(0.0f) == 1.0f);
+    CHECK(vexp(0.0) == 1.0);
+    CHECK(std::isinf(vexp(89.0f)));
+    CHECK(std::isinf(vexp(std::numeric_limits<float>::infinity())));
+    CHECK(std::isinf(vexp(710.0)));
+    CHECK(std::isnan(vexp(std::numeric_limits<float>::quiet_NaN())));
+    CHECK(std::isnan(vexp(std::numeric_limits<double>::quiet_NaN())));
+}
+
+template <typename T>
+static double m_softmax_row_gap(int H, Rng& r, bool with_inf) {
+    std::vector<T> x(H), y(H), ref(H);
+    for (auto& v : x) v = (T)(8 * r.normal());
+    if (with_inf)
+        for (int j = 0; j < H; j += 3) x[j] = -std::numeric_limits<T>::infinity();
+    softmax_row(x.data(), y.data(), H);
+    softmax_row_reference(x.data(), ref.data(), H);
+    double gap = 0;
+    for (int j = 0; j < H; j++) {
+        gap = std::max(gap, std::fabs((double)y[j] - (double)ref[j]));
+        if (ref[j] == 0) CHECK(y[j] == 0);  // masked entries stay exactly 0
+    }
+    return gap;
+}
+
+TEST_CASE("Softmax: the vectorised row equals the plain loop (float and double, -inf entries, all -inf rows)") {
+    Rng r(21);
+    double gap_f = 0, gap_d = 0;
+    for (int H = 1; H <= 80; H++)
+        for (bool inf : {false, true}) gap_f = std::max(gap_f, m_softmax_row_gap<float>(H, r, inf)), gap_d = std::max(gap_d, m_softmax_row_gap<double>(H, r, inf));
+    CHECK(gap_f < 1e-6);
+    CHECK(gap_d < 1e-14);
+    std::vector<float> x(5, -std::numeric_limits<float>::infinity()), y(5, 7.0f);
+    softmax_row(x.data(), y.data(), 5);
+    for (float v : y) CHECK(v == 0.0f);
+}
+
+TEST_CASE("FFN_GELU: activation_array and activation_derivative_array equal activation and activation_derivative") {
+    std::vector<double> zs;
+    for (double z = -30; z <= 30; z += 0.01) zs.push_back(z);
+    for (double z : {-1e30, -1e4, -25.0, -20.5, 20.5, 25.0, 1e4, 1e30, 0.0}) zs.push_back(z);
+    for (Activation a : {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf}) {
+        INFO(std::string(activation_name(a)));
+        const std::size_t n = zs.size();
+        std::vector<float> zf(zs.begin(), zs.end()), yf(n), df(n, 1.0f);
+        std::vector<double> yd(n), dd(n, 1.0);
+        activation_array(a, zf.data(), yf.data(), n);
+        activation_derivative_array(a, zf.data(), df.data(), n);
+        activation_array(a, zs.data(), yd.data(), n);
+        activation_derivative_array(a, zs.data(), dd.data(), n);
+        double worst_f = 0, worst_df = 0, worst_d = 0, worst_dd = 0;
+        for (std::size_t k = 0; k < n; k++) {
+            const double y_ref = activation(a, (double)zf[k]), d_ref = activation_derivative(a, (double)zf[k]);
+            worst_f = std::max(worst_f, std::fabs(yf[k] - y_ref) / (1 + std::fabs(y_ref)));
+            worst_df = std::max(worst_df, std::fabs(df[k] - d_ref) / (1 + std::fabs(d_ref)));
+            worst_d = std::max(worst_d, std::fabs(yd[k] - activation(a, zs[k])) / (1 + std::fabs(activation(a, zs[k]))));
+            worst_dd = std::max(worst_dd, std::fabs(dd[k] - activation_derivative(a, zs[k])) / (1 + std::fabs(activation_derivative(a, zs[k]))));
+        }
+        CHECK(worst_f < 5e-7);
+        CHECK(worst_df < 2e-6);  // a few float operations more than the value
+        CHECK(worst_d < 1e-14);
+        CHECK(worst_dd < 1e-14);
+    }
+}
+
+TEST_CASE("train: a warm training step takes no memory from the system (the pool hands out last step's blocks)") {
+    for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
+        INFO(name);
+        Config c = preset(name);
+        c.attn_bias = true;
+        Params<float> p = make_params<float>(c), g = make_params<float>(c);
+        init_params(c, p, 1);
+        AdamW adam;
+        adamw_init(c, adam);
+        Rng rng(5);
+        Batch b;
+        b.B = 3, b.n = c.n_ctx;
+        for (int k = 0; k < b.B * b.n; k++) b.tokens.push_back(rng.below(c.V));
+        b.targets = next_token_targets(b.tokens, b.B, b.n);
+        ForwardOptions fo;
+        fo.dropout = 0.1, fo.rng = &rng;
+        long long fresh_before = 0;
+        for (int step = 0; step < 4; step++) {
+            if (step == 3) fresh_before = pool_stats().fresh;
+            zero_params(c, g);
+            const double loss = model_loss(c, p, b, &g, fo);
+            CHECK(std::isfinite(loss));
+            clip_grad_norm(c, g, 1.0);
+            adamw_step(c, p, g, adam, 1e-3);
+        }
+        CHECK(pool_stats().fresh == fresh_before);
+        CHECK(pool_stats().reused > 0);
+    }
+}
+
+TEST_CASE("sample: model_step takes no memory from the system once warm, and its K, V grow in place") {
+    Config c = preset("tiny-gpt2");
+    c.n_ctx = 40, c.attn_bias = true;
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 2);
+    KVCache<float> k;
+    long long fresh_before = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        kv_init(c, k);
+        if (pass == 1) fresh_before = pool_stats().fresh;
+        const float* K0 = k.K[0][0].ptr();
+        for (int t = 0; t < c.n_ctx; t++) {
+            const Tensor<float> z = model_step(c, p, t % c.V, k);
+            CHECK(z.shape == std::vector<int>{c.V});
+        }
+        CHECK(k.K[0][0].shape == std::vector<int>{c.n_ctx, c.D});
+        CHECK(k.K[0][0].ptr() == K0);  // rows were appended where room was reserved
+    }
+    CHECK(pool_stats().fresh == fresh_before);
+}
+
+TEST_CASE("Tensor: uninit has the shape, pool blocks are reused, and storage compares with std::vector") {
+    const Tensor<float> t = Tensor<float>::uninit(3, 4);
+    CHECK(t.shape == std::vector<int>{3, 4});
+    CHECK(t.size() == 12);
+    CHECK_THROWS_AS(Tensor<float>::uninit({-1, 2}), ShapeError);
+    const float* first;
+    {
+        Tensor<float> a(100, 100);
+        first = a.ptr();
+    }
+    const long long fresh = pool_stats().fresh;
+    Tensor<float> b(100, 100);
+    CHECK(b.ptr() == first);  // the block just freed, handed out again
+    CHECK(pool_stats().fresh == fresh);
+    for (float v : b.data) CHECK(v == 0.0f);  // Tensor(shape) still fills
+    CHECK(Tensor<double>::from(1, 2, {1, 2}).data == std::vector<double>{1, 2});
+    CHECK(Tensor<double>::from(1, 2, {1, 2}).data != std::vector<double>{1, 3});
 }

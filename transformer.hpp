@@ -14,6 +14,7 @@
 //     rows b*n .. b*n+n-1. Linear layers see all B*n rows at once; attention works per sequence.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -22,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace tf {
@@ -37,15 +39,72 @@ struct ShapeError : Error {
 };
 
 // ------------------------------------------------------------------------------------------------
+// Storage: every Tensor's numbers come from a recycling pool.
+// ------------------------------------------------------------------------------------------------
+// A training step allocates the same shapes every step. A freed block is kept in a list per size
+// class (sizes rounded up to 4 classes per doubling) and handed out again, so a warm step asks the
+// system for no memory: no page faults, no zero pages, no munmap (glibc returns big blocks to the
+// system on every free). At most pool_limit bytes are kept; beyond that, blocks go back at once.
+struct PoolStats {
+    long long fresh = 0;           // blocks obtained from the system (operator new)
+    long long reused = 0;          // blocks handed out again from the pool
+    std::size_t cached_bytes = 0;  // bytes held in the pool now, free for reuse
+};
+PoolStats pool_stats();
+void pool_trim();  // gives every cached block back to the system
+constexpr std::size_t pool_limit = std::size_t(1) << 30;
+void* pool_allocate(std::size_t bytes);
+void pool_deallocate(void* p, std::size_t bytes) noexcept;
+
+template <typename T>
+struct PoolAllocator {
+    using value_type = T;
+    PoolAllocator() = default;
+    template <class U>
+    PoolAllocator(const PoolAllocator<U>&) noexcept {}
+    T* allocate(std::size_t n) { return static_cast<T*>(pool_allocate(n * sizeof(T))); }
+    void deallocate(T* p, std::size_t n) noexcept { pool_deallocate(p, n * sizeof(T)); }
+    // resize(n) without a value default-initialises: numbers stay unwritten (Tensor::uninit).
+    // Every other way (Tensor(shape, fill), copies, assign) writes values as usual.
+    template <class U>
+    void construct(U* p) { ::new ((void*)p) U; }
+    template <class U, class... Args>
+    void construct(U* p, Args&&... args) { ::new ((void*)p) U(std::forward<Args>(args)...); }
+};
+template <class T, class U>
+bool operator==(const PoolAllocator<T>&, const PoolAllocator<U>&) { return true; }
+template <class T, class U>
+bool operator!=(const PoolAllocator<T>&, const PoolAllocator<U>&) { return false; }
+
+template <typename T>
+using Storage = std::vector<T, PoolAllocator<T>>;
+// A tensor's numbers compared with a plain vector (tests: CHECK(Y.data == std::vector<double>{...})).
+template <typename T>
+bool operator==(const Storage<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+template <typename T>
+bool operator==(const std::vector<T>& a, const Storage<T>& b) { return b == a; }
+template <typename T>
+bool operator!=(const Storage<T>& a, const std::vector<T>& b) { return !(a == b); }
+template <typename T>
+bool operator!=(const std::vector<T>& a, const Storage<T>& b) { return !(b == a); }
+
+// ------------------------------------------------------------------------------------------------
 // Tensor: a row-major array with a shape of one ({H}) or two ({rows, cols}) dimensions.
 // ------------------------------------------------------------------------------------------------
 template <typename T>
 struct Tensor {
     std::vector<int> shape;  // {len} or {rows, cols}
-    std::vector<T> data;     // row-major, size = product of shape
+    Storage<T> data;         // row-major, size = product of shape
 
     Tensor() = default;
     explicit Tensor(std::vector<int> shape_, T fill = T(0));
+    // A tensor whose numbers are not written: only for results that the caller overwrites
+    // entirely (saves zero-filling them first). Unoptimised builds fill it with NaN, so an entry
+    // left unwritten shows up in the tests.
+    static Tensor uninit(std::vector<int> shape);
+    static Tensor uninit(int rows, int cols) { return uninit(std::vector<int>{rows, cols}); }
     // rows x cols. Only integer sizes are accepted: Tensor<float>({5}, 2.0f) is the 5-vector of 2s
     // (the constructor above), never a 5 x 2 matrix, and Tensor<float>(5, 2.0f) does not compile.
     template <class R, class C,
@@ -105,6 +164,9 @@ void gemm_reference(int M, int N, int K, const T* A, long rsA, long csA, const T
 // The register-only FMA peak of one core for float at this build's vector width (GFLOP/s,
 // 2 per multiply-add), measured in about 0.2 s: the yardstick for gemm's GFLOP/s.
 double fma_peak_gflops();
+// One core's streaming read speed in GB/s: the best of a few passes summing a 256 MiB buffer
+// (far larger than the caches). The yardstick for generating a token, which reads every weight.
+double mem_read_gbps();
 
 template <typename T>
 Tensor<T> matmul(const Tensor<T>& A, const Tensor<T>& B);  // A B:    (m x k)(k x n) -> m x n
@@ -253,6 +315,22 @@ template <typename T>
 T activation(Activation a, T x);
 template <typename T>
 T activation_derivative(Activation a, T x);  // d activation(x) / dx
+// The same over arrays, in loops the compiler vectorises (no library call per number; see vexp):
+// y_k = activation(z_k), and dz_k *= activation_derivative(z_k). Tested against the two above.
+template <typename T>
+void activation_array(Activation a, const T* z, T* y, std::size_t n);
+template <typename T>
+void activation_derivative_array(Activation a, const T* z, T* dz, std::size_t n);
+
+// exp(x) as plain arithmetic that vectorises (std::exp is a library call): relative error below
+// 8e-8 for float, 3.2e-16 for double; 0 below the normal range, exp(-inf) = 0, NaN stays NaN.
+template <typename T>
+T vexp(T x);
+// One row of Softmax: the plain loop with std::exp, and the vectorised form (vexp) used by Softmax.
+template <typename T>
+void softmax_row_reference(const T* x, T* y, int H);
+template <typename T>
+void softmax_row(const T* x, T* y, int H);
 
 // Parameters of a feed-forward network: W_1 (H x F), b_1 (F), W_2 (F x H), b_2 (H).
 template <typename T>
@@ -393,9 +471,10 @@ struct Params {
     Tensor<T> W_y;  // Config::W_y_rows x W_y_cols, the fine-tuning head (empty otherwise)
     Tensor<T> w;    // H, XLNet's query start vector (empty unless Config::xlnet)
 };
-// Every tensor of the variant, with all entries 0 (shapes from the config).
+// Every tensor of the variant, with all entries 0 (shapes from the config). allocate = false gives
+// the shapes alone, without numbers, for load_model, which reads each tensor into its place.
 template <typename T>
-Params<T> make_params(const Config& c);
+Params<T> make_params(const Config& c, bool allocate = true);
 // The parameter tensors by checkpoint name ("W_e", "layers.0.attn.W_Q.0", ...), in a fixed order.
 template <typename T>
 struct Named {
@@ -835,6 +914,17 @@ struct RunState {
 };
 TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& obj);
 
+// What `bench` measures besides a training step: p is written as a checkpoint to the temporary
+// directory ($TMPDIR or /tmp), then timed (best of 3 each) as load_model and as one fread of the
+// whole file into fresh memory, the reference; the file is removed. token_ms: the mean time of
+// one token from model_step with a warm cache at contexts context_from..context_to-1 (64..127
+// when n_ctx allows), -1 for a model that does not generate.
+struct ModelSpeed {
+    double file_bytes = 0, load_ms = 0, fread_ms = 0, token_ms = -1;
+    int context_from = 0, context_to = 0;
+};
+ModelSpeed model_speed(const Config& c, Params<float>& p);
+
 // Fine-tuning as a command (seeds 003, 004): labelled tab-separated files, one example a line:
 //   classify    LABEL<TAB>TEXT
 //   entailment  LABEL<TAB>PREMISE<TAB>HYPOTHESIS
@@ -904,7 +994,7 @@ std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t see
 template <typename T>
 struct KVCache {
     int t = 0;                                 // tokens fed so far (the next position)
-    std::vector<std::vector<Tensor<T>>> K, V;  // [l][i]: n_ctx x D, rows 0..t-1 filled
+    std::vector<std::vector<Tensor<T>>> K, V;  // [l][i]: t x D (room reserved for n_ctx rows)
     std::vector<Tensor<T>> masks;              // [l]: layer_mask(c, l, n_ctx)
 };
 template <typename T>
