@@ -49,7 +49,7 @@ bench: transformer
 	./transformer bench
 
 # GPT-1's workflow in miniature (seeds 003, 004) with no data file: pre-train a GPT on a text of
-# 3-digit sums, fine-tune it on the four built-in labelled tasks (held-out pairs for validation), and
+# 3-digit sums (with line windows: each line at the positions a fine-tuning example takes), fine-tune it on the four built-in labelled tasks (held-out pairs for validation), and
 # print the GPT-1 paper's ablation: pre-trained with lambda 0.5, pre-trained with lambda 0, no
 # pre-training (--scratch). Files go to demo/.
 FT_ARGS := --lr 1e-3 --steps 1000 --batch 32 --quiet

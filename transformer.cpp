@@ -3658,7 +3658,7 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
         throw Error("'" + path + "' is too short: " + std::to_string(text.size()) + " characters, the 10% validation split needs more than the block of " +
                     std::to_string(n + 1));
     if (line_windows) {
-        const int nl = k.vocab.id['\n'];  // -1 if the text has no newline
+        const int nl = k.vocab.id[(unsigned char)'\n'];  // -1 if the text has no newline
         auto starts = [&](const std::vector<int>& ids, std::vector<int>& out, const char* split) {
             out = line_window_starts(ids, nl, n);
             if (out.empty())
@@ -3917,41 +3917,48 @@ static std::vector<int> random_permutation(int n, Rng& rng) {
     return z;
 }
 
-template <typename T>
-double xlnet_corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, int predict, int perms,
-                         uint64_t seed, long long* count) {
-    if (!c.xlnet) throw Error("xlnet_corpus_loss: the model has no query vector w (not trained with --objective xlnet)");
-    if (perms < 1) throw Error("xlnet_corpus_loss: perms must be >= 1");
-    Rng rng(seed);
+// XLNet's loss over a text in consecutive windows of n_ctx ids: for each window of n ids, orders(n)
+// gives the (z, k) pairs to score (k = how many of the last positions in z are predicted); the
+// mean -log P per predicted token. Shared by the permutation and the left-to-right evaluation.
+template <typename T, typename Orders>
+static double xlnet_windows_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, Orders orders,
+                                 long long* count, const char* who) {
+    if (!c.xlnet) throw Error(std::string(who) + ": the model has no query vector w (not trained with --objective xlnet)");
     double sum = 0;
     long long predicted = 0;
     for (std::size_t start = 0; start + 1 < ids.size(); start += (std::size_t)c.n_ctx) {
         const std::vector<int> x(ids.begin() + start, ids.begin() + std::min(ids.size(), start + (std::size_t)c.n_ctx));
-        const int n = (int)x.size(), k = std::min(predict, n);
-        for (int r = 0; r < perms; r++) sum += xlnet_loss(c, p, p.w, x, 1, random_permutation(n, rng), k) * k;
-        predicted += (long long)k * perms;
+        for (const auto& zk : orders((int)x.size())) {
+            sum += xlnet_loss(c, p, p.w, x, 1, zk.first, zk.second) * zk.second;
+            predicted += zk.second;
+        }
     }
-    if (predicted == 0) throw Error("xlnet_corpus_loss: the text is too short (2 tokens at least)");
+    if (predicted == 0) throw Error(std::string(who) + ": the text is too short (2 tokens at least)");
     if (count) *count = predicted;
     return sum / (double)predicted;
 }
 
 template <typename T>
+double xlnet_corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, int predict, int perms,
+                         uint64_t seed, long long* count) {
+    if (perms < 1) throw Error("xlnet_corpus_loss: perms must be >= 1");
+    Rng rng(seed);
+    auto random_orders = [&](int n) {  // perms random permutations, the last min(predict, n) predicted
+        std::vector<std::pair<std::vector<int>, int>> zk;
+        for (int r = 0; r < perms; r++) zk.emplace_back(random_permutation(n, rng), std::min(predict, n));
+        return zk;
+    };
+    return xlnet_windows_loss(c, p, ids, random_orders, count, "xlnet_corpus_loss");
+}
+
+template <typename T>
 double xlnet_left_to_right_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, long long* count) {
-    if (!c.xlnet) throw Error("xlnet_left_to_right_loss: the model has no query vector w (not trained with --objective xlnet)");
-    double sum = 0;
-    long long predicted = 0;
-    for (std::size_t start = 0; start + 1 < ids.size(); start += (std::size_t)c.n_ctx) {
-        const std::vector<int> x(ids.begin() + start, ids.begin() + std::min(ids.size(), start + (std::size_t)c.n_ctx));
-        const int n = (int)x.size();
+    auto identity = [](int n) {  // z = 1..n: position t sees positions < t; all but the first predicted
         std::vector<int> z(n);
-        for (int i = 0; i < n; i++) z[i] = i;  // the identity order: position t sees positions < t
-        sum += xlnet_loss(c, p, p.w, x, 1, z, n - 1) * (n - 1);
-        predicted += n - 1;
-    }
-    if (predicted == 0) throw Error("xlnet_left_to_right_loss: the text is too short (2 tokens at least)");
-    if (count) *count = predicted;
-    return sum / (double)predicted;
+        for (int i = 0; i < n; i++) z[i] = i;
+        return std::vector<std::pair<std::vector<int>, int>>{{z, n - 1}};
+    };
+    return xlnet_windows_loss(c, p, ids, identity, count, "xlnet_left_to_right_loss");
 }
 
 TrainResult train(const TrainOptions& opt_in) {
