@@ -6011,6 +6011,17 @@ TEST_CASE("BPE training: a hand-made vocabulary end to end; sample, eval and res
     const m_Run e = m_run("eval --checkpoint " + out + " --data " + text_path);
     CHECK(e.status == 0);
     CHECK(m_contains(e.out, "predicted tokens"));
+    // Exported, the tokenizer goes along: GPT2Tokenizer's vocab.json and merges.txt, and the
+    // metadata, so the exported file samples without flags too.
+    const std::string dir = m_path("i11_bpe_hf");
+    const m_Run x = m_run("export --checkpoint " + out + " --out " + dir);
+    CHECK(x.status == 0);
+    CHECK(m_read(dir + "/vocab.json") == m_read(enc));
+    CHECK(m_read(dir + "/merges.txt") == m_read(merges));
+    CHECK(parse_json(m_read(dir + "/config.json")).get("eos_token_id")->num == 259);
+    const m_Run s2 = m_run("sample --checkpoint " + dir + "/model.safetensors --prompt 'the cat' --tokens 12 --temperature 0");
+    CHECK(s2.status == 0);
+    CHECK(s2.out == s.out);
     // Resume continues with the recorded tokenizer; the flags are refused there.
     const m_Run rs = m_run("train --resume " + out + " --steps 402 --quiet");
     CHECK(rs.status == 0);
