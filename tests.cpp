@@ -6006,24 +6006,29 @@ TEST_CASE("BPE training: a hand-made vocabulary end to end; sample, eval and res
     CHECK(encode_with_progress(t, text, "text", false) == bpe.encode(text));
     // No tokenizer flags: greedy continuation of the learnt lines, and the loss of the text.
     const m_Run s = m_run("sample --checkpoint " + out + " --prompt 'the cat' --tokens 12 --temperature 0");
+    INFO("stderr: " << s.err);
     CHECK(s.status == 0);
     CHECK(s.out.rfind("the cat and the hat\n", 0) == 0);
     const m_Run e = m_run("eval --checkpoint " + out + " --data " + text_path);
+    INFO("stderr: " << e.err);
     CHECK(e.status == 0);
     CHECK(m_contains(e.out, "predicted tokens"));
     // Exported, the tokenizer goes along: GPT2Tokenizer's vocab.json and merges.txt, and the
     // metadata, so the exported file samples without flags too.
     const std::string dir = m_path("i11_bpe_hf");
     const m_Run x = m_run("export --checkpoint " + out + " --out " + dir);
+    INFO("stderr: " << x.err);
     CHECK(x.status == 0);
     CHECK(m_read(dir + "/vocab.json") == m_read(enc));
     CHECK(m_read(dir + "/merges.txt") == m_read(merges));
     CHECK(parse_json(m_read(dir + "/config.json")).get("eos_token_id")->num == 259);
     const m_Run s2 = m_run("sample --checkpoint " + dir + "/model.safetensors --prompt 'the cat' --tokens 12 --temperature 0");
+    INFO("stderr: " << s2.err);
     CHECK(s2.status == 0);
     CHECK(s2.out == s.out);
     // Resume continues with the recorded tokenizer; the flags are refused there.
     const m_Run rs = m_run("train --resume " + out + " --steps 402 --quiet");
+    INFO("stderr: " << rs.err);
     CHECK(rs.status == 0);
     CHECK(load_model(out, {"adam."}).file.metadata.at("train.step") == "402");
     m_cli_fails("train --resume " + out + " --steps 404 --encoder " + enc + " --vocab " + merges, "cannot change a resumed run");
@@ -6140,11 +6145,13 @@ TEST_CASE("export: other variants, unfit shapes and bad outputs are refused; the
     CHECK(m_read(dir + "/config.json") == "not json, someone's notes");
     ::unlink((dir + "/config.json").c_str());
     const m_Run ok = m_run("export --checkpoint " + g2 + " --out " + dir);
+    INFO("stderr: " << ok.err);
     CHECK(ok.status == 0);
     CHECK(m_contains(ok.out, "attention biases written as zeros"));
     CHECK(m_exists(dir + "/model.safetensors"));
     CHECK(m_exists(dir + "/config.json"));
     const m_Run again = m_run("export --checkpoint " + g2 + " --out " + dir);  // replaces its own files
+    INFO("stderr: " << again.err);
     CHECK(again.status == 0);
     m_cli_fails("export --checkpoint " + dir + "/model.safetensors --out " + dir, "would overwrite --checkpoint");
     // Only the two files: no temporary (".NAME.tmp.XXXXXX") is left behind.
@@ -6164,6 +6171,7 @@ TEST_CASE("train: prints the memory of the model, its gradients and AdamW at the
     CHECK(m.params + m.grads + m.adam + m.activations < 3.5e9);  // GPT-2 124M at B=4, n=64: a few GB
     const m_Run r = m_run("train --data " + m_text_file() + " --layers 1 --heads 2 --embd 16 --block 16 --steps 2 --batch 2 --out " +
                           m_path("i11_mem.safetensors"));
+    INFO("stderr: " << r.err);
     CHECK(r.status == 0);
     CHECK(m_contains(r.out, "memory: parameters"));
     CHECK(m_contains(r.out, "AdamW m and v"));
