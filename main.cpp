@@ -786,10 +786,18 @@ static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
     {"finetune", cmd_finetune}, {"predict", cmd_predict}, {"task", cmd_task},
     {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}, {"export", cmd_export}};
 
+// The usage is longer than stdio's buffer (4096 bytes), so a failed write shows already inside
+// fputs: its errno is kept for main's message (by then errno says no more than EIO).
+static int g_stdout_errno = 0;
+static int print_usage() {
+    if (std::fputs(USAGE, stdout) == EOF) g_stdout_errno = errno;
+    return 0;
+}
+
 static int run(int argc, char** argv) {
     if (argc < 2) return std::fputs(USAGE, stderr), 1;
     const std::string cmd = argv[1];
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") return std::fputs(USAGE, stdout), 0;
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") return print_usage();
     auto it = COMMANDS.find(cmd);
     if (it == COMMANDS.end()) {  // whatever follows it
         std::fprintf(stderr, "error: unknown command '%s' (transformer --help lists the commands)\n", cmd.c_str());
@@ -798,7 +806,7 @@ static int run(int argc, char** argv) {
     try {
         bool help = false;
         Flags f = parse_flags(argc, argv, 2, help);
-        if (help) return std::fputs(USAGE, stdout), 0;
+        if (help) return print_usage();
         return it->second(f);
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "error: out of memory\n");
@@ -815,7 +823,7 @@ int main(int argc, char** argv) {
     const int status = run(argc, argv);
     errno = 0;
     const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout);
-    const int err = errno;
+    const int err = g_stdout_errno ? g_stdout_errno : errno;
     if (std::fclose(stdout) != 0 || failed) {
         std::fprintf(stderr, "error: writing standard output: %s\n", std::strerror(err ? err : errno ? errno : EIO));
         return 1;
