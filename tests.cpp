@@ -5918,6 +5918,13 @@ TEST_CASE("init-from: fine-tuning starts from the file's weights bit for bit (ou
     CHECK(ft.config.L == orig.config.L);
     CHECK(ft.config.H == orig.config.H);
     CHECK(!m_params_bits_equal(ft.config, ft.params, orig.params));  // it did train
+    // A step of lr 1e-30 moves no weight of this size by half a unit in the last place: what is
+    // saved after it is the file's weights, bit for bit.
+    TrainOptions z = m11_init_from(base, m_path("i11_ft_zero.safetensors"));
+    z.steps = 1, z.lr = 1e-30, z.min_lr = 0, z.warmup = 0;
+    train(z);
+    LoadedModel same = load_model(z.out, {"adam."});
+    CHECK(m_params_bits_equal(same.config, same.params, orig.params));
     // The same through Hugging Face's layout (attention biases come back as zeros: same sums).
     const std::string dir = m_path("i11_base_hf");
     export_hf_gpt2(dir, orig.config, orig.params, {{"vocab", orig.file.metadata.at("vocab")}});
