@@ -1,5 +1,5 @@
 // main.cpp - the command-line program: train, finetune, predict, sample, fill, eval, init, grad, params,
-// tokenize, bench, and for teaching masks, attention, explain.
+// tokenize, bench, export, and for teaching masks, attention, explain.
 // Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
 // is an error with a message and exit status 1.
 #include <cerrno>
@@ -31,8 +31,12 @@ commands:
            --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --attn-bias (biases on Q, K, V, O) --quiet
            --objective lm|xlnet (xlnet: permutation LM, two-stream attention) --predict K (xlnet, default n/6)
            --line-windows (every window starts at a newline: pre-training for finetune's line examples)
+           --init-from FILE (start from FILE's weights: ours or a Hugging Face GPT-2 model.safetensors with
+           its config.json; the shape comes from the file, --block may be shorter than its n_ctx; fresh optimiser)
+           --encoder encoder.json --vocab vocab.bpe (train on GPT-2's BPE tokens; the checkpoint records them)
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
-           [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's tokenizer, for released GPT-2 weights)
+           [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's tokenizer, for released GPT-2 weights;
+           a checkpoint trained with them records them)
   finetune --checkpoint PRETRAINED --task classify|entailment|similarity|choice --train FILE --val FILE
            --out FILE [--lambda 0.5] [--steps S (0: 3 epochs)] [--batch 32] [--lr 6.25e-5] [--warmup S]
            [--dropout 0.1] [--weight-decay 0.01] [--grad-clip 1] [--eval-every S] [--log-every S] [--seed S]
@@ -44,6 +48,8 @@ commands:
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
   eval     --checkpoint FILE --data FILE [--encoder F --vocab F] (mean loss in nats per token)
   init     --preset NAME [--seed S] --out FILE
+  export   --checkpoint FILE --out DIR   (a gpt2 model in Hugging Face's GPT2LMHeadModel layout:
+           DIR/model.safetensors, DIR/config.json, and vocab.json, merges.txt if it has GPT-2's tokenizer)
   grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
   params   --preset NAME
   tokenize --encoder encoder.json --vocab vocab.bpe (--text TEXT | --file FILE | --ids 15496,995)
@@ -300,6 +306,13 @@ static int cmd_train(Flags& f) {
     o.out = f.str("out", f.has("resume") ? "" : o.out);
     o.resume = f.str("resume");
     o.quiet = f.flag("quiet");
+    o.init_from = f.str("init-from");
+    o.encoder = f.str("encoder"), o.bpe_vocab = f.str("vocab");
+    if (!o.init_from.empty()) {  // the model's shape comes from the file: a flag not given is 0 / "" (train checks the rest)
+        o.model = f.str("model"), o.activation = f.str("activation");
+        o.layers = f.int32("layers", 0), o.heads = f.int32("heads", 0), o.embd = f.int32("embd", 0), o.ffn = f.int32("ffn", 0);
+        if (f.has("vocab") && !f.has("encoder")) throw Error("--vocab is GPT-2's vocab.bpe and goes with --encoder encoder.json");
+    }
     o.objective = f.str("objective", o.objective);
     o.predict = f.int32("predict", o.predict);
     if (f.has("predict") && o.objective != "xlnet") throw Error("--predict applies to --objective xlnet only");
@@ -400,7 +413,8 @@ static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
 }
 
 // Text <-> ids for sample and eval: GPT-2's BPE when --encoder and --vocab are given (released
-// GPT-2 weights), else the character vocabulary that train stored in the checkpoint.
+// GPT-2 weights), else the tokenizer the checkpoint records (issue 11: GPT-2's BPE, or the
+// character vocabulary that train stored in it).
 struct Codec {
     bool bpe_mode = false;
     BPE bpe;
@@ -414,6 +428,14 @@ static Codec codec_of(const LoadedModel& lm, const std::string& path, const std:
     Codec k;
     if (encoder.empty() != merges.empty()) throw Error("--encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
     if (encoder.empty()) {
+        const Tokenizer t = tokenizer_of(lm.file.metadata, path);
+        if (t.kind == "gpt2-bpe") {
+            k.bpe_mode = true, k.bpe = t.bpe;
+            if (k.bpe.size() != lm.config.V)
+                throw Error("'" + path + "': its recorded tokenizer has " + std::to_string(k.bpe.size()) + " tokens but V = " +
+                            std::to_string(lm.config.V));
+            return k;
+        }
         k.chars = vocab_of(lm, path);
         return k;
     }
@@ -738,16 +760,44 @@ static int cmd_bench(Flags& f) {
     return 0;
 }
 
+// ---- export (issue 11) ---------------------------------------------------------------------------------
+static int cmd_export(Flags& f) {
+    const std::string path = f.need("checkpoint"), out = f.need("out");
+    f.done();
+    check_output_dir(out, "--out");  // before the model is read: a typo must not cost the load
+    LoadedModel lm = load_model(path, {"adam."});
+    const std::string problem = hf_gpt2_export_problem(lm.config);
+    if (!problem.empty()) throw Error("export '" + path + "': " + problem);
+    std::map<std::string, std::string> meta;  // the tokenizer travels along (characters too), so import + sample need no flags
+    for (auto& kv : lm.file.metadata)
+        if (kv.first == "vocab" || kv.first == "tokenizer" || kv.first.rfind("tokenizer.", 0) == 0) meta[kv.first] = kv.second;
+    export_hf_gpt2(out, lm.config, lm.params, meta, path);
+    const Config& c = lm.config;
+    std::printf("wrote %s/model.safetensors and %s/config.json%s: GPT2LMHeadModel, n_layer %d, n_head %d, n_embd %d, n_inner %d, "
+                "vocab_size %d, n_positions %d, activation %s%s\n", out.c_str(), out.c_str(),
+                meta.count("tokenizer") ? " (+ vocab.json, merges.txt)" : "", c.L, c.A, c.H, c.F, c.V, c.n_ctx,
+                activation_name(c.activation), c.attn_bias ? "" : ", attention biases written as zeros");
+    return 0;
+}
+
 static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
     {"train", cmd_train}, {"sample", cmd_sample}, {"fill", cmd_fill},         {"eval", cmd_eval},   {"init", cmd_init},
     {"grad", cmd_grad},   {"params", cmd_params}, {"tokenize", cmd_tokenize}, {"bench", cmd_bench},
     {"finetune", cmd_finetune}, {"predict", cmd_predict}, {"task", cmd_task},
-    {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}};
+    {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}, {"export", cmd_export}};
+
+// The usage is longer than stdio's buffer (4096 bytes), so a failed write shows already inside
+// fputs: its errno is kept for main's message (by then errno says no more than EIO).
+static int g_stdout_errno = 0;
+static int print_usage() {
+    if (std::fputs(USAGE, stdout) == EOF) g_stdout_errno = errno;
+    return 0;
+}
 
 static int run(int argc, char** argv) {
     if (argc < 2) return std::fputs(USAGE, stderr), 1;
     const std::string cmd = argv[1];
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") return std::fputs(USAGE, stdout), 0;
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") return print_usage();
     auto it = COMMANDS.find(cmd);
     if (it == COMMANDS.end()) {  // whatever follows it
         std::fprintf(stderr, "error: unknown command '%s' (transformer --help lists the commands)\n", cmd.c_str());
@@ -756,7 +806,7 @@ static int run(int argc, char** argv) {
     try {
         bool help = false;
         Flags f = parse_flags(argc, argv, 2, help);
-        if (help) return std::fputs(USAGE, stdout), 0;
+        if (help) return print_usage();
         return it->second(f);
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "error: out of memory\n");
@@ -773,7 +823,7 @@ int main(int argc, char** argv) {
     const int status = run(argc, argv);
     errno = 0;
     const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout);
-    const int err = errno;
+    const int err = g_stdout_errno ? g_stdout_errno : errno;
     if (std::fclose(stdout) != 0 || failed) {
         std::fprintf(stderr, "error: writing standard output: %s\n", std::strerror(err ? err : errno ? errno : EIO));
         return 1;

@@ -5896,3 +5896,323 @@ TEST_CASE("Tensor: uninit has the shape, pool blocks are reused, and storage com
     CHECK(Tensor<double>::from(1, 2, {1, 2}).data == std::vector<double>{1, 2});
     CHECK(Tensor<double>::from(1, 2, {1, 2}).data != std::vector<double>{1, 3});
 }
+
+// ==== issue 11: init-from, BPE training, export ====
+namespace {
+
+// The init-from options: the model's shape from the file (0 / "" as main.cpp passes them).
+TrainOptions m11_init_from(const std::string& from, const std::string& out) {
+    TrainOptions o = m_small_train(out);
+    o.init_from = from;
+    o.model = "", o.layers = 0, o.heads = 0, o.embd = 0, o.ffn = 0;
+    o.steps = 5, o.eval_steps = 3;
+    return o;
+}
+
+// A hand-made byte-level BPE: the 256 byte symbols (id = byte), then "Ġt" (256), "he" (257),
+// "Ġthe" (258), "<|endoftext|>" (259); three merges.
+void m11_write_bpe(const std::string& enc_path, const std::string& merges_path) {
+    std::string enc = "{";
+    for (int b = 0; b < 256; b++) enc += json_escape(bytes_to_unicode((unsigned char)b)) + ": " + std::to_string(b) + ", ";
+    enc += "\"\\u0120t\": 256, \"he\": 257, \"\\u0120the\": 258, \"<|endoftext|>\": 259}";
+    m_write(enc_path, enc);
+    m_write(merges_path, "#version: 0.2\n\xC4\xA0 t\nh e\n\xC4\xA0t he\n");
+}
+
+// A HF-layout file without our metadata (as released): the export's tensors, saved again bare.
+void m11_strip_metadata(const std::string& from, const std::string& to) {
+    const SafeTensors st = load_safetensors(from);
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    for (auto& kv : st.tensors) list.push_back({kv.first, &kv.second});
+    save_safetensors(to, {}, list);
+}
+
+}  // namespace
+
+TEST_CASE("init-from: fine-tuning starts from the file's weights bit for bit (ours and the exported HF file), fresh optimiser") {
+    const std::string base = m_path("i11_base.safetensors");
+    TrainOptions a = m_small_train(base);
+    a.steps = 20, a.eval_steps = 3, a.dropout = 0;
+    const TrainResult ra = train(a);
+    // The validation batches depend only on the seed, batch and block: the same numbers at the start
+    // of the fine-tuning run mean the same weights.
+    TrainOptions b = m11_init_from(base, m_path("i11_ft.safetensors"));
+    b.dropout = 0;
+    const TrainResult rb = train(b);
+    CHECK(rb.val_loss_before == ra.val_loss);
+    CHECK(rb.steps_done == 5);
+    LoadedModel ft = load_model(b.out, {"adam."});
+    CHECK(ft.file.metadata.at("train.step") == "5");  // steps count from 0 again
+    CHECK(ft.file.metadata.at("adam.t") == "5");
+    CHECK(ft.file.metadata.at("train.init_from") == base);
+    CHECK(ft.file.metadata.at("vocab") == load_model(base, {"adam."}).file.metadata.at("vocab"));
+    LoadedModel orig = load_model(base, {"adam."});
+    CHECK(ft.config.L == orig.config.L);
+    CHECK(ft.config.H == orig.config.H);
+    CHECK(!m_params_bits_equal(ft.config, ft.params, orig.params));  // it did train
+    // A step of lr 1e-30 moves no weight of this size by half a unit in the last place: what is
+    // saved after it is the file's weights, bit for bit.
+    TrainOptions z = m11_init_from(base, m_path("i11_ft_zero.safetensors"));
+    z.steps = 1, z.lr = 1e-30, z.min_lr = 0, z.warmup = 0;
+    train(z);
+    LoadedModel same = load_model(z.out, {"adam."});
+    CHECK(m_params_bits_equal(same.config, same.params, orig.params));
+    // The same through Hugging Face's layout (attention biases come back as zeros: same sums).
+    const std::string dir = m_path("i11_base_hf");
+    export_hf_gpt2(dir, orig.config, orig.params, {{"vocab", orig.file.metadata.at("vocab")}});
+    TrainOptions h = m11_init_from(dir + "/model.safetensors", m_path("i11_ft_hf.safetensors"));
+    h.dropout = 0;
+    const TrainResult rh = train(h);
+    CHECK(rh.val_loss_before == ra.val_loss);
+    CHECK(load_model(h.out, {"adam."}).config.attn_bias);
+}
+
+TEST_CASE("init-from: flags that contradict the file, and bad inputs, are errors") {
+    const std::string base = m_path("i11_contra.safetensors");
+    TrainOptions a = m_small_train(base);
+    a.steps = 3;
+    train(a);  // L=1, A=2, H=16, F=64, n_ctx=16, gelu_sigmoid, no attention biases
+    const std::string out = m_path("i11_contra_out.safetensors");
+    auto with = [&](const std::function<void(TrainOptions&)>& set) {
+        TrainOptions o = m11_init_from(base, out);
+        set(o);
+        return o;
+    };
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.layers = 2; })), "--layers 2", "L = 1");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.heads = 4; })), "--heads 4", "A = 2");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.embd = 32; })), "--embd 32", "H = 16");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.ffn = 10; })), "--ffn 10", "F = 64");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.model = "gpt"; })), "--model gpt", "gpt2");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.activation = "relu"; })), "--activation relu", "gelu_sigmoid");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.attn_bias = true; })), "--attn-bias", "no attention biases");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.gpt2_init = true; })), "--gpt2-init");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.block = 17; })), "--block 17", "n_ctx = 16");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.resume = o.init_from; })), "--init-from and --resume");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.init_from = m_path("i11_missing.safetensors"); })), "cannot open");
+    CHECK_NOTHROW(train(with([&](TrainOptions& o) { o.layers = 1, o.heads = 2, o.embd = 16, o.block = 8, o.out = out + ".ok.safetensors"; })));  // agreeing flags, shorter windows
+    // A character the checkpoint's vocabulary lacks is named.
+    const std::string euro = m_path("i11_euro.txt");
+    m_write(euro, std::string(300, 'a') + "\xE2\x82\xAC" + std::string(300, 'b'));
+    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.data = euro; })), "U+20AC", "i11_euro.txt");
+    // GPT-2's BPE on a character model; a bare Hugging Face file needs the tokenizer, of its size.
+    const std::string enc = m_path("i11_c_enc.json"), merges = m_path("i11_c_merges.bpe");
+    m11_write_bpe(enc, merges);
+    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.encoder = enc, o.bpe_vocab = merges; })), "trained on characters");
+    LoadedModel lm = load_model(base, {"adam."});
+    const std::string dir = m_path("i11_contra_hf"), bare_dir = m_path("i11_contra_bare"), bare = bare_dir + "/model.safetensors";
+    export_hf_gpt2(dir, lm.config, lm.params);
+    ::mkdir(bare_dir.c_str(), 0755);
+    m11_strip_metadata(dir + "/model.safetensors", bare);  // as released: config.json beside it, no tokenizer
+    m_write(bare_dir + "/config.json", m_read(dir + "/config.json"));
+    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.init_from = bare; })), "records no tokenizer", "--encoder");
+    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.init_from = bare, o.encoder = enc, o.bpe_vocab = merges; })),
+                     "260 tokens", "V = " + std::to_string(lm.config.V));
+    // The command line: the same refusals, exit status 1.
+    const std::string data = m_text_file();
+    m_cli_fails("train --init-from " + base + " --data " + data + " --heads 4 --out " + out, "--heads 4 contradicts");
+    m_cli_fails("train --init-from " + base + " --data " + data + " --block 64 --out " + out, "n_ctx = 16");
+    m_cli_fails("train --init-from " + base + " --data " + data + " --vocab " + merges + " --out " + out, "--encoder");
+    m_cli_fails("train --init-from " + base + " --data " + data + " --out " + base, "would overwrite --init-from");
+    CHECK(!m_exists(out));
+}
+
+TEST_CASE("BPE training: a hand-made vocabulary end to end; sample, eval and resume use the recorded tokenizer") {
+    const std::string enc = m_path("i11_enc.json"), merges = m_path("i11_merges.bpe"), text_path = m_path("i11_bpe.txt");
+    m11_write_bpe(enc, merges);
+    std::string text;
+    for (int k = 0; k < 120; k++) text += k % 2 ? "the cat and the hat\n" : "then the other\n";
+    m_write(text_path, text);
+    const BPE bpe = load_bpe(enc, merges);
+    REQUIRE(bpe.size() == 260);
+    CHECK(bpe.encode(" the") == std::vector<int>{258});
+    const std::string out = m_path("i11_bpe.safetensors");
+    TrainOptions o = m_small_train(out);
+    o.data = text_path, o.encoder = enc, o.bpe_vocab = merges;
+    o.steps = 400, o.eval_steps = 4, o.block = 8, o.dropout = 0;
+    const TrainResult r = train(o);
+    CHECK(r.val_loss < 0.5);  // from log(260) = 5.56: the two alternating lines are learnt
+    CHECK(r.train_losses.front() > 5.0);
+    LoadedModel lm = load_model(out, {"adam."});
+    CHECK(lm.config.V == 260);
+    const auto& md = lm.file.metadata;
+    CHECK(md.at("tokenizer") == "gpt2-bpe");
+    CHECK(md.at("tokenizer.encoder_json") == m_read(enc));
+    CHECK(md.at("tokenizer.vocab_bpe") == m_read(merges));
+    CHECK(!md.count("vocab"));
+    const Tokenizer t = tokenizer_of(md, out);
+    CHECK(t.kind == "gpt2-bpe");
+    CHECK(t.encode(text, "text") == bpe.encode(text));
+    CHECK(encode_with_progress(t, text, "text", false) == bpe.encode(text));
+    // No tokenizer flags: greedy continuation of the learnt lines, and the loss of the text.
+    const m_Run s = m_run("sample --checkpoint " + out + " --prompt 'the cat' --tokens 12 --temperature 0");
+    INFO("stderr: " << s.err);
+    CHECK(s.status == 0);
+    CHECK(s.out.rfind("the cat and the hat\n", 0) == 0);
+    const m_Run e = m_run("eval --checkpoint " + out + " --data " + text_path);
+    INFO("stderr: " << e.err);
+    CHECK(e.status == 0);
+    CHECK(m_contains(e.out, "predicted tokens"));
+    // Exported, the tokenizer goes along: GPT2Tokenizer's vocab.json and merges.txt, and the
+    // metadata, so the exported file samples without flags too.
+    const std::string dir = m_path("i11_bpe_hf");
+    const m_Run x = m_run("export --checkpoint " + out + " --out " + dir);
+    INFO("stderr: " << x.err);
+    CHECK(x.status == 0);
+    CHECK(m_read(dir + "/vocab.json") == m_read(enc));
+    CHECK(m_read(dir + "/merges.txt") == m_read(merges));
+    CHECK(parse_json(m_read(dir + "/config.json")).get("eos_token_id")->num == 259);
+    const m_Run s2 = m_run("sample --checkpoint " + dir + "/model.safetensors --prompt 'the cat' --tokens 12 --temperature 0");
+    INFO("stderr: " << s2.err);
+    CHECK(s2.status == 0);
+    CHECK(s2.out == s.out);
+    // Resume continues with the recorded tokenizer; the flags are refused there.
+    const m_Run rs = m_run("train --resume " + out + " --steps 402 --quiet");
+    INFO("stderr: " << rs.err);
+    CHECK(rs.status == 0);
+    CHECK(load_model(out, {"adam."}).file.metadata.at("train.step") == "402");
+    m_cli_fails("train --resume " + out + " --steps 404 --encoder " + enc + " --vocab " + merges, "cannot change a resumed run");
+    // Damaged records and mismatched flags are errors.
+    std::map<std::string, std::string> bad = md;
+    bad["tokenizer"] = "sentencepiece";
+    M_CHECK_TF_ERROR(tokenizer_of(bad, "x"), "sentencepiece");
+    bad = md, bad.erase("tokenizer.vocab_bpe");
+    M_CHECK_TF_ERROR(tokenizer_of(bad, "x"), "tokenizer.vocab_bpe");
+    TrainOptions b = o;
+    b.model = "bert";
+    M_CHECK_TF_ERROR(train(b), "gpt, gpt2 and gpt3");
+    b = o, b.bpe_vocab = "";
+    M_CHECK_TF_ERROR(train(b), "--encoder and --vocab go together");
+    b = o, b.line_windows = true;
+    M_CHECK_TF_ERROR(train(b), "--line-windows");
+}
+
+TEST_CASE("export: Hugging Face layout, read back with identical tensors and logits, for every activation and with or without biases") {
+    const Activation acts[] = {Activation::gelu_tanh, Activation::gelu_erf, Activation::relu, Activation::gelu_sigmoid};
+    const char* hf[] = {"gelu_new", "gelu", "relu", "quick_gelu"};
+    int case_no = 0;
+    for (int bias = 0; bias < 2; bias++)
+        for (int k = 0; k < 4; k++) {
+            Config c = preset("tiny-gpt2");
+            c.activation = acts[k], c.attn_bias = bias == 1, c.eps = 1e-6;
+            c.F = k == 2 ? 3 * c.H : 4 * c.H;  // n_inner: a number, or null (= 4 n_embd)
+            CAPTURE(activation_name(c.activation));
+            CAPTURE(bias);
+            Params<float> p = m_model<float>(c, 11 + case_no, 0.05);
+            const std::string dir = m_path("i11_export_" + std::to_string(case_no++));
+            export_hf_gpt2(dir, c, p);
+            const Json j = parse_json(m_read(dir + "/config.json"));
+            CHECK(j.get("model_type")->str == "gpt2");
+            CHECK(j.get("architectures")->arr.at(0).str == "GPT2LMHeadModel");
+            CHECK(j.get("activation_function")->str == hf[k]);
+            CHECK(j.get("n_head")->num == c.A);
+            CHECK(j.get("n_layer")->num == c.L);
+            CHECK(j.get("n_positions")->num == c.n_ctx);
+            CHECK(j.get("layer_norm_epsilon")->num == c.eps);
+            CHECK(j.get("n_inner")->type == (c.F == 4 * c.H ? Json::null : Json::number));
+            const SafeTensors st = load_safetensors(dir + "/model.safetensors");
+            CHECK(st.metadata.at("format") == "pt");
+            CHECK(st.find("lm_head.weight") == nullptr);  // tied to wte
+            // c_attn joins the heads: row r, column part*H + i*D + d is W_{Q,K,V}^i(r, d).
+            const Tensor<float>* ca = st.find("h.1.attn.c_attn.weight");
+            REQUIRE(ca);
+            CHECK(ca->shape == std::vector<int>{c.H, 3 * c.H});
+            CHECK((*ca)(3, 1 * c.H + 1 * c.D + 2) == p.layers[1].attn.W_K[1](3, 2));
+            CHECK((*ca)(0, 2 * c.H + (c.A - 1) * c.D) == p.layers[1].attn.W_V[c.A - 1](0, 0));
+            LoadedModel lm = load_model(dir + "/model.safetensors");
+            const Config& r = lm.config;
+            CHECK(r.variant == Variant::gpt2);
+            CHECK(r.activation == c.activation);
+            CHECK(r.eps == c.eps);
+            CHECK((r.V == c.V && r.H == c.H && r.F == c.F && r.D == c.D && r.L == c.L && r.A == c.A && r.n_ctx == c.n_ctx));
+            CHECK(r.attn_bias);  // a released GPT-2 has them: absent ones come back as zeros
+            for (auto& nt : named_tensors(c, p)) {  // every tensor of the original, bit for bit
+                CAPTURE(nt.name);
+                Tensor<float>* back = nullptr;
+                for (auto& mt : named_tensors(r, lm.params))
+                    if (mt.name == nt.name) back = mt.tensor;
+                REQUIRE(back);
+                CHECK(m_bits_equal(*nt.tensor, *back));
+            }
+            if (!c.attn_bias)
+                for (auto& y : lm.params.layers) {
+                    for (auto* heads : {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V})
+                        for (auto& b : *heads)
+                            for (float v : b.data) CHECK(v == 0.0f);
+                    for (float v : y.attn.b_O.data) CHECK(v == 0.0f);
+                }
+            Batch b = m_batch(c, 5);
+            CHECK(m_bits_equal(model_forward(c, p, b), model_forward(r, lm.params, b)));
+        }
+}
+
+TEST_CASE("export: other variants, unfit shapes and bad outputs are refused; the command writes every file or none") {
+    for (const char* name : {"tiny-gpt", "tiny-gpt3", "tiny-bert", "tiny-roberta"}) {
+        const Config c = preset(name);
+        CAPTURE(name);
+        CHECK(m_contains(hf_gpt2_export_problem(c), "only gpt2 models export"));
+        CHECK(m_contains(hf_gpt2_export_problem(c), std::string("this one is ") + variant_name(c.variant)));
+        Params<float> p = make_params<float>(c);
+        M_CHECK_TF_ERROR(export_hf_gpt2(m_path("i11_never"), c, p), "only gpt2");
+    }
+    CHECK(!m_exists(m_path("i11_never")));
+    Config odd = preset("tiny-gpt2");
+    odd.D = odd.H / odd.A + 1;
+    CHECK(m_contains(hf_gpt2_export_problem(odd), "D = H / A"));
+    Config head = preset("tiny-gpt2");
+    head.W_y_rows = head.H, head.W_y_cols = 2;
+    CHECK(m_contains(hf_gpt2_export_problem(head), "W_y"));
+    Config xl = preset("tiny-gpt2");
+    xl.xlnet = true;
+    CHECK(m_contains(hf_gpt2_export_problem(xl), "xlnet"));
+    CHECK(hf_gpt2_export_problem(preset("gpt2-124m")).empty());
+    // The command line.
+    const std::string gpt = m_path("i11_gpt.safetensors"), g2 = m_path("i11_g2.safetensors");
+    REQUIRE(m_run("init --preset tiny-gpt --out " + gpt).status == 0);
+    REQUIRE(m_run("init --preset tiny-gpt2 --out " + g2).status == 0);
+    m_cli_fails("export --checkpoint " + gpt + " --out " + m_path("i11_x1"), "only gpt2 models export");
+    CHECK(!m_exists(m_path("i11_x1")));
+    m_cli_fails("export --checkpoint " + g2 + " --out " + m_path("no_such_dir/x"), "does not exist");
+    m_cli_fails("export --checkpoint " + g2 + " --out " + g2, "is not a directory");
+    m_cli_fails("export --checkpoint " + m_path("i11_none.safetensors") + " --out " + m_path("i11_x2"), "cannot open");
+    CHECK(!m_exists(m_path("i11_x2")));
+    m_cli_fails("export --checkpoint " + g2, "missing flag --out");
+    const std::string dir = m_path("i11_x3");
+    ::mkdir(dir.c_str(), 0755);
+    m_write(dir + "/config.json", "not json, someone's notes");
+    m_cli_fails("export --checkpoint " + g2 + " --out " + dir, "config.json");
+    CHECK(!m_exists(dir + "/model.safetensors"));  // checked before anything is written
+    CHECK(m_read(dir + "/config.json") == "not json, someone's notes");
+    ::unlink((dir + "/config.json").c_str());
+    const m_Run ok = m_run("export --checkpoint " + g2 + " --out " + dir);
+    INFO("stderr: " << ok.err);
+    CHECK(ok.status == 0);
+    CHECK(m_contains(ok.out, "attention biases written as zeros"));
+    CHECK(m_exists(dir + "/model.safetensors"));
+    CHECK(m_exists(dir + "/config.json"));
+    const m_Run again = m_run("export --checkpoint " + g2 + " --out " + dir);  // replaces its own files
+    INFO("stderr: " << again.err);
+    CHECK(again.status == 0);
+    m_cli_fails("export --checkpoint " + dir + "/model.safetensors --out " + dir, "would overwrite --checkpoint");
+    // Only the two files: no temporary (".NAME.tmp.XXXXXX") is left behind.
+    const std::string listing = m_path("i11_x3.ls");
+    REQUIRE(std::system(("ls -A " + dir + " > " + listing).c_str()) == 0);
+    CHECK(m_read(listing) == "config.json\nmodel.safetensors\n");
+}
+
+TEST_CASE("train: prints the memory of the model, its gradients and AdamW at the start") {
+    const Config c = preset("gpt2-124m");
+    const TrainMemory m = train_memory(c, 4, 64);
+    const double floats = (double)count_params(c).actual;
+    CHECK(m.params == 4 * floats);
+    CHECK(m.grads == 4 * floats);
+    CHECK(m.adam == 8 * floats);
+    CHECK(m.activations > 4.0 * 4 * 64 * 2 * c.V);        // at least the logits and their gradient
+    CHECK(m.params + m.grads + m.adam + m.activations < 3.5e9);  // GPT-2 124M at B=4, n=64: a few GB
+    const m_Run r = m_run("train --data " + m_text_file() + " --layers 1 --heads 2 --embd 16 --block 16 --steps 2 --batch 2 --out " +
+                          m_path("i11_mem.safetensors"));
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 0);
+    CHECK(m_contains(r.out, "memory: parameters"));
+    CHECK(m_contains(r.out, "AdamW m and v"));
+    CHECK(m_contains(r.out, "peak memory"));
+}

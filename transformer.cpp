@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -3107,7 +3108,8 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
             if (f == "gelu_new" || f == "gelu_pytorch_tanh" || f == "gelu_fast") c.activation = Activation::gelu_tanh;
             else if (f == "gelu") c.activation = Activation::gelu_erf;
             else if (f == "relu") c.activation = Activation::relu;
-            else throw bad("activation_function '" + f + "' is not one of gelu_new, gelu, relu");
+            else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
+            else throw bad("activation_function '" + f + "' is not one of gelu_new, gelu, relu, quick_gelu");
         }
         const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
         for (const auto& kv : sizes)
@@ -3166,6 +3168,133 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
     }
     if (!by.empty()) throw fail("unexpected tensor '" + by.begin()->first + "'");
     return lm;
+}
+
+// ---- Export to Hugging Face's GPT2LMHeadModel layout (issue 11) ----------------------------------
+// The inverse of import_hf_gpt2: the heads of W_Q, W_K, W_V are joined into c_attn's columns (head
+// i in columns i*D .. i*D+D-1 of each third), everything else keeps its layout (Conv1D stores
+// in x out, as we do).
+std::string hf_gpt2_export_problem(const Config& c) {
+    if (c.variant != Variant::gpt2)
+        return std::string("only gpt2 models export to Hugging Face's GPT2LMHeadModel; this one is ") + variant_name(c.variant) +
+               " (gpt, gpt3, bert and roberta have no such layout: gpt is post-LN, gpt3 has Mask^ST layers, bert and roberta are not GPT2LMHeadModel)";
+    if (c.D * c.A != c.H)
+        return "GPT2LMHeadModel needs D = H / A, but D = " + std::to_string(c.D) + ", A = " + std::to_string(c.A) + ", H = " +
+               std::to_string(c.H);
+    if (c.W_y_rows > 0) return "the model has a fine-tuning head W_y, which GPT2LMHeadModel has no place for";
+    if (c.xlnet) return "the model was trained with --objective xlnet (its query vector w has no place in GPT2LMHeadModel)";
+    return "";
+}
+
+static const char* hf_activation_name(Activation a) {
+    switch (a) {
+        case Activation::gelu_tanh: return "gelu_new";
+        case Activation::gelu_erf: return "gelu";
+        case Activation::relu: return "relu";
+        case Activation::gelu_sigmoid: return "quick_gelu";  // x sigmoid(1.702 x), Hugging Face's QuickGELU
+    }
+    return "?";
+}
+
+std::string hf_gpt2_config_json(const Config& c, int eos_id) {
+    char eps[64];
+    std::snprintf(eps, sizeof eps, "%.17g", c.eps);
+    std::string j = "{\n";
+    j += "  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n";
+    j += "  \"vocab_size\": " + std::to_string(c.V) + ",\n";
+    j += "  \"n_positions\": " + std::to_string(c.n_ctx) + ",\n  \"n_ctx\": " + std::to_string(c.n_ctx) + ",\n";
+    j += "  \"n_embd\": " + std::to_string(c.H) + ",\n  \"n_layer\": " + std::to_string(c.L) + ",\n";
+    j += "  \"n_head\": " + std::to_string(c.A) + ",\n";
+    j += "  \"n_inner\": " + (c.F == 4 * c.H ? std::string("null") : std::to_string(c.F)) + ",\n";  // null = 4 n_embd
+    j += std::string("  \"activation_function\": \"") + hf_activation_name(c.activation) + "\",\n";
+    j += std::string("  \"layer_norm_epsilon\": ") + eps + ",\n";
+    j += "  \"resid_pdrop\": 0.1,\n  \"embd_pdrop\": 0.1,\n  \"attn_pdrop\": 0.1,\n  \"initializer_range\": 0.02,\n";
+    j += "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n";
+    if (eos_id >= 0) j += "  \"bos_token_id\": " + std::to_string(eos_id) + ",\n  \"eos_token_id\": " + std::to_string(eos_id) + ",\n";
+    j += "  \"torch_dtype\": \"float32\"\n}\n";
+    return j;
+}
+
+void check_output_dir(const std::string& dir, const std::string& role) {
+    if (dir.empty()) throw Error(role + " is empty");
+    struct stat st;
+    const std::string what = role + " '" + dir + "'";
+    if (::stat(dir.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": it exists and is not a directory");
+        if (::access(dir.c_str(), W_OK | X_OK) != 0)
+            throw Error("cannot write " + what + ": the directory is not writable (" + std::strerror(errno) + ")");
+        return;
+    }
+    std::string d = dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    const std::string parent = dir_of(d);
+    if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        throw Error("cannot write " + what + ": its parent directory '" + parent + "' does not exist");
+    if (::access(parent.c_str(), W_OK | X_OK) != 0)
+        throw Error("cannot write " + what + ": cannot create it in '" + parent + "' (" + std::strerror(errno) + ")");
+}
+
+void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>& p,
+                    const std::map<std::string, std::string>& extra_metadata, const std::string& input) {
+    const std::string problem = hf_gpt2_export_problem(c);
+    if (!problem.empty()) throw Error("export: " + problem);
+    check_output_dir(dir, "--out");
+    const std::string model_path = dir + "/model.safetensors", config_path = dir + "/config.json";
+    const auto tok = extra_metadata.find("tokenizer");
+    const bool bpe = tok != extra_metadata.end() && tok->second == "gpt2-bpe";
+    std::vector<OutputFile> outs = {{model_path, "--out/model.safetensors", OutputKind::checkpoint},
+                                    {config_path, "--out/config.json", OutputKind::json}};
+    if (bpe) outs.push_back({dir + "/vocab.json", "--out/vocab.json", OutputKind::json}),
+             outs.push_back({dir + "/merges.txt", "--out/merges.txt", OutputKind::text});
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) check_outputs(outs, {{input, "--checkpoint"}});  // a new directory holds nothing to check
+    else if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
+    const int H = c.H, D = c.D, A = c.A;
+    // c_attn per layer: H x 3H and 3H, joined from the heads (zeros for absent biases).
+    std::vector<Tensor<float>> c_attn_W, c_attn_b, c_proj_b;
+    for (int l = 0; l < c.L; l++) {
+        const MultiHeadSAParams<float>& a = p.layers[l].attn;
+        Tensor<float> W = Tensor<float>::uninit(H, 3 * H), b(std::vector<int>{3 * H});
+        const std::vector<Tensor<float>>* parts[3] = {&a.W_Q, &a.W_K, &a.W_V};
+        const std::vector<Tensor<float>>* biases[3] = {&a.b_Q, &a.b_K, &a.b_V};
+        for (int part = 0; part < 3; part++)
+            for (int i = 0; i < A; i++) {
+                const Tensor<float>& Wi = (*parts[part])[i];
+                for (int r = 0; r < H; r++) std::copy(Wi.row(r), Wi.row(r) + D, W.row(r) + part * H + i * D);
+                if (c.attn_bias) std::copy((*biases[part])[i].data.begin(), (*biases[part])[i].data.end(), b.ptr() + part * H + i * D);
+            }
+        c_attn_W.push_back(std::move(W)), c_attn_b.push_back(std::move(b));
+        c_proj_b.push_back(c.attn_bias ? a.b_O : Tensor<float>(std::vector<int>{H}));
+    }
+    std::vector<std::pair<std::string, const Tensor<float>*>> list = {{"wte.weight", &p.W_e}, {"wpe.weight", &p.W_p}};
+    for (int l = 0; l < c.L; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        const Layer<float>& y = p.layers[l];
+        list.insert(list.end(), {{h + "ln_1.weight", &y.ln_1_gamma},
+                                 {h + "ln_1.bias", &y.ln_1_beta},
+                                 {h + "attn.c_attn.weight", &c_attn_W[l]},
+                                 {h + "attn.c_attn.bias", &c_attn_b[l]},
+                                 {h + "attn.c_proj.weight", &y.attn.W_O},
+                                 {h + "attn.c_proj.bias", &c_proj_b[l]},
+                                 {h + "ln_2.weight", &y.ln_2_gamma},
+                                 {h + "ln_2.bias", &y.ln_2_beta},
+                                 {h + "mlp.c_fc.weight", &y.ffn.W_1},
+                                 {h + "mlp.c_fc.bias", &y.ffn.b_1},
+                                 {h + "mlp.c_proj.weight", &y.ffn.W_2},
+                                 {h + "mlp.c_proj.bias", &y.ffn.b_2}});
+    }
+    list.insert(list.end(), {{"ln_f.weight", &p.ln_f_gamma}, {"ln_f.bias", &p.ln_f_beta}});
+    std::map<std::string, std::string> meta = extra_metadata;
+    meta["format"] = "pt";  // transformers refuses a safetensors file without it
+    save_safetensors(model_path, meta, list);
+    int eos = -1;
+    if (bpe) {  // GPT2Tokenizer's vocab.json and merges.txt are encoder.json and vocab.bpe
+        const Tokenizer t = tokenizer_of(extra_metadata, model_path);
+        eos = t.bpe.eot;
+        write_file_atomic(dir + "/vocab.json", t.encoder_json);
+        write_file_atomic(dir + "/merges.txt", t.vocab_bpe);
+    }
+    write_file_atomic(config_path, hf_gpt2_config_json(c, eos));
 }
 
 static LoadedModel load_model_tensors(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
@@ -3705,7 +3834,8 @@ std::vector<int> line_window_starts(const std::vector<int>& ids, int newline, in
     return starts;
 }
 
-static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n, bool line_windows) {
+static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n, bool line_windows,
+                          const Tokenizer* bpe = nullptr, bool quiet = true) {
     Corpus k;
     if (path.empty()) {
         k.task = true;
@@ -3718,14 +3848,15 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
     std::size_t odd = 0;
     for (unsigned char ch : text) odd += ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t');
     if (odd * 100 > text.size()) throw Error("'" + path + "' looks binary, not text (control bytes)");
-    k.vocab = vocab ? *vocab : CharVocab::from_text(text);
-    const std::vector<int> ids = k.vocab.encode(text, "'" + path + "'");
+    if (!bpe) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
+    const std::vector<int> ids = bpe ? encode_with_progress(*bpe, text, "'" + path + "'", quiet)  // issue 11: BPE tokens
+                                     : k.vocab.encode(text, "'" + path + "'");
     const std::size_t cut = ids.size() * 9 / 10;
     k.train.assign(ids.begin(), ids.begin() + cut);
     k.val.assign(ids.begin() + cut, ids.end());
     if ((long long)k.val.size() < n + 2)
-        throw Error("'" + path + "' is too short: " + std::to_string(text.size()) + " characters, the 10% validation split needs more than the block of " +
-                    std::to_string(n + 1));
+        throw Error("'" + path + "' is too short: " + std::to_string(text.size()) + " characters (" + std::to_string(ids.size()) +
+                    " tokens), the 10% validation split needs more tokens than the block of " + std::to_string(n + 1));
     if (line_windows) {
         const int nl = k.vocab.id[(unsigned char)'\n'];  // -1 if the text has no newline
         auto starts = [&](const std::vector<int>& ids, std::vector<int>& out, const char* split) {
@@ -3817,9 +3948,10 @@ static double evaluate(const Config& c, const Params<float>& p, const Corpus& k,
 }
 
 template <typename T>
-double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, uint64_t seed, long long* count) {
+double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, uint64_t seed, long long* count,
+                   int window) {
     if (ids.size() < 2) throw Error("corpus_loss: need at least 2 tokens, got " + std::to_string(ids.size()));
-    const int n = c.n_ctx;
+    const int n = window > 0 ? std::min(window, c.n_ctx) : c.n_ctx;
     const bool causal = is_causal(c.variant);
     Rng rng(seed);
     double sum = 0;
@@ -4030,12 +4162,80 @@ double xlnet_left_to_right_loss(const Config& c, const Params<T>& p, const std::
     return xlnet_windows_loss(c, p, ids, identity, count, "xlnet_left_to_right_loss");
 }
 
+// ---- Starting from a checkpoint's weights, GPT-2's tokenizer (issue 11) --------------------------
+// train --init-from FILE: the model (shape and weights) is FILE's, the optimiser starts fresh at
+// step 0. o's model flags must agree with the file (0 / "" = not given); afterwards they hold the
+// file's values. tok: the tokenizer of the run, from --encoder/--vocab or the one FILE records.
+static void start_from_checkpoint(TrainOptions& o, RunState& s, Tokenizer& tok) {
+    const std::string& path = o.init_from;
+    auto fail = [&](const std::string& what) { return Error("train --init-from '" + path + "': " + what); };
+    if (!o.resume.empty()) throw Error("train: --init-from and --resume exclude each other (--resume continues a run, optimiser included)");
+    if (o.objective != "lm") throw Error("train: --init-from applies to --objective lm");
+    LoadedModel lm = load_model(path, {"adam."});
+    const Config& c = lm.config;
+    const auto& md = lm.file.metadata;
+    if (c.W_y_rows > 0 || md.count("finetune.task"))
+        throw fail("it is a fine-tuned checkpoint with a head W_y; start from the pre-trained model it came from");
+    if (c.xlnet) throw fail("it was trained with --objective xlnet; --init-from continues next-token / masked LM models");
+    auto contradicts = [&](const std::string& flag, const std::string& given, const std::string& file) {
+        return fail(flag + " " + given + " contradicts the file's " + file +
+                    " (the model's shape comes from the file: leave the flag out)");
+    };
+    if (!o.model.empty() && variant_from_name(o.model) != c.variant) throw contradicts("--model", o.model, std::string("variant ") + variant_name(c.variant));
+    if (o.layers && o.layers != c.L) throw contradicts("--layers", std::to_string(o.layers), "L = " + std::to_string(c.L));
+    if (o.heads && o.heads != c.A) throw contradicts("--heads", std::to_string(o.heads), "A = " + std::to_string(c.A));
+    if (o.embd && o.embd != c.H) throw contradicts("--embd", std::to_string(o.embd), "H = " + std::to_string(c.H));
+    if (o.ffn && o.ffn != c.F) throw contradicts("--ffn", std::to_string(o.ffn), "F = " + std::to_string(c.F));
+    if (!o.activation.empty() && activation_from_name(o.activation) != c.activation)
+        throw contradicts("--activation", o.activation, std::string("activation ") + activation_name(c.activation));
+    if (o.attn_bias && !c.attn_bias) throw fail("--attn-bias contradicts the file, whose model has no attention biases");
+    if (o.gpt2_init) throw fail("--gpt2-init is an initialisation; the weights come from the file");
+    if (o.block > c.n_ctx)
+        throw fail("--block " + std::to_string(o.block) + " is longer than the model's n_ctx = " + std::to_string(c.n_ctx) +
+                   " (W_p has n_ctx rows)");
+    const Tokenizer recorded = tokenizer_of(md, path);
+    if (!o.encoder.empty()) {
+        tok = gpt2_tokenizer(o.encoder, o.bpe_vocab);
+        if (recorded.kind == "char")
+            throw fail("it was trained on characters (its metadata 'vocab'); --encoder/--vocab (GPT-2's BPE) contradict it");
+        if (recorded.kind == "gpt2-bpe" && (recorded.encoder_json != tok.encoder_json || recorded.vocab_bpe != tok.vocab_bpe))
+            throw fail("--encoder/--vocab differ from the BPE tokenizer the file records (leave them out to use that one)");
+        if (tok.size() != c.V)
+            throw fail("--encoder/--vocab: the tokenizer has " + std::to_string(tok.size()) + " tokens but the model's V = " +
+                       std::to_string(c.V));
+    } else if (recorded.kind.empty()) {
+        throw fail("the file records no tokenizer (released GPT-2 weights): give GPT-2's --encoder encoder.json --vocab vocab.bpe");
+    } else {
+        tok = recorded;
+        const int expected = c.V - (is_causal(c.variant) ? 0 : 3);
+        if (tok.size() != expected)
+            throw fail("its tokenizer has " + std::to_string(tok.size()) + " tokens but V = " + std::to_string(c.V));
+    }
+    if (tok.kind == "gpt2-bpe" && o.data.empty()) throw fail("a BPE model needs --data FILE (a text)");
+    if (tok.kind == "gpt2-bpe" && o.line_windows) throw fail("--line-windows applies to character-level models");
+    s.c = c;
+    s.p = std::move(lm.params);
+    adamw_init(s.c, s.adam);
+    s.step0 = 0;
+    o.model = variant_name(c.variant), o.layers = c.L, o.heads = c.A, o.embd = c.H, o.ffn = c.F;
+    o.activation = activation_name(c.activation), o.attn_bias = c.attn_bias;
+}
+
+static double mb(double bytes) { return bytes / (1024.0 * 1024.0); }
+
 TrainResult train(const TrainOptions& opt_in) {
     TrainOptions o = opt_in;
     RunState s;
     s.rng = Rng(o.seed);
     CharVocab saved_vocab;
     std::map<std::string, std::string> resume_md;  // the resumed checkpoint's metadata
+    Tokenizer tok;  // issue 11: kind "" = the characters of the data (as before), "char" = a given CharVocab, "gpt2-bpe"
+    if (!o.encoder.empty() || !o.bpe_vocab.empty()) {
+        if (o.encoder.empty() || o.bpe_vocab.empty()) throw Error("train: --encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
+        if (!o.resume.empty()) throw Error("train: a resumed run keeps the tokenizer its checkpoint records; leave out --encoder and --vocab");
+    }
+    if (!o.init_from.empty()) start_from_checkpoint(o, s, tok);
+    else if (!o.encoder.empty()) tok = gpt2_tokenizer(o.encoder, o.bpe_vocab);
     if (!o.resume.empty()) {
         LoadedModel lm = load_model(o.resume, {"adam."});
         const std::string data_given = o.data;  // --data on resume: a moved copy of the same text
@@ -4063,7 +4263,7 @@ TrainResult train(const TrainOptions& opt_in) {
             *M[j].tensor = *m, *S[j].tensor = *v;
         }
         const auto& md = lm.file.metadata;
-        if (!md.count("train.step") || !md.count("train.rng") || !md.count("vocab") || !md.count("adam.t"))
+        if (!md.count("train.step") || !md.count("train.rng") || (!md.count("vocab") && !md.count("tokenizer")) || !md.count("adam.t"))
             throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
         if (md.count("finetune.task")) throw Error("'" + o.resume + "' is a fine-tuned checkpoint: continue it with finetune --checkpoint");
         s.step0 = parse_i64(md.at("train.step"), "train.step");
@@ -4071,7 +4271,8 @@ TrainResult train(const TrainOptions& opt_in) {
         if (s.step0 < 0 || s.adam.t != s.step0)
             throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(s.step0) + " and adam.t " + std::to_string(s.adam.t));
         s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
-        saved_vocab = CharVocab::from_metadata(md.at("vocab"));
+        tok = tokenizer_of(md, o.resume);
+        if (tok.kind == "char") saved_vocab = tok.chars;
         if (md.count("train.log")) s.log_csv = md.at("train.log");
         if (resolve_output_path(o.out) == resolve_output_path(o.resume)) s.on_disk = s.step0;
     }
@@ -4084,24 +4285,31 @@ TrainResult train(const TrainOptions& opt_in) {
     check_outputs({{o.out, "--out", OutputKind::checkpoint},
                    {base + ".csv", "the loss log", OutputKind::csv_log},
                    {base + ".svg", "the loss plot", OutputKind::svg_plot}},
-                  {{o.data, "--data"}, {o.resume, "--resume", true}});
+                  {{o.data, "--data"}, {o.resume, "--resume", true}, {o.init_from, "--init-from"}});
     Config& c = s.c;
     s.adam.beta1 = o.beta1, s.adam.beta2 = o.beta2, s.adam.weight_decay = o.weight_decay;
     const int n_default = o.data.empty() ? AdditionTask::prompt_len() + AdditionTask::answer_len() : 64;
     const Variant variant = o.resume.empty() ? variant_from_name(o.model) : c.variant;
     if (xlnet && has_segments(variant)) throw Error("train: --objective xlnet applies to gpt, gpt2, gpt3 and roberta, not bert (segments)");
     int n = o.resume.empty() ? (o.block ? o.block : n_default) : c.n_ctx;
+    if (!o.init_from.empty()) n = o.block ? o.block : c.n_ctx;  // windows may be shorter than n_ctx
+    if (tok.kind == "gpt2-bpe" && !is_causal(variant))
+        throw Error("train: GPT-2's tokenizer (--encoder/--vocab) applies to gpt, gpt2 and gpt3 (next-token models)");
+    if (tok.kind == "gpt2-bpe" && o.data.empty()) throw Error("train: --encoder/--vocab need --data FILE (a text to encode)");
+    if (tok.kind == "gpt2-bpe" && o.line_windows) throw Error("train: --line-windows applies to character-level models");
     if (o.data.empty()) n = is_causal(variant) ? 12 : 13;  // one addition problem
     const int predict = o.predict > 0 ? o.predict : std::max(1, n / 6);  // K = n/6: the XLNet paper's partial prediction
     if (xlnet && predict > n) throw Error("train: --predict " + std::to_string(predict) + " is more than the block of " + std::to_string(n));
     o.predict = xlnet ? predict : 0;
-    Corpus k = load_corpus(o.data, o.resume.empty() ? nullptr : &saved_vocab, n, o.line_windows);
+    const bool bpe = tok.kind == "gpt2-bpe";
+    if (tok.kind == "char") saved_vocab = tok.chars;
+    Corpus k = load_corpus(o.data, tok.kind == "char" ? &saved_vocab : nullptr, n, o.line_windows, bpe ? &tok : nullptr, o.quiet);
     if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k, o.data, o.resume);
-    if (o.resume.empty()) {
+    if (o.resume.empty() && o.init_from.empty()) {
         c.variant = variant;
         c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
         c.n_ctx = n;
-        c.V = k.vocab.size();
+        c.V = bpe ? tok.size() : k.vocab.size();
         if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
         if (variant == Variant::bert) c.eps = 1e-12;
         if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
@@ -4114,7 +4322,9 @@ TrainResult train(const TrainOptions& opt_in) {
         adamw_init(c, s.adam);
     }
     // What the checkpoint records beyond the loop's state: the vocabulary and the data's identity.
-    s.meta["vocab"] = k.vocab.to_metadata();
+    if (bpe) s.meta = tok.metadata();
+    else s.meta["vocab"] = k.vocab.to_metadata();
+    if (!o.init_from.empty()) s.meta["train.init_from"] = o.init_from;
     if (!k.task) {
         char* abs = ::realpath(o.data.c_str(), nullptr);
         s.meta["train.data_path"] = abs ? abs : o.data;
@@ -4159,18 +4369,35 @@ TrainResult train(const TrainOptions& opt_in) {
         if (xlnet)
             std::printf("objective: XLNet's permutation language model, two-stream attention, one permutation z per batch, "
                         "the last %d of %d positions in z predicted\n", predict, n);
+        const TrainMemory m = train_memory(c, o.batch, n);
+        std::printf("memory: parameters %.1f MB, gradients %.1f MB, AdamW m and v %.1f MB, activations of a step ~%.1f MB "
+                    "(B=%d, n=%d): ~%.2f GB\n", mb(m.params), mb(m.grads), mb(m.adam), mb(m.activations), o.batch, n,
+                    (m.params + m.grads + m.adam + m.activations) / (1024.0 * 1024.0 * 1024.0));
+        if (bpe) std::printf("tokenizer: GPT-2's byte-level BPE, %d tokens; the text is %zu + %zu tokens (train + validation)\n",
+                             tok.size(), k.train.size(), k.val.size());
+        if (!o.init_from.empty()) std::printf("weights: from %s (optimiser state fresh)\n", o.init_from.c_str());
         std::fflush(stdout);
     }
+    double val_before = -1;
+    if (!o.init_from.empty()) {  // where fine-tuning starts, on the same batches as every later evaluation
+        std::string shown;
+        val_before = obj.validate(s.p, shown);
+        if (!o.quiet) std::printf("val loss before training (the --init-from weights): %.4f\n", val_before), std::fflush(stdout);
+    }
     TrainResult r = run_training(o, s, obj);
+    r.val_loss_before = val_before;
     if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
-    if (!k.task) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234);
+    if (!k.task) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n);
     if (!k.task && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
     if (!o.quiet) {
         if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
         if (r.val_loss_split >= 0)
-            std::printf("val loss over the whole validation split: %.4f (%zu characters%s; the %lld-batch estimate above: %.4f)\n",
-                        r.val_loss_split, k.val.size(), xlnet ? ", 4 permutations per window" : "", o.eval_steps, r.val_loss);
+            std::printf("val loss over the whole validation split: %.4f (%zu %s%s; the %lld-batch estimate above: %.4f)\n",
+                        r.val_loss_split, k.val.size(), bpe ? "tokens" : "characters", xlnet ? ", 4 permutations per window" : "",
+                        o.eval_steps, r.val_loss);
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
+        struct rusage ru;
+        if (::getrusage(RUSAGE_SELF, &ru) == 0) std::printf("peak memory (max resident set): %.1f MB\n", (double)ru.ru_maxrss / 1024.0);
     }
     return r;
 }
@@ -5009,6 +5236,110 @@ static bool unicode_letter(uint32_t cp) { return in_ranges(UNICODE_L, sizeof UNI
 static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNICODE_N / sizeof UNICODE_N[0], cp); }
 
 // ================================================================================================
+// THE TOKENIZER OF A CHECKPOINT (issue 11; see transformer.hpp)
+// ================================================================================================
+int Tokenizer::size() const { return kind == "gpt2-bpe" ? bpe.size() : chars.size(); }
+
+std::vector<int> Tokenizer::encode(const std::string& text, const std::string& where) const {
+    if (kind == "gpt2-bpe") return bpe.encode(text);
+    if (kind == "char") return chars.encode(text, where);
+    throw Error("no tokenizer to encode " + where + " with");
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+    if (kind == "gpt2-bpe") return bpe.decode(ids);
+    if (kind == "char") return chars.decode(ids);
+    throw Error("no tokenizer to decode with");
+}
+
+std::map<std::string, std::string> Tokenizer::metadata() const {
+    if (kind == "gpt2-bpe") return {{"tokenizer", kind}, {"tokenizer.encoder_json", encoder_json}, {"tokenizer.vocab_bpe", vocab_bpe}};
+    if (kind == "char") return {{"vocab", chars.to_metadata()}};  // as every checkpoint before issue 11
+    return {};
+}
+
+Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+    Tokenizer t;
+    t.kind = "gpt2-bpe";
+    t.encoder_json = read_file(encoder_json_path), t.vocab_bpe = read_file(vocab_bpe_path);
+    try {
+        t.bpe = make_bpe(t.encoder_json, t.vocab_bpe);
+    } catch (const Error& e) {
+        throw Error("GPT-2's tokenizer from '" + encoder_json_path + "' and '" + vocab_bpe_path + "': " + e.what());
+    }
+    return t;
+}
+
+Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::string& path) {
+    Tokenizer t;
+    const auto kind = m.find("tokenizer");
+    if (kind == m.end()) {
+        if (m.count("vocab")) t.kind = "char", t.chars = CharVocab::from_metadata(m.at("vocab"));
+        return t;
+    }
+    if (kind->second == "gpt2-bpe") {
+        if (!m.count("tokenizer.encoder_json") || !m.count("tokenizer.vocab_bpe"))
+            throw Error("'" + path + "': its tokenizer gpt2-bpe lacks tokenizer.encoder_json or tokenizer.vocab_bpe");
+        t.kind = kind->second, t.encoder_json = m.at("tokenizer.encoder_json"), t.vocab_bpe = m.at("tokenizer.vocab_bpe");
+        try {
+            t.bpe = make_bpe(t.encoder_json, t.vocab_bpe);
+        } catch (const Error& e) {
+            throw Error("'" + path + "': its recorded tokenizer: " + e.what());
+        }
+        return t;
+    }
+    throw Error("'" + path + "' records the tokenizer '" + kind->second + "', which this program does not know (it knows gpt2-bpe and characters)");
+}
+
+std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet) {
+    if (t.kind != "gpt2-bpe" || quiet || text.size() < (1u << 20)) return t.encode(text, where);
+    // The pieces of GPT-2's pattern, each merged once (they repeat), with a line every ~10%.
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    const std::vector<std::string> pieces = gpt2_pretokenize(text);
+    std::unordered_map<std::string, std::vector<int>> done;
+    std::vector<int> ids;
+    ids.reserve(text.size() / 3);
+    std::size_t bytes = 0, next_report = text.size() / 10;
+    for (const std::string& piece : pieces) {
+        auto it = done.find(piece);
+        if (it == done.end()) {  // as BPE::encode does
+            std::vector<int> v;
+            for (const std::string& sym : t.bpe.bpe(piece)) {
+                auto e = t.bpe.encoder.find(sym);
+                if (e == t.bpe.encoder.end()) throw Error("BPE: the symbol '" + sym + "' is not in the vocabulary");
+                v.push_back(e->second);
+            }
+            it = done.emplace(piece, std::move(v)).first;
+        }
+        ids.insert(ids.end(), it->second.begin(), it->second.end());
+        bytes += piece.size();
+        if (bytes >= next_report) {
+            std::fprintf(stderr, "encoding %s with GPT-2's BPE: %3.0f%% (%zu tokens, %.1f s)\n", where.c_str(),
+                         100.0 * (double)bytes / (double)text.size(), ids.size(),
+                         std::chrono::duration<double>(clock::now() - t0).count());
+            next_report += text.size() / 10;
+        }
+    }
+    return ids;
+}
+
+// ---- Memory of a training run ----------------------------------------------------------------
+// Activations per step (floats, B*n rows): per layer the caches of two LayerNorms, the inputs of
+// both sub-blocks, Q K V and the concatenated heads (4 H), the attention probabilities (A n per
+// row), the FFN's pre-activation and output (2 F) and two dropout masks: about 12 H + 2 F + A n;
+// then the logits and their gradient (2 V per row). The backward pass holds a few more of the
+// same size at a time, so this is the right order, not an exact count.
+TrainMemory train_memory(const Config& c, int B, int n) {
+    TrainMemory m;
+    const double floats = (double)count_params(c).actual;
+    m.params = 4 * floats, m.grads = 4 * floats, m.adam = 8 * floats;
+    const double rows = (double)B * n;
+    m.activations = 4 * rows * ((double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + 2.0 * c.V);
+    return m;
+}
+
+// ================================================================================================
 // TEACHING: pictures and explain (issue 10)
 // ================================================================================================
 // ---- Heat maps (SVG, written by hand as loss_svg is) ---------------------------------------------
@@ -5661,7 +5992,7 @@ template Explained<double> explain(const Config&, const Params<double>&, const B
     template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \
                             const std::vector<int>&, int);                                                 \
     template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);              \
-    template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*);          \
+    template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*, int);     \
     template double xlnet_left_to_right_loss(const Config&, const Params<T>&, const std::vector<int>&, long long*); \
     template double xlnet_corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, int, int, uint64_t,      \
                                       long long*);

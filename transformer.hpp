@@ -851,6 +851,12 @@ struct TrainOptions {
     bool line_windows = false;        // text windows start at a newline, so each line of the text
                                       // begins at position 1, as a fine-tuning example does after
                                       // its start token (seed 004)
+    // issue 11: fine-tuning a checkpoint, GPT-2's tokenizer.
+    std::string init_from;  // start from this checkpoint's weights (ours or a Hugging Face GPT-2 file);
+                            // fresh optimiser. Its shape rules: layers, heads, embd, ffn 0 and model,
+                            // activation "" mean "the file's" (main.cpp passes them so); a value that
+                            // differs from the file is an error, as is gpt2_init or attn_bias the file lacks
+    std::string encoder, bpe_vocab;  // GPT-2's encoder.json and vocab.bpe: train on BPE tokens, not characters
 };
 // --line-windows: the offsets i where a training window may start, those with ids[i] == newline
 // and a whole window (n inputs and their n next-token targets: n + 1 ids) from i on.
@@ -861,7 +867,7 @@ std::vector<int> line_window_starts(const std::vector<int>& ids, int newline, in
 // mlm_corrupt picks in each window, drawn from Rng(seed). *count, if given: the predicted tokens.
 template <typename T>
 double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, uint64_t seed,
-                   long long* count = nullptr);
+                   long long* count = nullptr, int window = 0);  // window 1..n_ctx: shorter windows (0 = n_ctx)
 
 // XLNet's loss over a whole sequence of ids in consecutive windows of n_ctx tokens, each under
 // `perms` random permutations (from Rng(seed)) predicting the last min(predict, window) positions
@@ -884,6 +890,7 @@ struct TrainResult {
     double val_loss_split = -1;        // at the end: corpus_loss over the whole validation split (text data)
     double accuracy = -1;              // held-out task accuracy (built-in task), -1 otherwise
     double seconds = 0;
+    double val_loss_before = -1;       // --init-from: the validation estimate of the starting weights
 };
 TrainResult train(const TrainOptions& opt);
 
@@ -1052,6 +1059,60 @@ BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_
 std::vector<std::string> gpt2_pretokenize(const std::string& text);
 // Step 2's alphabet: the UTF-8 of the character that stands for byte b.
 std::string bytes_to_unicode(unsigned char b);
+
+// ================================================================================================
+// THE TOKENIZER OF A CHECKPOINT, EXPORT (issue 11): which text <-> ids mapping a model was trained
+// with, kept in its metadata so that sample and eval need no tokenizer flags; and the way out to
+// Hugging Face's GPT2LMHeadModel layout.
+// ================================================================================================
+// Recorded in the metadata under a kind string (new kinds add a case to tokenizer_of):
+//   no "tokenizer", "vocab"   characters: "vocab" = CharVocab::to_metadata() (every older checkpoint)
+//   "tokenizer" = "gpt2-bpe"  GPT-2's byte-level BPE; "tokenizer.encoder_json" and "tokenizer.vocab_bpe"
+//                             hold encoder.json and vocab.bpe whole, so a moved checkpoint still
+//                             samples (about 1.5 MB of header for GPT-2's 50257 tokens)
+struct Tokenizer {
+    std::string kind;  // "" (none recorded), "char", "gpt2-bpe"
+    CharVocab chars;
+    BPE bpe;
+    std::string encoder_json, vocab_bpe;  // gpt2-bpe: the two files, as recorded
+    int size() const;                     // ids 0..size-1 (char: without BERT's 3 specials)
+    std::vector<int> encode(const std::string& text, const std::string& where) const;
+    std::string decode(const std::vector<int>& ids) const;
+    std::map<std::string, std::string> metadata() const;  // what a checkpoint records
+};
+Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+// The tokenizer a checkpoint's metadata records (kind "" if none: released GPT-2 weights); throws
+// Error naming `path` on an unknown kind or a damaged record.
+Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const std::string& path);
+// tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
+std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
+
+// Export: DIR/model.safetensors and DIR/config.json as Hugging Face's GPT2LMHeadModel reads them,
+// the inverse of the import in load_model (names and Conv1D layout: see import_hf_gpt2):
+//   W_e -> wte.weight, W_p -> wpe.weight, layers.l.ln_1.gamma/beta -> h.l.ln_1.weight/bias (ln_2, ln_f),
+//   [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A] -> h.l.attn.c_attn.weight (H x 3H), b likewise
+//   (zeros when the model has no attention biases), W_O, b_O -> h.l.attn.c_proj, W_1, b_1 -> h.l.mlp.c_fc,
+//   W_2, b_2 -> h.l.mlp.c_proj. No lm_head.weight: it is tied to wte. activation_function: gelu_new
+//   (gelu_tanh), gelu (gelu_erf), relu, quick_gelu (the seed's gelu_sigmoid, x sigmoid(1.702 x)).
+// Why c cannot be exported ("" if it can): only the gpt2 variant, with D A = H, no fine-tuning head
+// W_y and no XLNet vector w.
+std::string hf_gpt2_export_problem(const Config& c);
+std::string hf_gpt2_config_json(const Config& c, int eos_id);  // eos_id -1: GPT2Config's default
+// Throws Error unless dir can hold the export: an existing directory that is writable, or a name
+// whose parent directory exists and is writable (the caller creates it).
+void check_output_dir(const std::string& dir, const std::string& role);
+// Writes DIR/model.safetensors (metadata: "format" = "pt" plus extra_metadata, e.g. the tokenizer)
+// and DIR/config.json, each through AtomicFile; DIR is created if missing. With a gpt2-bpe tokenizer
+// in extra_metadata also DIR/vocab.json and DIR/merges.txt (GPT2Tokenizer's files).
+// input: the checkpoint exported, which no output may overwrite.
+void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>& p,
+                    const std::map<std::string, std::string>& extra_metadata = {}, const std::string& input = "");
+// Bytes the training loop holds for a model: parameters, gradients, AdamW's m and v (4 bytes per
+// float each), and an estimate of one step's activations (forward caches and logits at B x n).
+struct TrainMemory {
+    double params = 0, grads = 0, adam = 0, activations = 0;
+};
+TrainMemory train_memory(const Config& c, int B, int n);
 
 // ================================================================================================
 // TEACHING: pictures and explain (issue 10). Layers, heads and permutation positions count from 1
