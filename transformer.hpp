@@ -1054,6 +1054,87 @@ std::vector<std::string> gpt2_pretokenize(const std::string& text);
 std::string bytes_to_unicode(unsigned char b);
 
 // ================================================================================================
+// TOKENIZERS of the released GPT-1 and BERT (issue 12): BERT's normaliser and pre-tokeniser, then
+// GPT-1's BPE (end-of-word suffix "</w>") or BERT's WordPiece (continuation prefix "##"), as Hugging
+// Face's fast tokenizers for openai-gpt and bert-base-uncased do it.
+// ================================================================================================
+// BERT's normaliser (BertNormalizer with lowercase, hence strip_accents) on UTF-8 text, in order:
+//   1. clean: drop U+0000, U+FFFD and every character of category Cc, Cf, Co or Cs except \t \n \r;
+//      each remaining White_Space character becomes ' ';
+//   2. CJK: ' ' before and after every CJK ideograph (the ranges of BERT's _is_chinese_char);
+//   3. strip accents: canonical decomposition (NFD), then drop the nonspacing marks (Mn);
+//   4. lower-case, one code point at a time (Unicode's mapping; U+0130 -> "i" U+0307).
+// Tables: Unicode 14.0 (Python's unicodedata), every canonical decomposition (Hangul by arithmetic).
+// Not done: unassigned code points (Cn) are kept, not dropped; marks are not reordered by their
+// combining class (it cannot change what is left once the Mn marks are dropped, except for the
+// few spacing marks with a class). Throws Error on invalid UTF-8.
+std::string bert_normalize(const std::string& text);
+// BERT's pre-tokeniser on normalised text: split at white space (dropped) and around every
+// punctuation character (ASCII 33-47, 58-64, 91-96, 123-126, and category P*), which becomes a
+// word of its own: "hi,there!!" -> "hi" "," "there" "!" "!".
+std::vector<std::string> bert_pretokenize(const std::string& normalized);
+// Both, then the words (what GPT-1's BPE and WordPiece see).
+std::vector<std::string> bert_words(const std::string& text);
+
+// GPT-1's BPE: each word's characters are its first symbols, the last one with "</w>" appended
+// ("cat" -> c a t</w>); a symbol not in the vocabulary is "<unk>"; then the merges (lowest rank
+// first, as GPT-2's). "<unk>" written in the text is the token <unk> itself. decode joins the
+// symbols and turns each "</w>" into a space (none after the last word).
+struct GPT1BPE {
+    std::unordered_map<std::string, int> encoder;  // symbol -> id ("the</w>" -> 481)
+    std::vector<std::string> decoder;              // id -> symbol
+    std::unordered_map<std::string, int> ranks;    // "A B" -> merge rank, 0 first
+    int unk = -1;                                  // id of "<unk>"
+    int size() const { return (int)decoder.size(); }
+    std::vector<std::string> bpe(const std::string& word) const;  // one word -> its symbols
+    std::vector<int> encode(const std::string& text) const;       // throws Error on invalid UTF-8
+    std::string decode(const std::vector<int>& ids) const;       // throws Error on an id outside 0..size-1
+};
+// From encoder_bpe_40000.json (vocab.json: {"symbol": id}, ids 0..N-1 each once, "<unk>" among them)
+// and vocab_40000.bpe (merges.txt: an optional "#version" line, then "A B" per line; both halves and
+// their concatenation must be symbols); throws Error naming what is malformed.
+GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
+GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+
+// BERT's WordPiece (uncased): each word, if longer than 100 characters [UNK], else split greedily
+// into the longest pieces in the vocabulary from the left, pieces after the first written "##...";
+// a word with a part no piece matches is [UNK] as a whole. The vocabulary's special tokens [PAD],
+// [UNK], [CLS], [SEP], [MASK] written in the text (exactly so) are those tokens. No [CLS]/[SEP]
+// are added. decode joins the tokens with spaces, a "##" piece glued to the one before it.
+struct WordPiece {
+    std::unordered_map<std::string, int> vocab;  // token -> id (line number - 1)
+    std::vector<std::string> tokens;             // id -> token
+    int unk = -1, cls = -1, sep = -1, mask = -1, pad = -1;
+    int max_chars = 100;
+    int size() const { return (int)tokens.size(); }
+    std::vector<int> wordpiece(const std::string& word) const;  // one word -> its ids
+    std::vector<int> encode(const std::string& text) const;     // throws Error on invalid UTF-8
+    std::string decode(const std::vector<int>& ids) const;
+};
+// From vocab.txt: one token per line (a final newline optional); [UNK] is required; an empty line,
+// a token given twice or invalid UTF-8 is an error naming the line.
+WordPiece make_wordpiece(const std::string& vocab_txt);
+WordPiece load_wordpiece(const std::string& vocab_txt_path);
+
+// One tokenizer of the three for the commands. kind: "gpt2-bpe" (encoder.json + vocab.bpe),
+// "gpt1-bpe" (encoder_bpe_40000.json + vocab_40000.bpe), "bert-wordpiece" (vocab.txt alone).
+struct Tokenizer {
+    std::string kind;
+    BPE gpt2;
+    GPT1BPE gpt1;
+    WordPiece wordpiece;
+    int size() const;
+    std::vector<int> encode(const std::string& text) const;
+    std::string decode(const std::vector<int>& ids) const;
+};
+// kind "" recognises it from the files: a vocabulary alone is WordPiece's; with an encoder, GPT-1's
+// has "</w>" symbols and GPT-2's the byte symbols ("\u0120"). A kind named that the files are not is
+// an error saying what they are.
+Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_path, const std::string& vocab_path);
+// The kind the files are ("gpt2-bpe", ...), from their contents.
+std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text);
+
+// ================================================================================================
 // TEACHING: pictures and explain (issue 10). Layers, heads and permutation positions count from 1
 // here, as in the formulas; token ids are code ids (0-based), as everywhere.
 // ================================================================================================
