@@ -5864,3 +5864,123 @@ TEST_CASE("Tensor: uninit has the shape, pool blocks are reused, and storage com
     CHECK(Tensor<double>::from(1, 2, {1, 2}).data == std::vector<double>{1, 2});
     CHECK(Tensor<double>::from(1, 2, {1, 2}).data != std::vector<double>{1, 3});
 }
+
+// ==== issue 12: released GPT-1 and BERT ====
+namespace {
+// A GPT-1 tokenizer on a hand-made vocabulary: ids in the order given.
+const std::vector<std::string> m_GPT1_SYMBOLS = {"<unk>", "l", "o", "w", "e", "s", "t", "r", "w</w>", "r</w>", "t</w>",
+                                                 "!</w>", "lo", "low", "low</w>", "er</w>", "lower</w>", "es", "est</w>",
+                                                 "o</w>", "a</w>"};
+std::string m_gpt1_encoder_json(const std::vector<std::string>& symbols) {
+    std::string j = "{";
+    for (std::size_t k = 0; k < symbols.size(); k++) j += (k ? ", \"" : "\"") + symbols[k] + "\": " + std::to_string(k);
+    return j + "}";
+}
+const std::string m_GPT1_MERGES = "#version: 0.2\nl o\nlo w</w>\ne r</w>\nlo w\nlow er</w>\ne s\nes t</w>\n";
+GPT1BPE m_gpt1() { return make_gpt1_bpe(m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES); }
+int m_gpt1_id(const std::string& s) { return (int)(std::find(m_GPT1_SYMBOLS.begin(), m_GPT1_SYMBOLS.end(), s) - m_GPT1_SYMBOLS.begin()); }
+
+const std::string m_WP_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncapital\nof\nfrance\nis\n.\nun\n##aff\n##able\na\n##a\n"
+                               "ecole\n\xE4\xB8\xAD\n,\n!\n";  // 中 at id 17
+}  // namespace
+
+TEST_CASE("BERT normaliser: control characters, white space, CJK, accents, lower case, Hangul") {
+    CHECK(bert_normalize("") == "");
+    // \t becomes a space, \x01 (Cc), U+200B (Cf) and U+FFFD vanish, U+3000 is a space.
+    CHECK(bert_normalize("H\xC3\xA9llo\tWORLD\x01\xE2\x80\x8B!\xEF\xBF\xBD\xE3\x80\x80x") == "hello world! x");
+    // Each CJK ideograph between spaces; Hiragana is not one.
+    CHECK(bert_normalize("a\xE4\xB8\xAD\xE6\x96\x87\xE3\x81\x82") == "a \xE4\xB8\xAD  \xE6\x96\x87 \xE3\x81\x82");
+    // Accents: precomposed (é, Ǖ twice decomposed), combining (e + U+0301), Greek with tonos, Cyrillic й -> и.
+    CHECK(bert_normalize("\xC3\x89\xC7\x95 e\xCC\x81 \xCE\x86\xCE\xA3 \xD0\x99") == "eu e \xCE\xB1\xCF\x83 \xD0\xB8");
+    // ø and ß have no decomposition and stay (lower-cased); İ is I + a mark, stripped before lower-casing.
+    CHECK(bert_normalize("\xC3\x98\xC3\x9F\xC4\xB0") == "\xC3\xB8\xC3\x9F" "i");
+    // A Hangul syllable decomposes into its jamo: 한 = U+1112 U+1161 U+11AB.
+    CHECK(bert_normalize("\xED\x95\x9C") == "\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB");
+    // The CJK compatibility ideograph U+F900 is a CJK character and decomposes to U+8C48.
+    CHECK(bert_normalize("\xEF\xA4\x80") == " \xE8\xB1\x88 ");
+    M_CHECK_TF_ERROR(bert_normalize("ab\xFF"), "not valid UTF-8");
+}
+
+TEST_CASE("BERT pre-tokeniser: white space dropped, every punctuation character a word of its own") {
+    CHECK(bert_pretokenize("hi,there!!  a--b $5 \xE2\x80\x9Cq\xE2\x80\x9D") ==
+          std::vector<std::string>{"hi", ",", "there", "!", "!", "a", "-", "-", "b", "$", "5", "\xE2\x80\x9C", "q", "\xE2\x80\x9D"});
+    CHECK(bert_pretokenize("   ").empty());
+    CHECK(bert_words("Don't STOP.") == std::vector<std::string>{"don", "'", "t", "stop", "."});
+}
+
+TEST_CASE("GPT-1 BPE: </w> on the last symbol, merges by rank, <unk>, accents and CJK, decode") {
+    const GPT1BPE t = m_gpt1();
+    CHECK(t.size() == (int)m_GPT1_SYMBOLS.size());
+    CHECK(t.unk == 0);
+    CHECK(t.bpe("low") == std::vector<std::string>{"low</w>"});
+    CHECK(t.bpe("lower") == std::vector<std::string>{"lower</w>"});
+    CHECK(t.bpe("lowest") == std::vector<std::string>{"low", "est</w>"});
+    CHECK(t.bpe("o") == std::vector<std::string>{"o</w>"});
+    const int low = m_gpt1_id("low</w>"), lower = m_gpt1_id("lower</w>"), low_ = m_gpt1_id("low"),
+              est = m_gpt1_id("est</w>"), bang = m_gpt1_id("!</w>");
+    CHECK(t.encode("LOWER Lowest!") == std::vector<int>{lower, low_, est, bang});
+    CHECK(t.encode("l\xC3\xB3w") == std::vector<int>{low});  // ó loses its accent
+    // ø is not in the vocabulary: <unk> in its place, no merge across it.
+    CHECK(t.encode("l\xC3\xB8w") == std::vector<int>{m_gpt1_id("l"), 0, m_gpt1_id("w</w>")});
+    // A CJK character is a word of its own (here unknown); "<unk>" in the text is the token itself.
+    CHECK(t.encode("low\xE4\xB8\xADlow <unk>") == std::vector<int>{low, 0, low, 0});
+    CHECK(t.encode("").empty());
+    CHECK(t.decode({low_, est, bang, low}) == "lowest ! low");
+    CHECK(t.decode({low_}) == "low");
+    M_CHECK_TF_ERROR(t.decode({99}), "outside 0..20");
+}
+
+TEST_CASE("WordPiece: specials in the text, ## pieces, [UNK] for no match and for words over 100 characters") {
+    const WordPiece w = make_wordpiece(m_WP_VOCAB);
+    CHECK(w.size() == 20);
+    CHECK(w.unk == 1);
+    CHECK(w.cls == 2);
+    CHECK(w.sep == 3);
+    CHECK(w.mask == 4);
+    CHECK(w.encode("[CLS] The capital of FRANCE is [MASK].[SEP]") == std::vector<int>{2, 5, 6, 7, 8, 9, 4, 10, 3});
+    CHECK(w.encode("[mask]") == std::vector<int>{1, 1, 1});  // not the special token: [ mask ] (no "[" in the vocabulary)
+    CHECK(w.wordpiece("unaffable") == std::vector<int>{11, 12, 13});
+    CHECK(w.wordpiece("unaffablex") == std::vector<int>{1});  // no piece for "x": the whole word is [UNK]
+    // Control and format characters vanish before the split: un\x01aff\u200Bable is one word.
+    CHECK(w.encode("un\x01" "aff\xE2\x80\x8B" "able") == std::vector<int>{11, 12, 13});
+    CHECK(w.encode("\xC3\x89" "COLE") == std::vector<int>{16});  // École -> ecole
+    CHECK(w.encode("\xE4\xB8\xAD\xE5\x9B\xBD!") == std::vector<int>{17, 1, 19});  // 中 known, 国 not
+    const std::vector<int> hundred = w.encode(std::string(100, 'a'));
+    CHECK(hundred.size() == 100);
+    CHECK(hundred.front() == 14);
+    CHECK(hundred.back() == 15);
+    CHECK(w.encode(std::string(101, 'A')) == std::vector<int>{1});
+    CHECK(w.encode(" \t\n").empty());
+    CHECK(w.decode({2, 11, 12, 13, 18, 5, 4}) == "[CLS] unaffable , the [MASK]");
+}
+
+TEST_CASE("tokenizer files: malformed vocabularies and merges, and a kind that does not match the files") {
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0", "a b\n"), "");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b\": 0}", "a b\n"), "id 0 is given twice");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b\": 5}", "a b\n"), "not an integer in 0..1");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b</w>\": 1}", "#version: 0.2\na b</w>\n"), "line 2", "'ab</w>' is not in the encoder");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b\": 1, \"ab\": 2}", "a b c\n"), "line 1 is not two symbols");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0}", "#version: 0.2\n"), "no merges");
+    M_CHECK_TF_ERROR(make_wordpiece(""), "no tokens");
+    M_CHECK_TF_ERROR(make_wordpiece("[CLS]\nthe\n"), "no [UNK]");
+    M_CHECK_TF_ERROR(make_wordpiece("[UNK]\nthe\nthe\n"), "line 3", "given twice");
+    M_CHECK_TF_ERROR(make_wordpiece("[UNK]\n\nthe\n"), "line 2 is empty");
+    M_CHECK_TF_ERROR(make_wordpiece("[UNK]\nth\xFF\n"), "line 2 is not valid UTF-8");
+    // The kind, recognised from the files or named: GPT-1 (</w>), GPT-2 (byte symbols), WordPiece.
+    const std::string g1e = m_path("g1_encoder.json"), g1m = m_path("g1_merges.bpe"), g2e = m_path("g2_encoder.json"),
+                      g2m = m_path("g2_merges.bpe"), wp = m_path("wp_vocab.txt");
+    m_write(g1e, m_gpt1_encoder_json(m_GPT1_SYMBOLS)), m_write(g1m, m_GPT1_MERGES);
+    m_write(g2e, "{\"a\": 0, \"\\u0120\": 1, \"\\u0120a\": 2}"), m_write(g2m, "#version: 0.2\n\xC4\xA0 a\n");
+    m_write(wp, m_WP_VOCAB);
+    CHECK(load_tokenizer("", g1e, g1m).kind == "gpt1-bpe");
+    CHECK(load_tokenizer("", g2e, g2m).kind == "gpt2-bpe");
+    CHECK(load_tokenizer("", "", wp).kind == "bert-wordpiece");
+    CHECK(load_tokenizer("gpt1-bpe", g1e, g1m).encode("lowest") == std::vector<int>{m_gpt1_id("low"), m_gpt1_id("est</w>")});
+    CHECK(load_tokenizer("", g2e, g2m).encode(" a") == std::vector<int>{2});
+    CHECK(load_tokenizer("bert-wordpiece", "", wp).encode("the") == std::vector<int>{5});
+    M_CHECK_TF_ERROR(load_tokenizer("gpt1-bpe", g2e, g2m), "these are gpt2-bpe files, not gpt1-bpe");
+    M_CHECK_TF_ERROR(load_tokenizer("gpt2-bpe", g1e, g1m), "these are gpt1-bpe files, not gpt2-bpe");
+    M_CHECK_TF_ERROR(load_tokenizer("bert-wordpiece", g1e, g1m), "not bert-wordpiece");
+    M_CHECK_TF_ERROR(load_tokenizer("", "", g1e), "not a tokenizer this program knows");
+    M_CHECK_TF_ERROR(load_tokenizer("sentencepiece", "", wp), "unknown tokenizer 'sentencepiece'");
+}
