@@ -5984,3 +5984,158 @@ TEST_CASE("tokenizer files: malformed vocabularies and merges, and a kind that d
     M_CHECK_TF_ERROR(load_tokenizer("", "", g1e), "not a tokenizer this program knows");
     M_CHECK_TF_ERROR(load_tokenizer("sentencepiece", "", wp), "unknown tokenizer 'sentencepiece'");
 }
+
+namespace {
+// tiny-bert (or tiny-roberta) with the released BERT's additions switched on.
+Config m_released_bert(const std::string& preset_name, bool pooler) {
+    Config c = preset(preset_name);
+    c.attn_bias = true, c.emb_ln = true, c.mlm_head = true, c.pooler = pooler;
+    c.activation = Activation::gelu_erf;
+    return c;
+}
+}  // namespace
+
+TEST_CASE("MLMHead: a value computed by hand (H = 2: the LayerNorm of two numbers is +-1)") {
+    Config c = preset("tiny-bert");
+    c.H = 2, c.V = 3, c.eps = 1e-12, c.activation = Activation::gelu_erf;
+    Params<double> p;
+    p.W_t = TD::from(2, 2, {1, 0, 0, 1}), p.b_t = TD::vector({0, 0});
+    p.gamma_t = TD::vector({2, 1}), p.beta_t = TD::vector({0.5, 0});
+    p.W_e = TD::from(3, 2, {1, 0, 0, 1, 1, 1}), p.b_z = TD::vector({0, 1, 2});
+    // U = [1, 0], GELU(U) = [0.841.., 0], LayerNorm -> [1, -1], * gamma + beta = [2.5, -1],
+    // Z = [2.5, -1] W_e^T + b_z = [2.5, -1 + 1, 1.5 + 2].
+    MLMHeadCache<double> k;
+    const TD Z = MLMHead(c, p, TD::from(1, 2, {1, 0}), &k);
+    REQUIRE(Z.shape == std::vector<int>{1, 3});
+    CHECK(Z(0, 0) == doctest::Approx(2.5).epsilon(1e-9));
+    CHECK(Z(0, 1) == doctest::Approx(0.0).epsilon(1e-9));
+    CHECK(Z(0, 2) == doctest::Approx(3.5).epsilon(1e-9));
+    CHECK(k.U.data == std::vector<double>{1, 0});
+}
+
+TEST_CASE("MLMHead: gradient check of dX, W_t, b_t, gamma_t, beta_t, b_z and the tied W_e") {
+    Config c = m_released_bert("tiny-bert", false);
+    Params<double> p = m_model<double>(c, 1201, 0.3);
+    Rng r(1202);
+    TD X(5, c.H), R(5, c.V);
+    for (auto& v : X.data) v = r.normal();
+    for (auto& v : R.data) v = r.normal();
+    // loss = sum(MLMHead(X) * R): dZ = R.
+    auto loss = [&](const TD& x) {
+        const TD Z = MLMHead(c, p, x);
+        double s = 0;
+        for (std::size_t k = 0; k < Z.size(); k++) s += Z[k] * R[k];
+        return s;
+    };
+    MLMHeadCache<double> k;
+    MLMHead(c, p, X, &k);
+    Params<double> g = make_params<double>(c);
+    const TD dX = MLMHead_backward(c, p, k, R, g);
+    const double h = 1e-5;
+    auto check = [&](TD& x, const TD& ana, const char* name) {
+        CAPTURE(name);
+        REQUIRE(ana.shape == x.shape);
+        double biggest = 0;
+        for (std::size_t j = 0; j < x.size(); j++) {
+            const double x0 = x[j];
+            x[j] = x0 + h;
+            const double lp = loss(X);
+            x[j] = x0 - h;
+            const double lm = loss(X);
+            x[j] = x0;
+            const double num = (lp - lm) / (2 * h);
+            CHECK(std::fabs(num - ana[j]) <= 1e-6 * std::max(1.0, std::fabs(ana[j])));
+            biggest = std::max(biggest, std::fabs(ana[j]));
+        }
+        CHECK(biggest > 1e-3);  // a real gradient, not zeros
+    };
+    check(X, dX, "X");
+    check(p.W_t, g.W_t, "W_t");
+    check(p.b_t, g.b_t, "b_t");
+    check(p.gamma_t, g.gamma_t, "gamma_t");
+    check(p.beta_t, g.beta_t, "beta_t");
+    check(p.b_z, g.b_z, "b_z");
+    check(p.W_e, g.W_e, "W_e");
+}
+
+TEST_CASE("released BERT options: whole-model gradient check with emb_ln and mlm_head (BERT and RoBERTa)") {
+    for (const std::string name : {"tiny-bert", "tiny-roberta"}) {
+        CAPTURE(name);
+        const Config c = m_released_bert(name, false);
+        Params<double> p = m_model<double>(c, 1210, 0.2);
+        const Batch b = m_batch(c, 1211);
+        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1212, name + " released");
+        // With dropout (embedding dropout after the embedding LayerNorm): the same masks each time.
+        m_grad_check(c, p, [&](Params<double>* g) {
+            Rng rng(77);
+            ForwardOptions o;
+            o.dropout = 0.1, o.rng = &rng;
+            return model_loss(c, p, b, g, o);
+        }, 1213, name + " released, dropout");
+    }
+}
+
+TEST_CASE("released BERT options: the pooler is kept and unused, the embedding LayerNorm normalises X^(0)") {
+    const Config c = m_released_bert("tiny-bert", true);
+    Params<double> p = m_model<double>(c, 1220, 0.2);
+    const Batch b = m_batch(c, 1221);
+    Params<double> g = make_params<double>(c);
+    const double L0 = model_loss(c, p, b, &g);
+    for (double v : g.W_pool.data) CHECK(v == 0.0);
+    for (double v : g.b_pool.data) CHECK(v == 0.0);
+    for (auto& v : p.W_pool.data) v += 1.0;
+    CHECK(model_loss(c, p, b) == L0);
+    // Adding 5 to every entry of W_p adds the same number to every entry of a row of X^(0), which
+    // the embedding LayerNorm subtracts again (its mean): the loss stays; without it, it changes.
+    for (auto& v : p.W_p.data) v += 5.0;
+    CHECK(model_loss(c, p, b) == doctest::Approx(L0).epsilon(1e-9));
+    Config off = c;
+    off.emb_ln = false;
+    Params<double> q = make_params<double>(off);
+    auto Q = named_tensors(off, q);
+    for (auto& nt : named_tensors(c, p))
+        for (auto& qt : Q)
+            if (qt.name == nt.name) *qt.tensor = *nt.tensor;
+    Params<double> q2 = q;
+    for (auto& v : q2.W_p.data) v -= 5.0;
+    CHECK(model_loss(off, q, b) != doctest::Approx(model_loss(off, q2, b)).epsilon(1e-6));  // without it, it does change
+}
+
+TEST_CASE("released BERT options: metadata round trip, checkpoints, defaults off, only for bert and roberta") {
+    for (const std::string name : {"bert-base", "roberta-base", "gpt1", "tiny-bert"}) {
+        const auto m = config_metadata(preset(name));
+        CHECK(m.count("emb_ln") == 0);
+        CHECK(m.count("mlm_head") == 0);
+        CHECK(m.count("pooler") == 0);
+    }
+    const Config c = m_released_bert("tiny-bert", true);
+    const auto m = config_metadata(c);
+    CHECK(m.at("emb_ln") == "1");
+    CHECK(m.at("mlm_head") == "1");
+    CHECK(m.at("pooler") == "1");
+    const Config d = config_from_metadata(m);
+    CHECK(d.emb_ln);
+    CHECK(d.mlm_head);
+    CHECK(d.pooler);
+    auto bad = m;
+    bad["mlm_head"] = "2";
+    M_CHECK_TF_ERROR(config_from_metadata(bad), "mlm_head", "expected 0 or 1");
+    Config g = preset("tiny-gpt");
+    g.mlm_head = true;
+    M_CHECK_TF_ERROR(validate(g), "bert and roberta only");
+    Params<float> p = m_model<float>(c, 1230, 0.2);
+    save_model(m_path("released_bert.safetensors"), c, p);
+    LoadedModel lm = load_model(m_path("released_bert.safetensors"));
+    CHECK(lm.config.emb_ln);
+    CHECK(lm.config.pooler);
+    CHECK(m_params_bits_equal(c, p, lm.params));
+    const ParamCount k = count_params(c);
+    CHECK(k.emb_ln == 2 * 8);
+    CHECK(k.mlm_head == 8 * 8 + 8 + 2 * 8 + 13);
+    CHECK(k.pooler == 8 * 8 + 8);
+    CHECK(k.actual == k.seed_lambda + k.segments + k.attn_biases + k.emb_ln + k.mlm_head + k.pooler);
+    Params<float> counted = make_params<float>(c);
+    long long floats = 0;
+    for (auto& nt : named_tensors(c, counted)) floats += (long long)nt.tensor->size();
+    CHECK(floats == k.actual);
+}

@@ -1558,6 +1558,8 @@ void validate(const Config& c) {
     if (c.W_y_rows < 0 || c.W_y_cols < 0 || (c.W_y_rows == 0) != (c.W_y_cols == 0))
         throw Error("config: W_y needs both sizes positive (or both 0: no head)");
     if (c.xlnet && has_segments(c.variant)) throw Error("config: XLNet's objective does not apply to bert (segments)");
+    if ((c.emb_ln || c.mlm_head || c.pooler) && (is_causal(c.variant) || c.xlnet))
+        throw Error("config: emb_ln, mlm_head and pooler (the released BERT's additions) apply to bert and roberta only");
     if (c.variant == Variant::bert || c.variant == Variant::roberta) {
         for (int id : {c.cls_id, c.sep_id, c.mask_id})
             if (id < 0 || id >= c.V)
@@ -1602,6 +1604,9 @@ Params<T> make_params(const Config& c, bool allocate) {
     if (is_pre_ln(c.variant)) p.ln_f_gamma = tensor({H}), p.ln_f_beta = tensor({H});
     if (c.W_y_rows > 0) p.W_y = tensor({c.W_y_rows, c.W_y_cols});
     if (c.xlnet) p.w = tensor({H});
+    if (c.emb_ln) p.gamma_e = tensor({H}), p.beta_e = tensor({H});
+    if (c.mlm_head) p.W_t = tensor({H, H}), p.b_t = tensor({H}), p.gamma_t = tensor({H}), p.beta_t = tensor({H}), p.b_z = tensor({c.V});
+    if (c.pooler) p.W_pool = tensor({H, H}), p.b_pool = tensor({H});
     return p;
 }
 
@@ -1636,6 +1641,13 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
     if (is_pre_ln(c.variant)) out.push_back({"ln_f.gamma", &p.ln_f_gamma}), out.push_back({"ln_f.beta", &p.ln_f_beta});
     if (c.W_y_rows > 0) out.push_back({"W_y", &p.W_y});
     if (c.xlnet) out.push_back({"w", &p.w});
+    if (c.emb_ln) out.push_back({"emb_ln.gamma", &p.gamma_e}), out.push_back({"emb_ln.beta", &p.beta_e});
+    if (c.mlm_head) {
+        out.push_back({"mlm.W_t", &p.W_t}), out.push_back({"mlm.b_t", &p.b_t});
+        out.push_back({"mlm.ln.gamma", &p.gamma_t}), out.push_back({"mlm.ln.beta", &p.beta_t});
+        out.push_back({"mlm.b_z", &p.b_z});
+    }
+    if (c.pooler) out.push_back({"pooler.W", &p.W_pool}), out.push_back({"pooler.b", &p.b_pool});
     return out;
 }
 
@@ -1689,7 +1701,10 @@ ParamCount count_params(const Config& c) {
     k.final_ln = is_pre_ln(c.variant) ? 2 * H : 0;
     k.attn_biases = c.attn_bias ? L * (A * (D + D + D) + H) : 0;
     k.heads = (long long)c.W_y_rows * c.W_y_cols + (c.xlnet ? H : 0);
-    k.actual = k.seed_lambda + k.segments + k.final_ln + k.attn_biases + k.heads;
+    k.emb_ln = c.emb_ln ? 2 * H : 0;
+    k.mlm_head = c.mlm_head ? H * H + H + 2 * H + V : 0;
+    k.pooler = c.pooler ? H * H + H : 0;
+    k.actual = k.seed_lambda + k.segments + k.final_ln + k.attn_biases + k.heads + k.emb_ln + k.mlm_head + k.pooler;
     return k;
 }
 
@@ -1876,6 +1891,40 @@ Tensor<T> key_padding_mask(const Tensor<T>& Mask, const std::vector<int>& length
     return M;
 }
 
+// ---- The released BERT's masked-LM head (Config::mlm_head; see transformer.hpp) -------------------
+//   MLMHead(X) = LayerNorm(GELU(X W_t + Stack_n(b_t)); gamma_t, beta_t) W_e^T + Stack_n(b_z)   (n x H -> n x V)
+template <typename T>
+Tensor<T> MLMHead(const Config& c, const Params<T>& p, const Tensor<T>& X, MLMHeadCache<T>* cache) {
+    require_shape(X, {X.rows(), c.H}, "MLMHead", "X");
+    MLMHeadCache<T> local;
+    MLMHeadCache<T>& k = cache ? *cache : local;
+    k.X = X;
+    k.U = Linear(X, p.W_t, p.b_t);  // n x H
+    Tensor<T> A = Tensor<T>::uninit(k.U.shape);
+    activation_array(c.activation, k.U.ptr(), A.ptr(), A.size());
+    k.X_t = LayerNorm(A, p.gamma_t, p.beta_t, c.eps, &k.ln);
+    Tensor<T> Z = matmul_nt(k.X_t, p.W_e);  // n x V
+    for (int i = 0; i < Z.rows(); i++) {
+        T* __restrict z = Z.row(i);
+        const T* __restrict b = p.b_z.ptr();
+        for (int v = 0; v < c.V; v++) z[v] += b[v];
+    }
+    return Z;
+}
+// The chain rule through the four steps, from the logits back: the bias and the tied de-embedding
+// (W_e gets its second gradient here), the LayerNorm, the GELU (element-wise), the dense layer.
+template <typename T>
+Tensor<T> MLMHead_backward(const Config& c, const Params<T>& p, const MLMHeadCache<T>& k, const Tensor<T>& dZ,
+                           Params<T>& g) {
+    require_shape(dZ, {k.X.rows(), c.V}, "MLMHead_backward", "dZ");
+    colsum_acc(dZ, g.b_z);
+    matmul_tn_acc(dZ, k.X_t, g.W_e);
+    const Tensor<T> dX_t = matmul(dZ, p.W_e);
+    Tensor<T> dU = LayerNorm_backward(p.gamma_t, k.ln, dX_t, g.gamma_t, g.beta_t);  // dA, then dU in place
+    activation_derivative_array(c.activation, k.U.ptr(), dU.ptr(), dU.size());
+    return Linear_backward(k.X, p.W_t, dU, g.W_t, &g.b_t);
+}
+
 // The five formula boxes in one pass (formula -> code):
 //   Embedding   X^(0) = OneHot(x) W_e + W_p  [+ segments, BERT]     embed_forward
 //   Layers      l = 1..L (code l-1): post-LN (GPT, BERT, RoBERTa) or pre-LN (GPT-2, GPT-3) block
@@ -1891,6 +1940,7 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
     ForwardCache<T>& k = cache ? *cache : local;
     k.batch = batch;
     Tensor<T> X = embed_forward(c, p, batch);
+    if (c.emb_ln) X = LayerNorm(X, p.gamma_e, p.beta_e, c.eps, &k.ln_e);  // the released BERT's embedding LayerNorm
     k.drop_emb = Tensor<T>();
     if (opt.dropout > 0) k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, *opt.rng), multiply_inplace(X, k.drop_emb);
     k.masks.resize(c.L);
@@ -1901,6 +1951,7 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
         if (padded) k.masks[l] = key_padding_mask(k.masks[l], batch.lengths);
     }
     k.X_L = blocks_forward(c, p, std::move(X), k, opt);
+    if (c.mlm_head) return MLMHead(c, p, k.X_L, &k.mlm);  // the released BERT's head, (B*n) x V
     return matmul_nt(k.X_L, p.W_e);  // Z = X^(L) W_e^T, (B*n) x V
 }
 
@@ -1912,8 +1963,12 @@ void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& 
     Tensor<T> dX;
     if (!dZ.empty()) {  // empty: no gradient through the logits (a fine-tuning head alone)
         require_shape(dZ, {k.X_L.rows(), c.V}, "model_backward", "dZ");
-        matmul_tn_acc(dZ, k.X_L, g.W_e);
-        dX = matmul(dZ, p.W_e);
+        if (c.mlm_head) {
+            dX = MLMHead_backward(c, p, k.mlm, dZ, g);
+        } else {
+            matmul_tn_acc(dZ, k.X_L, g.W_e);
+            dX = matmul(dZ, p.W_e);
+        }
     } else {
         dX = Tensor<T>(k.X_L.rows(), c.H);
     }
@@ -1923,6 +1978,7 @@ void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& 
     }
     dX = blocks_backward(c, p, k, std::move(dX), g);
     multiply_inplace(dX, k.drop_emb);
+    if (c.emb_ln) dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e);
     embed_backward(c, k.batch, dX, g);
 }
 
@@ -2912,6 +2968,9 @@ std::map<std::string, std::string> config_metadata(const Config& c) {
     if (c.attn_bias) m["attn_bias"] = "1";  // absent = 0, so checkpoints without the biases are unchanged
     if (c.W_y_rows > 0) m["W_y_rows"] = std::to_string(c.W_y_rows), m["W_y_cols"] = std::to_string(c.W_y_cols);
     if (c.xlnet) m["xlnet"] = "1";
+    if (c.emb_ln) m["emb_ln"] = "1";  // the released BERT's additions: absent = 0
+    if (c.mlm_head) m["mlm_head"] = "1";
+    if (c.pooler) m["pooler"] = "1";
     return m;
 }
 
@@ -2955,6 +3014,11 @@ Config config_from_metadata(const std::map<std::string, std::string>& m) {
     const int xlnet = integer("xlnet", 0);
     if (xlnet != 0 && xlnet != 1) throw Error("metadata 'xlnet': expected 0 or 1, got " + m.at("xlnet"));
     c.xlnet = xlnet == 1;
+    for (auto& opt : {std::make_pair("emb_ln", &c.emb_ln), std::make_pair("mlm_head", &c.mlm_head), std::make_pair("pooler", &c.pooler)}) {
+        const int v = integer(opt.first, 0);
+        if (v != 0 && v != 1) throw Error(std::string("metadata '") + opt.first + "': expected 0 or 1, got " + m.at(opt.first));
+        *opt.second = v == 1;
+    }
     validate(c);
     return c;
 }
@@ -6235,6 +6299,8 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
     if (batch.targets.empty()) throw Error("explain: the batch has no targets");
     if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
+    if (c.emb_ln || c.mlm_head)  // issue 12's options are not walked box by box (yet)
+        throw Error("explain: the model has the released BERT's embedding LayerNorm or masked-LM head, which explain does not walk");
     const int n = batch.n;
     const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
     const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
@@ -6551,6 +6617,9 @@ template Explained<double> explain(const Config&, const Params<double>&, const B
                                          const std::vector<int>&, const std::vector<int>&);                \
     template double model_loss(const Config&, const Params<T>&, const Batch&, Params<T>*, ForwardOptions); \
     template Tensor<T> GPT(const Config&, const Params<T>&, const std::vector<int>&);                      \
+    template Tensor<T> MLMHead(const Config&, const Params<T>&, const Tensor<T>&, MLMHeadCache<T>*);         \
+    template Tensor<T> MLMHead_backward(const Config&, const Params<T>&, const MLMHeadCache<T>&, const Tensor<T>&, \
+                                        Params<T>&);                                                       \
     template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \
                             const std::vector<int>&, int);                                                 \
     template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);              \

@@ -442,6 +442,10 @@ struct Config {
     bool attn_bias = false;  // biases b_i^Q, b_i^K, b_i^V, b^O in every MultiHeadSA (GPT-2 as released; not in the seed)
     int W_y_rows = 0, W_y_cols = 0;  // the fine-tuning head W_y (seed 003), 0 x 0 = none
     bool xlnet = false;              // XLNet's query-stream start vector w (H): trained with the permutation objective
+    // The released BERT beyond the seed's formulas (issue 12; bert and roberta only; all off by default):
+    bool emb_ln = false;    // X^(0) = LayerNorm(OneHot(x) W_e + W_p + segments; gamma_e, beta_e)
+    bool mlm_head = false;  // Z = MLMHead(X^(L)): dense W_t, b_t, GELU, LayerNorm gamma_t, beta_t, W_e^T, bias b_z
+    bool pooler = false;    // W_pool (H x H), b_pool (H): read from the file and kept, unused here
 };
 // Named presets: gpt1 (the seed's hyperparameters), gpt2-124m, gpt3-125m, bert-base, roberta-base
 // (the published sizes; gpt2-124m, bert-base and roberta-base with attention biases, as released)
@@ -470,6 +474,11 @@ struct Params {
     Tensor<T> ln_f_gamma, ln_f_beta;  // H, final LayerNorm of GPT-2/GPT-3 (empty otherwise)
     Tensor<T> W_y;  // Config::W_y_rows x W_y_cols, the fine-tuning head (empty otherwise)
     Tensor<T> w;    // H, XLNet's query start vector (empty unless Config::xlnet)
+    // The released BERT's additions (empty unless their Config option is on):
+    Tensor<T> gamma_e, beta_e;            // H: the embedding LayerNorm (emb_ln)
+    Tensor<T> W_t, b_t, gamma_t, beta_t;  // H x H, H, H, H: the masked-LM head's transform (mlm_head)
+    Tensor<T> b_z;                        // V: the masked-LM head's output bias (mlm_head)
+    Tensor<T> W_pool, b_pool;             // H x H, H: the pooler (pooler), unused
 };
 // Every tensor of the variant, with all entries 0 (shapes from the config). allocate = false gives
 // the shapes alone, without numbers, for load_model, which reads each tensor into its place.
@@ -505,6 +514,9 @@ struct ParamCount {
     long long embeddings = 0, attention = 0, ffn = 0, layernorms = 0, segments = 0, final_ln = 0;
     long long attn_biases = 0;  // L (A (D + D + D) + H) with Config::attn_bias, not in the seed's lambda
     long long heads = 0;        // W_y (fine-tuning) and w (XLNet), not in the seed's lambda
+    long long emb_ln = 0;       // 2 H with Config::emb_ln
+    long long mlm_head = 0;     // H H + H + 2 H + V with Config::mlm_head
+    long long pooler = 0;       // H H + H with Config::pooler
     long long seed_lambda = 0;  // the seed's formula
     long long actual = 0;       // floats the variant really holds
 };
@@ -519,6 +531,28 @@ struct Batch {
     std::vector<int> lengths;   // B: tokens before the padding (empty = all n); BERT and RoBERTa
                                 // mask the padding's keys (key_padding_mask), GPTs need not
 };
+
+// The masked-LM head of the released BERT (not in the seed; Config::mlm_head), on the rows X^(L):
+//   MLMHead(X) = LayerNorm(GELU(X W_t + Stack_n(b_t)); gamma_t, beta_t) W_e^T + Stack_n(b_z)
+//   X: n x H;  W_t: H x H;  b_t, gamma_t, beta_t: H;  W_e: V x H (tied: the embedding's);  b_z: V
+//   -> n x V logits. GELU is c.activation (gelu_erf for BERT). Row i of X (formula row i+1) gives
+//   row i of the result.
+template <typename T>
+struct MLMHeadCache {
+    Tensor<T> X;            // n x H, the input X^(L)
+    Tensor<T> U;            // n x H, X W_t + b_t (before GELU)
+    LayerNormCache<T> ln;   // of LayerNorm(GELU(U))
+    Tensor<T> X_t;          // n x H, the transformed rows that are de-embedded
+};
+template <typename T>
+Tensor<T> MLMHead(const Config& c, const Params<T>& p, const Tensor<T>& X, MLMHeadCache<T>* cache = nullptr);
+// With Z = X_t W_e^T + b_z, X_t = LN(A), A = GELU(U), U = X W_t + b_t:
+//   db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t),
+//   dU = dA * GELU'(U), dW_t = X^T dU, db_t = colsum(dU), dX = dU W_t^T.
+// Returns dX; accumulates into g (W_e included).
+template <typename T>
+Tensor<T> MLMHead_backward(const Config& c, const Params<T>& p, const MLMHeadCache<T>& cache, const Tensor<T>& dZ,
+                           Params<T>& g);
 
 // Everything the forward pass keeps for the backward pass.
 template <typename T>
@@ -540,6 +574,8 @@ struct ForwardCache {
     Tensor<T> X_L_in;              // X^(L) before the final LayerNorm (pre-LN variants)
     LayerNormCache<T> ln_f;
     Tensor<T> X_L;                 // (B*n) x H, the rows that are de-embedded
+    LayerNormCache<T> ln_e;        // the embedding LayerNorm (Config::emb_ln)
+    MLMHeadCache<T> mlm;           // the masked-LM head (Config::mlm_head)
 };
 // Training-time switches: dropout (seed 003) on embeddings, residual branches and attention
 // probabilities, drawn from rng. dropout = 0 (evaluation) switches all of it off.
