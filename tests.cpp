@@ -6139,3 +6139,300 @@ TEST_CASE("released BERT options: metadata round trip, checkpoints, defaults off
     for (auto& nt : named_tensors(c, counted)) floats += (long long)nt.tensor->size();
     CHECK(floats == k.actual);
 }
+
+namespace {
+// A safetensors file written byte by byte: (name, dtype, shape, raw little-endian bytes).
+struct m_RawTensor {
+    std::string name, dtype;
+    std::vector<int> shape;
+    std::string bytes;
+};
+m_RawTensor m_raw(const std::string& name, const Tensor<float>& t) {
+    return {name, "F32", t.shape, std::string(reinterpret_cast<const char*>(t.ptr()), t.size() * 4)};
+}
+void m_write_raw(const std::string& path, const std::vector<m_RawTensor>& ts) {
+    std::string header = "{\"__metadata__\":{\"format\":\"pt\"}", body;
+    for (auto& t : ts) {
+        std::string shape;
+        for (std::size_t k = 0; k < t.shape.size(); k++) shape += (k ? "," : "") + std::to_string(t.shape[k]);
+        header += ",\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+                  std::to_string(body.size()) + "," + std::to_string(body.size() + t.bytes.size()) + "]}";
+        body += t.bytes;
+    }
+    m_write(path, m_st_bytes(header + "}", body));
+}
+std::string m_mkdir(const std::string& name) {
+    REQUIRE(std::system(("mkdir -p " + m_path(name)).c_str()) == 0);
+    return m_path(name) + "/";
+}
+Config m_gpt1_hf_config() {  // GPT-1 as released in small: post-LN, gelu_tanh, attention biases, 3 heads
+    Config c = preset("tiny-gpt");
+    c.V = 13, c.H = 12, c.A = 3, c.D = 4, c.F = 20, c.L = 2, c.n_ctx = 16;
+    c.activation = Activation::gelu_tanh, c.attn_bias = true;
+    return c;
+}
+// The tensors of a gpt model under Hugging Face's OpenAIGPTModel names (Conv1D: in x out).
+std::vector<m_RawTensor> m_gpt1_hf(const Config& c, const Params<float>& p, const std::string& prefix) {
+    std::vector<m_RawTensor> t = {m_raw(prefix + "tokens_embed.weight", p.W_e), m_raw(prefix + "positions_embed.weight", p.W_p)};
+    const int H = c.H, D = c.D;
+    for (int l = 0; l < c.L; l++) {
+        const Layer<float>& y = p.layers[l];
+        const std::string h = prefix + "h." + std::to_string(l) + ".";
+        Tensor<float> W(H, 3 * H), b({3 * H});
+        for (int i = 0; i < c.A; i++) {
+            const Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
+            const Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
+            for (int part = 0; part < 3; part++)
+                for (int d = 0; d < D; d++) {
+                    for (int r = 0; r < H; r++) W(r, part * H + i * D + d) = (*Wi[part])(r, d);
+                    b[part * H + i * D + d] = (*bi[part])[d];
+                }
+        }
+        for (auto& kv : std::vector<std::pair<std::string, const Tensor<float>*>>{
+                 {"attn.c_attn.weight", &W}, {"attn.c_attn.bias", &b}, {"attn.c_proj.weight", &y.attn.W_O},
+                 {"attn.c_proj.bias", &y.attn.b_O}, {"ln_1.weight", &y.ln_1_gamma}, {"ln_1.bias", &y.ln_1_beta},
+                 {"mlp.c_fc.weight", &y.ffn.W_1}, {"mlp.c_fc.bias", &y.ffn.b_1}, {"mlp.c_proj.weight", &y.ffn.W_2},
+                 {"mlp.c_proj.bias", &y.ffn.b_2}, {"ln_2.weight", &y.ln_2_gamma}, {"ln_2.bias", &y.ln_2_beta}})
+            t.push_back(m_raw(h + kv.first, *kv.second));
+    }
+    return t;
+}
+Config m_bert_hf_config() {  // BERT as released in small: tiny-bert with attention biases and the additions
+    Config c = m_released_bert("tiny-bert", true);
+    c.A = 2, c.D = 4, c.H = 8, c.F = 16, c.L = 2, c.n_ctx = 16, c.V = 13;
+    return c;
+}
+const std::string m_BERT_VOCAB = "[UNK]\nt1\nt2\nt3\nt4\nt5\nt6\nt7\nt8\nt9\n[CLS]\n[SEP]\n[MASK]\n";
+// The tensors of a bert model under Hugging Face's BertForPreTraining names (Linear: out x in).
+std::vector<m_RawTensor> m_bert_hf(const Config& c, const Params<float>& p, bool legacy_ln) {
+    const std::string g = legacy_ln ? "gamma" : "weight", be = legacy_ln ? "beta" : "bias";
+    Tensor<float> tt(2, c.H);
+    std::copy(p.w_A.data.begin(), p.w_A.data.end(), tt.row(0));
+    std::copy(p.w_B.data.begin(), p.w_B.data.end(), tt.row(1));
+    std::vector<m_RawTensor> t = {m_raw("bert.embeddings.word_embeddings.weight", p.W_e),
+                                  m_raw("bert.embeddings.position_embeddings.weight", p.W_p),
+                                  m_raw("bert.embeddings.token_type_embeddings.weight", tt),
+                                  m_raw("bert.embeddings.LayerNorm." + g, p.gamma_e), m_raw("bert.embeddings.LayerNorm." + be, p.beta_e)};
+    for (int l = 0; l < c.L; l++) {
+        const Layer<float>& y = p.layers[l];
+        const std::string e = "bert.encoder.layer." + std::to_string(l) + ".";
+        const std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
+        const std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
+        const char* names[3] = {"query", "key", "value"};
+        for (int part = 0; part < 3; part++) {
+            Tensor<float> W(c.A * c.D, c.H), b({c.A * c.D});
+            for (int i = 0; i < c.A; i++)
+                for (int d = 0; d < c.D; d++) {
+                    for (int r = 0; r < c.H; r++) W(i * c.D + d, r) = (*Ws[part])[i](r, d);
+                    b[i * c.D + d] = (*bs[part])[i][d];
+                }
+            t.push_back(m_raw(e + "attention.self." + names[part] + ".weight", W));
+            t.push_back(m_raw(e + "attention.self." + names[part] + ".bias", b));
+        }
+        t.push_back(m_raw(e + "attention.output.dense.weight", transpose(y.attn.W_O)));
+        t.push_back(m_raw(e + "attention.output.dense.bias", y.attn.b_O));
+        t.push_back(m_raw(e + "attention.output.LayerNorm." + g, y.ln_1_gamma));
+        t.push_back(m_raw(e + "attention.output.LayerNorm." + be, y.ln_1_beta));
+        t.push_back(m_raw(e + "intermediate.dense.weight", transpose(y.ffn.W_1)));
+        t.push_back(m_raw(e + "intermediate.dense.bias", y.ffn.b_1));
+        t.push_back(m_raw(e + "output.dense.weight", transpose(y.ffn.W_2)));
+        t.push_back(m_raw(e + "output.dense.bias", y.ffn.b_2));
+        t.push_back(m_raw(e + "output.LayerNorm." + g, y.ln_2_gamma));
+        t.push_back(m_raw(e + "output.LayerNorm." + be, y.ln_2_beta));
+    }
+    t.push_back(m_raw("bert.pooler.dense.weight", transpose(p.W_pool)));
+    t.push_back(m_raw("bert.pooler.dense.bias", p.b_pool));
+    t.push_back(m_raw("cls.predictions.bias", p.b_z));
+    t.push_back(m_raw("cls.predictions.transform.dense.weight", transpose(p.W_t)));
+    t.push_back(m_raw("cls.predictions.transform.dense.bias", p.b_t));
+    t.push_back(m_raw("cls.predictions.transform.LayerNorm." + g, p.gamma_t));
+    t.push_back(m_raw("cls.predictions.transform.LayerNorm." + be, p.beta_t));
+    return t;
+}
+}  // namespace
+
+TEST_CASE("GPT-1 weights: a Hugging Face openai-gpt model.safetensors loads as a gpt model, every number in place") {
+    const Config c = m_gpt1_hf_config();
+    const Params<float> p = m_model<float>(c, 1240, 0.5);
+    const std::string dir = m_mkdir("hf_gpt1");
+    m_write(dir + "config.json", "{\"afn\": \"gelu\", \"n_head\": 3, \"n_embd\": 12, \"n_layer\": 2, \"n_positions\": 16, "
+                                 "\"vocab_size\": 13, \"layer_norm_epsilon\": 1e-05}");
+    for (const std::string prefix : {"", "transformer."}) {
+        CAPTURE(prefix);
+        auto t = m_gpt1_hf(c, p, prefix);
+        t.push_back(m_raw(prefix + "h.0.attn.bias", Tensor<float>({1, 1, 16, 16}, 1.f)));  // a mask buffer
+        if (!prefix.empty()) t.push_back(m_raw("lm_head.weight", p.W_e));                   // tied
+        m_write_raw(dir + "model.safetensors", t);
+        LoadedModel lm = load_model(dir + "model.safetensors");
+        const Config& d = lm.config;
+        CHECK(d.variant == Variant::gpt);
+        CHECK(d.activation == Activation::gelu_tanh);
+        CHECK(d.attn_bias);
+        CHECK(d.V == 13);
+        CHECK(d.H == 12);
+        CHECK(d.A == 3);
+        CHECK(d.D == 4);
+        CHECK(d.F == 20);
+        CHECK(d.L == 2);
+        CHECK(d.n_ctx == 16);
+        CHECK(d.eps == 1e-5);
+        Params<float> q = p;
+        CHECK(m_params_bits_equal(c, q, lm.params));
+        Batch b;
+        b.n = 6, b.tokens = {1, 5, 2, 12, 0, 7};
+        CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+        const ParamCount k = count_params(d);
+        CHECK(k.actual - k.seed_lambda == k.attn_biases);
+        CHECK(k.attn_biases == 2 * (3 * 12 + 12));
+    }
+    m_write(dir + "config.json", "{\"afn\": \"relu\", \"n_head\": 4, \"layer_norm_epsilon\": 1e-3}");
+    m_write_raw(dir + "model.safetensors", m_gpt1_hf(c, p, ""));
+    const Config r = load_model(dir + "model.safetensors").config;
+    CHECK(r.activation == Activation::relu);
+    CHECK(r.A == 4);
+    CHECK(r.D == 3);
+    CHECK(r.eps == 1e-3);
+}
+
+TEST_CASE("GPT-1 weights: missing, misshaped, unexpected and untied tensors, and a contradicting config, are errors") {
+    const Config c = m_gpt1_hf_config();
+    const Params<float> p = m_model<float>(c, 1241, 0.5);
+    const std::string dir = m_mkdir("hf_gpt1_bad"), path = dir + "model.safetensors";
+    m_write(dir + "config.json", "{\"n_head\": 3}");
+    auto t = m_gpt1_hf(c, p, "transformer.");
+    auto without = t;
+    without.erase(without.begin() + 4);  // h.0.attn.c_proj.weight
+    m_write_raw(path, without);
+    M_CHECK_TF_ERROR(load_model(path), "GPT-1 weights", "missing tensor 'h.0.attn.c_proj.weight'");
+    auto misshaped = t;
+    misshaped[3] = m_raw("transformer.h.0.attn.c_attn.bias", Tensor<float>({35}));
+    m_write_raw(path, misshaped);
+    M_CHECK_TF_ERROR(load_model(path), "tensor 'h.0.attn.c_attn.bias' is 35, expected 36");
+    auto extra = t;
+    extra.push_back(m_raw("transformer.h.1.attn.extra", Tensor<float>({2})));
+    m_write_raw(path, extra);
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.1.attn.extra'");
+    auto stray = t;
+    stray.push_back(m_raw("transformer.h.x.ln_1.weight", Tensor<float>({2})));
+    m_write_raw(path, stray);
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.x.ln_1.weight'");
+    auto untied = t;
+    Tensor<float> other = p.W_e;
+    other[7] += 1.f;
+    untied.push_back(m_raw("lm_head.weight", other));
+    m_write_raw(path, untied);
+    M_CHECK_TF_ERROR(load_model(path), "lm_head.weight differs", "tied");
+    m_write_raw(path, t);
+    m_write(dir + "config.json", "{\"n_head\": 5}");
+    M_CHECK_TF_ERROR(load_model(path), "n_head must divide n_embd = 12");
+    m_write(dir + "config.json", "{\"n_head\": 3, \"n_layer\": 3}");
+    M_CHECK_TF_ERROR(load_model(path), "n_layer does not match the weights (2)");
+    m_write(dir + "config.json", "{\"n_head\": 3, \"afn\": \"swish\"}");
+    M_CHECK_TF_ERROR(load_model(path), "afn 'swish'");
+    m_write(dir + "config.json", "{\"n_head\": 3");
+    M_CHECK_TF_ERROR(load_model(path), "config.json");
+    std::remove((dir + "config.json").c_str());
+    M_CHECK_TF_ERROR(load_model(path), "cannot tell the number of heads");  // H = 12: no multiple of 64
+    auto nan = t;
+    Tensor<float> bad = p.W_p;
+    bad[3] = std::nanf("");
+    nan[1] = m_raw("transformer.positions_embed.weight", bad);
+    m_write(dir + "config.json", "{\"n_head\": 3}");
+    m_write_raw(path, nan);
+    M_CHECK_TF_ERROR(load_model(path), "W_p", "not finite");
+}
+
+TEST_CASE("BERT weights: a Hugging Face bert-base-uncased model.safetensors loads as a bert model, every number in place") {
+    const Config c = m_bert_hf_config();
+    const Params<float> p = m_model<float>(c, 1250, 0.5);
+    const std::string dir = m_mkdir("hf_bert");
+    m_write(dir + "config.json", "{\"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, \"num_hidden_layers\": 2, "
+                                 "\"intermediate_size\": 16, \"max_position_embeddings\": 16, \"vocab_size\": 13, "
+                                 "\"type_vocab_size\": 2, \"layer_norm_eps\": 1e-12, \"position_embedding_type\": \"absolute\"}");
+    m_write(dir + "vocab.txt", m_BERT_VOCAB);
+    Tensor<float> nsp_W(2, 8, 0.25f), nsp_b({2}, 0.5f);
+    for (bool legacy : {false, true}) {
+        CAPTURE(legacy);
+        auto t = m_bert_hf(c, p, legacy);
+        t.push_back({"bert.embeddings.position_ids", "I64", {1, 16}, std::string(16 * 8, '\0')});  // a buffer
+        t.push_back(m_raw("cls.predictions.decoder.weight", p.W_e));  // tied
+        t.push_back(m_raw("cls.predictions.decoder.bias", p.b_z));    // tied
+        t.push_back(m_raw("cls.seq_relationship.weight", nsp_W));
+        t.push_back(m_raw("cls.seq_relationship.bias", nsp_b));
+        m_write_raw(dir + "model.safetensors", t);
+        LoadedModel lm = load_model(dir + "model.safetensors");
+        const Config& d = lm.config;
+        CHECK(d.variant == Variant::bert);
+        CHECK(d.activation == Activation::gelu_erf);
+        CHECK(d.attn_bias);
+        CHECK(d.emb_ln);
+        CHECK(d.mlm_head);
+        CHECK(d.pooler);
+        CHECK(d.eps == 1e-12);
+        CHECK(d.cls_id == 10);
+        CHECK(d.sep_id == 11);
+        CHECK(d.mask_id == 12);
+        CHECK((d.V == 13 && d.H == 8 && d.A == 2 && d.D == 4 && d.F == 16 && d.L == 2 && d.n_ctx == 16));
+        Params<float> q = p;
+        CHECK(m_params_bits_equal(c, q, lm.params));
+        REQUIRE(lm.file.tensors.size() == 2);  // the next-sentence head, kept
+        CHECK(lm.file.tensors[0].first == "cls.seq_relationship.weight");
+        CHECK(m_bits_equal(lm.file.tensors[0].second, nsp_W));
+        Batch b;
+        b.n = 6, b.tokens = {10, 5, 12, 11, 3, 11}, b.segments = {0, 0, 0, 0, 1, 1};
+        CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+    }
+    // Without the masked-LM head and the pooler (BertModel): the seed's de-embedding; ids 101..103 need V > 103.
+    auto t = m_bert_hf(c, p, false);
+    t.resize(t.size() - 7);
+    m_write_raw(dir + "model.safetensors", t);
+    const Config d = load_model(dir + "model.safetensors").config;
+    CHECK_FALSE(d.mlm_head);
+    CHECK_FALSE(d.pooler);
+    CHECK(d.emb_ln);
+    std::remove((dir + "vocab.txt").c_str());
+    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "[CLS], [SEP], [MASK]", "no vocab.txt");
+}
+
+TEST_CASE("BERT weights: missing, misshaped, unexpected and untied tensors, bad vocab.txt and config, are errors") {
+    const Config c = m_bert_hf_config();
+    const Params<float> p = m_model<float>(c, 1251, 0.5);
+    const std::string dir = m_mkdir("hf_bert_bad"), path = dir + "model.safetensors";
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "vocab.txt", m_BERT_VOCAB);
+    const auto t = m_bert_hf(c, p, false);
+    auto without = t;
+    without.erase(without.begin() + 2);  // token_type_embeddings
+    m_write_raw(path, without);
+    M_CHECK_TF_ERROR(load_model(path), "BERT weights", "missing tensor 'embeddings.token_type_embeddings.weight'");
+    auto misshaped = t;
+    misshaped[5] = m_raw("bert.encoder.layer.0.attention.self.query.weight", Tensor<float>(8, 7));
+    m_write_raw(path, misshaped);
+    M_CHECK_TF_ERROR(load_model(path), "'encoder.layer.0.attention.self.query.weight' is 8x7, expected 8x8");
+    auto extra = t;
+    extra.push_back(m_raw("cls.predictions.extra", Tensor<float>({2})));
+    m_write_raw(path, extra);
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'cls.predictions.extra'");
+    auto untied = t;
+    Tensor<float> bias = p.b_z;
+    bias[0] += 1.f;
+    untied.push_back(m_raw("cls.predictions.decoder.bias", bias));
+    m_write_raw(path, untied);
+    M_CHECK_TF_ERROR(load_model(path), "cls.predictions.decoder.bias differs");
+    auto int_buffer = t;
+    int_buffer.push_back({"bert.embeddings.other_ids", "I64", {1, 2}, std::string(16, '\0')});
+    m_write_raw(path, int_buffer);
+    M_CHECK_TF_ERROR(load_model(path), "only F32 is supported");
+    m_write_raw(path, t);
+    m_write(dir + "vocab.txt", "[UNK]\n[CLS]\n");
+    M_CHECK_TF_ERROR(load_model(path), "vocab.txt' has 2 tokens but the model's V = 13");
+    m_write(dir + "vocab.txt", "[UNK]\nt1\nt2\nt3\nt4\nt5\nt6\nt7\nt8\nt9\n[CLS]\n[SEP]\nmask\n");
+    M_CHECK_TF_ERROR(load_model(path), "lacks [CLS], [SEP] or [MASK]");
+    m_write(dir + "vocab.txt", m_BERT_VOCAB);
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"type_vocab_size\": 3}");
+    M_CHECK_TF_ERROR(load_model(path), "type_vocab_size does not match the weights (2)");
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"position_embedding_type\": \"relative_key\"}");
+    M_CHECK_TF_ERROR(load_model(path), "position_embedding_type must be absolute");
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"hidden_act\": \"tanh\"}");
+    M_CHECK_TF_ERROR(load_model(path), "hidden_act 'tanh'");
+}

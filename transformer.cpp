@@ -2826,6 +2826,9 @@ public:
     };
     std::map<std::string, std::string> metadata;
     std::vector<Entry> entries;  // in the header's order
+    // Integer buffers Hugging Face may save beside the weights (I64 "....position_ids", issue 12):
+    // checked and listed by name, never read.
+    std::vector<std::string> int_buffers;
 
     explicit SafeTensorsReader(const std::string& path);
     ~SafeTensorsReader() { std::fclose(f_); }
@@ -2890,7 +2893,8 @@ SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
             if (!dtype || dtype->type != Json::string || !shape || shape->type != Json::array || !offs ||
                 offs->type != Json::array || offs->arr.size() != 2)
                 throw bad("tensor '" + name + "' needs dtype, shape and data_offsets [begin, end]");
-            if (dtype->str != "F32") throw bad("tensor '" + name + "' has dtype " + dtype->str + "; only F32 is supported");
+            const bool int_buffer = dtype->str == "I64" && name.size() >= 12 && name.compare(name.size() - 12, 12, "position_ids") == 0;
+            if (dtype->str != "F32" && !int_buffer) throw bad("tensor '" + name + "' has dtype " + dtype->str + "; only F32 is supported");
             std::vector<int> dims;
             double count = 1;
             for (auto& d : shape->arr) {
@@ -2903,15 +2907,17 @@ SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
                 if (o.type != Json::number || o.num < 0 || o.num != std::floor(o.num))
                     throw bad("tensor '" + name + "' has bad data_offsets");
             const double begin = offs->arr[0].num, end = offs->arr[1].num;
-            if (end < begin || end - begin != count * 4)
-                throw bad("tensor '" + name + "' of shape " + shape_str(dims) + " needs " + std::to_string((long long)count * 4) +
+            const double width = int_buffer ? 8 : 4;
+            if (end < begin || end - begin != count * width)
+                throw bad("tensor '" + name + "' of shape " + shape_str(dims) + " needs " + std::to_string((long long)(count * width)) +
                           " bytes but data_offsets give " + std::to_string((long long)(end - begin)));
             if (end > (double)data_size)
                 throw bad("truncated: tensor '" + name + "' ends at byte " + std::to_string((long long)end) + " of the data but the file holds " +
                           std::to_string(data_size));
-            if (find(name)) throw bad("tensor '" + name + "' appears twice");
+            if (find(name) || std::count(int_buffers.begin(), int_buffers.end(), name)) throw bad("tensor '" + name + "' appears twice");
             ranges.push_back({(std::size_t)begin, (std::size_t)end});
-            entries.push_back({name, dims, (std::size_t)begin, (std::size_t)end});
+            if (int_buffer) int_buffers.push_back(name);
+            else entries.push_back({name, dims, (std::size_t)begin, (std::size_t)end});
         }
         std::sort(ranges.begin(), ranges.end());
         for (std::size_t k = 1; k < ranges.size(); k++)
@@ -3167,9 +3173,336 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
     return lm;
 }
 
+// ---- Released GPT-1 and BERT weights (Hugging Face model.safetensors; issue 12) -----------------
+// What both importers share: the file's tensors by name (a prefix dropped), taken one at a time
+// with their shape checked, so that what is left at the end is unexpected; and config.json beside
+// the file.
+namespace {
+struct HfTensors {
+    using Entry = SafeTensorsReader::Entry;
+    const SafeTensorsReader& st;
+    std::string path, what;              // what: "GPT-1 weights", for messages
+    std::map<std::string, const Entry*> by;  // names without the prefix
+    Error fail(const std::string& m) const { return Error("'" + path + "' (" + what + "): " + m); }
+    HfTensors(const SafeTensorsReader& s, const std::string& p, const std::string& w, const std::string& prefix)
+        : st(s), path(p), what(w) {
+        for (auto& e : st.entries) {
+            const std::string name = e.name.rfind(prefix, 0) == 0 ? e.name.substr(prefix.size()) : e.name;
+            if (!by.emplace(name, &e).second) throw fail("tensor '" + name + "' appears twice");
+        }
+    }
+    const Entry* peek(const std::string& name) const {
+        auto it = by.find(name);
+        return it == by.end() ? nullptr : it->second;
+    }
+    const Entry& take(const std::string& name, const std::vector<int>& shape) {
+        auto it = by.find(name);
+        if (it == by.end()) throw fail("missing tensor '" + name + "'");
+        if (it->second->shape != shape)
+            throw fail("tensor '" + name + "' is " + shape_str(it->second->shape) + ", expected " + shape_str(shape));
+        const Entry& e = *it->second;
+        by.erase(it);
+        return e;
+    }
+    Tensor<float> grab(const std::string& name, const std::vector<int>& shape) { return st.read(take(name, shape)); }
+    // A Linear layer's weight as PyTorch stores it, out x in, returned as our in x out.
+    Tensor<float> grab_transposed(const std::string& name, int out, int in) { return transpose(grab(name, {out, in})); }
+    // The first of the names that is present (LayerNorm.weight or the legacy LayerNorm.gamma).
+    Tensor<float> grab_either(const std::string& a, const std::string& b, const std::vector<int>& shape) {
+        return grab(peek(a) || !peek(b) ? a : b, shape);
+    }
+    // The number of layers: 1 + the largest l in names "<stem>l.".
+    int count_layers(const std::string& stem) const {
+        int L = 0;
+        for (auto& kv : by) {
+            if (kv.first.rfind(stem, 0) != 0) continue;
+            const std::size_t dot = kv.first.find('.', stem.size());
+            const std::string l = kv.first.substr(stem.size(), dot == std::string::npos ? std::string::npos : dot - stem.size());
+            if (l.empty() || l.size() > 4 || l.find_first_not_of("0123456789") != std::string::npos)
+                throw fail("unexpected tensor '" + kv.first + "'");
+            L = std::max(L, std::stoi(l) + 1);
+        }
+        return L;
+    }
+    // A tied copy of W (lm_head, decoder) must hold W's numbers exactly; it is then dropped.
+    void drop_tied(const std::string& name, const Tensor<float>& W, const std::string& of) {
+        const Entry* e = peek(name);
+        if (!e) return;
+        if (e->shape != W.shape || !std::equal(W.data.begin(), W.data.end(), st.read(*e).data.begin()))
+            throw fail(name + " differs from " + of + "; this model uses " + of + " there (tied)");
+        by.erase(name);
+    }
+    void check_all_taken() const {
+        if (!by.empty()) throw fail("unexpected tensor '" + by.begin()->first + "'");
+    }
+};
+
+// config.json beside the model file, or a null Json if there is none.
+Json hf_config_json(const std::string& path, std::string& config_path) {
+    const std::size_t slash = path.find_last_of('/');
+    config_path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
+    std::FILE* probe = std::fopen(config_path.c_str(), "rb");
+    if (!probe) return Json();
+    std::fclose(probe);
+    try {
+        const Json j = parse_json(read_file(config_path));
+        if (j.type != Json::object) throw Error("not a JSON object");
+        return j;
+    } catch (const Error& e) {
+        throw Error("'" + config_path + "': " + e.what());
+    }
+}
+// A whole number in 1..limit from config.json, or fallback when the key is absent.
+int hf_config_int(const Json& j, const char* key, int fallback, const std::string& config_path) {
+    const Json* v = j.get(key);
+    if (!v) return fallback;
+    if (v->type != Json::number || v->num < 1 || v->num != std::floor(v->num) || v->num > 2147483647.0)
+        throw Error("'" + config_path + "': " + key + " must be a positive whole number");
+    return (int)v->num;
+}
+}  // namespace
+
+// GPT-1 (OpenAIGPTLMHeadModel / OpenAIGPTModel; names may start with "transformer."). Conv1D stores
+// W as in x out, as ours; the block is post-LN, as the seed's GPT:
+//   tokens_embed.weight (V x H) -> W_e              positions_embed.weight (n_ctx x H) -> W_p
+//   h.l.attn.c_attn.weight (H x 3H) = [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A], .bias (3H) -> b_Q, b_K, b_V
+//   h.l.attn.c_proj.weight (AD x H), .bias -> W_O, b_O
+//   h.l.ln_1.weight, .bias (after attention) -> layers.l.ln_1.gamma, .beta
+//   h.l.mlp.c_fc -> W_1, b_1;  h.l.mlp.c_proj -> W_2, b_2;  h.l.ln_2 -> ln_2.gamma, .beta
+//   lm_head.weight: tied, must equal W_e; h.l.attn.bias (the causal-mask buffer) ignored.
+// config.json: n_head (else H / 64), layer_norm_epsilon (else 1e-5), afn ("gelu" is the tanh form
+// in Hugging Face's GPT-1 code: gelu_tanh; "relu").
+static bool is_hf_openai_gpt(const SafeTensorsReader& st) {
+    return !st.metadata.count("variant") && (st.find("tokens_embed.weight") || st.find("transformer.tokens_embed.weight"));
+}
+
+static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTensorsReader& st) {
+    HfTensors t(st, path, "GPT-1 weights", "transformer.");
+    const auto* wte = t.peek("tokens_embed.weight");
+    const auto* wpe = t.peek("positions_embed.weight");
+    const auto* fc = t.peek("h.0.mlp.c_fc.weight");
+    const int L = t.count_layers("h.");
+    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
+        throw t.fail("needs tokens_embed.weight (V x H), positions_embed.weight (n_ctx x H) and layers h.0, h.1, ...");
+    if (!fc || fc->shape.size() != 2) throw t.fail("missing tensor 'h.0.mlp.c_fc.weight'");
+    Config c;
+    c.variant = Variant::gpt, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
+    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
+    c.A = c.H % 64 == 0 ? c.H / 64 : 0;
+    std::string cj;
+    const Json j = hf_config_json(path, cj);
+    if (j.type == Json::object) {
+        auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
+        c.A = hf_config_int(j, "n_head", c.A, cj);
+        if (c.A == 0 || c.H % c.A != 0) throw bad("n_head must divide n_embd = " + std::to_string(c.H));
+        if (const Json* e = j.get("layer_norm_epsilon")) {
+            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
+            c.eps = e->num;
+        }
+        if (const Json* a = j.get("afn")) {
+            const std::string f = a->type == Json::string ? a->str : "";
+            if (f == "gelu") c.activation = Activation::gelu_tanh;  // Hugging Face's GPT-1 "gelu" is gelu_new
+            else if (f == "relu") c.activation = Activation::relu;
+            else throw bad("afn '" + f + "' is not one of gelu, relu");
+        }
+        const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
+        for (const auto& kv : sizes)
+            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+    }
+    if (c.A == 0)
+        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
+                     " is not a multiple of 64 and there is no config.json with n_head beside the file");
+    c.D = c.H / c.A;
+    validate(c);
+    LoadedModel lm;
+    lm.config = c;
+    lm.file.metadata = st.metadata;
+    lm.params = make_params<float>(c, false);
+    Params<float>& p = lm.params;
+    const int H = c.H, D = c.D, A = c.A;
+    p.W_e = t.grab("tokens_embed.weight", {c.V, H});
+    p.W_p = t.grab("positions_embed.weight", {c.n_ctx, H});
+    for (int l = 0; l < c.L; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        Layer<float>& y = p.layers[l];
+        const Tensor<float> W = t.grab(h + "attn.c_attn.weight", {H, 3 * H});  // [Q heads | K heads | V heads]
+        const Tensor<float> b = t.grab(h + "attn.c_attn.bias", {3 * H});
+        std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
+        std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
+        for (int part = 0; part < 3; part++)
+            for (int i = 0; i < A; i++) {  // head i: columns part*H + i*D .. + D-1
+                Tensor<float>& Wi = (*Ws[part])[i];
+                Wi = Tensor<float>::uninit(H, D);
+                for (int r = 0; r < H; r++) std::copy(W.row(r) + part * H + i * D, W.row(r) + part * H + (i + 1) * D, Wi.row(r));
+                (*bs[part])[i] = Tensor<float>::uninit({D});
+                std::copy(b.ptr() + part * H + i * D, b.ptr() + part * H + (i + 1) * D, (*bs[part])[i].ptr());
+            }
+        y.attn.W_O = t.grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = t.grab(h + "attn.c_proj.bias", {H});
+        y.ln_1_gamma = t.grab(h + "ln_1.weight", {H}), y.ln_1_beta = t.grab(h + "ln_1.bias", {H});
+        y.ffn.W_1 = t.grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = t.grab(h + "mlp.c_fc.bias", {c.F});
+        y.ffn.W_2 = t.grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = t.grab(h + "mlp.c_proj.bias", {H});
+        y.ln_2_gamma = t.grab(h + "ln_2.weight", {H}), y.ln_2_beta = t.grab(h + "ln_2.bias", {H});
+        t.by.erase(h + "attn.bias");  // the causal-mask buffer
+    }
+    t.drop_tied("lm_head.weight", p.W_e, "tokens_embed.weight");
+    t.check_all_taken();
+    return lm;
+}
+
+// BERT (BertForMaskedLM, BertForPreTraining or BertModel; names may start with "bert."). A Linear
+// stores W as out x in: every weight is transposed into ours (in x out).
+//   embeddings.word_embeddings.weight (V x H) -> W_e;  .position_embeddings.weight (n_ctx x H) -> W_p
+//   embeddings.token_type_embeddings.weight (2 x H): row 0 -> w_A, row 1 -> w_B (the seed's segments)
+//   embeddings.LayerNorm.weight, .bias (or .gamma, .beta) -> emb_ln.gamma, .beta       (Config::emb_ln)
+//   encoder.layer.l.attention.self.query.weight (AD x H) -> W_Q^i = rows i*D .. i*D+D-1, transposed;
+//       .bias -> b_Q^i;  key, value likewise
+//   encoder.layer.l.attention.output.dense (H x AD) -> W_O, b_O;  .output.LayerNorm -> ln_1
+//   encoder.layer.l.intermediate.dense (F x H) -> W_1, b_1;  encoder.layer.l.output.dense (H x F) -> W_2, b_2
+//   encoder.layer.l.output.LayerNorm -> ln_2
+//   cls.predictions.transform.dense (H x H) -> mlm.W_t, mlm.b_t;  .transform.LayerNorm -> mlm.ln
+//   cls.predictions.bias (V) -> mlm.b_z          (Config::mlm_head; a file without cls.* has none)
+//   cls.predictions.decoder.weight / .bias: tied, must equal W_e / cls.predictions.bias
+//   pooler.dense (H x H) -> pooler.W, pooler.b   (Config::pooler: kept, unused)
+//   cls.seq_relationship.weight, .bias (next-sentence head): kept with the file's other tensors, unused
+//   embeddings.position_ids (an integer buffer): ignored
+// config.json: num_attention_heads (else H / 64), layer_norm_eps (else 1e-12), hidden_act ("gelu" is
+// the erf form here; "gelu_new", "relu"), type_vocab_size 2, position_embedding_type absolute.
+// [CLS], [SEP], [MASK]: from vocab.txt beside the file, else bert-base-uncased's 101, 102, 103.
+static bool is_hf_bert(const SafeTensorsReader& st) {
+    return !st.metadata.count("variant") &&
+           (st.find("bert.embeddings.word_embeddings.weight") || st.find("embeddings.word_embeddings.weight"));
+}
+
+static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsReader& st) {
+    HfTensors t(st, path, "BERT weights", "bert.");
+    const auto* wte = t.peek("embeddings.word_embeddings.weight");
+    const auto* wpe = t.peek("embeddings.position_embeddings.weight");
+    const auto* fc = t.peek("encoder.layer.0.intermediate.dense.weight");
+    const int L = t.count_layers("encoder.layer.");
+    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
+        throw t.fail("needs embeddings.word_embeddings.weight (V x H), embeddings.position_embeddings.weight (n_ctx x H) "
+                     "and layers encoder.layer.0, encoder.layer.1, ...");
+    if (!fc || fc->shape.size() != 2) throw t.fail("missing tensor 'encoder.layer.0.intermediate.dense.weight'");
+    Config c;
+    c.variant = Variant::bert, c.activation = Activation::gelu_erf, c.eps = 1e-12, c.attn_bias = true;
+    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[0], c.L = L;
+    c.A = c.H % 64 == 0 ? c.H / 64 : 0;
+    c.emb_ln = true;
+    c.mlm_head = t.peek("cls.predictions.bias") || t.peek("cls.predictions.transform.dense.weight");
+    c.pooler = t.peek("pooler.dense.weight") || t.peek("pooler.dense.bias");
+    std::string cj;
+    const Json j = hf_config_json(path, cj);
+    if (j.type == Json::object) {
+        auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
+        c.A = hf_config_int(j, "num_attention_heads", c.A, cj);
+        if (c.A == 0 || c.H % c.A != 0) throw bad("num_attention_heads must divide hidden_size = " + std::to_string(c.H));
+        if (const Json* e = j.get("layer_norm_eps")) {
+            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_eps must be a positive number");
+            c.eps = e->num;
+        }
+        if (const Json* a = j.get("hidden_act")) {
+            const std::string f = a->type == Json::string ? a->str : "";
+            if (f == "gelu") c.activation = Activation::gelu_erf;
+            else if (f == "gelu_new" || f == "gelu_pytorch_tanh") c.activation = Activation::gelu_tanh;
+            else if (f == "relu") c.activation = Activation::relu;
+            else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu");
+        }
+        if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
+            throw bad("position_embedding_type must be absolute (the seed's W_p)");
+        const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
+                                                     {"max_position_embeddings", c.n_ctx}, {"vocab_size", c.V}, {"type_vocab_size", 2}};
+        for (const auto& kv : sizes)
+            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+    }
+    if (c.A == 0)
+        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
+                     " is not a multiple of 64 and there is no config.json with num_attention_heads beside the file");
+    c.D = c.H / c.A;
+    // The special tokens: from vocab.txt beside the file, else the released vocabulary's ids.
+    const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + "vocab.txt";
+    if (std::FILE* probe = std::fopen(vocab_path.c_str(), "rb")) {
+        std::fclose(probe);
+        const WordPiece w = load_wordpiece(vocab_path);
+        if (w.size() != c.V)
+            throw Error("'" + vocab_path + "' has " + std::to_string(w.size()) + " tokens but the model's V = " + std::to_string(c.V));
+        c.cls_id = w.cls, c.sep_id = w.sep, c.mask_id = w.mask;
+        if (c.cls_id < 0 || c.sep_id < 0 || c.mask_id < 0) throw Error("'" + vocab_path + "' lacks [CLS], [SEP] or [MASK]");
+    } else if (c.V > 103) {
+        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103;
+    } else {
+        throw t.fail("cannot tell the ids of [CLS], [SEP], [MASK]: no vocab.txt beside the file and V = " + std::to_string(c.V));
+    }
+    validate(c);
+    LoadedModel lm;
+    lm.config = c;
+    lm.file.metadata = st.metadata;
+    lm.params = make_params<float>(c, false);
+    Params<float>& p = lm.params;
+    const int H = c.H, D = c.D, A = c.A, F = c.F;
+    p.W_e = t.grab("embeddings.word_embeddings.weight", {c.V, H});
+    p.W_p = t.grab("embeddings.position_embeddings.weight", {c.n_ctx, H});
+    const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {2, H});
+    p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
+    p.w_B = Tensor<float>::vector(std::vector<float>(tt.row(1), tt.row(1) + H));
+    p.gamma_e = t.grab_either("embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma", {H});
+    p.beta_e = t.grab_either("embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta", {H});
+    for (int l = 0; l < c.L; l++) {
+        const std::string e = "encoder.layer." + std::to_string(l) + ".";
+        Layer<float>& y = p.layers[l];
+        const char* names[3] = {"query", "key", "value"};
+        std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
+        std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
+        for (int part = 0; part < 3; part++) {
+            const std::string s = e + "attention.self." + names[part];
+            const Tensor<float> W = t.grab(s + ".weight", {A * D, H}), b = t.grab(s + ".bias", {A * D});
+            for (int i = 0; i < A; i++) {  // head i: output rows i*D .. i*D+D-1 of W, as columns
+                Tensor<float>& Wi = (*Ws[part])[i];
+                Wi = Tensor<float>::uninit(H, D);
+                for (int r = 0; r < H; r++)
+                    for (int d = 0; d < D; d++) Wi(r, d) = W(i * D + d, r);
+                (*bs[part])[i] = Tensor<float>::uninit({D});
+                std::copy(b.ptr() + i * D, b.ptr() + (i + 1) * D, (*bs[part])[i].ptr());
+            }
+        }
+        y.attn.W_O = t.grab_transposed(e + "attention.output.dense.weight", H, A * D);
+        y.attn.b_O = t.grab(e + "attention.output.dense.bias", {H});
+        y.ln_1_gamma = t.grab_either(e + "attention.output.LayerNorm.weight", e + "attention.output.LayerNorm.gamma", {H});
+        y.ln_1_beta = t.grab_either(e + "attention.output.LayerNorm.bias", e + "attention.output.LayerNorm.beta", {H});
+        y.ffn.W_1 = t.grab_transposed(e + "intermediate.dense.weight", F, H), y.ffn.b_1 = t.grab(e + "intermediate.dense.bias", {F});
+        y.ffn.W_2 = t.grab_transposed(e + "output.dense.weight", H, F), y.ffn.b_2 = t.grab(e + "output.dense.bias", {H});
+        y.ln_2_gamma = t.grab_either(e + "output.LayerNorm.weight", e + "output.LayerNorm.gamma", {H});
+        y.ln_2_beta = t.grab_either(e + "output.LayerNorm.bias", e + "output.LayerNorm.beta", {H});
+    }
+    if (c.mlm_head) {
+        const std::string m = "cls.predictions.";
+        p.W_t = t.grab_transposed(m + "transform.dense.weight", H, H), p.b_t = t.grab(m + "transform.dense.bias", {H});
+        p.gamma_t = t.grab_either(m + "transform.LayerNorm.weight", m + "transform.LayerNorm.gamma", {H});
+        p.beta_t = t.grab_either(m + "transform.LayerNorm.bias", m + "transform.LayerNorm.beta", {H});
+        p.b_z = t.grab(m + "bias", {c.V});
+        t.drop_tied(m + "decoder.weight", p.W_e, "embeddings.word_embeddings.weight");
+        t.drop_tied(m + "decoder.bias", p.b_z, "cls.predictions.bias");
+    }
+    if (c.pooler) p.W_pool = t.grab_transposed("pooler.dense.weight", H, H), p.b_pool = t.grab("pooler.dense.bias", {H});
+    for (const char* nsp : {"cls.seq_relationship.weight", "cls.seq_relationship.bias"})
+        if (const auto* e = t.peek(nsp)) {
+            if (e->shape != (std::string(nsp).back() == 't' ? std::vector<int>{2, H} : std::vector<int>{2}))
+                throw t.fail(std::string("tensor '") + nsp + "' is " + shape_str(e->shape) + ", expected " +
+                             (std::string(nsp).back() == 't' ? shape_str(std::vector<int>{2, H}) : std::string("2")));
+            lm.file.tensors.emplace_back(nsp, st.read(*e));
+            t.by.erase(nsp);
+        }
+    t.check_all_taken();
+    return lm;
+}
+
 static LoadedModel load_model_tensors(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
     const SafeTensorsReader st(path);
     if (is_hf_gpt2(st)) return import_hf_gpt2(path, st);
+    if (is_hf_openai_gpt(st)) return import_hf_openai_gpt(path, st);
+    if (is_hf_bert(st)) return import_hf_bert(path, st);
+    if (!st.int_buffers.empty()) throw Error("'" + path + "': unexpected tensor '" + st.int_buffers[0] + "' (integers)");
     LoadedModel lm;
     lm.file.metadata = st.metadata;
     try {
