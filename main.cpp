@@ -2,6 +2,7 @@
 // tokenize, bench, and for teaching masks, attention, explain.
 // Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
 // is an error with a message and exit status 1.
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -32,7 +33,8 @@ commands:
            --objective lm|xlnet (xlnet: permutation LM, two-stream attention) --predict K (xlnet, default n/6)
            --line-windows (every window starts at a newline: pre-training for finetune's line examples)
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
-           [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's tokenizer, for released GPT-2 weights)
+           [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's or GPT-1's BPE, for released weights;
+           the kind is recognised from the files, or named by --tokenizer gpt2-bpe|gpt1-bpe)
   finetune --checkpoint PRETRAINED --task classify|entailment|similarity|choice --train FILE --val FILE
            --out FILE [--lambda 0.5] [--steps S (0: 3 epochs)] [--batch 32] [--lr 6.25e-5] [--warmup S]
            [--dropout 0.1] [--weight-decay 0.01] [--grad-clip 1] [--eval-every S] [--log-every S] [--seed S]
@@ -42,12 +44,14 @@ commands:
            (the built-in tasks on 3-digit sums: text = unlabelled problems to pre-train on; the others
            labelled, in finetune's file format)
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
-  eval     --checkpoint FILE --data FILE [--encoder F --vocab F] (mean loss in nats per token)
+           [--vocab vocab.txt [--top 5]]  (BERT's WordPiece: the top candidates at each [MASK])
+  eval     --checkpoint FILE --data FILE [--encoder F] [--vocab F] [--tokenizer KIND] (mean loss in nats per token)
   init     --preset NAME [--seed S] --out FILE
   grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
-  params   --preset NAME
-  tokenize --encoder encoder.json --vocab vocab.bpe (--text TEXT | --file FILE | --ids 15496,995)
-           (GPT-2's byte-level BPE: text -> ids, or ids -> text)
+  params   --preset NAME | --checkpoint FILE  (the seed's lambda beside the floats the model holds)
+  tokenize [--encoder encoder.json] --vocab vocab.bpe|vocab.txt (--text TEXT | --file FILE | --ids 15496,995)
+           [--tokenizer gpt2-bpe|gpt1-bpe|bert-wordpiece]  (text -> ids, or ids -> text; GPT-2's
+           byte-level BPE, GPT-1's BPE, BERT's WordPiece: recognised from the files)
   bench    [--preset NAME] [--model M --layers L --heads A --embd H --ffn F --vocab V --activation NAME]
            [--batch B] [--block n] [--steps S] [--json]   (model flags change the preset, default gpt2-124m)
   masks    --n N --out FILE.svg [--window 3] [--stride 4] [--perm 2,4,1,3]
@@ -163,11 +167,11 @@ static std::vector<int> parse_ids(const std::string& s, const std::string& what)
 
 // ---- tokenize ----------------------------------------------------------------------------------------
 static int cmd_tokenize(Flags& f) {
-    const std::string enc = f.need("encoder"), merges = f.need("vocab");
+    const std::string enc = f.str("encoder"), merges = f.need("vocab"), kind = f.str("tokenizer");
     const std::string text = f.str("text"), file = f.str("file"), ids = f.str("ids");
     f.done();
     if (f.has("text") + f.has("file") + f.has("ids") != 1) throw Error("tokenize: give exactly one of --text, --file, --ids");
-    const BPE bpe = load_bpe(enc, merges);
+    const Tokenizer bpe = load_tokenizer(kind, enc, merges);  // GPT-2's or GPT-1's BPE, or WordPiece
     if (f.has("ids")) {
         const std::string out = bpe.decode(parse_ids(ids, "--ids"));
         std::fwrite(out.data(), 1, out.size(), stdout);
@@ -183,12 +187,15 @@ static int cmd_tokenize(Flags& f) {
 
 // ---- params, init, grad ------------------------------------------------------------------------------
 static int cmd_params(Flags& f) {
-    const std::string name = f.need("preset");
+    const std::string name = f.str("preset"), path = f.str("checkpoint");
     f.done();
-    const Config c = preset(name);
+    if (f.has("preset") == f.has("checkpoint")) throw Error("params: give exactly one of --preset and --checkpoint");
+    LoadedModel lm;
+    if (!path.empty()) lm = load_model(path, {"adam."});  // a released file (GPT-1, GPT-2, BERT) or our own
+    const Config c = path.empty() ? preset(name) : lm.config;
     const ParamCount k = count_params(c);
-    std::printf("preset %s (%s): V=%d H=%d F=%d D=%d L=%d A=%d n_ctx=%d\n", name.c_str(), variant_name(c.variant), c.V, c.H,
-                c.F, c.D, c.L, c.A, c.n_ctx);
+    std::printf("%s %s (%s): V=%d H=%d F=%d D=%d L=%d A=%d n_ctx=%d\n", path.empty() ? "preset" : "file",
+                (path.empty() ? name : path).c_str(), variant_name(c.variant), c.V, c.H, c.F, c.D, c.L, c.A, c.n_ctx);
     std::printf("  embeddings    V*H + n_ctx*H            %12lld\n", k.embeddings);
     std::printf("  MultiHeadSAs  L*(A*3*H*D + A*D*H)      %12lld\n", k.attention);
     std::printf("  FFNets        L*(H*F + F + F*H + H)    %12lld\n", k.ffn);
@@ -197,7 +204,21 @@ static int cmd_params(Flags& f) {
     if (k.final_ln) std::printf("  + final LayerNorm ln_f (2*H)           %12lld\n", k.final_ln);
     if (k.segments) std::printf("  + segment vectors w_A, w_B (2*H)       %12lld\n", k.segments);
     if (k.attn_biases) std::printf("  + attention biases L*(A*3*D + H)       %12lld\n", k.attn_biases);
+    if (k.emb_ln) std::printf("  + embedding LayerNorm (2*H)            %12lld\n", k.emb_ln);
+    if (k.mlm_head) std::printf("  + masked-LM head H*H + 3*H + V         %12lld\n", k.mlm_head);
+    if (k.pooler) std::printf("  + pooler H*H + H (unused)              %12lld\n", k.pooler);
+    if (k.heads) std::printf("  + heads W_y, w                         %12lld\n", k.heads);
     std::printf("floats the model holds:                  %12lld\n", k.actual);
+    if (!path.empty()) {  // what the file holds beside the parameters (the next-sentence head, ...)
+        long long other = 0;
+        for (auto& t : lm.file.tensors)
+            if (t.first.rfind("adam.", 0) != 0) {
+                std::printf("  + %-36s %12lld (kept, unused)\n", t.first.c_str(), (long long)t.second.size());
+                other += (long long)t.second.size();
+            }
+        std::printf("floats the file holds (optimiser state aside): %6s%12lld   (%+lld against the seed's lambda)\n", "",
+                    k.actual + other, k.actual + other - k.seed_lambda);
+    }
     return 0;
 }
 
@@ -402,31 +423,38 @@ static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
 // Text <-> ids for sample and eval: GPT-2's BPE when --encoder and --vocab are given (released
 // GPT-2 weights), else the character vocabulary that train stored in the checkpoint.
 struct Codec {
-    bool bpe_mode = false;
-    BPE bpe;
+    bool bpe_mode = false;  // a subword tokenizer: GPT-2's or GPT-1's BPE, BERT's WordPiece (issue 12)
+    Tokenizer sub;
     CharVocab chars;
     std::vector<int> encode(const std::string& s, const std::string& where) const {
-        return bpe_mode ? bpe.encode(s) : chars.encode(s, where);
+        return bpe_mode ? sub.encode(s) : chars.encode(s, where);
     }
-    std::string decode(const std::vector<int>& ids) const { return bpe_mode ? bpe.decode(ids) : chars.decode(ids); }
+    std::string decode(const std::vector<int>& ids) const { return bpe_mode ? sub.decode(ids) : chars.decode(ids); }
 };
-static Codec codec_of(const LoadedModel& lm, const std::string& path, const std::string& encoder, const std::string& merges) {
+// kind: --tokenizer (gpt2-bpe, gpt1-bpe, bert-wordpiece), "" = recognised from the files. WordPiece
+// takes --vocab vocab.txt alone; the BPEs take --encoder and --vocab.
+static Codec codec_of(const LoadedModel& lm, const std::string& path, const std::string& encoder, const std::string& merges,
+                      const std::string& kind = "") {
     Codec k;
-    if (encoder.empty() != merges.empty()) throw Error("--encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
-    if (encoder.empty()) {
+    if (!encoder.empty() && merges.empty()) throw Error("--encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
+    if (merges.empty()) {
+        if (!kind.empty()) throw Error("--tokenizer " + kind + " needs its files: --vocab (and --encoder for a BPE)");
         k.chars = vocab_of(lm, path);
         return k;
     }
     k.bpe_mode = true;
-    k.bpe = load_bpe(encoder, merges);
-    if (k.bpe.size() != lm.config.V)
-        throw Error("the tokenizer has " + std::to_string(k.bpe.size()) + " tokens but the model's V = " + std::to_string(lm.config.V));
+    k.sub = load_tokenizer(kind, encoder, merges);
+    if (k.sub.size() != lm.config.V)
+        throw Error("the tokenizer has " + std::to_string(k.sub.size()) + " tokens but the model's V = " + std::to_string(lm.config.V));
+    if ((k.sub.kind == "bert-wordpiece") != !is_causal(lm.config.variant))
+        throw Error("the tokenizer is " + k.sub.kind + " but '" + path + "' is a " + variant_name(lm.config.variant) +
+                    " model (gpt1-bpe and gpt2-bpe go with gpt models, bert-wordpiece with bert)");
     return k;
 }
 
 static int cmd_sample(Flags& f) {
     const std::string path = f.need("checkpoint"), prompt = f.need("prompt");
-    const std::string encoder = f.str("encoder"), merges = f.str("vocab");
+    const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
     const long long tokens = f.integer("tokens", 200), seed = f.integer("seed", 1);
     const int top_k = f.int32("top-k", 0);
     const double temperature = f.number("temperature", 1.0);
@@ -438,7 +466,7 @@ static int cmd_sample(Flags& f) {
         throw Error(std::string("--") + (f.has("top-k") ? "top-k" : "seed") + " does not apply with --temperature 0 (greedy decoding draws nothing)");
     LoadedModel lm = load_model(path, {"adam."});
     if (!is_causal(lm.config.variant)) throw Error("sample needs a gpt, gpt2 or gpt3 model; use fill for bert/roberta");
-    const Codec codec = codec_of(lm, path, encoder, merges);
+    const Codec codec = codec_of(lm, path, encoder, merges, kind);
     const std::vector<int> x = codec.encode(prompt, "--prompt");
     if (x.empty()) throw Error("--prompt is empty");
     Rng rng((uint64_t)seed);
@@ -448,12 +476,51 @@ static int cmd_sample(Flags& f) {
     return 0;
 }
 
+// fill with BERT's WordPiece (issue 12): [CLS] text [SEP], as Hugging Face's tokenizer adds them,
+// then the top candidates at each [MASK] with their probabilities Softmax(z_j), and the text with
+// the best candidate at each.
+static int fill_subword(const LoadedModel& lm, const std::string& path, const Codec& codec, const std::string& text, int top) {
+    const Config& c = lm.config;
+    std::vector<int> x = codec.encode(text, "--text"), masked;
+    x.insert(x.begin(), c.cls_id), x.push_back(c.sep_id);
+    for (int j = 0; j < (int)x.size(); j++)
+        if (x[j] == c.mask_id) masked.push_back(j);
+    if (masked.empty()) throw Error("--text has no [MASK]");
+    if ((int)x.size() > c.n_ctx)
+        throw Error("--text is " + std::to_string(x.size()) + " tokens with [CLS] and [SEP], longer than n_ctx = " + std::to_string(c.n_ctx));
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x;
+    const Tensor<float> Z = model_forward(c, lm.params, b);
+    for (float z : Z.data)
+        if (!std::isfinite(z)) throw Error("the logits of '" + path + "' are not finite: the model's numbers overflow");
+    std::vector<int> filled = x;
+    for (int j : masked) {
+        std::vector<float> y(c.V);
+        softmax_row(Z.row(j), y.data(), c.V);
+        std::vector<int> order(c.V);
+        for (int v = 0; v < c.V; v++) order[v] = v;
+        const int k = std::min(top, c.V);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int bb) { return y[a] > y[bb] || (y[a] == y[bb] && a < bb); });
+        std::printf("[MASK] at token %d:", j);
+        for (int r = 0; r < k; r++) std::printf("%s %s %.4f", r ? "," : "", codec.decode({order[r]}).c_str(), y[order[r]]);
+        std::printf("\n");
+        filled[j] = order[0];
+    }
+    std::printf("%s\n", codec.decode(std::vector<int>(filled.begin() + 1, filled.end() - 1)).c_str());
+    return 0;
+}
+
 static int cmd_fill(Flags& f) {
     const std::string path = f.need("checkpoint"), text = f.need("text");
+    const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
+    const int top = f.int32("top", 5);
     f.done();
+    if (top < 1) throw Error("--top must be at least 1");
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
     if (is_causal(c.variant)) throw Error("fill needs a bert or roberta model; use sample for gpt variants");
+    if (!merges.empty() || !encoder.empty() || !kind.empty()) return fill_subword(lm, path, codec_of(lm, path, encoder, merges, kind), text, top);
+    if (f.has("top")) throw Error("--top goes with a tokenizer (--vocab vocab.txt)");
     const CharVocab vocab = vocab_of(lm, path);
     std::vector<int> x, masked;
     const std::string MASK = "[MASK]";
@@ -484,11 +551,11 @@ static int cmd_fill(Flags& f) {
 
 static int cmd_eval(Flags& f) {
     const std::string path = f.need("checkpoint"), data = f.need("data");
-    const std::string encoder = f.str("encoder"), merges = f.str("vocab");
+    const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
-    const std::vector<int> ids = codec_of(lm, path, encoder, merges).encode(read_file(data), "'" + data + "'");
+    const std::vector<int> ids = codec_of(lm, path, encoder, merges, kind).encode(read_file(data), "'" + data + "'");
     if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
     long long count = 0;
     if (c.xlnet) {  // trained with --objective xlnet: its own loss, over several permutations
