@@ -216,8 +216,8 @@ static int cmd_params(Flags& f) {
                 std::printf("  + %-36s %12lld (kept, unused)\n", t.first.c_str(), (long long)t.second.size());
                 other += (long long)t.second.size();
             }
-        std::printf("floats the file holds (optimiser state aside): %6s%12lld   (%+lld against the seed's lambda)\n", "",
-                    k.actual + other, k.actual + other - k.seed_lambda);
+        std::printf("floats the file holds (a tied copy once):%12lld (%+lld against the seed's lambda)\n", k.actual + other,
+                    k.actual + other - k.seed_lambda);
     }
     return 0;
 }

@@ -6436,3 +6436,70 @@ TEST_CASE("BERT weights: missing, misshaped, unexpected and untied tensors, bad 
     m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"hidden_act\": \"tanh\"}");
     M_CHECK_TF_ERROR(load_model(path), "hidden_act 'tanh'");
 }
+
+TEST_CASE("CLI: GPT-1 and BERT files with their tokenizers: params, tokenize, sample, eval, fill, and mismatches") {
+    const std::string dir = m_mkdir("cli_released");
+    // GPT-1: V = 21, the hand-made BPE above.
+    Config g = m_gpt1_hf_config();
+    g.V = (int)m_GPT1_SYMBOLS.size();
+    const Params<float> gp = m_model<float>(g, 1260, 0.5);
+    REQUIRE(std::system(("mkdir -p " + dir + "gpt1 " + dir + "bert").c_str()) == 0);
+    m_write(dir + "gpt1/config.json", "{\"afn\": \"gelu\", \"n_head\": 3}");
+    m_write_raw(dir + "gpt1/model.safetensors", m_gpt1_hf(g, gp, "transformer."));
+    m_write(dir + "enc.json", m_gpt1_encoder_json(m_GPT1_SYMBOLS));
+    m_write(dir + "merges.bpe", m_GPT1_MERGES);
+    const std::string gpt1 = " --checkpoint " + dir + "gpt1/model.safetensors";
+    const std::string gtok = " --encoder " + dir + "enc.json --vocab " + dir + "merges.bpe";
+    const m_Run pr = m_run("params" + gpt1);
+    INFO(pr.out << pr.err);
+    CHECK(pr.status == 0);
+    const ParamCount k = count_params(g);
+    CHECK(m_contains(pr.out, std::to_string(k.seed_lambda)));
+    CHECK(m_contains(pr.out, "attention biases L*(A*3*D + H)                 96"));
+    CHECK(m_contains(pr.out, "(+96 against the seed's lambda)"));
+    CHECK(m_run("tokenize" + gtok + " --text 'Lowest LOWER'").out == "13,18,16\n");
+    CHECK(m_run("tokenize" + gtok + " --ids 13,18,16").out == "lowest lower\n");
+    const m_Run s = m_run("sample" + gpt1 + gtok + " --prompt 'low lower' --tokens 4 --temperature 0");
+    INFO(s.out << s.err);
+    CHECK(s.status == 0);
+    Rng unused(0);
+    const std::vector<int> ids = generate(g, gp, std::vector<int>{14, 16}, 4, 0.0, 0, unused);
+    CHECK(s.out == m_gpt1().decode(ids) + "\n");
+    m_write(dir + "text.txt", "low lower lowest low lower");
+    const m_Run e = m_run("eval" + gpt1 + gtok + " --tokenizer gpt1-bpe --data " + dir + "text.txt");
+    CHECK(e.status == 0);
+    CHECK(m_contains(e.out, "over 5 predicted tokens"));  // low lower low est low lower: 6 ids
+    // BERT: V = 20, the hand-made WordPiece vocabulary above (beside the file: its special ids).
+    Config b = m_bert_hf_config();
+    b.V = 20, b.cls_id = 2, b.sep_id = 3, b.mask_id = 4;
+    const Params<float> bp = m_model<float>(b, 1261, 0.5);
+    m_write(dir + "bert/config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "bert/vocab.txt", m_WP_VOCAB);
+    m_write_raw(dir + "bert/model.safetensors", m_bert_hf(b, bp, true));
+    const std::string bert = " --checkpoint " + dir + "bert/model.safetensors", btok = " --vocab " + dir + "bert/vocab.txt";
+    const m_Run f = m_run("fill" + bert + btok + " --text 'The capital of France is [MASK].' --top 3");
+    INFO(f.out << f.err);
+    CHECK(f.status == 0);
+    // The same numbers from the library: [CLS] the capital of france is [MASK] . [SEP]
+    Batch batch;
+    batch.tokens = {2, 5, 6, 7, 8, 9, 4, 10, 3}, batch.n = 9;
+    const Tensor<float> Z = model_forward(b, bp, batch);
+    std::vector<float> y(b.V);
+    softmax_row(Z.row(6), y.data(), b.V);
+    const int best = (int)(std::max_element(y.begin(), y.end()) - y.begin());
+    char line[64];
+    std::snprintf(line, sizeof line, "[MASK] at token 6: %s %.4f,", make_wordpiece(m_WP_VOCAB).tokens[best].c_str(), y[best]);
+    CHECK(m_contains(f.out, line));
+    CHECK(std::count(f.out.begin(), f.out.end(), ',') == 2);  // three candidates
+    CHECK(m_run("tokenize" + btok + " --text 'unaffable, [MASK]'").out == "11,12,13,18,4\n");
+    // Mismatches: the wrong kind for the model, the wrong size, a named kind the files are not.
+    m_cli_fails("fill" + bert + gtok + " --text '[MASK]'", "21 tokens but the model's V = 20");
+    m_cli_fails("sample" + gpt1 + " --tokenizer bert-wordpiece" + gtok + " --prompt low", "these are gpt1-bpe files, not bert-wordpiece");
+    m_write(dir + "wp21.txt", m_WP_VOCAB + "extra\n");
+    m_cli_fails("sample" + gpt1 + " --vocab " + dir + "wp21.txt --prompt low", "the tokenizer is bert-wordpiece but");
+    m_cli_fails("fill" + bert + btok + " --text 'no mask here'", "no [MASK]");
+    m_cli_fails("fill" + bert + btok + " --text '[MASK]' --top 0", "--top");
+    m_cli_fails("params --preset gpt1" + gpt1, "exactly one of --preset and --checkpoint");
+    m_write(dir + "bad_vocab.txt", "[UNK]\n\n");
+    m_cli_fails("tokenize --vocab " + dir + "bad_vocab.txt --text hi", "line 2 is empty");
+}
