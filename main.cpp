@@ -39,6 +39,7 @@ commands:
            --out FILE [--lambda 0.5] [--steps S (0: 3 epochs)] [--batch 32] [--lr 6.25e-5] [--warmup S]
            [--dropout 0.1] [--weight-decay 0.01] [--grad-clip 1] [--eval-every S] [--log-every S] [--seed S]
            [--scratch (same shapes, fresh weights)] [--quiet]   (tab-separated files, see README)
+           [--encoder F] [--vocab F] [--tokenizer KIND]  (released GPT-1/GPT-2/BERT weights: their tokenizer)
   predict  --checkpoint FINETUNED --data FILE   (one label per line; accuracy on stderr if FILE has labels)
   task     --task text|classify|entailment|similarity|choice --out FILE [--examples 2000] [--seed S] [--held-out]
            (the built-in tasks on 3-digit sums: text = unlabelled problems to pre-train on; the others
@@ -341,6 +342,7 @@ static int cmd_finetune(Flags& f) {
     t.out = f.need("out");
     o.lambda = f.number("lambda", o.lambda);
     o.scratch = f.flag("scratch");
+    o.encoder = f.str("encoder"), o.vocab = f.str("vocab"), o.tokenizer = f.str("tokenizer");  // released weights' tokenizer
     t.steps = f.integer("steps", 0);  // 0: 3 epochs
     t.batch = f.int32("batch", 32);
     t.lr = f.number("lr", 6.25e-5);  // the GPT-1 paper's fine-tuning rate
@@ -388,14 +390,26 @@ static int cmd_predict(Flags& f) {
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const FinetuneSpec spec = finetune_spec_of(lm, path);
-    if (!lm.file.metadata.count("vocab")) throw Error("'" + path + "' has no character vocabulary");
-    const CharVocab vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
+    const auto& md = lm.file.metadata;
+    const bool subword = md.count("finetune.tokenizer") > 0;  // fine-tuned with a released model's tokenizer (issue 12)
+    if (!subword && !md.count("vocab")) throw Error("'" + path + "' has no character vocabulary");
+    const CharVocab vocab = subword ? CharVocab() : CharVocab::from_metadata(md.at("vocab"));
+    Tokenizer tok;
+    if (subword) {
+        const std::string enc = md.count("finetune.tokenizer_encoder") ? md.at("finetune.tokenizer_encoder") : "";
+        const std::string voc = md.count("finetune.tokenizer_vocab") ? md.at("finetune.tokenizer_vocab") : "";
+        try {
+            tok = load_tokenizer(md.at("finetune.tokenizer"), enc, voc);
+        } catch (const Error& e) {
+            throw Error("'" + path + "' was fine-tuned with the tokenizer files it names, which cannot be read now: " + e.what());
+        }
+    }
     const std::string text = read_file(data);
     const bool labelled = has_label_column(text, spec.kind);
     std::vector<std::string> classes = spec.classes;
     std::vector<EncodedExample> ex;
     for (const LabelledExample& e : parse_labelled(text, data, spec.kind, classes, false, labelled))
-        ex.push_back(encode_example(lm.config, spec, vocab, e, text, data));
+        ex.push_back(subword ? encode_example(lm.config, spec, tok, e, data) : encode_example(lm.config, spec, vocab, e, text, data));
     const std::vector<int> pred = finetune_predict(lm.config, lm.params, spec, ex);
     int right = 0;
     for (std::size_t i = 0; i < pred.size(); i++) {

@@ -6503,3 +6503,53 @@ TEST_CASE("CLI: GPT-1 and BERT files with their tokenizers: params, tokenize, sa
     m_write(dir + "bad_vocab.txt", "[UNK]\n\n");
     m_cli_fails("tokenize --vocab " + dir + "bad_vocab.txt --text hi", "line 2 is empty");
 }
+
+TEST_CASE("CLI: finetune and predict from released GPT-1 and BERT files with their tokenizers") {
+    const std::string dir = m_mkdir("cli_released_ft");
+    REQUIRE(std::system(("mkdir -p " + dir + "gpt1 " + dir + "bert").c_str()) == 0);
+    Config g = m_gpt1_hf_config();
+    g.V = (int)m_GPT1_SYMBOLS.size();
+    m_write(dir + "gpt1/config.json", "{\"n_head\": 3}");
+    m_write_raw(dir + "gpt1/model.safetensors", m_gpt1_hf(g, m_model<float>(g, 1270, 0.5), ""));
+    m_write(dir + "enc.json", m_gpt1_encoder_json(m_GPT1_SYMBOLS));
+    m_write(dir + "merges.bpe", m_GPT1_MERGES);
+    Config b = m_bert_hf_config();
+    b.V = 20, b.cls_id = 2, b.sep_id = 3, b.mask_id = 4;
+    m_write(dir + "bert/config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "bert/vocab.txt", m_WP_VOCAB);
+    m_write_raw(dir + "bert/model.safetensors", m_bert_hf(b, m_model<float>(b, 1271, 0.5), false));
+    std::string train_gpt1, train_bert;
+    for (int k = 0; k < 8; k++) train_gpt1 += "a\tlow lower low\nb\tlowest est\n", train_bert += "a\tthe capital\nb\tunaffable france\n";
+    m_write(dir + "g_train.tsv", train_gpt1), m_write(dir + "b_train.tsv", train_bert);
+    const std::string common = " --task classify --steps 60 --batch 8 --lr 1e-2 --lambda 0 --dropout 0 --quiet";
+    const m_Run r = m_run("finetune --checkpoint " + dir + "gpt1/model.safetensors --encoder " + dir + "enc.json --vocab " + dir +
+                          "merges.bpe --train " + dir + "g_train.tsv --val " + dir + "g_train.tsv --out " + dir + "g_ft.safetensors" + common);
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    LoadedModel lm = load_model(dir + "g_ft.safetensors", {"adam."});
+    CHECK(lm.file.metadata.at("finetune.tokenizer") == "gpt1-bpe");
+    CHECK(lm.config.V == g.V + 3);  // start, delimiter, extract
+    m_write(dir + "g_test.txt", "low lower low\nlowest est\n");
+    const m_Run p = m_run("predict --checkpoint " + dir + "g_ft.safetensors --data " + dir + "g_test.txt");
+    INFO(p.out << p.err);
+    CHECK(p.status == 0);
+    CHECK(p.out == "a\nb\n");
+    const m_Run rb = m_run("finetune --checkpoint " + dir + "bert/model.safetensors --vocab " + dir + "bert/vocab.txt --train " + dir +
+                           "b_train.tsv --val " + dir + "b_train.tsv --out " + dir + "b_ft.safetensors" + common);
+    INFO(rb.out << rb.err);
+    REQUIRE(rb.status == 0);
+    LoadedModel lb = load_model(dir + "b_ft.safetensors", {"adam."});
+    CHECK(lb.file.metadata.at("finetune.tokenizer") == "bert-wordpiece");
+    CHECK(lb.config.mlm_head);
+    CHECK(lb.config.emb_ln);
+    const m_Run pb = m_run("predict --checkpoint " + dir + "b_ft.safetensors --data " + dir + "b_train.tsv");
+    CHECK(pb.status == 0);
+    CHECK(m_contains(pb.err, "accuracy: 100.0% (16 of 16)"));
+    // The tokenizer must fit the model.
+    m_cli_fails("finetune --checkpoint " + dir + "bert/model.safetensors --encoder " + dir + "enc.json --vocab " + dir +
+                    "merges.bpe --train " + dir + "b_train.tsv --val " + dir + "b_train.tsv --out " + dir + "x.safetensors" + common,
+                "21 tokens but the model's V = 20");
+    m_cli_fails("finetune --checkpoint " + dir + "gpt1/model.safetensors --train " + dir + "g_train.tsv --val " + dir +
+                    "g_train.tsv --out " + dir + "x.safetensors" + common,
+                "give its tokenizer");
+}

@@ -4610,6 +4610,8 @@ std::vector<LabelledExample> parse_labelled(const std::string& text, const std::
     return out;
 }
 
+static EncodedExample input_transformation(const Config& c, const FinetuneSpec& s, const std::vector<std::vector<int>>& f,
+                                           const LabelledExample& e, const std::string& file);
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const CharVocab& v, const LabelledExample& e,
                               const std::string& text, const std::string& file) {
     std::vector<std::vector<int>> f;
@@ -4622,6 +4624,25 @@ EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Char
         }
         f.push_back(std::move(ids));
     }
+    return input_transformation(c, s, f, e, file);
+}
+EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Tokenizer& t, const LabelledExample& e,
+                              const std::string& file) {
+    std::vector<std::vector<int>> f;
+    for (const std::string& field : e.fields) {
+        try {
+            f.push_back(t.encode(field));
+        } catch (const Error& err) {
+            throw Error("'" + file + "' line " + std::to_string(e.line) + ": " + err.what());
+        }
+        if (f.back().empty())
+            throw Error("'" + file + "' line " + std::to_string(e.line) + ": a field has no tokens after " + t.kind + " tokenization");
+    }
+    return input_transformation(c, s, f, e, file);
+}
+// The task's input transformation of the fields' ids (see transformer.hpp, "GPT-1 fine-tuning").
+static EncodedExample input_transformation(const Config& c, const FinetuneSpec& s, const std::vector<std::vector<int>>& f,
+                                           const LabelledExample& e, const std::string& file) {
     EncodedExample x;
     x.label = e.label, x.line = e.line;
     const bool gpt = is_causal(c.variant);
@@ -4759,9 +4780,25 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
                    {base + ".svg", "the loss plot", OutputKind::svg_plot}},
                   {{fo.checkpoint, "--checkpoint"}, {fo.train_file, "--train"}, {fo.val_file, "--val"}});
     LoadedModel lm = load_model(fo.checkpoint, {"adam."});
-    if (!lm.file.metadata.count("vocab"))
-        throw Error("'" + fo.checkpoint + "' has no character vocabulary: finetune starts from a checkpoint written by `transformer train`");
-    const CharVocab vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
+    const bool subword = !fo.vocab.empty() || !fo.encoder.empty() || !fo.tokenizer.empty();  // issue 12
+    Tokenizer tok;
+    CharVocab vocab;
+    if (subword) {
+        tok = load_tokenizer(fo.tokenizer, fo.encoder, fo.vocab);
+        const int V0 = lm.config.V - (lm.file.metadata.count("finetune.task") && is_causal(lm.config.variant) ? 3 : 0);
+        if (tok.size() != V0)
+            throw Error("the tokenizer has " + std::to_string(tok.size()) + " tokens but the model's V = " + std::to_string(V0));
+        if ((tok.kind == "bert-wordpiece") != !is_causal(lm.config.variant))
+            throw Error("the tokenizer is " + tok.kind + " but '" + fo.checkpoint + "' is a " + variant_name(lm.config.variant) + " model");
+        const auto it = lm.file.metadata.find("finetune.tokenizer");
+        if (it != lm.file.metadata.end() && it->second != tok.kind)
+            throw Error("'" + fo.checkpoint + "' was fine-tuned with the " + it->second + " tokenizer, not " + tok.kind);
+    } else {
+        if (!lm.file.metadata.count("vocab"))
+            throw Error("'" + fo.checkpoint + "' has no character vocabulary: finetune starts from a checkpoint written by `transformer train`, "
+                        "or give its tokenizer (--vocab, --encoder) for released weights");
+        vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
+    }
     if (lm.config.xlnet) throw Error("'" + fo.checkpoint + "' was trained with --objective xlnet; fine-tune a gpt, gpt2, gpt3, bert or roberta checkpoint");
     RunState s;
     s.rng = Rng(o.seed);
@@ -4794,9 +4831,11 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     } else {
         auto from = named_tensors(lm.config, lm.params);
         auto to = named_tensors(c, s.p);
+        std::map<std::string, const Tensor<float>*> from_name;  // by name: W_y comes before the released BERT's tensors
+        for (auto& nt : from) from_name[nt.name] = nt.tensor;
         for (std::size_t j = 0; j < to.size(); j++) {
             Tensor<float>& t = *to[j].tensor;
-            const Tensor<float>* f = j < from.size() && from[j].name == to[j].name ? from[j].tensor : nullptr;
+            const Tensor<float>* f = from_name.count(to[j].name) ? from_name[to[j].name] : nullptr;
             if (f && f->shape == t.shape) t = *f;
             else if (to[j].name == "W_e") {  // the pre-trained rows, then the new ones
                 std::copy(f->data.begin(), f->data.end(), t.data.begin());
@@ -4809,8 +4848,10 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     adamw_init(c, s.adam);
     s.adam.beta1 = o.beta1, s.adam.beta2 = o.beta2, s.adam.weight_decay = o.weight_decay;
     std::vector<EncodedExample> train_ex, val_ex;
-    for (auto& e : train_raw) train_ex.push_back(encode_example(c, spec, vocab, e, train_text, fo.train_file));
-    for (auto& e : val_raw) val_ex.push_back(encode_example(c, spec, vocab, e, val_text, fo.val_file));
+    for (auto& e : train_raw)
+        train_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.train_file) : encode_example(c, spec, vocab, e, train_text, fo.train_file));
+    for (auto& e : val_raw)
+        val_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.val_file) : encode_example(c, spec, vocab, e, val_text, fo.val_file));
     std::map<std::size_t, std::vector<int>> by_K;  // multiple choice: a batch holds examples with the same K
     for (std::size_t i = 0; i < train_ex.size(); i++) by_K[train_ex[i].seqs.size()].push_back((int)i);
     const long long N = (long long)train_ex.size();
@@ -4818,7 +4859,13 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                     // 0.2% of the steps
     if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + o.batch - 1) / o.batch);  // every epoch
     check_options(o);
-    s.meta["vocab"] = vocab.to_metadata();
+    if (subword) {  // what predict needs to read its input: the tokenizer's kind and files
+        s.meta["finetune.tokenizer"] = tok.kind;
+        s.meta["finetune.tokenizer_encoder"] = fo.encoder;
+        s.meta["finetune.tokenizer_vocab"] = fo.vocab;
+    } else {
+        s.meta["vocab"] = vocab.to_metadata();
+    }
     spec_to_metadata(spec, s.meta);
     s.meta["finetune.lambda"] = num_str(fo.lambda);
     s.meta["finetune.from"] = fo.scratch ? "(scratch)" : fo.checkpoint;

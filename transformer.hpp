@@ -999,6 +999,11 @@ struct EncodedExample {
 };
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const CharVocab& v, const LabelledExample& e,
                               const std::string& text, const std::string& file);
+// The same with a subword tokenizer (issue 12: GPT-1's BPE, BERT's WordPiece, GPT-2's BPE): each
+// field is encoded as a text of its own, then the same input transformation.
+struct Tokenizer;
+EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Tokenizer& t, const LabelledExample& e,
+                              const std::string& file);
 // Examples with the same K -> one padded batch and the head rows `at`; GPT: next-token targets
 // (L1); BERT/RoBERTa: mlm_corrupt targets when mlm_rng is given, else none.
 Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<const EncodedExample*>& examples,
@@ -1010,6 +1015,9 @@ struct FinetuneOptions {
     std::string checkpoint, task, train_file, val_file;
     double lambda = 0.5;   // L3 = L2 + lambda L1 (seed 003)
     bool scratch = false;  // same shapes and vocabulary, fresh initialisation
+    // A subword tokenizer for a released model (issue 12): its kind ("" = recognised) and files, as
+    // load_tokenizer takes them; none = the character vocabulary that `train` stored.
+    std::string tokenizer, encoder, vocab;
     TrainOptions loop;     // lr, steps (0: 3 epochs), warmup (-1: 0.2% of the steps), eval_every (-1: every epoch), ...
 };
 struct FinetuneResult {
