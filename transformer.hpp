@@ -747,7 +747,10 @@ struct LoadedModel {
 // starts with one of allowed_extra_prefixes. A file without our metadata whose tensors are named
 // as in the released GPT-2 (wte.weight, h.0.attn.c_attn.weight, ...: a Hugging Face
 // model.safetensors) is read as a gpt2 model with gelu_tanh and attention biases (see
-// import_hf_gpt2 in transformer.cpp for the mapping of names).
+// import_hf_gpt2 in transformer.cpp for the mapping of names). Likewise a Hugging Face GPT-1 file
+// (tokens_embed.weight, ...: a gpt model, import_hf_openai_gpt) and a BERT file
+// (bert.embeddings.word_embeddings.weight, ...: a bert model with emb_ln, mlm_head and pooler as
+// the file has them, import_hf_bert; the next-sentence head goes to file.tensors).
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes = {});
 
 // A minimal JSON reader (for safetensors headers and tokenizer files).
