@@ -6123,6 +6123,12 @@ TEST_CASE("released BERT options: metadata round trip, checkpoints, defaults off
     Config g = preset("tiny-gpt");
     g.mlm_head = true;
     M_CHECK_TF_ERROR(validate(g), "bert and roberta only");
+    {  // explain walks the seed's boxes only: it refuses these options rather than skip them
+        Params<double> pd = m_model<double>(c, 1231, 0.2);
+        Batch one;
+        one.n = 4, one.tokens = {10, 12, 1, 11}, one.targets = {-1, 5, -1, -1};
+        M_CHECK_TF_ERROR(explain(c, pd, one), "explain does not walk");
+    }
     Params<float> p = m_model<float>(c, 1230, 0.2);
     save_model(m_path("released_bert.safetensors"), c, p);
     LoadedModel lm = load_model(m_path("released_bert.safetensors"));

@@ -5386,7 +5386,6 @@ static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNI
 // ================================================================================================
 // TOKENIZERS of the released GPT-1 and BERT (issue 12; see transformer.hpp)
 // ================================================================================================
-static bool bert_in(const uint32_t (*r)[2], std::size_t count, uint32_t cp);
 static bool unicode_mark_nonspacing(uint32_t cp);  // Mn (tables at the end of this section)
 static bool unicode_punctuation(uint32_t cp);      // P*
 static bool unicode_control(uint32_t cp);          // Cc, Cf, Co, Cs
@@ -6305,11 +6304,10 @@ static const uint32_t UNICODE_STRIPN[][4] = {
     {0x1D1C0, 0x1D1BA, 0x1D165, 0x1D16F},
 };
 
-static bool bert_in(const uint32_t (*r)[2], std::size_t count, uint32_t cp) { return in_ranges(r, count, cp); }
-static bool unicode_mark_nonspacing(uint32_t cp) { return bert_in(UNICODE_MN, sizeof UNICODE_MN / sizeof UNICODE_MN[0], cp); }
-static bool unicode_punctuation(uint32_t cp) { return bert_in(UNICODE_P, sizeof UNICODE_P / sizeof UNICODE_P[0], cp); }
+static bool unicode_mark_nonspacing(uint32_t cp) { return in_ranges(UNICODE_MN, sizeof UNICODE_MN / sizeof UNICODE_MN[0], cp); }
+static bool unicode_punctuation(uint32_t cp) { return in_ranges(UNICODE_P, sizeof UNICODE_P / sizeof UNICODE_P[0], cp); }
 static bool unicode_control(uint32_t cp) {
-    return bert_in(UNICODE_CONTROL, sizeof UNICODE_CONTROL / sizeof UNICODE_CONTROL[0], cp);
+    return in_ranges(UNICODE_CONTROL, sizeof UNICODE_CONTROL / sizeof UNICODE_CONTROL[0], cp);
 }
 static void unicode_lower(uint32_t cp, std::vector<uint32_t>& out) {
     if (cp == 0x130) return out.push_back('i'), out.push_back(0x307);
