@@ -6559,3 +6559,18 @@ TEST_CASE("CLI: finetune and predict from released GPT-1 and BERT files with the
                     "g_train.tsv --out " + dir + "x.safetensors" + common,
                 "give its tokenizer");
 }
+
+TEST_CASE("params of the released files' shapes: GPT-1 116,534,784 floats, bert-base-uncased 110,104,890 + 1,538") {
+    Config g = preset("gpt1");
+    g.attn_bias = true;  // what import_hf_openai_gpt makes of openai-gpt's 146 arrays
+    const ParamCount k = count_params(g);
+    CHECK(k.seed_lambda == 116497920);
+    CHECK(k.attn_biases == 36864);
+    CHECK(k.actual == 116534784);  // the sum of OpenAI's params_shapes.json
+    Config b = preset("bert-base");
+    b.emb_ln = b.mlm_head = b.pooler = true;
+    const ParamCount kb = count_params(b);
+    CHECK(kb.actual - kb.mlm_head == 109482240);  // BertModel with its pooler, the published count
+    CHECK(kb.mlm_head == 768 * 768 + 3 * 768 + 30522);
+    CHECK(kb.actual + 2 * 768 + 2 == 110106428);  // with the next-sentence head: BertForPreTraining
+}
