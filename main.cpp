@@ -2,6 +2,7 @@
 // tokenize, bench, export, and for teaching masks, attention, explain.
 // Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
 // is an error with a message and exit status 1.
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -35,25 +36,29 @@ commands:
            its config.json; the shape comes from the file, --block may be shorter than its n_ctx; fresh optimiser)
            --encoder encoder.json --vocab vocab.bpe (train on GPT-2's BPE tokens; the checkpoint records them)
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
-           [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's tokenizer, for released GPT-2 weights;
-           a checkpoint trained with them records them)
+           [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's or GPT-1's BPE, for released weights;
+           the kind is recognised from the files, or named by --tokenizer gpt2-bpe|gpt1-bpe; a
+           checkpoint trained or fine-tuned with a tokenizer records it)
   finetune --checkpoint PRETRAINED --task classify|entailment|similarity|choice --train FILE --val FILE
            --out FILE [--lambda 0.5] [--steps S (0: 3 epochs)] [--batch 32] [--lr 6.25e-5] [--warmup S]
            [--dropout 0.1] [--weight-decay 0.01] [--grad-clip 1] [--eval-every S] [--log-every S] [--seed S]
            [--scratch (same shapes, fresh weights)] [--quiet]   (tab-separated files, see README)
+           [--encoder F] [--vocab F] [--tokenizer KIND]  (released GPT-1/GPT-2/BERT weights: their tokenizer)
   predict  --checkpoint FINETUNED --data FILE   (one label per line; accuracy on stderr if FILE has labels)
   task     --task text|classify|entailment|similarity|choice --out FILE [--examples 2000] [--seed S] [--held-out]
            (the built-in tasks on 3-digit sums: text = unlabelled problems to pre-train on; the others
            labelled, in finetune's file format)
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
-  eval     --checkpoint FILE --data FILE [--encoder F --vocab F] (mean loss in nats per token)
+           [--vocab vocab.txt [--top 5]]  (BERT's WordPiece: the top candidates at each [MASK])
+  eval     --checkpoint FILE --data FILE [--encoder F] [--vocab F] [--tokenizer KIND] (mean loss in nats per token)
   init     --preset NAME [--seed S] --out FILE
   export   --checkpoint FILE --out DIR   (a gpt2 model in Hugging Face's GPT2LMHeadModel layout:
            DIR/model.safetensors, DIR/config.json, and vocab.json, merges.txt if it has GPT-2's tokenizer)
   grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
-  params   --preset NAME
-  tokenize --encoder encoder.json --vocab vocab.bpe (--text TEXT | --file FILE | --ids 15496,995)
-           (GPT-2's byte-level BPE: text -> ids, or ids -> text)
+  params   --preset NAME | --checkpoint FILE  (the seed's lambda beside the floats the model holds)
+  tokenize [--encoder encoder.json] --vocab vocab.bpe|vocab.txt (--text TEXT | --file FILE | --ids 15496,995)
+           [--tokenizer gpt2-bpe|gpt1-bpe|bert-wordpiece]  (text -> ids, or ids -> text; GPT-2's
+           byte-level BPE, GPT-1's BPE, BERT's WordPiece: recognised from the files)
   bench    [--preset NAME] [--model M --layers L --heads A --embd H --ffn F --vocab V --activation NAME]
            [--batch B] [--block n] [--steps S] [--json]   (model flags change the preset, default gpt2-124m)
   masks    --n N --out FILE.svg [--window 3] [--stride 4] [--perm 2,4,1,3]
@@ -169,11 +174,11 @@ static std::vector<int> parse_ids(const std::string& s, const std::string& what)
 
 // ---- tokenize ----------------------------------------------------------------------------------------
 static int cmd_tokenize(Flags& f) {
-    const std::string enc = f.need("encoder"), merges = f.need("vocab");
+    const std::string enc = f.str("encoder"), merges = f.need("vocab"), kind = f.str("tokenizer");
     const std::string text = f.str("text"), file = f.str("file"), ids = f.str("ids");
     f.done();
     if (f.has("text") + f.has("file") + f.has("ids") != 1) throw Error("tokenize: give exactly one of --text, --file, --ids");
-    const BPE bpe = load_bpe(enc, merges);
+    const Tokenizer bpe = load_tokenizer(kind, enc, merges);  // GPT-2's or GPT-1's BPE, or WordPiece
     if (f.has("ids")) {
         const std::string out = bpe.decode(parse_ids(ids, "--ids"));
         std::fwrite(out.data(), 1, out.size(), stdout);
@@ -189,12 +194,15 @@ static int cmd_tokenize(Flags& f) {
 
 // ---- params, init, grad ------------------------------------------------------------------------------
 static int cmd_params(Flags& f) {
-    const std::string name = f.need("preset");
+    const std::string name = f.str("preset"), path = f.str("checkpoint");
     f.done();
-    const Config c = preset(name);
+    if (f.has("preset") == f.has("checkpoint")) throw Error("params: give exactly one of --preset and --checkpoint");
+    LoadedModel lm;
+    if (!path.empty()) lm = load_model(path, {"adam."});  // a released file (GPT-1, GPT-2, BERT) or our own
+    const Config c = path.empty() ? preset(name) : lm.config;
     const ParamCount k = count_params(c);
-    std::printf("preset %s (%s): V=%d H=%d F=%d D=%d L=%d A=%d n_ctx=%d\n", name.c_str(), variant_name(c.variant), c.V, c.H,
-                c.F, c.D, c.L, c.A, c.n_ctx);
+    std::printf("%s %s (%s): V=%d H=%d F=%d D=%d L=%d A=%d n_ctx=%d\n", path.empty() ? "preset" : "file",
+                (path.empty() ? name : path).c_str(), variant_name(c.variant), c.V, c.H, c.F, c.D, c.L, c.A, c.n_ctx);
     std::printf("  embeddings    V*H + n_ctx*H            %12lld\n", k.embeddings);
     std::printf("  MultiHeadSAs  L*(A*3*H*D + A*D*H)      %12lld\n", k.attention);
     std::printf("  FFNets        L*(H*F + F + F*H + H)    %12lld\n", k.ffn);
@@ -203,7 +211,21 @@ static int cmd_params(Flags& f) {
     if (k.final_ln) std::printf("  + final LayerNorm ln_f (2*H)           %12lld\n", k.final_ln);
     if (k.segments) std::printf("  + segment vectors w_A, w_B (2*H)       %12lld\n", k.segments);
     if (k.attn_biases) std::printf("  + attention biases L*(A*3*D + H)       %12lld\n", k.attn_biases);
+    if (k.emb_ln) std::printf("  + embedding LayerNorm (2*H)            %12lld\n", k.emb_ln);
+    if (k.mlm_head) std::printf("  + masked-LM head H*H + 3*H + V         %12lld\n", k.mlm_head);
+    if (k.pooler) std::printf("  + pooler H*H + H (unused)              %12lld\n", k.pooler);
+    if (k.heads) std::printf("  + heads W_y, w                         %12lld\n", k.heads);
     std::printf("floats the model holds:                  %12lld\n", k.actual);
+    if (!path.empty()) {  // what the file holds beside the parameters (the next-sentence head, ...)
+        long long other = 0;
+        for (auto& t : lm.file.tensors)
+            if (t.first.rfind("adam.", 0) != 0) {
+                std::printf("  + %-36s %12lld (kept, unused)\n", t.first.c_str(), (long long)t.second.size());
+                other += (long long)t.second.size();
+            }
+        std::printf("floats the file holds (a tied copy once):%12lld (%+lld against the seed's lambda)\n", k.actual + other,
+                    k.actual + other - k.seed_lambda);
+    }
     return 0;
 }
 
@@ -333,6 +355,7 @@ static int cmd_finetune(Flags& f) {
     t.out = f.need("out");
     o.lambda = f.number("lambda", o.lambda);
     o.scratch = f.flag("scratch");
+    o.encoder = f.str("encoder"), o.vocab = f.str("vocab"), o.tokenizer = f.str("tokenizer");  // released weights' tokenizer
     t.steps = f.integer("steps", 0);  // 0: 3 epochs
     t.batch = f.int32("batch", 32);
     t.lr = f.number("lr", 6.25e-5);  // the GPT-1 paper's fine-tuning rate
@@ -380,14 +403,17 @@ static int cmd_predict(Flags& f) {
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const FinetuneSpec spec = finetune_spec_of(lm, path);
-    if (!lm.file.metadata.count("vocab")) throw Error("'" + path + "' has no character vocabulary");
-    const CharVocab vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
+    const auto& md = lm.file.metadata;
+    const Tokenizer tok = tokenizer_of(md, path);  // finetune records the tokenizer it was given (issue 12)
+    const bool subword = !tok.kind.empty() && tok.kind != "char";
+    if (!subword && !md.count("vocab")) throw Error("'" + path + "' has no character vocabulary");
+    const CharVocab vocab = subword ? CharVocab() : CharVocab::from_metadata(md.at("vocab"));
     const std::string text = read_file(data);
     const bool labelled = has_label_column(text, spec.kind);
     std::vector<std::string> classes = spec.classes;
     std::vector<EncodedExample> ex;
     for (const LabelledExample& e : parse_labelled(text, data, spec.kind, classes, false, labelled))
-        ex.push_back(encode_example(lm.config, spec, vocab, e, text, data));
+        ex.push_back(subword ? encode_example(lm.config, spec, tok, e, data) : encode_example(lm.config, spec, vocab, e, text, data));
     const std::vector<int> pred = finetune_predict(lm.config, lm.params, spec, ex);
     int right = 0;
     for (std::size_t i = 0; i < pred.size(); i++) {
@@ -412,43 +438,36 @@ static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
     return v;
 }
 
-// Text <-> ids for sample and eval: GPT-2's BPE when --encoder and --vocab are given (released
-// GPT-2 weights), else the tokenizer the checkpoint records (issue 11: GPT-2's BPE, or the
-// character vocabulary that train stored in it).
-struct Codec {
-    bool bpe_mode = false;
-    BPE bpe;
-    CharVocab chars;
-    std::vector<int> encode(const std::string& s, const std::string& where) const {
-        return bpe_mode ? bpe.encode(s) : chars.encode(s, where);
-    }
-    std::string decode(const std::vector<int>& ids) const { return bpe_mode ? bpe.decode(ids) : chars.decode(ids); }
-};
-static Codec codec_of(const LoadedModel& lm, const std::string& path, const std::string& encoder, const std::string& merges) {
-    Codec k;
-    if (encoder.empty() != merges.empty()) throw Error("--encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
-    if (encoder.empty()) {
-        const Tokenizer t = tokenizer_of(lm.file.metadata, path);
-        if (t.kind == "gpt2-bpe") {
-            k.bpe_mode = true, k.bpe = t.bpe;
-            if (k.bpe.size() != lm.config.V)
-                throw Error("'" + path + "': its recorded tokenizer has " + std::to_string(k.bpe.size()) + " tokens but V = " +
-                            std::to_string(lm.config.V));
-            return k;
+// Text <-> ids for sample, eval, fill and attention: the tokenizer the flags name (released weights:
+// --encoder/--vocab, --tokenizer gpt2-bpe|gpt1-bpe|bert-wordpiece, "" = recognised from the files;
+// WordPiece takes --vocab vocab.txt alone), else the one the checkpoint records (issue 11: the
+// character vocabulary train stored, or the subword tokenizer train or finetune stored).
+static Tokenizer codec_of(const LoadedModel& lm, const std::string& path, const std::string& encoder, const std::string& merges,
+                          const std::string& kind = "") {
+    if (!encoder.empty() && merges.empty()) throw Error("--encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
+    Tokenizer t;
+    if (merges.empty()) {
+        if (!kind.empty()) throw Error("--tokenizer " + kind + " needs its files: --vocab (and --encoder for a BPE)");
+        t = tokenizer_of(lm.file.metadata, path);
+        if (t.kind.empty() || t.kind == "char") {  // characters (or none: vocab_of says what to give)
+            t.kind = "char", t.chars = vocab_of(lm, path);
+            return t;
         }
-        k.chars = vocab_of(lm, path);
-        return k;
+    } else {
+        t = load_tokenizer(kind, encoder, merges);
     }
-    k.bpe_mode = true;
-    k.bpe = load_bpe(encoder, merges);
-    if (k.bpe.size() != lm.config.V)
-        throw Error("the tokenizer has " + std::to_string(k.bpe.size()) + " tokens but the model's V = " + std::to_string(lm.config.V));
-    return k;
+    const int V0 = lm.config.V - (lm.config.W_y_rows > 0 && is_causal(lm.config.variant) ? 3 : 0);  // a fine-tuned GPT's 3 new rows
+    if (t.size() != V0)
+        throw Error("the tokenizer has " + std::to_string(t.size()) + " tokens but the model's V = " + std::to_string(V0));
+    if ((t.kind == "bert-wordpiece") != !is_causal(lm.config.variant))
+        throw Error("the tokenizer is " + t.kind + " but '" + path + "' is a " + variant_name(lm.config.variant) +
+                    " model (gpt1-bpe and gpt2-bpe go with gpt models, bert-wordpiece with bert)");
+    return t;
 }
 
 static int cmd_sample(Flags& f) {
     const std::string path = f.need("checkpoint"), prompt = f.need("prompt");
-    const std::string encoder = f.str("encoder"), merges = f.str("vocab");
+    const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
     const long long tokens = f.integer("tokens", 200), seed = f.integer("seed", 1);
     const int top_k = f.int32("top-k", 0);
     const double temperature = f.number("temperature", 1.0);
@@ -460,7 +479,7 @@ static int cmd_sample(Flags& f) {
         throw Error(std::string("--") + (f.has("top-k") ? "top-k" : "seed") + " does not apply with --temperature 0 (greedy decoding draws nothing)");
     LoadedModel lm = load_model(path, {"adam."});
     if (!is_causal(lm.config.variant)) throw Error("sample needs a gpt, gpt2 or gpt3 model; use fill for bert/roberta");
-    const Codec codec = codec_of(lm, path, encoder, merges);
+    const Tokenizer codec = codec_of(lm, path, encoder, merges, kind);
     const std::vector<int> x = codec.encode(prompt, "--prompt");
     if (x.empty()) throw Error("--prompt is empty");
     Rng rng((uint64_t)seed);
@@ -470,12 +489,51 @@ static int cmd_sample(Flags& f) {
     return 0;
 }
 
+// fill with BERT's WordPiece (issue 12): [CLS] text [SEP], as Hugging Face's tokenizer adds them,
+// then the top candidates at each [MASK] with their probabilities Softmax(z_j), and the text with
+// the best candidate at each.
+static int fill_subword(const LoadedModel& lm, const std::string& path, const Tokenizer& codec, const std::string& text, int top) {
+    const Config& c = lm.config;
+    std::vector<int> x = codec.encode(text, "--text"), masked;
+    x.insert(x.begin(), c.cls_id), x.push_back(c.sep_id);
+    for (int j = 0; j < (int)x.size(); j++)
+        if (x[j] == c.mask_id) masked.push_back(j);
+    if (masked.empty()) throw Error("--text has no [MASK]");
+    if ((int)x.size() > c.n_ctx)
+        throw Error("--text is " + std::to_string(x.size()) + " tokens with [CLS] and [SEP], longer than n_ctx = " + std::to_string(c.n_ctx));
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x;
+    const Tensor<float> Z = model_forward(c, lm.params, b);
+    for (float z : Z.data)
+        if (!std::isfinite(z)) throw Error("the logits of '" + path + "' are not finite: the model's numbers overflow");
+    std::vector<int> filled = x;
+    for (int j : masked) {
+        std::vector<float> y(c.V);
+        softmax_row(Z.row(j), y.data(), c.V);
+        std::vector<int> order(c.V);
+        for (int v = 0; v < c.V; v++) order[v] = v;
+        const int k = std::min(top, c.V);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int bb) { return y[a] > y[bb] || (y[a] == y[bb] && a < bb); });
+        std::printf("[MASK] at token %d:", j);
+        for (int r = 0; r < k; r++) std::printf("%s %s %.4f", r ? "," : "", codec.decode({order[r]}).c_str(), y[order[r]]);
+        std::printf("\n");
+        filled[j] = order[0];
+    }
+    std::printf("%s\n", codec.decode(std::vector<int>(filled.begin() + 1, filled.end() - 1)).c_str());
+    return 0;
+}
+
 static int cmd_fill(Flags& f) {
     const std::string path = f.need("checkpoint"), text = f.need("text");
+    const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
+    const int top = f.int32("top", 5);
     f.done();
+    if (top < 1) throw Error("--top must be at least 1");
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
     if (is_causal(c.variant)) throw Error("fill needs a bert or roberta model; use sample for gpt variants");
+    if (!merges.empty() || !encoder.empty() || !kind.empty()) return fill_subword(lm, path, codec_of(lm, path, encoder, merges, kind), text, top);
+    if (f.has("top")) throw Error("--top goes with a tokenizer (--vocab vocab.txt)");
     const CharVocab vocab = vocab_of(lm, path);
     std::vector<int> x, masked;
     const std::string MASK = "[MASK]";
@@ -506,11 +564,11 @@ static int cmd_fill(Flags& f) {
 
 static int cmd_eval(Flags& f) {
     const std::string path = f.need("checkpoint"), data = f.need("data");
-    const std::string encoder = f.str("encoder"), merges = f.str("vocab");
+    const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
-    const std::vector<int> ids = codec_of(lm, path, encoder, merges).encode(read_file(data), "'" + data + "'");
+    const std::vector<int> ids = codec_of(lm, path, encoder, merges, kind).encode(read_file(data), "'" + data + "'");
     if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
     long long count = 0;
     if (c.xlnet) {  // trained with --objective xlnet: its own loss, over several permutations
@@ -586,7 +644,7 @@ static int cmd_attention(Flags& f) {
     std::vector<int> x;
     std::vector<std::string> labels;
     if (f.has("text")) {
-        const Codec codec = codec_of(lm, path, encoder, merges);
+        const Tokenizer codec = codec_of(lm, path, encoder, merges);
         x = codec.encode(text, "--text");
         for (int id : x) labels.push_back(token_label(codec.decode({id})));
     } else {

@@ -1820,38 +1820,6 @@ TEST_CASE("gemm: equals gemm_reference on odd shapes, transposed strides, accumu
     gemm_vs_reference<float>();
 }
 
-namespace {
-// gemv_rows (1 to 3 rows of A, row-major B: generation's one-token products) adds in the
-// reference's order, so it must agree bit for bit, with N = 64 (sums in registers), other N (8 rows
-// of B at a time) and K not a multiple of 8 (the remainder rows).
-template <typename T>
-void gemv_rows_vs_reference() {
-    Rng rng(5);
-    const Dims shapes[] = {{1, 64, 768}, {2, 64, 37}, {3, 64, 8}, {1, 100, 50}, {3, 300, 13}, {1, 2304, 64}};
-    for (Dims d : shapes)
-        for (int ta = 0; ta < 2; ta++)
-            for (int acc = 0; acc < 2; acc++) {
-                CAPTURE(d.M);
-                CAPTURE(d.N);
-                CAPTURE(d.K);
-                CAPTURE(ta);
-                CAPTURE(acc);
-                Tensor<T> A = ta ? rand_t<T>(d.K, d.M, rng) : rand_t<T>(d.M, d.K, rng);
-                const long rsA = ta ? 1 : d.K, csA = ta ? d.M : 1;
-                Tensor<T> B = rand_t<T>(d.K, d.N, rng);
-                const int ldc = d.N + 2;
-                Tensor<T> C = rand_t<T>(d.M, ldc, rng), Cref = C;
-                gemm<T>(d.M, d.N, d.K, A.ptr(), rsA, csA, B.ptr(), d.N, 1, C.ptr(), ldc, acc == 1);
-                gemm_reference<T>(d.M, d.N, d.K, A.ptr(), rsA, csA, B.ptr(), d.N, 1, Cref.ptr(), ldc, acc == 1);
-                CHECK(C.data == Cref.data);
-            }
-}
-}  // namespace
-TEST_CASE("gemm: a few rows times row-major B (gemv_rows) equal gemm_reference bit for bit") {
-    gemv_rows_vs_reference<float>();
-    gemv_rows_vs_reference<double>();
-}
-
 TEST_CASE("matmul: hand-computed case and agreement with gemm_reference") {
     // [[1, 2, 3], [4, 5, 6]] [[1, 0], [0, 1], [1, 1]] = [[1 + 3, 2 + 3], [4 + 6, 5 + 6]] = [[4, 5], [10, 11]]
     TD C = matmul(TD::from(2, 3, {1, 2, 3, 4, 5, 6}), TD::from(3, 2, {1, 0, 0, 1, 1, 1}));
@@ -5895,6 +5863,716 @@ TEST_CASE("Tensor: uninit has the shape, pool blocks are reused, and storage com
     for (float v : b.data) CHECK(v == 0.0f);  // Tensor(shape) still fills
     CHECK(Tensor<double>::from(1, 2, {1, 2}).data == std::vector<double>{1, 2});
     CHECK(Tensor<double>::from(1, 2, {1, 2}).data != std::vector<double>{1, 3});
+}
+
+// ==== issue 12: released GPT-1 and BERT ====
+namespace {
+// A GPT-1 tokenizer on a hand-made vocabulary: ids in the order given.
+const std::vector<std::string> m_GPT1_SYMBOLS = {"<unk>", "l", "o", "w", "e", "s", "t", "r", "w</w>", "r</w>", "t</w>",
+                                                 "!</w>", "lo", "low", "low</w>", "er</w>", "lower</w>", "es", "est</w>",
+                                                 "o</w>", "a</w>"};
+std::string m_gpt1_encoder_json(const std::vector<std::string>& symbols) {
+    std::string j = "{";
+    for (std::size_t k = 0; k < symbols.size(); k++) j += (k ? ", \"" : "\"") + symbols[k] + "\": " + std::to_string(k);
+    return j + "}";
+}
+const std::string m_GPT1_MERGES = "#version: 0.2\nl o\nlo w</w>\ne r</w>\nlo w\nlow er</w>\ne s\nes t</w>\n";
+GPT1BPE m_gpt1() { return make_gpt1_bpe(m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES); }
+int m_gpt1_id(const std::string& s) { return (int)(std::find(m_GPT1_SYMBOLS.begin(), m_GPT1_SYMBOLS.end(), s) - m_GPT1_SYMBOLS.begin()); }
+
+const std::string m_WP_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncapital\nof\nfrance\nis\n.\nun\n##aff\n##able\na\n##a\n"
+                               "ecole\n\xE4\xB8\xAD\n,\n!\n";  // 中 at id 17
+}  // namespace
+
+TEST_CASE("BERT normaliser: control characters, white space, CJK, accents, lower case, Hangul") {
+    CHECK(bert_normalize("") == "");
+    // \t becomes a space, \x01 (Cc), U+200B (Cf) and U+FFFD vanish, U+3000 is a space.
+    CHECK(bert_normalize("H\xC3\xA9llo\tWORLD\x01\xE2\x80\x8B!\xEF\xBF\xBD\xE3\x80\x80x") == "hello world! x");
+    // Each CJK ideograph between spaces; Hiragana is not one.
+    CHECK(bert_normalize("a\xE4\xB8\xAD\xE6\x96\x87\xE3\x81\x82") == "a \xE4\xB8\xAD  \xE6\x96\x87 \xE3\x81\x82");
+    // Accents: precomposed (é, Ǖ twice decomposed), combining (e + U+0301), Greek with tonos, Cyrillic й -> и.
+    CHECK(bert_normalize("\xC3\x89\xC7\x95 e\xCC\x81 \xCE\x86\xCE\xA3 \xD0\x99") == "eu e \xCE\xB1\xCF\x83 \xD0\xB8");
+    // ø and ß have no decomposition and stay (lower-cased); İ is I + a mark, stripped before lower-casing.
+    CHECK(bert_normalize("\xC3\x98\xC3\x9F\xC4\xB0") == "\xC3\xB8\xC3\x9F" "i");
+    // A Hangul syllable decomposes into its jamo: 한 = U+1112 U+1161 U+11AB.
+    CHECK(bert_normalize("\xED\x95\x9C") == "\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB");
+    // The CJK compatibility ideograph U+F900 is a CJK character and decomposes to U+8C48.
+    CHECK(bert_normalize("\xEF\xA4\x80") == " \xE8\xB1\x88 ");
+    M_CHECK_TF_ERROR(bert_normalize("ab\xFF"), "not valid UTF-8");
+}
+
+TEST_CASE("BERT pre-tokeniser: white space dropped, every punctuation character a word of its own") {
+    CHECK(bert_pretokenize("hi,there!!  a--b $5 \xE2\x80\x9Cq\xE2\x80\x9D") ==
+          std::vector<std::string>{"hi", ",", "there", "!", "!", "a", "-", "-", "b", "$", "5", "\xE2\x80\x9C", "q", "\xE2\x80\x9D"});
+    CHECK(bert_pretokenize("   ").empty());
+    CHECK(bert_words("Don't STOP.") == std::vector<std::string>{"don", "'", "t", "stop", "."});
+}
+
+TEST_CASE("GPT-1 BPE: </w> on the last symbol, merges by rank, <unk>, accents and CJK, decode") {
+    const GPT1BPE t = m_gpt1();
+    CHECK(t.size() == (int)m_GPT1_SYMBOLS.size());
+    CHECK(t.unk == 0);
+    CHECK(t.bpe("low") == std::vector<std::string>{"low</w>"});
+    CHECK(t.bpe("lower") == std::vector<std::string>{"lower</w>"});
+    CHECK(t.bpe("lowest") == std::vector<std::string>{"low", "est</w>"});
+    CHECK(t.bpe("o") == std::vector<std::string>{"o</w>"});
+    const int low = m_gpt1_id("low</w>"), lower = m_gpt1_id("lower</w>"), low_ = m_gpt1_id("low"),
+              est = m_gpt1_id("est</w>"), bang = m_gpt1_id("!</w>");
+    CHECK(t.encode("LOWER Lowest!") == std::vector<int>{lower, low_, est, bang});
+    CHECK(t.encode("l\xC3\xB3w") == std::vector<int>{low});  // ó loses its accent
+    // ø is not in the vocabulary: <unk> in its place, no merge across it.
+    CHECK(t.encode("l\xC3\xB8w") == std::vector<int>{m_gpt1_id("l"), 0, m_gpt1_id("w</w>")});
+    // A CJK character is a word of its own (here unknown); "<unk>" in the text is the token itself.
+    CHECK(t.encode("low\xE4\xB8\xADlow <unk>") == std::vector<int>{low, 0, low, 0});
+    CHECK(t.encode("").empty());
+    CHECK(t.decode({low_, est, bang, low}) == "lowest ! low");
+    CHECK(t.decode({low_}) == "low");
+    M_CHECK_TF_ERROR(t.decode({99}), "outside 0..20");
+}
+
+TEST_CASE("WordPiece: specials in the text, ## pieces, [UNK] for no match and for words over 100 characters") {
+    const WordPiece w = make_wordpiece(m_WP_VOCAB);
+    CHECK(w.size() == 20);
+    CHECK(w.unk == 1);
+    CHECK(w.cls == 2);
+    CHECK(w.sep == 3);
+    CHECK(w.mask == 4);
+    CHECK(w.encode("[CLS] The capital of FRANCE is [MASK].[SEP]") == std::vector<int>{2, 5, 6, 7, 8, 9, 4, 10, 3});
+    CHECK(w.encode("[mask]") == std::vector<int>{1, 1, 1});  // not the special token: [ mask ] (no "[" in the vocabulary)
+    CHECK(w.wordpiece("unaffable") == std::vector<int>{11, 12, 13});
+    CHECK(w.wordpiece("unaffablex") == std::vector<int>{1});  // no piece for "x": the whole word is [UNK]
+    // Control and format characters vanish before the split: un\x01aff\u200Bable is one word.
+    CHECK(w.encode("un\x01" "aff\xE2\x80\x8B" "able") == std::vector<int>{11, 12, 13});
+    CHECK(w.encode("\xC3\x89" "COLE") == std::vector<int>{16});  // École -> ecole
+    CHECK(w.encode("\xE4\xB8\xAD\xE5\x9B\xBD!") == std::vector<int>{17, 1, 19});  // 中 known, 国 not
+    const std::vector<int> hundred = w.encode(std::string(100, 'a'));
+    CHECK(hundred.size() == 100);
+    CHECK(hundred.front() == 14);
+    CHECK(hundred.back() == 15);
+    CHECK(w.encode(std::string(101, 'A')) == std::vector<int>{1});
+    CHECK(w.encode(" \t\n").empty());
+    CHECK(w.decode({2, 11, 12, 13, 18, 5, 4}) == "[CLS] unaffable , the [MASK]");
+}
+
+TEST_CASE("tokenizer files: malformed vocabularies and merges, and a kind that does not match the files") {
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0", "a b\n"), "");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b\": 0}", "a b\n"), "id 0 is given twice");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b\": 5}", "a b\n"), "not an integer in 0..1");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b</w>\": 1}", "#version: 0.2\na b</w>\n"), "line 2", "'ab</w>' is not in the encoder");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b\": 1, \"ab\": 2}", "a b c\n"), "line 1 is not two symbols");
+    M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0}", "#version: 0.2\n"), "no merges");
+    M_CHECK_TF_ERROR(make_wordpiece(""), "no tokens");
+    M_CHECK_TF_ERROR(make_wordpiece("[CLS]\nthe\n"), "no [UNK]");
+    M_CHECK_TF_ERROR(make_wordpiece("[UNK]\nthe\nthe\n"), "line 3", "given twice");
+    M_CHECK_TF_ERROR(make_wordpiece("[UNK]\n\nthe\n"), "line 2 is empty");
+    M_CHECK_TF_ERROR(make_wordpiece("[UNK]\nth\xFF\n"), "line 2 is not valid UTF-8");
+    // The kind, recognised from the files or named: GPT-1 (</w>), GPT-2 (byte symbols), WordPiece.
+    const std::string g1e = m_path("g1_encoder.json"), g1m = m_path("g1_merges.bpe"), g2e = m_path("g2_encoder.json"),
+                      g2m = m_path("g2_merges.bpe"), wp = m_path("wp_vocab.txt");
+    m_write(g1e, m_gpt1_encoder_json(m_GPT1_SYMBOLS)), m_write(g1m, m_GPT1_MERGES);
+    m_write(g2e, "{\"a\": 0, \"\\u0120\": 1, \"\\u0120a\": 2}"), m_write(g2m, "#version: 0.2\n\xC4\xA0 a\n");
+    m_write(wp, m_WP_VOCAB);
+    CHECK(load_tokenizer("", g1e, g1m).kind == "gpt1-bpe");
+    CHECK(load_tokenizer("", g2e, g2m).kind == "gpt2-bpe");
+    CHECK(load_tokenizer("", "", wp).kind == "bert-wordpiece");
+    CHECK(load_tokenizer("gpt1-bpe", g1e, g1m).encode("lowest") == std::vector<int>{m_gpt1_id("low"), m_gpt1_id("est</w>")});
+    CHECK(load_tokenizer("", g2e, g2m).encode(" a") == std::vector<int>{2});
+    CHECK(load_tokenizer("bert-wordpiece", "", wp).encode("the") == std::vector<int>{5});
+    M_CHECK_TF_ERROR(load_tokenizer("gpt1-bpe", g2e, g2m), "these are gpt2-bpe files, not gpt1-bpe");
+    M_CHECK_TF_ERROR(load_tokenizer("gpt2-bpe", g1e, g1m), "these are gpt1-bpe files, not gpt2-bpe");
+    M_CHECK_TF_ERROR(load_tokenizer("bert-wordpiece", g1e, g1m), "not bert-wordpiece");
+    M_CHECK_TF_ERROR(load_tokenizer("", "", g1e), "not a tokenizer this program knows");
+    M_CHECK_TF_ERROR(load_tokenizer("sentencepiece", "", wp), "unknown tokenizer 'sentencepiece'");
+}
+
+namespace {
+// tiny-bert (or tiny-roberta) with the released BERT's additions switched on.
+Config m_released_bert(const std::string& preset_name, bool pooler) {
+    Config c = preset(preset_name);
+    c.attn_bias = true, c.emb_ln = true, c.mlm_head = true, c.pooler = pooler;
+    c.activation = Activation::gelu_erf;
+    return c;
+}
+}  // namespace
+
+TEST_CASE("MLMHead: a value computed by hand (H = 2: the LayerNorm of two numbers is +-1)") {
+    Config c = preset("tiny-bert");
+    c.H = 2, c.V = 3, c.eps = 1e-12, c.activation = Activation::gelu_erf;
+    Params<double> p;
+    p.W_t = TD::from(2, 2, {1, 0, 0, 1}), p.b_t = TD::vector({0, 0});
+    p.gamma_t = TD::vector({2, 1}), p.beta_t = TD::vector({0.5, 0});
+    p.W_e = TD::from(3, 2, {1, 0, 0, 1, 1, 1}), p.b_z = TD::vector({0, 1, 2});
+    // U = [1, 0], GELU(U) = [0.841.., 0], LayerNorm -> [1, -1], * gamma + beta = [2.5, -1],
+    // Z = [2.5, -1] W_e^T + b_z = [2.5, -1 + 1, 1.5 + 2].
+    MLMHeadCache<double> k;
+    const TD Z = MLMHead(c, p, TD::from(1, 2, {1, 0}), &k);
+    REQUIRE(Z.shape == std::vector<int>{1, 3});
+    CHECK(Z(0, 0) == doctest::Approx(2.5).epsilon(1e-9));
+    CHECK(Z(0, 1) == doctest::Approx(0.0).epsilon(1e-9));
+    CHECK(Z(0, 2) == doctest::Approx(3.5).epsilon(1e-9));
+    CHECK(k.U.data == std::vector<double>{1, 0});
+}
+
+TEST_CASE("MLMHead: gradient check of dX, W_t, b_t, gamma_t, beta_t, b_z and the tied W_e") {
+    Config c = m_released_bert("tiny-bert", false);
+    Params<double> p = m_model<double>(c, 1201, 0.3);
+    Rng r(1202);
+    TD X(5, c.H), R(5, c.V);
+    for (auto& v : X.data) v = r.normal();
+    for (auto& v : R.data) v = r.normal();
+    // loss = sum(MLMHead(X) * R): dZ = R.
+    auto loss = [&](const TD& x) {
+        const TD Z = MLMHead(c, p, x);
+        double s = 0;
+        for (std::size_t k = 0; k < Z.size(); k++) s += Z[k] * R[k];
+        return s;
+    };
+    MLMHeadCache<double> k;
+    MLMHead(c, p, X, &k);
+    Params<double> g = make_params<double>(c);
+    const TD dX = MLMHead_backward(c, p, k, R, g);
+    const double h = 1e-5;
+    auto check = [&](TD& x, const TD& ana, const char* name) {
+        CAPTURE(name);
+        REQUIRE(ana.shape == x.shape);
+        double biggest = 0;
+        for (std::size_t j = 0; j < x.size(); j++) {
+            const double x0 = x[j];
+            x[j] = x0 + h;
+            const double lp = loss(X);
+            x[j] = x0 - h;
+            const double lm = loss(X);
+            x[j] = x0;
+            const double num = (lp - lm) / (2 * h);
+            CHECK(std::fabs(num - ana[j]) <= 1e-6 * std::max(1.0, std::fabs(ana[j])));
+            biggest = std::max(biggest, std::fabs(ana[j]));
+        }
+        CHECK(biggest > 1e-3);  // a real gradient, not zeros
+    };
+    check(X, dX, "X");
+    check(p.W_t, g.W_t, "W_t");
+    check(p.b_t, g.b_t, "b_t");
+    check(p.gamma_t, g.gamma_t, "gamma_t");
+    check(p.beta_t, g.beta_t, "beta_t");
+    check(p.b_z, g.b_z, "b_z");
+    check(p.W_e, g.W_e, "W_e");
+}
+
+TEST_CASE("released BERT options: whole-model gradient check with emb_ln and mlm_head (BERT and RoBERTa)") {
+    for (const std::string name : {"tiny-bert", "tiny-roberta"}) {
+        CAPTURE(name);
+        const Config c = m_released_bert(name, false);
+        Params<double> p = m_model<double>(c, 1210, 0.2);
+        const Batch b = m_batch(c, 1211);
+        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1212, name + " released");
+        // With dropout (embedding dropout after the embedding LayerNorm): the same masks each time.
+        m_grad_check(c, p, [&](Params<double>* g) {
+            Rng rng(77);
+            ForwardOptions o;
+            o.dropout = 0.1, o.rng = &rng;
+            return model_loss(c, p, b, g, o);
+        }, 1213, name + " released, dropout");
+    }
+}
+
+TEST_CASE("released BERT options: the pooler is kept and unused, the embedding LayerNorm normalises X^(0)") {
+    const Config c = m_released_bert("tiny-bert", true);
+    Params<double> p = m_model<double>(c, 1220, 0.2);
+    const Batch b = m_batch(c, 1221);
+    Params<double> g = make_params<double>(c);
+    const double L0 = model_loss(c, p, b, &g);
+    for (double v : g.W_pool.data) CHECK(v == 0.0);
+    for (double v : g.b_pool.data) CHECK(v == 0.0);
+    for (auto& v : p.W_pool.data) v += 1.0;
+    CHECK(model_loss(c, p, b) == L0);
+    // Adding 5 to every entry of W_p adds the same number to every entry of a row of X^(0), which
+    // the embedding LayerNorm subtracts again (its mean): the loss stays; without it, it changes.
+    for (auto& v : p.W_p.data) v += 5.0;
+    CHECK(model_loss(c, p, b) == doctest::Approx(L0).epsilon(1e-9));
+    Config off = c;
+    off.emb_ln = false;
+    Params<double> q = make_params<double>(off);
+    auto Q = named_tensors(off, q);
+    for (auto& nt : named_tensors(c, p))
+        for (auto& qt : Q)
+            if (qt.name == nt.name) *qt.tensor = *nt.tensor;
+    Params<double> q2 = q;
+    for (auto& v : q2.W_p.data) v -= 5.0;
+    CHECK(model_loss(off, q, b) != doctest::Approx(model_loss(off, q2, b)).epsilon(1e-6));  // without it, it does change
+}
+
+TEST_CASE("released BERT options: metadata round trip, checkpoints, defaults off, only for bert and roberta") {
+    for (const std::string name : {"bert-base", "roberta-base", "gpt1", "tiny-bert"}) {
+        const auto m = config_metadata(preset(name));
+        CHECK(m.count("emb_ln") == 0);
+        CHECK(m.count("mlm_head") == 0);
+        CHECK(m.count("pooler") == 0);
+    }
+    const Config c = m_released_bert("tiny-bert", true);
+    const auto m = config_metadata(c);
+    CHECK(m.at("emb_ln") == "1");
+    CHECK(m.at("mlm_head") == "1");
+    CHECK(m.at("pooler") == "1");
+    const Config d = config_from_metadata(m);
+    CHECK(d.emb_ln);
+    CHECK(d.mlm_head);
+    CHECK(d.pooler);
+    auto bad = m;
+    bad["mlm_head"] = "2";
+    M_CHECK_TF_ERROR(config_from_metadata(bad), "mlm_head", "expected 0 or 1");
+    Config g = preset("tiny-gpt");
+    g.mlm_head = true;
+    M_CHECK_TF_ERROR(validate(g), "bert and roberta only");
+    {  // explain walks the seed's boxes only: it refuses these options rather than skip them
+        Params<double> pd = m_model<double>(c, 1231, 0.2);
+        Batch one;
+        one.n = 4, one.tokens = {10, 12, 1, 11}, one.targets = {-1, 5, -1, -1};
+        M_CHECK_TF_ERROR(explain(c, pd, one), "explain does not walk");
+    }
+    Params<float> p = m_model<float>(c, 1230, 0.2);
+    save_model(m_path("released_bert.safetensors"), c, p);
+    LoadedModel lm = load_model(m_path("released_bert.safetensors"));
+    CHECK(lm.config.emb_ln);
+    CHECK(lm.config.pooler);
+    CHECK(m_params_bits_equal(c, p, lm.params));
+    const ParamCount k = count_params(c);
+    CHECK(k.emb_ln == 2 * 8);
+    CHECK(k.mlm_head == 8 * 8 + 8 + 2 * 8 + 13);
+    CHECK(k.pooler == 8 * 8 + 8);
+    CHECK(k.actual == k.seed_lambda + k.segments + k.attn_biases + k.emb_ln + k.mlm_head + k.pooler);
+    Params<float> counted = make_params<float>(c);
+    long long floats = 0;
+    for (auto& nt : named_tensors(c, counted)) floats += (long long)nt.tensor->size();
+    CHECK(floats == k.actual);
+}
+
+namespace {
+// A safetensors file written byte by byte: (name, dtype, shape, raw little-endian bytes).
+struct m_RawTensor {
+    std::string name, dtype;
+    std::vector<int> shape;
+    std::string bytes;
+};
+m_RawTensor m_raw(const std::string& name, const Tensor<float>& t) {
+    return {name, "F32", t.shape, std::string(reinterpret_cast<const char*>(t.ptr()), t.size() * 4)};
+}
+void m_write_raw(const std::string& path, const std::vector<m_RawTensor>& ts) {
+    std::string header = "{\"__metadata__\":{\"format\":\"pt\"}", body;
+    for (auto& t : ts) {
+        std::string shape;
+        for (std::size_t k = 0; k < t.shape.size(); k++) shape += (k ? "," : "") + std::to_string(t.shape[k]);
+        header += ",\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+                  std::to_string(body.size()) + "," + std::to_string(body.size() + t.bytes.size()) + "]}";
+        body += t.bytes;
+    }
+    m_write(path, m_st_bytes(header + "}", body));
+}
+std::string m_mkdir(const std::string& name) {
+    REQUIRE(std::system(("mkdir -p " + m_path(name)).c_str()) == 0);
+    return m_path(name) + "/";
+}
+Config m_gpt1_hf_config() {  // GPT-1 as released in small: post-LN, gelu_tanh, attention biases, 3 heads
+    Config c = preset("tiny-gpt");
+    c.V = 13, c.H = 12, c.A = 3, c.D = 4, c.F = 20, c.L = 2, c.n_ctx = 16;
+    c.activation = Activation::gelu_tanh, c.attn_bias = true;
+    return c;
+}
+// The tensors of a gpt model under Hugging Face's OpenAIGPTModel names (Conv1D: in x out).
+std::vector<m_RawTensor> m_gpt1_hf(const Config& c, const Params<float>& p, const std::string& prefix) {
+    std::vector<m_RawTensor> t = {m_raw(prefix + "tokens_embed.weight", p.W_e), m_raw(prefix + "positions_embed.weight", p.W_p)};
+    const int H = c.H, D = c.D;
+    for (int l = 0; l < c.L; l++) {
+        const Layer<float>& y = p.layers[l];
+        const std::string h = prefix + "h." + std::to_string(l) + ".";
+        Tensor<float> W(H, 3 * H), b({3 * H});
+        for (int i = 0; i < c.A; i++) {
+            const Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
+            const Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
+            for (int part = 0; part < 3; part++)
+                for (int d = 0; d < D; d++) {
+                    for (int r = 0; r < H; r++) W(r, part * H + i * D + d) = (*Wi[part])(r, d);
+                    b[part * H + i * D + d] = (*bi[part])[d];
+                }
+        }
+        for (auto& kv : std::vector<std::pair<std::string, const Tensor<float>*>>{
+                 {"attn.c_attn.weight", &W}, {"attn.c_attn.bias", &b}, {"attn.c_proj.weight", &y.attn.W_O},
+                 {"attn.c_proj.bias", &y.attn.b_O}, {"ln_1.weight", &y.ln_1_gamma}, {"ln_1.bias", &y.ln_1_beta},
+                 {"mlp.c_fc.weight", &y.ffn.W_1}, {"mlp.c_fc.bias", &y.ffn.b_1}, {"mlp.c_proj.weight", &y.ffn.W_2},
+                 {"mlp.c_proj.bias", &y.ffn.b_2}, {"ln_2.weight", &y.ln_2_gamma}, {"ln_2.bias", &y.ln_2_beta}})
+            t.push_back(m_raw(h + kv.first, *kv.second));
+    }
+    return t;
+}
+Config m_bert_hf_config() {  // BERT as released in small: tiny-bert with attention biases and the additions
+    Config c = m_released_bert("tiny-bert", true);
+    c.A = 2, c.D = 4, c.H = 8, c.F = 16, c.L = 2, c.n_ctx = 16, c.V = 13;
+    return c;
+}
+const std::string m_BERT_VOCAB = "[UNK]\nt1\nt2\nt3\nt4\nt5\nt6\nt7\nt8\nt9\n[CLS]\n[SEP]\n[MASK]\n";
+// The tensors of a bert model under Hugging Face's BertForPreTraining names (Linear: out x in).
+std::vector<m_RawTensor> m_bert_hf(const Config& c, const Params<float>& p, bool legacy_ln) {
+    const std::string g = legacy_ln ? "gamma" : "weight", be = legacy_ln ? "beta" : "bias";
+    Tensor<float> tt(2, c.H);
+    std::copy(p.w_A.data.begin(), p.w_A.data.end(), tt.row(0));
+    std::copy(p.w_B.data.begin(), p.w_B.data.end(), tt.row(1));
+    std::vector<m_RawTensor> t = {m_raw("bert.embeddings.word_embeddings.weight", p.W_e),
+                                  m_raw("bert.embeddings.position_embeddings.weight", p.W_p),
+                                  m_raw("bert.embeddings.token_type_embeddings.weight", tt),
+                                  m_raw("bert.embeddings.LayerNorm." + g, p.gamma_e), m_raw("bert.embeddings.LayerNorm." + be, p.beta_e)};
+    for (int l = 0; l < c.L; l++) {
+        const Layer<float>& y = p.layers[l];
+        const std::string e = "bert.encoder.layer." + std::to_string(l) + ".";
+        const std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
+        const std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
+        const char* names[3] = {"query", "key", "value"};
+        for (int part = 0; part < 3; part++) {
+            Tensor<float> W(c.A * c.D, c.H), b({c.A * c.D});
+            for (int i = 0; i < c.A; i++)
+                for (int d = 0; d < c.D; d++) {
+                    for (int r = 0; r < c.H; r++) W(i * c.D + d, r) = (*Ws[part])[i](r, d);
+                    b[i * c.D + d] = (*bs[part])[i][d];
+                }
+            t.push_back(m_raw(e + "attention.self." + names[part] + ".weight", W));
+            t.push_back(m_raw(e + "attention.self." + names[part] + ".bias", b));
+        }
+        t.push_back(m_raw(e + "attention.output.dense.weight", transpose(y.attn.W_O)));
+        t.push_back(m_raw(e + "attention.output.dense.bias", y.attn.b_O));
+        t.push_back(m_raw(e + "attention.output.LayerNorm." + g, y.ln_1_gamma));
+        t.push_back(m_raw(e + "attention.output.LayerNorm." + be, y.ln_1_beta));
+        t.push_back(m_raw(e + "intermediate.dense.weight", transpose(y.ffn.W_1)));
+        t.push_back(m_raw(e + "intermediate.dense.bias", y.ffn.b_1));
+        t.push_back(m_raw(e + "output.dense.weight", transpose(y.ffn.W_2)));
+        t.push_back(m_raw(e + "output.dense.bias", y.ffn.b_2));
+        t.push_back(m_raw(e + "output.LayerNorm." + g, y.ln_2_gamma));
+        t.push_back(m_raw(e + "output.LayerNorm." + be, y.ln_2_beta));
+    }
+    t.push_back(m_raw("bert.pooler.dense.weight", transpose(p.W_pool)));
+    t.push_back(m_raw("bert.pooler.dense.bias", p.b_pool));
+    t.push_back(m_raw("cls.predictions.bias", p.b_z));
+    t.push_back(m_raw("cls.predictions.transform.dense.weight", transpose(p.W_t)));
+    t.push_back(m_raw("cls.predictions.transform.dense.bias", p.b_t));
+    t.push_back(m_raw("cls.predictions.transform.LayerNorm." + g, p.gamma_t));
+    t.push_back(m_raw("cls.predictions.transform.LayerNorm." + be, p.beta_t));
+    return t;
+}
+}  // namespace
+
+TEST_CASE("GPT-1 weights: a Hugging Face openai-gpt model.safetensors loads as a gpt model, every number in place") {
+    const Config c = m_gpt1_hf_config();
+    const Params<float> p = m_model<float>(c, 1240, 0.5);
+    const std::string dir = m_mkdir("hf_gpt1");
+    m_write(dir + "config.json", "{\"afn\": \"gelu\", \"n_head\": 3, \"n_embd\": 12, \"n_layer\": 2, \"n_positions\": 16, "
+                                 "\"vocab_size\": 13, \"layer_norm_epsilon\": 1e-05}");
+    for (const std::string prefix : {"", "transformer."}) {
+        CAPTURE(prefix);
+        auto t = m_gpt1_hf(c, p, prefix);
+        t.push_back(m_raw(prefix + "h.0.attn.bias", Tensor<float>({1, 1, 16, 16}, 1.f)));  // a mask buffer
+        if (!prefix.empty()) t.push_back(m_raw("lm_head.weight", p.W_e));                   // tied
+        m_write_raw(dir + "model.safetensors", t);
+        LoadedModel lm = load_model(dir + "model.safetensors");
+        const Config& d = lm.config;
+        CHECK(d.variant == Variant::gpt);
+        CHECK(d.activation == Activation::gelu_tanh);
+        CHECK(d.attn_bias);
+        CHECK(d.V == 13);
+        CHECK(d.H == 12);
+        CHECK(d.A == 3);
+        CHECK(d.D == 4);
+        CHECK(d.F == 20);
+        CHECK(d.L == 2);
+        CHECK(d.n_ctx == 16);
+        CHECK(d.eps == 1e-5);
+        Params<float> q = p;
+        CHECK(m_params_bits_equal(c, q, lm.params));
+        Batch b;
+        b.n = 6, b.tokens = {1, 5, 2, 12, 0, 7};
+        CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+        const ParamCount k = count_params(d);
+        CHECK(k.actual - k.seed_lambda == k.attn_biases);
+        CHECK(k.attn_biases == 2 * (3 * 12 + 12));
+    }
+    m_write(dir + "config.json", "{\"afn\": \"relu\", \"n_head\": 4, \"layer_norm_epsilon\": 1e-3}");
+    m_write_raw(dir + "model.safetensors", m_gpt1_hf(c, p, ""));
+    const Config r = load_model(dir + "model.safetensors").config;
+    CHECK(r.activation == Activation::relu);
+    CHECK(r.A == 4);
+    CHECK(r.D == 3);
+    CHECK(r.eps == 1e-3);
+}
+
+TEST_CASE("GPT-1 weights: missing, misshaped, unexpected and untied tensors, and a contradicting config, are errors") {
+    const Config c = m_gpt1_hf_config();
+    const Params<float> p = m_model<float>(c, 1241, 0.5);
+    const std::string dir = m_mkdir("hf_gpt1_bad"), path = dir + "model.safetensors";
+    m_write(dir + "config.json", "{\"n_head\": 3}");
+    auto t = m_gpt1_hf(c, p, "transformer.");
+    auto without = t;
+    without.erase(without.begin() + 4);  // h.0.attn.c_proj.weight
+    m_write_raw(path, without);
+    M_CHECK_TF_ERROR(load_model(path), "GPT-1 weights", "missing tensor 'h.0.attn.c_proj.weight'");
+    auto misshaped = t;
+    misshaped[3] = m_raw("transformer.h.0.attn.c_attn.bias", Tensor<float>({35}));
+    m_write_raw(path, misshaped);
+    M_CHECK_TF_ERROR(load_model(path), "tensor 'h.0.attn.c_attn.bias' is 35, expected 36");
+    auto extra = t;
+    extra.push_back(m_raw("transformer.h.1.attn.extra", Tensor<float>({2})));
+    m_write_raw(path, extra);
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.1.attn.extra'");
+    auto stray = t;
+    stray.push_back(m_raw("transformer.h.x.ln_1.weight", Tensor<float>({2})));
+    m_write_raw(path, stray);
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.x.ln_1.weight'");
+    auto untied = t;
+    Tensor<float> other = p.W_e;
+    other[7] += 1.f;
+    untied.push_back(m_raw("lm_head.weight", other));
+    m_write_raw(path, untied);
+    M_CHECK_TF_ERROR(load_model(path), "lm_head.weight differs", "tied");
+    m_write_raw(path, t);
+    m_write(dir + "config.json", "{\"n_head\": 5}");
+    M_CHECK_TF_ERROR(load_model(path), "n_head must divide n_embd = 12");
+    m_write(dir + "config.json", "{\"n_head\": 3, \"n_layer\": 3}");
+    M_CHECK_TF_ERROR(load_model(path), "n_layer does not match the weights (2)");
+    m_write(dir + "config.json", "{\"n_head\": 3, \"afn\": \"swish\"}");
+    M_CHECK_TF_ERROR(load_model(path), "afn 'swish'");
+    m_write(dir + "config.json", "{\"n_head\": 3");
+    M_CHECK_TF_ERROR(load_model(path), "config.json");
+    std::remove((dir + "config.json").c_str());
+    M_CHECK_TF_ERROR(load_model(path), "cannot tell the number of heads");  // H = 12: no multiple of 64
+    auto nan = t;
+    Tensor<float> bad = p.W_p;
+    bad[3] = std::nanf("");
+    nan[1] = m_raw("transformer.positions_embed.weight", bad);
+    m_write(dir + "config.json", "{\"n_head\": 3}");
+    m_write_raw(path, nan);
+    M_CHECK_TF_ERROR(load_model(path), "W_p", "not finite");
+}
+
+TEST_CASE("BERT weights: a Hugging Face bert-base-uncased model.safetensors loads as a bert model, every number in place") {
+    const Config c = m_bert_hf_config();
+    const Params<float> p = m_model<float>(c, 1250, 0.5);
+    const std::string dir = m_mkdir("hf_bert");
+    m_write(dir + "config.json", "{\"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, \"num_hidden_layers\": 2, "
+                                 "\"intermediate_size\": 16, \"max_position_embeddings\": 16, \"vocab_size\": 13, "
+                                 "\"type_vocab_size\": 2, \"layer_norm_eps\": 1e-12, \"position_embedding_type\": \"absolute\"}");
+    m_write(dir + "vocab.txt", m_BERT_VOCAB);
+    Tensor<float> nsp_W(2, 8, 0.25f), nsp_b({2}, 0.5f);
+    for (bool legacy : {false, true}) {
+        CAPTURE(legacy);
+        auto t = m_bert_hf(c, p, legacy);
+        t.push_back({"bert.embeddings.position_ids", "I64", {1, 16}, std::string(16 * 8, '\0')});  // a buffer
+        t.push_back(m_raw("cls.predictions.decoder.weight", p.W_e));  // tied
+        t.push_back(m_raw("cls.predictions.decoder.bias", p.b_z));    // tied
+        t.push_back(m_raw("cls.seq_relationship.weight", nsp_W));
+        t.push_back(m_raw("cls.seq_relationship.bias", nsp_b));
+        m_write_raw(dir + "model.safetensors", t);
+        LoadedModel lm = load_model(dir + "model.safetensors");
+        const Config& d = lm.config;
+        CHECK(d.variant == Variant::bert);
+        CHECK(d.activation == Activation::gelu_erf);
+        CHECK(d.attn_bias);
+        CHECK(d.emb_ln);
+        CHECK(d.mlm_head);
+        CHECK(d.pooler);
+        CHECK(d.eps == 1e-12);
+        CHECK(d.cls_id == 10);
+        CHECK(d.sep_id == 11);
+        CHECK(d.mask_id == 12);
+        CHECK((d.V == 13 && d.H == 8 && d.A == 2 && d.D == 4 && d.F == 16 && d.L == 2 && d.n_ctx == 16));
+        Params<float> q = p;
+        CHECK(m_params_bits_equal(c, q, lm.params));
+        REQUIRE(lm.file.tensors.size() == 2);  // the next-sentence head, kept
+        CHECK(lm.file.tensors[0].first == "cls.seq_relationship.weight");
+        CHECK(m_bits_equal(lm.file.tensors[0].second, nsp_W));
+        Batch b;
+        b.n = 6, b.tokens = {10, 5, 12, 11, 3, 11}, b.segments = {0, 0, 0, 0, 1, 1};
+        CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+    }
+    // Without the masked-LM head and the pooler (BertModel): the seed's de-embedding; ids 101..103 need V > 103.
+    auto t = m_bert_hf(c, p, false);
+    t.resize(t.size() - 7);
+    m_write_raw(dir + "model.safetensors", t);
+    const Config d = load_model(dir + "model.safetensors").config;
+    CHECK_FALSE(d.mlm_head);
+    CHECK_FALSE(d.pooler);
+    CHECK(d.emb_ln);
+    std::remove((dir + "vocab.txt").c_str());
+    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "[CLS], [SEP], [MASK]", "no vocab.txt");
+}
+
+TEST_CASE("BERT weights: missing, misshaped, unexpected and untied tensors, bad vocab.txt and config, are errors") {
+    const Config c = m_bert_hf_config();
+    const Params<float> p = m_model<float>(c, 1251, 0.5);
+    const std::string dir = m_mkdir("hf_bert_bad"), path = dir + "model.safetensors";
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "vocab.txt", m_BERT_VOCAB);
+    const auto t = m_bert_hf(c, p, false);
+    auto without = t;
+    without.erase(without.begin() + 2);  // token_type_embeddings
+    m_write_raw(path, without);
+    M_CHECK_TF_ERROR(load_model(path), "BERT weights", "missing tensor 'embeddings.token_type_embeddings.weight'");
+    auto misshaped = t;
+    misshaped[5] = m_raw("bert.encoder.layer.0.attention.self.query.weight", Tensor<float>(8, 7));
+    m_write_raw(path, misshaped);
+    M_CHECK_TF_ERROR(load_model(path), "'encoder.layer.0.attention.self.query.weight' is 8x7, expected 8x8");
+    auto extra = t;
+    extra.push_back(m_raw("cls.predictions.extra", Tensor<float>({2})));
+    m_write_raw(path, extra);
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'cls.predictions.extra'");
+    auto untied = t;
+    Tensor<float> bias = p.b_z;
+    bias[0] += 1.f;
+    untied.push_back(m_raw("cls.predictions.decoder.bias", bias));
+    m_write_raw(path, untied);
+    M_CHECK_TF_ERROR(load_model(path), "cls.predictions.decoder.bias differs");
+    auto int_buffer = t;
+    int_buffer.push_back({"bert.embeddings.other_ids", "I64", {1, 2}, std::string(16, '\0')});
+    m_write_raw(path, int_buffer);
+    M_CHECK_TF_ERROR(load_model(path), "only F32 is supported");
+    m_write_raw(path, t);
+    m_write(dir + "vocab.txt", "[UNK]\n[CLS]\n");
+    M_CHECK_TF_ERROR(load_model(path), "vocab.txt' has 2 tokens but the model's V = 13");
+    m_write(dir + "vocab.txt", "[UNK]\nt1\nt2\nt3\nt4\nt5\nt6\nt7\nt8\nt9\n[CLS]\n[SEP]\nmask\n");
+    M_CHECK_TF_ERROR(load_model(path), "lacks [CLS], [SEP] or [MASK]");
+    m_write(dir + "vocab.txt", m_BERT_VOCAB);
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"type_vocab_size\": 3}");
+    M_CHECK_TF_ERROR(load_model(path), "type_vocab_size does not match the weights (2)");
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"position_embedding_type\": \"relative_key\"}");
+    M_CHECK_TF_ERROR(load_model(path), "position_embedding_type must be absolute");
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"hidden_act\": \"tanh\"}");
+    M_CHECK_TF_ERROR(load_model(path), "hidden_act 'tanh'");
+}
+
+TEST_CASE("CLI: GPT-1 and BERT files with their tokenizers: params, tokenize, sample, eval, fill, and mismatches") {
+    const std::string dir = m_mkdir("cli_released");
+    // GPT-1: V = 21, the hand-made BPE above.
+    Config g = m_gpt1_hf_config();
+    g.V = (int)m_GPT1_SYMBOLS.size();
+    const Params<float> gp = m_model<float>(g, 1260, 0.5);
+    REQUIRE(std::system(("mkdir -p " + dir + "gpt1 " + dir + "bert").c_str()) == 0);
+    m_write(dir + "gpt1/config.json", "{\"afn\": \"gelu\", \"n_head\": 3}");
+    m_write_raw(dir + "gpt1/model.safetensors", m_gpt1_hf(g, gp, "transformer."));
+    m_write(dir + "enc.json", m_gpt1_encoder_json(m_GPT1_SYMBOLS));
+    m_write(dir + "merges.bpe", m_GPT1_MERGES);
+    const std::string gpt1 = " --checkpoint " + dir + "gpt1/model.safetensors";
+    const std::string gtok = " --encoder " + dir + "enc.json --vocab " + dir + "merges.bpe";
+    const m_Run pr = m_run("params" + gpt1);
+    INFO(pr.out << pr.err);
+    CHECK(pr.status == 0);
+    const ParamCount k = count_params(g);
+    CHECK(m_contains(pr.out, std::to_string(k.seed_lambda)));
+    CHECK(m_contains(pr.out, "attention biases L*(A*3*D + H)                 96"));
+    CHECK(m_contains(pr.out, "(+96 against the seed's lambda)"));
+    CHECK(m_run("tokenize" + gtok + " --text 'Lowest LOWER'").out == "13,18,16\n");
+    CHECK(m_run("tokenize" + gtok + " --ids 13,18,16").out == "lowest lower\n");
+    const m_Run s = m_run("sample" + gpt1 + gtok + " --prompt 'low lower' --tokens 4 --temperature 0");
+    INFO(s.out << s.err);
+    CHECK(s.status == 0);
+    Rng unused(0);
+    const std::vector<int> ids = generate(g, gp, std::vector<int>{14, 16}, 4, 0.0, 0, unused);
+    CHECK(s.out == m_gpt1().decode(ids) + "\n");
+    m_write(dir + "text.txt", "low lower lowest low lower");
+    const m_Run e = m_run("eval" + gpt1 + gtok + " --tokenizer gpt1-bpe --data " + dir + "text.txt");
+    CHECK(e.status == 0);
+    CHECK(m_contains(e.out, "over 5 predicted tokens"));  // low lower low est low lower: 6 ids
+    // BERT: V = 20, the hand-made WordPiece vocabulary above (beside the file: its special ids).
+    Config b = m_bert_hf_config();
+    b.V = 20, b.cls_id = 2, b.sep_id = 3, b.mask_id = 4;
+    const Params<float> bp = m_model<float>(b, 1261, 0.5);
+    m_write(dir + "bert/config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "bert/vocab.txt", m_WP_VOCAB);
+    m_write_raw(dir + "bert/model.safetensors", m_bert_hf(b, bp, true));
+    const std::string bert = " --checkpoint " + dir + "bert/model.safetensors", btok = " --vocab " + dir + "bert/vocab.txt";
+    const m_Run f = m_run("fill" + bert + btok + " --text 'The capital of France is [MASK].' --top 3");
+    INFO(f.out << f.err);
+    CHECK(f.status == 0);
+    // The same numbers from the library: [CLS] the capital of france is [MASK] . [SEP]
+    Batch batch;
+    batch.tokens = {2, 5, 6, 7, 8, 9, 4, 10, 3}, batch.n = 9;
+    const Tensor<float> Z = model_forward(b, bp, batch);
+    std::vector<float> y(b.V);
+    softmax_row(Z.row(6), y.data(), b.V);
+    const int best = (int)(std::max_element(y.begin(), y.end()) - y.begin());
+    char line[64];
+    std::snprintf(line, sizeof line, "[MASK] at token 6: %s %.4f,", make_wordpiece(m_WP_VOCAB).tokens[best].c_str(), y[best]);
+    CHECK(m_contains(f.out, line));
+    CHECK(std::count(f.out.begin(), f.out.end(), ',') == 2);  // three candidates
+    CHECK(m_run("tokenize" + btok + " --text 'unaffable, [MASK]'").out == "11,12,13,18,4\n");
+    // Mismatches: the wrong kind for the model, the wrong size, a named kind the files are not.
+    m_cli_fails("fill" + bert + gtok + " --text '[MASK]'", "21 tokens but the model's V = 20");
+    m_cli_fails("sample" + gpt1 + " --tokenizer bert-wordpiece" + gtok + " --prompt low", "these are gpt1-bpe files, not bert-wordpiece");
+    m_write(dir + "wp21.txt", m_WP_VOCAB + "extra\n");
+    m_cli_fails("sample" + gpt1 + " --vocab " + dir + "wp21.txt --prompt low", "the tokenizer is bert-wordpiece but");
+    m_cli_fails("fill" + bert + btok + " --text 'no mask here'", "no [MASK]");
+    m_cli_fails("fill" + bert + btok + " --text '[MASK]' --top 0", "--top");
+    m_cli_fails("params --preset gpt1" + gpt1, "exactly one of --preset and --checkpoint");
+    m_write(dir + "bad_vocab.txt", "[UNK]\n\n");
+    m_cli_fails("tokenize --vocab " + dir + "bad_vocab.txt --text hi", "line 2 is empty");
+}
+
+TEST_CASE("CLI: finetune and predict from released GPT-1 and BERT files with their tokenizers") {
+    const std::string dir = m_mkdir("cli_released_ft");
+    REQUIRE(std::system(("mkdir -p " + dir + "gpt1 " + dir + "bert").c_str()) == 0);
+    Config g = m_gpt1_hf_config();
+    g.V = (int)m_GPT1_SYMBOLS.size();
+    m_write(dir + "gpt1/config.json", "{\"n_head\": 3}");
+    m_write_raw(dir + "gpt1/model.safetensors", m_gpt1_hf(g, m_model<float>(g, 1270, 0.5), ""));
+    m_write(dir + "enc.json", m_gpt1_encoder_json(m_GPT1_SYMBOLS));
+    m_write(dir + "merges.bpe", m_GPT1_MERGES);
+    Config b = m_bert_hf_config();
+    b.V = 20, b.cls_id = 2, b.sep_id = 3, b.mask_id = 4;
+    m_write(dir + "bert/config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "bert/vocab.txt", m_WP_VOCAB);
+    m_write_raw(dir + "bert/model.safetensors", m_bert_hf(b, m_model<float>(b, 1271, 0.5), false));
+    std::string train_gpt1, train_bert;
+    for (int k = 0; k < 8; k++) train_gpt1 += "a\tlow lower low\nb\tlowest est\n", train_bert += "a\tthe capital\nb\tunaffable france\n";
+    m_write(dir + "g_train.tsv", train_gpt1), m_write(dir + "b_train.tsv", train_bert);
+    const std::string common = " --task classify --steps 60 --batch 8 --lr 1e-2 --lambda 0 --dropout 0 --quiet";
+    const m_Run r = m_run("finetune --checkpoint " + dir + "gpt1/model.safetensors --encoder " + dir + "enc.json --vocab " + dir +
+                          "merges.bpe --train " + dir + "g_train.tsv --val " + dir + "g_train.tsv --out " + dir + "g_ft.safetensors" + common);
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    LoadedModel lm = load_model(dir + "g_ft.safetensors", {"adam."});
+    CHECK(lm.file.metadata.at("tokenizer") == "gpt1-bpe");
+    CHECK(lm.config.V == g.V + 3);  // start, delimiter, extract
+    m_write(dir + "g_test.txt", "low lower low\nlowest est\n");
+    const m_Run p = m_run("predict --checkpoint " + dir + "g_ft.safetensors --data " + dir + "g_test.txt");
+    INFO(p.out << p.err);
+    CHECK(p.status == 0);
+    CHECK(p.out == "a\nb\n");
+    const m_Run rb = m_run("finetune --checkpoint " + dir + "bert/model.safetensors --vocab " + dir + "bert/vocab.txt --train " + dir +
+                           "b_train.tsv --val " + dir + "b_train.tsv --out " + dir + "b_ft.safetensors" + common);
+    INFO(rb.out << rb.err);
+    REQUIRE(rb.status == 0);
+    LoadedModel lb = load_model(dir + "b_ft.safetensors", {"adam."});
+    CHECK(lb.file.metadata.at("tokenizer") == "bert-wordpiece");
+    CHECK(lb.config.mlm_head);
+    CHECK(lb.config.emb_ln);
+    const m_Run pb = m_run("predict --checkpoint " + dir + "b_ft.safetensors --data " + dir + "b_train.tsv");
+    CHECK(pb.status == 0);
+    CHECK(m_contains(pb.err, "accuracy: 100.0% (16 of 16)"));
+    // The tokenizer must fit the model.
+    m_cli_fails("finetune --checkpoint " + dir + "bert/model.safetensors --encoder " + dir + "enc.json --vocab " + dir +
+                    "merges.bpe --train " + dir + "b_train.tsv --val " + dir + "b_train.tsv --out " + dir + "x.safetensors" + common,
+                "21 tokens but the model's V = 20");
+    m_cli_fails("finetune --checkpoint " + dir + "gpt1/model.safetensors --train " + dir + "g_train.tsv --val " + dir +
+                    "g_train.tsv --out " + dir + "x.safetensors" + common,
+                "give its tokenizer");
+}
+
+TEST_CASE("params of the released files' shapes: GPT-1 116,534,784 floats, bert-base-uncased 110,104,890 + 1,538") {
+    Config g = preset("gpt1");
+    g.attn_bias = true;  // what import_hf_openai_gpt makes of openai-gpt's 146 arrays
+    const ParamCount k = count_params(g);
+    CHECK(k.seed_lambda == 116497920);
+    CHECK(k.attn_biases == 36864);
+    CHECK(k.actual == 116534784);  // the sum of OpenAI's params_shapes.json
+    Config b = preset("bert-base");
+    b.emb_ln = b.mlm_head = b.pooler = true;
+    const ParamCount kb = count_params(b);
+    CHECK(kb.actual - kb.mlm_head == 109482240);  // BertModel with its pooler, the published count
+    CHECK(kb.mlm_head == 768 * 768 + 3 * 768 + 30522);
+    CHECK(kb.actual + 2 * 768 + 2 == 110106428);  // with the next-sentence head: BertForPreTraining
 }
 
 // ==== issue 11: init-from, BPE training, export ====

@@ -382,7 +382,7 @@ template <typename T> struct Blocking {
 //  * tiny products (below ~8x16x16), where packing overhead dominates;
 //  * at most 3 rows of A with row-major B (e.g. one token at a time): each
 //    B value is used <= 3 times, so packing B costs about as much as the
-//    product; gemv_rows streams B's rows with vector FMAs instead.
+//    product, while the simple loop already streams B's rows with vector FMAs.
 //  * at most 3 rows of A with B given transposed (X W_e^T for one token): one dot product
 //    (lane_dot) per column of B, reading B in its memory order.
 constexpr long kSmallWork = 2048;
@@ -526,78 +526,13 @@ static void gemm_blocked(int M, int N, int K,
     }
 }
 
-// A few rows times a row-major B (generation: one token's x W for every weight matrix), C = A B
-// summed in the reference's order, so the result equals gemm_reference bit for bit. Such a product
-// reads each value of B once: it is bound by memory bandwidth, not by the FMA units, and what
-// slows the reference's k-j loop is that each row k of B reloads and stores the whole row of C
-// (a store-to-load chain per element of C). Here:
-//  * N == 64 (one head's W^Q, W^K, W^V in GPT-2): the 64 sums stay in registers for all of K
-//    (4 registers of 16 floats with AVX-512, 8 of 8 with AVX2, 16 of 4 with NEON);
-//  * otherwise 8 rows of B at a time: C(i, j) is loaded once, gets 8 multiply-adds in the order
-//    k, k+1, ..., k+7, and is stored once, reading 8 rows of B side by side.
-template <typename T>
-static void gemv_rows(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long rsB, T* C, long ldc,
-                      bool accumulate) {
-    constexpr int NB = 64, R = 8;
-    for (int i = 0; i < M; i++) {
-        const T* a = A + (long)i * rsA;
-        T* __restrict c = C + (long)i * ldc;
-        if (N == NB) {
-            T acc[NB];
-            for (int j = 0; j < NB; j++) acc[j] = accumulate ? c[j] : T(0);
-            for (int k = 0; k < K; k++) {
-                const T x = a[(long)k * csA];
-                const T* __restrict b = B + (long)k * rsB;
-                TF_IVDEP
-                for (int j = 0; j < NB; j++) acc[j] += x * b[j];
-            }
-            for (int j = 0; j < NB; j++) c[j] = acc[j];
-            continue;
-        }
-        if (!accumulate)
-            for (int j = 0; j < N; j++) c[j] = T(0);
-        int k = 0;
-        for (; k + R <= K; k += R) {
-            T x[R];
-            const T* b[R];
-            for (int r = 0; r < R; r++) {
-                x[r] = a[(long)(k + r) * csA];
-                b[r] = B + (long)(k + r) * rsB;
-            }
-            const T *__restrict b0 = b[0], *__restrict b1 = b[1], *__restrict b2 = b[2], *__restrict b3 = b[3];
-            const T *__restrict b4 = b[4], *__restrict b5 = b[5], *__restrict b6 = b[6], *__restrict b7 = b[7];
-            TF_IVDEP
-            for (int j = 0; j < N; j++) {
-                T s = c[j];
-                s += x[0] * b0[j];
-                s += x[1] * b1[j];
-                s += x[2] * b2[j];
-                s += x[3] * b3[j];
-                s += x[4] * b4[j];
-                s += x[5] * b5[j];
-                s += x[6] * b6[j];
-                s += x[7] * b7[j];
-                c[j] = s;
-            }
-        }
-        for (; k < K; k++) {
-            const T x = a[(long)k * csA];
-            const T* __restrict b = B + (long)k * rsB;
-            TF_IVDEP
-            for (int j = 0; j < N; j++) c[j] += x * b[j];
-        }
-    }
-}
-
 template <typename T>
 void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long rsB, long csB, T* C, long ldc,
           bool accumulate) {
     using namespace gemm_detail;
     if (M <= 0 || N <= 0) return;
-    if (K <= 0 || long(M) * N * K < kSmallWork)
+    if (K <= 0 || long(M) * N * K < kSmallWork || (M <= kFewRows && csB == 1))
         gemm_reference(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
-    else if (M <= kFewRows && csB == 1)
-        gemv_rows(M, N, K, A, rsA, csA, B, rsB, C, ldc, accumulate);
     else if (M <= kFewRows && rsB == 1 && csA == 1)
         for (int j = 0; j < N; j++)  // column j of B is contiguous: B[j*csB .. j*csB + K)
             for (int i = 0; i < M; i++) {
@@ -1624,6 +1559,8 @@ void validate(const Config& c) {
     if (c.W_y_rows < 0 || c.W_y_cols < 0 || (c.W_y_rows == 0) != (c.W_y_cols == 0))
         throw Error("config: W_y needs both sizes positive (or both 0: no head)");
     if (c.xlnet && has_segments(c.variant)) throw Error("config: XLNet's objective does not apply to bert (segments)");
+    if ((c.emb_ln || c.mlm_head || c.pooler) && (is_causal(c.variant) || c.xlnet))
+        throw Error("config: emb_ln, mlm_head and pooler (the released BERT's additions) apply to bert and roberta only");
     if (c.variant == Variant::bert || c.variant == Variant::roberta) {
         for (int id : {c.cls_id, c.sep_id, c.mask_id})
             if (id < 0 || id >= c.V)
@@ -1668,6 +1605,9 @@ Params<T> make_params(const Config& c, bool allocate) {
     if (is_pre_ln(c.variant)) p.ln_f_gamma = tensor({H}), p.ln_f_beta = tensor({H});
     if (c.W_y_rows > 0) p.W_y = tensor({c.W_y_rows, c.W_y_cols});
     if (c.xlnet) p.w = tensor({H});
+    if (c.emb_ln) p.gamma_e = tensor({H}), p.beta_e = tensor({H});
+    if (c.mlm_head) p.W_t = tensor({H, H}), p.b_t = tensor({H}), p.gamma_t = tensor({H}), p.beta_t = tensor({H}), p.b_z = tensor({c.V});
+    if (c.pooler) p.W_pool = tensor({H, H}), p.b_pool = tensor({H});
     return p;
 }
 
@@ -1702,6 +1642,13 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
     if (is_pre_ln(c.variant)) out.push_back({"ln_f.gamma", &p.ln_f_gamma}), out.push_back({"ln_f.beta", &p.ln_f_beta});
     if (c.W_y_rows > 0) out.push_back({"W_y", &p.W_y});
     if (c.xlnet) out.push_back({"w", &p.w});
+    if (c.emb_ln) out.push_back({"emb_ln.gamma", &p.gamma_e}), out.push_back({"emb_ln.beta", &p.beta_e});
+    if (c.mlm_head) {
+        out.push_back({"mlm.W_t", &p.W_t}), out.push_back({"mlm.b_t", &p.b_t});
+        out.push_back({"mlm.ln.gamma", &p.gamma_t}), out.push_back({"mlm.ln.beta", &p.beta_t});
+        out.push_back({"mlm.b_z", &p.b_z});
+    }
+    if (c.pooler) out.push_back({"pooler.W", &p.W_pool}), out.push_back({"pooler.b", &p.b_pool});
     return out;
 }
 
@@ -1755,7 +1702,10 @@ ParamCount count_params(const Config& c) {
     k.final_ln = is_pre_ln(c.variant) ? 2 * H : 0;
     k.attn_biases = c.attn_bias ? L * (A * (D + D + D) + H) : 0;
     k.heads = (long long)c.W_y_rows * c.W_y_cols + (c.xlnet ? H : 0);
-    k.actual = k.seed_lambda + k.segments + k.final_ln + k.attn_biases + k.heads;
+    k.emb_ln = c.emb_ln ? 2 * H : 0;
+    k.mlm_head = c.mlm_head ? H * H + H + 2 * H + V : 0;
+    k.pooler = c.pooler ? H * H + H : 0;
+    k.actual = k.seed_lambda + k.segments + k.final_ln + k.attn_biases + k.heads + k.emb_ln + k.mlm_head + k.pooler;
     return k;
 }
 
@@ -1942,6 +1892,40 @@ Tensor<T> key_padding_mask(const Tensor<T>& Mask, const std::vector<int>& length
     return M;
 }
 
+// ---- The released BERT's masked-LM head (Config::mlm_head; see transformer.hpp) -------------------
+//   MLMHead(X) = LayerNorm(GELU(X W_t + Stack_n(b_t)); gamma_t, beta_t) W_e^T + Stack_n(b_z)   (n x H -> n x V)
+template <typename T>
+Tensor<T> MLMHead(const Config& c, const Params<T>& p, const Tensor<T>& X, MLMHeadCache<T>* cache) {
+    require_shape(X, {X.rows(), c.H}, "MLMHead", "X");
+    MLMHeadCache<T> local;
+    MLMHeadCache<T>& k = cache ? *cache : local;
+    k.X = X;
+    k.U = Linear(X, p.W_t, p.b_t);  // n x H
+    Tensor<T> A = Tensor<T>::uninit(k.U.shape);
+    activation_array(c.activation, k.U.ptr(), A.ptr(), A.size());
+    k.X_t = LayerNorm(A, p.gamma_t, p.beta_t, c.eps, &k.ln);
+    Tensor<T> Z = matmul_nt(k.X_t, p.W_e);  // n x V
+    for (int i = 0; i < Z.rows(); i++) {
+        T* __restrict z = Z.row(i);
+        const T* __restrict b = p.b_z.ptr();
+        for (int v = 0; v < c.V; v++) z[v] += b[v];
+    }
+    return Z;
+}
+// The chain rule through the four steps, from the logits back: the bias and the tied de-embedding
+// (W_e gets its second gradient here), the LayerNorm, the GELU (element-wise), the dense layer.
+template <typename T>
+Tensor<T> MLMHead_backward(const Config& c, const Params<T>& p, const MLMHeadCache<T>& k, const Tensor<T>& dZ,
+                           Params<T>& g) {
+    require_shape(dZ, {k.X.rows(), c.V}, "MLMHead_backward", "dZ");
+    colsum_acc(dZ, g.b_z);
+    matmul_tn_acc(dZ, k.X_t, g.W_e);
+    const Tensor<T> dX_t = matmul(dZ, p.W_e);
+    Tensor<T> dU = LayerNorm_backward(p.gamma_t, k.ln, dX_t, g.gamma_t, g.beta_t);  // dA, then dU in place
+    activation_derivative_array(c.activation, k.U.ptr(), dU.ptr(), dU.size());
+    return Linear_backward(k.X, p.W_t, dU, g.W_t, &g.b_t);
+}
+
 // The five formula boxes in one pass (formula -> code):
 //   Embedding   X^(0) = OneHot(x) W_e + W_p  [+ segments, BERT]     embed_forward
 //   Layers      l = 1..L (code l-1): post-LN (GPT, BERT, RoBERTa) or pre-LN (GPT-2, GPT-3) block
@@ -1957,6 +1941,7 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
     ForwardCache<T>& k = cache ? *cache : local;
     k.batch = batch;
     Tensor<T> X = embed_forward(c, p, batch);
+    if (c.emb_ln) X = LayerNorm(X, p.gamma_e, p.beta_e, c.eps, &k.ln_e);  // the released BERT's embedding LayerNorm
     k.drop_emb = Tensor<T>();
     if (opt.dropout > 0) k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, *opt.rng), multiply_inplace(X, k.drop_emb);
     k.masks.resize(c.L);
@@ -1967,6 +1952,7 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
         if (padded) k.masks[l] = key_padding_mask(k.masks[l], batch.lengths);
     }
     k.X_L = blocks_forward(c, p, std::move(X), k, opt);
+    if (c.mlm_head) return MLMHead(c, p, k.X_L, &k.mlm);  // the released BERT's head, (B*n) x V
     return matmul_nt(k.X_L, p.W_e);  // Z = X^(L) W_e^T, (B*n) x V
 }
 
@@ -1978,8 +1964,12 @@ void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& 
     Tensor<T> dX;
     if (!dZ.empty()) {  // empty: no gradient through the logits (a fine-tuning head alone)
         require_shape(dZ, {k.X_L.rows(), c.V}, "model_backward", "dZ");
-        matmul_tn_acc(dZ, k.X_L, g.W_e);
-        dX = matmul(dZ, p.W_e);
+        if (c.mlm_head) {
+            dX = MLMHead_backward(c, p, k.mlm, dZ, g);
+        } else {
+            matmul_tn_acc(dZ, k.X_L, g.W_e);
+            dX = matmul(dZ, p.W_e);
+        }
     } else {
         dX = Tensor<T>(k.X_L.rows(), c.H);
     }
@@ -1989,6 +1979,7 @@ void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& 
     }
     dX = blocks_backward(c, p, k, std::move(dX), g);
     multiply_inplace(dX, k.drop_emb);
+    if (c.emb_ln) dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e);
     embed_backward(c, k.batch, dX, g);
 }
 
@@ -2836,6 +2827,9 @@ public:
     };
     std::map<std::string, std::string> metadata;
     std::vector<Entry> entries;  // in the header's order
+    // Integer buffers Hugging Face may save beside the weights (I64 "....position_ids", issue 12):
+    // checked and listed by name, never read.
+    std::vector<std::string> int_buffers;
 
     explicit SafeTensorsReader(const std::string& path);
     ~SafeTensorsReader() { std::fclose(f_); }
@@ -2900,7 +2894,8 @@ SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
             if (!dtype || dtype->type != Json::string || !shape || shape->type != Json::array || !offs ||
                 offs->type != Json::array || offs->arr.size() != 2)
                 throw bad("tensor '" + name + "' needs dtype, shape and data_offsets [begin, end]");
-            if (dtype->str != "F32") throw bad("tensor '" + name + "' has dtype " + dtype->str + "; only F32 is supported");
+            const bool int_buffer = dtype->str == "I64" && name.size() >= 12 && name.compare(name.size() - 12, 12, "position_ids") == 0;
+            if (dtype->str != "F32" && !int_buffer) throw bad("tensor '" + name + "' has dtype " + dtype->str + "; only F32 is supported");
             std::vector<int> dims;
             double count = 1;
             for (auto& d : shape->arr) {
@@ -2913,15 +2908,17 @@ SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
                 if (o.type != Json::number || o.num < 0 || o.num != std::floor(o.num))
                     throw bad("tensor '" + name + "' has bad data_offsets");
             const double begin = offs->arr[0].num, end = offs->arr[1].num;
-            if (end < begin || end - begin != count * 4)
-                throw bad("tensor '" + name + "' of shape " + shape_str(dims) + " needs " + std::to_string((long long)count * 4) +
+            const double width = int_buffer ? 8 : 4;
+            if (end < begin || end - begin != count * width)
+                throw bad("tensor '" + name + "' of shape " + shape_str(dims) + " needs " + std::to_string((long long)(count * width)) +
                           " bytes but data_offsets give " + std::to_string((long long)(end - begin)));
             if (end > (double)data_size)
                 throw bad("truncated: tensor '" + name + "' ends at byte " + std::to_string((long long)end) + " of the data but the file holds " +
                           std::to_string(data_size));
-            if (find(name)) throw bad("tensor '" + name + "' appears twice");
+            if (find(name) || std::count(int_buffers.begin(), int_buffers.end(), name)) throw bad("tensor '" + name + "' appears twice");
             ranges.push_back({(std::size_t)begin, (std::size_t)end});
-            entries.push_back({name, dims, (std::size_t)begin, (std::size_t)end});
+            if (int_buffer) int_buffers.push_back(name);
+            else entries.push_back({name, dims, (std::size_t)begin, (std::size_t)end});
         }
         std::sort(ranges.begin(), ranges.end());
         for (std::size_t k = 1; k < ranges.size(); k++)
@@ -2978,6 +2975,9 @@ std::map<std::string, std::string> config_metadata(const Config& c) {
     if (c.attn_bias) m["attn_bias"] = "1";  // absent = 0, so checkpoints without the biases are unchanged
     if (c.W_y_rows > 0) m["W_y_rows"] = std::to_string(c.W_y_rows), m["W_y_cols"] = std::to_string(c.W_y_cols);
     if (c.xlnet) m["xlnet"] = "1";
+    if (c.emb_ln) m["emb_ln"] = "1";  // the released BERT's additions: absent = 0
+    if (c.mlm_head) m["mlm_head"] = "1";
+    if (c.pooler) m["pooler"] = "1";
     return m;
 }
 
@@ -3021,6 +3021,11 @@ Config config_from_metadata(const std::map<std::string, std::string>& m) {
     const int xlnet = integer("xlnet", 0);
     if (xlnet != 0 && xlnet != 1) throw Error("metadata 'xlnet': expected 0 or 1, got " + m.at("xlnet"));
     c.xlnet = xlnet == 1;
+    for (auto& opt : {std::make_pair("emb_ln", &c.emb_ln), std::make_pair("mlm_head", &c.mlm_head), std::make_pair("pooler", &c.pooler)}) {
+        const int v = integer(opt.first, 0);
+        if (v != 0 && v != 1) throw Error(std::string("metadata '") + opt.first + "': expected 0 or 1, got " + m.at(opt.first));
+        *opt.second = v == 1;
+    }
     validate(c);
     return c;
 }
@@ -3170,6 +3175,330 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
     return lm;
 }
 
+// ---- Released GPT-1 and BERT weights (Hugging Face model.safetensors; issue 12) -----------------
+// What both importers share: the file's tensors by name (a prefix dropped), taken one at a time
+// with their shape checked, so that what is left at the end is unexpected; and config.json beside
+// the file.
+namespace {
+struct HfTensors {
+    using Entry = SafeTensorsReader::Entry;
+    const SafeTensorsReader& st;
+    std::string path, what;              // what: "GPT-1 weights", for messages
+    std::map<std::string, const Entry*> by;  // names without the prefix
+    Error fail(const std::string& m) const { return Error("'" + path + "' (" + what + "): " + m); }
+    HfTensors(const SafeTensorsReader& s, const std::string& p, const std::string& w, const std::string& prefix)
+        : st(s), path(p), what(w) {
+        for (auto& e : st.entries) {
+            const std::string name = e.name.rfind(prefix, 0) == 0 ? e.name.substr(prefix.size()) : e.name;
+            if (!by.emplace(name, &e).second) throw fail("tensor '" + name + "' appears twice");
+        }
+    }
+    const Entry* peek(const std::string& name) const {
+        auto it = by.find(name);
+        return it == by.end() ? nullptr : it->second;
+    }
+    const Entry& take(const std::string& name, const std::vector<int>& shape) {
+        auto it = by.find(name);
+        if (it == by.end()) throw fail("missing tensor '" + name + "'");
+        if (it->second->shape != shape)
+            throw fail("tensor '" + name + "' is " + shape_str(it->second->shape) + ", expected " + shape_str(shape));
+        const Entry& e = *it->second;
+        by.erase(it);
+        return e;
+    }
+    Tensor<float> grab(const std::string& name, const std::vector<int>& shape) { return st.read(take(name, shape)); }
+    // A Linear layer's weight as PyTorch stores it, out x in, returned as our in x out.
+    Tensor<float> grab_transposed(const std::string& name, int out, int in) { return transpose(grab(name, {out, in})); }
+    // The first of the names that is present (LayerNorm.weight or the legacy LayerNorm.gamma).
+    Tensor<float> grab_either(const std::string& a, const std::string& b, const std::vector<int>& shape) {
+        return grab(peek(a) || !peek(b) ? a : b, shape);
+    }
+    // The number of layers: 1 + the largest l in names "<stem>l.".
+    int count_layers(const std::string& stem) const {
+        int L = 0;
+        for (auto& kv : by) {
+            if (kv.first.rfind(stem, 0) != 0) continue;
+            const std::size_t dot = kv.first.find('.', stem.size());
+            const std::string l = kv.first.substr(stem.size(), dot == std::string::npos ? std::string::npos : dot - stem.size());
+            if (l.empty() || l.size() > 4 || l.find_first_not_of("0123456789") != std::string::npos)
+                throw fail("unexpected tensor '" + kv.first + "'");
+            L = std::max(L, std::stoi(l) + 1);
+        }
+        return L;
+    }
+    // A tied copy of W (lm_head, decoder) must hold W's numbers exactly; it is then dropped.
+    void drop_tied(const std::string& name, const Tensor<float>& W, const std::string& of) {
+        const Entry* e = peek(name);
+        if (!e) return;
+        if (e->shape != W.shape || !std::equal(W.data.begin(), W.data.end(), st.read(*e).data.begin()))
+            throw fail(name + " differs from " + of + "; this model uses " + of + " there (tied)");
+        by.erase(name);
+    }
+    void check_all_taken() const {
+        if (!by.empty()) throw fail("unexpected tensor '" + by.begin()->first + "'");
+    }
+};
+
+// config.json beside the model file, or a null Json if there is none.
+Json hf_config_json(const std::string& path, std::string& config_path) {
+    const std::size_t slash = path.find_last_of('/');
+    config_path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
+    std::FILE* probe = std::fopen(config_path.c_str(), "rb");
+    if (!probe) return Json();
+    std::fclose(probe);
+    try {
+        const Json j = parse_json(read_file(config_path));
+        if (j.type != Json::object) throw Error("not a JSON object");
+        return j;
+    } catch (const Error& e) {
+        throw Error("'" + config_path + "': " + e.what());
+    }
+}
+// A whole number in 1..limit from config.json, or fallback when the key is absent.
+int hf_config_int(const Json& j, const char* key, int fallback, const std::string& config_path) {
+    const Json* v = j.get(key);
+    if (!v) return fallback;
+    if (v->type != Json::number || v->num < 1 || v->num != std::floor(v->num) || v->num > 2147483647.0)
+        throw Error("'" + config_path + "': " + key + " must be a positive whole number");
+    return (int)v->num;
+}
+}  // namespace
+
+// GPT-1 (OpenAIGPTLMHeadModel / OpenAIGPTModel; names may start with "transformer."). Conv1D stores
+// W as in x out, as ours; the block is post-LN, as the seed's GPT:
+//   tokens_embed.weight (V x H) -> W_e              positions_embed.weight (n_ctx x H) -> W_p
+//   h.l.attn.c_attn.weight (H x 3H) = [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A], .bias (3H) -> b_Q, b_K, b_V
+//   h.l.attn.c_proj.weight (AD x H), .bias -> W_O, b_O
+//   h.l.ln_1.weight, .bias (after attention) -> layers.l.ln_1.gamma, .beta
+//   h.l.mlp.c_fc -> W_1, b_1;  h.l.mlp.c_proj -> W_2, b_2;  h.l.ln_2 -> ln_2.gamma, .beta
+//   lm_head.weight: tied, must equal W_e; h.l.attn.bias (the causal-mask buffer) ignored.
+// config.json: n_head (else H / 64), layer_norm_epsilon (else 1e-5), afn ("gelu" is the tanh form
+// in Hugging Face's GPT-1 code: gelu_tanh; "relu").
+static bool is_hf_openai_gpt(const SafeTensorsReader& st) {
+    return !st.metadata.count("variant") && (st.find("tokens_embed.weight") || st.find("transformer.tokens_embed.weight"));
+}
+
+static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTensorsReader& st) {
+    HfTensors t(st, path, "GPT-1 weights", "transformer.");
+    const auto* wte = t.peek("tokens_embed.weight");
+    const auto* wpe = t.peek("positions_embed.weight");
+    const auto* fc = t.peek("h.0.mlp.c_fc.weight");
+    const int L = t.count_layers("h.");
+    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
+        throw t.fail("needs tokens_embed.weight (V x H), positions_embed.weight (n_ctx x H) and layers h.0, h.1, ...");
+    if (!fc || fc->shape.size() != 2) throw t.fail("missing tensor 'h.0.mlp.c_fc.weight'");
+    Config c;
+    c.variant = Variant::gpt, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
+    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
+    c.A = c.H % 64 == 0 ? c.H / 64 : 0;
+    std::string cj;
+    const Json j = hf_config_json(path, cj);
+    if (j.type == Json::object) {
+        auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
+        c.A = hf_config_int(j, "n_head", c.A, cj);
+        if (c.A == 0 || c.H % c.A != 0) throw bad("n_head must divide n_embd = " + std::to_string(c.H));
+        if (const Json* e = j.get("layer_norm_epsilon")) {
+            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
+            c.eps = e->num;
+        }
+        if (const Json* a = j.get("afn")) {
+            const std::string f = a->type == Json::string ? a->str : "";
+            if (f == "gelu") c.activation = Activation::gelu_tanh;  // Hugging Face's GPT-1 "gelu" is gelu_new
+            else if (f == "relu") c.activation = Activation::relu;
+            else throw bad("afn '" + f + "' is not one of gelu, relu");
+        }
+        const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
+        for (const auto& kv : sizes)
+            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+    }
+    if (c.A == 0)
+        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
+                     " is not a multiple of 64 and there is no config.json with n_head beside the file");
+    c.D = c.H / c.A;
+    validate(c);
+    LoadedModel lm;
+    lm.config = c;
+    lm.file.metadata = st.metadata;
+    lm.params = make_params<float>(c, false);
+    Params<float>& p = lm.params;
+    const int H = c.H, D = c.D, A = c.A;
+    p.W_e = t.grab("tokens_embed.weight", {c.V, H});
+    p.W_p = t.grab("positions_embed.weight", {c.n_ctx, H});
+    for (int l = 0; l < c.L; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        Layer<float>& y = p.layers[l];
+        const Tensor<float> W = t.grab(h + "attn.c_attn.weight", {H, 3 * H});  // [Q heads | K heads | V heads]
+        const Tensor<float> b = t.grab(h + "attn.c_attn.bias", {3 * H});
+        std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
+        std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
+        for (int part = 0; part < 3; part++)
+            for (int i = 0; i < A; i++) {  // head i: columns part*H + i*D .. + D-1
+                Tensor<float>& Wi = (*Ws[part])[i];
+                Wi = Tensor<float>::uninit(H, D);
+                for (int r = 0; r < H; r++) std::copy(W.row(r) + part * H + i * D, W.row(r) + part * H + (i + 1) * D, Wi.row(r));
+                (*bs[part])[i] = Tensor<float>::uninit({D});
+                std::copy(b.ptr() + part * H + i * D, b.ptr() + part * H + (i + 1) * D, (*bs[part])[i].ptr());
+            }
+        y.attn.W_O = t.grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = t.grab(h + "attn.c_proj.bias", {H});
+        y.ln_1_gamma = t.grab(h + "ln_1.weight", {H}), y.ln_1_beta = t.grab(h + "ln_1.bias", {H});
+        y.ffn.W_1 = t.grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = t.grab(h + "mlp.c_fc.bias", {c.F});
+        y.ffn.W_2 = t.grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = t.grab(h + "mlp.c_proj.bias", {H});
+        y.ln_2_gamma = t.grab(h + "ln_2.weight", {H}), y.ln_2_beta = t.grab(h + "ln_2.bias", {H});
+        t.by.erase(h + "attn.bias");  // the causal-mask buffer
+    }
+    t.drop_tied("lm_head.weight", p.W_e, "tokens_embed.weight");
+    t.check_all_taken();
+    return lm;
+}
+
+// BERT (BertForMaskedLM, BertForPreTraining or BertModel; names may start with "bert."). A Linear
+// stores W as out x in: every weight is transposed into ours (in x out).
+//   embeddings.word_embeddings.weight (V x H) -> W_e;  .position_embeddings.weight (n_ctx x H) -> W_p
+//   embeddings.token_type_embeddings.weight (2 x H): row 0 -> w_A, row 1 -> w_B (the seed's segments)
+//   embeddings.LayerNorm.weight, .bias (or .gamma, .beta) -> emb_ln.gamma, .beta       (Config::emb_ln)
+//   encoder.layer.l.attention.self.query.weight (AD x H) -> W_Q^i = rows i*D .. i*D+D-1, transposed;
+//       .bias -> b_Q^i;  key, value likewise
+//   encoder.layer.l.attention.output.dense (H x AD) -> W_O, b_O;  .output.LayerNorm -> ln_1
+//   encoder.layer.l.intermediate.dense (F x H) -> W_1, b_1;  encoder.layer.l.output.dense (H x F) -> W_2, b_2
+//   encoder.layer.l.output.LayerNorm -> ln_2
+//   cls.predictions.transform.dense (H x H) -> mlm.W_t, mlm.b_t;  .transform.LayerNorm -> mlm.ln
+//   cls.predictions.bias (V) -> mlm.b_z          (Config::mlm_head; a file without cls.* has none)
+//   cls.predictions.decoder.weight / .bias: tied, must equal W_e / cls.predictions.bias
+//   pooler.dense (H x H) -> pooler.W, pooler.b   (Config::pooler: kept, unused)
+//   cls.seq_relationship.weight, .bias (next-sentence head): kept with the file's other tensors, unused
+//   embeddings.position_ids (an integer buffer): ignored
+// config.json: num_attention_heads (else H / 64), layer_norm_eps (else 1e-12), hidden_act ("gelu" is
+// the erf form here; "gelu_new", "relu"), type_vocab_size 2, position_embedding_type absolute.
+// [CLS], [SEP], [MASK]: from vocab.txt beside the file, else bert-base-uncased's 101, 102, 103.
+static bool is_hf_bert(const SafeTensorsReader& st) {
+    return !st.metadata.count("variant") &&
+           (st.find("bert.embeddings.word_embeddings.weight") || st.find("embeddings.word_embeddings.weight"));
+}
+
+static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsReader& st) {
+    HfTensors t(st, path, "BERT weights", "bert.");
+    const auto* wte = t.peek("embeddings.word_embeddings.weight");
+    const auto* wpe = t.peek("embeddings.position_embeddings.weight");
+    const auto* fc = t.peek("encoder.layer.0.intermediate.dense.weight");
+    const int L = t.count_layers("encoder.layer.");
+    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
+        throw t.fail("needs embeddings.word_embeddings.weight (V x H), embeddings.position_embeddings.weight (n_ctx x H) "
+                     "and layers encoder.layer.0, encoder.layer.1, ...");
+    if (!fc || fc->shape.size() != 2) throw t.fail("missing tensor 'encoder.layer.0.intermediate.dense.weight'");
+    Config c;
+    c.variant = Variant::bert, c.activation = Activation::gelu_erf, c.eps = 1e-12, c.attn_bias = true;
+    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[0], c.L = L;
+    c.A = c.H % 64 == 0 ? c.H / 64 : 0;
+    c.emb_ln = true;
+    c.mlm_head = t.peek("cls.predictions.bias") || t.peek("cls.predictions.transform.dense.weight");
+    c.pooler = t.peek("pooler.dense.weight") || t.peek("pooler.dense.bias");
+    std::string cj;
+    const Json j = hf_config_json(path, cj);
+    if (j.type == Json::object) {
+        auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
+        c.A = hf_config_int(j, "num_attention_heads", c.A, cj);
+        if (c.A == 0 || c.H % c.A != 0) throw bad("num_attention_heads must divide hidden_size = " + std::to_string(c.H));
+        if (const Json* e = j.get("layer_norm_eps")) {
+            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_eps must be a positive number");
+            c.eps = e->num;
+        }
+        if (const Json* a = j.get("hidden_act")) {
+            const std::string f = a->type == Json::string ? a->str : "";
+            if (f == "gelu") c.activation = Activation::gelu_erf;
+            else if (f == "gelu_new" || f == "gelu_pytorch_tanh") c.activation = Activation::gelu_tanh;
+            else if (f == "relu") c.activation = Activation::relu;
+            else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu");
+        }
+        if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
+            throw bad("position_embedding_type must be absolute (the seed's W_p)");
+        const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
+                                                     {"max_position_embeddings", c.n_ctx}, {"vocab_size", c.V}, {"type_vocab_size", 2}};
+        for (const auto& kv : sizes)
+            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+    }
+    if (c.A == 0)
+        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
+                     " is not a multiple of 64 and there is no config.json with num_attention_heads beside the file");
+    c.D = c.H / c.A;
+    // The special tokens: from vocab.txt beside the file, else the released vocabulary's ids.
+    const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + "vocab.txt";
+    if (std::FILE* probe = std::fopen(vocab_path.c_str(), "rb")) {
+        std::fclose(probe);
+        const WordPiece w = load_wordpiece(vocab_path);
+        if (w.size() != c.V)
+            throw Error("'" + vocab_path + "' has " + std::to_string(w.size()) + " tokens but the model's V = " + std::to_string(c.V));
+        c.cls_id = w.cls, c.sep_id = w.sep, c.mask_id = w.mask;
+        if (c.cls_id < 0 || c.sep_id < 0 || c.mask_id < 0) throw Error("'" + vocab_path + "' lacks [CLS], [SEP] or [MASK]");
+    } else if (c.V > 103) {
+        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103;
+    } else {
+        throw t.fail("cannot tell the ids of [CLS], [SEP], [MASK]: no vocab.txt beside the file and V = " + std::to_string(c.V));
+    }
+    validate(c);
+    LoadedModel lm;
+    lm.config = c;
+    lm.file.metadata = st.metadata;
+    lm.params = make_params<float>(c, false);
+    Params<float>& p = lm.params;
+    const int H = c.H, D = c.D, A = c.A, F = c.F;
+    p.W_e = t.grab("embeddings.word_embeddings.weight", {c.V, H});
+    p.W_p = t.grab("embeddings.position_embeddings.weight", {c.n_ctx, H});
+    const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {2, H});
+    p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
+    p.w_B = Tensor<float>::vector(std::vector<float>(tt.row(1), tt.row(1) + H));
+    p.gamma_e = t.grab_either("embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma", {H});
+    p.beta_e = t.grab_either("embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta", {H});
+    for (int l = 0; l < c.L; l++) {
+        const std::string e = "encoder.layer." + std::to_string(l) + ".";
+        Layer<float>& y = p.layers[l];
+        const char* names[3] = {"query", "key", "value"};
+        std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
+        std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
+        for (int part = 0; part < 3; part++) {
+            const std::string s = e + "attention.self." + names[part];
+            const Tensor<float> W = t.grab(s + ".weight", {A * D, H}), b = t.grab(s + ".bias", {A * D});
+            for (int i = 0; i < A; i++) {  // head i: output rows i*D .. i*D+D-1 of W, as columns
+                Tensor<float>& Wi = (*Ws[part])[i];
+                Wi = Tensor<float>::uninit(H, D);
+                for (int r = 0; r < H; r++)
+                    for (int d = 0; d < D; d++) Wi(r, d) = W(i * D + d, r);
+                (*bs[part])[i] = Tensor<float>::uninit({D});
+                std::copy(b.ptr() + i * D, b.ptr() + (i + 1) * D, (*bs[part])[i].ptr());
+            }
+        }
+        y.attn.W_O = t.grab_transposed(e + "attention.output.dense.weight", H, A * D);
+        y.attn.b_O = t.grab(e + "attention.output.dense.bias", {H});
+        y.ln_1_gamma = t.grab_either(e + "attention.output.LayerNorm.weight", e + "attention.output.LayerNorm.gamma", {H});
+        y.ln_1_beta = t.grab_either(e + "attention.output.LayerNorm.bias", e + "attention.output.LayerNorm.beta", {H});
+        y.ffn.W_1 = t.grab_transposed(e + "intermediate.dense.weight", F, H), y.ffn.b_1 = t.grab(e + "intermediate.dense.bias", {F});
+        y.ffn.W_2 = t.grab_transposed(e + "output.dense.weight", H, F), y.ffn.b_2 = t.grab(e + "output.dense.bias", {H});
+        y.ln_2_gamma = t.grab_either(e + "output.LayerNorm.weight", e + "output.LayerNorm.gamma", {H});
+        y.ln_2_beta = t.grab_either(e + "output.LayerNorm.bias", e + "output.LayerNorm.beta", {H});
+    }
+    if (c.mlm_head) {
+        const std::string m = "cls.predictions.";
+        p.W_t = t.grab_transposed(m + "transform.dense.weight", H, H), p.b_t = t.grab(m + "transform.dense.bias", {H});
+        p.gamma_t = t.grab_either(m + "transform.LayerNorm.weight", m + "transform.LayerNorm.gamma", {H});
+        p.beta_t = t.grab_either(m + "transform.LayerNorm.bias", m + "transform.LayerNorm.beta", {H});
+        p.b_z = t.grab(m + "bias", {c.V});
+        t.drop_tied(m + "decoder.weight", p.W_e, "embeddings.word_embeddings.weight");
+        t.drop_tied(m + "decoder.bias", p.b_z, "cls.predictions.bias");
+    }
+    if (c.pooler) p.W_pool = t.grab_transposed("pooler.dense.weight", H, H), p.b_pool = t.grab("pooler.dense.bias", {H});
+    for (const char* nsp : {"cls.seq_relationship.weight", "cls.seq_relationship.bias"})
+        if (const auto* e = t.peek(nsp)) {
+            if (e->shape != (std::string(nsp).back() == 't' ? std::vector<int>{2, H} : std::vector<int>{2}))
+                throw t.fail(std::string("tensor '") + nsp + "' is " + shape_str(e->shape) + ", expected " +
+                             (std::string(nsp).back() == 't' ? shape_str(std::vector<int>{2, H}) : std::string("2")));
+            lm.file.tensors.emplace_back(nsp, st.read(*e));
+            t.by.erase(nsp);
+        }
+    t.check_all_taken();
+    return lm;
+}
+
 // ---- Export to Hugging Face's GPT2LMHeadModel layout (issue 11) ----------------------------------
 // The inverse of import_hf_gpt2: the heads of W_Q, W_K, W_V are joined into c_attn's columns (head
 // i in columns i*D .. i*D+D-1 of each third), everything else keeps its layout (Conv1D stores
@@ -3292,7 +3621,7 @@ void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>
         const Tokenizer t = tokenizer_of(extra_metadata, model_path);
         eos = t.bpe.eot;
         write_file_atomic(dir + "/vocab.json", t.encoder_json);
-        write_file_atomic(dir + "/merges.txt", t.vocab_bpe);
+        write_file_atomic(dir + "/merges.txt", t.vocab);
     }
     write_file_atomic(config_path, hf_gpt2_config_json(c, eos));
 }
@@ -3300,6 +3629,9 @@ void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>
 static LoadedModel load_model_tensors(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
     const SafeTensorsReader st(path);
     if (is_hf_gpt2(st)) return import_hf_gpt2(path, st);
+    if (is_hf_openai_gpt(st)) return import_hf_openai_gpt(path, st);
+    if (is_hf_bert(st)) return import_hf_bert(path, st);
+    if (!st.int_buffers.empty()) throw Error("'" + path + "': unexpected tensor '" + st.int_buffers[0] + "' (integers)");
     LoadedModel lm;
     lm.file.metadata = st.metadata;
     try {
@@ -3499,13 +3831,10 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
     std::vector<int> order(V);
     for (int j = 0; j < V; j++) order[j] = j;
     const int k = (top_k > 0 && top_k < V) ? top_k : V;
-    if (k < V)  // the k largest first; with all V kept the order does not matter (no O(V log V) sort)
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return z[a] > z[b]; });
-    float z_max = z[order[0]];
-    for (int j = 1; j < k; j++) z_max = std::max(z_max, z[order[j]]);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return z[a] > z[b]; });
     std::vector<double> w(k);
     double sum = 0;
-    for (int j = 0; j < k; j++) sum += w[j] = std::exp((z[order[j]] - z_max) / temperature);
+    for (int j = 0; j < k; j++) sum += w[j] = std::exp((z[order[j]] - z[order[0]]) / temperature);
     double u = rng.uniform() * sum;
     for (int j = 0; j < k; j++) {
         if (u < w[j]) return order[j];
@@ -3657,13 +3986,12 @@ ModelSpeed model_speed(const Config& c, Params<float>& p) {
     r.context_to = std::min(128, c.n_ctx), r.context_from = r.context_to / 2;
     KVCache<float> k;
     Rng rng(11);
-    r.token_ms = 1e30;
-    for (int pass = 0; pass < 4; pass++) {  // the first warms the pool and the caches; then the best of 3, as for load
+    for (int pass = 0; pass < 2; pass++) {  // the first warms the pool and the caches
         kv_init(c, k);
         for (int t = 0; t < r.context_from; t++) model_step(c, p, rng.below(c.V), k);
         const auto t0 = Clock::now();
         for (int t = r.context_from; t < r.context_to; t++) model_step(c, p, rng.below(c.V), k);
-        if (pass > 0) r.token_ms = std::min(r.token_ms, ms_since(t0) / std::max(1, r.context_to - r.context_from));
+        r.token_ms = ms_since(t0) / std::max(1, r.context_to - r.context_from);
     }
     return r;
 }
@@ -4198,7 +4526,7 @@ static void start_from_checkpoint(TrainOptions& o, RunState& s, Tokenizer& tok) 
         tok = gpt2_tokenizer(o.encoder, o.bpe_vocab);
         if (recorded.kind == "char")
             throw fail("it was trained on characters (its metadata 'vocab'); --encoder/--vocab (GPT-2's BPE) contradict it");
-        if (recorded.kind == "gpt2-bpe" && (recorded.encoder_json != tok.encoder_json || recorded.vocab_bpe != tok.vocab_bpe))
+        if (recorded.kind == "gpt2-bpe" && (recorded.encoder_json != tok.encoder_json || recorded.vocab != tok.vocab))
             throw fail("--encoder/--vocab differ from the BPE tokenizer the file records (leave them out to use that one)");
         if (tok.size() != c.V)
             throw fail("--encoder/--vocab: the tokenizer has " + std::to_string(tok.size()) + " tokens but the model's V = " +
@@ -4509,6 +4837,8 @@ std::vector<LabelledExample> parse_labelled(const std::string& text, const std::
     return out;
 }
 
+static EncodedExample input_transformation(const Config& c, const FinetuneSpec& s, const std::vector<std::vector<int>>& f,
+                                           const LabelledExample& e, const std::string& file);
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const CharVocab& v, const LabelledExample& e,
                               const std::string& text, const std::string& file) {
     std::vector<std::vector<int>> f;
@@ -4521,6 +4851,25 @@ EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Char
         }
         f.push_back(std::move(ids));
     }
+    return input_transformation(c, s, f, e, file);
+}
+EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Tokenizer& t, const LabelledExample& e,
+                              const std::string& file) {
+    std::vector<std::vector<int>> f;
+    for (const std::string& field : e.fields) {
+        try {
+            f.push_back(t.encode(field));
+        } catch (const Error& err) {
+            throw Error("'" + file + "' line " + std::to_string(e.line) + ": " + err.what());
+        }
+        if (f.back().empty())
+            throw Error("'" + file + "' line " + std::to_string(e.line) + ": a field has no tokens after " + t.kind + " tokenization");
+    }
+    return input_transformation(c, s, f, e, file);
+}
+// The task's input transformation of the fields' ids (see transformer.hpp, "GPT-1 fine-tuning").
+static EncodedExample input_transformation(const Config& c, const FinetuneSpec& s, const std::vector<std::vector<int>>& f,
+                                           const LabelledExample& e, const std::string& file) {
     EncodedExample x;
     x.label = e.label, x.line = e.line;
     const bool gpt = is_causal(c.variant);
@@ -4658,9 +5007,28 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
                    {base + ".svg", "the loss plot", OutputKind::svg_plot}},
                   {{fo.checkpoint, "--checkpoint"}, {fo.train_file, "--train"}, {fo.val_file, "--val"}});
     LoadedModel lm = load_model(fo.checkpoint, {"adam."});
-    if (!lm.file.metadata.count("vocab"))
-        throw Error("'" + fo.checkpoint + "' has no character vocabulary: finetune starts from a checkpoint written by `transformer train`");
-    const CharVocab vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
+    // The tokenizer: the one the flags name (released GPT-1/GPT-2/BERT weights, issue 12), else the
+    // one the checkpoint records (characters, or the BPE `train --encoder` used).
+    const Tokenizer recorded = tokenizer_of(lm.file.metadata, fo.checkpoint);
+    const bool given = !fo.vocab.empty() || !fo.encoder.empty() || !fo.tokenizer.empty();
+    Tokenizer tok = given ? load_tokenizer(fo.tokenizer, fo.encoder, fo.vocab) : recorded;
+    const bool subword = !tok.kind.empty() && tok.kind != "char";
+    CharVocab vocab;
+    if (given && !recorded.kind.empty() && (recorded.kind != tok.kind || recorded.vocab != tok.vocab || recorded.encoder_json != tok.encoder_json))
+        throw Error("'" + fo.checkpoint + "' records its own tokenizer (" + (recorded.kind == "char" ? std::string("characters") : recorded.kind) +
+                    "); the tokenizer flags name another one (leave them out)");
+    if (subword) {
+        const int V0 = lm.config.V - (lm.file.metadata.count("finetune.task") && is_causal(lm.config.variant) ? 3 : 0);
+        if (tok.size() != V0)
+            throw Error("the tokenizer has " + std::to_string(tok.size()) + " tokens but the model's V = " + std::to_string(V0));
+        if ((tok.kind == "bert-wordpiece") != !is_causal(lm.config.variant))
+            throw Error("the tokenizer is " + tok.kind + " but '" + fo.checkpoint + "' is a " + variant_name(lm.config.variant) + " model");
+    } else {
+        if (!lm.file.metadata.count("vocab"))
+            throw Error("'" + fo.checkpoint + "' has no character vocabulary: finetune starts from a checkpoint written by `transformer train`, "
+                        "or give its tokenizer (--vocab, --encoder) for released weights");
+        vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
+    }
     if (lm.config.xlnet) throw Error("'" + fo.checkpoint + "' was trained with --objective xlnet; fine-tune a gpt, gpt2, gpt3, bert or roberta checkpoint");
     RunState s;
     s.rng = Rng(o.seed);
@@ -4693,9 +5061,11 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     } else {
         auto from = named_tensors(lm.config, lm.params);
         auto to = named_tensors(c, s.p);
+        std::map<std::string, const Tensor<float>*> from_name;  // by name: W_y comes before the released BERT's tensors
+        for (auto& nt : from) from_name[nt.name] = nt.tensor;
         for (std::size_t j = 0; j < to.size(); j++) {
             Tensor<float>& t = *to[j].tensor;
-            const Tensor<float>* f = j < from.size() && from[j].name == to[j].name ? from[j].tensor : nullptr;
+            const Tensor<float>* f = from_name.count(to[j].name) ? from_name[to[j].name] : nullptr;
             if (f && f->shape == t.shape) t = *f;
             else if (to[j].name == "W_e") {  // the pre-trained rows, then the new ones
                 std::copy(f->data.begin(), f->data.end(), t.data.begin());
@@ -4708,8 +5078,10 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     adamw_init(c, s.adam);
     s.adam.beta1 = o.beta1, s.adam.beta2 = o.beta2, s.adam.weight_decay = o.weight_decay;
     std::vector<EncodedExample> train_ex, val_ex;
-    for (auto& e : train_raw) train_ex.push_back(encode_example(c, spec, vocab, e, train_text, fo.train_file));
-    for (auto& e : val_raw) val_ex.push_back(encode_example(c, spec, vocab, e, val_text, fo.val_file));
+    for (auto& e : train_raw)
+        train_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.train_file) : encode_example(c, spec, vocab, e, train_text, fo.train_file));
+    for (auto& e : val_raw)
+        val_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.val_file) : encode_example(c, spec, vocab, e, val_text, fo.val_file));
     std::map<std::size_t, std::vector<int>> by_K;  // multiple choice: a batch holds examples with the same K
     for (std::size_t i = 0; i < train_ex.size(); i++) by_K[train_ex[i].seqs.size()].push_back((int)i);
     const long long N = (long long)train_ex.size();
@@ -4717,7 +5089,11 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                     // 0.2% of the steps
     if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + o.batch - 1) / o.batch);  // every epoch
     check_options(o);
-    s.meta["vocab"] = vocab.to_metadata();
+    if (subword) {  // what predict needs to read its input: the tokenizer, its files whole
+        for (const auto& kv : tok.metadata()) s.meta[kv.first] = kv.second;
+    } else {
+        s.meta["vocab"] = vocab.to_metadata();
+    }
     spec_to_metadata(spec, s.meta);
     s.meta["finetune.lambda"] = num_str(fo.lambda);
     s.meta["finetune.from"] = fo.scratch ? "(scratch)" : fo.checkpoint;
@@ -5236,38 +5612,998 @@ static bool unicode_letter(uint32_t cp) { return in_ranges(UNICODE_L, sizeof UNI
 static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNICODE_N / sizeof UNICODE_N[0], cp); }
 
 // ================================================================================================
+// TOKENIZERS of the released GPT-1 and BERT (issue 12; see transformer.hpp)
+// ================================================================================================
+static bool unicode_mark_nonspacing(uint32_t cp);  // Mn (tables at the end of this section)
+static bool unicode_punctuation(uint32_t cp);      // P*
+static bool unicode_control(uint32_t cp);          // Cc, Cf, Co, Cs
+static void unicode_lower(uint32_t cp, std::vector<uint32_t>& out);
+static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out);
+
+static std::string utf8_encode(const std::vector<uint32_t>& cps) {
+    std::string s;
+    for (uint32_t cp : cps) {
+        if (cp < 0x80) s += (char)cp;
+        else if (cp < 0x800) s += (char)(0xC0 | (cp >> 6)), s += (char)(0x80 | (cp & 0x3F));
+        else if (cp < 0x10000)
+            s += (char)(0xE0 | (cp >> 12)), s += (char)(0x80 | ((cp >> 6) & 0x3F)), s += (char)(0x80 | (cp & 0x3F));
+        else
+            s += (char)(0xF0 | (cp >> 18)), s += (char)(0x80 | ((cp >> 12) & 0x3F)), s += (char)(0x80 | ((cp >> 6) & 0x3F)),
+                s += (char)(0x80 | (cp & 0x3F));
+    }
+    return s;
+}
+
+// BERT's _is_chinese_char: the CJK Unified Ideographs blocks and their extensions, and the CJK
+// Compatibility Ideographs (not Hangul, Hiragana or Katakana).
+static bool cjk_ideograph(uint32_t cp) {
+    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+           (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
+           (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+// BERT's punctuation: every ASCII character that is neither a letter, a digit nor a space (so $ + <
+// = > ^ ` | ~, which Unicode calls symbols, count), and Unicode's P*.
+static bool bert_punctuation(uint32_t cp) {
+    return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126) ||
+           unicode_punctuation(cp);
+}
+// Hangul syllable s = 0xAC00 + (L * 21 + V) * 28 + T -> the jamo 0x1100 + L, 0x1161 + V and, for
+// T > 0, 0x11A7 + T (the Unicode standard's arithmetic decomposition; no jamo is a mark).
+static bool hangul_nfd(uint32_t cp, std::vector<uint32_t>& out) {
+    if (cp < 0xAC00 || cp > 0xD7A3) return false;
+    const uint32_t s = cp - 0xAC00, T = s % 28;
+    out.push_back(0x1100 + s / (21 * 28)), out.push_back(0x1161 + (s % (21 * 28)) / 28);
+    if (T) out.push_back(0x11A7 + T);
+    return true;
+}
+
+std::string bert_normalize(const std::string& text) {
+    std::vector<uint32_t> cps, step;
+    std::vector<std::size_t> at;
+    utf8_decode(text, cps, at);
+    for (uint32_t cp : cps) {  // 1. clean and 2. CJK
+        const bool keep_control = cp == '\t' || cp == '\n' || cp == '\r';
+        if (cp == 0 || cp == 0xFFFD || (!keep_control && unicode_control(cp))) continue;
+        if (unicode_space(cp)) step.push_back(' ');
+        else if (cjk_ideograph(cp)) step.push_back(' '), step.push_back(cp), step.push_back(' ');
+        else step.push_back(cp);
+    }
+    std::vector<uint32_t> stripped, out;
+    for (uint32_t cp : step)  // 3. NFD without the nonspacing marks
+        if (!hangul_nfd(cp, stripped)) unicode_strip_accents(cp, stripped);
+    for (uint32_t cp : stripped) unicode_lower(cp, out);  // 4. lower case
+    return utf8_encode(out);
+}
+
+std::vector<std::string> bert_pretokenize(const std::string& normalized) {
+    std::vector<uint32_t> cps;
+    std::vector<std::size_t> at;
+    utf8_decode(normalized, cps, at);
+    std::vector<std::string> words;
+    std::size_t start = 0;  // byte offset where the current word began
+    bool in_word = false;
+    for (std::size_t i = 0; i < cps.size(); i++) {
+        const bool space = unicode_space(cps[i]), punct = !space && bert_punctuation(cps[i]);
+        if ((space || punct) && in_word) words.push_back(normalized.substr(start, at[i] - start)), in_word = false;
+        if (punct) words.push_back(normalized.substr(at[i], at[i + 1] - at[i]));
+        else if (!space && !in_word) start = at[i], in_word = true;
+    }
+    if (in_word) words.push_back(normalized.substr(start));
+    return words;
+}
+
+std::vector<std::string> bert_words(const std::string& text) { return bert_pretokenize(bert_normalize(text)); }
+
+// The text split at the special tokens written in it: (piece, -1) for ordinary text, ("", id) for
+// a special token (the leftmost match first, the longest at one position).
+static std::vector<std::pair<std::string, int>> split_specials(const std::string& text,
+                                                               const std::vector<std::pair<std::string, int>>& specials) {
+    std::vector<std::pair<std::string, int>> out;
+    std::size_t from = 0, i = 0;
+    while (i < text.size()) {
+        int best = -1;
+        for (int k = 0; k < (int)specials.size(); k++)
+            if (specials[k].second >= 0 && text.compare(i, specials[k].first.size(), specials[k].first) == 0 &&
+                (best < 0 || specials[k].first.size() > specials[best].first.size()))
+                best = k;
+        if (best < 0) {
+            i++;
+            continue;
+        }
+        if (i > from) out.push_back({text.substr(from, i - from), -1});
+        out.push_back({"", specials[best].second});
+        i += specials[best].first.size(), from = i;
+    }
+    if (from < text.size()) out.push_back({text.substr(from), -1});
+    return out;
+}
+
+// ---- GPT-1's BPE -------------------------------------------------------------------------------
+// The merges run as in BPE::bpe (lowest rank first, every occurrence left to right, a heap of
+// candidate pairs), on the word's characters with "</w>" on the last one.
+std::vector<std::string> GPT1BPE::bpe(const std::string& word) const {
+    std::vector<uint32_t> cps;
+    std::vector<std::size_t> at;
+    utf8_decode(word, cps, at);
+    const int n = (int)cps.size();
+    std::vector<std::string> sym(n);
+    std::vector<int> prev(n), next(n);
+    std::vector<char> alive(n, 1);
+    for (int i = 0; i < n; i++) {
+        sym[i] = word.substr(at[i], at[i + 1] - at[i]) + (i == n - 1 ? "</w>" : "");
+        prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
+    }
+    auto rank_of = [&](int i) {
+        if (i < 0 || next[i] < 0) return -1;
+        auto it = ranks.find(sym[i] + " " + sym[next[i]]);
+        return it == ranks.end() ? -1 : it->second;
+    };
+    using Candidate = std::pair<int, int>;  // (rank, left symbol)
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+    auto push = [&](int i) {
+        const int r = rank_of(i);
+        if (r >= 0) heap.push({r, i});
+    };
+    for (int i = 0; i < n; i++) push(i);
+    std::vector<int> merged;
+    while (!heap.empty()) {
+        const int r = heap.top().first;
+        merged.clear();
+        while (!heap.empty() && heap.top().first == r) {
+            const int i = heap.top().second;
+            heap.pop();
+            if (!alive[i] || rank_of(i) != r) continue;
+            const int j = next[i];
+            sym[i] += sym[j], alive[j] = 0;
+            next[i] = next[j];
+            if (next[j] >= 0) prev[next[j]] = i;
+            merged.push_back(i);
+        }
+        for (int i : merged)
+            if (alive[i]) push(prev[i]), push(i);
+    }
+    std::vector<std::string> out;
+    for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(std::move(sym[i]));
+    return out;
+}
+
+std::vector<int> GPT1BPE::encode(const std::string& text) const {
+    std::vector<int> ids;
+    std::unordered_map<std::string, std::vector<int>> done;  // words repeat: merge each once
+    for (const auto& part : split_specials(text, {{"<unk>", unk}})) {
+        if (part.second >= 0) {
+            ids.push_back(part.second);
+            continue;
+        }
+        for (const std::string& word : bert_words(part.first)) {
+            auto it = done.find(word);
+            if (it == done.end()) {
+                std::vector<int> v;
+                for (const std::string& s : bpe(word)) {
+                    auto e = encoder.find(s);
+                    if (e != encoder.end()) v.push_back(e->second);
+                    else if (unk >= 0) v.push_back(unk);
+                    else throw Error("GPT-1 BPE: the symbol '" + s + "' is not in the vocabulary, which has no <unk>");
+                }
+                it = done.emplace(word, std::move(v)).first;
+            }
+            ids.insert(ids.end(), it->second.begin(), it->second.end());
+        }
+    }
+    return ids;
+}
+
+std::string GPT1BPE::decode(const std::vector<int>& ids) const {
+    std::string out;
+    for (int id : ids) {
+        if (id < 0 || id >= size())
+            throw Error("GPT-1 BPE: token id " + std::to_string(id) + " is outside 0.." + std::to_string(size() - 1));
+        std::string s = decoder[id];
+        for (std::size_t k; (k = s.find("</w>")) != std::string::npos;) s.replace(k, 4, " ");
+        out += s;
+    }
+    if (!out.empty() && out.back() == ' ' && !ids.empty() && decoder[ids.back()].size() >= 4 &&
+        decoder[ids.back()].compare(decoder[ids.back()].size() - 4, 4, "</w>") == 0)
+        out.pop_back();  // the last word's "</w>" becomes nothing
+    return out;
+}
+
+GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
+    GPT1BPE t;
+    const Json j = parse_json(encoder_json);
+    if (j.type != Json::object || j.obj.empty()) throw Error("encoder: expected an object {\"symbol\": id, ...}");
+    const std::size_t N = j.obj.size();
+    t.decoder.assign(N, std::string());
+    std::vector<bool> seen(N, false);
+    for (const auto& kv : j.obj) {
+        const double v = kv.second.num;
+        if (kv.second.type != Json::number || v != std::floor(v) || v < 0 || v >= (double)N)
+            throw Error("encoder: the id of '" + kv.first + "' is not an integer in 0.." + std::to_string(N - 1));
+        const int id = (int)v;
+        if (seen[id]) throw Error("encoder: id " + std::to_string(id) + " is given twice");
+        if (kv.first.empty() || !t.encoder.emplace(kv.first, id).second)
+            throw Error("encoder: the symbol '" + kv.first + "' is empty or given twice");
+        uint32_t cp;
+        for (std::size_t i = 0; i < kv.first.size();) {
+            const int len = utf8_next(kv.first, i, cp);
+            if (!len) throw Error("encoder: the symbol of id " + std::to_string(id) + " is not valid UTF-8");
+            i += (std::size_t)len;
+        }
+        seen[id] = true, t.decoder[id] = kv.first;
+    }
+    auto unk = t.encoder.find("<unk>");
+    t.unk = unk == t.encoder.end() ? -1 : unk->second;
+    std::stringstream ss(vocab_bpe);
+    std::string line;
+    int line_no = 0;
+    while (std::getline(ss, line)) {
+        line_no++;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+        const std::size_t sp = line.find(' ');
+        if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
+            throw Error("merges: line " + std::to_string(line_no) + " is not two symbols separated by one space");
+        const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
+        for (const std::string& s : {a, b, a + b})
+            if (!t.encoder.count(s))
+                throw Error("merges: line " + std::to_string(line_no) + " ('" + line + "'): '" + s + "' is not in the encoder");
+        t.ranks.emplace(line, (int)t.ranks.size());
+    }
+    if (t.ranks.empty()) throw Error("merges: no merges");
+    return t;
+}
+
+GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+    const std::string enc = read_file(encoder_json_path), merges = read_file(vocab_bpe_path);
+    try {
+        return make_gpt1_bpe(enc, merges);
+    } catch (const Error& e) {
+        throw Error("'" + encoder_json_path + "', '" + vocab_bpe_path + "': " + e.what());
+    }
+}
+
+// ---- BERT's WordPiece ----------------------------------------------------------------------------
+std::vector<int> WordPiece::wordpiece(const std::string& word) const {
+    std::vector<uint32_t> cps;
+    std::vector<std::size_t> at;
+    utf8_decode(word, cps, at);
+    const int n = (int)cps.size();
+    if (n > max_chars) return {unk};
+    std::vector<int> out;
+    for (int start = 0; start < n;) {  // the longest piece from start, "##" after the first
+        int end = n, id = -1;
+        for (; end > start; end--) {
+            const std::string piece = (start > 0 ? "##" : "") + word.substr(at[start], at[end] - at[start]);
+            auto it = vocab.find(piece);
+            if (it != vocab.end()) {
+                id = it->second;
+                break;
+            }
+        }
+        if (id < 0) return {unk};
+        out.push_back(id), start = end;
+    }
+    return out;
+}
+
+std::vector<int> WordPiece::encode(const std::string& text) const {
+    std::vector<int> ids;
+    for (const auto& part : split_specials(text, {{"[PAD]", pad}, {"[UNK]", unk}, {"[CLS]", cls}, {"[SEP]", sep}, {"[MASK]", mask}})) {
+        if (part.second >= 0) {
+            ids.push_back(part.second);
+            continue;
+        }
+        for (const std::string& word : bert_words(part.first)) {
+            const std::vector<int> v = wordpiece(word);
+            ids.insert(ids.end(), v.begin(), v.end());
+        }
+    }
+    return ids;
+}
+
+std::string WordPiece::decode(const std::vector<int>& ids) const {
+    std::string out;
+    for (int id : ids) {
+        if (id < 0 || id >= size())
+            throw Error("WordPiece: token id " + std::to_string(id) + " is outside 0.." + std::to_string(size() - 1));
+        const std::string& t = tokens[id];
+        if (t.size() > 2 && t.compare(0, 2, "##") == 0 && !out.empty()) out += t.substr(2);
+        else out += (out.empty() ? "" : " ") + t;
+    }
+    return out;
+}
+
+WordPiece make_wordpiece(const std::string& vocab_txt) {
+    WordPiece w;
+    std::size_t from = 0;
+    int line_no = 0;
+    while (from < vocab_txt.size()) {
+        std::size_t end = vocab_txt.find('\n', from);
+        if (end == std::string::npos) end = vocab_txt.size();
+        std::string tok = vocab_txt.substr(from, end - from);
+        from = end + 1, line_no++;
+        if (!tok.empty() && tok.back() == '\r') tok.pop_back();
+        const std::string where = "vocab.txt: line " + std::to_string(line_no);
+        if (tok.empty()) throw Error(where + " is empty (one token per line)");
+        uint32_t cp;
+        for (std::size_t i = 0; i < tok.size();) {
+            const int len = utf8_next(tok, i, cp);
+            if (!len) throw Error(where + " is not valid UTF-8");
+            i += (std::size_t)len;
+        }
+        if (!w.vocab.emplace(tok, (int)w.tokens.size()).second) throw Error(where + ": the token '" + tok + "' is given twice");
+        w.tokens.push_back(tok);
+    }
+    auto id = [&](const char* s) {
+        auto it = w.vocab.find(s);
+        return it == w.vocab.end() ? -1 : it->second;
+    };
+    w.unk = id("[UNK]"), w.cls = id("[CLS]"), w.sep = id("[SEP]"), w.mask = id("[MASK]"), w.pad = id("[PAD]");
+    if (w.tokens.empty()) throw Error("vocab.txt: no tokens");
+    if (w.unk < 0) throw Error("vocab.txt: has no [UNK] token");
+    return w;
+}
+
+WordPiece load_wordpiece(const std::string& vocab_txt_path) {
+    const std::string text = read_file(vocab_txt_path);
+    try {
+        return make_wordpiece(text);
+    } catch (const Error& e) {
+        throw Error("'" + vocab_txt_path + "': " + e.what());
+    }
+}
+
+// ---- One tokenizer for the commands (Tokenizer's methods: "THE TOKENIZER OF A CHECKPOINT") ----
+std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text) {
+    if (encoder_text.empty()) {
+        if (vocab_text.compare(0, 1, "{") == 0) return "unknown (a JSON file where vocab.txt was expected)";
+        return vocab_text.rfind("#version", 0) == 0 ? "unknown (a merge list where vocab.txt was expected)" : "bert-wordpiece";
+    }
+    if (encoder_text.find("</w>\"") != std::string::npos) return "gpt1-bpe";
+    if (encoder_text.find("\"\\u0120") != std::string::npos || encoder_text.find("\"\xC4\xA0") != std::string::npos)
+        return "gpt2-bpe";
+    return "unknown (an encoder with neither \"</w>\" nor byte symbols)";
+}
+
+Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_path, const std::string& vocab_path) {
+    if (vocab_path.empty()) throw Error("a tokenizer needs its vocabulary file");
+    const std::string enc = encoder_path.empty() ? std::string() : read_file(encoder_path);
+    const std::string voc = read_file(vocab_path);
+    const std::string files = encoder_path.empty() ? "'" + vocab_path + "'" : "'" + encoder_path + "', '" + vocab_path + "'";
+    const std::string found = tokenizer_kind_of(enc, voc);
+    if (!kind.empty() && kind != "gpt2-bpe" && kind != "gpt1-bpe" && kind != "bert-wordpiece")
+        throw Error("unknown tokenizer '" + kind + "' (expected gpt2-bpe, gpt1-bpe or bert-wordpiece)");
+    if (found.rfind("unknown", 0) == 0) throw Error(files + ": not a tokenizer this program knows: " + found);
+    if (!kind.empty() && kind != found)
+        throw Error(files + ": these are " + found + " files, not " + kind +
+                    (kind == "bert-wordpiece" ? " (WordPiece takes vocab.txt alone, without an encoder)" : ""));
+    return make_tokenizer(found, enc, voc, files);
+}
+
+// ---- Unicode tables of BERT's normaliser and pre-tokeniser: Unicode 14.0.0, generated from Python's unicodedata ----
+// General category Mn (nonspacing marks): removed after NFD when accents are stripped.
+static const uint32_t UNICODE_MN[][2] = {
+    {0x300, 0x36F}, {0x483, 0x487}, {0x591, 0x5BD}, {0x5BF, 0x5BF}, {0x5C1, 0x5C2}, {0x5C4, 0x5C5},
+    {0x5C7, 0x5C7}, {0x610, 0x61A}, {0x64B, 0x65F}, {0x670, 0x670}, {0x6D6, 0x6DC}, {0x6DF, 0x6E4},
+    {0x6E7, 0x6E8}, {0x6EA, 0x6ED}, {0x711, 0x711}, {0x730, 0x74A}, {0x7A6, 0x7B0}, {0x7EB, 0x7F3},
+    {0x7FD, 0x7FD}, {0x816, 0x819}, {0x81B, 0x823}, {0x825, 0x827}, {0x829, 0x82D}, {0x859, 0x85B},
+    {0x898, 0x89F}, {0x8CA, 0x8E1}, {0x8E3, 0x902}, {0x93A, 0x93A}, {0x93C, 0x93C}, {0x941, 0x948},
+    {0x94D, 0x94D}, {0x951, 0x957}, {0x962, 0x963}, {0x981, 0x981}, {0x9BC, 0x9BC}, {0x9C1, 0x9C4},
+    {0x9CD, 0x9CD}, {0x9E2, 0x9E3}, {0x9FE, 0x9FE}, {0xA01, 0xA02}, {0xA3C, 0xA3C}, {0xA41, 0xA42},
+    {0xA47, 0xA48}, {0xA4B, 0xA4D}, {0xA51, 0xA51}, {0xA70, 0xA71}, {0xA75, 0xA75}, {0xA81, 0xA82},
+    {0xABC, 0xABC}, {0xAC1, 0xAC5}, {0xAC7, 0xAC8}, {0xACD, 0xACD}, {0xAE2, 0xAE3}, {0xAFA, 0xAFF},
+    {0xB01, 0xB01}, {0xB3C, 0xB3C}, {0xB3F, 0xB3F}, {0xB41, 0xB44}, {0xB4D, 0xB4D}, {0xB55, 0xB56},
+    {0xB62, 0xB63}, {0xB82, 0xB82}, {0xBC0, 0xBC0}, {0xBCD, 0xBCD}, {0xC00, 0xC00}, {0xC04, 0xC04},
+    {0xC3C, 0xC3C}, {0xC3E, 0xC40}, {0xC46, 0xC48}, {0xC4A, 0xC4D}, {0xC55, 0xC56}, {0xC62, 0xC63},
+    {0xC81, 0xC81}, {0xCBC, 0xCBC}, {0xCBF, 0xCBF}, {0xCC6, 0xCC6}, {0xCCC, 0xCCD}, {0xCE2, 0xCE3},
+    {0xD00, 0xD01}, {0xD3B, 0xD3C}, {0xD41, 0xD44}, {0xD4D, 0xD4D}, {0xD62, 0xD63}, {0xD81, 0xD81},
+    {0xDCA, 0xDCA}, {0xDD2, 0xDD4}, {0xDD6, 0xDD6}, {0xE31, 0xE31}, {0xE34, 0xE3A}, {0xE47, 0xE4E},
+    {0xEB1, 0xEB1}, {0xEB4, 0xEBC}, {0xEC8, 0xECD}, {0xF18, 0xF19}, {0xF35, 0xF35}, {0xF37, 0xF37},
+    {0xF39, 0xF39}, {0xF71, 0xF7E}, {0xF80, 0xF84}, {0xF86, 0xF87}, {0xF8D, 0xF97}, {0xF99, 0xFBC},
+    {0xFC6, 0xFC6}, {0x102D, 0x1030}, {0x1032, 0x1037}, {0x1039, 0x103A}, {0x103D, 0x103E}, {0x1058, 0x1059},
+    {0x105E, 0x1060}, {0x1071, 0x1074}, {0x1082, 0x1082}, {0x1085, 0x1086}, {0x108D, 0x108D},
+    {0x109D, 0x109D}, {0x135D, 0x135F}, {0x1712, 0x1714}, {0x1732, 0x1733}, {0x1752, 0x1753},
+    {0x1772, 0x1773}, {0x17B4, 0x17B5}, {0x17B7, 0x17BD}, {0x17C6, 0x17C6}, {0x17C9, 0x17D3},
+    {0x17DD, 0x17DD}, {0x180B, 0x180D}, {0x180F, 0x180F}, {0x1885, 0x1886}, {0x18A9, 0x18A9},
+    {0x1920, 0x1922}, {0x1927, 0x1928}, {0x1932, 0x1932}, {0x1939, 0x193B}, {0x1A17, 0x1A18},
+    {0x1A1B, 0x1A1B}, {0x1A56, 0x1A56}, {0x1A58, 0x1A5E}, {0x1A60, 0x1A60}, {0x1A62, 0x1A62},
+    {0x1A65, 0x1A6C}, {0x1A73, 0x1A7C}, {0x1A7F, 0x1A7F}, {0x1AB0, 0x1ABD}, {0x1ABF, 0x1ACE},
+    {0x1B00, 0x1B03}, {0x1B34, 0x1B34}, {0x1B36, 0x1B3A}, {0x1B3C, 0x1B3C}, {0x1B42, 0x1B42},
+    {0x1B6B, 0x1B73}, {0x1B80, 0x1B81}, {0x1BA2, 0x1BA5}, {0x1BA8, 0x1BA9}, {0x1BAB, 0x1BAD},
+    {0x1BE6, 0x1BE6}, {0x1BE8, 0x1BE9}, {0x1BED, 0x1BED}, {0x1BEF, 0x1BF1}, {0x1C2C, 0x1C33},
+    {0x1C36, 0x1C37}, {0x1CD0, 0x1CD2}, {0x1CD4, 0x1CE0}, {0x1CE2, 0x1CE8}, {0x1CED, 0x1CED},
+    {0x1CF4, 0x1CF4}, {0x1CF8, 0x1CF9}, {0x1DC0, 0x1DFF}, {0x20D0, 0x20DC}, {0x20E1, 0x20E1},
+    {0x20E5, 0x20F0}, {0x2CEF, 0x2CF1}, {0x2D7F, 0x2D7F}, {0x2DE0, 0x2DFF}, {0x302A, 0x302D},
+    {0x3099, 0x309A}, {0xA66F, 0xA66F}, {0xA674, 0xA67D}, {0xA69E, 0xA69F}, {0xA6F0, 0xA6F1},
+    {0xA802, 0xA802}, {0xA806, 0xA806}, {0xA80B, 0xA80B}, {0xA825, 0xA826}, {0xA82C, 0xA82C},
+    {0xA8C4, 0xA8C5}, {0xA8E0, 0xA8F1}, {0xA8FF, 0xA8FF}, {0xA926, 0xA92D}, {0xA947, 0xA951},
+    {0xA980, 0xA982}, {0xA9B3, 0xA9B3}, {0xA9B6, 0xA9B9}, {0xA9BC, 0xA9BD}, {0xA9E5, 0xA9E5},
+    {0xAA29, 0xAA2E}, {0xAA31, 0xAA32}, {0xAA35, 0xAA36}, {0xAA43, 0xAA43}, {0xAA4C, 0xAA4C},
+    {0xAA7C, 0xAA7C}, {0xAAB0, 0xAAB0}, {0xAAB2, 0xAAB4}, {0xAAB7, 0xAAB8}, {0xAABE, 0xAABF},
+    {0xAAC1, 0xAAC1}, {0xAAEC, 0xAAED}, {0xAAF6, 0xAAF6}, {0xABE5, 0xABE5}, {0xABE8, 0xABE8},
+    {0xABED, 0xABED}, {0xFB1E, 0xFB1E}, {0xFE00, 0xFE0F}, {0xFE20, 0xFE2F}, {0x101FD, 0x101FD},
+    {0x102E0, 0x102E0}, {0x10376, 0x1037A}, {0x10A01, 0x10A03}, {0x10A05, 0x10A06}, {0x10A0C, 0x10A0F},
+    {0x10A38, 0x10A3A}, {0x10A3F, 0x10A3F}, {0x10AE5, 0x10AE6}, {0x10D24, 0x10D27}, {0x10EAB, 0x10EAC},
+    {0x10F46, 0x10F50}, {0x10F82, 0x10F85}, {0x11001, 0x11001}, {0x11038, 0x11046}, {0x11070, 0x11070},
+    {0x11073, 0x11074}, {0x1107F, 0x11081}, {0x110B3, 0x110B6}, {0x110B9, 0x110BA}, {0x110C2, 0x110C2},
+    {0x11100, 0x11102}, {0x11127, 0x1112B}, {0x1112D, 0x11134}, {0x11173, 0x11173}, {0x11180, 0x11181},
+    {0x111B6, 0x111BE}, {0x111C9, 0x111CC}, {0x111CF, 0x111CF}, {0x1122F, 0x11231}, {0x11234, 0x11234},
+    {0x11236, 0x11237}, {0x1123E, 0x1123E}, {0x112DF, 0x112DF}, {0x112E3, 0x112EA}, {0x11300, 0x11301},
+    {0x1133B, 0x1133C}, {0x11340, 0x11340}, {0x11366, 0x1136C}, {0x11370, 0x11374}, {0x11438, 0x1143F},
+    {0x11442, 0x11444}, {0x11446, 0x11446}, {0x1145E, 0x1145E}, {0x114B3, 0x114B8}, {0x114BA, 0x114BA},
+    {0x114BF, 0x114C0}, {0x114C2, 0x114C3}, {0x115B2, 0x115B5}, {0x115BC, 0x115BD}, {0x115BF, 0x115C0},
+    {0x115DC, 0x115DD}, {0x11633, 0x1163A}, {0x1163D, 0x1163D}, {0x1163F, 0x11640}, {0x116AB, 0x116AB},
+    {0x116AD, 0x116AD}, {0x116B0, 0x116B5}, {0x116B7, 0x116B7}, {0x1171D, 0x1171F}, {0x11722, 0x11725},
+    {0x11727, 0x1172B}, {0x1182F, 0x11837}, {0x11839, 0x1183A}, {0x1193B, 0x1193C}, {0x1193E, 0x1193E},
+    {0x11943, 0x11943}, {0x119D4, 0x119D7}, {0x119DA, 0x119DB}, {0x119E0, 0x119E0}, {0x11A01, 0x11A0A},
+    {0x11A33, 0x11A38}, {0x11A3B, 0x11A3E}, {0x11A47, 0x11A47}, {0x11A51, 0x11A56}, {0x11A59, 0x11A5B},
+    {0x11A8A, 0x11A96}, {0x11A98, 0x11A99}, {0x11C30, 0x11C36}, {0x11C38, 0x11C3D}, {0x11C3F, 0x11C3F},
+    {0x11C92, 0x11CA7}, {0x11CAA, 0x11CB0}, {0x11CB2, 0x11CB3}, {0x11CB5, 0x11CB6}, {0x11D31, 0x11D36},
+    {0x11D3A, 0x11D3A}, {0x11D3C, 0x11D3D}, {0x11D3F, 0x11D45}, {0x11D47, 0x11D47}, {0x11D90, 0x11D91},
+    {0x11D95, 0x11D95}, {0x11D97, 0x11D97}, {0x11EF3, 0x11EF4}, {0x16AF0, 0x16AF4}, {0x16B30, 0x16B36},
+    {0x16F4F, 0x16F4F}, {0x16F8F, 0x16F92}, {0x16FE4, 0x16FE4}, {0x1BC9D, 0x1BC9E}, {0x1CF00, 0x1CF2D},
+    {0x1CF30, 0x1CF46}, {0x1D167, 0x1D169}, {0x1D17B, 0x1D182}, {0x1D185, 0x1D18B}, {0x1D1AA, 0x1D1AD},
+    {0x1D242, 0x1D244}, {0x1DA00, 0x1DA36}, {0x1DA3B, 0x1DA6C}, {0x1DA75, 0x1DA75}, {0x1DA84, 0x1DA84},
+    {0x1DA9B, 0x1DA9F}, {0x1DAA1, 0x1DAAF}, {0x1E000, 0x1E006}, {0x1E008, 0x1E018}, {0x1E01B, 0x1E021},
+    {0x1E023, 0x1E024}, {0x1E026, 0x1E02A}, {0x1E130, 0x1E136}, {0x1E2AE, 0x1E2AE}, {0x1E2EC, 0x1E2EF},
+    {0x1E8D0, 0x1E8D6}, {0x1E944, 0x1E94A}, {0xE0100, 0xE01EF},
+};
+// General category P* (punctuation: Pc Pd Pe Pf Pi Po Ps).
+static const uint32_t UNICODE_P[][2] = {
+    {0x21, 0x23}, {0x25, 0x2A}, {0x2C, 0x2F}, {0x3A, 0x3B}, {0x3F, 0x40}, {0x5B, 0x5D}, {0x5F, 0x5F},
+    {0x7B, 0x7B}, {0x7D, 0x7D}, {0xA1, 0xA1}, {0xA7, 0xA7}, {0xAB, 0xAB}, {0xB6, 0xB7}, {0xBB, 0xBB},
+    {0xBF, 0xBF}, {0x37E, 0x37E}, {0x387, 0x387}, {0x55A, 0x55F}, {0x589, 0x58A}, {0x5BE, 0x5BE},
+    {0x5C0, 0x5C0}, {0x5C3, 0x5C3}, {0x5C6, 0x5C6}, {0x5F3, 0x5F4}, {0x609, 0x60A}, {0x60C, 0x60D},
+    {0x61B, 0x61B}, {0x61D, 0x61F}, {0x66A, 0x66D}, {0x6D4, 0x6D4}, {0x700, 0x70D}, {0x7F7, 0x7F9},
+    {0x830, 0x83E}, {0x85E, 0x85E}, {0x964, 0x965}, {0x970, 0x970}, {0x9FD, 0x9FD}, {0xA76, 0xA76},
+    {0xAF0, 0xAF0}, {0xC77, 0xC77}, {0xC84, 0xC84}, {0xDF4, 0xDF4}, {0xE4F, 0xE4F}, {0xE5A, 0xE5B},
+    {0xF04, 0xF12}, {0xF14, 0xF14}, {0xF3A, 0xF3D}, {0xF85, 0xF85}, {0xFD0, 0xFD4}, {0xFD9, 0xFDA},
+    {0x104A, 0x104F}, {0x10FB, 0x10FB}, {0x1360, 0x1368}, {0x1400, 0x1400}, {0x166E, 0x166E},
+    {0x169B, 0x169C}, {0x16EB, 0x16ED}, {0x1735, 0x1736}, {0x17D4, 0x17D6}, {0x17D8, 0x17DA},
+    {0x1800, 0x180A}, {0x1944, 0x1945}, {0x1A1E, 0x1A1F}, {0x1AA0, 0x1AA6}, {0x1AA8, 0x1AAD},
+    {0x1B5A, 0x1B60}, {0x1B7D, 0x1B7E}, {0x1BFC, 0x1BFF}, {0x1C3B, 0x1C3F}, {0x1C7E, 0x1C7F},
+    {0x1CC0, 0x1CC7}, {0x1CD3, 0x1CD3}, {0x2010, 0x2027}, {0x2030, 0x2043}, {0x2045, 0x2051},
+    {0x2053, 0x205E}, {0x207D, 0x207E}, {0x208D, 0x208E}, {0x2308, 0x230B}, {0x2329, 0x232A},
+    {0x2768, 0x2775}, {0x27C5, 0x27C6}, {0x27E6, 0x27EF}, {0x2983, 0x2998}, {0x29D8, 0x29DB},
+    {0x29FC, 0x29FD}, {0x2CF9, 0x2CFC}, {0x2CFE, 0x2CFF}, {0x2D70, 0x2D70}, {0x2E00, 0x2E2E},
+    {0x2E30, 0x2E4F}, {0x2E52, 0x2E5D}, {0x3001, 0x3003}, {0x3008, 0x3011}, {0x3014, 0x301F},
+    {0x3030, 0x3030}, {0x303D, 0x303D}, {0x30A0, 0x30A0}, {0x30FB, 0x30FB}, {0xA4FE, 0xA4FF},
+    {0xA60D, 0xA60F}, {0xA673, 0xA673}, {0xA67E, 0xA67E}, {0xA6F2, 0xA6F7}, {0xA874, 0xA877},
+    {0xA8CE, 0xA8CF}, {0xA8F8, 0xA8FA}, {0xA8FC, 0xA8FC}, {0xA92E, 0xA92F}, {0xA95F, 0xA95F},
+    {0xA9C1, 0xA9CD}, {0xA9DE, 0xA9DF}, {0xAA5C, 0xAA5F}, {0xAADE, 0xAADF}, {0xAAF0, 0xAAF1},
+    {0xABEB, 0xABEB}, {0xFD3E, 0xFD3F}, {0xFE10, 0xFE19}, {0xFE30, 0xFE52}, {0xFE54, 0xFE61},
+    {0xFE63, 0xFE63}, {0xFE68, 0xFE68}, {0xFE6A, 0xFE6B}, {0xFF01, 0xFF03}, {0xFF05, 0xFF0A},
+    {0xFF0C, 0xFF0F}, {0xFF1A, 0xFF1B}, {0xFF1F, 0xFF20}, {0xFF3B, 0xFF3D}, {0xFF3F, 0xFF3F},
+    {0xFF5B, 0xFF5B}, {0xFF5D, 0xFF5D}, {0xFF5F, 0xFF65}, {0x10100, 0x10102}, {0x1039F, 0x1039F},
+    {0x103D0, 0x103D0}, {0x1056F, 0x1056F}, {0x10857, 0x10857}, {0x1091F, 0x1091F}, {0x1093F, 0x1093F},
+    {0x10A50, 0x10A58}, {0x10A7F, 0x10A7F}, {0x10AF0, 0x10AF6}, {0x10B39, 0x10B3F}, {0x10B99, 0x10B9C},
+    {0x10EAD, 0x10EAD}, {0x10F55, 0x10F59}, {0x10F86, 0x10F89}, {0x11047, 0x1104D}, {0x110BB, 0x110BC},
+    {0x110BE, 0x110C1}, {0x11140, 0x11143}, {0x11174, 0x11175}, {0x111C5, 0x111C8}, {0x111CD, 0x111CD},
+    {0x111DB, 0x111DB}, {0x111DD, 0x111DF}, {0x11238, 0x1123D}, {0x112A9, 0x112A9}, {0x1144B, 0x1144F},
+    {0x1145A, 0x1145B}, {0x1145D, 0x1145D}, {0x114C6, 0x114C6}, {0x115C1, 0x115D7}, {0x11641, 0x11643},
+    {0x11660, 0x1166C}, {0x116B9, 0x116B9}, {0x1173C, 0x1173E}, {0x1183B, 0x1183B}, {0x11944, 0x11946},
+    {0x119E2, 0x119E2}, {0x11A3F, 0x11A46}, {0x11A9A, 0x11A9C}, {0x11A9E, 0x11AA2}, {0x11C41, 0x11C45},
+    {0x11C70, 0x11C71}, {0x11EF7, 0x11EF8}, {0x11FFF, 0x11FFF}, {0x12470, 0x12474}, {0x12FF1, 0x12FF2},
+    {0x16A6E, 0x16A6F}, {0x16AF5, 0x16AF5}, {0x16B37, 0x16B3B}, {0x16B44, 0x16B44}, {0x16E97, 0x16E9A},
+    {0x16FE2, 0x16FE2}, {0x1BC9F, 0x1BC9F}, {0x1DA87, 0x1DA8B}, {0x1E95E, 0x1E95F},
+};
+// General categories Cc, Cf, Co, Cs (control, format, private use, surrogates).
+static const uint32_t UNICODE_CONTROL[][2] = {
+    {0x0, 0x1F}, {0x7F, 0x9F}, {0xAD, 0xAD}, {0x600, 0x605}, {0x61C, 0x61C}, {0x6DD, 0x6DD}, {0x70F, 0x70F},
+    {0x890, 0x891}, {0x8E2, 0x8E2}, {0x180E, 0x180E}, {0x200B, 0x200F}, {0x202A, 0x202E}, {0x2060, 0x2064},
+    {0x2066, 0x206F}, {0xD800, 0xF8FF}, {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB}, {0x110BD, 0x110BD},
+    {0x110CD, 0x110CD}, {0x13430, 0x13438}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
+    {0xE0020, 0xE007F}, {0xF0000, 0xFFFFD}, {0x100000, 0x10FFFD},
+};
+// Lower-case mapping, one code point to one, as runs {first, last, delta, step}: every step-th code
+// point from first to last maps to itself + delta (step 2: upper/lower pairs that alternate).
+// (U+0130 maps to two code points, i + U+0307, and is handled apart.)
+static const int32_t UNICODE_LOWER[][4] = {
+    {0x41, 0x5A, 32, 1}, {0xC0, 0xD6, 32, 1}, {0xD8, 0xDE, 32, 1}, {0x100, 0x12E, 1, 2}, {0x132, 0x136, 1, 2},
+    {0x139, 0x147, 1, 2}, {0x14A, 0x176, 1, 2}, {0x178, 0x178, -121, 1}, {0x179, 0x17D, 1, 2},
+    {0x181, 0x181, 210, 1}, {0x182, 0x184, 1, 2}, {0x186, 0x186, 206, 1}, {0x187, 0x187, 1, 1},
+    {0x189, 0x18A, 205, 1}, {0x18B, 0x18B, 1, 1}, {0x18E, 0x18E, 79, 1}, {0x18F, 0x18F, 202, 1},
+    {0x190, 0x190, 203, 1}, {0x191, 0x191, 1, 1}, {0x193, 0x193, 205, 1}, {0x194, 0x194, 207, 1},
+    {0x196, 0x196, 211, 1}, {0x197, 0x197, 209, 1}, {0x198, 0x198, 1, 1}, {0x19C, 0x19C, 211, 1},
+    {0x19D, 0x19D, 213, 1}, {0x19F, 0x19F, 214, 1}, {0x1A0, 0x1A4, 1, 2}, {0x1A6, 0x1A6, 218, 1},
+    {0x1A7, 0x1A7, 1, 1}, {0x1A9, 0x1A9, 218, 1}, {0x1AC, 0x1AC, 1, 1}, {0x1AE, 0x1AE, 218, 1},
+    {0x1AF, 0x1AF, 1, 1}, {0x1B1, 0x1B2, 217, 1}, {0x1B3, 0x1B5, 1, 2}, {0x1B7, 0x1B7, 219, 1},
+    {0x1B8, 0x1B8, 1, 1}, {0x1BC, 0x1BC, 1, 1}, {0x1C4, 0x1C4, 2, 1}, {0x1C5, 0x1C5, 1, 1},
+    {0x1C7, 0x1C7, 2, 1}, {0x1C8, 0x1C8, 1, 1}, {0x1CA, 0x1CA, 2, 1}, {0x1CB, 0x1DB, 1, 2},
+    {0x1DE, 0x1EE, 1, 2}, {0x1F1, 0x1F1, 2, 1}, {0x1F2, 0x1F4, 1, 2}, {0x1F6, 0x1F6, -97, 1},
+    {0x1F7, 0x1F7, -56, 1}, {0x1F8, 0x21E, 1, 2}, {0x220, 0x220, -130, 1}, {0x222, 0x232, 1, 2},
+    {0x23A, 0x23A, 10795, 1}, {0x23B, 0x23B, 1, 1}, {0x23D, 0x23D, -163, 1}, {0x23E, 0x23E, 10792, 1},
+    {0x241, 0x241, 1, 1}, {0x243, 0x243, -195, 1}, {0x244, 0x244, 69, 1}, {0x245, 0x245, 71, 1},
+    {0x246, 0x24E, 1, 2}, {0x370, 0x372, 1, 2}, {0x376, 0x376, 1, 1}, {0x37F, 0x37F, 116, 1},
+    {0x386, 0x386, 38, 1}, {0x388, 0x38A, 37, 1}, {0x38C, 0x38C, 64, 1}, {0x38E, 0x38F, 63, 1},
+    {0x391, 0x3A1, 32, 1}, {0x3A3, 0x3AB, 32, 1}, {0x3CF, 0x3CF, 8, 1}, {0x3D8, 0x3EE, 1, 2},
+    {0x3F4, 0x3F4, -60, 1}, {0x3F7, 0x3F7, 1, 1}, {0x3F9, 0x3F9, -7, 1}, {0x3FA, 0x3FA, 1, 1},
+    {0x3FD, 0x3FF, -130, 1}, {0x400, 0x40F, 80, 1}, {0x410, 0x42F, 32, 1}, {0x460, 0x480, 1, 2},
+    {0x48A, 0x4BE, 1, 2}, {0x4C0, 0x4C0, 15, 1}, {0x4C1, 0x4CD, 1, 2}, {0x4D0, 0x52E, 1, 2},
+    {0x531, 0x556, 48, 1}, {0x10A0, 0x10C5, 7264, 1}, {0x10C7, 0x10C7, 7264, 1}, {0x10CD, 0x10CD, 7264, 1},
+    {0x13A0, 0x13EF, 38864, 1}, {0x13F0, 0x13F5, 8, 1}, {0x1C90, 0x1CBA, -3008, 1},
+    {0x1CBD, 0x1CBF, -3008, 1}, {0x1E00, 0x1E94, 1, 2}, {0x1E9E, 0x1E9E, -7615, 1}, {0x1EA0, 0x1EFE, 1, 2},
+    {0x1F08, 0x1F0F, -8, 1}, {0x1F18, 0x1F1D, -8, 1}, {0x1F28, 0x1F2F, -8, 1}, {0x1F38, 0x1F3F, -8, 1},
+    {0x1F48, 0x1F4D, -8, 1}, {0x1F59, 0x1F5F, -8, 2}, {0x1F68, 0x1F6F, -8, 1}, {0x1F88, 0x1F8F, -8, 1},
+    {0x1F98, 0x1F9F, -8, 1}, {0x1FA8, 0x1FAF, -8, 1}, {0x1FB8, 0x1FB9, -8, 1}, {0x1FBA, 0x1FBB, -74, 1},
+    {0x1FBC, 0x1FBC, -9, 1}, {0x1FC8, 0x1FCB, -86, 1}, {0x1FCC, 0x1FCC, -9, 1}, {0x1FD8, 0x1FD9, -8, 1},
+    {0x1FDA, 0x1FDB, -100, 1}, {0x1FE8, 0x1FE9, -8, 1}, {0x1FEA, 0x1FEB, -112, 1}, {0x1FEC, 0x1FEC, -7, 1},
+    {0x1FF8, 0x1FF9, -128, 1}, {0x1FFA, 0x1FFB, -126, 1}, {0x1FFC, 0x1FFC, -9, 1}, {0x2126, 0x2126, -7517, 1},
+    {0x212A, 0x212A, -8383, 1}, {0x212B, 0x212B, -8262, 1}, {0x2132, 0x2132, 28, 1}, {0x2160, 0x216F, 16, 1},
+    {0x2183, 0x2183, 1, 1}, {0x24B6, 0x24CF, 26, 1}, {0x2C00, 0x2C2F, 48, 1}, {0x2C60, 0x2C60, 1, 1},
+    {0x2C62, 0x2C62, -10743, 1}, {0x2C63, 0x2C63, -3814, 1}, {0x2C64, 0x2C64, -10727, 1},
+    {0x2C67, 0x2C6B, 1, 2}, {0x2C6D, 0x2C6D, -10780, 1}, {0x2C6E, 0x2C6E, -10749, 1},
+    {0x2C6F, 0x2C6F, -10783, 1}, {0x2C70, 0x2C70, -10782, 1}, {0x2C72, 0x2C72, 1, 1}, {0x2C75, 0x2C75, 1, 1},
+    {0x2C7E, 0x2C7F, -10815, 1}, {0x2C80, 0x2CE2, 1, 2}, {0x2CEB, 0x2CED, 1, 2}, {0x2CF2, 0x2CF2, 1, 1},
+    {0xA640, 0xA66C, 1, 2}, {0xA680, 0xA69A, 1, 2}, {0xA722, 0xA72E, 1, 2}, {0xA732, 0xA76E, 1, 2},
+    {0xA779, 0xA77B, 1, 2}, {0xA77D, 0xA77D, -35332, 1}, {0xA77E, 0xA786, 1, 2}, {0xA78B, 0xA78B, 1, 1},
+    {0xA78D, 0xA78D, -42280, 1}, {0xA790, 0xA792, 1, 2}, {0xA796, 0xA7A8, 1, 2}, {0xA7AA, 0xA7AA, -42308, 1},
+    {0xA7AB, 0xA7AB, -42319, 1}, {0xA7AC, 0xA7AC, -42315, 1}, {0xA7AD, 0xA7AD, -42305, 1},
+    {0xA7AE, 0xA7AE, -42308, 1}, {0xA7B0, 0xA7B0, -42258, 1}, {0xA7B1, 0xA7B1, -42282, 1},
+    {0xA7B2, 0xA7B2, -42261, 1}, {0xA7B3, 0xA7B3, 928, 1}, {0xA7B4, 0xA7C2, 1, 2}, {0xA7C4, 0xA7C4, -48, 1},
+    {0xA7C5, 0xA7C5, -42307, 1}, {0xA7C6, 0xA7C6, -35384, 1}, {0xA7C7, 0xA7C9, 1, 2}, {0xA7D0, 0xA7D0, 1, 1},
+    {0xA7D6, 0xA7D8, 1, 2}, {0xA7F5, 0xA7F5, 1, 1}, {0xFF21, 0xFF3A, 32, 1}, {0x10400, 0x10427, 40, 1},
+    {0x104B0, 0x104D3, 40, 1}, {0x10570, 0x1057A, 39, 1}, {0x1057C, 0x1058A, 39, 1},
+    {0x1058C, 0x10592, 39, 1}, {0x10594, 0x10595, 39, 1}, {0x10C80, 0x10CB2, 64, 1},
+    {0x118A0, 0x118BF, 32, 1}, {0x16E40, 0x16E5F, 32, 1}, {0x1E900, 0x1E921, 34, 1},
+};
+// Canonical decomposition (NFD) with the nonspacing marks (Mn) removed, for the code points where
+// that gives one code point: {code point, what it becomes}. Sorted by code point.
+static const uint32_t UNICODE_STRIP1[][2] = {
+    {0xC0,0x41}, {0xC1,0x41}, {0xC2,0x41}, {0xC3,0x41}, {0xC4,0x41}, {0xC5,0x41}, {0xC7,0x43}, {0xC8,0x45},
+    {0xC9,0x45}, {0xCA,0x45}, {0xCB,0x45}, {0xCC,0x49}, {0xCD,0x49}, {0xCE,0x49}, {0xCF,0x49}, {0xD1,0x4E},
+    {0xD2,0x4F}, {0xD3,0x4F}, {0xD4,0x4F}, {0xD5,0x4F}, {0xD6,0x4F}, {0xD9,0x55}, {0xDA,0x55}, {0xDB,0x55},
+    {0xDC,0x55}, {0xDD,0x59}, {0xE0,0x61}, {0xE1,0x61}, {0xE2,0x61}, {0xE3,0x61}, {0xE4,0x61}, {0xE5,0x61},
+    {0xE7,0x63}, {0xE8,0x65}, {0xE9,0x65}, {0xEA,0x65}, {0xEB,0x65}, {0xEC,0x69}, {0xED,0x69}, {0xEE,0x69},
+    {0xEF,0x69}, {0xF1,0x6E}, {0xF2,0x6F}, {0xF3,0x6F}, {0xF4,0x6F}, {0xF5,0x6F}, {0xF6,0x6F}, {0xF9,0x75},
+    {0xFA,0x75}, {0xFB,0x75}, {0xFC,0x75}, {0xFD,0x79}, {0xFF,0x79}, {0x100,0x41}, {0x101,0x61}, {0x102,0x41},
+    {0x103,0x61}, {0x104,0x41}, {0x105,0x61}, {0x106,0x43}, {0x107,0x63}, {0x108,0x43}, {0x109,0x63},
+    {0x10A,0x43}, {0x10B,0x63}, {0x10C,0x43}, {0x10D,0x63}, {0x10E,0x44}, {0x10F,0x64}, {0x112,0x45},
+    {0x113,0x65}, {0x114,0x45}, {0x115,0x65}, {0x116,0x45}, {0x117,0x65}, {0x118,0x45}, {0x119,0x65},
+    {0x11A,0x45}, {0x11B,0x65}, {0x11C,0x47}, {0x11D,0x67}, {0x11E,0x47}, {0x11F,0x67}, {0x120,0x47},
+    {0x121,0x67}, {0x122,0x47}, {0x123,0x67}, {0x124,0x48}, {0x125,0x68}, {0x128,0x49}, {0x129,0x69},
+    {0x12A,0x49}, {0x12B,0x69}, {0x12C,0x49}, {0x12D,0x69}, {0x12E,0x49}, {0x12F,0x69}, {0x130,0x49},
+    {0x134,0x4A}, {0x135,0x6A}, {0x136,0x4B}, {0x137,0x6B}, {0x139,0x4C}, {0x13A,0x6C}, {0x13B,0x4C},
+    {0x13C,0x6C}, {0x13D,0x4C}, {0x13E,0x6C}, {0x143,0x4E}, {0x144,0x6E}, {0x145,0x4E}, {0x146,0x6E},
+    {0x147,0x4E}, {0x148,0x6E}, {0x14C,0x4F}, {0x14D,0x6F}, {0x14E,0x4F}, {0x14F,0x6F}, {0x150,0x4F},
+    {0x151,0x6F}, {0x154,0x52}, {0x155,0x72}, {0x156,0x52}, {0x157,0x72}, {0x158,0x52}, {0x159,0x72},
+    {0x15A,0x53}, {0x15B,0x73}, {0x15C,0x53}, {0x15D,0x73}, {0x15E,0x53}, {0x15F,0x73}, {0x160,0x53},
+    {0x161,0x73}, {0x162,0x54}, {0x163,0x74}, {0x164,0x54}, {0x165,0x74}, {0x168,0x55}, {0x169,0x75},
+    {0x16A,0x55}, {0x16B,0x75}, {0x16C,0x55}, {0x16D,0x75}, {0x16E,0x55}, {0x16F,0x75}, {0x170,0x55},
+    {0x171,0x75}, {0x172,0x55}, {0x173,0x75}, {0x174,0x57}, {0x175,0x77}, {0x176,0x59}, {0x177,0x79},
+    {0x178,0x59}, {0x179,0x5A}, {0x17A,0x7A}, {0x17B,0x5A}, {0x17C,0x7A}, {0x17D,0x5A}, {0x17E,0x7A},
+    {0x1A0,0x4F}, {0x1A1,0x6F}, {0x1AF,0x55}, {0x1B0,0x75}, {0x1CD,0x41}, {0x1CE,0x61}, {0x1CF,0x49},
+    {0x1D0,0x69}, {0x1D1,0x4F}, {0x1D2,0x6F}, {0x1D3,0x55}, {0x1D4,0x75}, {0x1D5,0x55}, {0x1D6,0x75},
+    {0x1D7,0x55}, {0x1D8,0x75}, {0x1D9,0x55}, {0x1DA,0x75}, {0x1DB,0x55}, {0x1DC,0x75}, {0x1DE,0x41},
+    {0x1DF,0x61}, {0x1E0,0x41}, {0x1E1,0x61}, {0x1E2,0xC6}, {0x1E3,0xE6}, {0x1E6,0x47}, {0x1E7,0x67},
+    {0x1E8,0x4B}, {0x1E9,0x6B}, {0x1EA,0x4F}, {0x1EB,0x6F}, {0x1EC,0x4F}, {0x1ED,0x6F}, {0x1EE,0x1B7},
+    {0x1EF,0x292}, {0x1F0,0x6A}, {0x1F4,0x47}, {0x1F5,0x67}, {0x1F8,0x4E}, {0x1F9,0x6E}, {0x1FA,0x41},
+    {0x1FB,0x61}, {0x1FC,0xC6}, {0x1FD,0xE6}, {0x1FE,0xD8}, {0x1FF,0xF8}, {0x200,0x41}, {0x201,0x61},
+    {0x202,0x41}, {0x203,0x61}, {0x204,0x45}, {0x205,0x65}, {0x206,0x45}, {0x207,0x65}, {0x208,0x49},
+    {0x209,0x69}, {0x20A,0x49}, {0x20B,0x69}, {0x20C,0x4F}, {0x20D,0x6F}, {0x20E,0x4F}, {0x20F,0x6F},
+    {0x210,0x52}, {0x211,0x72}, {0x212,0x52}, {0x213,0x72}, {0x214,0x55}, {0x215,0x75}, {0x216,0x55},
+    {0x217,0x75}, {0x218,0x53}, {0x219,0x73}, {0x21A,0x54}, {0x21B,0x74}, {0x21E,0x48}, {0x21F,0x68},
+    {0x226,0x41}, {0x227,0x61}, {0x228,0x45}, {0x229,0x65}, {0x22A,0x4F}, {0x22B,0x6F}, {0x22C,0x4F},
+    {0x22D,0x6F}, {0x22E,0x4F}, {0x22F,0x6F}, {0x230,0x4F}, {0x231,0x6F}, {0x232,0x59}, {0x233,0x79},
+    {0x374,0x2B9}, {0x37E,0x3B}, {0x385,0xA8}, {0x386,0x391}, {0x387,0xB7}, {0x388,0x395}, {0x389,0x397},
+    {0x38A,0x399}, {0x38C,0x39F}, {0x38E,0x3A5}, {0x38F,0x3A9}, {0x390,0x3B9}, {0x3AA,0x399}, {0x3AB,0x3A5},
+    {0x3AC,0x3B1}, {0x3AD,0x3B5}, {0x3AE,0x3B7}, {0x3AF,0x3B9}, {0x3B0,0x3C5}, {0x3CA,0x3B9}, {0x3CB,0x3C5},
+    {0x3CC,0x3BF}, {0x3CD,0x3C5}, {0x3CE,0x3C9}, {0x3D3,0x3D2}, {0x3D4,0x3D2}, {0x400,0x415}, {0x401,0x415},
+    {0x403,0x413}, {0x407,0x406}, {0x40C,0x41A}, {0x40D,0x418}, {0x40E,0x423}, {0x419,0x418}, {0x439,0x438},
+    {0x450,0x435}, {0x451,0x435}, {0x453,0x433}, {0x457,0x456}, {0x45C,0x43A}, {0x45D,0x438}, {0x45E,0x443},
+    {0x476,0x474}, {0x477,0x475}, {0x4C1,0x416}, {0x4C2,0x436}, {0x4D0,0x410}, {0x4D1,0x430}, {0x4D2,0x410},
+    {0x4D3,0x430}, {0x4D6,0x415}, {0x4D7,0x435}, {0x4DA,0x4D8}, {0x4DB,0x4D9}, {0x4DC,0x416}, {0x4DD,0x436},
+    {0x4DE,0x417}, {0x4DF,0x437}, {0x4E2,0x418}, {0x4E3,0x438}, {0x4E4,0x418}, {0x4E5,0x438}, {0x4E6,0x41E},
+    {0x4E7,0x43E}, {0x4EA,0x4E8}, {0x4EB,0x4E9}, {0x4EC,0x42D}, {0x4ED,0x44D}, {0x4EE,0x423}, {0x4EF,0x443},
+    {0x4F0,0x423}, {0x4F1,0x443}, {0x4F2,0x423}, {0x4F3,0x443}, {0x4F4,0x427}, {0x4F5,0x447}, {0x4F8,0x42B},
+    {0x4F9,0x44B}, {0x622,0x627}, {0x623,0x627}, {0x624,0x648}, {0x625,0x627}, {0x626,0x64A}, {0x6C0,0x6D5},
+    {0x6C2,0x6C1}, {0x6D3,0x6D2}, {0x929,0x928}, {0x931,0x930}, {0x934,0x933}, {0x958,0x915}, {0x959,0x916},
+    {0x95A,0x917}, {0x95B,0x91C}, {0x95C,0x921}, {0x95D,0x922}, {0x95E,0x92B}, {0x95F,0x92F}, {0x9DC,0x9A1},
+    {0x9DD,0x9A2}, {0x9DF,0x9AF}, {0xA33,0xA32}, {0xA36,0xA38}, {0xA59,0xA16}, {0xA5A,0xA17}, {0xA5B,0xA1C},
+    {0xA5E,0xA2B}, {0xB48,0xB47}, {0xB5C,0xB21}, {0xB5D,0xB22}, {0xCC0,0xCD5}, {0xCC7,0xCD5}, {0xCC8,0xCD6},
+    {0xCCA,0xCC2}, {0xDDA,0xDD9}, {0xF43,0xF42}, {0xF4D,0xF4C}, {0xF52,0xF51}, {0xF57,0xF56}, {0xF5C,0xF5B},
+    {0xF69,0xF40}, {0x1026,0x1025}, {0x1B3B,0x1B35}, {0x1B3D,0x1B35}, {0x1B43,0x1B35}, {0x1E00,0x41},
+    {0x1E01,0x61}, {0x1E02,0x42}, {0x1E03,0x62}, {0x1E04,0x42}, {0x1E05,0x62}, {0x1E06,0x42}, {0x1E07,0x62},
+    {0x1E08,0x43}, {0x1E09,0x63}, {0x1E0A,0x44}, {0x1E0B,0x64}, {0x1E0C,0x44}, {0x1E0D,0x64}, {0x1E0E,0x44},
+    {0x1E0F,0x64}, {0x1E10,0x44}, {0x1E11,0x64}, {0x1E12,0x44}, {0x1E13,0x64}, {0x1E14,0x45}, {0x1E15,0x65},
+    {0x1E16,0x45}, {0x1E17,0x65}, {0x1E18,0x45}, {0x1E19,0x65}, {0x1E1A,0x45}, {0x1E1B,0x65}, {0x1E1C,0x45},
+    {0x1E1D,0x65}, {0x1E1E,0x46}, {0x1E1F,0x66}, {0x1E20,0x47}, {0x1E21,0x67}, {0x1E22,0x48}, {0x1E23,0x68},
+    {0x1E24,0x48}, {0x1E25,0x68}, {0x1E26,0x48}, {0x1E27,0x68}, {0x1E28,0x48}, {0x1E29,0x68}, {0x1E2A,0x48},
+    {0x1E2B,0x68}, {0x1E2C,0x49}, {0x1E2D,0x69}, {0x1E2E,0x49}, {0x1E2F,0x69}, {0x1E30,0x4B}, {0x1E31,0x6B},
+    {0x1E32,0x4B}, {0x1E33,0x6B}, {0x1E34,0x4B}, {0x1E35,0x6B}, {0x1E36,0x4C}, {0x1E37,0x6C}, {0x1E38,0x4C},
+    {0x1E39,0x6C}, {0x1E3A,0x4C}, {0x1E3B,0x6C}, {0x1E3C,0x4C}, {0x1E3D,0x6C}, {0x1E3E,0x4D}, {0x1E3F,0x6D},
+    {0x1E40,0x4D}, {0x1E41,0x6D}, {0x1E42,0x4D}, {0x1E43,0x6D}, {0x1E44,0x4E}, {0x1E45,0x6E}, {0x1E46,0x4E},
+    {0x1E47,0x6E}, {0x1E48,0x4E}, {0x1E49,0x6E}, {0x1E4A,0x4E}, {0x1E4B,0x6E}, {0x1E4C,0x4F}, {0x1E4D,0x6F},
+    {0x1E4E,0x4F}, {0x1E4F,0x6F}, {0x1E50,0x4F}, {0x1E51,0x6F}, {0x1E52,0x4F}, {0x1E53,0x6F}, {0x1E54,0x50},
+    {0x1E55,0x70}, {0x1E56,0x50}, {0x1E57,0x70}, {0x1E58,0x52}, {0x1E59,0x72}, {0x1E5A,0x52}, {0x1E5B,0x72},
+    {0x1E5C,0x52}, {0x1E5D,0x72}, {0x1E5E,0x52}, {0x1E5F,0x72}, {0x1E60,0x53}, {0x1E61,0x73}, {0x1E62,0x53},
+    {0x1E63,0x73}, {0x1E64,0x53}, {0x1E65,0x73}, {0x1E66,0x53}, {0x1E67,0x73}, {0x1E68,0x53}, {0x1E69,0x73},
+    {0x1E6A,0x54}, {0x1E6B,0x74}, {0x1E6C,0x54}, {0x1E6D,0x74}, {0x1E6E,0x54}, {0x1E6F,0x74}, {0x1E70,0x54},
+    {0x1E71,0x74}, {0x1E72,0x55}, {0x1E73,0x75}, {0x1E74,0x55}, {0x1E75,0x75}, {0x1E76,0x55}, {0x1E77,0x75},
+    {0x1E78,0x55}, {0x1E79,0x75}, {0x1E7A,0x55}, {0x1E7B,0x75}, {0x1E7C,0x56}, {0x1E7D,0x76}, {0x1E7E,0x56},
+    {0x1E7F,0x76}, {0x1E80,0x57}, {0x1E81,0x77}, {0x1E82,0x57}, {0x1E83,0x77}, {0x1E84,0x57}, {0x1E85,0x77},
+    {0x1E86,0x57}, {0x1E87,0x77}, {0x1E88,0x57}, {0x1E89,0x77}, {0x1E8A,0x58}, {0x1E8B,0x78}, {0x1E8C,0x58},
+    {0x1E8D,0x78}, {0x1E8E,0x59}, {0x1E8F,0x79}, {0x1E90,0x5A}, {0x1E91,0x7A}, {0x1E92,0x5A}, {0x1E93,0x7A},
+    {0x1E94,0x5A}, {0x1E95,0x7A}, {0x1E96,0x68}, {0x1E97,0x74}, {0x1E98,0x77}, {0x1E99,0x79}, {0x1E9B,0x17F},
+    {0x1EA0,0x41}, {0x1EA1,0x61}, {0x1EA2,0x41}, {0x1EA3,0x61}, {0x1EA4,0x41}, {0x1EA5,0x61}, {0x1EA6,0x41},
+    {0x1EA7,0x61}, {0x1EA8,0x41}, {0x1EA9,0x61}, {0x1EAA,0x41}, {0x1EAB,0x61}, {0x1EAC,0x41}, {0x1EAD,0x61},
+    {0x1EAE,0x41}, {0x1EAF,0x61}, {0x1EB0,0x41}, {0x1EB1,0x61}, {0x1EB2,0x41}, {0x1EB3,0x61}, {0x1EB4,0x41},
+    {0x1EB5,0x61}, {0x1EB6,0x41}, {0x1EB7,0x61}, {0x1EB8,0x45}, {0x1EB9,0x65}, {0x1EBA,0x45}, {0x1EBB,0x65},
+    {0x1EBC,0x45}, {0x1EBD,0x65}, {0x1EBE,0x45}, {0x1EBF,0x65}, {0x1EC0,0x45}, {0x1EC1,0x65}, {0x1EC2,0x45},
+    {0x1EC3,0x65}, {0x1EC4,0x45}, {0x1EC5,0x65}, {0x1EC6,0x45}, {0x1EC7,0x65}, {0x1EC8,0x49}, {0x1EC9,0x69},
+    {0x1ECA,0x49}, {0x1ECB,0x69}, {0x1ECC,0x4F}, {0x1ECD,0x6F}, {0x1ECE,0x4F}, {0x1ECF,0x6F}, {0x1ED0,0x4F},
+    {0x1ED1,0x6F}, {0x1ED2,0x4F}, {0x1ED3,0x6F}, {0x1ED4,0x4F}, {0x1ED5,0x6F}, {0x1ED6,0x4F}, {0x1ED7,0x6F},
+    {0x1ED8,0x4F}, {0x1ED9,0x6F}, {0x1EDA,0x4F}, {0x1EDB,0x6F}, {0x1EDC,0x4F}, {0x1EDD,0x6F}, {0x1EDE,0x4F},
+    {0x1EDF,0x6F}, {0x1EE0,0x4F}, {0x1EE1,0x6F}, {0x1EE2,0x4F}, {0x1EE3,0x6F}, {0x1EE4,0x55}, {0x1EE5,0x75},
+    {0x1EE6,0x55}, {0x1EE7,0x75}, {0x1EE8,0x55}, {0x1EE9,0x75}, {0x1EEA,0x55}, {0x1EEB,0x75}, {0x1EEC,0x55},
+    {0x1EED,0x75}, {0x1EEE,0x55}, {0x1EEF,0x75}, {0x1EF0,0x55}, {0x1EF1,0x75}, {0x1EF2,0x59}, {0x1EF3,0x79},
+    {0x1EF4,0x59}, {0x1EF5,0x79}, {0x1EF6,0x59}, {0x1EF7,0x79}, {0x1EF8,0x59}, {0x1EF9,0x79}, {0x1F00,0x3B1},
+    {0x1F01,0x3B1}, {0x1F02,0x3B1}, {0x1F03,0x3B1}, {0x1F04,0x3B1}, {0x1F05,0x3B1}, {0x1F06,0x3B1},
+    {0x1F07,0x3B1}, {0x1F08,0x391}, {0x1F09,0x391}, {0x1F0A,0x391}, {0x1F0B,0x391}, {0x1F0C,0x391},
+    {0x1F0D,0x391}, {0x1F0E,0x391}, {0x1F0F,0x391}, {0x1F10,0x3B5}, {0x1F11,0x3B5}, {0x1F12,0x3B5},
+    {0x1F13,0x3B5}, {0x1F14,0x3B5}, {0x1F15,0x3B5}, {0x1F18,0x395}, {0x1F19,0x395}, {0x1F1A,0x395},
+    {0x1F1B,0x395}, {0x1F1C,0x395}, {0x1F1D,0x395}, {0x1F20,0x3B7}, {0x1F21,0x3B7}, {0x1F22,0x3B7},
+    {0x1F23,0x3B7}, {0x1F24,0x3B7}, {0x1F25,0x3B7}, {0x1F26,0x3B7}, {0x1F27,0x3B7}, {0x1F28,0x397},
+    {0x1F29,0x397}, {0x1F2A,0x397}, {0x1F2B,0x397}, {0x1F2C,0x397}, {0x1F2D,0x397}, {0x1F2E,0x397},
+    {0x1F2F,0x397}, {0x1F30,0x3B9}, {0x1F31,0x3B9}, {0x1F32,0x3B9}, {0x1F33,0x3B9}, {0x1F34,0x3B9},
+    {0x1F35,0x3B9}, {0x1F36,0x3B9}, {0x1F37,0x3B9}, {0x1F38,0x399}, {0x1F39,0x399}, {0x1F3A,0x399},
+    {0x1F3B,0x399}, {0x1F3C,0x399}, {0x1F3D,0x399}, {0x1F3E,0x399}, {0x1F3F,0x399}, {0x1F40,0x3BF},
+    {0x1F41,0x3BF}, {0x1F42,0x3BF}, {0x1F43,0x3BF}, {0x1F44,0x3BF}, {0x1F45,0x3BF}, {0x1F48,0x39F},
+    {0x1F49,0x39F}, {0x1F4A,0x39F}, {0x1F4B,0x39F}, {0x1F4C,0x39F}, {0x1F4D,0x39F}, {0x1F50,0x3C5},
+    {0x1F51,0x3C5}, {0x1F52,0x3C5}, {0x1F53,0x3C5}, {0x1F54,0x3C5}, {0x1F55,0x3C5}, {0x1F56,0x3C5},
+    {0x1F57,0x3C5}, {0x1F59,0x3A5}, {0x1F5B,0x3A5}, {0x1F5D,0x3A5}, {0x1F5F,0x3A5}, {0x1F60,0x3C9},
+    {0x1F61,0x3C9}, {0x1F62,0x3C9}, {0x1F63,0x3C9}, {0x1F64,0x3C9}, {0x1F65,0x3C9}, {0x1F66,0x3C9},
+    {0x1F67,0x3C9}, {0x1F68,0x3A9}, {0x1F69,0x3A9}, {0x1F6A,0x3A9}, {0x1F6B,0x3A9}, {0x1F6C,0x3A9},
+    {0x1F6D,0x3A9}, {0x1F6E,0x3A9}, {0x1F6F,0x3A9}, {0x1F70,0x3B1}, {0x1F71,0x3B1}, {0x1F72,0x3B5},
+    {0x1F73,0x3B5}, {0x1F74,0x3B7}, {0x1F75,0x3B7}, {0x1F76,0x3B9}, {0x1F77,0x3B9}, {0x1F78,0x3BF},
+    {0x1F79,0x3BF}, {0x1F7A,0x3C5}, {0x1F7B,0x3C5}, {0x1F7C,0x3C9}, {0x1F7D,0x3C9}, {0x1F80,0x3B1},
+    {0x1F81,0x3B1}, {0x1F82,0x3B1}, {0x1F83,0x3B1}, {0x1F84,0x3B1}, {0x1F85,0x3B1}, {0x1F86,0x3B1},
+    {0x1F87,0x3B1}, {0x1F88,0x391}, {0x1F89,0x391}, {0x1F8A,0x391}, {0x1F8B,0x391}, {0x1F8C,0x391},
+    {0x1F8D,0x391}, {0x1F8E,0x391}, {0x1F8F,0x391}, {0x1F90,0x3B7}, {0x1F91,0x3B7}, {0x1F92,0x3B7},
+    {0x1F93,0x3B7}, {0x1F94,0x3B7}, {0x1F95,0x3B7}, {0x1F96,0x3B7}, {0x1F97,0x3B7}, {0x1F98,0x397},
+    {0x1F99,0x397}, {0x1F9A,0x397}, {0x1F9B,0x397}, {0x1F9C,0x397}, {0x1F9D,0x397}, {0x1F9E,0x397},
+    {0x1F9F,0x397}, {0x1FA0,0x3C9}, {0x1FA1,0x3C9}, {0x1FA2,0x3C9}, {0x1FA3,0x3C9}, {0x1FA4,0x3C9},
+    {0x1FA5,0x3C9}, {0x1FA6,0x3C9}, {0x1FA7,0x3C9}, {0x1FA8,0x3A9}, {0x1FA9,0x3A9}, {0x1FAA,0x3A9},
+    {0x1FAB,0x3A9}, {0x1FAC,0x3A9}, {0x1FAD,0x3A9}, {0x1FAE,0x3A9}, {0x1FAF,0x3A9}, {0x1FB0,0x3B1},
+    {0x1FB1,0x3B1}, {0x1FB2,0x3B1}, {0x1FB3,0x3B1}, {0x1FB4,0x3B1}, {0x1FB6,0x3B1}, {0x1FB7,0x3B1},
+    {0x1FB8,0x391}, {0x1FB9,0x391}, {0x1FBA,0x391}, {0x1FBB,0x391}, {0x1FBC,0x391}, {0x1FBE,0x3B9},
+    {0x1FC1,0xA8}, {0x1FC2,0x3B7}, {0x1FC3,0x3B7}, {0x1FC4,0x3B7}, {0x1FC6,0x3B7}, {0x1FC7,0x3B7},
+    {0x1FC8,0x395}, {0x1FC9,0x395}, {0x1FCA,0x397}, {0x1FCB,0x397}, {0x1FCC,0x397}, {0x1FCD,0x1FBF},
+    {0x1FCE,0x1FBF}, {0x1FCF,0x1FBF}, {0x1FD0,0x3B9}, {0x1FD1,0x3B9}, {0x1FD2,0x3B9}, {0x1FD3,0x3B9},
+    {0x1FD6,0x3B9}, {0x1FD7,0x3B9}, {0x1FD8,0x399}, {0x1FD9,0x399}, {0x1FDA,0x399}, {0x1FDB,0x399},
+    {0x1FDD,0x1FFE}, {0x1FDE,0x1FFE}, {0x1FDF,0x1FFE}, {0x1FE0,0x3C5}, {0x1FE1,0x3C5}, {0x1FE2,0x3C5},
+    {0x1FE3,0x3C5}, {0x1FE4,0x3C1}, {0x1FE5,0x3C1}, {0x1FE6,0x3C5}, {0x1FE7,0x3C5}, {0x1FE8,0x3A5},
+    {0x1FE9,0x3A5}, {0x1FEA,0x3A5}, {0x1FEB,0x3A5}, {0x1FEC,0x3A1}, {0x1FED,0xA8}, {0x1FEE,0xA8},
+    {0x1FEF,0x60}, {0x1FF2,0x3C9}, {0x1FF3,0x3C9}, {0x1FF4,0x3C9}, {0x1FF6,0x3C9}, {0x1FF7,0x3C9},
+    {0x1FF8,0x39F}, {0x1FF9,0x39F}, {0x1FFA,0x3A9}, {0x1FFB,0x3A9}, {0x1FFC,0x3A9}, {0x1FFD,0xB4},
+    {0x2000,0x2002}, {0x2001,0x2003}, {0x2126,0x3A9}, {0x212A,0x4B}, {0x212B,0x41}, {0x219A,0x2190},
+    {0x219B,0x2192}, {0x21AE,0x2194}, {0x21CD,0x21D0}, {0x21CE,0x21D4}, {0x21CF,0x21D2}, {0x2204,0x2203},
+    {0x2209,0x2208}, {0x220C,0x220B}, {0x2224,0x2223}, {0x2226,0x2225}, {0x2241,0x223C}, {0x2244,0x2243},
+    {0x2247,0x2245}, {0x2249,0x2248}, {0x2260,0x3D}, {0x2262,0x2261}, {0x226D,0x224D}, {0x226E,0x3C},
+    {0x226F,0x3E}, {0x2270,0x2264}, {0x2271,0x2265}, {0x2274,0x2272}, {0x2275,0x2273}, {0x2278,0x2276},
+    {0x2279,0x2277}, {0x2280,0x227A}, {0x2281,0x227B}, {0x2284,0x2282}, {0x2285,0x2283}, {0x2288,0x2286},
+    {0x2289,0x2287}, {0x22AC,0x22A2}, {0x22AD,0x22A8}, {0x22AE,0x22A9}, {0x22AF,0x22AB}, {0x22E0,0x227C},
+    {0x22E1,0x227D}, {0x22E2,0x2291}, {0x22E3,0x2292}, {0x22EA,0x22B2}, {0x22EB,0x22B3}, {0x22EC,0x22B4},
+    {0x22ED,0x22B5}, {0x2329,0x3008}, {0x232A,0x3009}, {0x2ADC,0x2ADD}, {0x304C,0x304B}, {0x304E,0x304D},
+    {0x3050,0x304F}, {0x3052,0x3051}, {0x3054,0x3053}, {0x3056,0x3055}, {0x3058,0x3057}, {0x305A,0x3059},
+    {0x305C,0x305B}, {0x305E,0x305D}, {0x3060,0x305F}, {0x3062,0x3061}, {0x3065,0x3064}, {0x3067,0x3066},
+    {0x3069,0x3068}, {0x3070,0x306F}, {0x3071,0x306F}, {0x3073,0x3072}, {0x3074,0x3072}, {0x3076,0x3075},
+    {0x3077,0x3075}, {0x3079,0x3078}, {0x307A,0x3078}, {0x307C,0x307B}, {0x307D,0x307B}, {0x3094,0x3046},
+    {0x309E,0x309D}, {0x30AC,0x30AB}, {0x30AE,0x30AD}, {0x30B0,0x30AF}, {0x30B2,0x30B1}, {0x30B4,0x30B3},
+    {0x30B6,0x30B5}, {0x30B8,0x30B7}, {0x30BA,0x30B9}, {0x30BC,0x30BB}, {0x30BE,0x30BD}, {0x30C0,0x30BF},
+    {0x30C2,0x30C1}, {0x30C5,0x30C4}, {0x30C7,0x30C6}, {0x30C9,0x30C8}, {0x30D0,0x30CF}, {0x30D1,0x30CF},
+    {0x30D3,0x30D2}, {0x30D4,0x30D2}, {0x30D6,0x30D5}, {0x30D7,0x30D5}, {0x30D9,0x30D8}, {0x30DA,0x30D8},
+    {0x30DC,0x30DB}, {0x30DD,0x30DB}, {0x30F4,0x30A6}, {0x30F7,0x30EF}, {0x30F8,0x30F0}, {0x30F9,0x30F1},
+    {0x30FA,0x30F2}, {0x30FE,0x30FD}, {0xF900,0x8C48}, {0xF901,0x66F4}, {0xF902,0x8ECA}, {0xF903,0x8CC8},
+    {0xF904,0x6ED1}, {0xF905,0x4E32}, {0xF906,0x53E5}, {0xF907,0x9F9C}, {0xF908,0x9F9C}, {0xF909,0x5951},
+    {0xF90A,0x91D1}, {0xF90B,0x5587}, {0xF90C,0x5948}, {0xF90D,0x61F6}, {0xF90E,0x7669}, {0xF90F,0x7F85},
+    {0xF910,0x863F}, {0xF911,0x87BA}, {0xF912,0x88F8}, {0xF913,0x908F}, {0xF914,0x6A02}, {0xF915,0x6D1B},
+    {0xF916,0x70D9}, {0xF917,0x73DE}, {0xF918,0x843D}, {0xF919,0x916A}, {0xF91A,0x99F1}, {0xF91B,0x4E82},
+    {0xF91C,0x5375}, {0xF91D,0x6B04}, {0xF91E,0x721B}, {0xF91F,0x862D}, {0xF920,0x9E1E}, {0xF921,0x5D50},
+    {0xF922,0x6FEB}, {0xF923,0x85CD}, {0xF924,0x8964}, {0xF925,0x62C9}, {0xF926,0x81D8}, {0xF927,0x881F},
+    {0xF928,0x5ECA}, {0xF929,0x6717}, {0xF92A,0x6D6A}, {0xF92B,0x72FC}, {0xF92C,0x90CE}, {0xF92D,0x4F86},
+    {0xF92E,0x51B7}, {0xF92F,0x52DE}, {0xF930,0x64C4}, {0xF931,0x6AD3}, {0xF932,0x7210}, {0xF933,0x76E7},
+    {0xF934,0x8001}, {0xF935,0x8606}, {0xF936,0x865C}, {0xF937,0x8DEF}, {0xF938,0x9732}, {0xF939,0x9B6F},
+    {0xF93A,0x9DFA}, {0xF93B,0x788C}, {0xF93C,0x797F}, {0xF93D,0x7DA0}, {0xF93E,0x83C9}, {0xF93F,0x9304},
+    {0xF940,0x9E7F}, {0xF941,0x8AD6}, {0xF942,0x58DF}, {0xF943,0x5F04}, {0xF944,0x7C60}, {0xF945,0x807E},
+    {0xF946,0x7262}, {0xF947,0x78CA}, {0xF948,0x8CC2}, {0xF949,0x96F7}, {0xF94A,0x58D8}, {0xF94B,0x5C62},
+    {0xF94C,0x6A13}, {0xF94D,0x6DDA}, {0xF94E,0x6F0F}, {0xF94F,0x7D2F}, {0xF950,0x7E37}, {0xF951,0x964B},
+    {0xF952,0x52D2}, {0xF953,0x808B}, {0xF954,0x51DC}, {0xF955,0x51CC}, {0xF956,0x7A1C}, {0xF957,0x7DBE},
+    {0xF958,0x83F1}, {0xF959,0x9675}, {0xF95A,0x8B80}, {0xF95B,0x62CF}, {0xF95C,0x6A02}, {0xF95D,0x8AFE},
+    {0xF95E,0x4E39}, {0xF95F,0x5BE7}, {0xF960,0x6012}, {0xF961,0x7387}, {0xF962,0x7570}, {0xF963,0x5317},
+    {0xF964,0x78FB}, {0xF965,0x4FBF}, {0xF966,0x5FA9}, {0xF967,0x4E0D}, {0xF968,0x6CCC}, {0xF969,0x6578},
+    {0xF96A,0x7D22}, {0xF96B,0x53C3}, {0xF96C,0x585E}, {0xF96D,0x7701}, {0xF96E,0x8449}, {0xF96F,0x8AAA},
+    {0xF970,0x6BBA}, {0xF971,0x8FB0}, {0xF972,0x6C88}, {0xF973,0x62FE}, {0xF974,0x82E5}, {0xF975,0x63A0},
+    {0xF976,0x7565}, {0xF977,0x4EAE}, {0xF978,0x5169}, {0xF979,0x51C9}, {0xF97A,0x6881}, {0xF97B,0x7CE7},
+    {0xF97C,0x826F}, {0xF97D,0x8AD2}, {0xF97E,0x91CF}, {0xF97F,0x52F5}, {0xF980,0x5442}, {0xF981,0x5973},
+    {0xF982,0x5EEC}, {0xF983,0x65C5}, {0xF984,0x6FFE}, {0xF985,0x792A}, {0xF986,0x95AD}, {0xF987,0x9A6A},
+    {0xF988,0x9E97}, {0xF989,0x9ECE}, {0xF98A,0x529B}, {0xF98B,0x66C6}, {0xF98C,0x6B77}, {0xF98D,0x8F62},
+    {0xF98E,0x5E74}, {0xF98F,0x6190}, {0xF990,0x6200}, {0xF991,0x649A}, {0xF992,0x6F23}, {0xF993,0x7149},
+    {0xF994,0x7489}, {0xF995,0x79CA}, {0xF996,0x7DF4}, {0xF997,0x806F}, {0xF998,0x8F26}, {0xF999,0x84EE},
+    {0xF99A,0x9023}, {0xF99B,0x934A}, {0xF99C,0x5217}, {0xF99D,0x52A3}, {0xF99E,0x54BD}, {0xF99F,0x70C8},
+    {0xF9A0,0x88C2}, {0xF9A1,0x8AAA}, {0xF9A2,0x5EC9}, {0xF9A3,0x5FF5}, {0xF9A4,0x637B}, {0xF9A5,0x6BAE},
+    {0xF9A6,0x7C3E}, {0xF9A7,0x7375}, {0xF9A8,0x4EE4}, {0xF9A9,0x56F9}, {0xF9AA,0x5BE7}, {0xF9AB,0x5DBA},
+    {0xF9AC,0x601C}, {0xF9AD,0x73B2}, {0xF9AE,0x7469}, {0xF9AF,0x7F9A}, {0xF9B0,0x8046}, {0xF9B1,0x9234},
+    {0xF9B2,0x96F6}, {0xF9B3,0x9748}, {0xF9B4,0x9818}, {0xF9B5,0x4F8B}, {0xF9B6,0x79AE}, {0xF9B7,0x91B4},
+    {0xF9B8,0x96B8}, {0xF9B9,0x60E1}, {0xF9BA,0x4E86}, {0xF9BB,0x50DA}, {0xF9BC,0x5BEE}, {0xF9BD,0x5C3F},
+    {0xF9BE,0x6599}, {0xF9BF,0x6A02}, {0xF9C0,0x71CE}, {0xF9C1,0x7642}, {0xF9C2,0x84FC}, {0xF9C3,0x907C},
+    {0xF9C4,0x9F8D}, {0xF9C5,0x6688}, {0xF9C6,0x962E}, {0xF9C7,0x5289}, {0xF9C8,0x677B}, {0xF9C9,0x67F3},
+    {0xF9CA,0x6D41}, {0xF9CB,0x6E9C}, {0xF9CC,0x7409}, {0xF9CD,0x7559}, {0xF9CE,0x786B}, {0xF9CF,0x7D10},
+    {0xF9D0,0x985E}, {0xF9D1,0x516D}, {0xF9D2,0x622E}, {0xF9D3,0x9678}, {0xF9D4,0x502B}, {0xF9D5,0x5D19},
+    {0xF9D6,0x6DEA}, {0xF9D7,0x8F2A}, {0xF9D8,0x5F8B}, {0xF9D9,0x6144}, {0xF9DA,0x6817}, {0xF9DB,0x7387},
+    {0xF9DC,0x9686}, {0xF9DD,0x5229}, {0xF9DE,0x540F}, {0xF9DF,0x5C65}, {0xF9E0,0x6613}, {0xF9E1,0x674E},
+    {0xF9E2,0x68A8}, {0xF9E3,0x6CE5}, {0xF9E4,0x7406}, {0xF9E5,0x75E2}, {0xF9E6,0x7F79}, {0xF9E7,0x88CF},
+    {0xF9E8,0x88E1}, {0xF9E9,0x91CC}, {0xF9EA,0x96E2}, {0xF9EB,0x533F}, {0xF9EC,0x6EBA}, {0xF9ED,0x541D},
+    {0xF9EE,0x71D0}, {0xF9EF,0x7498}, {0xF9F0,0x85FA}, {0xF9F1,0x96A3}, {0xF9F2,0x9C57}, {0xF9F3,0x9E9F},
+    {0xF9F4,0x6797}, {0xF9F5,0x6DCB}, {0xF9F6,0x81E8}, {0xF9F7,0x7ACB}, {0xF9F8,0x7B20}, {0xF9F9,0x7C92},
+    {0xF9FA,0x72C0}, {0xF9FB,0x7099}, {0xF9FC,0x8B58}, {0xF9FD,0x4EC0}, {0xF9FE,0x8336}, {0xF9FF,0x523A},
+    {0xFA00,0x5207}, {0xFA01,0x5EA6}, {0xFA02,0x62D3}, {0xFA03,0x7CD6}, {0xFA04,0x5B85}, {0xFA05,0x6D1E},
+    {0xFA06,0x66B4}, {0xFA07,0x8F3B}, {0xFA08,0x884C}, {0xFA09,0x964D}, {0xFA0A,0x898B}, {0xFA0B,0x5ED3},
+    {0xFA0C,0x5140}, {0xFA0D,0x55C0}, {0xFA10,0x585A}, {0xFA12,0x6674}, {0xFA15,0x51DE}, {0xFA16,0x732A},
+    {0xFA17,0x76CA}, {0xFA18,0x793C}, {0xFA19,0x795E}, {0xFA1A,0x7965}, {0xFA1B,0x798F}, {0xFA1C,0x9756},
+    {0xFA1D,0x7CBE}, {0xFA1E,0x7FBD}, {0xFA20,0x8612}, {0xFA22,0x8AF8}, {0xFA25,0x9038}, {0xFA26,0x90FD},
+    {0xFA2A,0x98EF}, {0xFA2B,0x98FC}, {0xFA2C,0x9928}, {0xFA2D,0x9DB4}, {0xFA2E,0x90DE}, {0xFA2F,0x96B7},
+    {0xFA30,0x4FAE}, {0xFA31,0x50E7}, {0xFA32,0x514D}, {0xFA33,0x52C9}, {0xFA34,0x52E4}, {0xFA35,0x5351},
+    {0xFA36,0x559D}, {0xFA37,0x5606}, {0xFA38,0x5668}, {0xFA39,0x5840}, {0xFA3A,0x58A8}, {0xFA3B,0x5C64},
+    {0xFA3C,0x5C6E}, {0xFA3D,0x6094}, {0xFA3E,0x6168}, {0xFA3F,0x618E}, {0xFA40,0x61F2}, {0xFA41,0x654F},
+    {0xFA42,0x65E2}, {0xFA43,0x6691}, {0xFA44,0x6885}, {0xFA45,0x6D77}, {0xFA46,0x6E1A}, {0xFA47,0x6F22},
+    {0xFA48,0x716E}, {0xFA49,0x722B}, {0xFA4A,0x7422}, {0xFA4B,0x7891}, {0xFA4C,0x793E}, {0xFA4D,0x7949},
+    {0xFA4E,0x7948}, {0xFA4F,0x7950}, {0xFA50,0x7956}, {0xFA51,0x795D}, {0xFA52,0x798D}, {0xFA53,0x798E},
+    {0xFA54,0x7A40}, {0xFA55,0x7A81}, {0xFA56,0x7BC0}, {0xFA57,0x7DF4}, {0xFA58,0x7E09}, {0xFA59,0x7E41},
+    {0xFA5A,0x7F72}, {0xFA5B,0x8005}, {0xFA5C,0x81ED}, {0xFA5D,0x8279}, {0xFA5E,0x8279}, {0xFA5F,0x8457},
+    {0xFA60,0x8910}, {0xFA61,0x8996}, {0xFA62,0x8B01}, {0xFA63,0x8B39}, {0xFA64,0x8CD3}, {0xFA65,0x8D08},
+    {0xFA66,0x8FB6}, {0xFA67,0x9038}, {0xFA68,0x96E3}, {0xFA69,0x97FF}, {0xFA6A,0x983B}, {0xFA6B,0x6075},
+    {0xFA6C,0x242EE}, {0xFA6D,0x8218}, {0xFA70,0x4E26}, {0xFA71,0x51B5}, {0xFA72,0x5168}, {0xFA73,0x4F80},
+    {0xFA74,0x5145}, {0xFA75,0x5180}, {0xFA76,0x52C7}, {0xFA77,0x52FA}, {0xFA78,0x559D}, {0xFA79,0x5555},
+    {0xFA7A,0x5599}, {0xFA7B,0x55E2}, {0xFA7C,0x585A}, {0xFA7D,0x58B3}, {0xFA7E,0x5944}, {0xFA7F,0x5954},
+    {0xFA80,0x5A62}, {0xFA81,0x5B28}, {0xFA82,0x5ED2}, {0xFA83,0x5ED9}, {0xFA84,0x5F69}, {0xFA85,0x5FAD},
+    {0xFA86,0x60D8}, {0xFA87,0x614E}, {0xFA88,0x6108}, {0xFA89,0x618E}, {0xFA8A,0x6160}, {0xFA8B,0x61F2},
+    {0xFA8C,0x6234}, {0xFA8D,0x63C4}, {0xFA8E,0x641C}, {0xFA8F,0x6452}, {0xFA90,0x6556}, {0xFA91,0x6674},
+    {0xFA92,0x6717}, {0xFA93,0x671B}, {0xFA94,0x6756}, {0xFA95,0x6B79}, {0xFA96,0x6BBA}, {0xFA97,0x6D41},
+    {0xFA98,0x6EDB}, {0xFA99,0x6ECB}, {0xFA9A,0x6F22}, {0xFA9B,0x701E}, {0xFA9C,0x716E}, {0xFA9D,0x77A7},
+    {0xFA9E,0x7235}, {0xFA9F,0x72AF}, {0xFAA0,0x732A}, {0xFAA1,0x7471}, {0xFAA2,0x7506}, {0xFAA3,0x753B},
+    {0xFAA4,0x761D}, {0xFAA5,0x761F}, {0xFAA6,0x76CA}, {0xFAA7,0x76DB}, {0xFAA8,0x76F4}, {0xFAA9,0x774A},
+    {0xFAAA,0x7740}, {0xFAAB,0x78CC}, {0xFAAC,0x7AB1}, {0xFAAD,0x7BC0}, {0xFAAE,0x7C7B}, {0xFAAF,0x7D5B},
+    {0xFAB0,0x7DF4}, {0xFAB1,0x7F3E}, {0xFAB2,0x8005}, {0xFAB3,0x8352}, {0xFAB4,0x83EF}, {0xFAB5,0x8779},
+    {0xFAB6,0x8941}, {0xFAB7,0x8986}, {0xFAB8,0x8996}, {0xFAB9,0x8ABF}, {0xFABA,0x8AF8}, {0xFABB,0x8ACB},
+    {0xFABC,0x8B01}, {0xFABD,0x8AFE}, {0xFABE,0x8AED}, {0xFABF,0x8B39}, {0xFAC0,0x8B8A}, {0xFAC1,0x8D08},
+    {0xFAC2,0x8F38}, {0xFAC3,0x9072}, {0xFAC4,0x9199}, {0xFAC5,0x9276}, {0xFAC6,0x967C}, {0xFAC7,0x96E3},
+    {0xFAC8,0x9756}, {0xFAC9,0x97DB}, {0xFACA,0x97FF}, {0xFACB,0x980B}, {0xFACC,0x983B}, {0xFACD,0x9B12},
+    {0xFACE,0x9F9C}, {0xFACF,0x2284A}, {0xFAD0,0x22844}, {0xFAD1,0x233D5}, {0xFAD2,0x3B9D}, {0xFAD3,0x4018},
+    {0xFAD4,0x4039}, {0xFAD5,0x25249}, {0xFAD6,0x25CD0}, {0xFAD7,0x27ED3}, {0xFAD8,0x9F43}, {0xFAD9,0x9F8E},
+    {0xFB1D,0x5D9}, {0xFB1F,0x5F2}, {0xFB2A,0x5E9}, {0xFB2B,0x5E9}, {0xFB2C,0x5E9}, {0xFB2D,0x5E9},
+    {0xFB2E,0x5D0}, {0xFB2F,0x5D0}, {0xFB30,0x5D0}, {0xFB31,0x5D1}, {0xFB32,0x5D2}, {0xFB33,0x5D3},
+    {0xFB34,0x5D4}, {0xFB35,0x5D5}, {0xFB36,0x5D6}, {0xFB38,0x5D8}, {0xFB39,0x5D9}, {0xFB3A,0x5DA},
+    {0xFB3B,0x5DB}, {0xFB3C,0x5DC}, {0xFB3E,0x5DE}, {0xFB40,0x5E0}, {0xFB41,0x5E1}, {0xFB43,0x5E3},
+    {0xFB44,0x5E4}, {0xFB46,0x5E6}, {0xFB47,0x5E7}, {0xFB48,0x5E8}, {0xFB49,0x5E9}, {0xFB4A,0x5EA},
+    {0xFB4B,0x5D5}, {0xFB4C,0x5D1}, {0xFB4D,0x5DB}, {0xFB4E,0x5E4}, {0x1109A,0x11099}, {0x1109C,0x1109B},
+    {0x110AB,0x110A5}, {0x114BB,0x114B9}, {0x2F800,0x4E3D}, {0x2F801,0x4E38}, {0x2F802,0x4E41},
+    {0x2F803,0x20122}, {0x2F804,0x4F60}, {0x2F805,0x4FAE}, {0x2F806,0x4FBB}, {0x2F807,0x5002},
+    {0x2F808,0x507A}, {0x2F809,0x5099}, {0x2F80A,0x50E7}, {0x2F80B,0x50CF}, {0x2F80C,0x349E},
+    {0x2F80D,0x2063A}, {0x2F80E,0x514D}, {0x2F80F,0x5154}, {0x2F810,0x5164}, {0x2F811,0x5177},
+    {0x2F812,0x2051C}, {0x2F813,0x34B9}, {0x2F814,0x5167}, {0x2F815,0x518D}, {0x2F816,0x2054B},
+    {0x2F817,0x5197}, {0x2F818,0x51A4}, {0x2F819,0x4ECC}, {0x2F81A,0x51AC}, {0x2F81B,0x51B5},
+    {0x2F81C,0x291DF}, {0x2F81D,0x51F5}, {0x2F81E,0x5203}, {0x2F81F,0x34DF}, {0x2F820,0x523B},
+    {0x2F821,0x5246}, {0x2F822,0x5272}, {0x2F823,0x5277}, {0x2F824,0x3515}, {0x2F825,0x52C7},
+    {0x2F826,0x52C9}, {0x2F827,0x52E4}, {0x2F828,0x52FA}, {0x2F829,0x5305}, {0x2F82A,0x5306},
+    {0x2F82B,0x5317}, {0x2F82C,0x5349}, {0x2F82D,0x5351}, {0x2F82E,0x535A}, {0x2F82F,0x5373},
+    {0x2F830,0x537D}, {0x2F831,0x537F}, {0x2F832,0x537F}, {0x2F833,0x537F}, {0x2F834,0x20A2C},
+    {0x2F835,0x7070}, {0x2F836,0x53CA}, {0x2F837,0x53DF}, {0x2F838,0x20B63}, {0x2F839,0x53EB},
+    {0x2F83A,0x53F1}, {0x2F83B,0x5406}, {0x2F83C,0x549E}, {0x2F83D,0x5438}, {0x2F83E,0x5448},
+    {0x2F83F,0x5468}, {0x2F840,0x54A2}, {0x2F841,0x54F6}, {0x2F842,0x5510}, {0x2F843,0x5553},
+    {0x2F844,0x5563}, {0x2F845,0x5584}, {0x2F846,0x5584}, {0x2F847,0x5599}, {0x2F848,0x55AB},
+    {0x2F849,0x55B3}, {0x2F84A,0x55C2}, {0x2F84B,0x5716}, {0x2F84C,0x5606}, {0x2F84D,0x5717},
+    {0x2F84E,0x5651}, {0x2F84F,0x5674}, {0x2F850,0x5207}, {0x2F851,0x58EE}, {0x2F852,0x57CE},
+    {0x2F853,0x57F4}, {0x2F854,0x580D}, {0x2F855,0x578B}, {0x2F856,0x5832}, {0x2F857,0x5831},
+    {0x2F858,0x58AC}, {0x2F859,0x214E4}, {0x2F85A,0x58F2}, {0x2F85B,0x58F7}, {0x2F85C,0x5906},
+    {0x2F85D,0x591A}, {0x2F85E,0x5922}, {0x2F85F,0x5962}, {0x2F860,0x216A8}, {0x2F861,0x216EA},
+    {0x2F862,0x59EC}, {0x2F863,0x5A1B}, {0x2F864,0x5A27}, {0x2F865,0x59D8}, {0x2F866,0x5A66},
+    {0x2F867,0x36EE}, {0x2F868,0x36FC}, {0x2F869,0x5B08}, {0x2F86A,0x5B3E}, {0x2F86B,0x5B3E},
+    {0x2F86C,0x219C8}, {0x2F86D,0x5BC3}, {0x2F86E,0x5BD8}, {0x2F86F,0x5BE7}, {0x2F870,0x5BF3},
+    {0x2F871,0x21B18}, {0x2F872,0x5BFF}, {0x2F873,0x5C06}, {0x2F874,0x5F53}, {0x2F875,0x5C22},
+    {0x2F876,0x3781}, {0x2F877,0x5C60}, {0x2F878,0x5C6E}, {0x2F879,0x5CC0}, {0x2F87A,0x5C8D},
+    {0x2F87B,0x21DE4}, {0x2F87C,0x5D43}, {0x2F87D,0x21DE6}, {0x2F87E,0x5D6E}, {0x2F87F,0x5D6B},
+    {0x2F880,0x5D7C}, {0x2F881,0x5DE1}, {0x2F882,0x5DE2}, {0x2F883,0x382F}, {0x2F884,0x5DFD},
+    {0x2F885,0x5E28}, {0x2F886,0x5E3D}, {0x2F887,0x5E69}, {0x2F888,0x3862}, {0x2F889,0x22183},
+    {0x2F88A,0x387C}, {0x2F88B,0x5EB0}, {0x2F88C,0x5EB3}, {0x2F88D,0x5EB6}, {0x2F88E,0x5ECA},
+    {0x2F88F,0x2A392}, {0x2F890,0x5EFE}, {0x2F891,0x22331}, {0x2F892,0x22331}, {0x2F893,0x8201},
+    {0x2F894,0x5F22}, {0x2F895,0x5F22}, {0x2F896,0x38C7}, {0x2F897,0x232B8}, {0x2F898,0x261DA},
+    {0x2F899,0x5F62}, {0x2F89A,0x5F6B}, {0x2F89B,0x38E3}, {0x2F89C,0x5F9A}, {0x2F89D,0x5FCD},
+    {0x2F89E,0x5FD7}, {0x2F89F,0x5FF9}, {0x2F8A0,0x6081}, {0x2F8A1,0x393A}, {0x2F8A2,0x391C},
+    {0x2F8A3,0x6094}, {0x2F8A4,0x226D4}, {0x2F8A5,0x60C7}, {0x2F8A6,0x6148}, {0x2F8A7,0x614C},
+    {0x2F8A8,0x614E}, {0x2F8A9,0x614C}, {0x2F8AA,0x617A}, {0x2F8AB,0x618E}, {0x2F8AC,0x61B2},
+    {0x2F8AD,0x61A4}, {0x2F8AE,0x61AF}, {0x2F8AF,0x61DE}, {0x2F8B0,0x61F2}, {0x2F8B1,0x61F6},
+    {0x2F8B2,0x6210}, {0x2F8B3,0x621B}, {0x2F8B4,0x625D}, {0x2F8B5,0x62B1}, {0x2F8B6,0x62D4},
+    {0x2F8B7,0x6350}, {0x2F8B8,0x22B0C}, {0x2F8B9,0x633D}, {0x2F8BA,0x62FC}, {0x2F8BB,0x6368},
+    {0x2F8BC,0x6383}, {0x2F8BD,0x63E4}, {0x2F8BE,0x22BF1}, {0x2F8BF,0x6422}, {0x2F8C0,0x63C5},
+    {0x2F8C1,0x63A9}, {0x2F8C2,0x3A2E}, {0x2F8C3,0x6469}, {0x2F8C4,0x647E}, {0x2F8C5,0x649D},
+    {0x2F8C6,0x6477}, {0x2F8C7,0x3A6C}, {0x2F8C8,0x654F}, {0x2F8C9,0x656C}, {0x2F8CA,0x2300A},
+    {0x2F8CB,0x65E3}, {0x2F8CC,0x66F8}, {0x2F8CD,0x6649}, {0x2F8CE,0x3B19}, {0x2F8CF,0x6691},
+    {0x2F8D0,0x3B08}, {0x2F8D1,0x3AE4}, {0x2F8D2,0x5192}, {0x2F8D3,0x5195}, {0x2F8D4,0x6700},
+    {0x2F8D5,0x669C}, {0x2F8D6,0x80AD}, {0x2F8D7,0x43D9}, {0x2F8D8,0x6717}, {0x2F8D9,0x671B},
+    {0x2F8DA,0x6721}, {0x2F8DB,0x675E}, {0x2F8DC,0x6753}, {0x2F8DD,0x233C3}, {0x2F8DE,0x3B49},
+    {0x2F8DF,0x67FA}, {0x2F8E0,0x6785}, {0x2F8E1,0x6852}, {0x2F8E2,0x6885}, {0x2F8E3,0x2346D},
+    {0x2F8E4,0x688E}, {0x2F8E5,0x681F}, {0x2F8E6,0x6914}, {0x2F8E7,0x3B9D}, {0x2F8E8,0x6942},
+    {0x2F8E9,0x69A3}, {0x2F8EA,0x69EA}, {0x2F8EB,0x6AA8}, {0x2F8EC,0x236A3}, {0x2F8ED,0x6ADB},
+    {0x2F8EE,0x3C18}, {0x2F8EF,0x6B21}, {0x2F8F0,0x238A7}, {0x2F8F1,0x6B54}, {0x2F8F2,0x3C4E},
+    {0x2F8F3,0x6B72}, {0x2F8F4,0x6B9F}, {0x2F8F5,0x6BBA}, {0x2F8F6,0x6BBB}, {0x2F8F7,0x23A8D},
+    {0x2F8F8,0x21D0B}, {0x2F8F9,0x23AFA}, {0x2F8FA,0x6C4E}, {0x2F8FB,0x23CBC}, {0x2F8FC,0x6CBF},
+    {0x2F8FD,0x6CCD}, {0x2F8FE,0x6C67}, {0x2F8FF,0x6D16}, {0x2F900,0x6D3E}, {0x2F901,0x6D77},
+    {0x2F902,0x6D41}, {0x2F903,0x6D69}, {0x2F904,0x6D78}, {0x2F905,0x6D85}, {0x2F906,0x23D1E},
+    {0x2F907,0x6D34}, {0x2F908,0x6E2F}, {0x2F909,0x6E6E}, {0x2F90A,0x3D33}, {0x2F90B,0x6ECB},
+    {0x2F90C,0x6EC7}, {0x2F90D,0x23ED1}, {0x2F90E,0x6DF9}, {0x2F90F,0x6F6E}, {0x2F910,0x23F5E},
+    {0x2F911,0x23F8E}, {0x2F912,0x6FC6}, {0x2F913,0x7039}, {0x2F914,0x701E}, {0x2F915,0x701B},
+    {0x2F916,0x3D96}, {0x2F917,0x704A}, {0x2F918,0x707D}, {0x2F919,0x7077}, {0x2F91A,0x70AD},
+    {0x2F91B,0x20525}, {0x2F91C,0x7145}, {0x2F91D,0x24263}, {0x2F91E,0x719C}, {0x2F91F,0x243AB},
+    {0x2F920,0x7228}, {0x2F921,0x7235}, {0x2F922,0x7250}, {0x2F923,0x24608}, {0x2F924,0x7280},
+    {0x2F925,0x7295}, {0x2F926,0x24735}, {0x2F927,0x24814}, {0x2F928,0x737A}, {0x2F929,0x738B},
+    {0x2F92A,0x3EAC}, {0x2F92B,0x73A5}, {0x2F92C,0x3EB8}, {0x2F92D,0x3EB8}, {0x2F92E,0x7447},
+    {0x2F92F,0x745C}, {0x2F930,0x7471}, {0x2F931,0x7485}, {0x2F932,0x74CA}, {0x2F933,0x3F1B},
+    {0x2F934,0x7524}, {0x2F935,0x24C36}, {0x2F936,0x753E}, {0x2F937,0x24C92}, {0x2F938,0x7570},
+    {0x2F939,0x2219F}, {0x2F93A,0x7610}, {0x2F93B,0x24FA1}, {0x2F93C,0x24FB8}, {0x2F93D,0x25044},
+    {0x2F93E,0x3FFC}, {0x2F93F,0x4008}, {0x2F940,0x76F4}, {0x2F941,0x250F3}, {0x2F942,0x250F2},
+    {0x2F943,0x25119}, {0x2F944,0x25133}, {0x2F945,0x771E}, {0x2F946,0x771F}, {0x2F947,0x771F},
+    {0x2F948,0x774A}, {0x2F949,0x4039}, {0x2F94A,0x778B}, {0x2F94B,0x4046}, {0x2F94C,0x4096},
+    {0x2F94D,0x2541D}, {0x2F94E,0x784E}, {0x2F94F,0x788C}, {0x2F950,0x78CC}, {0x2F951,0x40E3},
+    {0x2F952,0x25626}, {0x2F953,0x7956}, {0x2F954,0x2569A}, {0x2F955,0x256C5}, {0x2F956,0x798F},
+    {0x2F957,0x79EB}, {0x2F958,0x412F}, {0x2F959,0x7A40}, {0x2F95A,0x7A4A}, {0x2F95B,0x7A4F},
+    {0x2F95C,0x2597C}, {0x2F95D,0x25AA7}, {0x2F95E,0x25AA7}, {0x2F95F,0x7AEE}, {0x2F960,0x4202},
+    {0x2F961,0x25BAB}, {0x2F962,0x7BC6}, {0x2F963,0x7BC9}, {0x2F964,0x4227}, {0x2F965,0x25C80},
+    {0x2F966,0x7CD2}, {0x2F967,0x42A0}, {0x2F968,0x7CE8}, {0x2F969,0x7CE3}, {0x2F96A,0x7D00},
+    {0x2F96B,0x25F86}, {0x2F96C,0x7D63}, {0x2F96D,0x4301}, {0x2F96E,0x7DC7}, {0x2F96F,0x7E02},
+    {0x2F970,0x7E45}, {0x2F971,0x4334}, {0x2F972,0x26228}, {0x2F973,0x26247}, {0x2F974,0x4359},
+    {0x2F975,0x262D9}, {0x2F976,0x7F7A}, {0x2F977,0x2633E}, {0x2F978,0x7F95}, {0x2F979,0x7FFA},
+    {0x2F97A,0x8005}, {0x2F97B,0x264DA}, {0x2F97C,0x26523}, {0x2F97D,0x8060}, {0x2F97E,0x265A8},
+    {0x2F97F,0x8070}, {0x2F980,0x2335F}, {0x2F981,0x43D5}, {0x2F982,0x80B2}, {0x2F983,0x8103},
+    {0x2F984,0x440B}, {0x2F985,0x813E}, {0x2F986,0x5AB5}, {0x2F987,0x267A7}, {0x2F988,0x267B5},
+    {0x2F989,0x23393}, {0x2F98A,0x2339C}, {0x2F98B,0x8201}, {0x2F98C,0x8204}, {0x2F98D,0x8F9E},
+    {0x2F98E,0x446B}, {0x2F98F,0x8291}, {0x2F990,0x828B}, {0x2F991,0x829D}, {0x2F992,0x52B3},
+    {0x2F993,0x82B1}, {0x2F994,0x82B3}, {0x2F995,0x82BD}, {0x2F996,0x82E6}, {0x2F997,0x26B3C},
+    {0x2F998,0x82E5}, {0x2F999,0x831D}, {0x2F99A,0x8363}, {0x2F99B,0x83AD}, {0x2F99C,0x8323},
+    {0x2F99D,0x83BD}, {0x2F99E,0x83E7}, {0x2F99F,0x8457}, {0x2F9A0,0x8353}, {0x2F9A1,0x83CA},
+    {0x2F9A2,0x83CC}, {0x2F9A3,0x83DC}, {0x2F9A4,0x26C36}, {0x2F9A5,0x26D6B}, {0x2F9A6,0x26CD5},
+    {0x2F9A7,0x452B}, {0x2F9A8,0x84F1}, {0x2F9A9,0x84F3}, {0x2F9AA,0x8516}, {0x2F9AB,0x273CA},
+    {0x2F9AC,0x8564}, {0x2F9AD,0x26F2C}, {0x2F9AE,0x455D}, {0x2F9AF,0x4561}, {0x2F9B0,0x26FB1},
+    {0x2F9B1,0x270D2}, {0x2F9B2,0x456B}, {0x2F9B3,0x8650}, {0x2F9B4,0x865C}, {0x2F9B5,0x8667},
+    {0x2F9B6,0x8669}, {0x2F9B7,0x86A9}, {0x2F9B8,0x8688}, {0x2F9B9,0x870E}, {0x2F9BA,0x86E2},
+    {0x2F9BB,0x8779}, {0x2F9BC,0x8728}, {0x2F9BD,0x876B}, {0x2F9BE,0x8786}, {0x2F9BF,0x45D7},
+    {0x2F9C0,0x87E1}, {0x2F9C1,0x8801}, {0x2F9C2,0x45F9}, {0x2F9C3,0x8860}, {0x2F9C4,0x8863},
+    {0x2F9C5,0x27667}, {0x2F9C6,0x88D7}, {0x2F9C7,0x88DE}, {0x2F9C8,0x4635}, {0x2F9C9,0x88FA},
+    {0x2F9CA,0x34BB}, {0x2F9CB,0x278AE}, {0x2F9CC,0x27966}, {0x2F9CD,0x46BE}, {0x2F9CE,0x46C7},
+    {0x2F9CF,0x8AA0}, {0x2F9D0,0x8AED}, {0x2F9D1,0x8B8A}, {0x2F9D2,0x8C55}, {0x2F9D3,0x27CA8},
+    {0x2F9D4,0x8CAB}, {0x2F9D5,0x8CC1}, {0x2F9D6,0x8D1B}, {0x2F9D7,0x8D77}, {0x2F9D8,0x27F2F},
+    {0x2F9D9,0x20804}, {0x2F9DA,0x8DCB}, {0x2F9DB,0x8DBC}, {0x2F9DC,0x8DF0}, {0x2F9DD,0x208DE},
+    {0x2F9DE,0x8ED4}, {0x2F9DF,0x8F38}, {0x2F9E0,0x285D2}, {0x2F9E1,0x285ED}, {0x2F9E2,0x9094},
+    {0x2F9E3,0x90F1}, {0x2F9E4,0x9111}, {0x2F9E5,0x2872E}, {0x2F9E6,0x911B}, {0x2F9E7,0x9238},
+    {0x2F9E8,0x92D7}, {0x2F9E9,0x92D8}, {0x2F9EA,0x927C}, {0x2F9EB,0x93F9}, {0x2F9EC,0x9415},
+    {0x2F9ED,0x28BFA}, {0x2F9EE,0x958B}, {0x2F9EF,0x4995}, {0x2F9F0,0x95B7}, {0x2F9F1,0x28D77},
+    {0x2F9F2,0x49E6}, {0x2F9F3,0x96C3}, {0x2F9F4,0x5DB2}, {0x2F9F5,0x9723}, {0x2F9F6,0x29145},
+    {0x2F9F7,0x2921A}, {0x2F9F8,0x4A6E}, {0x2F9F9,0x4A76}, {0x2F9FA,0x97E0}, {0x2F9FB,0x2940A},
+    {0x2F9FC,0x4AB2}, {0x2F9FD,0x29496}, {0x2F9FE,0x980B}, {0x2F9FF,0x980B}, {0x2FA00,0x9829},
+    {0x2FA01,0x295B6}, {0x2FA02,0x98E2}, {0x2FA03,0x4B33}, {0x2FA04,0x9929}, {0x2FA05,0x99A7},
+    {0x2FA06,0x99C2}, {0x2FA07,0x99FE}, {0x2FA08,0x4BCE}, {0x2FA09,0x29B30}, {0x2FA0A,0x9B12},
+    {0x2FA0B,0x9C40}, {0x2FA0C,0x9CFD}, {0x2FA0D,0x4CCE}, {0x2FA0E,0x4CED}, {0x2FA0F,0x9D67},
+    {0x2FA10,0x2A0CE}, {0x2FA11,0x4CF8}, {0x2FA12,0x2A105}, {0x2FA13,0x2A20E}, {0x2FA14,0x2A291},
+    {0x2FA15,0x9EBB}, {0x2FA16,0x4D56}, {0x2FA17,0x9EF9}, {0x2FA18,0x9EFE}, {0x2FA19,0x9F05},
+    {0x2FA1A,0x9F0F}, {0x2FA1B,0x9F16}, {0x2FA1C,0x9F3B}, {0x2FA1D,0x2A600},
+};
+// The same where it gives none or several: {code point, up to 3 code points (0 = none)}.
+// Hangul syllables are decomposed by arithmetic (hangul_nfd) instead.
+static const uint32_t UNICODE_STRIPN[][4] = {
+    {0x340, 0x0, 0x0, 0x0}, {0x341, 0x0, 0x0, 0x0}, {0x343, 0x0, 0x0, 0x0}, {0x344, 0x0, 0x0, 0x0},
+    {0x9CB, 0x9C7, 0x9BE, 0x0}, {0x9CC, 0x9C7, 0x9D7, 0x0}, {0xB4B, 0xB47, 0xB3E, 0x0},
+    {0xB4C, 0xB47, 0xB57, 0x0}, {0xB94, 0xB92, 0xBD7, 0x0}, {0xBCA, 0xBC6, 0xBBE, 0x0},
+    {0xBCB, 0xBC7, 0xBBE, 0x0}, {0xBCC, 0xBC6, 0xBD7, 0x0}, {0xC48, 0x0, 0x0, 0x0},
+    {0xCCB, 0xCC2, 0xCD5, 0x0}, {0xD4A, 0xD46, 0xD3E, 0x0}, {0xD4B, 0xD47, 0xD3E, 0x0},
+    {0xD4C, 0xD46, 0xD57, 0x0}, {0xDDC, 0xDD9, 0xDCF, 0x0}, {0xDDD, 0xDD9, 0xDCF, 0x0},
+    {0xDDE, 0xDD9, 0xDDF, 0x0}, {0xF73, 0x0, 0x0, 0x0}, {0xF75, 0x0, 0x0, 0x0}, {0xF76, 0x0, 0x0, 0x0},
+    {0xF78, 0x0, 0x0, 0x0}, {0xF81, 0x0, 0x0, 0x0}, {0xF93, 0x0, 0x0, 0x0}, {0xF9D, 0x0, 0x0, 0x0},
+    {0xFA2, 0x0, 0x0, 0x0}, {0xFA7, 0x0, 0x0, 0x0}, {0xFAC, 0x0, 0x0, 0x0}, {0xFB9, 0x0, 0x0, 0x0},
+    {0x1B06, 0x1B05, 0x1B35, 0x0}, {0x1B08, 0x1B07, 0x1B35, 0x0}, {0x1B0A, 0x1B09, 0x1B35, 0x0},
+    {0x1B0C, 0x1B0B, 0x1B35, 0x0}, {0x1B0E, 0x1B0D, 0x1B35, 0x0}, {0x1B12, 0x1B11, 0x1B35, 0x0},
+    {0x1B40, 0x1B3E, 0x1B35, 0x0}, {0x1B41, 0x1B3F, 0x1B35, 0x0}, {0x1112E, 0x0, 0x0, 0x0},
+    {0x1112F, 0x0, 0x0, 0x0}, {0x1134B, 0x11347, 0x1133E, 0x0}, {0x1134C, 0x11347, 0x11357, 0x0},
+    {0x114BC, 0x114B9, 0x114B0, 0x0}, {0x114BE, 0x114B9, 0x114BD, 0x0}, {0x115BA, 0x115B8, 0x115AF, 0x0},
+    {0x115BB, 0x115B9, 0x115AF, 0x0}, {0x11938, 0x11935, 0x11930, 0x0}, {0x1D15E, 0x1D157, 0x1D165, 0x0},
+    {0x1D15F, 0x1D158, 0x1D165, 0x0}, {0x1D160, 0x1D158, 0x1D165, 0x1D16E},
+    {0x1D161, 0x1D158, 0x1D165, 0x1D16F}, {0x1D162, 0x1D158, 0x1D165, 0x1D170},
+    {0x1D163, 0x1D158, 0x1D165, 0x1D171}, {0x1D164, 0x1D158, 0x1D165, 0x1D172},
+    {0x1D1BB, 0x1D1B9, 0x1D165, 0x0}, {0x1D1BC, 0x1D1BA, 0x1D165, 0x0}, {0x1D1BD, 0x1D1B9, 0x1D165, 0x1D16E},
+    {0x1D1BE, 0x1D1BA, 0x1D165, 0x1D16E}, {0x1D1BF, 0x1D1B9, 0x1D165, 0x1D16F},
+    {0x1D1C0, 0x1D1BA, 0x1D165, 0x1D16F},
+};
+
+static bool unicode_mark_nonspacing(uint32_t cp) { return in_ranges(UNICODE_MN, sizeof UNICODE_MN / sizeof UNICODE_MN[0], cp); }
+static bool unicode_punctuation(uint32_t cp) { return in_ranges(UNICODE_P, sizeof UNICODE_P / sizeof UNICODE_P[0], cp); }
+static bool unicode_control(uint32_t cp) {
+    return in_ranges(UNICODE_CONTROL, sizeof UNICODE_CONTROL / sizeof UNICODE_CONTROL[0], cp);
+}
+static void unicode_lower(uint32_t cp, std::vector<uint32_t>& out) {
+    if (cp == 0x130) return out.push_back('i'), out.push_back(0x307);
+    std::size_t lo = 0, hi = sizeof UNICODE_LOWER / sizeof UNICODE_LOWER[0];  // the last run with first <= cp
+    while (lo < hi) {
+        const std::size_t mid = (lo + hi) / 2;
+        if ((uint32_t)UNICODE_LOWER[mid][0] <= cp) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo > 0) {
+        const int32_t* r = UNICODE_LOWER[lo - 1];
+        if (cp <= (uint32_t)r[1] && (cp - (uint32_t)r[0]) % (uint32_t)r[3] == 0) return out.push_back((uint32_t)((int32_t)cp + r[2]));
+    }
+    out.push_back(cp);
+}
+// NFD of one code point without its nonspacing marks: a mark vanishes, a decomposable character
+// becomes what its table says, anything else stays.
+static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out) {
+    if (unicode_mark_nonspacing(cp)) return;
+    if (cp < 0xC0) return out.push_back(cp);  // nothing below U+00C0 decomposes
+    const std::size_t n1 = sizeof UNICODE_STRIP1 / sizeof UNICODE_STRIP1[0];
+    const auto* e1 = std::lower_bound(UNICODE_STRIP1, UNICODE_STRIP1 + n1, cp,
+                                      [](const uint32_t* row, uint32_t v) { return row[0] < v; });
+    if (e1 != UNICODE_STRIP1 + n1 && (*e1)[0] == cp) return out.push_back((*e1)[1]);
+    const std::size_t nn = sizeof UNICODE_STRIPN / sizeof UNICODE_STRIPN[0];
+    const auto* en = std::lower_bound(UNICODE_STRIPN, UNICODE_STRIPN + nn, cp,
+                                      [](const uint32_t* row, uint32_t v) { return row[0] < v; });
+    if (en != UNICODE_STRIPN + nn && (*en)[0] == cp) {
+        for (int k = 1; k < 4; k++)
+            if ((*en)[k]) out.push_back((*en)[k]);
+        return;
+    }
+    out.push_back(cp);
+}
+
+// ================================================================================================
 // THE TOKENIZER OF A CHECKPOINT (issue 11; see transformer.hpp)
 // ================================================================================================
-int Tokenizer::size() const { return kind == "gpt2-bpe" ? bpe.size() : chars.size(); }
+int Tokenizer::size() const {
+    if (kind == "gpt2-bpe") return bpe.size();
+    if (kind == "gpt1-bpe") return gpt1.size();
+    if (kind == "bert-wordpiece") return wordpiece.size();
+    return chars.size();
+}
 
 std::vector<int> Tokenizer::encode(const std::string& text, const std::string& where) const {
     if (kind == "gpt2-bpe") return bpe.encode(text);
+    if (kind == "gpt1-bpe") return gpt1.encode(text);
+    if (kind == "bert-wordpiece") return wordpiece.encode(text);
     if (kind == "char") return chars.encode(text, where);
     throw Error("no tokenizer to encode " + where + " with");
 }
 
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
     if (kind == "gpt2-bpe") return bpe.decode(ids);
+    if (kind == "gpt1-bpe") return gpt1.decode(ids);
+    if (kind == "bert-wordpiece") return wordpiece.decode(ids);
     if (kind == "char") return chars.decode(ids);
     throw Error("no tokenizer to decode with");
 }
 
 std::map<std::string, std::string> Tokenizer::metadata() const {
-    if (kind == "gpt2-bpe") return {{"tokenizer", kind}, {"tokenizer.encoder_json", encoder_json}, {"tokenizer.vocab_bpe", vocab_bpe}};
+    if (kind == "gpt2-bpe" || kind == "gpt1-bpe")
+        return {{"tokenizer", kind}, {"tokenizer.encoder_json", encoder_json}, {"tokenizer.vocab_bpe", vocab}};
+    if (kind == "bert-wordpiece") return {{"tokenizer", kind}, {"tokenizer.vocab_txt", vocab}};
     if (kind == "char") return {{"vocab", chars.to_metadata()}};  // as every checkpoint before issue 11
     return {};
 }
 
-Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_text, const std::string& vocab_text,
+                         const std::string& where) {
     Tokenizer t;
-    t.kind = "gpt2-bpe";
-    t.encoder_json = read_file(encoder_json_path), t.vocab_bpe = read_file(vocab_bpe_path);
+    t.kind = kind, t.encoder_json = encoder_text, t.vocab = vocab_text;
     try {
-        t.bpe = make_bpe(t.encoder_json, t.vocab_bpe);
+        if (kind == "gpt2-bpe") t.bpe = make_bpe(encoder_text, vocab_text);
+        else if (kind == "gpt1-bpe") t.gpt1 = make_gpt1_bpe(encoder_text, vocab_text);
+        else if (kind == "bert-wordpiece") t.wordpiece = make_wordpiece(vocab_text);
+        else throw Error("unknown tokenizer '" + kind + "' (expected gpt2-bpe, gpt1-bpe or bert-wordpiece)");
     } catch (const Error& e) {
-        throw Error("GPT-2's tokenizer from '" + encoder_json_path + "' and '" + vocab_bpe_path + "': " + e.what());
+        throw Error(where + ": " + e.what());
     }
     return t;
+}
+
+Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+    return make_tokenizer("gpt2-bpe", read_file(encoder_json_path), read_file(vocab_bpe_path),
+                          "GPT-2's tokenizer from '" + encoder_json_path + "' and '" + vocab_bpe_path + "'");
 }
 
 Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::string& path) {
@@ -5277,18 +6613,16 @@ Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::s
         if (m.count("vocab")) t.kind = "char", t.chars = CharVocab::from_metadata(m.at("vocab"));
         return t;
     }
-    if (kind->second == "gpt2-bpe") {
-        if (!m.count("tokenizer.encoder_json") || !m.count("tokenizer.vocab_bpe"))
-            throw Error("'" + path + "': its tokenizer gpt2-bpe lacks tokenizer.encoder_json or tokenizer.vocab_bpe");
-        t.kind = kind->second, t.encoder_json = m.at("tokenizer.encoder_json"), t.vocab_bpe = m.at("tokenizer.vocab_bpe");
-        try {
-            t.bpe = make_bpe(t.encoder_json, t.vocab_bpe);
-        } catch (const Error& e) {
-            throw Error("'" + path + "': its recorded tokenizer: " + e.what());
-        }
-        return t;
-    }
-    throw Error("'" + path + "' records the tokenizer '" + kind->second + "', which this program does not know (it knows gpt2-bpe and characters)");
+    const std::string& k = kind->second;
+    if (k != "gpt2-bpe" && k != "gpt1-bpe" && k != "bert-wordpiece")
+        throw Error("'" + path + "' records the tokenizer '" + k +
+                    "', which this program does not know (it knows gpt2-bpe, gpt1-bpe, bert-wordpiece and characters)");
+    const bool bpe = k != "bert-wordpiece";
+    for (const char* key : bpe ? std::vector<const char*>{"tokenizer.encoder_json", "tokenizer.vocab_bpe"}
+                               : std::vector<const char*>{"tokenizer.vocab_txt"})
+        if (!m.count(key)) throw Error("'" + path + "': its tokenizer " + k + " lacks " + key);
+    return make_tokenizer(k, bpe ? m.at("tokenizer.encoder_json") : "", m.at(bpe ? "tokenizer.vocab_bpe" : "tokenizer.vocab_txt"),
+                          "'" + path + "': its recorded tokenizer");
 }
 
 std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet) {
@@ -5673,6 +7007,8 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
     if (batch.targets.empty()) throw Error("explain: the batch has no targets");
     if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
+    if (c.emb_ln || c.mlm_head)  // issue 12's options are not walked box by box (yet)
+        throw Error("explain: the model has the released BERT's embedding LayerNorm or masked-LM head, which explain does not walk");
     const int n = batch.n;
     const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
     const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
@@ -5989,6 +7325,9 @@ template Explained<double> explain(const Config&, const Params<double>&, const B
                                          const std::vector<int>&, const std::vector<int>&);                \
     template double model_loss(const Config&, const Params<T>&, const Batch&, Params<T>*, ForwardOptions); \
     template Tensor<T> GPT(const Config&, const Params<T>&, const std::vector<int>&);                      \
+    template Tensor<T> MLMHead(const Config&, const Params<T>&, const Tensor<T>&, MLMHeadCache<T>*);         \
+    template Tensor<T> MLMHead_backward(const Config&, const Params<T>&, const MLMHeadCache<T>&, const Tensor<T>&, \
+                                        Params<T>&);                                                       \
     template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \
                             const std::vector<int>&, int);                                                 \
     template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);              \

@@ -442,6 +442,10 @@ struct Config {
     bool attn_bias = false;  // biases b_i^Q, b_i^K, b_i^V, b^O in every MultiHeadSA (GPT-2 as released; not in the seed)
     int W_y_rows = 0, W_y_cols = 0;  // the fine-tuning head W_y (seed 003), 0 x 0 = none
     bool xlnet = false;              // XLNet's query-stream start vector w (H): trained with the permutation objective
+    // The released BERT beyond the seed's formulas (issue 12; bert and roberta only; all off by default):
+    bool emb_ln = false;    // X^(0) = LayerNorm(OneHot(x) W_e + W_p + segments; gamma_e, beta_e)
+    bool mlm_head = false;  // Z = MLMHead(X^(L)): dense W_t, b_t, GELU, LayerNorm gamma_t, beta_t, W_e^T, bias b_z
+    bool pooler = false;    // W_pool (H x H), b_pool (H): read from the file and kept, unused here
 };
 // Named presets: gpt1 (the seed's hyperparameters), gpt2-124m, gpt3-125m, bert-base, roberta-base
 // (the published sizes; gpt2-124m, bert-base and roberta-base with attention biases, as released)
@@ -470,6 +474,11 @@ struct Params {
     Tensor<T> ln_f_gamma, ln_f_beta;  // H, final LayerNorm of GPT-2/GPT-3 (empty otherwise)
     Tensor<T> W_y;  // Config::W_y_rows x W_y_cols, the fine-tuning head (empty otherwise)
     Tensor<T> w;    // H, XLNet's query start vector (empty unless Config::xlnet)
+    // The released BERT's additions (empty unless their Config option is on):
+    Tensor<T> gamma_e, beta_e;            // H: the embedding LayerNorm (emb_ln)
+    Tensor<T> W_t, b_t, gamma_t, beta_t;  // H x H, H, H, H: the masked-LM head's transform (mlm_head)
+    Tensor<T> b_z;                        // V: the masked-LM head's output bias (mlm_head)
+    Tensor<T> W_pool, b_pool;             // H x H, H: the pooler (pooler), unused
 };
 // Every tensor of the variant, with all entries 0 (shapes from the config). allocate = false gives
 // the shapes alone, without numbers, for load_model, which reads each tensor into its place.
@@ -505,6 +514,9 @@ struct ParamCount {
     long long embeddings = 0, attention = 0, ffn = 0, layernorms = 0, segments = 0, final_ln = 0;
     long long attn_biases = 0;  // L (A (D + D + D) + H) with Config::attn_bias, not in the seed's lambda
     long long heads = 0;        // W_y (fine-tuning) and w (XLNet), not in the seed's lambda
+    long long emb_ln = 0;       // 2 H with Config::emb_ln
+    long long mlm_head = 0;     // H H + H + 2 H + V with Config::mlm_head
+    long long pooler = 0;       // H H + H with Config::pooler
     long long seed_lambda = 0;  // the seed's formula
     long long actual = 0;       // floats the variant really holds
 };
@@ -519,6 +531,28 @@ struct Batch {
     std::vector<int> lengths;   // B: tokens before the padding (empty = all n); BERT and RoBERTa
                                 // mask the padding's keys (key_padding_mask), GPTs need not
 };
+
+// The masked-LM head of the released BERT (not in the seed; Config::mlm_head), on the rows X^(L):
+//   MLMHead(X) = LayerNorm(GELU(X W_t + Stack_n(b_t)); gamma_t, beta_t) W_e^T + Stack_n(b_z)
+//   X: n x H;  W_t: H x H;  b_t, gamma_t, beta_t: H;  W_e: V x H (tied: the embedding's);  b_z: V
+//   -> n x V logits. GELU is c.activation (gelu_erf for BERT). Row i of X (formula row i+1) gives
+//   row i of the result.
+template <typename T>
+struct MLMHeadCache {
+    Tensor<T> X;            // n x H, the input X^(L)
+    Tensor<T> U;            // n x H, X W_t + b_t (before GELU)
+    LayerNormCache<T> ln;   // of LayerNorm(GELU(U))
+    Tensor<T> X_t;          // n x H, the transformed rows that are de-embedded
+};
+template <typename T>
+Tensor<T> MLMHead(const Config& c, const Params<T>& p, const Tensor<T>& X, MLMHeadCache<T>* cache = nullptr);
+// With Z = X_t W_e^T + b_z, X_t = LN(A), A = GELU(U), U = X W_t + b_t:
+//   db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t),
+//   dU = dA * GELU'(U), dW_t = X^T dU, db_t = colsum(dU), dX = dU W_t^T.
+// Returns dX; accumulates into g (W_e included).
+template <typename T>
+Tensor<T> MLMHead_backward(const Config& c, const Params<T>& p, const MLMHeadCache<T>& cache, const Tensor<T>& dZ,
+                           Params<T>& g);
 
 // Everything the forward pass keeps for the backward pass.
 template <typename T>
@@ -540,6 +574,8 @@ struct ForwardCache {
     Tensor<T> X_L_in;              // X^(L) before the final LayerNorm (pre-LN variants)
     LayerNormCache<T> ln_f;
     Tensor<T> X_L;                 // (B*n) x H, the rows that are de-embedded
+    LayerNormCache<T> ln_e;        // the embedding LayerNorm (Config::emb_ln)
+    MLMHeadCache<T> mlm;           // the masked-LM head (Config::mlm_head)
 };
 // Training-time switches: dropout (seed 003) on embeddings, residual branches and attention
 // probabilities, drawn from rng. dropout = 0 (evaluation) switches all of it off.
@@ -711,7 +747,10 @@ struct LoadedModel {
 // starts with one of allowed_extra_prefixes. A file without our metadata whose tensors are named
 // as in the released GPT-2 (wte.weight, h.0.attn.c_attn.weight, ...: a Hugging Face
 // model.safetensors) is read as a gpt2 model with gelu_tanh and attention biases (see
-// import_hf_gpt2 in transformer.cpp for the mapping of names).
+// import_hf_gpt2 in transformer.cpp for the mapping of names). Likewise a Hugging Face GPT-1 file
+// (tokens_embed.weight, ...: a gpt model, import_hf_openai_gpt) and a BERT file
+// (bert.embeddings.word_embeddings.weight, ...: a bert model with emb_ln, mlm_head and pooler as
+// the file has them, import_hf_bert; the next-sentence head goes to file.tensors).
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes = {});
 
 // A minimal JSON reader (for safetensors headers and tokenizer files).
@@ -970,6 +1009,11 @@ struct EncodedExample {
 };
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const CharVocab& v, const LabelledExample& e,
                               const std::string& text, const std::string& file);
+// The same with a subword tokenizer (issue 12: GPT-1's BPE, BERT's WordPiece, GPT-2's BPE): each
+// field is encoded as a text of its own, then the same input transformation.
+struct Tokenizer;
+EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Tokenizer& t, const LabelledExample& e,
+                              const std::string& file);
 // Examples with the same K -> one padded batch and the head rows `at`; GPT: next-token targets
 // (L1); BERT/RoBERTa: mlm_corrupt targets when mlm_rng is given, else none.
 Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<const EncodedExample*>& examples,
@@ -981,6 +1025,9 @@ struct FinetuneOptions {
     std::string checkpoint, task, train_file, val_file;
     double lambda = 0.5;   // L3 = L2 + lambda L1 (seed 003)
     bool scratch = false;  // same shapes and vocabulary, fresh initialisation
+    // A subword tokenizer for a released model (issue 12): its kind ("" = recognised) and files, as
+    // load_tokenizer takes them; none = the character vocabulary that `train` stored.
+    std::string tokenizer, encoder, vocab;
     TrainOptions loop;     // lr, steps (0: 3 epochs), warmup (-1: 0.2% of the steps), eval_every (-1: every epoch), ...
 };
 struct FinetuneResult {
@@ -1065,23 +1112,17 @@ std::string bytes_to_unicode(unsigned char b);
 // with, kept in its metadata so that sample and eval need no tokenizer flags; and the way out to
 // Hugging Face's GPT2LMHeadModel layout.
 // ================================================================================================
-// Recorded in the metadata under a kind string (new kinds add a case to tokenizer_of):
+// Recorded in the metadata under a kind string:
 //   no "tokenizer", "vocab"   characters: "vocab" = CharVocab::to_metadata() (every older checkpoint)
-//   "tokenizer" = "gpt2-bpe"  GPT-2's byte-level BPE; "tokenizer.encoder_json" and "tokenizer.vocab_bpe"
-//                             hold encoder.json and vocab.bpe whole, so a moved checkpoint still
-//                             samples (about 1.5 MB of header for GPT-2's 50257 tokens)
-struct Tokenizer {
-    std::string kind;  // "" (none recorded), "char", "gpt2-bpe"
-    CharVocab chars;
-    BPE bpe;
-    std::string encoder_json, vocab_bpe;  // gpt2-bpe: the two files, as recorded
-    int size() const;                     // ids 0..size-1 (char: without BERT's 3 specials)
-    std::vector<int> encode(const std::string& text, const std::string& where) const;
-    std::string decode(const std::vector<int>& ids) const;
-    std::map<std::string, std::string> metadata() const;  // what a checkpoint records
-};
+//   "tokenizer" = KIND        a subword tokenizer (gpt2-bpe, gpt1-bpe, bert-wordpiece: see the
+//                             TOKENIZERS section below) with its files whole, so a moved checkpoint
+//                             still samples: "tokenizer.encoder_json" and "tokenizer.vocab_bpe" for
+//                             the BPEs (encoder.json and vocab.bpe; about 1.5 MB of header for GPT-2's
+//                             50257 tokens), "tokenizer.vocab_txt" for WordPiece
+// The Tokenizer struct itself (one for every kind) is declared with the tokenizers below.
+struct Tokenizer;
 Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
-// The tokenizer a checkpoint's metadata records (kind "" if none: released GPT-2 weights); throws
+// The tokenizer a checkpoint's metadata records (kind "" if none: released weights); throws
 // Error naming `path` on an unknown kind or a damaged record.
 Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const std::string& path);
 // tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
@@ -1113,6 +1154,90 @@ struct TrainMemory {
     double params = 0, grads = 0, adam = 0, activations = 0;
 };
 TrainMemory train_memory(const Config& c, int B, int n);
+// TOKENIZERS of the released GPT-1 and BERT (issue 12): BERT's normaliser and pre-tokeniser, then
+// GPT-1's BPE (end-of-word suffix "</w>") or BERT's WordPiece (continuation prefix "##"), as Hugging
+// Face's fast tokenizers for openai-gpt and bert-base-uncased do it.
+// ================================================================================================
+// BERT's normaliser (BertNormalizer with lowercase, hence strip_accents) on UTF-8 text, in order:
+//   1. clean: drop U+0000, U+FFFD and every character of category Cc, Cf, Co or Cs except \t \n \r;
+//      each remaining White_Space character becomes ' ';
+//   2. CJK: ' ' before and after every CJK ideograph (the ranges of BERT's _is_chinese_char);
+//   3. strip accents: canonical decomposition (NFD), then drop the nonspacing marks (Mn);
+//   4. lower-case, one code point at a time (Unicode's mapping; U+0130 -> "i" U+0307).
+// Tables: Unicode 14.0 (Python's unicodedata), every canonical decomposition (Hangul by arithmetic).
+// Not done: unassigned code points (Cn) are kept, not dropped; marks are not reordered by their
+// combining class (it cannot change what is left once the Mn marks are dropped, except for the
+// few spacing marks with a class). Throws Error on invalid UTF-8.
+std::string bert_normalize(const std::string& text);
+// BERT's pre-tokeniser on normalised text: split at white space (dropped) and around every
+// punctuation character (ASCII 33-47, 58-64, 91-96, 123-126, and category P*), which becomes a
+// word of its own: "hi,there!!" -> "hi" "," "there" "!" "!".
+std::vector<std::string> bert_pretokenize(const std::string& normalized);
+// Both, then the words (what GPT-1's BPE and WordPiece see).
+std::vector<std::string> bert_words(const std::string& text);
+
+// GPT-1's BPE: each word's characters are its first symbols, the last one with "</w>" appended
+// ("cat" -> c a t</w>); a symbol not in the vocabulary is "<unk>"; then the merges (lowest rank
+// first, as GPT-2's). "<unk>" written in the text is the token <unk> itself. decode joins the
+// symbols and turns each "</w>" into a space (none after the last word).
+struct GPT1BPE {
+    std::unordered_map<std::string, int> encoder;  // symbol -> id ("the</w>" -> 481)
+    std::vector<std::string> decoder;              // id -> symbol
+    std::unordered_map<std::string, int> ranks;    // "A B" -> merge rank, 0 first
+    int unk = -1;                                  // id of "<unk>"
+    int size() const { return (int)decoder.size(); }
+    std::vector<std::string> bpe(const std::string& word) const;  // one word -> its symbols
+    std::vector<int> encode(const std::string& text) const;       // throws Error on invalid UTF-8
+    std::string decode(const std::vector<int>& ids) const;       // throws Error on an id outside 0..size-1
+};
+// From encoder_bpe_40000.json (vocab.json: {"symbol": id}, ids 0..N-1 each once, "<unk>" among them)
+// and vocab_40000.bpe (merges.txt: an optional "#version" line, then "A B" per line; both halves and
+// their concatenation must be symbols); throws Error naming what is malformed.
+GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
+GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+
+// BERT's WordPiece (uncased): each word, if longer than 100 characters [UNK], else split greedily
+// into the longest pieces in the vocabulary from the left, pieces after the first written "##...";
+// a word with a part no piece matches is [UNK] as a whole. The vocabulary's special tokens [PAD],
+// [UNK], [CLS], [SEP], [MASK] written in the text (exactly so) are those tokens. No [CLS]/[SEP]
+// are added. decode joins the tokens with spaces, a "##" piece glued to the one before it.
+struct WordPiece {
+    std::unordered_map<std::string, int> vocab;  // token -> id (line number - 1)
+    std::vector<std::string> tokens;             // id -> token
+    int unk = -1, cls = -1, sep = -1, mask = -1, pad = -1;
+    int max_chars = 100;
+    int size() const { return (int)tokens.size(); }
+    std::vector<int> wordpiece(const std::string& word) const;  // one word -> its ids
+    std::vector<int> encode(const std::string& text) const;     // throws Error on invalid UTF-8
+    std::string decode(const std::vector<int>& ids) const;
+};
+// From vocab.txt: one token per line (a final newline optional); [UNK] is required; an empty line,
+// a token given twice or invalid UTF-8 is an error naming the line.
+WordPiece make_wordpiece(const std::string& vocab_txt);
+WordPiece load_wordpiece(const std::string& vocab_txt_path);
+
+// One tokenizer for the commands and for checkpoints (see "THE TOKENIZER OF A CHECKPOINT" above).
+struct Tokenizer {
+    std::string kind;  // "" (none recorded), "char", "gpt2-bpe", "gpt1-bpe", "bert-wordpiece"
+    CharVocab chars;
+    BPE bpe;              // gpt2-bpe
+    GPT1BPE gpt1;         // gpt1-bpe
+    WordPiece wordpiece;  // bert-wordpiece
+    std::string encoder_json, vocab;  // the subword kinds' files, as read (vocab: vocab.bpe or vocab.txt)
+    int size() const;                 // ids 0..size-1 (char: without BERT's 3 specials)
+    std::vector<int> encode(const std::string& text, const std::string& where = "the text") const;
+    std::string decode(const std::vector<int>& ids) const;
+    std::map<std::string, std::string> metadata() const;  // what a checkpoint records
+};
+// A subword tokenizer from its files' contents (kind named; where: for errors).
+Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_text, const std::string& vocab_text,
+                         const std::string& where);
+// kind "" recognises it from the files: a vocabulary alone is WordPiece's; with an encoder, GPT-1's
+// has "</w>" symbols and GPT-2's the byte symbols ("\u0120"). A kind named that the files are not is
+// an error saying what they are.
+Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_path, const std::string& vocab_path);
+// The kind the files are ("gpt2-bpe", ...), from their contents.
+std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text);
 
 // ================================================================================================
 // TEACHING: pictures and explain (issue 10). Layers, heads and permutation positions count from 1
