@@ -1820,6 +1820,38 @@ TEST_CASE("gemm: equals gemm_reference on odd shapes, transposed strides, accumu
     gemm_vs_reference<float>();
 }
 
+namespace {
+// gemv_rows (1 to 3 rows of A, row-major B: generation's one-token products) adds in the
+// reference's order, so it must agree bit for bit, with N = 64 (sums in registers), other N (8 rows
+// of B at a time) and K not a multiple of 8 (the remainder rows).
+template <typename T>
+void gemv_rows_vs_reference() {
+    Rng rng(5);
+    const Dims shapes[] = {{1, 64, 768}, {2, 64, 37}, {3, 64, 8}, {1, 100, 50}, {3, 300, 13}, {1, 2304, 64}};
+    for (Dims d : shapes)
+        for (int ta = 0; ta < 2; ta++)
+            for (int acc = 0; acc < 2; acc++) {
+                CAPTURE(d.M);
+                CAPTURE(d.N);
+                CAPTURE(d.K);
+                CAPTURE(ta);
+                CAPTURE(acc);
+                Tensor<T> A = ta ? rand_t<T>(d.K, d.M, rng) : rand_t<T>(d.M, d.K, rng);
+                const long rsA = ta ? 1 : d.K, csA = ta ? d.M : 1;
+                Tensor<T> B = rand_t<T>(d.K, d.N, rng);
+                const int ldc = d.N + 2;
+                Tensor<T> C = rand_t<T>(d.M, ldc, rng), Cref = C;
+                gemm<T>(d.M, d.N, d.K, A.ptr(), rsA, csA, B.ptr(), d.N, 1, C.ptr(), ldc, acc == 1);
+                gemm_reference<T>(d.M, d.N, d.K, A.ptr(), rsA, csA, B.ptr(), d.N, 1, Cref.ptr(), ldc, acc == 1);
+                CHECK(C.data == Cref.data);
+            }
+}
+}  // namespace
+TEST_CASE("gemm: a few rows times row-major B (gemv_rows) equal gemm_reference bit for bit") {
+    gemv_rows_vs_reference<float>();
+    gemv_rows_vs_reference<double>();
+}
+
 TEST_CASE("matmul: hand-computed case and agreement with gemm_reference") {
     // [[1, 2, 3], [4, 5, 6]] [[1, 0], [0, 1], [1, 1]] = [[1 + 3, 2 + 3], [4 + 6, 5 + 6]] = [[4, 5], [10, 11]]
     TD C = matmul(TD::from(2, 3, {1, 2, 3, 4, 5, 6}), TD::from(3, 2, {1, 0, 0, 1, 1, 1}));
