@@ -5371,12 +5371,15 @@ std::string bytes_to_unicode(unsigned char b) { return byte_symbol(b); }
 // a heap of candidate pairs (rank, left symbol): O(n log n). A merge never recreates the pair just
 // merged (the new symbol is longer than both halves), and the pairs it does create are queued only
 // after the pass, so the passes are exactly GPT-2's.
-std::vector<std::string> BPE::bpe(const std::string& piece) const {
-    const int n = (int)piece.size();
-    std::vector<std::string> sym(n);
+// Step 3 on a word's first symbols (GPT-2: one per byte; GPT-1: one per character, "</w>" on the
+// last), shared by both BPEs: repeatedly merge every occurrence, left to right, of the adjacent
+// pair with the lowest rank. A heap holds the candidate pairs (rank, left symbol), so a long word
+// costs O(n log n), not O(n^2).
+static std::vector<std::string> bpe_merges(std::vector<std::string> sym, const std::unordered_map<std::string, int>& ranks) {
+    const int n = (int)sym.size();
     std::vector<int> prev(n), next(n);
     std::vector<char> alive(n, 1);
-    for (int i = 0; i < n; i++) sym[i] = byte_symbol((unsigned char)piece[i]), prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
+    for (int i = 0; i < n; i++) prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
     auto rank_of = [&](int i) {  // rank of the pair (sym[i], sym[next[i]]), -1 if none
         if (i < 0 || next[i] < 0) return -1;
         auto it = ranks.find(sym[i] + " " + sym[next[i]]);
@@ -5409,6 +5412,12 @@ std::vector<std::string> BPE::bpe(const std::string& piece) const {
     std::vector<std::string> out;
     for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(std::move(sym[i]));
     return out;
+}
+
+std::vector<std::string> BPE::bpe(const std::string& piece) const {
+    std::vector<std::string> sym(piece.size());
+    for (std::size_t i = 0; i < piece.size(); i++) sym[i] = byte_symbol((unsigned char)piece[i]);
+    return bpe_merges(std::move(sym), ranks);
 }
 
 std::vector<int> BPE::encode(const std::string& text) const {
@@ -5788,52 +5797,15 @@ static std::vector<std::pair<std::string, int>> split_specials(const std::string
 }
 
 // ---- GPT-1's BPE -------------------------------------------------------------------------------
-// The merges run as in BPE::bpe (lowest rank first, every occurrence left to right, a heap of
-// candidate pairs), on the word's characters with "</w>" on the last one.
+// The merges of bpe_merges, on the word's characters with "</w>" on the last one.
 std::vector<std::string> GPT1BPE::bpe(const std::string& word) const {
     std::vector<uint32_t> cps;
     std::vector<std::size_t> at;
     utf8_decode(word, cps, at);
     const int n = (int)cps.size();
     std::vector<std::string> sym(n);
-    std::vector<int> prev(n), next(n);
-    std::vector<char> alive(n, 1);
-    for (int i = 0; i < n; i++) {
-        sym[i] = word.substr(at[i], at[i + 1] - at[i]) + (i == n - 1 ? "</w>" : "");
-        prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
-    }
-    auto rank_of = [&](int i) {
-        if (i < 0 || next[i] < 0) return -1;
-        auto it = ranks.find(sym[i] + " " + sym[next[i]]);
-        return it == ranks.end() ? -1 : it->second;
-    };
-    using Candidate = std::pair<int, int>;  // (rank, left symbol)
-    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-    auto push = [&](int i) {
-        const int r = rank_of(i);
-        if (r >= 0) heap.push({r, i});
-    };
-    for (int i = 0; i < n; i++) push(i);
-    std::vector<int> merged;
-    while (!heap.empty()) {
-        const int r = heap.top().first;
-        merged.clear();
-        while (!heap.empty() && heap.top().first == r) {
-            const int i = heap.top().second;
-            heap.pop();
-            if (!alive[i] || rank_of(i) != r) continue;
-            const int j = next[i];
-            sym[i] += sym[j], alive[j] = 0;
-            next[i] = next[j];
-            if (next[j] >= 0) prev[next[j]] = i;
-            merged.push_back(i);
-        }
-        for (int i : merged)
-            if (alive[i]) push(prev[i]), push(i);
-    }
-    std::vector<std::string> out;
-    for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(std::move(sym[i]));
-    return out;
+    for (int i = 0; i < n; i++) sym[i] = word.substr(at[i], at[i + 1] - at[i]) + (i == n - 1 ? "</w>" : "");
+    return bpe_merges(std::move(sym), ranks);
 }
 
 std::vector<int> GPT1BPE::encode(const std::string& text) const {
