@@ -41,6 +41,12 @@
 #define TF_IVDEP
 #define TF_UNROLL(n)
 #endif
+// The hints are hints: when clang cannot vectorise a loop it was told to (say adamw_step's, with
+// its sqrt and division, in some inlining contexts), that is not a defect of the code, so its
+// -Wpass-failed report is off.
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
 // TF_IVDEP_VEXP: TF_IVDEP for a loop that calls vexp. clang does not vectorise every instantiation
 // of those loops and, told to (vectorize(assume_safety)), warns that it could not; it gets no hint.
 #if defined(__clang__)
