@@ -5930,6 +5930,9 @@ TEST_CASE("BERT normaliser: control characters, white space, CJK, accents, lower
     CHECK(bert_normalize("\xED\x95\x9C") == "\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB");
     // The CJK compatibility ideograph U+F900 is a CJK character and decomposes to U+8C48.
     CHECK(bert_normalize("\xEF\xA4\x80") == " \xE8\xB1\x88 ");
+    // Unassigned code points (Cn) go with the rest of category C: U+0378 (a gap in Greek), U+FFFF
+    // (a noncharacter), U+E0080 (a gap among the tags); U+0377 next to the first is a letter and stays.
+    CHECK(bert_normalize("a\xCD\xB8" "b\xEF\xBF\xBF" "c\xF3\xA0\x82\x80" "d\xCD\xB7") == "abcd\xCD\xB7");
     M_CHECK_TF_ERROR(bert_normalize("ab\xFF"), "not valid UTF-8");
 }
 

@@ -1159,13 +1159,13 @@ TrainMemory train_memory(const Config& c, int B, int n);
 // Face's fast tokenizers for openai-gpt and bert-base-uncased do it.
 // ================================================================================================
 // BERT's normaliser (BertNormalizer with lowercase, hence strip_accents) on UTF-8 text, in order:
-//   1. clean: drop U+0000, U+FFFD and every character of category Cc, Cf, Co or Cs except \t \n \r;
+//   1. clean: drop U+0000, U+FFFD and every character of category Cc, Cf, Cn, Co or Cs except \t \n \r;
 //      each remaining White_Space character becomes ' ';
 //   2. CJK: ' ' before and after every CJK ideograph (the ranges of BERT's _is_chinese_char);
 //   3. strip accents: canonical decomposition (NFD), then drop the nonspacing marks (Mn);
 //   4. lower-case, one code point at a time (Unicode's mapping; U+0130 -> "i" U+0307).
 // Tables: Unicode 14.0 (Python's unicodedata), every canonical decomposition (Hangul by arithmetic).
-// Not done: unassigned code points (Cn) are kept, not dropped; marks are not reordered by their
+// Not done: marks are not reordered by their
 // combining class (it cannot change what is left once the Mn marks are dropped, except for the
 // few spacing marks with a class). Throws Error on invalid UTF-8.
 std::string bert_normalize(const std::string& text);
