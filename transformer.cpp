@@ -5433,9 +5433,10 @@ std::vector<std::string> BPE::bpe(const std::string& piece) const {
     return bpe_merges(std::move(sym), ranks);
 }
 
-std::vector<int> BPE::encode(const std::string& text) const {
+std::vector<int> BPE::encode(const std::string& text, const std::function<void(std::size_t, std::size_t)>& progress) const {
     std::vector<int> ids;
     std::unordered_map<std::string, std::vector<int>> done;  // pieces repeat: merge each once
+    std::size_t bytes = 0;
     for (const std::string& piece : gpt2_pretokenize(text)) {
         auto it = done.find(piece);
         if (it == done.end()) {
@@ -5448,6 +5449,8 @@ std::vector<int> BPE::encode(const std::string& text) const {
             it = done.emplace(piece, std::move(v)).first;
         }
         ids.insert(ids.end(), it->second.begin(), it->second.end());
+        bytes += piece.size();
+        if (progress) progress(bytes, ids.size());
     }
     return ids;
 }
@@ -6842,35 +6845,16 @@ Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::s
 
 std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet) {
     if (t.kind != "gpt2-bpe" || quiet || text.size() < (1u << 20)) return t.encode(text, where);
-    // The pieces of GPT-2's pattern, each merged once (they repeat), with a line every ~10%.
+    // BPE::encode with a line every ~10% of the text.
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
-    const std::vector<std::string> pieces = gpt2_pretokenize(text);
-    std::unordered_map<std::string, std::vector<int>> done;
-    std::vector<int> ids;
-    ids.reserve(text.size() / 3);
-    std::size_t bytes = 0, next_report = text.size() / 10;
-    for (const std::string& piece : pieces) {
-        auto it = done.find(piece);
-        if (it == done.end()) {  // as BPE::encode does
-            std::vector<int> v;
-            for (const std::string& sym : t.bpe.bpe(piece)) {
-                auto e = t.bpe.encoder.find(sym);
-                if (e == t.bpe.encoder.end()) throw Error("BPE: the symbol '" + sym + "' is not in the vocabulary");
-                v.push_back(e->second);
-            }
-            it = done.emplace(piece, std::move(v)).first;
-        }
-        ids.insert(ids.end(), it->second.begin(), it->second.end());
-        bytes += piece.size();
-        if (bytes >= next_report) {
-            std::fprintf(stderr, "encoding %s with GPT-2's BPE: %3.0f%% (%zu tokens, %.1f s)\n", where.c_str(),
-                         100.0 * (double)bytes / (double)text.size(), ids.size(),
-                         std::chrono::duration<double>(clock::now() - t0).count());
-            next_report += text.size() / 10;
-        }
-    }
-    return ids;
+    std::size_t next_report = text.size() / 10;
+    return t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
+        if (bytes < next_report) return;
+        std::fprintf(stderr, "encoding %s with GPT-2's BPE: %3.0f%% (%zu tokens, %.1f s)\n", where.c_str(),
+                     100.0 * (double)bytes / (double)text.size(), ids, std::chrono::duration<double>(clock::now() - t0).count());
+        next_report += text.size() / 10;
+    });
 }
 
 // ---- Memory of a training run ----------------------------------------------------------------

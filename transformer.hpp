@@ -1094,7 +1094,10 @@ struct BPE {
     std::unordered_map<std::string, int> ranks;    // "A B" (two symbols) -> merge rank, 0 first
     int eot = -1;                                  // id of "<|endoftext|>", -1 if absent
     int size() const { return (int)decoder.size(); }
-    std::vector<int> encode(const std::string& text) const;  // throws Error on invalid UTF-8
+    // throws Error on invalid UTF-8; progress, if given, is called after each piece with the bytes
+    // of text done and the ids so far
+    std::vector<int> encode(const std::string& text,
+                            const std::function<void(std::size_t bytes, std::size_t ids)>& progress = {}) const;
     std::string decode(const std::vector<int>& ids) const;  // throws Error on an id outside 0..size-1
     std::vector<std::string> bpe(const std::string& piece) const;  // step 3 for one piece: its symbols
 };
