@@ -5897,6 +5897,61 @@ TEST_CASE("Tensor: uninit has the shape, pool blocks are reused, and storage com
     CHECK(Tensor<double>::from(1, 2, {1, 2}).data != std::vector<double>{1, 3});
 }
 
+TEST_CASE("ArenaScope: a model's parameters lie in one block, in order; the block is reused once all are freed") {
+    Config c = preset("tiny-gpt2");
+    c.attn_bias = true;
+    auto span_of = [&](Params<float>& p, std::size_t& bytes) {  // [lowest address, end of the highest)
+        const char *lo = nullptr, *hi = nullptr;
+        bytes = 0;
+        for (auto& nt : named_tensors(c, p)) {
+            const char* b = (const char*)nt.tensor->ptr();
+            const char* e = b + nt.tensor->size() * sizeof(float);
+            if (!lo || b < lo) lo = b;
+            if (!hi || e > hi) hi = e;
+            bytes += nt.tensor->size() * sizeof(float);
+            CHECK((std::uintptr_t)b % 64 == 0);  // every tensor starts on a cache line
+        }
+        return std::make_pair(lo, (std::size_t)(hi - lo));
+    };
+    const char* first_begin;
+    {
+        Params<float> p = make_params<float>(c);
+        std::size_t bytes = 0;
+        const auto span = span_of(p, bytes);
+        first_begin = span.first;
+        // One stretch: the tensors plus at most 63 bytes of padding each (separate blocks would be
+        // at least 256 bytes each and scattered).
+        CHECK(span.second < bytes + 64 * named_tensors(c, p).size());
+        CHECK((const char*)p.W_p.ptr() > (const char*)p.W_e.ptr());  // made in make_params' order
+        CHECK((const char*)p.layers[1].ffn.W_1.ptr() > (const char*)p.layers[0].ffn.W_2.ptr());
+        // Freeing one tensor of a live arena does not hand its stretch out alone.
+        p.W_y = Tensor<float>(3, 3);
+        const char* y = (const char*)p.W_y.ptr();
+        CHECK((y < span.first || y >= span.first + span.second));
+    }
+    const long long fresh = pool_stats().fresh;
+    Params<float> q = make_params<float>(c);  // the whole arena came back to the pool: reused as one block
+    std::size_t bytes = 0;
+    CHECK(span_of(q, bytes).first == first_begin);
+    CHECK(pool_stats().fresh == fresh);
+    {  // a scope inside a scope: the outer arena serves both; a request that does not fit goes elsewhere
+        ArenaScope outer(1024);
+        Tensor<float> a(8, 8);
+        {
+            ArenaScope inner(1 << 20);
+            Tensor<float> b(8, 8), big(100, 100);
+            CHECK(b.ptr() == a.ptr() + 64);  // 256 bytes on: the next stretch of the outer arena
+            CHECK((big.ptr() < a.ptr() || big.ptr() > a.ptr() + 256));
+        }
+    }
+    // Loading reads every tensor into one arena too.
+    const std::string path = m_path("arena.safetensors");
+    save_model(path, c, q);
+    LoadedModel lm = load_model(path);
+    CHECK(span_of(lm.params, bytes).second < bytes + 64 * named_tensors(c, lm.params).size());
+    CHECK(lm.params.W_e.data == q.W_e.data);
+}
+
 // ==== issue 12: released GPT-1 and BERT ====
 namespace {
 // A GPT-1 tokenizer on a hand-made vocabulary: ids in the order given.

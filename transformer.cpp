@@ -70,10 +70,18 @@ std::string shape_str(const std::vector<int>& shape) {
 
 // ---- The pool behind Tensor's storage (see transformer.hpp) -----------------------------------
 namespace {
+struct Arena {  // one pool block carved into many (see ArenaScope)
+    char* begin = nullptr;
+    std::size_t size = 0, used = 0;
+    long long live = 0;  // blocks handed out and not yet freed
+    bool open = true;    // still handing out blocks (its ArenaScope is alive)
+};
 struct Pool {
     std::mutex lock;
     std::unordered_map<std::size_t, std::vector<void*>> free;  // size class -> blocks
     PoolStats stats;
+    std::vector<Arena> arenas;  // a handful at most: one per live model, gradient or moment set
+    int open_arena = -1;        // index into arenas, or -1
 };
 Pool& the_pool() {
     static Pool* pool = new Pool;  // never destroyed: static tensors may be freed after it
@@ -96,6 +104,16 @@ void* pool_allocate(std::size_t bytes) {
     Pool& pool = the_pool();
     {
         std::lock_guard<std::mutex> g(pool.lock);
+        if (pool.open_arena >= 0) {  // the next stretch of the open arena, if the block fits
+            Arena& a = pool.arenas[pool.open_arena];
+            const std::size_t need = (bytes + 63) / 64 * 64;
+            if (need <= a.size - a.used) {
+                void* p = a.begin + a.used;
+                a.used += need;
+                a.live++;
+                return p;
+            }
+        }
         auto it = pool.free.find(size);
         if (it != pool.free.end() && !it->second.empty()) {
             void* p = it->second.back();
@@ -109,11 +127,38 @@ void* pool_allocate(std::size_t bytes) {
     return ::operator new(size, kBlockAlign);
 }
 
+// An arena whose stretches are all freed and which hands out no more is taken off the list; its
+// block (returned, with its size, or nullptr) then goes back to the pool like any other block.
+static std::pair<void*, std::size_t> retire_arena_if_done(Pool& pool, std::size_t k) {
+    const Arena a = pool.arenas[k];
+    if (a.open || a.live > 0) return {nullptr, 0};
+    pool.arenas.erase(pool.arenas.begin() + (long)k);
+    if (pool.open_arena > (int)k) pool.open_arena--;
+    return {a.begin, a.size};
+}
+
 void pool_deallocate(void* p, std::size_t bytes) noexcept {
     if (!p) return;
     const std::size_t size = size_class(bytes);
     Pool& pool = the_pool();
     try {
+        bool in_arena = false;
+        std::pair<void*, std::size_t> retired{nullptr, 0};
+        {
+            std::lock_guard<std::mutex> g(pool.lock);
+            for (std::size_t k = 0; k < pool.arenas.size() && !in_arena; k++) {
+                Arena& a = pool.arenas[k];
+                if ((char*)p >= a.begin && (char*)p < a.begin + a.size) {  // a stretch of an arena: not reused alone
+                    in_arena = true;
+                    a.live--;
+                    retired = retire_arena_if_done(pool, k);
+                }
+            }
+        }
+        if (in_arena) {
+            if (retired.first) pool_deallocate(retired.first, retired.second);
+            return;
+        }
         std::lock_guard<std::mutex> g(pool.lock);
         if (pool.stats.cached_bytes + size <= pool_limit) {
             pool.free[size].push_back(p);
@@ -123,6 +168,37 @@ void pool_deallocate(void* p, std::size_t bytes) noexcept {
     } catch (...) {  // no room for the list entry: give the block back instead
     }
     ::operator delete(p, kBlockAlign);
+}
+
+ArenaScope::ArenaScope(std::size_t bytes) {
+    Pool& pool = the_pool();
+    {
+        std::lock_guard<std::mutex> g(pool.lock);
+        if (pool.open_arena >= 0 || bytes == 0) return;  // nested: the outer arena serves both
+    }
+    const std::size_t size = size_class(bytes);
+    void* block = pool_allocate(size);  // a fresh or a cached block, like any other
+    std::lock_guard<std::mutex> g(pool.lock);
+    Arena a;
+    a.begin = static_cast<char*>(block);
+    a.size = size;
+    pool.arenas.push_back(a);
+    pool.open_arena = (int)pool.arenas.size() - 1;
+    opened_ = true;
+}
+
+ArenaScope::~ArenaScope() {
+    if (!opened_) return;
+    Pool& pool = the_pool();
+    std::pair<void*, std::size_t> retired;
+    {
+        std::lock_guard<std::mutex> g(pool.lock);
+        const int k = pool.open_arena;
+        pool.open_arena = -1;
+        pool.arenas[k].open = false;
+        retired = retire_arena_if_done(pool, (std::size_t)k);
+    }
+    if (retired.first) pool_deallocate(retired.first, retired.second);
 }
 
 PoolStats pool_stats() {
@@ -423,8 +499,18 @@ void pack_panels(int kc, int n, const T* X, long rsK, long csN, T* __restrict ds
             // short contiguous read, then 8 writes into a small L1-resident
             // window of dst. Measured ~1.5x faster than going row by row
             // (and faster than 16 values of k).
+            // A whole panel (w == W) runs the j loop to the constant W, fully unrolled: another
+            // ~1.2x (AVX2, B = W_e^T).
             constexpr int KB = 8;
             int p0 = 0;
+            if (w == W)
+                for (; p0 + KB <= kc; p0 += KB) {
+                    TF_UNROLL(64)
+                    for (int j = 0; j < W; ++j) {
+                        TF_UNROLL(8)
+                        for (int p = p0; p < p0 + KB; ++p) dst[p * W + j] = x[p * rsK + j * csN];
+                    }
+                }
             for (; p0 + KB <= kc; p0 += KB) {
                 for (int j = 0; j < w; ++j) {
                     TF_UNROLL(8)
@@ -1650,9 +1736,27 @@ void validate(const Config& c) {
 }
 
 // ---- Parameters theta (seed "Parameters") ----------------------------------------------------
+// Bytes for an arena that holds every tensor of p (each rounded up to 64 bytes), plus 1 MiB for
+// the few temporaries the loaders make while it is open.
+template <typename T>
+static std::size_t arena_bytes(const Config& c, Params<T>& p) {
+    std::size_t bytes = std::size_t(1) << 20;
+    for (auto& nt : named_tensors(c, p)) {
+        std::size_t n = 1;
+        for (int d : nt.tensor->shape) n *= (std::size_t)d;
+        bytes += (n * sizeof(T) + 63) / 64 * 64;
+    }
+    return bytes;
+}
+
 template <typename T>
 Params<T> make_params(const Config& c, bool allocate) {
     validate(c);
+    std::unique_ptr<ArenaScope> arena;  // all tensors in one block: see ArenaScope
+    if (allocate) {
+        Params<T> shapes = make_params<T>(c, false);
+        arena.reset(new ArenaScope(arena_bytes(c, shapes)));
+    }
     auto tensor = [allocate](std::vector<int> shape) {  // zeros, or the shape alone (no numbers)
         Tensor<T> t;
         if (allocate) return Tensor<T>(std::move(shape));
@@ -3208,6 +3312,7 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
     lm.config = c;
     lm.file.metadata = st.metadata;
     lm.params = make_params<float>(c, false);  // shapes only: every tensor is read or split into place
+    ArenaScope arena(arena_bytes(c, lm.params));
     Params<float>& p = lm.params;
     const int H = c.H, D = c.D, A = c.A;
     p.W_e = grab("wte.weight", {c.V, H});
@@ -3399,6 +3504,7 @@ static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTenso
     lm.config = c;
     lm.file.metadata = st.metadata;
     lm.params = make_params<float>(c, false);
+    ArenaScope arena(arena_bytes(c, lm.params));
     Params<float>& p = lm.params;
     const int H = c.H, D = c.D, A = c.A;
     p.W_e = t.grab("tokens_embed.weight", {c.V, H});
@@ -3519,6 +3625,7 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     lm.config = c;
     lm.file.metadata = st.metadata;
     lm.params = make_params<float>(c, false);
+    ArenaScope arena(arena_bytes(c, lm.params));
     Params<float>& p = lm.params;
     const int H = c.H, D = c.D, A = c.A, F = c.F;
     p.W_e = t.grab("embeddings.word_embeddings.weight", {c.V, H});
@@ -3718,6 +3825,7 @@ static LoadedModel load_model_tensors(const std::string& path, const std::vector
         throw Error("'" + path + "': " + e.what());
     }
     lm.params = make_params<float>(lm.config, false);  // shapes only: each tensor is read into its place
+    ArenaScope arena(arena_bytes(lm.config, lm.params));
     std::vector<Named<float>> named = named_tensors(lm.config, lm.params);
     std::map<std::string, Tensor<float>*> want;
     for (auto& nt : named) want[nt.name] = nt.tensor;
@@ -3736,10 +3844,11 @@ static LoadedModel load_model_tensors(const std::string& path, const std::vector
     }
     for (auto& kv : want)  // the first missing name in sorted order
         if (!st.find(kv.first)) throw Error("'" + path + "': missing tensor '" + kv.first + "'");
+    for (auto& nt : named) *nt.tensor = Tensor<float>::uninit(nt.tensor->shape);  // in the arena, in this order
     for (auto& e : st.entries) {
         auto it = want.find(e.name);
         if (it == want.end()) lm.file.tensors.emplace_back(e.name, st.read(e));
-        else *it->second = st.read(e);
+        else st.read(e, it->second->ptr(), 0, it->second->size());
     }
     return lm;
 }

@@ -56,6 +56,23 @@ constexpr std::size_t pool_limit = std::size_t(1) << 30;
 void* pool_allocate(std::size_t bytes);
 void pool_deallocate(void* p, std::size_t bytes) noexcept;
 
+// Arenas: while an ArenaScope is alive, the pool hands out consecutive 64-byte-aligned stretches
+// of one block of the given size (from the pool, like any block) instead of separate blocks. A
+// model's parameters are made inside one, so that reading every weight (one generated token)
+// streams through one stretch of memory rather than through ~500 scattered blocks. A stretch is
+// never reused on its own; the arena goes back to the pool when the scope has ended and every
+// stretch is freed. Requests that do not fit, and scopes opened inside a scope, take the usual path.
+class ArenaScope {
+public:
+    explicit ArenaScope(std::size_t bytes);
+    ~ArenaScope();
+    ArenaScope(const ArenaScope&) = delete;
+    ArenaScope& operator=(const ArenaScope&) = delete;
+
+private:
+    bool opened_ = false;
+};
+
 template <typename T>
 struct PoolAllocator {
     using value_type = T;
