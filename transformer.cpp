@@ -528,11 +528,15 @@ void pack_panels(int kc, int n, const T* X, long rsK, long csN, T* __restrict ds
     }
 }
 
-// Micro-kernel: acc = Apanel * Bpanel over kc steps, where
-// a[p*MR + i] = A(i,p) and b[p*NR + j] = B(p,j). Then write the top-left
-// mr x nr part of acc to C: C = acc (overwrite) or C += acc.
-template <typename T, int MR, int NR>
-void micro_kernel(int kc, const T* __restrict a, const T* __restrict b,
+// Micro-kernel: acc = Apanel * Bpanel over kc steps, where b[p*NR + j] = B(p,j) and
+// A(i,p) = a[p*MR + i] (a packed micro-panel) or, with DirectA, A(i,p) = a[i*lda + p]: the rows
+// of a row-major A read in place (each A(i,p) is one broadcast either way, and MR rows of kc
+// values stay in L1 while the kernel runs over every B micro-panel, so packing A buys nothing
+// there; it costs a strided copy of A per product, as much as the product itself for one
+// attention head's X W_i^Q). Then write the top-left mr x nr part of acc to C: C = acc
+// (overwrite) or C += acc; with TransC, C is stored transposed (C(i, j) at C[j*ldc + i]).
+template <typename T, int MR, int NR, bool DirectA, bool TransC>
+void micro_kernel(int kc, const T* __restrict a, long lda, const T* __restrict b,
                   T* __restrict C, long ldc, int mr, int nr, bool overwrite)
 {
     T acc[MR][NR] = {};
@@ -540,19 +544,18 @@ void micro_kernel(int kc, const T* __restrict a, const T* __restrict b,
 #if defined(__clang__)
         constexpr int L = Blocking<T>::L;
         for (int i = 0; i < MR; ++i) {
-            const T ai = a[i];
+            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];
             TF_PRAGMA(clang loop vectorize_width(L) interleave_count(NR / L))
             for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
         }
 #else
         TF_UNROLL(64)
         for (int i = 0; i < MR; ++i) {
-            const T ai = a[i];   // hoisted: GCC's vectoriser needs this
+            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];   // hoisted: GCC's vectoriser needs this
             TF_UNROLL(64)
             for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
         }
 #endif
-        a += MR;
         b += NR;
     }
 
@@ -564,6 +567,16 @@ void micro_kernel(int kc, const T* __restrict a, const T* __restrict b,
     for (int i = 0; i < MR; ++i) {
         TF_UNROLL(64)
         for (int j = 0; j < NR; ++j) tile[i][j] = acc[i][j];
+    }
+    if (TransC) {  // the tile of C^T: C(i, j) lives at C[j*ldc + i]
+        for (int j = 0; j < nr; ++j) {
+            T* c = C + j * ldc;
+            if (overwrite)
+                for (int i = 0; i < mr; ++i) c[i] = tile[i][j];
+            else
+                for (int i = 0; i < mr; ++i) c[i] += tile[i][j];
+        }
+        return;
     }
     for (int i = 0; i < mr; ++i) {       // only the part inside C (edge tiles)
         T* c = C + i * ldc;
@@ -579,8 +592,9 @@ void micro_kernel(int kc, const T* __restrict a, const T* __restrict b,
 // ---------------------------------------------------------------------------
 // Fast version.
 // ---------------------------------------------------------------------------
-// The blocked loops around the micro-kernel for one tile shape MR x NR.
-template <typename T, int MR, int NR>
+// The blocked loops around the micro-kernel for one tile shape MR x NR. With TransC, C(i, j) is
+// C[j*ldc + i] (gemm computes C^T = B^T A^T this way; see there).
+template <typename T, int MR, int NR, bool TransC = false>
 static void gemm_blocked(int M, int N, int K,
           const T* A, long rsA, long csA,
           const T* B, long rsB, long csB,
@@ -609,15 +623,23 @@ static void gemm_blocked(int M, int N, int K,
 
             for (int ic = 0; ic < M; ic += MC) {
                 const int mc = std::min(MC, M - ic);
-                pack_panels<T, MR>(kc, mc, A + ic * rsA + pc * csA, csA, rsA, packA);
+                // Row-major A (csA == 1) is read in place, but for a last, partial micro-panel
+                // (its missing rows must read as zeros); otherwise A is packed.
+                const bool direct = csA == 1;
+                const int packed_from = direct ? mc / MR * MR : 0;
+                pack_panels<T, MR>(kc, mc - packed_from, A + (ic + packed_from) * rsA + pc * csA, csA, rsA,
+                                   packA + std::size_t(packed_from) * kc);
 
                 for (int jr = 0; jr < nc; jr += NR) {
                     const T* b = packB + std::size_t(jr) * kc;   // B micro-panel jr/NR
                     for (int ir = 0; ir < mc; ir += MR) {
-                        const T* a = packA + std::size_t(ir) * kc;   // A micro-panel ir/MR
-                        micro_kernel<T, MR, NR>(kc, a, b, C + (ic + ir) * ldc + (jc + jr), ldc,
-                                                std::min(MR, mc - ir), std::min(NR, nc - jr),
-                                                overwrite);
+                        const long i = ic + ir, j = jc + jr;
+                        T* c = TransC ? C + j * ldc + i : C + i * ldc + j;
+                        const int mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
+                        if (ir < packed_from)
+                            micro_kernel<T, MR, NR, true, TransC>(kc, A + i * rsA + pc, rsA, b, c, ldc, mr, nr, overwrite);
+                        else   // A micro-panel ir/MR
+                            micro_kernel<T, MR, NR, false, TransC>(kc, packA + std::size_t(ir) * kc, 0, b, c, ldc, mr, nr, overwrite);
                     }
                 }
             }
@@ -703,6 +725,12 @@ void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long 
                 const T dot = lane_dot(A + (long)i * rsA, B + (long)j * csB, K);
                 C[(long)i * ldc + j] = accumulate ? C[(long)i * ldc + j] + dot : dot;
             }
+    else if (csA == 1 && rsB == 1 && csB != 1 && M < N)
+        // B given transposed (X W_e^T, dY W^T) and fewer rows than columns: packing B would mean a
+        // strided copy of all of it (a sixth of the time for X W_e^T). C^T = B^T A^T reads B's rows
+        // in place as the A of the micro-kernel and packs the smaller A instead; the tiles are
+        // written back transposed. Each C(i, j) is the same sum in the same order.
+        gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR, true>(N, M, K, B, csB, 1, A, 1, rsA, C, ldc, accumulate);
     else if (N <= Blocking<T>::NR2)
         gemm_blocked<T, Blocking<T>::MR2, Blocking<T>::NR2>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
     else
@@ -958,6 +986,20 @@ TF_IVDEP
 // Results below the smallest normal number are 0 (float: x < -87.3; std::exp gives < 1.2e-38
 // there), above the largest finite one inf; exp(-inf) = 0 exactly and NaN stays NaN.
 template <typename T> struct ExpParts;
+template <typename T, int N>
+struct InvFactorials {  // c[d] = 1/d! for d = 0..N, computed in double, then rounded to T once
+    T c[N + 1];
+};
+template <typename T, int N>
+constexpr InvFactorials<T, N> inv_factorials() {
+    InvFactorials<T, N> r{};
+    double f = 1;
+    for (int d = 0; d <= N; d++) {
+        if (d > 1) f *= d;
+        r.c[d] = T(1.0 / f);
+    }
+    return r;
+}
 template <> struct ExpParts<float> {
     using Int = int32_t;
     static constexpr int mantissa = 23, bias = 127, degree = 7;
@@ -984,8 +1026,12 @@ inline T vexp(T x) {
     xc = xc < C::hi ? xc : C::hi;
     const T k = (xc * T(1.4426950408889634) + C::round) - C::round;  // round(x / ln 2), no library call
     const T r = (xc - k * C::ln2_hi) - k * C::ln2_lo;
-    T p = T(1);  // 1 + r (1 + r/2 (1 + r/3 (...)))
-    for (int d = C::degree; d >= 1; --d) p = T(1) + p * r / T(d);
+    // p = sum_{d=0..degree} r^d / d! by Horner's rule with the constants 1/d! (a multiply-add per
+    // degree; dividing by d at each step instead costs a slow vector division per degree).
+    static constexpr InvFactorials<T, C::degree> c = inv_factorials<T, C::degree>();
+    T p = c.c[C::degree];
+    TF_UNROLL(16)
+    for (int d = C::degree - 1; d >= 0; --d) p = c.c[d] + r * p;
     const typename C::Int ki = (typename C::Int)k, k1 = ki / 2;
     T y = p * pow2i<T>(k1) * pow2i<T>(ki - k1);
     y = x < C::lo ? T(0) : y;
