@@ -174,7 +174,7 @@ ArenaScope::ArenaScope(std::size_t bytes) {
     Pool& pool = the_pool();
     {
         std::lock_guard<std::mutex> g(pool.lock);
-        if (pool.open_arena >= 0 || bytes == 0) return;  // nested: the outer arena serves both
+        if (!arenas_enabled || pool.open_arena >= 0 || bytes == 0) return;  // nested: the outer arena serves both
     }
     const std::size_t size = size_class(bytes);
     void* block = pool_allocate(size);  // a fresh or a cached block, like any other

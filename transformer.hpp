@@ -62,6 +62,20 @@ void pool_deallocate(void* p, std::size_t bytes) noexcept;
 // streams through one stretch of memory rather than through ~500 scattered blocks. A stretch is
 // never reused on its own; the arena goes back to the pool when the scope has ended and every
 // stretch is freed. Requests that do not fit, and scopes opened inside a scope, take the usual path.
+// Under AddressSanitizer (make debug) there are no arenas: every tensor keeps a block of its own,
+// so that reading or writing past a tensor's end is caught.
+#if defined(__SANITIZE_ADDRESS__)
+#define TF_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TF_ASAN 1
+#endif
+#endif
+#ifdef TF_ASAN
+constexpr bool arenas_enabled = false;
+#else
+constexpr bool arenas_enabled = true;
+#endif
 class ArenaScope {
 public:
     explicit ArenaScope(std::size_t bytes);
