@@ -1821,13 +1821,14 @@ TEST_CASE("gemm: equals gemm_reference on odd shapes, transposed strides, accumu
 }
 
 namespace {
-// gemv_rows (1 to 3 rows of A, row-major B: generation's one-token products) adds in the
-// reference's order, so it must agree bit for bit, with N = 64 (sums in registers), other N (8 rows
-// of B at a time) and K not a multiple of 8 (the remainder rows).
+// gemv_rows (1 to 3 rows of A, row-major B: generation's one-token products) adds the reference's
+// terms in an order of its own, so it must agree bit for bit with the reference run on A and B
+// with k put in that order: N = 64 (sums in registers, k in order), other N (8 rows of B at a
+// time, one from each eighth) and K not a multiple of 8 (the remainder rows).
 template <typename T>
 void gemv_rows_vs_reference() {
     Rng rng(5);
-    const Dims shapes[] = {{1, 64, 768}, {2, 64, 37}, {3, 64, 8}, {1, 100, 50}, {3, 300, 13}, {1, 2304, 64}};
+    const Dims shapes[] = {{1, 64, 768}, {2, 64, 37}, {3, 64, 8}, {1, 100, 50}, {3, 300, 13}, {1, 2304, 64}, {1, 48, 5}, {2, 77, 771}};
     for (Dims d : shapes)
         for (int ta = 0; ta < 2; ta++)
             for (int acc = 0; acc < 2; acc++) {
@@ -1842,12 +1843,29 @@ void gemv_rows_vs_reference() {
                 const int ldc = d.N + 2;
                 Tensor<T> C = rand_t<T>(d.M, ldc, rng), Cref = C;
                 gemm<T>(d.M, d.N, d.K, A.ptr(), rsA, csA, B.ptr(), d.N, 1, C.ptr(), ldc, acc == 1);
-                gemm_reference<T>(d.M, d.N, d.K, A.ptr(), rsA, csA, B.ptr(), d.N, 1, Cref.ptr(), ldc, acc == 1);
+                // The reference with the terms of each sum in gemv_rows' order: k itself for N = 64,
+                // else k = 0, S, ..., 7S, 1, S+1, ..., 7S+1, ..., then 8S, ..., K-1 (S = K/8). The
+                // reference on A and B with their k reordered so adds in exactly that order.
+                std::vector<int> order;
+                const int S = d.K / 8;
+                if (d.N == 64)
+                    for (int k = 0; k < d.K; k++) order.push_back(k);
+                else {
+                    for (int k = 0; k < S; k++)
+                        for (int r = 0; r < 8; r++) order.push_back(r * S + k);
+                    for (int k = 8 * S; k < d.K; k++) order.push_back(k);
+                }
+                Tensor<T> Ap = A, Bp = B;
+                for (int q = 0; q < d.K; q++) {
+                    for (int i = 0; i < d.M; i++) Ap[(long)i * rsA + (long)q * csA] = A[(long)i * rsA + (long)order[q] * csA];
+                    for (int j = 0; j < d.N; j++) Bp(q, j) = B(order[q], j);
+                }
+                gemm_reference<T>(d.M, d.N, d.K, Ap.ptr(), rsA, csA, Bp.ptr(), d.N, 1, Cref.ptr(), ldc, acc == 1);
                 CHECK(C.data == Cref.data);
             }
 }
 }  // namespace
-TEST_CASE("gemm: a few rows times row-major B (gemv_rows) equal gemm_reference bit for bit") {
+TEST_CASE("gemm: a few rows times row-major B (gemv_rows) equal gemm_reference bit for bit, terms in gemv_rows' order") {
     gemv_rows_vs_reference<float>();
     gemv_rows_vs_reference<double>();
 }
