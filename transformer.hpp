@@ -995,10 +995,12 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
 // directory ($TMPDIR or /tmp), then timed (best of 3 each) as load_model and as one fread of the
 // whole file into fresh memory, the reference; the file is removed. token_ms: the mean time of
 // one token from model_step with a warm cache at contexts context_from..context_to-1 (64..127
-// when n_ctx allows), the best of 3 such runs; -1 for a model that does not generate.
+// when n_ctx allows), the best of 5 such runs; -1 for a model that does not generate.
+// mem_read_gbps: the yardstick of mem_read_gbps(), its passes taken between those runs.
 struct ModelSpeed {
     double file_bytes = 0, load_ms = 0, fread_ms = 0, token_ms = -1;
     int context_from = 0, context_to = 0;
+    double mem_read_gbps = 0;  // measured in passes between the token passes (causal models), else 0
 };
 ModelSpeed model_speed(const Config& c, Params<float>& p);
 
