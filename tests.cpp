@@ -4370,6 +4370,9 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
     // predict: one label per line, in order, equal to finetune_predict on the reloaded model.
     const m_Run p1 = m_run_ok("predict --checkpoint " + ft + " --data " + va);
     CHECK(m_contains(p1.err, "accuracy: "));
+    // --quiet silences the progress but not the result: one line, the accuracy predict reports.
+    const m_Run q = m_run_ok("finetune --checkpoint " + pre + args + " --quiet --out " + dir + "/q.st");
+    CHECK(q.out == "val " + p1.err);
     std::vector<std::string> classes = spec.classes;
     const std::string vtext = m_read(va);
     std::vector<EncodedExample> ex;

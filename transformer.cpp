@@ -578,6 +578,19 @@ void micro_kernel(int kc, const T* __restrict a, long lda, const T* __restrict b
         }
         return;
     }
+    if (nr == NR) {  // a full-width tile: constant-bound rows, stored by vector moves (not memcpy calls)
+        for (int i = 0; i < mr; ++i) {
+            T* __restrict c = C + i * ldc;
+            if (overwrite) {
+                TF_UNROLL(64)
+                for (int j = 0; j < NR; ++j) c[j] = tile[i][j];
+            } else {
+                TF_UNROLL(64)
+                for (int j = 0; j < NR; ++j) c[j] += tile[i][j];
+            }
+        }
+        return;
+    }
     for (int i = 0; i < mr; ++i) {       // only the part inside C (edge tiles)
         T* c = C + i * ldc;
         if (overwrite)
@@ -5376,29 +5389,35 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
         r.correct = right, r.total = (int)pred.size();
         return (double)right / (double)pred.size();
     };
+    int validations = 0;  // run_training validates at its last step: that accuracy is the final one
     obj.validate = [&](const Params<float>& p, std::string& shown) {
         double L2 = 0;
         const double acc = accuracy(p, &L2);
+        r.accuracy = acc, validations++;
         char buf[96];
         std::snprintf(buf, sizeof buf, "L2 %.4f, accuracy %.1f%%", L2, 100.0 * acc);
         shown = buf;
         return L2;
     };
     if (!o.quiet) {
-        std::printf("fine-tune %s (%s%s): L=%d H=%d V=%d, task %s, %zu classes, lambda %g\n", variant_name(c.variant),
+        std::string heads = std::to_string(spec.classes.size()) + " classes";
+        if (kind == FinetuneKind::choice) {  // K answers per example, from the data
+            heads = by_K.size() == 1 ? std::to_string(by_K.begin()->first) : std::to_string(by_K.begin()->first) + ".." + std::to_string(by_K.rbegin()->first);
+            heads += " answers per example";
+        }
+        std::printf("fine-tune %s (%s%s): L=%d H=%d V=%d, task %s, %s, lambda %g\n", variant_name(c.variant),
                     fo.scratch ? "from scratch, " : "pre-trained ", fo.scratch ? "same shapes" : fo.checkpoint.c_str(), c.L, c.H,
-                    c.V, fo.task.c_str(), kind == FinetuneKind::choice ? (std::size_t)0 : spec.classes.size(), fo.lambda);
+                    c.V, fo.task.c_str(), heads.c_str(), fo.lambda);
         std::printf("data: %s (%lld examples), %s (%zu), batch %d, steps %lld, lr %g, %s, warmup %lld, dropout %g\n",
                     fo.train_file.c_str(), N, fo.val_file.c_str(), val_ex.size(), o.batch, o.steps, o.lr, o.schedule.c_str(),
                     o.warmup, o.dropout);
         std::fflush(stdout);
     }
     run_training(o, s, obj);
-    r.accuracy = accuracy(s.p, nullptr);
-    if (!o.quiet) {
-        std::printf("val accuracy: %.1f%% (%d of %d)\n", 100.0 * r.accuracy, r.correct, r.total);
-        std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
-    }
+    if (validations == 0) r.accuracy = accuracy(s.p, nullptr);
+    // The result line even with --quiet (which silences the progress): it is what the run is for.
+    std::printf("val accuracy: %.1f%% (%d of %d)\n", 100.0 * r.accuracy, r.correct, r.total);
+    if (!o.quiet) std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
     return r;
 }
 
