@@ -1546,6 +1546,21 @@ Tensor<T> FFN_GELU_backward(const Tensor<T>& X, const FFNParams<T>& p, const FFN
 // ---- Layer normalization ---------------------------------------------------------------------
 // X: n x H; gamma, beta: H. Row i: mu_i, sigma_i^2 over its H entries (formula j = 1..H is code
 // j = 0..H-1), Xhat = (X - mu) * rstd with rstd = 1/sqrt(sigma^2 + eps), Y = gamma * Xhat + beta.
+// sum_{j<H} term(j) in double, kept as 8 partial sums (lanes) added at the end: a loop the compiler
+// vectorises, where one running sum is a serial chain of dependent adds.
+template <class F>
+static double lanes_sum(int H, F term) {
+    constexpr int W = 8;
+    double part[W] = {};
+    int j = 0;
+    for (; j + W <= H; j += W)
+        for (int l = 0; l < W; l++) part[l] += term(j + l);
+    double s = 0;
+    for (int l = 0; l < W; l++) s += part[l];
+    for (; j < H; j++) s += term(j);
+    return s;
+}
+
 template <typename T>
 Tensor<T> LayerNorm(const Tensor<T>& X, const Tensor<T>& gamma, const Tensor<T>& beta, double eps,
                     LayerNormCache<T>* cache) {
@@ -1564,12 +1579,9 @@ Tensor<T> LayerNorm(const Tensor<T>& X, const Tensor<T>& gamma, const Tensor<T>&
     for (int i = 0; i < n; i++) {
         const T* x = X.row(i);
         const double K = (double)x[0];
-        double s = 0;
-        for (int j = 0; j < H; j++) s += (double)x[j] - K;
+        const double s = lanes_sum(H, [&](int j) { return (double)x[j] - K; });
         const double mu = K + s / H;
-        double var = 0;
-        for (int j = 0; j < H; j++) var += ((double)x[j] - mu) * ((double)x[j] - mu);
-        var /= H;
+        const double var = lanes_sum(H, [&](int j) { return ((double)x[j] - mu) * ((double)x[j] - mu); }) / H;
         const double rstd = 1.0 / std::sqrt(var + eps);
         c.rstd[i] = T(rstd);
         T* xh = c.Xhat.row(i);
@@ -1597,11 +1609,10 @@ Tensor<T> LayerNorm_backward(const Tensor<T>& gamma, const LayerNormCache<T>& c,
     for (int i = 0; i < n; i++) {
         const T* dy = dY.row(i);
         const T* xh = c.Xhat.row(i);
-        double sum_g = 0, sum_gx = 0;  // row means summed in double, as in the forward
+        // row means summed in double, as in the forward
+        const double sum_g = lanes_sum(H, [&](int j) { return (double)(dy[j] * gamma[j]); });
+        const double sum_gx = lanes_sum(H, [&](int j) { return (double)(dy[j] * gamma[j]) * xh[j]; });
         for (int j = 0; j < H; j++) {
-            const T g = dy[j] * gamma[j];
-            sum_g += g;
-            sum_gx += (double)g * xh[j];
             dgamma[j] += dy[j] * xh[j];
             dbeta[j] += dy[j];
         }
