@@ -405,18 +405,22 @@ void gemm_reference(int M, int N, int K, const T* A, long rsA, long csA, const T
 //                          element): 24 + 4 + 2 and 24 + 2 + 3 (not measured for speed)
 //     other (16 x 4, SSE2): 4 x 8: 8 accumulators + 2 B + 4 broadcasts, multiply then add
 //   double has half the lanes, so the same tiles in registers hold half the columns.
-// * Packing copies each operand into exactly the order the micro-kernel reads it (sequential,
-//   unit stride), whatever the original strides or transposes were. It costs O(MK + KN) and
-//   each packed value is reused about N/NR (A) or M/MR (B) times.
-// * Cache levels. Packed A block MC x KC (48 x 384 floats = 72 KiB) and the current B
+// * Packing copies B into exactly the order the micro-kernel reads it (sequential, unit stride),
+//   whatever the original strides or transposes were; it costs O(KN) and each packed value is
+//   reused about M/MR times. A is packed only when transposed (A^T B) or for a last partial
+//   micro-panel: a row-major A is read in place (MR rows of kc values, in L1 while the kernel
+//   runs over every micro-panel of B). B transposed with M < N is done as C^T = B^T A^T, so the
+//   larger operand is read in place and the smaller one packed.
+// * Cache levels. The A block MC x KC (48 x 384 floats = 72 KiB) and the current B
 //   micro-panel (at most 384 x 64 floats = 96 KiB) stay in L2 (1 MiB); the current A
 //   micro-panel (MR x 384 floats, at most 18 KiB) is in L1. The packed B panel KC x NC
 //   (384 x 4032 floats = 6 MiB) sits in L3 and is reused by all MC-blocks of rows. The sizes were
 //   chosen by measurement: GFLOP/s are flat (within the noise, a few %) for KC in 192..512 and MC
 //   in 48..144 on every target and compiler above, except g++ with AVX-512, 5-10% faster with
 //   MC = 48 than 96.
-// * Edges. The packing pads partial micro-panels with zeros, so the micro-kernel always computes
-//   a full MR x NR tile; only its write-back to C is clipped. Zeros do not change the result.
+// * Edges. The packing pads partial micro-panels with zeros (a partial A micro-panel is always
+//   packed), so the micro-kernel always computes a full MR x NR tile; only its write-back to C is
+//   clipped. Zeros do not change the result.
 // * Rounding. Each C(i,j) is summed over k in increasing order within a KC chunk; the chunk sums
 //   (and, with accumulate, the old C) are added to C one after another. With FMA hardware every
 //   multiply-add is fused (std::fma), without it a product and a sum. So the result differs from
