@@ -503,8 +503,9 @@ void pack_panels(int kc, int n, const T* X, long rsK, long csN, T* __restrict ds
             // short contiguous read, then 8 writes into a small L1-resident
             // window of dst. Measured ~1.5x faster than going row by row
             // (and faster than 16 values of k).
-            // A whole panel (w == W) runs the j loop to the constant W, fully unrolled: another
-            // ~1.2x (AVX2, B = W_e^T).
+            // A whole panel (w == W) runs the j loop to the constant W, fully unrolled: ~1.2x
+            // (measured with AVX2 on W_e^T, which now takes gemm's C^T path; still used for a
+            // transposed B with M >= N and for X^T in that path).
             constexpr int KB = 8;
             int p0 = 0;
             if (w == W)
@@ -1837,14 +1838,8 @@ static std::size_t arena_bytes(const Config& c, Params<T>& p) {
 template <typename T>
 Params<T> make_params(const Config& c, bool allocate) {
     validate(c);
-    std::unique_ptr<ArenaScope> arena;  // all tensors in one block: see ArenaScope
-    if (allocate) {
-        Params<T> shapes = make_params<T>(c, false);
-        arena.reset(new ArenaScope(arena_bytes(c, shapes)));
-    }
-    auto tensor = [allocate](std::vector<int> shape) {  // zeros, or the shape alone (no numbers)
+    auto tensor = [](std::vector<int> shape) {  // the shape alone; the numbers come below
         Tensor<T> t;
-        if (allocate) return Tensor<T>(std::move(shape));
         t.shape = std::move(shape);
         return t;
     };
@@ -1875,6 +1870,10 @@ Params<T> make_params(const Config& c, bool allocate) {
     if (c.emb_ln) p.gamma_e = tensor({H}), p.beta_e = tensor({H});
     if (c.mlm_head) p.W_t = tensor({H, H}), p.b_t = tensor({H}), p.gamma_t = tensor({H}), p.beta_t = tensor({H}), p.b_z = tensor({c.V});
     if (c.pooler) p.W_pool = tensor({H, H}), p.b_pool = tensor({H});
+    if (allocate) {  // zeros, every tensor in one arena, in named_tensors' order (see ArenaScope)
+        ArenaScope arena(arena_bytes(c, p));
+        for (auto& nt : named_tensors(c, p)) *nt.tensor = Tensor<T>(nt.tensor->shape);
+    }
     return p;
 }
 

@@ -511,8 +511,9 @@ struct Params {
     Tensor<T> b_z;                        // V: the masked-LM head's output bias (mlm_head)
     Tensor<T> W_pool, b_pool;             // H x H, H: the pooler (pooler), unused
 };
-// Every tensor of the variant, with all entries 0 (shapes from the config). allocate = false gives
-// the shapes alone, without numbers, for load_model, which reads each tensor into its place.
+// Every tensor of the variant, with all entries 0 (shapes from the config), in one arena in
+// named_tensors' order. allocate = false gives the shapes alone, without numbers, for load_model,
+// which reads each tensor into its place.
 template <typename T>
 Params<T> make_params(const Config& c, bool allocate = true);
 // The parameter tensors by checkpoint name ("W_e", "layers.0.attn.W_Q.0", ...), in a fixed order.
