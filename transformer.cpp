@@ -3115,8 +3115,9 @@ public:
             if (e.name == name) return &e;
         return nullptr;
     }
-    // count floats of the tensor from float index first on, into dst.
-    void read(const Entry& e, float* dst, std::size_t first, std::size_t count) const;
+    // count floats of the tensor from float index first on, into dst. Returns whether every one
+    // is finite (checked chunk by chunk, while the chunk just read is in the cache).
+    bool read(const Entry& e, float* dst, std::size_t first, std::size_t count) const;
     Tensor<float> read(const Entry& e) const {  // the whole tensor, into a new buffer
         Tensor<float> t = Tensor<float>::uninit(e.shape);
         read(e, t.ptr(), 0, t.size());
@@ -3204,20 +3205,30 @@ SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
     }
 }
 
-void SafeTensorsReader::read(const Entry& e, float* dst, std::size_t first, std::size_t count) const {
+bool SafeTensorsReader::read(const Entry& e, float* dst, std::size_t first, std::size_t count) const {
     const std::size_t at = data_start_ + e.begin + 4 * first;
-    if (count == 0) return;
+    if (count == 0) return true;
     if (4 * (first + count) > e.end - e.begin) throw Error("safetensors: read past the end of tensor '" + e.name + "'");
-    if (std::fseek(f_, (long)at, SEEK_SET) != 0 || std::fread(dst, 4, count, f_) != count)
-        throw bad("truncated while reading tensor '" + e.name + "'");
+    if (std::fseek(f_, (long)at, SEEK_SET) != 0) throw bad("truncated while reading tensor '" + e.name + "'");
+    // 256 Ki floats (1 MiB) at a time: each chunk goes straight into dst and is checked while it is
+    // in the cache (a check after the whole model would read all of it from memory a second time).
+    constexpr std::size_t chunk = std::size_t(1) << 18;
+    bool finite = true;
+    for (std::size_t k0 = 0; k0 < count; k0 += chunk) {
+        float* __restrict d = dst + k0;
+        const std::size_t m = std::min(chunk, count - k0);
+        if (std::fread(d, 4, m, f_) != m) throw bad("truncated while reading tensor '" + e.name + "'");
 #if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
-    for (std::size_t k = 0; k < count; k++) {  // the file is little-endian
-        unsigned char b[4];
-        std::memcpy(b, &dst[k], 4);
-        const uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-        std::memcpy(&dst[k], &u, 4);
-    }
+        for (std::size_t k = 0; k < m; k++) {  // the file is little-endian
+            unsigned char b[4];
+            std::memcpy(b, &d[k], 4);
+            const uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+            std::memcpy(&d[k], &u, 4);
+        }
 #endif
+        for (std::size_t k = 0; k < m; k++) finite &= std::isfinite(d[k]);  // no early exit: it vectorises
+    }
+    return finite;
 }
 
 SafeTensors load_safetensors(const std::string& path) {
@@ -3904,7 +3915,15 @@ void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>
     write_file_atomic(config_path, hf_gpt2_config_json(c, eos));
 }
 
-static LoadedModel load_model_tensors(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
+static Error nonfinite_error(const std::string& path, const std::string& tensor) {
+    return Error("'" + path + "': tensor '" + tensor + "' holds a value that is not finite (NaN or infinity); the model is unusable");
+}
+
+// checked: set when every parameter was checked to be finite as it was read (this format; the
+// imports of Hugging Face files leave it to load_model, which names the tensor in our terms).
+static LoadedModel load_model_tensors(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes,
+                                      bool& checked) {
+    checked = false;
     const SafeTensorsReader st(path);
     if (is_hf_gpt2(st)) return import_hf_gpt2(path, st);
     if (is_hf_openai_gpt(st)) return import_hf_openai_gpt(path, st);
@@ -3941,15 +3960,17 @@ static LoadedModel load_model_tensors(const std::string& path, const std::vector
     for (auto& e : st.entries) {
         auto it = want.find(e.name);
         if (it == want.end()) lm.file.tensors.emplace_back(e.name, st.read(e));
-        else st.read(e, it->second->ptr(), 0, it->second->size());
+        else if (!st.read(e, it->second->ptr(), 0, it->second->size())) throw nonfinite_error(path, e.name);
     }
+    checked = true;
     return lm;
 }
 
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
-    LoadedModel lm = load_model_tensors(path, allowed_extra_prefixes);
-    const std::string bad = first_nonfinite(lm.config, lm.params);
-    if (!bad.empty()) throw Error("'" + path + "': tensor '" + bad + "' holds a value that is not finite (NaN or infinity); the model is unusable");
+    bool checked = false;
+    LoadedModel lm = load_model_tensors(path, allowed_extra_prefixes, checked);
+    const std::string bad = checked ? "" : first_nonfinite(lm.config, lm.params);
+    if (!bad.empty()) throw nonfinite_error(path, bad);
     return lm;
 }
 
