@@ -3999,6 +3999,21 @@ TEST_CASE("train: a divergent run (lr 1e38) stops naming the step and writes not
     CHECK(m_names_in(dir, ".").empty());
 }
 
+TEST_CASE("files: load checks every chunk it reads: a NaN or infinity past the first 1 MiB of a tensor is found") {
+    Config c = preset("tiny-gpt");
+    c.V = (1 << 18) / c.H + 16;  // W_e: more than the 2^18 floats of one chunk
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    const std::string path = m_path("nan_chunk.st");
+    save_model(path, c, p);
+    CHECK(load_model(path).params.W_e.data.back() == p.W_e.data.back());
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+        p.W_e.data.back() = bad;  // in the second chunk
+        save_model(path, c, p);
+        M_CHECK_TF_ERROR(load_model(path), "'W_e'", "not finite");
+    }
+}
+
 TEST_CASE("files: a NaN parameter is refused by load_model, sample and eval, naming the tensor") {
     const Config c = preset("tiny-gpt");
     Params<float> p = make_params<float>(c);
