@@ -4636,6 +4636,12 @@ TEST_CASE("tokenizer: malformed encoder.json and vocab.bpe are errors naming the
     M_CHECK_TF_ERROR(make_bpe(enc, "#version: 0.2\nh e\nhe\n"), "line 3");
     M_CHECK_TF_ERROR(make_bpe(enc, "#version: 0.2\nh  e\n"), "line 2");
     M_CHECK_TF_ERROR(make_bpe(enc, "#version: 0.2\n"), "no merges");
+    // A vocab.bpe cut at a line boundary: fewer merges than tokens made by merges (the byte symbols
+    // and <|endoftext|> are not), like GPT-2's 50000 merges for 50257 tokens.
+    std::string enc3 = m_encoder_json({"he", "ll", "hell"});
+    enc3.insert(enc3.rfind('}'), ", \"<|endoftext|>\": 259");
+    CHECK(make_bpe(enc3, m_vocab_bpe({"h e", "l l", "he ll"})).encode("hell").size() == 1);
+    M_CHECK_TF_ERROR(make_bpe(enc3, m_vocab_bpe({"h e", "l l"})), "2 merges", "3 tokens made by merges", "cut short");
     // A merge whose result is not in the vocabulary: encoding names the symbol.
     const BPE t = make_bpe(m_encoder_json({}), m_vocab_bpe({"h e"}));
     M_CHECK_TF_ERROR(t.encode("he"), "'he'", "not in the vocabulary");

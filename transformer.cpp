@@ -5746,6 +5746,16 @@ BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
         t.ranks.emplace(line, (int)t.ranks.size());
     }
     if (t.ranks.empty()) throw Error("vocab.bpe: no merges");
+    // Every token beyond the 256 byte symbols and the special ones ("<|endoftext|>") is made by one
+    // merge, so fewer merges than those tokens means a cut file (GPT-2's: 50000 merges, 50257 tokens).
+    long long made = (long long)t.encoder.size() - 256;
+    for (const auto& kv : t.encoder) {
+        const std::string& w = kv.first;
+        made -= w.size() > 4 && w.compare(0, 2, "<|") == 0 && w.compare(w.size() - 2, 2, "|>") == 0;
+    }
+    if ((long long)t.ranks.size() < made)
+        throw Error("vocab.bpe: " + std::to_string(t.ranks.size()) + " merges, but encoder.json has " + std::to_string(made) +
+                    " tokens made by merges (beyond the 256 byte symbols and the <|...|> ones): the file is cut short");
     return t;
 }
 
