@@ -3858,6 +3858,15 @@ TEST_CASE("files: train checks every output before any work (missing directory, 
     const std::string fifo = dir + "/fifo";
     REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
     refused(fifo, "it is a FIFO");
+    {  // --out /dev/stdout into a pipe: /proc/self/fd/1 is a link to "pipe:[...]", no file name
+        const std::string b = dir + "/stdout_pipe";
+        const std::string cmd = "( " + std::string(m_PROGRAM) + " init --preset tiny-gpt --out /dev/stdout 2> " + b +
+                                ".err; echo $? > " + b + ".rc ) | cat > " + b + ".out";
+        REQUIRE(std::system(cmd.c_str()) == 0);
+        CHECK(m_read(b + ".rc") == "1\n");
+        CHECK(m_read(b + ".out").empty());
+        CHECK(m_contains(m_read(b + ".err"), "--out '/dev/stdout': it is a FIFO or pipe"));
+    }
     struct stat st;
     REQUIRE(::lstat(fifo.c_str(), &st) == 0);
     CHECK(S_ISFIFO(st.st_mode));  // still a FIFO

@@ -2885,19 +2885,23 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
     for (const OutputFile& o : outputs) {
         const std::string what = o.role + " '" + o.path + "'";
         if (o.path.empty()) throw Error(o.role + " is empty");
+        auto check_type = [&](const struct stat& st) {
+            if (S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": it is a directory");
+            if (S_ISFIFO(st.st_mode)) throw Error("cannot write " + what + ": it is a FIFO or pipe, not a regular file");
+            if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) throw Error("cannot write " + what + ": it is a device, not a regular file");
+            if (!S_ISREG(st.st_mode)) throw Error("cannot write " + what + ": it is not a regular file");
+        };
+        struct stat st;
+        // The kernel's own view first: /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]" is a link
+        // whose text names no file, so only stat through it sees the pipe or terminal.
+        if (::stat(o.path.c_str(), &st) == 0) check_type(st);
         const std::string p = resolve_output_path(o.path);
         const std::string dir = dir_of(p);
-        struct stat st;
         if (::stat(dir.c_str(), &st) != 0) throw Error("cannot write " + what + ": directory '" + dir + "' does not exist");
         if (!S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": '" + dir + "' is not a directory");
         if (::access(dir.c_str(), W_OK | X_OK) != 0)
             throw Error("cannot write " + what + ": directory '" + dir + "' is not writable (" + std::strerror(errno) + ")");
-        if (::stat(p.c_str(), &st) == 0) {
-            if (S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": it is a directory");
-            if (S_ISFIFO(st.st_mode)) throw Error("cannot write " + what + ": it is a FIFO, not a regular file");
-            if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) throw Error("cannot write " + what + ": it is a device, not a regular file");
-            if (!S_ISREG(st.st_mode)) throw Error("cannot write " + what + ": it is not a regular file");
-        }
+        if (::stat(p.c_str(), &st) == 0) check_type(st);
         ids.push_back(file_identity(o.path));
         for (std::size_t j = 0; j + 1 < ids.size(); j++)
             if (ids[j] == ids.back())
