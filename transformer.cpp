@@ -56,7 +56,7 @@
 #endif
 // TF_STREAM_WIDTH: on a function whose loops only stream memory (one token's x W), g++'s AVX-512
 // builds vectorise with 256-bit registers there. Such a loop is bound by memory bandwidth, not by the
-// FMA units; on the Zen 4 this was measured on, the same loops with 512-bit registers took 10-15%
+// FMA units; on the Zen 4 this was measured on, the same loops with 512-bit registers took 5-15%
 // longer per token. The compute-bound micro-kernel keeps the full width.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
 #define TF_STREAM_WIDTH __attribute__((target("prefer-vector-width=256")))
