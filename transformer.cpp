@@ -3923,15 +3923,9 @@ static Error nonfinite_error(const std::string& path, const std::string& tensor)
     return Error("'" + path + "': tensor '" + tensor + "' holds a value that is not finite (NaN or infinity); the model is unusable");
 }
 
-// checked: set when every parameter was checked to be finite as it was read (this format; the
-// imports of Hugging Face files leave it to load_model, which names the tensor in our terms).
-static LoadedModel load_model_tensors(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes,
-                                      bool& checked) {
-    checked = false;
-    const SafeTensorsReader st(path);
-    if (is_hf_gpt2(st)) return import_hf_gpt2(path, st);
-    if (is_hf_openai_gpt(st)) return import_hf_openai_gpt(path, st);
-    if (is_hf_bert(st)) return import_hf_bert(path, st);
+// A checkpoint of this program's own format; every parameter is checked to be finite as it is read.
+static LoadedModel load_own_model(const std::string& path, const SafeTensorsReader& st,
+                                  const std::vector<std::string>& allowed_extra_prefixes) {
     if (!st.int_buffers.empty()) throw Error("'" + path + "': unexpected tensor '" + st.int_buffers[0] + "' (integers)");
     LoadedModel lm;
     lm.file.metadata = st.metadata;
@@ -3966,14 +3960,18 @@ static LoadedModel load_model_tensors(const std::string& path, const std::vector
         if (it == want.end()) lm.file.tensors.emplace_back(e.name, st.read(e));
         else if (!st.read(e, it->second->ptr(), 0, it->second->size())) throw nonfinite_error(path, e.name);
     }
-    checked = true;
     return lm;
 }
 
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
-    bool checked = false;
-    LoadedModel lm = load_model_tensors(path, allowed_extra_prefixes, checked);
-    const std::string bad = checked ? "" : first_nonfinite(lm.config, lm.params);
+    const SafeTensorsReader st(path);
+    LoadedModel lm;
+    if (is_hf_gpt2(st)) lm = import_hf_gpt2(path, st);
+    else if (is_hf_openai_gpt(st)) lm = import_hf_openai_gpt(path, st);
+    else if (is_hf_bert(st)) lm = import_hf_bert(path, st);
+    else return load_own_model(path, st, allowed_extra_prefixes);
+    // The imports convert (split, transpose) as they read: checked afterwards, named in our terms.
+    const std::string bad = first_nonfinite(lm.config, lm.params);
     if (!bad.empty()) throw nonfinite_error(path, bad);
     return lm;
 }
