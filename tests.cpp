@@ -4414,7 +4414,18 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
     CHECK(p2.out == p1.out);
     CHECK_FALSE(m_contains(p2.err, "accuracy"));
     // --scratch: the same shapes, but the pre-trained rows of W_e are not carried over.
-    m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --scratch --out " + sc);
+    const m_Run s0 = m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --scratch --out " + sc);
+    // At chance (one step at lr 1e-9), finetune says so, naming the most frequent label and its share.
+    int big = 0, lines = 0;
+    std::stringstream vs(m_read(va));
+    for (std::string l; std::getline(vs, l);) lines++, big += l.rfind("big\t", 0) == 0;
+    char share[64];
+    std::snprintf(share, sizeof share, "' (%.1f%% of the validation examples)", 100.0 * std::max(big, lines - big) / lines);
+    const std::string most = 2 * big == lines ? "" : 2 * big > lines ? "'big" : "'small";  // a tie: the first to reach it
+    CHECK(lines == 60);
+    CHECK(m_contains(s0.err, "note: that is within two standard errors of always answering " + most));
+    CHECK(m_contains(s0.err, most + share));
+    CHECK(m_contains(s0.err, "needs a larger --lr"));
     m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --out " + dir + "/one.st");
     const LoadedModel s1 = load_model(sc, {"adam."}), o1 = load_model(dir + "/one.st", {"adam."});
     CHECK(s1.config.V == o1.config.V);

@@ -5276,6 +5276,17 @@ std::vector<int> finetune_predict(const Config& c, const Params<float>& p, const
     return pred;
 }
 
+double majority_share(const std::vector<EncodedExample>& examples, int* label) {
+    std::map<int, int> count;
+    int best = -1;
+    for (const EncodedExample& e : examples) {
+        const int k = ++count[e.label];
+        if (best < 0 || k > count[best]) best = e.label;
+    }
+    if (label) *label = best;
+    return examples.empty() ? 0.0 : (double)count[best] / (double)examples.size();
+}
+
 // The checkpoint's fine-tuning metadata <-> FinetuneSpec.
 static void spec_to_metadata(const FinetuneSpec& s, std::map<std::string, std::string>& m) {
     m["finetune.task"] = finetune_kind_name(s.kind);
@@ -5463,6 +5474,16 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     if (validations == 0) r.accuracy = accuracy(s.p, nullptr);
     // The result line even with --quiet (which silences the progress): it is what the run is for.
     std::printf("val accuracy: %.1f%% (%d of %d)\n", 100.0 * r.accuracy, r.correct, r.total);
+    // A run at chance is what a small model gets at the GPT-1 paper's rate and 3 epochs: say so.
+    r.chance = majority_share(val_ex, &r.majority);
+    if (r.total > 0 && r.accuracy < r.chance + 2 * std::sqrt(r.chance * (1 - r.chance) / r.total)) {
+        std::fflush(stdout);
+        const std::string label = kind == FinetuneKind::choice ? std::to_string(r.majority) : spec.classes[r.majority];
+        std::fprintf(stderr, "note: that is within two standard errors of always answering '%s' (%.1f%% of the validation examples): "
+                             "the model has not learnt the task%s (README, \"Fine-tuning\")\n", label.c_str(), 100.0 * r.chance,
+                     o.lr < 2e-4 ? "; a small model needs a larger --lr than the GPT-1 paper's 6.25e-5 (about 1e-3) and more --steps"
+                                 : "; try more --steps");
+    }
     if (!o.quiet) std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
     return r;
 }

@@ -1067,7 +1067,12 @@ struct FinetuneOptions {
 struct FinetuneResult {
     double accuracy = 0;
     int correct = 0, total = 0;
+    double chance = 0;   // the accuracy of always answering the most frequent validation label
+    int majority = -1;   // that label (a class index; for choice, an answer index)
 };
+// The share of the most frequent label among the examples (0 when there are none) and that label:
+// the accuracy a model reaches without reading its input. finetune compares its result with it.
+double majority_share(const std::vector<EncodedExample>& examples, int* label = nullptr);
 FinetuneResult finetune(const FinetuneOptions& o);
 // The built-in labelled tasks in the world of the addition task (one per input transformation;
 // see transformer.cpp): `examples` lines of the file format above. held_out: only pairs that the
