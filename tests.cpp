@@ -4888,6 +4888,57 @@ TEST_CASE("finetune: GPT-1's input transformations and the padded batch") {
     M_CHECK_TF_ERROR(gpt1_batch({{1, 2, 3, 4, 5, 6}}, 5, 0, at), "6 tokens", "n = 5");
 }
 
+TEST_CASE("finetune: multiple choice takes L1 on the right answer's sequence only") {
+    using V = std::vector<int>;
+    FinetuneSpec s;
+    s.kind = FinetuneKind::choice, s.specials = m_S;
+    EncodedExample e1, e2;
+    e1.seqs = gpt1_multiple_choice_inputs({1, 2}, {{3}, {4, 5}, {6}}, m_S), e1.label = 1;
+    e2.seqs = gpt1_multiple_choice_inputs({7}, {{8}, {9}, {1, 2, 3}}, m_S), e2.label = 2;
+    std::vector<int> at, labels;
+    const Batch b = finetune_batch(preset("tiny-gpt2"), s, {&e1, &e2}, at, labels, nullptr);
+    REQUIRE(b.B == 6);
+    REQUIRE(b.n == 7);
+    CHECK(labels == V{1, 2});
+    const V none(7, -1);
+    auto targets = [&](int row) { return V(b.targets.begin() + row * 7, b.targets.begin() + row * 7 + 7); };
+    CHECK(targets(0) == none);
+    CHECK(targets(1) == V{1, 2, 11, 4, 5, 12, -1});  // [s] 1 2 [$] 4 5 [e]: the next tokens
+    CHECK(targets(2) == none);
+    CHECK(targets(3) == none);
+    CHECK(targets(4) == none);
+    CHECK(targets(5) == V{7, 11, 1, 2, 3, 12, -1});
+    CHECK(b.tokens[2 * 7 + 4] == 6);  // the wrong answers are still in the input
+    // Unlabelled (predict): every sequence keeps its targets.
+    e1.label = -1;
+    const Batch u = finetune_batch(preset("tiny-gpt2"), s, {&e1}, at, labels, nullptr);
+    CHECK(V(u.targets.begin(), u.targets.begin() + 6) == V{1, 2, 11, 3, 12, -1});
+    // BERT: every answer's pair is corrupted alike (the [MASK]s must not mark the right one); the
+    // right one's targets count.
+    const Config cb = preset("tiny-bert");
+    FinetuneSpec sb;
+    sb.kind = FinetuneKind::choice, sb.specials = {cb.cls_id, cb.sep_id, cb.sep_id};
+    EncodedExample be;
+    be.label = 0;
+    for (int k = 0; k < 2; k++) {
+        std::vector<int> x, t;
+        bert_pair(cb, {1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 2, 3, 4, 5, 6, 7, 8, 9}, x, t);
+        be.seqs.push_back(x), be.segs.push_back(t);
+    }
+    Rng mlm(5);
+    const Batch bb = finetune_batch(cb, sb, {&be}, at, labels, &mlm);
+    int changed[2] = {0, 0}, counted[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < bb.n; i++) {
+            changed[k] += bb.tokens[k * bb.n + i] != be.seqs[k][i];
+            counted[k] += bb.targets[k * bb.n + i] >= 0;
+        }
+    CHECK(changed[0] > 0);
+    CHECK(changed[1] > 0);
+    CHECK(counted[0] > 0);
+    CHECK(counted[1] == 0);
+}
+
 TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all parameters and W_y)") {
     for (const char* model : {"tiny-gpt2", "tiny-gpt"}) {
         CAPTURE(model);

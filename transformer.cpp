@@ -5214,20 +5214,15 @@ static EncodedExample input_transformation(const Config& c, const FinetuneSpec& 
     return x;
 }
 
-Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<const EncodedExample*>& examples,
-                     std::vector<int>& at, std::vector<int>& labels, Rng* mlm_rng) {
-    std::vector<std::vector<int>> seqs;
-    labels.clear();
-    for (const EncodedExample* e : examples) {
-        if (e->seqs.size() != examples[0]->seqs.size()) throw Error("finetune_batch: examples with different numbers of sequences");
-        seqs.insert(seqs.end(), e->seqs.begin(), e->seqs.end());
-        labels.push_back(e->label);
-    }
-    int n = 0;
-    for (auto& q : seqs) n = std::max(n, (int)q.size());
-    if (is_causal(c.variant)) return gpt1_batch(seqs, n, s.specials.extract, at);  // next-token targets for L1
-    Batch b;  // BERT, RoBERTa: the head reads [CLS] (row 0), the padding is masked out
-    b.B = (int)seqs.size(), b.n = n;
+// BERT, RoBERTa: [CLS] A [SEP] B [SEP] padded with [SEP]; the head reads [CLS] (row 0), the
+// padding is masked out; L1's targets from mlm_corrupt (every sequence corrupted alike, so the
+// [MASK]s do not tell the right answer of a choice from the others).
+static Batch bert_finetune_batch(const Config& c, const std::vector<const EncodedExample*>& examples, int n,
+                                 std::vector<int>& at, Rng* mlm_rng) {
+    Batch b;
+    b.B = 0;
+    for (const EncodedExample* e : examples) b.B += (int)e->seqs.size();
+    b.n = n;
     at.assign(b.B, 0);
     int k = 0;
     for (const EncodedExample* e : examples)
@@ -5248,6 +5243,32 @@ Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<c
             }
             b.lengths.push_back((int)x.size());
         }
+    return b;
+}
+
+Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<const EncodedExample*>& examples,
+                     std::vector<int>& at, std::vector<int>& labels, Rng* mlm_rng) {
+    std::vector<std::vector<int>> seqs;
+    labels.clear();
+    for (const EncodedExample* e : examples) {
+        if (e->seqs.size() != examples[0]->seqs.size()) throw Error("finetune_batch: examples with different numbers of sequences");
+        seqs.insert(seqs.end(), e->seqs.begin(), e->seqs.end());
+        labels.push_back(e->label);
+    }
+    int n = 0;
+    for (auto& q : seqs) n = std::max(n, (int)q.size());
+    Batch b;
+    if (is_causal(c.variant)) b = gpt1_batch(seqs, n, s.specials.extract, at);  // next-token targets for L1
+    else b = bert_finetune_batch(c, examples, n, at, mlm_rng);
+    // Multiple choice: L1 is the likelihood of the labelled text, the context with its right answer;
+    // the wrong answers are distractors, not text (README, "Choices where the seeds are loose").
+    if (s.kind == FinetuneKind::choice) {
+        const std::size_t K = examples[0]->seqs.size();
+        for (std::size_t e = 0; e < examples.size(); e++)
+            for (std::size_t j = 0; j < K; j++)
+                if (examples[e]->label >= 0 && (int)j != examples[e]->label)
+                    std::fill_n(b.targets.begin() + (e * K + j) * n, n, -1);
+    }
     return b;
 }
 

@@ -1049,7 +1049,8 @@ struct Tokenizer;
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Tokenizer& t, const LabelledExample& e,
                               const std::string& file);
 // Examples with the same K -> one padded batch and the head rows `at`; GPT: next-token targets
-// (L1); BERT/RoBERTa: mlm_corrupt targets when mlm_rng is given, else none.
+// (L1); BERT/RoBERTa: mlm_corrupt targets when mlm_rng is given, else none. Multiple choice: L1's
+// targets on the right answer's sequence only (every sequence of an unlabelled example keeps them).
 Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<const EncodedExample*>& examples,
                      std::vector<int>& at, std::vector<int>& labels, Rng* mlm_rng);
 // The most likely class (choice: answer) of each example, in order; mean_L2 over the labelled ones.
