@@ -421,7 +421,14 @@ static int cmd_predict(Flags& f) {
         else std::printf("%s\n", spec.classes[pred[i]].c_str());
         right += pred[i] == ex[i].label;
     }
-    if (labelled) std::fprintf(stderr, "accuracy: %.1f%% (%d of %zu)\n", 100.0 * right / (double)pred.size(), right, pred.size());
+    if (labelled) {
+        // Beside the accuracy, what always answering the most frequent label would get (as finetune's note).
+        int majority = 0;
+        const double chance = majority_share(ex, &majority);
+        const std::string label = spec.kind == FinetuneKind::choice ? std::to_string(majority) : spec.classes[majority];
+        std::fprintf(stderr, "accuracy: %.1f%% (%d of %zu); always answering '%s': %.1f%%\n", 100.0 * right / (double)pred.size(),
+                     right, pred.size(), label.c_str(), 100.0 * chance);
+    }
     return 0;
 }
 
