@@ -6166,6 +6166,9 @@ TEST_CASE("tokenizer files: malformed vocabularies and merges, and a kind that d
     M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b</w>\": 1}", "#version: 0.2\na b</w>\n"), "line 2", "'ab</w>' is not in the encoder");
     M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0, \"b\": 1, \"ab\": 2}", "a b c\n"), "line 1 is not two symbols");
     M_CHECK_TF_ERROR(make_gpt1_bpe("{\"a\": 0}", "#version: 0.2\n"), "no merges");
+    // A merge list cut short: the toy vocabulary has 7 symbols made by merges, the cut list 6.
+    M_CHECK_TF_ERROR(make_gpt1_bpe(m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES.substr(0, m_GPT1_MERGES.rfind("es t</w>"))),
+                     "6 merges, but the encoder has 7 symbols made by merges", "cut short");
     M_CHECK_TF_ERROR(make_wordpiece(""), "no tokens");
     M_CHECK_TF_ERROR(make_wordpiece("[CLS]\nthe\n"), "no [UNK]");
     M_CHECK_TF_ERROR(make_wordpiece("[UNK]\nthe\nthe\n"), "line 3", "given twice");

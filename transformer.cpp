@@ -6195,6 +6195,19 @@ GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_
         t.ranks.emplace(line, (int)t.ranks.size());
     }
     if (t.ranks.empty()) throw Error("merges: no merges");
+    // Every symbol but one character (with or without "</w>") and "<unk>" is made by one merge, so
+    // fewer merges than those symbols means a cut file (GPT-1's: 40000 merges, 40478 symbols).
+    long long made = 0;
+    for (const auto& kv : t.encoder) {
+        const std::string& w = kv.first;
+        const bool eow = w.size() > 4 && w.compare(w.size() - 4, 4, "</w>") == 0;
+        uint32_t cp;
+        const int first = utf8_next(w, 0, cp);  // valid UTF-8: checked above
+        made += w != "<unk>" && (std::size_t)first != w.size() - (eow ? 4 : 0);
+    }
+    if ((long long)t.ranks.size() < made)
+        throw Error("merges: " + std::to_string(t.ranks.size()) + " merges, but the encoder has " + std::to_string(made) +
+                    " symbols made by merges (beyond the single characters and <unk>): the file is cut short");
     return t;
 }
 
