@@ -575,7 +575,8 @@ static int cmd_eval(Flags& f) {
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
-    const std::vector<int> ids = codec_of(lm, path, encoder, merges, kind).encode(read_file(data), "'" + data + "'");
+    const Tokenizer codec = codec_of(lm, path, encoder, merges, kind);
+    const std::vector<int> ids = codec.encode(read_file(data), "'" + data + "'");
     if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
     long long count = 0;
     if (c.xlnet) {  // trained with --objective xlnet: its own loss, over several permutations
@@ -592,9 +593,12 @@ static int cmd_eval(Flags& f) {
                     "mean loss %.4f nats per token over %lld predicted tokens\n", data.c_str(), ltr, count);
         return 0;
     }
-    const double loss = corpus_loss(c, lm.params, ids, 1234, &count);
+    // Released BERT (WordPiece) was pre-trained on [CLS] A [SEP] B [SEP]: read it so, as fill does.
+    const bool cls_sep = codec.kind == "bert-wordpiece";
+    const double loss = corpus_loss(c, lm.params, ids, 1234, &count, 0, cls_sep);
     if (!std::isfinite(loss)) throw Error("the loss on '" + data + "' is not finite (" + std::to_string(loss) + "): the model's numbers overflow");
-    std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens\n", data.c_str(), loss, count);
+    std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens%s\n", data.c_str(), loss, count,
+                cls_sep ? (" (windows of " + std::to_string(c.n_ctx - 2) + " tokens, each as [CLS] window [SEP])").c_str() : "");
     return 0;
 }
 

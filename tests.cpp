@@ -3383,6 +3383,29 @@ TEST_CASE("corpus_loss: consecutive windows of n_ctx + 1 ids, each weighted by i
     CHECK(masked < (long long)text.size() / 2);  // about 15% of the positions
     CHECK(std::isfinite(lb));
     CHECK(corpus_loss(cb, pb, text, 7) == lb);  // the masking is drawn from the seed
+    // cls_sep: windows of n_ctx - 2 ids, each read as [CLS] window [SEP]; the specials never predicted.
+    Rng rw(7);
+    double sum = 0;
+    long long m_all = 0;
+    const int body = cb.n_ctx - 2;
+    for (std::size_t start = 0; start < text.size(); start += body) {
+        std::vector<int> w = {cb.cls_id};
+        w.insert(w.end(), text.begin() + start, text.begin() + std::min(text.size(), start + body));
+        w.push_back(cb.sep_id);
+        const MLMExample e = mlm_corrupt(w, 1, (int)w.size(), cb, rw);
+        CHECK(e.targets.front() == -1);
+        CHECK(e.targets.back() == -1);
+        long long m = 0;
+        for (int t : e.targets) m += t >= 0;
+        Batch b;
+        b.n = (int)w.size(), b.tokens = e.tokens, b.targets = e.targets;
+        sum += model_loss(cb, pb, b) * (double)m, m_all += m;
+    }
+    long long wrapped = 0;
+    CHECK(corpus_loss(cb, pb, text, 7, &wrapped, 0, true) == doctest::Approx(sum / (double)m_all).epsilon(1e-12));
+    CHECK(wrapped == m_all);
+    CHECK(corpus_loss(cb, pb, text, 7, nullptr, 0, true) != lb);
+    CHECK_THROWS_AS(corpus_loss(c, p, ids, 1, nullptr, 0, true), Error);  // a GPT has no [CLS]
 }
 
 TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg") {
@@ -6735,6 +6758,11 @@ TEST_CASE("CLI: finetune and predict from released GPT-1 and BERT files with the
     std::string train_gpt1, train_bert;
     for (int k = 0; k < 8; k++) train_gpt1 += "a\tlow lower low\nb\tlowest est\n", train_bert += "a\tthe capital\nb\tunaffable france\n";
     m_write(dir + "g_train.tsv", train_gpt1), m_write(dir + "b_train.tsv", train_bert);
+    // eval reads released BERT as it was pre-trained: [CLS] window [SEP].
+    m_write(dir + "b_text.txt", "the capital , unaffable france\n");
+    const m_Run be = m_run("eval --checkpoint " + dir + "bert/model.safetensors --vocab " + dir + "bert/vocab.txt --data " + dir + "b_text.txt");
+    CHECK(be.status == 0);
+    CHECK(m_contains(be.out, "each as [CLS] window [SEP]"));
     const std::string common = " --task classify --steps 60 --batch 8 --lr 1e-2 --lambda 0 --dropout 0 --quiet";
     const m_Run r = m_run("finetune --checkpoint " + dir + "gpt1/model.safetensors --encoder " + dir + "enc.json --vocab " + dir +
                           "merges.bpe --train " + dir + "g_train.tsv --val " + dir + "g_train.tsv --out " + dir + "g_ft.safetensors" + common);

@@ -4588,10 +4588,12 @@ static double evaluate(const Config& c, const Params<float>& p, const Corpus& k,
 
 template <typename T>
 double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, uint64_t seed, long long* count,
-                   int window) {
+                   int window, bool cls_sep) {
     if (ids.size() < 2) throw Error("corpus_loss: need at least 2 tokens, got " + std::to_string(ids.size()));
-    const int n = window > 0 ? std::min(window, c.n_ctx) : c.n_ctx;
     const bool causal = is_causal(c.variant);
+    if (cls_sep && (causal || c.cls_id < 0 || c.sep_id < 0)) throw Error("corpus_loss: [CLS] ... [SEP] windows need a bert or roberta model");
+    const int n = (window > 0 ? std::min(window, c.n_ctx) : c.n_ctx) - (cls_sep ? 2 : 0);  // the text's ids per window
+    if (n < 1) throw Error("corpus_loss: n_ctx = " + std::to_string(c.n_ctx) + " leaves no room between [CLS] and [SEP]");
     Rng rng(seed);
     double sum = 0;
     long long predicted = 0;
@@ -4602,7 +4604,8 @@ double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& 
             b.tokens = std::vector<int>(ids.begin() + start, ids.begin() + (end - 1));  // x_1..x_m
             b.targets = std::vector<int>(ids.begin() + (start + 1), ids.begin() + end);  // x_2..x_{m+1}
         } else {
-            const std::vector<int> w(ids.begin() + start, ids.begin() + end);
+            std::vector<int> w(ids.begin() + start, ids.begin() + end);
+            if (cls_sep) w.insert(w.begin(), c.cls_id), w.push_back(c.sep_id);
             MLMExample e = mlm_corrupt(w, 1, (int)w.size(), c, rng);
             b.tokens = std::move(e.tokens), b.targets = std::move(e.targets);
         }
@@ -7830,7 +7833,8 @@ template Explained<double> explain(const Config&, const Params<double>&, const B
     template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \
                             const std::vector<int>&, int);                                                 \
     template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);              \
-    template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*, int);     \
+    template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*, int,      \
+                                bool);                                                                               \
     template double xlnet_left_to_right_loss(const Config&, const Params<T>&, const std::vector<int>&, long long*); \
     template double xlnet_corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, int, int, uint64_t,      \
                                       long long*);
