@@ -35,6 +35,7 @@ commands:
            --init-from FILE (start from FILE's weights: ours or a Hugging Face GPT-2 model.safetensors with
            its config.json; the shape comes from the file, --block may be shorter than its n_ctx; fresh optimiser)
            --encoder encoder.json --vocab vocab.bpe (train on GPT-2's BPE tokens; the checkpoint records them)
+           --accum K (gradient accumulation: each step averages K batches' gradients, a step sees K x B sequences)
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
            [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's or GPT-1's BPE, for released weights;
            the kind is recognised from the files, or named by --tokenizer gpt2-bpe|gpt1-bpe; a
@@ -42,7 +43,7 @@ commands:
   finetune --checkpoint PRETRAINED --task classify|entailment|similarity|choice --train FILE --val FILE
            --out FILE [--lambda 0.5] [--steps S (0: 3 epochs)] [--batch 32] [--lr 6.25e-5] [--warmup S]
            [--dropout 0.1] [--weight-decay 0.01] [--grad-clip 1] [--eval-every S] [--log-every S] [--seed S]
-           [--scratch (same shapes, fresh weights)] [--quiet]   (tab-separated files, see README)
+           [--scratch (same shapes, fresh weights)] [--accum K (as train's)] [--quiet]   (tab-separated files, see README)
            [--encoder F] [--vocab F] [--tokenizer KIND]  (released GPT-1/GPT-2/BERT weights: their tokenizer)
   predict  --checkpoint FINETUNED --data FILE   (one label per line; accuracy on stderr if FILE has labels)
   task     --task text|classify|entailment|similarity|choice --out FILE [--examples 2000] [--seed S] [--held-out]
@@ -306,6 +307,7 @@ static int cmd_train(Flags& f) {
     o.ffn = f.int32("ffn", o.ffn);
     o.block = f.int32("block", o.block);
     o.batch = f.int32("batch", o.batch);
+    o.accum = f.int32("accum", o.accum);
     o.steps = f.has("steps") ? f.integer("steps", 0) : f.has("resume") ? 0 : o.steps;
     o.warmup = f.integer("warmup", o.warmup);
     o.eval_every = f.integer("eval-every", o.eval_every);
@@ -358,6 +360,7 @@ static int cmd_finetune(Flags& f) {
     o.encoder = f.str("encoder"), o.vocab = f.str("vocab"), o.tokenizer = f.str("tokenizer");  // released weights' tokenizer
     t.steps = f.integer("steps", 0);  // 0: 3 epochs
     t.batch = f.int32("batch", 32);
+    t.accum = f.int32("accum", 1);
     t.lr = f.number("lr", 6.25e-5);  // the GPT-1 paper's fine-tuning rate
     t.min_lr = 0, t.schedule = "linear";
     t.warmup = f.integer("warmup", -1);  // -1: 0.2% of the steps

@@ -3408,6 +3408,34 @@ TEST_CASE("corpus_loss: consecutive windows of n_ctx + 1 ids, each weighted by i
     CHECK_THROWS_AS(corpus_loss(c, p, ids, 1, nullptr, 0, true), Error);  // a GPT has no [CLS]
 }
 
+TEST_CASE("train: --accum 2 with batch 8 takes the steps of batch 16 (the mean of the two batches' gradients)") {
+    // Without dropout the generator draws only window starts, so two batches of 8 are the 16 windows of one batch.
+    auto run = [](int batch, int accum, const std::string& name) {
+        TrainOptions o = m_small_train(m_path(name));
+        o.batch = batch, o.accum = accum, o.dropout = 0, o.steps = 3;
+        const TrainResult r = train(o);
+        return std::make_pair(r.train_losses, load_model(o.out, {"adam."}));
+    };
+    const auto one = run(16, 1, "accum_16x1.safetensors"), two = run(8, 2, "accum_8x2.safetensors"),
+               half = run(8, 1, "accum_8x1.safetensors");
+    REQUIRE(one.first.size() == 3);
+    for (int k = 0; k < 3; k++) CHECK(two.first[k] == doctest::Approx(one.first[k]).epsilon(1e-5));
+    CHECK(two.first[0] != doctest::Approx(half.first[0]).epsilon(1e-5));  // the first batch of 8 alone differs
+    auto max_diff = [](const LoadedModel& a, const LoadedModel& b) {
+        const auto A = named_tensors(a.config, const_cast<Params<float>&>(a.params)), B = named_tensors(b.config, const_cast<Params<float>&>(b.params));
+        double d = 0;
+        for (std::size_t j = 0; j < A.size(); j++)
+            for (std::size_t i = 0; i < A[j].tensor->data.size(); i++) d = std::max(d, (double)std::fabs(A[j].tensor->data[i] - B[j].tensor->data[i]));
+        return d;
+    };
+    CHECK(max_diff(one.second, two.second) < 1e-4);  // float sums in another order; a step moves weights by ~lr = 1e-2
+    CHECK(max_diff(one.second, half.second) > 1e-3);
+    CHECK(two.second.file.metadata.at("train.accum") == "2");
+    TrainOptions bad = m_small_train(m_path("accum_bad.safetensors"));
+    bad.accum = 0;
+    M_CHECK_TF_ERROR(train(bad), "--accum must be 1..65536");
+}
+
 TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg") {
     TrainOptions o = m_small_train(m_path("train_small.safetensors"));
     const TrainResult r = train(o);

@@ -4383,6 +4383,7 @@ static double parse_double(const std::string& s, const std::string& what) {
 static std::map<std::string, std::string> options_metadata(const TrainOptions& o) {
     return {{"train.data", o.data},
             {"train.batch", std::to_string(o.batch)},
+            {"train.accum", std::to_string(o.accum)},
             {"train.steps", std::to_string(o.steps)},
             {"train.warmup", std::to_string(o.warmup)},
             {"train.eval_every", std::to_string(o.eval_every)},
@@ -4429,12 +4430,14 @@ static void options_from_metadata(const std::map<std::string, std::string>& m, T
     o.objective = optional("train.objective", "lm");
     o.predict = parse_int(optional("train.predict", "0"), "train.predict");
     o.line_windows = optional("train.line_windows", "0") == "1";
+    o.accum = parse_int(optional("train.accum", "1"), "train.accum");
 }
 
 static void check_options(const TrainOptions& o) {
     auto fail = [](const std::string& s) { throw Error("train: " + s); };
     if (o.layers < 1 || o.heads < 1 || o.embd < 1 || o.ffn < 0 || o.block < 0 || o.batch < 1)
         fail("--layers, --heads, --embd, --batch must be positive (--ffn, --block >= 0)");
+    if (o.accum < 1 || o.accum > 65536) fail("--accum must be 1..65536 (batches summed per step), got " + std::to_string(o.accum));
     if (o.embd % o.heads != 0) fail("--embd " + std::to_string(o.embd) + " is not divisible by --heads " + std::to_string(o.heads));
     if (o.steps < 1) fail("--steps must be at least 1");
     if ((long long)o.batch * std::max(o.block, 1) > (1 << 22)) fail("--batch x --block is too large (at most 4194304 tokens a step)");
@@ -4651,6 +4654,14 @@ static std::string strip_ext(const std::string& path) {
 }
 
 // ---- One training loop for every objective ----------------------------------------------------
+// " x K accumulated" for the progress header when a step sums K batches.
+static std::string accumulated(int accum) { return accum > 1 ? " x " + std::to_string(accum) + " accumulated" : ""; }
+// g *= s: the sum of --accum batches' gradients -> their mean.
+static void scale_grads(const Config& c, Params<float>& g, float s) {
+    for (auto& nt : named_tensors(c, g))
+        for (float& v : nt.tensor->data) v *= s;
+}
+
 TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& obj) {
     using clock = std::chrono::steady_clock;
     const Config& c = s.c;
@@ -4694,7 +4705,14 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
                                                  : lr_schedule(step_index, o.steps, o.warmup, o.lr, o.min_lr);
         zero_params(c, g);
         parts.assign(obj.part_names.size(), 0.0);
-        const double loss = obj.step(g, s.rng, parts);  // what differs: the batch, the loss, the gradient
+        // The step's gradient: the mean over --accum batches of each batch's mean-loss gradient.
+        double loss = 0;
+        for (int a = 0; a < o.accum; a++) {
+            std::vector<double> part(parts.size(), 0.0);
+            loss += obj.step(g, s.rng, part) / o.accum;  // what differs: the batch, the loss, the gradient
+            for (std::size_t j = 0; j < parts.size(); j++) parts[j] += part[j] / o.accum;
+        }
+        if (o.accum > 1) scale_grads(c, g, 1.0f / (float)o.accum);
         if (!std::isfinite(loss)) throw diverged("the loss", loss, step);
         const double norm = clip_grad_norm(c, g, o.grad_clip);
         if (!std::isfinite(norm)) throw diverged("the gradient norm", norm, step);
@@ -4722,7 +4740,7 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
             for (std::size_t j = 0; j < parts.size(); j++)
                 std::printf("%s%s %.4f%s", j ? ", " : " (", obj.part_names[j].c_str(), part_sums[j] / (double)since_log,
                             j + 1 == parts.size() ? ")" : "");
-            std::printf(" | lr %.2e | %6.1f ms/step | %7.0f tok/s | left %s", lr, ms, 1000.0 * (double)obj.tokens_per_step / ms,
+            std::printf(" | lr %.2e | %6.1f ms/step | %7.0f tok/s | left %s", lr, ms, 1000.0 * (double)(obj.tokens_per_step * o.accum) / ms,
                         hms(left).c_str());
             if (val >= 0 && shown.empty()) std::printf(" | val %.4f", val);
             else if (val >= 0) std::printf(" | val %s", shown.c_str());
@@ -5005,9 +5023,9 @@ TrainResult train(const TrainOptions& opt_in) {
     if (!o.quiet) {
         std::printf("model %s: L=%d H=%d A=%d D=%d F=%d n=%d V=%d, %lld parameters, %s\n", variant_name(c.variant), c.L, c.H,
                     c.A, c.D, c.F, c.n_ctx, c.V, count.actual, activation_name(c.activation));
-        std::printf("data: %s, batch %d x %d tokens, steps %lld..%lld of %lld, lr %g -> %g, warmup %lld, dropout %g\n",
+        std::printf("data: %s, batch %d x %d tokens%s, steps %lld..%lld of %lld, lr %g -> %g, warmup %lld, dropout %g\n",
                     k.task ? "built-in task: 3-digit addition (answer digits reversed)" : o.data.c_str(), o.batch, n,
-                    s.step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
+                    accumulated(o.accum).c_str(), s.step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
         if (xlnet)
             std::printf("objective: XLNet's permutation language model, two-stream attention, one permutation z per batch, "
                         "the last %d of %d positions in z predicted\n", predict, n);
@@ -5431,9 +5449,10 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     std::map<std::size_t, std::vector<int>> by_K;  // multiple choice: a batch holds examples with the same K
     for (std::size_t i = 0; i < train_ex.size(); i++) by_K[train_ex[i].seqs.size()].push_back((int)i);
     const long long N = (long long)train_ex.size();
-    if (o.steps <= 0) o.steps = std::max(1LL, (3 * N + o.batch - 1) / o.batch);  // 3 epochs, as the GPT-1 paper
-    if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                     // 0.2% of the steps
-    if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + o.batch - 1) / o.batch);  // every epoch
+    const long long per_step = (long long)o.batch * std::max(1, o.accum);  // examples a step sees
+    if (o.steps <= 0) o.steps = std::max(1LL, (3 * N + per_step - 1) / per_step);  // 3 epochs, as the GPT-1 paper
+    if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                       // 0.2% of the steps
+    if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + per_step - 1) / per_step);  // every epoch
     check_options(o);
     if (subword) {  // what predict needs to read its input: the tokenizer, its files whole
         for (const auto& kv : tok.metadata()) s.meta[kv.first] = kv.second;
@@ -5489,9 +5508,9 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
         std::printf("fine-tune %s (%s%s): L=%d H=%d V=%d, task %s, %s, lambda %g\n", variant_name(c.variant),
                     fo.scratch ? "from scratch, " : "pre-trained ", fo.scratch ? "same shapes" : fo.checkpoint.c_str(), c.L, c.H,
                     c.V, fo.task.c_str(), heads.c_str(), fo.lambda);
-        std::printf("data: %s (%lld examples), %s (%zu), batch %d, steps %lld, lr %g, %s, warmup %lld, dropout %g\n",
-                    fo.train_file.c_str(), N, fo.val_file.c_str(), val_ex.size(), o.batch, o.steps, o.lr, o.schedule.c_str(),
-                    o.warmup, o.dropout);
+        std::printf("data: %s (%lld examples), %s (%zu), batch %d%s, steps %lld, lr %g, %s, warmup %lld, dropout %g\n",
+                    fo.train_file.c_str(), N, fo.val_file.c_str(), val_ex.size(), o.batch, accumulated(o.accum).c_str(), o.steps,
+                    o.lr, o.schedule.c_str(), o.warmup, o.dropout);
         std::fflush(stdout);
     }
     run_training(o, s, obj);

@@ -905,6 +905,8 @@ struct TrainOptions {
     std::string data;            // text file; empty = the built-in addition task
     std::string model = "gpt2";  // variant
     int layers = 2, heads = 4, embd = 64, ffn = 0, block = 0, batch = 32;  // ffn 0 = 4H, block 0 = auto
+    int accum = 1;  // gradient accumulation: each step sums the gradients of `accum` batches of `batch`
+                    // (nanoGPT's gradient_accumulation_steps), so a step sees accum x batch sequences
     long long steps = 3000, warmup = 100, eval_every = 250, eval_steps = 20, save_every = 0, log_every = 100;
     long long stop_at = 0;       // stop (and save) after this step; 0 = run to `steps`
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
@@ -974,13 +976,13 @@ TrainResult train(const TrainOptions& opt);
 // all of them: the lr schedule, clipping, AdamW, the divergence checks, progress lines,
 // checkpoints (with the optimiser and generator state), the CSV log and the SVG plot.
 struct Objective {
-    // One step's batch drawn from rng: returns its loss, accumulates its gradient into g (zeroed
-    // before the call); parts[j] receives the j-th part of the loss named in part_names (e.g. L1, L2).
+    // One batch drawn from rng: returns its loss, adds its gradient to g (a step zeroes g, then
+    // calls this --accum times); parts[j] receives the j-th part of the loss named in part_names (e.g. L1, L2).
     std::function<double(Params<float>& g, Rng& rng, std::vector<double>& parts)> step;
     // The validation loss (no dropout); `shown` may replace what the progress line prints after "val".
     std::function<double(const Params<float>& p, std::string& shown)> validate;
     std::vector<std::string> part_names;
-    long long tokens_per_step = 0;  // for the tokens/s of the progress line
+    long long tokens_per_step = 0;  // of one batch, for the tokens/s of the progress line
     std::string title;              // of the plot
 };
 struct RunState {
