@@ -3408,6 +3408,20 @@ TEST_CASE("corpus_loss: consecutive windows of n_ctx + 1 ids, each weighted by i
     CHECK_THROWS_AS(corpus_loss(c, p, ids, 1, nullptr, 0, true), Error);  // a GPT has no [CLS]
 }
 
+// The largest |a - b| over every parameter of two models of the same shape.
+double m_max_param_diff(const LoadedModel& a, const LoadedModel& b) {
+    const auto A = named_tensors(a.config, const_cast<Params<float>&>(a.params));
+    const auto B = named_tensors(b.config, const_cast<Params<float>&>(b.params));
+    REQUIRE(A.size() == B.size());
+    double d = 0;
+    for (std::size_t j = 0; j < A.size(); j++) {
+        REQUIRE(A[j].tensor->data.size() == B[j].tensor->data.size());
+        for (std::size_t i = 0; i < A[j].tensor->data.size(); i++)
+            d = std::max(d, (double)std::fabs(A[j].tensor->data[i] - B[j].tensor->data[i]));
+    }
+    return d;
+}
+
 TEST_CASE("train: --accum 2 with batch 8 takes the steps of batch 16 (the mean of the two batches' gradients)") {
     // Without dropout the generator draws only window starts, so two batches of 8 are the 16 windows of one batch.
     auto run = [](int batch, int accum, const std::string& name) {
@@ -3421,13 +3435,7 @@ TEST_CASE("train: --accum 2 with batch 8 takes the steps of batch 16 (the mean o
     REQUIRE(one.first.size() == 3);
     for (int k = 0; k < 3; k++) CHECK(two.first[k] == doctest::Approx(one.first[k]).epsilon(1e-5));
     CHECK(two.first[0] != doctest::Approx(half.first[0]).epsilon(1e-5));  // the first batch of 8 alone differs
-    auto max_diff = [](const LoadedModel& a, const LoadedModel& b) {
-        const auto A = named_tensors(a.config, const_cast<Params<float>&>(a.params)), B = named_tensors(b.config, const_cast<Params<float>&>(b.params));
-        double d = 0;
-        for (std::size_t j = 0; j < A.size(); j++)
-            for (std::size_t i = 0; i < A[j].tensor->data.size(); i++) d = std::max(d, (double)std::fabs(A[j].tensor->data[i] - B[j].tensor->data[i]));
-        return d;
-    };
+    const auto max_diff = m_max_param_diff;
     CHECK(max_diff(one.second, two.second) < 1e-4);  // float sums in another order; a step moves weights by ~lr = 1e-2
     CHECK(max_diff(one.second, half.second) > 1e-3);
     CHECK(two.second.file.metadata.at("train.accum") == "2");
@@ -4445,6 +4453,14 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
     // predict: one label per line, in order, equal to finetune_predict on the reloaded model.
     const m_Run p1 = m_run_ok("predict --checkpoint " + ft + " --data " + va);
     CHECK(m_contains(p1.err, "accuracy: "));
+    // --accum 2 with batch 8 takes the steps of batch 16 (lambda 0, no dropout: L2 is a mean over examples).
+    const std::string acc = files + " --lr 3e-3 --steps 3 --lambda 0 --dropout 0 --quiet --out " + dir;
+    m_run_ok("finetune --checkpoint " + pre + acc + "/a16.st --batch 16");
+    m_run_ok("finetune --checkpoint " + pre + acc + "/a8x2.st --batch 8 --accum 2");
+    m_run_ok("finetune --checkpoint " + pre + acc + "/a8.st --batch 8");
+    const LoadedModel a16 = load_model(dir + "/a16.st", {"adam."}), a8x2 = load_model(dir + "/a8x2.st", {"adam."});
+    CHECK(m_max_param_diff(a16, a8x2) < 1e-5);
+    CHECK(m_max_param_diff(a16, load_model(dir + "/a8.st", {"adam."})) > 1e-4);
     // --quiet silences the progress but not the result: one line, the accuracy predict reports.
     const m_Run q = m_run_ok("finetune --checkpoint " + pre + args + " --quiet --out " + dir + "/q.st");
     CHECK(q.out == "val " + p1.err.substr(0, p1.err.find(';')) + "\n");
