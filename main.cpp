@@ -57,7 +57,7 @@ commands:
            DIR/model.safetensors, DIR/config.json, and vocab.json, merges.txt if it has GPT-2's tokenizer)
   grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
   params   --preset NAME | --checkpoint FILE  (the seed's lambda beside the floats the model holds)
-  tokenize [--encoder encoder.json] --vocab vocab.bpe|vocab.txt (--text TEXT | --file FILE | --ids 15496,995)
+  tokenize [--encoder encoder.json] --vocab vocab.bpe|vocab.txt (--text TEXT | --file FILE | --ids 15496,995) [--out F.bin]
            [--tokenizer gpt2-bpe|gpt1-bpe|bert-wordpiece]  (text -> ids, or ids -> text; GPT-2's
            byte-level BPE, GPT-1's BPE, BERT's WordPiece: recognised from the files)
   bench    [--preset NAME] [--model M --layers L --heads A --embd H --ffn F --vocab V --activation NAME]
@@ -176,9 +176,11 @@ static std::vector<int> parse_ids(const std::string& s, const std::string& what)
 // ---- tokenize ----------------------------------------------------------------------------------------
 static int cmd_tokenize(Flags& f) {
     const std::string enc = f.str("encoder"), merges = f.need("vocab"), kind = f.str("tokenizer");
-    const std::string text = f.str("text"), file = f.str("file"), ids = f.str("ids");
+    const std::string text = f.str("text"), file = f.str("file"), ids = f.str("ids"), out = f.str("out");
     f.done();
     if (f.has("text") + f.has("file") + f.has("ids") != 1) throw Error("tokenize: give exactly one of --text, --file, --ids");
+    if (f.has("out") && f.has("ids")) throw Error("tokenize: --out writes the ids of --text or --file, not of --ids");
+    if (f.has("out")) check_outputs({{out, "--out", OutputKind::token_file}}, {{file, "--file"}});
     const Tokenizer bpe = load_tokenizer(kind, enc, merges);  // GPT-2's or GPT-1's BPE, or WordPiece
     if (f.has("ids")) {
         const std::string out = bpe.decode(parse_ids(ids, "--ids"));
@@ -186,7 +188,12 @@ static int cmd_tokenize(Flags& f) {
         std::printf("\n");
         return 0;
     }
-    const std::vector<int> tokens = bpe.encode(f.has("file") ? read_file(file) : text);
+    const std::vector<int> tokens = f.has("file") ? encode_with_progress(bpe, read_file(file), "'" + file + "'", false) : bpe.encode(text);
+    if (f.has("out")) {  // llm.c's token file, for train --data and eval --data
+        write_file_atomic(out, token_file_bytes(tokens));
+        std::printf("wrote %s: %zu tokens (llm.c's .bin format: a 1024-byte header, then uint16 ids)\n", out.c_str(), tokens.size());
+        return 0;
+    }
     for (std::size_t k = 0; k < tokens.size(); k++) std::printf(k ? ",%d" : "%d", tokens[k]);
     std::printf("\n");
     std::fprintf(stderr, "%zu tokens\n", tokens.size());
@@ -579,7 +586,17 @@ static int cmd_eval(Flags& f) {
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
     const Tokenizer codec = codec_of(lm, path, encoder, merges, kind);
-    const std::vector<int> ids = codec.encode(read_file(data), "'" + data + "'");
+    const std::string bytes = read_file(data);
+    std::vector<int> ids;
+    if (is_token_file(bytes)) {  // llm.c's .bin: ids already, in the model's tokenizer
+        ids = parse_token_file(bytes, "'" + data + "'");
+        for (std::size_t i = 0; i < ids.size(); i++)
+            if (ids[i] >= codec.size())
+                throw Error("'" + data + "': token " + std::to_string(i) + " is " + std::to_string(ids[i]) + ", outside the model's " +
+                            std::to_string(codec.size()) + " ids (a token file of another tokenizer?)");
+    } else {
+        ids = codec.encode(bytes, "'" + data + "'");
+    }
     if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
     long long count = 0;
     if (c.xlnet) {  // trained with --objective xlnet: its own loss, over several permutations

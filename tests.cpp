@@ -6974,6 +6974,57 @@ TEST_CASE("init-from: flags that contradict the file, and bad inputs, are errors
     CHECK(!m_exists(out));
 }
 
+TEST_CASE("token files: llm.c's .bin format, written by tokenize --out, read by train and eval as the text's ids") {
+    // The format by hand: 256 int32 (20240520, 1, N, 0...), then N uint16 little-endian.
+    const std::string b = token_file_bytes({1, 258, 65535});
+    REQUIRE(b.size() == 1024 + 6);
+    CHECK((unsigned char)b[0] == (20240520 & 0xFF));
+    CHECK(b.substr(4, 8) == std::string("\x01\0\0\0\x03\0\0\0", 8));
+    CHECK(b.substr(12, 1012) == std::string(1012, '\0'));
+    CHECK(b.substr(1024) == std::string("\x01\0\x02\x01\xFF\xFF", 6));
+    CHECK(is_token_file(b));
+    CHECK(parse_token_file(b, "x") == std::vector<int>{1, 258, 65535});
+    CHECK_FALSE(is_token_file("hello\n"));
+    M_CHECK_TF_ERROR(token_file_bytes({70000}), "70000", "uint16");
+    M_CHECK_TF_ERROR(parse_token_file(b.substr(0, b.size() - 1), "'t.bin'"), "'t.bin'", "3 tokens", "1029 bytes", "cut short");
+    M_CHECK_TF_ERROR(parse_token_file(b.substr(0, 100), "'t.bin'"), "header is cut short");
+    std::string v2 = b;
+    v2[4] = 2;
+    M_CHECK_TF_ERROR(parse_token_file(v2, "'t.bin'"), "version 2");
+    // The CLI: tokenize --out, then train and eval on the .bin give what the text gives.
+    const std::string enc = m_path("tf_enc.json"), merges = m_path("tf_merges.bpe"), text = m_path("tf.txt"), bin = m_path("tf.bin");
+    m11_write_bpe(enc, merges);
+    std::string t;
+    for (int k = 0; k < 60; k++) t += k % 2 ? "the cat and the hat\n" : "then the other\n";
+    m_write(text, t);
+    const std::string tok = " --encoder " + enc + " --vocab " + merges;
+    const m_Run w = m_run("tokenize" + tok + " --file " + text + " --out " + bin);
+    INFO(w.out << w.err);
+    REQUIRE(w.status == 0);
+    CHECK(parse_token_file(m_read(bin), "bin") == load_bpe(enc, merges).encode(t));
+    auto trained = [&](const std::string& data, const std::string& out) {
+        TrainOptions o = m_small_train(m_path(out));
+        o.data = data, o.encoder = enc, o.bpe_vocab = merges, o.steps = 5, o.block = 8, o.dropout = 0;
+        return train(o).train_losses;
+    };
+    CHECK(trained(bin, "tf_bin.safetensors") == trained(text, "tf_text.safetensors"));  // the same ids, the same steps
+    const m_Run e1 = m_run("eval --checkpoint " + m_path("tf_text.safetensors") + " --data " + text);
+    const m_Run e2 = m_run("eval --checkpoint " + m_path("tf_text.safetensors") + " --data " + bin);
+    CHECK(e1.status == 0);
+    CHECK(e2.status == 0);
+    CHECK(e1.out.substr(e1.out.find(':')) == e2.out.substr(e2.out.find(':')));  // the same loss over the same count
+    // Errors: no tokenizer, an id the tokenizer lacks, --out over a file that is not a token file, --out with --ids.
+    m_cli_fails("train --data " + bin + " --steps 1 --out " + m_path("tf_x.safetensors"), "is a token file (llm.c's format, token ids, not text): give the tokenizer its ids belong to, --encoder");
+    m_write(m_path("tf_big.bin"), token_file_bytes(std::vector<int>(200, 300)));
+    m_cli_fails("train --data " + m_path("tf_big.bin") + tok + " --steps 1 --out " + m_path("tf_x.safetensors"), "token 0 is 300");
+    m_cli_fails("eval --checkpoint " + m_path("tf_text.safetensors") + " --data " + m_path("tf_big.bin"), "token 0 is 300");
+    m_cli_fails("tokenize" + tok + " --file " + text + " --out " + text, "would overwrite");
+    m_write(m_path("tf_notes.txt"), "keep me\n");
+    m_cli_fails("tokenize" + tok + " --text hi --out " + m_path("tf_notes.txt"), "not a token file");
+    m_cli_fails("tokenize" + tok + " --ids 258 --out " + bin, "not of --ids");
+    CHECK(!m_exists(m_path("tf_x.safetensors")));
+}
+
 TEST_CASE("BPE training: a hand-made vocabulary end to end; sample, eval and resume use the recorded tokenizer") {
     const std::string enc = m_path("i11_enc.json"), merges = m_path("i11_merges.bpe"), text_path = m_path("i11_bpe.txt");
     m11_write_bpe(enc, merges);

@@ -2866,6 +2866,7 @@ static bool holds_kind(const std::string& p, OutputKind kind) {
         case OutputKind::svg_plot: return h.rfind("<svg ", 0) == 0 || h.rfind("<?xml", 0) == 0;
         case OutputKind::json: return h[h.find_first_not_of(" \t\r\n") == std::string::npos ? 0 : h.find_first_not_of(" \t\r\n")] == '{';
         case OutputKind::text: return h.find('\0') == std::string::npos;
+        case OutputKind::token_file: return is_token_file(h);
     }
     return false;
 }
@@ -2876,6 +2877,7 @@ static const char* kind_name(OutputKind k) {
         case OutputKind::svg_plot: return "an SVG plot written by this program";
         case OutputKind::json: return "a JSON file";
         case OutputKind::text: return "a text file";
+        case OutputKind::token_file: return "a token file (llm.c's .bin format)";
     }
     return "?";
 }
@@ -4487,12 +4489,24 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
     const std::string text = read_file(path);
     if (text.empty()) throw Error("'" + path + "' is empty");
     k.bytes = text.size(), k.hash = fnv1a64(text);
-    std::size_t odd = 0;
-    for (unsigned char ch : text) odd += ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t');
-    if (odd * 100 > text.size()) throw Error("'" + path + "' looks binary, not text (control bytes)");
-    if (!bpe) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
-    const std::vector<int> ids = bpe ? encode_with_progress(*bpe, text, "'" + path + "'", quiet)  // issue 11: BPE tokens
-                                     : k.vocab.encode(text, "'" + path + "'");
+    std::vector<int> ids;
+    if (is_token_file(text)) {  // llm.c's .bin: GPT-2's ids, tokenized already
+        if (!bpe)
+            throw Error("'" + path + "' is a token file (llm.c's format, token ids, not text): give the tokenizer its ids "
+                        "belong to, --encoder encoder.json --vocab vocab.bpe (GPT-2's)");
+        ids = parse_token_file(text, "'" + path + "'");
+        for (std::size_t i = 0; i < ids.size(); i++)
+            if (ids[i] >= bpe->size())
+                throw Error("'" + path + "': token " + std::to_string(i) + " is " + std::to_string(ids[i]) + ", outside the tokenizer's " +
+                            std::to_string(bpe->size()) + " ids");
+    } else {
+        std::size_t odd = 0;
+        for (unsigned char ch : text) odd += ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t');
+        if (odd * 100 > text.size()) throw Error("'" + path + "' looks binary, not text (control bytes)");
+        if (!bpe) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
+        ids = bpe ? encode_with_progress(*bpe, text, "'" + path + "'", quiet)  // issue 11: BPE tokens
+                  : k.vocab.encode(text, "'" + path + "'");
+    }
     const std::size_t cut = ids.size() * 9 / 10;
     k.train.assign(ids.begin(), ids.begin() + cut);
     k.val.assign(ids.begin() + cut, ids.end());
@@ -6240,6 +6254,46 @@ GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& v
     } catch (const Error& e) {
         throw Error("'" + encoder_json_path + "', '" + vocab_bpe_path + "': " + e.what());
     }
+}
+
+// ---- llm.c's token files ------------------------------------------------------------------------
+static int32_t le_int32(const std::string& b, std::size_t at) {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; k++) v |= (uint32_t)(unsigned char)b[at + k] << (8 * k);
+    return (int32_t)v;
+}
+
+bool is_token_file(const std::string& bytes) { return bytes.size() >= 4 && le_int32(bytes, 0) == TOKEN_FILE_MAGIC; }
+
+std::vector<int> parse_token_file(const std::string& bytes, const std::string& name) {
+    const std::size_t header = 256 * 4;
+    if (!is_token_file(bytes)) throw Error(name + " is not a token file (no magic " + std::to_string(TOKEN_FILE_MAGIC) + ")");
+    if (bytes.size() < header)
+        throw Error(name + ": the token file's header is cut short (" + std::to_string(bytes.size()) + " of 1024 bytes)");
+    const int32_t version = le_int32(bytes, 4), count = le_int32(bytes, 8);
+    if (version != 1)
+        throw Error(name + ": token file version " + std::to_string(version) + " is not supported (version 1: uint16 ids)");
+    if (count < 0 || bytes.size() != header + 2 * (std::size_t)count)
+        throw Error(name + ": the header says " + std::to_string(count) + " tokens (" + std::to_string(header + 2 * (std::size_t)std::max(count, 0)) +
+                    " bytes) but the file has " + std::to_string(bytes.size()) + " bytes: cut short or damaged");
+    std::vector<int> ids((std::size_t)count);
+    for (std::size_t i = 0; i < ids.size(); i++)
+        ids[i] = (unsigned char)bytes[header + 2 * i] | (unsigned char)bytes[header + 2 * i + 1] << 8;
+    return ids;
+}
+
+std::string token_file_bytes(const std::vector<int>& ids) {
+    if (ids.size() > (std::size_t)INT32_MAX) throw Error("a token file holds at most 2^31 - 1 tokens");
+    std::string b(256 * 4 + 2 * ids.size(), '\0');
+    auto put32 = [&](std::size_t at, uint32_t v) {
+        for (int k = 0; k < 4; k++) b[at + k] = (char)(v >> (8 * k) & 0xFF);
+    };
+    put32(0, (uint32_t)TOKEN_FILE_MAGIC), put32(4, 1), put32(8, (uint32_t)ids.size());
+    for (std::size_t i = 0; i < ids.size(); i++) {
+        if (ids[i] < 0 || ids[i] > 65535) throw Error("token " + std::to_string(ids[i]) + " does not fit a token file's uint16");
+        b[1024 + 2 * i] = (char)(ids[i] & 0xFF), b[1024 + 2 * i + 1] = (char)(ids[i] >> 8);
+    }
+    return b;
 }
 
 // ---- BERT's WordPiece ----------------------------------------------------------------------------

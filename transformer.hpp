@@ -804,7 +804,7 @@ int utf8_next(const std::string& text, std::size_t i, uint32_t& cp);
 std::string describe_char_at(const std::string& text, std::size_t offset, const std::string& where);
 
 // ---- Files: every output is checked before the work starts and written by one durable writer ----
-enum class OutputKind { checkpoint, csv_log, svg_plot, json, text };  // text: any text file (no NUL byte)
+enum class OutputKind { checkpoint, csv_log, svg_plot, json, text, token_file };  // text: any text file (no NUL byte)
 struct OutputFile {
     std::string path, role;  // role names it in errors: "--out", "the log"
     OutputKind kind;
@@ -1175,6 +1175,16 @@ Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string
 Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const std::string& path);
 // tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
 std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
+// llm.c's token files (dev/data/*.bin, e.g. its tiny Shakespeare and FineWeb in GPT-2's tokens):
+// a header of 256 little-endian int32 (magic 20240520, version 1, the number of tokens N, the rest
+// 0), then N uint16 token ids. A text tokenized once is read by train and eval in no time.
+constexpr int32_t TOKEN_FILE_MAGIC = 20240520;
+bool is_token_file(const std::string& bytes);  // starts with the magic
+// The ids of a token file; throws Error naming `name` on a short header, another version, or a
+// size that is not the header's 1024 bytes plus 2 N.
+std::vector<int> parse_token_file(const std::string& bytes, const std::string& name);
+// The file's bytes; throws Error if an id is outside 0..65535 (uint16).
+std::string token_file_bytes(const std::vector<int>& ids);
 
 // Export: DIR/model.safetensors and DIR/config.json as Hugging Face's GPT2LMHeadModel reads them,
 // the inverse of the import in load_model (names and Conv1D layout: see import_hf_gpt2):
