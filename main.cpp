@@ -25,7 +25,8 @@ static const char* USAGE = R"(usage: transformer COMMAND [flags]
 
 commands:
   train    train a model (default: a small GPT-2 on the built-in 3-digit addition task)
-           --data FILE --model gpt|gpt2|gpt3|bert|roberta --layers L --heads A --embd H --ffn F
+           --data FILE [--val FILE (validation text; default: the last 10% of --data)]
+           --model gpt|gpt2|gpt3|bert|roberta --layers L --heads A --embd H --ffn F
            --block n --batch B --steps S --lr LR --min-lr LR --warmup S --weight-decay W
            --beta1 B1 --beta2 B2 --grad-clip C --dropout P --activation NAME --eval-every S
            --eval-steps S --save-every S --log-every S --stop-at S --seed S --out FILE --resume FILE
@@ -303,10 +304,11 @@ static int cmd_train(Flags& f) {
     if (f.has("resume"))  // a resumed run keeps its model, data and hyperparameters
         for (auto& kv : f.values)
             if (kv.first != "resume" && kv.first != "steps" && kv.first != "stop-at" && kv.first != "out" && kv.first != "quiet" &&
-                kv.first != "data")
-                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at, --out, --quiet and --data (a moved copy of the same text) may be given)");
+                kv.first != "data" && kv.first != "val")
+                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at, --out, --quiet, --data and --val (moved copies of the same texts) may be given)");
     TrainOptions o;
     o.data = f.str("data");
+    o.val_data = f.str("val");
     o.model = f.str("model", o.model);
     o.layers = f.int32("layers", o.layers);
     o.heads = f.int32("heads", o.heads);

@@ -3444,6 +3444,40 @@ TEST_CASE("train: --accum 2 with batch 8 takes the steps of batch 16 (the mean o
     M_CHECK_TF_ERROR(train(bad), "--accum must be 1..65536");
 }
 
+TEST_CASE("train: --val FILE is the validation split (its whole-split loss is eval's on it), recorded and checked on resume") {
+    const std::string val = m_path("val_only.txt"), out = m_path("val_run.safetensors");
+    m_write(val, "the lazy dog jumps over the quick brown fox; abe abd abc.\nthe quick brown fox; abc.\n");
+    TrainOptions o = m_small_train(out);
+    o.val_data = val, o.steps = 20;
+    const TrainResult r = train(o);
+    LoadedModel lm = load_model(out, {"adam."});
+    const auto& md = lm.file.metadata;
+    CHECK(md.at("train.val_data") == val);
+    CHECK(md.at("train.val_data_bytes") == std::to_string(m_read(val).size()));
+    // The whole-split loss at the end is the loss of the --val text, as eval measures it.
+    const CharVocab v = CharVocab::from_metadata(md.at("vocab"));
+    const double expected = corpus_loss(lm.config, lm.params, v.encode(m_read(val)), 1234, nullptr, o.block);
+    CHECK(r.val_loss_split == doctest::Approx(expected).epsilon(1e-9));
+    TrainOptions plain = m_small_train(m_path("val_plain.safetensors"));
+    plain.steps = 20;
+    CHECK(train(plain).val_loss_split != doctest::Approx(r.val_loss_split));  // the last 10% of --data is another text
+    // Resume finds and checks the recorded file; a changed one is refused, naming it.
+    const m_Run ok = m_run("train --resume " + out + " --steps 22 --quiet");
+    INFO(ok.err);
+    CHECK(ok.status == 0);
+    m_write(val, "the lazy dog jumps over the quick brown fox; abe abd abc.\nthe quick brown fox; abd.\n");
+    m_cli_fails("train --resume " + out + " --steps 24 --quiet", "the validation data '" + val + "' has changed");
+    // Errors: a character outside --data's vocabulary, no --data, --val on a run trained without it.
+    m_write(m_path("val_bad.txt"), std::string(80, 'Z'));
+    M_CHECK_TF_ERROR(train([&] { TrainOptions b = m_small_train(m_path("val_x.safetensors")); b.val_data = m_path("val_bad.txt"); return b; }()),
+                     "val_bad.txt");
+    TrainOptions task = m_small_train(m_path("val_x.safetensors"));
+    task.data = "", task.val_data = val, task.block = 0;
+    M_CHECK_TF_ERROR(train(task), "--val needs --data");
+    m_cli_fails("train --resume " + m_path("val_plain.safetensors") + " --val " + val + " --steps 22", "--val: '" + m_path("val_plain.safetensors") + "' was trained without --val");
+    CHECK(!m_exists(m_path("val_x.safetensors")));
+}
+
 TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg") {
     TrainOptions o = m_small_train(m_path("train_small.safetensors"));
     const TrainResult r = train(o);

@@ -4384,6 +4384,7 @@ static double parse_double(const std::string& s, const std::string& what) {
 // the same run.
 static std::map<std::string, std::string> options_metadata(const TrainOptions& o) {
     return {{"train.data", o.data},
+            {"train.val_data", o.val_data},
             {"train.batch", std::to_string(o.batch)},
             {"train.accum", std::to_string(o.accum)},
             {"train.steps", std::to_string(o.steps)},
@@ -4433,6 +4434,7 @@ static void options_from_metadata(const std::map<std::string, std::string>& m, T
     o.predict = parse_int(optional("train.predict", "0"), "train.predict");
     o.line_windows = optional("train.line_windows", "0") == "1";
     o.accum = parse_int(optional("train.accum", "1"), "train.accum");
+    o.val_data = optional("train.val_data", "");
 }
 
 static void check_options(const TrainOptions& o) {
@@ -4462,6 +4464,8 @@ struct Corpus {
     std::vector<int> train_starts, val_starts;  // --line-windows: the window starts (newlines) in each split
     std::size_t bytes = 0;  // the text file's size and content hash (resume checks them)
     uint64_t hash = 0;
+    std::size_t val_bytes = 0;  // the same for --val's file, if given
+    uint64_t val_hash = 0;
 };
 
 // FNV-1a, 64 bits: the content hash a checkpoint records for its training text.
@@ -4478,41 +4482,57 @@ std::vector<int> line_window_starts(const std::vector<int>& ids, int newline, in
     return starts;
 }
 
+// The ids of --data (and of --val, if given: then the training split is the whole of --data).
 static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n, bool line_windows,
-                          const Tokenizer* bpe = nullptr, bool quiet = true) {
+                          const Tokenizer* bpe = nullptr, bool quiet = true, const std::string& val_path = "") {
     Corpus k;
     if (path.empty()) {
+        if (!val_path.empty()) throw Error("train: --val needs --data (the built-in task makes its own validation problems)");
         k.task = true;
         k.vocab = vocab ? *vocab : CharVocab::from_text(AdditionTask::alphabet);
         return k;
     }
-    const std::string text = read_file(path);
-    if (text.empty()) throw Error("'" + path + "' is empty");
-    k.bytes = text.size(), k.hash = fnv1a64(text);
-    std::vector<int> ids;
-    if (is_token_file(text)) {  // llm.c's .bin: GPT-2's ids, tokenized already
-        if (!bpe)
-            throw Error("'" + path + "' is a token file (llm.c's format, token ids, not text): give the tokenizer its ids "
-                        "belong to, --encoder encoder.json --vocab vocab.bpe (GPT-2's)");
-        ids = parse_token_file(text, "'" + path + "'");
-        for (std::size_t i = 0; i < ids.size(); i++)
-            if (ids[i] >= bpe->size())
-                throw Error("'" + path + "': token " + std::to_string(i) + " is " + std::to_string(ids[i]) + ", outside the tokenizer's " +
-                            std::to_string(bpe->size()) + " ids");
-    } else {
+    // One file's ids, its size and hash; the character vocabulary comes from --data's text.
+    auto ids_of = [&](const std::string& file, std::size_t& bytes, uint64_t& hash, std::size_t& chars) {
+        const std::string text = read_file(file);
+        if (text.empty()) throw Error("'" + file + "' is empty");
+        bytes = chars = text.size(), hash = fnv1a64(text);
+        if (is_token_file(text)) {  // llm.c's .bin: GPT-2's ids, tokenized already
+            if (!bpe)
+                throw Error("'" + file + "' is a token file (llm.c's format, token ids, not text): give the tokenizer its ids "
+                            "belong to, --encoder encoder.json --vocab vocab.bpe (GPT-2's)");
+            std::vector<int> ids = parse_token_file(text, "'" + file + "'");
+            for (std::size_t i = 0; i < ids.size(); i++)
+                if (ids[i] >= bpe->size())
+                    throw Error("'" + file + "': token " + std::to_string(i) + " is " + std::to_string(ids[i]) +
+                                ", outside the tokenizer's " + std::to_string(bpe->size()) + " ids");
+            return ids;
+        }
         std::size_t odd = 0;
         for (unsigned char ch : text) odd += ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t');
-        if (odd * 100 > text.size()) throw Error("'" + path + "' looks binary, not text (control bytes)");
-        if (!bpe) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
-        ids = bpe ? encode_with_progress(*bpe, text, "'" + path + "'", quiet)  // issue 11: BPE tokens
-                  : k.vocab.encode(text, "'" + path + "'");
+        if (odd * 100 > text.size()) throw Error("'" + file + "' looks binary, not text (control bytes)");
+        if (!bpe && file == path) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
+        return bpe ? encode_with_progress(*bpe, text, "'" + file + "'", quiet)  // issue 11: BPE tokens
+                   : k.vocab.encode(text, "'" + file + "'");
+    };
+    std::size_t chars = 0, val_chars = 0;
+    const std::vector<int> ids = ids_of(path, k.bytes, k.hash, chars);
+    if (val_path.empty()) {  // the last 10% of --data
+        const std::size_t cut = ids.size() * 9 / 10;
+        k.train.assign(ids.begin(), ids.begin() + cut);
+        k.val.assign(ids.begin() + cut, ids.end());
+    } else {
+        k.train = ids;
+        k.val = ids_of(val_path, k.val_bytes, k.val_hash, val_chars);
+        if ((long long)k.train.size() < n + 2)
+            throw Error("'" + path + "' is too short: " + std::to_string(ids.size()) + " tokens, fewer than the block of " +
+                        std::to_string(n + 1) + " the training windows need");
     }
-    const std::size_t cut = ids.size() * 9 / 10;
-    k.train.assign(ids.begin(), ids.begin() + cut);
-    k.val.assign(ids.begin() + cut, ids.end());
     if ((long long)k.val.size() < n + 2)
-        throw Error("'" + path + "' is too short: " + std::to_string(text.size()) + " characters (" + std::to_string(ids.size()) +
-                    " tokens), the 10% validation split needs more tokens than the block of " + std::to_string(n + 1));
+        throw Error(val_path.empty() ? "'" + path + "' is too short: " + std::to_string(chars) + " characters (" + std::to_string(ids.size()) +
+                                           " tokens), the 10% validation split needs more tokens than the block of " + std::to_string(n + 1)
+                                     : "--val '" + val_path + "' is too short: " + std::to_string(k.val.size()) +
+                                           " tokens, the validation windows need more than the block of " + std::to_string(n + 1));
     if (line_windows) {
         const int nl = k.vocab.id[(unsigned char)'\n'];  // -1 if the text has no newline
         auto starts = [&](const std::vector<int>& ids, std::vector<int>& out, const char* split) {
@@ -4521,46 +4541,69 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
                 throw Error("--line-windows: the " + std::string(split) + " split of '" + path +
                             "' has no newline followed by a whole block of " + std::to_string(n + 1) + " characters");
         };
-        starts(k.train, k.train_starts, "training (first 90%)");
-        starts(k.val, k.val_starts, "validation (last 10%)");
+        starts(k.train, k.train_starts, val_path.empty() ? "training (first 90%)" : "training");
+        starts(k.val, k.val_starts, val_path.empty() ? "validation (last 10%)" : "validation (--val)");
     }
     return k;
 }
 
-// The data file of a resumed run: the one given (--data, a moved copy) or the one recorded, by
-// its path as given or else its absolute path; its size and content hash must be the recorded ones.
+// A data file a checkpoint records: --data under "train.data", --val under "train.val_data"; each
+// KEY with KEY_path (absolute), KEY_bytes and KEY_fnv1a64 (content hash).
+struct DataRecord {
+    const char* key;   // "train.data"
+    const char* flag;  // "--data"
+    const char* what;  // "training data"
+    const char* none;  // why a given flag cannot apply when nothing is recorded
+};
+static const DataRecord DATA_RECORD = {"train.data", "--data", "training data", "was trained on the built-in task, not on a file"};
+static const DataRecord VAL_RECORD = {"train.val_data", "--val", "validation data",
+                                      "was trained without --val (its validation split is the last 10% of --data)"};
+
+// The file of a resumed run: the one given (a moved copy) or the one recorded, by its path as
+// given or else its absolute path; its size and content hash must be the recorded ones.
 static std::string resume_data_path(const std::map<std::string, std::string>& md, const std::string& given,
-                                    const std::string& checkpoint) {
-    const std::string recorded = md.count("train.data") ? md.at("train.data") : "";
-    if (recorded.empty() && given.empty()) return "";  // the built-in task
-    if (recorded.empty()) throw Error("--data: '" + checkpoint + "' was trained on the built-in task, not on a file");
+                                    const std::string& checkpoint, const DataRecord& r = DATA_RECORD) {
+    const std::string key = r.key, recorded = md.count(key) ? md.at(key) : "";
+    if (recorded.empty() && given.empty()) return "";  // the built-in task, or no --val
+    if (recorded.empty()) throw Error(std::string(r.flag) + ": '" + checkpoint + "' " + r.none);
     std::string path = given;
     if (path.empty()) {
-        const std::string abs = md.count("train.data_path") ? md.at("train.data_path") : "";
+        const std::string abs = md.count(key + "_path") ? md.at(key + "_path") : "";
         struct stat st;
         path = ::stat(recorded.c_str(), &st) == 0 || abs.empty() || ::stat(abs.c_str(), &st) != 0 ? recorded : abs;
     }
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f)
-        throw Error("the training data '" + path + "' of '" + checkpoint + "' cannot be opened (" + std::strerror(errno) +
-                    "); if it moved, give --data FILE with the same text");
+        throw Error("the " + std::string(r.what) + " '" + path + "' of '" + checkpoint + "' cannot be opened (" + std::strerror(errno) +
+                    "); if it moved, give " + r.flag + " FILE with the same text");
     std::fclose(f);
     return path;
 }
-static void check_resume_data(const std::map<std::string, std::string>& md, const Corpus& k, const std::string& path,
-                              const std::string& checkpoint) {
-    if (!md.count("train.data_bytes") || !md.count("train.data_fnv1a64")) {
+static void check_resume_data(const std::map<std::string, std::string>& md, std::size_t file_bytes, uint64_t file_hash,
+                              const std::string& path, const std::string& checkpoint, const DataRecord& r = DATA_RECORD) {
+    const std::string key = r.key;
+    if (!md.count(key + "_bytes") || !md.count(key + "_fnv1a64")) {
         std::fprintf(stderr, "note: '%s' does not record its data's size and hash (an older checkpoint); '%s' is not checked\n",
                      checkpoint.c_str(), path.c_str());
         return;
     }
-    const std::string bytes = std::to_string(k.bytes), hash = std::to_string(k.hash);
+    const std::string bytes = std::to_string(file_bytes), hash = std::to_string(file_hash);
     std::string diff;
-    if (md.at("train.data_bytes") != bytes) diff = "its size is " + bytes + " bytes, the checkpoint recorded " + md.at("train.data_bytes");
-    else if (md.at("train.data_fnv1a64") != hash) diff = "same size, but its content hash (FNV-1a 64) differs from the recorded one";
+    if (md.at(key + "_bytes") != bytes) diff = "its size is " + bytes + " bytes, the checkpoint recorded " + md.at(key + "_bytes");
+    else if (md.at(key + "_fnv1a64") != hash) diff = "same size, but its content hash (FNV-1a 64) differs from the recorded one";
     if (!diff.empty())
-        throw Error("the training data '" + path + "' has changed since '" + checkpoint + "' was written: " + diff +
-                    "; resume needs the same text (give --data FILE to point at a copy of it)");
+        throw Error("the " + std::string(r.what) + " '" + path + "' has changed since '" + checkpoint + "' was written: " + diff +
+                    "; resume needs the same text (give " + r.flag + " FILE to point at a copy of it)");
+}
+// The data's record in a checkpoint's metadata (the path as given in KEY, set with the options).
+static void record_data(std::map<std::string, std::string>& meta, const std::string& path, std::size_t bytes, uint64_t hash,
+                        const DataRecord& r) {
+    const std::string key = r.key;
+    char* abs = ::realpath(path.c_str(), nullptr);
+    meta[key + "_path"] = abs ? abs : path;
+    std::free(abs);
+    meta[key + "_bytes"] = std::to_string(bytes);
+    meta[key + "_fnv1a64"] = std::to_string(hash);
 }
 
 // B examples: random windows (text) or random problems (task). GPT variants predict the next
@@ -4912,7 +4955,7 @@ TrainResult train(const TrainOptions& opt_in) {
     else if (!o.encoder.empty()) tok = gpt2_tokenizer(o.encoder, o.bpe_vocab);
     if (!o.resume.empty()) {
         LoadedModel lm = load_model(o.resume, {"adam."});
-        const std::string data_given = o.data;  // --data on resume: a moved copy of the same text
+        const std::string data_given = o.data, val_given = o.val_data;  // on resume: moved copies of the same texts
         s.c = lm.config;
         s.p = std::move(lm.params);
         const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
@@ -4926,6 +4969,7 @@ TrainResult train(const TrainOptions& opt_in) {
         if (steps > 0) o.steps = steps;
         o.stop_at = stop_at, o.out = out, o.quiet = quiet;
         o.data = resume_data_path(lm.file.metadata, data_given, o.resume);
+        o.val_data = resume_data_path(lm.file.metadata, val_given, o.resume, VAL_RECORD);
         resume_md = lm.file.metadata;
         adamw_init(s.c, s.adam);
         auto M = named_tensors(s.c, s.adam.m), S = named_tensors(s.c, s.adam.v);
@@ -4959,7 +5003,7 @@ TrainResult train(const TrainOptions& opt_in) {
     check_outputs({{o.out, "--out", OutputKind::checkpoint},
                    {base + ".csv", "the loss log", OutputKind::csv_log},
                    {base + ".svg", "the loss plot", OutputKind::svg_plot}},
-                  {{o.data, "--data"}, {o.resume, "--resume", true}, {o.init_from, "--init-from"}});
+                  {{o.data, "--data"}, {o.val_data, "--val"}, {o.resume, "--resume", true}, {o.init_from, "--init-from"}});
     Config& c = s.c;
     s.adam.beta1 = o.beta1, s.adam.beta2 = o.beta2, s.adam.weight_decay = o.weight_decay;
     const int n_default = o.data.empty() ? AdditionTask::prompt_len() + AdditionTask::answer_len() : 64;
@@ -4977,8 +5021,10 @@ TrainResult train(const TrainOptions& opt_in) {
     o.predict = xlnet ? predict : 0;
     const bool bpe = tok.kind == "gpt2-bpe";
     if (tok.kind == "char") saved_vocab = tok.chars;
-    Corpus k = load_corpus(o.data, tok.kind == "char" ? &saved_vocab : nullptr, n, o.line_windows, bpe ? &tok : nullptr, o.quiet);
-    if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k, o.data, o.resume);
+    Corpus k = load_corpus(o.data, tok.kind == "char" ? &saved_vocab : nullptr, n, o.line_windows, bpe ? &tok : nullptr, o.quiet,
+                           o.val_data);
+    if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k.bytes, k.hash, o.data, o.resume);
+    if (!o.resume.empty() && !o.val_data.empty()) check_resume_data(resume_md, k.val_bytes, k.val_hash, o.val_data, o.resume, VAL_RECORD);
     if (o.resume.empty() && o.init_from.empty()) {
         c.variant = variant;
         c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
@@ -4999,13 +5045,8 @@ TrainResult train(const TrainOptions& opt_in) {
     if (bpe) s.meta = tok.metadata();
     else s.meta["vocab"] = k.vocab.to_metadata();
     if (!o.init_from.empty()) s.meta["train.init_from"] = o.init_from;
-    if (!k.task) {
-        char* abs = ::realpath(o.data.c_str(), nullptr);
-        s.meta["train.data_path"] = abs ? abs : o.data;
-        std::free(abs);
-        s.meta["train.data_bytes"] = std::to_string(k.bytes);
-        s.meta["train.data_fnv1a64"] = std::to_string(k.hash);
-    }
+    if (!k.task) record_data(s.meta, o.data, k.bytes, k.hash, DATA_RECORD);
+    if (!o.val_data.empty()) record_data(s.meta, o.val_data, k.val_bytes, k.val_hash, VAL_RECORD);
     Objective obj;
     obj.tokens_per_step = (long long)o.batch * n;
     obj.title = std::string(variant_name(c.variant)) + (xlnet ? " XLNet permutation loss" : " training loss");

@@ -903,6 +903,7 @@ struct AdditionTask {
 // Everything `transformer train` takes; the defaults are the main job (make run).
 struct TrainOptions {
     std::string data;            // text file; empty = the built-in addition task
+    std::string val_data;        // --val: the validation text (all of it); empty = the last 10% of data
     std::string model = "gpt2";  // variant
     int layers = 2, heads = 4, embd = 64, ffn = 0, block = 0, batch = 32;  // ffn 0 = 4H, block 0 = auto
     int accum = 1;  // gradient accumulation: each step sums the gradients of `accum` batches of `batch`
