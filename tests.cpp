@@ -7018,6 +7018,7 @@ TEST_CASE("token files: llm.c's .bin format, written by tokenize --out, read by 
     CHECK(b.substr(1024) == std::string("\x01\0\x02\x01\xFF\xFF", 6));
     CHECK(is_token_file(b));
     CHECK(parse_token_file(b, "x") == std::vector<int>{1, 258, 65535});
+    M_CHECK_TF_ERROR(parse_token_file(b, "'t.bin'", 300), "'t.bin': token 2 is 65535, outside the tokenizer's 300 ids");
     CHECK_FALSE(is_token_file("hello\n"));
     M_CHECK_TF_ERROR(token_file_bytes({70000}), "70000", "uint16");
     M_CHECK_TF_ERROR(parse_token_file(b.substr(0, b.size() - 1), "'t.bin'"), "'t.bin'", "3 tokens", "1029 bytes", "cut short");

@@ -4501,12 +4501,7 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
             if (!bpe)
                 throw Error("'" + file + "' is a token file (llm.c's format, token ids, not text): give the tokenizer its ids "
                             "belong to, --encoder encoder.json --vocab vocab.bpe (GPT-2's)");
-            std::vector<int> ids = parse_token_file(text, "'" + file + "'");
-            for (std::size_t i = 0; i < ids.size(); i++)
-                if (ids[i] >= bpe->size())
-                    throw Error("'" + file + "': token " + std::to_string(i) + " is " + std::to_string(ids[i]) +
-                                ", outside the tokenizer's " + std::to_string(bpe->size()) + " ids");
-            return ids;
+            return parse_token_file(text, "'" + file + "'", bpe->size());
         }
         std::size_t odd = 0;
         for (unsigned char ch : text) odd += ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t');
@@ -6306,7 +6301,7 @@ static int32_t le_int32(const std::string& b, std::size_t at) {
 
 bool is_token_file(const std::string& bytes) { return bytes.size() >= 4 && le_int32(bytes, 0) == TOKEN_FILE_MAGIC; }
 
-std::vector<int> parse_token_file(const std::string& bytes, const std::string& name) {
+std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V) {
     const std::size_t header = 256 * 4;
     if (!is_token_file(bytes)) throw Error(name + " is not a token file (no magic " + std::to_string(TOKEN_FILE_MAGIC) + ")");
     if (bytes.size() < header)
@@ -6318,8 +6313,12 @@ std::vector<int> parse_token_file(const std::string& bytes, const std::string& n
         throw Error(name + ": the header says " + std::to_string(count) + " tokens (" + std::to_string(header + 2 * (std::size_t)std::max(count, 0)) +
                     " bytes) but the file has " + std::to_string(bytes.size()) + " bytes: cut short or damaged");
     std::vector<int> ids((std::size_t)count);
-    for (std::size_t i = 0; i < ids.size(); i++)
+    for (std::size_t i = 0; i < ids.size(); i++) {
         ids[i] = (unsigned char)bytes[header + 2 * i] | (unsigned char)bytes[header + 2 * i + 1] << 8;
+        if (ids[i] >= V)
+            throw Error(name + ": token " + std::to_string(i) + " is " + std::to_string(ids[i]) + ", outside the tokenizer's " +
+                        std::to_string(V) + " ids (a token file of another tokenizer?)");
+    }
     return ids;
 }
 

@@ -1181,9 +1181,9 @@ std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& tex
 // 0), then N uint16 token ids. A text tokenized once is read by train and eval in no time.
 constexpr int32_t TOKEN_FILE_MAGIC = 20240520;
 bool is_token_file(const std::string& bytes);  // starts with the magic
-// The ids of a token file; throws Error naming `name` on a short header, another version, or a
-// size that is not the header's 1024 bytes plus 2 N.
-std::vector<int> parse_token_file(const std::string& bytes, const std::string& name);
+// The ids of a token file; throws Error naming `name` on a short header, another version, a size
+// that is not the header's 1024 bytes plus 2 N, or an id >= V (the tokenizer's size).
+std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V = 65536);
 // The file's bytes; throws Error if an id is outside 0..65535 (uint16).
 std::string token_file_bytes(const std::vector<int>& ids);
 
