@@ -184,8 +184,8 @@ static int cmd_tokenize(Flags& f) {
     if (f.has("out")) check_outputs({{out, "--out", OutputKind::token_file}}, {{file, "--file"}});
     const Tokenizer bpe = load_tokenizer(kind, enc, merges);  // GPT-2's or GPT-1's BPE, or WordPiece
     if (f.has("ids")) {
-        const std::string out = bpe.decode(parse_ids(ids, "--ids"));
-        std::fwrite(out.data(), 1, out.size(), stdout);
+        const std::string decoded = bpe.decode(parse_ids(ids, "--ids"));
+        std::fwrite(decoded.data(), 1, decoded.size(), stdout);
         std::printf("\n");
         return 0;
     }
