@@ -5281,6 +5281,13 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
         TD dw({c.H});
         xlnet_loss(c, p, w, x, 2, z, 3, &g, &dw);
         grad_check([&] { return xlnet_loss(c, p, w, x, 2, z, 3); }, w, dw, std::string("w, ") + name);
+        // The gradient adds into g and dw (train's --accum sums batches so): a second call doubles them.
+        Params<double> g2 = g;
+        TD dw2 = dw;
+        xlnet_loss(c, p, w, x, 2, z, 3, &g2, &dw2);
+        CHECK(dw2.data[0] == doctest::Approx(2 * dw.data[0]).epsilon(1e-12));
+        CHECK(g2.W_e(x[0], 0) == doctest::Approx(2 * g.W_e(x[0], 0)).epsilon(1e-12));
+        CHECK(g2.W_e(x[0], 0) != 0.0);
         // The loss is the mean -log P of the predicted tokens (the last 3 of z) under the query stream.
         const TD P = xlnet_query_probs(c, p, w, std::vector<int>(x.begin(), x.begin() + 5), z);
         const TD P1 = xlnet_query_probs(c, p, w, std::vector<int>(x.begin() + 5, x.end()), z);
