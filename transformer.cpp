@@ -4493,10 +4493,10 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
         return k;
     }
     // One file's ids, its size and hash; the character vocabulary comes from --data's text.
-    auto ids_of = [&](const std::string& file, std::size_t& bytes, uint64_t& hash, std::size_t& chars) {
+    auto ids_of = [&](const std::string& file, std::size_t& bytes, uint64_t& hash) {
         const std::string text = read_file(file);
         if (text.empty()) throw Error("'" + file + "' is empty");
-        bytes = chars = text.size(), hash = fnv1a64(text);
+        bytes = text.size(), hash = fnv1a64(text);
         if (is_token_file(text)) {  // llm.c's .bin: GPT-2's ids, tokenized already
             if (!bpe)
                 throw Error("'" + file + "' is a token file (llm.c's format, token ids, not text): give the tokenizer its ids "
@@ -4510,21 +4510,20 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
         return bpe ? encode_with_progress(*bpe, text, "'" + file + "'", quiet)  // issue 11: BPE tokens
                    : k.vocab.encode(text, "'" + file + "'");
     };
-    std::size_t chars = 0, val_chars = 0;
-    const std::vector<int> ids = ids_of(path, k.bytes, k.hash, chars);
+    const std::vector<int> ids = ids_of(path, k.bytes, k.hash);
     if (val_path.empty()) {  // the last 10% of --data
         const std::size_t cut = ids.size() * 9 / 10;
         k.train.assign(ids.begin(), ids.begin() + cut);
         k.val.assign(ids.begin() + cut, ids.end());
     } else {
         k.train = ids;
-        k.val = ids_of(val_path, k.val_bytes, k.val_hash, val_chars);
+        k.val = ids_of(val_path, k.val_bytes, k.val_hash);
         if ((long long)k.train.size() < n + 2)
             throw Error("'" + path + "' is too short: " + std::to_string(ids.size()) + " tokens, fewer than the block of " +
                         std::to_string(n + 1) + " the training windows need");
     }
     if ((long long)k.val.size() < n + 2)
-        throw Error(val_path.empty() ? "'" + path + "' is too short: " + std::to_string(chars) + " characters (" + std::to_string(ids.size()) +
+        throw Error(val_path.empty() ? "'" + path + "' is too short: " + std::to_string(k.bytes) + " characters (" + std::to_string(ids.size()) +
                                            " tokens), the 10% validation split needs more tokens than the block of " + std::to_string(n + 1)
                                      : "--val '" + val_path + "' is too short: " + std::to_string(k.val.size()) +
                                            " tokens, the validation windows need more than the block of " + std::to_string(n + 1));
