@@ -3471,6 +3471,9 @@ TEST_CASE("train: --val FILE is the validation split (its whole-split loss is ev
     m_write(m_path("val_bad.txt"), std::string(80, 'Z'));
     M_CHECK_TF_ERROR(train([&] { TrainOptions b = m_small_train(m_path("val_x.safetensors")); b.val_data = m_path("val_bad.txt"); return b; }()),
                      "val_bad.txt");
+    m_write(m_path("val_short.txt"), "the fox\n");
+    M_CHECK_TF_ERROR(train([&] { TrainOptions b = m_small_train(m_path("val_x.safetensors")); b.val_data = m_path("val_short.txt"); return b; }()),
+                     "--val '" + m_path("val_short.txt") + "' is too short: 8 tokens");
     TrainOptions task = m_small_train(m_path("val_x.safetensors"));
     task.data = "", task.val_data = val, task.block = 0;
     M_CHECK_TF_ERROR(train(task), "--val needs --data");
