@@ -7033,6 +7033,9 @@ TEST_CASE("token files: llm.c's .bin format, written by tokenize --out, read by 
     M_CHECK_TF_ERROR(token_file_bytes({70000}), "70000", "uint16");
     M_CHECK_TF_ERROR(parse_token_file(b.substr(0, b.size() - 1), "'t.bin'"), "'t.bin'", "3 tokens", "1029 bytes", "cut short");
     M_CHECK_TF_ERROR(parse_token_file(b.substr(0, 100), "'t.bin'"), "header is cut short");
+    std::string neg = b;
+    neg[11] = '\xFF';  // the count's high byte: negative
+    M_CHECK_TF_ERROR(parse_token_file(neg, "'t.bin'"), "token count is negative");
     std::string v2 = b;
     v2[4] = 2;
     M_CHECK_TF_ERROR(parse_token_file(v2, "'t.bin'"), "version 2");

@@ -6308,8 +6308,9 @@ std::vector<int> parse_token_file(const std::string& bytes, const std::string& n
     const int32_t version = le_int32(bytes, 4), count = le_int32(bytes, 8);
     if (version != 1)
         throw Error(name + ": token file version " + std::to_string(version) + " is not supported (version 1: uint16 ids)");
-    if (count < 0 || bytes.size() != header + 2 * (std::size_t)count)
-        throw Error(name + ": the header says " + std::to_string(count) + " tokens (" + std::to_string(header + 2 * (std::size_t)std::max(count, 0)) +
+    if (count < 0) throw Error(name + ": the header's token count is negative (" + std::to_string(count) + "): a damaged file");
+    if (bytes.size() != header + 2 * (std::size_t)count)
+        throw Error(name + ": the header says " + std::to_string(count) + " tokens (" + std::to_string(header + 2 * (std::size_t)count) +
                     " bytes) but the file has " + std::to_string(bytes.size()) + " bytes: cut short or damaged");
     std::vector<int> ids((std::size_t)count);
     for (std::size_t i = 0; i < ids.size(); i++) {
