@@ -6298,13 +6298,15 @@ static int32_t le_int32(const std::string& b, std::size_t at) {
     return (int32_t)v;
 }
 
+static const std::size_t TOKEN_FILE_HEADER = 256 * 4;  // bytes: 256 int32
+
 bool is_token_file(const std::string& bytes) { return bytes.size() >= 4 && le_int32(bytes, 0) == TOKEN_FILE_MAGIC; }
 
 std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V) {
-    const std::size_t header = 256 * 4;
+    const std::size_t header = TOKEN_FILE_HEADER;
     if (!is_token_file(bytes)) throw Error(name + " is not a token file (no magic " + std::to_string(TOKEN_FILE_MAGIC) + ")");
     if (bytes.size() < header)
-        throw Error(name + ": the token file's header is cut short (" + std::to_string(bytes.size()) + " of 1024 bytes)");
+        throw Error(name + ": the token file's header is cut short (" + std::to_string(bytes.size()) + " of " + std::to_string(header) + " bytes)");
     const int32_t version = le_int32(bytes, 4), count = le_int32(bytes, 8);
     if (version != 1)
         throw Error(name + ": token file version " + std::to_string(version) + " is not supported (version 1: uint16 ids)");
@@ -6324,14 +6326,14 @@ std::vector<int> parse_token_file(const std::string& bytes, const std::string& n
 
 std::string token_file_bytes(const std::vector<int>& ids) {
     if (ids.size() > (std::size_t)INT32_MAX) throw Error("a token file holds at most 2^31 - 1 tokens");
-    std::string b(256 * 4 + 2 * ids.size(), '\0');
+    std::string b(TOKEN_FILE_HEADER + 2 * ids.size(), '\0');
     auto put32 = [&](std::size_t at, uint32_t v) {
         for (int k = 0; k < 4; k++) b[at + k] = (char)(v >> (8 * k) & 0xFF);
     };
     put32(0, (uint32_t)TOKEN_FILE_MAGIC), put32(4, 1), put32(8, (uint32_t)ids.size());
     for (std::size_t i = 0; i < ids.size(); i++) {
         if (ids[i] < 0 || ids[i] > 65535) throw Error("token " + std::to_string(ids[i]) + " does not fit a token file's uint16");
-        b[1024 + 2 * i] = (char)(ids[i] & 0xFF), b[1024 + 2 * i + 1] = (char)(ids[i] >> 8);
+        b[TOKEN_FILE_HEADER + 2 * i] = (char)(ids[i] & 0xFF), b[TOKEN_FILE_HEADER + 2 * i + 1] = (char)(ids[i] >> 8);
     }
     return b;
 }
