@@ -45,13 +45,14 @@ commands:
            --out FILE [--lambda 0.5] [--steps S (0: 3 epochs)] [--batch 32] [--lr 6.25e-5] [--warmup S]
            [--dropout 0.1] [--weight-decay 0.01] [--grad-clip 1] [--eval-every S] [--log-every S] [--seed S]
            [--scratch (same shapes, fresh weights)] [--accum K (as train's)] [--quiet]   (tab-separated files, see README)
-           [--encoder F] [--vocab F] [--tokenizer KIND]  (released GPT-1/GPT-2/BERT weights: their tokenizer)
+           [--encoder F] [--vocab F] [--tokenizer KIND]  (released GPT-1/GPT-2/BERT/RoBERTa weights: their tokenizer)
   predict  --checkpoint FINETUNED --data FILE   (one label per line; accuracy on stderr if FILE has labels)
   task     --task text|classify|entailment|similarity|choice --out FILE [--examples 2000] [--seed S] [--held-out]
            (the built-in tasks on 3-digit sums: text = unlabelled problems to pre-train on; the others
            labelled, in finetune's file format)
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
            [--vocab vocab.txt [--top 5]]  (BERT's WordPiece: the top candidates at each [MASK])
+           [--encoder vocab.json --vocab merges.txt]  (RoBERTa's BPE: the same at each <mask>)
   eval     --checkpoint FILE --data FILE [--encoder F] [--vocab F] [--tokenizer KIND] (mean loss in nats per token)
   init     --preset NAME [--seed S] --out FILE
   export   --checkpoint FILE --out DIR   (a gpt2 model in Hugging Face's GPT2LMHeadModel layout:
@@ -59,8 +60,9 @@ commands:
   grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
   params   --preset NAME | --checkpoint FILE  (the seed's lambda beside the floats the model holds)
   tokenize [--encoder encoder.json] --vocab vocab.bpe|vocab.txt (--text TEXT | --file FILE | --ids 15496,995) [--out F.bin]
-           [--tokenizer gpt2-bpe|gpt1-bpe|bert-wordpiece]  (text -> ids, or ids -> text; GPT-2's
-           byte-level BPE, GPT-1's BPE, BERT's WordPiece: recognised from the files)
+           [--tokenizer gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece]  (text -> ids, or ids -> text;
+           GPT-2's byte-level BPE, GPT-1's BPE, RoBERTa's byte-level BPE, BERT's WordPiece: recognised
+           from the files)
   bench    [--preset NAME] [--model M --layers L --heads A --embd H --ffn F --vocab V --activation NAME]
            [--batch B] [--block n] [--steps S] [--json]   (model flags change the preset, default gpt2-124m)
   masks    --n N --out FILE.svg [--window 3] [--stride 4] [--perm 2,4,1,3]
@@ -478,9 +480,9 @@ static Tokenizer codec_of(const LoadedModel& lm, const std::string& path, const 
     const int V0 = lm.config.V - (lm.config.W_y_rows > 0 && is_causal(lm.config.variant) ? 3 : 0);  // a fine-tuned GPT's 3 new rows
     if (t.size() != V0)
         throw Error("the tokenizer has " + std::to_string(t.size()) + " tokens but the model's V = " + std::to_string(V0));
-    if ((t.kind == "bert-wordpiece") != !is_causal(lm.config.variant))
+    if (is_bidirectional_tokenizer(t.kind) == is_causal(lm.config.variant))
         throw Error("the tokenizer is " + t.kind + " but '" + path + "' is a " + variant_name(lm.config.variant) +
-                    " model (gpt1-bpe and gpt2-bpe go with gpt models, bert-wordpiece with bert)");
+                    " model (gpt1-bpe and gpt2-bpe go with gpt models, bert-wordpiece with bert, roberta-bpe with roberta)");
     return t;
 }
 
@@ -508,18 +510,20 @@ static int cmd_sample(Flags& f) {
     return 0;
 }
 
-// fill with BERT's WordPiece (issue 12): [CLS] text [SEP], as Hugging Face's tokenizer adds them,
-// then the top candidates at each [MASK] with their probabilities Softmax(z_j), and the text with
-// the best candidate at each.
+// fill with BERT's WordPiece (issue 12) or RoBERTa's BPE: [CLS] text [SEP] (RoBERTa: <s> text </s>),
+// as Hugging Face's tokenizers add them, then the top candidates at each mask token ([MASK], <mask>)
+// with their probabilities Softmax(z_j), and the text with the best candidate at each.
 static int fill_subword(const LoadedModel& lm, const std::string& path, const Tokenizer& codec, const std::string& text, int top) {
     const Config& c = lm.config;
     std::vector<int> x = codec.encode(text, "--text"), masked;
     x.insert(x.begin(), c.cls_id), x.push_back(c.sep_id);
     for (int j = 0; j < (int)x.size(); j++)
         if (x[j] == c.mask_id) masked.push_back(j);
-    if (masked.empty()) throw Error("--text has no [MASK]");
+    const std::string MASK = codec.decode({c.mask_id});  // [MASK] or <mask>
+    if (masked.empty()) throw Error("--text has no " + MASK);
     if ((int)x.size() > c.n_ctx)
-        throw Error("--text is " + std::to_string(x.size()) + " tokens with [CLS] and [SEP], longer than n_ctx = " + std::to_string(c.n_ctx));
+        throw Error("--text is " + std::to_string(x.size()) + " tokens with " + codec.decode({c.cls_id}) + " and " +
+                    codec.decode({c.sep_id}) + ", longer than n_ctx = " + std::to_string(c.n_ctx));
     Batch b;
     b.n = (int)x.size(), b.tokens = x;
     const Tensor<float> Z = model_forward(c, lm.params, b);
@@ -533,7 +537,7 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
         for (int v = 0; v < c.V; v++) order[v] = v;
         const int k = std::min(top, c.V);
         std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int bb) { return y[a] > y[bb] || (y[a] == y[bb] && a < bb); });
-        std::printf("[MASK] at token %d:", j);
+        std::printf("%s at token %d:", MASK.c_str(), j);
         for (int r = 0; r < k; r++) std::printf("%s %s %.4f", r ? "," : "", codec.decode({order[r]}).c_str(), y[order[r]]);
         std::printf("\n");
         filled[j] = order[0];
@@ -611,12 +615,14 @@ static int cmd_eval(Flags& f) {
                     "mean loss %.4f nats per token over %lld predicted tokens\n", data.c_str(), ltr, count);
         return 0;
     }
-    // Released BERT (WordPiece) was pre-trained on [CLS] A [SEP] B [SEP]: read it so, as fill does.
-    const bool cls_sep = codec.kind == "bert-wordpiece";
+    // Released BERT (WordPiece) and RoBERTa (BPE) were pre-trained on [CLS] A [SEP] B [SEP] (<s> ... </s>):
+    // read them so, as fill does.
+    const bool cls_sep = is_bidirectional_tokenizer(codec.kind);
     const double loss = corpus_loss(c, lm.params, ids, 1234, &count, 0, cls_sep);
     if (!std::isfinite(loss)) throw Error("the loss on '" + data + "' is not finite (" + std::to_string(loss) + "): the model's numbers overflow");
     std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens%s\n", data.c_str(), loss, count,
-                cls_sep ? (" (windows of " + std::to_string(c.n_ctx - 2) + " tokens, each as [CLS] window [SEP])").c_str() : "");
+                cls_sep ? (" (windows of " + std::to_string(c.n_ctx - 2) + " tokens, each as " + codec.decode({c.cls_id}) +
+                           " window " + codec.decode({c.sep_id}) + ")").c_str() : "");
     return 0;
 }
 

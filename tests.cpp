@@ -6762,6 +6762,204 @@ TEST_CASE("BERT weights: missing, misshaped, unexpected and untied tensors, bad 
     M_CHECK_TF_ERROR(load_model(path), "hidden_act 'tanh'");
 }
 
+namespace {
+// RoBERTa's tokenizer in small: the 256 byte symbols (ids 0..255), four merged tokens and the
+// special ones (<s> 260, <pad> 261, </s> 262, <unk> 263, <mask> 264).
+const std::vector<std::string> m_RB_MERGED = {"he", "ll", "hell", m_G + "hell", "<s>", "<pad>", "</s>", "<unk>", "<mask>"};
+const std::vector<std::string> m_RB_MERGES = {"h e", "l l", "he ll", m_G + " hell"};
+Config m_roberta_hf_config() {  // RoBERTa as released in small: tiny-roberta with attention biases and the additions
+    Config c = m_released_bert("tiny-roberta", true);
+    c.A = 2, c.D = 4, c.H = 8, c.F = 16, c.L = 2, c.n_ctx = 16, c.V = 265, c.eps = 1e-5;
+    c.cls_id = 260, c.sep_id = 262, c.mask_id = 264;
+    return c;
+}
+// The tensors of a roberta model under Hugging Face's RobertaForMaskedLM names: BERT's, renamed,
+// with positions numbered from 2 (rows 0 and 1: never read) less the one token type row tt.
+std::vector<m_RawTensor> m_roberta_hf(const Config& c, const Params<float>& p, const Tensor<float>& tt, const std::string& prefix) {
+    std::vector<m_RawTensor> out;
+    for (m_RawTensor& t : m_bert_hf(c, p, false)) {
+        const std::pair<const char*, const char*> renames[] = {
+            {"cls.predictions.transform.dense.", "lm_head.dense."}, {"cls.predictions.transform.LayerNorm.", "lm_head.layer_norm."},
+            {"cls.predictions.bias", "lm_head.bias"}, {"bert.", prefix.c_str()}};
+        for (const auto& r : renames)
+            if (t.name.rfind(r.first, 0) == 0) {
+                t.name = r.second + t.name.substr(std::strlen(r.first));
+                break;
+            }
+        if (t.name == prefix + "embeddings.token_type_embeddings.weight") t = m_raw(t.name, tt);
+        if (t.name == prefix + "embeddings.position_embeddings.weight") {
+            Tensor<float> wp(c.n_ctx + 2, c.H, 0.f);
+            for (int h = 0; h < c.H; h++) wp(0, h) = 9.f;  // a row no sequence reads
+            for (int i = 0; i < c.n_ctx; i++)
+                for (int h = 0; h < c.H; h++) wp(i + 2, h) = p.W_p(i, h) - tt(0, h);
+            t = m_raw(t.name, wp);
+        }
+        out.push_back(t);
+    }
+    return out;
+}
+}  // namespace
+
+TEST_CASE("RoBERTa's tokenizer: GPT-2's byte-level BPE whose <s>, </s>, <mask> in the text are tokens, <mask> taking the space before it") {
+    const std::string enc = m_encoder_json(m_RB_MERGED), merges = m_vocab_bpe(m_RB_MERGES);
+    CHECK(tokenizer_kind_of(enc, merges) == "roberta-bpe");
+    CHECK(tokenizer_kind_of(m_encoder_json({"he", "ll", "hell", m_G + "hell"}), merges) == "gpt2-bpe");
+    const Tokenizer t = make_tokenizer("roberta-bpe", enc, merges, "test");  // 9 tokens beyond the bytes, 4 merges: not cut
+    CHECK(t.size() == 265);
+    CHECK(t.encode("hell <mask>.") == std::vector<int>{258, 264, '.'});  // no "Ġ" before <mask>
+    CHECK(t.encode("hell\t\n <mask>") == std::vector<int>{258, 264});
+    CHECK(t.encode("<mask> hell") == std::vector<int>{264, 259});         // the space after it stays: "Ġhell"
+    CHECK(t.encode("<s>hell</s>") == std::vector<int>{260, 258, 262});
+    CHECK(t.encode("hell <s>") == std::vector<int>{258, ' ', 260});       // only <mask> takes the space
+    CHECK(t.encode("<pad><unk></s") == std::vector<int>{261, 263, '<', '/', 's'});
+    CHECK(t.encode("a <mask") == std::vector<int>{'a', ' ', '<', 'm', 'a', 's', 'k'});
+    CHECK(t.decode({260, 258, 264, '.', 262}) == "<s>hell<mask>.</s>");
+    // The plain GPT-2 BPE of the same files reads "<mask>" as text.
+    CHECK(make_tokenizer("gpt2-bpe", enc, merges, "test").encode("<mask>").size() == 6);
+    CHECK(is_bidirectional_tokenizer("roberta-bpe"));
+    CHECK(is_bidirectional_tokenizer("bert-wordpiece"));
+    CHECK_FALSE(is_bidirectional_tokenizer("gpt2-bpe"));
+    M_CHECK_TF_ERROR(make_tokenizer("roberta-bpe", m_encoder_json({"he", "<mask>"}), m_vocab_bpe({"h e"}), "test"),
+                     "lacks RoBERTa's special token <s>");
+    M_CHECK_TF_ERROR(make_bpe(enc, m_vocab_bpe({"h e", "l l", "he ll"})), "3 merges", "4 tokens made by merges", "cut short");
+    CHECK(make_bpe(m_encoder_json({"he", "madeupword0000", "madeupword0001"}), m_vocab_bpe({"h e"})).size() == 259);
+    // Recorded in a checkpoint and read back.
+    const Tokenizer back = tokenizer_of(t.metadata(), "x.safetensors");
+    CHECK(back.kind == "roberta-bpe");
+    CHECK(back.encode("hell <mask>.") == t.encode("hell <mask>."));
+}
+
+TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads as a roberta model, every number in place") {
+    const Config c = m_roberta_hf_config();
+    const Params<float> p = m_model<float>(c, 1255, 0.5);
+    const std::string dir = m_mkdir("hf_roberta");
+    m_write(dir + "config.json", "{\"model_type\": \"roberta\", \"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, "
+                                 "\"num_hidden_layers\": 2, \"intermediate_size\": 16, \"max_position_embeddings\": 18, "
+                                 "\"vocab_size\": 265, \"type_vocab_size\": 1, \"layer_norm_eps\": 1e-05, \"pad_token_id\": 261}");
+    m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
+    const Tensor<float> zero(1, c.H, 0.f);
+    auto t = m_roberta_hf(c, p, zero, "roberta.");
+    t.push_back({"roberta.embeddings.position_ids", "I64", {1, 18}, std::string(18 * 8, '\0')});    // buffers
+    t.push_back({"roberta.embeddings.token_type_ids", "I64", {1, 18}, std::string(18 * 8, '\0')});
+    t.push_back(m_raw("lm_head.decoder.weight", p.W_e));  // tied
+    t.push_back(m_raw("lm_head.decoder.bias", p.b_z));    // tied
+    m_write_raw(dir + "model.safetensors", t);
+    LoadedModel lm = load_model(dir + "model.safetensors");
+    const Config& d = lm.config;
+    CHECK(d.variant == Variant::roberta);
+    CHECK(d.activation == Activation::gelu_erf);
+    CHECK((d.attn_bias && d.emb_ln && d.mlm_head && d.pooler));
+    CHECK(d.eps == 1e-5);
+    CHECK((d.cls_id == 260 && d.sep_id == 262 && d.mask_id == 264));
+    CHECK((d.V == 265 && d.H == 8 && d.A == 2 && d.D == 4 && d.F == 16 && d.L == 2 && d.n_ctx == 16));
+    Params<float> q = p;
+    CHECK(m_params_bits_equal(c, q, lm.params));
+    Batch b;
+    b.n = 6, b.tokens = {260, 5, 264, 262, 3, 262};
+    CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+    // The token type row is added at every position: folded into W_p.
+    Tensor<float> tt(1, c.H);
+    for (int h = 0; h < c.H; h++) tt(0, h) = 0.125f * (float)(h + 1);
+    const auto t2 = m_roberta_hf(c, p, tt, "");  // RobertaModel's names, and no lm_head: told by the one token type
+    std::vector<m_RawTensor> bare;
+    for (const auto& x : t2)
+        if (x.name.rfind("lm_head.", 0) != 0 && x.name.rfind("pooler.", 0) != 0) bare.push_back(x);
+    m_write_raw(dir + "model.safetensors", bare);
+    LoadedModel l2 = load_model(dir + "model.safetensors");
+    CHECK(l2.config.variant == Variant::roberta);
+    CHECK_FALSE(l2.config.mlm_head);
+    CHECK_FALSE(l2.config.pooler);
+    bool folded = true;
+    for (int i = 0; i < c.n_ctx; i++)
+        for (int h = 0; h < c.H; h++) folded &= l2.params.W_p(i, h) == (p.W_p(i, h) - tt(0, h)) + tt(0, h);
+    CHECK(folded);
+    // Without vocab.json, only roberta-base's size tells the special ids.
+    std::remove((dir + "vocab.json").c_str());
+    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "RoBERTa weights", "<s>, </s>, <mask>", "no vocab.json");
+}
+
+TEST_CASE("RoBERTa weights: a bad vocab.json or config.json and an untied decoder are errors") {
+    const Config c = m_roberta_hf_config();
+    const Params<float> p = m_model<float>(c, 1256, 0.5);
+    const std::string dir = m_mkdir("hf_roberta_bad"), path = dir + "model.safetensors";
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
+    const auto t = m_roberta_hf(c, p, Tensor<float>(1, c.H, 0.f), "roberta.");
+    m_write_raw(path, t);
+    CHECK(load_model(path).config.variant == Variant::roberta);
+    auto untied = t;
+    Tensor<float> W = p.W_e;
+    W[3] += 1.f;
+    untied.push_back(m_raw("lm_head.decoder.weight", W));
+    m_write_raw(path, untied);
+    M_CHECK_TF_ERROR(load_model(path), "RoBERTa weights", "lm_head.decoder.weight differs");
+    m_write_raw(path, t);
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"max_position_embeddings\": 16}");
+    M_CHECK_TF_ERROR(load_model(path), "max_position_embeddings does not match the weights (18)");
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"type_vocab_size\": 2}");
+    M_CHECK_TF_ERROR(load_model(path), "type_vocab_size does not match the weights (1)");
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
+    std::vector<std::string> no_mask(m_RB_MERGED.begin(), m_RB_MERGED.end() - 1);
+    no_mask.push_back("<masks>");
+    m_write(dir + "vocab.json", m_encoder_json(no_mask));
+    M_CHECK_TF_ERROR(load_model(path), "vocab.json' lacks <mask>");
+    m_write(dir + "vocab.json", m_encoder_json({"he"}));
+    M_CHECK_TF_ERROR(load_model(path), "vocab.json' has 257 tokens but the model's V = 265");
+    m_write(dir + "vocab.json", "{\"<s>\": 0");
+    M_CHECK_TF_ERROR(load_model(path), "vocab.json'", "JSON");
+}
+
+TEST_CASE("CLI: released RoBERTa files with their tokenizer: fill, eval, tokenize, finetune and predict") {
+    const std::string dir = m_mkdir("cli_roberta");
+    const Config c = m_roberta_hf_config();
+    const Params<float> p = m_model<float>(c, 1257, 0.5);
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
+    m_write(dir + "merges.txt", m_vocab_bpe(m_RB_MERGES));
+    m_write_raw(dir + "model.safetensors", m_roberta_hf(c, p, Tensor<float>(1, c.H, 0.f), "roberta."));
+    const std::string model = " --checkpoint " + dir + "model.safetensors";
+    const std::string tok = " --encoder " + dir + "vocab.json --vocab " + dir + "merges.txt";
+    CHECK(m_run("tokenize" + tok + " --text 'hell <mask>.'").out == "258,264,46\n");
+    const m_Run f = m_run("fill" + model + tok + " --text 'hell <mask>.' --top 2");
+    INFO(f.out << f.err);
+    REQUIRE(f.status == 0);
+    Batch b;  // <s> hell <mask> . </s>
+    b.n = 5, b.tokens = {260, 258, 264, '.', 262};
+    const Tensor<float> Z = model_forward(c, p, b);
+    std::vector<float> y(c.V);
+    softmax_row(Z.row(2), y.data(), c.V);
+    const int best = (int)(std::max_element(y.begin(), y.end()) - y.begin());
+    char line[96];
+    std::snprintf(line, sizeof line, "<mask> at token 2: %s %.4f,", make_tokenizer("roberta-bpe", m_encoder_json(m_RB_MERGED), m_vocab_bpe(m_RB_MERGES), "t").decode({best}).c_str(), y[best]);
+    CHECK(m_contains(f.out, line));
+    m_cli_fails("fill" + model + tok + " --text 'hell'", "no <mask>");
+    m_write(dir + "text.txt", "hell hell. hell\n");
+    const m_Run e = m_run("eval" + model + tok + " --data " + dir + "text.txt");
+    INFO(e.out << e.err);
+    CHECK(e.status == 0);
+    CHECK(m_contains(e.out, "each as <s> window </s>"));
+    std::string train;
+    for (int k = 0; k < 8; k++) train += "a\thell hell\nb\the. he\n";
+    m_write(dir + "train.tsv", train);
+    const m_Run r = m_run("finetune" + model + tok + " --train " + dir + "train.tsv --val " + dir + "train.tsv --out " + dir +
+                          "ft.safetensors --task classify --steps 60 --batch 8 --lr 1e-2 --lambda 0 --dropout 0 --quiet");
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    LoadedModel lm = load_model(dir + "ft.safetensors", {"adam."});
+    CHECK(lm.file.metadata.at("tokenizer") == "roberta-bpe");
+    CHECK(lm.config.variant == Variant::roberta);
+    const m_Run pr = m_run("predict --checkpoint " + dir + "ft.safetensors --data " + dir + "train.tsv");
+    CHECK(pr.status == 0);
+    CHECK(m_contains(pr.err, "accuracy: 100.0% (16 of 16)"));
+    // RoBERTa's tokenizer goes with roberta models only.
+    const Config g = preset("tiny-gpt2");
+    Config g265 = g;
+    g265.V = 265;
+    Params<float> gp = m_model<float>(g265, 1258, 0.5);
+    save_model(dir + "gpt.safetensors", g265, gp);
+    m_cli_fails("sample --checkpoint " + dir + "gpt.safetensors" + tok + " --prompt hell", "the tokenizer is roberta-bpe but");
+}
+
 TEST_CASE("CLI: GPT-1 and BERT files with their tokenizers: params, tokenize, sample, eval, fill, and mismatches") {
     const std::string dir = m_mkdir("cli_released");
     // GPT-1: V = 21, the hand-made BPE above.

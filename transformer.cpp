@@ -3108,7 +3108,8 @@ public:
     };
     std::map<std::string, std::string> metadata;
     std::vector<Entry> entries;  // in the header's order
-    // Integer buffers Hugging Face may save beside the weights (I64 "....position_ids", issue 12):
+    // Integer buffers Hugging Face may save beside the weights (I64 "....position_ids" or
+    // "....token_type_ids", issue 12):
     // checked and listed by name, never read.
     std::vector<std::string> int_buffers;
 
@@ -3176,7 +3177,10 @@ SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
             if (!dtype || dtype->type != Json::string || !shape || shape->type != Json::array || !offs ||
                 offs->type != Json::array || offs->arr.size() != 2)
                 throw bad("tensor '" + name + "' needs dtype, shape and data_offsets [begin, end]");
-            const bool int_buffer = dtype->str == "I64" && name.size() >= 12 && name.compare(name.size() - 12, 12, "position_ids") == 0;
+            auto ends_with = [&](const std::string& tail) {
+                return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+            };
+            const bool int_buffer = dtype->str == "I64" && (ends_with(".position_ids") || ends_with(".token_type_ids"));
             if (dtype->str != "F32" && !int_buffer) throw bad("tensor '" + name + "' has dtype " + dtype->str + "; only F32 is supported");
             std::vector<int> dims;
             double count = 1;
@@ -3468,7 +3472,7 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
     return lm;
 }
 
-// ---- Released GPT-1 and BERT weights (Hugging Face model.safetensors; issue 12) -----------------
+// ---- Released GPT-1, BERT and RoBERTa weights (Hugging Face model.safetensors; issue 12) -------
 // What both importers share: the file's tensors by name (a prefix dropped), taken one at a time
 // with their shape checked, so that what is left at the end is unexpected; and config.json beside
 // the file.
@@ -3665,28 +3669,70 @@ static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTenso
 // config.json: num_attention_heads (else H / 64), layer_norm_eps (else 1e-12), hidden_act ("gelu" is
 // the erf form here; "gelu_new", "relu"), type_vocab_size 2, position_embedding_type absolute.
 // [CLS], [SEP], [MASK]: from vocab.txt beside the file, else bert-base-uncased's 101, 102, 103.
+//
+// RoBERTa (RobertaForMaskedLM or RobertaModel; names may start with "roberta."): BERT's layout and
+// names, read as a roberta model (no segments), with these differences:
+//   embeddings.position_embeddings.weight ((n_ctx + 2) x H): Hugging Face numbers the positions of
+//       a sequence from padding_idx + 1 = 2 (rows 0 and 1 are never read), so W_p = rows 2, 3, ...
+//   embeddings.token_type_embeddings.weight (1 x H): added at every position, so folded into W_p
+//   lm_head.dense (H x H) -> mlm.W_t, mlm.b_t;  lm_head.layer_norm -> mlm.ln;  lm_head.bias -> mlm.b_z;
+//       lm_head.decoder.weight / .bias: tied, must equal W_e / lm_head.bias
+// config.json: as BERT's, with max_position_embeddings = n_ctx + 2, type_vocab_size 1 and
+// layer_norm_eps (else 1e-5). <s>, </s>, <mask> (the [CLS], [SEP], [MASK] of the code): from
+// vocab.json beside the file, else roberta-base's 0, 2, 50264 (when V = 50265).
+static bool is_hf_roberta(const SafeTensorsReader& st) {
+    if (st.metadata.count("variant")) return false;
+    if (st.find("roberta.embeddings.word_embeddings.weight")) return true;
+    const auto* tt = st.find("embeddings.token_type_embeddings.weight");  // RobertaModel: one token type
+    return st.find("embeddings.word_embeddings.weight") && tt && tt->shape.size() == 2 && tt->shape[0] == 1;
+}
 static bool is_hf_bert(const SafeTensorsReader& st) {
     return !st.metadata.count("variant") &&
            (st.find("bert.embeddings.word_embeddings.weight") || st.find("embeddings.word_embeddings.weight"));
 }
 
-static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsReader& st) {
-    HfTensors t(st, path, "BERT weights", "bert.");
+// The ids of <s>, </s>, <mask> in RoBERTa's vocab.json ({"token": id, ...}), which must hold V tokens.
+static void roberta_special_ids(const std::string& vocab_json_path, Config& c) {
+    Json j;
+    try {
+        j = parse_json(read_file(vocab_json_path));
+    } catch (const Error& e) {
+        throw Error("'" + vocab_json_path + "': " + e.what());
+    }
+    const std::size_t size = j.type == Json::object ? j.obj.size() : 0;
+    if ((long long)size != c.V)
+        throw Error("'" + vocab_json_path + "' has " + std::to_string(size) + " tokens but the model's V = " + std::to_string(c.V));
+    int* ids[3] = {&c.cls_id, &c.sep_id, &c.mask_id};
+    const char* names[3] = {"<s>", "</s>", "<mask>"};
+    for (int k = 0; k < 3; k++) {
+        const Json* v = j.get(names[k]);
+        if (!v || v->type != Json::number || v->num < 0 || v->num >= c.V || v->num != std::floor(v->num))
+            throw Error("'" + vocab_json_path + "' lacks " + names[k] + " (an id in 0.." + std::to_string(c.V - 1) + ")");
+        *ids[k] = (int)v->num;
+    }
+}
+
+static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsReader& st, bool roberta) {
+    HfTensors t(st, path, roberta ? "RoBERTa weights" : "BERT weights", roberta ? "roberta." : "bert.");
     const auto* wte = t.peek("embeddings.word_embeddings.weight");
     const auto* wpe = t.peek("embeddings.position_embeddings.weight");
     const auto* fc = t.peek("encoder.layer.0.intermediate.dense.weight");
     const int L = t.count_layers("encoder.layer.");
-    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
-        throw t.fail("needs embeddings.word_embeddings.weight (V x H), embeddings.position_embeddings.weight (n_ctx x H) "
-                     "and layers encoder.layer.0, encoder.layer.1, ...");
+    const int skipped = roberta ? 2 : 0;  // position rows before a sequence's first (padding_idx + 1)
+    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || wpe->shape[0] <= skipped || L == 0)
+        throw t.fail(std::string("needs embeddings.word_embeddings.weight (V x H), embeddings.position_embeddings.weight (") +
+                     (roberta ? "(n_ctx + 2)" : "n_ctx") + " x H) and layers encoder.layer.0, encoder.layer.1, ...");
     if (!fc || fc->shape.size() != 2) throw t.fail("missing tensor 'encoder.layer.0.intermediate.dense.weight'");
+    const std::string m = roberta ? "lm_head." : "cls.predictions.";  // the masked-LM head
     Config c;
-    c.variant = Variant::bert, c.activation = Activation::gelu_erf, c.eps = 1e-12, c.attn_bias = true;
-    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[0], c.L = L;
+    c.variant = roberta ? Variant::roberta : Variant::bert, c.activation = Activation::gelu_erf;
+    c.eps = roberta ? 1e-5 : 1e-12, c.attn_bias = true;
+    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0] - skipped, c.F = fc->shape[0], c.L = L;
     c.A = c.H % 64 == 0 ? c.H / 64 : 0;
     c.emb_ln = true;
-    c.mlm_head = t.peek("cls.predictions.bias") || t.peek("cls.predictions.transform.dense.weight");
+    c.mlm_head = t.peek(m + "bias") || t.peek(m + (roberta ? "dense.weight" : "transform.dense.weight"));
     c.pooler = t.peek("pooler.dense.weight") || t.peek("pooler.dense.bias");
+    const int types = roberta ? 1 : 2;  // rows of token_type_embeddings
     std::string cj;
     const Json j = hf_config_json(path, cj);
     if (j.type == Json::object) {
@@ -3707,7 +3753,8 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
         if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
             throw bad("position_embedding_type must be absolute (the seed's W_p)");
         const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
-                                                     {"max_position_embeddings", c.n_ctx}, {"vocab_size", c.V}, {"type_vocab_size", 2}};
+                                                     {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V},
+                                                     {"type_vocab_size", types}};
         for (const auto& kv : sizes)
             if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
                 throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
@@ -3716,10 +3763,15 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
         throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
                      " is not a multiple of 64 and there is no config.json with num_attention_heads beside the file");
     c.D = c.H / c.A;
-    // The special tokens: from vocab.txt beside the file, else the released vocabulary's ids.
-    const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + "vocab.txt";
-    if (std::FILE* probe = std::fopen(vocab_path.c_str(), "rb")) {
-        std::fclose(probe);
+    // The special tokens: from vocab.txt (RoBERTa: vocab.json) beside the file, else the released vocabulary's ids.
+    const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + (roberta ? "vocab.json" : "vocab.txt");
+    std::FILE* probe = std::fopen(vocab_path.c_str(), "rb");
+    if (probe) std::fclose(probe);
+    if (roberta) {
+        if (probe) roberta_special_ids(vocab_path, c);
+        else if (c.V == 50265) c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264;
+        else throw t.fail("cannot tell the ids of <s>, </s>, <mask>: no vocab.json beside the file and V = " + std::to_string(c.V));
+    } else if (probe) {
         const WordPiece w = load_wordpiece(vocab_path);
         if (w.size() != c.V)
             throw Error("'" + vocab_path + "' has " + std::to_string(w.size()) + " tokens but the model's V = " + std::to_string(c.V));
@@ -3739,10 +3791,17 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     Params<float>& p = lm.params;
     const int H = c.H, D = c.D, A = c.A, F = c.F;
     p.W_e = t.grab("embeddings.word_embeddings.weight", {c.V, H});
-    p.W_p = t.grab("embeddings.position_embeddings.weight", {c.n_ctx, H});
-    const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {2, H});
-    p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
-    p.w_B = Tensor<float>::vector(std::vector<float>(tt.row(1), tt.row(1) + H));
+    const Tensor<float> wp = t.grab("embeddings.position_embeddings.weight", {c.n_ctx + skipped, H});
+    const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {types, H});
+    if (roberta) {  // W_p[i] = position row i + 2, plus the one token type every position gets
+        p.W_p = Tensor<float>::uninit(c.n_ctx, H);
+        for (int i = 0; i < c.n_ctx; i++)
+            for (int h = 0; h < H; h++) p.W_p(i, h) = wp(i + skipped, h) + tt(0, h);
+    } else {
+        p.W_p = wp;
+        p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
+        p.w_B = Tensor<float>::vector(std::vector<float>(tt.row(1), tt.row(1) + H));
+    }
     p.gamma_e = t.grab_either("embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma", {H});
     p.beta_e = t.grab_either("embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta", {H});
     for (int l = 0; l < c.L; l++) {
@@ -3773,13 +3832,13 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
         y.ln_2_beta = t.grab_either(e + "output.LayerNorm.bias", e + "output.LayerNorm.beta", {H});
     }
     if (c.mlm_head) {
-        const std::string m = "cls.predictions.";
-        p.W_t = t.grab_transposed(m + "transform.dense.weight", H, H), p.b_t = t.grab(m + "transform.dense.bias", {H});
-        p.gamma_t = t.grab_either(m + "transform.LayerNorm.weight", m + "transform.LayerNorm.gamma", {H});
-        p.beta_t = t.grab_either(m + "transform.LayerNorm.bias", m + "transform.LayerNorm.beta", {H});
+        const std::string d = m + (roberta ? "dense." : "transform.dense."), ln = m + (roberta ? "layer_norm." : "transform.LayerNorm.");
+        p.W_t = t.grab_transposed(d + "weight", H, H), p.b_t = t.grab(d + "bias", {H});
+        p.gamma_t = t.grab_either(ln + "weight", ln + "gamma", {H});
+        p.beta_t = t.grab_either(ln + "bias", ln + "beta", {H});
         p.b_z = t.grab(m + "bias", {c.V});
         t.drop_tied(m + "decoder.weight", p.W_e, "embeddings.word_embeddings.weight");
-        t.drop_tied(m + "decoder.bias", p.b_z, "cls.predictions.bias");
+        t.drop_tied(m + "decoder.bias", p.b_z, m + "bias");
     }
     if (c.pooler) p.W_pool = t.grab_transposed("pooler.dense.weight", H, H), p.b_pool = t.grab("pooler.dense.bias", {H});
     for (const char* nsp : {"cls.seq_relationship.weight", "cls.seq_relationship.bias"})
@@ -3970,7 +4029,8 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
     LoadedModel lm;
     if (is_hf_gpt2(st)) lm = import_hf_gpt2(path, st);
     else if (is_hf_openai_gpt(st)) lm = import_hf_openai_gpt(path, st);
-    else if (is_hf_bert(st)) lm = import_hf_bert(path, st);
+    else if (is_hf_roberta(st)) lm = import_hf_bert(path, st, true);
+    else if (is_hf_bert(st)) lm = import_hf_bert(path, st, false);
     else return load_own_model(path, st, allowed_extra_prefixes);
     // The imports convert (split, transpose) as they read: checked afterwards, named in our terms.
     const std::string bad = first_nonfinite(lm.config, lm.params);
@@ -5434,7 +5494,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
         const int V0 = lm.config.V - (lm.file.metadata.count("finetune.task") && is_causal(lm.config.variant) ? 3 : 0);
         if (tok.size() != V0)
             throw Error("the tokenizer has " + std::to_string(tok.size()) + " tokens but the model's V = " + std::to_string(V0));
-        if ((tok.kind == "bert-wordpiece") != !is_causal(lm.config.variant))
+        if (is_bidirectional_tokenizer(tok.kind) == is_causal(lm.config.variant))
             throw Error("the tokenizer is " + tok.kind + " but '" + fo.checkpoint + "' is a " + variant_name(lm.config.variant) + " model");
     } else {
         if (!lm.file.metadata.count("vocab"))
@@ -5813,6 +5873,42 @@ std::string BPE::decode(const std::vector<int>& ids) const {
     return out;
 }
 
+// The tokens of a byte-level BPE vocabulary that no merge makes: GPT-2's "<|endoftext|>", RoBERTa's
+// <s>, <pad>, </s>, <unk>, <mask> and the "madeupword0000".. that pad its vocabulary.
+static bool is_bpe_special(const std::string& w) {
+    if (w.size() > 4 && w.compare(0, 2, "<|") == 0 && w.compare(w.size() - 2, 2, "|>") == 0) return true;
+    if (w == "<s>" || w == "<pad>" || w == "</s>" || w == "<unk>" || w == "<mask>") return true;
+    return w.size() == 14 && w.compare(0, 10, "madeupword") == 0 && w.find_first_not_of("0123456789", 10) == std::string::npos;
+}
+
+// RoBERTa's tokenizer (roberta-bpe): GPT-2's byte-level BPE with RoBERTa's vocab.json and merges.txt.
+// Its special tokens <s>, <pad>, </s>, <unk>, <mask> written in the text are those tokens, and
+// <mask> takes the white space before it along (Hugging Face's lstrip): "Paris is <mask>." is
+// "Paris" "Ġis" <mask> ".", where a plain BPE of " <mask>" would leave a token "Ġ" before it.
+std::vector<int> roberta_encode(const BPE& bpe, const std::string& text) {
+    static const char* const specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
+    std::vector<int> ids;
+    std::size_t from = 0;  // the text before `from` is encoded
+    for (std::size_t i = 0; i < text.size(); i++) {
+        if (text[i] != '<') continue;
+        for (const char* sp : specials) {
+            const std::size_t len = std::strlen(sp);
+            if (text.compare(i, len, sp) != 0) continue;
+            std::size_t end = i;
+            if (std::strcmp(sp, "<mask>") == 0)
+                while (end > from && (text[end - 1] == ' ' || text[end - 1] == '\t' || text[end - 1] == '\n' || text[end - 1] == '\r')) end--;
+            const std::vector<int> before = bpe.encode(text.substr(from, end - from));
+            ids.insert(ids.end(), before.begin(), before.end());
+            ids.push_back(bpe.encoder.at(sp));
+            from = i + len, i = from - 1;
+            break;
+        }
+    }
+    const std::vector<int> rest = bpe.encode(text.substr(from));
+    ids.insert(ids.end(), rest.begin(), rest.end());
+    return ids;
+}
+
 BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
     BPE t;
     const Json j = parse_json(encoder_json);
@@ -5864,13 +5960,10 @@ BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
     // Every token beyond the 256 byte symbols and the special ones ("<|endoftext|>") is made by one
     // merge, so fewer merges than those tokens means a cut file (GPT-2's: 50000 merges, 50257 tokens).
     long long made = (long long)t.encoder.size() - 256;
-    for (const auto& kv : t.encoder) {
-        const std::string& w = kv.first;
-        made -= w.size() > 4 && w.compare(0, 2, "<|") == 0 && w.compare(w.size() - 2, 2, "|>") == 0;
-    }
+    for (const auto& kv : t.encoder) made -= is_bpe_special(kv.first);
     if ((long long)t.ranks.size() < made)
         throw Error("vocab.bpe: " + std::to_string(t.ranks.size()) + " merges, but encoder.json has " + std::to_string(made) +
-                    " tokens made by merges (beyond the 256 byte symbols and the <|...|> ones): the file is cut short");
+                    " tokens made by merges (beyond the 256 byte symbols and the special ones): the file is cut short");
     return t;
 }
 
@@ -6430,6 +6523,11 @@ WordPiece load_wordpiece(const std::string& vocab_txt_path) {
 }
 
 // ---- One tokenizer for the commands (Tokenizer's methods: "THE TOKENIZER OF A CHECKPOINT") ----
+bool is_bidirectional_tokenizer(const std::string& kind) { return kind == "bert-wordpiece" || kind == "roberta-bpe"; }
+static const char* const SUBWORD_KINDS = "gpt2-bpe, gpt1-bpe, roberta-bpe or bert-wordpiece";
+static bool is_subword_kind(const std::string& k) {
+    return k == "gpt2-bpe" || k == "gpt1-bpe" || k == "roberta-bpe" || k == "bert-wordpiece";
+}
 std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text) {
     if (encoder_text.empty()) {
         if (vocab_text.compare(0, 1, "{") == 0) return "unknown (a JSON file where vocab.txt was expected)";
@@ -6437,7 +6535,7 @@ std::string tokenizer_kind_of(const std::string& encoder_text, const std::string
     }
     if (encoder_text.find("</w>\"") != std::string::npos) return "gpt1-bpe";
     if (encoder_text.find("\"\\u0120") != std::string::npos || encoder_text.find("\"\xC4\xA0") != std::string::npos)
-        return "gpt2-bpe";
+        return encoder_text.find("\"<mask>\"") != std::string::npos ? "roberta-bpe" : "gpt2-bpe";
     return "unknown (an encoder with neither \"</w>\" nor byte symbols)";
 }
 
@@ -6447,8 +6545,7 @@ Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_pat
     const std::string voc = read_file(vocab_path);
     const std::string files = encoder_path.empty() ? "'" + vocab_path + "'" : "'" + encoder_path + "', '" + vocab_path + "'";
     const std::string found = tokenizer_kind_of(enc, voc);
-    if (!kind.empty() && kind != "gpt2-bpe" && kind != "gpt1-bpe" && kind != "bert-wordpiece")
-        throw Error("unknown tokenizer '" + kind + "' (expected gpt2-bpe, gpt1-bpe or bert-wordpiece)");
+    if (!kind.empty() && !is_subword_kind(kind)) throw Error("unknown tokenizer '" + kind + "' (expected " + SUBWORD_KINDS + ")");
     if (found.rfind("unknown", 0) == 0) throw Error(files + ": not a tokenizer this program knows: " + found);
     if (!kind.empty() && kind != found)
         throw Error(files + ": these are " + found + " files, not " + kind +
@@ -7192,7 +7289,7 @@ static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out) {
 // THE TOKENIZER OF A CHECKPOINT (issue 11; see transformer.hpp)
 // ================================================================================================
 int Tokenizer::size() const {
-    if (kind == "gpt2-bpe") return bpe.size();
+    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.size();
     if (kind == "gpt1-bpe") return gpt1.size();
     if (kind == "bert-wordpiece") return wordpiece.size();
     return chars.size();
@@ -7200,6 +7297,7 @@ int Tokenizer::size() const {
 
 std::vector<int> Tokenizer::encode(const std::string& text, const std::string& where) const {
     if (kind == "gpt2-bpe") return bpe.encode(text);
+    if (kind == "roberta-bpe") return roberta_encode(bpe, text);
     if (kind == "gpt1-bpe") return gpt1.encode(text);
     if (kind == "bert-wordpiece") return wordpiece.encode(text);
     if (kind == "char") return chars.encode(text, where);
@@ -7207,7 +7305,7 @@ std::vector<int> Tokenizer::encode(const std::string& text, const std::string& w
 }
 
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
-    if (kind == "gpt2-bpe") return bpe.decode(ids);
+    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.decode(ids);
     if (kind == "gpt1-bpe") return gpt1.decode(ids);
     if (kind == "bert-wordpiece") return wordpiece.decode(ids);
     if (kind == "char") return chars.decode(ids);
@@ -7215,7 +7313,7 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
 }
 
 std::map<std::string, std::string> Tokenizer::metadata() const {
-    if (kind == "gpt2-bpe" || kind == "gpt1-bpe")
+    if (kind == "gpt2-bpe" || kind == "gpt1-bpe" || kind == "roberta-bpe")
         return {{"tokenizer", kind}, {"tokenizer.encoder_json", encoder_json}, {"tokenizer.vocab_bpe", vocab}};
     if (kind == "bert-wordpiece") return {{"tokenizer", kind}, {"tokenizer.vocab_txt", vocab}};
     if (kind == "char") return {{"vocab", chars.to_metadata()}};  // as every checkpoint before issue 11
@@ -7227,10 +7325,13 @@ Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_tex
     Tokenizer t;
     t.kind = kind, t.encoder_json = encoder_text, t.vocab = vocab_text;
     try {
-        if (kind == "gpt2-bpe") t.bpe = make_bpe(encoder_text, vocab_text);
+        if (kind == "gpt2-bpe" || kind == "roberta-bpe") t.bpe = make_bpe(encoder_text, vocab_text);
         else if (kind == "gpt1-bpe") t.gpt1 = make_gpt1_bpe(encoder_text, vocab_text);
         else if (kind == "bert-wordpiece") t.wordpiece = make_wordpiece(vocab_text);
-        else throw Error("unknown tokenizer '" + kind + "' (expected gpt2-bpe, gpt1-bpe or bert-wordpiece)");
+        else throw Error("unknown tokenizer '" + kind + "' (expected " + SUBWORD_KINDS + ")");
+        if (kind == "roberta-bpe")
+            for (const char* special : {"<s>", "<pad>", "</s>", "<unk>", "<mask>"})
+                if (!t.bpe.encoder.count(special)) throw Error(std::string("vocab.json lacks RoBERTa's special token ") + special);
     } catch (const Error& e) {
         throw Error(where + ": " + e.what());
     }
@@ -7250,9 +7351,9 @@ Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::s
         return t;
     }
     const std::string& k = kind->second;
-    if (k != "gpt2-bpe" && k != "gpt1-bpe" && k != "bert-wordpiece")
-        throw Error("'" + path + "' records the tokenizer '" + k +
-                    "', which this program does not know (it knows gpt2-bpe, gpt1-bpe, bert-wordpiece and characters)");
+    if (!is_subword_kind(k))
+        throw Error("'" + path + "' records the tokenizer '" + k + "', which this program does not know (it knows " +
+                    SUBWORD_KINDS + " and characters)");
     const bool bpe = k != "bert-wordpiece";
     for (const char* key : bpe ? std::vector<const char*>{"tokenizer.encoder_json", "tokenizer.vocab_bpe"}
                                : std::vector<const char*>{"tokenizer.vocab_txt"})

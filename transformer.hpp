@@ -1151,6 +1151,11 @@ struct BPE {
 // "#version" line, then one merge "A B" per line); throws Error naming what is malformed.
 BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
 BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+// RoBERTa's tokenizer (kind roberta-bpe): GPT-2's byte-level BPE with RoBERTa's vocab.json and
+// merges.txt; <s>, <pad>, </s>, <unk>, <mask> written in the text are those tokens, and <mask> takes
+// the white space before it along (Hugging Face's lstrip): "is <mask>." -> "Ġis" <mask> ".".
+// No <s> ... </s> are added.
+std::vector<int> roberta_encode(const BPE& bpe, const std::string& text);
 // Step 1 alone: the pieces (byte strings) of GPT-2's pattern; throws Error on invalid UTF-8.
 std::vector<std::string> gpt2_pretokenize(const std::string& text);
 // Step 2's alphabet: the UTF-8 of the character that stands for byte b.
@@ -1163,7 +1168,7 @@ std::string bytes_to_unicode(unsigned char b);
 // ================================================================================================
 // Recorded in the metadata under a kind string:
 //   no "tokenizer", "vocab"   characters: "vocab" = CharVocab::to_metadata() (every older checkpoint)
-//   "tokenizer" = KIND        a subword tokenizer (gpt2-bpe, gpt1-bpe, bert-wordpiece: see the
+//   "tokenizer" = KIND        a subword tokenizer (gpt2-bpe, gpt1-bpe, roberta-bpe, bert-wordpiece: see the
 //                             TOKENIZERS section below) with its files whole, so a moved checkpoint
 //                             still samples: "tokenizer.encoder_json" and "tokenizer.vocab_bpe" for
 //                             the BPEs (encoder.json and vocab.bpe; about 1.5 MB of header for GPT-2's
@@ -1277,9 +1282,9 @@ WordPiece load_wordpiece(const std::string& vocab_txt_path);
 
 // One tokenizer for the commands and for checkpoints (see "THE TOKENIZER OF A CHECKPOINT" above).
 struct Tokenizer {
-    std::string kind;  // "" (none recorded), "char", "gpt2-bpe", "gpt1-bpe", "bert-wordpiece"
+    std::string kind;  // "" (none recorded), "char", "gpt2-bpe", "gpt1-bpe", "roberta-bpe", "bert-wordpiece"
     CharVocab chars;
-    BPE bpe;              // gpt2-bpe
+    BPE bpe;              // gpt2-bpe, roberta-bpe
     GPT1BPE gpt1;         // gpt1-bpe
     WordPiece wordpiece;  // bert-wordpiece
     std::string encoder_json, vocab;  // the subword kinds' files, as read (vocab: vocab.bpe or vocab.txt)
@@ -1292,9 +1297,11 @@ struct Tokenizer {
 Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_text, const std::string& vocab_text,
                          const std::string& where);
 // kind "" recognises it from the files: a vocabulary alone is WordPiece's; with an encoder, GPT-1's
-// has "</w>" symbols and GPT-2's the byte symbols ("\u0120"). A kind named that the files are not is
+// has "</w>" symbols, GPT-2's the byte symbols ("\u0120"), RoBERTa's those and "<mask>". A kind named that the files are not is
 // an error saying what they are.
 Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_path, const std::string& vocab_path);
+// Whether a tokenizer kind goes with bert/roberta models (bert-wordpiece, roberta-bpe) rather than GPTs.
+bool is_bidirectional_tokenizer(const std::string& kind);
 // The kind the files are ("gpt2-bpe", ...), from their contents.
 std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text);
 
