@@ -3636,7 +3636,7 @@ TEST_CASE("train: bad data and bad options are tf::Errors") {
     o.data = binary;
     M_CHECK_TF_ERROR(train(o), "binary.bin", "binary");
     o.data = tiny;
-    M_CHECK_TF_ERROR(train(o), "short.txt", "too short");
+    M_CHECK_TF_ERROR(train(o), "short.txt", "too short: 12 bytes (12 tokens)");
     o.data = m_path("missing.txt");
     M_CHECK_TF_ERROR(train(o), "missing.txt");
     o = m_small_train(m_path("bad_train.safetensors"));

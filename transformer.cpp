@@ -4583,7 +4583,7 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
                         std::to_string(n + 1) + " the training windows need");
     }
     if ((long long)k.val.size() < n + 2)
-        throw Error(val_path.empty() ? "'" + path + "' is too short: " + std::to_string(k.bytes) + " characters (" + std::to_string(ids.size()) +
+        throw Error(val_path.empty() ? "'" + path + "' is too short: " + std::to_string(k.bytes) + " bytes (" + std::to_string(ids.size()) +
                                            " tokens), the 10% validation split needs more tokens than the block of " + std::to_string(n + 1)
                                      : "--val '" + val_path + "' is too short: " + std::to_string(k.val.size()) +
                                            " tokens, the validation windows need more than the block of " + std::to_string(n + 1));
