@@ -33,9 +33,10 @@ commands:
            --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --attn-bias (biases on Q, K, V, O) --quiet
            --objective lm|xlnet (xlnet: permutation LM, two-stream attention) --predict K (xlnet, default n/6)
            --line-windows (every window starts at a newline: pre-training for finetune's line examples)
-           --init-from FILE (start from FILE's weights: ours or a Hugging Face GPT-2 model.safetensors with
+           --init-from FILE (start from FILE's weights: ours or a Hugging Face GPT-2, BERT or RoBERTa model.safetensors with
            its config.json; the shape comes from the file, --block may be shorter than its n_ctx; fresh optimiser)
-           --encoder encoder.json --vocab vocab.bpe (train on GPT-2's BPE tokens; the checkpoint records them)
+           --encoder encoder.json --vocab vocab.bpe (train on GPT-2's BPE tokens; the checkpoint records them;
+           bert: --vocab vocab.txt, BERT's WordPiece; roberta: --encoder vocab.json --vocab merges.txt)
            --accum K (gradient accumulation: each step averages K batches' gradients, a step sees K x B sequences)
   sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
            [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's or GPT-1's BPE, for released weights;
@@ -555,7 +556,10 @@ static int cmd_fill(Flags& f) {
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
     if (is_causal(c.variant)) throw Error("fill needs a bert or roberta model; use sample for gpt variants");
-    if (!merges.empty() || !encoder.empty() || !kind.empty()) return fill_subword(lm, path, codec_of(lm, path, encoder, merges, kind), text, top);
+    const std::map<std::string, std::string>& md = lm.file.metadata;
+    const bool recorded_subword = md.count("tokenizer") && md.at("tokenizer") != "char";  // train --vocab, finetune
+    if (!merges.empty() || !encoder.empty() || !kind.empty() || recorded_subword)
+        return fill_subword(lm, path, codec_of(lm, path, encoder, merges, kind), text, top);
     if (f.has("top")) throw Error("--top goes with a tokenizer (--vocab vocab.txt)");
     const CharVocab vocab = vocab_of(lm, path);
     std::vector<int> x, masked;

@@ -6960,6 +6960,91 @@ TEST_CASE("CLI: released RoBERTa files with their tokenizer: fill, eval, tokeniz
     m_cli_fails("sample --checkpoint " + dir + "gpt.safetensors" + tok + " --prompt hell", "the tokenizer is roberta-bpe but");
 }
 
+TEST_CASE("train: BERT on WordPiece and RoBERTa on its BPE, [CLS] window [SEP], from scratch and from released weights") {
+    const std::string dir = m_mkdir("train_subword");
+    m_write(dir + "vocab.txt", m_WP_VOCAB);
+    std::string text;
+    for (int k = 0; k < 120; k++) text += k % 3 ? "the capital of france is a ecole. " : "un affable , the capital ! ";
+    m_write(dir + "text.txt", text);
+    const Tokenizer wp = load_tokenizer("", "", dir + "vocab.txt");
+    const std::vector<int> ids = wp.encode(text);
+    TrainOptions o = m_small_train(dir + "bert.safetensors");
+    o.model = "bert", o.data = dir + "text.txt", o.bpe_vocab = dir + "vocab.txt";
+    o.dropout = 0, o.steps = 1500, o.layers = 2, o.embd = 32, o.lr = 3e-3, o.min_lr = 1e-4, o.warmup = 20;
+    const TrainResult r = train(o);
+    double first = 0, last = 0;
+    for (int s = 0; s < 10; s++) first += r.train_losses[s] / 10, last += r.train_losses[r.train_losses.size() - 1 - s] / 10;
+    CHECK(last < 0.5 * first);  // the masked-LM loss goes down
+    LoadedModel lm = load_model(dir + "bert.safetensors", {"adam."});
+    const Config& c = lm.config;
+    CHECK(c.variant == Variant::bert);
+    CHECK(c.V == 20);  // the vocabulary's size: [CLS], [SEP], [MASK] are in it
+    CHECK((c.cls_id == 2 && c.sep_id == 3 && c.mask_id == 4));
+    CHECK(lm.file.metadata.at("tokenizer") == "bert-wordpiece");
+    CHECK(lm.file.metadata.at("tokenizer.vocab_txt") == m_WP_VOCAB);
+    // The whole-split loss is read as [CLS] window [SEP] (windows of n - 2 = 14 tokens), as eval reads it.
+    const std::vector<int> val(ids.begin() + ids.size() * 9 / 10, ids.end());
+    CHECK(r.val_loss_split == doctest::Approx(corpus_loss(c, lm.params, val, 1234, nullptr, 16, true)).epsilon(1e-9));
+    CHECK(r.val_loss_split != doctest::Approx(corpus_loss(c, lm.params, val, 1234, nullptr, 16, false)).epsilon(1e-6));
+    const m_Run e = m_run("eval --checkpoint " + dir + "bert.safetensors --data " + dir + "text.txt");
+    CHECK(e.status == 0);
+    CHECK(m_contains(e.out, "(windows of 14 tokens, each as [CLS] window [SEP])"));
+    const m_Run f = m_run("fill --checkpoint " + dir + "bert.safetensors --text 'the capital of [MASK] is a ecole.'");
+    INFO(f.out << f.err);
+    CHECK(f.status == 0);
+    CHECK(m_contains(f.out, "[MASK] at token 4: france "));  // learnt: "france" after "the capital of"
+    // From released BERT weights (Hugging Face's layout, vocab.txt beside them): continued pre-training.
+    Config b = m_bert_hf_config();
+    b.V = 20, b.cls_id = 2, b.sep_id = 3, b.mask_id = 4;
+    const Params<float> bp = m_model<float>(b, 1262, 0.5);
+    REQUIRE(std::system(("mkdir -p " + dir + "hf").c_str()) == 0);
+    m_write(dir + "hf/config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "hf/vocab.txt", m_WP_VOCAB);
+    m_write_raw(dir + "hf/model.safetensors", m_bert_hf(b, bp, false));
+    TrainOptions i = m_small_train(dir + "bert_ft.safetensors");
+    i.model = "", i.layers = 0, i.heads = 0, i.embd = 0, i.block = 0;
+    i.data = dir + "text.txt", i.init_from = dir + "hf/model.safetensors", i.bpe_vocab = dir + "hf/vocab.txt";
+    i.dropout = 0, i.steps = 40, i.lr = 3e-3, i.min_lr = 3e-4;
+    const TrainResult ri = train(i);
+    LoadedModel li = load_model(dir + "bert_ft.safetensors", {"adam."});
+    CHECK(li.config.variant == Variant::bert);
+    CHECK((li.config.emb_ln && li.config.mlm_head && li.config.pooler && li.config.attn_bias));
+    CHECK(li.file.metadata.at("tokenizer") == "bert-wordpiece");
+    const std::vector<int> val_ids(ids.begin() + ids.size() * 9 / 10, ids.end());
+    CHECK(corpus_loss(li.config, li.params, val_ids, 7, nullptr, 0, true) < 0.8 * corpus_loss(b, bp, val_ids, 7, nullptr, 0, true));
+    CHECK(ri.val_loss_before > ri.val_loss);
+    // Without the tokenizer, or with one that is not the model's, it stops before training.
+    i.bpe_vocab = "";
+    M_CHECK_TF_ERROR(train(i), "records no tokenizer", "--vocab vocab.txt (BERT)");
+    std::string swapped = m_WP_VOCAB;  // the same 20 tokens, [CLS] and [SEP] swapped
+    swapped.replace(swapped.find("[CLS]"), 5, "[XXX]"), swapped.replace(swapped.find("[SEP]"), 5, "[CLS]"), swapped.replace(swapped.find("[XXX]"), 5, "[SEP]");
+    m_write(dir + "swapped.txt", swapped);
+    i.bpe_vocab = dir + "swapped.txt";
+    M_CHECK_TF_ERROR(train(i), "the tokenizer's [CLS], [SEP], [MASK] are ids 3, 2, 4 but the model's are 2, 3, 4");
+    TrainOptions g = o;
+    g.model = "gpt2";
+    M_CHECK_TF_ERROR(train(g), "bert-wordpiece, which goes with bert and roberta");
+    g = o, g.objective = "xlnet", g.model = "roberta";
+    M_CHECK_TF_ERROR(train(g), "xlnet");
+    // RoBERTa from scratch on its BPE: <s> window </s>.
+    m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
+    m_write(dir + "merges.txt", m_vocab_bpe(m_RB_MERGES));
+    m_write(dir + "hell.txt", [] { std::string t; for (int k = 0; k < 200; k++) t += k % 2 ? "hell he. " : "he hell! "; return t; }());
+    TrainOptions rb = m_small_train(dir + "roberta.safetensors");
+    rb.model = "roberta", rb.data = dir + "hell.txt", rb.encoder = dir + "vocab.json", rb.bpe_vocab = dir + "merges.txt";
+    rb.dropout = 0, rb.steps = 60;
+    const TrainResult rr = train(rb);
+    double a = 0, z = 0;
+    for (int s = 0; s < 10; s++) a += rr.train_losses[s] / 10, z += rr.train_losses[rr.train_losses.size() - 1 - s] / 10;
+    CHECK(z < 0.5 * a);
+    LoadedModel lr = load_model(dir + "roberta.safetensors", {"adam."});
+    CHECK(lr.config.variant == Variant::roberta);
+    CHECK((lr.config.V == 265 && lr.config.cls_id == 260 && lr.config.sep_id == 262 && lr.config.mask_id == 264));
+    CHECK(lr.file.metadata.at("tokenizer") == "roberta-bpe");
+    const m_Run re = m_run("eval --checkpoint " + dir + "roberta.safetensors --data " + dir + "hell.txt");
+    CHECK(m_contains(re.out, "each as <s> window </s>"));
+}
+
 TEST_CASE("CLI: GPT-1 and BERT files with their tokenizers: params, tokenize, sample, eval, fill, and mismatches") {
     const std::string dir = m_mkdir("cli_released");
     // GPT-1: V = 21, the hand-made BPE above.

@@ -4522,6 +4522,7 @@ struct Corpus {
     CharVocab vocab;
     std::vector<int> train, val;
     std::vector<int> train_starts, val_starts;  // --line-windows: the window starts (newlines) in each split
+    bool cls_sep = false;   // windows of n - 2 tokens as [CLS] window [SEP] (BERT, RoBERTa on subword tokens)
     std::size_t bytes = 0;  // the text file's size and content hash (resume checks them)
     uint64_t hash = 0;
     std::size_t val_bytes = 0;  // the same for --val's file, if given
@@ -4677,8 +4678,15 @@ static Batch make_batch(const Config& c, const Corpus& k, bool validation, int B
             const std::vector<int>& ids = validation ? k.val : k.train;
             const std::vector<int>& starts = validation ? k.val_starts : k.train_starts;  // empty: anywhere
             const int start = starts.empty() ? rng.below((int)ids.size() - n - 1) : starts[rng.below((int)starts.size())];
-            x = std::vector<int>(ids.begin() + start, ids.begin() + start + n);
-            y = std::vector<int>(ids.begin() + start + 1, ids.begin() + start + n + 1);
+            if (k.cls_sep) {  // [CLS] x_1..x_{n-2} [SEP]; mlm_corrupt below sets the targets
+                x = {c.cls_id};
+                x.insert(x.end(), ids.begin() + start, ids.begin() + start + n - 2);
+                x.push_back(c.sep_id);
+                y.assign(n, -1);
+            } else {
+                x = std::vector<int>(ids.begin() + start, ids.begin() + start + n);
+                y = std::vector<int>(ids.begin() + start + 1, ids.begin() + start + n + 1);
+            }
         }
         b.tokens.insert(b.tokens.end(), x.begin(), x.end());
         b.targets.insert(b.targets.end(), y.begin(), y.end());
@@ -4965,25 +4973,36 @@ static void start_from_checkpoint(TrainOptions& o, RunState& s, Tokenizer& tok) 
         throw fail("--block " + std::to_string(o.block) + " is longer than the model's n_ctx = " + std::to_string(c.n_ctx) +
                    " (W_p has n_ctx rows)");
     const Tokenizer recorded = tokenizer_of(md, path);
-    if (!o.encoder.empty()) {
-        tok = gpt2_tokenizer(o.encoder, o.bpe_vocab);
+    if (!o.bpe_vocab.empty()) {
+        tok = load_tokenizer("", o.encoder, o.bpe_vocab);
         if (recorded.kind == "char")
-            throw fail("it was trained on characters (its metadata 'vocab'); --encoder/--vocab (GPT-2's BPE) contradict it");
-        if (recorded.kind == "gpt2-bpe" && (recorded.encoder_json != tok.encoder_json || recorded.vocab != tok.vocab))
-            throw fail("--encoder/--vocab differ from the BPE tokenizer the file records (leave them out to use that one)");
+            throw fail("it was trained on characters (its metadata 'vocab'); --encoder/--vocab (a subword tokenizer) contradict it");
+        if (!recorded.kind.empty() && (recorded.kind != tok.kind || recorded.encoder_json != tok.encoder_json || recorded.vocab != tok.vocab))
+            throw fail("--encoder/--vocab differ from the " + recorded.kind + " tokenizer the file records (leave them out to use that one)");
         if (tok.size() != c.V)
             throw fail("--encoder/--vocab: the tokenizer has " + std::to_string(tok.size()) + " tokens but the model's V = " +
                        std::to_string(c.V));
     } else if (recorded.kind.empty()) {
-        throw fail("the file records no tokenizer (released GPT-2 weights): give GPT-2's --encoder encoder.json --vocab vocab.bpe");
+        throw fail("the file records no tokenizer (released weights): give its tokenizer's files, --encoder encoder.json --vocab "
+                   "vocab.bpe (GPT-2), --encoder vocab.json --vocab merges.txt (RoBERTa) or --vocab vocab.txt (BERT)");
     } else {
         tok = recorded;
-        const int expected = c.V - (is_causal(c.variant) ? 0 : 3);
+        const int expected = c.V - (is_causal(c.variant) || tok.kind != "char" ? 0 : 3);
         if (tok.size() != expected)
             throw fail("its tokenizer has " + std::to_string(tok.size()) + " tokens but V = " + std::to_string(c.V));
     }
-    if (tok.kind == "gpt2-bpe" && o.data.empty()) throw fail("a BPE model needs --data FILE (a text)");
-    if (tok.kind == "gpt2-bpe" && o.line_windows) throw fail("--line-windows applies to character-level models");
+    if (tok.kind != "char") {
+        if (is_bidirectional_tokenizer(tok.kind) == is_causal(c.variant))
+            throw fail("the tokenizer is " + tok.kind + " but the model is a " + variant_name(c.variant));
+        Config want = c;
+        subword_special_ids(tok, want);
+        if (!is_causal(c.variant) && (want.cls_id != c.cls_id || want.sep_id != c.sep_id || want.mask_id != c.mask_id))
+            throw fail("the tokenizer's [CLS], [SEP], [MASK] are ids " + std::to_string(want.cls_id) + ", " + std::to_string(want.sep_id) +
+                       ", " + std::to_string(want.mask_id) + " but the model's are " + std::to_string(c.cls_id) + ", " +
+                       std::to_string(c.sep_id) + ", " + std::to_string(c.mask_id));
+    }
+    if (tok.kind != "char" && o.data.empty()) throw fail("a model with a subword tokenizer needs --data FILE (a text)");
+    if (tok.kind != "char" && o.line_windows) throw fail("--line-windows applies to character-level models");
     s.c = c;
     s.p = std::move(lm.params);
     adamw_init(s.c, s.adam);
@@ -5002,11 +5021,13 @@ TrainResult train(const TrainOptions& opt_in) {
     std::map<std::string, std::string> resume_md;  // the resumed checkpoint's metadata
     Tokenizer tok;  // issue 11: kind "" = the characters of the data (as before), "char" = a given CharVocab, "gpt2-bpe"
     if (!o.encoder.empty() || !o.bpe_vocab.empty()) {
-        if (o.encoder.empty() || o.bpe_vocab.empty()) throw Error("train: --encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe)");
+        if (o.bpe_vocab.empty())
+            throw Error("train: --encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe, RoBERTa's vocab.json and "
+                        "merges.txt; BERT's vocab.txt is --vocab alone)");
         if (!o.resume.empty()) throw Error("train: a resumed run keeps the tokenizer its checkpoint records; leave out --encoder and --vocab");
     }
     if (!o.init_from.empty()) start_from_checkpoint(o, s, tok);
-    else if (!o.encoder.empty()) tok = gpt2_tokenizer(o.encoder, o.bpe_vocab);
+    else if (!o.bpe_vocab.empty()) tok = load_tokenizer("", o.encoder, o.bpe_vocab);
     if (!o.resume.empty()) {
         LoadedModel lm = load_model(o.resume, {"adam."});
         const std::string data_given = o.data, val_given = o.val_data;  // on resume: moved copies of the same texts
@@ -5065,26 +5086,33 @@ TrainResult train(const TrainOptions& opt_in) {
     if (xlnet && has_segments(variant)) throw Error("train: --objective xlnet applies to gpt, gpt2, gpt3 and roberta, not bert (segments)");
     int n = o.resume.empty() ? (o.block ? o.block : n_default) : c.n_ctx;
     if (!o.init_from.empty()) n = o.block ? o.block : c.n_ctx;  // windows may be shorter than n_ctx
-    if (tok.kind == "gpt2-bpe" && !is_causal(variant))
-        throw Error("train: GPT-2's tokenizer (--encoder/--vocab) applies to gpt, gpt2 and gpt3 (next-token models)");
-    if (tok.kind == "gpt2-bpe" && o.data.empty()) throw Error("train: --encoder/--vocab need --data FILE (a text to encode)");
-    if (tok.kind == "gpt2-bpe" && o.line_windows) throw Error("train: --line-windows applies to character-level models");
+    const bool subword = !tok.kind.empty() && tok.kind != "char";  // issue 11: GPT-2's BPE; BERT's WordPiece, RoBERTa's BPE
+    if (subword && is_bidirectional_tokenizer(tok.kind) == is_causal(variant))
+        throw Error("train: the tokenizer is " + tok.kind + ", which goes with " +
+                    (is_causal(variant) ? "bert and roberta (masked-LM models)" : "gpt, gpt2 and gpt3 (next-token models)") +
+                    ", not " + variant_name(variant));
+    if (subword && o.data.empty()) throw Error("train: --encoder/--vocab need --data FILE (a text to encode)");
+    if (subword && o.line_windows) throw Error("train: --line-windows applies to character-level models");
+    if (subword && xlnet) throw Error("train: --objective xlnet trains on characters or GPT-2's BPE; " + tok.kind + " is for masked-LM models");
     if (o.data.empty()) n = is_causal(variant) ? 12 : 13;  // one addition problem
     const int predict = o.predict > 0 ? o.predict : std::max(1, n / 6);  // K = n/6: the XLNet paper's partial prediction
     if (xlnet && predict > n) throw Error("train: --predict " + std::to_string(predict) + " is more than the block of " + std::to_string(n));
     o.predict = xlnet ? predict : 0;
-    const bool bpe = tok.kind == "gpt2-bpe";
     if (tok.kind == "char") saved_vocab = tok.chars;
-    Corpus k = load_corpus(o.data, tok.kind == "char" ? &saved_vocab : nullptr, n, o.line_windows, bpe ? &tok : nullptr, o.quiet,
+    Corpus k = load_corpus(o.data, tok.kind == "char" ? &saved_vocab : nullptr, n, o.line_windows, subword ? &tok : nullptr, o.quiet,
                            o.val_data);
+    // BERT's and RoBERTa's subword tokenizers: windows of n - 2 tokens read as [CLS] window [SEP], as
+    // the released models were pre-trained and as eval reads them.
+    k.cls_sep = subword && !is_causal(variant);
     if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k.bytes, k.hash, o.data, o.resume);
     if (!o.resume.empty() && !o.val_data.empty()) check_resume_data(resume_md, k.val_bytes, k.val_hash, o.val_data, o.resume, VAL_RECORD);
     if (o.resume.empty() && o.init_from.empty()) {
         c.variant = variant;
         c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
         c.n_ctx = n;
-        c.V = bpe ? tok.size() : k.vocab.size();
-        if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
+        c.V = subword ? tok.size() : k.vocab.size();
+        if (subword && !is_causal(variant)) subword_special_ids(tok, c);  // in the vocabulary already
+        else if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
         if (variant == Variant::bert) c.eps = 1e-12;
         if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
         if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
@@ -5096,7 +5124,7 @@ TrainResult train(const TrainOptions& opt_in) {
         adamw_init(c, s.adam);
     }
     // What the checkpoint records beyond the loop's state: the vocabulary and the data's identity.
-    if (bpe) s.meta = tok.metadata();
+    if (subword) s.meta = tok.metadata();
     else s.meta["vocab"] = k.vocab.to_metadata();
     if (!o.init_from.empty()) s.meta["train.init_from"] = o.init_from;
     if (!k.task) record_data(s.meta, o.data, k.bytes, k.hash, DATA_RECORD);
@@ -5142,8 +5170,10 @@ TrainResult train(const TrainOptions& opt_in) {
         std::printf("memory: parameters %.1f MB, gradients %.1f MB, AdamW m and v %.1f MB, activations of a step ~%.1f MB "
                     "(B=%d, n=%d): ~%.2f GB\n", mb(m.params), mb(m.grads), mb(m.adam), mb(m.activations), o.batch, n,
                     (m.params + m.grads + m.adam + m.activations) / (1024.0 * 1024.0 * 1024.0));
-        if (bpe) std::printf("tokenizer: GPT-2's byte-level BPE, %d tokens; the text is %zu + %zu tokens (train + validation)\n",
-                             tok.size(), k.train.size(), k.val.size());
+        if (subword)
+            std::printf("tokenizer: %s, %d tokens; the text is %zu + %zu tokens (train + validation)%s\n", tokenizer_title(tok.kind),
+                        tok.size(), k.train.size(), k.val.size(),
+                        k.cls_sep ? ("; windows of " + std::to_string(n - 2) + " tokens as [CLS] window [SEP]").c_str() : "");
         if (!o.init_from.empty()) std::printf("weights: from %s (optimiser state fresh)\n", o.init_from.c_str());
         std::fflush(stdout);
     }
@@ -5156,13 +5186,13 @@ TrainResult train(const TrainOptions& opt_in) {
     TrainResult r = run_training(o, s, obj);
     r.val_loss_before = val_before;
     if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
-    if (!k.task) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n);
+    if (!k.task) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
     if (!k.task && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
     if (!o.quiet) {
         if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
         if (r.val_loss_split >= 0)
             std::printf("val loss over the whole validation split: %.4f (%zu %s%s; the %lld-batch estimate above: %.4f)\n",
-                        r.val_loss_split, k.val.size(), bpe ? "tokens" : "characters", xlnet ? ", 4 permutations per window" : "",
+                        r.val_loss_split, k.val.size(), subword ? "tokens" : "characters", xlnet ? ", 4 permutations per window" : "",
                         o.eval_steps, r.val_loss);
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
         struct rusage ru;
@@ -6524,6 +6554,25 @@ WordPiece load_wordpiece(const std::string& vocab_txt_path) {
 
 // ---- One tokenizer for the commands (Tokenizer's methods: "THE TOKENIZER OF A CHECKPOINT") ----
 bool is_bidirectional_tokenizer(const std::string& kind) { return kind == "bert-wordpiece" || kind == "roberta-bpe"; }
+
+void subword_special_ids(const Tokenizer& t, Config& c) {
+    if (t.kind == "bert-wordpiece") {
+        if (t.wordpiece.cls < 0 || t.wordpiece.sep < 0 || t.wordpiece.mask < 0) throw Error("the WordPiece vocabulary lacks [CLS], [SEP] or [MASK]");
+        c.cls_id = t.wordpiece.cls, c.sep_id = t.wordpiece.sep, c.mask_id = t.wordpiece.mask;
+    } else if (t.kind == "roberta-bpe") {
+        c.cls_id = t.bpe.encoder.at("<s>"), c.sep_id = t.bpe.encoder.at("</s>"), c.mask_id = t.bpe.encoder.at("<mask>");
+    } else {
+        throw Error("the tokenizer " + t.kind + " has no [CLS], [SEP], [MASK] (it goes with next-token models)");
+    }
+}
+
+const char* tokenizer_title(const std::string& kind) {
+    if (kind == "gpt2-bpe") return "GPT-2's byte-level BPE";
+    if (kind == "gpt1-bpe") return "GPT-1's BPE";
+    if (kind == "roberta-bpe") return "RoBERTa's byte-level BPE";
+    if (kind == "bert-wordpiece") return "BERT's WordPiece";
+    return "characters";
+}
 static const char* const SUBWORD_KINDS = "gpt2-bpe, gpt1-bpe, roberta-bpe or bert-wordpiece";
 static bool is_subword_kind(const std::string& k) {
     return k == "gpt2-bpe" || k == "gpt1-bpe" || k == "roberta-bpe" || k == "bert-wordpiece";

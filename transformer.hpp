@@ -1302,6 +1302,10 @@ Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_tex
 Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_path, const std::string& vocab_path);
 // Whether a tokenizer kind goes with bert/roberta models (bert-wordpiece, roberta-bpe) rather than GPTs.
 bool is_bidirectional_tokenizer(const std::string& kind);
+// The ids of [CLS], [SEP], [MASK] in a bert-wordpiece or roberta-bpe vocabulary (<s>, </s>, <mask>),
+// into c.cls_id, c.sep_id, c.mask_id; throws Error for other kinds or a vocabulary without them.
+void subword_special_ids(const Tokenizer& t, Config& c);
+const char* tokenizer_title(const std::string& kind);  // "GPT-2's byte-level BPE", ..., "characters"
 // The kind the files are ("gpt2-bpe", ...), from their contents.
 std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text);
 
