@@ -7026,6 +7026,21 @@ TEST_CASE("train: BERT on WordPiece and RoBERTa on its BPE, [CLS] window [SEP], 
     M_CHECK_TF_ERROR(train(g), "bert-wordpiece, which goes with bert and roberta");
     g = o, g.objective = "xlnet", g.model = "roberta";
     M_CHECK_TF_ERROR(train(g), "xlnet");
+    // A released GPT-1 file with GPT-1's BPE: continued next-token training.
+    Config g1 = m_gpt1_hf_config();
+    g1.V = (int)m_GPT1_SYMBOLS.size();
+    REQUIRE(std::system(("mkdir -p " + dir + "gpt1").c_str()) == 0);
+    m_write(dir + "gpt1/config.json", "{\"n_head\": 3}");
+    m_write_raw(dir + "gpt1/model.safetensors", m_gpt1_hf(g1, m_model<float>(g1, 1263, 0.5), ""));
+    m_write(dir + "enc.json", m_gpt1_encoder_json(m_GPT1_SYMBOLS));
+    m_write(dir + "merges.bpe", m_GPT1_MERGES);
+    m_write(dir + "low.txt", [] { std::string t; for (int k = 0; k < 100; k++) t += k % 2 ? "low lower lowest " : "lowest low "; return t; }());
+    TrainOptions t1 = i;
+    t1.init_from = dir + "gpt1/model.safetensors", t1.encoder = dir + "enc.json", t1.bpe_vocab = dir + "merges.bpe";
+    t1.data = dir + "low.txt", t1.out = dir + "gpt1_ft.safetensors";
+    const TrainResult r1 = train(t1);
+    CHECK(r1.val_loss < 0.5 * r1.val_loss_before);
+    CHECK(load_model(t1.out, {"adam."}).file.metadata.at("tokenizer") == "gpt1-bpe");
     // RoBERTa from scratch on its BPE: <s> window </s>.
     m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
     m_write(dir + "merges.txt", m_vocab_bpe(m_RB_MERGES));

@@ -4995,7 +4995,7 @@ static void start_from_checkpoint(TrainOptions& o, RunState& s, Tokenizer& tok) 
         if (is_bidirectional_tokenizer(tok.kind) == is_causal(c.variant))
             throw fail("the tokenizer is " + tok.kind + " but the model is a " + variant_name(c.variant));
         Config want = c;
-        subword_special_ids(tok, want);
+        if (!is_causal(c.variant)) subword_special_ids(tok, want);
         if (!is_causal(c.variant) && (want.cls_id != c.cls_id || want.sep_id != c.sep_id || want.mask_id != c.mask_id))
             throw fail("the tokenizer's [CLS], [SEP], [MASK] are ids " + std::to_string(want.cls_id) + ", " + std::to_string(want.sep_id) +
                        ", " + std::to_string(want.mask_id) + " but the model's are " + std::to_string(c.cls_id) + ", " +
