@@ -525,6 +525,9 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
     if ((int)x.size() > c.n_ctx)
         throw Error("--text is " + std::to_string(x.size()) + " tokens with " + codec.decode({c.cls_id}) + " and " +
                     codec.decode({c.sep_id}) + ", longer than n_ctx = " + std::to_string(c.n_ctx));
+    if (c.emb_ln && !c.mlm_head)  // a released encoder saved without its head (BertModel, RobertaModel)
+        std::fprintf(stderr, "note: '%s' has no masked-LM head (cls.predictions / lm_head): the logits are the seed's "
+                             "X^(L) W_e^T, which the released model was not trained to produce\n", path.c_str());
     Batch b;
     b.n = (int)x.size(), b.tokens = x;
     const Tensor<float> Z = model_forward(c, lm.params, b);

@@ -6951,6 +6951,18 @@ TEST_CASE("CLI: released RoBERTa files with their tokenizer: fill, eval, tokeniz
     const m_Run pr = m_run("predict --checkpoint " + dir + "ft.safetensors --data " + dir + "train.tsv");
     CHECK(pr.status == 0);
     CHECK(m_contains(pr.err, "accuracy: 100.0% (16 of 16)"));
+    // A RobertaModel file (no lm_head) still fills, and says what its logits are.
+    std::vector<m_RawTensor> bare;
+    for (const auto& x : m_roberta_hf(c, p, Tensor<float>(1, c.H, 0.f), ""))
+        if (x.name.rfind("lm_head.", 0) != 0) bare.push_back(x);
+    REQUIRE(std::system(("mkdir -p " + dir + "bare").c_str()) == 0);
+    m_write(dir + "bare/config.json", "{\"num_attention_heads\": 2}");
+    m_write(dir + "bare/vocab.json", m_encoder_json(m_RB_MERGED));
+    m_write_raw(dir + "bare/model.safetensors", bare);
+    const m_Run fb = m_run("fill --checkpoint " + dir + "bare/model.safetensors" + tok + " --text 'hell <mask>.'");
+    CHECK(fb.status == 0);
+    CHECK(m_contains(fb.err, "has no masked-LM head"));
+    CHECK_FALSE(m_contains(f.err, "has no masked-LM head"));
     // RoBERTa's tokenizer goes with roberta models only.
     const Config g = preset("tiny-gpt2");
     Config g265 = g;
@@ -7058,6 +7070,52 @@ TEST_CASE("train: BERT on WordPiece and RoBERTa on its BPE, [CLS] window [SEP], 
     CHECK(lr.file.metadata.at("tokenizer") == "roberta-bpe");
     const m_Run re = m_run("eval --checkpoint " + dir + "roberta.safetensors --data " + dir + "hell.txt");
     CHECK(m_contains(re.out, "each as <s> window </s>"));
+}
+
+TEST_CASE("model_loss: a masked LM de-embeds only its target rows, with the loss and gradients of every row's logits") {
+    for (const std::string name : {"tiny-bert", "tiny-roberta"})
+        for (bool head : {false, true}) {
+            CAPTURE(name);
+            CAPTURE(head);
+            Config c = preset(name);
+            c.mlm_head = head, c.emb_ln = head;
+            Params<double> p = m_model<double>(c, 77, 0.5);
+            Batch b;
+            b.B = 2, b.n = 6;
+            b.tokens = {10, 1, 12, 3, 12, 11, 10, 5, 6, 12, 8, 11};
+            b.targets = {-1, -1, 2, -1, 4, -1, -1, 7, -1, 9, -1, -1};
+            if (c.variant == Variant::bert) b.segments = {0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1};
+            // The reference: every row de-embedded, the rows without a target contribute zero.
+            Params<double> g_all = make_params<double>(c);
+            ForwardCache<double> k;
+            const TD Z = model_forward(c, p, b, &k);
+            REQUIRE(Z.rows() == 12);
+            TD dZ;
+            const double L_all = CrossEntropy_logits(Z, b.targets, &dZ);
+            model_backward(c, p, k, dZ, g_all);
+            Params<double> g = make_params<double>(c);
+            const double L = model_loss(c, p, b, &g);
+            CHECK(L == doctest::Approx(L_all).epsilon(1e-14));
+            double worst = 0;
+            const auto a = named_tensors(c, g), r = named_tensors(c, g_all);
+            for (std::size_t t = 0; t < a.size(); t++)
+                for (std::size_t i = 0; i < a[t].tensor->size(); i++)
+                    worst = std::max(worst, std::fabs(a[t].tensor->data[i] - r[t].tensor->data[i]));
+            CHECK(worst < 1e-14);
+            // The forward alone on four rows: those rows of the full Z.
+            const std::vector<int> rows = {9, 2, 4, 2};
+            ForwardOptions o;
+            o.logit_rows = &rows;
+            const TD Zr = model_forward<double>(c, p, b, nullptr, o);
+            REQUIRE(Zr.shape == std::vector<int>{4, c.V});
+            bool same = true;
+            for (int r = 0; r < 4; r++)
+                for (int v = 0; v < c.V; v++) same &= std::fabs(Zr(r, v) - Z(rows[r], v)) < 1e-14;
+            CHECK(same);
+            const std::vector<int> bad = {12};
+            o.logit_rows = &bad;
+            M_CHECK_TF_ERROR(model_forward<double>(c, p, b, nullptr, o), "row 12 is outside 0..11");
+        }
 }
 
 TEST_CASE("CLI: GPT-1 and BERT files with their tokenizers: params, tokenize, sample, eval, fill, and mismatches") {

@@ -2167,6 +2167,29 @@ Tensor<T> key_padding_mask(const Tensor<T>& Mask, const std::vector<int>& length
     return M;
 }
 
+// Rows of X picked out (m x H), and back: a gradient dR of those rows into an R x H zero matrix.
+template <typename T>
+static Tensor<T> gather_rows(const Tensor<T>& X, const std::vector<int>& rows) {
+    const int H = X.cols();
+    Tensor<T> R = Tensor<T>::uninit((int)rows.size(), H);
+    for (int r = 0; r < (int)rows.size(); r++) {
+        if (rows[r] < 0 || rows[r] >= X.rows())
+            throw Error("logit_rows: row " + std::to_string(rows[r]) + " is outside 0.." + std::to_string(X.rows() - 1));
+        std::copy(X.row(rows[r]), X.row(rows[r]) + H, R.row(r));
+    }
+    return R;
+}
+template <typename T>
+static Tensor<T> scatter_rows(const Tensor<T>& dR, const std::vector<int>& rows, int R) {
+    Tensor<T> dX(R, dR.cols());
+    for (int r = 0; r < (int)rows.size(); r++) {
+        T* __restrict d = dX.row(rows[r]);
+        const T* __restrict s = dR.row(r);
+        for (int h = 0; h < dR.cols(); h++) d[h] += s[h];  // += : a row listed twice gets both gradients
+    }
+    return dX;
+}
+
 // ---- The released BERT's masked-LM head (Config::mlm_head; see transformer.hpp) -------------------
 //   MLMHead(X) = LayerNorm(GELU(X W_t + Stack_n(b_t)); gamma_t, beta_t) W_e^T + Stack_n(b_z)   (n x H -> n x V)
 template <typename T>
@@ -2227,8 +2250,12 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
         if (padded) k.masks[l] = key_padding_mask(k.masks[l], batch.lengths);
     }
     k.X_L = blocks_forward(c, p, std::move(X), k, opt);
-    if (c.mlm_head) return MLMHead(c, p, k.X_L, &k.mlm);  // the released BERT's head, (B*n) x V
-    return matmul_nt(k.X_L, p.W_e);  // Z = X^(L) W_e^T, (B*n) x V
+    k.all_rows = !opt.logit_rows;
+    k.logit_rows = opt.logit_rows ? *opt.logit_rows : std::vector<int>();
+    k.X_L_rows = k.all_rows ? Tensor<T>() : gather_rows(k.X_L, k.logit_rows);  // m x H
+    const Tensor<T>& X_L = k.all_rows ? k.X_L : k.X_L_rows;                     // (B*n) x H or m x H
+    if (c.mlm_head) return MLMHead(c, p, X_L, &k.mlm);  // the released BERT's head, (B*n) x V (m x V)
+    return matmul_nt(X_L, p.W_e);  // Z = X^(L) W_e^T, (B*n) x V (m x V)
 }
 
 // Z = X^(L) W_e^T: dX^(L) = dZ W_e, dW_e += dZ^T X^(L) (W_e's second use; the first is the
@@ -2238,13 +2265,15 @@ void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& 
                     const Tensor<T>* dX_L) {
     Tensor<T> dX;
     if (!dZ.empty()) {  // empty: no gradient through the logits (a fine-tuning head alone)
-        require_shape(dZ, {k.X_L.rows(), c.V}, "model_backward", "dZ");
+        const Tensor<T>& X_L = k.all_rows ? k.X_L : k.X_L_rows;  // the rows that were de-embedded
+        require_shape(dZ, {X_L.rows(), c.V}, "model_backward", "dZ");
         if (c.mlm_head) {
             dX = MLMHead_backward(c, p, k.mlm, dZ, g);
         } else {
-            matmul_tn_acc(dZ, k.X_L, g.W_e);
+            matmul_tn_acc(dZ, X_L, g.W_e);
             dX = matmul(dZ, p.W_e);
         }
+        if (!k.all_rows) dX = scatter_rows(dX, k.logit_rows, k.X_L.rows());  // the other rows' gradient is 0
     } else {
         dX = Tensor<T>(k.X_L.rows(), c.H);
     }
@@ -2260,11 +2289,18 @@ void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& 
 
 template <typename T>
 double model_loss(const Config& c, const Params<T>& p, const Batch& batch, Params<T>* g, ForwardOptions opt) {
+    if (batch.targets.empty()) throw Error("model_loss: the batch has no targets");
+    // A masked LM's targets are a few rows: de-embed those only (rows without a target add nothing).
+    std::vector<int> rows, targets;
+    if (!is_causal(c.variant) && !opt.logit_rows) {
+        for (int i = 0; i < (int)batch.targets.size(); i++)
+            if (batch.targets[i] >= 0) rows.push_back(i), targets.push_back(batch.targets[i]);
+        opt.logit_rows = &rows;
+    }
     ForwardCache<T> cache;
     Tensor<T> Z = model_forward(c, p, batch, g ? &cache : nullptr, opt);
-    if (batch.targets.empty()) throw Error("model_loss: the batch has no targets");
     Tensor<T> dZ;
-    const double loss = CrossEntropy_logits(Z, batch.targets, g ? &dZ : nullptr);
+    const double loss = CrossEntropy_logits(Z, opt.logit_rows == &rows ? targets : batch.targets, g ? &dZ : nullptr);
     if (g) model_backward(c, p, cache, dZ, *g);
     return loss;
 }

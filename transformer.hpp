@@ -608,12 +608,19 @@ struct ForwardCache {
     Tensor<T> X_L;                 // (B*n) x H, the rows that are de-embedded
     LayerNormCache<T> ln_e;        // the embedding LayerNorm (Config::emb_ln)
     MLMHeadCache<T> mlm;           // the masked-LM head (Config::mlm_head)
+    std::vector<int> logit_rows;   // ForwardOptions::logit_rows: the rows of X_L that were de-embedded
+    bool all_rows = true;          // false: Z holds only those rows
+    Tensor<T> X_L_rows;            // m x H, those rows of X_L (when not all_rows)
 };
 // Training-time switches: dropout (seed 003) on embeddings, residual branches and attention
 // probabilities, drawn from rng. dropout = 0 (evaluation) switches all of it off.
 struct ForwardOptions {
     double dropout = 0;
     Rng* rng = nullptr;
+    // De-embed only these rows of X^(L) (0-based, in this order): Z is then m x V instead of
+    // (B*n) x V. A masked LM needs the logits of its few target rows only (BERT's original code
+    // gathers the masked positions the same way); null = every row.
+    const std::vector<int>* logit_rows = nullptr;
 };
 // The mask of layer l (0-based code index; formula l = code l + 1):
 //   GPT, GPT-2: Mask^AR; BERT, RoBERTa: Mask^BD;
@@ -630,14 +637,16 @@ Tensor<T> key_padding_mask(const Tensor<T>& Mask, const std::vector<int>& length
 template <typename T>
 Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch, ForwardCache<T>* cache = nullptr,
                         ForwardOptions opt = {});
-// Backward from dZ ((B*n) x V) to every parameter; gradients are accumulated into g. dX_L, if
+// Backward from dZ ((B*n) x V, or m x V for ForwardOptions::logit_rows) to every parameter; gradients are accumulated into g. dX_L, if
 // given ((B*n) x H), is a further gradient on the de-embedded rows X^(L) (a fine-tuning head's);
 // an empty dZ then means no gradient through the logits.
 template <typename T>
 void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& cache, const Tensor<T>& dZ,
                     Params<T>& g, const Tensor<T>* dX_L = nullptr);
 // Forward, mean cross-entropy over the batch's targets (nats per predicted token), and, if g is
-// given, backward into g. The one function training and the grad command call.
+// given, backward into g. The one function training and the grad command call. BERT and RoBERTa
+// de-embed only the rows with a target (logit_rows): the same loss and gradients, up to rounding,
+// for about 15% of the de-embedding's work.
 template <typename T>
 double model_loss(const Config& c, const Params<T>& p, const Batch& batch, Params<T>* g = nullptr,
                   ForwardOptions opt = {});
