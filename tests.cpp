@@ -7621,6 +7621,8 @@ TEST_CASE("train: prints the memory of the model, its gradients and AdamW at the
     CHECK(m.adam == 8 * floats);
     CHECK(m.activations > 4.0 * 4 * 64 * 2 * c.V);        // at least the logits and their gradient
     CHECK(m.params + m.grads + m.adam + m.activations < 3.5e9);  // GPT-2 124M at B=4, n=64: a few GB
+    const TrainMemory mb = train_memory(preset("bert-base"), 4, 64);  // the masked LM's logits: 15% of the rows
+    CHECK(mb.activations - 0.15 * 4 * 4 * 64 * 2 * 30522 == doctest::Approx(m.activations - 4.0 * 4 * 64 * 2 * c.V));
     const m_Run r = m_run("train --data " + m_text_file() + " --layers 1 --heads 2 --embd 16 --block 16 --steps 2 --batch 2 --out " +
                           m_path("i11_mem.safetensors"));
     INFO("stderr: " << r.err);

@@ -2287,20 +2287,27 @@ void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& 
     embed_backward(c, k.batch, dX, g);
 }
 
+// A masked LM's targets are a few rows: de-embed those only (rows without a target add nothing to
+// the loss or the gradients). For BERT and RoBERTa (unless opt already names rows): the rows with a
+// target and their targets, and opt.logit_rows pointing at rows; a GPT keeps every row.
+static const std::vector<int>& target_rows(const Config& c, const Batch& batch, ForwardOptions& opt, std::vector<int>& rows,
+                                           std::vector<int>& targets) {
+    if (is_causal(c.variant) || opt.logit_rows) return batch.targets;
+    for (int i = 0; i < (int)batch.targets.size(); i++)
+        if (batch.targets[i] >= 0) rows.push_back(i), targets.push_back(batch.targets[i]);
+    opt.logit_rows = &rows;
+    return targets;
+}
+
 template <typename T>
 double model_loss(const Config& c, const Params<T>& p, const Batch& batch, Params<T>* g, ForwardOptions opt) {
     if (batch.targets.empty()) throw Error("model_loss: the batch has no targets");
-    // A masked LM's targets are a few rows: de-embed those only (rows without a target add nothing).
-    std::vector<int> rows, targets;
-    if (!is_causal(c.variant) && !opt.logit_rows) {
-        for (int i = 0; i < (int)batch.targets.size(); i++)
-            if (batch.targets[i] >= 0) rows.push_back(i), targets.push_back(batch.targets[i]);
-        opt.logit_rows = &rows;
-    }
+    std::vector<int> rows, gathered;
+    const std::vector<int>& targets = target_rows(c, batch, opt, rows, gathered);  // the rows of Z below
     ForwardCache<T> cache;
     Tensor<T> Z = model_forward(c, p, batch, g ? &cache : nullptr, opt);
     Tensor<T> dZ;
-    const double loss = CrossEntropy_logits(Z, opt.logit_rows == &rows ? targets : batch.targets, g ? &dZ : nullptr);
+    const double loss = CrossEntropy_logits(Z, targets, g ? &dZ : nullptr);
     if (g) model_backward(c, p, cache, dZ, *g);
     return loss;
 }
@@ -2493,8 +2500,10 @@ FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>&
                            double lambda, Params<T>* g, Tensor<T>* dW_y, ForwardOptions opt) {
     if ((g == nullptr) != (dW_y == nullptr)) throw Error("finetune: give both g and dW_y, or neither");
     if (!(lambda >= 0) || !std::isfinite(lambda)) throw Error("finetune: lambda must be a finite number >= 0");
+    std::vector<int> rows, gathered;
+    const std::vector<int>& targets = target_rows(c, batch, opt, rows, gathered);  // BERT: the masked rows only
     ForwardCache<T> cache;
-    const Tensor<T> Z = model_forward(c, p, batch, &cache, opt);  // (B*n) x V
+    const Tensor<T> Z = model_forward(c, p, batch, &cache, opt);  // (B*n) x V (BERT: m x V)
     const Tensor<T> h = extract_rows(cache.X_L, batch.B, batch.n, at);
     const Tensor<T> S = head_logits(task, K, h, W_y);
     if ((int)labels.size() != S.rows()) throw Error("finetune: " + std::to_string(labels.size()) + " labels for " + std::to_string(S.rows()) + " examples");
@@ -2506,7 +2515,7 @@ FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>&
     const bool lm_targets = std::any_of(batch.targets.begin(), batch.targets.end(), [](int t) { return t >= 0; });
     if (lambda != 0 && !lm_targets)
         throw Error("finetune: lambda > 0 needs targets for L1 (next tokens from gpt1_batch, masked positions for BERT)");
-    if (lm_targets) r.L1 = CrossEntropy_logits(Z, batch.targets, g && lambda != 0 ? &dZ : nullptr);
+    if (lm_targets) r.L1 = CrossEntropy_logits(Z, targets, g && lambda != 0 ? &dZ : nullptr);
     r.L3 = r.L2 + lambda * r.L1;
     if (!g) return r;
     for (T& v : dZ.data) v *= T(lambda);  // dZ stays empty when lambda = 0: model_backward skips it
@@ -7472,7 +7481,8 @@ TrainMemory train_memory(const Config& c, int B, int n) {
     const double floats = (double)count_params(c).actual;
     m.params = 4 * floats, m.grads = 4 * floats, m.adam = 8 * floats;
     const double rows = (double)B * n;
-    m.activations = 4 * rows * ((double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + 2.0 * c.V);
+    const double logit_rows = is_causal(c.variant) ? rows : 0.15 * rows;  // a masked LM de-embeds its targets only
+    m.activations = 4 * (rows * (double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + logit_rows * 2.0 * c.V);
     return m;
 }
 

@@ -1222,7 +1222,8 @@ void check_output_dir(const std::string& dir, const std::string& role);
 void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>& p,
                     const std::map<std::string, std::string>& extra_metadata = {}, const std::string& input = "");
 // Bytes the training loop holds for a model: parameters, gradients, AdamW's m and v (4 bytes per
-// float each), and an estimate of one step's activations (forward caches and logits at B x n).
+// float each), and an estimate of one step's activations (forward caches and logits at B x n; a
+// masked LM de-embeds about 15% of its rows).
 struct TrainMemory {
     double params = 0, grads = 0, adam = 0, activations = 0;
 };
