@@ -2599,15 +2599,17 @@ double xlnet_loss(const Config& c, const Params<T>& p, const Tensor<T>& w, const
     if (predict < 1 || predict > n) throw Error("xlnet: predict must be in 1..n = " + std::to_string(n));
     ForwardCache<T> k;
     const Tensor<T> X_L = xlnet_forward(c, p, w, tokens, B, z, k);
-    const Tensor<T> Z = matmul_nt(X_L, p.W_e);  // (B*2n) x V; only predicted query rows have targets
-    std::vector<int> targets(Z.rows(), -1);
+    // Only the predicted query rows have targets: de-embed those, B * predict rows of the B * 2n.
+    std::vector<int> rows, targets;
     for (int b = 0; b < B; b++)
-        for (int t = n - predict; t < n; t++) targets[b * 2 * n + n + z[t]] = tokens[b * n + z[t]];
+        for (int t = n - predict; t < n; t++) rows.push_back(b * 2 * n + n + z[t]), targets.push_back(tokens[b * n + z[t]]);
+    const Tensor<T> X_p = gather_rows(X_L, rows);  // (B*predict) x H
+    const Tensor<T> Z = matmul_nt(X_p, p.W_e);     // (B*predict) x V
     Tensor<T> dZ;
     const double loss = CrossEntropy_logits(Z, targets, g ? &dZ : nullptr);
     if (!g) return loss;
-    matmul_tn_acc(dZ, X_L, g->W_e);
-    const Tensor<T> dX = blocks_backward(c, p, k, matmul(dZ, p.W_e), *g);
+    matmul_tn_acc(dZ, X_p, g->W_e);
+    const Tensor<T> dX = blocks_backward(c, p, k, scatter_rows(matmul(dZ, p.W_e), rows, X_L.rows()), *g);
     Batch batch;
     batch.B = B, batch.n = n, batch.tokens = tokens;
     Tensor<T> d_content(B * n, c.H);
