@@ -2229,7 +2229,7 @@ Tensor<T> MLMHead_backward(const Config& c, const Params<T>& p, const MLMHeadCac
 //   Layers      l = 1..L (code l-1): post-LN (GPT, BERT, RoBERTa) or pre-LN (GPT-2, GPT-3) block
 //               with Mask^(l) = layer_mask
 //   GPT-2/3     X^(L) = LayerNorm(X^(L))                               ln_f
-//   De-embed    Z = X^(L) W_e^T, Y = Softmax(Z)                        (B*n) x V
+//   De-embed    Z = X^(L) W_e^T, Y = Softmax(Z)                        (B*n) x V (m x V: logit_rows)
 template <typename T>
 Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch, ForwardCache<T>* cache,
                         ForwardOptions opt) {
