@@ -542,7 +542,8 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
         const int k = std::min(top, c.V);
         std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int bb) { return y[a] > y[bb] || (y[a] == y[bb] && a < bb); });
         std::printf("%s at token %d:", MASK.c_str(), j);
-        for (int r = 0; r < k; r++) std::printf("%s %s %.4f", r ? "," : "", codec.decode({order[r]}).c_str(), y[order[r]]);
+        for (int r = 0; r < k; r++)  // token_label: a leading space as "␣", a piece of a UTF-8 character as \xNN
+            std::printf("%s %s %.4f", r ? "," : "", token_label(codec.decode({order[r]})).c_str(), y[order[r]]);
         std::printf("\n");
         filled[j] = order[0];
     }

@@ -6800,6 +6800,15 @@ std::vector<m_RawTensor> m_roberta_hf(const Config& c, const Params<float>& p, c
 }
 }  // namespace
 
+TEST_CASE("token_label: printable UTF-8 as it is, a space as an open box, a newline as a return sign, other bytes as \\xNN") {
+    CHECK(token_label("a b") == "a\u2423b");
+    CHECK(token_label("\n") == "\u23CE");
+    CHECK(token_label("\xC4") == "\\xC4");            // the first byte of a two-byte character, alone
+    CHECK(token_label("\x7F\x01") == "\\x7F\\x01");
+    CHECK(token_label("\xC3\xA9t\xC3\xA9") == "\xC3\xA9t\xC3\xA9");  // "ete" with accents
+    CHECK(token_label("") == "\u2205");
+}
+
 TEST_CASE("RoBERTa's tokenizer: GPT-2's byte-level BPE whose <s>, </s>, <mask> in the text are tokens, <mask> taking the space before it") {
     const std::string enc = m_encoder_json(m_RB_MERGED), merges = m_vocab_bpe(m_RB_MERGES);
     CHECK(tokenizer_kind_of(enc, merges) == "roberta-bpe");
@@ -6930,7 +6939,8 @@ TEST_CASE("CLI: released RoBERTa files with their tokenizer: fill, eval, tokeniz
     softmax_row(Z.row(2), y.data(), c.V);
     const int best = (int)(std::max_element(y.begin(), y.end()) - y.begin());
     char line[96];
-    std::snprintf(line, sizeof line, "<mask> at token 2: %s %.4f,", make_tokenizer("roberta-bpe", m_encoder_json(m_RB_MERGED), m_vocab_bpe(m_RB_MERGES), "t").decode({best}).c_str(), y[best]);
+    const std::string label = token_label(make_tokenizer("roberta-bpe", m_encoder_json(m_RB_MERGED), m_vocab_bpe(m_RB_MERGES), "t").decode({best}));
+    std::snprintf(line, sizeof line, "<mask> at token 2: %s %.4f,", label.c_str(), y[best]);
     CHECK(m_contains(f.out, line));
     m_cli_fails("fill" + model + tok + " --text 'hell'", "no <mask>");
     m_write(dir + "text.txt", "hell hell. hell\n");

@@ -7518,7 +7518,9 @@ std::string token_label(const std::string& bytes) {
             i += (std::size_t)len;
             continue;
         }
-        o += bytes[i] == '\n' ? std::string("\u23CE") : "\\x" + num((unsigned char)bytes[i], "%02X");
+        char hex[8];  // a byte that is not printable UTF-8 (num() formats doubles, not a byte: not here)
+        std::snprintf(hex, sizeof hex, "\\x%02X", (unsigned)(unsigned char)bytes[i]);
+        o += bytes[i] == '\n' ? std::string("\u23CE") : std::string(hex);
         i++;
     }
     return o.empty() ? "\u2205" : o;
