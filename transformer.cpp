@@ -5066,7 +5066,7 @@ TrainResult train(const TrainOptions& opt_in) {
     s.rng = Rng(o.seed);
     CharVocab saved_vocab;
     std::map<std::string, std::string> resume_md;  // the resumed checkpoint's metadata
-    Tokenizer tok;  // issue 11: kind "" = the characters of the data (as before), "char" = a given CharVocab, "gpt2-bpe"
+    Tokenizer tok;  // kind "" = the characters of the data (as before), "char" = a given CharVocab, or a subword kind
     if (!o.encoder.empty() || !o.bpe_vocab.empty()) {
         if (o.bpe_vocab.empty())
             throw Error("train: --encoder and --vocab go together (GPT-2's encoder.json and vocab.bpe, RoBERTa's vocab.json and "

@@ -939,7 +939,7 @@ struct TrainOptions {
                             // fresh optimiser. Its shape rules: layers, heads, embd, ffn 0 and model,
                             // activation "" mean "the file's" (main.cpp passes them so); a value that
                             // differs from the file is an error, as is gpt2_init or attn_bias the file lacks
-    std::string encoder, bpe_vocab;  // GPT-2's encoder.json and vocab.bpe: train on BPE tokens, not characters
+    std::string encoder, bpe_vocab;  // a subword tokenizer's files (encoder.json + vocab.bpe, vocab.json + merges.txt, or vocab.txt alone)
 };
 // --line-windows: the offsets i where a training window may start, those with ids[i] == newline
 // and a whole window (n inputs and their n next-token targets: n + 1 ids) from i on.
