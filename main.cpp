@@ -525,7 +525,9 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
     if ((int)x.size() > c.n_ctx)
         throw Error("--text is " + std::to_string(x.size()) + " tokens with " + codec.decode({c.cls_id}) + " and " +
                     codec.decode({c.sep_id}) + ", longer than n_ctx = " + std::to_string(c.n_ctx));
-    if (c.emb_ln && !c.mlm_head)  // a released encoder saved without its head (BertModel, RobertaModel)
+    // A released encoder saved without its head (BertModel, RobertaModel; our own checkpoints record
+    // "variant", and one trained from such a file has trained its de-embedding since).
+    if (c.emb_ln && !c.mlm_head && !lm.file.metadata.count("variant"))
         std::fprintf(stderr, "note: '%s' has no masked-LM head (cls.predictions / lm_head): the logits are the seed's "
                              "X^(L) W_e^T, which the released model was not trained to produce\n", path.c_str());
     Batch b;

@@ -6973,6 +6973,15 @@ TEST_CASE("CLI: released RoBERTa files with their tokenizer: fill, eval, tokeniz
     CHECK(fb.status == 0);
     CHECK(m_contains(fb.err, "has no masked-LM head"));
     CHECK_FALSE(m_contains(f.err, "has no masked-LM head"));
+    // Trained on from that file, the de-embedding is the model's own: no note.
+    m_write(dir + "bare_text.txt", [] { std::string t; for (int k = 0; k < 200; k++) t += "hell he. "; return t; }());
+    const m_Run tr = m_run("train --init-from " + dir + "bare/model.safetensors" + tok + " --data " + dir + "bare_text.txt --steps 2 --batch 2 --quiet --out " +
+                           dir + "bare_trained.safetensors");
+    INFO(tr.out << tr.err);
+    REQUIRE(tr.status == 0);
+    const m_Run ft = m_run("fill --checkpoint " + dir + "bare_trained.safetensors --text 'hell <mask>.'");
+    CHECK(ft.status == 0);
+    CHECK_FALSE(m_contains(ft.err, "has no masked-LM head"));
     // RoBERTa's tokenizer goes with roberta models only.
     const Config g = preset("tiny-gpt2");
     Config g265 = g;
