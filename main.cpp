@@ -3,6 +3,7 @@
 // Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
 // is an error with a message and exit status 1.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -128,8 +129,9 @@ struct Flags {
 
 static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out", "line-windows"};
 
-// --name VALUE or --name=VALUE; the word after a flag is its value whatever it looks like
-// (--prompt --help prompts with "--help"). A boolean flag is --name alone, or --name=true|false|1|0.
+// --name VALUE or --name=VALUE. The word after a flag is its value unless it is itself a flag
+// (--out --window 3 is an error, never a file named "--window"); a value that starts with -- is
+// given as --name=VALUE (--prompt=--help prompts with "--help"). A boolean flag is --name alone, or --name=true|false|1|0.
 // --help (or -h) in a flag's place asks for the usage.
 static Flags parse_flags(int argc, char** argv, int first, bool& help) {
     Flags f;
@@ -153,6 +155,9 @@ static Flags parse_flags(int argc, char** argv, int first, bool& help) {
         } else if (!inline_value) {
             if (i + 1 >= argc) throw Error("flag --" + a + " needs a value");
             v = argv[++i];
+            if (v.size() > 2 && v.compare(0, 2, "--") == 0 && std::isalpha((unsigned char)v[2]))
+                throw Error("flag --" + a + " needs a value, but the next word is the flag '" + v + "' (a value that starts with -- is written --" +
+                            a + "=" + v + ")");
         }
         if (f.values.count(a)) throw Error("flag --" + a + " given twice");
         f.values[a] = v;
@@ -395,7 +400,7 @@ static int cmd_task(Flags& f) {
     const bool held_out = f.flag("held-out");
     f.done();
     if (examples < 1 || examples > 10000000) throw Error("--examples must be between 1 and 10000000");
-    check_outputs({{out, "--out", OutputKind::text}});
+    check_outputs({{out, "--out", OutputKind::task_file}});
     std::string text;
     if (task == "text") {  // unlabelled problems "123+456=9750", one a line: a pre-training text
         Rng rng((uint64_t)seed);
@@ -867,7 +872,7 @@ static int cmd_bench(Flags& f) {
 static int cmd_export(Flags& f) {
     const std::string path = f.need("checkpoint"), out = f.need("out");
     f.done();
-    check_output_dir(out, "--out");  // before the model is read: a typo must not cost the load
+    check_output_dir(out, "--out", HF_EXPORT_FILES, "config.json");  // before the model is read
     LoadedModel lm = load_model(path, {"adam."});
     const std::string problem = hf_gpt2_export_problem(lm.config);
     if (!problem.empty()) throw Error("export '" + path + "': " + problem);

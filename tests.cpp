@@ -7399,7 +7399,16 @@ TEST_CASE("token files: llm.c's .bin format, written by tokenize --out, read by 
     REQUIRE(b.size() == 1024 + 6);
     CHECK((unsigned char)b[0] == (20240520 & 0xFF));
     CHECK(b.substr(4, 8) == std::string("\x01\0\0\0\x03\0\0\0", 8));
-    CHECK(b.substr(12, 1012) == std::string(1012, '\0'));
+    // This program's mark at byte 64 (llm.c's readers ignore the rest of the header): zeros around it.
+    CHECK(b.substr(12, 52) == std::string(52, '\0'));
+    CHECK(b.substr(64, 22) == "written by transformer");
+    CHECK(b.substr(86, 1024 - 86) == std::string(1024 - 86, '\0'));
+    CHECK(is_own_token_file(b));
+    std::string llmc = b;  // the same file as llm.c writes it: a token file, but not ours
+    llmc.replace(64, 22, std::string(22, '\0'));
+    CHECK(is_token_file(llmc));
+    CHECK_FALSE(is_own_token_file(llmc));
+    CHECK(parse_token_file(llmc, "x") == std::vector<int>{1, 258, 65535});
     CHECK(b.substr(1024) == std::string("\x01\0\x02\x01\xFF\xFF", 6));
     CHECK(is_token_file(b));
     CHECK(parse_token_file(b, "x") == std::vector<int>{1, 258, 65535});
@@ -7446,6 +7455,136 @@ TEST_CASE("token files: llm.c's .bin format, written by tokenize --out, read by 
     m_cli_fails("tokenize" + tok + " --text hi --out " + m_path("tf_notes.txt"), "not a token file");
     m_cli_fails("tokenize" + tok + " --ids 258 --out " + bin, "not of --ids");
     CHECK(!m_exists(m_path("tf_x.safetensors")));
+}
+
+TEST_CASE("files: no command replaces a file it did not write (every writing command, every kind of foreign file)") {
+    const std::string dir = m_path("foreign");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string ck = dir + "/ck.safetensors", corpus = m_text_file(), tr = dir + "/tr.tsv", va = dir + "/va.tsv";
+    const std::string enc = dir + "/enc.json", merges = dir + "/merges.bpe";
+    m11_write_bpe(enc, merges);
+    m_run_ok("init --preset tiny-gpt2 --out " + ck);
+    m_run_ok("task --task classify --examples 40 --out " + tr);
+    m_run_ok("task --task classify --examples 20 --seed 2 --out " + va);
+    const std::string pre = dir + "/pre.safetensors", sums = dir + "/sums.txt";  // finetune starts from a trained model
+    m_run_ok("task --task text --examples 200 --out " + sums);
+    m_run_ok("train --data " + sums + " --layers 1 --heads 2 --embd 8 --block 16 --steps 2 --quiet --out " + pre);
+    std::string llmc = token_file_bytes({1, 2, 3});  // llm.c's own token file: the format, not our mark
+    llmc.replace(64, 22, std::string(22, '\0'));
+    const std::vector<std::pair<std::string, std::string>> foreign = {
+        {"source", "#include <cstdio>\nint main() { return 0; }\n"},
+        {"released model", m_st_bytes("{\"__metadata__\":{\"format\":\"pt\"},\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd")},
+        {"picture", "<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"10\" height=\"10\"></svg>\n"},
+        {"spreadsheet", "step,loss\n1,2.5\n"},
+        {"llm.c tokens", llmc},
+        {"labelled notes", "good\tthe play was fine\n"},
+        {"JSON", "{\"model_type\": \"gpt2\"}\n"}};
+    // Each command with its output flag; a train or finetune run's log and plot are --out's name
+    // with .csv and .svg, so a foreign file there is tried too.
+    const std::string train = "train --data " + corpus + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet";
+    const std::string ft = "finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --steps 1 --quiet";
+    struct Writer {
+        std::string args, ext;  // the command before --out; the extension its --out takes
+        std::string sibling;    // "" or the extension of the file beside --out that gets the foreign bytes
+    };
+    const std::vector<Writer> writers = {
+        {"task --task classify --examples 10", ".tsv", ""},
+        {"task --task text --examples 10", ".txt", ""},
+        {"init --preset tiny-gpt", ".safetensors", ""},
+        {"grad --checkpoint " + ck + " --tokens 1,2,3", ".safetensors", ""},
+        {"tokenize --encoder " + enc + " --vocab " + merges + " --text hat", ".bin", ""},
+        {"masks --n 3", ".svg", ""},
+        {"attention --checkpoint " + ck + " --tokens 1,2,3", ".svg", ""},
+        {train, ".safetensors", ""},
+        {train, ".safetensors", ".csv"},
+        {train, ".safetensors", ".svg"},
+        {ft, ".safetensors", ""},
+        {ft, ".safetensors", ".csv"},
+        {ft, ".safetensors", ".svg"}};
+    int k = 0;
+    for (const Writer& w : writers)
+        for (const auto& f : foreign) {
+            const std::string base = dir + "/f" + std::to_string(k++);
+            const std::string out = base + w.ext, victim = w.sibling.empty() ? out : base + w.sibling;
+            m_write(victim, f.second);
+            const m_Run r = m_run(w.args + " --out " + out);
+            INFO("transformer " << w.args << " --out " << out << "\nforeign file: " << f.first << " at " << victim
+                                << "\nstdout: " << r.out << "\nstderr: " << r.err);
+            CHECK(r.status == 1);
+            CHECK(m_contains(r.err, "refusing to replace"));
+            CHECK(m_read(victim) == f.second);  // byte for byte
+            if (!w.sibling.empty()) CHECK_FALSE(m_exists(out));
+        }
+    // What this program wrote is replaced: the same commands over their own files succeed.
+    for (const Writer& w : writers) {
+        const std::string out = dir + "/own" + w.ext;
+        INFO("transformer " << w.args << " --out " << out);
+        m_run_ok(w.args + " --out " + out);
+        m_run_ok(w.args + " --out " + out);
+    }
+}
+
+TEST_CASE("export: a directory of released weights, or of anything else, is never written into; a re-export leaves no stale tokenizer") {
+    const std::string dir = m_path("exp_foreign");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string ck = dir + "/ck.safetensors";
+    m_run_ok("init --preset tiny-gpt2 --out " + ck);
+    // A downloaded GPT-2: its model, config and tokenizer. Nothing in it changes.
+    const std::string hf = dir + "/gpt2";
+    ::mkdir(hf.c_str(), 0755);
+    const std::map<std::string, std::string> released = {
+        {"model.safetensors", m_st_bytes("{\"__metadata__\":{\"format\":\"pt\"}}")},
+        {"config.json", "{\"model_type\": \"gpt2\", \"vocab_size\": 50257}\n"},
+        {"vocab.json", "{\"!\": 0}\n"},
+        {"merges.txt", "#version: 0.2\nh e\n"}};
+    for (auto& kv : released) m_write(hf + "/" + kv.first, kv.second);
+    m_cli_fails("export --checkpoint " + ck + " --out " + hf, "config.json was not written by this program");
+    for (auto& kv : released) CHECK(m_read(hf + "/" + kv.first) == kv.second);
+    // Only a config.json (someone's), or one of ours beside a file export does not write: refused too.
+    const std::string other = dir + "/other";
+    ::mkdir(other.c_str(), 0755);
+    m_write(other + "/config.json", released.at("config.json"));
+    m_cli_fails("export --checkpoint " + ck + " --out " + other, "refusing to write into --out");
+    CHECK(m_read(other + "/config.json") == released.at("config.json"));
+    const std::string mine = dir + "/mine";
+    m_run_ok("export --checkpoint " + ck + " --out " + mine);
+    CHECK(m_contains(m_read(mine + "/config.json"), "\"written_by\": \"transformer\""));
+    m_write(mine + "/README.md", "my notes\n");
+    m_cli_fails("export --checkpoint " + ck + " --out " + mine, "it holds 'README.md'");
+    CHECK(m_read(mine + "/README.md") == "my notes\n");
+    ::unlink((mine + "/README.md").c_str());
+    // An earlier export of ours is replaced whole: a tokenizer it had does not stay beside a model
+    // that has none (the checkpoint here has the characters' tokenizer, which export does not write).
+    m_write(mine + "/vocab.json", released.at("vocab.json"));
+    m_write(mine + "/merges.txt", released.at("merges.txt"));
+    m_run_ok("export --checkpoint " + ck + " --out " + mine);
+    CHECK_FALSE(m_exists(mine + "/vocab.json"));
+    CHECK_FALSE(m_exists(mine + "/merges.txt"));
+    CHECK(m_exists(mine + "/model.safetensors"));
+    // An empty directory is fine.
+    const std::string empty = dir + "/empty";
+    ::mkdir(empty.c_str(), 0755);
+    m_run_ok("export --checkpoint " + ck + " --out " + empty);
+    CHECK(m_exists(empty + "/config.json"));
+}
+
+TEST_CASE("flags: a flag's value that is itself a flag is an error, for every command; --name=--value gives such a value") {
+    const std::string out = m_path("flagval");
+    ::mkdir(out.c_str(), 0755);
+    m_cli_fails("masks --n 6 --out --window 3", "flag --out needs a value, but the next word is the flag '--window'");
+    CHECK_FALSE(m_exists("--window"));
+    m_cli_fails("task --task classify --out --examples 10", "flag --out needs a value");
+    CHECK_FALSE(m_exists("--examples"));
+    m_cli_fails("train --data --steps 5", "flag --data needs a value");
+    m_cli_fails("sample --checkpoint --prompt hi", "flag --checkpoint needs a value");
+    m_cli_fails("init --preset --out " + out + "/x.safetensors", "flag --preset needs a value");
+    CHECK_FALSE(m_exists(out + "/x.safetensors"));
+    m_cli_fails("export --checkpoint x --out --quiet", "flag --out needs a value");
+    // Negative numbers are values; --name=VALUE passes a value that starts with --.
+    m_cli_fails("masks --n -3 --out " + out + "/m.svg", "--n");
+    const m_Run r = m_run("task --task text --examples 2 --out=" + out + "/--odd.txt");
+    CHECK(r.status == 0);
+    CHECK(m_exists(out + "/--odd.txt"));
 }
 
 TEST_CASE("BPE training: a hand-made vocabulary end to end; sample, eval and resume use the recorded tokenizer") {

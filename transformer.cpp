@@ -21,6 +21,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -2890,41 +2891,104 @@ static std::string file_identity(const std::string& path) {
     return "path " + dir + "/" + p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
 }
 
+// ---- Whose file is it? ---------------------------------------------------------------------------
+// Every kind of file this program writes carries a mark it can recognise later: the key
+// "written_by": "transformer" in a safetensors file's metadata and in an exported config.json, a
+// comment in an SVG picture, the text below in a token file's header. Logs and task files are
+// recognised by their format. Only such files (and empty ones) are ever replaced, so an --out that
+// names a released model, a source file or somebody's picture fails before any work.
+const char* const WRITTEN_BY_KEY = "written_by";
+const char* const WRITTEN_BY = "transformer";
+const char* const SVG_MARK = "<!-- written by transformer -->";
+
+// The metadata of a safetensors file (empty if the header is not a JSON object of such a file).
+static std::map<std::string, std::string> safetensors_metadata(const std::string& p) {
+    std::map<std::string, std::string> m;
+    std::FILE* f = std::fopen(p.c_str(), "rb");
+    if (!f) return m;
+    unsigned char size_le[8];
+    uint64_t n = 0;
+    std::string header;
+    if (std::fread(size_le, 1, 8, f) == 8) {
+        for (int k = 0; k < 8; k++) n |= (uint64_t)size_le[k] << (8 * k);
+        if (n > 0 && n <= ((uint64_t)1 << 27)) {
+            header.resize((std::size_t)n);
+            if (std::fread(&header[0], 1, header.size(), f) != header.size()) header.clear();
+        }
+    }
+    std::fclose(f);
+    if (header.empty() || header[0] != '{') return m;
+    try {
+        const Json j = parse_json(header);
+        if (const Json* meta = j.get("__metadata__"))
+            for (auto& kv : meta->obj)
+                if (kv.second.type == Json::string) m[kv.first] = kv.second.str;
+    } catch (const Error&) {
+        m.clear();
+    }
+    return m;
+}
+
+// Every line of head (the complete lines of a file's start) is one of the built-in tasks' lines:
+// "566+745=1131" (text) or a lower-case label or digit, then tab-separated digits and '+'
+// ("big\t566+745", "3\t566+745\t3571\t8880\t5251\t1131").
+static bool is_task_text(const std::string& head) {
+    std::size_t lines = 0;
+    for (std::size_t i = 0; i < head.size();) {
+        std::size_t e = head.find('\n', i);
+        if (e == std::string::npos) break;
+        const std::string line = head.substr(i, e - i);
+        i = e + 1, lines++;
+        const std::size_t tab = line.find('\t');
+        if (tab == std::string::npos) {  // a[+]b=c, digits only
+            const std::size_t plus = line.find('+'), eq = line.find('=');
+            if (plus == 0 || plus == std::string::npos || eq == std::string::npos || eq <= plus + 1 || eq + 1 == line.size()) return false;
+            for (std::size_t k = 0; k < line.size(); k++)
+                if (k != plus && k != eq && !std::isdigit((unsigned char)line[k])) return false;
+            continue;
+        }
+        if (tab == 0) return false;
+        for (std::size_t k = 0; k < tab; k++)
+            if (!std::islower((unsigned char)line[k]) && !std::isdigit((unsigned char)line[k])) return false;
+        for (std::size_t k = tab; k < line.size(); k++)
+            if (line[k] != '\t' && line[k] != '+' && !std::isdigit((unsigned char)line[k])) return false;
+        if (line.back() == '\t') return false;
+    }
+    return lines > 0;
+}
+
 // Does the existing regular file at p hold what this program writes as `kind`? (Only such files,
 // and empty ones, are ever replaced.)
 static bool holds_kind(const std::string& p, OutputKind kind) {
     std::FILE* f = std::fopen(p.c_str(), "rb");
     if (!f) return false;
-    char head[40] = {};
-    const std::size_t got = std::fread(head, 1, sizeof head, f);
-    std::fseek(f, 0, SEEK_END);
-    const long size = std::ftell(f);
+    std::string h(1 << 16, '\0');
+    const std::size_t got = std::fread(&h[0], 1, h.size(), f);
     std::fclose(f);
     if (got == 0) return true;  // an empty file
-    const std::string h(head, got);
+    h.resize(got);
     switch (kind) {
-        case OutputKind::checkpoint: {  // safetensors: u64 header size N, then N bytes of '{'...
-            if (got < 9) return false;
-            uint64_t n = 0;
-            for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)head[k] << (8 * k);
-            return n > 0 && n <= (uint64_t)size - 8 && head[8] == '{';
+        case OutputKind::checkpoint: {  // ours, or a checkpoint of this program from before the mark
+            const std::map<std::string, std::string> m = safetensors_metadata(p);
+            auto it = m.find(WRITTEN_BY_KEY);
+            return (it != m.end() && it->second == WRITTEN_BY) || (m.count("variant") && m.count("V") && m.count("n_ctx"));
         }
-        case OutputKind::csv_log: return h.rfind("step,", 0) == 0;
-        case OutputKind::svg_plot: return h.rfind("<svg ", 0) == 0 || h.rfind("<?xml", 0) == 0;
-        case OutputKind::json: return h[h.find_first_not_of(" \t\r\n") == std::string::npos ? 0 : h.find_first_not_of(" \t\r\n")] == '{';
-        case OutputKind::text: return h.find('\0') == std::string::npos;
-        case OutputKind::token_file: return is_token_file(h);
+        case OutputKind::csv_log: return h.rfind("step,train_loss,val_loss,lr", 0) == 0;
+        case OutputKind::svg_plot: return h.find(SVG_MARK) < 512;
+        case OutputKind::task_file: return is_task_text(h);
+        case OutputKind::token_file: return is_token_file(h) && is_own_token_file(h);
+        case OutputKind::in_own_dir: return true;  // check_output_dir recognised the directory
     }
     return false;
 }
 static const char* kind_name(OutputKind k) {
     switch (k) {
-        case OutputKind::checkpoint: return "a safetensors checkpoint";
+        case OutputKind::checkpoint: return "a checkpoint written by this program";
         case OutputKind::csv_log: return "a CSV log written by this program";
-        case OutputKind::svg_plot: return "an SVG plot written by this program";
-        case OutputKind::json: return "a JSON file";
-        case OutputKind::text: return "a text file";
-        case OutputKind::token_file: return "a token file (llm.c's .bin format)";
+        case OutputKind::svg_plot: return "an SVG picture written by this program";
+        case OutputKind::task_file: return "a task file written by this program";
+        case OutputKind::token_file: return "a token file written by this program";
+        case OutputKind::in_own_dir: return "a file of a directory this program wrote";
     }
     return "?";
 }
@@ -3105,7 +3169,9 @@ void save_safetensors(const std::string& path, const std::map<std::string, std::
                       const std::vector<std::pair<std::string, const Tensor<float>*>>& tensors) {
     std::string header = "{\"__metadata__\":{";
     bool first = true;
-    for (auto& kv : metadata) {
+    std::map<std::string, std::string> marked = metadata;
+    marked[WRITTEN_BY_KEY] = WRITTEN_BY;  // the mark check_outputs recognises
+    for (auto& kv : marked) {
         header += (first ? "" : ",") + json_escape(kv.first) + ":" + json_escape(kv.second);
         first = false;
     }
@@ -3941,11 +4007,24 @@ std::string hf_gpt2_config_json(const Config& c, int eos_id) {
     j += "  \"resid_pdrop\": 0.1,\n  \"embd_pdrop\": 0.1,\n  \"attn_pdrop\": 0.1,\n  \"initializer_range\": 0.02,\n";
     j += "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n";
     if (eos_id >= 0) j += "  \"bos_token_id\": " + std::to_string(eos_id) + ",\n  \"eos_token_id\": " + std::to_string(eos_id) + ",\n";
-    j += "  \"torch_dtype\": \"float32\"\n}\n";
+    j += "  \"torch_dtype\": \"float32\",\n";
+    j += std::string("  \"") + WRITTEN_BY_KEY + "\": \"" + WRITTEN_BY + "\"\n}\n";  // the mark check_output_dir looks for
     return j;
 }
 
-void check_output_dir(const std::string& dir, const std::string& role) {
+bool file_has_mark(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return false;
+    char head[4096];
+    const std::size_t got = std::fread(head, 1, sizeof head, f);
+    std::fclose(f);
+    const std::string h(head, got);
+    return h.find(std::string("\"") + WRITTEN_BY_KEY + "\": \"" + WRITTEN_BY + "\"") != std::string::npos ||
+           h.find(std::string("written by ") + WRITTEN_BY) != std::string::npos;
+}
+
+void check_output_dir(const std::string& dir, const std::string& role, const std::vector<std::string>& names,
+                      const std::string& marker) {
     if (dir.empty()) throw Error(role + " is empty");
     struct stat st;
     const std::string what = role + " '" + dir + "'";
@@ -3953,6 +4032,26 @@ void check_output_dir(const std::string& dir, const std::string& role) {
         if (!S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": it exists and is not a directory");
         if (::access(dir.c_str(), W_OK | X_OK) != 0)
             throw Error("cannot write " + what + ": the directory is not writable (" + std::strerror(errno) + ")");
+        std::vector<std::string> entries;
+        if (DIR* d = ::opendir(dir.c_str())) {
+            while (const dirent* e = ::readdir(d))
+                if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) entries.push_back(e->d_name);
+            ::closedir(d);
+        } else {
+            throw Error("cannot read the directory " + what + ": " + std::strerror(errno));
+        }
+        if (entries.empty()) return;
+        std::sort(entries.begin(), entries.end());
+        std::string list;
+        for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+        for (const std::string& e : entries)
+            if (std::find(names.begin(), names.end(), e) == names.end())
+                throw Error("refusing to write into " + what + ": it holds '" + e + "', which this command does not write (it writes " +
+                            list + "); choose a new or empty directory");
+        if (!file_has_mark(dir + "/" + marker))
+            throw Error("refusing to write into " + what + ": it is not empty and its " + marker +
+                        " was not written by this program (only a directory an earlier run of this command wrote is replaced); "
+                        "choose a new or empty directory");
         return;
     }
     std::string d = dir;
@@ -3964,18 +4063,18 @@ void check_output_dir(const std::string& dir, const std::string& role) {
         throw Error("cannot write " + what + ": cannot create it in '" + parent + "' (" + std::strerror(errno) + ")");
 }
 
+const std::vector<std::string> HF_EXPORT_FILES = {"model.safetensors", "config.json", "vocab.json", "merges.txt"};
+
 void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>& p,
                     const std::map<std::string, std::string>& extra_metadata, const std::string& input) {
     const std::string problem = hf_gpt2_export_problem(c);
     if (!problem.empty()) throw Error("export: " + problem);
-    check_output_dir(dir, "--out");
+    check_output_dir(dir, "--out", HF_EXPORT_FILES, "config.json");
     const std::string model_path = dir + "/model.safetensors", config_path = dir + "/config.json";
     const auto tok = extra_metadata.find("tokenizer");
     const bool bpe = tok != extra_metadata.end() && tok->second == "gpt2-bpe";
-    std::vector<OutputFile> outs = {{model_path, "--out/model.safetensors", OutputKind::checkpoint},
-                                    {config_path, "--out/config.json", OutputKind::json}};
-    if (bpe) outs.push_back({dir + "/vocab.json", "--out/vocab.json", OutputKind::json}),
-             outs.push_back({dir + "/merges.txt", "--out/merges.txt", OutputKind::text});
+    std::vector<OutputFile> outs;  // the directory is new, empty or ours: its files are ours to replace
+    for (const std::string& name : HF_EXPORT_FILES) outs.push_back({dir + "/" + name, "--out/" + name, OutputKind::in_own_dir});
     struct stat st;
     if (::stat(dir.c_str(), &st) == 0) check_outputs(outs, {{input, "--checkpoint"}});  // a new directory holds nothing to check
     else if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
@@ -4023,6 +4122,10 @@ void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>
         eos = t.bpe.eot;
         write_file_atomic(dir + "/vocab.json", t.encoder_json);
         write_file_atomic(dir + "/merges.txt", t.vocab);
+    } else {  // an earlier export's tokenizer does not belong to this model
+        for (const char* name : {"/vocab.json", "/merges.txt"})
+            if (::unlink((dir + name).c_str()) != 0 && errno != ENOENT)
+                throw Error("cannot remove the earlier export's '" + dir + name + "': " + std::strerror(errno));
     }
     write_file_atomic(config_path, hf_gpt2_config_json(c, eos));
 }
@@ -4431,6 +4534,7 @@ std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
     std::ostringstream o;
     o.precision(5);
     o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh << "' font-family='sans-serif' font-size='12'>\n";
+    o << SVG_MARK << "\n";
     o << "<rect width='100%' height='100%' fill='white'/>\n";
     std::string esc;
     for (char ch : title) esc += ch == '<' ? "&lt;" : ch == '&' ? "&amp;" : std::string(1, ch);
@@ -6470,7 +6574,14 @@ static int32_t le_int32(const std::string& b, std::size_t at) {
 
 static const std::size_t TOKEN_FILE_HEADER = 256 * 4;  // bytes: 256 int32
 
+static const char TOKEN_FILE_MARK[] = "written by transformer";
+static const std::size_t TOKEN_FILE_MARK_AT = 64;
+
 bool is_token_file(const std::string& bytes) { return bytes.size() >= 4 && le_int32(bytes, 0) == TOKEN_FILE_MAGIC; }
+bool is_own_token_file(const std::string& bytes) {
+    const std::size_t n = sizeof TOKEN_FILE_MARK - 1;
+    return bytes.size() >= TOKEN_FILE_MARK_AT + n && bytes.compare(TOKEN_FILE_MARK_AT, n, TOKEN_FILE_MARK) == 0;
+}
 
 std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V) {
     const std::size_t header = TOKEN_FILE_HEADER;
@@ -6501,6 +6612,7 @@ std::string token_file_bytes(const std::vector<int>& ids) {
         for (int k = 0; k < 4; k++) b[at + k] = (char)(v >> (8 * k) & 0xFF);
     };
     put32(0, (uint32_t)TOKEN_FILE_MAGIC), put32(4, 1), put32(8, (uint32_t)ids.size());
+    b.replace(TOKEN_FILE_MARK_AT, sizeof TOKEN_FILE_MARK - 1, TOKEN_FILE_MARK);
     for (std::size_t i = 0; i < ids.size(); i++) {
         if (ids[i] < 0 || ids[i] > 65535) throw Error("token " + std::to_string(ids[i]) + " does not fit a token file's uint16");
         b[TOKEN_FILE_HEADER + 2 * i] = (char)(ids[i] & 0xFF), b[TOKEN_FILE_HEADER + 2 * i + 1] = (char)(ids[i] >> 8);
@@ -7588,6 +7700,7 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
     o << "<?xml version='1.0' encoding='UTF-8'?>\n";
     o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
       << "' font-family='sans-serif' font-size='12'>\n";
+    o << SVG_MARK << "\n";
     o << "<defs><pattern id='hatch' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
          "<rect width='4' height='4' fill='#e4e4e4'/><line x1='0' y1='0' x2='0' y2='4' stroke='#a0a0a0' stroke-width='1.6'/></pattern>\n";
     o << "<linearGradient id='scale'>";

@@ -813,7 +813,9 @@ int utf8_next(const std::string& text, std::size_t i, uint32_t& cp);
 std::string describe_char_at(const std::string& text, std::size_t offset, const std::string& where);
 
 // ---- Files: every output is checked before the work starts and written by one durable writer ----
-enum class OutputKind { checkpoint, csv_log, svg_plot, json, text, token_file };  // text: any text file (no NUL byte)
+// The kinds of file this program writes. Each is recognisable as this program's own (a mark in the
+// file, or its format), and only such files, or empty ones, are ever replaced.
+enum class OutputKind { checkpoint, csv_log, svg_plot, task_file, token_file, in_own_dir };  // in_own_dir: see check_output_dir
 struct OutputFile {
     std::string path, role;  // role names it in errors: "--out", "the log"
     OutputKind kind;
@@ -824,8 +826,8 @@ struct InputFile {
 };
 // Throws Error, before any work, unless every output can be written: its directory exists and is
 // writable, it is not a directory, FIFO or device (a symlink is followed: its target is written),
-// an existing file holds what the program writes there (a safetensors file, our CSV log or SVG
-// plot; or it is empty), no two outputs are the same file, and no output is an input.
+// an existing file is one this program wrote as that kind (or is empty), no two outputs are the same
+// file, and no output is an input.
 void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs = {});
 // The file a write to path replaces (symbolic links followed).
 std::string resolve_output_path(const std::string& path);
@@ -1192,9 +1194,12 @@ Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const
 std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
 // llm.c's token files (dev/data/*.bin, e.g. its tiny Shakespeare and FineWeb in GPT-2's tokens):
 // a header of 256 little-endian int32 (magic 20240520, version 1, the number of tokens N, the rest
-// 0), then N uint16 token ids. A text tokenized once is read by train and eval in no time.
+// 0), then N uint16 token ids. A text tokenized once is read by train and eval in no time. This
+// program's own token files carry the text "written by transformer" at byte 64 of the header
+// (where llm.c's readers see zeros they ignore), so that tokenize --out replaces only its own.
 constexpr int32_t TOKEN_FILE_MAGIC = 20240520;
-bool is_token_file(const std::string& bytes);  // starts with the magic
+bool is_token_file(const std::string& bytes);      // starts with the magic
+bool is_own_token_file(const std::string& bytes);  // and carries this program's mark
 // The ids of a token file; throws Error naming `name` on a short header, another version, a size
 // that is not the header's 1024 bytes plus 2 N, or an id >= V (the tokenizer's size).
 std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V = 65536);
@@ -1212,9 +1217,18 @@ std::string token_file_bytes(const std::vector<int>& ids);
 // W_y and no XLNet vector w.
 std::string hf_gpt2_export_problem(const Config& c);
 std::string hf_gpt2_config_json(const Config& c, int eos_id);  // eos_id -1: GPT2Config's default
-// Throws Error unless dir can hold the export: an existing directory that is writable, or a name
-// whose parent directory exists and is writable (the caller creates it).
-void check_output_dir(const std::string& dir, const std::string& role);
+// Throws Error unless dir can take a command's files `names`: a name whose parent directory exists
+// and is writable (the caller creates it), an empty writable directory, or one that an earlier run
+// of the command wrote: it holds none but `names`, and its file `marker` carries this program's mark
+// (file_has_mark). A directory of released weights, or of anything else, is never written into.
+void check_output_dir(const std::string& dir, const std::string& role, const std::vector<std::string>& names,
+                      const std::string& marker);
+// The first 4 KB of the file hold this program's mark ("written_by": "transformer" in a JSON file,
+// the words "written by transformer" in a text).
+bool file_has_mark(const std::string& path);
+// The files export writes into its directory (the tokenizer's two only with GPT-2's tokenizer; an
+// earlier export's are removed otherwise).
+extern const std::vector<std::string> HF_EXPORT_FILES;
 // Writes DIR/model.safetensors (metadata: "format" = "pt" plus extra_metadata, e.g. the tokenizer)
 // and DIR/config.json, each through AtomicFile; DIR is created if missing. With a gpt2-bpe tokenizer
 // in extra_metadata also DIR/vocab.json and DIR/merges.txt (GPT2Tokenizer's files).
