@@ -227,6 +227,7 @@ static int cmd_params(Flags& f) {
     std::printf("seed formula lambda:                     %12lld\n", k.seed_lambda);
     if (k.final_ln) std::printf("  + final LayerNorm ln_f (2*H)           %12lld\n", k.final_ln);
     if (k.segments) std::printf("  + segment vectors w_A, w_B (2*H)       %12lld\n", k.segments);
+    if (k.pad_position) std::printf("  + <pad>'s position vector w_pad (H)    %12lld\n", k.pad_position);
     if (k.attn_biases) std::printf("  + attention biases L*(A*3*D + H)       %12lld\n", k.attn_biases);
     if (k.emb_ln) std::printf("  + embedding LayerNorm (2*H)            %12lld\n", k.emb_ln);
     if (k.mlm_head) std::printf("  + masked-LM head H*H + 3*H + V         %12lld\n", k.mlm_head);

@@ -6465,6 +6465,193 @@ TEST_CASE("released BERT options: metadata round trip, checkpoints, defaults off
     CHECK(floats == k.actual);
 }
 
+// ---- RoBERTa as Hugging Face's RobertaForMaskedLM computes it: <pad> positions, the head's GELU ----
+TEST_CASE("RoBERTa: a <pad> among the ids takes position row padding_idx and is not counted (ids [0, 5, 1, 7, 2] -> rows [2, 3, 1, 4, 5])") {
+    Config c = preset("tiny-roberta");
+    c.pad_id = 1;  // padding_idx = 1, as released
+    // create_position_ids_from_input_ids: cumsum(x != 1) * (x != 1) + 1 = [1, 2, 0, 3, 4] + 1 = [2, 3, 1, 4, 5];
+    // W_p holds Hugging Face's rows 2, 3, ... (W_p[r - 2]) and w_pad its row 1 (-1 here).
+    const std::vector<int> rows = position_rows(c, {0, 5, 1, 7, 2}, 5);
+    CHECK(rows == std::vector<int>{0, 1, -1, 2, 3});
+    std::vector<int> hf;
+    for (int r : rows) hf.push_back(r < 0 ? c.pad_id : r + c.pad_id + 1);
+    CHECK(hf == std::vector<int>{2, 3, 1, 4, 5});
+    // Each sequence counts from its start; pads at the start, inside and at the end.
+    CHECK(position_rows(c, {0, 1, 1, 5, 2, 1, 0, 5, 2, 1}, 5) == std::vector<int>{0, -1, -1, 1, 2, -1, 0, 1, 2, -1});
+    // Without pad_id (the seed's RoBERTa, BERT, GPTs): token i gets row i, id 1 or not.
+    CHECK(position_rows(preset("tiny-roberta"), {0, 5, 1, 7, 2}, 5) == std::vector<int>{0, 1, 2, 3, 4});
+    CHECK(position_rows(preset("tiny-bert"), {0, 5, 1, 7, 2}, 5) == std::vector<int>{0, 1, 2, 3, 4});
+
+    // X^(0) by hand: W_e[v] = v, W_p[i] = 100 (i + 1), w_pad = -1000 (every column), so row i of X^(0)
+    // is x_i + the position's number: [0 + 100, 5 + 200, 1 - 1000, 7 + 300, 2 + 400].
+    Params<double> p = m_model<double>(c, 1240, 0.2);
+    for (int v = 0; v < c.V; v++)
+        for (int h = 0; h < c.H; h++) p.W_e(v, h) = v;
+    for (int i = 0; i < c.n_ctx; i++)
+        for (int h = 0; h < c.H; h++) p.W_p(i, h) = 100.0 * (i + 1);
+    for (int h = 0; h < c.H; h++) p.w_pad[h] = -1000;
+    Batch b;
+    b.n = 5, b.tokens = {0, 5, 1, 7, 2}, b.targets = {-1, 5, -1, 7, -1};
+    ForwardCache<double> k;
+    model_forward(c, p, b, &k);
+    const double expected[5] = {100, 205, -999, 307, 402};
+    for (int i = 0; i < 5; i++)
+        for (int h = 0; h < c.H; h++) {
+            CAPTURE(i);
+            CHECK(k.blocks[0].attn_in(i, h) == expected[i]);  // X^(0), the first block's input (post-LN, no emb_ln)
+        }
+
+    // The whole model against the seed's positions with the rows put in place by hand: a model
+    // without pad_id whose W_p rows 0..4 are W_p[0], W_p[1], w_pad, W_p[2], W_p[3].
+    p = m_model<double>(c, 1241, 0.3);
+    Config c0 = c;
+    c0.pad_id = -1;
+    Params<double> p0 = make_params<double>(c0);
+    for (auto& nt : named_tensors(c0, p0))
+        for (auto& mine : named_tensors(c, p))
+            if (mine.name == nt.name) *nt.tensor = *mine.tensor;
+    const int from[5] = {0, 1, -1, 2, 3};
+    for (int i = 0; i < 5; i++)
+        for (int h = 0; h < c.H; h++) p0.W_p(i, h) = from[i] < 0 ? p.w_pad[h] : p.W_p(from[i], h);
+    CHECK(m_bits_equal(model_forward(c, p, b), model_forward(c0, p0, b)));
+    Params<double> g = make_params<double>(c), g0 = make_params<double>(c0);
+    CHECK(model_loss(c, p, b, &g) == model_loss(c0, p0, b, &g0));
+    // The gradient lands on the rows the forward read: dw_pad is row 2's, dW_p[2], dW_p[3] rows 3's
+    // and 4's; W_p[4] (Hugging Face's row 6) was not read and gets nothing.
+    bool same = true, zero = true, nonzero = false;
+    for (int h = 0; h < c.H; h++) {
+        same &= g.w_pad[h] == g0.W_p(2, h);
+        for (int i = 0; i < 5; i++) same &= (from[i] < 0 ? g.w_pad[h] : g.W_p(from[i], h)) == g0.W_p(i, h);
+        for (int i = 4; i < c.n_ctx; i++) zero &= g.W_p(i, h) == 0.0;
+        nonzero |= g.w_pad[h] != 0.0;
+    }
+    CHECK(same);
+    CHECK(zero);
+    CHECK(nonzero);
+    // Everything else is the same too.
+    for (auto& nt : named_tensors(c0, g0))
+        for (auto& mine : named_tensors(c, g))
+            if (mine.name == nt.name && nt.name != "W_p") {
+                CAPTURE(nt.name);
+                CHECK(m_bits_equal(*mine.tensor, *nt.tensor));
+            }
+}
+
+TEST_CASE("RoBERTa: whole-model gradient check with <pad> inside the ids (w_pad and W_p), seed and released options") {
+    for (const bool released : {false, true}) {
+        CAPTURE(released);
+        Config c = released ? m_released_bert("tiny-roberta", false) : preset("tiny-roberta");
+        c.pad_id = 1;
+        if (released) c.activation = Activation::relu;  // the FFNs' hidden_act; the head stays erf GELU
+        Params<double> p = m_model<double>(c, 1242, 0.2);
+        Batch b = m_batch(c, 1243);
+        b.tokens[2] = 1, b.tokens[6 + 1] = 1, b.tokens[6 + 5] = 1;  // pads inside both sequences, and last in the second
+        REQUIRE(b.targets[2] < 0);
+        REQUIRE(b.targets[6 + 1] < 0);
+        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1244, "roberta with <pad>");
+        Params<double> g = make_params<double>(c);
+        model_loss(c, p, b, &g);
+        double biggest = 0;
+        for (int h = 0; h < c.H; h++) biggest = std::max(biggest, std::fabs(g.w_pad[h]));
+        CHECK(biggest > 1e-4);  // the pads' rows reached w_pad
+    }
+}
+
+TEST_CASE("RoBERTa: explain and xlnet read and train the same position rows as model_forward with <pad> inside") {
+    Config c = preset("tiny-roberta");
+    c.pad_id = 1;
+    const Params<double> p = m_model<double>(c, 1245, 0.2);
+    Batch b;
+    b.n = 6, b.tokens = {10, 3, 1, 12, 4, 11}, b.targets = {-1, -1, -1, 7, -1, -1};
+    const Explained<double> e = explain(c, p, b);
+    const Tensor<double> Z = model_forward(c, p, b);
+    REQUIRE(e.Z.shape == Z.shape);
+    for (std::size_t k = 0; k < Z.size(); k++) CHECK(e.Z[k] == doctest::Approx(Z[k]).epsilon(1e-12));
+    Params<double> g = make_params<double>(c);
+    CHECK(e.loss == doctest::Approx(model_loss(c, p, b, &g)).epsilon(1e-12));
+    Params<double> eg = e.g;
+    auto mine = named_tensors(c, eg), theirs = named_tensors(c, g);
+    REQUIRE(mine.size() == theirs.size());
+    for (std::size_t t = 0; t < mine.size(); t++) {
+        CAPTURE(theirs[t].name);
+        for (std::size_t k = 0; k < mine[t].tensor->size(); k++)
+            CHECK(mine[t].tensor->data[k] == doctest::Approx(theirs[t].tensor->data[k]).epsilon(1e-9).scale(1e-12));
+    }
+    // XLNet's query stream: w + the token's position vector, the pad's w_pad.
+    Rng r(1246);
+    Params<double> q = m_model<double>(c, 1247, 0.2);
+    TD w = randn_vec(c.H, r, 0.5);
+    const std::vector<int> z = {4, 1, 0, 3, 2}, x = {3, 1, 5, 1, 7, 1, 2, 4, 6, 8};
+    auto loss = [&](Params<double>* gg) {
+        TD dw({c.H});
+        return xlnet_loss(c, q, w, x, 2, z, 3, gg, gg ? &dw : nullptr);
+    };
+    m_grad_check(c, q, loss, 1248, "xlnet roberta with <pad>");
+}
+
+TEST_CASE("RoBERTa: the masked-LM head's GELU is the erf form whatever hidden_act says; BERT's head applies hidden_act") {
+    // By hand, H = 3 (with two numbers any activation would LayerNorm to +-1): W_t = I, b_t = 0,
+    // gamma = 1, beta = 0, b_z = 0, W_e = the rows e_1 and e_3, so Z = columns 1 and 3 of
+    // LayerNorm(act(X)). X = U = [1, -1, 0]: erf GELU gives A = [0.841345, -0.158655, 0], LayerNorm
+    // [1.398723, -0.880138, -0.518585]; ReLU gives [1, 0, 0], LayerNorm [sqrt 2, -1/sqrt 2, -1/sqrt 2].
+    for (const bool roberta : {true, false}) {
+        CAPTURE(roberta);
+        Config c = preset(roberta ? "tiny-roberta" : "tiny-bert");
+        c.H = 3, c.V = 2, c.eps = 1e-12, c.activation = Activation::relu;
+        Params<double> p;
+        p.W_t = TD::from(3, 3, {1, 0, 0, 0, 1, 0, 0, 0, 1}), p.b_t = TD::vector({0, 0, 0});
+        p.gamma_t = TD::vector({1, 1, 1}), p.beta_t = TD::vector({0, 0, 0});
+        p.W_e = TD::from(2, 3, {1, 0, 0, 0, 0, 1}), p.b_z = TD::vector({0, 0});
+        const TD X = TD::from(1, 3, {1, -1, 0});
+        auto gelu = [](double u) { return 0.5 * u * (1 + std::erf(u / std::sqrt(2.0))); };
+        const double a[3] = {roberta ? gelu(1) : 1.0, roberta ? gelu(-1) : 0.0, 0.0};
+        const double mu = (a[0] + a[1] + a[2]) / 3;
+        const double var = ((a[0] - mu) * (a[0] - mu) + (a[1] - mu) * (a[1] - mu) + (a[2] - mu) * (a[2] - mu)) / 3;
+        const double rstd = 1 / std::sqrt(var + 1e-12);
+        const TD Z = MLMHead(c, p, X);
+        REQUIRE(Z.shape == std::vector<int>{1, 2});
+        CHECK(Z(0, 0) == doctest::Approx((a[0] - mu) * rstd).epsilon(1e-12));
+        CHECK(Z(0, 1) == doctest::Approx((a[2] - mu) * rstd).epsilon(1e-12));
+        if (roberta) CHECK((Z(0, 0) == doctest::Approx(1.398723).epsilon(1e-6) && Z(0, 1) == doctest::Approx(-0.518585).epsilon(1e-5)));
+        else CHECK((Z(0, 0) == doctest::Approx(std::sqrt(2.0)).epsilon(1e-9) && Z(0, 1) == doctest::Approx(-1 / std::sqrt(2.0)).epsilon(1e-9)));
+    }
+    // A tiny random model, forward and backward: RoBERTa's head with hidden_act relu is the head with
+    // gelu_erf, bit for bit; BERT's is not.
+    for (const bool roberta : {true, false}) {
+        CAPTURE(roberta);
+        Config relu = m_released_bert(roberta ? "tiny-roberta" : "tiny-bert", false);
+        relu.activation = Activation::relu;
+        Config erf = relu;
+        erf.activation = Activation::gelu_erf;
+        const Params<double> p = m_model<double>(relu, 1249, 0.5);
+        Rng r(1250);
+        TD X(5, relu.H), dZ(5, relu.V);
+        for (auto& v : X.data) v = r.normal();
+        for (auto& v : dZ.data) v = r.normal();
+        MLMHeadCache<double> k1, k2;
+        const TD Z1 = MLMHead(relu, p, X, &k1), Z2 = MLMHead(erf, p, X, &k2);
+        Params<double> g1 = make_params<double>(relu), g2 = make_params<double>(erf);
+        const TD d1 = MLMHead_backward(relu, p, k1, dZ, g1), d2 = MLMHead_backward(erf, p, k2, dZ, g2);
+        CHECK(m_bits_equal(Z1, Z2) == roberta);
+        CHECK(m_bits_equal(d1, d2) == roberta);
+        CHECK(m_bits_equal(g1.W_t, g2.W_t) == roberta);
+        // BERT's relu head: its pre-activation's negative entries are cut to exactly 0 before the LayerNorm.
+        if (!roberta) {
+            TD A = k1.U;
+            for (auto& v : A.data) v = std::max(v, 0.0);
+            LayerNormCache<double> ln;
+            const TD Xt = LayerNorm(A, p.gamma_t, p.beta_t, relu.eps, &ln);
+            CHECK(m_bits_equal(Xt, k1.X_t));
+        }
+    }
+    // The whole model: a relu RoBERTa's gradients are its loss's (the head's backward uses the same GELU).
+    Config c = m_released_bert("tiny-roberta", false);
+    c.activation = Activation::relu;
+    Params<double> p = m_model<double>(c, 1251, 0.2);
+    const Batch b = m_batch(c, 1252);
+    m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1253, "roberta, relu FFNs, erf GELU head");
+}
+
 namespace {
 // A safetensors file written byte by byte: (name, dtype, shape, raw little-endian bytes).
 struct m_RawTensor {
@@ -6771,10 +6958,12 @@ Config m_roberta_hf_config() {  // RoBERTa as released in small: tiny-roberta wi
     Config c = m_released_bert("tiny-roberta", true);
     c.A = 2, c.D = 4, c.H = 8, c.F = 16, c.L = 2, c.n_ctx = 16, c.V = 265, c.eps = 1e-5;
     c.cls_id = 260, c.sep_id = 262, c.mask_id = 264;
+    c.pad_id = 1;  // padding_idx: RobertaConfig's pad_token_id when config.json does not say
     return c;
 }
 // The tensors of a roberta model under Hugging Face's RobertaForMaskedLM names: BERT's, renamed,
-// with positions numbered from 2 (rows 0 and 1: never read) less the one token type row tt.
+// with positions numbered from padding_idx + 1 = c.pad_id + 1, row padding_idx the pads' (w_pad),
+// rows before it never read, each less the one token type row tt.
 std::vector<m_RawTensor> m_roberta_hf(const Config& c, const Params<float>& p, const Tensor<float>& tt, const std::string& prefix) {
     std::vector<m_RawTensor> out;
     for (m_RawTensor& t : m_bert_hf(c, p, false)) {
@@ -6788,10 +6977,13 @@ std::vector<m_RawTensor> m_roberta_hf(const Config& c, const Params<float>& p, c
             }
         if (t.name == prefix + "embeddings.token_type_embeddings.weight") t = m_raw(t.name, tt);
         if (t.name == prefix + "embeddings.position_embeddings.weight") {
-            Tensor<float> wp(c.n_ctx + 2, c.H, 0.f);
-            for (int h = 0; h < c.H; h++) wp(0, h) = 9.f;  // a row no sequence reads
+            const int pad = c.pad_id;
+            Tensor<float> wp(c.n_ctx + pad + 1, c.H, 0.f);
+            for (int r = 0; r < pad; r++)
+                for (int h = 0; h < c.H; h++) wp(r, h) = 9.f;  // rows no sequence reads
+            for (int h = 0; h < c.H; h++) wp(pad, h) = p.w_pad[h] - tt(0, h);
             for (int i = 0; i < c.n_ctx; i++)
-                for (int h = 0; h < c.H; h++) wp(i + 2, h) = p.W_p(i, h) - tt(0, h);
+                for (int h = 0; h < c.H; h++) wp(i + pad + 1, h) = p.W_p(i, h) - tt(0, h);
             t = m_raw(t.name, wp);
         }
         out.push_back(t);
@@ -6844,7 +7036,7 @@ TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads 
     const std::string dir = m_mkdir("hf_roberta");
     m_write(dir + "config.json", "{\"model_type\": \"roberta\", \"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, "
                                  "\"num_hidden_layers\": 2, \"intermediate_size\": 16, \"max_position_embeddings\": 18, "
-                                 "\"vocab_size\": 265, \"type_vocab_size\": 1, \"layer_norm_eps\": 1e-05, \"pad_token_id\": 261}");
+                                 "\"vocab_size\": 265, \"type_vocab_size\": 1, \"layer_norm_eps\": 1e-05, \"pad_token_id\": 1}");
     m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
     const Tensor<float> zero(1, c.H, 0.f);
     auto t = m_roberta_hf(c, p, zero, "roberta.");
@@ -6860,6 +7052,7 @@ TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads 
     CHECK((d.attn_bias && d.emb_ln && d.mlm_head && d.pooler));
     CHECK(d.eps == 1e-5);
     CHECK((d.cls_id == 260 && d.sep_id == 262 && d.mask_id == 264));
+    CHECK(d.pad_id == 1);  // pad_token_id: the pads' position row
     CHECK((d.V == 265 && d.H == 8 && d.A == 2 && d.D == 4 && d.F == 16 && d.L == 2 && d.n_ctx == 16));
     Params<float> q = p;
     CHECK(m_params_bits_equal(c, q, lm.params));
@@ -6881,7 +7074,25 @@ TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads 
     bool folded = true;
     for (int i = 0; i < c.n_ctx; i++)
         for (int h = 0; h < c.H; h++) folded &= l2.params.W_p(i, h) == (p.W_p(i, h) - tt(0, h)) + tt(0, h);
+    for (int h = 0; h < c.H; h++) folded &= l2.params.w_pad[h] == (p.w_pad[h] - tt(0, h)) + tt(0, h);
     CHECK(folded);
+    // Another pad_token_id moves the rows: padding_idx 261 (this vocabulary's <pad>) needs n_ctx + 262 rows.
+    Config c261 = c;
+    c261.pad_id = 261;
+    const Params<float> p261 = m_model<float>(c261, 1259, 0.5);
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"pad_token_id\": 261, \"max_position_embeddings\": 278}");
+    m_write_raw(dir + "model.safetensors", m_roberta_hf(c261, p261, tt, "roberta."));
+    LoadedModel l3 = load_model(dir + "model.safetensors");
+    CHECK(l3.config.pad_id == 261);
+    CHECK(l3.config.n_ctx == 16);
+    bool moved = true;
+    for (int i = 0; i < c.n_ctx; i++)
+        for (int h = 0; h < c.H; h++) moved &= l3.params.W_p(i, h) == (p261.W_p(i, h) - tt(0, h)) + tt(0, h);
+    for (int h = 0; h < c.H; h++) moved &= l3.params.w_pad[h] == (p261.w_pad[h] - tt(0, h)) + tt(0, h);
+    CHECK(moved);
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"pad_token_id\": 300}");  // more than the table's rows
+    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "(n_ctx + pad_token_id + 1) x H");
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
     // Without vocab.json, only roberta-base's size tells the special ids.
     std::remove((dir + "vocab.json").c_str());
     M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "RoBERTa weights", "<s>, </s>, <mask>", "no vocab.json");

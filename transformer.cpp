@@ -1827,6 +1827,8 @@ void validate(const Config& c) {
                 throw Error("config: " + std::string(variant_name(c.variant)) +
                             " needs cls_id, sep_id and mask_id inside 0..V-1");
     }
+    if (c.pad_id != -1 && (c.variant != Variant::roberta || c.pad_id < 0 || c.pad_id >= c.V))
+        throw Error("config: pad_id (RoBERTa's <pad>) must be -1, or an id inside 0..V-1 of a roberta model");
     const double floats = (double)c.V * c.H + (double)c.n_ctx * c.H + (double)c.L * (4.0 * c.H * c.A * c.D + 2.0 * c.H * c.F);
     if (floats > 2e9) throw Error("config: the model would hold more than 2e9 parameters");
 }
@@ -1857,6 +1859,7 @@ Params<T> make_params(const Config& c, bool allocate) {
     Params<T> p;
     p.W_e = tensor({c.V, H});
     p.W_p = tensor({c.n_ctx, H});
+    if (c.pad_id >= 0) p.w_pad = tensor({H});
     if (has_segments(c.variant)) p.w_A = tensor({H}), p.w_B = tensor({H});
     p.layers.resize(c.L);
     for (auto& l : p.layers) {
@@ -1890,6 +1893,7 @@ Params<T> make_params(const Config& c, bool allocate) {
 template <typename T>
 std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
     std::vector<Named<T>> out = {{"W_e", &p.W_e}, {"W_p", &p.W_p}};
+    if (c.pad_id >= 0) out.push_back({"w_pad", &p.w_pad});
     if (has_segments(c.variant)) out.push_back({"w_A", &p.w_A}), out.push_back({"w_B", &p.w_B});
     for (int l = 0; l < (int)p.layers.size(); l++) {
         Layer<T>& ly = p.layers[l];
@@ -1930,6 +1934,7 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
 
 // Names ending in "gamma" are LayerNorm gains (init 1); other vectors are biases (init 0), except
 // the segment vectors, which are embeddings; matrices are N(0, 0.02). Drawn in named_tensors order.
+// w_pad starts at 0, as Hugging Face's nn.Embedding zeroes its padding_idx row.
 template <typename T>
 void init_params(const Config& c, Params<T>& p, uint64_t seed) {
     Rng rng(seed);
@@ -1981,20 +1986,40 @@ ParamCount count_params(const Config& c) {
     k.emb_ln = c.emb_ln ? 2 * H : 0;
     k.mlm_head = c.mlm_head ? H * H + H + 2 * H + V : 0;
     k.pooler = c.pooler ? H * H + H : 0;
-    k.actual = k.seed_lambda + k.segments + k.final_ln + k.attn_biases + k.heads + k.emb_ln + k.mlm_head + k.pooler;
+    k.pad_position = c.pad_id >= 0 ? H : 0;
+    k.actual = k.seed_lambda + k.segments + k.final_ln + k.attn_biases + k.heads + k.emb_ln + k.mlm_head + k.pooler + k.pad_position;
     return k;
 }
 
 // ---- Embedding of a model ---------------------------------------------------------------------
+// RoBERTa's <pad> (Config::pad_id) takes Hugging Face's position row padding_idx and leaves the
+// count where it was, so that a model with released weights sees the positions it was trained with.
+std::vector<int> position_rows(const Config& c, const std::vector<int>& tokens, int n) {
+    if (n < 1 || tokens.size() % n != 0) throw Error("position_rows: " + std::to_string(tokens.size()) + " tokens are not sequences of n = " + std::to_string(n));
+    std::vector<int> rows(tokens.size());
+    int count = 0;  // non-pad tokens so far in this sequence
+    for (std::size_t r = 0; r < tokens.size(); r++) {
+        if (r % n == 0) count = 0;
+        rows[r] = c.pad_id >= 0 && tokens[r] == c.pad_id ? -1 : count++;
+    }
+    return rows;
+}
+// Row `row` of position_rows: W_p[row], or w_pad for -1 (p: the parameters or their gradients).
+template <typename P>
+static auto position_vector(P& p, int row) {
+    return row < 0 ? p.w_pad.ptr() : p.W_p.row(row);
+}
+
 //   X^(0) = OneHot(x) W_e + W_p[0:n, :]                                              (n x H)
 //   BERT:  X^(0) += diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)                  (n x H)
-// (t_i = 0, the first part up to its [SEP], gets w_A: seed README item 5.)
+// (t_i = 0, the first part up to its [SEP], gets w_A: seed README item 5.) RoBERTa with pad_id: the
+// rows of position_rows in place of W_p[0:n, :].
 template <typename T>
 static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch) {
-    const int n = batch.n;
+    const std::vector<int> pos = position_rows(c, batch.tokens, batch.n);
     Tensor<T> X = Embedding(batch.tokens, p.W_e);  // (B*n) x H
     for (int r = 0; r < X.rows(); r++) {
-        const T* __restrict wp = p.W_p.row(r % n);
+        const T* __restrict wp = position_vector(p, pos[r]);
         T* __restrict x = X.row(r);
         for (int j = 0; j < c.H; j++) x[j] += wp[j];
         if (has_segments(c.variant)) {
@@ -2005,14 +2030,16 @@ static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch&
     }
     return X;
 }
-// dW_e += OneHot(x)^T dX, dW_p[i] += sum over sequences of dX row i, dw_A / dw_B += the rows of
-// their part (the backward of diag(.) Stack(.)).
+// dW_e += OneHot(x)^T dX, dW_p[i] += sum over sequences of dX row i (with pad_id: of the rows that
+// read W_p[i], and dw_pad += the pads' rows), dw_A / dw_B += the rows of their part (the backward of
+// diag(.) Stack(.)).
 template <typename T>
 static void embed_backward(const Config& c, const Batch& batch, const Tensor<T>& dX, Params<T>& g) {
     Embedding_backward(batch.tokens, dX, g.W_e);
+    const std::vector<int> pos = position_rows(c, batch.tokens, batch.n);
     for (int r = 0; r < dX.rows(); r++) {
         const T* d = dX.row(r);
-        T* wp = g.W_p.row(r % batch.n);
+        T* wp = position_vector(g, pos[r]);
         for (int j = 0; j < c.H; j++) wp[j] += d[j];
         if (has_segments(c.variant)) {
             const int t = batch.segments.empty() ? 0 : batch.segments[r];
@@ -2193,6 +2220,13 @@ static Tensor<T> scatter_rows(const Tensor<T>& dR, const std::vector<int>& rows,
 
 // ---- The released BERT's masked-LM head (Config::mlm_head; see transformer.hpp) -------------------
 //   MLMHead(X) = LayerNorm(GELU(X W_t + Stack_n(b_t)); gamma_t, beta_t) W_e^T + Stack_n(b_z)   (n x H -> n x V)
+// Its GELU: BERT's head applies the config's hidden_act (c.activation), as BertPredictionHeadTransform
+// does; RoBERTa's the erf GELU whatever hidden_act says, as Hugging Face's RobertaLMHead does (it
+// calls gelu, not hidden_act's function), so that a RoBERTa file with another hidden_act reads as
+// its reference code reads it.
+static Activation mlm_head_activation(const Config& c) {
+    return c.variant == Variant::roberta ? Activation::gelu_erf : c.activation;
+}
 template <typename T>
 Tensor<T> MLMHead(const Config& c, const Params<T>& p, const Tensor<T>& X, MLMHeadCache<T>* cache) {
     require_shape(X, {X.rows(), c.H}, "MLMHead", "X");
@@ -2201,7 +2235,7 @@ Tensor<T> MLMHead(const Config& c, const Params<T>& p, const Tensor<T>& X, MLMHe
     k.X = X;
     k.U = Linear(X, p.W_t, p.b_t);  // n x H
     Tensor<T> A = Tensor<T>::uninit(k.U.shape);
-    activation_array(c.activation, k.U.ptr(), A.ptr(), A.size());
+    activation_array(mlm_head_activation(c), k.U.ptr(), A.ptr(), A.size());
     k.X_t = LayerNorm(A, p.gamma_t, p.beta_t, c.eps, &k.ln);
     Tensor<T> Z = matmul_nt(k.X_t, p.W_e);  // n x V
     for (int i = 0; i < Z.rows(); i++) {
@@ -2221,7 +2255,7 @@ Tensor<T> MLMHead_backward(const Config& c, const Params<T>& p, const MLMHeadCac
     matmul_tn_acc(dZ, k.X_t, g.W_e);
     const Tensor<T> dX_t = matmul(dZ, p.W_e);
     Tensor<T> dU = LayerNorm_backward(p.gamma_t, k.ln, dX_t, g.gamma_t, g.beta_t);  // dA, then dU in place
-    activation_derivative_array(c.activation, k.U.ptr(), dU.ptr(), dU.size());
+    activation_derivative_array(mlm_head_activation(c), k.U.ptr(), dU.ptr(), dU.size());
     return Linear_backward(k.X, p.W_t, dU, g.W_t, &g.b_t);
 }
 
@@ -2579,12 +2613,14 @@ static Tensor<T> xlnet_forward(const Config& c, const Params<T>& p, const Tensor
     Batch batch;
     batch.B = B, batch.n = n, batch.tokens = tokens;
     const Tensor<T> content = embed_forward(c, p, batch);  // (B*n) x H: W_e[x_i] + W_p[i]
+    const std::vector<int> pos = position_rows(c, tokens, n);  // W_p[i] but for RoBERTa's pads
     Tensor<T> X(B * 2 * n, c.H);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < n; i++) {
             std::copy(content.row(b * n + i), content.row(b * n + i) + c.H, X.row(b * 2 * n + i));
             T* q = X.row(b * 2 * n + n + i);
-            for (int j = 0; j < c.H; j++) q[j] = w[j] + p.W_p(i, j);  // w + W_p[i]
+            const T* wp = position_vector(p, pos[b * n + i]);
+            for (int j = 0; j < c.H; j++) q[j] = w[j] + wp[j];  // w + W_p[i]
         }
     k.masks.assign(c.L, Mask_XL<T>(z));
     return blocks_forward(c, p, std::move(X), k, ForwardOptions{});
@@ -2614,11 +2650,13 @@ double xlnet_loss(const Config& c, const Params<T>& p, const Tensor<T>& w, const
     Batch batch;
     batch.B = B, batch.n = n, batch.tokens = tokens;
     Tensor<T> d_content(B * n, c.H);
+    const std::vector<int> pos = position_rows(c, tokens, n);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < n; i++) {
             std::copy(dX.row(b * 2 * n + i), dX.row(b * 2 * n + i) + c.H, d_content.row(b * n + i));
             const T* dq = dX.row(b * 2 * n + n + i);  // query row: into w and W_p[i]
-            for (int j = 0; j < c.H; j++) g->W_p(i, j) += dq[j], (*dw)[j] += dq[j];
+            T* dwp = position_vector(*g, pos[b * n + i]);
+            for (int j = 0; j < c.H; j++) dwp[j] += dq[j], (*dw)[j] += dq[j];
         }
     embed_backward(c, batch, d_content, *g);  // content rows: W_e (scatter) and W_p[i]
     return loss;
@@ -3380,6 +3418,7 @@ std::map<std::string, std::string> config_metadata(const Config& c) {
         m["sep_id"] = std::to_string(c.sep_id);
         m["mask_id"] = std::to_string(c.mask_id);
     }
+    if (c.pad_id >= 0) m["pad_id"] = std::to_string(c.pad_id);  // absent = -1, so checkpoints without w_pad are unchanged
     if (c.variant == Variant::gpt3) m["st_window"] = std::to_string(c.st_window), m["st_stride"] = std::to_string(c.st_stride);
     if (c.attn_bias) m["attn_bias"] = "1";  // absent = 0, so checkpoints without the biases are unchanged
     if (c.W_y_rows > 0) m["W_y_rows"] = std::to_string(c.W_y_rows), m["W_y_cols"] = std::to_string(c.W_y_cols);
@@ -3422,6 +3461,7 @@ Config config_from_metadata(const std::map<std::string, std::string>& m) {
         if (*end != '\0') throw Error("metadata 'eps': '" + m.at("eps") + "' is not a number");
     }
     c.cls_id = integer("cls_id", -1), c.sep_id = integer("sep_id", -1), c.mask_id = integer("mask_id", -1);
+    c.pad_id = integer("pad_id", -1);
     c.st_window = integer("st_window", 0), c.st_stride = integer("st_stride", 0);
     const int attn_bias = integer("attn_bias", 0);
     if (attn_bias != 0 && attn_bias != 1) throw Error("metadata 'attn_bias': expected 0 or 1, got " + m.at("attn_bias"));
@@ -3786,13 +3826,16 @@ static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTenso
 // RoBERTa (RobertaForMaskedLM or RobertaModel; names may start with "roberta."): BERT's layout and
 // names, read as a roberta model (no segments), with these differences:
 //   embeddings.position_embeddings.weight ((n_ctx + 2) x H): Hugging Face numbers the positions of
-//       a sequence from padding_idx + 1 = 2 (rows 0 and 1 are never read), so W_p = rows 2, 3, ...
+//       a sequence's tokens from padding_idx + 1 = 2, skipping the <pad> tokens, which get row
+//       padding_idx = 1 (position_rows; row 0 is never read), so W_p = rows 2, 3, ... and w_pad = row 1
 //   embeddings.token_type_embeddings.weight (1 x H): added at every position, so folded into W_p
 //   lm_head.dense (H x H) -> mlm.W_t, mlm.b_t;  lm_head.layer_norm -> mlm.ln;  lm_head.bias -> mlm.b_z;
 //       lm_head.decoder.weight / .bias: tied, must equal W_e / lm_head.bias
-// config.json: as BERT's, with max_position_embeddings = n_ctx + 2, type_vocab_size 1 and
-// layer_norm_eps (else 1e-5). <s>, </s>, <mask> (the [CLS], [SEP], [MASK] of the code): from
-// vocab.json beside the file, else roberta-base's 0, 2, 50264 (when V = 50265).
+// config.json: as BERT's, with max_position_embeddings = n_ctx + 2, type_vocab_size 1,
+// layer_norm_eps (else 1e-5) and pad_token_id (padding_idx, Config::pad_id; else 1: the rows above
+// shift with it). hidden_act applies to the FFNs; the head's GELU is the erf form whatever it says.
+// <s>, </s>, <mask> (the [CLS], [SEP], [MASK] of the code): from vocab.json beside the file, else
+// roberta-base's 0, 2, 50264 (when V = 50265).
 static bool is_hf_roberta(const SafeTensorsReader& st) {
     if (st.metadata.count("variant")) return false;
     if (st.find("roberta.embeddings.word_embeddings.weight")) return true;
@@ -3831,10 +3874,14 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     const auto* wpe = t.peek("embeddings.position_embeddings.weight");
     const auto* fc = t.peek("encoder.layer.0.intermediate.dense.weight");
     const int L = t.count_layers("encoder.layer.");
-    const int skipped = roberta ? 2 : 0;  // position rows before a sequence's first (padding_idx + 1)
+    std::string cj;
+    const Json j = hf_config_json(path, cj);
+    // RoBERTa's padding_idx: config.json's pad_token_id, else RobertaConfig's default 1.
+    const int padding_idx = !roberta ? -1 : j.type == Json::object ? hf_config_int(j, "pad_token_id", 1, cj) : 1;
+    const int skipped = roberta ? padding_idx + 1 : 0;  // position rows before a sequence's first (padding_idx + 1)
     if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || wpe->shape[0] <= skipped || L == 0)
         throw t.fail(std::string("needs embeddings.word_embeddings.weight (V x H), embeddings.position_embeddings.weight (") +
-                     (roberta ? "(n_ctx + 2)" : "n_ctx") + " x H) and layers encoder.layer.0, encoder.layer.1, ...");
+                     (roberta ? "(n_ctx + pad_token_id + 1)" : "n_ctx") + " x H) and layers encoder.layer.0, encoder.layer.1, ...");
     if (!fc || fc->shape.size() != 2) throw t.fail("missing tensor 'encoder.layer.0.intermediate.dense.weight'");
     const std::string m = roberta ? "lm_head." : "cls.predictions.";  // the masked-LM head
     Config c;
@@ -3845,9 +3892,8 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     c.emb_ln = true;
     c.mlm_head = t.peek(m + "bias") || t.peek(m + (roberta ? "dense.weight" : "transform.dense.weight"));
     c.pooler = t.peek("pooler.dense.weight") || t.peek("pooler.dense.bias");
+    c.pad_id = padding_idx;
     const int types = roberta ? 1 : 2;  // rows of token_type_embeddings
-    std::string cj;
-    const Json j = hf_config_json(path, cj);
     if (j.type == Json::object) {
         auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
         c.A = hf_config_int(j, "num_attention_heads", c.A, cj);
@@ -3906,10 +3952,12 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     p.W_e = t.grab("embeddings.word_embeddings.weight", {c.V, H});
     const Tensor<float> wp = t.grab("embeddings.position_embeddings.weight", {c.n_ctx + skipped, H});
     const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {types, H});
-    if (roberta) {  // W_p[i] = position row i + 2, plus the one token type every position gets
+    if (roberta) {  // W_p[i] = position row i + padding_idx + 1, w_pad = row padding_idx, each plus the one token type
         p.W_p = Tensor<float>::uninit(c.n_ctx, H);
         for (int i = 0; i < c.n_ctx; i++)
             for (int h = 0; h < H; h++) p.W_p(i, h) = wp(i + skipped, h) + tt(0, h);
+        p.w_pad = Tensor<float>::uninit({H});
+        for (int h = 0; h < H; h++) p.w_pad[h] = wp(padding_idx, h) + tt(0, h);
     } else {
         p.W_p = wp;
         p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
@@ -6718,8 +6766,10 @@ void subword_special_ids(const Tokenizer& t, Config& c) {
     if (t.kind == "bert-wordpiece") {
         if (t.wordpiece.cls < 0 || t.wordpiece.sep < 0 || t.wordpiece.mask < 0) throw Error("the WordPiece vocabulary lacks [CLS], [SEP] or [MASK]");
         c.cls_id = t.wordpiece.cls, c.sep_id = t.wordpiece.sep, c.mask_id = t.wordpiece.mask;
+        if (c.variant == Variant::roberta) c.pad_id = t.wordpiece.pad;  // -1 without [PAD]
     } else if (t.kind == "roberta-bpe") {
         c.cls_id = t.bpe.encoder.at("<s>"), c.sep_id = t.bpe.encoder.at("</s>"), c.mask_id = t.bpe.encoder.at("<mask>");
+        if (c.variant == Variant::roberta) c.pad_id = t.bpe.encoder.at("<pad>");  // RoBERTa's positions skip it
     } else {
         throw Error("the tokenizer " + t.kind + " has no [CLS], [SEP], [MASK] (it goes with next-token models)");
     }
@@ -7956,10 +8006,13 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     w.step(0, "Embedding", "OneHot(x) W_e, OneHot(x)_{i,j} = 1 if j = x_i (so row i is row x_i of W_e)", "Embedding");
     w.in("W_e", "V x H", p.W_e);
     w.out("OneHot(x) W_e", "n x H", E);
-    const Tensor<T> Wp = rows_of(p.W_p, 0, n);
+    const std::vector<int> pos = position_rows(c, batch.tokens, n);  // 0..n-1 but for RoBERTa's <pad>
+    const bool pads = std::count(pos.begin(), pos.end(), -1) > 0;
+    Tensor<T> Wp = Tensor<T>::uninit(n, c.H);
+    for (int i = 0; i < n; i++) std::copy(position_vector(p, pos[i]), position_vector(p, pos[i]) + c.H, Wp.row(i));
     Tensor<T> X = add(E, Wp);
     w.step(0, "Embedding", seg ? "X'^(0) = OneHot(x') W_e + W_p" : "X^(0) = OneHot(x) W_e + W_p", "add");
-    w.in("W_p (rows 1..n)", "n x H", Wp);
+    w.in(pads ? "W_p (the rows of position_rows: a <pad> gets w_pad, the others rows 1, 2, ... in order)" : "W_p (rows 1..n)", "n x H", Wp);
     w.out(seg ? "X'^(0)" : "X^(0)", "n x H", X);
     Tensor<T> t0({n}), t1({n});  // 1 - t and t
     for (int i = 0; i < n; i++) t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]), t0[i] = T(1) - t1[i];
@@ -8113,12 +8166,16 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         }
     }
     Embedding_backward(batch.tokens, dX, g.W_e);
-    for (int i = 0; i < n; i++)
-        for (int h = 0; h < c.H; h++) g.W_p(i, h) += dX(i, h);
-    w.step(0, "Backward: Embedding", "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), dW_p[1..n] += dX^(0)",
+    for (int i = 0; i < n; i++) {
+        T* d = position_vector(g, pos[i]);  // the row the forward read
+        for (int h = 0; h < c.H; h++) d[h] += dX(i, h);
+    }
+    w.step(0, "Backward: Embedding", pads ? "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), each row of dX^(0) into the W_p row (or w_pad) it read"
+                                          : "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), dW_p[1..n] += dX^(0)",
            "Embedding_backward");
     w.out("dW_e", "V x H", g.W_e);
     w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
+    if (pads) w.out("dw_pad", "H", g.w_pad);
     if (seg) {
         add_inplace(g.w_A, Stack_backward(matmul(diag(t0), dX)));
         add_inplace(g.w_B, Stack_backward(matmul(diag(t1), dX)));

@@ -469,6 +469,7 @@ struct Config {
     Activation activation = Activation::gelu_sigmoid;
     double eps = 1e-5;  // LayerNorm epsilon (GPT/GPT-2: 1e-5, BERT: 1e-12)
     int cls_id = -1, sep_id = -1, mask_id = -1;  // BERT [CLS] [SEP] [MASK]; RoBERTa <s> </s> <mask>
+    int pad_id = -1;  // RoBERTa's <pad> (Hugging Face's padding_idx), -1 = none: see position_rows
     int st_window = 0, st_stride = 0;             // GPT-3's Mask_ST (see Mask_ST)
     bool attn_bias = false;  // biases b_i^Q, b_i^K, b_i^V, b^O in every MultiHeadSA (GPT-2 as released; not in the seed)
     int W_y_rows = 0, W_y_cols = 0;  // the fine-tuning head W_y (seed 003), 0 x 0 = none
@@ -500,6 +501,7 @@ template <typename T>
 struct Params {
     Tensor<T> W_e;  // V x H token embedding (also the de-embedding, tied: W_e^T)
     Tensor<T> W_p;  // n_ctx x H positional embedding; rows 0..n-1 are used
+    Tensor<T> w_pad;  // H, RoBERTa's position vector of a <pad> (Config::pad_id; empty otherwise): position_rows
     Tensor<T> w_A, w_B;  // H, BERT's segment vectors (empty for other variants)
     std::vector<Layer<T>> layers;
     Tensor<T> ln_f_gamma, ln_f_beta;  // H, final LayerNorm of GPT-2/GPT-3 (empty otherwise)
@@ -549,6 +551,7 @@ struct ParamCount {
     long long emb_ln = 0;       // 2 H with Config::emb_ln
     long long mlm_head = 0;     // H H + H + 2 H + V with Config::mlm_head
     long long pooler = 0;       // H H + H with Config::pooler
+    long long pad_position = 0; // H with Config::pad_id (w_pad)
     long long seed_lambda = 0;  // the seed's formula
     long long actual = 0;       // floats the variant really holds
 };
@@ -567,8 +570,9 @@ struct Batch {
 // The masked-LM head of the released BERT (not in the seed; Config::mlm_head), on the rows X^(L):
 //   MLMHead(X) = LayerNorm(GELU(X W_t + Stack_n(b_t)); gamma_t, beta_t) W_e^T + Stack_n(b_z)
 //   X: n x H;  W_t: H x H;  b_t, gamma_t, beta_t: H;  W_e: V x H (tied: the embedding's);  b_z: V
-//   -> n x V logits. GELU is c.activation (gelu_erf for BERT). Row i of X (formula row i+1) gives
-//   row i of the result.
+//   -> n x V logits. GELU is c.activation for BERT (BertPredictionHeadTransform applies hidden_act)
+//   and the erf GELU for RoBERTa whatever c.activation is (RobertaLMHead calls gelu, not hidden_act).
+//   Row i of X (formula row i+1) gives row i of the result.
 template <typename T>
 struct MLMHeadCache {
     Tensor<T> X;            // n x H, the input X^(L)
@@ -632,6 +636,13 @@ Tensor<T> layer_mask(const Config& c, int l, int n);
 // to padding. MultiHeadSA takes either form.
 template <typename T>
 Tensor<T> key_padding_mask(const Tensor<T>& Mask, const std::vector<int>& lengths);
+
+// The position vector each token of B sequences of n (tokens: B*n ids) gets: a row of W_p, or -1
+// for w_pad. Token i of a sequence gets row i (the seed's W_p[0:n, :]), except that with
+// Config::pad_id a <pad> gets w_pad and is not counted, as Hugging Face's
+// create_position_ids_from_input_ids numbers RoBERTa's positions: (cumsum(x != pad) * (x != pad)) + pad,
+// i.e. the c-th non-pad token gets Hugging Face's row pad + c (W_p[c - 1] here), a pad its row pad.
+std::vector<int> position_rows(const Config& c, const std::vector<int>& tokens, int n);
 
 // The whole network up to the logits Z = X^(L) W_e^T ((B*n) x V); Softmax(Z) is the seed's Y.
 template <typename T>
@@ -1327,7 +1338,8 @@ Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_pat
 // Whether a tokenizer kind goes with bert/roberta models (bert-wordpiece, roberta-bpe) rather than GPTs.
 bool is_bidirectional_tokenizer(const std::string& kind);
 // The ids of [CLS], [SEP], [MASK] in a bert-wordpiece or roberta-bpe vocabulary (<s>, </s>, <mask>),
-// into c.cls_id, c.sep_id, c.mask_id; throws Error for other kinds or a vocabulary without them.
+// into c.cls_id, c.sep_id, c.mask_id (and, for a roberta model, [PAD] or <pad> into c.pad_id);
+// throws Error for other kinds or a vocabulary without them.
 void subword_special_ids(const Tokenizer& t, Config& c);
 const char* tokenizer_title(const std::string& kind);  // "GPT-2's byte-level BPE", ..., "characters"
 // The kind the files are ("gpt2-bpe", ...), from their contents.
