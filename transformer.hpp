@@ -1196,7 +1196,7 @@ struct BpePieces {
 std::string bpe_special_problem(const std::string& s);
 // Counts the pieces of text (lines up to and with each "\n"; the last one may lack it). where names
 // the text in errors: invalid UTF-8 is an error giving where, the line and the byte offset.
-void bpe_count_text(BpePieces& p, const std::string& text, const std::vector<std::string>& specials,
+void bpe_count_text(BpePieces& p, const std::string& text, const std::vector<std::string>& specials = {},
                     const std::string& where = "the text");
 // The same for a file, streamed (memory follows the distinct pieces, not the file); progress, if
 // given, is called every few MB with the bytes of this file read so far.
