@@ -54,7 +54,8 @@ commands:
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
            [--vocab vocab.txt [--top 5]]  (BERT's WordPiece: the top candidates at each [MASK])
            [--encoder vocab.json --vocab merges.txt]  (RoBERTa's BPE: the same at each <mask>)
-  eval     --checkpoint FILE --data FILE [--encoder F] [--vocab F] [--tokenizer KIND] (mean loss in nats per token)
+  eval     --checkpoint FILE --data FILE [--encoder F] [--vocab F] [--tokenizer KIND] (mean loss in nats per token;
+           GPT variants also bits per byte of text, comparable across tokenizers)
   init     --preset NAME [--seed S] --out FILE
   export   --checkpoint FILE --out DIR   (a gpt2 model in Hugging Face's GPT2LMHeadModel layout:
            DIR/model.safetensors, DIR/config.json, and vocab.json, merges.txt if it has GPT-2's tokenizer)
@@ -655,6 +656,11 @@ static int cmd_eval(Flags& f) {
     std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens%s\n", data.c_str(), loss, count,
                 cls_sep ? (" (windows of " + std::to_string(c.n_ctx - 2) + " tokens, each as " + codec.decode({c.cls_id}) +
                            " window " + codec.decode({c.sep_id}) + ")").c_str() : "");
+    if (is_causal(c.variant)) {  // bits per byte compare models whose tokenizers differ
+        const double text_bytes = is_token_file(bytes) ? (double)codec.decode(ids).size() : (double)bytes.size();
+        std::printf("bits per byte of text: %.4f (%.4f nats per token x %zu tokens / %.0f bytes / ln 2)\n",
+                    loss * (double)ids.size() / text_bytes / std::log(2.0), loss, ids.size(), text_bytes);
+    }
     return 0;
 }
 

@@ -7958,3 +7958,28 @@ TEST_CASE("bpe: bad input is an error naming the flag or file, with nothing writ
     m_write(self + "/vocab.bpe", std::string(BPE_VOCAB_HEADER) + "\nh e\nhello there\n");
     m_cli_fails("bpe --data " + self + "/vocab.bpe --merges 5 --out " + self, "would overwrite --data");
 }
+
+TEST_CASE("bpe: a GPT trains on the learnt tokens, and eval reports bits per byte beside the loss per token") {
+    const std::string dir = m_path("bpe_train");
+    BpePieces p;
+    bpe_count_file(p, m_text_file(), {});
+    BpeLearnOptions o;
+    o.merges = 30;
+    bpe_write(dir, bpe_learn(p, o), {});
+    TrainOptions t = m_small_train(m_path("bpe_train.safetensors"));
+    t.encoder = dir + "/encoder.json", t.bpe_vocab = dir + "/vocab.bpe", t.steps = 5, t.block = 8;
+    train(t);
+    const m_Run e = m_run("eval --checkpoint " + m_path("bpe_train.safetensors") + " --data " + m_text_file());
+    INFO("stderr: " << e.err);
+    REQUIRE(e.status == 0);
+    const std::size_t at = e.out.find("bits per byte of text: ");
+    REQUIRE(at != std::string::npos);
+    double bpb = 0, nats = 0, tokens = 0, bytes = 0;
+    REQUIRE(std::sscanf(e.out.c_str() + at, "bits per byte of text: %lf (%lf nats per token x %lf tokens / %lf bytes", &bpb, &nats,
+                        &tokens, &bytes) == 4);
+    const Tokenizer tok = load_tokenizer("", t.encoder, t.bpe_vocab);
+    CHECK(tokens == (double)tok.encode(m_read(m_text_file())).size());
+    CHECK(bytes == (double)m_read(m_text_file()).size());
+    CHECK(tokens < bytes / 2);  // 30 merges of a repetitive text
+    CHECK(bpb == doctest::Approx(nats * tokens / bytes / std::log(2.0)).epsilon(1e-3));
+}
