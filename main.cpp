@@ -941,14 +941,16 @@ static int cmd_bpe(Flags& f) {
     BpePieces pieces;
     for (const std::string& d : data) {
         const auto t = Clock::now();
+        const BpePieces before_file{{}, pieces.pieces, pieces.bytes, pieces.lines};
         bpe_count_file(pieces, d, specials, [&](long long bytes) {
             if (!quiet)
                 std::fprintf(stderr, "bpe: counting '%s': %.0f MB read, %zu distinct pieces so far, %.1f s\n", d.c_str(), bytes / 1e6,
                              pieces.count.size(), ms_since(t) / 1000);
         });
         if (!quiet)
-            std::fprintf(stderr, "bpe: counted '%s': %lld lines, %lld pieces of %lld bytes in all so far (%zu distinct), %.1f s\n",
-                         d.c_str(), pieces.lines, pieces.pieces, pieces.bytes, pieces.count.size(), ms_since(t) / 1000);
+            std::fprintf(stderr, "bpe: counted '%s': %lld lines, %lld bytes, %lld pieces (%zu distinct pieces in all so far), %.1f s\n",
+                         d.c_str(), pieces.lines - before_file.lines, pieces.bytes - before_file.bytes,
+                         pieces.pieces - before_file.pieces, pieces.count.size(), ms_since(t) / 1000);
     }
     if (pieces.pieces == 0) {
         std::string names;
