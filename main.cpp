@@ -958,6 +958,11 @@ static int cmd_bpe(Flags& f) {
         throw Error("the corpus is empty: --data " + names + " holds no text" + (specials.empty() ? "" : " besides --special tokens"));
     }
     const double count_ms = ms_since(t0);
+    auto symbols = [](const std::string& bytes) {  // as vocab.bpe writes them: a space is "Ġ"
+        std::string out;
+        for (unsigned char ch : bytes) out += bytes_to_unicode(ch);
+        return out;
+    };
     const auto t1 = Clock::now();
     auto last = Clock::now();
     BpeLearnOptions o;
@@ -966,8 +971,8 @@ static int cmd_bpe(Flags& f) {
         if (quiet || ms_since(last) < 2000) return;
         last = Clock::now();
         const BpeMerge& m = b.merges.back();
-        std::fprintf(stderr, "bpe: merge %zu of %lld: '%s' + '%s' (count %lld), %.1f s\n", b.merges.size(), merges,
-                     token_label(b.tokens[m.left]).c_str(), token_label(b.tokens[m.right]).c_str(), m.count, ms_since(t1) / 1000);
+        std::fprintf(stderr, "bpe: merge %zu of %lld: %s %s (count %lld), %.1f s\n", b.merges.size(), merges,
+                     symbols(b.tokens[m.left]).c_str(), symbols(b.tokens[m.right]).c_str(), m.count, ms_since(t1) / 1000);
     };
     const BpeLearnt b = bpe_learn(pieces, o);
     const double merge_ms = ms_since(t1);
@@ -976,10 +981,8 @@ static int cmd_bpe(Flags& f) {
                     std::to_string(pieces.pieces) + " pieces: nothing to learn, nothing written");
     for (long long k = 0; k < show && k < (long long)b.merges.size(); k++) {
         const BpeMerge& m = b.merges[k];
-        std::string l, r;
-        for (unsigned char ch : b.tokens[m.left]) l += bytes_to_unicode(ch);
-        for (unsigned char ch : b.tokens[m.right]) r += bytes_to_unicode(ch);
-        std::printf("merge %6lld: %s %s -> id %d (count %lld)\n", k + 1, l.c_str(), r.c_str(), m.id, m.count);
+        std::printf("merge %6lld: %s %s -> id %d (count %lld)\n", k + 1, symbols(b.tokens[m.left]).c_str(),
+                    symbols(b.tokens[m.right]).c_str(), m.id, m.count);
     }
     const auto t2 = Clock::now();
     bpe_write(out, b, data);
