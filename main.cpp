@@ -931,6 +931,11 @@ static int cmd_bpe(Flags& f) {
         for (std::size_t j = 0; j < k; j++)
             if (specials[j] == specials[k]) throw Error("--special '" + specials[k] + "' is given twice");
     }
+    const bool roberta = std::find(specials.begin(), specials.end(), "<mask>") != specials.end();
+    for (const char* sp : {"<s>", "<pad>", "</s>", "<unk>"})  // the loader reads "<mask>" as RoBERTa's kind
+        if (roberta && std::find(specials.begin(), specials.end(), sp) == specials.end())
+            throw Error("--special '<mask>' makes the files RoBERTa's kind, which needs all five of <s> <pad> </s> <unk> <mask>: "
+                        "give --special '" + std::string(sp) + "' too");
     for (const std::string& d : data) {  // every input readable before any work
         std::FILE* in = std::fopen(d.c_str(), "rb");
         if (!in) throw Error("--data '" + d + "': cannot open it: " + std::strerror(errno));

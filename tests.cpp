@@ -7907,6 +7907,16 @@ TEST_CASE("bpe: the command writes encoder.json and vocab.bpe that tokenize read
     const std::string listing = m_path("bpe_cli.ls");
     REQUIRE(std::system(("ls -A " + dir + " > " + listing).c_str()) == 0);
     CHECK(m_read(listing) == "encoder.json\nvocab.bpe\n");
+    // RoBERTa's five special tokens make RoBERTa's kind, whose <mask> is one token in the text.
+    const std::string rdir = m_path("bpe_cli_roberta");
+    const m_Run rr = m_run("bpe --data " + data + " --merges 2 --quiet --out " + rdir +
+                           " --special '<s>' --special '<pad>' --special '</s>' --special '<unk>' --special '<mask>'");
+    INFO("stderr: " << rr.err);
+    REQUIRE(rr.status == 0);
+    const Tokenizer rt = load_tokenizer("", rdir + "/encoder.json", rdir + "/vocab.bpe");
+    CHECK(rt.kind == "roberta-bpe");
+    // "hello": hel l o (merges e l, h el); the space before <mask> goes with it (lstrip); ids 258..262 the five
+    CHECK(rt.encode("hello <mask>") == std::vector<int>{257, 75, 78, 262});
 }
 
 TEST_CASE("bpe: bad input is an error naming the flag or file, with nothing written") {
@@ -7924,6 +7934,7 @@ TEST_CASE("bpe: bad input is an error naming the flag or file, with nothing writ
     m_cli_fails("bpe --data " + data + " --data " + m_path("bpe_nofile.txt") + " --merges 5 --out " + dir, "bpe_nofile.txt");
     m_cli_fails("bpe --data " + data + " --merges 5 --special '[SEP]' --out " + dir, "--special '[SEP]'");
     m_cli_fails("bpe --data " + data + " --merges 5 --special '<s>' --special '<s>' --out " + dir, "given twice");
+    m_cli_fails("bpe --data " + data + " --merges 5 --special '<mask>' --out " + dir, "give --special '<s>' too");
     m_cli_fails("bpe --data " + data + " --merges 5 --out " + dir + " --merges 6", "given twice");
     m_cli_fails("bpe --data " + data + " --merges 5 --out " + m_path("no_such_dir") + "/x", "does not exist");
     const std::string empty = m_path("bpe_empty.txt");
