@@ -1180,8 +1180,9 @@ std::string bytes_to_unicode(unsigned char b);
 //   3. each merge joins the adjacent pair of symbols with the largest count (occurrences inside the
 //      pieces, weighted by the pieces' counts); among equal counts the smallest (left id, right id)
 //      wins. Inside a piece the pair is merged left to right without overlap ("aaa" -> "aa" "a").
-//      The new symbol takes the next id, or the id it already has when an earlier merge of other
-//      halves made the same string (Ġ + ĠĠĠ and ĠĠ + ĠĠ are both ĠĠĠĠ);
+//      The new symbol takes the next id (Hugging Face's rule would keep the id of a string made
+//      before from other halves; the code follows it, though with plain byte symbols each string
+//      is always made by one pair: see docs/bpe.md);
 //   4. stop after `merges` merges, or when the most frequent pair occurs fewer than min_count times;
 //      the special tokens then take the next ids.
 // Counting is incremental as in Hugging Face's trainer: each pair keeps the pieces where it was
