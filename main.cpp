@@ -1,5 +1,5 @@
 // main.cpp - the command-line program: train, finetune, predict, sample, fill, eval, init, grad, params,
-// tokenize, bench, export, and for teaching masks, attention, explain.
+// tokenize, bpe, bench, export, and for teaching masks, attention, explain.
 // Every command parses its flags strictly: an unknown flag, a missing value or a malformed number
 // is an error with a message and exit status 1.
 #include <algorithm>
@@ -55,12 +55,20 @@ commands:
   fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
            [--vocab vocab.txt [--top 5]]  (BERT's WordPiece: the top candidates at each [MASK])
            [--encoder vocab.json --vocab merges.txt]  (RoBERTa's BPE: the same at each <mask>)
-  eval     --checkpoint FILE --data FILE [--encoder F] [--vocab F] [--tokenizer KIND] (mean loss in nats per token)
+  eval     --checkpoint FILE --data FILE [--encoder F] [--vocab F] [--tokenizer KIND] (mean loss in nats per token;
+           GPT variants also bits per byte of text, comparable across tokenizers)
   init     --preset NAME [--seed S] --out FILE
   export   --checkpoint FILE --out DIR   (a gpt2 model in Hugging Face's GPT2LMHeadModel layout:
            DIR/model.safetensors, DIR/config.json, and vocab.json, merges.txt if it has GPT-2's tokenizer)
   grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
   params   --preset NAME | --checkpoint FILE  (the seed's lambda beside the floats the model holds)
+  bpe      --data FILE [--data FILE ...] --merges N --out DIR [--special TOKEN ...] [--min-count 1] [--show K] [--quiet]
+           (learns a byte-level BPE vocabulary as Hugging Face's BpeTrainer with a ByteLevel pre-tokenizer:
+           DIR/encoder.json and DIR/vocab.bpe for the --encoder/--vocab flags of the other commands; merging
+           stops after N merges or when no pair occurs --min-count times (default 1: every pair seen, as
+           Hugging Face's min_frequency 0); --special TOKEN (<|NAME|>, or RoBERTa's <s> <pad> </s> <unk>
+           <mask>; may be repeated) is cut out of the text and gets an id after the merges; --show K prints
+           the first K merges with their counts)
   tokenize [--encoder encoder.json] --vocab vocab.bpe|vocab.txt (--text TEXT | --file FILE | --ids 15496,995) [--out F.bin]
            [--tokenizer gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece]  (text -> ids, or ids -> text;
            GPT-2's byte-level BPE, GPT-1's BPE, RoBERTa's byte-level BPE, BERT's WordPiece: recognised
@@ -117,6 +125,16 @@ struct Flags {
         if (s.empty() || *end != '\0' || !std::isfinite(v)) throw Error("--" + k + " expects a number, got '" + s + "'");
         return v;
     }
+    std::vector<std::string> list(const std::string& k) {  // a flag that may be given again: every value
+        std::vector<std::string> out;
+        if (!has(k)) return used.insert(k), out;
+        const std::string v = str(k);
+        for (std::size_t i = 0, e;; i = e + 1) {
+            e = v.find('\0', i);
+            out.push_back(v.substr(i, e == std::string::npos ? std::string::npos : e - i));
+            if (e == std::string::npos) return out;
+        }
+    }
     bool flag(const std::string& k) {  // a boolean flag: parse_flags stored "1" or "0"
         used.insert(k);
         return has(k) && values.at(k) == "1";
@@ -131,9 +149,11 @@ static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init"
 
 // --name VALUE or --name=VALUE. The word after a flag is its value unless it is itself a flag
 // (--out --window 3 is an error, never a file named "--window"); a value that starts with -- is
-// given as --name=VALUE (--prompt=--help prompts with "--help"). A boolean flag is --name alone, or --name=true|false|1|0.
-// --help (or -h) in a flag's place asks for the usage.
-static Flags parse_flags(int argc, char** argv, int first, bool& help) {
+// given as --name=VALUE (--prompt=--help prompts with "--help"). A boolean flag is --name alone, or
+// --name=true|false|1|0. --help (or -h) in a flag's place asks for the usage. A flag in `repeatable`
+// may be given again: its values are kept in order, joined by NUL bytes (no argument holds one),
+// for Flags::list.
+static Flags parse_flags(int argc, char** argv, int first, bool& help, const std::set<std::string>& repeatable = {}) {
     Flags f;
     help = false;
     for (int i = first; i < argc; i++) {
@@ -158,6 +178,10 @@ static Flags parse_flags(int argc, char** argv, int first, bool& help) {
             if (v.size() > 2 && v.compare(0, 2, "--") == 0 && std::isalpha((unsigned char)v[2]))
                 throw Error("flag --" + a + " needs a value, but the next word is the flag '" + v + "' (a value that starts with -- is written --" +
                             a + "=" + v + ")");
+        }
+        if (f.values.count(a) && repeatable.count(a)) {
+            f.values[a] += std::string(1, '\0') + v;
+            continue;
         }
         if (f.values.count(a)) throw Error("flag --" + a + " given twice");
         f.values[a] = v;
@@ -639,6 +663,11 @@ static int cmd_eval(Flags& f) {
     std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens%s\n", data.c_str(), loss, count,
                 cls_sep ? (" (windows of " + std::to_string(c.n_ctx - 2) + " tokens, each as " + codec.decode({c.cls_id}) +
                            " window " + codec.decode({c.sep_id}) + ")").c_str() : "");
+    if (is_causal(c.variant)) {  // bits per byte compare models whose tokenizers differ
+        const double text_bytes = is_token_file(bytes) ? (double)codec.decode(ids).size() : (double)bytes.size();
+        std::printf("bits per byte of text: %.4f (%.4f nats per token x %zu tokens / %.0f bytes / ln 2)\n",
+                    loss * (double)ids.size() / text_bytes / std::log(2.0), loss, ids.size(), text_bytes);
+    }
     return 0;
 }
 
@@ -889,11 +918,104 @@ static int cmd_export(Flags& f) {
     return 0;
 }
 
+// ---- bpe: learn a byte-level BPE vocabulary ------------------------------------------------------------
+static int cmd_bpe(Flags& f) {
+    const std::vector<std::string> data = f.list("data"), specials = f.list("special");
+    const std::string out = f.str("out");
+    const bool has_merges = f.has("merges"), has_out = f.has("out");
+    const long long merges = f.integer("merges", 0), min_count = f.integer("min-count", 1), show = f.integer("show", 0);
+    const bool quiet = f.flag("quiet");
+    f.done();
+    if (data.empty()) throw Error("bpe: missing flag --data (a text file to learn from; give --data again for more files)");
+    if (!has_merges) throw Error("bpe: missing flag --merges (how many merges to learn; GPT-1 learnt 40000)");
+    if (!has_out) throw Error("bpe: missing flag --out (the directory for encoder.json and vocab.bpe)");
+    if (merges < 1) throw Error("--merges must be positive, got " + std::to_string(merges));
+    if (min_count < 1) throw Error("--min-count must be at least 1, got " + std::to_string(min_count));
+    if (show < 0) throw Error("--show must be 0 or more, got " + std::to_string(show));
+    for (std::size_t k = 0; k < specials.size(); k++) {
+        const std::string problem = bpe_special_problem(specials[k]);
+        if (!problem.empty()) throw Error("--special '" + specials[k] + "': " + problem);
+        for (std::size_t j = 0; j < k; j++)
+            if (specials[j] == specials[k]) throw Error("--special '" + specials[k] + "' is given twice");
+    }
+    const bool roberta = std::find(specials.begin(), specials.end(), "<mask>") != specials.end();
+    for (const char* sp : {"<s>", "<pad>", "</s>", "<unk>"})  // the loader reads "<mask>" as RoBERTa's kind
+        if (roberta && std::find(specials.begin(), specials.end(), sp) == specials.end())
+            throw Error("--special '<mask>' makes the files RoBERTa's kind, which needs all five of <s> <pad> </s> <unk> <mask>: "
+                        "give --special '" + std::string(sp) + "' too");
+    for (const std::string& d : data) {  // every input readable before any work
+        std::FILE* in = std::fopen(d.c_str(), "rb");
+        if (!in) throw Error("--data '" + d + "': cannot open it: " + std::strerror(errno));
+        std::fclose(in);
+    }
+    bpe_check_out_dir(out, data);
+    const auto t0 = Clock::now();
+    BpePieces pieces;
+    for (const std::string& d : data) {
+        const auto t = Clock::now();
+        const BpePieces before_file{{}, pieces.pieces, pieces.bytes, pieces.lines};
+        bpe_count_file(pieces, d, specials, [&](long long bytes) {
+            if (!quiet)
+                std::fprintf(stderr, "bpe: counting '%s': %.0f MB read, %zu distinct pieces so far, %.1f s\n", d.c_str(), bytes / 1e6,
+                             pieces.count.size(), ms_since(t) / 1000);
+        });
+        if (!quiet)
+            std::fprintf(stderr, "bpe: counted '%s': %lld lines, %lld bytes, %lld pieces (%zu distinct pieces in all so far), %.1f s\n",
+                         d.c_str(), pieces.lines - before_file.lines, pieces.bytes - before_file.bytes,
+                         pieces.pieces - before_file.pieces, pieces.count.size(), ms_since(t) / 1000);
+    }
+    if (pieces.pieces == 0) {
+        std::string names;
+        for (const std::string& d : data) names += (names.empty() ? "'" : ", '") + d + "'";
+        throw Error("the corpus is empty: --data " + names + " holds no text" + (specials.empty() ? "" : " besides --special tokens"));
+    }
+    const double count_ms = ms_since(t0);
+    auto symbols = [](const std::string& bytes) {  // as vocab.bpe writes them: a space is "Ġ"
+        std::string out;
+        for (unsigned char ch : bytes) out += bytes_to_unicode(ch);
+        return out;
+    };
+    const auto t1 = Clock::now();
+    auto last = Clock::now();
+    BpeLearnOptions o;
+    o.merges = merges, o.min_count = min_count, o.specials = specials;
+    o.progress = [&](const BpeLearnt& b) {
+        if (quiet || ms_since(last) < 2000) return;
+        last = Clock::now();
+        const BpeMerge& m = b.merges.back();
+        std::fprintf(stderr, "bpe: merge %zu of %lld: %s %s (count %lld), %.1f s\n", b.merges.size(), merges,
+                     symbols(b.tokens[m.left]).c_str(), symbols(b.tokens[m.right]).c_str(), m.count, ms_since(t1) / 1000);
+    };
+    const BpeLearnt b = bpe_learn(pieces, o);
+    const double merge_ms = ms_since(t1);
+    if (b.merges.empty())
+        throw Error("no pair of symbols occurs " + std::to_string(min_count) + " times or more (--min-count) in " +
+                    std::to_string(pieces.pieces) + " pieces: nothing to learn, nothing written");
+    for (long long k = 0; k < show && k < (long long)b.merges.size(); k++) {
+        const BpeMerge& m = b.merges[k];
+        std::printf("merge %6lld: %s %s -> id %d (count %lld)\n", k + 1, symbols(b.tokens[m.left]).c_str(),
+                    symbols(b.tokens[m.right]).c_str(), m.id, m.count);
+    }
+    const auto t2 = Clock::now();
+    bpe_write(out, b, data);
+    const double write_ms = ms_since(t2);
+    const bool reached = (long long)b.merges.size() == merges;
+    const long long made = (long long)b.tokens.size() - 256 - b.specials;
+    std::printf("learnt %zu merges (%s) from %lld pieces (%zu distinct) in %lld bytes of %zu file%s\n", b.merges.size(),
+                reached ? "--merges reached" : ("no pair left with a count of at least " + std::to_string(min_count)).c_str(),
+                pieces.pieces, pieces.count.size(), pieces.bytes, data.size(), data.size() == 1 ? "" : "s");
+    std::printf("wrote %s/encoder.json (%zu tokens: 256 bytes, %lld merged, %d special) and %s/vocab.bpe\n", out.c_str(),
+                b.tokens.size(), made, b.specials, out.c_str());
+    std::printf("time: counting %.2f s, merging %.2f s, writing %.2f s\n", count_ms / 1000, merge_ms / 1000, write_ms / 1000);
+    return 0;
+}
+
 static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
     {"train", cmd_train}, {"sample", cmd_sample}, {"fill", cmd_fill},         {"eval", cmd_eval},   {"init", cmd_init},
     {"grad", cmd_grad},   {"params", cmd_params}, {"tokenize", cmd_tokenize}, {"bench", cmd_bench},
     {"finetune", cmd_finetune}, {"predict", cmd_predict}, {"task", cmd_task},
-    {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}, {"export", cmd_export}};
+    {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}, {"export", cmd_export},
+    {"bpe", cmd_bpe}};
 
 // The usage is longer than stdio's buffer (4096 bytes), so a failed write shows already inside
 // fputs: its errno is kept for main's message (by then errno says no more than EIO).
@@ -914,7 +1036,7 @@ static int run(int argc, char** argv) {
     }
     try {
         bool help = false;
-        Flags f = parse_flags(argc, argv, 2, help);
+        Flags f = parse_flags(argc, argv, 2, help, cmd == "bpe" ? std::set<std::string>{"data", "special"} : std::set<std::string>{});
         if (help) return print_usage();
         return it->second(f);
     } catch (const std::bad_alloc&) {

@@ -8000,3 +8000,347 @@ TEST_CASE("train: prints the memory of the model, its gradients and AdamW at the
     CHECK(m_contains(r.out, "AdamW m and v"));
     CHECK(m_contains(r.out, "peak memory"));
 }
+
+// ================================================================================================
+// bpe: learning a byte-level BPE vocabulary (Hugging Face's BpeTrainer rule; see transformer.hpp)
+// ================================================================================================
+namespace {
+// The merges of a learnt vocabulary as "A B" lines of byte-level symbols (vocab.bpe without its header).
+std::vector<std::string> m_bpe_merge_lines(const BpeLearnt& b) {
+    std::vector<std::string> out;
+    std::istringstream in(bpe_vocab_bpe(b));
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) out.push_back(line);
+    return out;
+}
+BpeLearnt m_bpe_learn(const std::string& text, long long merges = 1000, long long min_count = 1,
+                      const std::vector<std::string>& specials = {}) {
+    BpePieces p;
+    bpe_count_text(p, text, specials);
+    BpeLearnOptions o;
+    o.merges = merges, o.min_count = min_count, o.specials = specials;
+    return bpe_learn(p, o);
+}
+}  // namespace
+
+TEST_CASE("bpe: the byte symbols are ids 0..255 in code-point order, GPT-2's encoder.json order") {
+    const BpeLearnt b = m_bpe_learn("ab\n");
+    REQUIRE(b.tokens.size() >= 256);
+    CHECK(b.tokens[0] == "!");
+    CHECK(b.tokens['a' - '!'] == "a");                 // printable ASCII: byte - 0x21
+    CHECK(b.tokens[93] == "~");
+    CHECK(b.tokens[94] == "\xA1");                      // then 0xA1..0xAC, 0xAE..0xFF stand for themselves
+    CHECK(b.tokens[187] == "\xFF");
+    CHECK(b.tokens[188] == std::string(1, '\0'));      // then the 68 others in byte order (U+0100..)
+    CHECK(b.tokens[220] == " ");                        // "Ġ" (U+0120) is GPT-2's 220
+    CHECK(b.tokens[198] == "\n");                       // "Ċ"
+    CHECK(b.tokens[255] == "\xAD");
+    const std::string enc = bpe_encoder_json(b);
+    CHECK(enc.rfind("{\"!\": 0, \"\\\"\": 1, \"#\": 2,", 0) == 0);
+    CHECK(m_contains(enc, "\"\xC4\xA0\": 220"));          // "Ġ"
+    CHECK(m_contains(enc, "\"ab\": 256}"));
+}
+
+// "hello world\nhello there\n": pieces "hello" x2, " world", " there", "\n" x2. Ids: e 68, h 71,
+// l 75, o 78, d 67, r 81, t 83, w 86, Ġ 220. Counts: (h e) 3: "hello" twice and " there";
+// then (l l), (he ll), (hell o) 2 each, the ties going to the smallest (left, right): (l l) = (75, 75)
+// before (l o) = (75, 78) and (e l); then every pair left occurs once, taken by smallest ids:
+// (l d) = (75, 67), (o r) = (78, 81), (r e) = (81, 68), (t he) = (83, 256), (w or) = (86, 261), ...
+TEST_CASE("bpe: hand-computed merges of a small text, ties broken by the smallest (left id, right id)") {
+    const BpeLearnt b = m_bpe_learn("hello world\nhello there\n");
+    const std::vector<std::string> want = {"h e", "l l", "he ll", "hell o", "l d", "o r", "r e", "t he", "w or",
+                                           "\xC4\xA0 the", "\xC4\xA0 wor", "\xC4\xA0the re", "\xC4\xA0wor ld"};
+    CHECK(m_bpe_merge_lines(b) == want);
+    REQUIRE(b.merges.size() == 13);
+    const long long counts[13] = {3, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    for (int k = 0; k < 13; k++) {
+        CHECK(b.merges[k].count == counts[k]);
+        CHECK(b.merges[k].id == 256 + k);  // each merge a new symbol, the next id
+    }
+    CHECK(b.merges[0].left == 71);
+    CHECK(b.merges[0].right == 68);
+    CHECK(b.merges[4].left == 75);  // (l d): the smallest pair among the ties
+    CHECK(b.merges[4].right == 67);
+    CHECK(b.tokens.back() == " world");
+    // A tie where the smallest pair is not the first seen: "ba ab" has (b a), (Ġ a), (a b) once each.
+    CHECK(m_bpe_merge_lines(m_bpe_learn("ba ab\n")) == std::vector<std::string>{"a b", "b a", "\xC4\xA0 ab"});
+}
+
+TEST_CASE("bpe: a pair inside a piece is merged left to right without overlap (\"aaaa\", \"aaa\")") {
+    // "aaaa": (a a) occurs 3 times (overlapping windows count, as Hugging Face counts them); merged left
+    // to right it becomes "aa aa", whose one pair (aa aa) is the next merge.
+    const BpeLearnt four = m_bpe_learn("aaaa\n");
+    CHECK(m_bpe_merge_lines(four) == std::vector<std::string>{"a a", "aa aa"});
+    REQUIRE(four.merges.size() == 2);
+    CHECK(four.merges[0].count == 3);
+    CHECK(four.merges[1].count == 1);
+    const BpeLearnt three = m_bpe_learn("aaa\n");  // "aa a": then (aa a)
+    CHECK(m_bpe_merge_lines(three) == std::vector<std::string>{"a a", "aa a"});
+    CHECK(three.merges[0].count == 2);
+    // Five a's and three a's, each 3 times: (a a) 4x3 + 2x3 = 18; then "aa aa a" and "aa a" give (aa a) 6
+    // and (aa aa) 3; then "aa aaa" (aa aaa) 3.
+    const BpeLearnt mix = m_bpe_learn("aaaaa\naaaaa\naaaaa\naaa\naaa\naaa\n");
+    CHECK(m_bpe_merge_lines(mix) == std::vector<std::string>{"a a", "aa a", "aa aaa"});
+    REQUIRE(mix.merges.size() == 3);
+    CHECK(mix.merges[0].count == 18);
+    CHECK(mix.merges[1].count == 6);
+    CHECK(mix.merges[2].count == 3);
+}
+
+TEST_CASE("bpe: --min-count and --merges stop the merging; no pair left stops it too") {
+    // "hello world\nhello there\n" (above): 4 merges occur at least twice, 13 at least once.
+    CHECK(m_bpe_merge_lines(m_bpe_learn("hello world\nhello there\n", 1000, 2)) ==
+          std::vector<std::string>{"h e", "l l", "he ll", "hell o"});
+    CHECK(m_bpe_learn("hello world\nhello there\n", 1000, 3).merges.size() == 1);
+    CHECK(m_bpe_learn("hello world\nhello there\n", 1000, 4).merges.empty());
+    CHECK(m_bpe_merge_lines(m_bpe_learn("hello world\nhello there\n", 3)) == std::vector<std::string>{"h e", "l l", "he ll"});
+    const BpeLearnt ab = m_bpe_learn("ab\n", 1000);  // one merge, then no pair is left
+    CHECK(m_bpe_merge_lines(ab) == std::vector<std::string>{"a b"});
+    CHECK(ab.tokens.size() == 257);
+    CHECK(m_bpe_learn("a\nb\n").merges.empty());  // pieces of one byte: nothing to merge
+    BpePieces p;
+    bpe_count_text(p, "ab\n");
+    BpeLearnOptions o;
+    o.merges = 0;
+    M_CHECK_TF_ERROR(bpe_learn(p, o), "merges must be positive");
+    o.merges = 5, o.min_count = 0;
+    M_CHECK_TF_ERROR(bpe_learn(p, o), "minimum count");
+}
+
+TEST_CASE("bpe: counting pieces: lines keep their newline, GPT-2's pattern, each distinct piece once") {
+    BpePieces p;
+    bpe_count_text(p, "I don't know.\r\nI  know\n\n\tok");
+    // "I" " don" "'t" " know" "." "\r\n" | "I" " " " know" "\n\n" is two lines: "\n" and "\n" | "\t" "ok"
+    CHECK(p.lines == 4);
+    CHECK(p.bytes == 27);
+    CHECK(p.count.at("I") == 2);
+    CHECK(p.count.at(" don") == 1);
+    CHECK(p.count.at("'t") == 1);
+    CHECK(p.count.at(" know") == 2);
+    CHECK(p.count.at(".") == 1);
+    CHECK(p.count.at("\r\n") == 1);
+    CHECK(p.count.at(" ") == 1);
+    CHECK(p.count.at("\n") == 2);  // a blank line is its own line: never "\n\n"
+    CHECK(p.count.count("\n\n") == 0);
+    CHECK(p.count.at("\t") == 1);
+    CHECK(p.count.at("ok") == 1);
+    CHECK(p.pieces == 13);
+    CHECK(p.count.size() == 10);
+    // Invalid UTF-8: the line and the byte offset.
+    BpePieces q;
+    M_CHECK_TF_ERROR(bpe_count_text(q, "fine\nstill fine\nbad \xFF here\n", {}, "'x.txt'"), "'x.txt'", "line 3",
+                     "byte 0xFF at byte offset 20", "byte 5 of the line");
+    M_CHECK_TF_ERROR(bpe_count_text(q, "\xE2\x82", {}, "'y'"), "line 1", "offset 0");  // a cut sequence
+}
+
+TEST_CASE("bpe: --special tokens are cut out before pre-tokenizing, never merged, and take ids after the merges") {
+    const std::string text = "ab<|endoftext|>ab\n<|endoftext|><|endoftext|>\nab<|end|>ab\n";
+    const BpeLearnt b = m_bpe_learn(text, 1000, 1, {"<|endoftext|>", "<|end|>"});
+    // What is left: "ab" x4 and "\n" x3: one pair; nothing from '<', '|' or "endoftext".
+    CHECK(m_bpe_merge_lines(b) == std::vector<std::string>{"a b"});
+    CHECK(b.merges[0].count == 4);
+    REQUIRE(b.tokens.size() == 259);
+    CHECK(b.specials == 2);
+    CHECK(b.tokens[257] == "<|endoftext|>");
+    CHECK(b.tokens[258] == "<|end|>");
+    const std::string enc = bpe_encoder_json(b);
+    CHECK(m_contains(enc, "\"ab\": 256, \"<|endoftext|>\": 257, \"<|end|>\": 258}"));
+    // Without --special they are text: "<|" and "|>" pieces, merged like any other.
+    const BpeLearnt plain = m_bpe_learn(text);
+    CHECK(m_bpe_merge_lines(plain).size() > 5);
+    CHECK(m_contains(bpe_vocab_bpe(plain), "< |"));
+    // The longest special at a position wins ("<|end|>" inside "<|endoftext|>" never matches).
+    BpePieces p;
+    bpe_count_text(p, "x<|end|>y<|endoftext|>z\n", {"<|end|>", "<|endoftext|>"});
+    CHECK(p.pieces == 4);  // "x" "y" "z" "\n"
+    CHECK(bpe_special_problem("<|endoftext|>").empty());
+    CHECK(bpe_special_problem("<mask>").empty());
+    CHECK(m_contains(bpe_special_problem("[SEP]"), "<|NAME|>"));
+    CHECK(m_contains(bpe_special_problem("<|a b|>"), "ASCII"));
+    CHECK(m_contains(bpe_special_problem(""), "empty"));
+}
+
+TEST_CASE("bpe: several inputs count as their concatenation; a file is streamed line by line") {
+    const std::string a = m_path("bpe_a.txt"), b = m_path("bpe_b.txt");
+    std::string big;  // more than the reader's 1 MB block, lines cut across blocks
+    for (int k = 0; k < 30000; k++) big += "line " + std::to_string(k) + " of the first file, with some words\n";
+    m_write(a, big);
+    m_write(b, "the second file\nends without a newline");
+    BpePieces files, text;
+    bpe_count_file(files, a, {});
+    bpe_count_file(files, b, {});
+    bpe_count_text(text, big + "the second file\nends without a newline");
+    CHECK(files.count == text.count);
+    CHECK(files.pieces == text.pieces);
+    CHECK(files.lines == 30002);
+    CHECK(files.bytes == (long long)big.size() + 38);
+    BpeLearnOptions o;
+    o.merges = 300;
+    CHECK(m_bpe_merge_lines(bpe_learn(files, o)) == m_bpe_merge_lines(bpe_learn(text, o)));
+    // Invalid UTF-8 in a file: its name, the line and the byte offset in the file.
+    const std::string bad = m_path("bpe_bad.txt");
+    m_write(bad, "good line\nanother\nbroken \xC3\x28 here\n");
+    BpePieces q;
+    M_CHECK_TF_ERROR(bpe_count_file(q, bad, {}), "--data '" + bad + "'", "line 3", "byte 0xC3 at byte offset 25");
+    M_CHECK_TF_ERROR(bpe_count_file(q, m_path("bpe_missing.txt"), {}), "bpe_missing.txt", "cannot open");
+}
+
+TEST_CASE("bpe: the learnt files load through GPT-2's tokenizer loader, and any UTF-8 text round-trips") {
+    std::string corpus;
+    for (int k = 0; k < 20; k++)
+        corpus += "Caf\xC3\xA9 na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xD0\xBF\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 "
+                  "\xF0\x9F\x98\x80 x = [1, 2, 3];\r\n\tindented    spaces  \n\n";
+    const BpeLearnt b = m_bpe_learn(corpus, 40, 2, {"<|endoftext|>"});
+    REQUIRE(b.merges.size() == 40);
+    const BPE bpe = make_bpe(bpe_encoder_json(b), bpe_vocab_bpe(b));
+    CHECK(bpe.size() == (int)b.tokens.size());
+    CHECK(bpe.eot == (int)b.tokens.size() - 1);
+    CHECK(bpe.ranks.size() == 40);
+    for (std::size_t id = 0; id + 1 < b.tokens.size(); id++) CHECK(bpe.decoder[id] == b.tokens[id]);
+    const std::string texts[] = {corpus, "unseen: \xEA\xB0\x80\xEB\x82\x98 \xC3\xB1 \x01\x7F zebra\n",
+                                 std::string("nul\0byte", 8), "", "    \t\t\r\n\r\n", "Caf\xC3\xA9\xC3\xA9\xC3\xA9"};
+    for (const std::string& t : texts) {
+        const std::vector<int> ids = bpe.encode(t);
+        CHECK(bpe.decode(ids) == t);
+    }
+    // 40 merges already halve the corpus: 780 tokens for its 1600 bytes.
+    CHECK(corpus.size() == 1600);
+    CHECK(bpe.encode(corpus).size() == 780);
+    // Through the files and the commands' loader: recognised as GPT-2's kind.
+    const std::string dir = m_path("bpe_load");
+    bpe_write(dir, b, {});
+    const Tokenizer t = load_tokenizer("", dir + "/encoder.json", dir + "/vocab.bpe");
+    CHECK(t.kind == "gpt2-bpe");
+    CHECK(t.size() == (int)b.tokens.size());
+    CHECK(t.decode(t.encode(corpus)) == corpus);
+}
+
+TEST_CASE("bpe: vocab.bpe starts with our header; a pair merged twice is written once, at its last place") {
+    BpeLearnt b;
+    for (int x = 0; x < 256; x++) b.tokens.push_back("");
+    b.tokens['a' - '!'] = "a", b.tokens['b' - '!'] = "b", b.tokens['c' - '!'] = "c";
+    b.tokens.push_back("ab"), b.tokens.push_back("abc");
+    const int a = 'a' - '!', bb = 'b' - '!', c = 'c' - '!';
+    b.merges = {{a, bb, 256, 9}, {256, c, 257, 5}, {a, bb, 256, 2}};
+    CHECK(bpe_vocab_bpe(b) == std::string(BPE_VOCAB_HEADER) + "\nab c\na b\n");
+    CHECK(std::string(BPE_VOCAB_HEADER).rfind("#version: 0.2", 0) == 0);  // what GPT-2's and HF's readers skip
+}
+
+TEST_CASE("bpe: the command writes encoder.json and vocab.bpe that tokenize reads; --show prints the merges") {
+    const std::string data = m_path("bpe_cli.txt"), more = m_path("bpe_cli2.txt"), dir = m_path("bpe_cli_out");
+    m_write(data, "hello world\n");
+    m_write(more, "hello there\n<|endoftext|>\n");
+    const m_Run r = m_run("bpe --data " + data + " --data " + more + " --merges 4 --special '<|endoftext|>' --show 2 --out " + dir);
+    INFO("stderr: " << r.err);
+    REQUIRE(r.status == 0);
+    CHECK(m_contains(r.out, "merge      1: h e -> id 256 (count 3)"));
+    CHECK(m_contains(r.out, "merge      2: l l -> id 257 (count 2)"));
+    CHECK(!m_contains(r.out, "merge      3:"));
+    CHECK(m_contains(r.out, "learnt 4 merges (--merges reached)"));
+    CHECK(m_contains(r.out, "261 tokens: 256 bytes, 4 merged, 1 special"));
+    CHECK(m_contains(r.err, "bpe: counted"));
+    CHECK(m_read(dir + "/vocab.bpe") == std::string(BPE_VOCAB_HEADER) + "\nh e\nl l\nhe ll\nhell o\n");
+    CHECK(m_contains(m_read(dir + "/encoder.json"), "\"hello\": 259, \"<|endoftext|>\": 260}"));
+    const m_Run t = m_run("tokenize --encoder " + dir + "/encoder.json --vocab " + dir + "/vocab.bpe --text 'hello hello'");
+    CHECK(t.status == 0);
+    CHECK(t.out == "259,220,259\n");  // "hello", "Ġ", "hello": " hello" was never merged
+    const m_Run back = m_run("tokenize --encoder " + dir + "/encoder.json --vocab " + dir + "/vocab.bpe --ids 259,220,259");
+    CHECK(back.out == "hello hello\n");
+    // Run again into the same directory: its own files are replaced; nothing else is left there.
+    const m_Run again = m_run("bpe --data " + data + " --merges 2 --out " + dir + " --quiet");
+    INFO("stderr: " << again.err);
+    CHECK(again.status == 0);
+    CHECK(again.err.empty());
+    // "hello world" alone: every pair once, so the smallest ids first: (e l) = (68, 75), then (h el) = (71, 256)
+    CHECK(m_read(dir + "/vocab.bpe") == std::string(BPE_VOCAB_HEADER) + "\ne l\nh el\n");
+    const std::string listing = m_path("bpe_cli.ls");
+    REQUIRE(std::system(("ls -A " + dir + " > " + listing).c_str()) == 0);
+    CHECK(m_read(listing) == "encoder.json\nvocab.bpe\n");
+    // RoBERTa's five special tokens make RoBERTa's kind, whose <mask> is one token in the text.
+    const std::string rdir = m_path("bpe_cli_roberta");
+    const m_Run rr = m_run("bpe --data " + data + " --merges 2 --quiet --out " + rdir +
+                           " --special '<s>' --special '<pad>' --special '</s>' --special '<unk>' --special '<mask>'");
+    INFO("stderr: " << rr.err);
+    REQUIRE(rr.status == 0);
+    const Tokenizer rt = load_tokenizer("", rdir + "/encoder.json", rdir + "/vocab.bpe");
+    CHECK(rt.kind == "roberta-bpe");
+    // "hello": hel l o (merges e l, h el); the space before <mask> goes with it (lstrip); ids 258..262 the five
+    CHECK(rt.encode("hello <mask>") == std::vector<int>{257, 75, 78, 262});
+}
+
+TEST_CASE("bpe: bad input is an error naming the flag or file, with nothing written") {
+    const std::string data = m_path("bpe_err.txt"), dir = m_path("bpe_err_out");
+    m_write(data, "some text to learn from\n");
+    m_cli_fails("bpe --data " + data + " --merges 0 --out " + dir, "--merges must be positive");
+    m_cli_fails("bpe --data " + data + " --merges -3 --out " + dir, "--merges must be positive");
+    m_cli_fails("bpe --data " + data + " --merges x --out " + dir, "--merges expects an integer");
+    m_cli_fails("bpe --data " + data + " --out " + dir, "missing flag --merges");
+    m_cli_fails("bpe --merges 5 --out " + dir, "missing flag --data");
+    m_cli_fails("bpe --data " + data + " --merges 5", "missing flag --out");
+    m_cli_fails("bpe --data " + data + " --merges 5 --min-count 0 --out " + dir, "--min-count must be at least 1");
+    m_cli_fails("bpe --data " + data + " --merges 5 --show -1 --out " + dir, "--show");
+    m_cli_fails("bpe --data " + m_path("bpe_nofile.txt") + " --merges 5 --out " + dir, "--data '" + m_path("bpe_nofile.txt") + "'");
+    m_cli_fails("bpe --data " + data + " --data " + m_path("bpe_nofile.txt") + " --merges 5 --out " + dir, "bpe_nofile.txt");
+    m_cli_fails("bpe --data " + data + " --merges 5 --special '[SEP]' --out " + dir, "--special '[SEP]'");
+    m_cli_fails("bpe --data " + data + " --merges 5 --special '<s>' --special '<s>' --out " + dir, "given twice");
+    m_cli_fails("bpe --data " + data + " --merges 5 --special '<mask>' --out " + dir, "give --special '<s>' too");
+    m_cli_fails("bpe --data " + data + " --merges 5 --out " + dir + " --merges 6", "given twice");
+    m_cli_fails("bpe --data " + data + " --merges 5 --out " + m_path("no_such_dir") + "/x", "does not exist");
+    const std::string empty = m_path("bpe_empty.txt");
+    m_write(empty, "");
+    m_cli_fails("bpe --data " + empty + " --merges 5 --quiet --out " + dir, "the corpus is empty");
+    const std::string only_special = m_path("bpe_special_only.txt");
+    m_write(only_special, "<|endoftext|>");
+    m_cli_fails("bpe --data " + only_special + " --special '<|endoftext|>' --merges 5 --quiet --out " + dir, "besides --special");
+    const std::string single = m_path("bpe_single.txt");
+    m_write(single, "a b c\n");
+    m_cli_fails("bpe --data " + single + " --merges 5 --min-count 2 --quiet --out " + dir, "nothing written");
+    const std::string bad = m_path("bpe_bad_utf8.txt");
+    m_write(bad, "ok\n\xFF\n");
+    m_cli_fails("bpe --data " + bad + " --merges 5 --out " + dir, "line 2 is not valid UTF-8");
+    CHECK(!m_exists(dir));  // none of these created the directory
+    // An --out holding files this program did not write: GPT-2's own vocab.bpe, or an encoder.json alone.
+    const std::string foreign = m_path("bpe_foreign");
+    ::mkdir(foreign.c_str(), 0755);
+    m_write(foreign + "/vocab.bpe", "#version: 0.2\nh e\n");
+    m_write(foreign + "/encoder.json", "{\"h\": 0}");
+    m_cli_fails("bpe --data " + data + " --merges 5 --out " + foreign, "its vocab.bpe was not written by this program");
+    CHECK(m_read(foreign + "/vocab.bpe") == "#version: 0.2\nh e\n");
+    const std::string lone = m_path("bpe_lone");
+    ::mkdir(lone.c_str(), 0755);
+    m_write(lone + "/encoder.json", "{\"h\": 0}");
+    m_cli_fails("bpe --data " + data + " --merges 5 --out " + lone, "its vocab.bpe was not written by this program");
+    CHECK(m_read(lone + "/encoder.json") == "{\"h\": 0}");
+    CHECK(!m_exists(lone + "/vocab.bpe"));
+    // An input inside --out with an output's name is never overwritten.
+    const std::string self = m_path("bpe_self");
+    ::mkdir(self.c_str(), 0755);
+    m_write(self + "/vocab.bpe", std::string(BPE_VOCAB_HEADER) + "\nh e\nhello there\n");
+    m_cli_fails("bpe --data " + self + "/vocab.bpe --merges 5 --out " + self, "would overwrite --data");
+}
+
+TEST_CASE("bpe: a GPT trains on the learnt tokens, and eval reports bits per byte beside the loss per token") {
+    const std::string dir = m_path("bpe_train");
+    BpePieces p;
+    bpe_count_file(p, m_text_file(), {});
+    BpeLearnOptions o;
+    o.merges = 30;
+    bpe_write(dir, bpe_learn(p, o), {});
+    TrainOptions t = m_small_train(m_path("bpe_train.safetensors"));
+    t.encoder = dir + "/encoder.json", t.bpe_vocab = dir + "/vocab.bpe", t.steps = 5, t.block = 8;
+    train(t);
+    const m_Run e = m_run("eval --checkpoint " + m_path("bpe_train.safetensors") + " --data " + m_text_file());
+    INFO("stderr: " << e.err);
+    REQUIRE(e.status == 0);
+    const std::size_t at = e.out.find("bits per byte of text: ");
+    REQUIRE(at != std::string::npos);
+    double bpb = 0, nats = 0, tokens = 0, bytes = 0;
+    REQUIRE(std::sscanf(e.out.c_str() + at, "bits per byte of text: %lf (%lf nats per token x %lf tokens / %lf bytes", &bpb, &nats,
+                        &tokens, &bytes) == 4);
+    const Tokenizer tok = load_tokenizer("", t.encoder, t.bpe_vocab);
+    CHECK(tokens == (double)tok.encode(m_read(m_text_file())).size());
+    CHECK(bytes == (double)m_read(m_text_file()).size());
+    CHECK(tokens < bytes / 2);  // 30 merges of a repetitive text
+    CHECK(bpb == doctest::Approx(nats * tokens / bytes / std::log(2.0)).epsilon(1e-3));
+}

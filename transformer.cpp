@@ -6205,6 +6205,341 @@ BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_
     }
 }
 
+// ---- Learning a byte-level BPE vocabulary (bpe) ----
+// See transformer.hpp for the rule. The trainer's state:
+//   words   every distinct piece as its current symbol ids, in one array (start, length), with its count;
+//   pairs   an open-addressing table (left << 32 | right) -> record: the pair's count over all words
+//           and the list of words where it was formed in the current merge;
+//   heap    entries (count, pair, list of words): the largest count first, then the smallest pair.
+// A merge takes the top entry; if its count is out of date it goes back with the current one (it
+// only ever overstates: a count that grows gets a fresh entry), else the pair is merged in the
+// entry's words. Merging in a word changes its neighbours' pairs exactly as Hugging Face's
+// Word::merge reports them: for each occurrence (x A B y) -> (x R y), pairs (x A) and (B y) lose the
+// word's count, (x R) and (R y) gain it, and the words of the gained pairs become new entries.
+
+std::string bpe_special_problem(const std::string& s) {
+    if (s.empty()) return "it is empty";
+    for (unsigned char ch : s)
+        if (ch < 0x21 || ch > 0x7E) return "it must be printable ASCII without spaces";
+    const bool bracketed = s.size() > 4 && s.compare(0, 2, "<|") == 0 && s.compare(s.size() - 2, 2, "|>") == 0;
+    if (!bracketed && s != "<s>" && s != "<pad>" && s != "</s>" && s != "<unk>" && s != "<mask>")
+        return "the GPT-2 loader keeps only <|NAME|> and RoBERTa's <s> <pad> </s> <unk> <mask> out of the merges";
+    return "";
+}
+
+// The id of each byte: its symbol's rank in code-point order.
+static const std::vector<int>& bpe_byte_ids() {
+    static const std::vector<int> ids = [] {
+        std::vector<std::pair<uint32_t, int>> by_cp;
+        for (int b = 0; b < 256; b++) {
+            uint32_t cp = 0;
+            utf8_next(byte_symbol((unsigned char)b), 0, cp);
+            by_cp.push_back({cp, b});
+        }
+        std::sort(by_cp.begin(), by_cp.end());
+        std::vector<int> v(256);
+        for (int k = 0; k < 256; k++) v[by_cp[k].second] = k;
+        return v;
+    }();
+    return ids;
+}
+
+// One line (with its newline); `offset` is its first byte's offset in the file, line_no its number.
+static void bpe_count_line(BpePieces& p, const std::string& line, const std::vector<std::string>& specials,
+                           const std::string& where, long long line_no, long long offset) {
+    for (std::size_t i = 0; i < line.size();) {
+        uint32_t cp;
+        const int len = (unsigned char)line[i] < 0x80 ? 1 : utf8_next(line, i, cp);
+        if (len == 0) {
+            char buf[128];
+            std::snprintf(buf, sizeof buf, ": line %lld is not valid UTF-8: byte 0x%02X at byte offset %lld (byte %zu of the line)",
+                          line_no, (unsigned)(unsigned char)line[i], offset + (long long)i, i + 1);
+            throw Error(where + buf);
+        }
+        i += (std::size_t)len;
+    }
+    p.lines++, p.bytes += (long long)line.size();
+    auto count = [&](std::size_t from, std::size_t to) {
+        if (to <= from) return;
+        for (std::string& piece : gpt2_pretokenize(line.substr(from, to - from))) p.count[std::move(piece)]++, p.pieces++;
+    };
+    std::size_t from = 0;
+    while (!specials.empty()) {  // the leftmost special token, the longest of those starting there
+        std::size_t at = std::string::npos, len = 0;
+        for (const std::string& s : specials) {
+            const std::size_t k = line.find(s, from);
+            if (k != std::string::npos && (k < at || (k == at && s.size() > len))) at = k, len = s.size();
+        }
+        if (at == std::string::npos) break;
+        count(from, at);
+        from = at + len;
+    }
+    count(from, line.size());
+}
+
+void bpe_count_text(BpePieces& p, const std::string& text, const std::vector<std::string>& specials, const std::string& where) {
+    long long line_no = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        const std::size_t nl = text.find('\n', i);
+        const std::size_t end = nl == std::string::npos ? text.size() : nl + 1;
+        bpe_count_line(p, text.substr(i, end - i), specials, where, ++line_no, (long long)i);
+        i = end;
+    }
+}
+
+void bpe_count_file(BpePieces& p, const std::string& path, const std::vector<std::string>& specials,
+                    const std::function<void(long long)>& progress) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) throw Error("--data '" + path + "': cannot open it: " + std::strerror(errno));
+    struct stat st;
+    if (::fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        std::fclose(f);
+        throw Error("--data '" + path + "' is a directory, not a text file");
+    }
+    const std::string where = "--data '" + path + "'";
+    std::vector<char> buf(1 << 20);
+    std::string line;
+    long long line_no = 0, offset = 0, read = 0, next_report = 16 << 20;
+    try {
+        std::size_t got;
+        while ((got = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+            read += (long long)got;
+            for (std::size_t i = 0; i < got;) {
+                const char* nl = (const char*)std::memchr(buf.data() + i, '\n', got - i);
+                const std::size_t end = nl ? (std::size_t)(nl - buf.data()) + 1 : got;
+                line.append(buf.data() + i, end - i);
+                i = end;
+                if (nl) {
+                    bpe_count_line(p, line, specials, where, ++line_no, offset);
+                    offset += (long long)line.size();
+                    line.clear();
+                }
+            }
+            if (progress && read >= next_report) progress(read), next_report += 16 << 20;
+        }
+        if (std::ferror(f)) throw Error(where + ": read error: " + std::strerror(errno));
+        if (!line.empty()) bpe_count_line(p, line, specials, where, ++line_no, offset);
+    } catch (...) {
+        std::fclose(f);
+        throw;
+    }
+    std::fclose(f);
+}
+
+namespace {
+// (left, right) -> index of the pair's record; linear probing in a power-of-two table.
+struct BpePairIndex {
+    std::vector<uint64_t> keys;  // EMPTY where free
+    std::vector<int32_t> vals;
+    std::size_t used = 0;
+    static constexpr uint64_t EMPTY = ~0ull;
+    BpePairIndex() : keys(1 << 16, EMPTY), vals(1 << 16, -1) {}
+    static std::size_t slot(uint64_t key, std::size_t mask) { return (std::size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask; }
+    // The value slot of key, inserted as -1 if absent.
+    int32_t& at(uint64_t key) {
+        if (2 * (used + 1) > keys.size()) grow();
+        const std::size_t mask = keys.size() - 1;
+        std::size_t k = slot(key, mask);
+        while (keys[k] != key && keys[k] != EMPTY) k = (k + 1) & mask;
+        if (keys[k] == EMPTY) keys[k] = key, vals[k] = -1, used++;
+        return vals[k];
+    }
+    void grow() {
+        std::vector<uint64_t> old_keys(keys.size() * 2, EMPTY);
+        std::vector<int32_t> old_vals(keys.size() * 2, -1);
+        old_keys.swap(keys), old_vals.swap(vals);
+        const std::size_t mask = keys.size() - 1;
+        for (std::size_t i = 0; i < old_keys.size(); i++) {
+            if (old_keys[i] == EMPTY) continue;
+            std::size_t k = slot(old_keys[i], mask);
+            while (keys[k] != EMPTY) k = (k + 1) & mask;
+            keys[k] = old_keys[i], vals[k] = old_vals[i];
+        }
+    }
+};
+struct BpePairRecord {
+    uint64_t key;
+    long long count = 0;
+    int list = -1;       // the words where the pair was formed in merge `step`
+    long long step = -1;
+};
+struct BpeHeapEntry {
+    long long count;
+    uint64_t key;
+    int list;
+    bool operator<(const BpeHeapEntry& o) const { return count != o.count ? count < o.count : key > o.key; }
+};
+}  // namespace
+
+BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
+    if (o.merges < 1) throw Error("bpe: the number of merges must be positive, got " + std::to_string(o.merges));
+    if (o.min_count < 1) throw Error("bpe: the minimum count must be at least 1, got " + std::to_string(o.min_count));
+    BpeLearnt b;
+    std::unordered_map<std::string, int> id_of;
+    const std::vector<int>& byte_id = bpe_byte_ids();
+    b.tokens.assign(256, std::string());
+    for (int x = 0; x < 256; x++) b.tokens[byte_id[x]] = std::string(1, (char)x);
+    for (int k = 0; k < 256; k++) id_of.emplace(b.tokens[k], k);
+
+    // The words: symbol ids in one array.
+    std::vector<int32_t> sym;
+    std::vector<std::size_t> start;
+    std::vector<int32_t> len;
+    std::vector<long long> wcount;
+    std::size_t total = 0;
+    for (const auto& kv : pieces.count) total += kv.first.size();
+    sym.reserve(total), start.reserve(pieces.count.size()), len.reserve(pieces.count.size()), wcount.reserve(pieces.count.size());
+    for (const auto& kv : pieces.count) {
+        start.push_back(sym.size()), len.push_back((int32_t)kv.first.size()), wcount.push_back(kv.second);
+        for (unsigned char ch : kv.first) sym.push_back(byte_id[ch]);
+    }
+
+    BpePairIndex index;
+    std::vector<BpePairRecord> rec;
+    std::vector<std::vector<int32_t>> lists;
+    std::vector<int> free_lists;
+    std::vector<int> touched;  // records given a list in this step
+    long long step = 0;
+    auto new_list = [&]() {
+        if (!free_lists.empty()) {
+            const int l = free_lists.back();
+            free_lists.pop_back();
+            return l;
+        }
+        lists.emplace_back();
+        return (int)lists.size() - 1;
+    };
+    auto release = [&](int l) {
+        std::vector<int32_t>().swap(lists[l]);
+        free_lists.push_back(l);
+    };
+    // The count of pair (x, y) changes by delta in word w; a gain lists w with the pair.
+    auto add = [&](int32_t x, int32_t y, long long delta, int32_t w) {
+        const uint64_t key = (uint64_t)(uint32_t)x << 32 | (uint32_t)y;
+        int32_t& v = index.at(key);
+        if (v < 0) {
+            v = (int32_t)rec.size();
+            rec.push_back(BpePairRecord{key});
+        }
+        BpePairRecord& r = rec[v];
+        r.count += delta;
+        if (delta <= 0) return;
+        if (r.step != step) r.step = step, r.list = new_list(), touched.push_back(v);
+        std::vector<int32_t>& l = lists[r.list];
+        if (l.empty() || l.back() != w) l.push_back(w);
+    };
+    for (int32_t w = 0; w < (int32_t)start.size(); w++)
+        for (int32_t k = 0; k + 1 < len[w]; k++) add(sym[start[w] + k], sym[start[w] + k + 1], wcount[w], w);
+    std::priority_queue<BpeHeapEntry> heap;
+    auto push_touched = [&]() {
+        for (int v : touched) {
+            BpePairRecord& r = rec[v];
+            if (r.count > 0) heap.push({r.count, r.key, r.list});
+            else release(r.list);
+            r.list = -1;
+        }
+        touched.clear();
+    };
+    push_touched();
+
+    while ((long long)b.merges.size() < o.merges && !heap.empty()) {
+        BpeHeapEntry top = heap.top();
+        heap.pop();
+        const long long now = rec[index.at(top.key)].count;
+        if (top.count != now) {  // out of date
+            if (now > 0) top.count = now, heap.push(top);
+            else release(top.list);  // the pair is gone everywhere
+            continue;
+        }
+        if (top.count < o.min_count) break;
+        const int32_t A = (int32_t)(top.key >> 32), B = (int32_t)(top.key & 0xFFFFFFFFu);
+        const std::string made = b.tokens[A] + b.tokens[B];
+        auto it = id_of.find(made);
+        const int32_t R = it != id_of.end() ? it->second : (int32_t)b.tokens.size();
+        if (it == id_of.end()) id_of.emplace(made, R), b.tokens.push_back(made);
+        b.merges.push_back({A, B, R, top.count});
+        step++;
+        std::vector<int32_t> words;
+        words.swap(lists[top.list]);
+        release(top.list);
+        for (int32_t w : words) {
+            int32_t* s = sym.data() + start[w];
+            const int32_t n = len[w];
+            const long long c = wcount[w];
+            int32_t r = 0;
+            while (r + 1 < n && !(s[r] == A && s[r + 1] == B)) r++;
+            if (r + 1 >= n) continue;  // merged already (a pair listed twice) or never here
+            int32_t out = r;
+            while (r < n) {
+                if (r + 1 < n && s[r] == A && s[r + 1] == B) {
+                    if (out > 0) add(s[out - 1], A, -c, w), add(s[out - 1], R, c, w);
+                    if (r + 2 < n) add(B, s[r + 2], -c, w), add(R, s[r + 2], c, w);
+                    s[out++] = R, r += 2;
+                } else {
+                    s[out++] = s[r++];
+                }
+            }
+            len[w] = out;
+        }
+        push_touched();
+        if (o.progress) o.progress(b);
+    }
+    for (const std::string& s : o.specials) {
+        if (id_of.count(s)) throw Error("bpe: the special token '" + s + "' is already a token");
+        id_of.emplace(s, (int)b.tokens.size()), b.tokens.push_back(s), b.specials++;
+    }
+    return b;
+}
+
+const char* const BPE_VOCAB_HEADER = "#version: 0.2 written by transformer bpe";  // file_has_mark sees it
+
+static std::string bpe_symbols(const std::string& bytes) {
+    std::string s;
+    for (unsigned char ch : bytes) s += byte_symbol(ch);
+    return s;
+}
+
+std::string bpe_encoder_json(const BpeLearnt& b) {
+    std::string out = "{";
+    const int first_special = (int)b.tokens.size() - b.specials;
+    for (std::size_t id = 0; id < b.tokens.size(); id++)
+        out += (id ? ", " : "") + json_escape((int)id < first_special ? bpe_symbols(b.tokens[id]) : b.tokens[id]) + ": " + std::to_string(id);
+    return out + "}\n";
+}
+
+std::string bpe_vocab_bpe(const BpeLearnt& b) {
+    std::unordered_map<uint64_t, std::size_t> last;  // pair -> its last merge
+    for (std::size_t k = 0; k < b.merges.size(); k++) last[(uint64_t)(uint32_t)b.merges[k].left << 32 | (uint32_t)b.merges[k].right] = k;
+    std::string out = std::string(BPE_VOCAB_HEADER) + "\n";
+    for (std::size_t k = 0; k < b.merges.size(); k++) {
+        const BpeMerge& m = b.merges[k];
+        if (last[(uint64_t)(uint32_t)m.left << 32 | (uint32_t)m.right] != k) continue;
+        out += bpe_symbols(b.tokens[m.left]) + " " + bpe_symbols(b.tokens[m.right]) + "\n";
+    }
+    return out;
+}
+
+void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& inputs) {
+    check_output_dir(dir, "--out", {"encoder.json", "vocab.bpe"}, "vocab.bpe");  // our vocab.bpe's first line is the mark
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0) return;  // created later: holds nothing yet
+    std::vector<InputFile> in;
+    for (const std::string& i : inputs) in.push_back({i, "--data"});
+    check_outputs({{dir + "/encoder.json", "--out encoder.json", OutputKind::in_own_dir},
+                   {dir + "/vocab.bpe", "--out vocab.bpe", OutputKind::in_own_dir}},
+                  in);
+}
+
+void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs) {
+    bpe_check_out_dir(dir, inputs);
+    const std::string enc = bpe_encoder_json(b), voc = bpe_vocab_bpe(b);
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0 && ::mkdir(dir.c_str(), 0777) != 0)
+        throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
+    write_file_atomic(dir + "/vocab.bpe", voc);
+    write_file_atomic(dir + "/encoder.json", enc);
+}
+
 // ---- Unicode tables: the code points of \p{L} (letters) and \p{N} (numbers), Unicode 17.0, as
 // sorted ranges {first, last}; generated from the Unicode Character Database ------------------------
 static const uint32_t UNICODE_L[][2] = {

@@ -1183,6 +1183,69 @@ std::vector<std::string> gpt2_pretokenize(const std::string& text);
 // Step 2's alphabet: the UTF-8 of the character that stands for byte b.
 std::string bytes_to_unicode(unsigned char b);
 
+// ---- Learning a byte-level BPE vocabulary (bpe) ----
+// Learns the two files of GPT-2's tokenizer (encoder.json, vocab.bpe) from text, with the rule of
+// Hugging Face's BpeTrainer behind a ByteLevel pre-tokenizer (add_prefix_space=false, use_regex=true):
+//   1. count: each line (its newline kept) loses the --special tokens, the rest is cut into pieces by
+//      gpt2_pretokenize, and identical pieces are counted once with their number of occurrences;
+//   2. the 256 byte symbols are ids 0..255, numbered in code-point order of their characters (the
+//      order of GPT-2's encoder.json: "!" is 0, "Ġ" (the space) is 220);
+//   3. each merge joins the adjacent pair of symbols with the largest count (occurrences inside the
+//      pieces, weighted by the pieces' counts); among equal counts the smallest (left id, right id)
+//      wins. Inside a piece the pair is merged left to right without overlap ("aaa" -> "aa" "a").
+//      The new symbol takes the next id (Hugging Face's rule would keep the id of a string made
+//      before from other halves; the code follows it, though with plain byte symbols each string
+//      is always made by one pair: see docs/bpe.md);
+//   4. stop after `merges` merges, or when the most frequent pair occurs fewer than min_count times;
+//      the special tokens then take the next ids.
+// Counting is incremental as in Hugging Face's trainer: each pair keeps the pieces where it was
+// formed, a merge rewrites only those pieces, and a heap holds (count, pair) entries whose stale
+// counts are corrected when they come to the top.
+struct BpePieces {
+    std::unordered_map<std::string, long long> count;  // piece (raw bytes) -> occurrences
+    long long pieces = 0, bytes = 0, lines = 0;        // totals over everything counted
+};
+// Why s cannot be a --special token ("" if it can): it must be printable ASCII without spaces and a
+// form the GPT-2 loader keeps out of the merges: <|NAME|>, or RoBERTa's <s> <pad> </s> <unk> <mask>.
+std::string bpe_special_problem(const std::string& s);
+// Counts the pieces of text (lines up to and with each "\n"; the last one may lack it). where names
+// the text in errors: invalid UTF-8 is an error giving where, the line and the byte offset.
+void bpe_count_text(BpePieces& p, const std::string& text, const std::vector<std::string>& specials = {},
+                    const std::string& where = "the text");
+// The same for a file, streamed (memory follows the distinct pieces, not the file); progress, if
+// given, is called every few MB with the bytes of this file read so far.
+void bpe_count_file(BpePieces& p, const std::string& path, const std::vector<std::string>& specials,
+                    const std::function<void(long long bytes)>& progress = {});
+struct BpeMerge {
+    int left, right, id;  // ids of the two halves and of the symbol they make
+    long long count;      // occurrences of the pair when it was merged
+};
+struct BpeLearnt {
+    std::vector<std::string> tokens;  // id -> raw bytes: 0..255 the bytes, then merged symbols, then specials
+    std::vector<BpeMerge> merges;     // in the order learnt
+    int specials = 0;                 // the last `specials` tokens
+};
+struct BpeLearnOptions {
+    long long merges = 0;     // at most this many (> 0)
+    long long min_count = 1;  // stop when the most frequent pair occurs fewer times (>= 1)
+    std::vector<std::string> specials;
+    // called after each merge with the result so far (for a progress line)
+    std::function<void(const BpeLearnt&)> progress;
+};
+BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o);
+// The files: encoder.json ({"symbols": id, ...} in id order) and vocab.bpe (BPE_VOCAB_HEADER, then
+// one merge "A B" a line). A pair merged twice (possible only after a reused id) is written once,
+// at its last place, as Hugging Face's trainer stores it.
+extern const char* const BPE_VOCAB_HEADER;  // "#version: 0.2 written by transformer bpe"
+std::string bpe_encoder_json(const BpeLearnt& b);
+std::string bpe_vocab_bpe(const BpeLearnt& b);
+// Throws Error unless --out DIR can take the files: DIR exists (writable) or can be created, and any
+// encoder.json or vocab.bpe in it was written by this command (vocab.bpe starts with
+// BPE_VOCAB_HEADER; an encoder.json without such a vocab.bpe is not ours). inputs may not be replaced.
+void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& inputs);
+// DIR/encoder.json and DIR/vocab.bpe through AtomicFile (DIR created if missing), after bpe_check_out_dir.
+void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs);
+
 // ================================================================================================
 // THE TOKENIZER OF A CHECKPOINT, EXPORT (issue 11): which text <-> ids mapping a model was trained
 // with, kept in its metadata so that sample and eval need no tokenizer flags; and the way out to
