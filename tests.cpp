@@ -6537,7 +6537,7 @@ TEST_CASE("RoBERTa: a <pad> among the ids takes position row padding_idx and is 
             }
 }
 
-TEST_CASE("RoBERTa: whole-model gradient check with <pad> inside the ids (w_pad and W_p), seed and released options") {
+TEST_CASE("RoBERTa: whole-model gradient check with <pad> inside the ids (w_pad and W_p), plain and released options") {
     for (const bool released : {false, true}) {
         CAPTURE(released);
         Config c = released ? m_released_bert("tiny-roberta", false) : preset("tiny-roberta");
