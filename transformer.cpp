@@ -1,6 +1,24 @@
-// transformer.cpp - the implementation, in the order of the seed: tensor, matrix products,
-// modules, models, objectives, parameters, checkpoints, training.
-// Every forward has its backward right after it, with the derivation in a few comment lines.
+// transformer.cpp - the implementation. Part I is the mathematics in the order of the formula
+// sheet (docs/formulas.md, cited as "formulas §N"); Part II is what makes it fast and connects it to
+// files, tokenizers and commands. Every forward has its backward right after it, with the
+// derivation in a few comment lines. Search for a banner's title to jump to it:
+//
+//   PART I. THE MATHEMATICS
+//     Tensor                        the n x H matrices everything is written in
+//     Matrix products               gemm_reference (the plain loop), matmul, Linear
+//     MODULES                       diag, Stack, OneHot, Softmax, masks, attention, FFN, LayerNorm, CE
+//     MODELS                        theta, the embedding, the blocks, GPT / GPT-2 / GPT-3 / BERT / RoBERTa
+//     OBJECTIVES                    L1, MLM, GPT-1 fine-tuning (L2, L3), XLNet
+//     TRAINING: AdamW               AdamW, the schedules, clipping, train_step, sampling
+//   PART II. THE MACHINERY
+//     THE FAST MATRIX PRODUCT       the memory pool, gemm (packed, blocked), the reductions
+//     FILES                         JSON, checked atomic outputs, safetensors, Hugging Face import/export
+//     TRAINING DRIVERS              data, generation, bench, the training loop, fine-tuning
+//     TOKENIZER: GPT-2's            GPT-2's byte-level BPE, learning a BPE vocabulary
+//     TOKENIZERS of the released    GPT-1's BPE, token files, BERT's WordPiece
+//     THE TOKENIZER OF A CHECKPOINT one tokenizer for the commands; memory of a run
+//     TEACHING                      heat maps, attention pictures, explain
+//     GENERATED TABLES              Unicode classes
 #include "transformer.hpp"
 
 #include <algorithm>
@@ -67,6 +85,13 @@
 
 namespace tf {
 
+// ################################################################################################
+// PART I. THE MATHEMATICS, in the order of docs/formulas.md
+// The tensor, the reference matrix product, every module with its backward, the models, the
+// objectives, the optimiser, the schedules, clipping, one training step, sampling. The speed
+// (Part II: the packed matrix product, the memory pool) stays behind gemm and Tensor's allocator.
+// ################################################################################################
+
 // ================================================================================================
 // Tensor
 // ================================================================================================
@@ -76,154 +101,6 @@ std::string shape_str(const std::vector<int>& shape) {
     std::string s;
     for (std::size_t k = 0; k < shape.size(); k++) s += (k ? "x" : "") + std::to_string(shape[k]);
     return s;
-}
-
-// ---- The pool behind Tensor's storage (see transformer.hpp) -----------------------------------
-namespace {
-struct Arena {  // one pool block carved into many (see ArenaScope)
-    char* begin = nullptr;
-    std::size_t size = 0, used = 0;
-    long long live = 0;  // blocks handed out and not yet freed
-    bool open = true;    // still handing out blocks (its ArenaScope is alive)
-};
-struct Pool {
-    std::mutex lock;
-    std::unordered_map<std::size_t, std::vector<void*>> free;  // size class -> blocks
-    PoolStats stats;
-    std::vector<Arena> arenas;  // a handful at most: one per live model, gradient or moment set
-    int open_arena = -1;        // index into arenas, or -1
-};
-Pool& the_pool() {
-    static Pool* pool = new Pool;  // never destroyed: static tensors may be freed after it
-    return *pool;
-}
-// 256 bytes at least, then 4 classes per doubling (5/4, 6/4, 7/4, 8/4 of a power of 2), so a
-// size that grows a little (one more token) mostly stays in its class; at most 25% is unused.
-std::size_t size_class(std::size_t bytes) {
-    std::size_t p = 256;
-    if (bytes <= p) return p;
-    while (p * 2 < bytes) p *= 2;
-    const std::size_t step = p / 4;
-    return (bytes + step - 1) / step * step;
-}
-constexpr std::align_val_t kBlockAlign{64};  // one cache line, a whole AVX-512 vector
-}  // namespace
-
-void* pool_allocate(std::size_t bytes) {
-    const std::size_t size = size_class(bytes);
-    Pool& pool = the_pool();
-    {
-        std::lock_guard<std::mutex> g(pool.lock);
-        if (pool.open_arena >= 0) {  // the next stretch of the open arena, if the block fits
-            Arena& a = pool.arenas[pool.open_arena];
-            const std::size_t need = (bytes + 63) / 64 * 64;
-            if (need <= a.size - a.used) {
-                void* p = a.begin + a.used;
-                a.used += need;
-                a.live++;
-                return p;
-            }
-        }
-        auto it = pool.free.find(size);
-        if (it != pool.free.end() && !it->second.empty()) {
-            void* p = it->second.back();
-            it->second.pop_back();
-            pool.stats.cached_bytes -= size;
-            pool.stats.reused++;
-            return p;
-        }
-        pool.stats.fresh++;
-    }
-    return ::operator new(size, kBlockAlign);
-}
-
-// An arena whose stretches are all freed and which hands out no more is taken off the list; its
-// block (returned, with its size, or nullptr) then goes back to the pool like any other block.
-static std::pair<void*, std::size_t> retire_arena_if_done(Pool& pool, std::size_t k) {
-    const Arena a = pool.arenas[k];
-    if (a.open || a.live > 0) return {nullptr, 0};
-    pool.arenas.erase(pool.arenas.begin() + (long)k);
-    if (pool.open_arena > (int)k) pool.open_arena--;
-    return {a.begin, a.size};
-}
-
-void pool_deallocate(void* p, std::size_t bytes) noexcept {
-    if (!p) return;
-    const std::size_t size = size_class(bytes);
-    Pool& pool = the_pool();
-    try {
-        bool in_arena = false;
-        std::pair<void*, std::size_t> retired{nullptr, 0};
-        {
-            std::lock_guard<std::mutex> g(pool.lock);
-            for (std::size_t k = 0; k < pool.arenas.size() && !in_arena; k++) {
-                Arena& a = pool.arenas[k];
-                if ((char*)p >= a.begin && (char*)p < a.begin + a.size) {  // a stretch of an arena: not reused alone
-                    in_arena = true;
-                    a.live--;
-                    retired = retire_arena_if_done(pool, k);
-                }
-            }
-        }
-        if (in_arena) {
-            if (retired.first) pool_deallocate(retired.first, retired.second);
-            return;
-        }
-        std::lock_guard<std::mutex> g(pool.lock);
-        if (pool.stats.cached_bytes + size <= pool_limit) {
-            pool.free[size].push_back(p);
-            pool.stats.cached_bytes += size;
-            return;
-        }
-    } catch (...) {  // no room for the list entry: give the block back instead
-    }
-    ::operator delete(p, kBlockAlign);
-}
-
-ArenaScope::ArenaScope(std::size_t bytes) {
-    Pool& pool = the_pool();
-    {
-        std::lock_guard<std::mutex> g(pool.lock);
-        if (!arenas_enabled || pool.open_arena >= 0 || bytes == 0) return;  // nested: the outer arena serves both
-    }
-    const std::size_t size = size_class(bytes);
-    void* block = pool_allocate(size);  // a fresh or a cached block, like any other
-    std::lock_guard<std::mutex> g(pool.lock);
-    Arena a;
-    a.begin = static_cast<char*>(block);
-    a.size = size;
-    pool.arenas.push_back(a);
-    pool.open_arena = (int)pool.arenas.size() - 1;
-    opened_ = true;
-}
-
-ArenaScope::~ArenaScope() {
-    if (!opened_) return;
-    Pool& pool = the_pool();
-    std::pair<void*, std::size_t> retired;
-    {
-        std::lock_guard<std::mutex> g(pool.lock);
-        const int k = pool.open_arena;
-        pool.open_arena = -1;
-        pool.arenas[k].open = false;
-        retired = retire_arena_if_done(pool, (std::size_t)k);
-    }
-    if (retired.first) pool_deallocate(retired.first, retired.second);
-}
-
-PoolStats pool_stats() {
-    Pool& pool = the_pool();
-    std::lock_guard<std::mutex> g(pool.lock);
-    return pool.stats;
-}
-
-void pool_trim() {
-    Pool& pool = the_pool();
-    std::lock_guard<std::mutex> g(pool.lock);
-    for (auto& kv : pool.free)
-        for (void* p : kv.second) ::operator delete(p, kBlockAlign);
-    pool.free.clear();
-    pool.stats.cached_bytes = 0;
 }
 
 static std::size_t shape_count(const std::vector<int>& shape) {
@@ -314,48 +191,11 @@ TF_IVDEP
     for (std::size_t k = 0; k < n; k++) a[k] += b[k];
 }
 
-// sum_j x_j in 16 partial sums (entry j goes to sum j mod 16), added up at the end: a loop the
-// compiler vectorises without -ffast-math (one running sum is a chain it may not reorder).
-// S: the type the sums are kept in.
-template <typename S, typename T>
-static S lane_sum(const T* __restrict x, int n) {
-    constexpr int W = 16;
-    S part[W] = {};
-    int j = 0;
-    for (; j + W <= n; j += W)
-        for (int l = 0; l < W; l++) part[l] += (S)x[j + l];
-    S s = 0;
-    for (int l = 0; l < W; l++) s += part[l];
-    for (; j < n; j++) s += (S)x[j];
-    return s;
-}
-// max_j x_j (-inf for n = 0) the same way; NaN entries are skipped, as std::max(m, x) does.
-template <typename T>
-static T lane_max(const T* __restrict x, int n) {
-    constexpr int W = 16;
-    T part[W];
-    for (int l = 0; l < W; l++) part[l] = -std::numeric_limits<T>::infinity();
-    int j = 0;
-    for (; j + W <= n; j += W)
-        for (int l = 0; l < W; l++) part[l] = x[j + l] > part[l] ? x[j + l] : part[l];
-    T m = -std::numeric_limits<T>::infinity();
-    for (int l = 0; l < W; l++) m = part[l] > m ? part[l] : m;
-    for (; j < n; j++) m = x[j] > m ? x[j] : m;
-    return m;
-}
-// sum_j x_j y_j the same way.
-template <typename T>
-static T lane_dot(const T* __restrict x, const T* __restrict y, int n) {
-    constexpr int W = 16;
-    T part[W] = {};
-    int j = 0;
-    for (; j + W <= n; j += W)
-        for (int l = 0; l < W; l++) part[l] += x[j + l] * y[j + l];
-    T s = 0;
-    for (int l = 0; l < W; l++) s += part[l];
-    for (; j < n; j++) s += x[j] * y[j];
-    return s;
-}
+// Sums, maxima and dot products of n entries in 16 partial results, so that the compiler
+// vectorises them without -ffast-math (defined in Part II, beside the fast matrix product).
+template <typename S, typename T> static S lane_sum(const T* __restrict x, int n);
+template <typename T> static T lane_max(const T* __restrict x, int n);
+template <typename T> static T lane_dot(const T* __restrict x, const T* __restrict y, int n);
 
 template <typename T>
 Tensor<T> transpose(const Tensor<T>& A) {
@@ -387,456 +227,8 @@ void gemm_reference(int M, int N, int K, const T* A, long rsA, long csA, const T
     }
 }
 
-// The fast kernel, blocked and packed (BLIS / Goto-style blocking).
-// Loops, outermost first:
-//
-//   jc: columns of C, NC at a time
-//     pc: the K dimension, KC at a time
-//         pack B(pc.., jc..) (KC x NC) into micro-panels NR columns wide
-//       ic: rows of C, MC at a time
-//           pack A(ic.., pc..) (MC x KC) into micro-panels MR rows tall
-//         jr: one B micro-panel (NR columns of C)
-//           ir: one A micro-panel (MR rows of C)
-//               micro-kernel: C(MR x NR) += Apanel(MR x KC) * Bpanel(KC x NR)
-//
-// * Micro-kernel. An MR x NR tile of C is accumulated in a local array `acc` that the compiler
-//   keeps in vector registers: each step k loads NR/L vectors of B (L lanes per register),
-//   broadcasts the MR values of A one at a time and does MR * NR/L vector FMAs. To keep the FMA
-//   units busy the tile needs at least latency x FMA units (4 x 2 here) independent accumulators,
-//   and accumulators + B vectors + broadcasts must fit in the register file, or the loop spills.
-// * Tile per target, chosen from the compiler's predefined macros (registers of L floats):
-//     AVX-512 (32 x 16):    6 x 64: 24 accumulators + 4 B + 1 broadcast = 29
-//                          12 x 32 for N <= 32 (one head): 24 + 2 + 1, no zero-padded columns
-//     AVX2 + FMA (16 x 8):  clang 6 x 16: 12 accumulators + 2 B + 1 broadcast = 15
-//                          g++   3 x 24:  9 accumulators + 3 B + 3 broadcasts = 15 (g++ loads
-//                          all MR broadcasts of a step before the FMAs, so 6 x 16 would need 20
-//                          registers and spill; 4 x 16 has 8 accumulators, just at the limit)
-//     ARM NEON (32 x 4):    6 x 16 and 12 x 8 as for AVX-512, with A read as vectors (fmla by
-//                          element): 24 + 4 + 2 and 24 + 2 + 3 (not measured for speed)
-//     other (16 x 4, SSE2): 4 x 8: 8 accumulators + 2 B + 4 broadcasts, multiply then add
-//   double has half the lanes, so the same tiles in registers hold half the columns.
-// * Packing copies B into exactly the order the micro-kernel reads it (sequential, unit stride),
-//   whatever the original strides or transposes were; it costs O(KN) and each packed value is
-//   reused about M/MR times. A is packed only when transposed (A^T B) or for a last partial
-//   micro-panel: a row-major A is read in place (MR rows of kc values, in L1 while the kernel
-//   runs over every micro-panel of B). B transposed with M < N is done as C^T = B^T A^T, so the
-//   larger operand is read in place and the smaller one packed.
-// * Cache levels. The A block MC x KC (48 x 384 floats = 72 KiB) and the current B
-//   micro-panel (at most 384 x 64 floats = 96 KiB) stay in L2 (1 MiB); the current A
-//   micro-panel (MR x 384 floats, at most 18 KiB) is in L1. The packed B panel KC x NC
-//   (384 x 4032 floats = 6 MiB) sits in L3 and is reused by all MC-blocks of rows. The sizes were
-//   chosen by measurement: GFLOP/s are flat (within the noise, a few %) for KC in 192..512 and MC
-//   in 48..144 on every target and compiler above, except g++ with AVX-512, 5-10% faster with
-//   MC = 48 than 96.
-// * Edges. The packing pads partial micro-panels with zeros (a partial A micro-panel is always
-//   packed), so the micro-kernel always computes a full MR x NR tile; only its write-back to C is
-//   clipped. Zeros do not change the result.
-// * Rounding. Each C(i,j) is summed over k in increasing order within a KC chunk; the chunk sums
-//   (and, with accumulate, the old C) are added to C one after another. With FMA hardware every
-//   multiply-add is fused (std::fma), without it a product and a sum. So the result differs from
-//   the reference loop only by rounding.
-// * Two spellings of the micro-kernel's k step, because the two compilers vectorise it
-//   differently. g++: both inner loops fully unrolled (#pragma GCC unroll), and the straight-line
-//   code is vectorised into broadcasts + FMAs (std::fma, not `acc += a*b`: with the latter GCC 12
-//   vectorises the k loop as reductions and shuffles every vector). clang: unrolled like that, its
-//   SLP vectoriser mixes vector widths and spills (25-55 GFLOP/s); instead the j loop carries
-//   `#pragma clang loop vectorize_width(L) interleave_count(NR/L)`, which turns it into NR/L
-//   vector FMAs, and clang unrolls the i loop itself. Both are fragile: after changing the
-//   micro-kernel, check the assembly (-S) of its k loop for MR * NR/L `vfmadd231ps` plus a few
-//   loads and broadcasts, and no stack (%rsp) accesses.
-
-namespace gemm_detail {
-
-// What the target offers, from the compiler's predefined macros: bytes per vector register, and
-// whether a fused multiply-add is one instruction (without it std::fma is a slow library call).
-#if defined(__AVX512F__)
-constexpr int kVectorBytes = 64;   // 32 zmm registers
-#elif defined(__AVX__)
-constexpr int kVectorBytes = 32;   // 16 ymm registers (AVX2 + FMA on every CPU since 2013)
-#else
-constexpr int kVectorBytes = 16;   // NEON: 32 q registers; SSE2 and others: 16 xmm registers
-#endif
-#if defined(__FMA__) || defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
-template <typename T> inline T madd(T a, T b, T c) { return std::fma(a, b, c); }
-#else
-template <typename T> inline T madd(T a, T b, T c) { return a * b + c; }
-#endif
-
-// Block sizes per element type and target (see the comment above for the register budgets).
-// MR x NR is the wide tile; for products with at most NR2 columns (one attention head) the
-// MR2 x NR2 tile wastes no work on zero padding.
-template <typename T> struct Blocking {
-    static constexpr int L = kVectorBytes / int(sizeof(T));   // lanes per vector register
-#if defined(__AVX512F__) || defined(__ARM_NEON) || defined(__aarch64__)
-    static constexpr int MR = 6, NR = 4 * L, MR2 = 12, NR2 = 2 * L;
-#elif defined(__AVX__) && defined(__clang__)
-    static constexpr int MR = 6, NR = 2 * L, MR2 = 6, NR2 = 2 * L;
-#elif defined(__AVX__)
-    static constexpr int MR = 3, NR = 3 * L, MR2 = 4, NR2 = 2 * L;
-#else
-    static constexpr int MR = 4, NR = 2 * L, MR2 = 4, NR2 = 2 * L;
-#endif
-    static constexpr int KC = sizeof(T) == 4 ? 384 : 256;   // depth of one packed panel
-    static constexpr int MC = 48;                            // rows of packed A (a multiple of every MR)
-    static constexpr int NC = 63 * 64 * 4 / int(sizeof(T));  // columns of packed B (a multiple of every NR)
-};
-
-// When to skip packing and use the simple i-k-j loop instead (measured):
-//  * tiny products (below ~8x16x16), where packing overhead dominates;
-//  * at most 3 rows of A with row-major B (e.g. one token at a time): each
-//    B value is used <= 3 times, so packing B costs about as much as the
-//    product; gemv_rows streams B's rows with vector FMAs instead.
-//  * at most 3 rows of A with B given transposed (X W_e^T for one token): one dot product
-//    (lane_dot) per column of B, reading B in its memory order.
-constexpr long kSmallWork = 2048;
-constexpr int kFewRows = 3;
-
-// Pack the kc x n block X(p, j) = X[p*rsK + j*csN] into micro-panels of W
-// columns: panel q holds X(p, q*W + j) at dst[q*W*kc + p*W + j]. Columns
-// past n are zero. Used for B (W = NR) and, on the transposed view, for A
-// (W = MR; A(i,p) becomes X(p,i) with rsK = csA, csN = rsA).
-template <typename T, int W>
-void pack_panels(int kc, int n, const T* X, long rsK, long csN, T* __restrict dst)
-{
-    for (int j0 = 0; j0 < n; j0 += W) {
-        const int w = std::min(W, n - j0);
-        const T* x = X + j0 * csN;
-        if (csN == 1 && w == W) {
-            // The W values of one k are contiguous: copy row by row.
-            for (int p = 0; p < kc; ++p) {
-                TF_UNROLL(64)
-                for (int j = 0; j < W; ++j) dst[p * W + j] = x[p * rsK + j];
-            }
-        } else {
-            // Strided along the panel (typically contiguous along k, as for
-            // B = W^T or a row-major A). Walk 8 values of k per column: one
-            // short contiguous read, then 8 writes into a small L1-resident
-            // window of dst. Measured ~1.5x faster than going row by row
-            // (and faster than 16 values of k).
-            // A whole panel (w == W) runs the j loop to the constant W, fully unrolled: ~1.2x
-            // (measured with AVX2 on W_e^T, which now takes gemm's C^T path; still used for a
-            // transposed B with M >= N and for X^T in that path).
-            constexpr int KB = 8;
-            int p0 = 0;
-            if (w == W)
-                for (; p0 + KB <= kc; p0 += KB) {
-                    TF_UNROLL(64)
-                    for (int j = 0; j < W; ++j) {
-                        TF_UNROLL(8)
-                        for (int p = p0; p < p0 + KB; ++p) dst[p * W + j] = x[p * rsK + j * csN];
-                    }
-                }
-            for (; p0 + KB <= kc; p0 += KB) {
-                for (int j = 0; j < w; ++j) {
-                    TF_UNROLL(8)
-                    for (int p = p0; p < p0 + KB; ++p) dst[p * W + j] = x[p * rsK + j * csN];
-                }
-                for (int j = w; j < W; ++j)
-                    for (int p = p0; p < p0 + KB; ++p) dst[p * W + j] = T(0);
-            }
-            for (int p = p0; p < kc; ++p) {                 // k remainder
-                for (int j = 0; j < w; ++j) dst[p * W + j] = x[p * rsK + j * csN];
-                for (int j = w; j < W; ++j) dst[p * W + j] = T(0);
-            }
-        }
-        dst += W * kc;
-    }
-}
-
-// Micro-kernel: acc = Apanel * Bpanel over kc steps, where b[p*NR + j] = B(p,j) and
-// A(i,p) = a[p*MR + i] (a packed micro-panel) or, with DirectA, A(i,p) = a[i*lda + p]: the rows
-// of a row-major A read in place (each A(i,p) is one broadcast either way, and MR rows of kc
-// values stay in L1 while the kernel runs over every B micro-panel, so packing A buys nothing
-// there; it costs a strided copy of A per product, as much as the product itself for one
-// attention head's X W_i^Q). Then write the top-left mr x nr part of acc to C: C = acc
-// (overwrite) or C += acc; with TransC, C is stored transposed (C(i, j) at C[j*ldc + i]).
-template <typename T, int MR, int NR, bool DirectA, bool TransC>
-void micro_kernel(int kc, const T* __restrict a, long lda, const T* __restrict b,
-                  T* __restrict C, long ldc, int mr, int nr, bool overwrite)
-{
-    T acc[MR][NR] = {};
-    for (int p = 0; p < kc; ++p) {
-#if defined(__clang__)
-        constexpr int L = Blocking<T>::L;
-        for (int i = 0; i < MR; ++i) {
-            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];
-            TF_PRAGMA(clang loop vectorize_width(L) interleave_count(NR / L))
-            for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
-        }
-#else
-        TF_UNROLL(64)
-        for (int i = 0; i < MR; ++i) {
-            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];   // hoisted: GCC's vectoriser needs this
-            TF_UNROLL(64)
-            for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
-        }
-#endif
-        b += NR;
-    }
-
-    // Write back. acc is first copied to a plain array with fully unrolled
-    // loops: if acc itself were indexed by the runtime bounds mr, nr, GCC
-    // would have to keep it in memory and the k loop above would spill.
-    alignas(64) T tile[MR][NR];
-    TF_UNROLL(64)
-    for (int i = 0; i < MR; ++i) {
-        TF_UNROLL(64)
-        for (int j = 0; j < NR; ++j) tile[i][j] = acc[i][j];
-    }
-    if (TransC) {  // the tile of C^T: C(i, j) lives at C[j*ldc + i]
-        for (int j = 0; j < nr; ++j) {
-            T* c = C + j * ldc;
-            if (overwrite)
-                for (int i = 0; i < mr; ++i) c[i] = tile[i][j];
-            else
-                for (int i = 0; i < mr; ++i) c[i] += tile[i][j];
-        }
-        return;
-    }
-    if (nr == NR) {  // a full-width tile: constant-bound rows, stored by vector moves (not memcpy calls)
-        for (int i = 0; i < mr; ++i) {
-            T* __restrict c = C + i * ldc;
-            if (overwrite) {
-                TF_UNROLL(64)
-                for (int j = 0; j < NR; ++j) c[j] = tile[i][j];
-            } else {
-                TF_UNROLL(64)
-                for (int j = 0; j < NR; ++j) c[j] += tile[i][j];
-            }
-        }
-        return;
-    }
-    for (int i = 0; i < mr; ++i) {       // only the part inside C (edge tiles)
-        T* c = C + i * ldc;
-        if (overwrite)
-            for (int j = 0; j < nr; ++j) c[j] = tile[i][j];
-        else
-            for (int j = 0; j < nr; ++j) c[j] += tile[i][j];
-    }
-}
-
-} // namespace gemm_detail
-
-// ---------------------------------------------------------------------------
-// Fast version.
-// ---------------------------------------------------------------------------
-// The blocked loops around the micro-kernel for one tile shape MR x NR. With TransC, C(i, j) is
-// C[j*ldc + i] (gemm computes C^T = B^T A^T this way; see there).
-template <typename T, int MR, int NR, bool TransC = false>
-static void gemm_blocked(int M, int N, int K,
-          const T* A, long rsA, long csA,
-          const T* B, long rsB, long csB,
-          T* C, long ldc, bool accumulate)
-{
-    using namespace gemm_detail;
-    constexpr int MC = Blocking<T>::MC, KC = Blocking<T>::KC, NC = Blocking<T>::NC;
-    static_assert(MC % MR == 0 && NC % NR == 0, "blocks must hold whole micro-panels");
-
-
-    // Pack buffers: grown on demand, kept for the next call (per thread).
-    static thread_local std::vector<T> bufA, bufB;
-    const std::size_t needA = std::size_t(MC) * KC;
-    const std::size_t needB = std::size_t(std::min(NC, (N + NR - 1) / NR * NR)) * KC;
-    if (bufA.size() < needA) bufA.resize(needA);
-    if (bufB.size() < needB) bufB.resize(needB);
-    T* packA = bufA.data();
-    T* packB = bufB.data();
-
-    for (int jc = 0; jc < N; jc += NC) {
-        const int nc = std::min(NC, N - jc);
-        for (int pc = 0; pc < K; pc += KC) {
-            const int kc = std::min(KC, K - pc);
-            const bool overwrite = (pc == 0) && !accumulate;   // first K chunk sets C
-            pack_panels<T, NR>(kc, nc, B + pc * rsB + jc * csB, rsB, csB, packB);
-
-            for (int ic = 0; ic < M; ic += MC) {
-                const int mc = std::min(MC, M - ic);
-                // Row-major A (csA == 1) is read in place, but for a last, partial micro-panel
-                // (its missing rows must read as zeros); otherwise A is packed.
-                const bool direct = csA == 1;
-                const int packed_from = direct ? mc / MR * MR : 0;
-                pack_panels<T, MR>(kc, mc - packed_from, A + (ic + packed_from) * rsA + pc * csA, csA, rsA,
-                                   packA + std::size_t(packed_from) * kc);
-
-                for (int jr = 0; jr < nc; jr += NR) {
-                    const T* b = packB + std::size_t(jr) * kc;   // B micro-panel jr/NR
-                    for (int ir = 0; ir < mc; ir += MR) {
-                        const long i = ic + ir, j = jc + jr;
-                        T* c = TransC ? C + j * ldc + i : C + i * ldc + j;
-                        const int mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
-                        if (ir < packed_from)
-                            micro_kernel<T, MR, NR, true, TransC>(kc, A + i * rsA + pc, rsA, b, c, ldc, mr, nr, overwrite);
-                        else   // A micro-panel ir/MR
-                            micro_kernel<T, MR, NR, false, TransC>(kc, packA + std::size_t(ir) * kc, 0, b, c, ldc, mr, nr, overwrite);
-                    }
-                }
-            }
-        }
-    }
-}
-
-// A few rows times a row-major B (generation: one token's x W for every weight matrix), C = A B.
-// Such a product reads each value of B once: it is bound by memory bandwidth, not by the FMA
-// units, and what slows the reference's k-j loop is that each row k of B reloads and stores the
-// whole row of C (a store-to-load chain per element of C). Here:
-//  * N == 64 (one head's W^Q, W^K, W^V in GPT-2): the 64 sums stay in registers for all of K
-//    (4 registers of 16 floats with AVX-512, 8 of 8 with AVX2, 16 of 4 with NEON), added in the
-//    reference's order k = 0, 1, ..., K-1 (bit for bit gemm_reference);
-//  * otherwise 8 rows of B at a time: C(i, j) is loaded once, gets 8 multiply-adds and is stored
-//    once. The 8 rows are k, k + S, ..., k + 7S with S = K/8 (then the last K - 8S rows one by
-//    one), so B is read as 8 long sequential streams, one per eighth of B: the hardware
-//    prefetchers keep up with those, where 8 adjacent rows (a jump every N values in each stream)
-//    measured about 10% slower per token. Each C(i, j) is the reference's sum with its terms in
-//    the order k = 0, S, ..., 7S, 1, S+1, ... (the tests check that order bit for bit).
-template <typename T>
-TF_STREAM_WIDTH static void gemv_rows(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long rsB, T* C, long ldc,
-                      bool accumulate) {
-    constexpr int NB = 64, R = 8;
-    for (int i = 0; i < M; i++) {
-        const T* a = A + (long)i * rsA;
-        T* __restrict c = C + (long)i * ldc;
-        if (N == NB) {
-            // Loops with constant bounds, fully unrolled (as in the micro-kernel): so g++ keeps
-            // acc in registers; with a plain loop it kept acc on the stack with AVX-512, a store
-            // and a reload per 16 sums and row of B.
-            T acc[NB];
-            TF_UNROLL(64)
-            for (int j = 0; j < NB; j++) acc[j] = accumulate ? c[j] : T(0);
-            for (int k = 0; k < K; k++) {
-                const T x = a[(long)k * csA];
-                const T* __restrict b = B + (long)k * rsB;
-                TF_UNROLL(64)
-                for (int j = 0; j < NB; j++) acc[j] += x * b[j];
-            }
-            TF_UNROLL(64)
-            for (int j = 0; j < NB; j++) c[j] = acc[j];
-            continue;
-        }
-        if (!accumulate)
-            for (int j = 0; j < N; j++) c[j] = T(0);
-        const int S = K / R;  // rows per stream
-        for (int k = 0; k < S; k++) {
-            T x[R];
-            const T* b[R];
-            for (int r = 0; r < R; r++) {
-                x[r] = a[(long)(r * S + k) * csA];
-                b[r] = B + (long)(r * S + k) * rsB;
-            }
-            const T *__restrict b0 = b[0], *__restrict b1 = b[1], *__restrict b2 = b[2], *__restrict b3 = b[3];
-            const T *__restrict b4 = b[4], *__restrict b5 = b[5], *__restrict b6 = b[6], *__restrict b7 = b[7];
-            TF_IVDEP
-            for (int j = 0; j < N; j++) {
-                T s = c[j];
-                s += x[0] * b0[j];
-                s += x[1] * b1[j];
-                s += x[2] * b2[j];
-                s += x[3] * b3[j];
-                s += x[4] * b4[j];
-                s += x[5] * b5[j];
-                s += x[6] * b6[j];
-                s += x[7] * b7[j];
-                c[j] = s;
-            }
-        }
-        for (int k = R * S; k < K; k++) {
-            const T x = a[(long)k * csA];
-            const T* __restrict b = B + (long)k * rsB;
-            TF_IVDEP
-            for (int j = 0; j < N; j++) c[j] += x * b[j];
-        }
-    }
-}
-
-template <typename T>
-void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long rsB, long csB, T* C, long ldc,
-          bool accumulate) {
-    using namespace gemm_detail;
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0 || long(M) * N * K < kSmallWork)
-        gemm_reference(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
-    else if (M <= kFewRows && csB == 1)
-        gemv_rows(M, N, K, A, rsA, csA, B, rsB, C, ldc, accumulate);
-    else if (M <= kFewRows && rsB == 1 && csA == 1)
-        for (int j = 0; j < N; j++)  // column j of B is contiguous: B[j*csB .. j*csB + K)
-            for (int i = 0; i < M; i++) {
-                const T dot = lane_dot(A + (long)i * rsA, B + (long)j * csB, K);
-                C[(long)i * ldc + j] = accumulate ? C[(long)i * ldc + j] + dot : dot;
-            }
-    else if (csA == 1 && rsB == 1 && csB != 1 && M < N)
-        // B given transposed (X W_e^T, dY W^T) and fewer rows than columns: packing B would mean a
-        // strided copy of all of it (a sixth of the time for X W_e^T). C^T = B^T A^T reads B's rows
-        // in place as the A of the micro-kernel and packs the smaller A instead; the tiles are
-        // written back transposed. Each C(i, j) is the same sum in the same order.
-        gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR, true>(N, M, K, B, csB, 1, A, 1, rsA, C, ldc, accumulate);
-    else if (N <= Blocking<T>::NR2)
-        gemm_blocked<T, Blocking<T>::MR2, Blocking<T>::NR2>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
-    else
-        gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
-}
-
-// The register-only FMA peak of one core at the build's vector width, in GFLOP/s (2 per
-// multiply-add): acc = acc * x + y on a K x L array spelled like the micro-kernel's acc (and with
-// its pragmas), i.e. 6 x 4 (AVX-512) or 6 x 2 vector registers of independent chains, enough to
-// cover the FMA latency on every FMA unit. The best of repeated 20 ms runs over about 0.2 s.
-double fma_peak_gflops() {
-    using namespace gemm_detail;
-    constexpr int V = Blocking<float>::L, K = 6, L = kVectorBytes == 64 ? 4 * V : 2 * V;
-    float acc[K][L];
-    for (int k = 0; k < K; ++k)
-        for (int j = 0; j < L; ++j) acc[k][j] = 1.0f + 0.001f * float(k * L + j);
-    const float x = 0.9999f, y = 1e-4f;   // acc -> y / (1 - x) = 1: no overflow, no denormals
-    using Clock = std::chrono::steady_clock;
-    const auto start = Clock::now();
-    double best = 0;
-    long steps = 1 << 14;
-    for (;;) {
-        const auto t = Clock::now();
-        for (long s = 0; s < steps; ++s) {
-#if defined(__clang__)
-            for (int k = 0; k < K; ++k) {
-                TF_PRAGMA(clang loop vectorize_width(V) interleave_count(L / V))
-                for (int j = 0; j < L; ++j) acc[k][j] = madd(acc[k][j], x, y);
-            }
-#else
-            TF_UNROLL(64)
-            for (int k = 0; k < K; ++k) {
-                TF_UNROLL(64)
-                for (int j = 0; j < L; ++j) acc[k][j] = madd(acc[k][j], x, y);
-            }
-#endif
-        }
-        const double sec = std::chrono::duration<double>(Clock::now() - t).count();
-        if (sec < 0.02) {
-            steps *= 2;
-            continue;
-        }
-        best = std::max(best, 2.0 * K * L * steps / sec * 1e-9);
-        if (std::chrono::duration<double>(Clock::now() - start).count() > 0.2) break;
-    }
-    float sum = 0;   // the result is used (every acc stays near 1), so the loop is not optimised away
-    for (int k = 0; k < K; ++k)
-        for (int j = 0; j < L; ++j) sum += acc[k][j];
-    return sum > 0 ? best : 0;
-}
-
-// Streaming read speed of one core: sum a 256 MiB buffer (written first, so its pages exist) with
-// lane_sum; the best of 5 passes, in GB/s.
-// One pass of the streaming read over buf, in GB/s.
-static double read_pass_gbps(const std::vector<float>& buf) {
-    using Clock = std::chrono::steady_clock;
-    const auto t = Clock::now();
-    const float sum = lane_sum<float>(buf.data(), (int)buf.size());
-    const double sec = std::chrono::duration<double>(Clock::now() - t).count();
-    return sum > 0 ? (double)buf.size() * sizeof(float) / sec * 1e-9 : 0;  // the sum is used: not optimised away
-}
-static std::vector<float> read_buffer() { return std::vector<float>((std::size_t)(256 << 20) / sizeof(float), 1.0f); }
-
-double mem_read_gbps() {
-    const std::vector<float> buf = read_buffer();
-    double best = 0;
-    for (int pass = 0; pass < 5; pass++) best = std::max(best, read_pass_gbps(buf));
-    return best;
-}
+// matmul and its variants are what the modules call; each is one call of gemm (Part II, "The fast
+// kernel"), which computes exactly what gemm_reference above computes, up to rounding.
 
 template <typename T>
 Tensor<T> matmul(const Tensor<T>& A, const Tensor<T>& B) {
@@ -849,46 +241,8 @@ Tensor<T> matmul(const Tensor<T>& A, const Tensor<T>& B) {
     return C;
 }
 
-template <typename T>
-void matmul_acc(const Tensor<T>& A, const Tensor<T>& B, Tensor<T>& C) {
-    require_matrix(A, "matmul_acc", "A");
-    require_matrix(B, "matmul_acc", "B");
-    if (A.cols() != B.rows() || C.shape != std::vector<int>{A.rows(), B.cols()})
-        throw ShapeError("matmul_acc: A is " + shape_str(A) + ", B is " + shape_str(B) + ", C is " + shape_str(C));
-    gemm(A.rows(), B.cols(), A.cols(), A.ptr(), A.cols(), 1, B.ptr(), B.cols(), 1, C.ptr(), C.cols(), true);
-}
-
-template <typename T>
-Tensor<T> matmul_nt(const Tensor<T>& A, const Tensor<T>& B) {
-    require_matrix(A, "matmul_nt", "A");
-    require_matrix(B, "matmul_nt", "B");
-    if (A.cols() != B.cols())
-        throw ShapeError("matmul_nt: A is " + shape_str(A) + " but B is " + shape_str(B) +
-                         " (A B^T needs A.cols == B.cols)");
-    Tensor<T> C = Tensor<T>::uninit(A.rows(), B.rows());  // gemm overwrites every entry
-    // B^T(k, j) = B(j, k) = B[j*cols + k]: row stride 1, column stride B.cols().
-    gemm(A.rows(), B.rows(), A.cols(), A.ptr(), A.cols(), 1, B.ptr(), 1, B.cols(), C.ptr(), C.cols(), false);
-    return C;
-}
-
-template <typename T>
-Tensor<T> matmul_tn(const Tensor<T>& A, const Tensor<T>& B) {
-    require_matrix(A, "matmul_tn", "A");
-    Tensor<T> C(A.cols(), B.shape.size() == 2 ? B.cols() : 0);
-    matmul_tn_acc(A, B, C);
-    return C;
-}
-
-template <typename T>
-void matmul_tn_acc(const Tensor<T>& A, const Tensor<T>& B, Tensor<T>& C) {
-    require_matrix(A, "matmul_tn", "A");
-    require_matrix(B, "matmul_tn", "B");
-    if (A.rows() != B.rows() || C.shape != std::vector<int>{A.cols(), B.cols()})
-        throw ShapeError("matmul_tn: A is " + shape_str(A) + ", B is " + shape_str(B) + ", C is " + shape_str(C) +
-                         " (C += A^T B needs A.rows == B.rows, C = A.cols x B.cols)");
-    // A^T(i, k) = A(k, i) = A[k*cols + i]: row stride 1, column stride A.cols().
-    gemm(A.cols(), B.cols(), A.rows(), A.ptr(), 1, A.cols(), B.ptr(), B.cols(), 1, C.ptr(), C.cols(), true);
-}
+// matmul_acc (C += A B), matmul_nt (A B^T), matmul_tn (A^T B) and matmul_tn_acc (C += A^T B) are the
+// same product with transposes by strides: one gemm call each (Part II, beside gemm).
 
 // Column sums of a matrix, added into a vector: b += colsum(dY). The gradient of a bias row.
 template <typename T>
@@ -2675,7 +2029,813 @@ Tensor<T> xlnet_query_probs(const Config& c, const Params<T>& p, const Tensor<T>
 }
 
 // ================================================================================================
-// CHECKPOINTS
+// TRAINING: AdamW, the schedules, clipping, one training step, sampling
+// ================================================================================================
+
+// ---- AdamW -------------------------------------------------------------------------------------
+bool decays(const std::string& name, const Tensor<float>& t) {
+    return t.shape.size() == 2 && name != "w_A" && name != "w_B";
+}
+
+void adamw_init(const Config& c, AdamW& opt) {
+    opt.m = make_params<float>(c);
+    opt.v = make_params<float>(c);
+    opt.t = 0;
+}
+
+void adamw_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr) {
+    opt.t++;
+    const float b1 = (float)opt.beta1, b2 = (float)opt.beta2, eps = (float)opt.eps;
+    const float c1 = (float)(1.0 / (1.0 - std::pow(opt.beta1, (double)opt.t)));  // bias corrections
+    const float c2 = (float)(1.0 / (1.0 - std::pow(opt.beta2, (double)opt.t)));
+    auto P = named_tensors(c, p), G = named_tensors(c, g), M = named_tensors(c, opt.m), S = named_tensors(c, opt.v);
+    for (std::size_t k = 0; k < P.size(); k++) {
+        const float lr_f = (float)lr;
+        const float decay = decays(P[k].name, *P[k].tensor) ? (float)(lr * opt.weight_decay) : 0.f;
+        float* __restrict th = P[k].tensor->ptr();
+        const float* __restrict gr = G[k].tensor->ptr();
+        float* __restrict m = M[k].tensor->ptr();
+        float* __restrict v = S[k].tensor->ptr();
+        const std::size_t n = P[k].tensor->size();
+TF_IVDEP
+        for (std::size_t j = 0; j < n; j++) {
+            m[j] = b1 * m[j] + (1 - b1) * gr[j];
+            v[j] = b2 * v[j] + (1 - b2) * gr[j] * gr[j];
+            const float mhat = m[j] * c1, vhat = v[j] * c2;
+            th[j] -= decay * th[j];  // decoupled weight decay, as PyTorch's AdamW: before the Adam step
+            th[j] -= lr_f * mhat / (std::sqrt(vhat) + eps);
+        }
+    }
+}
+
+double lr_schedule(long long s, long long steps, long long warmup, double lr, double min_lr) {
+    if (s < warmup) return lr * (double)(s + 1) / (double)warmup;
+    const long long span = std::max(1LL, steps - 1 - warmup);
+    const double ratio = std::min(1.0, (double)(s - warmup) / (double)span);
+    return min_lr + 0.5 * (1.0 + std::cos(3.141592653589793 * ratio)) * (lr - min_lr);
+}
+
+double lr_linear(long long s, long long steps, long long warmup, double lr, double min_lr) {
+    if (s < warmup) return lr * (double)(s + 1) / (double)warmup;
+    const long long span = std::max(1LL, steps - 1 - warmup);
+    return lr - (lr - min_lr) * std::min(1.0, (double)(s - warmup) / (double)span);
+}
+
+double clip_grad_norm(const Config& c, Params<float>& g, double max_norm) {
+    double sq = 0;
+    auto G = named_tensors(c, g);
+    for (auto& nt : G)
+        for (float v : nt.tensor->data) sq += (double)v * v;
+    const double norm = std::sqrt(sq);
+    if (max_norm > 0 && norm > max_norm) {
+        const float s = (float)(max_norm / norm);
+        for (auto& nt : G)
+            for (float& v : nt.tensor->data) v *= s;
+    }
+    return norm;
+}
+
+// One training step (formulas §29-§31): g = the mean over `accum` batches of each batch's
+// gradient (loss_and_grad adds one batch's mean-loss gradient into g and returns that loss),
+// clipped to global norm max_norm, then one AdamW update at rate lr. When the loss or the norm is
+// not finite the parameters are left as they were (the caller stops the run).
+StepResult train_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr, double max_norm,
+                      int accum, const std::function<double(Params<float>&)>& loss_and_grad) {
+    zero_params(c, g);
+    StepResult r;
+    for (int a = 0; a < accum; a++) r.loss += loss_and_grad(g) / accum;
+    if (accum > 1)
+        for (auto& nt : named_tensors(c, g))
+            for (float& v : nt.tensor->data) v *= 1.0f / (float)accum;
+    if (!std::isfinite(r.loss)) return r;
+    r.norm = clip_grad_norm(c, g, max_norm);
+    if (!std::isfinite(r.norm)) return r;
+    adamw_step(c, p, g, opt, lr);
+    return r;
+}
+
+// ---- Sampling ------------------------------------------------------------------------------------
+int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng) {
+    if (z.empty()) throw Error("sample_logits: empty logits");
+    const int V = (int)z.size();
+    for (int j = 0; j < V; j++)
+        if (!std::isfinite(z[j])) throw Error("the model's logits are not finite (token id " + std::to_string(j) + "): its numbers overflow");
+    if (temperature <= 0) return (int)(std::max_element(z.begin(), z.end()) - z.begin());
+    std::vector<int> order(V);
+    for (int j = 0; j < V; j++) order[j] = j;
+    const int k = (top_k > 0 && top_k < V) ? top_k : V;
+    if (k < V)  // the k largest first; with all V kept the order does not matter (no O(V log V) sort)
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return z[a] > z[b]; });
+    float z_max = z[order[0]];
+    for (int j = 1; j < k; j++) z_max = std::max(z_max, z[order[j]]);
+    std::vector<double> w(k);
+    double sum = 0;
+    for (int j = 0; j < k; j++) sum += w[j] = std::exp((z[order[j]] - z_max) / temperature);
+    double u = rng.uniform() * sum;
+    for (int j = 0; j < k; j++) {
+        if (u < w[j]) return order[j];
+        u -= w[j];
+    }
+    return order[k - 1];
+}
+
+// ################################################################################################
+// PART II. THE MACHINERY
+// The fast matrix product and its memory pool, files and checkpoints, Hugging Face import and
+// export, the training drivers, tokenizers, the teaching tools; generated Unicode tables last.
+// ################################################################################################
+
+// ================================================================================================
+// THE FAST MATRIX PRODUCT AND THE MEMORY POOL
+// ================================================================================================
+
+// ---- The pool behind Tensor's storage (see transformer.hpp) -----------------------------------
+namespace {
+struct Arena {  // one pool block carved into many (see ArenaScope)
+    char* begin = nullptr;
+    std::size_t size = 0, used = 0;
+    long long live = 0;  // blocks handed out and not yet freed
+    bool open = true;    // still handing out blocks (its ArenaScope is alive)
+};
+struct Pool {
+    std::mutex lock;
+    std::unordered_map<std::size_t, std::vector<void*>> free;  // size class -> blocks
+    PoolStats stats;
+    std::vector<Arena> arenas;  // a handful at most: one per live model, gradient or moment set
+    int open_arena = -1;        // index into arenas, or -1
+};
+Pool& the_pool() {
+    static Pool* pool = new Pool;  // never destroyed: static tensors may be freed after it
+    return *pool;
+}
+// 256 bytes at least, then 4 classes per doubling (5/4, 6/4, 7/4, 8/4 of a power of 2), so a
+// size that grows a little (one more token) mostly stays in its class; at most 25% is unused.
+std::size_t size_class(std::size_t bytes) {
+    std::size_t p = 256;
+    if (bytes <= p) return p;
+    while (p * 2 < bytes) p *= 2;
+    const std::size_t step = p / 4;
+    return (bytes + step - 1) / step * step;
+}
+constexpr std::align_val_t kBlockAlign{64};  // one cache line, a whole AVX-512 vector
+}  // namespace
+
+void* pool_allocate(std::size_t bytes) {
+    const std::size_t size = size_class(bytes);
+    Pool& pool = the_pool();
+    {
+        std::lock_guard<std::mutex> g(pool.lock);
+        if (pool.open_arena >= 0) {  // the next stretch of the open arena, if the block fits
+            Arena& a = pool.arenas[pool.open_arena];
+            const std::size_t need = (bytes + 63) / 64 * 64;
+            if (need <= a.size - a.used) {
+                void* p = a.begin + a.used;
+                a.used += need;
+                a.live++;
+                return p;
+            }
+        }
+        auto it = pool.free.find(size);
+        if (it != pool.free.end() && !it->second.empty()) {
+            void* p = it->second.back();
+            it->second.pop_back();
+            pool.stats.cached_bytes -= size;
+            pool.stats.reused++;
+            return p;
+        }
+        pool.stats.fresh++;
+    }
+    return ::operator new(size, kBlockAlign);
+}
+
+// An arena whose stretches are all freed and which hands out no more is taken off the list; its
+// block (returned, with its size, or nullptr) then goes back to the pool like any other block.
+static std::pair<void*, std::size_t> retire_arena_if_done(Pool& pool, std::size_t k) {
+    const Arena a = pool.arenas[k];
+    if (a.open || a.live > 0) return {nullptr, 0};
+    pool.arenas.erase(pool.arenas.begin() + (long)k);
+    if (pool.open_arena > (int)k) pool.open_arena--;
+    return {a.begin, a.size};
+}
+
+void pool_deallocate(void* p, std::size_t bytes) noexcept {
+    if (!p) return;
+    const std::size_t size = size_class(bytes);
+    Pool& pool = the_pool();
+    try {
+        bool in_arena = false;
+        std::pair<void*, std::size_t> retired{nullptr, 0};
+        {
+            std::lock_guard<std::mutex> g(pool.lock);
+            for (std::size_t k = 0; k < pool.arenas.size() && !in_arena; k++) {
+                Arena& a = pool.arenas[k];
+                if ((char*)p >= a.begin && (char*)p < a.begin + a.size) {  // a stretch of an arena: not reused alone
+                    in_arena = true;
+                    a.live--;
+                    retired = retire_arena_if_done(pool, k);
+                }
+            }
+        }
+        if (in_arena) {
+            if (retired.first) pool_deallocate(retired.first, retired.second);
+            return;
+        }
+        std::lock_guard<std::mutex> g(pool.lock);
+        if (pool.stats.cached_bytes + size <= pool_limit) {
+            pool.free[size].push_back(p);
+            pool.stats.cached_bytes += size;
+            return;
+        }
+    } catch (...) {  // no room for the list entry: give the block back instead
+    }
+    ::operator delete(p, kBlockAlign);
+}
+
+ArenaScope::ArenaScope(std::size_t bytes) {
+    Pool& pool = the_pool();
+    {
+        std::lock_guard<std::mutex> g(pool.lock);
+        if (!arenas_enabled || pool.open_arena >= 0 || bytes == 0) return;  // nested: the outer arena serves both
+    }
+    const std::size_t size = size_class(bytes);
+    void* block = pool_allocate(size);  // a fresh or a cached block, like any other
+    std::lock_guard<std::mutex> g(pool.lock);
+    Arena a;
+    a.begin = static_cast<char*>(block);
+    a.size = size;
+    pool.arenas.push_back(a);
+    pool.open_arena = (int)pool.arenas.size() - 1;
+    opened_ = true;
+}
+
+ArenaScope::~ArenaScope() {
+    if (!opened_) return;
+    Pool& pool = the_pool();
+    std::pair<void*, std::size_t> retired;
+    {
+        std::lock_guard<std::mutex> g(pool.lock);
+        const int k = pool.open_arena;
+        pool.open_arena = -1;
+        pool.arenas[k].open = false;
+        retired = retire_arena_if_done(pool, (std::size_t)k);
+    }
+    if (retired.first) pool_deallocate(retired.first, retired.second);
+}
+
+PoolStats pool_stats() {
+    Pool& pool = the_pool();
+    std::lock_guard<std::mutex> g(pool.lock);
+    return pool.stats;
+}
+
+void pool_trim() {
+    Pool& pool = the_pool();
+    std::lock_guard<std::mutex> g(pool.lock);
+    for (auto& kv : pool.free)
+        for (void* p : kv.second) ::operator delete(p, kBlockAlign);
+    pool.free.clear();
+    pool.stats.cached_bytes = 0;
+}
+
+// The fast kernel, blocked and packed (BLIS / Goto-style blocking).
+// Loops, outermost first:
+//
+//   jc: columns of C, NC at a time
+//     pc: the K dimension, KC at a time
+//         pack B(pc.., jc..) (KC x NC) into micro-panels NR columns wide
+//       ic: rows of C, MC at a time
+//           pack A(ic.., pc..) (MC x KC) into micro-panels MR rows tall
+//         jr: one B micro-panel (NR columns of C)
+//           ir: one A micro-panel (MR rows of C)
+//               micro-kernel: C(MR x NR) += Apanel(MR x KC) * Bpanel(KC x NR)
+//
+// * Micro-kernel. An MR x NR tile of C is accumulated in a local array `acc` that the compiler
+//   keeps in vector registers: each step k loads NR/L vectors of B (L lanes per register),
+//   broadcasts the MR values of A one at a time and does MR * NR/L vector FMAs. To keep the FMA
+//   units busy the tile needs at least latency x FMA units (4 x 2 here) independent accumulators,
+//   and accumulators + B vectors + broadcasts must fit in the register file, or the loop spills.
+// * Tile per target, chosen from the compiler's predefined macros (registers of L floats):
+//     AVX-512 (32 x 16):    6 x 64: 24 accumulators + 4 B + 1 broadcast = 29
+//                          12 x 32 for N <= 32 (one head): 24 + 2 + 1, no zero-padded columns
+//     AVX2 + FMA (16 x 8):  clang 6 x 16: 12 accumulators + 2 B + 1 broadcast = 15
+//                          g++   3 x 24:  9 accumulators + 3 B + 3 broadcasts = 15 (g++ loads
+//                          all MR broadcasts of a step before the FMAs, so 6 x 16 would need 20
+//                          registers and spill; 4 x 16 has 8 accumulators, just at the limit)
+//     ARM NEON (32 x 4):    6 x 16 and 12 x 8 as for AVX-512, with A read as vectors (fmla by
+//                          element): 24 + 4 + 2 and 24 + 2 + 3 (not measured for speed)
+//     other (16 x 4, SSE2): 4 x 8: 8 accumulators + 2 B + 4 broadcasts, multiply then add
+//   double has half the lanes, so the same tiles in registers hold half the columns.
+// * Packing copies B into exactly the order the micro-kernel reads it (sequential, unit stride),
+//   whatever the original strides or transposes were; it costs O(KN) and each packed value is
+//   reused about M/MR times. A is packed only when transposed (A^T B) or for a last partial
+//   micro-panel: a row-major A is read in place (MR rows of kc values, in L1 while the kernel
+//   runs over every micro-panel of B). B transposed with M < N is done as C^T = B^T A^T, so the
+//   larger operand is read in place and the smaller one packed.
+// * Cache levels. The A block MC x KC (48 x 384 floats = 72 KiB) and the current B
+//   micro-panel (at most 384 x 64 floats = 96 KiB) stay in L2 (1 MiB); the current A
+//   micro-panel (MR x 384 floats, at most 18 KiB) is in L1. The packed B panel KC x NC
+//   (384 x 4032 floats = 6 MiB) sits in L3 and is reused by all MC-blocks of rows. The sizes were
+//   chosen by measurement: GFLOP/s are flat (within the noise, a few %) for KC in 192..512 and MC
+//   in 48..144 on every target and compiler above, except g++ with AVX-512, 5-10% faster with
+//   MC = 48 than 96.
+// * Edges. The packing pads partial micro-panels with zeros (a partial A micro-panel is always
+//   packed), so the micro-kernel always computes a full MR x NR tile; only its write-back to C is
+//   clipped. Zeros do not change the result.
+// * Rounding. Each C(i,j) is summed over k in increasing order within a KC chunk; the chunk sums
+//   (and, with accumulate, the old C) are added to C one after another. With FMA hardware every
+//   multiply-add is fused (std::fma), without it a product and a sum. So the result differs from
+//   the reference loop only by rounding.
+// * Two spellings of the micro-kernel's k step, because the two compilers vectorise it
+//   differently. g++: both inner loops fully unrolled (#pragma GCC unroll), and the straight-line
+//   code is vectorised into broadcasts + FMAs (std::fma, not `acc += a*b`: with the latter GCC 12
+//   vectorises the k loop as reductions and shuffles every vector). clang: unrolled like that, its
+//   SLP vectoriser mixes vector widths and spills (25-55 GFLOP/s); instead the j loop carries
+//   `#pragma clang loop vectorize_width(L) interleave_count(NR/L)`, which turns it into NR/L
+//   vector FMAs, and clang unrolls the i loop itself. Both are fragile: after changing the
+//   micro-kernel, check the assembly (-S) of its k loop for MR * NR/L `vfmadd231ps` plus a few
+//   loads and broadcasts, and no stack (%rsp) accesses.
+
+namespace gemm_detail {
+
+// What the target offers, from the compiler's predefined macros: bytes per vector register, and
+// whether a fused multiply-add is one instruction (without it std::fma is a slow library call).
+#if defined(__AVX512F__)
+constexpr int kVectorBytes = 64;   // 32 zmm registers
+#elif defined(__AVX__)
+constexpr int kVectorBytes = 32;   // 16 ymm registers (AVX2 + FMA on every CPU since 2013)
+#else
+constexpr int kVectorBytes = 16;   // NEON: 32 q registers; SSE2 and others: 16 xmm registers
+#endif
+#if defined(__FMA__) || defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
+template <typename T> inline T madd(T a, T b, T c) { return std::fma(a, b, c); }
+#else
+template <typename T> inline T madd(T a, T b, T c) { return a * b + c; }
+#endif
+
+// Block sizes per element type and target (see the comment above for the register budgets).
+// MR x NR is the wide tile; for products with at most NR2 columns (one attention head) the
+// MR2 x NR2 tile wastes no work on zero padding.
+template <typename T> struct Blocking {
+    static constexpr int L = kVectorBytes / int(sizeof(T));   // lanes per vector register
+#if defined(__AVX512F__) || defined(__ARM_NEON) || defined(__aarch64__)
+    static constexpr int MR = 6, NR = 4 * L, MR2 = 12, NR2 = 2 * L;
+#elif defined(__AVX__) && defined(__clang__)
+    static constexpr int MR = 6, NR = 2 * L, MR2 = 6, NR2 = 2 * L;
+#elif defined(__AVX__)
+    static constexpr int MR = 3, NR = 3 * L, MR2 = 4, NR2 = 2 * L;
+#else
+    static constexpr int MR = 4, NR = 2 * L, MR2 = 4, NR2 = 2 * L;
+#endif
+    static constexpr int KC = sizeof(T) == 4 ? 384 : 256;   // depth of one packed panel
+    static constexpr int MC = 48;                            // rows of packed A (a multiple of every MR)
+    static constexpr int NC = 63 * 64 * 4 / int(sizeof(T));  // columns of packed B (a multiple of every NR)
+};
+
+// When to skip packing and use the simple i-k-j loop instead (measured):
+//  * tiny products (below ~8x16x16), where packing overhead dominates;
+//  * at most 3 rows of A with row-major B (e.g. one token at a time): each
+//    B value is used <= 3 times, so packing B costs about as much as the
+//    product; gemv_rows streams B's rows with vector FMAs instead.
+//  * at most 3 rows of A with B given transposed (X W_e^T for one token): one dot product
+//    (lane_dot) per column of B, reading B in its memory order.
+constexpr long kSmallWork = 2048;
+constexpr int kFewRows = 3;
+
+// Pack the kc x n block X(p, j) = X[p*rsK + j*csN] into micro-panels of W
+// columns: panel q holds X(p, q*W + j) at dst[q*W*kc + p*W + j]. Columns
+// past n are zero. Used for B (W = NR) and, on the transposed view, for A
+// (W = MR; A(i,p) becomes X(p,i) with rsK = csA, csN = rsA).
+template <typename T, int W>
+void pack_panels(int kc, int n, const T* X, long rsK, long csN, T* __restrict dst)
+{
+    for (int j0 = 0; j0 < n; j0 += W) {
+        const int w = std::min(W, n - j0);
+        const T* x = X + j0 * csN;
+        if (csN == 1 && w == W) {
+            // The W values of one k are contiguous: copy row by row.
+            for (int p = 0; p < kc; ++p) {
+                TF_UNROLL(64)
+                for (int j = 0; j < W; ++j) dst[p * W + j] = x[p * rsK + j];
+            }
+        } else {
+            // Strided along the panel (typically contiguous along k, as for
+            // B = W^T or a row-major A). Walk 8 values of k per column: one
+            // short contiguous read, then 8 writes into a small L1-resident
+            // window of dst. Measured ~1.5x faster than going row by row
+            // (and faster than 16 values of k).
+            // A whole panel (w == W) runs the j loop to the constant W, fully unrolled: ~1.2x
+            // (measured with AVX2 on W_e^T, which now takes gemm's C^T path; still used for a
+            // transposed B with M >= N and for X^T in that path).
+            constexpr int KB = 8;
+            int p0 = 0;
+            if (w == W)
+                for (; p0 + KB <= kc; p0 += KB) {
+                    TF_UNROLL(64)
+                    for (int j = 0; j < W; ++j) {
+                        TF_UNROLL(8)
+                        for (int p = p0; p < p0 + KB; ++p) dst[p * W + j] = x[p * rsK + j * csN];
+                    }
+                }
+            for (; p0 + KB <= kc; p0 += KB) {
+                for (int j = 0; j < w; ++j) {
+                    TF_UNROLL(8)
+                    for (int p = p0; p < p0 + KB; ++p) dst[p * W + j] = x[p * rsK + j * csN];
+                }
+                for (int j = w; j < W; ++j)
+                    for (int p = p0; p < p0 + KB; ++p) dst[p * W + j] = T(0);
+            }
+            for (int p = p0; p < kc; ++p) {                 // k remainder
+                for (int j = 0; j < w; ++j) dst[p * W + j] = x[p * rsK + j * csN];
+                for (int j = w; j < W; ++j) dst[p * W + j] = T(0);
+            }
+        }
+        dst += W * kc;
+    }
+}
+
+// Micro-kernel: acc = Apanel * Bpanel over kc steps, where b[p*NR + j] = B(p,j) and
+// A(i,p) = a[p*MR + i] (a packed micro-panel) or, with DirectA, A(i,p) = a[i*lda + p]: the rows
+// of a row-major A read in place (each A(i,p) is one broadcast either way, and MR rows of kc
+// values stay in L1 while the kernel runs over every B micro-panel, so packing A buys nothing
+// there; it costs a strided copy of A per product, as much as the product itself for one
+// attention head's X W_i^Q). Then write the top-left mr x nr part of acc to C: C = acc
+// (overwrite) or C += acc; with TransC, C is stored transposed (C(i, j) at C[j*ldc + i]).
+template <typename T, int MR, int NR, bool DirectA, bool TransC>
+void micro_kernel(int kc, const T* __restrict a, long lda, const T* __restrict b,
+                  T* __restrict C, long ldc, int mr, int nr, bool overwrite)
+{
+    T acc[MR][NR] = {};
+    for (int p = 0; p < kc; ++p) {
+#if defined(__clang__)
+        constexpr int L = Blocking<T>::L;
+        for (int i = 0; i < MR; ++i) {
+            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];
+            TF_PRAGMA(clang loop vectorize_width(L) interleave_count(NR / L))
+            for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
+        }
+#else
+        TF_UNROLL(64)
+        for (int i = 0; i < MR; ++i) {
+            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];   // hoisted: GCC's vectoriser needs this
+            TF_UNROLL(64)
+            for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
+        }
+#endif
+        b += NR;
+    }
+
+    // Write back. acc is first copied to a plain array with fully unrolled
+    // loops: if acc itself were indexed by the runtime bounds mr, nr, GCC
+    // would have to keep it in memory and the k loop above would spill.
+    alignas(64) T tile[MR][NR];
+    TF_UNROLL(64)
+    for (int i = 0; i < MR; ++i) {
+        TF_UNROLL(64)
+        for (int j = 0; j < NR; ++j) tile[i][j] = acc[i][j];
+    }
+    if (TransC) {  // the tile of C^T: C(i, j) lives at C[j*ldc + i]
+        for (int j = 0; j < nr; ++j) {
+            T* c = C + j * ldc;
+            if (overwrite)
+                for (int i = 0; i < mr; ++i) c[i] = tile[i][j];
+            else
+                for (int i = 0; i < mr; ++i) c[i] += tile[i][j];
+        }
+        return;
+    }
+    if (nr == NR) {  // a full-width tile: constant-bound rows, stored by vector moves (not memcpy calls)
+        for (int i = 0; i < mr; ++i) {
+            T* __restrict c = C + i * ldc;
+            if (overwrite) {
+                TF_UNROLL(64)
+                for (int j = 0; j < NR; ++j) c[j] = tile[i][j];
+            } else {
+                TF_UNROLL(64)
+                for (int j = 0; j < NR; ++j) c[j] += tile[i][j];
+            }
+        }
+        return;
+    }
+    for (int i = 0; i < mr; ++i) {       // only the part inside C (edge tiles)
+        T* c = C + i * ldc;
+        if (overwrite)
+            for (int j = 0; j < nr; ++j) c[j] = tile[i][j];
+        else
+            for (int j = 0; j < nr; ++j) c[j] += tile[i][j];
+    }
+}
+
+} // namespace gemm_detail
+
+// ---------------------------------------------------------------------------
+// Fast version.
+// ---------------------------------------------------------------------------
+// The blocked loops around the micro-kernel for one tile shape MR x NR. With TransC, C(i, j) is
+// C[j*ldc + i] (gemm computes C^T = B^T A^T this way; see there).
+template <typename T, int MR, int NR, bool TransC = false>
+static void gemm_blocked(int M, int N, int K,
+          const T* A, long rsA, long csA,
+          const T* B, long rsB, long csB,
+          T* C, long ldc, bool accumulate)
+{
+    using namespace gemm_detail;
+    constexpr int MC = Blocking<T>::MC, KC = Blocking<T>::KC, NC = Blocking<T>::NC;
+    static_assert(MC % MR == 0 && NC % NR == 0, "blocks must hold whole micro-panels");
+
+
+    // Pack buffers: grown on demand, kept for the next call (per thread).
+    static thread_local std::vector<T> bufA, bufB;
+    const std::size_t needA = std::size_t(MC) * KC;
+    const std::size_t needB = std::size_t(std::min(NC, (N + NR - 1) / NR * NR)) * KC;
+    if (bufA.size() < needA) bufA.resize(needA);
+    if (bufB.size() < needB) bufB.resize(needB);
+    T* packA = bufA.data();
+    T* packB = bufB.data();
+
+    for (int jc = 0; jc < N; jc += NC) {
+        const int nc = std::min(NC, N - jc);
+        for (int pc = 0; pc < K; pc += KC) {
+            const int kc = std::min(KC, K - pc);
+            const bool overwrite = (pc == 0) && !accumulate;   // first K chunk sets C
+            pack_panels<T, NR>(kc, nc, B + pc * rsB + jc * csB, rsB, csB, packB);
+
+            for (int ic = 0; ic < M; ic += MC) {
+                const int mc = std::min(MC, M - ic);
+                // Row-major A (csA == 1) is read in place, but for a last, partial micro-panel
+                // (its missing rows must read as zeros); otherwise A is packed.
+                const bool direct = csA == 1;
+                const int packed_from = direct ? mc / MR * MR : 0;
+                pack_panels<T, MR>(kc, mc - packed_from, A + (ic + packed_from) * rsA + pc * csA, csA, rsA,
+                                   packA + std::size_t(packed_from) * kc);
+
+                for (int jr = 0; jr < nc; jr += NR) {
+                    const T* b = packB + std::size_t(jr) * kc;   // B micro-panel jr/NR
+                    for (int ir = 0; ir < mc; ir += MR) {
+                        const long i = ic + ir, j = jc + jr;
+                        T* c = TransC ? C + j * ldc + i : C + i * ldc + j;
+                        const int mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
+                        if (ir < packed_from)
+                            micro_kernel<T, MR, NR, true, TransC>(kc, A + i * rsA + pc, rsA, b, c, ldc, mr, nr, overwrite);
+                        else   // A micro-panel ir/MR
+                            micro_kernel<T, MR, NR, false, TransC>(kc, packA + std::size_t(ir) * kc, 0, b, c, ldc, mr, nr, overwrite);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// A few rows times a row-major B (generation: one token's x W for every weight matrix), C = A B.
+// Such a product reads each value of B once: it is bound by memory bandwidth, not by the FMA
+// units, and what slows the reference's k-j loop is that each row k of B reloads and stores the
+// whole row of C (a store-to-load chain per element of C). Here:
+//  * N == 64 (one head's W^Q, W^K, W^V in GPT-2): the 64 sums stay in registers for all of K
+//    (4 registers of 16 floats with AVX-512, 8 of 8 with AVX2, 16 of 4 with NEON), added in the
+//    reference's order k = 0, 1, ..., K-1 (bit for bit gemm_reference);
+//  * otherwise 8 rows of B at a time: C(i, j) is loaded once, gets 8 multiply-adds and is stored
+//    once. The 8 rows are k, k + S, ..., k + 7S with S = K/8 (then the last K - 8S rows one by
+//    one), so B is read as 8 long sequential streams, one per eighth of B: the hardware
+//    prefetchers keep up with those, where 8 adjacent rows (a jump every N values in each stream)
+//    measured about 10% slower per token. Each C(i, j) is the reference's sum with its terms in
+//    the order k = 0, S, ..., 7S, 1, S+1, ... (the tests check that order bit for bit).
+template <typename T>
+TF_STREAM_WIDTH static void gemv_rows(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long rsB, T* C, long ldc,
+                      bool accumulate) {
+    constexpr int NB = 64, R = 8;
+    for (int i = 0; i < M; i++) {
+        const T* a = A + (long)i * rsA;
+        T* __restrict c = C + (long)i * ldc;
+        if (N == NB) {
+            // Loops with constant bounds, fully unrolled (as in the micro-kernel): so g++ keeps
+            // acc in registers; with a plain loop it kept acc on the stack with AVX-512, a store
+            // and a reload per 16 sums and row of B.
+            T acc[NB];
+            TF_UNROLL(64)
+            for (int j = 0; j < NB; j++) acc[j] = accumulate ? c[j] : T(0);
+            for (int k = 0; k < K; k++) {
+                const T x = a[(long)k * csA];
+                const T* __restrict b = B + (long)k * rsB;
+                TF_UNROLL(64)
+                for (int j = 0; j < NB; j++) acc[j] += x * b[j];
+            }
+            TF_UNROLL(64)
+            for (int j = 0; j < NB; j++) c[j] = acc[j];
+            continue;
+        }
+        if (!accumulate)
+            for (int j = 0; j < N; j++) c[j] = T(0);
+        const int S = K / R;  // rows per stream
+        for (int k = 0; k < S; k++) {
+            T x[R];
+            const T* b[R];
+            for (int r = 0; r < R; r++) {
+                x[r] = a[(long)(r * S + k) * csA];
+                b[r] = B + (long)(r * S + k) * rsB;
+            }
+            const T *__restrict b0 = b[0], *__restrict b1 = b[1], *__restrict b2 = b[2], *__restrict b3 = b[3];
+            const T *__restrict b4 = b[4], *__restrict b5 = b[5], *__restrict b6 = b[6], *__restrict b7 = b[7];
+            TF_IVDEP
+            for (int j = 0; j < N; j++) {
+                T s = c[j];
+                s += x[0] * b0[j];
+                s += x[1] * b1[j];
+                s += x[2] * b2[j];
+                s += x[3] * b3[j];
+                s += x[4] * b4[j];
+                s += x[5] * b5[j];
+                s += x[6] * b6[j];
+                s += x[7] * b7[j];
+                c[j] = s;
+            }
+        }
+        for (int k = R * S; k < K; k++) {
+            const T x = a[(long)k * csA];
+            const T* __restrict b = B + (long)k * rsB;
+            TF_IVDEP
+            for (int j = 0; j < N; j++) c[j] += x * b[j];
+        }
+    }
+}
+
+template <typename T>
+void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long rsB, long csB, T* C, long ldc,
+          bool accumulate) {
+    using namespace gemm_detail;
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || long(M) * N * K < kSmallWork)
+        gemm_reference(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
+    else if (M <= kFewRows && csB == 1)
+        gemv_rows(M, N, K, A, rsA, csA, B, rsB, C, ldc, accumulate);
+    else if (M <= kFewRows && rsB == 1 && csA == 1)
+        for (int j = 0; j < N; j++)  // column j of B is contiguous: B[j*csB .. j*csB + K)
+            for (int i = 0; i < M; i++) {
+                const T dot = lane_dot(A + (long)i * rsA, B + (long)j * csB, K);
+                C[(long)i * ldc + j] = accumulate ? C[(long)i * ldc + j] + dot : dot;
+            }
+    else if (csA == 1 && rsB == 1 && csB != 1 && M < N)
+        // B given transposed (X W_e^T, dY W^T) and fewer rows than columns: packing B would mean a
+        // strided copy of all of it (a sixth of the time for X W_e^T). C^T = B^T A^T reads B's rows
+        // in place as the A of the micro-kernel and packs the smaller A instead; the tiles are
+        // written back transposed. Each C(i, j) is the same sum in the same order.
+        gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR, true>(N, M, K, B, csB, 1, A, 1, rsA, C, ldc, accumulate);
+    else if (N <= Blocking<T>::NR2)
+        gemm_blocked<T, Blocking<T>::MR2, Blocking<T>::NR2>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
+    else
+        gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
+}
+
+// The register-only FMA peak of one core at the build's vector width, in GFLOP/s (2 per
+// multiply-add): acc = acc * x + y on a K x L array spelled like the micro-kernel's acc (and with
+// its pragmas), i.e. 6 x 4 (AVX-512) or 6 x 2 vector registers of independent chains, enough to
+// cover the FMA latency on every FMA unit. The best of repeated 20 ms runs over about 0.2 s.
+double fma_peak_gflops() {
+    using namespace gemm_detail;
+    constexpr int V = Blocking<float>::L, K = 6, L = kVectorBytes == 64 ? 4 * V : 2 * V;
+    float acc[K][L];
+    for (int k = 0; k < K; ++k)
+        for (int j = 0; j < L; ++j) acc[k][j] = 1.0f + 0.001f * float(k * L + j);
+    const float x = 0.9999f, y = 1e-4f;   // acc -> y / (1 - x) = 1: no overflow, no denormals
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    double best = 0;
+    long steps = 1 << 14;
+    for (;;) {
+        const auto t = Clock::now();
+        for (long s = 0; s < steps; ++s) {
+#if defined(__clang__)
+            for (int k = 0; k < K; ++k) {
+                TF_PRAGMA(clang loop vectorize_width(V) interleave_count(L / V))
+                for (int j = 0; j < L; ++j) acc[k][j] = madd(acc[k][j], x, y);
+            }
+#else
+            TF_UNROLL(64)
+            for (int k = 0; k < K; ++k) {
+                TF_UNROLL(64)
+                for (int j = 0; j < L; ++j) acc[k][j] = madd(acc[k][j], x, y);
+            }
+#endif
+        }
+        const double sec = std::chrono::duration<double>(Clock::now() - t).count();
+        if (sec < 0.02) {
+            steps *= 2;
+            continue;
+        }
+        best = std::max(best, 2.0 * K * L * steps / sec * 1e-9);
+        if (std::chrono::duration<double>(Clock::now() - start).count() > 0.2) break;
+    }
+    float sum = 0;   // the result is used (every acc stays near 1), so the loop is not optimised away
+    for (int k = 0; k < K; ++k)
+        for (int j = 0; j < L; ++j) sum += acc[k][j];
+    return sum > 0 ? best : 0;
+}
+
+// Streaming read speed of one core: sum a 256 MiB buffer (written first, so its pages exist) with
+// lane_sum; the best of 5 passes, in GB/s.
+// One pass of the streaming read over buf, in GB/s.
+static double read_pass_gbps(const std::vector<float>& buf) {
+    using Clock = std::chrono::steady_clock;
+    const auto t = Clock::now();
+    const float sum = lane_sum<float>(buf.data(), (int)buf.size());
+    const double sec = std::chrono::duration<double>(Clock::now() - t).count();
+    return sum > 0 ? (double)buf.size() * sizeof(float) / sec * 1e-9 : 0;  // the sum is used: not optimised away
+}
+static std::vector<float> read_buffer() { return std::vector<float>((std::size_t)(256 << 20) / sizeof(float), 1.0f); }
+
+double mem_read_gbps() {
+    const std::vector<float> buf = read_buffer();
+    double best = 0;
+    for (int pass = 0; pass < 5; pass++) best = std::max(best, read_pass_gbps(buf));
+    return best;
+}
+
+// ---- The vectorisable reductions of Part I (lane_sum, lane_max, lane_dot) -------------------------
+// sum_j x_j in 16 partial sums (entry j goes to sum j mod 16), added up at the end: a loop the
+// compiler vectorises without -ffast-math (one running sum is a chain it may not reorder).
+// S: the type the sums are kept in.
+template <typename S, typename T>
+static S lane_sum(const T* __restrict x, int n) {
+    constexpr int W = 16;
+    S part[W] = {};
+    int j = 0;
+    for (; j + W <= n; j += W)
+        for (int l = 0; l < W; l++) part[l] += (S)x[j + l];
+    S s = 0;
+    for (int l = 0; l < W; l++) s += part[l];
+    for (; j < n; j++) s += (S)x[j];
+    return s;
+}
+// max_j x_j (-inf for n = 0) the same way; NaN entries are skipped, as std::max(m, x) does.
+template <typename T>
+static T lane_max(const T* __restrict x, int n) {
+    constexpr int W = 16;
+    T part[W];
+    for (int l = 0; l < W; l++) part[l] = -std::numeric_limits<T>::infinity();
+    int j = 0;
+    for (; j + W <= n; j += W)
+        for (int l = 0; l < W; l++) part[l] = x[j + l] > part[l] ? x[j + l] : part[l];
+    T m = -std::numeric_limits<T>::infinity();
+    for (int l = 0; l < W; l++) m = part[l] > m ? part[l] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+// sum_j x_j y_j the same way.
+template <typename T>
+static T lane_dot(const T* __restrict x, const T* __restrict y, int n) {
+    constexpr int W = 16;
+    T part[W] = {};
+    int j = 0;
+    for (; j + W <= n; j += W)
+        for (int l = 0; l < W; l++) part[l] += x[j + l] * y[j + l];
+    T s = 0;
+    for (int l = 0; l < W; l++) s += part[l];
+    for (; j < n; j++) s += x[j] * y[j];
+    return s;
+}
+
+// ---- The matrix product with transposes, one gemm call each ------------------------------------
+template <typename T>
+void matmul_acc(const Tensor<T>& A, const Tensor<T>& B, Tensor<T>& C) {
+    require_matrix(A, "matmul_acc", "A");
+    require_matrix(B, "matmul_acc", "B");
+    if (A.cols() != B.rows() || C.shape != std::vector<int>{A.rows(), B.cols()})
+        throw ShapeError("matmul_acc: A is " + shape_str(A) + ", B is " + shape_str(B) + ", C is " + shape_str(C));
+    gemm(A.rows(), B.cols(), A.cols(), A.ptr(), A.cols(), 1, B.ptr(), B.cols(), 1, C.ptr(), C.cols(), true);
+}
+
+template <typename T>
+Tensor<T> matmul_nt(const Tensor<T>& A, const Tensor<T>& B) {
+    require_matrix(A, "matmul_nt", "A");
+    require_matrix(B, "matmul_nt", "B");
+    if (A.cols() != B.cols())
+        throw ShapeError("matmul_nt: A is " + shape_str(A) + " but B is " + shape_str(B) +
+                         " (A B^T needs A.cols == B.cols)");
+    Tensor<T> C = Tensor<T>::uninit(A.rows(), B.rows());  // gemm overwrites every entry
+    // B^T(k, j) = B(j, k) = B[j*cols + k]: row stride 1, column stride B.cols().
+    gemm(A.rows(), B.rows(), A.cols(), A.ptr(), A.cols(), 1, B.ptr(), 1, B.cols(), C.ptr(), C.cols(), false);
+    return C;
+}
+
+template <typename T>
+Tensor<T> matmul_tn(const Tensor<T>& A, const Tensor<T>& B) {
+    require_matrix(A, "matmul_tn", "A");
+    Tensor<T> C(A.cols(), B.shape.size() == 2 ? B.cols() : 0);
+    matmul_tn_acc(A, B, C);
+    return C;
+}
+
+template <typename T>
+void matmul_tn_acc(const Tensor<T>& A, const Tensor<T>& B, Tensor<T>& C) {
+    require_matrix(A, "matmul_tn", "A");
+    require_matrix(B, "matmul_tn", "B");
+    if (A.rows() != B.rows() || C.shape != std::vector<int>{A.cols(), B.cols()})
+        throw ShapeError("matmul_tn: A is " + shape_str(A) + ", B is " + shape_str(B) + ", C is " + shape_str(C) +
+                         " (C += A^T B needs A.rows == B.rows, C = A.cols x B.cols)");
+    // A^T(i, k) = A(k, i) = A[k*cols + i]: row stride 1, column stride A.cols().
+    gemm(A.cols(), B.cols(), A.rows(), A.ptr(), 1, A.cols(), B.ptr(), B.cols(), 1, C.ptr(), C.cols(), true);
+}
+
+// ================================================================================================
+// FILES: JSON, outputs, safetensors, checkpoints, Hugging Face import and export
 // ================================================================================================
 
 // ---- UTF-8 -------------------------------------------------------------------------------------
@@ -4237,71 +4397,8 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
 }
 
 // ================================================================================================
-// TRAINING
+// TRAINING DRIVERS: data, generation, bench, the training loop, fine-tuning
 // ================================================================================================
-
-// ---- AdamW -------------------------------------------------------------------------------------
-bool decays(const std::string& name, const Tensor<float>& t) {
-    return t.shape.size() == 2 && name != "w_A" && name != "w_B";
-}
-
-void adamw_init(const Config& c, AdamW& opt) {
-    opt.m = make_params<float>(c);
-    opt.v = make_params<float>(c);
-    opt.t = 0;
-}
-
-void adamw_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr) {
-    opt.t++;
-    const float b1 = (float)opt.beta1, b2 = (float)opt.beta2, eps = (float)opt.eps;
-    const float c1 = (float)(1.0 / (1.0 - std::pow(opt.beta1, (double)opt.t)));  // bias corrections
-    const float c2 = (float)(1.0 / (1.0 - std::pow(opt.beta2, (double)opt.t)));
-    auto P = named_tensors(c, p), G = named_tensors(c, g), M = named_tensors(c, opt.m), S = named_tensors(c, opt.v);
-    for (std::size_t k = 0; k < P.size(); k++) {
-        const float lr_f = (float)lr;
-        const float decay = decays(P[k].name, *P[k].tensor) ? (float)(lr * opt.weight_decay) : 0.f;
-        float* __restrict th = P[k].tensor->ptr();
-        const float* __restrict gr = G[k].tensor->ptr();
-        float* __restrict m = M[k].tensor->ptr();
-        float* __restrict v = S[k].tensor->ptr();
-        const std::size_t n = P[k].tensor->size();
-TF_IVDEP
-        for (std::size_t j = 0; j < n; j++) {
-            m[j] = b1 * m[j] + (1 - b1) * gr[j];
-            v[j] = b2 * v[j] + (1 - b2) * gr[j] * gr[j];
-            const float mhat = m[j] * c1, vhat = v[j] * c2;
-            th[j] -= decay * th[j];  // decoupled weight decay, as PyTorch's AdamW: before the Adam step
-            th[j] -= lr_f * mhat / (std::sqrt(vhat) + eps);
-        }
-    }
-}
-
-double lr_schedule(long long s, long long steps, long long warmup, double lr, double min_lr) {
-    if (s < warmup) return lr * (double)(s + 1) / (double)warmup;
-    const long long span = std::max(1LL, steps - 1 - warmup);
-    const double ratio = std::min(1.0, (double)(s - warmup) / (double)span);
-    return min_lr + 0.5 * (1.0 + std::cos(3.141592653589793 * ratio)) * (lr - min_lr);
-}
-
-double lr_linear(long long s, long long steps, long long warmup, double lr, double min_lr) {
-    if (s < warmup) return lr * (double)(s + 1) / (double)warmup;
-    const long long span = std::max(1LL, steps - 1 - warmup);
-    return lr - (lr - min_lr) * std::min(1.0, (double)(s - warmup) / (double)span);
-}
-
-double clip_grad_norm(const Config& c, Params<float>& g, double max_norm) {
-    double sq = 0;
-    auto G = named_tensors(c, g);
-    for (auto& nt : G)
-        for (float v : nt.tensor->data) sq += (double)v * v;
-    const double norm = std::sqrt(sq);
-    if (max_norm > 0 && norm > max_norm) {
-        const float s = (float)(max_norm / norm);
-        for (auto& nt : G)
-            for (float& v : nt.tensor->data) v *= s;
-    }
-    return norm;
-}
 
 // ---- Character vocabulary ------------------------------------------------------------------------
 CharVocab::CharVocab() {
@@ -4382,31 +4479,6 @@ static void addition_example(const CharVocab& vocab, int a, int b, std::vector<i
     x.pop_back();
     y.assign(x.size(), -1);
     for (std::size_t i = AdditionTask::prompt_len() - 1; i < x.size(); i++) y[i] = ids[i + 1];
-}
-
-// ---- Sampling ------------------------------------------------------------------------------------
-int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng) {
-    if (z.empty()) throw Error("sample_logits: empty logits");
-    const int V = (int)z.size();
-    for (int j = 0; j < V; j++)
-        if (!std::isfinite(z[j])) throw Error("the model's logits are not finite (token id " + std::to_string(j) + "): its numbers overflow");
-    if (temperature <= 0) return (int)(std::max_element(z.begin(), z.end()) - z.begin());
-    std::vector<int> order(V);
-    for (int j = 0; j < V; j++) order[j] = j;
-    const int k = (top_k > 0 && top_k < V) ? top_k : V;
-    if (k < V)  // the k largest first; with all V kept the order does not matter (no O(V log V) sort)
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return z[a] > z[b]; });
-    float z_max = z[order[0]];
-    for (int j = 1; j < k; j++) z_max = std::max(z_max, z[order[j]]);
-    std::vector<double> w(k);
-    double sum = 0;
-    for (int j = 0; j < k; j++) sum += w[j] = std::exp((z[order[j]] - z_max) / temperature);
-    double u = rng.uniform() * sum;
-    for (int j = 0; j < k; j++) {
-        if (u < w[j]) return order[j];
-        u -= w[j];
-    }
-    return order[k - 1];
 }
 
 // ---- Generation with a key/value cache ---------------------------------------------------------
@@ -4974,11 +5046,6 @@ static std::string strip_ext(const std::string& path) {
 // ---- One training loop for every objective ----------------------------------------------------
 // " x K accumulated" for the progress header when a step sums K batches.
 static std::string accumulated(int accum) { return accum > 1 ? " x " + std::to_string(accum) + " accumulated" : ""; }
-// g *= s: the sum of --accum batches' gradients -> their mean.
-static void scale_grads(const Config& c, Params<float>& g, float s) {
-    for (auto& nt : named_tensors(c, g))
-        for (float& v : nt.tensor->data) v *= s;
-}
 
 TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& obj) {
     using clock = std::chrono::steady_clock;
@@ -5021,20 +5088,16 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
         const long long step = step_index + 1;
         const double lr = o.schedule == "linear" ? lr_linear(step_index, o.steps, o.warmup, o.lr, o.min_lr)
                                                  : lr_schedule(step_index, o.steps, o.warmup, o.lr, o.min_lr);
-        zero_params(c, g);
         parts.assign(obj.part_names.size(), 0.0);
-        // The step's gradient: the mean over --accum batches of each batch's mean-loss gradient.
-        double loss = 0;
-        for (int a = 0; a < o.accum; a++) {
+        const StepResult st = train_step(c, p, g, s.adam, lr, o.grad_clip, o.accum, [&](Params<float>& grad) {
             std::vector<double> part(parts.size(), 0.0);
-            loss += obj.step(g, s.rng, part) / o.accum;  // what differs: the batch, the loss, the gradient
+            const double l = obj.step(grad, s.rng, part);  // what differs: the batch, the loss, the gradient
             for (std::size_t j = 0; j < parts.size(); j++) parts[j] += part[j] / o.accum;
-        }
-        if (o.accum > 1) scale_grads(c, g, 1.0f / (float)o.accum);
+            return l;
+        });
+        const double loss = st.loss;
         if (!std::isfinite(loss)) throw diverged("the loss", loss, step);
-        const double norm = clip_grad_norm(c, g, o.grad_clip);
-        if (!std::isfinite(norm)) throw diverged("the gradient norm", norm, step);
-        adamw_step(c, p, g, s.adam, lr);
+        if (!std::isfinite(st.norm)) throw diverged("the gradient norm", st.norm, step);
         const std::string bad = first_nonfinite(c, p);
         if (!bad.empty()) throw diverged("parameter '" + bad + "' (after the update)", NAN, step);
         r.train_losses.push_back(loss);
@@ -6540,188 +6603,8 @@ void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std
     write_file_atomic(dir + "/encoder.json", enc);
 }
 
-// ---- Unicode tables: the code points of \p{L} (letters) and \p{N} (numbers), Unicode 17.0, as
-// sorted ranges {first, last}; generated from the Unicode Character Database ------------------------
-static const uint32_t UNICODE_L[][2] = {
-    {0x41, 0x5A}, {0x61, 0x7A}, {0xAA, 0xAA}, {0xB5, 0xB5}, {0xBA, 0xBA}, {0xC0, 0xD6}, {0xD8, 0xF6},
-    {0xF8, 0x2C1}, {0x2C6, 0x2D1}, {0x2E0, 0x2E4}, {0x2EC, 0x2EC}, {0x2EE, 0x2EE}, {0x370, 0x374},
-    {0x376, 0x377}, {0x37A, 0x37D}, {0x37F, 0x37F}, {0x386, 0x386}, {0x388, 0x38A}, {0x38C, 0x38C},
-    {0x38E, 0x3A1}, {0x3A3, 0x3F5}, {0x3F7, 0x481}, {0x48A, 0x52F}, {0x531, 0x556}, {0x559, 0x559},
-    {0x560, 0x588}, {0x5D0, 0x5EA}, {0x5EF, 0x5F2}, {0x620, 0x64A}, {0x66E, 0x66F}, {0x671, 0x6D3},
-    {0x6D5, 0x6D5}, {0x6E5, 0x6E6}, {0x6EE, 0x6EF}, {0x6FA, 0x6FC}, {0x6FF, 0x6FF}, {0x710, 0x710},
-    {0x712, 0x72F}, {0x74D, 0x7A5}, {0x7B1, 0x7B1}, {0x7CA, 0x7EA}, {0x7F4, 0x7F5}, {0x7FA, 0x7FA},
-    {0x800, 0x815}, {0x81A, 0x81A}, {0x824, 0x824}, {0x828, 0x828}, {0x840, 0x858}, {0x860, 0x86A},
-    {0x870, 0x887}, {0x889, 0x88F}, {0x8A0, 0x8C9}, {0x904, 0x939}, {0x93D, 0x93D}, {0x950, 0x950},
-    {0x958, 0x961}, {0x971, 0x980}, {0x985, 0x98C}, {0x98F, 0x990}, {0x993, 0x9A8}, {0x9AA, 0x9B0},
-    {0x9B2, 0x9B2}, {0x9B6, 0x9B9}, {0x9BD, 0x9BD}, {0x9CE, 0x9CE}, {0x9DC, 0x9DD}, {0x9DF, 0x9E1},
-    {0x9F0, 0x9F1}, {0x9FC, 0x9FC}, {0xA05, 0xA0A}, {0xA0F, 0xA10}, {0xA13, 0xA28}, {0xA2A, 0xA30},
-    {0xA32, 0xA33}, {0xA35, 0xA36}, {0xA38, 0xA39}, {0xA59, 0xA5C}, {0xA5E, 0xA5E}, {0xA72, 0xA74},
-    {0xA85, 0xA8D}, {0xA8F, 0xA91}, {0xA93, 0xAA8}, {0xAAA, 0xAB0}, {0xAB2, 0xAB3}, {0xAB5, 0xAB9},
-    {0xABD, 0xABD}, {0xAD0, 0xAD0}, {0xAE0, 0xAE1}, {0xAF9, 0xAF9}, {0xB05, 0xB0C}, {0xB0F, 0xB10},
-    {0xB13, 0xB28}, {0xB2A, 0xB30}, {0xB32, 0xB33}, {0xB35, 0xB39}, {0xB3D, 0xB3D}, {0xB5C, 0xB5D},
-    {0xB5F, 0xB61}, {0xB71, 0xB71}, {0xB83, 0xB83}, {0xB85, 0xB8A}, {0xB8E, 0xB90}, {0xB92, 0xB95},
-    {0xB99, 0xB9A}, {0xB9C, 0xB9C}, {0xB9E, 0xB9F}, {0xBA3, 0xBA4}, {0xBA8, 0xBAA}, {0xBAE, 0xBB9},
-    {0xBD0, 0xBD0}, {0xC05, 0xC0C}, {0xC0E, 0xC10}, {0xC12, 0xC28}, {0xC2A, 0xC39}, {0xC3D, 0xC3D},
-    {0xC58, 0xC5A}, {0xC5C, 0xC5D}, {0xC60, 0xC61}, {0xC80, 0xC80}, {0xC85, 0xC8C}, {0xC8E, 0xC90},
-    {0xC92, 0xCA8}, {0xCAA, 0xCB3}, {0xCB5, 0xCB9}, {0xCBD, 0xCBD}, {0xCDC, 0xCDE}, {0xCE0, 0xCE1},
-    {0xCF1, 0xCF2}, {0xD04, 0xD0C}, {0xD0E, 0xD10}, {0xD12, 0xD3A}, {0xD3D, 0xD3D}, {0xD4E, 0xD4E},
-    {0xD54, 0xD56}, {0xD5F, 0xD61}, {0xD7A, 0xD7F}, {0xD85, 0xD96}, {0xD9A, 0xDB1}, {0xDB3, 0xDBB},
-    {0xDBD, 0xDBD}, {0xDC0, 0xDC6}, {0xE01, 0xE30}, {0xE32, 0xE33}, {0xE40, 0xE46}, {0xE81, 0xE82},
-    {0xE84, 0xE84}, {0xE86, 0xE8A}, {0xE8C, 0xEA3}, {0xEA5, 0xEA5}, {0xEA7, 0xEB0}, {0xEB2, 0xEB3},
-    {0xEBD, 0xEBD}, {0xEC0, 0xEC4}, {0xEC6, 0xEC6}, {0xEDC, 0xEDF}, {0xF00, 0xF00}, {0xF40, 0xF47},
-    {0xF49, 0xF6C}, {0xF88, 0xF8C}, {0x1000, 0x102A}, {0x103F, 0x103F}, {0x1050, 0x1055}, {0x105A, 0x105D},
-    {0x1061, 0x1061}, {0x1065, 0x1066}, {0x106E, 0x1070}, {0x1075, 0x1081}, {0x108E, 0x108E},
-    {0x10A0, 0x10C5}, {0x10C7, 0x10C7}, {0x10CD, 0x10CD}, {0x10D0, 0x10FA}, {0x10FC, 0x1248},
-    {0x124A, 0x124D}, {0x1250, 0x1256}, {0x1258, 0x1258}, {0x125A, 0x125D}, {0x1260, 0x1288},
-    {0x128A, 0x128D}, {0x1290, 0x12B0}, {0x12B2, 0x12B5}, {0x12B8, 0x12BE}, {0x12C0, 0x12C0},
-    {0x12C2, 0x12C5}, {0x12C8, 0x12D6}, {0x12D8, 0x1310}, {0x1312, 0x1315}, {0x1318, 0x135A},
-    {0x1380, 0x138F}, {0x13A0, 0x13F5}, {0x13F8, 0x13FD}, {0x1401, 0x166C}, {0x166F, 0x167F},
-    {0x1681, 0x169A}, {0x16A0, 0x16EA}, {0x16F1, 0x16F8}, {0x1700, 0x1711}, {0x171F, 0x1731},
-    {0x1740, 0x1751}, {0x1760, 0x176C}, {0x176E, 0x1770}, {0x1780, 0x17B3}, {0x17D7, 0x17D7},
-    {0x17DC, 0x17DC}, {0x1820, 0x1878}, {0x1880, 0x1884}, {0x1887, 0x18A8}, {0x18AA, 0x18AA},
-    {0x18B0, 0x18F5}, {0x1900, 0x191E}, {0x1950, 0x196D}, {0x1970, 0x1974}, {0x1980, 0x19AB},
-    {0x19B0, 0x19C9}, {0x1A00, 0x1A16}, {0x1A20, 0x1A54}, {0x1AA7, 0x1AA7}, {0x1B05, 0x1B33},
-    {0x1B45, 0x1B4C}, {0x1B83, 0x1BA0}, {0x1BAE, 0x1BAF}, {0x1BBA, 0x1BE5}, {0x1C00, 0x1C23},
-    {0x1C4D, 0x1C4F}, {0x1C5A, 0x1C7D}, {0x1C80, 0x1C8A}, {0x1C90, 0x1CBA}, {0x1CBD, 0x1CBF},
-    {0x1CE9, 0x1CEC}, {0x1CEE, 0x1CF3}, {0x1CF5, 0x1CF6}, {0x1CFA, 0x1CFA}, {0x1D00, 0x1DBF},
-    {0x1E00, 0x1F15}, {0x1F18, 0x1F1D}, {0x1F20, 0x1F45}, {0x1F48, 0x1F4D}, {0x1F50, 0x1F57},
-    {0x1F59, 0x1F59}, {0x1F5B, 0x1F5B}, {0x1F5D, 0x1F5D}, {0x1F5F, 0x1F7D}, {0x1F80, 0x1FB4},
-    {0x1FB6, 0x1FBC}, {0x1FBE, 0x1FBE}, {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC}, {0x1FD0, 0x1FD3},
-    {0x1FD6, 0x1FDB}, {0x1FE0, 0x1FEC}, {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC}, {0x2071, 0x2071},
-    {0x207F, 0x207F}, {0x2090, 0x209C}, {0x2102, 0x2102}, {0x2107, 0x2107}, {0x210A, 0x2113},
-    {0x2115, 0x2115}, {0x2119, 0x211D}, {0x2124, 0x2124}, {0x2126, 0x2126}, {0x2128, 0x2128},
-    {0x212A, 0x212D}, {0x212F, 0x2139}, {0x213C, 0x213F}, {0x2145, 0x2149}, {0x214E, 0x214E},
-    {0x2183, 0x2184}, {0x2C00, 0x2CE4}, {0x2CEB, 0x2CEE}, {0x2CF2, 0x2CF3}, {0x2D00, 0x2D25},
-    {0x2D27, 0x2D27}, {0x2D2D, 0x2D2D}, {0x2D30, 0x2D67}, {0x2D6F, 0x2D6F}, {0x2D80, 0x2D96},
-    {0x2DA0, 0x2DA6}, {0x2DA8, 0x2DAE}, {0x2DB0, 0x2DB6}, {0x2DB8, 0x2DBE}, {0x2DC0, 0x2DC6},
-    {0x2DC8, 0x2DCE}, {0x2DD0, 0x2DD6}, {0x2DD8, 0x2DDE}, {0x2E2F, 0x2E2F}, {0x3005, 0x3006},
-    {0x3031, 0x3035}, {0x303B, 0x303C}, {0x3041, 0x3096}, {0x309D, 0x309F}, {0x30A1, 0x30FA},
-    {0x30FC, 0x30FF}, {0x3105, 0x312F}, {0x3131, 0x318E}, {0x31A0, 0x31BF}, {0x31F0, 0x31FF},
-    {0x3400, 0x4DBF}, {0x4E00, 0xA48C}, {0xA4D0, 0xA4FD}, {0xA500, 0xA60C}, {0xA610, 0xA61F},
-    {0xA62A, 0xA62B}, {0xA640, 0xA66E}, {0xA67F, 0xA69D}, {0xA6A0, 0xA6E5}, {0xA717, 0xA71F},
-    {0xA722, 0xA788}, {0xA78B, 0xA7DC}, {0xA7F1, 0xA801}, {0xA803, 0xA805}, {0xA807, 0xA80A},
-    {0xA80C, 0xA822}, {0xA840, 0xA873}, {0xA882, 0xA8B3}, {0xA8F2, 0xA8F7}, {0xA8FB, 0xA8FB},
-    {0xA8FD, 0xA8FE}, {0xA90A, 0xA925}, {0xA930, 0xA946}, {0xA960, 0xA97C}, {0xA984, 0xA9B2},
-    {0xA9CF, 0xA9CF}, {0xA9E0, 0xA9E4}, {0xA9E6, 0xA9EF}, {0xA9FA, 0xA9FE}, {0xAA00, 0xAA28},
-    {0xAA40, 0xAA42}, {0xAA44, 0xAA4B}, {0xAA60, 0xAA76}, {0xAA7A, 0xAA7A}, {0xAA7E, 0xAAAF},
-    {0xAAB1, 0xAAB1}, {0xAAB5, 0xAAB6}, {0xAAB9, 0xAABD}, {0xAAC0, 0xAAC0}, {0xAAC2, 0xAAC2},
-    {0xAADB, 0xAADD}, {0xAAE0, 0xAAEA}, {0xAAF2, 0xAAF4}, {0xAB01, 0xAB06}, {0xAB09, 0xAB0E},
-    {0xAB11, 0xAB16}, {0xAB20, 0xAB26}, {0xAB28, 0xAB2E}, {0xAB30, 0xAB5A}, {0xAB5C, 0xAB69},
-    {0xAB70, 0xABE2}, {0xAC00, 0xD7A3}, {0xD7B0, 0xD7C6}, {0xD7CB, 0xD7FB}, {0xF900, 0xFA6D},
-    {0xFA70, 0xFAD9}, {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFB1D, 0xFB1D}, {0xFB1F, 0xFB28},
-    {0xFB2A, 0xFB36}, {0xFB38, 0xFB3C}, {0xFB3E, 0xFB3E}, {0xFB40, 0xFB41}, {0xFB43, 0xFB44},
-    {0xFB46, 0xFBB1}, {0xFBD3, 0xFD3D}, {0xFD50, 0xFD8F}, {0xFD92, 0xFDC7}, {0xFDF0, 0xFDFB},
-    {0xFE70, 0xFE74}, {0xFE76, 0xFEFC}, {0xFF21, 0xFF3A}, {0xFF41, 0xFF5A}, {0xFF66, 0xFFBE},
-    {0xFFC2, 0xFFC7}, {0xFFCA, 0xFFCF}, {0xFFD2, 0xFFD7}, {0xFFDA, 0xFFDC}, {0x10000, 0x1000B},
-    {0x1000D, 0x10026}, {0x10028, 0x1003A}, {0x1003C, 0x1003D}, {0x1003F, 0x1004D}, {0x10050, 0x1005D},
-    {0x10080, 0x100FA}, {0x10280, 0x1029C}, {0x102A0, 0x102D0}, {0x10300, 0x1031F}, {0x1032D, 0x10340},
-    {0x10342, 0x10349}, {0x10350, 0x10375}, {0x10380, 0x1039D}, {0x103A0, 0x103C3}, {0x103C8, 0x103CF},
-    {0x10400, 0x1049D}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB}, {0x10500, 0x10527}, {0x10530, 0x10563},
-    {0x10570, 0x1057A}, {0x1057C, 0x1058A}, {0x1058C, 0x10592}, {0x10594, 0x10595}, {0x10597, 0x105A1},
-    {0x105A3, 0x105B1}, {0x105B3, 0x105B9}, {0x105BB, 0x105BC}, {0x105C0, 0x105F3}, {0x10600, 0x10736},
-    {0x10740, 0x10755}, {0x10760, 0x10767}, {0x10780, 0x10785}, {0x10787, 0x107B0}, {0x107B2, 0x107BA},
-    {0x10800, 0x10805}, {0x10808, 0x10808}, {0x1080A, 0x10835}, {0x10837, 0x10838}, {0x1083C, 0x1083C},
-    {0x1083F, 0x10855}, {0x10860, 0x10876}, {0x10880, 0x1089E}, {0x108E0, 0x108F2}, {0x108F4, 0x108F5},
-    {0x10900, 0x10915}, {0x10920, 0x10939}, {0x10940, 0x10959}, {0x10980, 0x109B7}, {0x109BE, 0x109BF},
-    {0x10A00, 0x10A00}, {0x10A10, 0x10A13}, {0x10A15, 0x10A17}, {0x10A19, 0x10A35}, {0x10A60, 0x10A7C},
-    {0x10A80, 0x10A9C}, {0x10AC0, 0x10AC7}, {0x10AC9, 0x10AE4}, {0x10B00, 0x10B35}, {0x10B40, 0x10B55},
-    {0x10B60, 0x10B72}, {0x10B80, 0x10B91}, {0x10C00, 0x10C48}, {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2},
-    {0x10D00, 0x10D23}, {0x10D4A, 0x10D65}, {0x10D6F, 0x10D85}, {0x10E80, 0x10EA9}, {0x10EB0, 0x10EB1},
-    {0x10EC2, 0x10EC7}, {0x10F00, 0x10F1C}, {0x10F27, 0x10F27}, {0x10F30, 0x10F45}, {0x10F70, 0x10F81},
-    {0x10FB0, 0x10FC4}, {0x10FE0, 0x10FF6}, {0x11003, 0x11037}, {0x11071, 0x11072}, {0x11075, 0x11075},
-    {0x11083, 0x110AF}, {0x110D0, 0x110E8}, {0x11103, 0x11126}, {0x11144, 0x11144}, {0x11147, 0x11147},
-    {0x11150, 0x11172}, {0x11176, 0x11176}, {0x11183, 0x111B2}, {0x111C1, 0x111C4}, {0x111DA, 0x111DA},
-    {0x111DC, 0x111DC}, {0x11200, 0x11211}, {0x11213, 0x1122B}, {0x1123F, 0x11240}, {0x11280, 0x11286},
-    {0x11288, 0x11288}, {0x1128A, 0x1128D}, {0x1128F, 0x1129D}, {0x1129F, 0x112A8}, {0x112B0, 0x112DE},
-    {0x11305, 0x1130C}, {0x1130F, 0x11310}, {0x11313, 0x11328}, {0x1132A, 0x11330}, {0x11332, 0x11333},
-    {0x11335, 0x11339}, {0x1133D, 0x1133D}, {0x11350, 0x11350}, {0x1135D, 0x11361}, {0x11380, 0x11389},
-    {0x1138B, 0x1138B}, {0x1138E, 0x1138E}, {0x11390, 0x113B5}, {0x113B7, 0x113B7}, {0x113D1, 0x113D1},
-    {0x113D3, 0x113D3}, {0x11400, 0x11434}, {0x11447, 0x1144A}, {0x1145F, 0x11461}, {0x11480, 0x114AF},
-    {0x114C4, 0x114C5}, {0x114C7, 0x114C7}, {0x11580, 0x115AE}, {0x115D8, 0x115DB}, {0x11600, 0x1162F},
-    {0x11644, 0x11644}, {0x11680, 0x116AA}, {0x116B8, 0x116B8}, {0x11700, 0x1171A}, {0x11740, 0x11746},
-    {0x11800, 0x1182B}, {0x118A0, 0x118DF}, {0x118FF, 0x11906}, {0x11909, 0x11909}, {0x1190C, 0x11913},
-    {0x11915, 0x11916}, {0x11918, 0x1192F}, {0x1193F, 0x1193F}, {0x11941, 0x11941}, {0x119A0, 0x119A7},
-    {0x119AA, 0x119D0}, {0x119E1, 0x119E1}, {0x119E3, 0x119E3}, {0x11A00, 0x11A00}, {0x11A0B, 0x11A32},
-    {0x11A3A, 0x11A3A}, {0x11A50, 0x11A50}, {0x11A5C, 0x11A89}, {0x11A9D, 0x11A9D}, {0x11AB0, 0x11AF8},
-    {0x11BC0, 0x11BE0}, {0x11C00, 0x11C08}, {0x11C0A, 0x11C2E}, {0x11C40, 0x11C40}, {0x11C72, 0x11C8F},
-    {0x11D00, 0x11D06}, {0x11D08, 0x11D09}, {0x11D0B, 0x11D30}, {0x11D46, 0x11D46}, {0x11D60, 0x11D65},
-    {0x11D67, 0x11D68}, {0x11D6A, 0x11D89}, {0x11D98, 0x11D98}, {0x11DB0, 0x11DDB}, {0x11EE0, 0x11EF2},
-    {0x11F02, 0x11F02}, {0x11F04, 0x11F10}, {0x11F12, 0x11F33}, {0x11FB0, 0x11FB0}, {0x12000, 0x12399},
-    {0x12480, 0x12543}, {0x12F90, 0x12FF0}, {0x13000, 0x1342F}, {0x13441, 0x13446}, {0x13460, 0x143FA},
-    {0x14400, 0x14646}, {0x16100, 0x1611D}, {0x16800, 0x16A38}, {0x16A40, 0x16A5E}, {0x16A70, 0x16ABE},
-    {0x16AD0, 0x16AED}, {0x16B00, 0x16B2F}, {0x16B40, 0x16B43}, {0x16B63, 0x16B77}, {0x16B7D, 0x16B8F},
-    {0x16D40, 0x16D6C}, {0x16E40, 0x16E7F}, {0x16EA0, 0x16EB8}, {0x16EBB, 0x16ED3}, {0x16F00, 0x16F4A},
-    {0x16F50, 0x16F50}, {0x16F93, 0x16F9F}, {0x16FE0, 0x16FE1}, {0x16FE3, 0x16FE3}, {0x16FF2, 0x16FF3},
-    {0x17000, 0x18CD5}, {0x18CFF, 0x18D1E}, {0x18D80, 0x18DF2}, {0x1AFF0, 0x1AFF3}, {0x1AFF5, 0x1AFFB},
-    {0x1AFFD, 0x1AFFE}, {0x1B000, 0x1B122}, {0x1B132, 0x1B132}, {0x1B150, 0x1B152}, {0x1B155, 0x1B155},
-    {0x1B164, 0x1B167}, {0x1B170, 0x1B2FB}, {0x1BC00, 0x1BC6A}, {0x1BC70, 0x1BC7C}, {0x1BC80, 0x1BC88},
-    {0x1BC90, 0x1BC99}, {0x1D400, 0x1D454}, {0x1D456, 0x1D49C}, {0x1D49E, 0x1D49F}, {0x1D4A2, 0x1D4A2},
-    {0x1D4A5, 0x1D4A6}, {0x1D4A9, 0x1D4AC}, {0x1D4AE, 0x1D4B9}, {0x1D4BB, 0x1D4BB}, {0x1D4BD, 0x1D4C3},
-    {0x1D4C5, 0x1D505}, {0x1D507, 0x1D50A}, {0x1D50D, 0x1D514}, {0x1D516, 0x1D51C}, {0x1D51E, 0x1D539},
-    {0x1D53B, 0x1D53E}, {0x1D540, 0x1D544}, {0x1D546, 0x1D546}, {0x1D54A, 0x1D550}, {0x1D552, 0x1D6A5},
-    {0x1D6A8, 0x1D6C0}, {0x1D6C2, 0x1D6DA}, {0x1D6DC, 0x1D6FA}, {0x1D6FC, 0x1D714}, {0x1D716, 0x1D734},
-    {0x1D736, 0x1D74E}, {0x1D750, 0x1D76E}, {0x1D770, 0x1D788}, {0x1D78A, 0x1D7A8}, {0x1D7AA, 0x1D7C2},
-    {0x1D7C4, 0x1D7CB}, {0x1DF00, 0x1DF1E}, {0x1DF25, 0x1DF2A}, {0x1E030, 0x1E06D}, {0x1E100, 0x1E12C},
-    {0x1E137, 0x1E13D}, {0x1E14E, 0x1E14E}, {0x1E290, 0x1E2AD}, {0x1E2C0, 0x1E2EB}, {0x1E4D0, 0x1E4EB},
-    {0x1E5D0, 0x1E5ED}, {0x1E5F0, 0x1E5F0}, {0x1E6C0, 0x1E6DE}, {0x1E6E0, 0x1E6E2}, {0x1E6E4, 0x1E6E5},
-    {0x1E6E7, 0x1E6ED}, {0x1E6F0, 0x1E6F4}, {0x1E6FE, 0x1E6FF}, {0x1E7E0, 0x1E7E6}, {0x1E7E8, 0x1E7EB},
-    {0x1E7ED, 0x1E7EE}, {0x1E7F0, 0x1E7FE}, {0x1E800, 0x1E8C4}, {0x1E900, 0x1E943}, {0x1E94B, 0x1E94B},
-    {0x1EE00, 0x1EE03}, {0x1EE05, 0x1EE1F}, {0x1EE21, 0x1EE22}, {0x1EE24, 0x1EE24}, {0x1EE27, 0x1EE27},
-    {0x1EE29, 0x1EE32}, {0x1EE34, 0x1EE37}, {0x1EE39, 0x1EE39}, {0x1EE3B, 0x1EE3B}, {0x1EE42, 0x1EE42},
-    {0x1EE47, 0x1EE47}, {0x1EE49, 0x1EE49}, {0x1EE4B, 0x1EE4B}, {0x1EE4D, 0x1EE4F}, {0x1EE51, 0x1EE52},
-    {0x1EE54, 0x1EE54}, {0x1EE57, 0x1EE57}, {0x1EE59, 0x1EE59}, {0x1EE5B, 0x1EE5B}, {0x1EE5D, 0x1EE5D},
-    {0x1EE5F, 0x1EE5F}, {0x1EE61, 0x1EE62}, {0x1EE64, 0x1EE64}, {0x1EE67, 0x1EE6A}, {0x1EE6C, 0x1EE72},
-    {0x1EE74, 0x1EE77}, {0x1EE79, 0x1EE7C}, {0x1EE7E, 0x1EE7E}, {0x1EE80, 0x1EE89}, {0x1EE8B, 0x1EE9B},
-    {0x1EEA1, 0x1EEA3}, {0x1EEA5, 0x1EEA9}, {0x1EEAB, 0x1EEBB}, {0x20000, 0x2A6DF}, {0x2A700, 0x2B81D},
-    {0x2B820, 0x2CEAD}, {0x2CEB0, 0x2EBE0}, {0x2EBF0, 0x2EE5D}, {0x2F800, 0x2FA1D}, {0x30000, 0x3134A},
-    {0x31350, 0x33479},
-};
-static const uint32_t UNICODE_N[][2] = {
-    {0x30, 0x39}, {0xB2, 0xB3}, {0xB9, 0xB9}, {0xBC, 0xBE}, {0x660, 0x669}, {0x6F0, 0x6F9}, {0x7C0, 0x7C9},
-    {0x966, 0x96F}, {0x9E6, 0x9EF}, {0x9F4, 0x9F9}, {0xA66, 0xA6F}, {0xAE6, 0xAEF}, {0xB66, 0xB6F},
-    {0xB72, 0xB77}, {0xBE6, 0xBF2}, {0xC66, 0xC6F}, {0xC78, 0xC7E}, {0xCE6, 0xCEF}, {0xD58, 0xD5E},
-    {0xD66, 0xD78}, {0xDE6, 0xDEF}, {0xE50, 0xE59}, {0xED0, 0xED9}, {0xF20, 0xF33}, {0x1040, 0x1049},
-    {0x1090, 0x1099}, {0x1369, 0x137C}, {0x16EE, 0x16F0}, {0x17E0, 0x17E9}, {0x17F0, 0x17F9},
-    {0x1810, 0x1819}, {0x1946, 0x194F}, {0x19D0, 0x19DA}, {0x1A80, 0x1A89}, {0x1A90, 0x1A99},
-    {0x1B50, 0x1B59}, {0x1BB0, 0x1BB9}, {0x1C40, 0x1C49}, {0x1C50, 0x1C59}, {0x2070, 0x2070},
-    {0x2074, 0x2079}, {0x2080, 0x2089}, {0x2150, 0x2182}, {0x2185, 0x2189}, {0x2460, 0x249B},
-    {0x24EA, 0x24FF}, {0x2776, 0x2793}, {0x2CFD, 0x2CFD}, {0x3007, 0x3007}, {0x3021, 0x3029},
-    {0x3038, 0x303A}, {0x3192, 0x3195}, {0x3220, 0x3229}, {0x3248, 0x324F}, {0x3251, 0x325F},
-    {0x3280, 0x3289}, {0x32B1, 0x32BF}, {0xA620, 0xA629}, {0xA6E6, 0xA6EF}, {0xA830, 0xA835},
-    {0xA8D0, 0xA8D9}, {0xA900, 0xA909}, {0xA9D0, 0xA9D9}, {0xA9F0, 0xA9F9}, {0xAA50, 0xAA59},
-    {0xABF0, 0xABF9}, {0xFF10, 0xFF19}, {0x10107, 0x10133}, {0x10140, 0x10178}, {0x1018A, 0x1018B},
-    {0x102E1, 0x102FB}, {0x10320, 0x10323}, {0x10341, 0x10341}, {0x1034A, 0x1034A}, {0x103D1, 0x103D5},
-    {0x104A0, 0x104A9}, {0x10858, 0x1085F}, {0x10879, 0x1087F}, {0x108A7, 0x108AF}, {0x108FB, 0x108FF},
-    {0x10916, 0x1091B}, {0x109BC, 0x109BD}, {0x109C0, 0x109CF}, {0x109D2, 0x109FF}, {0x10A40, 0x10A48},
-    {0x10A7D, 0x10A7E}, {0x10A9D, 0x10A9F}, {0x10AEB, 0x10AEF}, {0x10B58, 0x10B5F}, {0x10B78, 0x10B7F},
-    {0x10BA9, 0x10BAF}, {0x10CFA, 0x10CFF}, {0x10D30, 0x10D39}, {0x10D40, 0x10D49}, {0x10E60, 0x10E7E},
-    {0x10F1D, 0x10F26}, {0x10F51, 0x10F54}, {0x10FC5, 0x10FCB}, {0x11052, 0x1106F}, {0x110F0, 0x110F9},
-    {0x11136, 0x1113F}, {0x111D0, 0x111D9}, {0x111E1, 0x111F4}, {0x112F0, 0x112F9}, {0x11450, 0x11459},
-    {0x114D0, 0x114D9}, {0x11650, 0x11659}, {0x116C0, 0x116C9}, {0x116D0, 0x116E3}, {0x11730, 0x1173B},
-    {0x118E0, 0x118F2}, {0x11950, 0x11959}, {0x11BF0, 0x11BF9}, {0x11C50, 0x11C6C}, {0x11D50, 0x11D59},
-    {0x11DA0, 0x11DA9}, {0x11DE0, 0x11DE9}, {0x11F50, 0x11F59}, {0x11FC0, 0x11FD4}, {0x12400, 0x1246E},
-    {0x16130, 0x16139}, {0x16A60, 0x16A69}, {0x16AC0, 0x16AC9}, {0x16B50, 0x16B59}, {0x16B5B, 0x16B61},
-    {0x16D70, 0x16D79}, {0x16E80, 0x16E96}, {0x16FF4, 0x16FF6}, {0x1CCF0, 0x1CCF9}, {0x1D2C0, 0x1D2D3},
-    {0x1D2E0, 0x1D2F3}, {0x1D360, 0x1D378}, {0x1D7CE, 0x1D7FF}, {0x1E140, 0x1E149}, {0x1E2F0, 0x1E2F9},
-    {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA}, {0x1E8C7, 0x1E8CF}, {0x1E950, 0x1E959}, {0x1EC71, 0x1ECAB},
-    {0x1ECAD, 0x1ECAF}, {0x1ECB1, 0x1ECB4}, {0x1ED01, 0x1ED2D}, {0x1ED2F, 0x1ED3D}, {0x1F100, 0x1F10C},
-    {0x1FBF0, 0x1FBF9},
-};
-
-static bool in_ranges(const uint32_t (*r)[2], std::size_t count, uint32_t cp) {
-    std::size_t lo = 0, hi = count;  // binary search: the last range with first <= cp
-    while (lo < hi) {
-        const std::size_t mid = (lo + hi) / 2;
-        if (r[mid][0] <= cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo > 0 && cp <= r[lo - 1][1];
-}
-static bool unicode_letter(uint32_t cp) { return in_ranges(UNICODE_L, sizeof UNICODE_L / sizeof UNICODE_L[0], cp); }
-static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNICODE_N / sizeof UNICODE_N[0], cp); }
-
 // ================================================================================================
-// TOKENIZERS of the released GPT-1 and BERT (issue 12; see transformer.hpp)
+// TOKENIZERS of the released GPT-1 and BERT (see transformer.hpp)
 // ================================================================================================
 static bool unicode_mark_nonspacing(uint32_t cp);  // Mn (tables at the end of this section)
 static bool unicode_punctuation(uint32_t cp);      // P*
@@ -7145,6 +7028,865 @@ Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_pat
                     (kind == "bert-wordpiece" ? " (WordPiece takes vocab.txt alone, without an encoder)" : ""));
     return make_tokenizer(found, enc, voc, files);
 }
+
+// ================================================================================================
+// THE TOKENIZER OF A CHECKPOINT (see transformer.hpp)
+// ================================================================================================
+int Tokenizer::size() const {
+    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.size();
+    if (kind == "gpt1-bpe") return gpt1.size();
+    if (kind == "bert-wordpiece") return wordpiece.size();
+    return chars.size();
+}
+
+std::vector<int> Tokenizer::encode(const std::string& text, const std::string& where) const {
+    if (kind == "gpt2-bpe") return bpe.encode(text);
+    if (kind == "roberta-bpe") return roberta_encode(bpe, text);
+    if (kind == "gpt1-bpe") return gpt1.encode(text);
+    if (kind == "bert-wordpiece") return wordpiece.encode(text);
+    if (kind == "char") return chars.encode(text, where);
+    throw Error("no tokenizer to encode " + where + " with");
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.decode(ids);
+    if (kind == "gpt1-bpe") return gpt1.decode(ids);
+    if (kind == "bert-wordpiece") return wordpiece.decode(ids);
+    if (kind == "char") return chars.decode(ids);
+    throw Error("no tokenizer to decode with");
+}
+
+std::map<std::string, std::string> Tokenizer::metadata() const {
+    if (kind == "gpt2-bpe" || kind == "gpt1-bpe" || kind == "roberta-bpe")
+        return {{"tokenizer", kind}, {"tokenizer.encoder_json", encoder_json}, {"tokenizer.vocab_bpe", vocab}};
+    if (kind == "bert-wordpiece") return {{"tokenizer", kind}, {"tokenizer.vocab_txt", vocab}};
+    if (kind == "char") return {{"vocab", chars.to_metadata()}};  // as every checkpoint before issue 11
+    return {};
+}
+
+Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_text, const std::string& vocab_text,
+                         const std::string& where) {
+    Tokenizer t;
+    t.kind = kind, t.encoder_json = encoder_text, t.vocab = vocab_text;
+    try {
+        if (kind == "gpt2-bpe" || kind == "roberta-bpe") t.bpe = make_bpe(encoder_text, vocab_text);
+        else if (kind == "gpt1-bpe") t.gpt1 = make_gpt1_bpe(encoder_text, vocab_text);
+        else if (kind == "bert-wordpiece") t.wordpiece = make_wordpiece(vocab_text);
+        else throw Error("unknown tokenizer '" + kind + "' (expected " + SUBWORD_KINDS + ")");
+        if (kind == "roberta-bpe")
+            for (const char* special : {"<s>", "<pad>", "</s>", "<unk>", "<mask>"})
+                if (!t.bpe.encoder.count(special)) throw Error(std::string("vocab.json lacks RoBERTa's special token ") + special);
+    } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+    }
+    return t;
+}
+
+Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+    return make_tokenizer("gpt2-bpe", read_file(encoder_json_path), read_file(vocab_bpe_path),
+                          "GPT-2's tokenizer from '" + encoder_json_path + "' and '" + vocab_bpe_path + "'");
+}
+
+Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::string& path) {
+    Tokenizer t;
+    const auto kind = m.find("tokenizer");
+    if (kind == m.end()) {
+        if (m.count("vocab")) t.kind = "char", t.chars = CharVocab::from_metadata(m.at("vocab"));
+        return t;
+    }
+    const std::string& k = kind->second;
+    if (!is_subword_kind(k))
+        throw Error("'" + path + "' records the tokenizer '" + k + "', which this program does not know (it knows " +
+                    SUBWORD_KINDS + " and characters)");
+    const bool bpe = k != "bert-wordpiece";
+    for (const char* key : bpe ? std::vector<const char*>{"tokenizer.encoder_json", "tokenizer.vocab_bpe"}
+                               : std::vector<const char*>{"tokenizer.vocab_txt"})
+        if (!m.count(key)) throw Error("'" + path + "': its tokenizer " + k + " lacks " + key);
+    return make_tokenizer(k, bpe ? m.at("tokenizer.encoder_json") : "", m.at(bpe ? "tokenizer.vocab_bpe" : "tokenizer.vocab_txt"),
+                          "'" + path + "': its recorded tokenizer");
+}
+
+std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet) {
+    if (t.kind != "gpt2-bpe" || quiet || text.size() < (1u << 20)) return t.encode(text, where);
+    // BPE::encode with a line every ~10% of the text.
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    std::size_t next_report = text.size() / 10;
+    return t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
+        if (bytes < next_report) return;
+        std::fprintf(stderr, "encoding %s with GPT-2's BPE: %3.0f%% (%zu tokens, %.1f s)\n", where.c_str(),
+                     100.0 * (double)bytes / (double)text.size(), ids, std::chrono::duration<double>(clock::now() - t0).count());
+        next_report += text.size() / 10;
+    });
+}
+
+// ---- Memory of a training run ----------------------------------------------------------------
+// Activations per step (floats, B*n rows): per layer the caches of two LayerNorms, the inputs of
+// both sub-blocks, Q K V and the concatenated heads (4 H), the attention probabilities (A n per
+// row), the FFN's pre-activation and output (2 F) and two dropout masks: about 12 H + 2 F + A n;
+// then the logits and their gradient (2 V per row). The backward pass holds a few more of the
+// same size at a time, so this is the right order, not an exact count.
+TrainMemory train_memory(const Config& c, int B, int n) {
+    TrainMemory m;
+    const double floats = (double)count_params(c).actual;
+    m.params = 4 * floats, m.grads = 4 * floats, m.adam = 8 * floats;
+    const double rows = (double)B * n;
+    const double logit_rows = is_causal(c.variant) ? rows : 0.15 * rows;  // a masked LM de-embeds its targets only
+    m.activations = 4 * (rows * (double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + logit_rows * 2.0 * c.V);
+    return m;
+}
+
+// ================================================================================================
+// TEACHING: pictures and explain
+// ================================================================================================
+// ---- Heat maps (SVG, written by hand as loss_svg is) ---------------------------------------------
+static std::string xml_text(const std::string& s) {
+    std::string o;
+    for (char ch : s) o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '\'' ? "&apos;" : std::string(1, ch);
+    return o;
+}
+static std::string num(double v, const char* format = "%.4g") {
+    char b[32];
+    std::snprintf(b, sizeof b, format, v);
+    return b;
+}
+static std::size_t code_points(const std::string& s) {
+    std::size_t k = 0;
+    for (unsigned char ch : s) k += (ch & 0xC0) != 0x80;
+    return k;
+}
+
+std::string token_label(const std::string& bytes) {
+    std::string o;
+    for (std::size_t i = 0; i < bytes.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(bytes, i, cp);
+        if (len > 0 && cp >= 0x20 && cp != 0x7F) {
+            o += cp == ' ' ? "\u2423" : bytes.substr(i, (std::size_t)len);  // a space as an open box
+            i += (std::size_t)len;
+            continue;
+        }
+        char hex[8];  // a byte that is not printable UTF-8 (num() formats doubles, not a byte: not here)
+        std::snprintf(hex, sizeof hex, "\\x%02X", (unsigned)(unsigned char)bytes[i]);
+        o += bytes[i] == '\n' ? std::string("\u23CE") : std::string(hex);
+        i++;
+    }
+    return o.empty() ? "\u2205" : o;
+}
+
+// The colour of v in [0, 1]: white (0) to dark blue (1), linear between five stops.
+static const char* const BLUES[5] = {"#ffffff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"};
+static std::string blue(double v) {
+    v = std::min(1.0, std::max(0.0, v)) * 4;
+    const int k = std::min(3, (int)v);
+    const double t = v - k;
+    unsigned a = 0, b = 0;
+    std::sscanf(BLUES[k] + 1, "%x", &a), std::sscanf(BLUES[k + 1] + 1, "%x", &b);
+    char o[8];
+    auto mix = [&](int shift) { return (int)std::lround(((a >> shift) & 255) * (1 - t) + ((b >> shift) & 255) * t); };
+    std::snprintf(o, sizeof o, "#%02x%02x%02x", mix(16), mix(8), mix(0));
+    return o;
+}
+
+std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
+                        const std::vector<std::string>& caption, bool probability) {
+    if (panels.empty()) throw Error("heatmap_svg: no panels");
+    int most = 1;
+    for (const HeatPanel& q : panels) {
+        const std::size_t cells = q.rows.size() * q.cols.size();
+        if (q.values.size() != cells || q.masked.size() != cells) throw Error("heatmap_svg: a panel's values do not fit its labels");
+        most = std::max(most, (int)std::max(q.rows.size(), q.cols.size()));
+    }
+    per_row = std::max(1, std::min(per_row, (int)panels.size()));
+    const double cs = std::max(9.0, std::min(22.0, std::floor(264.0 / most)));  // cell size
+    const double font = std::min(12.0, cs - 1);
+    struct Margins {
+        double lab, colh;  // room for the row labels on the left, the column labels on top
+        bool upright;      // long column labels are written upwards
+    };
+    auto margins = [&](const HeatPanel& q) {
+        std::size_t r = 1, c = 1;
+        for (const std::string& s : q.rows) r = std::max(r, code_points(s));
+        for (const std::string& s : q.cols) c = std::max(c, code_points(s));
+        const bool up = (double)c * font * 0.62 > cs - 3;
+        return Margins{6 + font * 0.62 * (double)r, up ? 6 + font * 0.62 * (double)c : font + 6, up};
+    };
+    const double gap = 28, margin = 16, head = 34 + 16.0 * (double)caption.size();
+    // Each grid column is as wide as its widest panel, each grid row as high as its highest.
+    const int grid_rows = ((int)panels.size() + per_row - 1) / per_row;
+    std::vector<double> colw(per_row, 0), rowh(grid_rows, 0);
+    for (std::size_t k = 0; k < panels.size(); k++) {
+        const HeatPanel& q = panels[k];
+        std::size_t note = 0;
+        for (const std::string& s : q.notes) note = std::max(note, code_points(s));
+        const Margins m = margins(q);
+        const double w = std::max(m.lab + (double)q.cols.size() * cs, std::max(6.2 * (double)note, 8.4 * (double)code_points(q.title)));
+        const double h = 20 + m.colh + (double)q.rows.size() * cs + 6 + 14.0 * (double)q.notes.size();
+        colw[k % per_row] = std::max(colw[k % per_row], w);
+        rowh[k / per_row] = std::max(rowh[k / per_row], h);
+    }
+    std::vector<double> col_x(per_row + 1, margin), row_y(grid_rows + 1, head);
+    for (int k = 0; k < per_row; k++) col_x[k + 1] = col_x[k] + colw[k] + gap;
+    for (int k = 0; k < grid_rows; k++) row_y[k + 1] = row_y[k] + rowh[k] + gap;
+    std::size_t text = code_points(title);
+    for (const std::string& s : caption) text = std::max(text, code_points(s));
+    const double W = std::max(std::max(col_x[per_row] - gap + margin, 2 * margin + 6.6 * (double)text), 660.0);
+    const double H = row_y[grid_rows] + 60;
+    std::ostringstream o;
+    o << "<?xml version='1.0' encoding='UTF-8'?>\n";
+    o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
+      << "' font-family='sans-serif' font-size='12'>\n";
+    o << SVG_MARK << "\n";
+    o << "<defs><pattern id='hatch' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
+         "<rect width='4' height='4' fill='#e4e4e4'/><line x1='0' y1='0' x2='0' y2='4' stroke='#a0a0a0' stroke-width='1.6'/></pattern>\n";
+    o << "<linearGradient id='scale'>";
+    for (int k = 0; k < 5; k++) o << "<stop offset='" << k * 25 << "%' stop-color='" << BLUES[k] << "'/>";
+    o << "</linearGradient></defs>\n<rect width='100%' height='100%' fill='white'/>\n";
+    o << "<text x='" << margin << "' y='22' font-size='15'>" << xml_text(title) << "</text>\n";
+    for (std::size_t k = 0; k < caption.size(); k++)
+        o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << xml_text(caption[k]) << "</text>\n";
+    for (std::size_t k = 0; k < panels.size(); k++) {
+        const HeatPanel& q = panels[k];
+        const int R = (int)q.rows.size(), C = (int)q.cols.size();
+        const double x0 = col_x[k % per_row], y0 = row_y[k / per_row];
+        const Margins m = margins(q);
+        const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
+        o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
+        o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
+        for (int j = 0; j < C; j++) {  // keys j across the top
+            const double cx = gx + (j + 0.5) * cs;
+            if (m.upright)
+                o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
+            else
+                o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
+        }
+        for (int i = 0; i < R; i++)  // queries i down the side
+            o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < C; j++) {
+                const std::size_t at = (std::size_t)i * C + j;
+                o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
+                if (q.masked[at]) o << "class='masked' fill='url(#hatch)'><title>-inf</title></rect>\n";
+                else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
+            }
+        o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
+        for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
+            o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
+        o << "</g>\n";
+    }
+    const double ly = H - 44;  // the legend
+    if (probability) {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#scale)' stroke='#666'/>\n";
+        for (int k = 0; k <= 4; k++)
+            o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
+        o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
+    } else {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
+        o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
+    }
+    const double mx = margin + (probability ? 280 : 300);
+    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#hatch)' stroke='#666'/>\n";
+    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>-inf: masked (probability exactly 0"
+      << (probability ? "; white: P near 0, not masked)" : ")") << "</text>\n";
+    o << "</svg>\n";
+    return o.str();
+}
+
+static HeatPanel mask_panel(const std::string& title, const Tensor<float>& M, const std::vector<std::string>& rows,
+                            const std::vector<std::string>& cols, std::vector<std::string> notes) {
+    HeatPanel q;
+    q.title = title, q.rows = rows, q.cols = cols, q.notes = std::move(notes);
+    for (std::size_t k = 0; k < M.size(); k++) {
+        q.masked.push_back(M[k] == -std::numeric_limits<float>::infinity());
+        q.values.push_back(q.masked.back() ? 0.0 : (double)M[k]);
+    }
+    return q;
+}
+
+std::string masks_svg(int n, int window, int stride, const std::vector<int>& z) {
+    if (n < 1 || n > 64) throw Error("masks: n must be in 1..64, got " + std::to_string(n));
+    if ((int)z.size() != n) throw Error("masks: the permutation has " + std::to_string(z.size()) + " positions, n = " + std::to_string(n));
+    permutation_ranks(z);  // throws unless z is a permutation
+    std::vector<std::string> pos, streams;
+    for (int i = 1; i <= n; i++) pos.push_back(std::to_string(i));
+    for (const char* s : {"h", "g"})
+        for (int i = 1; i <= n; i++) streams.push_back(s + std::to_string(i));
+    std::string zs;
+    for (int t = 0; t < n; t++) zs += (t ? "," : "") + std::to_string(z[t] + 1);
+    const std::string w = std::to_string(window), s = std::to_string(stride);
+    const std::vector<HeatPanel> panels = {
+        mask_panel("Mask^BD (BERT, RoBERTa)", Mask_BD<float>(n), pos, pos, {"(Mask^BD)_i,j = 1"}),
+        mask_panel("Mask^AR (GPT, GPT-2; GPT-3 at even l)", Mask_AR<float>(n), pos, pos,
+                   {"(Mask^AR)_i,j = -inf if j > i,", "1 otherwise"}),
+        mask_panel("Mask^ST (GPT-3 at odd l)", Mask_ST<float>(n, window, stride), pos, pos,
+                   {"(Mask^ST)_i,j = 1 if j <= i and (i - j < window", "or (i - j) mod stride = 0), -inf otherwise;",
+                    "window = " + w + ", stride = " + s + " (seed README item 4)"}),
+        mask_panel("Mask^XL(z) (XLNet's two streams)", Mask_XL<float>(z), streams, streams,
+                   {"rows and columns: content h_1..h_n, then query g_1..g_n;",
+                    "(h_i, h_j) = 1 if rank(j) <= rank(i), (g_i, h_j) = 1 if rank(j) < rank(i),",
+                    "-inf otherwise (no row sees the query stream); z = (" + zs + ")"})};
+    return heatmap_svg(panels, 4, "The attention masks of the seeds for n = " + std::to_string(n),
+                       {"Row i: the query (position i), column j: the key (position j); positions count from 1 as in the formulas.",
+                        "Masked attention: Softmax(Mask (.) Q K^T / sqrt(D)) V, where an entry -inf drops the score (apply_mask)."},
+                       false);
+}
+
+// ---- Attention pictures: P from the caches of the model's own forward pass ------------------------
+static std::string mask_name(const Config& c, int l) {  // l: code layer
+    if (c.xlnet) return "Mask^XL";
+    if (!is_causal(c.variant)) return "Mask^BD";
+    return c.variant == Variant::gpt3 && (l + 1) % 2 == 1 ? "Mask^ST" : "Mask^AR";
+}
+
+std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p, const std::vector<int>& x,
+                                        const std::vector<std::string>& labels, int layer, int head,
+                                        const std::vector<int>& z_in) {
+    const int n = (int)x.size();
+    if (n < 1) throw Error("attention: no tokens");
+    if ((int)labels.size() != n) throw Error("attention: " + std::to_string(labels.size()) + " labels for " + std::to_string(n) + " tokens");
+    if (layer < 0 || layer > c.L)
+        throw Error("layer " + std::to_string(layer) + " is outside 1..L = " + std::to_string(c.L) + " (layers count from 1, as in the formulas)");
+    if (head < 0 || head > c.A)
+        throw Error("head " + std::to_string(head) + " is outside 1..A = " + std::to_string(c.A) + " (heads count from 1, as in the formulas)");
+    if (!z_in.empty() && !c.xlnet) throw Error("a permutation applies only to XLNet checkpoints (trained with --objective xlnet)");
+    ForwardCache<float> k;
+    if (c.xlnet) {  // both streams: rows 0..n-1 content h, rows n..2n-1 query g
+        std::vector<int> z = z_in;
+        for (int i = 0; z_in.empty() && i < n; i++) z.push_back(i);
+        if ((int)z.size() != n) throw Error("the permutation has " + std::to_string(z.size()) + " positions for " + std::to_string(n) + " tokens");
+        xlnet_forward(c, p, p.w, x, 1, z, k);
+    } else {
+        Batch b;
+        b.n = n, b.tokens = x;
+        model_forward(c, p, b, &k);
+    }
+    std::vector<HeatPanel> panels;
+    for (int l = 0; l < c.L; l++) {
+        if (layer && l != layer - 1) continue;
+        for (int s = 0; s < (c.xlnet ? 2 : 1); s++)
+            for (int i = 0; i < c.A; i++) {
+                if (head && i != head - 1) continue;
+                const Tensor<float>& P = k.blocks[l].attn.att[i][0].P;
+                const Tensor<float>& M = k.masks[l];
+                HeatPanel q;
+                q.title = "layer l=" + std::to_string(l + 1) + ", head i=" + std::to_string(i + 1) + " (" + mask_name(c, l) +
+                          (c.xlnet ? s == 0 ? ", content h)" : ", query g)" : ")");
+                q.rows = q.cols = labels;
+                for (int r = s * n; r < s * n + n; r++)
+                    for (int j = 0; j < n; j++) {
+                        q.values.push_back(P(r, j));
+                        q.masked.push_back(M(r, j) == -std::numeric_limits<float>::infinity());
+                    }
+                panels.push_back(std::move(q));
+            }
+    }
+    return panels;
+}
+
+// ---- explain: one forward and backward pass, formula box by formula box ---------------------------
+// The size of one factor of a shape symbol ("n", "H", "AD", ...) in this model.
+static int symbol_size(const std::string& s, const Config& c, int n) {
+    const std::map<std::string, int> sizes = {{"n", n}, {"H", c.H}, {"D", c.D}, {"F", c.F}, {"V", c.V},
+                                              {"AD", c.A * c.D}, {"1", 1}};
+    const auto it = sizes.find(s);
+    if (it == sizes.end()) throw Error("explain: unknown shape symbol '" + s + "'");
+    return it->second;
+}
+
+template <typename T>
+struct ExplainWalk {
+    const Config& c;
+    int n, values;
+    std::vector<ExplainStep> steps;
+    void step(int depth, const std::string& box, const std::string& formula, const std::string& function) {
+        ExplainStep s;
+        s.depth = depth, s.box = box, s.formula = formula, s.function = function;
+        steps.push_back(s);
+    }
+    // A tensor with its symbol, checked against its real shape: the walk cannot print a shape that
+    // is not the formula box's.
+    ExplainTensor tensor(const std::string& name, const std::string& symbol, const std::vector<int>& shape,
+                         const T* data, std::size_t size) {
+        std::vector<int> dims;
+        std::stringstream ss(symbol);
+        for (std::string f; ss >> f;)
+            if (f != "x") dims.push_back(symbol_size(f, c, n));
+        if (dims != shape) throw Error("explain: " + name + " is " + shape_str(shape) + " but its formula box says " + symbol);
+        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values};
+        for (std::size_t k = 0; k < size && k < (std::size_t)values; k++) t.first.push_back((double)data[k]);
+        return t;
+    }
+    void in(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+        steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0));
+    }
+    void out(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+        steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size()));
+    }
+};
+
+static Tensor<double> ids_tensor(const std::vector<int>& ids) {
+    return Tensor<double>::vector(std::vector<double>(ids.begin(), ids.end()));
+}
+static std::string ffn_box(Activation a) {
+    if (a == Activation::relu) return "FFN_ReLU(X) = max(0, X W_1 + b_1) W_2 + b_2";
+    const char* gelu = a == Activation::gelu_sigmoid ? "GELU(X) = X (.) sigmoid(1.702 X)"
+                       : a == Activation::gelu_tanh  ? "GELU(X) = 0.5 X (1 + tanh(sqrt(2/pi) (X + 0.044715 X^3)))"
+                                                     : "GELU(X) = 0.5 X (1 + erf(X / sqrt(2)))";
+    return std::string("FFN_GELU(X) = GELU(X W_1 + b_1) W_2 + b_2, ") + gelu;
+}
+
+// MultiHeadSA and, inside it, each head's Attention and the Concat, read from its cache.
+template <typename T>
+static void explain_attention(ExplainWalk<T>& w, const std::string& box, const std::string& X, const Tensor<T>& Xin,
+                              const Tensor<T>& Mask, const MultiHeadSACache<T>& k, const Tensor<T>& out) {
+    w.step(0, box, "MultiHeadSA(X, Mask) = Concat(head_1, ..., head_A) W^O", "MultiHeadSA");
+    w.in(X, "n x H", Xin);
+    w.in("Mask", "n x n", Mask);
+    w.out("MultiHeadSA(" + X + ", Mask)", "n x H", out);
+    for (std::size_t i = 0; i < k.head.size(); i++) {
+        const std::string h = std::to_string(i + 1);
+        w.step(1, "head i = " + h, "head_i = Attention(X W_i^Q, X W_i^K, X W_i^V, Mask) = Softmax(Mask (.) Q K^T / sqrt(D)) V",
+               "Attention (apply_mask, Softmax)");
+        w.in("Q = X W_" + h + "^Q", "n x D", k.Q[i]);
+        w.in("K = X W_" + h + "^K", "n x D", k.K[i]);
+        w.in("V = X W_" + h + "^V", "n x D", k.V[i]);
+        w.out("P = Softmax(Mask (.) Q K^T / sqrt(D))", "n x n", k.att[i][0].P);
+        w.out("head_" + h, "n x D", k.head[i]);
+    }
+    w.step(1, "Concat", "Concat(head_1, ..., head_A)_{:, (k-1)D+1 : kD} = head_k", "Concat");
+    w.out("Concat(head_1, ..., head_A)", "n x AD", k.concat);
+}
+
+template <typename T>
+static void explain_ffn(ExplainWalk<T>& w, const std::string& box, const std::string& X, const Tensor<T>& Xin,
+                        const FFNCache<T>& k, const Tensor<T>& out) {
+    w.step(0, box, ffn_box(w.c.activation), std::string("FFN (") + activation_name(w.c.activation) + ")");
+    w.in(X, "n x H", Xin);
+    w.out("X W_1 + b_1", "n x F", k.Z);
+    w.out(w.c.activation == Activation::relu ? "max(0, X W_1 + b_1)" : "GELU(X W_1 + b_1)", "n x F", k.A);
+    w.out(w.c.activation == Activation::relu ? "FFN_ReLU(" + X + ")" : "FFN_GELU(" + X + ")", "n x H", out);
+}
+
+template <typename T>
+Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values) {
+    check_batch(c, batch);
+    if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
+    if (batch.targets.empty()) throw Error("explain: the batch has no targets");
+    if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
+    if (c.emb_ln || c.mlm_head)  // issue 12's options are not walked box by box (yet)
+        throw Error("explain: the model has the released BERT's embedding LayerNorm or masked-LM head, which explain does not walk");
+    const int n = batch.n;
+    const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
+    const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
+    ExplainWalk<T> w{c, n, values, {}};
+    Explained<T> r;
+
+    // ---- Forward --------------------------------------------------------------------------------
+    ExplainWalk<double> ids{c, n, values, {}};
+    ids.step(0, "Input", std::string(seg ? "x' in {1..V}^n, t in {0, 1}^n" : is_causal(c.variant) ? "x = (x_1, ..., x_n) in {1, 2, ..., V}^n" : "x' = (x'_1, ..., x'_n) in {1, 2, ..., V}^n"),
+             "Batch::tokens (code id = formula id - 1)");
+    ids.out("x", "n", ids_tensor(batch.tokens));
+    if (seg) ids.out("t", "n", ids_tensor(batch.segments.empty() ? std::vector<int>(n, 0) : batch.segments));
+    w.steps = ids.steps;
+    const Tensor<T> E = Embedding(batch.tokens, p.W_e);
+    w.step(0, "Embedding", "OneHot(x) W_e, OneHot(x)_{i,j} = 1 if j = x_i (so row i is row x_i of W_e)", "Embedding");
+    w.in("W_e", "V x H", p.W_e);
+    w.out("OneHot(x) W_e", "n x H", E);
+    const std::vector<int> pos = position_rows(c, batch.tokens, n);  // 0..n-1 but for RoBERTa's <pad>
+    const bool pads = std::count(pos.begin(), pos.end(), -1) > 0;
+    Tensor<T> Wp = Tensor<T>::uninit(n, c.H);
+    for (int i = 0; i < n; i++) std::copy(position_vector(p, pos[i]), position_vector(p, pos[i]) + c.H, Wp.row(i));
+    Tensor<T> X = add(E, Wp);
+    w.step(0, "Embedding", seg ? "X'^(0) = OneHot(x') W_e + W_p" : "X^(0) = OneHot(x) W_e + W_p", "add");
+    w.in(pads ? "W_p (the rows of position_rows: a <pad> gets w_pad, the others rows 1, 2, ... in order)" : "W_p (rows 1..n)", "n x H", Wp);
+    w.out(seg ? "X'^(0)" : "X^(0)", "n x H", X);
+    Tensor<T> t0({n}), t1({n});  // 1 - t and t
+    for (int i = 0; i < n; i++) t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]), t0[i] = T(1) - t1[i];
+    if (seg) {  // t_i = 0 gets w_A (README, choices item 5)
+        const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n)), B = matmul(diag(t1), Stack(p.w_B, n));
+        X = add(X, add(A, B));
+        w.step(0, "Embedding", "X^(0) = X'^(0) + diag(t) Stack_n(w^A) + diag(1 - t) Stack_n(w^B)  [t_i = 0 gets w_A: README item 5]",
+               "diag, Stack, matmul, add");
+        w.in("diag(1 - t)", "n x n", diag(t0));
+        w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
+        w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
+        w.out("X^(0)", "n x H", X);
+    }
+    std::vector<BlockCache<T>> K(c.L);
+    for (int l = 0; l < c.L; l++) {
+        const std::string L1 = std::to_string(l + 1), L0 = std::to_string(l), box = "Layers, l = " + L1;
+        const std::string Xp = "X^(" + L0 + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")", M = mask_name(c, l);
+        const Layer<T>& q = p.layers[l];
+        BlockCache<T>& k = K[l];
+        const Tensor<T> Mask = layer_mask<T>(c, l, n);
+        w.step(0, box, c.variant == Variant::gpt3 ? "Mask^(l) = Mask^AR if l is even, Mask^ST if l is odd: " + M : "Mask: " + M,
+               "layer_mask (" + std::string(M == "Mask^BD" ? "Mask_BD" : M == "Mask^ST" ? "Mask_ST" : "Mask_AR") + ")");
+        w.out("Mask^(" + L1 + ")", "n x n", Mask);
+        for (int i = 0; i < n && n <= 16; i++) {
+            std::string row;
+            for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
+            w.steps.back().picture.push_back(row);
+        }
+        if (!pre) {  // X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1)), X^(l) = LayerNorm(FFN(X'^(l)) + X'^(l))
+            k.attn_in = X;
+            const Tensor<T> a = MultiHeadSA(X, Mask, q.attn, &k.attn);
+            explain_attention(w, box, Xp, X, Mask, k.attn, a);
+            k.ffn_in = LayerNorm(add(a, X), q.ln_1_gamma, q.ln_1_beta, c.eps, &k.ln_1);
+            w.step(0, box, Xq + " = LayerNorm(MultiHeadSA(" + Xp + ", " + M + ") + " + Xp + "), LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j",
+                   "add, LayerNorm");
+            w.out(Xq, "n x H", k.ffn_in);
+            const Tensor<T> f = FFN(k.ffn_in, q.ffn, c.activation, &k.ffn);
+            explain_ffn(w, box, Xq, k.ffn_in, k.ffn, f);
+            X = LayerNorm(add(f, k.ffn_in), q.ln_2_gamma, q.ln_2_beta, c.eps, &k.ln_2);
+            w.step(0, box, Xl + " = LayerNorm(" + ffn + "(" + Xq + ") + " + Xq + ")", "add, LayerNorm");
+            w.out(Xl, "n x H", X);
+        } else {  // X'^(l) = MultiHeadSA(LayerNorm(X^(l-1)), Mask) + X^(l-1), X^(l) = FFN(LayerNorm(X'^(l))) + X'^(l)
+            k.attn_in = LayerNorm(X, q.ln_1_gamma, q.ln_1_beta, c.eps, &k.ln_1);
+            w.step(0, box, "LayerNorm(" + Xp + "), LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j", "LayerNorm");
+            w.out("LayerNorm(" + Xp + ")", "n x H", k.attn_in);
+            const Tensor<T> a = MultiHeadSA(k.attn_in, Mask, q.attn, &k.attn);
+            explain_attention(w, box, "LayerNorm(" + Xp + ")", k.attn_in, Mask, k.attn, a);
+            const Tensor<T> Xmid = add(a, X);
+            w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), " + M + ") + " + Xp, "add");
+            w.out(Xq, "n x H", Xmid);
+            k.ffn_in = LayerNorm(Xmid, q.ln_2_gamma, q.ln_2_beta, c.eps, &k.ln_2);
+            w.step(0, box, "LayerNorm(" + Xq + ")", "LayerNorm");
+            w.out("LayerNorm(" + Xq + ")", "n x H", k.ffn_in);
+            const Tensor<T> f = FFN(k.ffn_in, q.ffn, c.activation, &k.ffn);
+            explain_ffn(w, box, "LayerNorm(" + Xq + ")", k.ffn_in, k.ffn, f);
+            X = add(f, Xmid);
+            w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq, "add");
+            w.out(Xl, "n x H", X);
+        }
+    }
+    const std::string XL = "X^(" + std::to_string(c.L) + ")";
+    LayerNormCache<T> ln_f;
+    if (pre) {
+        X = LayerNorm(X, p.ln_f_gamma, p.ln_f_beta, c.eps, &ln_f);
+        w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
+        w.out(XL, "n x H", X);
+    }
+    r.Z = matmul_nt(X, p.W_e);
+    w.step(0, "Output", "Z = " + XL + " W_e^T (seed 001's de-embedding; Y = Softmax(Z))", "matmul_nt");
+    w.out("Z", "n x V", r.Z);
+    const Tensor<T> Y = Softmax(r.Z);
+    int first = 0;  // the first row with a target
+    while (batch.targets[first] < 0) first++;
+    const int row = is_causal(c.variant) ? n - 1 : first;
+    const std::string j = std::to_string(row + 1);
+    w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XL + "_{n,:} W_e^T) = Y_{n,:}"
+                        : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + XL + "_{j,:} W_e^T) = Y_{j,:}, j = " + j,
+           "Softmax");
+    w.out("Y = Softmax(Z)", "n x V", Y);
+    Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
+    Y_row.shape = {c.V};
+    w.out("Y_" + j + ",:", "V", Y_row);
+    Tensor<T> dZ;
+    r.loss = CrossEntropy_logits(r.Z, batch.targets, &dZ);
+    w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (README item 3)"
+                                           : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
+           "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
+    w.out("loss", "1", Tensor<T>::vector({(T)r.loss}));
+    {
+        Tensor<T> y({c.V}), yhat = rows_of(Y, first, 1);
+        yhat.shape = {c.V};
+        y[batch.targets[first]] = T(1);
+        w.step(1, "Loss", "CrossEntropy(y, yhat) = - sum_{j=1}^V y_j log yhat_j for row " + std::to_string(first + 1) +
+               " (y = OneHot of its target, yhat = Y_" + std::to_string(first + 1) + ",:)", "CrossEntropy");
+        w.out("CrossEntropy", "1", Tensor<T>::vector({CrossEntropy(y, yhat)}));
+    }
+
+    // ---- Backward -------------------------------------------------------------------------------
+    r.g = make_params<T>(c);
+    Params<T>& g = r.g;
+    w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
+    w.out("dZ", "n x V", dZ);
+    matmul_tn_acc(dZ, X, g.W_e);
+    Tensor<T> dX = matmul(dZ, p.W_e);
+    w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul");
+    w.out("d" + XL, "n x H", dX);
+    w.out("dW_e (so far)", "V x H", g.W_e);
+    const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; dgamma = sum_i dY Xhat, dbeta = sum_i dY";
+    if (pre) {
+        dX = LayerNorm_backward(p.ln_f_gamma, ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
+        w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f)");
+        w.out("d" + XL + " (before ln_f)", "n x H", dX);
+    }
+    const std::string ffn_bwd = "dW_2 = A^T dY, db_2 = colsum(dY), dZ = dY W_2^T * act'(Z), dW_1 = X^T dZ, db_1 = colsum(dZ), dX = dZ W_1^T";
+    const std::string mhsa_bwd = "per head: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D); dW^O = Concat^T dY";
+    for (int l = c.L - 1; l >= 0; l--) {
+        const std::string L1 = std::to_string(l + 1), box = "Backward, l = " + L1;
+        const std::string Xp = "X^(" + std::to_string(l) + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")";
+        const Layer<T>& q = p.layers[l];
+        Layer<T>& gl = g.layers[l];
+        const BlockCache<T>& k = K[l];
+        if (!pre) {
+            const Tensor<T> du = LayerNorm_backward(q.ln_2_gamma, k.ln_2, dX, gl.ln_2_gamma, gl.ln_2_beta);
+            w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward");
+            w.out("dU", "n x H", du);
+            const Tensor<T> dmid = add(FFN_backward(k.ffn_in, q.ffn, c.activation, k.ffn, du, gl.ffn), du);
+            w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add");
+            w.out("d" + Xq, "n x H", dmid);
+            const Tensor<T> dv = LayerNorm_backward(q.ln_1_gamma, k.ln_1, dmid, gl.ln_1_gamma, gl.ln_1_beta);
+            w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + ")", "LayerNorm_backward");
+            w.out("dS", "n x H", dv);
+            dX = add(MultiHeadSA_backward(k.attn_in, q.attn, k.attn, dv, gl.attn), dv);
+            w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
+                   "MultiHeadSA_backward (Concat_backward, Attention_backward), add");
+            w.out("d" + Xp, "n x H", dX);
+        } else {
+            const Tensor<T> dln2 = FFN_backward(k.ffn_in, q.ffn, c.activation, k.ffn, dX, gl.ffn);
+            w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
+                   "FFN_backward");
+            w.out("dLayerNorm(" + Xq + ")", "n x H", dln2);
+            const Tensor<T> dmid = add(LayerNorm_backward(q.ln_2_gamma, k.ln_2, dln2, gl.ln_2_gamma, gl.ln_2_beta), dX);
+            w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add");
+            w.out("d" + Xq, "n x H", dmid);
+            const Tensor<T> dln1 = MultiHeadSA_backward(k.attn_in, q.attn, k.attn, dmid, gl.attn);
+            w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
+                   "MultiHeadSA_backward (Concat_backward, Attention_backward)");
+            w.out("dLayerNorm(" + Xp + ")", "n x H", dln1);
+            dX = add(LayerNorm_backward(q.ln_1_gamma, k.ln_1, dln1, gl.ln_1_gamma, gl.ln_1_beta), dmid);
+            w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + "))", "LayerNorm_backward, add");
+            w.out("d" + Xp, "n x H", dX);
+        }
+    }
+    Embedding_backward(batch.tokens, dX, g.W_e);
+    for (int i = 0; i < n; i++) {
+        T* d = position_vector(g, pos[i]);  // the row the forward read
+        for (int h = 0; h < c.H; h++) d[h] += dX(i, h);
+    }
+    w.step(0, "Backward: Embedding", pads ? "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), each row of dX^(0) into the W_p row (or w_pad) it read"
+                                          : "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), dW_p[1..n] += dX^(0)",
+           "Embedding_backward");
+    w.out("dW_e", "V x H", g.W_e);
+    w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
+    if (pads) w.out("dw_pad", "H", g.w_pad);
+    if (seg) {
+        add_inplace(g.w_A, Stack_backward(matmul(diag(t0), dX)));
+        add_inplace(g.w_B, Stack_backward(matmul(diag(t1), dX)));
+        w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) dX^(0)), dw_B likewise with t",
+               "diag, matmul, Stack_backward");
+        w.out("dw_A", "H", g.w_A);
+        w.out("dw_B", "H", g.w_B);
+    }
+    r.steps = std::move(w.steps);
+    return r;
+}
+
+std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps) {
+    std::ostringstream o;
+    o << "explain: " << variant_name(c.variant) << " (V=" << c.V << " H=" << c.H << " F=" << c.F << " D=" << c.D << " L=" << c.L
+      << " A=" << c.A << ", " << activation_name(c.activation) << "); formula indices count from 1, shapes as in the formula boxes\n";
+    bool backward = false;
+    int number = 0;
+    for (const ExplainStep& s : steps) {
+        if (number == 0 || (!backward && s.box.rfind("Backward", 0) == 0)) {
+            backward = number > 0;
+            o << "\n==== " << (backward ? "backward: d loss / d theta, from the loss down" : "forward") << " ====\n";
+        }
+        const std::string pad(4 * (std::size_t)s.depth, ' ');
+        o << pad << "[" << ++number << "] " << s.box << ":  " << s.formula << "\n";
+        o << pad << "     code: " << s.function;
+        for (std::size_t k = 0; k < s.in.size(); k++)
+            o << (k ? ", " : "   in: ") << s.in[k].name << " (" << s.in[k].symbol << " = " << s.in[k].shape << ")";
+        o << "\n";
+        for (const ExplainTensor& t : s.out) {
+            o << pad << "     " << t.name << "  " << t.symbol << " = " << t.shape << "  [";
+            for (std::size_t k = 0; k < t.first.size(); k++) o << (k ? ", " : "") << num(t.first[k]);
+            o << (t.more ? ", ...]\n" : "]\n");
+        }
+        for (const std::string& line : s.picture) o << pad << "        " << line << "\n";
+    }
+    return o.str();
+}
+
+template Explained<float> explain(const Config&, const Params<float>&, const Batch&, int);
+template Explained<double> explain(const Config&, const Params<double>&, const Batch&, int);
+
+// ================================================================================================
+// GENERATED TABLES: Unicode classes of the tokenizers
+// ================================================================================================
+
+// ---- Unicode tables: the code points of \p{L} (letters) and \p{N} (numbers), Unicode 17.0, as
+// sorted ranges {first, last}; generated from the Unicode Character Database ------------------------
+static const uint32_t UNICODE_L[][2] = {
+    {0x41, 0x5A}, {0x61, 0x7A}, {0xAA, 0xAA}, {0xB5, 0xB5}, {0xBA, 0xBA}, {0xC0, 0xD6}, {0xD8, 0xF6},
+    {0xF8, 0x2C1}, {0x2C6, 0x2D1}, {0x2E0, 0x2E4}, {0x2EC, 0x2EC}, {0x2EE, 0x2EE}, {0x370, 0x374},
+    {0x376, 0x377}, {0x37A, 0x37D}, {0x37F, 0x37F}, {0x386, 0x386}, {0x388, 0x38A}, {0x38C, 0x38C},
+    {0x38E, 0x3A1}, {0x3A3, 0x3F5}, {0x3F7, 0x481}, {0x48A, 0x52F}, {0x531, 0x556}, {0x559, 0x559},
+    {0x560, 0x588}, {0x5D0, 0x5EA}, {0x5EF, 0x5F2}, {0x620, 0x64A}, {0x66E, 0x66F}, {0x671, 0x6D3},
+    {0x6D5, 0x6D5}, {0x6E5, 0x6E6}, {0x6EE, 0x6EF}, {0x6FA, 0x6FC}, {0x6FF, 0x6FF}, {0x710, 0x710},
+    {0x712, 0x72F}, {0x74D, 0x7A5}, {0x7B1, 0x7B1}, {0x7CA, 0x7EA}, {0x7F4, 0x7F5}, {0x7FA, 0x7FA},
+    {0x800, 0x815}, {0x81A, 0x81A}, {0x824, 0x824}, {0x828, 0x828}, {0x840, 0x858}, {0x860, 0x86A},
+    {0x870, 0x887}, {0x889, 0x88F}, {0x8A0, 0x8C9}, {0x904, 0x939}, {0x93D, 0x93D}, {0x950, 0x950},
+    {0x958, 0x961}, {0x971, 0x980}, {0x985, 0x98C}, {0x98F, 0x990}, {0x993, 0x9A8}, {0x9AA, 0x9B0},
+    {0x9B2, 0x9B2}, {0x9B6, 0x9B9}, {0x9BD, 0x9BD}, {0x9CE, 0x9CE}, {0x9DC, 0x9DD}, {0x9DF, 0x9E1},
+    {0x9F0, 0x9F1}, {0x9FC, 0x9FC}, {0xA05, 0xA0A}, {0xA0F, 0xA10}, {0xA13, 0xA28}, {0xA2A, 0xA30},
+    {0xA32, 0xA33}, {0xA35, 0xA36}, {0xA38, 0xA39}, {0xA59, 0xA5C}, {0xA5E, 0xA5E}, {0xA72, 0xA74},
+    {0xA85, 0xA8D}, {0xA8F, 0xA91}, {0xA93, 0xAA8}, {0xAAA, 0xAB0}, {0xAB2, 0xAB3}, {0xAB5, 0xAB9},
+    {0xABD, 0xABD}, {0xAD0, 0xAD0}, {0xAE0, 0xAE1}, {0xAF9, 0xAF9}, {0xB05, 0xB0C}, {0xB0F, 0xB10},
+    {0xB13, 0xB28}, {0xB2A, 0xB30}, {0xB32, 0xB33}, {0xB35, 0xB39}, {0xB3D, 0xB3D}, {0xB5C, 0xB5D},
+    {0xB5F, 0xB61}, {0xB71, 0xB71}, {0xB83, 0xB83}, {0xB85, 0xB8A}, {0xB8E, 0xB90}, {0xB92, 0xB95},
+    {0xB99, 0xB9A}, {0xB9C, 0xB9C}, {0xB9E, 0xB9F}, {0xBA3, 0xBA4}, {0xBA8, 0xBAA}, {0xBAE, 0xBB9},
+    {0xBD0, 0xBD0}, {0xC05, 0xC0C}, {0xC0E, 0xC10}, {0xC12, 0xC28}, {0xC2A, 0xC39}, {0xC3D, 0xC3D},
+    {0xC58, 0xC5A}, {0xC5C, 0xC5D}, {0xC60, 0xC61}, {0xC80, 0xC80}, {0xC85, 0xC8C}, {0xC8E, 0xC90},
+    {0xC92, 0xCA8}, {0xCAA, 0xCB3}, {0xCB5, 0xCB9}, {0xCBD, 0xCBD}, {0xCDC, 0xCDE}, {0xCE0, 0xCE1},
+    {0xCF1, 0xCF2}, {0xD04, 0xD0C}, {0xD0E, 0xD10}, {0xD12, 0xD3A}, {0xD3D, 0xD3D}, {0xD4E, 0xD4E},
+    {0xD54, 0xD56}, {0xD5F, 0xD61}, {0xD7A, 0xD7F}, {0xD85, 0xD96}, {0xD9A, 0xDB1}, {0xDB3, 0xDBB},
+    {0xDBD, 0xDBD}, {0xDC0, 0xDC6}, {0xE01, 0xE30}, {0xE32, 0xE33}, {0xE40, 0xE46}, {0xE81, 0xE82},
+    {0xE84, 0xE84}, {0xE86, 0xE8A}, {0xE8C, 0xEA3}, {0xEA5, 0xEA5}, {0xEA7, 0xEB0}, {0xEB2, 0xEB3},
+    {0xEBD, 0xEBD}, {0xEC0, 0xEC4}, {0xEC6, 0xEC6}, {0xEDC, 0xEDF}, {0xF00, 0xF00}, {0xF40, 0xF47},
+    {0xF49, 0xF6C}, {0xF88, 0xF8C}, {0x1000, 0x102A}, {0x103F, 0x103F}, {0x1050, 0x1055}, {0x105A, 0x105D},
+    {0x1061, 0x1061}, {0x1065, 0x1066}, {0x106E, 0x1070}, {0x1075, 0x1081}, {0x108E, 0x108E},
+    {0x10A0, 0x10C5}, {0x10C7, 0x10C7}, {0x10CD, 0x10CD}, {0x10D0, 0x10FA}, {0x10FC, 0x1248},
+    {0x124A, 0x124D}, {0x1250, 0x1256}, {0x1258, 0x1258}, {0x125A, 0x125D}, {0x1260, 0x1288},
+    {0x128A, 0x128D}, {0x1290, 0x12B0}, {0x12B2, 0x12B5}, {0x12B8, 0x12BE}, {0x12C0, 0x12C0},
+    {0x12C2, 0x12C5}, {0x12C8, 0x12D6}, {0x12D8, 0x1310}, {0x1312, 0x1315}, {0x1318, 0x135A},
+    {0x1380, 0x138F}, {0x13A0, 0x13F5}, {0x13F8, 0x13FD}, {0x1401, 0x166C}, {0x166F, 0x167F},
+    {0x1681, 0x169A}, {0x16A0, 0x16EA}, {0x16F1, 0x16F8}, {0x1700, 0x1711}, {0x171F, 0x1731},
+    {0x1740, 0x1751}, {0x1760, 0x176C}, {0x176E, 0x1770}, {0x1780, 0x17B3}, {0x17D7, 0x17D7},
+    {0x17DC, 0x17DC}, {0x1820, 0x1878}, {0x1880, 0x1884}, {0x1887, 0x18A8}, {0x18AA, 0x18AA},
+    {0x18B0, 0x18F5}, {0x1900, 0x191E}, {0x1950, 0x196D}, {0x1970, 0x1974}, {0x1980, 0x19AB},
+    {0x19B0, 0x19C9}, {0x1A00, 0x1A16}, {0x1A20, 0x1A54}, {0x1AA7, 0x1AA7}, {0x1B05, 0x1B33},
+    {0x1B45, 0x1B4C}, {0x1B83, 0x1BA0}, {0x1BAE, 0x1BAF}, {0x1BBA, 0x1BE5}, {0x1C00, 0x1C23},
+    {0x1C4D, 0x1C4F}, {0x1C5A, 0x1C7D}, {0x1C80, 0x1C8A}, {0x1C90, 0x1CBA}, {0x1CBD, 0x1CBF},
+    {0x1CE9, 0x1CEC}, {0x1CEE, 0x1CF3}, {0x1CF5, 0x1CF6}, {0x1CFA, 0x1CFA}, {0x1D00, 0x1DBF},
+    {0x1E00, 0x1F15}, {0x1F18, 0x1F1D}, {0x1F20, 0x1F45}, {0x1F48, 0x1F4D}, {0x1F50, 0x1F57},
+    {0x1F59, 0x1F59}, {0x1F5B, 0x1F5B}, {0x1F5D, 0x1F5D}, {0x1F5F, 0x1F7D}, {0x1F80, 0x1FB4},
+    {0x1FB6, 0x1FBC}, {0x1FBE, 0x1FBE}, {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC}, {0x1FD0, 0x1FD3},
+    {0x1FD6, 0x1FDB}, {0x1FE0, 0x1FEC}, {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC}, {0x2071, 0x2071},
+    {0x207F, 0x207F}, {0x2090, 0x209C}, {0x2102, 0x2102}, {0x2107, 0x2107}, {0x210A, 0x2113},
+    {0x2115, 0x2115}, {0x2119, 0x211D}, {0x2124, 0x2124}, {0x2126, 0x2126}, {0x2128, 0x2128},
+    {0x212A, 0x212D}, {0x212F, 0x2139}, {0x213C, 0x213F}, {0x2145, 0x2149}, {0x214E, 0x214E},
+    {0x2183, 0x2184}, {0x2C00, 0x2CE4}, {0x2CEB, 0x2CEE}, {0x2CF2, 0x2CF3}, {0x2D00, 0x2D25},
+    {0x2D27, 0x2D27}, {0x2D2D, 0x2D2D}, {0x2D30, 0x2D67}, {0x2D6F, 0x2D6F}, {0x2D80, 0x2D96},
+    {0x2DA0, 0x2DA6}, {0x2DA8, 0x2DAE}, {0x2DB0, 0x2DB6}, {0x2DB8, 0x2DBE}, {0x2DC0, 0x2DC6},
+    {0x2DC8, 0x2DCE}, {0x2DD0, 0x2DD6}, {0x2DD8, 0x2DDE}, {0x2E2F, 0x2E2F}, {0x3005, 0x3006},
+    {0x3031, 0x3035}, {0x303B, 0x303C}, {0x3041, 0x3096}, {0x309D, 0x309F}, {0x30A1, 0x30FA},
+    {0x30FC, 0x30FF}, {0x3105, 0x312F}, {0x3131, 0x318E}, {0x31A0, 0x31BF}, {0x31F0, 0x31FF},
+    {0x3400, 0x4DBF}, {0x4E00, 0xA48C}, {0xA4D0, 0xA4FD}, {0xA500, 0xA60C}, {0xA610, 0xA61F},
+    {0xA62A, 0xA62B}, {0xA640, 0xA66E}, {0xA67F, 0xA69D}, {0xA6A0, 0xA6E5}, {0xA717, 0xA71F},
+    {0xA722, 0xA788}, {0xA78B, 0xA7DC}, {0xA7F1, 0xA801}, {0xA803, 0xA805}, {0xA807, 0xA80A},
+    {0xA80C, 0xA822}, {0xA840, 0xA873}, {0xA882, 0xA8B3}, {0xA8F2, 0xA8F7}, {0xA8FB, 0xA8FB},
+    {0xA8FD, 0xA8FE}, {0xA90A, 0xA925}, {0xA930, 0xA946}, {0xA960, 0xA97C}, {0xA984, 0xA9B2},
+    {0xA9CF, 0xA9CF}, {0xA9E0, 0xA9E4}, {0xA9E6, 0xA9EF}, {0xA9FA, 0xA9FE}, {0xAA00, 0xAA28},
+    {0xAA40, 0xAA42}, {0xAA44, 0xAA4B}, {0xAA60, 0xAA76}, {0xAA7A, 0xAA7A}, {0xAA7E, 0xAAAF},
+    {0xAAB1, 0xAAB1}, {0xAAB5, 0xAAB6}, {0xAAB9, 0xAABD}, {0xAAC0, 0xAAC0}, {0xAAC2, 0xAAC2},
+    {0xAADB, 0xAADD}, {0xAAE0, 0xAAEA}, {0xAAF2, 0xAAF4}, {0xAB01, 0xAB06}, {0xAB09, 0xAB0E},
+    {0xAB11, 0xAB16}, {0xAB20, 0xAB26}, {0xAB28, 0xAB2E}, {0xAB30, 0xAB5A}, {0xAB5C, 0xAB69},
+    {0xAB70, 0xABE2}, {0xAC00, 0xD7A3}, {0xD7B0, 0xD7C6}, {0xD7CB, 0xD7FB}, {0xF900, 0xFA6D},
+    {0xFA70, 0xFAD9}, {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFB1D, 0xFB1D}, {0xFB1F, 0xFB28},
+    {0xFB2A, 0xFB36}, {0xFB38, 0xFB3C}, {0xFB3E, 0xFB3E}, {0xFB40, 0xFB41}, {0xFB43, 0xFB44},
+    {0xFB46, 0xFBB1}, {0xFBD3, 0xFD3D}, {0xFD50, 0xFD8F}, {0xFD92, 0xFDC7}, {0xFDF0, 0xFDFB},
+    {0xFE70, 0xFE74}, {0xFE76, 0xFEFC}, {0xFF21, 0xFF3A}, {0xFF41, 0xFF5A}, {0xFF66, 0xFFBE},
+    {0xFFC2, 0xFFC7}, {0xFFCA, 0xFFCF}, {0xFFD2, 0xFFD7}, {0xFFDA, 0xFFDC}, {0x10000, 0x1000B},
+    {0x1000D, 0x10026}, {0x10028, 0x1003A}, {0x1003C, 0x1003D}, {0x1003F, 0x1004D}, {0x10050, 0x1005D},
+    {0x10080, 0x100FA}, {0x10280, 0x1029C}, {0x102A0, 0x102D0}, {0x10300, 0x1031F}, {0x1032D, 0x10340},
+    {0x10342, 0x10349}, {0x10350, 0x10375}, {0x10380, 0x1039D}, {0x103A0, 0x103C3}, {0x103C8, 0x103CF},
+    {0x10400, 0x1049D}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB}, {0x10500, 0x10527}, {0x10530, 0x10563},
+    {0x10570, 0x1057A}, {0x1057C, 0x1058A}, {0x1058C, 0x10592}, {0x10594, 0x10595}, {0x10597, 0x105A1},
+    {0x105A3, 0x105B1}, {0x105B3, 0x105B9}, {0x105BB, 0x105BC}, {0x105C0, 0x105F3}, {0x10600, 0x10736},
+    {0x10740, 0x10755}, {0x10760, 0x10767}, {0x10780, 0x10785}, {0x10787, 0x107B0}, {0x107B2, 0x107BA},
+    {0x10800, 0x10805}, {0x10808, 0x10808}, {0x1080A, 0x10835}, {0x10837, 0x10838}, {0x1083C, 0x1083C},
+    {0x1083F, 0x10855}, {0x10860, 0x10876}, {0x10880, 0x1089E}, {0x108E0, 0x108F2}, {0x108F4, 0x108F5},
+    {0x10900, 0x10915}, {0x10920, 0x10939}, {0x10940, 0x10959}, {0x10980, 0x109B7}, {0x109BE, 0x109BF},
+    {0x10A00, 0x10A00}, {0x10A10, 0x10A13}, {0x10A15, 0x10A17}, {0x10A19, 0x10A35}, {0x10A60, 0x10A7C},
+    {0x10A80, 0x10A9C}, {0x10AC0, 0x10AC7}, {0x10AC9, 0x10AE4}, {0x10B00, 0x10B35}, {0x10B40, 0x10B55},
+    {0x10B60, 0x10B72}, {0x10B80, 0x10B91}, {0x10C00, 0x10C48}, {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2},
+    {0x10D00, 0x10D23}, {0x10D4A, 0x10D65}, {0x10D6F, 0x10D85}, {0x10E80, 0x10EA9}, {0x10EB0, 0x10EB1},
+    {0x10EC2, 0x10EC7}, {0x10F00, 0x10F1C}, {0x10F27, 0x10F27}, {0x10F30, 0x10F45}, {0x10F70, 0x10F81},
+    {0x10FB0, 0x10FC4}, {0x10FE0, 0x10FF6}, {0x11003, 0x11037}, {0x11071, 0x11072}, {0x11075, 0x11075},
+    {0x11083, 0x110AF}, {0x110D0, 0x110E8}, {0x11103, 0x11126}, {0x11144, 0x11144}, {0x11147, 0x11147},
+    {0x11150, 0x11172}, {0x11176, 0x11176}, {0x11183, 0x111B2}, {0x111C1, 0x111C4}, {0x111DA, 0x111DA},
+    {0x111DC, 0x111DC}, {0x11200, 0x11211}, {0x11213, 0x1122B}, {0x1123F, 0x11240}, {0x11280, 0x11286},
+    {0x11288, 0x11288}, {0x1128A, 0x1128D}, {0x1128F, 0x1129D}, {0x1129F, 0x112A8}, {0x112B0, 0x112DE},
+    {0x11305, 0x1130C}, {0x1130F, 0x11310}, {0x11313, 0x11328}, {0x1132A, 0x11330}, {0x11332, 0x11333},
+    {0x11335, 0x11339}, {0x1133D, 0x1133D}, {0x11350, 0x11350}, {0x1135D, 0x11361}, {0x11380, 0x11389},
+    {0x1138B, 0x1138B}, {0x1138E, 0x1138E}, {0x11390, 0x113B5}, {0x113B7, 0x113B7}, {0x113D1, 0x113D1},
+    {0x113D3, 0x113D3}, {0x11400, 0x11434}, {0x11447, 0x1144A}, {0x1145F, 0x11461}, {0x11480, 0x114AF},
+    {0x114C4, 0x114C5}, {0x114C7, 0x114C7}, {0x11580, 0x115AE}, {0x115D8, 0x115DB}, {0x11600, 0x1162F},
+    {0x11644, 0x11644}, {0x11680, 0x116AA}, {0x116B8, 0x116B8}, {0x11700, 0x1171A}, {0x11740, 0x11746},
+    {0x11800, 0x1182B}, {0x118A0, 0x118DF}, {0x118FF, 0x11906}, {0x11909, 0x11909}, {0x1190C, 0x11913},
+    {0x11915, 0x11916}, {0x11918, 0x1192F}, {0x1193F, 0x1193F}, {0x11941, 0x11941}, {0x119A0, 0x119A7},
+    {0x119AA, 0x119D0}, {0x119E1, 0x119E1}, {0x119E3, 0x119E3}, {0x11A00, 0x11A00}, {0x11A0B, 0x11A32},
+    {0x11A3A, 0x11A3A}, {0x11A50, 0x11A50}, {0x11A5C, 0x11A89}, {0x11A9D, 0x11A9D}, {0x11AB0, 0x11AF8},
+    {0x11BC0, 0x11BE0}, {0x11C00, 0x11C08}, {0x11C0A, 0x11C2E}, {0x11C40, 0x11C40}, {0x11C72, 0x11C8F},
+    {0x11D00, 0x11D06}, {0x11D08, 0x11D09}, {0x11D0B, 0x11D30}, {0x11D46, 0x11D46}, {0x11D60, 0x11D65},
+    {0x11D67, 0x11D68}, {0x11D6A, 0x11D89}, {0x11D98, 0x11D98}, {0x11DB0, 0x11DDB}, {0x11EE0, 0x11EF2},
+    {0x11F02, 0x11F02}, {0x11F04, 0x11F10}, {0x11F12, 0x11F33}, {0x11FB0, 0x11FB0}, {0x12000, 0x12399},
+    {0x12480, 0x12543}, {0x12F90, 0x12FF0}, {0x13000, 0x1342F}, {0x13441, 0x13446}, {0x13460, 0x143FA},
+    {0x14400, 0x14646}, {0x16100, 0x1611D}, {0x16800, 0x16A38}, {0x16A40, 0x16A5E}, {0x16A70, 0x16ABE},
+    {0x16AD0, 0x16AED}, {0x16B00, 0x16B2F}, {0x16B40, 0x16B43}, {0x16B63, 0x16B77}, {0x16B7D, 0x16B8F},
+    {0x16D40, 0x16D6C}, {0x16E40, 0x16E7F}, {0x16EA0, 0x16EB8}, {0x16EBB, 0x16ED3}, {0x16F00, 0x16F4A},
+    {0x16F50, 0x16F50}, {0x16F93, 0x16F9F}, {0x16FE0, 0x16FE1}, {0x16FE3, 0x16FE3}, {0x16FF2, 0x16FF3},
+    {0x17000, 0x18CD5}, {0x18CFF, 0x18D1E}, {0x18D80, 0x18DF2}, {0x1AFF0, 0x1AFF3}, {0x1AFF5, 0x1AFFB},
+    {0x1AFFD, 0x1AFFE}, {0x1B000, 0x1B122}, {0x1B132, 0x1B132}, {0x1B150, 0x1B152}, {0x1B155, 0x1B155},
+    {0x1B164, 0x1B167}, {0x1B170, 0x1B2FB}, {0x1BC00, 0x1BC6A}, {0x1BC70, 0x1BC7C}, {0x1BC80, 0x1BC88},
+    {0x1BC90, 0x1BC99}, {0x1D400, 0x1D454}, {0x1D456, 0x1D49C}, {0x1D49E, 0x1D49F}, {0x1D4A2, 0x1D4A2},
+    {0x1D4A5, 0x1D4A6}, {0x1D4A9, 0x1D4AC}, {0x1D4AE, 0x1D4B9}, {0x1D4BB, 0x1D4BB}, {0x1D4BD, 0x1D4C3},
+    {0x1D4C5, 0x1D505}, {0x1D507, 0x1D50A}, {0x1D50D, 0x1D514}, {0x1D516, 0x1D51C}, {0x1D51E, 0x1D539},
+    {0x1D53B, 0x1D53E}, {0x1D540, 0x1D544}, {0x1D546, 0x1D546}, {0x1D54A, 0x1D550}, {0x1D552, 0x1D6A5},
+    {0x1D6A8, 0x1D6C0}, {0x1D6C2, 0x1D6DA}, {0x1D6DC, 0x1D6FA}, {0x1D6FC, 0x1D714}, {0x1D716, 0x1D734},
+    {0x1D736, 0x1D74E}, {0x1D750, 0x1D76E}, {0x1D770, 0x1D788}, {0x1D78A, 0x1D7A8}, {0x1D7AA, 0x1D7C2},
+    {0x1D7C4, 0x1D7CB}, {0x1DF00, 0x1DF1E}, {0x1DF25, 0x1DF2A}, {0x1E030, 0x1E06D}, {0x1E100, 0x1E12C},
+    {0x1E137, 0x1E13D}, {0x1E14E, 0x1E14E}, {0x1E290, 0x1E2AD}, {0x1E2C0, 0x1E2EB}, {0x1E4D0, 0x1E4EB},
+    {0x1E5D0, 0x1E5ED}, {0x1E5F0, 0x1E5F0}, {0x1E6C0, 0x1E6DE}, {0x1E6E0, 0x1E6E2}, {0x1E6E4, 0x1E6E5},
+    {0x1E6E7, 0x1E6ED}, {0x1E6F0, 0x1E6F4}, {0x1E6FE, 0x1E6FF}, {0x1E7E0, 0x1E7E6}, {0x1E7E8, 0x1E7EB},
+    {0x1E7ED, 0x1E7EE}, {0x1E7F0, 0x1E7FE}, {0x1E800, 0x1E8C4}, {0x1E900, 0x1E943}, {0x1E94B, 0x1E94B},
+    {0x1EE00, 0x1EE03}, {0x1EE05, 0x1EE1F}, {0x1EE21, 0x1EE22}, {0x1EE24, 0x1EE24}, {0x1EE27, 0x1EE27},
+    {0x1EE29, 0x1EE32}, {0x1EE34, 0x1EE37}, {0x1EE39, 0x1EE39}, {0x1EE3B, 0x1EE3B}, {0x1EE42, 0x1EE42},
+    {0x1EE47, 0x1EE47}, {0x1EE49, 0x1EE49}, {0x1EE4B, 0x1EE4B}, {0x1EE4D, 0x1EE4F}, {0x1EE51, 0x1EE52},
+    {0x1EE54, 0x1EE54}, {0x1EE57, 0x1EE57}, {0x1EE59, 0x1EE59}, {0x1EE5B, 0x1EE5B}, {0x1EE5D, 0x1EE5D},
+    {0x1EE5F, 0x1EE5F}, {0x1EE61, 0x1EE62}, {0x1EE64, 0x1EE64}, {0x1EE67, 0x1EE6A}, {0x1EE6C, 0x1EE72},
+    {0x1EE74, 0x1EE77}, {0x1EE79, 0x1EE7C}, {0x1EE7E, 0x1EE7E}, {0x1EE80, 0x1EE89}, {0x1EE8B, 0x1EE9B},
+    {0x1EEA1, 0x1EEA3}, {0x1EEA5, 0x1EEA9}, {0x1EEAB, 0x1EEBB}, {0x20000, 0x2A6DF}, {0x2A700, 0x2B81D},
+    {0x2B820, 0x2CEAD}, {0x2CEB0, 0x2EBE0}, {0x2EBF0, 0x2EE5D}, {0x2F800, 0x2FA1D}, {0x30000, 0x3134A},
+    {0x31350, 0x33479},
+};
+static const uint32_t UNICODE_N[][2] = {
+    {0x30, 0x39}, {0xB2, 0xB3}, {0xB9, 0xB9}, {0xBC, 0xBE}, {0x660, 0x669}, {0x6F0, 0x6F9}, {0x7C0, 0x7C9},
+    {0x966, 0x96F}, {0x9E6, 0x9EF}, {0x9F4, 0x9F9}, {0xA66, 0xA6F}, {0xAE6, 0xAEF}, {0xB66, 0xB6F},
+    {0xB72, 0xB77}, {0xBE6, 0xBF2}, {0xC66, 0xC6F}, {0xC78, 0xC7E}, {0xCE6, 0xCEF}, {0xD58, 0xD5E},
+    {0xD66, 0xD78}, {0xDE6, 0xDEF}, {0xE50, 0xE59}, {0xED0, 0xED9}, {0xF20, 0xF33}, {0x1040, 0x1049},
+    {0x1090, 0x1099}, {0x1369, 0x137C}, {0x16EE, 0x16F0}, {0x17E0, 0x17E9}, {0x17F0, 0x17F9},
+    {0x1810, 0x1819}, {0x1946, 0x194F}, {0x19D0, 0x19DA}, {0x1A80, 0x1A89}, {0x1A90, 0x1A99},
+    {0x1B50, 0x1B59}, {0x1BB0, 0x1BB9}, {0x1C40, 0x1C49}, {0x1C50, 0x1C59}, {0x2070, 0x2070},
+    {0x2074, 0x2079}, {0x2080, 0x2089}, {0x2150, 0x2182}, {0x2185, 0x2189}, {0x2460, 0x249B},
+    {0x24EA, 0x24FF}, {0x2776, 0x2793}, {0x2CFD, 0x2CFD}, {0x3007, 0x3007}, {0x3021, 0x3029},
+    {0x3038, 0x303A}, {0x3192, 0x3195}, {0x3220, 0x3229}, {0x3248, 0x324F}, {0x3251, 0x325F},
+    {0x3280, 0x3289}, {0x32B1, 0x32BF}, {0xA620, 0xA629}, {0xA6E6, 0xA6EF}, {0xA830, 0xA835},
+    {0xA8D0, 0xA8D9}, {0xA900, 0xA909}, {0xA9D0, 0xA9D9}, {0xA9F0, 0xA9F9}, {0xAA50, 0xAA59},
+    {0xABF0, 0xABF9}, {0xFF10, 0xFF19}, {0x10107, 0x10133}, {0x10140, 0x10178}, {0x1018A, 0x1018B},
+    {0x102E1, 0x102FB}, {0x10320, 0x10323}, {0x10341, 0x10341}, {0x1034A, 0x1034A}, {0x103D1, 0x103D5},
+    {0x104A0, 0x104A9}, {0x10858, 0x1085F}, {0x10879, 0x1087F}, {0x108A7, 0x108AF}, {0x108FB, 0x108FF},
+    {0x10916, 0x1091B}, {0x109BC, 0x109BD}, {0x109C0, 0x109CF}, {0x109D2, 0x109FF}, {0x10A40, 0x10A48},
+    {0x10A7D, 0x10A7E}, {0x10A9D, 0x10A9F}, {0x10AEB, 0x10AEF}, {0x10B58, 0x10B5F}, {0x10B78, 0x10B7F},
+    {0x10BA9, 0x10BAF}, {0x10CFA, 0x10CFF}, {0x10D30, 0x10D39}, {0x10D40, 0x10D49}, {0x10E60, 0x10E7E},
+    {0x10F1D, 0x10F26}, {0x10F51, 0x10F54}, {0x10FC5, 0x10FCB}, {0x11052, 0x1106F}, {0x110F0, 0x110F9},
+    {0x11136, 0x1113F}, {0x111D0, 0x111D9}, {0x111E1, 0x111F4}, {0x112F0, 0x112F9}, {0x11450, 0x11459},
+    {0x114D0, 0x114D9}, {0x11650, 0x11659}, {0x116C0, 0x116C9}, {0x116D0, 0x116E3}, {0x11730, 0x1173B},
+    {0x118E0, 0x118F2}, {0x11950, 0x11959}, {0x11BF0, 0x11BF9}, {0x11C50, 0x11C6C}, {0x11D50, 0x11D59},
+    {0x11DA0, 0x11DA9}, {0x11DE0, 0x11DE9}, {0x11F50, 0x11F59}, {0x11FC0, 0x11FD4}, {0x12400, 0x1246E},
+    {0x16130, 0x16139}, {0x16A60, 0x16A69}, {0x16AC0, 0x16AC9}, {0x16B50, 0x16B59}, {0x16B5B, 0x16B61},
+    {0x16D70, 0x16D79}, {0x16E80, 0x16E96}, {0x16FF4, 0x16FF6}, {0x1CCF0, 0x1CCF9}, {0x1D2C0, 0x1D2D3},
+    {0x1D2E0, 0x1D2F3}, {0x1D360, 0x1D378}, {0x1D7CE, 0x1D7FF}, {0x1E140, 0x1E149}, {0x1E2F0, 0x1E2F9},
+    {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA}, {0x1E8C7, 0x1E8CF}, {0x1E950, 0x1E959}, {0x1EC71, 0x1ECAB},
+    {0x1ECAD, 0x1ECAF}, {0x1ECB1, 0x1ECB4}, {0x1ED01, 0x1ED2D}, {0x1ED2F, 0x1ED3D}, {0x1F100, 0x1F10C},
+    {0x1FBF0, 0x1FBF9},
+};
+
+static bool in_ranges(const uint32_t (*r)[2], std::size_t count, uint32_t cp) {
+    std::size_t lo = 0, hi = count;  // binary search: the last range with first <= cp
+    while (lo < hi) {
+        const std::size_t mid = (lo + hi) / 2;
+        if (r[mid][0] <= cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo > 0 && cp <= r[lo - 1][1];
+}
+static bool unicode_letter(uint32_t cp) { return in_ranges(UNICODE_L, sizeof UNICODE_L / sizeof UNICODE_L[0], cp); }
+static bool unicode_number(uint32_t cp) { return in_ranges(UNICODE_N, sizeof UNICODE_N / sizeof UNICODE_N[0], cp); }
 
 // ---- Unicode tables of BERT's normaliser and pre-tokeniser: Unicode 14.0.0, generated from Python's unicodedata ----
 // General category Mn (nonspacing marks): removed after NFD when accents are stripped.
@@ -7877,681 +8619,6 @@ static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out) {
     }
     out.push_back(cp);
 }
-
-// ================================================================================================
-// THE TOKENIZER OF A CHECKPOINT (issue 11; see transformer.hpp)
-// ================================================================================================
-int Tokenizer::size() const {
-    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.size();
-    if (kind == "gpt1-bpe") return gpt1.size();
-    if (kind == "bert-wordpiece") return wordpiece.size();
-    return chars.size();
-}
-
-std::vector<int> Tokenizer::encode(const std::string& text, const std::string& where) const {
-    if (kind == "gpt2-bpe") return bpe.encode(text);
-    if (kind == "roberta-bpe") return roberta_encode(bpe, text);
-    if (kind == "gpt1-bpe") return gpt1.encode(text);
-    if (kind == "bert-wordpiece") return wordpiece.encode(text);
-    if (kind == "char") return chars.encode(text, where);
-    throw Error("no tokenizer to encode " + where + " with");
-}
-
-std::string Tokenizer::decode(const std::vector<int>& ids) const {
-    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.decode(ids);
-    if (kind == "gpt1-bpe") return gpt1.decode(ids);
-    if (kind == "bert-wordpiece") return wordpiece.decode(ids);
-    if (kind == "char") return chars.decode(ids);
-    throw Error("no tokenizer to decode with");
-}
-
-std::map<std::string, std::string> Tokenizer::metadata() const {
-    if (kind == "gpt2-bpe" || kind == "gpt1-bpe" || kind == "roberta-bpe")
-        return {{"tokenizer", kind}, {"tokenizer.encoder_json", encoder_json}, {"tokenizer.vocab_bpe", vocab}};
-    if (kind == "bert-wordpiece") return {{"tokenizer", kind}, {"tokenizer.vocab_txt", vocab}};
-    if (kind == "char") return {{"vocab", chars.to_metadata()}};  // as every checkpoint before issue 11
-    return {};
-}
-
-Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_text, const std::string& vocab_text,
-                         const std::string& where) {
-    Tokenizer t;
-    t.kind = kind, t.encoder_json = encoder_text, t.vocab = vocab_text;
-    try {
-        if (kind == "gpt2-bpe" || kind == "roberta-bpe") t.bpe = make_bpe(encoder_text, vocab_text);
-        else if (kind == "gpt1-bpe") t.gpt1 = make_gpt1_bpe(encoder_text, vocab_text);
-        else if (kind == "bert-wordpiece") t.wordpiece = make_wordpiece(vocab_text);
-        else throw Error("unknown tokenizer '" + kind + "' (expected " + SUBWORD_KINDS + ")");
-        if (kind == "roberta-bpe")
-            for (const char* special : {"<s>", "<pad>", "</s>", "<unk>", "<mask>"})
-                if (!t.bpe.encoder.count(special)) throw Error(std::string("vocab.json lacks RoBERTa's special token ") + special);
-    } catch (const Error& e) {
-        throw Error(where + ": " + e.what());
-    }
-    return t;
-}
-
-Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
-    return make_tokenizer("gpt2-bpe", read_file(encoder_json_path), read_file(vocab_bpe_path),
-                          "GPT-2's tokenizer from '" + encoder_json_path + "' and '" + vocab_bpe_path + "'");
-}
-
-Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::string& path) {
-    Tokenizer t;
-    const auto kind = m.find("tokenizer");
-    if (kind == m.end()) {
-        if (m.count("vocab")) t.kind = "char", t.chars = CharVocab::from_metadata(m.at("vocab"));
-        return t;
-    }
-    const std::string& k = kind->second;
-    if (!is_subword_kind(k))
-        throw Error("'" + path + "' records the tokenizer '" + k + "', which this program does not know (it knows " +
-                    SUBWORD_KINDS + " and characters)");
-    const bool bpe = k != "bert-wordpiece";
-    for (const char* key : bpe ? std::vector<const char*>{"tokenizer.encoder_json", "tokenizer.vocab_bpe"}
-                               : std::vector<const char*>{"tokenizer.vocab_txt"})
-        if (!m.count(key)) throw Error("'" + path + "': its tokenizer " + k + " lacks " + key);
-    return make_tokenizer(k, bpe ? m.at("tokenizer.encoder_json") : "", m.at(bpe ? "tokenizer.vocab_bpe" : "tokenizer.vocab_txt"),
-                          "'" + path + "': its recorded tokenizer");
-}
-
-std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet) {
-    if (t.kind != "gpt2-bpe" || quiet || text.size() < (1u << 20)) return t.encode(text, where);
-    // BPE::encode with a line every ~10% of the text.
-    using clock = std::chrono::steady_clock;
-    const auto t0 = clock::now();
-    std::size_t next_report = text.size() / 10;
-    return t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
-        if (bytes < next_report) return;
-        std::fprintf(stderr, "encoding %s with GPT-2's BPE: %3.0f%% (%zu tokens, %.1f s)\n", where.c_str(),
-                     100.0 * (double)bytes / (double)text.size(), ids, std::chrono::duration<double>(clock::now() - t0).count());
-        next_report += text.size() / 10;
-    });
-}
-
-// ---- Memory of a training run ----------------------------------------------------------------
-// Activations per step (floats, B*n rows): per layer the caches of two LayerNorms, the inputs of
-// both sub-blocks, Q K V and the concatenated heads (4 H), the attention probabilities (A n per
-// row), the FFN's pre-activation and output (2 F) and two dropout masks: about 12 H + 2 F + A n;
-// then the logits and their gradient (2 V per row). The backward pass holds a few more of the
-// same size at a time, so this is the right order, not an exact count.
-TrainMemory train_memory(const Config& c, int B, int n) {
-    TrainMemory m;
-    const double floats = (double)count_params(c).actual;
-    m.params = 4 * floats, m.grads = 4 * floats, m.adam = 8 * floats;
-    const double rows = (double)B * n;
-    const double logit_rows = is_causal(c.variant) ? rows : 0.15 * rows;  // a masked LM de-embeds its targets only
-    m.activations = 4 * (rows * (double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + logit_rows * 2.0 * c.V);
-    return m;
-}
-
-// ================================================================================================
-// TEACHING: pictures and explain (issue 10)
-// ================================================================================================
-// ---- Heat maps (SVG, written by hand as loss_svg is) ---------------------------------------------
-static std::string xml_text(const std::string& s) {
-    std::string o;
-    for (char ch : s) o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '\'' ? "&apos;" : std::string(1, ch);
-    return o;
-}
-static std::string num(double v, const char* format = "%.4g") {
-    char b[32];
-    std::snprintf(b, sizeof b, format, v);
-    return b;
-}
-static std::size_t code_points(const std::string& s) {
-    std::size_t k = 0;
-    for (unsigned char ch : s) k += (ch & 0xC0) != 0x80;
-    return k;
-}
-
-std::string token_label(const std::string& bytes) {
-    std::string o;
-    for (std::size_t i = 0; i < bytes.size();) {
-        uint32_t cp = 0;
-        const int len = utf8_next(bytes, i, cp);
-        if (len > 0 && cp >= 0x20 && cp != 0x7F) {
-            o += cp == ' ' ? "\u2423" : bytes.substr(i, (std::size_t)len);  // a space as an open box
-            i += (std::size_t)len;
-            continue;
-        }
-        char hex[8];  // a byte that is not printable UTF-8 (num() formats doubles, not a byte: not here)
-        std::snprintf(hex, sizeof hex, "\\x%02X", (unsigned)(unsigned char)bytes[i]);
-        o += bytes[i] == '\n' ? std::string("\u23CE") : std::string(hex);
-        i++;
-    }
-    return o.empty() ? "\u2205" : o;
-}
-
-// The colour of v in [0, 1]: white (0) to dark blue (1), linear between five stops.
-static const char* const BLUES[5] = {"#ffffff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"};
-static std::string blue(double v) {
-    v = std::min(1.0, std::max(0.0, v)) * 4;
-    const int k = std::min(3, (int)v);
-    const double t = v - k;
-    unsigned a = 0, b = 0;
-    std::sscanf(BLUES[k] + 1, "%x", &a), std::sscanf(BLUES[k + 1] + 1, "%x", &b);
-    char o[8];
-    auto mix = [&](int shift) { return (int)std::lround(((a >> shift) & 255) * (1 - t) + ((b >> shift) & 255) * t); };
-    std::snprintf(o, sizeof o, "#%02x%02x%02x", mix(16), mix(8), mix(0));
-    return o;
-}
-
-std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
-                        const std::vector<std::string>& caption, bool probability) {
-    if (panels.empty()) throw Error("heatmap_svg: no panels");
-    int most = 1;
-    for (const HeatPanel& q : panels) {
-        const std::size_t cells = q.rows.size() * q.cols.size();
-        if (q.values.size() != cells || q.masked.size() != cells) throw Error("heatmap_svg: a panel's values do not fit its labels");
-        most = std::max(most, (int)std::max(q.rows.size(), q.cols.size()));
-    }
-    per_row = std::max(1, std::min(per_row, (int)panels.size()));
-    const double cs = std::max(9.0, std::min(22.0, std::floor(264.0 / most)));  // cell size
-    const double font = std::min(12.0, cs - 1);
-    struct Margins {
-        double lab, colh;  // room for the row labels on the left, the column labels on top
-        bool upright;      // long column labels are written upwards
-    };
-    auto margins = [&](const HeatPanel& q) {
-        std::size_t r = 1, c = 1;
-        for (const std::string& s : q.rows) r = std::max(r, code_points(s));
-        for (const std::string& s : q.cols) c = std::max(c, code_points(s));
-        const bool up = (double)c * font * 0.62 > cs - 3;
-        return Margins{6 + font * 0.62 * (double)r, up ? 6 + font * 0.62 * (double)c : font + 6, up};
-    };
-    const double gap = 28, margin = 16, head = 34 + 16.0 * (double)caption.size();
-    // Each grid column is as wide as its widest panel, each grid row as high as its highest.
-    const int grid_rows = ((int)panels.size() + per_row - 1) / per_row;
-    std::vector<double> colw(per_row, 0), rowh(grid_rows, 0);
-    for (std::size_t k = 0; k < panels.size(); k++) {
-        const HeatPanel& q = panels[k];
-        std::size_t note = 0;
-        for (const std::string& s : q.notes) note = std::max(note, code_points(s));
-        const Margins m = margins(q);
-        const double w = std::max(m.lab + (double)q.cols.size() * cs, std::max(6.2 * (double)note, 8.4 * (double)code_points(q.title)));
-        const double h = 20 + m.colh + (double)q.rows.size() * cs + 6 + 14.0 * (double)q.notes.size();
-        colw[k % per_row] = std::max(colw[k % per_row], w);
-        rowh[k / per_row] = std::max(rowh[k / per_row], h);
-    }
-    std::vector<double> col_x(per_row + 1, margin), row_y(grid_rows + 1, head);
-    for (int k = 0; k < per_row; k++) col_x[k + 1] = col_x[k] + colw[k] + gap;
-    for (int k = 0; k < grid_rows; k++) row_y[k + 1] = row_y[k] + rowh[k] + gap;
-    std::size_t text = code_points(title);
-    for (const std::string& s : caption) text = std::max(text, code_points(s));
-    const double W = std::max(std::max(col_x[per_row] - gap + margin, 2 * margin + 6.6 * (double)text), 660.0);
-    const double H = row_y[grid_rows] + 60;
-    std::ostringstream o;
-    o << "<?xml version='1.0' encoding='UTF-8'?>\n";
-    o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
-      << "' font-family='sans-serif' font-size='12'>\n";
-    o << SVG_MARK << "\n";
-    o << "<defs><pattern id='hatch' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
-         "<rect width='4' height='4' fill='#e4e4e4'/><line x1='0' y1='0' x2='0' y2='4' stroke='#a0a0a0' stroke-width='1.6'/></pattern>\n";
-    o << "<linearGradient id='scale'>";
-    for (int k = 0; k < 5; k++) o << "<stop offset='" << k * 25 << "%' stop-color='" << BLUES[k] << "'/>";
-    o << "</linearGradient></defs>\n<rect width='100%' height='100%' fill='white'/>\n";
-    o << "<text x='" << margin << "' y='22' font-size='15'>" << xml_text(title) << "</text>\n";
-    for (std::size_t k = 0; k < caption.size(); k++)
-        o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << xml_text(caption[k]) << "</text>\n";
-    for (std::size_t k = 0; k < panels.size(); k++) {
-        const HeatPanel& q = panels[k];
-        const int R = (int)q.rows.size(), C = (int)q.cols.size();
-        const double x0 = col_x[k % per_row], y0 = row_y[k / per_row];
-        const Margins m = margins(q);
-        const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
-        o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
-        o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
-        for (int j = 0; j < C; j++) {  // keys j across the top
-            const double cx = gx + (j + 0.5) * cs;
-            if (m.upright)
-                o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
-            else
-                o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
-        }
-        for (int i = 0; i < R; i++)  // queries i down the side
-            o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
-        for (int i = 0; i < R; i++)
-            for (int j = 0; j < C; j++) {
-                const std::size_t at = (std::size_t)i * C + j;
-                o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
-                if (q.masked[at]) o << "class='masked' fill='url(#hatch)'><title>-inf</title></rect>\n";
-                else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
-            }
-        o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
-        for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
-            o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
-        o << "</g>\n";
-    }
-    const double ly = H - 44;  // the legend
-    if (probability) {
-        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#scale)' stroke='#666'/>\n";
-        for (int k = 0; k <= 4; k++)
-            o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
-        o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
-    } else {
-        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
-        o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
-    }
-    const double mx = margin + (probability ? 280 : 300);
-    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#hatch)' stroke='#666'/>\n";
-    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>-inf: masked (probability exactly 0"
-      << (probability ? "; white: P near 0, not masked)" : ")") << "</text>\n";
-    o << "</svg>\n";
-    return o.str();
-}
-
-static HeatPanel mask_panel(const std::string& title, const Tensor<float>& M, const std::vector<std::string>& rows,
-                            const std::vector<std::string>& cols, std::vector<std::string> notes) {
-    HeatPanel q;
-    q.title = title, q.rows = rows, q.cols = cols, q.notes = std::move(notes);
-    for (std::size_t k = 0; k < M.size(); k++) {
-        q.masked.push_back(M[k] == -std::numeric_limits<float>::infinity());
-        q.values.push_back(q.masked.back() ? 0.0 : (double)M[k]);
-    }
-    return q;
-}
-
-std::string masks_svg(int n, int window, int stride, const std::vector<int>& z) {
-    if (n < 1 || n > 64) throw Error("masks: n must be in 1..64, got " + std::to_string(n));
-    if ((int)z.size() != n) throw Error("masks: the permutation has " + std::to_string(z.size()) + " positions, n = " + std::to_string(n));
-    permutation_ranks(z);  // throws unless z is a permutation
-    std::vector<std::string> pos, streams;
-    for (int i = 1; i <= n; i++) pos.push_back(std::to_string(i));
-    for (const char* s : {"h", "g"})
-        for (int i = 1; i <= n; i++) streams.push_back(s + std::to_string(i));
-    std::string zs;
-    for (int t = 0; t < n; t++) zs += (t ? "," : "") + std::to_string(z[t] + 1);
-    const std::string w = std::to_string(window), s = std::to_string(stride);
-    const std::vector<HeatPanel> panels = {
-        mask_panel("Mask^BD (BERT, RoBERTa)", Mask_BD<float>(n), pos, pos, {"(Mask^BD)_i,j = 1"}),
-        mask_panel("Mask^AR (GPT, GPT-2; GPT-3 at even l)", Mask_AR<float>(n), pos, pos,
-                   {"(Mask^AR)_i,j = -inf if j > i,", "1 otherwise"}),
-        mask_panel("Mask^ST (GPT-3 at odd l)", Mask_ST<float>(n, window, stride), pos, pos,
-                   {"(Mask^ST)_i,j = 1 if j <= i and (i - j < window", "or (i - j) mod stride = 0), -inf otherwise;",
-                    "window = " + w + ", stride = " + s + " (seed README item 4)"}),
-        mask_panel("Mask^XL(z) (XLNet's two streams)", Mask_XL<float>(z), streams, streams,
-                   {"rows and columns: content h_1..h_n, then query g_1..g_n;",
-                    "(h_i, h_j) = 1 if rank(j) <= rank(i), (g_i, h_j) = 1 if rank(j) < rank(i),",
-                    "-inf otherwise (no row sees the query stream); z = (" + zs + ")"})};
-    return heatmap_svg(panels, 4, "The attention masks of the seeds for n = " + std::to_string(n),
-                       {"Row i: the query (position i), column j: the key (position j); positions count from 1 as in the formulas.",
-                        "Masked attention: Softmax(Mask (.) Q K^T / sqrt(D)) V, where an entry -inf drops the score (apply_mask)."},
-                       false);
-}
-
-// ---- Attention pictures: P from the caches of the model's own forward pass ------------------------
-static std::string mask_name(const Config& c, int l) {  // l: code layer
-    if (c.xlnet) return "Mask^XL";
-    if (!is_causal(c.variant)) return "Mask^BD";
-    return c.variant == Variant::gpt3 && (l + 1) % 2 == 1 ? "Mask^ST" : "Mask^AR";
-}
-
-std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p, const std::vector<int>& x,
-                                        const std::vector<std::string>& labels, int layer, int head,
-                                        const std::vector<int>& z_in) {
-    const int n = (int)x.size();
-    if (n < 1) throw Error("attention: no tokens");
-    if ((int)labels.size() != n) throw Error("attention: " + std::to_string(labels.size()) + " labels for " + std::to_string(n) + " tokens");
-    if (layer < 0 || layer > c.L)
-        throw Error("layer " + std::to_string(layer) + " is outside 1..L = " + std::to_string(c.L) + " (layers count from 1, as in the formulas)");
-    if (head < 0 || head > c.A)
-        throw Error("head " + std::to_string(head) + " is outside 1..A = " + std::to_string(c.A) + " (heads count from 1, as in the formulas)");
-    if (!z_in.empty() && !c.xlnet) throw Error("a permutation applies only to XLNet checkpoints (trained with --objective xlnet)");
-    ForwardCache<float> k;
-    if (c.xlnet) {  // both streams: rows 0..n-1 content h, rows n..2n-1 query g
-        std::vector<int> z = z_in;
-        for (int i = 0; z_in.empty() && i < n; i++) z.push_back(i);
-        if ((int)z.size() != n) throw Error("the permutation has " + std::to_string(z.size()) + " positions for " + std::to_string(n) + " tokens");
-        xlnet_forward(c, p, p.w, x, 1, z, k);
-    } else {
-        Batch b;
-        b.n = n, b.tokens = x;
-        model_forward(c, p, b, &k);
-    }
-    std::vector<HeatPanel> panels;
-    for (int l = 0; l < c.L; l++) {
-        if (layer && l != layer - 1) continue;
-        for (int s = 0; s < (c.xlnet ? 2 : 1); s++)
-            for (int i = 0; i < c.A; i++) {
-                if (head && i != head - 1) continue;
-                const Tensor<float>& P = k.blocks[l].attn.att[i][0].P;
-                const Tensor<float>& M = k.masks[l];
-                HeatPanel q;
-                q.title = "layer l=" + std::to_string(l + 1) + ", head i=" + std::to_string(i + 1) + " (" + mask_name(c, l) +
-                          (c.xlnet ? s == 0 ? ", content h)" : ", query g)" : ")");
-                q.rows = q.cols = labels;
-                for (int r = s * n; r < s * n + n; r++)
-                    for (int j = 0; j < n; j++) {
-                        q.values.push_back(P(r, j));
-                        q.masked.push_back(M(r, j) == -std::numeric_limits<float>::infinity());
-                    }
-                panels.push_back(std::move(q));
-            }
-    }
-    return panels;
-}
-
-// ---- explain: one forward and backward pass, formula box by formula box ---------------------------
-// The size of one factor of a shape symbol ("n", "H", "AD", ...) in this model.
-static int symbol_size(const std::string& s, const Config& c, int n) {
-    const std::map<std::string, int> sizes = {{"n", n}, {"H", c.H}, {"D", c.D}, {"F", c.F}, {"V", c.V},
-                                              {"AD", c.A * c.D}, {"1", 1}};
-    const auto it = sizes.find(s);
-    if (it == sizes.end()) throw Error("explain: unknown shape symbol '" + s + "'");
-    return it->second;
-}
-
-template <typename T>
-struct ExplainWalk {
-    const Config& c;
-    int n, values;
-    std::vector<ExplainStep> steps;
-    void step(int depth, const std::string& box, const std::string& formula, const std::string& function) {
-        ExplainStep s;
-        s.depth = depth, s.box = box, s.formula = formula, s.function = function;
-        steps.push_back(s);
-    }
-    // A tensor with its symbol, checked against its real shape: the walk cannot print a shape that
-    // is not the formula box's.
-    ExplainTensor tensor(const std::string& name, const std::string& symbol, const std::vector<int>& shape,
-                         const T* data, std::size_t size) {
-        std::vector<int> dims;
-        std::stringstream ss(symbol);
-        for (std::string f; ss >> f;)
-            if (f != "x") dims.push_back(symbol_size(f, c, n));
-        if (dims != shape) throw Error("explain: " + name + " is " + shape_str(shape) + " but its formula box says " + symbol);
-        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values};
-        for (std::size_t k = 0; k < size && k < (std::size_t)values; k++) t.first.push_back((double)data[k]);
-        return t;
-    }
-    void in(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
-        steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0));
-    }
-    void out(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
-        steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size()));
-    }
-};
-
-static Tensor<double> ids_tensor(const std::vector<int>& ids) {
-    return Tensor<double>::vector(std::vector<double>(ids.begin(), ids.end()));
-}
-static std::string ffn_box(Activation a) {
-    if (a == Activation::relu) return "FFN_ReLU(X) = max(0, X W_1 + b_1) W_2 + b_2";
-    const char* gelu = a == Activation::gelu_sigmoid ? "GELU(X) = X (.) sigmoid(1.702 X)"
-                       : a == Activation::gelu_tanh  ? "GELU(X) = 0.5 X (1 + tanh(sqrt(2/pi) (X + 0.044715 X^3)))"
-                                                     : "GELU(X) = 0.5 X (1 + erf(X / sqrt(2)))";
-    return std::string("FFN_GELU(X) = GELU(X W_1 + b_1) W_2 + b_2, ") + gelu;
-}
-
-// MultiHeadSA and, inside it, each head's Attention and the Concat, read from its cache.
-template <typename T>
-static void explain_attention(ExplainWalk<T>& w, const std::string& box, const std::string& X, const Tensor<T>& Xin,
-                              const Tensor<T>& Mask, const MultiHeadSACache<T>& k, const Tensor<T>& out) {
-    w.step(0, box, "MultiHeadSA(X, Mask) = Concat(head_1, ..., head_A) W^O", "MultiHeadSA");
-    w.in(X, "n x H", Xin);
-    w.in("Mask", "n x n", Mask);
-    w.out("MultiHeadSA(" + X + ", Mask)", "n x H", out);
-    for (std::size_t i = 0; i < k.head.size(); i++) {
-        const std::string h = std::to_string(i + 1);
-        w.step(1, "head i = " + h, "head_i = Attention(X W_i^Q, X W_i^K, X W_i^V, Mask) = Softmax(Mask (.) Q K^T / sqrt(D)) V",
-               "Attention (apply_mask, Softmax)");
-        w.in("Q = X W_" + h + "^Q", "n x D", k.Q[i]);
-        w.in("K = X W_" + h + "^K", "n x D", k.K[i]);
-        w.in("V = X W_" + h + "^V", "n x D", k.V[i]);
-        w.out("P = Softmax(Mask (.) Q K^T / sqrt(D))", "n x n", k.att[i][0].P);
-        w.out("head_" + h, "n x D", k.head[i]);
-    }
-    w.step(1, "Concat", "Concat(head_1, ..., head_A)_{:, (k-1)D+1 : kD} = head_k", "Concat");
-    w.out("Concat(head_1, ..., head_A)", "n x AD", k.concat);
-}
-
-template <typename T>
-static void explain_ffn(ExplainWalk<T>& w, const std::string& box, const std::string& X, const Tensor<T>& Xin,
-                        const FFNCache<T>& k, const Tensor<T>& out) {
-    w.step(0, box, ffn_box(w.c.activation), std::string("FFN (") + activation_name(w.c.activation) + ")");
-    w.in(X, "n x H", Xin);
-    w.out("X W_1 + b_1", "n x F", k.Z);
-    w.out(w.c.activation == Activation::relu ? "max(0, X W_1 + b_1)" : "GELU(X W_1 + b_1)", "n x F", k.A);
-    w.out(w.c.activation == Activation::relu ? "FFN_ReLU(" + X + ")" : "FFN_GELU(" + X + ")", "n x H", out);
-}
-
-template <typename T>
-Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values) {
-    check_batch(c, batch);
-    if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
-    if (batch.targets.empty()) throw Error("explain: the batch has no targets");
-    if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
-    if (c.emb_ln || c.mlm_head)  // issue 12's options are not walked box by box (yet)
-        throw Error("explain: the model has the released BERT's embedding LayerNorm or masked-LM head, which explain does not walk");
-    const int n = batch.n;
-    const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
-    const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
-    ExplainWalk<T> w{c, n, values, {}};
-    Explained<T> r;
-
-    // ---- Forward --------------------------------------------------------------------------------
-    ExplainWalk<double> ids{c, n, values, {}};
-    ids.step(0, "Input", std::string(seg ? "x' in {1..V}^n, t in {0, 1}^n" : is_causal(c.variant) ? "x = (x_1, ..., x_n) in {1, 2, ..., V}^n" : "x' = (x'_1, ..., x'_n) in {1, 2, ..., V}^n"),
-             "Batch::tokens (code id = formula id - 1)");
-    ids.out("x", "n", ids_tensor(batch.tokens));
-    if (seg) ids.out("t", "n", ids_tensor(batch.segments.empty() ? std::vector<int>(n, 0) : batch.segments));
-    w.steps = ids.steps;
-    const Tensor<T> E = Embedding(batch.tokens, p.W_e);
-    w.step(0, "Embedding", "OneHot(x) W_e, OneHot(x)_{i,j} = 1 if j = x_i (so row i is row x_i of W_e)", "Embedding");
-    w.in("W_e", "V x H", p.W_e);
-    w.out("OneHot(x) W_e", "n x H", E);
-    const std::vector<int> pos = position_rows(c, batch.tokens, n);  // 0..n-1 but for RoBERTa's <pad>
-    const bool pads = std::count(pos.begin(), pos.end(), -1) > 0;
-    Tensor<T> Wp = Tensor<T>::uninit(n, c.H);
-    for (int i = 0; i < n; i++) std::copy(position_vector(p, pos[i]), position_vector(p, pos[i]) + c.H, Wp.row(i));
-    Tensor<T> X = add(E, Wp);
-    w.step(0, "Embedding", seg ? "X'^(0) = OneHot(x') W_e + W_p" : "X^(0) = OneHot(x) W_e + W_p", "add");
-    w.in(pads ? "W_p (the rows of position_rows: a <pad> gets w_pad, the others rows 1, 2, ... in order)" : "W_p (rows 1..n)", "n x H", Wp);
-    w.out(seg ? "X'^(0)" : "X^(0)", "n x H", X);
-    Tensor<T> t0({n}), t1({n});  // 1 - t and t
-    for (int i = 0; i < n; i++) t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]), t0[i] = T(1) - t1[i];
-    if (seg) {  // t_i = 0 gets w_A (README, choices item 5)
-        const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n)), B = matmul(diag(t1), Stack(p.w_B, n));
-        X = add(X, add(A, B));
-        w.step(0, "Embedding", "X^(0) = X'^(0) + diag(t) Stack_n(w^A) + diag(1 - t) Stack_n(w^B)  [t_i = 0 gets w_A: README item 5]",
-               "diag, Stack, matmul, add");
-        w.in("diag(1 - t)", "n x n", diag(t0));
-        w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
-        w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
-        w.out("X^(0)", "n x H", X);
-    }
-    std::vector<BlockCache<T>> K(c.L);
-    for (int l = 0; l < c.L; l++) {
-        const std::string L1 = std::to_string(l + 1), L0 = std::to_string(l), box = "Layers, l = " + L1;
-        const std::string Xp = "X^(" + L0 + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")", M = mask_name(c, l);
-        const Layer<T>& q = p.layers[l];
-        BlockCache<T>& k = K[l];
-        const Tensor<T> Mask = layer_mask<T>(c, l, n);
-        w.step(0, box, c.variant == Variant::gpt3 ? "Mask^(l) = Mask^AR if l is even, Mask^ST if l is odd: " + M : "Mask: " + M,
-               "layer_mask (" + std::string(M == "Mask^BD" ? "Mask_BD" : M == "Mask^ST" ? "Mask_ST" : "Mask_AR") + ")");
-        w.out("Mask^(" + L1 + ")", "n x n", Mask);
-        for (int i = 0; i < n && n <= 16; i++) {
-            std::string row;
-            for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
-            w.steps.back().picture.push_back(row);
-        }
-        if (!pre) {  // X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1)), X^(l) = LayerNorm(FFN(X'^(l)) + X'^(l))
-            k.attn_in = X;
-            const Tensor<T> a = MultiHeadSA(X, Mask, q.attn, &k.attn);
-            explain_attention(w, box, Xp, X, Mask, k.attn, a);
-            k.ffn_in = LayerNorm(add(a, X), q.ln_1_gamma, q.ln_1_beta, c.eps, &k.ln_1);
-            w.step(0, box, Xq + " = LayerNorm(MultiHeadSA(" + Xp + ", " + M + ") + " + Xp + "), LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j",
-                   "add, LayerNorm");
-            w.out(Xq, "n x H", k.ffn_in);
-            const Tensor<T> f = FFN(k.ffn_in, q.ffn, c.activation, &k.ffn);
-            explain_ffn(w, box, Xq, k.ffn_in, k.ffn, f);
-            X = LayerNorm(add(f, k.ffn_in), q.ln_2_gamma, q.ln_2_beta, c.eps, &k.ln_2);
-            w.step(0, box, Xl + " = LayerNorm(" + ffn + "(" + Xq + ") + " + Xq + ")", "add, LayerNorm");
-            w.out(Xl, "n x H", X);
-        } else {  // X'^(l) = MultiHeadSA(LayerNorm(X^(l-1)), Mask) + X^(l-1), X^(l) = FFN(LayerNorm(X'^(l))) + X'^(l)
-            k.attn_in = LayerNorm(X, q.ln_1_gamma, q.ln_1_beta, c.eps, &k.ln_1);
-            w.step(0, box, "LayerNorm(" + Xp + "), LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j", "LayerNorm");
-            w.out("LayerNorm(" + Xp + ")", "n x H", k.attn_in);
-            const Tensor<T> a = MultiHeadSA(k.attn_in, Mask, q.attn, &k.attn);
-            explain_attention(w, box, "LayerNorm(" + Xp + ")", k.attn_in, Mask, k.attn, a);
-            const Tensor<T> Xmid = add(a, X);
-            w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), " + M + ") + " + Xp, "add");
-            w.out(Xq, "n x H", Xmid);
-            k.ffn_in = LayerNorm(Xmid, q.ln_2_gamma, q.ln_2_beta, c.eps, &k.ln_2);
-            w.step(0, box, "LayerNorm(" + Xq + ")", "LayerNorm");
-            w.out("LayerNorm(" + Xq + ")", "n x H", k.ffn_in);
-            const Tensor<T> f = FFN(k.ffn_in, q.ffn, c.activation, &k.ffn);
-            explain_ffn(w, box, "LayerNorm(" + Xq + ")", k.ffn_in, k.ffn, f);
-            X = add(f, Xmid);
-            w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq, "add");
-            w.out(Xl, "n x H", X);
-        }
-    }
-    const std::string XL = "X^(" + std::to_string(c.L) + ")";
-    LayerNormCache<T> ln_f;
-    if (pre) {
-        X = LayerNorm(X, p.ln_f_gamma, p.ln_f_beta, c.eps, &ln_f);
-        w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
-        w.out(XL, "n x H", X);
-    }
-    r.Z = matmul_nt(X, p.W_e);
-    w.step(0, "Output", "Z = " + XL + " W_e^T (seed 001's de-embedding; Y = Softmax(Z))", "matmul_nt");
-    w.out("Z", "n x V", r.Z);
-    const Tensor<T> Y = Softmax(r.Z);
-    int first = 0;  // the first row with a target
-    while (batch.targets[first] < 0) first++;
-    const int row = is_causal(c.variant) ? n - 1 : first;
-    const std::string j = std::to_string(row + 1);
-    w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XL + "_{n,:} W_e^T) = Y_{n,:}"
-                        : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + XL + "_{j,:} W_e^T) = Y_{j,:}, j = " + j,
-           "Softmax");
-    w.out("Y = Softmax(Z)", "n x V", Y);
-    Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
-    Y_row.shape = {c.V};
-    w.out("Y_" + j + ",:", "V", Y_row);
-    Tensor<T> dZ;
-    r.loss = CrossEntropy_logits(r.Z, batch.targets, &dZ);
-    w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (README item 3)"
-                                           : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
-           "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
-    w.out("loss", "1", Tensor<T>::vector({(T)r.loss}));
-    {
-        Tensor<T> y({c.V}), yhat = rows_of(Y, first, 1);
-        yhat.shape = {c.V};
-        y[batch.targets[first]] = T(1);
-        w.step(1, "Loss", "CrossEntropy(y, yhat) = - sum_{j=1}^V y_j log yhat_j for row " + std::to_string(first + 1) +
-               " (y = OneHot of its target, yhat = Y_" + std::to_string(first + 1) + ",:)", "CrossEntropy");
-        w.out("CrossEntropy", "1", Tensor<T>::vector({CrossEntropy(y, yhat)}));
-    }
-
-    // ---- Backward -------------------------------------------------------------------------------
-    r.g = make_params<T>(c);
-    Params<T>& g = r.g;
-    w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
-    w.out("dZ", "n x V", dZ);
-    matmul_tn_acc(dZ, X, g.W_e);
-    Tensor<T> dX = matmul(dZ, p.W_e);
-    w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul");
-    w.out("d" + XL, "n x H", dX);
-    w.out("dW_e (so far)", "V x H", g.W_e);
-    const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; dgamma = sum_i dY Xhat, dbeta = sum_i dY";
-    if (pre) {
-        dX = LayerNorm_backward(p.ln_f_gamma, ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
-        w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f)");
-        w.out("d" + XL + " (before ln_f)", "n x H", dX);
-    }
-    const std::string ffn_bwd = "dW_2 = A^T dY, db_2 = colsum(dY), dZ = dY W_2^T * act'(Z), dW_1 = X^T dZ, db_1 = colsum(dZ), dX = dZ W_1^T";
-    const std::string mhsa_bwd = "per head: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D); dW^O = Concat^T dY";
-    for (int l = c.L - 1; l >= 0; l--) {
-        const std::string L1 = std::to_string(l + 1), box = "Backward, l = " + L1;
-        const std::string Xp = "X^(" + std::to_string(l) + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")";
-        const Layer<T>& q = p.layers[l];
-        Layer<T>& gl = g.layers[l];
-        const BlockCache<T>& k = K[l];
-        if (!pre) {
-            const Tensor<T> du = LayerNorm_backward(q.ln_2_gamma, k.ln_2, dX, gl.ln_2_gamma, gl.ln_2_beta);
-            w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward");
-            w.out("dU", "n x H", du);
-            const Tensor<T> dmid = add(FFN_backward(k.ffn_in, q.ffn, c.activation, k.ffn, du, gl.ffn), du);
-            w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add");
-            w.out("d" + Xq, "n x H", dmid);
-            const Tensor<T> dv = LayerNorm_backward(q.ln_1_gamma, k.ln_1, dmid, gl.ln_1_gamma, gl.ln_1_beta);
-            w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + ")", "LayerNorm_backward");
-            w.out("dS", "n x H", dv);
-            dX = add(MultiHeadSA_backward(k.attn_in, q.attn, k.attn, dv, gl.attn), dv);
-            w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
-                   "MultiHeadSA_backward (Concat_backward, Attention_backward), add");
-            w.out("d" + Xp, "n x H", dX);
-        } else {
-            const Tensor<T> dln2 = FFN_backward(k.ffn_in, q.ffn, c.activation, k.ffn, dX, gl.ffn);
-            w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
-                   "FFN_backward");
-            w.out("dLayerNorm(" + Xq + ")", "n x H", dln2);
-            const Tensor<T> dmid = add(LayerNorm_backward(q.ln_2_gamma, k.ln_2, dln2, gl.ln_2_gamma, gl.ln_2_beta), dX);
-            w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add");
-            w.out("d" + Xq, "n x H", dmid);
-            const Tensor<T> dln1 = MultiHeadSA_backward(k.attn_in, q.attn, k.attn, dmid, gl.attn);
-            w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
-                   "MultiHeadSA_backward (Concat_backward, Attention_backward)");
-            w.out("dLayerNorm(" + Xp + ")", "n x H", dln1);
-            dX = add(LayerNorm_backward(q.ln_1_gamma, k.ln_1, dln1, gl.ln_1_gamma, gl.ln_1_beta), dmid);
-            w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + "))", "LayerNorm_backward, add");
-            w.out("d" + Xp, "n x H", dX);
-        }
-    }
-    Embedding_backward(batch.tokens, dX, g.W_e);
-    for (int i = 0; i < n; i++) {
-        T* d = position_vector(g, pos[i]);  // the row the forward read
-        for (int h = 0; h < c.H; h++) d[h] += dX(i, h);
-    }
-    w.step(0, "Backward: Embedding", pads ? "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), each row of dX^(0) into the W_p row (or w_pad) it read"
-                                          : "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), dW_p[1..n] += dX^(0)",
-           "Embedding_backward");
-    w.out("dW_e", "V x H", g.W_e);
-    w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
-    if (pads) w.out("dw_pad", "H", g.w_pad);
-    if (seg) {
-        add_inplace(g.w_A, Stack_backward(matmul(diag(t0), dX)));
-        add_inplace(g.w_B, Stack_backward(matmul(diag(t1), dX)));
-        w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) dX^(0)), dw_B likewise with t",
-               "diag, matmul, Stack_backward");
-        w.out("dw_A", "H", g.w_A);
-        w.out("dw_B", "H", g.w_B);
-    }
-    r.steps = std::move(w.steps);
-    return r;
-}
-
-std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps) {
-    std::ostringstream o;
-    o << "explain: " << variant_name(c.variant) << " (V=" << c.V << " H=" << c.H << " F=" << c.F << " D=" << c.D << " L=" << c.L
-      << " A=" << c.A << ", " << activation_name(c.activation) << "); formula indices count from 1, shapes as in the formula boxes\n";
-    bool backward = false;
-    int number = 0;
-    for (const ExplainStep& s : steps) {
-        if (number == 0 || (!backward && s.box.rfind("Backward", 0) == 0)) {
-            backward = number > 0;
-            o << "\n==== " << (backward ? "backward: d loss / d theta, from the loss down" : "forward") << " ====\n";
-        }
-        const std::string pad(4 * (std::size_t)s.depth, ' ');
-        o << pad << "[" << ++number << "] " << s.box << ":  " << s.formula << "\n";
-        o << pad << "     code: " << s.function;
-        for (std::size_t k = 0; k < s.in.size(); k++)
-            o << (k ? ", " : "   in: ") << s.in[k].name << " (" << s.in[k].symbol << " = " << s.in[k].shape << ")";
-        o << "\n";
-        for (const ExplainTensor& t : s.out) {
-            o << pad << "     " << t.name << "  " << t.symbol << " = " << t.shape << "  [";
-            for (std::size_t k = 0; k < t.first.size(); k++) o << (k ? ", " : "") << num(t.first[k]);
-            o << (t.more ? ", ...]\n" : "]\n");
-        }
-        for (const std::string& line : s.picture) o << pad << "        " << line << "\n";
-    }
-    return o.str();
-}
-
-template Explained<float> explain(const Config&, const Params<float>&, const Batch&, int);
-template Explained<double> explain(const Config&, const Params<double>&, const Batch&, int);
 
 // ================================================================================================
 // Explicit instantiation for float (training) and double (gradient checks).

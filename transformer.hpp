@@ -894,6 +894,16 @@ double lr_linear(long long s, long long steps, long long warmup, double lr, doub
 // Global gradient norm ||g|| over every tensor; if it exceeds max_norm (> 0), scale g by
 // max_norm / ||g||. Returns the norm before clipping.
 double clip_grad_norm(const Config& c, Params<float>& g, double max_norm);
+// One training step (formulas §29-§31): zero g, add into it the gradients of `accum` batches
+// (loss_and_grad adds one batch's mean-loss gradient and returns its loss), take their mean, clip
+// it to global norm max_norm (0: no clipping), one AdamW step at rate lr. The step's loss is the
+// batches' mean; norm is the gradient's norm before clipping. A loss or norm that is not finite
+// leaves p untouched.
+struct StepResult {
+    double loss = 0, norm = 0;
+};
+StepResult train_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr, double max_norm,
+                      int accum, const std::function<double(Params<float>&)>& loss_and_grad);
 
 // A character-level vocabulary: the distinct bytes of a text, sorted; id = index. BERT/RoBERTa add
 // three special tokens after them ([CLS]/<s>, [SEP]/</s>, [MASK]/<mask>).
