@@ -48,7 +48,7 @@ run: transformer
 bench: transformer
 	./transformer bench
 
-# GPT-1's workflow in miniature (seeds 003, 004) with no data file: pre-train a GPT on a text of
+# GPT-1's workflow in miniature (docs/formulas.md §28) with no data file: pre-train a GPT on a text of
 # 3-digit sums (with line windows: each line at the positions a fine-tuning example takes),
 # fine-tune it on the four built-in labelled tasks (held-out pairs for validation), and print the
 # GPT-1 paper's ablation: pre-trained with lambda 0.5, pre-trained with lambda 0, no pre-training

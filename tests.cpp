@@ -545,7 +545,7 @@ TEST_CASE("Mask_BD: wrong shape") {
     CHECK_THROWS_NAMING(ShapeError, Mask_BD<double>(-2), "-2x-2");
 }
 
-TEST_CASE("Mask_AR: hand-computed case (the seed's n = 4 example)") {
+TEST_CASE("Mask_AR: hand-computed case (the n = 4 example of formulas §6)") {
     // [[1, -inf, -inf, -inf], [1, 1, -inf, -inf], [1, 1, 1, -inf], [1, 1, 1, 1]]
     TD M = Mask_AR<double>(4);
     REQUIRE(M.shape == shp(4, 4));
@@ -1421,7 +1421,7 @@ TEST_CASE("FFN_GELU: hand-computed case for gelu_sigmoid (default), gelu_tanh, g
         CHECK(Y(0, 0) == doctest::Approx(2 * cs.g1 + 1).epsilon(1e-14));
         CHECK(Y(0, 1) == doctest::Approx(cs.g1 - 2).epsilon(1e-14));
     }
-    // The default is the seed's x sigmoid(1.702 x).
+    // The default is x sigmoid(1.702 x) (formulas §13).
     TD Yd = FFN_GELU(X, p);
     CHECK(Yd(0, 0) == doctest::Approx(2 * 0.8457957659328212 + 1).epsilon(1e-14));
     Rng rng(75);
@@ -2675,7 +2675,7 @@ TEST_CASE("GPT-2: model_forward rejects bad batches with a message") {
 // ================================================================================================
 // Parameters
 // ================================================================================================
-TEST_CASE("parameters: the seed's lambda for GPT-1 is 116,497,920") {
+TEST_CASE("parameters: the formulas' lambda for GPT-1 is 116,497,920") {
     const ParamCount k = count_params(preset("gpt1"));
     CHECK(k.seed_lambda == 116497920LL);
     CHECK(k.actual == 116497920LL);  // GPT: no final LayerNorm, no segment vectors
@@ -2706,7 +2706,7 @@ TEST_CASE("parameters: actual counts of every preset (lambda + ln_f for GPT-2/3,
     CHECK(count_params(preset("gpt2-124m")).attn_biases == 36864);
     CHECK(count_params(preset("bert-base")).actual == 109482240LL - 590592 - 1536);
     CHECK(count_params(preset("roberta-base")).actual == 124645632LL - 590592 - 1536 - 768);
-    CHECK(count_params(preset("gpt1")).actual == 116497920LL);  // the seed's GPT-1: no attention biases
+    CHECK(count_params(preset("gpt1")).actual == 116497920LL);  // GPT-1 as formulas §24 counts it: no attention biases
 }
 
 TEST_CASE("parameters: named tensors of every tiny preset add up to the actual count, names unique") {
@@ -2787,7 +2787,7 @@ TEST_CASE("objective: next_token_targets shifts each sequence by one, last posit
     M_CHECK_TF_ERROR(next_token_targets({1, 2, 3}, 2, 2), "B x n");
 }
 
-TEST_CASE("objective: the GPT loss is the mean of -log Y[j-1, x_j] (seed 001 with the log)") {
+TEST_CASE("objective: the GPT loss is the mean of -log Y[j-1, x_j] (formulas §25, with the log)") {
     const Config c = preset("tiny-gpt");
     const Params<double> p = m_model<double>(c, 12, 0.2);
     Batch b;
@@ -3907,7 +3907,7 @@ TEST_CASE("CLI: fill and sample work on trained checkpoints, usage on no argumen
 }
 
 // ================================================================================================
-// Files and failures (issue 14): outputs checked before work, one durable writer, no non-finite
+// Files and failures: outputs checked before work, one durable writer, no non-finite
 // model, resume knows its data, stdout checked, strict flags, errors that point at the place.
 // ================================================================================================
 // A command that must succeed; on failure its stderr is the message (in a handout it names the
@@ -4305,7 +4305,7 @@ TEST_CASE("Tensor: Tensor<float>({5}, 2.0f) is the 5-vector of 2s (compile-time 
     CHECK(Tensor<float>(2, 3).shape == std::vector<int>{2, 3});
 }
 
-// ---- Fine-tuning and XLNet as commands (issue 8) ------------------------------------------------
+// ---- Fine-tuning and XLNet as commands --------------------------------------------------------
 TEST_CASE("finetune: the four file formats parse, and each malformed line names the file, the line and the reason") {
     std::vector<std::string> classes;
     auto ex = parse_labelled("pos\tgood film\nneg\tbad\r\npos\tfine\n", "c.tsv", FinetuneKind::classify, classes, true, true);
@@ -4966,7 +4966,7 @@ TEST_CASE("CLI: sample and eval with GPT-2's tokenizer on imported GPT-2 weights
 }
 
 // ================================================================================================
-// GPT-1 fine-tuning (seed 003): the head W_y, L3 = L2 + lambda L1, the input transformations
+// GPT-1 fine-tuning (formulas §28): the head W_y, L3 = L2 + lambda L1, the input transformations
 // ================================================================================================
 namespace {
 const GPT1Specials m_S{10, 11, 12};  // tiny presets: ids 10, 11, 12 as start, delimiter, extract
@@ -5386,7 +5386,7 @@ TEST_CASE("xlnet: gradient descent on random permutations lowers the loss of a r
 }
 
 TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" fails exactly the cases needing them") {
-    // Teaching (issue 10): `make handout` copies the project into DIR with the bodies of FUNCS replaced by
+    // Teaching: `make handout` copies the project into DIR with the bodies of FUNCS replaced by
     // a stub throwing tf::Error("not implemented: NAME"). Checked here on a handout in the scratch
     // directory: an unknown name is an error; only the two bodies change (and the "handout: ..." cases
     // leave tests.cpp); the handout's transformer.cpp compiles without a warning; its tests, run in the
@@ -5584,7 +5584,7 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
 }
 
 // ================================================================================================
-// Teaching (issue 10): the mask and attention pictures, explain.
+// Teaching: the mask and attention pictures, explain.
 // ================================================================================================
 // The panels of an SVG written by heatmap_svg: each one's title and its cells in row-major order
 // (masked or not, and the value in the cell's <title>).
@@ -5973,7 +5973,7 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
     m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --out x.svg", "unknown flag --out");
 }
 
-// ---- Issue 9: the vectorised forms against their references, and no memory per warm step ----------
+// ---- The vectorised forms against their references, and no memory per warm step ----------
 
 TEST_CASE("Softmax: vexp matches std::exp (float to under one ulp, double to 3.2e-16), -inf, inf, NaN") {
     double worst_f = 0, worst_d = 0;
@@ -6178,7 +6178,7 @@ TEST_CASE("ArenaScope: a model's parameters lie in one block, in order; the bloc
     CHECK(lm.params.W_e.data == q.W_e.data);
 }
 
-// ==== issue 12: released GPT-1 and BERT ====
+// ==== Released GPT-1 and BERT ====
 namespace {
 // A GPT-1 tokenizer on a hand-made vocabulary: ids in the order given.
 const std::vector<std::string> m_GPT1_SYMBOLS = {"<unk>", "l", "o", "w", "e", "s", "t", "r", "w</w>", "r</w>", "t</w>",
@@ -6442,7 +6442,7 @@ TEST_CASE("released BERT options: metadata round trip, checkpoints, defaults off
     Config g = preset("tiny-gpt");
     g.mlm_head = true;
     M_CHECK_TF_ERROR(validate(g), "bert and roberta only");
-    {  // explain walks the seed's boxes only: it refuses these options rather than skip them
+    {  // explain walks the formula sheet's boxes only: it refuses these options rather than skip them
         Params<double> pd = m_model<double>(c, 1231, 0.2);
         Batch one;
         one.n = 4, one.tokens = {10, 12, 1, 11}, one.targets = {-1, 5, -1, -1};
@@ -6478,7 +6478,7 @@ TEST_CASE("RoBERTa: a <pad> among the ids takes position row padding_idx and is 
     CHECK(hf == std::vector<int>{2, 3, 1, 4, 5});
     // Each sequence counts from its start; pads at the start, inside and at the end.
     CHECK(position_rows(c, {0, 1, 1, 5, 2, 1, 0, 5, 2, 1}, 5) == std::vector<int>{0, -1, -1, 1, 2, -1, 0, 1, 2, -1});
-    // Without pad_id (the seed's RoBERTa, BERT, GPTs): token i gets row i, id 1 or not.
+    // Without pad_id (RoBERTa as formulas §22 writes it, BERT, GPTs): token i gets row i, id 1 or not.
     CHECK(position_rows(preset("tiny-roberta"), {0, 5, 1, 7, 2}, 5) == std::vector<int>{0, 1, 2, 3, 4});
     CHECK(position_rows(preset("tiny-bert"), {0, 5, 1, 7, 2}, 5) == std::vector<int>{0, 1, 2, 3, 4});
 
@@ -6501,7 +6501,7 @@ TEST_CASE("RoBERTa: a <pad> among the ids takes position row padding_idx and is 
             CHECK(k.blocks[0].attn_in(i, h) == expected[i]);  // X^(0), the first block's input (post-LN, no emb_ln)
         }
 
-    // The whole model against the seed's positions with the rows put in place by hand: a model
+    // The whole model against positions 1..n with the rows put in place by hand: a model
     // without pad_id whose W_p rows 0..4 are W_p[0], W_p[1], w_pad, W_p[2], W_p[3].
     p = m_model<double>(c, 1241, 0.3);
     Config c0 = c;
@@ -6894,7 +6894,7 @@ TEST_CASE("BERT weights: a Hugging Face bert-base-uncased model.safetensors load
         b.n = 6, b.tokens = {10, 5, 12, 11, 3, 11}, b.segments = {0, 0, 0, 0, 1, 1};
         CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
     }
-    // Without the masked-LM head and the pooler (BertModel): the seed's de-embedding; ids 101..103 need V > 103.
+    // Without the masked-LM head and the pooler (BertModel): the de-embedding of formulas §17; ids 101..103 need V > 103.
     auto t = m_bert_hf(c, p, false);
     t.resize(t.size() - 7);
     m_write_raw(dir + "model.safetensors", t);
@@ -7485,7 +7485,7 @@ TEST_CASE("params of the released files' shapes: GPT-1 116,534,784 floats, bert-
     CHECK(kb.actual + 2 * 768 + 2 == 110106428);  // with the next-sentence head: BertForPreTraining
 }
 
-// ==== issue 11: init-from, BPE training, export ====
+// ==== init-from, BPE training, export ====
 namespace {
 
 // The init-from options: the model's shape from the file (0 / "" as main.cpp passes them).

@@ -494,7 +494,7 @@ Tensor<T> Softmax_backward(const Tensor<T>& Y, const Tensor<T>& dY) {
 }
 
 // ---- Attention masks -------------------------------------------------------------------------
-// Entries are 1 (keep) or -inf (drop), exactly as in the seed. Formula (i, j) = code (i+1, j+1);
+// Entries are 1 (keep) or -inf (drop), as formulas §6 writes them. Formula (i, j) = code (i+1, j+1);
 // "j > i" is the same comparison in both.
 template <typename T>
 Tensor<T> Mask_BD(int n) {
@@ -1133,7 +1133,7 @@ std::vector<std::string> preset_names() {
 
 Config preset(const std::string& name) {
     Config c;
-    if (name == "gpt1") {  // the seed's hyperparameters (GPT-1 paper)
+    if (name == "gpt1") {  // the published hyperparameters, formulas §24 (GPT-1 paper)
         c = make_config(Variant::gpt, 40478, 768, 3072, 64, 12, 12, 512, Activation::gelu_sigmoid, 1e-5);
     } else if (name == "gpt2-124m") {  // released GPT-2 small: tanh GELU, attention biases
         c = make_config(Variant::gpt2, 50257, 768, 3072, 64, 12, 12, 1024, Activation::gelu_tanh, 1e-5);
@@ -1187,7 +1187,7 @@ void validate(const Config& c) {
     if (floats > 2e9) throw Error("config: the model would hold more than 2e9 parameters");
 }
 
-// ---- Parameters theta (seed "Parameters") ----------------------------------------------------
+// ---- Parameters theta (formulas §24) ------ ----------------------------------------------------
 // Bytes for an arena that holds every tensor of p (each rounded up to 64 bytes), plus 1 MiB for
 // the few temporaries the loaders make while it is open.
 template <typename T>
@@ -1366,7 +1366,7 @@ static auto position_vector(P& p, int row) {
 
 //   X^(0) = OneHot(x) W_e + W_p[0:n, :]                                              (n x H)
 //   BERT:  X^(0) += diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)                  (n x H)
-// (t_i = 0, the first part up to its [SEP], gets w_A: seed README item 5.) RoBERTa with pad_id: the
+// (t_i = 0, the first part up to its [SEP], gets w_A: formulas §21.) RoBERTa with pad_id: the
 // rows of position_rows in place of W_p[0:n, :].
 template <typename T>
 static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch) {
@@ -1416,7 +1416,7 @@ Tensor<T> layer_mask(const Config& c, int l, int n) {
 // ---- Post-LN block (GPT, BERT, RoBERTa) --------------------------------------------------------
 //   X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1))
 //   X^(l)  = LayerNorm(FFN(X'^(l)) + X'^(l))
-// Training adds dropout to each branch before the sum (seed 003: "residual dropout").
+// Training adds dropout to each branch before the sum (formulas §16: "residual dropout").
 template <typename T>
 static Tensor<T> post_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
                                        BlockCache<T>& k, const ForwardOptions& o) {
@@ -1785,7 +1785,7 @@ void bert_pair(const Config& c, const std::vector<int>& a, const std::vector<int
     t.resize(x.size(), 1);
 }
 
-// ---- GPT-1 fine-tuning (seed 003) -----------------------------------------------------------------
+// ---- GPT-1 fine-tuning (formulas §28) ----------------------------------------------------------------
 std::vector<int> gpt1_classify_input(const std::vector<int>& text, const GPT1Specials& s) {
     std::vector<int> x = {s.start};
     x.insert(x.end(), text.begin(), text.end());
@@ -3420,7 +3420,7 @@ public:
     std::map<std::string, std::string> metadata;
     std::vector<Entry> entries;  // in the header's order
     // Integer buffers Hugging Face may save beside the weights (I64 "....position_ids" or
-    // "....token_type_ids", issue 12):
+    // "....token_type_ids"):
     // checked and listed by name, never read.
     std::vector<std::string> int_buffers;
 
@@ -3785,7 +3785,7 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
     return lm;
 }
 
-// ---- Released GPT-1, BERT and RoBERTa weights (Hugging Face model.safetensors; issue 12) -------
+// ---- Released GPT-1, BERT and RoBERTa weights (Hugging Face model.safetensors) ----------------
 // What both importers share: the file's tensors by name (a prefix dropped), taken one at a time
 // with their shape checked, so that what is left at the end is unexpected; and config.json beside
 // the file.
@@ -3875,7 +3875,7 @@ int hf_config_int(const Json& j, const char* key, int fallback, const std::strin
 }  // namespace
 
 // GPT-1 (OpenAIGPTLMHeadModel / OpenAIGPTModel; names may start with "transformer."). Conv1D stores
-// W as in x out, as ours; the block is post-LN, as the seed's GPT:
+// W as in x out, as ours; the block is post-LN, as the GPT of formulas §18:
 //   tokens_embed.weight (V x H) -> W_e              positions_embed.weight (n_ctx x H) -> W_p
 //   h.l.attn.c_attn.weight (H x 3H) = [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A], .bias (3H) -> b_Q, b_K, b_V
 //   h.l.attn.c_proj.weight (AD x H), .bias -> W_O, b_O
@@ -3966,7 +3966,7 @@ static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTenso
 // BERT (BertForMaskedLM, BertForPreTraining or BertModel; names may start with "bert."). A Linear
 // stores W as out x in: every weight is transposed into ours (in x out).
 //   embeddings.word_embeddings.weight (V x H) -> W_e;  .position_embeddings.weight (n_ctx x H) -> W_p
-//   embeddings.token_type_embeddings.weight (2 x H): row 0 -> w_A, row 1 -> w_B (the seed's segments)
+//   embeddings.token_type_embeddings.weight (2 x H): row 0 -> w_A, row 1 -> w_B (the segment vectors of formulas §21)
 //   embeddings.LayerNorm.weight, .bias (or .gamma, .beta) -> emb_ln.gamma, .beta       (Config::emb_ln)
 //   encoder.layer.l.attention.self.query.weight (AD x H) -> W_Q^i = rows i*D .. i*D+D-1, transposed;
 //       .bias -> b_Q^i;  key, value likewise
@@ -4070,7 +4070,7 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
             else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu");
         }
         if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
-            throw bad("position_embedding_type must be absolute (the seed's W_p)");
+            throw bad("position_embedding_type must be absolute (W_p of formulas §18)");
         const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
                                                      {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V},
                                                      {"type_vocab_size", types}};
@@ -4174,7 +4174,7 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     return lm;
 }
 
-// ---- Export to Hugging Face's GPT2LMHeadModel layout (issue 11) ----------------------------------
+// ---- Export to Hugging Face's GPT2LMHeadModel layout ----------------------------------------
 // The inverse of import_hf_gpt2: the heads of W_Q, W_K, W_V are joined into c_attn's columns (head
 // i in columns i*D .. i*D+D-1 of each third), everything else keeps its layout (Conv1D stores
 // in x out, as we do).
@@ -4839,7 +4839,7 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
         for (unsigned char ch : text) odd += ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t');
         if (odd * 100 > text.size()) throw Error("'" + file + "' looks binary, not text (control bytes)");
         if (!bpe && file == path) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
-        return bpe ? encode_with_progress(*bpe, text, "'" + file + "'", quiet)  // issue 11: BPE tokens
+        return bpe ? encode_with_progress(*bpe, text, "'" + file + "'", quiet)  // BPE tokens
                    : k.vocab.encode(text, "'" + file + "'");
     };
     const std::vector<int> ids = ids_of(path, k.bytes, k.hash);
@@ -5203,7 +5203,7 @@ double xlnet_left_to_right_loss(const Config& c, const Params<T>& p, const std::
     return xlnet_windows_loss(c, p, ids, identity, count, "xlnet_left_to_right_loss");
 }
 
-// ---- Starting from a checkpoint's weights, GPT-2's tokenizer (issue 11) --------------------------
+// ---- Starting from a checkpoint's weights, GPT-2's tokenizer -----------------------------------
 // train --init-from FILE: the model (shape and weights) is FILE's, the optimiser starts fresh at
 // step 0. o's model flags must agree with the file (0 / "" = not given); afterwards they hold the
 // file's values. tok: the tokenizer of the run, from --encoder/--vocab or the one FILE records.
@@ -5348,7 +5348,7 @@ TrainResult train(const TrainOptions& opt_in) {
     if (xlnet && has_segments(variant)) throw Error("train: --objective xlnet applies to gpt, gpt2, gpt3 and roberta, not bert (segments)");
     int n = o.resume.empty() ? (o.block ? o.block : n_default) : c.n_ctx;
     if (!o.init_from.empty()) n = o.block ? o.block : c.n_ctx;  // windows may be shorter than n_ctx
-    const bool subword = !tok.kind.empty() && tok.kind != "char";  // issue 11: GPT-2's BPE; BERT's WordPiece, RoBERTa's BPE
+    const bool subword = !tok.kind.empty() && tok.kind != "char";  // GPT-2's BPE; BERT's WordPiece, RoBERTa's BPE
     if (subword && is_bidirectional_tokenizer(tok.kind) == is_causal(variant))
         throw Error("train: the tokenizer is " + tok.kind + ", which goes with " +
                     (is_causal(variant) ? "bert and roberta (masked-LM models)" : "gpt, gpt2 and gpt3 (next-token models)") +
@@ -5394,7 +5394,7 @@ TrainResult train(const TrainOptions& opt_in) {
     Objective obj;
     obj.tokens_per_step = (long long)o.batch * n;
     obj.title = std::string(variant_name(c.variant)) + (xlnet ? " XLNet permutation loss" : " training loss");
-    if (xlnet) {  // seed 000's permutation objective: one z per batch, the last `predict` ranks predicted
+    if (xlnet) {  // XLNet's permutation objective (formulas §27): one z per batch, the last `predict` ranks predicted
         obj.step = [&](Params<float>& g, Rng& rng, std::vector<double>&) {
             const Batch b = make_batch(c, k, false, o.batch, n, rng);
             return xlnet_loss(c, s.p, s.p.w, b.tokens, o.batch, random_permutation(n, rng), predict, &g, &g.w);
@@ -5463,7 +5463,7 @@ TrainResult train(const TrainOptions& opt_in) {
     return r;
 }
 
-// ---- Fine-tuning (seeds 003, 004): labelled files, the head on a pre-trained model -----------
+// ---- Fine-tuning (formulas §28): labelled files, the head on a pre-trained model -----------
 const char* finetune_kind_name(FinetuneKind k) {
     switch (k) {
         case FinetuneKind::classify: return "classify";
@@ -5624,7 +5624,7 @@ static EncodedExample input_transformation(const Config& c, const FinetuneSpec& 
             }
             break;
         case FinetuneKind::entailment: pair(f[0], f[1]); break;
-        case FinetuneKind::similarity: pair(f[0], f[1]), pair(f[1], f[0]); break;  // both orderings (seed 003)
+        case FinetuneKind::similarity: pair(f[0], f[1]), pair(f[1], f[0]); break;  // both orderings (formulas §28)
         case FinetuneKind::choice:
             for (std::size_t k = 1; k < f.size(); k++) pair(f[0], f[k]);
             break;
@@ -5683,7 +5683,7 @@ Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<c
     if (is_causal(c.variant)) b = gpt1_batch(seqs, n, s.specials.extract, at);  // next-token targets for L1
     else b = bert_finetune_batch(c, examples, n, at, mlm_rng);
     // Multiple choice: L1 is the likelihood of the labelled text, the context with its right answer;
-    // the wrong answers are distractors, not text (README, "Choices where the seeds are loose").
+    // the wrong answers are distractors, not text (formulas §28).
     if (s.kind == FinetuneKind::choice) {
         const std::size_t K = examples[0]->seqs.size();
         for (std::size_t e = 0; e < examples.size(); e++)
@@ -5772,7 +5772,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
                    {base + ".svg", "the loss plot", OutputKind::svg_plot}},
                   {{fo.checkpoint, "--checkpoint"}, {fo.train_file, "--train"}, {fo.val_file, "--val"}});
     LoadedModel lm = load_model(fo.checkpoint, {"adam."});
-    // The tokenizer: the one the flags name (released GPT-1/GPT-2/BERT weights, issue 12), else the
+    // The tokenizer: the one the flags name (released GPT-1/GPT-2/BERT weights), else the
     // one the checkpoint records (characters, or the BPE `train --encoder` used).
     const Tokenizer recorded = tokenizer_of(lm.file.metadata, fo.checkpoint);
     const bool given = !fo.vocab.empty() || !fo.encoder.empty() || !fo.tokenizer.empty();
@@ -5811,7 +5811,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     c = lm.config;
     Rng init(o.seed ^ 0xF17E7u);
     if (!again) {
-        if (is_causal(c.variant)) {  // start, delimiter, extract: new rows of W_e (seed 004), N(0, 0.02)
+        if (is_causal(c.variant)) {  // start, delimiter, extract: new rows of W_e (formulas §28), N(0, 0.02)
             spec.specials = {c.V, c.V + 1, c.V + 2};
             c.V += 3;
         } else {
@@ -7060,7 +7060,7 @@ std::map<std::string, std::string> Tokenizer::metadata() const {
     if (kind == "gpt2-bpe" || kind == "gpt1-bpe" || kind == "roberta-bpe")
         return {{"tokenizer", kind}, {"tokenizer.encoder_json", encoder_json}, {"tokenizer.vocab_bpe", vocab}};
     if (kind == "bert-wordpiece") return {{"tokenizer", kind}, {"tokenizer.vocab_txt", vocab}};
-    if (kind == "char") return {{"vocab", chars.to_metadata()}};  // as every checkpoint before issue 11
+    if (kind == "char") return {{"vocab", chars.to_metadata()}};  // a character vocabulary
     return {};
 }
 
@@ -7320,12 +7320,12 @@ std::string masks_svg(int n, int window, int stride, const std::vector<int>& z) 
                    {"(Mask^AR)_i,j = -inf if j > i,", "1 otherwise"}),
         mask_panel("Mask^ST (GPT-3 at odd l)", Mask_ST<float>(n, window, stride), pos, pos,
                    {"(Mask^ST)_i,j = 1 if j <= i and (i - j < window", "or (i - j) mod stride = 0), -inf otherwise;",
-                    "window = " + w + ", stride = " + s + " (seed README item 4)"}),
+                    "window = " + w + ", stride = " + s + " (formulas §7)"}),
         mask_panel("Mask^XL(z) (XLNet's two streams)", Mask_XL<float>(z), streams, streams,
                    {"rows and columns: content h_1..h_n, then query g_1..g_n;",
                     "(h_i, h_j) = 1 if rank(j) <= rank(i), (g_i, h_j) = 1 if rank(j) < rank(i),",
                     "-inf otherwise (no row sees the query stream); z = (" + zs + ")"})};
-    return heatmap_svg(panels, 4, "The attention masks of the seeds for n = " + std::to_string(n),
+    return heatmap_svg(panels, 4, "The attention masks for n = " + std::to_string(n),
                        {"Row i: the query (position i), column j: the key (position j); positions count from 1 as in the formulas.",
                         "Masked attention: Softmax(Mask (.) Q K^T / sqrt(D)) V, where an entry -inf drops the score (apply_mask)."},
                        false);
@@ -7473,7 +7473,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
     if (batch.targets.empty()) throw Error("explain: the batch has no targets");
     if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
-    if (c.emb_ln || c.mlm_head)  // issue 12's options are not walked box by box (yet)
+    if (c.emb_ln || c.mlm_head)  // the released BERT's additions (formulas §23) are not walked box by box
         throw Error("explain: the model has the released BERT's embedding LayerNorm or masked-LM head, which explain does not walk");
     const int n = batch.n;
     const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
@@ -7567,7 +7567,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         w.out(XL, "n x H", X);
     }
     r.Z = matmul_nt(X, p.W_e);
-    w.step(0, "Output", "Z = " + XL + " W_e^T (seed 001's de-embedding; Y = Softmax(Z))", "matmul_nt");
+    w.step(0, "Output", "Z = " + XL + " W_e^T (the de-embedding, formulas §17; Y = Softmax(Z))", "matmul_nt");
     w.out("Z", "n x V", r.Z);
     const Tensor<T> Y = Softmax(r.Z);
     int first = 0;  // the first row with a target

@@ -1,6 +1,6 @@
 // transformer.hpp - the formulated transformer (GPT, GPT-2, GPT-3, BERT, RoBERTa) in plain C++.
 //
-// Every formula box of the seed ("The Formulated GPT-2") has one function here, named after it,
+// Every formula box of the formula sheet (docs/formulas.md, after "The Formulated GPT-2") has one function here, named after it,
 // with its forward and its hand-derived backward side by side in transformer.cpp.
 //
 // Conventions used everywhere:
@@ -255,7 +255,7 @@ Tensor<T> Mask_BD(int n);
 // Autoregressive Attention Mask:  (Mask^AR)_{i,j} = -inf if j > i, 1 otherwise   (n x n).
 template <typename T>
 Tensor<T> Mask_AR(int n);
-// Sparse causal mask of GPT-3 (never defined in the seed; our definition, after the Sparse
+// Sparse causal mask of GPT-3 (never defined in the source formulas (formulas §7); our definition, after the Sparse
 // Transformer's strided pattern, Child et al. 2019), n x n:
 //   (Mask^ST)_{i,j} = 1 if j <= i and (i - j < window or (stride > 0 and (i - j) mod stride == 0)),
 //                    -inf otherwise.
@@ -264,7 +264,7 @@ Tensor<T> Mask_AR(int n);
 template <typename T>
 Tensor<T> Mask_ST(int n, int window, int stride);
 
-// How "Mask (.) S" is carried out (seed README item 1): a mask entry 1 keeps the score, a mask
+// How "Mask (.) S" is carried out (formulas §9): a mask entry 1 keeps the score, a mask
 // entry -inf replaces it by -inf, so Softmax gives it probability exactly 0 and its gradient is
 // exactly 0. This equals the additive 0/-inf mask; no 0 * inf product is ever formed.
 template <typename T>
@@ -275,7 +275,7 @@ Tensor<T> apply_mask(const Tensor<T>& Mask, const Tensor<T>& S);
 // (The code also takes Q with m rows and Mask m x n, for one new row at a time: model_step.)
 // P (n x n) is the softmax output, kept for the backward. If dropout_scale is given (n x n, each
 // entry 0 or 1/(1-p)), the product uses P (.) dropout_scale instead of P (dropout on attention
-// probabilities, seed 003).
+// probabilities, formulas §16).
 template <typename T>
 struct AttentionCache {
     Tensor<T> P;  // n x n attention probabilities
@@ -300,7 +300,7 @@ template <typename T>
 std::vector<Tensor<T>> Concat_backward(const Tensor<T>& dY, int A);
 
 // Parameters of one Masked Multi-Head Self-Attention: W_Q[i], W_K[i], W_V[i] (H x D) for the
-// heads i = 0..A-1 (formula i = 1..A) and W_O (AD x H). The biases are not in the seed; GPT-2
+// heads i = 0..A-1 (formula i = 1..A) and W_O (AD x H). The biases are not in the formulas' boxes (formulas §12); GPT-2
 // as released has them (Config::attn_bias). Empty = no biases.
 template <typename T>
 struct MultiHeadSAParams {
@@ -319,7 +319,7 @@ struct MultiHeadSACache {
 // Masked Multi-Head Self-Attention  (X: n x H, Mask: n x n -> n x H):
 //   MultiHeadSA(X, Mask) = Concat(head_1, ..., head_A) W^O,
 //   head_i = Attention(X W_i^Q, X W_i^K, X W_i^V, Mask).
-// With biases (not in the seed): X W_i^Q + Stack_n(b_i^Q), likewise for K and V, and
+// With biases (not in the formulas' boxes (formulas §12)): X W_i^Q + Stack_n(b_i^Q), likewise for K and V, and
 // Concat(...) W^O + Stack_n(b^O).
 // X may hold B sequences of n rows ((B*n) x H); attention is applied to each sequence alone.
 // attn_dropout > 0 draws dropout masks for the attention probabilities from rng.
@@ -333,8 +333,8 @@ Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p
                                const MultiHeadSACache<T>& cache, const Tensor<T>& dY,
                                MultiHeadSAParams<T>& g);
 
-// Activations of the feed-forward network. The seed's GELU is x * sigmoid(1.702 x); released
-// GPT-2 weights need the tanh form, BERT the exact erf form (seed README item 2).
+// Activations of the feed-forward network. The GELU of the source formulas is x * sigmoid(1.702 x) (formulas §13); released
+// GPT-2 weights need the tanh form, BERT the exact erf form (formulas §13).
 enum class Activation { relu, gelu_sigmoid, gelu_tanh, gelu_erf };
 const char* activation_name(Activation a);      // "relu", "gelu_sigmoid", ...
 Activation activation_from_name(const std::string& s);  // throws Error on an unknown name
@@ -416,7 +416,7 @@ template <typename T>
 Tensor<T> LayerNorm_backward(const Tensor<T>& gamma, const LayerNormCache<T>& cache, const Tensor<T>& dY,
                              Tensor<T>& dgamma, Tensor<T>& dbeta);
 
-// Cross Entropy (seed 001):  CrossEntropy(y, yhat) = - sum_{j=1}^V y_j log(yhat_j)
+// Cross Entropy (formulas §17):  CrossEntropy(y, yhat) = - sum_{j=1}^V y_j log(yhat_j)
 // y, yhat: V (a distribution and a prediction). d/dyhat_j = -y_j / yhat_j.
 template <typename T>
 T CrossEntropy(const Tensor<T>& y, const Tensor<T>& yhat);
@@ -456,7 +456,7 @@ enum class Variant { gpt, gpt2, gpt3, bert, roberta };
 const char* variant_name(Variant v);              // "gpt", "gpt2", "gpt3", "bert", "roberta"
 Variant variant_from_name(const std::string& s);  // throws Error on an unknown name
 
-// The hyperparameters of the seed ("Hyperparameters") plus what the seed leaves loose.
+// The hyperparameters (formulas §24) plus what the source formulas leave loose (formulas §1).
 struct Config {
     Variant variant = Variant::gpt2;
     int V = 0;      // vocabulary size
@@ -465,21 +465,21 @@ struct Config {
     int D = 0;      // dimension of queries, keys and values (per head)
     int L = 0;      // number of layers
     int A = 0;      // number of heads
-    int n_ctx = 0;  // context size: W_p is n_ctx x H (seed README item 6)
+    int n_ctx = 0;  // context size: W_p is n_ctx x H (formulas §18)
     Activation activation = Activation::gelu_sigmoid;
     double eps = 1e-5;  // LayerNorm epsilon (GPT/GPT-2: 1e-5, BERT: 1e-12)
     int cls_id = -1, sep_id = -1, mask_id = -1;  // BERT [CLS] [SEP] [MASK]; RoBERTa <s> </s> <mask>
     int pad_id = -1;  // RoBERTa's <pad> (Hugging Face's padding_idx), -1 = none: see position_rows
     int st_window = 0, st_stride = 0;             // GPT-3's Mask_ST (see Mask_ST)
-    bool attn_bias = false;  // biases b_i^Q, b_i^K, b_i^V, b^O in every MultiHeadSA (GPT-2 as released; not in the seed)
-    int W_y_rows = 0, W_y_cols = 0;  // the fine-tuning head W_y (seed 003), 0 x 0 = none
+    bool attn_bias = false;  // biases b_i^Q, b_i^K, b_i^V, b^O in every MultiHeadSA (GPT-2 as released; not in the formulas' boxes (formulas §12))
+    int W_y_rows = 0, W_y_cols = 0;  // the fine-tuning head W_y (formulas §28), 0 x 0 = none
     bool xlnet = false;              // XLNet's query-stream start vector w (H): trained with the permutation objective
-    // The released BERT beyond the seed's formulas (issue 12; bert and roberta only; all off by default):
+    // The released BERT beyond the formulas (formulas §23; bert and roberta only; all off by default):
     bool emb_ln = false;    // X^(0) = LayerNorm(OneHot(x) W_e + W_p + segments; gamma_e, beta_e)
     bool mlm_head = false;  // Z = MLMHead(X^(L)): dense W_t, b_t, GELU, LayerNorm gamma_t, beta_t, W_e^T, bias b_z
     bool pooler = false;    // W_pool (H x H), b_pool (H): read from the file and kept, unused here
 };
-// Named presets: gpt1 (the seed's hyperparameters), gpt2-124m, gpt3-125m, bert-base, roberta-base
+// Named presets: gpt1 (the published hyperparameters, formulas §24), gpt2-124m, gpt3-125m, bert-base, roberta-base
 // (the published sizes; gpt2-124m, bert-base and roberta-base with attention biases, as released)
 // and tiny-gpt, tiny-gpt2, tiny-gpt3, tiny-bert, tiny-roberta (for tests and demos).
 Config preset(const std::string& name);
@@ -526,7 +526,7 @@ struct Named {
 };
 template <typename T>
 std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p);
-// Seed 003's initialisation: matrices and segment vectors N(0, 0.02), gamma 1, beta and biases 0.
+// The initialisation of GPT-1's paper (formulas §24): matrices and segment vectors N(0, 0.02), gamma 1, beta and biases 0.
 template <typename T>
 void init_params(const Config& c, Params<T>& p, uint64_t seed);
 // GPT-2's variant of it (GPT-2 paper, section 2.3, as in nanoGPT): the weights that end a residual
@@ -539,20 +539,20 @@ void zero_params(const Config& c, Params<T>& p);
 template <typename T>
 std::string first_nonfinite(const Config& c, const Params<T>& p);
 
-// The seed's lambda (with n = n_ctx):
+// The parameter count lambda of formulas §24 (with n = n_ctx):
 //   lambda = V H + n H                                 embeddings
 //          + L (A (H D + H D + H D) + A D H)           MultiHeadSAs
 //          + L (H F + F + F H + H)                     FFNets
 //          + L (H + H + H + H)                         LayerNorms
 struct ParamCount {
     long long embeddings = 0, attention = 0, ffn = 0, layernorms = 0, segments = 0, final_ln = 0;
-    long long attn_biases = 0;  // L (A (D + D + D) + H) with Config::attn_bias, not in the seed's lambda
-    long long heads = 0;        // W_y (fine-tuning) and w (XLNet), not in the seed's lambda
+    long long attn_biases = 0;  // L (A (D + D + D) + H) with Config::attn_bias, not in the formulas' boxes (formulas §12)'s lambda
+    long long heads = 0;        // W_y (fine-tuning) and w (XLNet), not in the formulas' boxes (formulas §12)'s lambda
     long long emb_ln = 0;       // 2 H with Config::emb_ln
     long long mlm_head = 0;     // H H + H + 2 H + V with Config::mlm_head
     long long pooler = 0;       // H H + H with Config::pooler
     long long pad_position = 0; // H with Config::pad_id (w_pad)
-    long long seed_lambda = 0;  // the seed's formula
+    long long seed_lambda = 0;  // formulas §24's lambda
     long long actual = 0;       // floats the variant really holds
 };
 ParamCount count_params(const Config& c);
@@ -567,7 +567,7 @@ struct Batch {
                                 // mask the padding's keys (key_padding_mask), GPTs need not
 };
 
-// The masked-LM head of the released BERT (not in the seed; Config::mlm_head), on the rows X^(L):
+// The masked-LM head of the released BERT (not in the formulas' boxes (formulas §12); Config::mlm_head), on the rows X^(L):
 //   MLMHead(X) = LayerNorm(GELU(X W_t + Stack_n(b_t)); gamma_t, beta_t) W_e^T + Stack_n(b_z)
 //   X: n x H;  W_t: H x H;  b_t, gamma_t, beta_t: H;  W_e: V x H (tied: the embedding's);  b_z: V
 //   -> n x V logits. GELU is c.activation for BERT (BertPredictionHeadTransform applies hidden_act)
@@ -616,7 +616,7 @@ struct ForwardCache {
     bool all_rows = true;          // false: Z holds only those rows
     Tensor<T> X_L_rows;            // m x H, those rows of X_L (when not all_rows)
 };
-// Training-time switches: dropout (seed 003) on embeddings, residual branches and attention
+// Training-time switches: dropout (formulas §16) on embeddings, residual branches and attention
 // probabilities, drawn from rng. dropout = 0 (evaluation) switches all of it off.
 struct ForwardOptions {
     double dropout = 0;
@@ -638,13 +638,13 @@ template <typename T>
 Tensor<T> key_padding_mask(const Tensor<T>& Mask, const std::vector<int>& lengths);
 
 // The position vector each token of B sequences of n (tokens: B*n ids) gets: a row of W_p, or -1
-// for w_pad. Token i of a sequence gets row i (the seed's W_p[0:n, :]), except that with
+// for w_pad. Token i of a sequence gets row i (W_p[0:n, :], formulas §18), except that with
 // Config::pad_id a <pad> gets w_pad and is not counted, as Hugging Face's
 // create_position_ids_from_input_ids numbers RoBERTa's positions: (cumsum(x != pad) * (x != pad)) + pad,
 // i.e. the c-th non-pad token gets Hugging Face's row pad + c (W_p[c - 1] here), a pad its row pad.
 std::vector<int> position_rows(const Config& c, const std::vector<int>& tokens, int n);
 
-// The whole network up to the logits Z = X^(L) W_e^T ((B*n) x V); Softmax(Z) is the seed's Y.
+// The whole network up to the logits Z = X^(L) W_e^T ((B*n) x V); Softmax(Z) is Y of formulas §17.
 template <typename T>
 Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch, ForwardCache<T>* cache = nullptr,
                         ForwardOptions opt = {});
@@ -679,7 +679,7 @@ Tensor<T> RoBERTa(const Config& c, const Params<T>& p, const std::vector<int>& x
 // GPT: targets of x are x shifted by one: position i predicts x_{i+1}; the last has none (-1).
 // loss = - (1/(n-1)) sum_{j=2}^n log Y[j-1, x_j]  (formula indices; mean in nats per token).
 std::vector<int> next_token_targets(const std::vector<int>& x, int B, int n);
-// BERT/RoBERTa masked-LM corruption (seed 002): each position that is not [CLS]/[SEP] is chosen
+// BERT/RoBERTa masked-LM corruption (formulas §26): each position that is not [CLS]/[SEP] is chosen
 // with probability p_select (0.15); a chosen token becomes [MASK] with probability 0.8, a random
 // token with 0.1, stays with 0.1. targets = the original id at chosen positions, -1 elsewhere.
 // At least one position per sequence is chosen.
@@ -687,12 +687,12 @@ struct MLMExample {
     std::vector<int> tokens, targets;
 };
 MLMExample mlm_corrupt(const std::vector<int>& x, int B, int n, const Config& c, Rng& rng, double p_select = 0.15);
-// The BERT input of seed 000: ([CLS], A, [SEP], B, [SEP]) and t_i = 0 up to and including the
+// The BERT input (formulas §21): ([CLS], A, [SEP], B, [SEP]) and t_i = 0 up to and including the
 // first [SEP], 1 after it.
 void bert_pair(const Config& c, const std::vector<int>& a, const std::vector<int>& b, std::vector<int>& x,
                std::vector<int>& t);
 
-// GPT-1 fine-tuning (seed 003). A linear head W_y on h_L^m, the final hidden state (the
+// GPT-1 fine-tuning (formulas §28). A linear head W_y on h_L^m, the final hidden state (the
 // de-embedded row X^(L), after ln_f for GPT-2/GPT-3) at the sequence's extract token m:
 //   P(y | x^1, ..., x^m) = Softmax(h_L^m W_y),   L2 = -log P(y | x),
 //   L1 = the language-model loss on x,           L3 = L2 + lambda L1.
@@ -701,7 +701,7 @@ void bert_pair(const Config& c, const std::vector<int>& a, const std::vector<int
 //   classify:        [s] text [e]                                   one sequence, W_y: H x C
 //   entailment:      [s] premise [$] hypothesis [e]                 one sequence, W_y: H x C
 //   similarity:      [s] a [$] b [e] and [s] b [$] a [e]            two sequences whose h are
-//                    concatenated [h_1, h_2] (seed 003; the paper adds them), W_y: 2H x C
+//                    concatenated [h_1, h_2] (formulas §28; the paper adds them), W_y: 2H x C
 //   multiple choice: [s] context [$] answer_k [e] for k = 1..K      K sequences, a score h W_y
 //                    per answer (W_y: H x 1), Softmax over the K answers
 // A batch holds E examples of K sequences each (K = 1 for classify and entailment, 2 for
@@ -738,7 +738,7 @@ template <typename T>
 Tensor<T> finetune_probs(const Config& c, const Params<T>& p, const Tensor<T>& W_y, FinetuneTask task, int K,
                          const Batch& batch, const std::vector<int>& at);
 
-// XLNet's permutation objective with two-stream attention (seed 000, "Statistical interpretation";
+// XLNet's permutation objective with two-stream attention (formulas §27;
 // two-stream attention from the XLNet paper, Yang et al. 2019). For a permutation z of the n
 // positions (0-based here), with rank(z_t) = t:
 //   log P(x) = sum over the last `predict` t of  log P(x_{z_t} | x_{z_1}, ..., x_{z_{t-1}}).
@@ -868,7 +868,7 @@ std::string read_file(const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 // ================================================================================================
-// TRAINING (seed 003: Adam with decoupled weight decay, linear warmup then cosine decay,
+// TRAINING (formulas §29-§31, §24, §16: Adam with decoupled weight decay, linear warmup then cosine decay,
 // N(0, 0.02) init, dropout 0.1 on residual branches, embeddings and attention).
 // ================================================================================================
 
@@ -946,18 +946,18 @@ struct TrainOptions {
     double dropout = 0.1;
     bool gpt2_init = false;      // scale_residual_init after init_params
     bool attn_bias = false;      // Config::attn_bias
-    std::string activation;      // empty: gelu_sigmoid (the seed's GELU) for every variant
+    std::string activation;      // empty: gelu_sigmoid (the GELU of formulas §13) for every variant
     uint64_t seed = 1337;
     std::string out = "model.safetensors";  // with resume: empty = overwrite the resumed file
     std::string resume;          // checkpoint to continue from (steps 0 = the checkpoint's)
     bool quiet = false;
     std::string schedule = "cosine";  // after warmup: "cosine" (lr_schedule) or "linear" (lr_linear)
-    std::string objective = "lm";     // "lm": next token / masked LM; "xlnet": seed 000's permutation objective
+    std::string objective = "lm";     // "lm": next token / masked LM; "xlnet": XLNet's permutation objective (formulas §27)
     int predict = 0;                  // xlnet: positions predicted per sequence (the last K of z), 0 = n/6
     bool line_windows = false;        // text windows start at a newline, so each line of the text
                                       // begins at position 1, as a fine-tuning example does after
-                                      // its start token (seed 004)
-    // issue 11: fine-tuning a checkpoint, GPT-2's tokenizer.
+                                      // its start token (formulas §28)
+    // Starting from a checkpoint's weights; GPT-2's tokenizer.
     std::string init_from;  // start from this checkpoint's weights (ours or a Hugging Face GPT-2 file);
                             // fresh optimiser. Its shape rules: layers, heads, embd, ffn 0 and model,
                             // activation "" mean "the file's" (main.cpp passes them so); a value that
@@ -1043,10 +1043,10 @@ struct ModelSpeed {
 };
 ModelSpeed model_speed(const Config& c, Params<float>& p);
 
-// Fine-tuning as a command (seeds 003, 004): labelled tab-separated files, one example a line:
+// Fine-tuning as a command (formulas §28): labelled tab-separated files, one example a line:
 //   classify    LABEL<TAB>TEXT
 //   entailment  LABEL<TAB>PREMISE<TAB>HYPOTHESIS
-//   similarity  LABEL<TAB>TEXT_A<TAB>TEXT_B          (both orderings are fed, seed 003)
+//   similarity  LABEL<TAB>TEXT_A<TAB>TEXT_B          (both orderings are fed, formulas §28)
 //   choice      ANSWER<TAB>CONTEXT<TAB>CHOICE_1<TAB>...<TAB>CHOICE_K   (ANSWER 0-based, K may vary)
 // Labels are any strings; the classes are those of the training file, in order of appearance.
 // Without the label column (predict) a line has one field fewer.
@@ -1081,7 +1081,7 @@ struct EncodedExample {
 };
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const CharVocab& v, const LabelledExample& e,
                               const std::string& text, const std::string& file);
-// The same with a subword tokenizer (issue 12: GPT-1's BPE, BERT's WordPiece, GPT-2's BPE): each
+// The same with a subword tokenizer (GPT-1's BPE, BERT's WordPiece, GPT-2's BPE): each
 // field is encoded as a text of its own, then the same input transformation.
 struct Tokenizer;
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Tokenizer& t, const LabelledExample& e,
@@ -1096,9 +1096,9 @@ std::vector<int> finetune_predict(const Config& c, const Params<float>& p, const
                                   const std::vector<EncodedExample>& examples, double* mean_L2 = nullptr);
 struct FinetuneOptions {
     std::string checkpoint, task, train_file, val_file;
-    double lambda = 0.5;   // L3 = L2 + lambda L1 (seed 003)
+    double lambda = 0.5;   // L3 = L2 + lambda L1 (formulas §28)
     bool scratch = false;  // same shapes and vocabulary, fresh initialisation
-    // A subword tokenizer for a released model (issue 12): its kind ("" = recognised) and files, as
+    // A subword tokenizer for a released model: its kind ("" = recognised) and files, as
     // load_tokenizer takes them; none = the character vocabulary that `train` stored.
     std::string tokenizer, encoder, vocab;
     TrainOptions loop;     // lr, steps (0: 3 epochs), warmup (-1: 0.2% of the steps), eval_every (-1: every epoch), ...
@@ -1257,7 +1257,7 @@ void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& i
 void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs);
 
 // ================================================================================================
-// THE TOKENIZER OF A CHECKPOINT, EXPORT (issue 11): which text <-> ids mapping a model was trained
+// THE TOKENIZER OF A CHECKPOINT, EXPORT: which text <-> ids mapping a model was trained
 // with, kept in its metadata so that sample and eval need no tokenizer flags; and the way out to
 // Hugging Face's GPT2LMHeadModel layout.
 // ================================================================================================
@@ -1296,7 +1296,7 @@ std::string token_file_bytes(const std::vector<int>& ids);
 //   [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A] -> h.l.attn.c_attn.weight (H x 3H), b likewise
 //   (zeros when the model has no attention biases), W_O, b_O -> h.l.attn.c_proj, W_1, b_1 -> h.l.mlp.c_fc,
 //   W_2, b_2 -> h.l.mlp.c_proj. No lm_head.weight: it is tied to wte. activation_function: gelu_new
-//   (gelu_tanh), gelu (gelu_erf), relu, quick_gelu (the seed's gelu_sigmoid, x sigmoid(1.702 x)).
+//   (gelu_tanh), gelu (gelu_erf), relu, quick_gelu (the formulas' gelu_sigmoid, x sigmoid(1.702 x)).
 // Why c cannot be exported ("" if it can): only the gpt2 variant, with D A = H, no fine-tuning head
 // W_y and no XLNet vector w.
 std::string hf_gpt2_export_problem(const Config& c);
@@ -1326,7 +1326,7 @@ struct TrainMemory {
     double params = 0, grads = 0, adam = 0, activations = 0;
 };
 TrainMemory train_memory(const Config& c, int B, int n);
-// TOKENIZERS of the released GPT-1 and BERT (issue 12): BERT's normaliser and pre-tokeniser, then
+// TOKENIZERS of the released GPT-1 and BERT: BERT's normaliser and pre-tokeniser, then
 // GPT-1's BPE (end-of-word suffix "</w>") or BERT's WordPiece (continuation prefix "##"), as Hugging
 // Face's fast tokenizers for openai-gpt and bert-base-uncased do it.
 // ================================================================================================
@@ -1419,7 +1419,7 @@ const char* tokenizer_title(const std::string& kind);  // "GPT-2's byte-level BP
 std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text);
 
 // ================================================================================================
-// TEACHING: pictures and explain (issue 10). Layers, heads and permutation positions count from 1
+// TEACHING: pictures and explain. Layers, heads and permutation positions count from 1
 // here, as in the formulas; token ids are code ids (0-based), as everywhere.
 // ================================================================================================
 // One heat map of a matrix: values in [0, 1] (an attention probability, or a mask entry 1), masked
@@ -1453,7 +1453,7 @@ std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p,
 
 // explain: one forward and backward pass, formula box by formula box, by calling the module
 // functions in the order of the variant's formula box (no dropout). Each step records the formula
-// as the seed writes it, the function that computes it, the shapes of its inputs and outputs as
+// as the formula sheet writes it, the function that computes it, the shapes of its inputs and outputs as
 // symbols (n x H) and numbers, checked against each other, and the first values of each output.
 struct ExplainTensor {
     std::string name, symbol, shape;  // "X^(0)", "n x H", "5x8"
@@ -1463,7 +1463,7 @@ struct ExplainTensor {
 struct ExplainStep {
     int depth = 0;                    // 1: a box inside the one above (a head inside MultiHeadSA)
     std::string box;                  // where: "Layers, l = 1", "Backward, l = 2", ...
-    std::string formula;              // as the seed writes it
+    std::string formula;              // as the formula sheet writes it
     std::string function;             // the function(s) in transformer.cpp
     std::vector<ExplainTensor> in, out;
     std::vector<std::string> picture;  // optional lines (a mask as 1 and .)
