@@ -7,6 +7,14 @@
 //      finite differences (grad_check below),
 //   3. invariants (rows sum to 1, causality, mean 0 / variance 1, ...),
 //   4. wrong shapes: a tf::ShapeError (tf::Error for bad ids) whose message names the shapes.
+//
+// The cases follow transformer.cpp's order (search for a banner's title):
+//   Part I: Tensor basics, the modules (diag ... CrossEntropy_logits), matrix products, dropout,
+//   Rng; whole-model gradient checks, causality, the formula boxes' outputs, parameters,
+//   objectives, AdamW, schedules, clipping and train_step, training, sampling.
+//   Part II: checkpoints, the command-line program, files and failures, fine-tuning and XLNet as
+//   commands, teaching (handouts, pictures, explain), the vectorised forms, released weights,
+//   tokenizers, learning BPE.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -3300,6 +3308,42 @@ TEST_CASE("AdamW: clip_grad_norm returns the norm, scales down to max_norm, leav
     CHECK(clip_grad_norm(c, g, 100.0) == doctest::Approx(1.0).epsilon(1e-6));
     g.ln_f_gamma[0] = 1.0f;  // every tensor counts, ln_f included
     CHECK(clip_grad_norm(c, g, 100.0) == doctest::Approx(std::sqrt(2.0)).epsilon(1e-6));
+}
+
+TEST_CASE("train_step: zero, the mean of accum batches' gradients, clip, one AdamW step; a loss that is not finite changes nothing") {
+    const Config c = preset("tiny-gpt2");
+    const Batch b1 = m_batch(c, 31), b2 = m_batch(c, 32);
+    // By hand: the mean of the two batches' gradients, clipped to norm 0.5, one AdamW step.
+    Params<float> p = m_model<float>(c, 7, 0.1), q = m_model<float>(c, 7, 0.1);
+    Params<float> g = make_params<float>(c), h = make_params<float>(c);
+    AdamW opt, ref;
+    adamw_init(c, opt), adamw_init(c, ref);
+    for (auto& nt : named_tensors(c, g))
+        for (float& v : nt.tensor->data) v = 1.0f;  // stale values: train_step zeroes g first
+    const double l1 = model_loss(c, q, b1, &h), l2 = model_loss(c, q, b2, &h);
+    for (auto& nt : named_tensors(c, h))
+        for (float& v : nt.tensor->data) v *= 0.5f;
+    const double norm = clip_grad_norm(c, h, 0.5);
+    adamw_step(c, q, h, ref, 1e-2);
+    int calls = 0;
+    const StepResult r = train_step(c, p, g, opt, 1e-2, 0.5, 2, [&](Params<float>& grad) {
+        return model_loss(c, p, calls++ == 0 ? b1 : b2, &grad);
+    });
+    CHECK(calls == 2);
+    CHECK(r.loss == doctest::Approx((l1 + l2) / 2).epsilon(1e-12));
+    CHECK(r.norm == doctest::Approx(norm).epsilon(1e-6));
+    CHECK(norm > 0.5);  // the clipping was exercised
+    CHECK(opt.t == 1);
+    CHECK(m_params_bits_equal(c, p, q));
+    // A loss that is not finite: no update, the caller stops.
+    Params<float> before = m_model<float>(c, 7, 0.1);
+    Params<float> p2 = m_model<float>(c, 7, 0.1);
+    AdamW o2;
+    adamw_init(c, o2);
+    const StepResult bad = train_step(c, p2, g, o2, 1e-2, 1.0, 1, [&](Params<float>&) { return std::nan(""); });
+    CHECK_FALSE(std::isfinite(bad.loss));
+    CHECK(o2.t == 0);
+    CHECK(m_params_bits_equal(c, p2, before));
 }
 
 // ================================================================================================

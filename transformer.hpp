@@ -3,6 +3,13 @@
 // Every formula box of the formula sheet (docs/formulas.md, after "The Formulated GPT-2") has one function here, named after it,
 // with its forward and its hand-derived backward side by side in transformer.cpp.
 //
+// The declarations follow transformer.cpp's two parts. Part I, the mathematics: Tensor and the
+// matrix products, MODULES, MODELS, OBJECTIVES, and in TRAINING the optimiser, the schedules,
+// clipping, train_step and sampling. Part II, the machinery: the memory pool and gemm (beside
+// Tensor, which allocates through them), CHECKPOINTS (files, safetensors, Hugging Face import and
+// export), the training drivers (in TRAINING after train_step), the TOKENIZERs, THE TOKENIZER OF A
+// CHECKPOINT, TEACHING. Search for a banner's title to jump to it.
+//
 // Conventions used everywhere:
 //   * Matrices are row-major Tensor<T>; "n x H" means n rows, H columns.
 //   * The formulas count from 1, the code from 0: formula row i is code row i-1, token id
@@ -211,7 +218,7 @@ template <typename T>
 void matmul_acc(const Tensor<T>& A, const Tensor<T>& B, Tensor<T>& C);  // C += A B
 
 // ================================================================================================
-// MODULES (seed section "Modules"), each a forward and its backward.
+// MODULES (formulas §2-§17), each a forward and its backward.
 // ================================================================================================
 
 // Diagonal Matrix:  diag : R^n -> R^{n x n},  diag(x)_{i,j} = x_i if i = j, 0 otherwise.
@@ -450,7 +457,7 @@ void multiply_inplace(Tensor<T>& X, const Tensor<T>& scale);  // X *= scale (emp
 
 
 // ================================================================================================
-// MODELS (seed sections "Definition", "BERT"): GPT, GPT-2, GPT-3, BERT, RoBERTa.
+// MODELS (formulas §18-§24): GPT, GPT-2, GPT-3, BERT, RoBERTa.
 // ================================================================================================
 enum class Variant { gpt, gpt2, gpt3, bert, roberta };
 const char* variant_name(Variant v);              // "gpt", "gpt2", "gpt3", "bert", "roberta"
@@ -1152,7 +1159,7 @@ std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
                      const std::vector<std::pair<long long, double>>& val, const std::string& title);
 
 // ================================================================================================
-// TOKENIZER: GPT-2's byte-level BPE (GPT-2 paper, section 2.2), for the released weights (roadmap).
+// TOKENIZER: GPT-2's byte-level BPE (GPT-2 paper, section 2.2), for the released weights and for vocabularies learnt with bpe.
 // ================================================================================================
 // Text -> ids in three steps:
 //   1. pre-tokenize: split the UTF-8 text into pieces with GPT-2's pattern
