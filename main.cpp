@@ -22,80 +22,21 @@
 
 using namespace tf;
 
-static const char* USAGE = R"(usage: transformer COMMAND [flags]
-
-commands:
-  train    train a model (default: a small GPT-2 on the built-in 3-digit addition task)
-           --data FILE [--val FILE (validation text; default: the last 10% of --data)]
-           --model gpt|gpt2|gpt3|bert|roberta --layers L --heads A --embd H --ffn F
-           --block n --batch B --steps S --lr LR --min-lr LR --warmup S --weight-decay W
-           --beta1 B1 --beta2 B2 --grad-clip C --dropout P --activation NAME --eval-every S
-           --eval-steps S --save-every S --log-every S --stop-at S --seed S --out FILE --resume FILE
-           --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --attn-bias (biases on Q, K, V, O) --quiet
-           --objective lm|xlnet (xlnet: permutation LM, two-stream attention) --predict K (xlnet, default n/6)
-           --line-windows (every window starts at a newline: pre-training for finetune's line examples)
-           --init-from FILE (start from FILE's weights: ours or a Hugging Face GPT-2, BERT or RoBERTa model.safetensors with
-           its config.json; the shape comes from the file, --block may be shorter than its n_ctx; fresh optimiser)
-           --encoder encoder.json --vocab vocab.bpe (train on GPT-2's BPE tokens; the checkpoint records them;
-           bert: --vocab vocab.txt, BERT's WordPiece; roberta: --encoder vocab.json --vocab merges.txt)
-           --accum K (gradient accumulation: each step averages K batches' gradients, a step sees K x B sequences)
-  sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
-           [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's or GPT-1's BPE, for released weights;
-           the kind is recognised from the files, or named by --tokenizer gpt2-bpe|gpt1-bpe; a
-           checkpoint trained or fine-tuned with a tokenizer records it)
-  finetune --checkpoint PRETRAINED --task classify|entailment|similarity|choice --train FILE --val FILE
-           --out FILE [--lambda 0.5] [--steps S (0: 3 epochs)] [--batch 32] [--lr 6.25e-5] [--warmup S]
-           [--dropout 0.1] [--weight-decay 0.01] [--grad-clip 1] [--eval-every S] [--log-every S] [--seed S]
-           [--scratch (same shapes, fresh weights)] [--accum K (as train's)] [--quiet]   (tab-separated files, see README)
-           [--encoder F] [--vocab F] [--tokenizer KIND]  (released GPT-1/GPT-2/BERT/RoBERTa weights: their tokenizer)
-  predict  --checkpoint FINETUNED --data FILE   (one label per line; accuracy on stderr if FILE has labels)
-  task     --task text|classify|entailment|similarity|choice --out FILE [--examples 2000] [--seed S] [--held-out]
-           (the built-in tasks on 3-digit sums: text = unlabelled problems to pre-train on; the others
-           labelled, in finetune's file format)
-  fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
-           [--vocab vocab.txt [--top 5]]  (BERT's WordPiece: the top candidates at each [MASK])
-           [--encoder vocab.json --vocab merges.txt]  (RoBERTa's BPE: the same at each <mask>)
-  eval     --checkpoint FILE --data FILE [--encoder F] [--vocab F] [--tokenizer KIND] (mean loss in nats per token;
-           GPT variants also bits per byte of text, comparable across tokenizers)
-  init     --preset NAME [--seed S] --out FILE
-  export   --checkpoint FILE --out DIR   (a gpt2 model in Hugging Face's GPT2LMHeadModel layout:
-           DIR/model.safetensors, DIR/config.json, and vocab.json, merges.txt if it has GPT-2's tokenizer)
-  grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
-  params   --preset NAME | --checkpoint FILE  (the seed's lambda beside the floats the model holds)
-  bpe      --data FILE [--data FILE ...] --merges N --out DIR [--special TOKEN ...] [--min-count 1] [--show K] [--quiet]
-           (learns a byte-level BPE vocabulary as Hugging Face's BpeTrainer with a ByteLevel pre-tokenizer:
-           DIR/encoder.json and DIR/vocab.bpe for the --encoder/--vocab flags of the other commands; merging
-           stops after N merges or when no pair occurs --min-count times (default 1: every pair seen, as
-           Hugging Face's min_frequency 0); --special TOKEN (<|NAME|>, or RoBERTa's <s> <pad> </s> <unk>
-           <mask>; may be repeated) is cut out of the text and gets an id after the merges; --show K prints
-           the first K merges with their counts)
-  tokenize [--encoder encoder.json] --vocab vocab.bpe|vocab.txt (--text TEXT | --file FILE | --ids 15496,995) [--out F.bin]
-           [--tokenizer gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece]  (text -> ids, or ids -> text;
-           GPT-2's byte-level BPE, GPT-1's BPE, RoBERTa's byte-level BPE, BERT's WordPiece: recognised
-           from the files)
-  bench    [--preset NAME] [--model M --layers L --heads A --embd H --ffn F --vocab V --activation NAME]
-           [--batch B] [--block n] [--steps S] [--json]   (model flags change the preset, default gpt2-124m)
-  masks    --n N --out FILE.svg [--window 3] [--stride 4] [--perm 2,4,1,3]
-           (Mask^BD, Mask^AR, Mask^ST with its window and stride, Mask^XL(z) for the permutation z of
-           positions 1..n, side by side with their formulas)
-  attention --checkpoint FILE (--text TEXT | --tokens 3,1,4) --out FILE.svg [--layer l] [--head i]
-           [--perm z (XLNet)] [--encoder F --vocab F]
-           (heat maps of the attention probabilities P, one per layer and head; l and i count from 1
-           as in the formulas; XLNet checkpoints: the content and the query stream)
-  explain  (--preset NAME [--seed S] | --checkpoint FILE) --tokens 3,1,4 [--segments 0,0,1] [--masked 1]
-           [--values 4]  (one forward and backward pass, formula box by formula box: the formula, the
-           function, the shapes and the first values; token ids and --masked positions as in grad)
-
-presets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta
-)";
 
 // ---- Flags -----------------------------------------------------------------------------------------
 struct Flags {
     std::map<std::string, std::string> values;
     std::set<std::string> used;
+    std::string command;               // the command whose flags these are
+    std::set<std::string> documented;  // the flags its help lists: the only ones it may read
     bool has(const std::string& k) const { return values.count(k) > 0; }
-    std::string str(const std::string& k, const std::string& fallback = "") {
+    void use(const std::string& k) {  // a command reads only flags its help documents
+        if (!documented.empty() && !documented.count(k))
+            throw Error("internal error: " + command + " reads --" + k + ", which its help does not document");
         used.insert(k);
+    }
+    std::string str(const std::string& k, const std::string& fallback = "") {
+        use(k);
         auto it = values.find(k);
         return it == values.end() ? fallback : it->second;
     }
@@ -104,7 +45,7 @@ struct Flags {
         return str(k);
     }
     long long integer(const std::string& k, long long fallback) {
-        if (!has(k)) return used.insert(k), fallback;
+        if (!has(k)) return use(k), fallback;
         const std::string s = str(k);
         char* end = nullptr;
         errno = 0;
@@ -117,8 +58,22 @@ struct Flags {
         if (v < INT_MIN || v > INT_MAX) throw Error("--" + k + " is out of range, got " + std::to_string(v));
         return (int)v;
     }
+    // A count or size: given, it must be at least `min` (0 or a negative number is never taken as
+    // "the default"); the error names the flag and the value.
+    long long count(const std::string& k, long long fallback, long long min = 1) {
+        const long long v = integer(k, fallback);
+        if (has(k) && v < min)
+            throw Error("--" + k + " must be " + (min == 1 ? std::string("positive") : min == 0 ? std::string("0 or more") : "at least " + std::to_string(min)) +
+                        ", got " + std::to_string(v));
+        return v;
+    }
+    int count32(const std::string& k, int fallback, int min = 1) {
+        const long long v = count(k, fallback, min);
+        if (v > INT_MAX) throw Error("--" + k + " is out of range, got " + std::to_string(v));
+        return (int)v;
+    }
     double number(const std::string& k, double fallback) {
-        if (!has(k)) return used.insert(k), fallback;
+        if (!has(k)) return use(k), fallback;
         const std::string s = str(k);
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
@@ -127,7 +82,7 @@ struct Flags {
     }
     std::vector<std::string> list(const std::string& k) {  // a flag that may be given again: every value
         std::vector<std::string> out;
-        if (!has(k)) return used.insert(k), out;
+        if (!has(k)) return use(k), out;
         const std::string v = str(k);
         for (std::size_t i = 0, e;; i = e + 1) {
             e = v.find('\0', i);
@@ -136,16 +91,275 @@ struct Flags {
         }
     }
     bool flag(const std::string& k) {  // a boolean flag: parse_flags stored "1" or "0"
-        used.insert(k);
+        use(k);
         return has(k) && values.at(k) == "1";
     }
+    std::string valid;  // the flags the command takes, for the unknown-flag error
     void done() const {  // every flag given must have been read by the command
         for (auto& kv : values)
-            if (!used.count(kv.first)) throw Error("unknown flag --" + kv.first + " for this command");
+            if (!used.count(kv.first))
+                throw Error("unknown flag --" + kv.first + " for " + (command.empty() ? "this command" : command) +
+                            (valid.empty() ? "" : " (its flags: " + valid + ")"));
     }
 };
 
 static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out", "line-windows"};
+
+// ---- Help: one table per command -------------------------------------------------------------------
+// Each command's help and its flag checks come from this one table: `transformer CMD --help` prints
+// the command's entry, an unknown flag's error lists the entry's flags, and Flags refuses to read a
+// flag the entry does not document (so the help cannot fall behind the parser).
+// Convention: each flag's text says what it is, its default ("default: ...") and unit where it has
+// one; positions of tokens count from 1, as in the formulas (docs/formulas.md).
+struct FlagDoc {
+    const char* name;  // without the leading --
+    const char* text;  // "VALUE  what it is (default: ...)"
+};
+struct CommandDoc {
+    const char* name;
+    const char* group;    // train, use, inspect, files: the overview's groups
+    const char* summary;  // one line
+    std::vector<FlagDoc> flags;
+    const char* example;
+    const char* notes;  // printed after the flags ("" = none)
+};
+
+static const std::vector<FlagDoc> MODEL_FLAGS = {
+    {"model", "gpt|gpt2|gpt3|bert|roberta  the variant (default: gpt2)"},
+    {"layers", "L  number of layers, >= 1 (default: 2)"},
+    {"heads", "A  attention heads per layer, >= 1, dividing --embd (default: 4)"},
+    {"embd", "H  embedding width in floats, >= 1 (default: 64)"},
+    {"ffn", "F  feed-forward width in floats, >= 1 (default: 4 H)"},
+    {"activation", "NAME  the FFN's activation: relu|gelu_sigmoid|gelu_tanh|gelu_erf (default: gelu_sigmoid, formulas §13)"},
+};
+
+static std::vector<FlagDoc> join(std::vector<FlagDoc> a, const std::vector<FlagDoc>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+static const std::vector<CommandDoc>& command_docs() {
+    static const std::vector<CommandDoc> docs = {
+        {"train", "train", "train a model (default: a small GPT-2 on the built-in 3-digit addition task)",
+         join(MODEL_FLAGS,
+              {{"data", "FILE  training text, or llm.c's .bin token file (default: the built-in addition task)"},
+               {"val", "FILE  validation text (default: the last 10% of --data)"},
+               {"block", "n  context length in tokens, >= 1 (default: the task's or the text's, at most 64)"},
+               {"batch", "B  sequences per batch, >= 1 (default: 32)"},
+               {"accum", "K  gradient accumulation: a step averages K batches, >= 1 (default: 1)"},
+               {"steps", "S  optimiser steps, >= 1 (default: 3000; with --resume: the checkpoint's)"},
+               {"lr", "LR  peak learning rate (default: 1e-3)"},
+               {"min-lr", "LR  learning rate at the end of the cosine decay (default: --lr / 10, 1e-4)"},
+               {"warmup", "S  steps of linear warm-up, >= 0 (default: 100)"},
+               {"weight-decay", "W  AdamW's decoupled weight decay (default: 0.1)"},
+               {"beta1", "B1  AdamW's beta1 (default: 0.9)"},
+               {"beta2", "B2  AdamW's beta2 (default: 0.99)"},
+               {"grad-clip", "C  clip the gradient's global norm to C, 0 = off (default: 1)"},
+               {"dropout", "P  dropout probability (default: 0.1)"},
+               {"eval-every", "S  validation loss every S steps, 0 = never (default: 250)"},
+               {"eval-steps", "S  batches per validation loss, >= 1 (default: 20)"},
+               {"save-every", "S  checkpoint every S steps, 0 = only at the end (default: 0)"},
+               {"log-every", "S  progress line every S steps, >= 1 (default: 100)"},
+               {"stop-at", "S  stop (and save) after step S, 0 = run to --steps (default: 0)"},
+               {"seed", "S  random seed (default: 1337)"},
+               {"out", "FILE  the checkpoint written (default: model.safetensors; with --resume: the resumed file)"},
+               {"resume", "FILE  continue a run from its checkpoint (only --steps, --stop-at, --out, --quiet, --data, --val may be given)"},
+               {"gpt2-init", "scale W_O, W_2 by 1/sqrt(2L) at init (default: off)"},
+               {"attn-bias", "biases on Q, K, V, O (default: off)"},
+               {"quiet", "no progress lines (default: off)"},
+               {"objective", "lm|xlnet  next-token / masked LM, or XLNet's permutation LM with two-stream attention (default: lm)"},
+               {"predict", "K  xlnet: positions predicted per sequence, >= 1 (default: n/6)"},
+               {"line-windows", "every window starts at a newline: pre-training for finetune's line examples (default: off)"},
+               {"init-from", "FILE  start from FILE's weights (ours or Hugging Face GPT-2/BERT/RoBERTa model.safetensors with its config.json); the shape comes from the file, fresh optimiser"},
+               {"encoder", "FILE  GPT-2's encoder.json (RoBERTa: vocab.json): train on its BPE tokens; the checkpoint records them"},
+               {"vocab", "FILE  GPT-2's vocab.bpe (RoBERTa: merges.txt; bert: vocab.txt, WordPiece, alone)"}}),
+         "transformer train --data tiny.txt --steps 500 --out tiny.safetensors",
+         "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step, saves a checkpoint and says how to resume."},
+        {"finetune", "train", "fine-tune a pre-trained model on a labelled task (tab-separated files, see docs)",
+         {{"checkpoint", "FILE  the pre-trained model (required)"},
+          {"task", "classify|entailment|similarity|choice  the task's kind (required)"},
+          {"train", "FILE  training examples (required)"},
+          {"val", "FILE  validation examples (required)"},
+          {"out", "FILE  the fine-tuned checkpoint (required)"},
+          {"lambda", "X  weight of the auxiliary LM loss (default: 0.5)"},
+          {"steps", "S  optimiser steps, 0 = 3 epochs (default: 0)"},
+          {"batch", "B  examples per batch, >= 1 (default: 32)"},
+          {"accum", "K  gradient accumulation, as train's (default: 1)"},
+          {"lr", "LR  peak learning rate, linear decay (default: 6.25e-5)"},
+          {"warmup", "S  warm-up steps (default: 0.2% of the steps)"},
+          {"dropout", "P  dropout probability (default: 0.1)"},
+          {"weight-decay", "W  AdamW's weight decay (default: 0.01)"},
+          {"grad-clip", "C  clip the gradient's global norm, 0 = off (default: 1)"},
+          {"eval-every", "S  validation accuracy every S steps (default: every epoch)"},
+          {"log-every", "S  progress line every S steps, >= 1 (default: 50)"},
+          {"seed", "S  random seed (default: 1337)"},
+          {"scratch", "same shapes, fresh weights (default: off)"},
+          {"quiet", "no progress lines (default: off)"},
+          {"encoder", "FILE  released weights' tokenizer: encoder.json / vocab.json"},
+          {"vocab", "FILE  released weights' tokenizer: vocab.bpe / merges.txt / vocab.txt"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
+         "transformer finetune --checkpoint pre.st --task classify --train t.tsv --val v.tsv --out ft.st",
+         "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step and saves a checkpoint."},
+        {"bpe", "train", "learn a byte-level BPE vocabulary (as Hugging Face's BpeTrainer with a ByteLevel pre-tokenizer)",
+         {{"data", "FILE  a text to learn from (required; may be repeated)"},
+          {"merges", "N  how many merges to learn, >= 1 (required; GPT-1 learnt 40000)"},
+          {"out", "DIR  writes DIR/encoder.json and DIR/vocab.bpe (required)"},
+          {"special", "TOKEN  a special token (<|NAME|>, or RoBERTa's <s> <pad> </s> <unk> <mask>), cut out of the text; may be repeated"},
+          {"min-count", "N  stop when no pair occurs N times, >= 1 (default: 1)"},
+          {"show", "K  print the first K merges with their counts (default: 0)"},
+          {"quiet", "no progress lines (default: off)"}},
+         "transformer bpe --data corpus.txt --merges 1000 --out bpe/", ""},
+        {"sample", "use", "generate text from a GPT checkpoint",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"prompt", "TEXT  the text to continue (required)"},
+          {"tokens", "N  tokens to generate, 0..1000000 (default: 200)"},
+          {"temperature", "T  softmax temperature, 0 = greedy (default: 1)"},
+          {"top-k", "K  draw from the K most likely tokens, 0 = all (default: 0)"},
+          {"seed", "S  random seed (default: 1)"},
+          {"encoder", "FILE  GPT-2's encoder.json (released weights)"},
+          {"vocab", "FILE  GPT-2's vocab.bpe (released weights)"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe (default: recognised from the files, or the checkpoint's)"}},
+         "transformer sample --checkpoint model.safetensors --prompt 123+456= --tokens 5", ""},
+        {"fill", "use", "fill in the [MASK]s (<mask>s) of a text with a BERT or RoBERTa model",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"text", "TEXT  the text with [MASK]s (required)"},
+          {"top", "K  candidates shown at each mask, >= 1 (default: 5; with a tokenizer)"},
+          {"encoder", "FILE  RoBERTa's vocab.json"},
+          {"vocab", "FILE  BERT's vocab.txt (WordPiece), or RoBERTa's merges.txt"},
+          {"tokenizer", "KIND  bert-wordpiece|roberta-bpe (default: recognised from the files)"}},
+         "transformer fill --checkpoint bert.st --text 'the [MASK] sat'",
+         "Positions count from 1 (\"[MASK] at token 3\"; the first token is [CLS] / <s>). Probabilities are Softmax(z_j)."},
+        {"eval", "use", "mean loss on a text, in nats per token (GPT variants also bits per byte)",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"data", "FILE  the text, or llm.c's .bin token file (required)"},
+          {"encoder", "FILE  encoder.json / vocab.json (released weights)"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (released weights)"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
+         "transformer eval --checkpoint model.safetensors --data val.txt", ""},
+        {"predict", "use", "label each line of a file with a fine-tuned model (accuracy on stderr if it has labels)",
+         {{"checkpoint", "FILE  the fine-tuned model (required)"},
+          {"data", "FILE  tab-separated examples in finetune's format, labels optional (required)"}},
+         "transformer predict --checkpoint ft.st --data test.tsv", "One label per line on stdout."},
+        {"explain", "inspect", "one forward and backward pass, formula box by formula box",
+         {{"preset", "NAME  a preset model, freshly initialised (or --checkpoint)"},
+          {"checkpoint", "FILE  a model file (or --preset)"},
+          {"seed", "S  initialisation seed with --preset (default: 1)"},
+          {"tokens", "IDS  token ids, comma-separated (required)"},
+          {"segments", "IDS  bert: segment of each token, 0 or 1"},
+          {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
+          {"values", "K  first values shown per tensor, 0..64 (default: 4)"}},
+         "transformer explain --preset tiny-bert --tokens 3,1,4 --masked 2",
+         "Positions count from 1, as in the formulas."},
+        {"grad", "inspect", "write the gradient of the loss on a few tokens to a safetensors file",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"tokens", "IDS  token ids, comma-separated (required)"},
+          {"segments", "IDS  bert: segment of each token, 0 or 1"},
+          {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
+          {"out", "FILE  the gradients (required)"}},
+         "transformer grad --checkpoint model.safetensors --tokens 3,1,4 --out grad.safetensors",
+         "Positions count from 1, as in the formulas."},
+        {"params", "inspect", "count a model's parameters: the formulas' lambda (formulas §24) beside the floats it holds",
+         {{"preset", "NAME  a preset (or --checkpoint)"}, {"checkpoint", "FILE  a model file (or --preset)"}},
+         "transformer params --preset gpt2-124m", ""},
+        {"attention", "inspect", "heat maps of the attention probabilities P, one per layer and head (SVG)",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"text", "TEXT  the input (or --tokens)"},
+          {"tokens", "IDS  token ids, comma-separated (or --text)"},
+          {"out", "FILE.svg  the picture (required)"},
+          {"layer", "l  only layer l, from 1 (default: all)"},
+          {"head", "i  only head i, from 1 (default: all)"},
+          {"perm", "z  XLNet: the factorisation order, positions 1..n comma-separated"},
+          {"encoder", "FILE  encoder.json / vocab.json for --text"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt for --text"}},
+         "transformer attention --checkpoint model.safetensors --text 12+34= --out attention.svg",
+         "Layers, heads and positions count from 1, as in the formulas."},
+        {"masks", "inspect", "draw the attention masks Mask^BD, Mask^AR, Mask^ST and Mask^XL(z) beside their formulas (SVG)",
+         {{"n", "N  sequence length, 1..64 (required)"},
+          {"out", "FILE.svg  the picture (required)"},
+          {"window", "W  Mask^ST's window, >= 1 (default: 3)"},
+          {"stride", "S  Mask^ST's stride, >= 0 (default: 4)"},
+          {"perm", "z  the permutation for Mask^XL, positions 1..n comma-separated (default: a fixed example)"}},
+         "transformer masks --n 6 --out masks.svg", "Positions count from 1, as in the formulas."},
+        {"bench", "inspect", "time forward, backward and update steps of a model",
+         join({{"preset", "NAME  the model (default: gpt2-124m); model flags change it"},
+               {"vocab", "V  vocabulary size, >= 1 (default: the preset's)"},
+               {"batch", "B  sequences per batch, >= 1 (default: 4)"},
+               {"block", "n  tokens per sequence, >= 1 (default: min(64, n_ctx))"},
+               {"steps", "S  timed steps after one warm-up, >= 1 (default: 3)"},
+               {"json", "one line of JSON (default: off)"}},
+              MODEL_FLAGS),
+         "transformer bench --preset tiny-gpt --steps 5", ""},
+        {"init", "files", "write a freshly initialised preset model",
+         {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed (default: 1)"}, {"out", "FILE  the checkpoint (required)"}},
+         "transformer init --preset tiny-gpt --out tiny.safetensors", ""},
+        {"task", "files", "write one of the built-in tasks on 3-digit sums",
+         {{"task", "text|classify|entailment|similarity|choice  text: unlabelled problems to pre-train on (required)"},
+          {"out", "FILE  the file written, in finetune's format (required)"},
+          {"examples", "N  examples, 1..10000000 (default: 2000)"},
+          {"seed", "S  random seed (default: 1)"},
+          {"held-out", "only the held-out pairs (default: off)"}},
+         "transformer task --task classify --out train.tsv", ""},
+        {"tokenize", "files", "text -> token ids, or ids -> text (GPT-2's, GPT-1's, RoBERTa's BPE, BERT's WordPiece)",
+         {{"encoder", "FILE  encoder.json / vocab.json (a BPE)"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (required)"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"},
+          {"text", "TEXT  the text (or --file, --ids)"},
+          {"file", "FILE  a text file (or --text, --ids)"},
+          {"ids", "IDS  ids to decode, comma-separated (or --text, --file)"},
+          {"out", "FILE.bin  write the ids as llm.c's token file"}},
+         "transformer tokenize --encoder encoder.json --vocab vocab.bpe --text 'Hello world'", ""},
+        {"export", "files", "write a gpt2 model in Hugging Face's GPT2LMHeadModel layout",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"out", "DIR  DIR/model.safetensors, DIR/config.json (+ vocab.json, merges.txt) (required)"}},
+         "transformer export --checkpoint model.safetensors --out hf/", ""},
+    };
+    return docs;
+}
+
+static const CommandDoc* command_doc(const std::string& name) {
+    for (const CommandDoc& d : command_docs())
+        if (name == d.name) return &d;
+    return nullptr;
+}
+
+static std::string command_names() {
+    std::string s;
+    for (const CommandDoc& d : command_docs()) s += std::string(s.empty() ? "" : ", ") + d.name;
+    return s;
+}
+
+static std::string flag_names(const CommandDoc& d) {
+    std::string s;
+    for (const FlagDoc& fd : d.flags) s += std::string(s.empty() ? "--" : ", --") + fd.name;
+    return s;
+}
+
+static std::string command_help(const CommandDoc& d) {
+    std::string s = std::string("usage: transformer ") + d.name + " [flags]\n" + d.summary + "\n\nflags:\n";
+    for (const FlagDoc& fd : d.flags) {
+        const bool sw = BOOLEAN_FLAGS.count(fd.name) > 0;
+        s += std::string("  --") + fd.name + (sw ? "  " : " ") + fd.text + "\n";
+    }
+    if (*d.notes) s += std::string("\n") + d.notes + "\n";
+    s += std::string("\nexample:\n  ") + d.example + "\n";
+    return s;
+}
+
+static std::string overview() {
+    std::string s = "usage: transformer COMMAND [flags]   (transformer COMMAND --help: its flags, defaults and an example)\n";
+    for (const char* group : {"train", "use", "inspect", "files"}) {
+        s += std::string("\n") + group + ":\n";
+        for (const CommandDoc& d : command_docs())
+            if (std::string(d.group) == group) {
+                char line[256];
+                std::snprintf(line, sizeof line, "  %-10s %s\n", d.name, d.summary);
+                s += line;
+            }
+    }
+    s += "\npresets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta\n";
+    s += "Positions, layers and heads count from 1, as in the formulas (docs/formulas.md).\n";
+    return s;
+}
 
 // --name VALUE or --name=VALUE. The word after a flag is its value unless it is itself a flag
 // (--out --window 3 is an error, never a file named "--window"); a value that starts with -- is
@@ -285,7 +499,7 @@ static int cmd_init(Flags& f) {
 }
 
 // The batch of grad and explain: GPT variants predict positions 2..n; BERT/RoBERTa the --masked
-// positions (0-based), whose tokens become the mask id.
+// positions (counted from 1, as in the formulas), whose tokens become the mask id.
 static Batch loss_batch(const Config& c, const std::vector<int>& tokens, const std::string& seg, const std::string& masked) {
     Batch b;
     b.n = (int)tokens.size(), b.tokens = tokens;
@@ -298,10 +512,13 @@ static Batch loss_batch(const Config& c, const std::vector<int>& tokens, const s
         if (b.n < 2) throw Error("a GPT loss needs at least 2 tokens");
         b.targets = next_token_targets(tokens, 1, b.n);
     } else {
-        if (masked.empty()) throw Error("missing flag --masked (positions to predict, 0-based)");
+        if (masked.empty()) throw Error("missing flag --masked (positions to predict, counted from 1)");
         b.targets.assign(tokens.size(), -1);
-        for (int j : parse_ids(masked, "--masked")) {
-            if (j < 0 || j >= b.n) throw Error("--masked position " + std::to_string(j) + " is outside 0.." + std::to_string(b.n - 1));
+        for (int position : parse_ids(masked, "--masked")) {
+            if (position < 1 || position > b.n)
+                throw Error("--masked position " + std::to_string(position) + " is outside 1.." + std::to_string(b.n) +
+                            " (positions count from 1, as in the formulas)");
+            const int j = position - 1;
             if (tokens[j] < 0 || tokens[j] >= c.V) break;  // model_loss reports the bad id
             b.targets[j] = tokens[j];
             b.tokens[j] = c.mask_id;
@@ -343,20 +560,20 @@ static int cmd_train(Flags& f) {
     o.data = f.str("data");
     o.val_data = f.str("val");
     o.model = f.str("model", o.model);
-    o.layers = f.int32("layers", o.layers);
-    o.heads = f.int32("heads", o.heads);
-    o.embd = f.int32("embd", o.embd);
-    o.ffn = f.int32("ffn", o.ffn);
-    o.block = f.int32("block", o.block);
-    o.batch = f.int32("batch", o.batch);
-    o.accum = f.int32("accum", o.accum);
-    o.steps = f.has("steps") ? f.integer("steps", 0) : f.has("resume") ? 0 : o.steps;
-    o.warmup = f.integer("warmup", o.warmup);
-    o.eval_every = f.integer("eval-every", o.eval_every);
-    o.eval_steps = f.integer("eval-steps", o.eval_steps);
-    o.save_every = f.integer("save-every", o.save_every);
-    o.log_every = f.integer("log-every", o.log_every);
-    o.stop_at = f.integer("stop-at", o.stop_at);
+    o.layers = f.count32("layers", o.layers);
+    o.heads = f.count32("heads", o.heads);
+    o.embd = f.count32("embd", o.embd);
+    o.ffn = f.count32("ffn", o.ffn);
+    o.block = f.count32("block", o.block);
+    o.batch = f.count32("batch", o.batch);
+    o.accum = f.count32("accum", o.accum);
+    o.steps = f.has("steps") ? f.count("steps", 0) : f.has("resume") ? 0 : o.steps;
+    o.warmup = f.count("warmup", o.warmup, 0);
+    o.eval_every = f.count("eval-every", o.eval_every, 0);
+    o.eval_steps = f.count("eval-steps", o.eval_steps);
+    o.save_every = f.count("save-every", o.save_every, 0);
+    o.log_every = f.count("log-every", o.log_every);
+    o.stop_at = f.count("stop-at", o.stop_at, 0);
     o.lr = f.number("lr", o.lr);
     o.min_lr = f.number("min-lr", f.has("lr") ? o.lr / 10 : o.min_lr);
     o.weight_decay = f.number("weight-decay", o.weight_decay);
@@ -376,11 +593,11 @@ static int cmd_train(Flags& f) {
     o.encoder = f.str("encoder"), o.bpe_vocab = f.str("vocab");
     if (!o.init_from.empty()) {  // the model's shape comes from the file: a flag not given is 0 / "" (train checks the rest)
         o.model = f.str("model"), o.activation = f.str("activation");
-        o.layers = f.int32("layers", 0), o.heads = f.int32("heads", 0), o.embd = f.int32("embd", 0), o.ffn = f.int32("ffn", 0);
+        o.layers = f.count32("layers", 0), o.heads = f.count32("heads", 0), o.embd = f.count32("embd", 0), o.ffn = f.count32("ffn", 0);
         if (f.has("vocab") && !f.has("encoder")) throw Error("--vocab is GPT-2's vocab.bpe and goes with --encoder encoder.json");
     }
     o.objective = f.str("objective", o.objective);
-    o.predict = f.int32("predict", o.predict);
+    o.predict = f.count32("predict", o.predict);
     if (f.has("predict") && o.objective != "xlnet") throw Error("--predict applies to --objective xlnet only");
     if (o.objective == "xlnet") {  // XLNet's two streams run without dropout (README: choices)
         if (f.has("dropout") && o.dropout != 0) throw Error("--dropout does not apply to --objective xlnet (trained without dropout)");
@@ -400,17 +617,17 @@ static int cmd_finetune(Flags& f) {
     o.lambda = f.number("lambda", o.lambda);
     o.scratch = f.flag("scratch");
     o.encoder = f.str("encoder"), o.vocab = f.str("vocab"), o.tokenizer = f.str("tokenizer");  // released weights' tokenizer
-    t.steps = f.integer("steps", 0);  // 0: 3 epochs
-    t.batch = f.int32("batch", 32);
-    t.accum = f.int32("accum", 1);
+    t.steps = f.count("steps", 0, 0);  // 0: 3 epochs
+    t.batch = f.count32("batch", 32);
+    t.accum = f.count32("accum", 1);
     t.lr = f.number("lr", 6.25e-5);  // the GPT-1 paper's fine-tuning rate
     t.min_lr = 0, t.schedule = "linear";
-    t.warmup = f.integer("warmup", -1);  // -1: 0.2% of the steps
+    t.warmup = f.count("warmup", -1, 0);  // -1: 0.2% of the steps
     t.dropout = f.number("dropout", 0.1);
     t.weight_decay = f.number("weight-decay", 0.01);
     t.grad_clip = f.number("grad-clip", 1.0);
-    t.eval_every = f.integer("eval-every", -1);  // -1: every epoch
-    t.log_every = f.integer("log-every", 50);
+    t.eval_every = f.count("eval-every", -1, 0);  // -1: every epoch
+    t.log_every = f.count("log-every", 50);
     t.seed = (uint64_t)f.integer("seed", 1337);
     t.quiet = f.flag("quiet");
     f.done();
@@ -420,11 +637,11 @@ static int cmd_finetune(Flags& f) {
 
 static int cmd_task(Flags& f) {
     const std::string task = f.need("task"), out = f.need("out");
-    const int examples = f.int32("examples", 2000);
+    const int examples = f.count32("examples", 2000);
     const long long seed = f.integer("seed", 1);
     const bool held_out = f.flag("held-out");
     f.done();
-    if (examples < 1 || examples > 10000000) throw Error("--examples must be between 1 and 10000000");
+    if (examples > 10000000) throw Error("--examples must be between 1 and 10000000, got " + std::to_string(examples));
     check_outputs({{out, "--out", OutputKind::task_file}});
     std::string text;
     if (task == "text") {  // unlabelled problems "123+456=9750", one a line: a pre-training text
@@ -520,13 +737,13 @@ static Tokenizer codec_of(const LoadedModel& lm, const std::string& path, const 
 static int cmd_sample(Flags& f) {
     const std::string path = f.need("checkpoint"), prompt = f.need("prompt");
     const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
-    const long long tokens = f.integer("tokens", 200), seed = f.integer("seed", 1);
+    const long long tokens = f.count("tokens", 200), seed = f.integer("seed", 1);
     const int top_k = f.int32("top-k", 0);
     const double temperature = f.number("temperature", 1.0);
     f.done();
-    if (tokens < 0 || tokens > 1000000) throw Error("--tokens must be between 0 and 1000000");
-    if (temperature < 0) throw Error("--temperature must be >= 0");
-    if (top_k < 0) throw Error("--top-k must be >= 0");
+    if (tokens > 1000000) throw Error("--tokens must be between 1 and 1000000, got " + std::to_string(tokens));
+    if (temperature < 0) throw Error("--temperature must be >= 0, got " + std::to_string(temperature));
+    if (top_k < 0) throw Error("--top-k must be 0 (all tokens) or more, got " + std::to_string(top_k));
     if (temperature == 0 && (f.has("top-k") || f.has("seed")))  // greedy: nothing is drawn
         throw Error(std::string("--") + (f.has("top-k") ? "top-k" : "seed") + " does not apply with --temperature 0 (greedy decoding draws nothing)");
     LoadedModel lm = load_model(path, {"adam."});
@@ -573,9 +790,9 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
         for (int v = 0; v < c.V; v++) order[v] = v;
         const int k = std::min(top, c.V);
         std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int bb) { return y[a] > y[bb] || (y[a] == y[bb] && a < bb); });
-        std::printf("%s at token %d:", MASK.c_str(), j);
+        std::printf("%s at token %d:", MASK.c_str(), j + 1);  // positions count from 1; token 1 is [CLS] / <s>
         for (int r = 0; r < k; r++)  // token_label: a leading space as "␣", a piece of a UTF-8 character as \xNN
-            std::printf("%s %s %.4f", r ? "," : "", token_label(codec.decode({order[r]})).c_str(), y[order[r]]);
+            std::printf("%s %s %.3g", r ? "," : "", token_label(codec.decode({order[r]})).c_str(), y[order[r]]);  // 3 significant digits: small probabilities stay visible
         std::printf("\n");
         filled[j] = order[0];
     }
@@ -586,10 +803,9 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
 static int cmd_fill(Flags& f) {
     const std::string path = f.need("checkpoint"), text = f.need("text");
     const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
-    const int top = f.int32("top", 5);
+    const int top = f.count32("top", 5);
     f.done();
-    if (top < 1) throw Error("--top must be at least 1");
-    LoadedModel lm = load_model(path, {"adam."});
+        LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
     if (is_causal(c.variant)) throw Error("fill needs a bert or roberta model; use sample for gpt variants");
     const std::map<std::string, std::string>& md = lm.file.metadata;
@@ -672,6 +888,14 @@ static int cmd_eval(Flags& f) {
 }
 
 // ---- masks, attention, explain (teaching) ----------------------------------------------------------
+// The pictures are SVG: an --out named .png (or anything but .svg) would hold text a viewer refuses.
+static void check_svg_out(const std::string& out) {
+    const std::size_t dot = out.rfind('.');
+    std::string ext = dot == std::string::npos || out.find('/', dot) != std::string::npos ? "" : out.substr(dot);
+    for (char& ch : ext) ch = (char)std::tolower((unsigned char)ch);
+    if (ext != ".svg") throw Error("--out '" + out + "': the picture is SVG, so its name must end in .svg");
+}
+
 // --perm lists positions 1..n as the formulas count them; the code's permutation counts from 0.
 static std::vector<int> parse_perm(const std::string& s, int n) {
     std::vector<int> z = parse_ids(s, "--perm");
@@ -693,7 +917,8 @@ static int cmd_masks(Flags& f) {
     const int n = f.int32("n", 0), window = f.int32("window", 3), stride = f.int32("stride", 4);
     f.done();
     if (n < 1 || n > 64) throw Error("--n must be between 1 and 64, got " + std::to_string(n));
-    if (window < 1 || stride < 0) throw Error("--window must be >= 1 and --stride >= 0");
+    if (window < 1) throw Error("--window must be positive, got " + std::to_string(window));
+    if (stride < 0) throw Error("--stride must be 0 or more, got " + std::to_string(stride));
     std::vector<int> z;
     if (perm.empty()) {  // a fixed example: the even positions, then the odd ones, each backwards
         for (int i = n - (n % 2 == 0 ? 1 : 2); i >= 1; i -= 2) z.push_back(i);
@@ -701,6 +926,7 @@ static int cmd_masks(Flags& f) {
     } else {
         z = parse_perm(perm, n);
     }
+    check_svg_out(out);
     check_outputs({{out, "--out", OutputKind::svg_plot}});
     write_file_atomic(out, masks_svg(n, window, stride, z));
     std::printf("wrote %s: Mask^BD, Mask^AR, Mask^ST (window %d, stride %d) and Mask^XL(z), z =", out.c_str(), window, stride);
@@ -716,11 +942,14 @@ static int cmd_attention(Flags& f) {
     const int layer = f.int32("layer", 0), head = f.int32("head", 0);
     f.done();
     if (f.has("text") == f.has("tokens")) throw Error("attention: give exactly one of --text and --tokens");
-    if (f.has("layer") && layer < 1) throw Error("--layer " + std::to_string(layer) + " is outside 1..L (layers count from 1, as in the formulas)");
-    if (f.has("head") && head < 1) throw Error("--head " + std::to_string(head) + " is outside 1..A (heads count from 1, as in the formulas)");
+    check_svg_out(out);
     check_outputs({{out, "--out", OutputKind::svg_plot}}, {{path, "--checkpoint"}});
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
+    if (f.has("layer") && (layer < 1 || layer > c.L))
+        throw Error("--layer " + std::to_string(layer) + " is outside 1..L = " + std::to_string(c.L) + " (layers count from 1, as in the formulas)");
+    if (f.has("head") && (head < 1 || head > c.A))
+        throw Error("--head " + std::to_string(head) + " is outside 1..A = " + std::to_string(c.A) + " (heads count from 1, as in the formulas)");
     std::vector<int> x;
     std::vector<std::string> labels;
     if (f.has("text")) {
@@ -802,7 +1031,9 @@ static Config bench_config(Flags& f, std::string& name) {
     c.L = f.int32("layers", c.L), c.A = f.int32("heads", c.A), c.H = f.int32("embd", c.H);
     c.F = f.int32("ffn", f.has("embd") ? 4 * c.H : c.F), c.V = f.int32("vocab", c.V);
     if (f.has("activation")) c.activation = activation_from_name(f.str("activation"));
-    if (c.L < 1 || c.A < 1 || c.H < 1 || c.F < 1 || c.V < 1) throw Error("--layers, --heads, --embd, --ffn and --vocab must be positive");
+    for (const auto& kv : {std::make_pair("layers", c.L), std::make_pair("heads", c.A), std::make_pair("embd", c.H), std::make_pair("ffn", c.F),
+                           std::make_pair("vocab", c.V)})
+        if (kv.second < 1) throw Error(std::string("--") + kv.first + " must be positive, got " + std::to_string(kv.second));
     if (c.H % c.A != 0) throw Error("--embd " + std::to_string(c.H) + " is not a multiple of --heads " + std::to_string(c.A));
     c.D = c.H / c.A;
     if ((c.variant == Variant::bert || c.variant == Variant::roberta) && f.has("vocab"))  // their special ids, at the end
@@ -820,7 +1051,8 @@ static int cmd_bench(Flags& f) {
     const int B = f.int32("batch", 4), n = f.int32("block", std::min(64, c.n_ctx)), steps = f.int32("steps", 3);
     const bool json = f.flag("json");
     f.done();
-    if (B < 1 || n < 1 || steps < 1) throw Error("--batch, --block and --steps must be positive");
+    for (const auto& kv : {std::make_pair("batch", B), std::make_pair("block", n), std::make_pair("steps", steps)})
+        if (kv.second < 1) throw Error(std::string("--") + kv.first + " must be positive, got " + std::to_string(kv.second));
     if (n > c.n_ctx) throw Error("--block " + std::to_string(n) + " is longer than n_ctx = " + std::to_string(c.n_ctx));
     if ((long long)B * n > (1 << 20)) throw Error("--batch x --block is too large for a benchmark");
     Params<float> p = make_params<float>(c), g = make_params<float>(c);
@@ -1017,27 +1249,34 @@ static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
     {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}, {"export", cmd_export},
     {"bpe", cmd_bpe}};
 
-// The usage is longer than stdio's buffer (4096 bytes), so a failed write shows already inside
-// fputs: its errno is kept for main's message (by then errno says no more than EIO).
+// A failed write of the help shows in fputs or at main's final flush: its errno is kept for
+// main's message (by then errno may say no more than EIO).
 static int g_stdout_errno = 0;
-static int print_usage() {
-    if (std::fputs(USAGE, stdout) == EOF) g_stdout_errno = errno;
+static int print_text(const std::string& text) {
+    if (std::fputs(text.c_str(), stdout) == EOF) g_stdout_errno = errno;
     return 0;
 }
 
 static int run(int argc, char** argv) {
-    if (argc < 2) return std::fputs(USAGE, stderr), 1;
+    if (argc < 2) return std::fputs(overview().c_str(), stderr), 1;
     const std::string cmd = argv[1];
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") return print_usage();
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+        if (argc > 2 && command_doc(argv[2])) return print_text(command_help(*command_doc(argv[2])));  // help CMD
+        return print_text(overview());
+    }
     auto it = COMMANDS.find(cmd);
-    if (it == COMMANDS.end()) {  // whatever follows it
-        std::fprintf(stderr, "error: unknown command '%s' (transformer --help lists the commands)\n", cmd.c_str());
+    const CommandDoc* doc = command_doc(cmd);
+    if (it == COMMANDS.end() || !doc) {  // whatever follows it
+        std::fprintf(stderr, "error: unknown command '%s' (the commands: %s; transformer --help describes them)\n", cmd.c_str(),
+                     command_names().c_str());
         return 1;
     }
     try {
         bool help = false;
         Flags f = parse_flags(argc, argv, 2, help, cmd == "bpe" ? std::set<std::string>{"data", "special"} : std::set<std::string>{});
-        if (help) return print_usage();
+        if (help) return print_text(command_help(*doc));
+        f.command = cmd, f.valid = flag_names(*doc);
+        for (const FlagDoc& fd : doc->flags) f.documented.insert(fd.name);
         return it->second(f);
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "error: out of memory\n");

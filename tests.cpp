@@ -3754,11 +3754,11 @@ TEST_CASE("CLI: init then grad for every tiny variant writes every parameter's g
         std::string args;
         Batch b;
         if (c.variant == Variant::bert) {
-            args = "--tokens 10,1,2,11,3,11 --segments 0,0,0,0,1,1 --masked 1,4";
+            args = "--tokens 10,1,2,11,3,11 --segments 0,0,0,0,1,1 --masked 2,5";
             b.n = 6, b.tokens = {10, 12, 2, 11, 12, 11}, b.segments = {0, 0, 0, 0, 1, 1};
             b.targets = {-1, 1, -1, -1, 3, -1};
         } else if (c.variant == Variant::roberta) {
-            args = "--tokens 10,1,2,3,11 --masked 2";
+            args = "--tokens 10,1,2,3,11 --masked 3";
             b.n = 5, b.tokens = {10, 1, 12, 3, 11}, b.targets = {-1, -1, 2, -1, -1};
         } else {
             args = "--tokens 3,1,4,1,5";
@@ -3824,8 +3824,8 @@ TEST_CASE("CLI: bad input gives exit status 1 and 'error: ...' on stderr, never 
     m_cli_fails("grad --checkpoint " + gpt + " --tokens 1 --out " + m_path("g.safetensors"), "at least 2 tokens");
     m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2 --masked 1 --out " + m_path("g.safetensors"), "--masked");
     m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --out " + m_path("g.safetensors"), "--masked");
-    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --masked 3 --out " + m_path("g.safetensors"), "outside");
-    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,13 --masked 2 --out " + m_path("g.safetensors"), "13");
+    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --masked 4 --out " + m_path("g.safetensors"), "outside 1..3");
+    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,13 --masked 3 --out " + m_path("g.safetensors"), "13");
     m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --segments 0,1 --masked 1 --out " + m_path("g.safetensors"),
                 "segment");
     m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --segments 0,1,2 --masked 1 --out " + m_path("g.safetensors"),
@@ -5935,8 +5935,8 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
         CAPTURE(name);
         const Config c = preset(name);
         const std::string args = is_causal(c.variant) ? "--tokens 3,1,4,1,5"
-                                 : c.variant == Variant::bert ? "--tokens 10,1,2,11,3,11 --segments 0,0,0,0,1,1 --masked 1,4"
-                                                              : "--tokens 10,1,2,3,11 --masked 2";
+                                 : c.variant == Variant::bert ? "--tokens 10,1,2,11,3,11 --segments 0,0,0,0,1,1 --masked 2,5"
+                                                              : "--tokens 10,1,2,3,11 --masked 3";
         const m_Run r = m_run_ok("explain --preset " + name + " " + args);
         Params<float> p = make_params<float>(c);
         init_params(c, p, 1);
@@ -5966,7 +5966,8 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
     m_cli_fails("explain --preset tiny-gpt --tokens 1,2,3,4,5,6,7,8,9,1,2,3,4,5,6,7,8", "n_ctx = 16");
     m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --masked 1", "--masked applies to bert and roberta");
     m_cli_fails("explain --preset tiny-bert --tokens 10,1,11", "missing flag --masked");
-    m_cli_fails("explain --preset tiny-bert --tokens 10,1,11 --masked 3", "outside");
+    m_cli_fails("explain --preset tiny-bert --tokens 10,1,11 --masked 4", "outside 1..3");
+    m_cli_fails("explain --preset tiny-bert --tokens 10,1,11 --masked 0", "outside 1..3");
     m_cli_fails("explain --checkpoint " + ck + " --seed 2 --tokens 3,1", "--seed applies to --preset only");
     m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --values 65", "--values");
     m_cli_fails("explain --checkpoint " + dir + "/none.safetensors --tokens 3,1", "none.safetensors");
@@ -7151,7 +7152,7 @@ TEST_CASE("CLI: released RoBERTa files with their tokenizer: fill, eval, tokeniz
     const int best = (int)(std::max_element(y.begin(), y.end()) - y.begin());
     char line[96];
     const std::string label = token_label(make_tokenizer("roberta-bpe", m_encoder_json(m_RB_MERGED), m_vocab_bpe(m_RB_MERGES), "t").decode({best}));
-    std::snprintf(line, sizeof line, "<mask> at token 2: %s %.4f,", label.c_str(), y[best]);
+    std::snprintf(line, sizeof line, "<mask> at token 3: %s %.3g,", label.c_str(), y[best]);
     CHECK(m_contains(f.out, line));
     m_cli_fails("fill" + model + tok + " --text 'hell'", "no <mask>");
     m_write(dir + "text.txt", "hell hell. hell\n");
@@ -7234,7 +7235,7 @@ TEST_CASE("train: BERT on WordPiece and RoBERTa on its BPE, [CLS] window [SEP], 
     const m_Run f = m_run("fill --checkpoint " + dir + "bert.safetensors --text 'the capital of [MASK] is a ecole.'");
     INFO(f.out << f.err);
     CHECK(f.status == 0);
-    CHECK(m_contains(f.out, "[MASK] at token 4: france "));  // learnt: "france" after "the capital of"
+    CHECK(m_contains(f.out, "[MASK] at token 5: france "));  // learnt: "france" after "the capital of"
     // From released BERT weights (Hugging Face's layout, vocab.txt beside them): continued pre-training.
     Config b = m_bert_hf_config();
     b.V = 20, b.cls_id = 2, b.sep_id = 3, b.mask_id = 4;
@@ -7399,7 +7400,7 @@ TEST_CASE("CLI: GPT-1 and BERT files with their tokenizers: params, tokenize, sa
     softmax_row(Z.row(6), y.data(), b.V);
     const int best = (int)(std::max_element(y.begin(), y.end()) - y.begin());
     char line[64];
-    std::snprintf(line, sizeof line, "[MASK] at token 6: %s %.4f,", make_wordpiece(m_WP_VOCAB).tokens[best].c_str(), y[best]);
+    std::snprintf(line, sizeof line, "[MASK] at token 7: %s %.3g,", make_wordpiece(m_WP_VOCAB).tokens[best].c_str(), y[best]);
     CHECK(m_contains(f.out, line));
     CHECK(std::count(f.out.begin(), f.out.end(), ',') == 2);  // three candidates
     CHECK(m_run("tokenize" + btok + " --text 'unaffable, [MASK]'").out == "11,12,13,18,4\n");
