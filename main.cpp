@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "transformer.hpp"
 
 using namespace tf;
@@ -421,6 +423,23 @@ static std::vector<int> parse_ids(const std::string& s, const std::string& what)
 }
 
 // ---- tokenize ----------------------------------------------------------------------------------------
+// A text the tokenizer refused: the first byte that is not UTF-8, with the file (or flag) it is in.
+static void check_utf8(const std::string& text, const std::string& where) {
+    std::size_t line = 1, line_start = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(text, i, cp);
+        if (len == 0) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, " is not UTF-8 text: byte 0x%02X at byte offset %zu (line %zu, byte %zu of the line)",
+                          (unsigned)(unsigned char)text[i], i, line, i - line_start + 1);
+            throw Error(where + buf + (where[0] == '\'' ? "; is it a binary file?" : ""));
+        }
+        if (text[i] == '\n') line++, line_start = i + 1;
+        i += (std::size_t)len;
+    }
+}
+
 static int cmd_tokenize(Flags& f) {
     const std::string enc = f.str("encoder"), merges = f.need("vocab"), kind = f.str("tokenizer");
     const std::string text = f.str("text"), file = f.str("file"), ids = f.str("ids"), out = f.str("out");
@@ -435,7 +454,15 @@ static int cmd_tokenize(Flags& f) {
         std::printf("\n");
         return 0;
     }
-    const std::vector<int> tokens = f.has("file") ? encode_with_progress(bpe, read_file(file), "'" + file + "'", false) : bpe.encode(text);
+    const std::string input = f.has("file") ? read_file(file) : text;
+    const std::string where = f.has("file") ? "'" + file + "'" : "--text";
+    std::vector<int> tokens;
+    try {
+        tokens = f.has("file") ? encode_with_progress(bpe, input, where, false) : bpe.encode(input);
+    } catch (const Error&) {
+        check_utf8(input, where);  // a binary file: say which file and where, not only "text"
+        throw;
+    }
     if (f.has("out")) {  // llm.c's token file, for train --data and eval --data
         write_file_atomic(out, token_file_bytes(tokens));
         std::printf("wrote %s: %zu tokens (llm.c's .bin format: a 1024-byte header, then uint16 ids)\n", out.c_str(), tokens.size());
@@ -550,6 +577,21 @@ static int cmd_grad(Flags& f) {
 }
 
 // ---- train, sample, fill, eval ---------------------------------------------------------------------
+// --warmup longer than --steps: the learning rate is still rising when the run ends.
+static void warn_warmup(long long warmup, long long steps, bool steps_known) {
+    if (steps_known && steps > 0 && warmup > steps)
+        std::fprintf(stderr, "warning: --warmup %lld is longer than --steps %lld: the learning rate rises through the whole run and "
+                             "ends at about %.0f%% of --lr, never reaching it (and never decaying)\n", warmup, steps, 100.0 * (double)steps / (double)warmup);
+}
+
+// Two names of one file (the same device and inode), as --val and --data may be.
+static bool same_file(const std::string& a, const std::string& b) {
+    if (a.empty() || b.empty()) return false;
+    struct stat sa, sb;
+    if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return a == b;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 static int cmd_train(Flags& f) {
     if (f.has("resume"))  // a resumed run keeps its model, data and hyperparameters
         for (auto& kv : f.values)
@@ -604,6 +646,10 @@ static int cmd_train(Flags& f) {
         o.dropout = 0;
     }
     f.done();
+    if (o.resume.empty()) warn_warmup(o.warmup, o.steps, true);  // a resumed run keeps its checkpoint's schedule
+    if (!o.data.empty() && same_file(o.data, o.val_data))
+        std::fprintf(stderr, "warning: --val '%s' is the same file as --data: the model trains on all of it and the validation loss "
+                             "is measured on text it trained on, so it cannot show overfitting\n", o.val_data.c_str());
     train(o);
     return 0;
 }
@@ -631,6 +677,10 @@ static int cmd_finetune(Flags& f) {
     t.seed = (uint64_t)f.integer("seed", 1337);
     t.quiet = f.flag("quiet");
     f.done();
+    if (f.has("warmup")) warn_warmup(t.warmup, t.steps, t.steps > 0);
+    if (same_file(o.train_file, o.val_file))
+        std::fprintf(stderr, "warning: --val '%s' is the same file as --train: the validation accuracy is measured on examples "
+                             "the model trains on, so it cannot show overfitting\n", o.val_file.c_str());
     finetune(o);
     return 0;
 }
@@ -641,6 +691,8 @@ static int cmd_task(Flags& f) {
     const long long seed = f.integer("seed", 1);
     const bool held_out = f.flag("held-out");
     f.done();
+    if (task != "text" && task != "classify" && task != "entailment" && task != "similarity" && task != "choice")
+        throw Error("unknown task '" + task + "' (the tasks: text, classify, entailment, similarity, choice)");
     if (examples > 10000000) throw Error("--examples must be between 1 and 10000000, got " + std::to_string(examples));
     check_outputs({{out, "--out", OutputKind::task_file}});
     std::string text;
@@ -660,6 +712,52 @@ static int cmd_task(Flags& f) {
     return 0;
 }
 
+// Text for the terminal: valid, printable UTF-8 as it is; a byte that is not (an invalid UTF-8
+// sequence, a control character) as \xNN, as tokenize and the pictures show it (token_label).
+static std::string terminal_text(const std::string& s) {
+    std::string o;
+    for (std::size_t i = 0; i < s.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(s, i, cp);
+        if (len > 0 && (cp >= 0x20 || cp == '\t' || cp == '\n') && cp != 0x7F) {
+            o += s.substr(i, (std::size_t)len), i += (std::size_t)len;
+        } else {
+            o += token_label(s.substr(i, 1)), i++;
+        }
+    }
+    return o;
+}
+
+// predict's input, line by line: the fields the model's task needs, with or without the label
+// (the model's task, not a guess from the file, decides: a classify file given to an entailment
+// model is an error, not two unlabelled texts).
+static void check_predict_fields(const std::string& text, const std::string& file, const FinetuneSpec& spec) {
+    const int want = spec.kind == FinetuneKind::classify ? 2 : spec.kind == FinetuneKind::choice ? -1 : 3;
+    const std::string task = finetune_kind_name(spec.kind);
+    std::size_t line_no = 0, labels_first = 0, lines = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        std::size_t e = text.find('\n', i);
+        if (e == std::string::npos) e = text.size();
+        std::string line = text.substr(i, e - i);
+        i = e + 1, line_no++;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty()) continue;
+        lines++;
+        const int fields = 1 + (int)std::count(line.begin(), line.end(), '\t');
+        const std::string first = line.substr(0, line.find('\t'));
+        if (std::find(spec.classes.begin(), spec.classes.end(), first) != spec.classes.end()) labels_first++;
+        const bool ok = want > 0 ? fields == want || fields == want - 1 : fields >= 3;
+        if (!ok)
+            throw Error("'" + file + "' line " + std::to_string(line_no) + ": found " + std::to_string(fields) +
+                        " tab-separated field" + (fields == 1 ? "" : "s") + "; the " + task + " task needs " +
+                        (want > 0 ? std::to_string(want) + " with a label or " + std::to_string(want - 1) + " without"
+                                  : std::string("at least 4 with the answer or 3 without")));
+    }
+    if (want == 3 && lines > 0 && labels_first == lines && !has_label_column(text, spec.kind))
+        throw Error("'" + file + "' has 2 fields a line and every first field is one of the model's labels: an " + task +
+                    " example is LABEL<TAB>TEXT_A<TAB>TEXT_B (3 fields), or TEXT_A<TAB>TEXT_B without the label");
+}
+
 static int cmd_predict(Flags& f) {
     const std::string path = f.need("checkpoint"), data = f.need("data");
     f.done();
@@ -671,6 +769,7 @@ static int cmd_predict(Flags& f) {
     if (!subword && !md.count("vocab")) throw Error("'" + path + "' has no character vocabulary");
     const CharVocab vocab = subword ? CharVocab() : CharVocab::from_metadata(md.at("vocab"));
     const std::string text = read_file(data);
+    check_predict_fields(text, data, spec);
     const bool labelled = has_label_column(text, spec.kind);
     std::vector<std::string> classes = spec.classes;
     std::vector<EncodedExample> ex;
@@ -680,14 +779,14 @@ static int cmd_predict(Flags& f) {
     int right = 0;
     for (std::size_t i = 0; i < pred.size(); i++) {
         if (spec.kind == FinetuneKind::choice) std::printf("%d\n", pred[i]);
-        else std::printf("%s\n", spec.classes[pred[i]].c_str());
+        else std::printf("%s\n", terminal_text(spec.classes[pred[i]]).c_str());
         right += pred[i] == ex[i].label;
     }
     if (labelled) {
         // Beside the accuracy, what always answering the most frequent label would get (as finetune's note).
         int majority = 0;
         const double chance = majority_share(ex, &majority);
-        const std::string label = spec.kind == FinetuneKind::choice ? std::to_string(majority) : spec.classes[majority];
+        const std::string label = spec.kind == FinetuneKind::choice ? std::to_string(majority) : terminal_text(spec.classes[majority]);
         std::fprintf(stderr, "accuracy: %.1f%% (%d of %zu); always answering '%s': %.1f%%\n", 100.0 * right / (double)pred.size(),
                      right, pred.size(), label.c_str(), 100.0 * chance);
     }
@@ -1039,8 +1138,13 @@ static Config bench_config(Flags& f, std::string& name) {
     if ((c.variant == Variant::bert || c.variant == Variant::roberta) && f.has("vocab"))  // their special ids, at the end
         c.cls_id = c.V - 3, c.sep_id = c.V - 2, c.mask_id = c.V - 1;
     if (c.variant == Variant::gpt3 && c.st_window < 1) c.st_window = c.st_stride = 8;
-    if (sized) name += " (L=" + std::to_string(c.L) + " A=" + std::to_string(c.A) + " H=" + std::to_string(c.H) + " F=" +
-                       std::to_string(c.F) + " V=" + std::to_string(c.V) + " " + variant_name(c.variant) + ")";
+    if (sized) {  // labelled by what runs: "custom (gpt2-124m with --layers 2): L=2 ..."
+        std::string changed;
+        for (const char* k : {"model", "layers", "heads", "embd", "ffn", "vocab", "activation"})
+            if (f.has(k)) changed += std::string(changed.empty() ? "" : " ") + "--" + k + " " + f.str(k);
+        name = "custom (" + name + " with " + changed + "): L=" + std::to_string(c.L) + " A=" + std::to_string(c.A) + " H=" +
+               std::to_string(c.H) + " F=" + std::to_string(c.F) + " V=" + std::to_string(c.V) + " " + variant_name(c.variant);
+    }
     validate(c);
     return c;
 }
@@ -1143,9 +1247,11 @@ static int cmd_export(Flags& f) {
         if (kv.first == "vocab" || kv.first == "tokenizer" || kv.first.rfind("tokenizer.", 0) == 0) meta[kv.first] = kv.second;
     export_hf_gpt2(out, lm.config, lm.params, meta, path);
     const Config& c = lm.config;
-    std::printf("wrote %s/model.safetensors and %s/config.json%s: GPT2LMHeadModel, n_layer %d, n_head %d, n_embd %d, n_inner %d, "
+    // n_inner as config.json writes it: null when F = 4 H (Hugging Face's default)
+    const std::string n_inner = c.F == 4 * c.H ? "null (4 n_embd = " + std::to_string(c.F) + ")" : std::to_string(c.F);
+    std::printf("wrote %s/model.safetensors and %s/config.json%s: GPT2LMHeadModel, n_layer %d, n_head %d, n_embd %d, n_inner %s, "
                 "vocab_size %d, n_positions %d, activation %s%s\n", out.c_str(), out.c_str(),
-                meta.count("tokenizer") ? " (+ vocab.json, merges.txt)" : "", c.L, c.A, c.H, c.F, c.V, c.n_ctx,
+                meta.count("tokenizer") ? " (+ vocab.json, merges.txt)" : "", c.L, c.A, c.H, n_inner.c_str(), c.V, c.n_ctx,
                 activation_name(c.activation), c.attn_bias ? "" : ", attention biases written as zeros");
     return 0;
 }
@@ -1282,7 +1388,7 @@ static int run(int argc, char** argv) {
         std::fprintf(stderr, "error: out of memory\n");
         return 1;
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
+        std::fprintf(stderr, "error: %s\n", terminal_text(e.what()).c_str());  // a file's stray bytes escaped, never raw
         return 1;
     }
 }

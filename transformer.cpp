@@ -4041,8 +4041,11 @@ static const char* hf_activation_name(Activation a) {
 }
 
 std::string hf_gpt2_config_json(const Config& c, int eos_id) {
-    char eps[64];
-    std::snprintf(eps, sizeof eps, "%.17g", c.eps);
+    char eps[64];  // the shortest form that reads back as the same double (1e-05, not 1.0000000000000001e-05)
+    for (int digits = 1; digits <= 17; digits++) {
+        std::snprintf(eps, sizeof eps, "%.*g", digits, c.eps);
+        if (std::strtod(eps, nullptr) == c.eps) break;
+    }
     std::string j = "{\n";
     j += "  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n";
     j += "  \"vocab_size\": " + std::to_string(c.V) + ",\n";
@@ -5262,6 +5265,9 @@ TrainResult train(const TrainOptions& opt_in) {
         s.adam.t = parse_i64(md.at("adam.t"), "adam.t");
         if (s.step0 < 0 || s.adam.t != s.step0)
             throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(s.step0) + " and adam.t " + std::to_string(s.adam.t));
+        if (s.step0 >= o.steps)  // before any work: say so now, not after loading the data
+            throw Error("train: nothing to do: '" + o.resume + "' is already at step " + std::to_string(s.step0) + " and --steps is " +
+                        std::to_string(o.steps) + " (give --steps above " + std::to_string(s.step0) + " to train further)");
         s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
         tok = tokenizer_of(md, o.resume);
         if (tok.kind == "char") saved_vocab = tok.chars;
@@ -5390,8 +5396,10 @@ TrainResult train(const TrainOptions& opt_in) {
     if (!o.quiet) {
         if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
         if (r.val_loss_split >= 0)
-            std::printf("val loss over the whole validation split: %.4f (%zu %s%s; the %lld-batch estimate above: %.4f)\n",
+            std::printf("val loss over the whole validation split: %.4f (%zu %s%s%s; the %lld-batch estimate above: %.4f)\n",
                         r.val_loss_split, k.val.size(), subword ? "tokens" : "characters", xlnet ? ", 4 permutations per window" : "",
+                        o.line_windows ? ", read in consecutive windows of the whole text, not starting at newlines as "
+                                         "--line-windows' training and estimate windows do" : "",
                         o.eval_steps, r.val_loss);
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
         struct rusage ru;
@@ -7961,12 +7969,16 @@ std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& tex
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     std::size_t next_report = text.size() / 10;
-    return t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
+    std::vector<int> ids = t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
         if (bytes < next_report) return;
         std::fprintf(stderr, "encoding %s with GPT-2's BPE: %3.0f%% (%zu tokens, %.1f s)\n", where.c_str(),
                      100.0 * (double)bytes / (double)text.size(), ids, std::chrono::duration<double>(clock::now() - t0).count());
         next_report += text.size() / 10;
     });
+    // The final count: the reports above come before the last pieces are encoded.
+    std::fprintf(stderr, "encoding %s with GPT-2's BPE: 100%% (%zu tokens, %.1f s)\n", where.c_str(), ids.size(),
+                 std::chrono::duration<double>(clock::now() - t0).count());
+    return ids;
 }
 
 // ---- Memory of a training run ----------------------------------------------------------------
