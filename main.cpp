@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -577,6 +578,15 @@ static int cmd_grad(Flags& f) {
 }
 
 // ---- train, sample, fill, eval ---------------------------------------------------------------------
+// A training run stopped by SIGINT or SIGTERM: it finished its step and saved a checkpoint (through
+// save_model's atomic writer); the exit status is the shell's for that signal, 128 + its number.
+static int stopped_by_signal(int sig, long long step, const std::string& file, const std::string& again) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "stopped at step %lld by %s; checkpoint %s; resume with: transformer %s%s\n", step,
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", file.c_str(), again.c_str(), file.c_str());
+    return 128 + sig;
+}
+
 // --warmup longer than --steps: the learning rate is still rising when the run ends.
 static void warn_warmup(long long warmup, long long steps, bool steps_known) {
     if (steps_known && steps > 0 && warmup > steps)
@@ -650,7 +660,8 @@ static int cmd_train(Flags& f) {
     if (!o.data.empty() && same_file(o.data, o.val_data))
         std::fprintf(stderr, "warning: --val '%s' is the same file as --data: the model trains on all of it and the validation loss "
                              "is measured on text it trained on, so it cannot show overfitting\n", o.val_data.c_str());
-    train(o);
+    const TrainResult r = train(o);
+    if (r.signal) return stopped_by_signal(r.signal, r.steps_done, o.out.empty() ? o.resume : o.out, "train --resume ");
     return 0;
 }
 
@@ -681,7 +692,9 @@ static int cmd_finetune(Flags& f) {
     if (same_file(o.train_file, o.val_file))
         std::fprintf(stderr, "warning: --val '%s' is the same file as --train: the validation accuracy is measured on examples "
                              "the model trains on, so it cannot show overfitting\n", o.val_file.c_str());
-    finetune(o);
+    const FinetuneResult r = finetune(o);
+    if (r.signal) return stopped_by_signal(r.signal, r.steps_done, t.out, "finetune --task " + o.task + " --train " + o.train_file +
+                                           " --val " + o.val_file + " --out " + t.out + " --checkpoint ");
     return 0;
 }
 

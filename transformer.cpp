@@ -3078,9 +3078,17 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
 // The temporary file being written, so that Ctrl-C (SIGINT), SIGTERM or SIGHUP removes it before
 // the program ends (unlink is safe in a signal handler). kill -9 cannot be caught: then a hidden
 // ".NAME.tmp.XXXXXX" beside the target may stay behind, and the target is untouched.
+// While a training loop runs (g_loop_stoppable), the first SIGINT or SIGTERM only records itself
+// in g_stop_signal: the loop finishes its step, writes a checkpoint and returns (TrainResult::signal);
+// a second signal ends the program as before.
 static char g_tmp_path[PATH_MAX + 1];
 static volatile std::sig_atomic_t g_tmp_active = 0;
+static volatile std::sig_atomic_t g_loop_stoppable = 0, g_stop_signal = 0;
 extern "C" void remove_tmp_on_signal(int sig) {
+    if (g_loop_stoppable && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
+        g_stop_signal = sig;
+        return;
+    }
     if (g_tmp_active) ::unlink(g_tmp_path);
     std::signal(sig, SIG_DFL);
     std::raise(sig);
@@ -5020,6 +5028,12 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
     long long since_log = 0;
     double loss_sum = 0;
     std::vector<double> parts, part_sums(obj.part_names.size(), 0.0);
+    g_stop_signal = 0, g_loop_stoppable = 1;  // SIGINT/SIGTERM: finish the step, save, return
+    for (int sig : {SIGINT, SIGTERM})
+        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+    struct LoopEnd {  // the loop may also end by an exception
+        ~LoopEnd() { g_loop_stoppable = 0; }
+    } loop_end;
     for (long long step_index = s.step0; step_index < last; step_index++) {
         const long long step = step_index + 1;
         const double lr = o.schedule == "linear" ? lr_linear(step_index, o.steps, o.warmup, o.lr, o.min_lr)
@@ -5070,9 +5084,14 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
             t_last = now, since_log = 0, loss_sum = 0;
             std::fill(part_sums.begin(), part_sums.end(), 0.0);
         }
-        if ((o.save_every > 0 && step % o.save_every == 0) || step == last) save(step);
+        if ((o.save_every > 0 && step % o.save_every == 0) || step == last || g_stop_signal) save(step);
         r.steps_done = step;
+        if (g_stop_signal) {
+            r.signal = (int)g_stop_signal;
+            break;
+        }
     }
+    g_loop_stoppable = 0;
     r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
     if (r.steps_done == 0) throw Error("train: nothing to do (the checkpoint is already at step " + std::to_string(s.step0) + ")");
     write_file_atomic(base + ".csv", s.log_csv);
@@ -5084,9 +5103,12 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
         const std::size_t tail = std::min<std::size_t>(r.train_losses.size(), (std::size_t)std::max(1LL, o.log_every));
         double tail_sum = 0;
         for (std::size_t j = r.train_losses.size() - tail; j < r.train_losses.size(); j++) tail_sum += r.train_losses[j];
-        std::printf("done: %lld steps in %s (%.1f ms/step), train loss %.4f (mean of the last %zu steps), val loss %.4f\n",
-                    r.steps_done, hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)r.steps_done, tail_sum / (double)tail, tail,
-                    r.val_loss);
+        const long long ran = r.steps_done - s.step0;  // this run's steps: step0 + 1 .. steps_done
+        std::printf("done: steps %lld-%lld of %lld (%lld in this run) in %s (%.1f ms/step), train loss %.4f (mean of the last %zu steps)",
+                    s.step0 + 1, r.steps_done, o.steps, ran, hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)ran, tail_sum / (double)tail,
+                    tail);
+        if (r.val_loss >= 0) std::printf(", val loss %.4f", r.val_loss);
+        std::printf("\n");
     }
     return r;
 }
@@ -5390,8 +5412,8 @@ TrainResult train(const TrainOptions& opt_in) {
     }
     TrainResult r = run_training(o, s, obj);
     r.val_loss_before = val_before;
-    if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
-    if (!k.task) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
+    if (k.task && is_causal(c.variant) && !r.signal) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
+    if (!k.task && !r.signal) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
     if (!k.task && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
     if (!o.quiet) {
         if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
@@ -5859,7 +5881,8 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
                     o.lr, o.schedule.c_str(), o.warmup, o.dropout);
         std::fflush(stdout);
     }
-    run_training(o, s, obj);
+    const TrainResult tr = run_training(o, s, obj);
+    r.signal = tr.signal, r.steps_done = tr.steps_done;
     if (validations == 0) r.accuracy = accuracy(s.p, nullptr);
     // The result line even with --quiet (which silences the progress): it is what the run is for.
     std::printf("val accuracy: %.1f%% (%d of %d)\n", 100.0 * r.accuracy, r.correct, r.total);
