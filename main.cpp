@@ -490,7 +490,7 @@ static int cmd_params(Flags& f) {
     std::printf("  MultiHeadSAs  L*(A*3*H*D + A*D*H)      %12lld\n", k.attention);
     std::printf("  FFNets        L*(H*F + F + F*H + H)    %12lld\n", k.ffn);
     std::printf("  LayerNorms    L*4*H                    %12lld\n", k.layernorms);
-    std::printf("seed formula lambda:                     %12lld\n", k.seed_lambda);
+    std::printf("lambda of the formulas (§24):            %12lld\n", k.seed_lambda);
     if (k.final_ln) std::printf("  + final LayerNorm ln_f (2*H)           %12lld\n", k.final_ln);
     if (k.segments) std::printf("  + segment vectors w_A, w_B (2*H)       %12lld\n", k.segments);
     if (k.pad_position) std::printf("  + <pad>'s position vector w_pad (H)    %12lld\n", k.pad_position);
@@ -507,7 +507,7 @@ static int cmd_params(Flags& f) {
                 std::printf("  + %-36s %12lld (kept, unused)\n", t.first.c_str(), (long long)t.second.size());
                 other += (long long)t.second.size();
             }
-        std::printf("floats the file holds (a tied copy once):%12lld (%+lld against the seed's lambda)\n", k.actual + other,
+        std::printf("floats the file holds (a tied copy once):%12lld (%+lld against the formulas' lambda)\n", k.actual + other,
                     k.actual + other - k.seed_lambda);
     }
     return 0;
@@ -777,7 +777,7 @@ static int cmd_predict(Flags& f) {
     LoadedModel lm = load_model(path, {"adam."});
     const FinetuneSpec spec = finetune_spec_of(lm, path);
     const auto& md = lm.file.metadata;
-    const Tokenizer tok = tokenizer_of(md, path);  // finetune records the tokenizer it was given (issue 12)
+    const Tokenizer tok = tokenizer_of(md, path);  // finetune records the tokenizer it was given
     const bool subword = !tok.kind.empty() && tok.kind != "char";
     if (!subword && !md.count("vocab")) throw Error("'" + path + "' has no character vocabulary");
     const CharVocab vocab = subword ? CharVocab() : CharVocab::from_metadata(md.at("vocab"));
@@ -821,7 +821,7 @@ static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
 
 // Text <-> ids for sample, eval, fill and attention: the tokenizer the flags name (released weights:
 // --encoder/--vocab, --tokenizer gpt2-bpe|gpt1-bpe|bert-wordpiece, "" = recognised from the files;
-// WordPiece takes --vocab vocab.txt alone), else the one the checkpoint records (issue 11: the
+// WordPiece takes --vocab vocab.txt alone), else the one the checkpoint records (the
 // character vocabulary train stored, or the subword tokenizer train or finetune stored).
 static Tokenizer codec_of(const LoadedModel& lm, const std::string& path, const std::string& encoder, const std::string& merges,
                           const std::string& kind = "") {
@@ -870,7 +870,7 @@ static int cmd_sample(Flags& f) {
     return 0;
 }
 
-// fill with BERT's WordPiece (issue 12) or RoBERTa's BPE: [CLS] text [SEP] (RoBERTa: <s> text </s>),
+// fill with BERT's WordPiece or RoBERTa's BPE: [CLS] text [SEP] (RoBERTa: <s> text </s>),
 // as Hugging Face's tokenizers add them, then the top candidates at each mask token ([MASK], <mask>)
 // with their probabilities Softmax(z_j), and the text with the best candidate at each.
 static int fill_subword(const LoadedModel& lm, const std::string& path, const Tokenizer& codec, const std::string& text, int top) {
@@ -887,7 +887,7 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
     // A released encoder saved without its head (BertModel, RobertaModel; our own checkpoints record
     // "variant", and one trained from such a file has trained its de-embedding since).
     if (c.emb_ln && !c.mlm_head && !lm.file.metadata.count("variant"))
-        std::fprintf(stderr, "note: '%s' has no masked-LM head (cls.predictions / lm_head): the logits are the seed's "
+        std::fprintf(stderr, "note: '%s' has no masked-LM head (cls.predictions / lm_head): the logits are the formulas' (§17) "
                              "X^(L) W_e^T, which the released model was not trained to produce\n", path.c_str());
     Batch b;
     b.n = (int)x.size(), b.tokens = x;
@@ -1247,7 +1247,7 @@ static int cmd_bench(Flags& f) {
     return 0;
 }
 
-// ---- export (issue 11) ---------------------------------------------------------------------------------
+// ---- export --------------------------------------------------------------------------------------------
 static int cmd_export(Flags& f) {
     const std::string path = f.need("checkpoint"), out = f.need("out");
     f.done();

@@ -7368,7 +7368,7 @@ TEST_CASE("CLI: GPT-1 and BERT files with their tokenizers: params, tokenize, sa
     const ParamCount k = count_params(g);
     CHECK(m_contains(pr.out, std::to_string(k.seed_lambda)));
     CHECK(m_contains(pr.out, "attention biases L*(A*3*D + H)                 96"));
-    CHECK(m_contains(pr.out, "(+96 against the seed's lambda)"));
+    CHECK(m_contains(pr.out, "(+96 against the formulas' lambda)"));
     CHECK(m_run("tokenize" + gtok + " --text 'Lowest LOWER'").out == "13,18,16\n");
     CHECK(m_run("tokenize" + gtok + " --ids 13,18,16").out == "lowest lower\n");
     const m_Run s = m_run("sample" + gpt1 + gtok + " --prompt 'low lower' --tokens 4 --temperature 0");
