@@ -580,10 +580,10 @@ static int cmd_grad(Flags& f) {
 // ---- train, sample, fill, eval ---------------------------------------------------------------------
 // A training run stopped by SIGINT or SIGTERM: it finished its step and saved a checkpoint (through
 // save_model's atomic writer); the exit status is the shell's for that signal, 128 + its number.
-static int stopped_by_signal(int sig, long long step, const std::string& file, const std::string& again) {
+static int stopped_by_signal(int sig, long long step, const std::string& file, const std::string& again, const char* how = "resume with") {
     std::fflush(stdout);
-    std::fprintf(stderr, "stopped at step %lld by %s; checkpoint %s; resume with: transformer %s%s\n", step,
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", file.c_str(), again.c_str(), file.c_str());
+    std::fprintf(stderr, "stopped at step %lld by %s; checkpoint %s; %s: transformer %s%s\n", step,
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", file.c_str(), how, again.c_str(), file.c_str());
     return 128 + sig;
 }
 
@@ -694,7 +694,8 @@ static int cmd_finetune(Flags& f) {
                              "the model trains on, so it cannot show overfitting\n", o.val_file.c_str());
     const FinetuneResult r = finetune(o);
     if (r.signal) return stopped_by_signal(r.signal, r.steps_done, t.out, "finetune --task " + o.task + " --train " + o.train_file +
-                                           " --val " + o.val_file + " --out " + t.out + " --checkpoint ");
+                                           " --val " + o.val_file + " --out " + t.out + " --checkpoint ",
+                                           "fine-tune it further (a new schedule) with");
     return 0;
 }
 

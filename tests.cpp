@@ -8689,3 +8689,32 @@ TEST_CASE("make clean: removes what the Makefile's targets write, never a file g
     CHECK(m_exists(dir + "/notes.txt"));
     CHECK(m_exists(dir + "/Makefile"));
 }
+
+TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how to go on and exits 143") {
+    const std::string dir = m_path("sigft");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string pre = dir + "/pre.st", text = dir + "/pre.txt", tr = dir + "/tr.tsv", va = dir + "/va.tsv", ft = dir + "/ft.st";
+    m_run_ok("task --task text --examples 200 --out " + text);
+    m_run_ok("task --task classify --examples 200 --out " + tr);
+    m_run_ok("task --task classify --examples 20 --seed 2 --out " + va);
+    m_run_ok("train --data " + text + " --layers 1 --heads 2 --embd 8 --block 24 --batch 4 --steps 2 --eval-steps 1 --quiet --out " + pre);
+    const pid_t pid = m_start("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va +
+                              " --steps 1000000 --batch 4 --log-every 1 --out " + ft, dir + "/log");
+    REQUIRE(pid > 0);
+    bool started = false;
+    for (int k = 0; k < 600 && !started; k++) {
+        ::usleep(50000);
+        started = m_contains(m_read(dir + "/log.out"), " | loss ");
+    }
+    REQUIRE(started);
+    ::kill(pid, SIGTERM);
+    int st = 0;
+    REQUIRE(::waitpid(pid, &st, 0) == pid);
+    const std::string err = m_read(dir + "/log.err");
+    INFO("stderr: " << err);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 143);
+    CHECK(m_contains(err, "stopped at step "));
+    CHECK(m_contains(err, "by SIGTERM; checkpoint " + ft + "; fine-tune it further (a new schedule) with: transformer finetune "));
+    CHECK(load_model(ft, {"adam."}).file.metadata.count("finetune.task") == 1);
+}
