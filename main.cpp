@@ -656,7 +656,7 @@ static int cmd_train(Flags& f) {
         o.dropout = 0;
     }
     f.done();
-    if (o.resume.empty()) warn_warmup(o.warmup, o.steps, true);  // a resumed run keeps its checkpoint's schedule
+    if (o.resume.empty() && f.has("warmup")) warn_warmup(o.warmup, o.steps, true);  // a resumed run keeps its checkpoint's schedule
     if (!o.data.empty() && same_file(o.data, o.val_data))
         std::fprintf(stderr, "warning: --val '%s' is the same file as --data: the model trains on all of it and the validation loss "
                              "is measured on text it trained on, so it cannot show overfitting\n", o.val_data.c_str());
@@ -689,9 +689,6 @@ static int cmd_finetune(Flags& f) {
     t.quiet = f.flag("quiet");
     f.done();
     if (f.has("warmup")) warn_warmup(t.warmup, t.steps, t.steps > 0);
-    if (same_file(o.train_file, o.val_file))
-        std::fprintf(stderr, "warning: --val '%s' is the same file as --train: the validation accuracy is measured on examples "
-                             "the model trains on, so it cannot show overfitting\n", o.val_file.c_str());
     const FinetuneResult r = finetune(o);
     if (r.signal) return stopped_by_signal(r.signal, r.steps_done, t.out, "finetune --task " + o.task + " --train " + o.train_file +
                                            " --val " + o.val_file + " --out " + t.out + " --checkpoint ",
@@ -1039,8 +1036,8 @@ static int cmd_masks(Flags& f) {
     } else {
         z = parse_perm(perm, n);
     }
-    check_svg_out(out);
     check_outputs({{out, "--out", OutputKind::svg_plot}});
+    check_svg_out(out);
     write_file_atomic(out, masks_svg(n, window, stride, z));
     std::printf("wrote %s: Mask^BD, Mask^AR, Mask^ST (window %d, stride %d) and Mask^XL(z), z =", out.c_str(), window, stride);
     for (std::size_t t = 0; t < z.size(); t++) std::printf("%s%d", t ? "," : " ", z[t] + 1);
@@ -1055,8 +1052,8 @@ static int cmd_attention(Flags& f) {
     const int layer = f.int32("layer", 0), head = f.int32("head", 0);
     f.done();
     if (f.has("text") == f.has("tokens")) throw Error("attention: give exactly one of --text and --tokens");
-    check_svg_out(out);
     check_outputs({{out, "--out", OutputKind::svg_plot}}, {{path, "--checkpoint"}});
+    check_svg_out(out);
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
     if (f.has("layer") && (layer < 1 || layer > c.L))

@@ -8531,7 +8531,8 @@ TEST_CASE("CLI: positions count from 1 in --masked, fill's output and their erro
 
 TEST_CASE("CLI: the pictures' --out must end in .svg, naming the flag") {
     m_cli_fails("masks --n 4 --out " + m_path("masks.png"), "--out '" + m_path("masks.png") + "': the picture is SVG");
-    m_cli_fails("attention --checkpoint x.st --tokens 1,2 --out " + m_path("a.png"), "--out '" + m_path("a.png") + "'");
+    m_run_ok("init --preset tiny-gpt --out " + m_path("svg_out.st"));
+    m_cli_fails("attention --checkpoint " + m_path("svg_out.st") + " --tokens 1,2 --out " + m_path("a.png"), "--out '" + m_path("a.png") + "'");
     CHECK_FALSE(m_exists(m_path("masks.png")));
     m_run_ok("masks --n 4 --out " + m_path("masks.SVG"));
 }
@@ -8609,6 +8610,21 @@ pid_t m_start(const std::string& args, const std::string& base) {
     return pid;
 }
 
+// Waits until the run started by m_start prints its first progress line (the loop runs); false,
+// with its stderr shown, if it ends first or prints none within 30 s.
+bool m_wait_for_progress(pid_t pid, const std::string& base) {
+    for (int k = 0; k < 600; k++) {
+        if (m_contains(m_read(base + ".out"), " | loss ")) return true;
+        int st = 0;
+        if (::waitpid(pid, &st, WNOHANG) == pid) break;
+        ::usleep(50000);
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    MESSAGE("the run printed no progress line; stderr: " << m_read(base + ".err"));
+    return false;
+}
+
 TEST_CASE("train: SIGINT or SIGTERM finishes the step, writes a checkpoint, says how to resume and exits 130 or 143") {
     const std::string dir = m_path("sig");
     ::mkdir(dir.c_str(), 0755);
@@ -8617,12 +8633,7 @@ TEST_CASE("train: SIGINT or SIGTERM finishes the step, writes a checkpoint, says
         const std::string ck = dir + "/run" + std::to_string(sig) + ".st", base = dir + "/log" + std::to_string(sig);
         const pid_t pid = m_start("train --steps 1000000 --log-every 1 --out " + ck, base);
         REQUIRE(pid > 0);
-        bool started = false;  // the first progress line: the loop runs
-        for (int k = 0; k < 600 && !started; k++) {
-            ::usleep(50000);
-            started = m_contains(m_read(base + ".out"), " | loss ");
-        }
-        REQUIRE(started);
+        REQUIRE(m_wait_for_progress(pid, base));
         ::kill(pid, sig);
         int st = 0;
         REQUIRE(::waitpid(pid, &st, 0) == pid);
@@ -8701,12 +8712,7 @@ TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how 
     const pid_t pid = m_start("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va +
                               " --steps 1000000 --batch 4 --log-every 1 --out " + ft, dir + "/log");
     REQUIRE(pid > 0);
-    bool started = false;
-    for (int k = 0; k < 600 && !started; k++) {
-        ::usleep(50000);
-        started = m_contains(m_read(dir + "/log.out"), " | loss ");
-    }
-    REQUIRE(started);
+    REQUIRE(m_wait_for_progress(pid, dir + "/log"));
     ::kill(pid, SIGTERM);
     int st = 0;
     REQUIRE(::waitpid(pid, &st, 0) == pid);
