@@ -101,8 +101,15 @@ transformer-debug: $(BUILD)/debug-main.o $(BUILD)/debug-transformer.o
 tests-debug: $(BUILD)/debug-tests.o $(BUILD)/debug-transformer.o
 	$(CXX) $(DBG) -o $@ $^
 
+# What the targets here write (builds, make run, finetune-demo, handout) and masks.svg, the name in
+# masks' help example; a path git tracks is never removed, DIR only when it holds a handout (HANDOUT.md).
+GENERATED := transformer tests transformer-debug tests-debug build build-avx2 build-clang build-clang-avx2 \
+             addition.safetensors addition.csv addition.svg demo masks.svg
 clean:
-	rm -rf demo build build-avx2 build-clang build-clang-avx2 transformer tests transformer-debug tests-debug
+	@for f in $(GENERATED) $$([ -f '$(DIR)/HANDOUT.md' ] && echo '$(DIR)'); do \
+	  if git ls-files --error-unmatch "$$f" >/dev/null 2>&1; then echo "make clean: keeping $$f (tracked by git)"; \
+	  elif [ -e "$$f" ] || [ -L "$$f" ]; then echo "rm -rf $$f"; rm -rf "$$f"; fi; \
+	done
 
 # ---- make handout: a student copy with chosen function bodies replaced by a stub -----------------
 # make handout [DIR=handout] [FUNCS="LayerNorm_backward ..."] copies the project into DIR (not .git)

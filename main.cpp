@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,84 +19,27 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "transformer.hpp"
 
 using namespace tf;
 
-static const char* USAGE = R"(usage: transformer COMMAND [flags]
-
-commands:
-  train    train a model (default: a small GPT-2 on the built-in 3-digit addition task)
-           --data FILE [--val FILE (validation text; default: the last 10% of --data)]
-           --model gpt|gpt2|gpt3|bert|roberta --layers L --heads A --embd H --ffn F
-           --block n --batch B --steps S --lr LR --min-lr LR --warmup S --weight-decay W
-           --beta1 B1 --beta2 B2 --grad-clip C --dropout P --activation NAME --eval-every S
-           --eval-steps S --save-every S --log-every S --stop-at S --seed S --out FILE --resume FILE
-           --gpt2-init (scale W_O, W_2 by 1/sqrt(2L) at init) --attn-bias (biases on Q, K, V, O) --quiet
-           --objective lm|xlnet (xlnet: permutation LM, two-stream attention) --predict K (xlnet, default n/6)
-           --line-windows (every window starts at a newline: pre-training for finetune's line examples)
-           --init-from FILE (start from FILE's weights: ours or a Hugging Face GPT-2, BERT or RoBERTa model.safetensors with
-           its config.json; the shape comes from the file, --block may be shorter than its n_ctx; fresh optimiser)
-           --encoder encoder.json --vocab vocab.bpe (train on GPT-2's BPE tokens; the checkpoint records them;
-           bert: --vocab vocab.txt, BERT's WordPiece; roberta: --encoder vocab.json --vocab merges.txt)
-           --accum K (gradient accumulation: each step averages K batches' gradients, a step sees K x B sequences)
-  sample   --checkpoint FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
-           [--encoder encoder.json --vocab vocab.bpe]  (GPT-2's or GPT-1's BPE, for released weights;
-           the kind is recognised from the files, or named by --tokenizer gpt2-bpe|gpt1-bpe; a
-           checkpoint trained or fine-tuned with a tokenizer records it)
-  finetune --checkpoint PRETRAINED --task classify|entailment|similarity|choice --train FILE --val FILE
-           --out FILE [--lambda 0.5] [--steps S (0: 3 epochs)] [--batch 32] [--lr 6.25e-5] [--warmup S]
-           [--dropout 0.1] [--weight-decay 0.01] [--grad-clip 1] [--eval-every S] [--log-every S] [--seed S]
-           [--scratch (same shapes, fresh weights)] [--accum K (as train's)] [--quiet]   (tab-separated files, see README)
-           [--encoder F] [--vocab F] [--tokenizer KIND]  (released GPT-1/GPT-2/BERT/RoBERTa weights: their tokenizer)
-  predict  --checkpoint FINETUNED --data FILE   (one label per line; accuracy on stderr if FILE has labels)
-  task     --task text|classify|entailment|similarity|choice --out FILE [--examples 2000] [--seed S] [--held-out]
-           (the built-in tasks on 3-digit sums: text = unlabelled problems to pre-train on; the others
-           labelled, in finetune's file format)
-  fill     --checkpoint FILE --text TEXT-WITH-[MASK]s          (BERT, RoBERTa)
-           [--vocab vocab.txt [--top 5]]  (BERT's WordPiece: the top candidates at each [MASK])
-           [--encoder vocab.json --vocab merges.txt]  (RoBERTa's BPE: the same at each <mask>)
-  eval     --checkpoint FILE --data FILE [--encoder F] [--vocab F] [--tokenizer KIND] (mean loss in nats per token;
-           GPT variants also bits per byte of text, comparable across tokenizers)
-  init     --preset NAME [--seed S] --out FILE
-  export   --checkpoint FILE --out DIR   (a gpt2 model in Hugging Face's GPT2LMHeadModel layout:
-           DIR/model.safetensors, DIR/config.json, and vocab.json, merges.txt if it has GPT-2's tokenizer)
-  grad     --checkpoint FILE --tokens 3,1,4 [--segments 0,0,1] [--masked 1] --out FILE
-  params   --preset NAME | --checkpoint FILE  (the seed's lambda beside the floats the model holds)
-  bpe      --data FILE [--data FILE ...] --merges N --out DIR [--special TOKEN ...] [--min-count 1] [--show K] [--quiet]
-           (learns a byte-level BPE vocabulary as Hugging Face's BpeTrainer with a ByteLevel pre-tokenizer:
-           DIR/encoder.json and DIR/vocab.bpe for the --encoder/--vocab flags of the other commands; merging
-           stops after N merges or when no pair occurs --min-count times (default 1: every pair seen, as
-           Hugging Face's min_frequency 0); --special TOKEN (<|NAME|>, or RoBERTa's <s> <pad> </s> <unk>
-           <mask>; may be repeated) is cut out of the text and gets an id after the merges; --show K prints
-           the first K merges with their counts)
-  tokenize [--encoder encoder.json] --vocab vocab.bpe|vocab.txt (--text TEXT | --file FILE | --ids 15496,995) [--out F.bin]
-           [--tokenizer gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece]  (text -> ids, or ids -> text;
-           GPT-2's byte-level BPE, GPT-1's BPE, RoBERTa's byte-level BPE, BERT's WordPiece: recognised
-           from the files)
-  bench    [--preset NAME] [--model M --layers L --heads A --embd H --ffn F --vocab V --activation NAME]
-           [--batch B] [--block n] [--steps S] [--json]   (model flags change the preset, default gpt2-124m)
-  masks    --n N --out FILE.svg [--window 3] [--stride 4] [--perm 2,4,1,3]
-           (Mask^BD, Mask^AR, Mask^ST with its window and stride, Mask^XL(z) for the permutation z of
-           positions 1..n, side by side with their formulas)
-  attention --checkpoint FILE (--text TEXT | --tokens 3,1,4) --out FILE.svg [--layer l] [--head i]
-           [--perm z (XLNet)] [--encoder F --vocab F]
-           (heat maps of the attention probabilities P, one per layer and head; l and i count from 1
-           as in the formulas; XLNet checkpoints: the content and the query stream)
-  explain  (--preset NAME [--seed S] | --checkpoint FILE) --tokens 3,1,4 [--segments 0,0,1] [--masked 1]
-           [--values 4]  (one forward and backward pass, formula box by formula box: the formula, the
-           function, the shapes and the first values; token ids and --masked positions as in grad)
-
-presets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta
-)";
 
 // ---- Flags -----------------------------------------------------------------------------------------
 struct Flags {
     std::map<std::string, std::string> values;
     std::set<std::string> used;
+    std::string command;               // the command whose flags these are
+    std::set<std::string> documented;  // the flags its help lists: the only ones it may read
     bool has(const std::string& k) const { return values.count(k) > 0; }
-    std::string str(const std::string& k, const std::string& fallback = "") {
+    void use(const std::string& k) {  // a command reads only flags its help documents
+        if (!documented.empty() && !documented.count(k))
+            throw Error("internal error: " + command + " reads --" + k + ", which its help does not document");
         used.insert(k);
+    }
+    std::string str(const std::string& k, const std::string& fallback = "") {
+        use(k);
         auto it = values.find(k);
         return it == values.end() ? fallback : it->second;
     }
@@ -104,7 +48,7 @@ struct Flags {
         return str(k);
     }
     long long integer(const std::string& k, long long fallback) {
-        if (!has(k)) return used.insert(k), fallback;
+        if (!has(k)) return use(k), fallback;
         const std::string s = str(k);
         char* end = nullptr;
         errno = 0;
@@ -117,8 +61,22 @@ struct Flags {
         if (v < INT_MIN || v > INT_MAX) throw Error("--" + k + " is out of range, got " + std::to_string(v));
         return (int)v;
     }
+    // A count or size: given, it must be at least `min` (0 or a negative number is never taken as
+    // "the default"); the error names the flag and the value.
+    long long count(const std::string& k, long long fallback, long long min = 1) {
+        const long long v = integer(k, fallback);
+        if (has(k) && v < min)
+            throw Error("--" + k + " must be " + (min == 1 ? std::string("positive") : min == 0 ? std::string("0 or more") : "at least " + std::to_string(min)) +
+                        ", got " + std::to_string(v));
+        return v;
+    }
+    int count32(const std::string& k, int fallback, int min = 1) {
+        const long long v = count(k, fallback, min);
+        if (v > INT_MAX) throw Error("--" + k + " is out of range, got " + std::to_string(v));
+        return (int)v;
+    }
     double number(const std::string& k, double fallback) {
-        if (!has(k)) return used.insert(k), fallback;
+        if (!has(k)) return use(k), fallback;
         const std::string s = str(k);
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
@@ -127,7 +85,7 @@ struct Flags {
     }
     std::vector<std::string> list(const std::string& k) {  // a flag that may be given again: every value
         std::vector<std::string> out;
-        if (!has(k)) return used.insert(k), out;
+        if (!has(k)) return use(k), out;
         const std::string v = str(k);
         for (std::size_t i = 0, e;; i = e + 1) {
             e = v.find('\0', i);
@@ -136,16 +94,275 @@ struct Flags {
         }
     }
     bool flag(const std::string& k) {  // a boolean flag: parse_flags stored "1" or "0"
-        used.insert(k);
+        use(k);
         return has(k) && values.at(k) == "1";
     }
+    std::string valid;  // the flags the command takes, for the unknown-flag error
     void done() const {  // every flag given must have been read by the command
         for (auto& kv : values)
-            if (!used.count(kv.first)) throw Error("unknown flag --" + kv.first + " for this command");
+            if (!used.count(kv.first))
+                throw Error("unknown flag --" + kv.first + " for " + (command.empty() ? "this command" : command) +
+                            (valid.empty() ? "" : " (its flags: " + valid + ")"));
     }
 };
 
 static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out", "line-windows"};
+
+// ---- Help: one table per command -------------------------------------------------------------------
+// Each command's help and its flag checks come from this one table: `transformer CMD --help` prints
+// the command's entry, an unknown flag's error lists the entry's flags, and Flags refuses to read a
+// flag the entry does not document (so the help cannot fall behind the parser).
+// Convention: each flag's text says what it is, its default ("default: ...") and unit where it has
+// one; positions of tokens count from 1, as in the formulas (docs/formulas.md).
+struct FlagDoc {
+    const char* name;  // without the leading --
+    const char* text;  // "VALUE  what it is (default: ...)"
+};
+struct CommandDoc {
+    const char* name;
+    const char* group;    // train, use, inspect, files: the overview's groups
+    const char* summary;  // one line
+    std::vector<FlagDoc> flags;
+    const char* example;
+    const char* notes;  // printed after the flags ("" = none)
+};
+
+static const std::vector<FlagDoc> MODEL_FLAGS = {
+    {"model", "gpt|gpt2|gpt3|bert|roberta  the variant (default: gpt2)"},
+    {"layers", "L  number of layers, >= 1 (default: 2)"},
+    {"heads", "A  attention heads per layer, >= 1, dividing --embd (default: 4)"},
+    {"embd", "H  embedding width in floats, >= 1 (default: 64)"},
+    {"ffn", "F  feed-forward width in floats, >= 1 (default: 4 H)"},
+    {"activation", "NAME  the FFN's activation: relu|gelu_sigmoid|gelu_tanh|gelu_erf (default: gelu_sigmoid, formulas §13)"},
+};
+
+static std::vector<FlagDoc> join(std::vector<FlagDoc> a, const std::vector<FlagDoc>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+static const std::vector<CommandDoc>& command_docs() {
+    static const std::vector<CommandDoc> docs = {
+        {"train", "train", "train a model (default: a small GPT-2 on the built-in 3-digit addition task)",
+         join(MODEL_FLAGS,
+              {{"data", "FILE  training text, or llm.c's .bin token file (default: the built-in addition task)"},
+               {"val", "FILE  validation text (default: the last 10% of --data)"},
+               {"block", "n  context length in tokens, >= 1 (default: the task's or the text's, at most 64)"},
+               {"batch", "B  sequences per batch, >= 1 (default: 32)"},
+               {"accum", "K  gradient accumulation: a step averages K batches, >= 1 (default: 1)"},
+               {"steps", "S  optimiser steps, >= 1 (default: 3000; with --resume: the checkpoint's)"},
+               {"lr", "LR  peak learning rate (default: 1e-3)"},
+               {"min-lr", "LR  learning rate at the end of the cosine decay (default: --lr / 10, 1e-4)"},
+               {"warmup", "S  steps of linear warm-up, >= 0 (default: 100)"},
+               {"weight-decay", "W  AdamW's decoupled weight decay (default: 0.1)"},
+               {"beta1", "B1  AdamW's beta1 (default: 0.9)"},
+               {"beta2", "B2  AdamW's beta2 (default: 0.99)"},
+               {"grad-clip", "C  clip the gradient's global norm to C, 0 = off (default: 1)"},
+               {"dropout", "P  dropout probability (default: 0.1)"},
+               {"eval-every", "S  validation loss every S steps, 0 = never (default: 250)"},
+               {"eval-steps", "S  batches per validation loss, >= 1 (default: 20)"},
+               {"save-every", "S  checkpoint every S steps, 0 = only at the end (default: 0)"},
+               {"log-every", "S  progress line every S steps, >= 1 (default: 100)"},
+               {"stop-at", "S  stop (and save) after step S, 0 = run to --steps (default: 0)"},
+               {"seed", "S  random seed (default: 1337)"},
+               {"out", "FILE  the checkpoint written (default: model.safetensors; with --resume: the resumed file)"},
+               {"resume", "FILE  continue a run from its checkpoint (only --steps, --stop-at, --out, --quiet, --data, --val may be given)"},
+               {"gpt2-init", "scale W_O, W_2 by 1/sqrt(2L) at init (default: off)"},
+               {"attn-bias", "biases on Q, K, V, O (default: off)"},
+               {"quiet", "no progress lines (default: off)"},
+               {"objective", "lm|xlnet  next-token / masked LM, or XLNet's permutation LM with two-stream attention (default: lm)"},
+               {"predict", "K  xlnet: positions predicted per sequence, >= 1 (default: n/6)"},
+               {"line-windows", "every window starts at a newline: pre-training for finetune's line examples (default: off)"},
+               {"init-from", "FILE  start from FILE's weights (ours or Hugging Face GPT-2/BERT/RoBERTa model.safetensors with its config.json); the shape comes from the file, fresh optimiser"},
+               {"encoder", "FILE  GPT-2's encoder.json (RoBERTa: vocab.json): train on its BPE tokens; the checkpoint records them"},
+               {"vocab", "FILE  GPT-2's vocab.bpe (RoBERTa: merges.txt; bert: vocab.txt, WordPiece, alone)"}}),
+         "transformer train --data tiny.txt --steps 500 --out tiny.safetensors",
+         "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step, saves a checkpoint and says how to resume."},
+        {"finetune", "train", "fine-tune a pre-trained model on a labelled task (tab-separated files, see docs)",
+         {{"checkpoint", "FILE  the pre-trained model (required)"},
+          {"task", "classify|entailment|similarity|choice  the task's kind (required)"},
+          {"train", "FILE  training examples (required)"},
+          {"val", "FILE  validation examples (required)"},
+          {"out", "FILE  the fine-tuned checkpoint (required)"},
+          {"lambda", "X  weight of the auxiliary LM loss (default: 0.5)"},
+          {"steps", "S  optimiser steps, 0 = 3 epochs (default: 0)"},
+          {"batch", "B  examples per batch, >= 1 (default: 32)"},
+          {"accum", "K  gradient accumulation, as train's (default: 1)"},
+          {"lr", "LR  peak learning rate, linear decay (default: 6.25e-5)"},
+          {"warmup", "S  warm-up steps (default: 0.2% of the steps)"},
+          {"dropout", "P  dropout probability (default: 0.1)"},
+          {"weight-decay", "W  AdamW's weight decay (default: 0.01)"},
+          {"grad-clip", "C  clip the gradient's global norm, 0 = off (default: 1)"},
+          {"eval-every", "S  validation accuracy every S steps (default: every epoch)"},
+          {"log-every", "S  progress line every S steps, >= 1 (default: 50)"},
+          {"seed", "S  random seed (default: 1337)"},
+          {"scratch", "same shapes, fresh weights (default: off)"},
+          {"quiet", "no progress lines (default: off)"},
+          {"encoder", "FILE  released weights' tokenizer: encoder.json / vocab.json"},
+          {"vocab", "FILE  released weights' tokenizer: vocab.bpe / merges.txt / vocab.txt"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
+         "transformer finetune --checkpoint pre.st --task classify --train t.tsv --val v.tsv --out ft.st",
+         "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step and saves a checkpoint."},
+        {"bpe", "train", "learn a byte-level BPE vocabulary (as Hugging Face's BpeTrainer with a ByteLevel pre-tokenizer)",
+         {{"data", "FILE  a text to learn from (required; may be repeated)"},
+          {"merges", "N  how many merges to learn, >= 1 (required; GPT-1 learnt 40000)"},
+          {"out", "DIR  writes DIR/encoder.json and DIR/vocab.bpe (required)"},
+          {"special", "TOKEN  a special token (<|NAME|>, or RoBERTa's <s> <pad> </s> <unk> <mask>), cut out of the text; may be repeated"},
+          {"min-count", "N  stop when no pair occurs N times, >= 1 (default: 1)"},
+          {"show", "K  print the first K merges with their counts (default: 0)"},
+          {"quiet", "no progress lines (default: off)"}},
+         "transformer bpe --data corpus.txt --merges 1000 --out bpe/", ""},
+        {"sample", "use", "generate text from a GPT checkpoint",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"prompt", "TEXT  the text to continue (required)"},
+          {"tokens", "N  tokens to generate, 0..1000000 (default: 200)"},
+          {"temperature", "T  softmax temperature, 0 = greedy (default: 1)"},
+          {"top-k", "K  draw from the K most likely tokens, 0 = all (default: 0)"},
+          {"seed", "S  random seed (default: 1)"},
+          {"encoder", "FILE  GPT-2's encoder.json (released weights)"},
+          {"vocab", "FILE  GPT-2's vocab.bpe (released weights)"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe (default: recognised from the files, or the checkpoint's)"}},
+         "transformer sample --checkpoint model.safetensors --prompt 123+456= --tokens 5", ""},
+        {"fill", "use", "fill in the [MASK]s (<mask>s) of a text with a BERT or RoBERTa model",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"text", "TEXT  the text with [MASK]s (required)"},
+          {"top", "K  candidates shown at each mask, >= 1 (default: 5; with a tokenizer)"},
+          {"encoder", "FILE  RoBERTa's vocab.json"},
+          {"vocab", "FILE  BERT's vocab.txt (WordPiece), or RoBERTa's merges.txt"},
+          {"tokenizer", "KIND  bert-wordpiece|roberta-bpe (default: recognised from the files)"}},
+         "transformer fill --checkpoint bert.st --text 'the [MASK] sat'",
+         "Positions count from 1 (\"[MASK] at token 3\"; the first token is [CLS] / <s>). Probabilities are Softmax(z_j)."},
+        {"eval", "use", "mean loss on a text, in nats per token (GPT variants also bits per byte)",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"data", "FILE  the text, or llm.c's .bin token file (required)"},
+          {"encoder", "FILE  encoder.json / vocab.json (released weights)"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (released weights)"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
+         "transformer eval --checkpoint model.safetensors --data val.txt", ""},
+        {"predict", "use", "label each line of a file with a fine-tuned model (accuracy on stderr if it has labels)",
+         {{"checkpoint", "FILE  the fine-tuned model (required)"},
+          {"data", "FILE  tab-separated examples in finetune's format, labels optional (required)"}},
+         "transformer predict --checkpoint ft.st --data test.tsv", "One label per line on stdout."},
+        {"explain", "inspect", "one forward and backward pass, formula box by formula box",
+         {{"preset", "NAME  a preset model, freshly initialised (or --checkpoint)"},
+          {"checkpoint", "FILE  a model file (or --preset)"},
+          {"seed", "S  initialisation seed with --preset (default: 1)"},
+          {"tokens", "IDS  token ids, comma-separated (required)"},
+          {"segments", "IDS  bert: segment of each token, 0 or 1"},
+          {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
+          {"values", "K  first values shown per tensor, 0..64 (default: 4)"}},
+         "transformer explain --preset tiny-bert --tokens 3,1,4 --masked 2",
+         "Positions count from 1, as in the formulas."},
+        {"grad", "inspect", "write the gradient of the loss on a few tokens to a safetensors file",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"tokens", "IDS  token ids, comma-separated (required)"},
+          {"segments", "IDS  bert: segment of each token, 0 or 1"},
+          {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
+          {"out", "FILE  the gradients (required)"}},
+         "transformer grad --checkpoint model.safetensors --tokens 3,1,4 --out grad.safetensors",
+         "Positions count from 1, as in the formulas."},
+        {"params", "inspect", "count a model's parameters: the formulas' lambda (formulas §24) beside the floats it holds",
+         {{"preset", "NAME  a preset (or --checkpoint)"}, {"checkpoint", "FILE  a model file (or --preset)"}},
+         "transformer params --preset gpt2-124m", ""},
+        {"attention", "inspect", "heat maps of the attention probabilities P, one per layer and head (SVG)",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"text", "TEXT  the input (or --tokens)"},
+          {"tokens", "IDS  token ids, comma-separated (or --text)"},
+          {"out", "FILE.svg  the picture (required)"},
+          {"layer", "l  only layer l, from 1 (default: all)"},
+          {"head", "i  only head i, from 1 (default: all)"},
+          {"perm", "z  XLNet: the factorisation order, positions 1..n comma-separated"},
+          {"encoder", "FILE  encoder.json / vocab.json for --text"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt for --text"}},
+         "transformer attention --checkpoint model.safetensors --text 12+34= --out attention.svg",
+         "Layers, heads and positions count from 1, as in the formulas."},
+        {"masks", "inspect", "draw the attention masks Mask^BD, Mask^AR, Mask^ST and Mask^XL(z) beside their formulas (SVG)",
+         {{"n", "N  sequence length, 1..64 (required)"},
+          {"out", "FILE.svg  the picture (required)"},
+          {"window", "W  Mask^ST's window, >= 1 (default: 3)"},
+          {"stride", "S  Mask^ST's stride, >= 0 (default: 4)"},
+          {"perm", "z  the permutation for Mask^XL, positions 1..n comma-separated (default: a fixed example)"}},
+         "transformer masks --n 6 --out masks.svg", "Positions count from 1, as in the formulas."},
+        {"bench", "inspect", "time forward, backward and update steps of a model",
+         join({{"preset", "NAME  the model (default: gpt2-124m); model flags change it"},
+               {"vocab", "V  vocabulary size, >= 1 (default: the preset's)"},
+               {"batch", "B  sequences per batch, >= 1 (default: 4)"},
+               {"block", "n  tokens per sequence, >= 1 (default: min(64, n_ctx))"},
+               {"steps", "S  timed steps after one warm-up, >= 1 (default: 3)"},
+               {"json", "one line of JSON (default: off)"}},
+              MODEL_FLAGS),
+         "transformer bench --preset tiny-gpt --steps 5", ""},
+        {"init", "files", "write a freshly initialised preset model",
+         {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed (default: 1)"}, {"out", "FILE  the checkpoint (required)"}},
+         "transformer init --preset tiny-gpt --out tiny.safetensors", ""},
+        {"task", "files", "write one of the built-in tasks on 3-digit sums",
+         {{"task", "text|classify|entailment|similarity|choice  text: unlabelled problems to pre-train on (required)"},
+          {"out", "FILE  the file written, in finetune's format (required)"},
+          {"examples", "N  examples, 1..10000000 (default: 2000)"},
+          {"seed", "S  random seed (default: 1)"},
+          {"held-out", "only the held-out pairs (default: off)"}},
+         "transformer task --task classify --out train.tsv", ""},
+        {"tokenize", "files", "text -> token ids, or ids -> text (GPT-2's, GPT-1's, RoBERTa's BPE, BERT's WordPiece)",
+         {{"encoder", "FILE  encoder.json / vocab.json (a BPE)"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (required)"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"},
+          {"text", "TEXT  the text (or --file, --ids)"},
+          {"file", "FILE  a text file (or --text, --ids)"},
+          {"ids", "IDS  ids to decode, comma-separated (or --text, --file)"},
+          {"out", "FILE.bin  write the ids as llm.c's token file"}},
+         "transformer tokenize --encoder encoder.json --vocab vocab.bpe --text 'Hello world'", ""},
+        {"export", "files", "write a gpt2 model in Hugging Face's GPT2LMHeadModel layout",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"out", "DIR  DIR/model.safetensors, DIR/config.json (+ vocab.json, merges.txt) (required)"}},
+         "transformer export --checkpoint model.safetensors --out hf/", ""},
+    };
+    return docs;
+}
+
+static const CommandDoc* command_doc(const std::string& name) {
+    for (const CommandDoc& d : command_docs())
+        if (name == d.name) return &d;
+    return nullptr;
+}
+
+static std::string command_names() {
+    std::string s;
+    for (const CommandDoc& d : command_docs()) s += std::string(s.empty() ? "" : ", ") + d.name;
+    return s;
+}
+
+static std::string flag_names(const CommandDoc& d) {
+    std::string s;
+    for (const FlagDoc& fd : d.flags) s += std::string(s.empty() ? "--" : ", --") + fd.name;
+    return s;
+}
+
+static std::string command_help(const CommandDoc& d) {
+    std::string s = std::string("usage: transformer ") + d.name + " [flags]\n" + d.summary + "\n\nflags:\n";
+    for (const FlagDoc& fd : d.flags) {
+        const bool sw = BOOLEAN_FLAGS.count(fd.name) > 0;
+        s += std::string("  --") + fd.name + (sw ? "  " : " ") + fd.text + "\n";
+    }
+    if (*d.notes) s += std::string("\n") + d.notes + "\n";
+    s += std::string("\nexample:\n  ") + d.example + "\n";
+    return s;
+}
+
+static std::string overview() {
+    std::string s = "usage: transformer COMMAND [flags]   (transformer COMMAND --help: its flags, defaults and an example)\n";
+    for (const char* group : {"train", "use", "inspect", "files"}) {
+        s += std::string("\n") + group + ":\n";
+        for (const CommandDoc& d : command_docs())
+            if (std::string(d.group) == group) {
+                char line[256];
+                std::snprintf(line, sizeof line, "  %-10s %s\n", d.name, d.summary);
+                s += line;
+            }
+    }
+    s += "\npresets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta\n";
+    s += "Positions, layers and heads count from 1, as in the formulas (docs/formulas.md).\n";
+    return s;
+}
 
 // --name VALUE or --name=VALUE. The word after a flag is its value unless it is itself a flag
 // (--out --window 3 is an error, never a file named "--window"); a value that starts with -- is
@@ -207,6 +424,23 @@ static std::vector<int> parse_ids(const std::string& s, const std::string& what)
 }
 
 // ---- tokenize ----------------------------------------------------------------------------------------
+// A text the tokenizer refused: the first byte that is not UTF-8, with the file (or flag) it is in.
+static void check_utf8(const std::string& text, const std::string& where) {
+    std::size_t line = 1, line_start = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(text, i, cp);
+        if (len == 0) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, " is not UTF-8 text: byte 0x%02X at byte offset %zu (line %zu, byte %zu of the line)",
+                          (unsigned)(unsigned char)text[i], i, line, i - line_start + 1);
+            throw Error(where + buf + (where[0] == '\'' ? "; is it a binary file?" : ""));
+        }
+        if (text[i] == '\n') line++, line_start = i + 1;
+        i += (std::size_t)len;
+    }
+}
+
 static int cmd_tokenize(Flags& f) {
     const std::string enc = f.str("encoder"), merges = f.need("vocab"), kind = f.str("tokenizer");
     const std::string text = f.str("text"), file = f.str("file"), ids = f.str("ids"), out = f.str("out");
@@ -221,7 +455,15 @@ static int cmd_tokenize(Flags& f) {
         std::printf("\n");
         return 0;
     }
-    const std::vector<int> tokens = f.has("file") ? encode_with_progress(bpe, read_file(file), "'" + file + "'", false) : bpe.encode(text);
+    const std::string input = f.has("file") ? read_file(file) : text;
+    const std::string where = f.has("file") ? "'" + file + "'" : "--text";
+    std::vector<int> tokens;
+    try {
+        tokens = f.has("file") ? encode_with_progress(bpe, input, where, false) : bpe.encode(input);
+    } catch (const Error&) {
+        check_utf8(input, where);  // a binary file: say which file and where, not only "text"
+        throw;
+    }
     if (f.has("out")) {  // llm.c's token file, for train --data and eval --data
         write_file_atomic(out, token_file_bytes(tokens));
         std::printf("wrote %s: %zu tokens (llm.c's .bin format: a 1024-byte header, then uint16 ids)\n", out.c_str(), tokens.size());
@@ -248,7 +490,7 @@ static int cmd_params(Flags& f) {
     std::printf("  MultiHeadSAs  L*(A*3*H*D + A*D*H)      %12lld\n", k.attention);
     std::printf("  FFNets        L*(H*F + F + F*H + H)    %12lld\n", k.ffn);
     std::printf("  LayerNorms    L*4*H                    %12lld\n", k.layernorms);
-    std::printf("seed formula lambda:                     %12lld\n", k.seed_lambda);
+    std::printf("lambda of the formulas (§24):            %12lld\n", k.seed_lambda);
     if (k.final_ln) std::printf("  + final LayerNorm ln_f (2*H)           %12lld\n", k.final_ln);
     if (k.segments) std::printf("  + segment vectors w_A, w_B (2*H)       %12lld\n", k.segments);
     if (k.pad_position) std::printf("  + <pad>'s position vector w_pad (H)    %12lld\n", k.pad_position);
@@ -265,7 +507,7 @@ static int cmd_params(Flags& f) {
                 std::printf("  + %-36s %12lld (kept, unused)\n", t.first.c_str(), (long long)t.second.size());
                 other += (long long)t.second.size();
             }
-        std::printf("floats the file holds (a tied copy once):%12lld (%+lld against the seed's lambda)\n", k.actual + other,
+        std::printf("floats the file holds (a tied copy once):%12lld (%+lld against the formulas' lambda)\n", k.actual + other,
                     k.actual + other - k.seed_lambda);
     }
     return 0;
@@ -285,7 +527,7 @@ static int cmd_init(Flags& f) {
 }
 
 // The batch of grad and explain: GPT variants predict positions 2..n; BERT/RoBERTa the --masked
-// positions (0-based), whose tokens become the mask id.
+// positions (counted from 1, as in the formulas), whose tokens become the mask id.
 static Batch loss_batch(const Config& c, const std::vector<int>& tokens, const std::string& seg, const std::string& masked) {
     Batch b;
     b.n = (int)tokens.size(), b.tokens = tokens;
@@ -298,10 +540,13 @@ static Batch loss_batch(const Config& c, const std::vector<int>& tokens, const s
         if (b.n < 2) throw Error("a GPT loss needs at least 2 tokens");
         b.targets = next_token_targets(tokens, 1, b.n);
     } else {
-        if (masked.empty()) throw Error("missing flag --masked (positions to predict, 0-based)");
+        if (masked.empty()) throw Error("missing flag --masked (positions to predict, counted from 1)");
         b.targets.assign(tokens.size(), -1);
-        for (int j : parse_ids(masked, "--masked")) {
-            if (j < 0 || j >= b.n) throw Error("--masked position " + std::to_string(j) + " is outside 0.." + std::to_string(b.n - 1));
+        for (int position : parse_ids(masked, "--masked")) {
+            if (position < 1 || position > b.n)
+                throw Error("--masked position " + std::to_string(position) + " is outside 1.." + std::to_string(b.n) +
+                            " (positions count from 1, as in the formulas)");
+            const int j = position - 1;
             if (tokens[j] < 0 || tokens[j] >= c.V) break;  // model_loss reports the bad id
             b.targets[j] = tokens[j];
             b.tokens[j] = c.mask_id;
@@ -333,6 +578,30 @@ static int cmd_grad(Flags& f) {
 }
 
 // ---- train, sample, fill, eval ---------------------------------------------------------------------
+// A training run stopped by SIGINT or SIGTERM: it finished its step and saved a checkpoint (through
+// save_model's atomic writer); the exit status is the shell's for that signal, 128 + its number.
+static int stopped_by_signal(int sig, long long step, const std::string& file, const std::string& again, const char* how = "resume with") {
+    std::fflush(stdout);
+    std::fprintf(stderr, "stopped at step %lld by %s; checkpoint %s; %s: transformer %s%s\n", step,
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", file.c_str(), how, again.c_str(), file.c_str());
+    return 128 + sig;
+}
+
+// --warmup longer than --steps: the learning rate is still rising when the run ends.
+static void warn_warmup(long long warmup, long long steps, bool steps_known) {
+    if (steps_known && steps > 0 && warmup > steps)
+        std::fprintf(stderr, "warning: --warmup %lld is longer than --steps %lld: the learning rate rises through the whole run and "
+                             "ends at about %.0f%% of --lr, never reaching it (and never decaying)\n", warmup, steps, 100.0 * (double)steps / (double)warmup);
+}
+
+// Two names of one file (the same device and inode), as --val and --data may be.
+static bool same_file(const std::string& a, const std::string& b) {
+    if (a.empty() || b.empty()) return false;
+    struct stat sa, sb;
+    if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return a == b;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 static int cmd_train(Flags& f) {
     if (f.has("resume"))  // a resumed run keeps its model, data and hyperparameters
         for (auto& kv : f.values)
@@ -343,20 +612,20 @@ static int cmd_train(Flags& f) {
     o.data = f.str("data");
     o.val_data = f.str("val");
     o.model = f.str("model", o.model);
-    o.layers = f.int32("layers", o.layers);
-    o.heads = f.int32("heads", o.heads);
-    o.embd = f.int32("embd", o.embd);
-    o.ffn = f.int32("ffn", o.ffn);
-    o.block = f.int32("block", o.block);
-    o.batch = f.int32("batch", o.batch);
-    o.accum = f.int32("accum", o.accum);
-    o.steps = f.has("steps") ? f.integer("steps", 0) : f.has("resume") ? 0 : o.steps;
-    o.warmup = f.integer("warmup", o.warmup);
-    o.eval_every = f.integer("eval-every", o.eval_every);
-    o.eval_steps = f.integer("eval-steps", o.eval_steps);
-    o.save_every = f.integer("save-every", o.save_every);
-    o.log_every = f.integer("log-every", o.log_every);
-    o.stop_at = f.integer("stop-at", o.stop_at);
+    o.layers = f.count32("layers", o.layers);
+    o.heads = f.count32("heads", o.heads);
+    o.embd = f.count32("embd", o.embd);
+    o.ffn = f.count32("ffn", o.ffn);
+    o.block = f.count32("block", o.block);
+    o.batch = f.count32("batch", o.batch);
+    o.accum = f.count32("accum", o.accum);
+    o.steps = f.has("steps") ? f.count("steps", 0) : f.has("resume") ? 0 : o.steps;
+    o.warmup = f.count("warmup", o.warmup, 0);
+    o.eval_every = f.count("eval-every", o.eval_every, 0);
+    o.eval_steps = f.count("eval-steps", o.eval_steps);
+    o.save_every = f.count("save-every", o.save_every, 0);
+    o.log_every = f.count("log-every", o.log_every);
+    o.stop_at = f.count("stop-at", o.stop_at, 0);
     o.lr = f.number("lr", o.lr);
     o.min_lr = f.number("min-lr", f.has("lr") ? o.lr / 10 : o.min_lr);
     o.weight_decay = f.number("weight-decay", o.weight_decay);
@@ -376,18 +645,23 @@ static int cmd_train(Flags& f) {
     o.encoder = f.str("encoder"), o.bpe_vocab = f.str("vocab");
     if (!o.init_from.empty()) {  // the model's shape comes from the file: a flag not given is 0 / "" (train checks the rest)
         o.model = f.str("model"), o.activation = f.str("activation");
-        o.layers = f.int32("layers", 0), o.heads = f.int32("heads", 0), o.embd = f.int32("embd", 0), o.ffn = f.int32("ffn", 0);
+        o.layers = f.count32("layers", 0), o.heads = f.count32("heads", 0), o.embd = f.count32("embd", 0), o.ffn = f.count32("ffn", 0);
         if (f.has("vocab") && !f.has("encoder")) throw Error("--vocab is GPT-2's vocab.bpe and goes with --encoder encoder.json");
     }
     o.objective = f.str("objective", o.objective);
-    o.predict = f.int32("predict", o.predict);
+    o.predict = f.count32("predict", o.predict);
     if (f.has("predict") && o.objective != "xlnet") throw Error("--predict applies to --objective xlnet only");
     if (o.objective == "xlnet") {  // XLNet's two streams run without dropout (README: choices)
         if (f.has("dropout") && o.dropout != 0) throw Error("--dropout does not apply to --objective xlnet (trained without dropout)");
         o.dropout = 0;
     }
     f.done();
-    train(o);
+    if (o.resume.empty() && f.has("warmup")) warn_warmup(o.warmup, o.steps, true);  // a resumed run keeps its checkpoint's schedule
+    if (!o.data.empty() && same_file(o.data, o.val_data))
+        std::fprintf(stderr, "warning: --val '%s' is the same file as --data: the model trains on all of it and the validation loss "
+                             "is measured on text it trained on, so it cannot show overfitting\n", o.val_data.c_str());
+    const TrainResult r = train(o);
+    if (r.signal) return stopped_by_signal(r.signal, r.steps_done, o.out.empty() ? o.resume : o.out, "train --resume ");
     return 0;
 }
 
@@ -400,31 +674,37 @@ static int cmd_finetune(Flags& f) {
     o.lambda = f.number("lambda", o.lambda);
     o.scratch = f.flag("scratch");
     o.encoder = f.str("encoder"), o.vocab = f.str("vocab"), o.tokenizer = f.str("tokenizer");  // released weights' tokenizer
-    t.steps = f.integer("steps", 0);  // 0: 3 epochs
-    t.batch = f.int32("batch", 32);
-    t.accum = f.int32("accum", 1);
+    t.steps = f.count("steps", 0, 0);  // 0: 3 epochs
+    t.batch = f.count32("batch", 32);
+    t.accum = f.count32("accum", 1);
     t.lr = f.number("lr", 6.25e-5);  // the GPT-1 paper's fine-tuning rate
     t.min_lr = 0, t.schedule = "linear";
-    t.warmup = f.integer("warmup", -1);  // -1: 0.2% of the steps
+    t.warmup = f.count("warmup", -1, 0);  // -1: 0.2% of the steps
     t.dropout = f.number("dropout", 0.1);
     t.weight_decay = f.number("weight-decay", 0.01);
     t.grad_clip = f.number("grad-clip", 1.0);
-    t.eval_every = f.integer("eval-every", -1);  // -1: every epoch
-    t.log_every = f.integer("log-every", 50);
+    t.eval_every = f.count("eval-every", -1, 0);  // -1: every epoch
+    t.log_every = f.count("log-every", 50);
     t.seed = (uint64_t)f.integer("seed", 1337);
     t.quiet = f.flag("quiet");
     f.done();
-    finetune(o);
+    if (f.has("warmup")) warn_warmup(t.warmup, t.steps, t.steps > 0);
+    const FinetuneResult r = finetune(o);
+    if (r.signal) return stopped_by_signal(r.signal, r.steps_done, t.out, "finetune --task " + o.task + " --train " + o.train_file +
+                                           " --val " + o.val_file + " --out " + t.out + " --checkpoint ",
+                                           "fine-tune it further (a new schedule) with");
     return 0;
 }
 
 static int cmd_task(Flags& f) {
     const std::string task = f.need("task"), out = f.need("out");
-    const int examples = f.int32("examples", 2000);
+    const int examples = f.count32("examples", 2000);
     const long long seed = f.integer("seed", 1);
     const bool held_out = f.flag("held-out");
     f.done();
-    if (examples < 1 || examples > 10000000) throw Error("--examples must be between 1 and 10000000");
+    if (task != "text" && task != "classify" && task != "entailment" && task != "similarity" && task != "choice")
+        throw Error("unknown task '" + task + "' (the tasks: text, classify, entailment, similarity, choice)");
+    if (examples > 10000000) throw Error("--examples must be between 1 and 10000000, got " + std::to_string(examples));
     check_outputs({{out, "--out", OutputKind::task_file}});
     std::string text;
     if (task == "text") {  // unlabelled problems "123+456=9750", one a line: a pre-training text
@@ -443,17 +723,64 @@ static int cmd_task(Flags& f) {
     return 0;
 }
 
+// Text for the terminal: valid, printable UTF-8 as it is; a byte that is not (an invalid UTF-8
+// sequence, a control character) as \xNN, as tokenize and the pictures show it (token_label).
+static std::string terminal_text(const std::string& s) {
+    std::string o;
+    for (std::size_t i = 0; i < s.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(s, i, cp);
+        if (len > 0 && (cp >= 0x20 || cp == '\t' || cp == '\n') && cp != 0x7F) {
+            o += s.substr(i, (std::size_t)len), i += (std::size_t)len;
+        } else {
+            o += token_label(s.substr(i, 1)), i++;
+        }
+    }
+    return o;
+}
+
+// predict's input, line by line: the fields the model's task needs, with or without the label
+// (the model's task, not a guess from the file, decides: a classify file given to an entailment
+// model is an error, not two unlabelled texts).
+static void check_predict_fields(const std::string& text, const std::string& file, const FinetuneSpec& spec) {
+    const int want = spec.kind == FinetuneKind::classify ? 2 : spec.kind == FinetuneKind::choice ? -1 : 3;
+    const std::string task = finetune_kind_name(spec.kind);
+    std::size_t line_no = 0, labels_first = 0, lines = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        std::size_t e = text.find('\n', i);
+        if (e == std::string::npos) e = text.size();
+        std::string line = text.substr(i, e - i);
+        i = e + 1, line_no++;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty()) continue;
+        lines++;
+        const int fields = 1 + (int)std::count(line.begin(), line.end(), '\t');
+        const std::string first = line.substr(0, line.find('\t'));
+        if (std::find(spec.classes.begin(), spec.classes.end(), first) != spec.classes.end()) labels_first++;
+        const bool ok = want > 0 ? fields == want || fields == want - 1 : fields >= 3;
+        if (!ok)
+            throw Error("'" + file + "' line " + std::to_string(line_no) + ": found " + std::to_string(fields) +
+                        " tab-separated field" + (fields == 1 ? "" : "s") + "; the " + task + " task needs " +
+                        (want > 0 ? std::to_string(want) + " with a label or " + std::to_string(want - 1) + " without"
+                                  : std::string("at least 4 with the answer or 3 without")));
+    }
+    if (want == 3 && lines > 0 && labels_first == lines && !has_label_column(text, spec.kind))
+        throw Error("'" + file + "' has 2 fields a line and every first field is one of the model's labels: an " + task +
+                    " example is LABEL<TAB>TEXT_A<TAB>TEXT_B (3 fields), or TEXT_A<TAB>TEXT_B without the label");
+}
+
 static int cmd_predict(Flags& f) {
     const std::string path = f.need("checkpoint"), data = f.need("data");
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const FinetuneSpec spec = finetune_spec_of(lm, path);
     const auto& md = lm.file.metadata;
-    const Tokenizer tok = tokenizer_of(md, path);  // finetune records the tokenizer it was given (issue 12)
+    const Tokenizer tok = tokenizer_of(md, path);  // finetune records the tokenizer it was given
     const bool subword = !tok.kind.empty() && tok.kind != "char";
     if (!subword && !md.count("vocab")) throw Error("'" + path + "' has no character vocabulary");
     const CharVocab vocab = subword ? CharVocab() : CharVocab::from_metadata(md.at("vocab"));
     const std::string text = read_file(data);
+    check_predict_fields(text, data, spec);
     const bool labelled = has_label_column(text, spec.kind);
     std::vector<std::string> classes = spec.classes;
     std::vector<EncodedExample> ex;
@@ -463,14 +790,14 @@ static int cmd_predict(Flags& f) {
     int right = 0;
     for (std::size_t i = 0; i < pred.size(); i++) {
         if (spec.kind == FinetuneKind::choice) std::printf("%d\n", pred[i]);
-        else std::printf("%s\n", spec.classes[pred[i]].c_str());
+        else std::printf("%s\n", terminal_text(spec.classes[pred[i]]).c_str());
         right += pred[i] == ex[i].label;
     }
     if (labelled) {
         // Beside the accuracy, what always answering the most frequent label would get (as finetune's note).
         int majority = 0;
         const double chance = majority_share(ex, &majority);
-        const std::string label = spec.kind == FinetuneKind::choice ? std::to_string(majority) : spec.classes[majority];
+        const std::string label = spec.kind == FinetuneKind::choice ? std::to_string(majority) : terminal_text(spec.classes[majority]);
         std::fprintf(stderr, "accuracy: %.1f%% (%d of %zu); always answering '%s': %.1f%%\n", 100.0 * right / (double)pred.size(),
                      right, pred.size(), label.c_str(), 100.0 * chance);
     }
@@ -492,7 +819,7 @@ static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
 
 // Text <-> ids for sample, eval, fill and attention: the tokenizer the flags name (released weights:
 // --encoder/--vocab, --tokenizer gpt2-bpe|gpt1-bpe|bert-wordpiece, "" = recognised from the files;
-// WordPiece takes --vocab vocab.txt alone), else the one the checkpoint records (issue 11: the
+// WordPiece takes --vocab vocab.txt alone), else the one the checkpoint records (the
 // character vocabulary train stored, or the subword tokenizer train or finetune stored).
 static Tokenizer codec_of(const LoadedModel& lm, const std::string& path, const std::string& encoder, const std::string& merges,
                           const std::string& kind = "") {
@@ -520,13 +847,13 @@ static Tokenizer codec_of(const LoadedModel& lm, const std::string& path, const 
 static int cmd_sample(Flags& f) {
     const std::string path = f.need("checkpoint"), prompt = f.need("prompt");
     const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
-    const long long tokens = f.integer("tokens", 200), seed = f.integer("seed", 1);
+    const long long tokens = f.count("tokens", 200), seed = f.integer("seed", 1);
     const int top_k = f.int32("top-k", 0);
     const double temperature = f.number("temperature", 1.0);
     f.done();
-    if (tokens < 0 || tokens > 1000000) throw Error("--tokens must be between 0 and 1000000");
-    if (temperature < 0) throw Error("--temperature must be >= 0");
-    if (top_k < 0) throw Error("--top-k must be >= 0");
+    if (tokens > 1000000) throw Error("--tokens must be between 1 and 1000000, got " + std::to_string(tokens));
+    if (temperature < 0) throw Error("--temperature must be >= 0, got " + std::to_string(temperature));
+    if (top_k < 0) throw Error("--top-k must be 0 (all tokens) or more, got " + std::to_string(top_k));
     if (temperature == 0 && (f.has("top-k") || f.has("seed")))  // greedy: nothing is drawn
         throw Error(std::string("--") + (f.has("top-k") ? "top-k" : "seed") + " does not apply with --temperature 0 (greedy decoding draws nothing)");
     LoadedModel lm = load_model(path, {"adam."});
@@ -541,7 +868,7 @@ static int cmd_sample(Flags& f) {
     return 0;
 }
 
-// fill with BERT's WordPiece (issue 12) or RoBERTa's BPE: [CLS] text [SEP] (RoBERTa: <s> text </s>),
+// fill with BERT's WordPiece or RoBERTa's BPE: [CLS] text [SEP] (RoBERTa: <s> text </s>),
 // as Hugging Face's tokenizers add them, then the top candidates at each mask token ([MASK], <mask>)
 // with their probabilities Softmax(z_j), and the text with the best candidate at each.
 static int fill_subword(const LoadedModel& lm, const std::string& path, const Tokenizer& codec, const std::string& text, int top) {
@@ -558,7 +885,7 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
     // A released encoder saved without its head (BertModel, RobertaModel; our own checkpoints record
     // "variant", and one trained from such a file has trained its de-embedding since).
     if (c.emb_ln && !c.mlm_head && !lm.file.metadata.count("variant"))
-        std::fprintf(stderr, "note: '%s' has no masked-LM head (cls.predictions / lm_head): the logits are the seed's "
+        std::fprintf(stderr, "note: '%s' has no masked-LM head (cls.predictions / lm_head): the logits are the formulas' (§17) "
                              "X^(L) W_e^T, which the released model was not trained to produce\n", path.c_str());
     Batch b;
     b.n = (int)x.size(), b.tokens = x;
@@ -573,9 +900,9 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
         for (int v = 0; v < c.V; v++) order[v] = v;
         const int k = std::min(top, c.V);
         std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int bb) { return y[a] > y[bb] || (y[a] == y[bb] && a < bb); });
-        std::printf("%s at token %d:", MASK.c_str(), j);
+        std::printf("%s at token %d:", MASK.c_str(), j + 1);  // positions count from 1; token 1 is [CLS] / <s>
         for (int r = 0; r < k; r++)  // token_label: a leading space as "␣", a piece of a UTF-8 character as \xNN
-            std::printf("%s %s %.4f", r ? "," : "", token_label(codec.decode({order[r]})).c_str(), y[order[r]]);
+            std::printf("%s %s %.3g", r ? "," : "", token_label(codec.decode({order[r]})).c_str(), y[order[r]]);  // 3 significant digits: small probabilities stay visible
         std::printf("\n");
         filled[j] = order[0];
     }
@@ -586,10 +913,9 @@ static int fill_subword(const LoadedModel& lm, const std::string& path, const To
 static int cmd_fill(Flags& f) {
     const std::string path = f.need("checkpoint"), text = f.need("text");
     const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
-    const int top = f.int32("top", 5);
+    const int top = f.count32("top", 5);
     f.done();
-    if (top < 1) throw Error("--top must be at least 1");
-    LoadedModel lm = load_model(path, {"adam."});
+        LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
     if (is_causal(c.variant)) throw Error("fill needs a bert or roberta model; use sample for gpt variants");
     const std::map<std::string, std::string>& md = lm.file.metadata;
@@ -672,6 +998,14 @@ static int cmd_eval(Flags& f) {
 }
 
 // ---- masks, attention, explain (teaching) ----------------------------------------------------------
+// The pictures are SVG: an --out named .png (or anything but .svg) would hold text a viewer refuses.
+static void check_svg_out(const std::string& out) {
+    const std::size_t dot = out.rfind('.');
+    std::string ext = dot == std::string::npos || out.find('/', dot) != std::string::npos ? "" : out.substr(dot);
+    for (char& ch : ext) ch = (char)std::tolower((unsigned char)ch);
+    if (ext != ".svg") throw Error("--out '" + out + "': the picture is SVG, so its name must end in .svg");
+}
+
 // --perm lists positions 1..n as the formulas count them; the code's permutation counts from 0.
 static std::vector<int> parse_perm(const std::string& s, int n) {
     std::vector<int> z = parse_ids(s, "--perm");
@@ -693,7 +1027,8 @@ static int cmd_masks(Flags& f) {
     const int n = f.int32("n", 0), window = f.int32("window", 3), stride = f.int32("stride", 4);
     f.done();
     if (n < 1 || n > 64) throw Error("--n must be between 1 and 64, got " + std::to_string(n));
-    if (window < 1 || stride < 0) throw Error("--window must be >= 1 and --stride >= 0");
+    if (window < 1) throw Error("--window must be positive, got " + std::to_string(window));
+    if (stride < 0) throw Error("--stride must be 0 or more, got " + std::to_string(stride));
     std::vector<int> z;
     if (perm.empty()) {  // a fixed example: the even positions, then the odd ones, each backwards
         for (int i = n - (n % 2 == 0 ? 1 : 2); i >= 1; i -= 2) z.push_back(i);
@@ -702,6 +1037,7 @@ static int cmd_masks(Flags& f) {
         z = parse_perm(perm, n);
     }
     check_outputs({{out, "--out", OutputKind::svg_plot}});
+    check_svg_out(out);
     write_file_atomic(out, masks_svg(n, window, stride, z));
     std::printf("wrote %s: Mask^BD, Mask^AR, Mask^ST (window %d, stride %d) and Mask^XL(z), z =", out.c_str(), window, stride);
     for (std::size_t t = 0; t < z.size(); t++) std::printf("%s%d", t ? "," : " ", z[t] + 1);
@@ -716,11 +1052,14 @@ static int cmd_attention(Flags& f) {
     const int layer = f.int32("layer", 0), head = f.int32("head", 0);
     f.done();
     if (f.has("text") == f.has("tokens")) throw Error("attention: give exactly one of --text and --tokens");
-    if (f.has("layer") && layer < 1) throw Error("--layer " + std::to_string(layer) + " is outside 1..L (layers count from 1, as in the formulas)");
-    if (f.has("head") && head < 1) throw Error("--head " + std::to_string(head) + " is outside 1..A (heads count from 1, as in the formulas)");
     check_outputs({{out, "--out", OutputKind::svg_plot}}, {{path, "--checkpoint"}});
+    check_svg_out(out);
     LoadedModel lm = load_model(path, {"adam."});
     const Config& c = lm.config;
+    if (f.has("layer") && (layer < 1 || layer > c.L))
+        throw Error("--layer " + std::to_string(layer) + " is outside 1..L = " + std::to_string(c.L) + " (layers count from 1, as in the formulas)");
+    if (f.has("head") && (head < 1 || head > c.A))
+        throw Error("--head " + std::to_string(head) + " is outside 1..A = " + std::to_string(c.A) + " (heads count from 1, as in the formulas)");
     std::vector<int> x;
     std::vector<std::string> labels;
     if (f.has("text")) {
@@ -802,14 +1141,21 @@ static Config bench_config(Flags& f, std::string& name) {
     c.L = f.int32("layers", c.L), c.A = f.int32("heads", c.A), c.H = f.int32("embd", c.H);
     c.F = f.int32("ffn", f.has("embd") ? 4 * c.H : c.F), c.V = f.int32("vocab", c.V);
     if (f.has("activation")) c.activation = activation_from_name(f.str("activation"));
-    if (c.L < 1 || c.A < 1 || c.H < 1 || c.F < 1 || c.V < 1) throw Error("--layers, --heads, --embd, --ffn and --vocab must be positive");
+    for (const auto& kv : {std::make_pair("layers", c.L), std::make_pair("heads", c.A), std::make_pair("embd", c.H), std::make_pair("ffn", c.F),
+                           std::make_pair("vocab", c.V)})
+        if (kv.second < 1) throw Error(std::string("--") + kv.first + " must be positive, got " + std::to_string(kv.second));
     if (c.H % c.A != 0) throw Error("--embd " + std::to_string(c.H) + " is not a multiple of --heads " + std::to_string(c.A));
     c.D = c.H / c.A;
     if ((c.variant == Variant::bert || c.variant == Variant::roberta) && f.has("vocab"))  // their special ids, at the end
         c.cls_id = c.V - 3, c.sep_id = c.V - 2, c.mask_id = c.V - 1;
     if (c.variant == Variant::gpt3 && c.st_window < 1) c.st_window = c.st_stride = 8;
-    if (sized) name += " (L=" + std::to_string(c.L) + " A=" + std::to_string(c.A) + " H=" + std::to_string(c.H) + " F=" +
-                       std::to_string(c.F) + " V=" + std::to_string(c.V) + " " + variant_name(c.variant) + ")";
+    if (sized) {  // labelled by what runs: "custom (gpt2-124m with --layers 2): L=2 ..."
+        std::string changed;
+        for (const char* k : {"model", "layers", "heads", "embd", "ffn", "vocab", "activation"})
+            if (f.has(k)) changed += std::string(changed.empty() ? "" : " ") + "--" + k + " " + f.str(k);
+        name = "custom (" + name + " with " + changed + "): L=" + std::to_string(c.L) + " A=" + std::to_string(c.A) + " H=" +
+               std::to_string(c.H) + " F=" + std::to_string(c.F) + " V=" + std::to_string(c.V) + " " + variant_name(c.variant);
+    }
     validate(c);
     return c;
 }
@@ -820,7 +1166,8 @@ static int cmd_bench(Flags& f) {
     const int B = f.int32("batch", 4), n = f.int32("block", std::min(64, c.n_ctx)), steps = f.int32("steps", 3);
     const bool json = f.flag("json");
     f.done();
-    if (B < 1 || n < 1 || steps < 1) throw Error("--batch, --block and --steps must be positive");
+    for (const auto& kv : {std::make_pair("batch", B), std::make_pair("block", n), std::make_pair("steps", steps)})
+        if (kv.second < 1) throw Error(std::string("--") + kv.first + " must be positive, got " + std::to_string(kv.second));
     if (n > c.n_ctx) throw Error("--block " + std::to_string(n) + " is longer than n_ctx = " + std::to_string(c.n_ctx));
     if ((long long)B * n > (1 << 20)) throw Error("--batch x --block is too large for a benchmark");
     Params<float> p = make_params<float>(c), g = make_params<float>(c);
@@ -898,7 +1245,7 @@ static int cmd_bench(Flags& f) {
     return 0;
 }
 
-// ---- export (issue 11) ---------------------------------------------------------------------------------
+// ---- export --------------------------------------------------------------------------------------------
 static int cmd_export(Flags& f) {
     const std::string path = f.need("checkpoint"), out = f.need("out");
     f.done();
@@ -911,9 +1258,11 @@ static int cmd_export(Flags& f) {
         if (kv.first == "vocab" || kv.first == "tokenizer" || kv.first.rfind("tokenizer.", 0) == 0) meta[kv.first] = kv.second;
     export_hf_gpt2(out, lm.config, lm.params, meta, path);
     const Config& c = lm.config;
-    std::printf("wrote %s/model.safetensors and %s/config.json%s: GPT2LMHeadModel, n_layer %d, n_head %d, n_embd %d, n_inner %d, "
+    // n_inner as config.json writes it: null when F = 4 H (Hugging Face's default)
+    const std::string n_inner = c.F == 4 * c.H ? "null (4 n_embd = " + std::to_string(c.F) + ")" : std::to_string(c.F);
+    std::printf("wrote %s/model.safetensors and %s/config.json%s: GPT2LMHeadModel, n_layer %d, n_head %d, n_embd %d, n_inner %s, "
                 "vocab_size %d, n_positions %d, activation %s%s\n", out.c_str(), out.c_str(),
-                meta.count("tokenizer") ? " (+ vocab.json, merges.txt)" : "", c.L, c.A, c.H, c.F, c.V, c.n_ctx,
+                meta.count("tokenizer") ? " (+ vocab.json, merges.txt)" : "", c.L, c.A, c.H, n_inner.c_str(), c.V, c.n_ctx,
                 activation_name(c.activation), c.attn_bias ? "" : ", attention biases written as zeros");
     return 0;
 }
@@ -1017,33 +1366,40 @@ static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
     {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}, {"export", cmd_export},
     {"bpe", cmd_bpe}};
 
-// The usage is longer than stdio's buffer (4096 bytes), so a failed write shows already inside
-// fputs: its errno is kept for main's message (by then errno says no more than EIO).
+// A failed write of the help shows in fputs or at main's final flush: its errno is kept for
+// main's message (by then errno may say no more than EIO).
 static int g_stdout_errno = 0;
-static int print_usage() {
-    if (std::fputs(USAGE, stdout) == EOF) g_stdout_errno = errno;
+static int print_text(const std::string& text) {
+    if (std::fputs(text.c_str(), stdout) == EOF) g_stdout_errno = errno;
     return 0;
 }
 
 static int run(int argc, char** argv) {
-    if (argc < 2) return std::fputs(USAGE, stderr), 1;
+    if (argc < 2) return std::fputs(overview().c_str(), stderr), 1;
     const std::string cmd = argv[1];
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") return print_usage();
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+        if (argc > 2 && command_doc(argv[2])) return print_text(command_help(*command_doc(argv[2])));  // help CMD
+        return print_text(overview());
+    }
     auto it = COMMANDS.find(cmd);
-    if (it == COMMANDS.end()) {  // whatever follows it
-        std::fprintf(stderr, "error: unknown command '%s' (transformer --help lists the commands)\n", cmd.c_str());
+    const CommandDoc* doc = command_doc(cmd);
+    if (it == COMMANDS.end() || !doc) {  // whatever follows it
+        std::fprintf(stderr, "error: unknown command '%s' (the commands: %s; transformer --help describes them)\n", cmd.c_str(),
+                     command_names().c_str());
         return 1;
     }
     try {
         bool help = false;
         Flags f = parse_flags(argc, argv, 2, help, cmd == "bpe" ? std::set<std::string>{"data", "special"} : std::set<std::string>{});
-        if (help) return print_usage();
+        if (help) return print_text(command_help(*doc));
+        f.command = cmd, f.valid = flag_names(*doc);
+        for (const FlagDoc& fd : doc->flags) f.documented.insert(fd.name);
         return it->second(f);
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "error: out of memory\n");
         return 1;
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
+        std::fprintf(stderr, "error: %s\n", terminal_text(e.what()).c_str());  // a file's stray bytes escaped, never raw
         return 1;
     }
 }

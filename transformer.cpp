@@ -3238,9 +3238,17 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
 // The temporary file being written, so that Ctrl-C (SIGINT), SIGTERM or SIGHUP removes it before
 // the program ends (unlink is safe in a signal handler). kill -9 cannot be caught: then a hidden
 // ".NAME.tmp.XXXXXX" beside the target may stay behind, and the target is untouched.
+// While a training loop runs (g_loop_stoppable), the first SIGINT or SIGTERM only records itself
+// in g_stop_signal: the loop finishes its step, writes a checkpoint and returns (TrainResult::signal);
+// a second signal ends the program as before.
 static char g_tmp_path[PATH_MAX + 1];
 static volatile std::sig_atomic_t g_tmp_active = 0;
+static volatile std::sig_atomic_t g_loop_stoppable = 0, g_stop_signal = 0;
 extern "C" void remove_tmp_on_signal(int sig) {
+    if (g_loop_stoppable && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
+        g_stop_signal = sig;
+        return;
+    }
     if (g_tmp_active) ::unlink(g_tmp_path);
     std::signal(sig, SIG_DFL);
     std::raise(sig);
@@ -4201,8 +4209,11 @@ static const char* hf_activation_name(Activation a) {
 }
 
 std::string hf_gpt2_config_json(const Config& c, int eos_id) {
-    char eps[64];
-    std::snprintf(eps, sizeof eps, "%.17g", c.eps);
+    char eps[64];  // the shortest form that reads back as the same double (1e-05, not 1.0000000000000001e-05)
+    for (int digits = 1; digits <= 17; digits++) {
+        std::snprintf(eps, sizeof eps, "%.*g", digits, c.eps);
+        if (std::strtod(eps, nullptr) == c.eps) break;
+    }
     std::string j = "{\n";
     j += "  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n";
     j += "  \"vocab_size\": " + std::to_string(c.V) + ",\n";
@@ -5084,6 +5095,12 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
     long long since_log = 0;
     double loss_sum = 0;
     std::vector<double> parts, part_sums(obj.part_names.size(), 0.0);
+    g_stop_signal = 0, g_loop_stoppable = 1;  // SIGINT/SIGTERM: finish the step, save, return
+    for (int sig : {SIGINT, SIGTERM})
+        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+    struct LoopEnd {  // the loop may also end by an exception
+        ~LoopEnd() { g_loop_stoppable = 0; }
+    } loop_end;
     for (long long step_index = s.step0; step_index < last; step_index++) {
         const long long step = step_index + 1;
         const double lr = o.schedule == "linear" ? lr_linear(step_index, o.steps, o.warmup, o.lr, o.min_lr)
@@ -5130,9 +5147,14 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
             t_last = now, since_log = 0, loss_sum = 0;
             std::fill(part_sums.begin(), part_sums.end(), 0.0);
         }
-        if ((o.save_every > 0 && step % o.save_every == 0) || step == last) save(step);
+        if ((o.save_every > 0 && step % o.save_every == 0) || step == last || g_stop_signal) save(step);
         r.steps_done = step;
+        if (g_stop_signal) {
+            r.signal = (int)g_stop_signal;
+            break;
+        }
     }
+    g_loop_stoppable = 0;
     r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
     if (r.steps_done == 0) throw Error("train: nothing to do (the checkpoint is already at step " + std::to_string(s.step0) + ")");
     write_file_atomic(base + ".csv", s.log_csv);
@@ -5144,9 +5166,12 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
         const std::size_t tail = std::min<std::size_t>(r.train_losses.size(), (std::size_t)std::max(1LL, o.log_every));
         double tail_sum = 0;
         for (std::size_t j = r.train_losses.size() - tail; j < r.train_losses.size(); j++) tail_sum += r.train_losses[j];
-        std::printf("done: %lld steps in %s (%.1f ms/step), train loss %.4f (mean of the last %zu steps), val loss %.4f\n",
-                    r.steps_done, hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)r.steps_done, tail_sum / (double)tail, tail,
-                    r.val_loss);
+        const long long ran = r.steps_done - s.step0;  // this run's steps: step0 + 1 .. steps_done
+        std::printf("done: steps %lld-%lld of %lld (%lld in this run) in %s (%.1f ms/step), train loss %.4f (mean of the last %zu steps)",
+                    s.step0 + 1, r.steps_done, o.steps, ran, hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)ran, tail_sum / (double)tail,
+                    tail);
+        if (r.val_loss >= 0) std::printf(", val loss %.4f", r.val_loss);
+        std::printf("\n");
     }
     return r;
 }
@@ -5325,6 +5350,9 @@ TrainResult train(const TrainOptions& opt_in) {
         s.adam.t = parse_i64(md.at("adam.t"), "adam.t");
         if (s.step0 < 0 || s.adam.t != s.step0)
             throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(s.step0) + " and adam.t " + std::to_string(s.adam.t));
+        if (s.step0 >= o.steps)  // before any work: say so now, not after loading the data
+            throw Error("train: nothing to do: '" + o.resume + "' is already at step " + std::to_string(s.step0) + " and --steps is " +
+                        std::to_string(o.steps) + " (give --steps above " + std::to_string(s.step0) + " to train further)");
         s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
         tok = tokenizer_of(md, o.resume);
         if (tok.kind == "char") saved_vocab = tok.chars;
@@ -5447,14 +5475,16 @@ TrainResult train(const TrainOptions& opt_in) {
     }
     TrainResult r = run_training(o, s, obj);
     r.val_loss_before = val_before;
-    if (k.task && is_causal(c.variant)) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
-    if (!k.task) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
+    if (k.task && is_causal(c.variant) && !r.signal) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
+    if (!k.task && !r.signal) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
     if (!k.task && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
     if (!o.quiet) {
         if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
         if (r.val_loss_split >= 0)
-            std::printf("val loss over the whole validation split: %.4f (%zu %s%s; the %lld-batch estimate above: %.4f)\n",
+            std::printf("val loss over the whole validation split: %.4f (%zu %s%s%s; the %lld-batch estimate above: %.4f)\n",
                         r.val_loss_split, k.val.size(), subword ? "tokens" : "characters", xlnet ? ", 4 permutations per window" : "",
+                        o.line_windows ? ", read in consecutive windows of the whole text, not starting at newlines as "
+                                         "--line-windows' training and estimate windows do" : "",
                         o.eval_steps, r.val_loss);
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
         struct rusage ru;
@@ -5914,7 +5944,8 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
                     o.lr, o.schedule.c_str(), o.warmup, o.dropout);
         std::fflush(stdout);
     }
-    run_training(o, s, obj);
+    const TrainResult tr = run_training(o, s, obj);
+    r.signal = tr.signal, r.steps_done = tr.steps_done;
     if (validations == 0) r.accuracy = accuracy(s.p, nullptr);
     // The result line even with --quiet (which silences the progress): it is what the run is for.
     std::printf("val accuracy: %.1f%% (%d of %d)\n", 100.0 * r.accuracy, r.correct, r.total);
@@ -7112,12 +7143,16 @@ std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& tex
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     std::size_t next_report = text.size() / 10;
-    return t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
+    std::vector<int> ids = t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
         if (bytes < next_report) return;
         std::fprintf(stderr, "encoding %s with GPT-2's BPE: %3.0f%% (%zu tokens, %.1f s)\n", where.c_str(),
                      100.0 * (double)bytes / (double)text.size(), ids, std::chrono::duration<double>(clock::now() - t0).count());
         next_report += text.size() / 10;
     });
+    // The final count: the reports above come before the last pieces are encoded.
+    std::fprintf(stderr, "encoding %s with GPT-2's BPE: 100%% (%zu tokens, %.1f s)\n", where.c_str(), ids.size(),
+                 std::chrono::duration<double>(clock::now() - t0).count());
+    return ids;
 }
 
 // ---- Memory of a training run ----------------------------------------------------------------

@@ -1007,6 +1007,7 @@ struct TrainResult {
     double accuracy = -1;              // held-out task accuracy (built-in task), -1 otherwise
     double seconds = 0;
     double val_loss_before = -1;       // --init-from: the validation estimate of the starting weights
+    int signal = 0;                    // SIGINT or SIGTERM stopped the run after step steps_done (saved), else 0
 };
 TrainResult train(const TrainOptions& opt);
 
@@ -1115,6 +1116,8 @@ struct FinetuneResult {
     int correct = 0, total = 0;
     double chance = 0;   // the accuracy of always answering the most frequent validation label
     int majority = -1;   // that label (a class index; for choice, an answer index)
+    int signal = 0;      // SIGINT or SIGTERM stopped the run after step steps_done (saved), else 0
+    long long steps_done = 0;
 };
 // The share of the most frequent label among the examples (0 when there are none) and that label:
 // the accuracy a model reaches without reading its input. finetune compares its result with it.
