@@ -5602,25 +5602,28 @@ TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.
 #endif
 }
 
-TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 on the built-in addition task below loss TRAIN_TARGET") {
+TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 on the built-in addition task below loss 1.6") {
     // Assignment 6 of docs/assignments.md: adamw_step, lr_schedule and clip_grad_norm are what
-    // train's loop calls each step; with them a 1-layer GPT-2 learns the built-in 3-digit addition
-    // task (no data file) from about log 13 = 2.56 nats per token to below the stated loss.
+    // train's loop calls each step; with them a 1-layer GPT-2 takes the built-in 3-digit addition
+    // task (no data file) from about log 13 = 2.56 nats per answer token to below the stated loss in
+    // 300 steps (about 1.39: the units digit, the thousands digit and the newline learnt; the other
+    // digits need the carry and some 1000 steps of a 2-layer model, too slow for a student's check).
     TrainOptions o;  // o.data empty: the built-in task
     o.model = "gpt2";
-    o.layers = 1, o.heads = 2, o.embd = 32, o.batch = 16, o.steps = TRAIN_STEPS, o.warmup = 20;
-    o.eval_every = 0, o.eval_steps = 4, o.log_every = 0;
+    o.layers = 1, o.heads = 2, o.embd = 32, o.batch = 16, o.steps = 300, o.warmup = 20;
+    o.eval_every = 0, o.eval_steps = 4;
     o.lr = 1e-2, o.min_lr = 1e-3, o.dropout = 0;
     o.quiet = true;
     o.out = m_path("assignment6.safetensors");
     const TrainResult r = train(o);
-    REQUIRE(r.train_losses.size() == TRAIN_STEPS);
+    REQUIRE(r.train_losses.size() == 300);
     double last = 0;
-    for (int k = TRAIN_STEPS - 20; k < TRAIN_STEPS; k++) last += r.train_losses[k] / 20;
-    INFO("first step's loss " << r.train_losses[0] << ", mean of the last 20 " << last << ", validation " << r.val_loss);
+    for (int k = 300 - 20; k < 300; k++) last += r.train_losses[k] / 20;
+    INFO("first step's loss " << r.train_losses[0] << ", mean of the last 20 " << last << ", validation "
+                              << r.val_loss << ", held-out accuracy " << r.accuracy);
     CHECK(r.train_losses[0] > 2.3);
-    CHECK(last < TRAIN_TARGET);
-    CHECK(r.val_loss < TRAIN_TARGET);
+    CHECK(last < 1.6);
+    CHECK(r.val_loss < 1.6);
 }
 
 // ================================================================================================
