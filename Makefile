@@ -314,7 +314,7 @@ assignments-check:
 	  $(MAKE) --no-print-directory -s handout ASSIGNMENT=$$n DIR="$$d" > "$$d.log" 2>&1 || { cat "$$d.log"; return 1; }; \
 	  $(CXX) $(STD) $(WARN) $(FAST_OPT) -c -o "$$d/transformer.o" "$$d/transformer.cpp" > "$$d.cc.log" 2>&1 || { cat "$$d.cc.log"; return 1; }; \
 	  if [ -s "$$d.cc.log" ]; then echo "assignment $$n: the handout compiles with warnings:"; cat "$$d.cc.log"; return 1; fi; \
-	  $(CXX) $(FAST_OPT) -o "$$d/tests" $(ASSIGN_TESTS_O) "$$d/transformer.o"; \
+	  $(CXX) $(FAST_OPT) -o "$$d/tests" $(ASSIGN_TESTS_O) "$$d/transformer.o" || return 1; \
 	  (cd "$$d" && ./tests -nc -tc="$$pat") > "$$d.run.log" 2>&1 || true; \
 	  $(ASSIGN_TESTS) -nc -tc="$$pat" > "$$d.sol.log" 2>&1 || true; \
 	  before=$$(counts "$$d.run.log"); after=$$(counts "$$d.sol.log"); \
@@ -323,7 +323,7 @@ assignments-check:
 	  if [ -z "$$before" ] || [ -z "$$after" ]; then echo "assignment $$n: no doctest summary"; cat "$$d.run.log" "$$d.sol.log"; return 1; fi; \
 	  if [ "$$after" != "test cases: $$total | $$total passed | 0 failed" ]; then echo "assignment $$n: the solution fails:"; cat "$$d.sol.log"; return 1; fi; \
 	  if echo "$$before" | grep -q '| 0 failed'; then echo "assignment $$n: the fresh handout fails no case"; return 1; fi; \
-	  if grep -q "not implemented: " "$$d.sol.log"; then return 1; fi; \
+	  if grep -q "not implemented: " "$$d.sol.log"; then echo "assignment $$n: the solution is a handout?"; return 1; fi; \
 	  sec=$$(awk -v h="## Assignment $$n:" 'index($$0, h) == 1 { on = 1; print; next } /^## / { on = 0 } on' $(ASSIGN_DOC)); \
 	  row=$$(grep "^| $$n |" $(ASSIGN_DOC) || true); \
 	  for want in "Fresh handout: \`$$before\`" "Solved: \`$$after\`" "Tests: \`$$pat\`"; do \
