@@ -1,6 +1,7 @@
 # The transformer: `make` builds the program, `make test` runs the doctest suite,
 # `make run` trains the default model, `make debug` builds both with sanitizers,
 # `make bench-portable` benchmarks the other targets and compilers (each in its own build-* directory).
+# `make handout ASSIGNMENT=N` writes handout-N/ of docs/assignments.md, `make check` in it runs that assignment's cases.
 CXX      ?= g++
 STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
