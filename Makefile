@@ -1,6 +1,7 @@
 # The transformer: `make` builds the program, `make test` runs the doctest suite,
 # `make run` trains the default model, `make debug` builds both with sanitizers,
 # `make bench-portable` benchmarks the other targets and compilers (each in its own build-* directory).
+# `make handout ASSIGNMENT=N` writes handout-N/ of docs/assignments.md, `make check` in it runs that assignment's cases.
 CXX      ?= g++
 STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
@@ -9,7 +10,7 @@ BUILD    ?= build
 DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
 
-.PHONY: all test run bench bench-portable finetune-demo debug clean doctest handout
+.PHONY: all test run bench bench-portable finetune-demo debug clean doctest handout check assignments-check
 all: transformer
 
 $(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
@@ -21,7 +22,7 @@ $(BUILD):
 
 transformer $(BUILD)/transformer: $(BUILD)/main.o $(BUILD)/transformer.o
 	$(CXX) $(OPT) -o $@ $^
-tests: $(BUILD)/tests.o $(BUILD)/transformer.o
+tests $(BUILD)/tests: $(BUILD)/tests.o $(BUILD)/transformer.o
 	$(CXX) $(OPT) -o $@ $^
 $(BUILD)/tests.o $(BUILD)/debug-tests.o: | doctest
 
@@ -104,9 +105,9 @@ tests-debug: $(BUILD)/debug-tests.o $(BUILD)/debug-transformer.o
 # What the targets here write (builds, make run, finetune-demo, handout) and masks.svg, the name in
 # masks' help example; a path git tracks is never removed, DIR only when it holds a handout (HANDOUT.md).
 GENERATED := transformer tests transformer-debug tests-debug build build-avx2 build-clang build-clang-avx2 \
-             addition.safetensors addition.csv addition.svg demo masks.svg
+             addition.safetensors addition.csv addition.svg demo masks.svg build-fast build-mutants
 clean:
-	@for f in $(GENERATED) $$([ -f '$(DIR)/HANDOUT.md' ] && echo '$(DIR)'); do \
+	@for f in $(GENERATED) $$(for d in '$(DIR)' handout-*; do [ -f "$$d/HANDOUT.md" ] && echo "$$d"; done); do \
 	  if git ls-files --error-unmatch "$$f" >/dev/null 2>&1; then echo "make clean: keeping $$f (tracked by git)"; \
 	  elif [ -e "$$f" ] || [ -L "$$f" ]; then echo "rm -rf $$f"; rm -rf "$$f"; fi; \
 	done
@@ -125,6 +126,47 @@ clean:
 HANDOUT_FUNCS := diag_backward Stack_backward Embedding_backward Softmax_backward softmax_backward_row \
                  Attention_backward Concat_backward MultiHeadSA_backward FFN_backward activation_derivative \
                  LayerNorm_backward CrossEntropy_backward
+
+# ---- The assignments of docs/assignments.md ------------------------------------------------------
+# Assignment N blanks ASSIGNMENT_N_FUNCS (the solutions of the others stay) and is checked by the
+# test cases ASSIGNMENT_N_TESTS (a doctest -tc pattern list). This is the one place they are kept:
+# `make handout ASSIGNMENT=N` writes handout-N/, `make check` in it (or `make check ASSIGNMENT=N`
+# here, on the solution) builds fast and runs those cases, and `make assignments-check` (run by the
+# test case "handout: every assignment's documented counts ...") checks the counts that
+# docs/assignments.md states.
+ASSIGNMENTS := 1 2 3 4 5 6
+ASSIGNMENT_1_FUNCS := diag_backward Stack_backward Embedding_backward
+ASSIGNMENT_1_TESTS := diag:*,Stack:*,Embedding:*
+ASSIGNMENT_2_FUNCS := Softmax_backward softmax_backward_row activation_derivative activation_derivative_array \
+                      FFN_backward LayerNorm_backward
+ASSIGNMENT_2_TESTS := Softmax:*,FFN_ReLU:*,FFN_GELU:*,LayerNorm:*
+ASSIGNMENT_3_FUNCS := Mask_BD Mask_AR Mask_ST apply_mask Attention_backward Concat_backward MultiHeadSA_backward
+ASSIGNMENT_3_TESTS := Mask_BD:*,Mask_AR:*,Mask_ST:*,apply_mask:*,Attention:*,Concat:*,MultiHeadSA:*
+ASSIGNMENT_4_FUNCS := CrossEntropy_backward embed_backward post_ln_block_backward pre_ln_block_backward \
+                      blocks_backward model_backward
+ASSIGNMENT_4_TESTS := CrossEntropy:*,*whole-model gradient check*,model_loss:*,objective: the GPT loss*,\
+                      train: a tiny GPT-2 run*
+ASSIGNMENT_5_FUNCS := mlm_corrupt Mask_XL xlnet_loss
+ASSIGNMENT_5_TESTS := objective: mlm_corrupt*,xlnet: Mask_XL*,xlnet: the query stream*,xlnet: gradient*,\
+                      xlnet: predicting*,xlnet: one post-LN*
+ASSIGNMENT_6_FUNCS := adamw_step lr_schedule clip_grad_norm
+ASSIGNMENT_6_TESTS := AdamW:*,lr_schedule:*,training: *
+# The fast build of `make check`: -Og compiles transformer.cpp in a fraction of -O3's time (and
+# faster than -O1), and its code runs an assignment's cases fast enough for an edit-compile-test
+# round under 30 s of one core (docs/assignments.md has the times).
+FAST_OPT   := -Og -march=native -fno-math-errno
+FAST_BUILD := build-fast
+# A handout records its assignment in handout.mk (ASSIGNMENT := N).
+-include handout.mk
+ifneq ($(strip $(ASSIGNMENT)),)
+  ifeq ($(strip $(ASSIGNMENT_$(strip $(ASSIGNMENT))_FUNCS)),)
+    $(error ASSIGNMENT=$(ASSIGNMENT): no such assignment (they are $(ASSIGNMENTS)))
+  endif
+  FUNCS ?= $(ASSIGNMENT_$(strip $(ASSIGNMENT))_FUNCS)
+  DIR   ?= handout-$(strip $(ASSIGNMENT))
+endif
+comma := ,
+TESTS_OF = $(subst $(comma) ,$(comma),$(strip $(ASSIGNMENT_$(strip $(1))_TESTS)))
 DIR   ?= handout
 FUNCS ?= $(HANDOUT_FUNCS)
 
@@ -229,7 +271,7 @@ endef
 handout: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
 handout: export HANDOUT_TESTS_AWK := $(value HANDOUT_TESTS)
 handout:
-	@set -e; dir='$(DIR)'; funcs='$(strip $(FUNCS))'; \
+	@set -e; dir='$(DIR)'; funcs='$(strip $(FUNCS))'; n='$(strip $(ASSIGNMENT))'; tests='$(call TESTS_OF,$(ASSIGNMENT))'; \
 	case "$$dir" in ''|.|./|/|..|../) echo "make handout: DIR=$$dir: give a new directory" >&2; exit 1;; esac; \
 	case " $$funcs " in "  ") echo "make handout: FUNCS is empty" >&2; exit 1;; esac; \
 	if [ -e "$$dir" ] && [ ! -f "$$dir/HANDOUT.md" ] && [ -n "$$(ls -A "$$dir" 2>/dev/null)" ]; then \
@@ -244,10 +286,58 @@ handout:
 	  echo "\`make test\` builds the program and the tests and runs them: every failing test case shows"; \
 	  echo "the \"not implemented: NAME\" of the function it still needs. Test cases are named by module,"; \
 	  echo "so \`./tests -tc=\"LayerNorm*\"\` runs the LayerNorm tests alone (\`./tests -ltc\` lists them all)."; \
-	  echo "The README's table \"Formula boxes and where they are\" says which function computes which box."; \
+	  echo "The formula sheet docs/formulas.md gives each formula with the functions that compute it and"; \
+	  echo "the test cases that check it."; \
+	  if [ -n "$$n" ]; then echo; \
+	    echo "This is assignment $$n of docs/assignments.md. \`make check\` builds fast (-Og) and runs its test"; \
+	    echo "cases alone: ./$(FAST_BUILD)/tests -tc=\"$$tests\"."; fi; \
 	} > "$$tmp/HANDOUT.md"; \
 	rm -rf "$$dir"; mkdir -p "$$dir/.ci"; \
-	cp transformer.hpp main.cpp Makefile README.md .gitignore "$$dir/"; cp .ci/run "$$dir/.ci/"; \
+	cp transformer.hpp main.cpp Makefile README.md .gitignore "$$dir/"; cp .ci/run "$$dir/.ci/"; cp -R docs "$$dir/"; \
 	cp "$$tmp/transformer.cpp" "$$tmp/tests.cpp" "$$tmp/HANDOUT.md" "$$dir/"; \
+	if [ -n "$$n" ]; then echo "ASSIGNMENT := $$n" > "$$dir/handout.mk"; fi; \
 	echo "make handout: wrote $$dir with these bodies replaced by a stub: $$funcs"; \
-	echo "check it: make -C $$dir test (the cases that need them fail, naming them)"
+	if [ -n "$$n" ]; then echo "check it: make -C $$dir check (assignment $$n's cases, fast build)"; \
+	else echo "check it: make -C $$dir test (the cases that need them fail, naming them)"; fi
+
+# make check ASSIGNMENT=N (in a handout-N directory ASSIGNMENT comes from its handout.mk): the fast
+# build ($(FAST_BUILD)/, $(FAST_OPT)) of the tests, run on assignment N's cases alone.
+check: | doctest
+	@if [ -z '$(strip $(ASSIGNMENT))' ]; then echo "make check: give ASSIGNMENT=N (N in $(ASSIGNMENTS))" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory BUILD=$(FAST_BUILD) OPT="$(FAST_OPT)" $(FAST_BUILD)/tests
+	./$(FAST_BUILD)/tests -tc="$(call TESTS_OF,$(ASSIGNMENT))"
+
+# make assignments-check: for every assignment, its handout (transformer.cpp compiled with
+# $(FAST_OPT), no warning allowed, linked with ASSIGN_TESTS_O) and the solution (ASSIGN_TESTS)
+# run its cases; docs/assignments.md must state the counts they print. Quiet unless it fails.
+ASSIGN_TESTS_O ?= $(BUILD)/tests.o
+ASSIGN_TESTS   ?= ./tests
+ASSIGN_DOC     := docs/assignments.md
+assignments-check:
+	@set -e; for f in $(ASSIGN_TESTS_O) $(ASSIGN_TESTS); do [ -e "$$f" ] || { echo "make assignments-check: $$f is missing (make tests builds it)" >&2; exit 1; }; done; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; bad=0; \
+	counts() { sed 's/\x1b\[[0-9;]*m//g' "$$1" | sed -n 's/^\[doctest\] test cases: *\([0-9]*\) | *\([0-9]*\) passed | *\([0-9]*\) failed.*/test cases: \1 | \2 passed | \3 failed/p'; }; \
+	one() { \
+	  n=$$1; pat=$$2; d="$$tmp/handout-$$n"; \
+	  $(MAKE) --no-print-directory -s handout ASSIGNMENT=$$n DIR="$$d" > "$$d.log" 2>&1 || { cat "$$d.log"; return 1; }; \
+	  $(CXX) $(STD) $(WARN) $(FAST_OPT) -c -o "$$d/transformer.o" "$$d/transformer.cpp" > "$$d.cc.log" 2>&1 || { cat "$$d.cc.log"; return 1; }; \
+	  if [ -s "$$d.cc.log" ]; then echo "assignment $$n: the handout compiles with warnings:"; cat "$$d.cc.log"; return 1; fi; \
+	  $(CXX) $(FAST_OPT) -o "$$d/tests" $(ASSIGN_TESTS_O) "$$d/transformer.o" || return 1; \
+	  (cd "$$d" && ./tests -nc -tc="$$pat") > "$$d.run.log" 2>&1 || true; \
+	  $(ASSIGN_TESTS) -nc -tc="$$pat" > "$$d.sol.log" 2>&1 || true; \
+	  before=$$(counts "$$d.run.log"); after=$$(counts "$$d.sol.log"); \
+	  total=$$(echo "$$after" | sed 's/test cases: \([0-9]*\) .*/\1/'); \
+	  echo "assignment $$n: fresh handout $$before; solution $$after"; \
+	  if [ -z "$$before" ] || [ -z "$$after" ]; then echo "assignment $$n: no doctest summary"; cat "$$d.run.log" "$$d.sol.log"; return 1; fi; \
+	  if [ "$$after" != "test cases: $$total | $$total passed | 0 failed" ]; then echo "assignment $$n: the solution fails:"; cat "$$d.sol.log"; return 1; fi; \
+	  if echo "$$before" | grep -q '| 0 failed'; then echo "assignment $$n: the fresh handout fails no case"; return 1; fi; \
+	  if grep -q "not implemented: " "$$d.sol.log"; then echo "assignment $$n: the solution is a handout?"; return 1; fi; \
+	  sec=$$(awk -v h="## Assignment $$n:" 'index($$0, h) == 1 { on = 1; print; next } /^## / { on = 0 } on' $(ASSIGN_DOC)); \
+	  row=$$(grep "^| $$n |" $(ASSIGN_DOC) || true); \
+	  for want in "Fresh handout: \`$$before\`" "Solved: \`$$after\`" "Tests: \`$$pat\`"; do \
+	    case "$$sec" in *"$$want"*) ;; *) echo "$(ASSIGN_DOC), section \"Assignment $$n\", should say: $$want"; return 1;; esac; done; \
+	  f=$$(echo "$$before" | sed 's/.*| \([0-9]*\) failed/\1/'); \
+	  case "$$row" in *"| $$f of $$total fail | $$total of $$total pass |"*) ;; *) echo "$(ASSIGN_DOC), table row of assignment $$n should say: | $$f of $$total fail | $$total of $$total pass |"; return 1;; esac; \
+	}; \
+	$(foreach n,$(ASSIGNMENTS),one $(n) "$(call TESTS_OF,$(n))" || bad=1;) \
+	[ $$bad = 0 ] && echo "make assignments-check: docs/assignments.md states every assignment's counts" || { echo "make assignments-check: failed" >&2; exit 1; }
