@@ -102,7 +102,7 @@ tests-debug: $(BUILD)/debug-tests.o $(BUILD)/debug-transformer.o
 	$(CXX) $(DBG) -o $@ $^
 
 clean:
-	rm -rf demo build build-avx2 build-clang build-clang-avx2 transformer tests transformer-debug tests-debug
+	rm -rf demo build build-avx2 build-clang build-clang-avx2 build-mutants transformer tests transformer-debug tests-debug mutants.log
 
 # ---- make handout: a student copy with chosen function bodies replaced by a stub -----------------
 # make handout [DIR=handout] [FUNCS="LayerNorm_backward ..."] copies the project into DIR (not .git)
@@ -258,17 +258,19 @@ handout:
 # built once (in build-mutants/), the test cases matching TESTS (doctest -tc, default all) run
 # under `timeout TIMEOUT`. A mutant is KILLED when a test fails (or times out), SURVIVED when all
 # pass; one that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
+# BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
 # docs/mutation.md explains the output and gives the figure for the suite.
-MUT_OPT     ?= -O1
+MUT_OPT     ?= -O0
 MUT_BUILD   ?= build-mutants
 TIMEOUT     ?= 120
 MAX         ?= 0
+MUT_LOG     ?= mutants.log
 TESTS       ?=
-MUTANT_FUNCS := diag_backward:diag* Softmax_backward:Softmax* softmax_backward_row:Softmax* \
-                apply_mask:apply_mask*,Attention* key_padding_mask:key_padding_mask*,finetune* \
-                Attention_backward:Attention* MultiHeadSA_backward:MultiHeadSA* FFN_backward:FFN* \
-                LayerNorm_backward:LayerNorm* CrossEntropy_backward:CrossEntropy* \
-                embed_backward:BERT*,GPT*,embed*,mutants* lr_linear:lr_*,mutants* lr_schedule:lr_*,mutants*
+MUTANT_FUNCS := diag_backward:diag* Softmax_backward:Softmax* apply_mask:apply_mask*,Attention* \
+                Attention_backward:Attention* MultiHeadSA_backward:MultiHeadSA*,mutants:?MultiHeadSA* \
+                FFN_backward:FFN*,mutants:?FFN* LayerNorm_backward:LayerNorm* CrossEntropy_backward:CrossEntropy* \
+                embed_backward:BERT*,GPT:*,mutants:?embed* key_padding_mask:mutants:?key* \
+                lr_linear:lr_*,mutants:?lr_* lr_schedule:lr_*,mutants:?lr_*
 
 # awk -v from=A -v to=B: one line per mutant of lines A..B of transformer.cpp:
 #     line <TAB> operator <TAB> the mutated line
@@ -363,7 +365,7 @@ mutants-all: export MUTANT_GEN_AWK := $(value MUTANT_GEN)
 mutants-all: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
 mutants mutants-all: | doctest
 	@$(MAKE) --no-print-directory BUILD=$(MUT_BUILD) OPT="$(MUT_OPT)" $(MUT_BUILD)/tests.o >/dev/null
-	@set -e; \
+	@set -ef; \
 	if [ "$@" = mutants ]; then \
 	  [ -n "$(FUNC)" ] || { echo "make mutants: give FUNC=name (a function defined in transformer.cpp)" >&2; exit 1; }; \
 	  list='$(FUNC):$(TESTS)'; max='$(MAX)'; \
@@ -373,9 +375,11 @@ mutants mutants-all: | doctest
 	fi; \
 	top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	tar -cf - --exclude=./.git --exclude='./build*' --exclude=./demo --exclude=./runs . | tar -xf - -C "$$tmp"; \
-	log="$$top/mutants.log"; : > "$$log"; \
+	log="$$top/$(MUT_LOG)"; : > "$$log"; \
 	say() { echo "$$*" | tee -a "$$log"; }; \
-	all_k=0; all_s=0; all_n=0; all_g=0; \
+	all_k=0; all_s=0; all_n=0; all_g=0; bk=0; bs=0; \
+	$(CXX) $(STD) -w $(MUT_OPT) -c -o "$$tmp/transformer.o" transformer.cpp; \
+	$(CXX) $(MUT_OPT) -o "$$tmp/base-tests" $(MUT_BUILD)/tests.o "$$tmp/transformer.o"; \
 	for entry in $$list; do \
 	  func=$${entry%%:*}; pat=$${entry#*:}; [ "$$pat" != "$$entry" ] || pat=; \
 	  tc=$${pat:+-tc=$$pat}; \
@@ -389,21 +393,25 @@ mutants mutants-all: | doctest
 	  else cp "$$tmp/all" "$$tmp/list"; fi; \
 	  g=$$(wc -l < "$$tmp/list"); \
 	  say "== $$func (transformer.cpp lines $$from-$$to): $$g mutants of $$n, tests: $${pat:-all}"; \
-	  $(CXX) $(STD) -w $(MUT_OPT) -c -o "$$tmp/transformer.o" transformer.cpp; \
-	  $(CXX) $(MUT_OPT) -o "$$tmp/tests" $(MUT_BUILD)/tests.o "$$tmp/transformer.o"; \
-	  (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc >/dev/null 2>&1) || { say "   the unmutated suite fails or times out on $$func's tests: skipped"; continue; }; \
+	  (cd "$$tmp" && timeout $(TIMEOUT) ./base-tests $$tc </dev/null >/dev/null 2>&1) || { say "   the unmutated suite fails or times out on $$func's tests: skipped"; continue; }; \
 	  k=0; s=0; nc=0; i=0; \
 	  while IFS="$$(printf '\t')" read -r line op text; do \
 	    i=$$((i + 1)); \
-	    awk -v l="$$line" -v t="$$text" 'FNR == l { print t; next } { print }' transformer.cpp > "$$tmp/transformer.cpp"; \
+	    MUT_TEXT="$$text" awk -v l="$$line" 'FNR == l { print ENVIRON["MUT_TEXT"]; next } { print }' transformer.cpp > "$$tmp/transformer.cpp"; \
 	    before=$$(sed -n "$${line}p" transformer.cpp | sed -E 's/^[ \t]+//'); after=$$(printf '%s' "$$text" | sed -E 's/^[ \t]+//'); \
 	    if ! $(CXX) $(STD) -w $(MUT_OPT) -c -o "$$tmp/transformer.o" "$$tmp/transformer.cpp" 2>/dev/null || \
 	       ! $(CXX) $(MUT_OPT) -o "$$tmp/tests" $(MUT_BUILD)/tests.o "$$tmp/transformer.o" 2>/dev/null; then \
 	      nc=$$((nc + 1)); verdict="not compiled"; \
-	    elif (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc >/dev/null 2>&1); then \
+	    elif (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then \
 	      s=$$((s + 1)); verdict=SURVIVED; \
 	    else k=$$((k + 1)); verdict=KILLED; fi; \
-	    say "$$(printf '%-12s %s:%s [%s]  %s  ->  %s' "$$verdict" "$$func" "$$line" "$$op" "$$before" "$$after")"; \
+	    was=; \
+	    if [ -n "$(BEFORE)" ] && [ "$$verdict" != "not compiled" ]; then \
+	      $(CXX) $(MUT_OPT) -o "$$tmp/tests" "$(BEFORE)" "$$tmp/transformer.o"; \
+	      if (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then bs=$$((bs + 1)); was=" (before: SURVIVED)"; \
+	      else bk=$$((bk + 1)); was=" (before: KILLED)"; fi; \
+	    fi; \
+	    say "$$(printf '%-12s %s:%s [%s]  %s  ->  %s%s' "$$verdict" "$$func" "$$line" "$$op" "$$before" "$$after" "$$was")"; \
 	  done < "$$tmp/list"; \
 	  cp transformer.cpp "$$tmp/transformer.cpp"; \
 	  say "   $$func: $$k killed, $$s survived, $$nc not compiled; killed $$k of $$((k + s)) compiled mutants"; \
@@ -411,4 +419,5 @@ mutants mutants-all: | doctest
 	done; \
 	say "mutants: $$all_g generated, $$all_n not compiled, $$all_k killed, $$all_s survived:" \
 	    "$$all_k/$$((all_k + all_s)) killed$$(awk -v k=$$all_k -v t=$$((all_k + all_s)) 'BEGIN { if (t) printf " (%.1f%%)", 100 * k / t }')"; \
-	echo "(all lines also in mutants.log)"
+	if [ -n "$(BEFORE)" ]; then say "with the tests of $(BEFORE) instead: $$bk/$$((bk + bs)) killed"; fi; \
+	echo "(all lines also in $(MUT_LOG))"
