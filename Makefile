@@ -276,13 +276,14 @@ MUTANT_FUNCS := diag_backward:diag* Softmax_backward:Softmax* apply_mask:apply_m
 #     line <TAB> operator <TAB> the mutated line
 define MUTANT_GEN
 function emit(op, newcode) { if (newcode != code) printf "%d\t%s\t%s%s\n", FNR, op, newcode, comment }
-# every occurrence of s (outside string literals) replaced by r, one mutant each
+# every occurrence of s (outside string literals, and not next to one) replaced by r, one mutant each
 function each(s, r, op,    off, p, pos) {
     off = 0
     while ((p = index(substr(mask, off + 1), s)) > 0) {
         pos = off + p
-        emit(op, substr(code, 1, pos - 1) r substr(code, pos + length(s)))
         off = pos
+        if (substr(mask, pos - 1, 1) == "#" || substr(mask, pos + length(s), 1) == "#") continue  # joins strings
+        emit(op, substr(code, 1, pos - 1) r substr(code, pos + length(s)))
     }
 }
 function isid(c) { return c ~ /[A-Za-z0-9_.]/ }
