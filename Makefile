@@ -259,12 +259,16 @@ handout:
 # under `timeout TIMEOUT`. A mutant is KILLED when a test fails (or times out), SURVIVED when all
 # pass; one that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
 # BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
+# SAN=1 builds each mutant with AddressSanitizer and UBSan: an index one past the end then kills.
 # docs/mutation.md explains the output and gives the figure for the suite.
 MUT_OPT     ?= -O0
 MUT_BUILD   ?= build-mutants
 TIMEOUT     ?= 120
 MAX         ?= 0
 MUT_LOG     ?= mutants.log
+SAN         ?= 0
+mut_comma   := ,
+MUT_SAN     := $(if $(filter 1,$(SAN)),-fsanitize=address$(mut_comma)undefined -fno-sanitize-recover=undefined)
 TESTS       ?=
 MUTANT_FUNCS := diag_backward:diag* Softmax_backward:Softmax* apply_mask:apply_mask*,Attention* \
                 Attention_backward:Attention* MultiHeadSA_backward:MultiHeadSA*,mutants:?MultiHeadSA* \
@@ -379,8 +383,8 @@ mutants mutants-all: | doctest
 	log="$$top/$(MUT_LOG)"; : > "$$log"; \
 	say() { echo "$$*" | tee -a "$$log"; }; \
 	all_k=0; all_s=0; all_n=0; all_g=0; bk=0; bs=0; \
-	$(CXX) $(STD) -w $(MUT_OPT) -c -o "$$tmp/transformer.o" transformer.cpp; \
-	$(CXX) $(MUT_OPT) -o "$$tmp/base-tests" $(MUT_BUILD)/tests.o "$$tmp/transformer.o"; \
+	$(CXX) $(STD) -w $(MUT_OPT) $(MUT_SAN) -c -o "$$tmp/transformer.o" transformer.cpp; \
+	$(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/base-tests" $(MUT_BUILD)/tests.o "$$tmp/transformer.o"; \
 	for entry in $$list; do \
 	  func=$${entry%%:*}; pat=$${entry#*:}; [ "$$pat" != "$$entry" ] || pat=; \
 	  tc=$${pat:+-tc=$$pat}; \
@@ -400,15 +404,15 @@ mutants mutants-all: | doctest
 	    i=$$((i + 1)); \
 	    MUT_TEXT="$$text" awk -v l="$$line" 'FNR == l { print ENVIRON["MUT_TEXT"]; next } { print }' transformer.cpp > "$$tmp/transformer.cpp"; \
 	    before=$$(sed -n "$${line}p" transformer.cpp | sed -E 's/^[ \t]+//'); after=$$(printf '%s' "$$text" | sed -E 's/^[ \t]+//'); \
-	    if ! $(CXX) $(STD) -w $(MUT_OPT) -c -o "$$tmp/transformer.o" "$$tmp/transformer.cpp" 2>/dev/null || \
-	       ! $(CXX) $(MUT_OPT) -o "$$tmp/tests" $(MUT_BUILD)/tests.o "$$tmp/transformer.o" 2>/dev/null; then \
+	    if ! $(CXX) $(STD) -w $(MUT_OPT) $(MUT_SAN) -c -o "$$tmp/transformer.o" "$$tmp/transformer.cpp" 2>/dev/null || \
+	       ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" $(MUT_BUILD)/tests.o "$$tmp/transformer.o" 2>/dev/null; then \
 	      nc=$$((nc + 1)); verdict="not compiled"; \
 	    elif (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then \
 	      s=$$((s + 1)); verdict=SURVIVED; \
 	    else k=$$((k + 1)); verdict=KILLED; fi; \
 	    was=; \
 	    if [ -n "$(BEFORE)" ] && [ "$$verdict" != "not compiled" ]; then \
-	      $(CXX) $(MUT_OPT) -o "$$tmp/tests" "$(BEFORE)" "$$tmp/transformer.o"; \
+	      $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" "$(BEFORE)" "$$tmp/transformer.o"; \
 	      if (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then bs=$$((bs + 1)); was=" (before: SURVIVED)"; \
 	      else bk=$$((bk + 1)); was=" (before: KILLED)"; fi; \
 	    fi; \
