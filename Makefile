@@ -6,7 +6,10 @@ STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
 OPT      := -O3 -march=native -fno-math-errno
 BUILD    ?= build
-DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# -D_GLIBCXX_ASSERTIONS: an index past the end of a tensor (its std::vector) aborts. AddressSanitizer
+# alone misses it: the pool hands out blocks of 256 bytes or more (size classes), so the element after
+# the last is inside the block.
+DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS
 DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
 
 .PHONY: all test run bench bench-portable finetune-demo debug clean doctest handout
@@ -259,7 +262,9 @@ handout:
 # under `timeout TIMEOUT`. A mutant is KILLED when a test fails (or times out), SURVIVED when all
 # pass; one that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
 # BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
-# SAN=1 builds each mutant with AddressSanitizer and UBSan: an index one past the end then kills.
+# SAN=1 builds each mutant with AddressSanitizer, UBSan and -D_GLIBCXX_ASSERTIONS (make debug's checks):
+# an index one past the end of a tensor then kills. transformer.o comes first on the link line, so
+# the checked copies of the header's inline functions are the ones linked.
 # docs/mutation.md explains the output and gives the figure for the suite.
 MUT_OPT     ?= -O0
 MUT_BUILD   ?= build-mutants
@@ -268,7 +273,7 @@ MAX         ?= 0
 MUT_LOG     ?= mutants.log
 SAN         ?= 0
 mut_comma   := ,
-MUT_SAN     := $(if $(filter 1,$(SAN)),-fsanitize=address$(mut_comma)undefined -fno-sanitize-recover=undefined)
+MUT_SAN     := $(if $(filter 1,$(SAN)),-fsanitize=address$(mut_comma)undefined -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS)
 TESTS       ?=
 MUTANT_FUNCS := diag_backward:diag* Softmax_backward:Softmax* apply_mask:apply_mask*,Attention* \
                 Attention_backward:Attention* MultiHeadSA_backward:MultiHeadSA*,mutants:?MultiHeadSA* \
@@ -384,7 +389,7 @@ mutants mutants-all: | doctest
 	say() { echo "$$*" | tee -a "$$log"; }; \
 	all_k=0; all_s=0; all_n=0; all_g=0; bk=0; bs=0; \
 	$(CXX) $(STD) -w $(MUT_OPT) $(MUT_SAN) -c -o "$$tmp/transformer.o" transformer.cpp; \
-	$(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/base-tests" $(MUT_BUILD)/tests.o "$$tmp/transformer.o"; \
+	$(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/base-tests" "$$tmp/transformer.o" $(MUT_BUILD)/tests.o; \
 	for entry in $$list; do \
 	  func=$${entry%%:*}; pat=$${entry#*:}; [ "$$pat" != "$$entry" ] || pat=; \
 	  tc=$${pat:+-tc=$$pat}; \
@@ -405,14 +410,14 @@ mutants mutants-all: | doctest
 	    MUT_TEXT="$$text" awk -v l="$$line" 'FNR == l { print ENVIRON["MUT_TEXT"]; next } { print }' transformer.cpp > "$$tmp/transformer.cpp"; \
 	    before=$$(sed -n "$${line}p" transformer.cpp | sed -E 's/^[ \t]+//'); after=$$(printf '%s' "$$text" | sed -E 's/^[ \t]+//'); \
 	    if ! $(CXX) $(STD) -w $(MUT_OPT) $(MUT_SAN) -c -o "$$tmp/transformer.o" "$$tmp/transformer.cpp" 2>/dev/null || \
-	       ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" $(MUT_BUILD)/tests.o "$$tmp/transformer.o" 2>/dev/null; then \
+	       ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" "$$tmp/transformer.o" $(MUT_BUILD)/tests.o 2>/dev/null; then \
 	      nc=$$((nc + 1)); verdict="not compiled"; \
 	    elif (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then \
 	      s=$$((s + 1)); verdict=SURVIVED; \
 	    else k=$$((k + 1)); verdict=KILLED; fi; \
 	    was=; \
 	    if [ -n "$(BEFORE)" ] && [ "$$verdict" != "not compiled" ]; then \
-	      $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" "$(BEFORE)" "$$tmp/transformer.o"; \
+	      $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" "$$tmp/transformer.o" "$(BEFORE)"; \
 	      if (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then bs=$$((bs + 1)); was=" (before: SURVIVED)"; \
 	      else bk=$$((bk + 1)); was=" (before: KILLED)"; fi; \
 	    fi; \
