@@ -383,7 +383,7 @@ mutants mutants-all: | doctest
 	  list='$(if $(filter command line environment,$(origin FUNCS)),$(FUNCS),$(MUTANT_FUNCS))'; max='$(MAX)'; \
 	  [ "$$max" != 0 ] || max=25; \
 	fi; \
-	top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; trap 'exit 1' INT TERM; \
 	tar -cf - --exclude=./.git --exclude='./build*' --exclude=./demo --exclude=./runs . | tar -xf - -C "$$tmp"; \
 	log="$$top/$(MUT_LOG)"; : > "$$log"; \
 	say() { echo "$$*" | tee -a "$$log"; }; \
