@@ -8503,3 +8503,16 @@ TEST_CASE("mutants: MultiHeadSA_backward with one head (A = 1), gradient-checked
     mhsa_grad_check(Mask_AR<double>(4), 2, 1, 0.0, 9201, "A = 1, Mask_AR");
     mhsa_grad_check(Mask_BD<double>(3), 1, 1, 0.0, 9202, "A = 1, Mask_BD, biases", true);
 }
+
+TEST_CASE("mutants: apply_mask masks the first entry too (Mask(0, 0) = -inf), double and float") {
+    const TD Mask = TD::from(2, 3, {-INF, 1, -INF, 1, -INF, 1});
+    const TD S = TD::from(2, 3, {1, 2, 3, 4, 5, 6});
+    const TD R = apply_mask(Mask, S);
+    const std::vector<double> want = {-INF, 2, -INF, 4, -INF, 6};
+    const TF Rf = apply_mask(to_float(Mask), to_float(S));
+    for (std::size_t k = 0; k < want.size(); k++) {
+        CAPTURE(k);
+        CHECK(R[k] == want[k]);
+        CHECK((double)Rf[k] == want[k]);
+    }
+}
