@@ -7,7 +7,10 @@ STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
 OPT      := -O3 -march=native -fno-math-errno
 BUILD    ?= build
-DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# -D_GLIBCXX_ASSERTIONS: an index past the end of a tensor (its std::vector) aborts. AddressSanitizer
+# alone misses it: the pool hands out blocks of 256 bytes or more (size classes), so the element after
+# the last is inside the block.
+DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS
 DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
 
 .PHONY: all test run bench bench-portable finetune-demo debug clean doctest handout check assignments-check
@@ -105,7 +108,7 @@ tests-debug: $(BUILD)/debug-tests.o $(BUILD)/debug-transformer.o
 # What the targets here write (builds, make run, finetune-demo, handout) and masks.svg, the name in
 # masks' help example; a path git tracks is never removed, DIR only when it holds a handout (HANDOUT.md).
 GENERATED := transformer tests transformer-debug tests-debug build build-avx2 build-clang build-clang-avx2 \
-             addition.safetensors addition.csv addition.svg demo masks.svg build-fast build-mutants
+             addition.safetensors addition.csv addition.svg demo masks.svg build-fast build-mutants mutants.log
 clean:
 	@for f in $(GENERATED) $$(for d in '$(DIR)' handout-*; do [ -f "$$d/HANDOUT.md" ] && echo "$$d"; done); do \
 	  if git ls-files --error-unmatch "$$f" >/dev/null 2>&1; then echo "make clean: keeping $$f (tracked by git)"; \
@@ -235,13 +238,13 @@ BEGIN {
     for (k = 1; k <= nkw; k++) keyword[kw[k]] = 1
     state = 0
 }
-state == 2 { if ($0 == "}") { print; state = 0 }; next }
+state == 2 { if ($0 == "}") { print; if (!(name in to)) to[name] = NR - 1; state = 0 }; next }
 state == 1 || (state == 0 && /^[A-Za-z_]/ && (name = candidate($0)) != "") {
     if (state == 0) { buf = $0; sig = $0; nlines = 1; state = 1 }
     else { buf = buf "\n" $0; sig = sig " " $0; nlines++ }
     d = decide()
     if (d == 1) { print buf; state = 0 }
-    if (d == 2) { print buf; print stub; blanked[name]++; state = 2 }
+    if (d == 2) { print buf; print stub; blanked[name]++; if (!(name in from)) from[name] = NR + 1; state = 2 }
     next
 }
 { print }
@@ -257,6 +260,7 @@ END {
             failed = 1
         }
     if (failed) exit 1
+    if (ranges != "") for (k = 1; k <= nwant; k++) print want[k], from[want[k]], to[want[k]] > ranges
 }
 endef
 
@@ -341,3 +345,186 @@ assignments-check:
 	}; \
 	$(foreach n,$(ASSIGNMENTS),one $(n) "$(call TESTS_OF,$(n))" || bad=1;) \
 	[ $$bad = 0 ] && echo "make assignments-check: docs/assignments.md states every assignment's counts" || { echo "make assignments-check: failed" >&2; exit 1; }
+
+# ---- make mutants: mutation testing of the formula functions -----------------------------------
+# make mutants FUNC=LayerNorm_backward [TESTS="LayerNorm*"] [MAX=n] [TIMEOUT=120]
+# make mutants-all [FUNCS="name[:tests-pattern] ..."] [MAX=25]
+# Copies the project into a temporary directory, finds the body of FUNC in transformer.cpp as
+# `make handout` does (its definition on a line starting in column 0, body up to the closing brace
+# in column 0), and makes, one at a time, the mistakes a student makes inside that body only:
+# + <-> -, < <-> <=, > <-> >=, * -> /, loop bounds one past the end (< n -> < n + 1) or one late
+# (= 0 -> = 1), constants (0.5 -> 1.0, 2 -> 1, 1 -> 0), a statement dropped, the two indices of
+# X(i, j) swapped. Each mutant: transformer.cpp recompiled at MUT_OPT, linked with a tests.o
+# built once (in build-mutants/), the test cases matching TESTS (doctest -tc, default all) run
+# under `timeout TIMEOUT`. A mutant is KILLED when a test fails (or times out), SURVIVED when all
+# pass; one that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
+# BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
+# SAN=1 builds each mutant with AddressSanitizer, UBSan and -D_GLIBCXX_ASSERTIONS (make debug's checks):
+# an index one past the end of a tensor then kills. transformer.o comes first on the link line, so
+# the checked copies of the header's inline functions are the ones linked.
+# docs/mutation.md explains the output and gives the figure for the suite.
+MUT_OPT     ?= -O0
+MUT_BUILD   ?= build-mutants
+TIMEOUT     ?= 120
+MAX         ?= 0
+MUT_LOG     ?= mutants.log
+SAN         ?= 0
+mut_comma   := ,
+MUT_SAN     := $(if $(filter 1,$(SAN)),-fsanitize=address$(mut_comma)undefined -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS)
+TESTS       ?=
+MUTANT_FUNCS := diag_backward:diag* Softmax_backward:Softmax* apply_mask:apply_mask*,Attention* \
+                Attention_backward:Attention* MultiHeadSA_backward:MultiHeadSA*,mutants:?MultiHeadSA* \
+                FFN_backward:FFN*,mutants:?FFN* LayerNorm_backward:LayerNorm* CrossEntropy_backward:CrossEntropy* \
+                embed_backward:BERT*,GPT:*,mutants:?embed* key_padding_mask:mutants:?key* \
+                lr_linear:lr_*,mutants:?lr_* lr_schedule:lr_*,mutants:?lr_*
+
+# awk -v from=A -v to=B: one line per mutant of lines A..B of transformer.cpp:
+#     line <TAB> operator <TAB> the mutated line
+define MUTANT_GEN
+function emit(op, newcode) { if (newcode != code) printf "%d\t%s\t%s%s\n", FNR, op, newcode, comment }
+# every occurrence of s (outside string literals, and not next to one) replaced by r, one mutant each
+function each(s, r, op,    off, p, pos) {
+    off = 0
+    while ((p = index(substr(mask, off + 1), s)) > 0) {
+        pos = off + p
+        off = pos
+        if (substr(mask, pos - 1, 1) == "#" || substr(mask, pos + length(s), 1) == "#") continue  # joins strings
+        emit(op, substr(code, 1, pos - 1) r substr(code, pos + length(s)))
+    }
+}
+function isid(c) { return c ~ /[A-Za-z0-9_.]/ }
+function constants(    i, j, c, t, r, e) {
+    for (i = 1; i <= length(mask); i++) {
+        c = substr(mask, i, 1)
+        if (c !~ /[0-9]/ || (i > 1 && isid(substr(mask, i - 1, 1)))) continue
+        j = i
+        while (j <= length(mask) && substr(mask, j, 1) ~ /[0-9.]/) j++
+        t = substr(mask, i, j - i)
+        e = j
+        while (e <= length(mask) && substr(mask, e, 1) ~ /[A-Za-z_0-9]/) e++
+        if (substr(mask, j, e - j) !~ /^(f|L|LL|u|U|ul|UL|ULL)?$/) { i = e; continue }  # 1e-5 and the like
+        r = ""
+        if (t + 0 == 0.5 && t ~ /\./) r = "1.0"
+        else if (t == "2") r = "1"
+        else if (t == "2.0") r = "1.0"
+        else if (t == "1") r = "0"
+        else if (t == "1.0") r = "0.0"
+        if (r != "") emit("constant " t " -> " r, substr(code, 1, i - 1) r substr(code, j))
+        i = e
+    }
+}
+function swaps(    rest, off, m, pre, inner, a, b, nm, k, start) {
+    off = 0
+    while (match(substr(mask, off + 1), /[A-Za-z_][A-Za-z0-9_]*\([^(),]+, [^(),]+\)/)) {
+        start = off + RSTART
+        m = substr(mask, start, RLENGTH)
+        off = start + RLENGTH - 1
+        pre = start > 1 ? substr(mask, start - 1, 1) : " "
+        k = index(m, "(")
+        nm = substr(m, 1, k - 1)
+        if (pre == ":" || pre == ">" || nm ~ /^(max|min|pow|swap|fmax|fmin|if|for|while|switch|return)$/) continue
+        inner = substr(m, k + 1, length(m) - k - 1)
+        a = substr(inner, 1, index(inner, ", ") - 1); b = substr(inner, index(inner, ", ") + 2)
+        if (a == b || a ~ /[\[\]"]/ || b ~ /[\[\]"]/) continue
+        emit("indices swapped", substr(code, 1, start + k - 1) b ", " a substr(code, start + length(m) - 1))
+    }
+}
+function droppable(t) {
+    if (t !~ /;$/ || t ~ /^(return|throw|for|if|else|break|continue|case|default)\b/) return 0
+    if (t ~ /^(const |static |constexpr )*[A-Za-z_][A-Za-z0-9_:<>,]*[*&]* +[*&]*[A-Za-z_][A-Za-z0-9_]* *(=|\(|\{|;)/) return 0
+    if (gsub(/\(/, "(", t) != gsub(/\)/, ")", t)) return 0
+    return t ~ /[^=!<>]=[^=]/ || t ~ /^[A-Za-z_][A-Za-z0-9_:.]*(<[^;]*>)?\(/
+}
+FNR >= from && FNR <= to {
+    code = $0; comment = ""
+    mask = ""; inq = 0
+    for (i = 1; i <= length(code); i++) {  # code with string literals blanked, and the // comment split off
+        c = substr(code, i, 1)
+        if (!inq && substr(code, i, 2) == "//") { comment = substr(code, i); code = substr(code, 1, i - 1); break }
+        if (c == "\"" && substr(code, i - 1, 1) != "\\") inq = !inq
+        mask = mask (inq || c == "\"" ? "#" : c)
+    }
+    t = code; gsub(/^[ \t]+|[ \t]+$/, "", t)
+    if (t == "") { prev = prev; next }
+    each(" + ", " - ", "+ -> -"); each(" - ", " + ", "- -> +")
+    each(" += ", " -= ", "+= -> -="); each(" -= ", " += ", "-= -> +=")
+    each(" < ", " <= ", "< -> <="); each(" <= ", " < ", "<= -> <")
+    each(" > ", " >= ", "> -> >="); each(" >= ", " > ", ">= -> >")
+    each(" * ", " / ", "* -> /"); each(" *= ", " /= ", "*= -> /=")
+    if (mask ~ /for \(/) {
+        each(" = 0;", " = 1;", "loop start 0 -> 1")
+        if (match(mask, / < [^;]+;/)) emit("loop bound one past the end", substr(code, 1, RSTART + RLENGTH - 2) " + 1" substr(code, RSTART + RLENGTH - 1))
+    }
+    constants()
+    swaps()
+    if (droppable(t) && (prev ~ /[;{})]$/ || prev ~ /else$/)) {
+        ind = code; sub(/[^ \t].*/, "", ind)
+        emit("statement dropped", ind ";")
+    }
+    prev = t
+}
+endef
+
+.PHONY: mutants mutants-all
+mutants: export MUTANT_GEN_AWK := $(value MUTANT_GEN)
+mutants: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
+mutants-all: export MUTANT_GEN_AWK := $(value MUTANT_GEN)
+mutants-all: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
+mutants mutants-all: | doctest
+	@$(MAKE) --no-print-directory BUILD=$(MUT_BUILD) OPT="$(MUT_OPT)" $(MUT_BUILD)/tests.o >/dev/null
+	@set -ef; \
+	if [ "$@" = mutants ]; then \
+	  [ -n "$(FUNC)" ] || { echo "make mutants: give FUNC=name (a function defined in transformer.cpp)" >&2; exit 1; }; \
+	  list='$(FUNC):$(TESTS)'; max='$(MAX)'; \
+	else \
+	  list='$(if $(filter command line environment,$(origin FUNCS)),$(FUNCS),$(MUTANT_FUNCS))'; max='$(MAX)'; \
+	  [ "$$max" != 0 ] || max=25; \
+	fi; \
+	top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; trap 'exit 1' INT TERM; \
+	tar -cf - --exclude=./.git --exclude='./build*' --exclude=./demo --exclude=./runs . | tar -xf - -C "$$tmp"; \
+	log="$$top/$(MUT_LOG)"; : > "$$log"; \
+	say() { echo "$$*" | tee -a "$$log"; }; \
+	all_k=0; all_s=0; all_n=0; all_g=0; bk=0; bs=0; \
+	$(CXX) $(STD) -w $(MUT_OPT) $(MUT_SAN) -c -o "$$tmp/transformer.o" transformer.cpp; \
+	$(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/base-tests" "$$tmp/transformer.o" $(MUT_BUILD)/tests.o; \
+	for entry in $$list; do \
+	  func=$${entry%%:*}; pat=$${entry#*:}; [ "$$pat" != "$$entry" ] || pat=; \
+	  tc=$${pat:+-tc=$$pat}; \
+	  awk -v funcs="$$func" -v ranges="$$tmp/range" "$$HANDOUT_BLANK_AWK" transformer.cpp >/dev/null \
+	    || { echo "make mutants: no function $$func in transformer.cpp" >&2; exit 1; }; \
+	  read -r _ from to < "$$tmp/range"; \
+	  awk -v from="$$from" -v to="$$to" "$$MUTANT_GEN_AWK" transformer.cpp > "$$tmp/all"; \
+	  n=$$(wc -l < "$$tmp/all"); \
+	  if [ "$$max" -gt 0 ] && [ "$$n" -gt "$$max" ]; then \
+	    awk -v n="$$n" -v m="$$max" '{ i = NR - 1; if (int(i * m / n) != int((i - 1) * m / n) || i == 0) print }' "$$tmp/all" > "$$tmp/list"; \
+	  else cp "$$tmp/all" "$$tmp/list"; fi; \
+	  g=$$(wc -l < "$$tmp/list"); \
+	  say "== $$func (transformer.cpp lines $$from-$$to): $$g mutants of $$n, tests: $${pat:-all}"; \
+	  (cd "$$tmp" && timeout $(TIMEOUT) ./base-tests $$tc </dev/null >/dev/null 2>&1) || { say "   the unmutated suite fails or times out on $$func's tests: skipped"; continue; }; \
+	  k=0; s=0; nc=0; i=0; \
+	  while IFS="$$(printf '\t')" read -r line op text; do \
+	    i=$$((i + 1)); \
+	    MUT_TEXT="$$text" awk -v l="$$line" 'FNR == l { print ENVIRON["MUT_TEXT"]; next } { print }' transformer.cpp > "$$tmp/transformer.cpp"; \
+	    before=$$(sed -n "$${line}p" transformer.cpp | sed -E 's/^[ \t]+//'); after=$$(printf '%s' "$$text" | sed -E 's/^[ \t]+//'); \
+	    if ! $(CXX) $(STD) -w $(MUT_OPT) $(MUT_SAN) -c -o "$$tmp/transformer.o" "$$tmp/transformer.cpp" 2>/dev/null || \
+	       ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" "$$tmp/transformer.o" $(MUT_BUILD)/tests.o 2>/dev/null; then \
+	      nc=$$((nc + 1)); verdict="not compiled"; \
+	    elif (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then \
+	      s=$$((s + 1)); verdict=SURVIVED; \
+	    else k=$$((k + 1)); verdict=KILLED; fi; \
+	    was=; \
+	    if [ -n "$(BEFORE)" ] && [ "$$verdict" != "not compiled" ]; then \
+	      $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" "$$tmp/transformer.o" "$(BEFORE)"; \
+	      if (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then bs=$$((bs + 1)); was=" (before: SURVIVED)"; \
+	      else bk=$$((bk + 1)); was=" (before: KILLED)"; fi; \
+	    fi; \
+	    say "$$(printf '%-12s %s:%s [%s]  %s  ->  %s%s' "$$verdict" "$$func" "$$line" "$$op" "$$before" "$$after" "$$was")"; \
+	  done < "$$tmp/list"; \
+	  cp transformer.cpp "$$tmp/transformer.cpp"; \
+	  say "   $$func: $$k killed, $$s survived, $$nc not compiled; killed $$k of $$((k + s)) compiled mutants"; \
+	  all_k=$$((all_k + k)); all_s=$$((all_s + s)); all_n=$$((all_n + nc)); all_g=$$((all_g + g)); \
+	done; \
+	say "mutants: $$all_g generated, $$all_n not compiled, $$all_k killed, $$all_s survived:" \
+	    "$$all_k/$$((all_k + all_s)) killed$$(awk -v k=$$all_k -v t=$$((all_k + all_s)) 'BEGIN { if (t) printf " (%.1f%%)", 100 * k / t }')"; \
+	if [ -n "$(BEFORE)" ]; then say "with the tests of $(BEFORE) instead: $$bk/$$((bk + bs)) killed"; fi; \
+	echo "(all lines also in $(MUT_LOG))"

@@ -8811,3 +8811,175 @@ TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how 
     CHECK(m_contains(err, "by SIGTERM; checkpoint " + ft + "; fine-tune it further (a new schedule) with: transformer finetune "));
     CHECK(load_model(ft, {"adam."}).file.metadata.count("finetune.task") == 1);
 }
+
+// ------------------------------------------------------------------------------------------------
+// mutants: test cases that kill mutants `make mutants` found surviving (docs/mutation.md)
+// ------------------------------------------------------------------------------------------------
+namespace {
+// FFN_backward in float (training's path, activation_derivative_array) against double
+// (activation_derivative): dX and every parameter gradient, relative tolerance 1e-4.
+void ffn_float_vs_double(Activation act, uint64_t seed) {
+    const int n = 3, H = 4, F = 6;
+    Rng rng(seed);
+    FFNParams<double> p;
+    TD X, R;
+    for (int attempt = 0;; attempt++) {  // pre-activations away from relu's kink, on both sides of 0
+        REQUIRE(attempt < 100);
+        p = make_ffn(H, F, rng);
+        X = randn(n, H, rng);
+        R = randn(n, H, rng);
+        FFNCache<double> c;
+        FFN(X, p, act, &c);
+        double closest = INF;
+        int negative = 0;
+        for (double z : c.Z.data) closest = std::min(closest, std::fabs(z)), negative += z < 0;
+        if (closest > 1e-2 && negative > 0 && negative < (int)c.Z.size()) break;
+    }
+    FFNCache<double> cd;
+    FFN(X, p, act, &cd);
+    FFNParams<double> gd = zeros_like(p);
+    const TD dXd = FFN_backward(X, p, act, cd, R, gd);
+    const TF Xf = to_float(X), Rf = to_float(R);
+    FFNParams<float> pf{to_float(p.W_1), to_float(p.b_1), to_float(p.W_2), to_float(p.b_2)};
+    FFNParams<float> gf{TF(p.W_1.shape), TF(p.b_1.shape), TF(p.W_2.shape), TF(p.b_2.shape)};
+    FFNCache<float> cf;
+    FFN(Xf, pf, act, &cf);
+    const TF dXf = FFN_backward(Xf, pf, act, cf, Rf, gf);
+    const std::vector<std::pair<const TD*, const TF*>> pairs = {
+        {&dXd, &dXf}, {&gd.W_1, &gf.W_1}, {&gd.b_1, &gf.b_1}, {&gd.W_2, &gf.W_2}, {&gd.b_2, &gf.b_2}};
+    for (auto [d, f] : pairs) {
+        REQUIRE(d->shape == f->shape);
+        CHECK(max_abs(*d) > 1e-2);
+        for (std::size_t k = 0; k < d->size(); k++) CHECK((double)(*f)[k] == doctest::Approx((*d)[k]).epsilon(1e-4).scale(1.0));
+    }
+}
+// d model_loss / d x[k] by central differences.
+double m_numeric(const Config& c, Params<double>& p, const Batch& b, double& x) {
+    const double h = 1e-6, x0 = x;
+    x = x0 + h;
+    const double up = model_loss(c, p, b);
+    x = x0 - h;
+    const double down = model_loss(c, p, b);
+    x = x0;
+    return (up - down) / (2 * h);
+}
+}  // namespace
+
+TEST_CASE("mutants: FFN_backward's float path equals the double path (relu and every GELU form)") {
+    uint64_t seed = 9101;
+    for (Activation a : {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf}) {
+        CAPTURE(activation_name(a));
+        ffn_float_vs_double(a, seed++);
+    }
+}
+
+TEST_CASE("mutants: lr_linear, hand-computed step by step (warm-up, decay, last step, past the end)") {
+    // steps 7, warmup 3, lr 0.9, min_lr 0.3: warm-up 0.3, 0.6, 0.9; then span = 7 - 1 - 3 = 3 steps
+    // down to min_lr: 0.9, 0.7, 0.5, 0.3 at the last step (6), and 0.3 after it.
+    const double want[] = {0.3, 0.6, 0.9, 0.9, 0.7, 0.5, 0.3, 0.3, 0.3};
+    for (long long s = 0; s < 9; s++) {
+        CAPTURE(s);
+        CHECK(lr_linear(s, 7, 3, 0.9, 0.3) == doctest::Approx(want[s]).epsilon(1e-12));
+    }
+    CHECK(lr_linear(100, 7, 3, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
+    // No warmup, 5 steps: 0.9, 0.75, 0.6, 0.45, 0.3.
+    const double nowarm[] = {0.9, 0.75, 0.6, 0.45, 0.3};
+    for (long long s = 0; s < 5; s++) {
+        CAPTURE(s);
+        CHECK(lr_linear(s, 5, 0, 0.9, 0.3) == doctest::Approx(nowarm[s]).epsilon(1e-12));
+    }
+    // One step and no warmup: the span is 1 (never 0), so step 0 is lr.
+    CHECK(lr_linear(0, 1, 0, 0.9, 0.3) == doctest::Approx(0.9).epsilon(1e-12));
+    CHECK(lr_linear(1, 1, 0, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
+}
+
+TEST_CASE("mutants: lr_schedule (cosine), hand-computed step by step (warm-up, decay, last step, past the end)") {
+    // steps 7, warmup 3, lr 0.9, min_lr 0.3: warm-up 0.3, 0.6, 0.9; then
+    // min_lr + (1 + cos(pi r)) / 2 (lr - min_lr) for r = 0, 1/3, 2/3, 1: 0.9, 0.75, 0.45, 0.3.
+    const double want[] = {0.3, 0.6, 0.9, 0.9, 0.75, 0.45, 0.3, 0.3, 0.3};
+    for (long long s = 0; s < 9; s++) {
+        CAPTURE(s);
+        CHECK(lr_schedule(s, 7, 3, 0.9, 0.3) == doctest::Approx(want[s]).epsilon(1e-12));
+    }
+    CHECK(lr_schedule(100, 7, 3, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
+    CHECK(lr_schedule(0, 1, 0, 0.9, 0.3) == doctest::Approx(0.9).epsilon(1e-12));
+    CHECK(lr_schedule(1, 1, 0, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
+    // No warmup, 3 steps: r = 0, 1/2, 1: 0.9, 0.6, 0.3.
+    CHECK(lr_schedule(0, 3, 0, 0.9, 0.3) == doctest::Approx(0.9).epsilon(1e-12));
+    CHECK(lr_schedule(1, 3, 0, 0.9, 0.3) == doctest::Approx(0.6).epsilon(1e-12));
+    CHECK(lr_schedule(2, 3, 0, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
+}
+
+TEST_CASE("mutants: embed_backward sends a BERT row's gradient to w_A when t_i = 0 or there are no segments") {
+    const Config c = preset("tiny-bert");
+    Params<double> p = m_model<double>(c, 17, 0.2);
+    Batch b;
+    b.n = 6;
+    b.tokens = {c.cls_id, 1, 2, c.sep_id, 3, c.sep_id};
+    b.targets = {-1, 2, -1, -1, 1, -1};
+    for (int mode = 0; mode < 3; mode++) {  // no segments; segments 0 0 0 0 1 1; every segment 1
+        CAPTURE(mode);
+        Batch bb = b;
+        if (mode == 1) bb.segments = {0, 0, 0, 0, 1, 1};
+        if (mode == 2) bb.segments.assign(b.n, 1);
+        Params<double> g = make_params<double>(c);
+        model_loss(c, p, bb, &g);
+        for (int h = 0; h < c.H; h++) {
+            double a = 0, s = 0;
+            for (int i = 0; i < bb.n; i++) ((bb.segments.empty() || bb.segments[i] == 0) ? a : s) += g.W_p(i, h);
+            CHECK(g.w_A[h] == doctest::Approx(a).epsilon(1e-10));
+            CHECK(g.w_B[h] == doctest::Approx(s).epsilon(1e-10));
+        }
+        if (mode == 0) CHECK(max_abs(g.w_B) == 0.0);
+        if (mode == 2) CHECK(max_abs(g.w_A) == 0.0);
+        CHECK(max_abs(mode == 2 ? g.w_B : g.w_A) > 1e-4);
+        // Against finite differences: w_A, w_B, and the first and last position rows.
+        for (int h : {0, c.H - 1}) {
+            CAPTURE(h);
+            CHECK(g.w_A[h] == doctest::Approx(m_numeric(c, p, bb, p.w_A[h])).epsilon(1e-5).scale(1.0));
+            CHECK(g.w_B[h] == doctest::Approx(m_numeric(c, p, bb, p.w_B[h])).epsilon(1e-5).scale(1.0));
+            CHECK(g.W_p(0, h) == doctest::Approx(m_numeric(c, p, bb, p.W_p(0, h))).epsilon(1e-5).scale(1.0));
+            CHECK(g.W_p(b.n - 1, h) == doctest::Approx(m_numeric(c, p, bb, p.W_p(b.n - 1, h))).epsilon(1e-5).scale(1.0));
+        }
+    }
+}
+
+TEST_CASE("mutants: key_padding_mask with a non-symmetric mask, hand-computed") {
+    // Mask(i, j) = 10 i + j + 1 (not symmetric); lengths 2 and 3: key j >= length is -inf.
+    const TD Mask = TD::from(3, 3, {1, 2, 3, 11, 12, 13, 21, 22, 23});
+    const double X = -INF;
+    const TD want = TD::from(6, 3, {1, 2, X, 11, 12, X, 21, 22, X, 1, 2, 3, 11, 12, 13, 21, 22, 23});
+    const TD M = key_padding_mask(Mask, std::vector<int>{2, 3});
+    REQUIRE(M.shape == want.shape);
+    for (std::size_t k = 0; k < M.size(); k++) {
+        CAPTURE(k);
+        CHECK(M[k] == want[k]);
+    }
+    // Mask_AR (not symmetric either), one sequence of length 1 then one of length 3, in float.
+    const TF Mf = key_padding_mask(Mask_AR<float>(3), std::vector<int>{1, 3});
+    const float Y = -std::numeric_limits<float>::infinity();
+    const std::vector<float> wf = {1, Y, Y, 1, Y, Y, 1, Y, Y, 1, Y, Y, 1, 1, Y, 1, 1, 1};
+    REQUIRE(Mf.shape == shp(6, 3));
+    for (std::size_t k = 0; k < Mf.size(); k++) {
+        CAPTURE(k);
+        CHECK(Mf[k] == wf[k]);
+    }
+}
+
+TEST_CASE("mutants: MultiHeadSA_backward with one head (A = 1), gradient-checked") {
+    mhsa_grad_check(Mask_AR<double>(4), 2, 1, 0.0, 9201, "A = 1, Mask_AR");
+    mhsa_grad_check(Mask_BD<double>(3), 1, 1, 0.0, 9202, "A = 1, Mask_BD, biases", true);
+}
+
+TEST_CASE("mutants: apply_mask masks the first entry too (Mask(0, 0) = -inf), double and float") {
+    const TD Mask = TD::from(2, 3, {-INF, 1, -INF, 1, -INF, 1});
+    const TD S = TD::from(2, 3, {1, 2, 3, 4, 5, 6});
+    const TD R = apply_mask(Mask, S);
+    const std::vector<double> want = {-INF, 2, -INF, 4, -INF, 6};
+    const TF Rf = apply_mask(to_float(Mask), to_float(S));
+    for (std::size_t k = 0; k < want.size(); k++) {
+        CAPTURE(k);
+        CHECK(R[k] == want[k]);
+        CHECK((double)Rf[k] == want[k]);
+    }
+}
