@@ -20,6 +20,7 @@
 
 #include "transformer.hpp"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -288,6 +290,51 @@ TEST_CASE("Tensor: construction, from, vector, shape_str") {
     CHECK(shape_str(v) == "3");
     CHECK(transpose(TD::from(2, 3, {1, 2, 3, 4, 5, 6})).data == std::vector<double>{1, 4, 2, 5, 3, 6});
     CHECK(add(b, b).data == std::vector<double>{2, 4, 6, 8});
+}
+
+// The guard after every tensor's numbers (pool_guard_bytes of 0x7F): a loop that runs one element
+// too far reads a huge number, and one that writes there stops the program when the tensor is freed.
+// This is what makes an off-by-one loop bound fail the tests in the optimised build too.
+TEST_CASE("Tensor: one element past the end reads as a huge number; a write there stops the program") {
+    {
+        TF f(3, 2);
+        TD d(std::vector<int>{5});
+        CHECK(f.ptr()[f.size()] > 3e38f);
+        CHECK(d.ptr()[d.size() + 7] > 1e306);  // the whole guard, not only its first element
+        std::uint32_t bits = 0;
+        std::memcpy(&bits, f.ptr() + f.size(), 4);
+        CHECK(bits == 0x7F7F7F7Fu);  // read as an int id: 2139062143, far outside any vocabulary
+        TF g = TF::uninit(4, 4);  // a block handed out again gets its guard again
+        CHECK(g.ptr()[g.size()] > 3e38f);
+    }
+    for (int where : {0, 63}) {  // the first and the last byte of the guard
+        int fds[2];
+        REQUIRE(pipe(fds) == 0);
+        const pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {  // the child: doctest's own crash report off, stderr to the pipe
+            std::signal(SIGABRT, SIG_DFL);
+            const int null = open("/dev/null", O_WRONLY);
+            dup2(null, 1);
+            dup2(fds[1], 2);
+            {
+                TF t(2, 2);
+                ((unsigned char*)t.ptr())[t.size() * sizeof(float) + where] = 0;
+            }
+            _exit(0);
+        }
+        close(fds[1]);
+        std::string err;
+        char buf[256];
+        for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, (std::size_t)r);
+        close(fds[0]);
+        int status = 0;
+        REQUIRE(waitpid(pid, &status, 0) == pid);
+        INFO("stderr: " << err);
+        CHECK(WIFSIGNALED(status));
+        CHECK(WTERMSIG(status) == SIGABRT);
+        CHECK(err.find("memory written past the end of a tensor of 16 bytes") != std::string::npos);
+    }
 }
 
 TEST_CASE("Tensor: wrong shape") {
@@ -2104,6 +2151,7 @@ TEST_CASE("Rng: known mean and variance of uniform() and normal(), range of belo
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -6270,9 +6318,9 @@ TEST_CASE("ArenaScope: a model's parameters lie in one block, in order; the bloc
         std::size_t bytes = 0;
         const auto span = span_of(p, bytes);
         first_begin = span.first;
-        // One stretch: the tensors plus at most 63 bytes of padding each (separate blocks would be
-        // at least 256 bytes each and scattered).
-        CHECK(span.second < bytes + 64 * named_tensors(c, p).size());
+        // One stretch: the tensors plus each one's guard and at most 63 bytes of padding (separate
+        // blocks would be at least 256 bytes each and scattered).
+        CHECK(span.second < bytes + (pool_guard_bytes + 64) * named_tensors(c, p).size());
         CHECK((const char*)p.W_p.ptr() > (const char*)p.W_e.ptr());  // made in make_params' order
         CHECK((const char*)p.layers[1].ffn.W_1.ptr() > (const char*)p.layers[0].ffn.W_2.ptr());
         // Freeing one tensor of a live arena does not hand its stretch out alone.
@@ -6291,7 +6339,8 @@ TEST_CASE("ArenaScope: a model's parameters lie in one block, in order; the bloc
         {
             ArenaScope inner(1 << 20);
             Tensor<float> b(8, 8), big(100, 100);
-            CHECK(b.ptr() == a.ptr() + 64);  // 256 bytes on: the next stretch of the outer arena
+            // 256 bytes and a's guard on: the next stretch of the outer arena
+            CHECK((const char*)b.ptr() == (const char*)a.ptr() + 256 + pool_guard_bytes);
             CHECK((big.ptr() < a.ptr() || big.ptr() > a.ptr() + 256));
         }
     }
@@ -6299,7 +6348,7 @@ TEST_CASE("ArenaScope: a model's parameters lie in one block, in order; the bloc
     const std::string path = m_path("arena.safetensors");
     save_model(path, c, q);
     LoadedModel lm = load_model(path);
-    CHECK(span_of(lm.params, bytes).second < bytes + 64 * named_tensors(c, lm.params).size());
+    CHECK(span_of(lm.params, bytes).second < bytes + (pool_guard_bytes + 64) * named_tensors(c, lm.params).size());
     CHECK(lm.params.W_e.data == q.W_e.data);
 }
 

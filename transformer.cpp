@@ -1188,7 +1188,7 @@ void validate(const Config& c) {
 }
 
 // ---- Parameters theta (formulas §24) ------ ----------------------------------------------------
-// Bytes for an arena that holds every tensor of p (each rounded up to 64 bytes), plus 1 MiB for
+// Bytes for an arena that holds every tensor of p (each with its guard, rounded up to 64 bytes), plus 1 MiB for
 // the few temporaries the loaders make while it is open.
 template <typename T>
 static std::size_t arena_bytes(const Config& c, Params<T>& p) {
@@ -1196,7 +1196,7 @@ static std::size_t arena_bytes(const Config& c, Params<T>& p) {
     for (auto& nt : named_tensors(c, p)) {
         std::size_t n = 1;
         for (int d : nt.tensor->shape) n *= (std::size_t)d;
-        bytes += (n * sizeof(T) + 63) / 64 * 64;
+        bytes += (n * sizeof(T) + pool_guard_bytes + 63) / 64 * 64;
     }
     return bytes;
 }
@@ -2178,20 +2178,37 @@ std::size_t size_class(std::size_t bytes) {
     return (bytes + step - 1) / step * step;
 }
 constexpr std::align_val_t kBlockAlign{64};  // one cache line, a whole AVX-512 vector
+// The guard: pool_guard_bytes of 0x7F after every block's last byte. Read as a number it is huge
+// (float 3.4e38, double 1.4e306, int 2139062143), so a loop that reads one element too far spoils
+// its result visibly; a loop that writes one too far changes the guard, which is checked when the
+// block is freed: the program stops there with a message instead of running on with memory that
+// is not what it seems. This is how the tests see an off-by-one loop bound in an optimised build.
+constexpr unsigned char kGuardByte = 0x7F;
+void write_guard(void* p, std::size_t bytes) { std::memset((char*)p + bytes, kGuardByte, pool_guard_bytes); }
+void check_guard(const void* p, std::size_t bytes) noexcept {
+    const unsigned char* g = (const unsigned char*)p + bytes;
+    for (std::size_t k = 0; k < pool_guard_bytes; k++)
+        if (g[k] != kGuardByte) {
+            std::fprintf(stderr, "error: memory written past the end of a tensor of %zu bytes (byte %zu after its "
+                         "end): a loop runs too far; stopping\n", bytes, k);
+            std::abort();
+        }
+}
 }  // namespace
 
 void* pool_allocate(std::size_t bytes) {
-    const std::size_t size = size_class(bytes);
+    const std::size_t size = size_class(bytes + pool_guard_bytes);
     Pool& pool = the_pool();
     {
         std::lock_guard<std::mutex> g(pool.lock);
         if (pool.open_arena >= 0) {  // the next stretch of the open arena, if the block fits
             Arena& a = pool.arenas[pool.open_arena];
-            const std::size_t need = (bytes + 63) / 64 * 64;
+            const std::size_t need = (bytes + pool_guard_bytes + 63) / 64 * 64;
             if (need <= a.size - a.used) {
                 void* p = a.begin + a.used;
                 a.used += need;
                 a.live++;
+                write_guard(p, bytes);
                 return p;
             }
         }
@@ -2201,11 +2218,14 @@ void* pool_allocate(std::size_t bytes) {
             it->second.pop_back();
             pool.stats.cached_bytes -= size;
             pool.stats.reused++;
+            write_guard(p, bytes);
             return p;
         }
         pool.stats.fresh++;
     }
-    return ::operator new(size, kBlockAlign);
+    void* p = ::operator new(size, kBlockAlign);
+    write_guard(p, bytes);
+    return p;
 }
 
 // An arena whose stretches are all freed and which hands out no more is taken off the list; its
@@ -2220,7 +2240,8 @@ static std::pair<void*, std::size_t> retire_arena_if_done(Pool& pool, std::size_
 
 void pool_deallocate(void* p, std::size_t bytes) noexcept {
     if (!p) return;
-    const std::size_t size = size_class(bytes);
+    check_guard(p, bytes);
+    const std::size_t size = size_class(bytes + pool_guard_bytes);
     Pool& pool = the_pool();
     try {
         bool in_arena = false;
