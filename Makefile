@@ -482,7 +482,7 @@ mutants mutants-all: | doctest
 	fi; \
 	top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; trap 'exit 1' INT TERM; \
 	tar -cf - --exclude=./.git --exclude='./build*' --exclude=./demo --exclude=./runs . | tar -xf - -C "$$tmp"; \
-	log="$$top/$(MUT_LOG)"; : > "$$log"; \
+	case "$(MUT_LOG)" in /*) log="$(MUT_LOG)";; *) log="$$top/$(MUT_LOG)";; esac; : > "$$log"; \
 	say() { echo "$$*" | tee -a "$$log"; }; \
 	all_k=0; all_s=0; all_n=0; all_g=0; bk=0; bs=0; \
 	$(CXX) $(STD) -w $(MUT_OPT) $(MUT_SAN) -c -o "$$tmp/transformer.o" transformer.cpp; \

@@ -424,23 +424,6 @@ static std::vector<int> parse_ids(const std::string& s, const std::string& what)
 }
 
 // ---- tokenize ----------------------------------------------------------------------------------------
-// A text the tokenizer refused: the first byte that is not UTF-8, with the file (or flag) it is in.
-static void check_utf8(const std::string& text, const std::string& where) {
-    std::size_t line = 1, line_start = 0;
-    for (std::size_t i = 0; i < text.size();) {
-        uint32_t cp = 0;
-        const int len = utf8_next(text, i, cp);
-        if (len == 0) {
-            char buf[160];
-            std::snprintf(buf, sizeof buf, " is not UTF-8 text: byte 0x%02X at byte offset %zu (line %zu, byte %zu of the line)",
-                          (unsigned)(unsigned char)text[i], i, line, i - line_start + 1);
-            throw Error(where + buf + (where[0] == '\'' ? "; is it a binary file?" : ""));
-        }
-        if (text[i] == '\n') line++, line_start = i + 1;
-        i += (std::size_t)len;
-    }
-}
-
 static int cmd_tokenize(Flags& f) {
     const std::string enc = f.str("encoder"), merges = f.need("vocab"), kind = f.str("tokenizer");
     const std::string text = f.str("text"), file = f.str("file"), ids = f.str("ids"), out = f.str("out");
@@ -457,13 +440,7 @@ static int cmd_tokenize(Flags& f) {
     }
     const std::string input = f.has("file") ? read_file(file) : text;
     const std::string where = f.has("file") ? "'" + file + "'" : "--text";
-    std::vector<int> tokens;
-    try {
-        tokens = f.has("file") ? encode_with_progress(bpe, input, where, false) : bpe.encode(input);
-    } catch (const Error&) {
-        check_utf8(input, where);  // a binary file: say which file and where, not only "text"
-        throw;
-    }
+    const std::vector<int> tokens = encode_with_progress(bpe, input, where, !f.has("file"));
     if (f.has("out")) {  // llm.c's token file, for train --data and eval --data
         write_file_atomic(out, token_file_bytes(tokens));
         std::printf("wrote %s: %zu tokens (llm.c's .bin format: a 1024-byte header, then uint16 ids)\n", out.c_str(), tokens.size());
@@ -587,21 +564,6 @@ static int stopped_by_signal(int sig, long long step, const std::string& file, c
     return 128 + sig;
 }
 
-// --warmup longer than --steps: the learning rate is still rising when the run ends.
-static void warn_warmup(long long warmup, long long steps, bool steps_known) {
-    if (steps_known && steps > 0 && warmup > steps)
-        std::fprintf(stderr, "warning: --warmup %lld is longer than --steps %lld: the learning rate rises through the whole run and "
-                             "ends at about %.0f%% of --lr, never reaching it (and never decaying)\n", warmup, steps, 100.0 * (double)steps / (double)warmup);
-}
-
-// Two names of one file (the same device and inode), as --val and --data may be.
-static bool same_file(const std::string& a, const std::string& b) {
-    if (a.empty() || b.empty()) return false;
-    struct stat sa, sb;
-    if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return a == b;
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 static int cmd_train(Flags& f) {
     if (f.has("resume"))  // a resumed run keeps its model, data and hyperparameters
         for (auto& kv : f.values)
@@ -656,10 +618,6 @@ static int cmd_train(Flags& f) {
         o.dropout = 0;
     }
     f.done();
-    if (o.resume.empty() && f.has("warmup")) warn_warmup(o.warmup, o.steps, true);  // a resumed run keeps its checkpoint's schedule
-    if (!o.data.empty() && same_file(o.data, o.val_data))
-        std::fprintf(stderr, "warning: --val '%s' is the same file as --data: the model trains on all of it and the validation loss "
-                             "is measured on text it trained on, so it cannot show overfitting\n", o.val_data.c_str());
     const TrainResult r = train(o);
     if (r.signal) return stopped_by_signal(r.signal, r.steps_done, o.out.empty() ? o.resume : o.out, "train --resume ");
     return 0;
@@ -688,7 +646,6 @@ static int cmd_finetune(Flags& f) {
     t.seed = (uint64_t)f.integer("seed", 1337);
     t.quiet = f.flag("quiet");
     f.done();
-    if (f.has("warmup")) warn_warmup(t.warmup, t.steps, t.steps > 0);
     const FinetuneResult r = finetune(o);
     if (r.signal) return stopped_by_signal(r.signal, r.steps_done, t.out, "finetune --task " + o.task + " --train " + o.train_file +
                                            " --val " + o.val_file + " --out " + t.out + " --checkpoint ",

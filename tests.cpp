@@ -3675,11 +3675,12 @@ TEST_CASE("train: resuming at step 20 gives the losses and weights of an uninter
         CHECK(std::count(csv.begin(), csv.end(), '\n') == 41);
         CHECK(m_contains(csv, "\n1,"));
         CHECK(m_contains(csv, "\n40,"));
-        // Resuming a finished run has nothing to do.
+        // Resuming a finished run has nothing to do: no step, no file.
         TrainOptions again = b;
         again.resume = b.out;
         again.out = m_path("resume_again.safetensors");
-        M_CHECK_TF_ERROR(train(again), "nothing to do");
+        CHECK(train(again).steps_done == 0);
+        CHECK_FALSE(m_exists(again.out));
     }
 }
 
@@ -8628,7 +8629,34 @@ TEST_CASE("CLI: warnings for --warmup beyond --steps and --val the same file as 
     CHECK(m_contains(v.err, "warning: --val '" + text + "' is the same file as --data"));
     const m_Run quiet = m_run_ok("train --steps 2 --warmup 1 --quiet --out " + dir + "/q.st");
     CHECK_FALSE(m_contains(quiet.err, "warning"));
-    m_cli_fails("train --resume " + dir + "/w.st --steps 2", "nothing to do: '" + dir + "/w.st' is already at step 2 and --steps is 2");
+    const m_Run done = m_run_ok("train --resume " + dir + "/w.st --steps 2 --out " + dir + "/w2.st");
+    CHECK(m_contains(done.err, "warning: '" + dir + "/w.st' is already at step 2 and --steps is 2: nothing to train, no file written"));
+    CHECK_FALSE(m_exists(dir + "/w2.st"));
+    // finetune: --val the same file as --train.
+    const std::string task = dir + "/cls.tsv";
+    m_run_ok("task --task classify --examples 40 --out " + task);
+    const m_Run ft = m_run_ok("finetune --checkpoint " + dir + "/w.st --task classify --train " + task + " --val " + task +
+                              " --steps 1 --batch 4 --quiet --out " + dir + "/ft.st");
+    CHECK(m_contains(ft.err, "warning: --val '" + task + "' is the same file as --train"));
+    // The default warm-up (100 steps) is longer than a short run too.
+    const m_Run d = m_run_ok("train --steps 3 --quiet --out " + dir + "/d.st");
+    CHECK(m_contains(d.err, "warning: --warmup 100 is longer than --steps 3"));
+    // train --encoder on a binary text names the file and the byte, as tokenize does; a text of control bytes says where the first is.
+    std::string bin = "hello world, a text of a few words. ";
+    for (int k = 0; k < 6; k++) bin += bin;
+    bin.insert(1000, "\xff\xfe");
+    const std::string binf = m_path("binary.txt");
+    m_write(binf, bin);
+    m_write(dir + "/enc.json", m_encoder_json({"he", "ll"}));
+    m_write(dir + "/merges.bpe", m_vocab_bpe({"h e", "l l"}));
+    const std::string gpt2 = " --encoder " + dir + "/enc.json --vocab " + dir + "/merges.bpe";
+    m_cli_fails("train --data " + binf + gpt2 + " --steps 1 --out " + dir + "/b.st",
+                "'" + binf + "' is not UTF-8 text: byte 0xFF at byte offset 1000 (line 1, byte 1001 of the line); is it a binary file?");
+    std::string ctl(4000, 'a');
+    for (int k = 0; k < 200; k++) ctl[10 + 7 * k] = '\x01';
+    m_write(binf, ctl);
+    m_cli_fails("train --data " + binf + " --steps 1 --out " + dir + "/b.st",
+                "'" + binf + "' looks binary, not text: 200 control bytes, the first 0x01 at byte offset 10");
 }
 
 TEST_CASE("CLI: messages give the values: --head and --layer print A and L, unknown commands and tasks list the valid ones") {

@@ -4867,9 +4867,17 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
                             "belong to, --encoder encoder.json --vocab vocab.bpe (GPT-2's)");
             return parse_token_file(text, "'" + file + "'", bpe->size());
         }
-        std::size_t odd = 0;
-        for (unsigned char ch : text) odd += ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t');
-        if (odd * 100 > text.size()) throw Error("'" + file + "' looks binary, not text (control bytes)");
+        std::size_t odd = 0, first = 0;
+        for (std::size_t i = 0; i < text.size(); i++) {
+            const unsigned char ch = (unsigned char)text[i];
+            if (ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t')) first = odd++ ? first : i;
+        }
+        if (odd * 100 > text.size()) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, "' looks binary, not text: %zu control bytes, the first 0x%02X at byte offset %zu", odd,
+                          (unsigned)(unsigned char)text[first], first);
+            throw Error("'" + file + buf);
+        }
         if (!bpe && file == path) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
         return bpe ? encode_with_progress(*bpe, text, "'" + file + "'", quiet)  // BPE tokens
                    : k.vocab.encode(text, "'" + file + "'");
@@ -5321,6 +5329,19 @@ static void start_from_checkpoint(TrainOptions& o, RunState& s, Tokenizer& tok) 
 
 static double mb(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+// Warnings that say what a run will do. They come after every check has passed, so that a run that
+// fails prints its error first.
+static void warn_warmup(long long warmup, long long steps) {  // --warmup (given, or its default) longer than --steps
+    if (steps > 0 && warmup > steps)
+        std::fprintf(stderr, "warning: --warmup %lld is longer than --steps %lld: the learning rate rises through the whole run and ends "
+                             "at about %.0f%% of --lr, never reaching it (and never decaying)\n", warmup, steps, 100.0 * (double)steps / (double)warmup);
+}
+static void warn_same_file(const std::string& val, const char* other_flag, const std::string& other, const char* consequence) {
+    if (val.empty() || other.empty() || file_identity(val) != file_identity(other)) return;
+    std::fprintf(stderr, "warning: --val '%s' is the same file as %s: %s, so it cannot show overfitting\n", val.c_str(), other_flag,
+                 consequence);
+}
+
 TrainResult train(const TrainOptions& opt_in) {
     TrainOptions o = opt_in;
     RunState s;
@@ -5371,9 +5392,12 @@ TrainResult train(const TrainOptions& opt_in) {
         s.adam.t = parse_i64(md.at("adam.t"), "adam.t");
         if (s.step0 < 0 || s.adam.t != s.step0)
             throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(s.step0) + " and adam.t " + std::to_string(s.adam.t));
-        if (s.step0 >= o.steps)  // before any work: say so now, not after loading the data
-            throw Error("train: nothing to do: '" + o.resume + "' is already at step " + std::to_string(s.step0) + " and --steps is " +
-                        std::to_string(o.steps) + " (give --steps above " + std::to_string(s.step0) + " to train further)");
+        if (s.step0 >= o.steps) {  // before any work: say so now, not after loading the data; nothing is written
+            std::fprintf(stderr, "warning: '%s' is already at step %lld and --steps is %lld: nothing to train, no file written "
+                                 "(give --steps above %lld to train further)\n", o.resume.c_str(), (long long)s.step0, (long long)o.steps,
+                         (long long)s.step0);
+            return TrainResult{};
+        }
         s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
         tok = tokenizer_of(md, o.resume);
         if (tok.kind == "char") saved_vocab = tok.chars;
@@ -5494,6 +5518,9 @@ TrainResult train(const TrainOptions& opt_in) {
         val_before = obj.validate(s.p, shown);
         if (!o.quiet) std::printf("val loss before training (the --init-from weights): %.4f\n", val_before), std::fflush(stdout);
     }
+    if (o.resume.empty()) warn_warmup(o.warmup, o.steps);  // a resumed run keeps its checkpoint's schedule
+    if (!o.data.empty())
+        warn_same_file(o.val_data, "--data", o.data, "the model trains on all of it and the validation loss is measured on text it trained on");
     TrainResult r = run_training(o, s, obj);
     r.val_loss_before = val_before;
     if (k.task && is_causal(c.variant) && !r.signal) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
@@ -5965,6 +5992,8 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
                     o.lr, o.schedule.c_str(), o.warmup, o.dropout);
         std::fflush(stdout);
     }
+    warn_warmup(o.warmup, o.steps);
+    warn_same_file(fo.val_file, "--train", fo.train_file, "the validation accuracy is measured on the examples the head trains on");
     const TrainResult tr = run_training(o, s, obj);
     r.signal = tr.signal, r.steps_done = tr.steps_done;
     if (validations == 0) r.accuracy = accuracy(s.p, nullptr);
@@ -7158,7 +7187,26 @@ Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::s
                           "'" + path + "': its recorded tokenizer");
 }
 
-std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet) {
+// A text the tokenizer refused: the first byte that is not UTF-8, with the file (or flag) it is in
+// (a quoted file name also gets the question whether it is a binary file).
+static void check_utf8(const std::string& text, const std::string& where) {
+    std::size_t line = 1, line_start = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(text, i, cp);
+        if (len == 0) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, " is not UTF-8 text: byte 0x%02X at byte offset %zu (line %zu, byte %zu of the line)",
+                          (unsigned)(unsigned char)text[i], i, line, i - line_start + 1);
+            throw Error(where + buf + (where[0] == '\'' ? "; is it a binary file?" : ""));
+        }
+        if (text[i] == '\n') line++, line_start = i + 1;
+        i += (std::size_t)len;
+    }
+}
+
+static std::vector<int> encode_with_progress_unchecked(const Tokenizer& t, const std::string& text, const std::string& where,
+                                                       bool quiet) {
     if (t.kind != "gpt2-bpe" || quiet || text.size() < (1u << 20)) return t.encode(text, where);
     // BPE::encode with a line every ~10% of the text.
     using clock = std::chrono::steady_clock;
@@ -7174,6 +7222,15 @@ std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& tex
     std::fprintf(stderr, "encoding %s with GPT-2's BPE: 100%% (%zu tokens, %.1f s)\n", where.c_str(), ids.size(),
                  std::chrono::duration<double>(clock::now() - t0).count());
     return ids;
+}
+
+std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet) {
+    try {
+        return encode_with_progress_unchecked(t, text, where, quiet);
+    } catch (const Error&) {
+        check_utf8(text, where);  // a binary file: say which file and where, not only "text"
+        throw;
+    }
 }
 
 // ---- Memory of a training run ----------------------------------------------------------------

@@ -1289,6 +1289,7 @@ Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string
 // Error naming `path` on an unknown kind or a damaged record.
 Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const std::string& path);
 // tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
+// A text that is not UTF-8 is an Error naming `where` (a quoted file name or a flag) and the byte offset.
 std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
 // llm.c's token files (dev/data/*.bin, e.g. its tiny Shakespeare and FineWeb in GPT-2's tokens):
 // a header of 256 little-endian int32 (magic 20240520, version 1, the number of tokens N, the rest
