@@ -3,12 +3,24 @@
 // Every formula box of the formula sheet (docs/formulas.md, after "The Formulated GPT-2") has one function here, named after it,
 // with its forward and its hand-derived backward side by side in transformer.cpp.
 //
-// The declarations follow transformer.cpp's two parts. Part I, the mathematics: Tensor and the
-// matrix products, MODULES, MODELS, OBJECTIVES, and in TRAINING the optimiser, the schedules,
-// clipping, train_step and sampling. Part II, the machinery: the memory pool and gemm (beside
-// Tensor, which allocates through them), CHECKPOINTS (files, safetensors, Hugging Face import and
-// export), the training drivers (in TRAINING after train_step), the TOKENIZERs, THE TOKENIZER OF A
-// CHECKPOINT, TEACHING. Search for a banner's title to jump to it.
+// The declarations follow transformer.cpp's two parts. Search for a banner's title to jump to it:
+//
+//   PART I. THE MATHEMATICS
+//     Errors                        Error and ShapeError, thrown on every bad input
+//     Storage                       the memory pool (Part II's, declared first: Tensor allocates through it)
+//     Tensor                        the n x H matrices everything is written in
+//     Matrix products               gemm (Part II's kernel), gemm_reference, matmul and its variants
+//     MODULES                       diag, Stack, OneHot, Softmax, masks, attention, FFN, LayerNorm, CE, Rng
+//     MODELS                        Config, theta, the blocks, GPT / GPT-2 / GPT-3 / BERT / RoBERTa
+//     OBJECTIVES                    L1, MLM, GPT-1 fine-tuning (L2, L3), XLNet
+//     TRAINING                      AdamW, the schedules, clipping, train_step, sampling
+//   PART II. THE MACHINERY
+//     CHECKPOINTS                   safetensors, checkpoints, JSON, checked outputs, Hugging Face export
+//     TRAINING DRIVERS              data, the training loop, bench, fine-tuning, generation, the plot
+//     TOKENIZER: GPT-2's            GPT-2's byte-level BPE, learning a BPE vocabulary
+//     THE TOKENIZER OF A CHECKPOINT the tokenizer a checkpoint records; memory of a run
+//     TOKENIZERS of the released    BERT's normaliser, GPT-1's BPE, token files, WordPiece, Tokenizer
+//     TEACHING                      heat maps, attention pictures, explain
 //
 // Conventions used everywhere:
 //   * Matrices are row-major Tensor<T>; "n x H" means n rows, H columns.
@@ -35,6 +47,9 @@
 
 namespace tf {
 
+// ################################################################################################
+// PART I. THE MATHEMATICS: Tensor, the matrix products, the modules, the models, the objectives, training
+// ################################################################################################
 // ------------------------------------------------------------------------------------------------
 // Errors: every bad input becomes one of these, with a message that says what is wrong.
 // ------------------------------------------------------------------------------------------------
@@ -781,8 +796,53 @@ Tensor<T> xlnet_query_probs(const Config& c, const Params<T>& p, const Tensor<T>
                             const std::vector<int>& z);
 
 // ================================================================================================
+// TRAINING (formulas §29-§31, §24, §16: Adam with decoupled weight decay, linear warmup then cosine decay,
+// N(0, 0.02) init, dropout 0.1 on residual branches, embeddings and attention).
+// ================================================================================================
+
+// AdamW (Loshchilov & Hutter): for each parameter theta with gradient g, at step t = 1, 2, ...
+//   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2,
+//   mhat = m / (1 - beta1^t),      vhat = v / (1 - beta2^t),
+//   theta -= lr (mhat / (sqrt(vhat) + eps) + wd theta)     (wd only for matrices: decays())
+struct AdamW {
+    double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+    long long t = 0;  // steps taken
+    Params<float> m, v;
+};
+bool decays(const std::string& name, const Tensor<float>& t);  // matrices yes; gains, biases, w_A/w_B no
+void adamw_init(const Config& c, AdamW& opt);
+void adamw_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr);
+
+// Learning rate at step s = 0 .. steps-1: linear warmup from lr/warmup to lr over `warmup` steps,
+// then cosine decay from lr to min_lr at the last step.
+double lr_schedule(long long s, long long steps, long long warmup, double lr, double min_lr);
+// The same warmup, then linear decay from lr to min_lr at the last step (the GPT-1 paper's
+// fine-tuning schedule).
+double lr_linear(long long s, long long steps, long long warmup, double lr, double min_lr);
+// Global gradient norm ||g|| over every tensor; if it exceeds max_norm (> 0), scale g by
+// max_norm / ||g||. Returns the norm before clipping.
+double clip_grad_norm(const Config& c, Params<float>& g, double max_norm);
+// One training step (formulas §29-§31): zero g, add into it the gradients of `accum` batches
+// (loss_and_grad adds one batch's mean-loss gradient and returns its loss), take their mean, clip
+// it to global norm max_norm (0: no clipping), one AdamW step at rate lr. The step's loss is the
+// batches' mean; norm is the gradient's norm before clipping. A loss or norm that is not finite
+// leaves p untouched.
+struct StepResult {
+    double loss = 0, norm = 0;
+};
+StepResult train_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr, double max_norm,
+                      int accum, const std::function<double(Params<float>&)>& loss_and_grad);
+// Draw one id from logits z (V) with temperature and top-k (exposed for tests).
+int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng);
+
+// ################################################################################################
+// PART II. THE MACHINERY: checkpoints and files, the training drivers, the tokenizers, teaching
+// ################################################################################################
+// ================================================================================================
 // CHECKPOINTS: safetensors (8-byte little-endian header size N, N bytes of JSON header, raw
 // little-endian data). float32 tensors; the configuration as strings in "__metadata__".
+// Then JSON, UTF-8, the checked outputs and their one durable writer, the export to Hugging Face's
+// GPT2LMHeadModel layout.
 // ================================================================================================
 struct SafeTensors {
     std::map<std::string, std::string> metadata;
@@ -877,45 +937,40 @@ private:
 // Whole files: read, and write through AtomicFile.
 std::string read_file(const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
+// Export: DIR/model.safetensors and DIR/config.json as Hugging Face's GPT2LMHeadModel reads them,
+// the inverse of the import in load_model (names and Conv1D layout: see import_hf_gpt2):
+//   W_e -> wte.weight, W_p -> wpe.weight, layers.l.ln_1.gamma/beta -> h.l.ln_1.weight/bias (ln_2, ln_f),
+//   [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A] -> h.l.attn.c_attn.weight (H x 3H), b likewise
+//   (zeros when the model has no attention biases), W_O, b_O -> h.l.attn.c_proj, W_1, b_1 -> h.l.mlp.c_fc,
+//   W_2, b_2 -> h.l.mlp.c_proj. No lm_head.weight: it is tied to wte. activation_function: gelu_new
+//   (gelu_tanh), gelu (gelu_erf), relu, quick_gelu (the formulas' gelu_sigmoid, x sigmoid(1.702 x)).
+// Why c cannot be exported ("" if it can): only the gpt2 variant, with D A = H, no fine-tuning head
+// W_y and no XLNet vector w.
+std::string hf_gpt2_export_problem(const Config& c);
+std::string hf_gpt2_config_json(const Config& c, int eos_id);  // eos_id -1: GPT2Config's default
+// Throws Error unless dir can take a command's files `names`: a name whose parent directory exists
+// and is writable (the caller creates it), an empty writable directory, or one that an earlier run
+// of the command wrote: it holds none but `names`, and its file `marker` carries this program's mark
+// (file_has_mark). A directory of released weights, or of anything else, is never written into.
+void check_output_dir(const std::string& dir, const std::string& role, const std::vector<std::string>& names,
+                      const std::string& marker);
+// The first 4 KB of the file hold this program's mark ("written_by": "transformer" in a JSON file,
+// the words "written by transformer" in a text).
+bool file_has_mark(const std::string& path);
+// The files export writes into its directory (the tokenizer's two only with GPT-2's tokenizer; an
+// earlier export's are removed otherwise).
+extern const std::vector<std::string> HF_EXPORT_FILES;
+// Writes DIR/model.safetensors (metadata: "format" = "pt" plus extra_metadata, e.g. the tokenizer)
+// and DIR/config.json, each through AtomicFile; DIR is created if missing. With a gpt2-bpe tokenizer
+// in extra_metadata also DIR/vocab.json and DIR/merges.txt (GPT2Tokenizer's files).
+// input: the checkpoint exported, which no output may overwrite.
+void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>& p,
+                    const std::map<std::string, std::string>& extra_metadata = {}, const std::string& input = "");
 
 // ================================================================================================
-// TRAINING (formulas §29-§31, §24, §16: Adam with decoupled weight decay, linear warmup then cosine decay,
-// N(0, 0.02) init, dropout 0.1 on residual branches, embeddings and attention).
+// TRAINING DRIVERS: data, the training loop for every objective, bench, fine-tuning as a command,
+// generation with a key/value cache, the loss plot.
 // ================================================================================================
-
-// AdamW (Loshchilov & Hutter): for each parameter theta with gradient g, at step t = 1, 2, ...
-//   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2,
-//   mhat = m / (1 - beta1^t),      vhat = v / (1 - beta2^t),
-//   theta -= lr (mhat / (sqrt(vhat) + eps) + wd theta)     (wd only for matrices: decays())
-struct AdamW {
-    double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
-    long long t = 0;  // steps taken
-    Params<float> m, v;
-};
-bool decays(const std::string& name, const Tensor<float>& t);  // matrices yes; gains, biases, w_A/w_B no
-void adamw_init(const Config& c, AdamW& opt);
-void adamw_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr);
-
-// Learning rate at step s = 0 .. steps-1: linear warmup from lr/warmup to lr over `warmup` steps,
-// then cosine decay from lr to min_lr at the last step.
-double lr_schedule(long long s, long long steps, long long warmup, double lr, double min_lr);
-// The same warmup, then linear decay from lr to min_lr at the last step (the GPT-1 paper's
-// fine-tuning schedule).
-double lr_linear(long long s, long long steps, long long warmup, double lr, double min_lr);
-// Global gradient norm ||g|| over every tensor; if it exceeds max_norm (> 0), scale g by
-// max_norm / ||g||. Returns the norm before clipping.
-double clip_grad_norm(const Config& c, Params<float>& g, double max_norm);
-// One training step (formulas §29-§31): zero g, add into it the gradients of `accum` batches
-// (loss_and_grad adds one batch's mean-loss gradient and returns its loss), take their mean, clip
-// it to global norm max_norm (0: no clipping), one AdamW step at rate lr. The step's loss is the
-// batches' mean; norm is the gradient's norm before clipping. A loss or norm that is not finite
-// leaves p untouched.
-struct StepResult {
-    double loss = 0, norm = 0;
-};
-StepResult train_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr, double max_norm,
-                      int accum, const std::function<double(Params<float>&)>& loss_and_grad);
-
 // A character-level vocabulary: the distinct bytes of a text, sorted; id = index. BERT/RoBERTa add
 // three special tokens after them ([CLS]/<s>, [SEP]/</s>, [MASK]/<mask>).
 struct CharVocab {
@@ -1155,8 +1210,6 @@ Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& cac
 template <typename T>
 std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> prompt, int new_tokens,
                           double temperature, int top_k, Rng& rng);
-// Draw one id from logits z (V) with temperature and top-k (exposed for tests).
-int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng);
 
 // The held-out accuracy of a model on the built-in addition task (greedy answers, all 4 digits right).
 double addition_accuracy(const Config& c, const Params<float>& p, const CharVocab& vocab, int problems, uint64_t seed);
@@ -1271,9 +1324,8 @@ void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& i
 void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs);
 
 // ================================================================================================
-// THE TOKENIZER OF A CHECKPOINT, EXPORT: which text <-> ids mapping a model was trained
-// with, kept in its metadata so that sample and eval need no tokenizer flags; and the way out to
-// Hugging Face's GPT2LMHeadModel layout.
+// THE TOKENIZER OF A CHECKPOINT: which text <-> ids mapping a model was trained with, kept in its
+// metadata so that sample and eval need no tokenizer flags; the memory of a training run.
 // ================================================================================================
 // Recorded in the metadata under a kind string:
 //   no "tokenizer", "vocab"   characters: "vocab" = CharVocab::to_metadata() (every older checkpoint)
@@ -1291,49 +1343,6 @@ Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const
 // tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
 // A text that is not UTF-8 is an Error naming `where` (a quoted file name or a flag) and the byte offset.
 std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
-// llm.c's token files (dev/data/*.bin, e.g. its tiny Shakespeare and FineWeb in GPT-2's tokens):
-// a header of 256 little-endian int32 (magic 20240520, version 1, the number of tokens N, the rest
-// 0), then N uint16 token ids. A text tokenized once is read by train and eval in no time. This
-// program's own token files carry the text "written by transformer" at byte 64 of the header
-// (where llm.c's readers see zeros they ignore), so that tokenize --out replaces only its own.
-constexpr int32_t TOKEN_FILE_MAGIC = 20240520;
-bool is_token_file(const std::string& bytes);      // starts with the magic
-bool is_own_token_file(const std::string& bytes);  // and carries this program's mark
-// The ids of a token file; throws Error naming `name` on a short header, another version, a size
-// that is not the header's 1024 bytes plus 2 N, or an id >= V (the tokenizer's size).
-std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V = 65536);
-// The file's bytes; throws Error if an id is outside 0..65535 (uint16).
-std::string token_file_bytes(const std::vector<int>& ids);
-
-// Export: DIR/model.safetensors and DIR/config.json as Hugging Face's GPT2LMHeadModel reads them,
-// the inverse of the import in load_model (names and Conv1D layout: see import_hf_gpt2):
-//   W_e -> wte.weight, W_p -> wpe.weight, layers.l.ln_1.gamma/beta -> h.l.ln_1.weight/bias (ln_2, ln_f),
-//   [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A] -> h.l.attn.c_attn.weight (H x 3H), b likewise
-//   (zeros when the model has no attention biases), W_O, b_O -> h.l.attn.c_proj, W_1, b_1 -> h.l.mlp.c_fc,
-//   W_2, b_2 -> h.l.mlp.c_proj. No lm_head.weight: it is tied to wte. activation_function: gelu_new
-//   (gelu_tanh), gelu (gelu_erf), relu, quick_gelu (the formulas' gelu_sigmoid, x sigmoid(1.702 x)).
-// Why c cannot be exported ("" if it can): only the gpt2 variant, with D A = H, no fine-tuning head
-// W_y and no XLNet vector w.
-std::string hf_gpt2_export_problem(const Config& c);
-std::string hf_gpt2_config_json(const Config& c, int eos_id);  // eos_id -1: GPT2Config's default
-// Throws Error unless dir can take a command's files `names`: a name whose parent directory exists
-// and is writable (the caller creates it), an empty writable directory, or one that an earlier run
-// of the command wrote: it holds none but `names`, and its file `marker` carries this program's mark
-// (file_has_mark). A directory of released weights, or of anything else, is never written into.
-void check_output_dir(const std::string& dir, const std::string& role, const std::vector<std::string>& names,
-                      const std::string& marker);
-// The first 4 KB of the file hold this program's mark ("written_by": "transformer" in a JSON file,
-// the words "written by transformer" in a text).
-bool file_has_mark(const std::string& path);
-// The files export writes into its directory (the tokenizer's two only with GPT-2's tokenizer; an
-// earlier export's are removed otherwise).
-extern const std::vector<std::string> HF_EXPORT_FILES;
-// Writes DIR/model.safetensors (metadata: "format" = "pt" plus extra_metadata, e.g. the tokenizer)
-// and DIR/config.json, each through AtomicFile; DIR is created if missing. With a gpt2-bpe tokenizer
-// in extra_metadata also DIR/vocab.json and DIR/merges.txt (GPT2Tokenizer's files).
-// input: the checkpoint exported, which no output may overwrite.
-void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>& p,
-                    const std::map<std::string, std::string>& extra_metadata = {}, const std::string& input = "");
 // Bytes the training loop holds for a model: parameters, gradients, AdamW's m and v (4 bytes per
 // float each), and an estimate of one step's activations (forward caches and logits at B x n; a
 // masked LM de-embeds about 15% of its rows).
@@ -1341,9 +1350,11 @@ struct TrainMemory {
     double params = 0, grads = 0, adam = 0, activations = 0;
 };
 TrainMemory train_memory(const Config& c, int B, int n);
+// ================================================================================================
 // TOKENIZERS of the released GPT-1 and BERT: BERT's normaliser and pre-tokeniser, then
 // GPT-1's BPE (end-of-word suffix "</w>") or BERT's WordPiece (continuation prefix "##"), as Hugging
-// Face's fast tokenizers for openai-gpt and bert-base-uncased do it.
+// Face's fast tokenizers for openai-gpt and bert-base-uncased do it; llm.c's token files; the one
+// Tokenizer of the commands.
 // ================================================================================================
 // BERT's normaliser (BertNormalizer with lowercase, hence strip_accents) on UTF-8 text, in order:
 //   1. clean: drop U+0000, U+FFFD and every character of category Cc, Cf, Cn, Co or Cs except \t \n \r;
@@ -1382,6 +1393,20 @@ struct GPT1BPE {
 // their concatenation must be symbols); throws Error naming what is malformed.
 GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
 GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+
+// llm.c's token files (dev/data/*.bin, e.g. its tiny Shakespeare and FineWeb in GPT-2's tokens):
+// a header of 256 little-endian int32 (magic 20240520, version 1, the number of tokens N, the rest
+// 0), then N uint16 token ids. A text tokenized once is read by train and eval in no time. This
+// program's own token files carry the text "written by transformer" at byte 64 of the header
+// (where llm.c's readers see zeros they ignore), so that tokenize --out replaces only its own.
+constexpr int32_t TOKEN_FILE_MAGIC = 20240520;
+bool is_token_file(const std::string& bytes);      // starts with the magic
+bool is_own_token_file(const std::string& bytes);  // and carries this program's mark
+// The ids of a token file; throws Error naming `name` on a short header, another version, a size
+// that is not the header's 1024 bytes plus 2 N, or an id >= V (the tokenizer's size).
+std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V = 65536);
+// The file's bytes; throws Error if an id is outside 0..65535 (uint16).
+std::string token_file_bytes(const std::vector<int>& ids);
 
 // BERT's WordPiece (uncased): each word, if longer than 100 characters [UNK], else split greedily
 // into the longest pieces in the vocabulary from the left, pieces after the first written "##...";
