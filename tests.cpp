@@ -44,7 +44,7 @@
 //     XLNet
 //     AdamW, learning-rate schedule                   TRAINING
 //     Sampling
-//     mutants                                         (Part I functions; docs/mutation.md)
+//     Mistakes a student makes                        (Part I functions; docs/mutation.md)
 //   PART II. THE MACHINERY
 //     The vectorised forms                            THE FAST MATRIX PRODUCT AND THE MEMORY POOL
 //     Files and failures                              FILES
@@ -3543,6 +3543,51 @@ TEST_CASE("objective: mlm_corrupt frequencies (15% chosen; 80% [MASK], 10% rando
     CHECK(e3.targets != e.targets);
 }
 
+// Draw by draw: every position that is not [CLS] or [SEP] takes one uniform() (chosen when below
+// p_select), a chosen one takes one more (< 0.8: [MASK]; < 0.9: below(V), a random token; else kept),
+// and a sequence with nothing chosen has one of its candidates chosen by below(#candidates). The
+// expected result is built from a copy of the Rng, step by step, and the two Rngs end in one state.
+TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without a forced choice") {
+    const Config c = preset("tiny-bert");
+    const int B = 3, n = 6;
+    // [CLS] a b [SEP] c [SEP] | a short sequence that p_select 0.15 often leaves empty | ...
+    std::vector<int> x = {c.cls_id, 5, 6, c.sep_id, 7, c.sep_id, c.cls_id, 8, c.sep_id, c.sep_id, c.sep_id, c.sep_id,
+                          c.cls_id, 9, 10, 11, 12, c.sep_id};
+    int forced = 0, kinds[3] = {0, 0, 0};
+    for (uint64_t seed = 0; seed < 60; seed++) {
+        Rng r(seed), copy(seed);
+        const MLMExample e = mlm_corrupt(x, B, n, c, r);
+        std::vector<int> tokens = x, targets(x.size(), -1);
+        for (int b = 0; b < B; b++) {
+            std::vector<int> cand;
+            bool any = false;
+            auto choose = [&](int i) {
+                targets[i] = x[i];
+                const double u = copy.uniform();
+                const int kind = u < 0.8 ? 0 : u < 0.9 ? 1 : 2;
+                kinds[kind]++;
+                if (kind == 0) tokens[i] = c.mask_id;
+                if (kind == 1) tokens[i] = copy.below(c.V);
+            };
+            for (int i = 0; i < n; i++) {
+                const int k = b * n + i;
+                if (x[k] == c.cls_id || x[k] == c.sep_id) continue;
+                cand.push_back(k);
+                if (copy.uniform() < 0.15) choose(k), any = true;
+            }
+            if (!any && !cand.empty()) choose(cand[copy.below((int)cand.size())]), forced++;
+        }
+        INFO("seed " << seed);
+        CHECK(e.tokens == tokens);
+        CHECK(e.targets == targets);
+        CHECK(r.next() == copy.next());
+    }
+    CHECK(forced > 10);  // the cases reach every branch
+    CHECK(kinds[0] > 0);
+    CHECK(kinds[1] > 0);
+    CHECK(kinds[2] > 0);
+}
+
 TEST_CASE("objective: mlm_corrupt chooses at least one position per sequence, never [CLS]/[SEP]") {
     const Config c = preset("tiny-roberta");
     const int B = 500, n = 3;
@@ -3589,6 +3634,20 @@ TEST_CASE("finetune: GPT-1's input transformations and the padded batch") {
     CHECK(b.targets == V{1, 12, -1, -1, -1, 1, 2, 3, 12, -1});
     CHECK(at == V{2, 4});
     M_CHECK_TF_ERROR(gpt1_batch({{1, 2, 3, 4, 5, 6}}, 5, 0, at), "6 tokens", "n = 5");
+}
+
+TEST_CASE("finetune: the head's shapes: W_y is H x 1 for multiple choice, similarity takes K = 2, classify K = 1") {
+    const Config c = preset("tiny-gpt2");
+    const Params<double> p = m_model<double>(c, 3, 0.5);
+    std::vector<int> at;
+    const Batch b = gpt1_batch({{1, 2, 3}, {4, 5}, {6, 7, 8}}, 4, 0, at);  // B = 3 sequences
+    const TD P = finetune_probs(c, p, TD(c.H, 1), FinetuneTask::multiple_choice, 3, b, at);
+    CHECK(P.shape == std::vector<int>{1, 3});
+    M_CHECK_TF_ERROR(finetune_probs(c, p, TD(c.H, 2), FinetuneTask::multiple_choice, 3, b, at), "multiple choice", "W_y");
+    M_CHECK_TF_ERROR(finetune_probs(c, p, TD(3 * c.H, 2), FinetuneTask::similarity, 3, b, at), "similarity takes K = 2");
+    M_CHECK_TF_ERROR(finetune_probs(c, p, TD(3 * c.H, 2), FinetuneTask::classify, 3, b, at), "classify takes K = 1");
+    M_CHECK_TF_ERROR(finetune_probs(c, p, TD(2 * c.H, 2), FinetuneTask::classify, 1, b, at), "W_y", "needs " + std::to_string(c.H) + " rows");
+    M_CHECK_TF_ERROR(finetune_probs(c, p, TD(c.H, 2), FinetuneTask::classify, 2, b, at), "B = 3 is not a multiple of K = 2");
 }
 
 TEST_CASE("finetune: multiple choice takes L1 on the right answer's sequence only") {
@@ -4109,8 +4168,63 @@ TEST_CASE("sample: sample_logits greedy, reproducible, top-k restricted") {
     CHECK(top == 500);
 }
 
+// Exact, not statistical: for one Rng state the draw is determined. The reference below follows the
+// formula: the kept ids (the top_k largest logits, or all V in id order), weights
+// w_j = exp((z_j - max z) / T), u = uniform() * sum w, and the first id whose cumulative weight passes u.
+TEST_CASE("sample: sample_logits draws exactly the id whose cumulative weight passes u * sum, for every T and top_k") {
+    const std::vector<float> z = {0.1f, 2.0f, -1.0f, 1.5f, 1.9f, 0.0f, -3.0f, 1.0f, 0.5f, -0.5f};
+    const int V = (int)z.size();
+    std::map<int, int> drawn;
+    for (double T : {0.5, 1.0, 2.0})
+        for (int top_k : {0, 1, 3, 9, 10, 11})
+            for (uint64_t seed = 0; seed < 40; seed++) {
+                const int k = (top_k > 0 && top_k < V) ? top_k : V;
+                std::vector<int> ids(V);
+                for (int j = 0; j < V; j++) ids[j] = j;
+                if (k < V) {
+                    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return z[a] > z[b]; });
+                    ids.resize(k);
+                }
+                float z_max = z[ids[0]];
+                for (int i : ids) z_max = std::max(z_max, z[i]);
+                std::vector<double> w;
+                double sum = 0;
+                for (int i : ids) w.push_back(std::exp((z[i] - z_max) / T)), sum += w.back();
+                Rng r(seed), copy(seed);
+                double u = copy.uniform() * sum;
+                int expected = ids.back();
+                for (int j = 0; j < k; j++) {
+                    if (u < w[j]) {
+                        expected = ids[j];
+                        break;
+                    }
+                    u -= w[j];
+                }
+                const int got = sample_logits(z, T, top_k, r);
+                INFO("T " << T << ", top_k " << top_k << ", seed " << seed);
+                CHECK(got == expected);
+                CHECK(r.next() == copy.next());  // one uniform() drawn, no more
+                if (k < V) CHECK(std::count(ids.begin(), ids.end(), got) == 1);
+                drawn[got]++;
+            }
+    CHECK(drawn.size() == (std::size_t)V);  // every id is drawn somewhere: the cases above reach all of them
+    // The check for non-finite logits reads every id, the last too, and no further: the element after
+    // the end (inside the vector's capacity) is NaN here.
+    std::vector<float> bad = z;
+    bad.back() = std::numeric_limits<float>::infinity();
+    Rng r(1);
+    M_CHECK_TF_ERROR(sample_logits(bad, 1.0, 0, r), "not finite", "token id 9");
+    std::vector<float> padded;
+    padded.reserve(z.size() + 1);
+    padded.assign(z.begin(), z.end());
+    padded.push_back(std::numeric_limits<float>::quiet_NaN());
+    padded.pop_back();
+    CHECK(sample_logits(padded, 0.0, 0, r) == 1);
+    CHECK(sample_logits(padded, 1.0, 3, r) >= 0);
+}
+
 // ================================================================================================
-// mutants: test cases that kill mutants `make mutants` found surviving (docs/mutation.md)
+// Mistakes a student makes: cases that fail for wrong versions `make mutants` found passing (docs/mutation.md)
 // ================================================================================================
 namespace {
 // FFN_backward in float (training's path, activation_derivative_array) against double
@@ -4162,7 +4276,7 @@ double m_numeric(const Config& c, Params<double>& p, const Batch& b, double& x) 
 }
 }  // namespace
 
-TEST_CASE("mutants: FFN_backward's float path equals the double path (relu and every GELU form)") {
+TEST_CASE("FFN_GELU: FFN_backward's float path equals the double path (relu and every GELU form)") {
     uint64_t seed = 9101;
     for (Activation a : {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf}) {
         CAPTURE(activation_name(a));
@@ -4170,7 +4284,7 @@ TEST_CASE("mutants: FFN_backward's float path equals the double path (relu and e
     }
 }
 
-TEST_CASE("mutants: lr_linear, hand-computed step by step (warm-up, decay, last step, past the end)") {
+TEST_CASE("lr_schedule: lr_linear, hand-computed step by step (warm-up, decay, last step, past the end)") {
     // steps 7, warmup 3, lr 0.9, min_lr 0.3: warm-up 0.3, 0.6, 0.9; then span = 7 - 1 - 3 = 3 steps
     // down to min_lr: 0.9, 0.7, 0.5, 0.3 at the last step (6), and 0.3 after it.
     const double want[] = {0.3, 0.6, 0.9, 0.9, 0.7, 0.5, 0.3, 0.3, 0.3};
@@ -4190,7 +4304,7 @@ TEST_CASE("mutants: lr_linear, hand-computed step by step (warm-up, decay, last 
     CHECK(lr_linear(1, 1, 0, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
 }
 
-TEST_CASE("mutants: lr_schedule (cosine), hand-computed step by step (warm-up, decay, last step, past the end)") {
+TEST_CASE("lr_schedule: the cosine schedule, hand-computed step by step (warm-up, decay, last step, past the end)") {
     // steps 7, warmup 3, lr 0.9, min_lr 0.3: warm-up 0.3, 0.6, 0.9; then
     // min_lr + (1 + cos(pi r)) / 2 (lr - min_lr) for r = 0, 1/3, 2/3, 1: 0.9, 0.75, 0.45, 0.3.
     const double want[] = {0.3, 0.6, 0.9, 0.9, 0.75, 0.45, 0.3, 0.3, 0.3};
@@ -4207,7 +4321,7 @@ TEST_CASE("mutants: lr_schedule (cosine), hand-computed step by step (warm-up, d
     CHECK(lr_schedule(2, 3, 0, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
 }
 
-TEST_CASE("mutants: embed_backward sends a BERT row's gradient to w_A when t_i = 0 or there are no segments") {
+TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or there are no segments") {
     const Config c = preset("tiny-bert");
     Params<double> p = m_model<double>(c, 17, 0.2);
     Batch b;
@@ -4241,7 +4355,7 @@ TEST_CASE("mutants: embed_backward sends a BERT row's gradient to w_A when t_i =
     }
 }
 
-TEST_CASE("mutants: key_padding_mask with a non-symmetric mask, hand-computed") {
+TEST_CASE("key_padding_mask: a non-symmetric mask, hand-computed") {
     // Mask(i, j) = 10 i + j + 1 (not symmetric); lengths 2 and 3: key j >= length is -inf.
     const TD Mask = TD::from(3, 3, {1, 2, 3, 11, 12, 13, 21, 22, 23});
     const double X = -INF;
@@ -4263,12 +4377,12 @@ TEST_CASE("mutants: key_padding_mask with a non-symmetric mask, hand-computed") 
     }
 }
 
-TEST_CASE("mutants: MultiHeadSA_backward with one head (A = 1), gradient-checked") {
+TEST_CASE("MultiHeadSA: MultiHeadSA_backward with one head (A = 1), gradient-checked") {
     mhsa_grad_check(Mask_AR<double>(4), 2, 1, 0.0, 9201, "A = 1, Mask_AR");
     mhsa_grad_check(Mask_BD<double>(3), 1, 1, 0.0, 9202, "A = 1, Mask_BD, biases", true);
 }
 
-TEST_CASE("mutants: apply_mask masks the first entry too (Mask(0, 0) = -inf), double and float") {
+TEST_CASE("apply_mask: the first entry is masked too (Mask(0, 0) = -inf), double and float") {
     const TD Mask = TD::from(2, 3, {-INF, 1, -INF, 1, -INF, 1});
     const TD S = TD::from(2, 3, {1, 2, 3, 4, 5, 6});
     const TD R = apply_mask(Mask, S);

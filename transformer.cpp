@@ -2131,8 +2131,8 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
     std::vector<double> w(k);
     double sum = 0;
     for (int j = 0; j < k; j++) sum += w[j] = std::exp((z[order[j]] - z_max) / temperature);
-    double u = rng.uniform() * sum;
-    for (int j = 0; j < k; j++) {
+    double u = rng.uniform() * sum;  // the first j whose cumulative weight passes u; the last if rounding leaves u beyond
+    for (int j = 0; j + 1 < k; j++) {
         if (u < w[j]) return order[j];
         u -= w[j];
     }
