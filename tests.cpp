@@ -1938,6 +1938,7 @@ TEST_CASE("MultiHeadSA: wrong shape") {
     CHECK_THROWS_NAMING(ShapeError, MultiHeadSA(TD(5, 4), Mask_AR<double>(2), p), "5x4", "2x2");
     CHECK_THROWS_NAMING(ShapeError, MultiHeadSA(TD(4, 3), Mask_AR<double>(2), p), "W_Q", "4x2", "3x2");
     CHECK_THROWS_NAMING(ShapeError, MultiHeadSA(TD(4, 4), TD(2, 3, 1.0), p), "4x4", "2x3");
+    CHECK_THROWS_NAMING(ShapeError, MultiHeadSA(TD(4, 4), TD::vector({0, 0}), p), "Mask must be a matrix", "2");
     CHECK_THROWS_NAMING(ShapeError, MultiHeadSA(TD::vector({1, 2, 3, 4}), Mask_AR<double>(1), p), "X", "4");
     {
         MultiHeadSAParams<double> q = p;
@@ -3139,13 +3140,13 @@ TEST_CASE("MLMHead: a value computed by hand (H = 2: the LayerNorm of two number
     Params<double> p;
     p.W_t = TD::from(2, 2, {1, 0, 0, 1}), p.b_t = TD::vector({0, 0});
     p.gamma_t = TD::vector({2, 1}), p.beta_t = TD::vector({0.5, 0});
-    p.W_e = TD::from(3, 2, {1, 0, 0, 1, 1, 1}), p.b_z = TD::vector({0, 1, 2});
+    p.W_e = TD::from(3, 2, {1, 0, 0, 1, 1, 1}), p.b_z = TD::vector({0.25, 1, 2});
     // U = [1, 0], GELU(U) = [0.841.., 0], LayerNorm -> [1, -1], * gamma + beta = [2.5, -1],
-    // Z = [2.5, -1] W_e^T + b_z = [2.5, -1 + 1, 1.5 + 2].
+    // Z = [2.5, -1] W_e^T + b_z = [2.5 + 0.25, -1 + 1, 1.5 + 2].
     MLMHeadCache<double> k;
     const TD Z = MLMHead(c, p, TD::from(1, 2, {1, 0}), &k);
     REQUIRE(Z.shape == std::vector<int>{1, 3});
-    CHECK(Z(0, 0) == doctest::Approx(2.5).epsilon(1e-9));
+    CHECK(Z(0, 0) == doctest::Approx(2.75).epsilon(1e-9));
     CHECK(Z(0, 1) == doctest::Approx(0.0).epsilon(1e-9));
     CHECK(Z(0, 2) == doctest::Approx(3.5).epsilon(1e-9));
     CHECK(k.U.data == std::vector<double>{1, 0});
@@ -3302,6 +3303,9 @@ TEST_CASE("RoBERTa: a <pad> among the ids takes position row padding_idx and is 
     // Without pad_id (RoBERTa as formulas §22 writes it, BERT, GPTs): token i gets row i, id 1 or not.
     CHECK(position_rows(preset("tiny-roberta"), {0, 5, 1, 7, 2}, 5) == std::vector<int>{0, 1, 2, 3, 4});
     CHECK(position_rows(preset("tiny-bert"), {0, 5, 1, 7, 2}, 5) == std::vector<int>{0, 1, 2, 3, 4});
+    CHECK(position_rows(c, {5, 1, 7}, 1) == std::vector<int>{0, -1, 0});  // sequences of one token each
+    M_CHECK_TF_ERROR(position_rows(c, {5, 1, 7}, 2), "3 tokens are not sequences of n = 2");
+    M_CHECK_TF_ERROR(position_rows(c, {5, 1, 7}, 0), "not sequences of n = 0");
 
     // X^(0) by hand: W_e[v] = v, W_p[i] = 100 (i + 1), w_pad = -1000 (every column), so row i of X^(0)
     // is x_i + the position's number: [0 + 100, 5 + 200, 1 - 1000, 7 + 300, 2 + 400].
