@@ -763,9 +763,13 @@ TEST_CASE("Tensor: one element past the end reads as a huge number; a write ther
         CHECK(d.ptr()[d.size() + 7] > 1e306);  // the whole guard, not only its first element
         std::uint32_t bits = 0;
         std::memcpy(&bits, f.ptr() + f.size(), 4);
-        CHECK(bits == 0x7F7F7F7Fu);  // read as an int id: 2139062143, far outside any vocabulary
+        CHECK((bits & 0xFFFFFF00u) == 0x7F7F7F00u);  // read as an int id: over 2139062016, far outside any vocabulary
         TF g = TF::uninit(4, 4);  // a block handed out again gets its guard again
         CHECK(g.ptr()[g.size()] > 3e38f);
+    }
+    {  // a loop that copies one element too far copies a guard into a guard: still caught
+        TD a(std::vector<int>{3}), b(std::vector<int>{3});
+        CHECK(std::memcmp(a.ptr() + 3, b.ptr() + 3, pool_guard_bytes) != 0);
     }
     for (int where : {0, 63}) {  // the first and the last byte of the guard
         int fds[2];
@@ -793,7 +797,7 @@ TEST_CASE("Tensor: one element past the end reads as a huge number; a write ther
         INFO("stderr: " << err);
         CHECK(WIFSIGNALED(status));
         CHECK(WTERMSIG(status) == SIGABRT);
-        CHECK(err.find("memory written past the end of a tensor of 16 bytes") != std::string::npos);
+        CHECK(err.find("memory written past the end of a tensor of 16 bytes (within bytes " + std::to_string(where / 4 * 4)) != std::string::npos);
     }
 }
 
@@ -2699,6 +2703,29 @@ TEST_CASE("parameters: named tensors of every tiny preset add up to the actual c
         CHECK(names.count("w_A") == (has_segments(c.variant) ? 1u : 0u));
         CHECK(names.count("ln_f.gamma") == (is_pre_ln(c.variant) ? 1u : 0u));
     }
+}
+
+TEST_CASE("parameters: scale_residual_init multiplies W^O and W_2 of every layer by 1/sqrt(2L), nothing else") {
+    Config c = preset("tiny-gpt2");
+    c.L = 3;
+    Params<double> p = make_params<double>(c);
+    init_params(c, p, 5);
+    Params<double> before = p;
+    scale_residual_init(c, p);
+    const double s = 1.0 / std::sqrt(6.0);  // GPT-2: the residual projections scaled by 1/sqrt(2L), L = 3
+    auto now = named_tensors(c, p);
+    auto was = named_tensors(c, before);
+    REQUIRE(now.size() == was.size());
+    int scaled = 0;
+    for (std::size_t k = 0; k < now.size(); k++) {
+        const std::string& name = now[k].name;
+        const bool residual = name.find("W_O") != std::string::npos || name.find("W_2") != std::string::npos;
+        scaled += residual;
+        INFO(name);
+        for (std::size_t i = 0; i < now[k].tensor->size(); i++)
+            CHECK((*now[k].tensor)[i] == (residual ? (*was[k].tensor)[i] * s : (*was[k].tensor)[i]));
+    }
+    CHECK(scaled == 2 * c.L);
 }
 
 TEST_CASE("parameters: init_params is reproducible, N(0, 0.02) matrices, gamma 1, beta and biases 0") {

@@ -2178,21 +2178,35 @@ std::size_t size_class(std::size_t bytes) {
     return (bytes + step - 1) / step * step;
 }
 constexpr std::align_val_t kBlockAlign{64};  // one cache line, a whole AVX-512 vector
-// The guard: pool_guard_bytes of 0x7F after every block's last byte. Read as a number it is huge
-// (float 3.4e38, double 1.4e306, int 2139062143), so a loop that reads one element too far spoils
-// its result visibly; a loop that writes one too far changes the guard, which is checked when the
-// block is freed: the program stops there with a message instead of running on with memory that
-// is not what it seems. This is how the tests see an off-by-one loop bound in an optimised build.
-constexpr unsigned char kGuardByte = 0x7F;
-void write_guard(void* p, std::size_t bytes) { std::memset((char*)p + bytes, kGuardByte, pool_guard_bytes); }
+// The guard: pool_guard_bytes after every block's last byte, 16 words of 4 bytes 0x7F7F7Fss, where
+// the byte ss depends on the block's address and the word. Read as a number it is huge (float
+// 3.4e38, double 1.4e306, int > 2.1e9), so a loop that reads one element too far spoils its result
+// visibly; a loop that writes one too far changes the guard (even when it copies another block's
+// guard, whose bytes ss differ), which is checked when the block is freed: the program stops there
+// with a message instead of running on with memory that is not what it seems. This is how the
+// tests see an off-by-one loop bound in an optimised build.
+uint32_t guard_word(const void* p, std::size_t k) {
+    const uint64_t h = ((uint64_t)(std::uintptr_t)p + k) * 0x9E3779B97F4A7C15ull;
+    return 0x7F7F7F00u | (uint32_t)(h >> 56);
+}
+void write_guard(void* p, std::size_t bytes) {
+    char* g = (char*)p + bytes;
+    for (std::size_t k = 0; k < pool_guard_bytes / 4; k++) {
+        const uint32_t w = guard_word(p, k);
+        std::memcpy(g + 4 * k, &w, 4);
+    }
+}
 void check_guard(const void* p, std::size_t bytes) noexcept {
-    const unsigned char* g = (const unsigned char*)p + bytes;
-    for (std::size_t k = 0; k < pool_guard_bytes; k++)
-        if (g[k] != kGuardByte) {
-            std::fprintf(stderr, "error: memory written past the end of a tensor of %zu bytes (byte %zu after its "
-                         "end): a loop runs too far; stopping\n", bytes, k);
+    const char* g = (const char*)p + bytes;
+    for (std::size_t k = 0; k < pool_guard_bytes / 4; k++) {
+        uint32_t w;
+        std::memcpy(&w, g + 4 * k, 4);
+        if (w != guard_word(p, k)) {
+            std::fprintf(stderr, "error: memory written past the end of a tensor of %zu bytes (within bytes %zu-%zu after its "
+                         "end): a loop runs too far; stopping\n", bytes, 4 * k, 4 * k + 3);
             std::abort();
         }
+    }
 }
 }  // namespace
 
