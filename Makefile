@@ -348,14 +348,15 @@ assignments-check:
 
 # ---- make mutants: mutation testing of the formula functions -----------------------------------
 # make mutants FUNC=LayerNorm_backward [TESTS="LayerNorm*"] [MAX=n] [TIMEOUT=120]
-# make mutants-all [FUNCS="name[:tests-pattern] ..."] [MAX=25]
+# make mutants-all [FUNCS="name[:tests-pattern] ..."] [MAX=25]   (default FUNCS: MUTANT_FUNCS, Part I)
+# make mutants-assignments [MAX=3]   (each assignment's functions against its own test command)
 # Copies the project into a temporary directory, finds the body of FUNC in transformer.cpp as
 # `make handout` does (its definition on a line starting in column 0, body up to the closing brace
 # in column 0), and makes, one at a time, the mistakes a student makes inside that body only:
 # + <-> -, < <-> <=, > <-> >=, * -> /, loop bounds one past the end (< n -> < n + 1) or one late
 # (= 0 -> = 1), constants (0.5 -> 1.0, 2 -> 1, 1 -> 0), a statement dropped, the two indices of
 # X(i, j) swapped. Each mutant: transformer.cpp recompiled at MUT_OPT, linked with a tests.o
-# built once (in build-mutants/), the test cases matching TESTS (doctest -tc, default all) run
+# built once (in MUT_BUILD, build-mutants/), the test cases matching TESTS (doctest -tc, default all) run
 # under `timeout TIMEOUT`. A mutant is KILLED when a test fails (or times out), SURVIVED when all
 # pass; one that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
 # BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
@@ -372,11 +373,43 @@ SAN         ?= 0
 mut_comma   := ,
 MUT_SAN     := $(if $(filter 1,$(SAN)),-fsanitize=address$(mut_comma)undefined -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS)
 TESTS       ?=
-MUTANT_FUNCS := diag_backward:diag* Softmax_backward:Softmax* apply_mask:apply_mask*,Attention* \
-                Attention_backward:Attention* MultiHeadSA_backward:MultiHeadSA* \
-                FFN_backward:FFN* LayerNorm_backward:LayerNorm* CrossEntropy_backward:CrossEntropy* \
-                embed_backward:BERT*,GPT:*,embed_backward* key_padding_mask:key_padding_mask* \
-                lr_linear:lr_* lr_schedule:lr_*
+# The formula functions of Part I, each with the test cases of its module (docs/mutation.md).
+MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multiply_inplace:dropout* \
+                next_token_targets:objective* mlm_corrupt:objective* \
+                gpt1_classify_input:finetune:?GPT-1*,finetune:?padding* \
+                gpt1_entailment_input:finetune:?GPT-1*,finetune:?padding* \
+                gpt1_similarity_inputs:finetune:?GPT-1*,finetune:?gradient* \
+                gpt1_multiple_choice_inputs:finetune:?GPT-1*,finetune:?multiple* \
+                gpt1_batch:finetune:?GPT-1*,finetune:?padding* \
+                extract_rows:finetune:?GPT-1*,finetune:?gradient*,finetune:?padding*,finetune:?BERT* \
+                head_logits:finetune:?gradient*,finetune:?BERT*,finetune:?padding* \
+                finetune_loss:finetune:?gradient*,finetune:?multiple*,finetune:?BERT* \
+                permutation_ranks:xlnet:?Mask*,xlnet:?the*,xlnet:?predicting* Mask_XL:xlnet:?Mask*,xlnet:?the* \
+                xlnet_forward:xlnet:?gradient*,xlnet:?one*,xlnet:?the*,xlnet:?predicting* \
+                xlnet_loss:xlnet:?gradient*,xlnet:?one*,xlnet:?predicting* clip_grad_norm:AdamW*,train_step* \
+                adamw_step:AdamW*,train_step* decays:AdamW* train_step:train_step* position_rows:RoBERTa*,GPT:* \
+                layer_mask:GPT-3* Mask_ST:Mask_*,GPT-3* activation:FFN* \
+                activation_derivative:FFN* activation_array:FFN* \
+                activation_derivative_array:FFN* vexp:Softmax* softmax_row:Softmax* \
+                softmax_backward_row:Softmax* lanes_sum:LayerNorm* LayerNorm:LayerNorm* \
+                MLMHead:BERT*,RoBERTa*,model_loss* MLMHead_backward:BERT*,RoBERTa*,model_loss* \
+                head_bias:MultiHeadSA*,GPT-2:?whole* MultiHeadSA:MultiHeadSA* CrossEntropy_logits:CrossEntropy* \
+                init_params:parameters* scale_residual_init:parameters* diag:diag* Stack:Stack* OneHot:OneHot* \
+                Embedding:Embedding* Embedding_backward:Embedding* Softmax:Softmax* Softmax_backward:Softmax* \
+                Mask_BD:Mask_* Mask_AR:Mask_* apply_mask:apply_mask*,Attention* Attention:Attention* \
+                Attention_backward:Attention* Concat:Concat* Concat_backward:Concat* \
+                MultiHeadSA_backward:MultiHeadSA* FFN:FFN* FFN_backward:FFN* LayerNorm_backward:LayerNorm* \
+                CrossEntropy:CrossEntropy* CrossEntropy_backward:CrossEntropy* \
+                embed_forward:GPT*,BERT*,RoBERTa*,embed_backward* embed_backward:BERT*,GPT:*,embed_backward* \
+                key_padding_mask:key_padding_mask*,finetune:?BERT* pre_ln_block_forward:GPT-2*,GPT-3* \
+                pre_ln_block_backward:GPT-2*,GPT-3* post_ln_block_forward:GPT:*,BERT* \
+                post_ln_block_backward:GPT:*,BERT* model_backward:GPT-2*,BERT*,model_loss* \
+                model_loss:model_loss*,objective* gather_rows:model_loss*,BERT* \
+                xlnet_query_probs:xlnet:?gradient*,xlnet:?one*,xlnet:?predicting* lr_linear:lr_* \
+                lr_schedule:lr_*
+# Each assignment's functions against that assignment's own test command (ASSIGNMENT_N_TESTS).
+space := $(subst ,, )
+MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(n)_FUNCS),$(f):$(subst $(space),?,$(call TESTS_OF,$(n)))))
 
 # awk -v from=A -v to=B: one line per mutant of lines A..B of transformer.cpp:
 #     line <TAB> operator <TAB> the mutated line
@@ -465,11 +498,14 @@ FNR >= from && FNR <= to {
 }
 endef
 
-.PHONY: mutants mutants-all
+.PHONY: mutants mutants-all mutants-assignments
 mutants: export MUTANT_GEN_AWK := $(value MUTANT_GEN)
 mutants: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
 mutants-all: export MUTANT_GEN_AWK := $(value MUTANT_GEN)
 mutants-all: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
+# make mutants-assignments [MAX=3]: make mutants-all over MUTANT_ASSIGNMENT_FUNCS.
+mutants-assignments:
+	@$(MAKE) --no-print-directory mutants-all FUNCS='$(MUTANT_ASSIGNMENT_FUNCS)' MAX='$(if $(filter-out 0,$(MAX)),$(MAX),3)'
 mutants mutants-all: | doctest
 	@$(MAKE) --no-print-directory BUILD=$(MUT_BUILD) OPT="$(MUT_OPT)" $(MUT_BUILD)/tests.o >/dev/null
 	@set -ef; \

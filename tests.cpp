@@ -1621,7 +1621,10 @@ TEST_CASE("Attention: wrong shape") {
                         "3x3");
     TD drop(2, 2, 1.0);
     CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 4), TD(3, 4), Mask_BD<double>(3), kNoAttCache, &drop),
-                        "3x3", "2x2");
+                        "Attention", "dropout_scale", "3x3", "2x2");
+    // A vector K (with V and Mask to match it as one key) is not a matrix: an error, not one key.
+    CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD::vector({1, 2, 3, 4}), TD::vector({1, 2, 3, 4}), TD(3, 1, 1.0)),
+                        "Attention: K must be a matrix");
     CHECK_THROWS_NAMING(ShapeError, Attention(TD::vector({1, 2}), TD::vector({1, 2}), TD::vector({1, 2}),
                                               Mask_BD<double>(1)),
                         "Q");
@@ -1968,7 +1971,7 @@ TEST_CASE("MultiHeadSA: wrong shape") {
     TD X = randn(4, 4, rng);
     MultiHeadSA(X, Mask_AR<double>(2), p, &c);
     MultiHeadSAParams<double> g = zeros_like(p);
-    CHECK_THROWS_NAMING(ShapeError, MultiHeadSA_backward(X, p, c, TD(4, 3), g), "4x4", "4x3");
+    CHECK_THROWS_NAMING(ShapeError, MultiHeadSA_backward(X, p, c, TD(4, 3), g), "MultiHeadSA_backward", "dY", "4x4", "4x3");
 }
 
 TEST_CASE("MultiHeadSA: an empty mask or a cache from another call throws instead of crashing") {
