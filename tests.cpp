@@ -3151,6 +3151,40 @@ TEST_CASE("dropout: 0 is the plain forward; > 0 changes the loss; evaluation is 
     }
 }
 
+// Every dropout site of formulas §16 draws its own mask when dropout > 0: the embedding and, in
+// every layer, both residual branches, each (B*n) x H of 0 and 1/(1-p), about a fraction p zero.
+TEST_CASE("dropout: every site draws a mask: the embedding and both residual branches of every layer") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Params<float> p = m_model<float>(c, 43, 0.1);
+        const Batch b = m_batch(c, 44);
+        Rng rng(2);
+        ForwardOptions on;
+        on.dropout = 0.25, on.rng = &rng;
+        ForwardCache<float> k;
+        model_forward(c, p, b, &k, on);
+        const int rows = b.B * b.n;
+        auto check_mask = [&](const TF& m, const char* site, int layer) {
+            INFO(site << " of layer " << layer);
+            REQUIRE(m.shape == std::vector<int>{rows, c.H});
+            std::size_t zeros = 0;
+            for (float v : m.data) {
+                CHECK((v == 0.0f || v == 1.0f / 0.75f));
+                zeros += v == 0.0f;
+            }
+            CHECK(zeros > m.size() / 10);
+            CHECK(zeros < m.size() * 2 / 5);
+        };
+        check_mask(k.drop_emb, "the embedding", 0);
+        REQUIRE((int)k.blocks.size() == c.L);
+        for (int l = 0; l < c.L; l++) {
+            check_mask(k.blocks[l].drop_attn, "the attention branch", l + 1);
+            check_mask(k.blocks[l].drop_ffn, "the FFN branch", l + 1);
+        }
+    }
+}
+
 // ================================================================================================
 // The released BERT's additions: the masked-LM head (MLMHead), the embedding LayerNorm, the pooler
 // ================================================================================================
@@ -4242,6 +4276,17 @@ TEST_CASE("sample: sample_logits draws exactly the id whose cumulative weight pa
                 drawn[got]++;
             }
     CHECK(drawn.size() == (std::size_t)V);  // every id is drawn somewhere: the cases above reach all of them
+    // Logits far apart: the weights are exp((z - max z) / T), so nothing overflows (exp(z - z_1) would).
+    const std::vector<float> far = {-1000.0f, 0.0f, 1.0f};
+    std::set<int> seen;
+    for (uint64_t seed = 0; seed < 30; seed++) {
+        Rng r(seed), copy(seed);
+        const double w1 = std::exp(-1.0), sum = std::exp(-1001.0) + w1 + 1.0, u = copy.uniform() * sum;
+        const int expected = u < std::exp(-1001.0) ? 0 : u < std::exp(-1001.0) + w1 ? 1 : 2;
+        CHECK(sample_logits(far, 1.0, 0, r) == expected);
+        seen.insert(expected);
+    }
+    CHECK(seen == std::set<int>{1, 2});
     // The check for non-finite logits reads every id, the last too, and no further: the element after
     // the end (inside the vector's capacity) is NaN here.
     std::vector<float> bad = z;
