@@ -3058,6 +3058,32 @@ TEST_CASE("GPT-2: model_forward rejects bad batches with a message") {
     M_CHECK_TF_ERROR(model_loss(c, p, b, (Params<float>*)nullptr, o), "random generator");
 }
 
+TEST_CASE("model_forward: logit_rows picks rows of X^(L), the first and the last included; model_backward checks dZ's shape") {
+    const Config c = preset("tiny-bert");
+    const Params<double> p = m_model<double>(c, 45, 0.2);
+    const Batch b = m_batch(c, 46);
+    const TD all = model_forward(c, p, b);
+    const int last = b.B * b.n - 1;
+    const std::vector<int> rows = {0, last, 3};
+    ForwardOptions o;
+    o.logit_rows = &rows;
+    ForwardCache<double> k;
+    const TD some = model_forward(c, p, b, &k, o);
+    REQUIRE(some.shape == std::vector<int>{3, c.V});
+    for (int r = 0; r < 3; r++)
+        for (int v = 0; v < c.V; v++) CHECK(some(r, v) == all(rows[r], v));
+    const std::vector<int> outside = {last + 1}, negative = {-1};
+    o.logit_rows = &outside;
+    M_CHECK_TF_ERROR(model_forward(c, p, b, &k, o), "logit_rows: row " + std::to_string(last + 1) + " is outside 0.." + std::to_string(last));
+    o.logit_rows = &negative;
+    M_CHECK_TF_ERROR(model_forward(c, p, b, &k, o), "logit_rows: row -1 is outside");
+    // model_backward: dZ must have the shape of the forward's Z.
+    o.logit_rows = &rows;
+    model_forward(c, p, b, &k, o);
+    Params<double> g = make_params<double>(c);
+    M_CHECK_TF_ERROR(model_backward(c, p, k, TD(4, c.V), g), "model_backward", "dZ", "4x" + std::to_string(c.V));
+}
+
 TEST_CASE("model_loss: a masked LM de-embeds only its target rows, with the loss and gradients of every row's logits") {
     for (const std::string name : {"tiny-bert", "tiny-roberta"})
         for (bool head : {false, true}) {
