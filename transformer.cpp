@@ -4884,7 +4884,8 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
         std::size_t odd = 0, first = 0;
         for (std::size_t i = 0; i < text.size(); i++) {
             const unsigned char ch = (unsigned char)text[i];
-            if (ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t')) first = odd++ ? first : i;
+            if (ch != 0 && (ch >= 32 || ch == '\n' || ch == '\r' || ch == '\t')) continue;
+            if (odd++ == 0) first = i;  // a control byte: count it, and remember where the first one is
         }
         if (odd * 100 > text.size()) {
             char buf[160];
@@ -6849,9 +6850,17 @@ std::string GPT1BPE::decode(const std::vector<int>& ids) const {
     for (int id : ids) {
         if (id < 0 || id >= size())
             throw Error("GPT-1 BPE: token id " + std::to_string(id) + " is outside 0.." + std::to_string(size() - 1));
-        std::string s = decoder[id];
-        for (std::size_t k; (k = s.find("</w>")) != std::string::npos;) s.replace(k, 4, " ");
-        out += s;
+        const std::string& s = decoder[id];
+        for (std::size_t a = 0; a < s.size();) {  // s with every "</w>" written as " "
+            const std::size_t k = s.find("</w>", a);
+            if (k == std::string::npos) {
+                out.append(s, a, std::string::npos);
+                break;
+            }
+            out.append(s, a, k - a);
+            out += ' ';
+            a = k + 4;
+        }
     }
     if (!out.empty() && out.back() == ' ' && !ids.empty() && decoder[ids.back()].size() >= 4 &&
         decoder[ids.back()].compare(decoder[ids.back()].size() - 4, 4, "</w>") == 0)
