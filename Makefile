@@ -364,12 +364,15 @@ assignments-check:
 # Copies the project into a temporary directory, finds the body of FUNC in transformer.cpp as
 # `make handout` does (its definition on a line starting in column 0, body up to the closing brace
 # in column 0), and makes, one at a time, the mistakes a student makes inside that body only:
-# + <-> -, < <-> <=, > <-> >=, * -> /, loop bounds one past the end (< n -> < n + 1) or one late
-# (= 0 -> = 1), constants (0.5 -> 1.0, 2 -> 1, 1 -> 0), a statement dropped, the two indices of
-# X(i, j) swapped. Each mutant: transformer.cpp recompiled at MUT_OPT, linked with a tests.o
+# + <-> -, < <-> <=, > <-> >=, == <-> !=, && <-> ||, * -> /, a unary minus dropped, a term, factor
+# or divisor dropped (a + b -> a), loop bounds one past the end (< n -> < n + 1) or one late
+# (= 0 -> = 1), constants (0.5 -> 1.0, 2 -> 1, 1 -> 0, other decimals doubled, other integers + 1),
+# a statement dropped, the two indices of X(i, j) swapped. Each mutant: transformer.cpp recompiled
+# at MUT_OPT with the standard library's index checks (as make test builds it), linked with a tests.o
 # built once (in MUT_BUILD, build-mutants/), the test cases matching TESTS (doctest -tc, default all) run
 # under `timeout TIMEOUT`. A mutant is KILLED when a test fails (or times out), SURVIVED when all
 # pass; one that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
+# JOBS=n tries n mutants at once (each in its own copy of the project); the verdicts do not depend on it.
 # BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
 # SAN=1 builds each mutant with AddressSanitizer, UBSan and -D_GLIBCXX_ASSERTIONS (make debug's checks):
 # an index one past the end of a tensor then kills. transformer.o comes first on the link line, so
@@ -380,11 +383,13 @@ MUT_BUILD   ?= build-mutants
 TIMEOUT     ?= 120
 MAX         ?= 0
 MUT_LOG     ?= mutants.log
+JOBS        ?= 1
 SAN         ?= 0
 mut_comma   := ,
 MUT_SAN     := $(if $(filter 1,$(SAN)),-fsanitize=address$(mut_comma)undefined -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS)
 TESTS       ?=
-# The formula functions of Part I, each with the test cases of its module (docs/mutation.md).
+# The formula functions of Part I and the reductions and transposed products they call, each with the
+# test cases of its module (docs/mutation.md).
 MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multiply_inplace:dropout* \
                 next_token_targets:objective* mlm_corrupt:objective* \
                 gpt1_classify_input:finetune:?GPT-1*,finetune:?padding* \
@@ -417,7 +422,18 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 post_ln_block_backward:GPT:*,BERT* model_backward:GPT-2*,BERT*,model_loss* \
                 model_loss:model_loss*,objective* gather_rows:model_loss*,BERT* \
                 xlnet_query_probs:xlnet:?gradient*,xlnet:?one*,xlnet:?predicting* lr_linear:lr_* \
-                lr_schedule:lr_*
+                lr_schedule:lr_* \
+                gemm_reference:gemm*,matmul* matmul:matmul* transpose:matmul*,gemm* add_inplace:MultiHeadSA*,GPT:* \
+                colsum_acc:FFN*,MultiHeadSA* Linear:FFN*,MultiHeadSA* Linear_backward:FFN*,MultiHeadSA* \
+                diag_backward:diag* Stack_backward:Stack* inv_factorials:Softmax* softmax_row_reference:Softmax* \
+                rows_of:MultiHeadSA* Rng::normal:Rng*,parameters* Rng::below:Rng*,dropout*,objective* \
+                FFN_GELU:FFN* FFN_GELU_backward:FFN* make_params:parameters* count_params:parameters* \
+                position_vector:RoBERTa* blocks_forward:GPT*,BERT*,RoBERTa* blocks_backward:GPT*,BERT*,RoBERTa* \
+                mlm_head_activation:RoBERTa*,MLMHead* scatter_rows:model_loss*,BERT*,RoBERTa* \
+                model_forward:model_forward*,GPT*,BERT*,RoBERTa* target_rows:model_loss*,objective* \
+                output_row:GPT*,BERT*,RoBERTa* bert_pair:BERT* finetune_probs:finetune* adamw_init:AdamW*,train_step* \
+                matmul_acc:matmul* matmul_nt:matmul*,Attention* matmul_tn:matmul* matmul_tn_acc:matmul* \
+                lane_sum:Softmax*,CrossEntropy* lane_max:Softmax*,CrossEntropy* lane_dot:gemm*,matmul*
 # Each assignment's functions against that assignment's own test command (ASSIGNMENT_N_TESTS).
 space := $(subst ,, )
 MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(n)_FUNCS),$(f):$(subst $(space),?,$(call TESTS_OF,$(n)))))
@@ -437,6 +453,46 @@ function each(s, r, op,    off, p, pos) {
     }
 }
 function isid(c) { return c ~ /[A-Za-z0-9_.]/ }
+# the end (one past) of the operand that starts at p: up to a ) ] } ; , of its own level, or the next
+# binary operator of its level (for a term: one of lower precedence than * and /; for a factor: any)
+function operand_end(p, factor,    d, q, c, rest) {
+    d = 0
+    for (q = p; q <= length(mask); q++) {
+        c = substr(mask, q, 1)
+        if (c ~ /[(\[{]/) d++
+        else if (c ~ /[)\]}]/) { if (d == 0) return q; d-- }
+        else if (d == 0 && (c == ";" || c == ",")) return q
+        else if (d == 0 && c == " ") {
+            rest = substr(mask, q, 4)
+            if (rest ~ /^ ([-+?:<>]|[<>=!]=|&&|\|\|) /) return q
+            if (factor && rest ~ /^ [*\/%] /) return q
+        }
+    }
+    return q
+}
+# every binary s (" + ", " - ", " * ") with the operand after it dropped: a + b -> a
+function drop_operand(s, op, factor,    off, p, pos, e) {
+    off = 0
+    while ((p = index(substr(mask, off + 1), s)) > 0) {
+        pos = off + p
+        off = pos
+        if (substr(mask, pos - 1, 1) == "#" || substr(mask, pos + length(s), 1) == "#") continue  # joins strings
+        if (substr(mask, 1, pos) ~ /(^|[^A-Za-z0-9_])throw /) continue  # builds an error message
+        e = operand_end(pos + length(s), factor)
+        if (e > pos + length(s)) emit(op, substr(code, 1, pos - 1) substr(code, e))
+    }
+}
+# a unary minus dropped: -x -> x (after ( = , ? : return, not --, -=, ->)
+function unary_minus(    i, c, before) {
+    for (i = 1; i <= length(mask); i++) {
+        if (substr(mask, i, 1) != "-") continue
+        c = substr(mask, i + 1, 1)
+        if (c == "" || c ~ /[- =>]/) continue
+        before = substr(mask, 1, i - 1); sub(/[ \t]+$/, "", before)
+        if (before ~ /[(=,?:]$/ || before ~ /(^|[^A-Za-z0-9_])return$/ || before == "")
+            emit("unary - dropped", substr(code, 1, i - 1) substr(code, i + 1))
+    }
+}
 function constants(    i, j, c, t, r, e) {
     for (i = 1; i <= length(mask); i++) {
         c = substr(mask, i, 1)
@@ -453,6 +509,8 @@ function constants(    i, j, c, t, r, e) {
         else if (t == "2.0") r = "1.0"
         else if (t == "1") r = "0"
         else if (t == "1.0") r = "0.0"
+        else if (t ~ /\./ && t + 0 != 0 && t + 0 != 1) r = sprintf("%.6g", 2 * t) (sprintf("%.6g", 2 * t) ~ /\./ ? "" : ".0")
+        else if (t ~ /^[0-9]+$/ && t + 0 > 2) r = t + 1
         if (r != "") emit("constant " t " -> " r, substr(code, 1, i - 1) r substr(code, j))
         i = e
     }
@@ -495,6 +553,11 @@ FNR >= from && FNR <= to {
     each(" < ", " <= ", "< -> <="); each(" <= ", " < ", "<= -> <")
     each(" > ", " >= ", "> -> >="); each(" >= ", " > ", ">= -> >")
     each(" * ", " / ", "* -> /"); each(" *= ", " /= ", "*= -> /=")
+    each(" == ", " != ", "== -> !="); each(" != ", " == ", "!= -> ==")
+    each(" && ", " || ", "&& -> ||"); each(" || ", " && ", "|| -> &&")
+    drop_operand(" + ", "term dropped", 0); drop_operand(" - ", "term dropped", 0)
+    drop_operand(" * ", "factor dropped", 1); drop_operand(" / ", "divisor dropped", 1)
+    unary_minus()
     if (mask ~ /for \(/) {
         each(" = 0;", " = 1;", "loop start 0 -> 1")
         if (match(mask, / < [^;]+;/)) emit("loop bound one past the end", substr(code, 1, RSTART + RLENGTH - 2) " + 1" substr(code, RSTART + RLENGTH - 1))
@@ -528,14 +591,40 @@ mutants mutants-all: | doctest
 	  [ "$$max" != 0 ] || max=25; \
 	fi; \
 	top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; trap 'exit 1' INT TERM; \
-	tar -cf - --exclude=./.git --exclude='./build*' --exclude=./demo --exclude=./runs . | tar -xf - -C "$$tmp"; \
+	jobs='$(JOBS)'; case "$$jobs" in ''|*[!0-9]*|0) echo "make mutants: JOBS=$$jobs: give a number of runs at once, 1 or more" >&2; exit 1;; esac; \
+	tar -cf - --exclude=./.git --exclude='./build*' --exclude=./demo --exclude=./runs . > "$$tmp/tree.tar"; \
+	j=0; while [ "$$j" -lt "$$jobs" ]; do mkdir "$$tmp/s$$j"; tar -xf "$$tmp/tree.tar" -C "$$tmp/s$$j"; j=$$((j + 1)); done; \
 	case "$(MUT_LOG)" in /*) log="$(MUT_LOG)";; *) log="$$top/$(MUT_LOG)";; esac; : > "$$log"; \
 	say() { echo "$$*" | tee -a "$$log"; }; \
 	all_k=0; all_s=0; all_n=0; all_g=0; bk=0; bs=0; \
-	$(CXX) $(STD) -w $(MUT_OPT) $(MUT_SAN) -c -o "$$tmp/transformer.o" transformer.cpp; \
+	$(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) -c -o "$$tmp/transformer.o" transformer.cpp; \
 	$(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/base-tests" "$$tmp/transformer.o" $(MUT_BUILD)/tests.o; \
+	mutant() { \
+	  d="$$tmp/s$$1"; \
+	  MUT_TEXT="$$text" awk -v l="$$line" 'FNR == l { print ENVIRON["MUT_TEXT"]; next } { print }' transformer.cpp > "$$d/transformer.cpp"; \
+	  before=$$(sed -n "$${line}p" transformer.cpp | sed -E 's/^[ \t]+//'); after=$$(printf '%s' "$$text" | sed -E 's/^[ \t]+//'); \
+	  if ! $(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) -c -o "$$d/transformer.o" "$$d/transformer.cpp" 2>/dev/null || \
+	     ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" $(MUT_BUILD)/tests.o 2>/dev/null; then \
+	    verdict="not compiled"; \
+	  elif (cd "$$d" && timeout $(TIMEOUT) ./tests $$tc </dev/null) >/dev/null 2>&1; then verdict=SURVIVED; \
+	  else verdict=KILLED; fi; \
+	  was=; \
+	  if [ -n "$(BEFORE)" ] && [ "$$verdict" != "not compiled" ]; then \
+	    $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" "$(BEFORE)"; \
+	    if (cd "$$d" && timeout $(TIMEOUT) ./tests $$tc </dev/null) >/dev/null 2>&1; then was=" (before: SURVIVED)"; \
+	    else was=" (before: KILLED)"; fi; \
+	  fi; \
+	  printf '%-12s %s:%s [%s]  %s  ->  %s%s\n' "$$verdict" "$$func" "$$line" "$$op" "$$before" "$$after" "$$was"; \
+	}; \
+	report() { \
+	  while [ "$$done_to" -lt "$$i" ]; do \
+	    done_to=$$((done_to + 1)); r=$$(cat "$$tmp/r$$done_to"); say "$$r"; \
+	    case "$$r" in KILLED*) k=$$((k + 1));; SURVIVED*) s=$$((s + 1));; *) nc=$$((nc + 1));; esac; \
+	    case "$$r" in *"(before: KILLED)") bk=$$((bk + 1));; *"(before: SURVIVED)") bs=$$((bs + 1));; esac; \
+	  done; \
+	}; \
 	for entry in $$list; do \
-	  func=$${entry%%:*}; pat=$${entry#*:}; [ "$$pat" != "$$entry" ] || pat=; \
+	  func=$$(printf '%s' "$$entry" | sed -E 's/^(([^:]|::)*).*/\1/'); pat=$${entry#"$$func"}; pat=$${pat#:}; \
 	  tc=$${pat:+-tc=$$pat}; \
 	  awk -v funcs="$$func" -v ranges="$$tmp/range" "$$HANDOUT_BLANK_AWK" transformer.cpp >/dev/null \
 	    || { echo "make mutants: no function $$func in transformer.cpp" >&2; exit 1; }; \
@@ -547,27 +636,14 @@ mutants mutants-all: | doctest
 	  else cp "$$tmp/all" "$$tmp/list"; fi; \
 	  g=$$(wc -l < "$$tmp/list"); \
 	  say "== $$func (transformer.cpp lines $$from-$$to): $$g mutants of $$n, tests: $${pat:-all}"; \
-	  (cd "$$tmp" && timeout $(TIMEOUT) ./base-tests $$tc </dev/null >/dev/null 2>&1) || { say "   the unmutated suite fails or times out on $$func's tests: skipped"; continue; }; \
-	  k=0; s=0; nc=0; i=0; \
+	  (cd "$$tmp/s0" && timeout $(TIMEOUT) ../base-tests $$tc </dev/null) >/dev/null 2>&1 || { say "   the unmutated suite fails or times out on $$func's tests: skipped"; continue; }; \
+	  k=0; s=0; nc=0; i=0; done_to=0; \
 	  while IFS="$$(printf '\t')" read -r line op text; do \
 	    i=$$((i + 1)); \
-	    MUT_TEXT="$$text" awk -v l="$$line" 'FNR == l { print ENVIRON["MUT_TEXT"]; next } { print }' transformer.cpp > "$$tmp/transformer.cpp"; \
-	    before=$$(sed -n "$${line}p" transformer.cpp | sed -E 's/^[ \t]+//'); after=$$(printf '%s' "$$text" | sed -E 's/^[ \t]+//'); \
-	    if ! $(CXX) $(STD) -w $(MUT_OPT) $(MUT_SAN) -c -o "$$tmp/transformer.o" "$$tmp/transformer.cpp" 2>/dev/null || \
-	       ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" "$$tmp/transformer.o" $(MUT_BUILD)/tests.o 2>/dev/null; then \
-	      nc=$$((nc + 1)); verdict="not compiled"; \
-	    elif (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then \
-	      s=$$((s + 1)); verdict=SURVIVED; \
-	    else k=$$((k + 1)); verdict=KILLED; fi; \
-	    was=; \
-	    if [ -n "$(BEFORE)" ] && [ "$$verdict" != "not compiled" ]; then \
-	      $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/tests" "$$tmp/transformer.o" "$(BEFORE)"; \
-	      if (cd "$$tmp" && timeout $(TIMEOUT) ./tests $$tc </dev/null >/dev/null 2>&1); then bs=$$((bs + 1)); was=" (before: SURVIVED)"; \
-	      else bk=$$((bk + 1)); was=" (before: KILLED)"; fi; \
-	    fi; \
-	    say "$$(printf '%-12s %s:%s [%s]  %s  ->  %s%s' "$$verdict" "$$func" "$$line" "$$op" "$$before" "$$after" "$$was")"; \
+	    mutant $$(((i - 1) % jobs)) > "$$tmp/r$$i" 2>/dev/null </dev/null & \
+	    if [ $$((i % jobs)) -eq 0 ]; then wait; report; fi; \
 	  done < "$$tmp/list"; \
-	  cp transformer.cpp "$$tmp/transformer.cpp"; \
+	  wait; report; \
 	  say "   $$func: $$k killed, $$s survived, $$nc not compiled; killed $$k of $$((k + s)) compiled mutants"; \
 	  all_k=$$((all_k + k)); all_s=$$((all_s + s)); all_n=$$((all_n + nc)); all_g=$$((all_g + g)); \
 	done; \

@@ -752,26 +752,36 @@ TEST_CASE("Tensor: construction, from, vector, shape_str") {
     CHECK(add(b, b).data == std::vector<double>{2, 4, 6, 8});
 }
 
-// The guard after every tensor's numbers (pool_guard_bytes of 0x7F): a loop that runs one element
-// too far reads a huge number, and one that writes there stops the program when the tensor is freed.
+// The guard after every tensor's numbers (pool_guard_bytes of signalling NaNs): a loop that runs one
+// element too far reads a NaN, and one that writes or adds there stops the program when the tensor
+// is freed.
 // This is what makes an off-by-one loop bound fail the tests in the optimised build too.
-TEST_CASE("Tensor: one element past the end reads as a huge number; a write there stops the program") {
+TEST_CASE("Tensor: one element past the end reads as NaN; a write there, even adding to it, stops the program") {
     {
         TF f(3, 2);
         TD d(std::vector<int>{5});
-        CHECK(f.ptr()[f.size()] > 3e38f);
-        CHECK(d.ptr()[d.size() + 7] > 1e306);  // the whole guard, not only its first element
+        CHECK(std::isnan(f.ptr()[f.size()]));
+        for (int k = 0; k < 8; k++) CHECK(std::isnan(d.ptr()[d.size() + k]));  // the whole guard
+        CHECK(f.ptr()[f.size()] * 0.0f != 0.0f);  // a product with 0 is NaN too (a huge number would give 0)
         std::uint32_t bits = 0;
         std::memcpy(&bits, f.ptr() + f.size(), 4);
-        CHECK((bits & 0xFFFFFF00u) == 0x7F7F7F00u);  // read as an int id: over 2139062016, far outside any vocabulary
+        CHECK((bits & 0xFFFFFF00u) == 0x7F800000u);  // read as an int id: over 2139095040, far outside any vocabulary
+        // Adding a number changes the bits (a signalling NaN becomes a quiet one): a += loop one
+        // element too far changes the guard.
+        const float v = f.ptr()[f.size()] + 0.25f;
+        std::uint32_t after = 0;
+        std::memcpy(&after, &v, 4);
+        CHECK(after != bits);
+        const double w = d.ptr()[d.size()] + 0.25, x = d.ptr()[d.size()];
+        CHECK(std::memcmp(&w, &x, 8) != 0);
         TF g = TF::uninit(4, 4);  // a block handed out again gets its guard again
-        CHECK(g.ptr()[g.size()] > 3e38f);
+        CHECK(std::isnan(g.ptr()[g.size()]));
     }
     {  // a loop that copies one element too far copies a guard into a guard: still caught
         TD a(std::vector<int>{3}), b(std::vector<int>{3});
         CHECK(std::memcmp(a.ptr() + 3, b.ptr() + 3, pool_guard_bytes) != 0);
     }
-    for (int where : {0, 63}) {  // the first and the last byte of the guard
+    for (int where : {0, 63, -1}) {  // the first and the last byte of the guard; -1: 0.25 added to the first element
         int fds[2];
         REQUIRE(pipe(fds) == 0);
         const pid_t pid = fork();
@@ -783,7 +793,10 @@ TEST_CASE("Tensor: one element past the end reads as a huge number; a write ther
             dup2(fds[1], 2);
             {
                 TF t(2, 2);
-                ((unsigned char*)t.ptr())[t.size() * sizeof(float) + where] = 0;
+                if (where < 0)
+                    t.ptr()[t.size()] += 0.25f;
+                else
+                    ((unsigned char*)t.ptr())[t.size() * sizeof(float) + where] = 0;
             }
             _exit(0);
         }
@@ -797,7 +810,7 @@ TEST_CASE("Tensor: one element past the end reads as a huge number; a write ther
         INFO("stderr: " << err);
         CHECK(WIFSIGNALED(status));
         CHECK(WTERMSIG(status) == SIGABRT);
-        CHECK(err.find("memory written past the end of a tensor of 16 bytes (within bytes " + std::to_string(where / 4 * 4)) != std::string::npos);
+        CHECK(err.find("memory written past the end of a tensor of 16 bytes (within bytes " + std::to_string(where < 0 ? 0 : where / 4 * 4)) != std::string::npos);
     }
 }
 
@@ -1060,6 +1073,7 @@ TEST_CASE("matmul_tn: equals matmul(transpose(A), B) on odd shapes, and matmul_t
 TEST_CASE("matmul: wrong shape") {
     CHECK_THROWS_NAMING(ShapeError, matmul(TD(3, 4), TD(5, 6)), "3x4", "5x6");
     CHECK_THROWS_NAMING(ShapeError, matmul(TD::vector({1, 2, 3}), TD(3, 2)), "A", "3");
+    CHECK_THROWS_NAMING(ShapeError, matmul(TD(2, 1), TD::vector({1, 2, 3})), "matmul", "B", "3");  // B.rows() is 1 for a vector
     TD C(3, 3);
     CHECK_THROWS_NAMING(ShapeError, matmul_acc(TD(3, 4), TD(4, 5), C), "3x4", "4x5", "3x3");
     CHECK_THROWS_NAMING(ShapeError, transpose(TD::vector({1, 2})), "2");
@@ -2397,6 +2411,20 @@ TEST_CASE("LayerNorm: a constant row gives exactly beta (H 768, eps 1e-12), and 
             worst = std::max(worst, std::abs(Y(i, j) - (gamma[j] * (X(i, j) - mu) / std::sqrt(var + 1e-5) + beta[j])));
     }
     CHECK(worst < 2e-6);  // float rounding of the output; the old float mean was off by ~1e-2
+    // In double, rows of 1e8 +- 0.5: the variance is the mean of (x - mu)^2, which keeps every digit,
+    // not E[x^2] - mu^2, which keeps none here (x^2 is about 1e16, whose rounding step is 2).
+    const int Hd = 16;
+    Tensor<double> Xd(2, Hd), gd({Hd}, 1.0), bd({Hd}, 0.0);
+    for (auto& v : Xd.data) v = 1e8 + r.uniform() - 0.5;
+    const Tensor<double> Yd = LayerNorm(Xd, gd, bd, 1e-5);
+    for (int i = 0; i < 2; i++) {
+        double d_mean = 0, var = 0;
+        for (int j = 0; j < Hd; j++) d_mean += Xd(i, j) - Xd(i, 0);
+        const double mu = Xd(i, 0) + d_mean / Hd;
+        for (int j = 0; j < Hd; j++) var += (Xd(i, j) - mu) * (Xd(i, j) - mu);
+        var /= Hd;
+        for (int j = 0; j < Hd; j++) CHECK(Yd(i, j) == doctest::Approx((Xd(i, j) - mu) / std::sqrt(var + 1e-5)).epsilon(1e-6));
+    }
 }
 
 // ================================================================================================
@@ -2618,6 +2646,12 @@ TEST_CASE("Rng: same seed same sequence, known splitmix64 values") {
     // uniform() uses the top 53 bits: from state 0 it is 0xE220A8397B1DCDAF >> 11 / 2^53.
     Rng f(0);
     CHECK(f.uniform() == (double)(0xE220A8397B1DCDAFull >> 11) / 9007199254740992.0);
+    // normal() is Box-Muller on two uniforms: sqrt(-2 ln u1) cos(2 pi u2), value for value.
+    Rng g(0);
+    const double u1 = (double)(0xE220A8397B1DCDAFull >> 11) / 9007199254740992.0;
+    const double u2 = (double)(0x6E789E6AA1B965F4ull >> 11) / 9007199254740992.0;
+    CHECK(g.normal() == std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * 3.141592653589793 * u2));
+    CHECK(g.next() == 0x06C45D188009454Full);  // two draws, no more
 }
 
 TEST_CASE("Rng: known mean and variance of uniform() and normal(), range of below()") {
@@ -2652,6 +2686,9 @@ TEST_CASE("Rng: known mean and variance of uniform() and normal(), range of belo
         counts[v]++;
     }
     for (int v = 0; v < 7; v++) CHECK(std::abs(counts[v] - 10000) <= 500);
+    CHECK(rng.below(1) == 0);
+    CHECK_THROWS_NAMING(Error, rng.below(0), "empty range 0..-1");
+    CHECK_THROWS_NAMING(Error, rng.below(-3), "empty range 0..-4");
 }
 
 // ================================================================================================
@@ -2706,6 +2743,38 @@ TEST_CASE("parameters: named tensors of every tiny preset add up to the actual c
         CHECK(names.count("w_A") == (has_segments(c.variant) ? 1u : 0u));
         CHECK(names.count("ln_f.gamma") == (is_pre_ln(c.variant) ? 1u : 0u));
     }
+    // Every optional tensor, one option at a time, on every preset that takes it: the count adds
+    // exactly its numbers (XLNet's w: H; the MLM head: H*H + H + 2H + V; W_y: its rows x cols ...).
+    std::vector<int> checked(8, 0);
+    for (const std::string name : m_TINY)
+        for (int opt = 1; opt < 8; opt++) {
+            Config c = preset(name);
+            const long long H = c.H, V = c.V, A = c.A, D = c.D, L = c.L, before = count_params(c).actual;
+            long long added = 0;
+            switch (opt) {
+                case 1: c.attn_bias = true, added = L * (3 * A * D + H); break;
+                case 2: c.W_y_rows = 2 * c.H, c.W_y_cols = 3, added = 2 * H * 3; break;
+                case 3: c.xlnet = true, added = H; break;
+                case 4: c.emb_ln = true, added = 2 * H; break;
+                case 5: c.mlm_head = true, added = H * H + H + 2 * H + V; break;
+                case 6: c.pooler = true, added = H * H + H; break;
+                case 7: c.pad_id = 1, added = H; break;
+            }
+            try {
+                validate(c);
+            } catch (const Error&) {
+                continue;  // an option this variant does not take
+            }
+            CAPTURE(name);
+            CAPTURE(opt);
+            checked[opt]++;
+            CHECK(count_params(c).actual == before + added);
+            Params<float> p = make_params<float>(c);
+            long long total = 0;
+            for (auto& nt : named_tensors(c, p)) total += (long long)nt.tensor->size();
+            CHECK(total == before + added);
+        }
+    for (int opt = 1; opt < 8; opt++) CHECK(checked[opt] > 0);
 }
 
 TEST_CASE("parameters: scale_residual_init multiplies W^O and W_2 of every layer by 1/sqrt(2L), nothing else") {
@@ -3095,7 +3164,7 @@ TEST_CASE("model_loss: a masked LM de-embeds only its target rows, with the loss
             Batch b;
             b.B = 2, b.n = 6;
             b.tokens = {10, 1, 12, 3, 12, 11, 10, 5, 6, 12, 8, 11};
-            b.targets = {-1, -1, 2, -1, 4, -1, -1, 7, -1, 9, -1, -1};
+            b.targets = {3, -1, 2, -1, 0, -1, -1, 7, -1, 9, -1, -1};  // row 0 and token id 0 among them
             if (c.variant == Variant::bert) b.segments = {0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1};
             // The reference: every row de-embedded, the rows without a target contribute zero.
             Params<double> g_all = make_params<double>(c);
@@ -4313,6 +4382,17 @@ TEST_CASE("sample: sample_logits draws exactly the id whose cumulative weight pa
         seen.insert(expected);
     }
     CHECK(seen == std::set<int>{1, 2});
+    // Large logits: exp(1000) overflows to infinity unless the largest is subtracted first.
+    const std::vector<float> high = {1000.0f, 999.0f};
+    std::set<int> seen_high;
+    for (uint64_t seed = 0; seed < 30; seed++) {
+        Rng r(seed), copy(seed);
+        const double u = copy.uniform() * (1.0 + std::exp(-1.0));
+        const int expected = u < 1.0 ? 0 : 1;
+        CHECK(sample_logits(high, 1.0, 0, r) == expected);
+        seen_high.insert(expected);
+    }
+    CHECK(seen_high == std::set<int>{0, 1});
     // The check for non-finite logits reads every id, the last too, and no further: the element after
     // the end (inside the vector's capacity) is NaN here.
     std::vector<float> bad = z;
@@ -4529,19 +4609,27 @@ TEST_CASE("Softmax: vexp matches std::exp (float to under one ulp, double to 3.2
     CHECK(std::isnan(vexp(std::numeric_limits<double>::quiet_NaN())));
 }
 
+// The largest gap between softmax_row and softmax_row_reference on a random row (NaN if either gives
+// a NaN). The rows are tensors (a write past the end stops the program) filled with 7 first, so a
+// zero that is never written shows.
 template <typename T>
 static double m_softmax_row_gap(int H, Rng& r, bool with_inf) {
-    std::vector<T> x(H), y(H), ref(H);
-    for (auto& v : x) v = (T)(8 * r.normal());
+    Tensor<T> x({H}), y({H}, T(7)), ref({H}, T(7));
+    for (auto& v : x.data) v = (T)(8 * r.normal());
     if (with_inf)
         for (int j = 0; j < H; j += 3) x[j] = -std::numeric_limits<T>::infinity();
-    softmax_row(x.data(), y.data(), H);
-    softmax_row_reference(x.data(), ref.data(), H);
-    double gap = 0;
+    softmax_row(x.ptr(), y.ptr(), H);
+    softmax_row_reference(x.ptr(), ref.ptr(), H);
+    double gap = 0, sum = 0;
     for (int j = 0; j < H; j++) {
-        gap = std::max(gap, std::fabs((double)y[j] - (double)ref[j]));
+        const double d = std::fabs((double)y[j] - (double)ref[j]);
+        if (!(d <= gap)) gap = d;
         if (ref[j] == 0) CHECK(y[j] == 0);  // masked entries stay exactly 0
+        if (x[j] == -std::numeric_limits<T>::infinity()) CHECK(ref[j] == 0);
+        sum += (double)ref[j];
     }
+    const bool all_masked = with_inf && H == 1;
+    CHECK(sum == doctest::Approx(all_masked ? 0.0 : 1.0).epsilon(1e-6));
     return gap;
 }
 

@@ -2178,16 +2178,19 @@ std::size_t size_class(std::size_t bytes) {
     return (bytes + step - 1) / step * step;
 }
 constexpr std::align_val_t kBlockAlign{64};  // one cache line, a whole AVX-512 vector
-// The guard: pool_guard_bytes after every block's last byte, 16 words of 4 bytes 0x7F7F7Fss, where
-// the byte ss depends on the block's address and the word. Read as a number it is huge (float
-// 3.4e38, double 1.4e306, int > 2.1e9), so a loop that reads one element too far spoils its result
-// visibly; a loop that writes one too far changes the guard (even when it copies another block's
-// guard, whose bytes ss differ), which is checked when the block is freed: the program stops there
+// The guard: pool_guard_bytes after every block's last byte, 16 words of 4 bytes that are signalling
+// NaNs: the even words 0x7F8000ss (a float NaN), the odd ones 0x7FF000ss (with the word before, a
+// double NaN), the byte ss (never 0) from the block's address and the word. A loop that reads one
+// element too far gets a NaN, which spoils every sum and product it enters (even a product with 0),
+// and reads as an int id over 2.1e9; a loop that writes one too far changes the guard, even when it
+// adds a number (arithmetic on a signalling NaN sets its quiet bit) or copies another block's guard
+// (whose bytes ss differ). The guard is checked when the block is freed: the program stops there
 // with a message instead of running on with memory that is not what it seems. This is how the
-// tests see an off-by-one loop bound in an optimised build.
+// tests see an off-by-one loop bound in an optimised build. (A comparison does not see a NaN: a
+// maximum that reads one too far still needs the tests' index checks.)
 uint32_t guard_word(const void* p, std::size_t k) {
     const uint64_t h = ((uint64_t)(std::uintptr_t)p + k) * 0x9E3779B97F4A7C15ull;
-    return 0x7F7F7F00u | (uint32_t)(h >> 56);
+    return (k % 2 == 0 ? 0x7F800000u : 0x7FF00000u) | (uint32_t)(h >> 56) | 1u;
 }
 void write_guard(void* p, std::size_t bytes) {
     char* g = (char*)p + bytes;

@@ -75,8 +75,8 @@ struct PoolStats {
 PoolStats pool_stats();
 void pool_trim();  // gives every cached block back to the system
 constexpr std::size_t pool_limit = std::size_t(1) << 30;
-// Every block is followed by a guard of this many bytes (words 0x7F7F7Fss): a loop that reads one
-// element past a tensor's end reads a huge number, one that writes there stops the program when the
+// Every block is followed by a guard of this many bytes (signalling NaNs): a loop that reads one
+// element past a tensor's end reads a NaN, one that writes or adds there stops the program when the
 // tensor is freed (with a message). See write_guard in transformer.cpp.
 constexpr std::size_t pool_guard_bytes = 64;
 void* pool_allocate(std::size_t bytes);
