@@ -1076,6 +1076,11 @@ TEST_CASE("matmul: wrong shape") {
     CHECK_THROWS_NAMING(ShapeError, matmul(TD(2, 1), TD::vector({1, 2, 3})), "matmul", "B", "3");  // B.rows() is 1 for a vector
     TD C(3, 3);
     CHECK_THROWS_NAMING(ShapeError, matmul_acc(TD(3, 4), TD(4, 5), C), "3x4", "4x5", "3x3");
+    TD C23(2, 3);  // a vector B (rows() 1) whose sizes would otherwise fit, for C += A B and C += A^T B
+    CHECK_THROWS_NAMING(ShapeError, matmul_acc(TD(2, 1), TD::vector({1, 2, 3}), C23), "matmul_acc", "B", "3");
+    CHECK_THROWS_NAMING(ShapeError, matmul_tn_acc(TD(1, 2), TD::vector({1, 2, 3}), C23), "matmul_tn", "B", "3");
+    TD C13(1, 3);
+    CHECK_THROWS_NAMING(ShapeError, matmul_acc(TD::vector({5}), TD(1, 3), C13), "matmul_acc", "A");
     CHECK_THROWS_NAMING(ShapeError, transpose(TD::vector({1, 2})), "2");
 }
 
@@ -4643,6 +4648,20 @@ TEST_CASE("Softmax: the vectorised row equals the plain loop (float and double, 
     std::vector<float> x(5, -std::numeric_limits<float>::infinity()), y(5, 7.0f);
     softmax_row(x.data(), y.data(), 5);
     for (float v : y) CHECK(v == 0.0f);
+    // One entry 1000 above the others, at every position of rows wider than the 16 lanes of the
+    // maximum: the maximum must be that entry (a smaller one overflows exp), whichever lane has it.
+    for (int H : {16, 33, 40})
+        for (int at = 0; at < H; at++) {
+            CAPTURE(H);
+            CAPTURE(at);
+            TF z(1, H);
+            z(0, at) = 1000.0f;
+            TF p(1, H);
+            softmax_row(z.ptr(), p.ptr(), H);
+            for (int j = 0; j < H; j++) CHECK(p(0, j) == (j == at ? 1.0f : 0.0f));
+            CHECK(CrossEntropy_logits(z, {at}) == doctest::Approx(0.0).epsilon(1e-12));
+            CHECK(CrossEntropy_logits(z, {(at + 1) % H}) == doctest::Approx(1000.0).epsilon(1e-9));
+        }
 }
 
 TEST_CASE("FFN_GELU: activation_array and activation_derivative_array equal activation and activation_derivative") {
