@@ -3801,6 +3801,14 @@ TEST_CASE("finetune: GPT-1's input transformations and the padded batch") {
     CHECK(b.tokens == V{10, 1, 12, 0, 0, 10, 1, 2, 3, 12});
     CHECK(b.targets == V{1, 12, -1, -1, -1, 1, 2, 3, 12, -1});
     CHECK(at == V{2, 4});
+    // The head reads row at[b] of each sequence: a row before the first or past the last is an error.
+    const Config c = preset("tiny-gpt2");
+    const Params<double> p = m_model<double>(c, 3, 0.5);
+    for (int bad : {-1, 5}) {
+        V bad_at = at;
+        bad_at[1] = bad;
+        M_CHECK_TF_ERROR(finetune_probs(c, p, TD(c.H, 2), FinetuneTask::classify, 1, b, bad_at), "at[1] is outside 0..n-1");
+    }
     M_CHECK_TF_ERROR(gpt1_batch({{1, 2, 3, 4, 5, 6}}, 5, 0, at), "6 tokens", "n = 5");
 }
 
