@@ -417,9 +417,9 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 MultiHeadSA_backward:MultiHeadSA* FFN:FFN* FFN_backward:FFN* LayerNorm_backward:LayerNorm* \
                 CrossEntropy:CrossEntropy* CrossEntropy_backward:CrossEntropy* \
                 embed_forward:GPT*,BERT*,RoBERTa*,embed_backward* embed_backward:BERT*,GPT:*,embed_backward* \
-                key_padding_mask:key_padding_mask*,finetune:?BERT* pre_ln_block_forward:GPT-2*,GPT-3* \
-                pre_ln_block_backward:GPT-2*,GPT-3* post_ln_block_forward:GPT:*,BERT* \
-                post_ln_block_backward:GPT:*,BERT* model_backward:GPT-2*,BERT*,model_loss* \
+                key_padding_mask:key_padding_mask*,finetune:?BERT* pre_ln_block_forward:GPT-2*,GPT-3*,dropout* \
+                pre_ln_block_backward:GPT-2*,GPT-3*,dropout* post_ln_block_forward:GPT:*,BERT*,dropout* \
+                post_ln_block_backward:GPT:*,BERT*,dropout* model_backward:GPT-2*,BERT*,model_loss*,model_forward* \
                 model_loss:model_loss*,objective* gather_rows:model_loss*,BERT* \
                 xlnet_query_probs:xlnet:?gradient*,xlnet:?one*,xlnet:?predicting* lr_linear:lr_* \
                 lr_schedule:lr_* \
