@@ -430,7 +430,7 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 FFN_GELU:FFN* FFN_GELU_backward:FFN* make_params:parameters* count_params:parameters* \
                 position_vector:RoBERTa* blocks_forward:GPT*,BERT*,RoBERTa* blocks_backward:GPT*,BERT*,RoBERTa* \
                 mlm_head_activation:RoBERTa*,MLMHead* scatter_rows:model_loss*,BERT*,RoBERTa* \
-                model_forward:model_forward*,GPT*,BERT*,RoBERTa* target_rows:model_loss*,objective* \
+                model_forward:model_forward*,GPT*,BERT*,RoBERTa*,dropout*,finetune:?BERT* target_rows:model_loss*,objective* \
                 output_row:GPT*,BERT*,RoBERTa* bert_pair:BERT* finetune_probs:finetune* adamw_init:AdamW*,train_step* \
                 matmul_acc:matmul* matmul_nt:matmul*,Attention* matmul_tn:matmul* matmul_tn_acc:matmul* \
                 lane_sum:Softmax*,CrossEntropy* lane_max:Softmax*,CrossEntropy* lane_dot:gemm*,matmul*
