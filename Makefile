@@ -470,7 +470,7 @@ function operand_end(p, factor,    d, q, c, rest) {
     }
     return q
 }
-# every binary s (" + ", " - ", " * ") with the operand after it dropped: a + b -> a
+# every binary s (" + ", " - ", " * ", " / ") with the operand after it dropped: a + b -> a
 function drop_operand(s, op, factor,    off, p, pos, e) {
     off = 0
     while ((p = index(substr(mask, off + 1), s)) > 0) {
