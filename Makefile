@@ -406,10 +406,10 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 adamw_step:AdamW*,train_step* decays:AdamW* train_step:train_step* position_rows:RoBERTa*,GPT:* \
                 layer_mask:GPT-3* Mask_ST:Mask_*,GPT-3* activation:FFN* \
                 activation_derivative:FFN* activation_array:FFN* \
-                activation_derivative_array:FFN* vexp:Softmax* softmax_row:Softmax* \
-                softmax_backward_row:Softmax* lanes_sum:LayerNorm* LayerNorm:LayerNorm* \
+                activation_derivative_array:FFN* vexp:Softmax* softmax_row:Softmax*,Reductions* \
+                softmax_backward_row:Softmax* lanes_sum:LayerNorm*,Reductions* LayerNorm:LayerNorm*,Reductions* \
                 MLMHead:BERT*,RoBERTa*,model_loss* MLMHead_backward:BERT*,RoBERTa*,model_loss* \
-                head_bias:MultiHeadSA*,GPT-2:?whole* MultiHeadSA:MultiHeadSA* CrossEntropy_logits:CrossEntropy* \
+                head_bias:MultiHeadSA*,GPT-2:?whole* MultiHeadSA:MultiHeadSA* CrossEntropy_logits:CrossEntropy*,Reductions* \
                 init_params:parameters* scale_residual_init:parameters* diag:diag* Stack:Stack* OneHot:OneHot* \
                 Embedding:Embedding* Embedding_backward:Embedding* Softmax:Softmax* Softmax_backward:Softmax* \
                 Mask_BD:Mask_* Mask_AR:Mask_* apply_mask:apply_mask*,Attention* Attention:Attention* \
@@ -432,8 +432,9 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 mlm_head_activation:RoBERTa*,MLMHead* scatter_rows:model_loss*,BERT*,RoBERTa* \
                 model_forward:model_forward*,GPT*,BERT*,RoBERTa*,dropout*,finetune:?BERT* target_rows:model_loss*,objective* \
                 output_row:GPT*,BERT*,RoBERTa* bert_pair:BERT* finetune_probs:finetune* adamw_init:AdamW*,train_step* \
-                matmul_acc:matmul* matmul_nt:matmul*,Attention* matmul_tn:matmul* matmul_tn_acc:matmul* \
-                lane_sum:Softmax*,CrossEntropy* lane_max:Softmax*,CrossEntropy* lane_dot:gemm*,matmul*
+                matmul_acc:matmul* matmul_nt:matmul*,Attention*,Reductions* matmul_tn:matmul* matmul_tn_acc:matmul* \
+                lane_sum:Softmax*,CrossEntropy*,Reductions* lane_max:Softmax*,CrossEntropy*,Reductions* \
+                lane_dot:gemm*,matmul*,Reductions*
 # Each assignment's functions against that assignment's own test command (ASSIGNMENT_N_TESTS).
 space := $(subst ,, )
 MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(n)_FUNCS),$(f):$(subst $(space),?,$(call TESTS_OF,$(n)))))

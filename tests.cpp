@@ -1956,6 +1956,9 @@ TEST_CASE("MultiHeadSA: attention dropout masks come from the rng") {
     Rng r4(5);
     CHECK(max_abs_diff(MultiHeadSA(X, Mask_BD<double>(n), p, kNoMhsaCache, 0.0, &r4), Y0) == 0);
     CHECK(r4.state == 5);
+    // p > 0 with no generator is an error, not a forward that silently drops nothing.
+    CHECK_THROWS_NAMING_NO_CRASH(Error, MultiHeadSA(X, Mask_BD<double>(n), p, kNoMhsaCache, pdrop, nullptr),
+                                 "MultiHeadSA", "0.25", "random generator");
 }
 
 TEST_CASE("MultiHeadSA: wrong shape") {
@@ -2611,6 +2614,13 @@ TEST_CASE("dropout_mask: reproducible, p = 0 gives an empty mask, multiply_inpla
     // Hand: (1, 2, 3) * (0, 2, 2) = (0, 4, 6).
     multiply_inplace(X, TD::from(1, 3, {0, 2, 2}));
     CHECK(X.data == std::vector<double>{0, 4, 6});
+    // An entry is dropped when its draw u < p, so P(drop) = p exactly for a uniform u: a draw equal
+    // to p is kept. Here p is the first draw itself; the second is dropped iff it is below p.
+    Rng e(19), f(19);
+    const double u0 = e.uniform(), u1 = e.uniform();
+    TD m = dropout_mask<double>({1, 2}, u0, f);
+    CHECK(m(0, 0) == 1 / (1 - u0));
+    CHECK(m(0, 1) == (u1 < u0 ? 0.0 : 1 / (1 - u0)));
 }
 
 TEST_CASE("dropout_mask: bad p and wrong shape") {
@@ -4228,6 +4238,12 @@ TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), dec
     adamw_step(c, q, z, fresh, 0.1);
     CHECK(q.W_e(0, 0) == doctest::Approx(2.0 - 0.1 * 0.1 * 2.0).epsilon(1e-6));
     CHECK(q.layers[0].ffn.b_2[0] == 2.0f);
+    // adamw_init on a used optimiser starts it afresh: t = 0, m = v = 0.
+    adamw_init(c, opt);
+    CHECK(opt.t == 0);
+    for (auto* s : {&opt.m, &opt.v})
+        for (auto& nt : named_tensors(c, *s))
+            for (float v : nt.tensor->data) REQUIRE(v == 0.0f);
 }
 
 TEST_CASE("lr_schedule: linear warmup, peak at warmup, cosine to min_lr at the last step") {
@@ -4345,45 +4361,49 @@ TEST_CASE("sample: sample_logits greedy, reproducible, top-k restricted") {
 }
 
 // Exact, not statistical: for one Rng state the draw is determined. The reference below follows the
-// formula: the kept ids (the top_k largest logits, or all V in id order), weights
-// w_j = exp((z_j - max z) / T), u = uniform() * sum w, and the first id whose cumulative weight passes u.
+// formula: the kept ids (the top_k largest logits, largest first and equal logits in id order, or all
+// V in id order), weights w_j = exp((z_j - max z) / T), u = uniform() * sum w, and the first id whose
+// cumulative weight passes u. The second logit vector has ties at the k-th place for k = 2, 3, 4.
 TEST_CASE("sample: sample_logits draws exactly the id whose cumulative weight passes u * sum, for every T and top_k") {
-    const std::vector<float> z = {0.1f, 2.0f, -1.0f, 1.5f, 1.9f, 0.0f, -3.0f, 1.0f, 0.5f, -0.5f};
-    const int V = (int)z.size();
-    std::map<int, int> drawn;
-    for (double T : {0.5, 1.0, 2.0})
-        for (int top_k : {0, 1, 3, 9, 10, 11})
-            for (uint64_t seed = 0; seed < 40; seed++) {
-                const int k = (top_k > 0 && top_k < V) ? top_k : V;
-                std::vector<int> ids(V);
-                for (int j = 0; j < V; j++) ids[j] = j;
-                if (k < V) {
-                    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return z[a] > z[b]; });
-                    ids.resize(k);
-                }
-                float z_max = z[ids[0]];
-                for (int i : ids) z_max = std::max(z_max, z[i]);
-                std::vector<double> w;
-                double sum = 0;
-                for (int i : ids) w.push_back(std::exp((z[i] - z_max) / T)), sum += w.back();
-                Rng r(seed), copy(seed);
-                double u = copy.uniform() * sum;
-                int expected = ids.back();
-                for (int j = 0; j < k; j++) {
-                    if (u < w[j]) {
-                        expected = ids[j];
-                        break;
+    const std::vector<std::vector<float>> cases = {{0.1f, 2.0f, -1.0f, 1.5f, 1.9f, 0.0f, -3.0f, 1.0f, 0.5f, -0.5f},
+                                                   {3.0f, 3.0f, 5.0f, 3.0f, 1.0f, 3.0f, 0.0f, 3.0f}};
+    for (const std::vector<float>& z : cases) {
+        const int V = (int)z.size();
+        std::map<int, int> drawn;
+        for (double T : {0.5, 1.0, 2.0})
+            for (int top_k : {0, 1, 2, 3, 4, 9, 10, 11})
+                for (uint64_t seed = 0; seed < 40; seed++) {
+                    const int k = (top_k > 0 && top_k < V) ? top_k : V;
+                    std::vector<int> ids(V);
+                    for (int j = 0; j < V; j++) ids[j] = j;
+                    if (k < V) {
+                        std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return z[a] > z[b]; });
+                        ids.resize(k);
                     }
-                    u -= w[j];
+                    float z_max = z[ids[0]];
+                    for (int i : ids) z_max = std::max(z_max, z[i]);
+                    std::vector<double> w;
+                    double sum = 0;
+                    for (int i : ids) w.push_back(std::exp((z[i] - z_max) / T)), sum += w.back();
+                    Rng r(seed), copy(seed);
+                    double u = copy.uniform() * sum;
+                    int expected = ids.back();
+                    for (int j = 0; j < k; j++) {
+                        if (u < w[j]) {
+                            expected = ids[j];
+                            break;
+                        }
+                        u -= w[j];
+                    }
+                    const int got = sample_logits(z, T, top_k, r);
+                    INFO("T " << T << ", top_k " << top_k << ", seed " << seed);
+                    CHECK(got == expected);
+                    CHECK(r.next() == copy.next());  // one uniform() drawn, no more
+                    if (k < V) CHECK(std::count(ids.begin(), ids.end(), got) == 1);
+                    drawn[got]++;
                 }
-                const int got = sample_logits(z, T, top_k, r);
-                INFO("T " << T << ", top_k " << top_k << ", seed " << seed);
-                CHECK(got == expected);
-                CHECK(r.next() == copy.next());  // one uniform() drawn, no more
-                if (k < V) CHECK(std::count(ids.begin(), ids.end(), got) == 1);
-                drawn[got]++;
-            }
-    CHECK(drawn.size() == (std::size_t)V);  // every id is drawn somewhere: the cases above reach all of them
+        CHECK(drawn.size() == (std::size_t)V);  // every id is drawn somewhere: the cases above reach all of them
+    }
     // Logits far apart: the weights are exp((z - max z) / T), so nothing overflows (exp(z - z_1) would).
     const std::vector<float> far = {-1000.0f, 0.0f, 1.0f};
     std::set<int> seen;
@@ -4408,6 +4428,7 @@ TEST_CASE("sample: sample_logits draws exactly the id whose cumulative weight pa
     CHECK(seen_high == std::set<int>{0, 1});
     // The check for non-finite logits reads every id, the last too, and no further: the element after
     // the end (inside the vector's capacity) is NaN here.
+    const std::vector<float>& z = cases[0];
     std::vector<float> bad = z;
     bad.back() = std::numeric_limits<float>::infinity();
     Rng r(1);
@@ -4670,6 +4691,52 @@ TEST_CASE("Softmax: the vectorised row equals the plain loop (float and double, 
             CHECK(CrossEntropy_logits(z, {at}) == doctest::Approx(0.0).epsilon(1e-12));
             CHECK(CrossEntropy_logits(z, {(at + 1) % H}) == doctest::Approx(1000.0).epsilon(1e-9));
         }
+}
+
+namespace {
+// The vectorised sums add in one fixed order: entry j into partial sum j mod W, the W partials in
+// order, then the entries past the last multiple of W (W = 16 for softmax_row, CrossEntropy_logits
+// and A B^T with one row of A; W = 8 for LayerNorm's row statistics). The same order on every
+// machine and compiler makes results reproducible bit for bit. The rows below tell orders apart:
+// one entry 1 and 31 entries of e = 0.6 ulp(1). One running sum rounds every 1 + k ulp + e up to
+// 1 + (k + 1) ulp: 1 + 31 ulp. In 16 lanes, lane 0 holds 1 + e (rounded up to 1 + ulp) and lanes 1..15
+// hold 2e = 1.2 ulp each, which round to one ulp each when added: 1 + 16 ulp (17 lanes: 1 + 31 ulp,
+// 15 lanes: 1 + 17 ulp).
+template <typename T>
+void m_lane_order_check() {
+    const T ulp = std::numeric_limits<T>::epsilon(), e = T(0.6) * ulp;
+    const T sum16 = T(1) + 16 * ulp;  // exact
+    std::vector<T> z(32, (T)std::log((double)e)), y(32);
+    z[0] = 0;
+    softmax_row(z.data(), y.data(), 32);
+    CHECK(y[0] == T(1) / sum16);  // y_0 = exp(0) / sum
+    // One row of A times B^T (64 rows of ones): every entry is the sum of A's row, as lane_dot adds it.
+    std::vector<T> a(32, e);
+    a[0] = 1;
+    const Tensor<T> C = matmul_nt(Tensor<T>::from(1, 32, a), Tensor<T>(64, 32, T(1)));
+    for (int j = 0; j < 64; j++) REQUIRE(C(0, j) == sum16);
+}
+}  // namespace
+
+TEST_CASE("Reductions: softmax_row, CrossEntropy_logits, A B^T and LayerNorm add in their fixed lane order, bit for bit") {
+    m_lane_order_check<float>();
+    m_lane_order_check<double>();
+    // CrossEntropy_logits sums in double: the same row in double, target 0: loss = log(sum) - z_0.
+    const double ulp = std::numeric_limits<double>::epsilon();
+    TD Z(1, 32, std::log(0.6 * ulp));
+    Z(0, 0) = 0;
+    CHECK(CrossEntropy_logits(Z, {0}) == std::log(1 + 16 * ulp));
+    // LayerNorm's mean in 8 lanes: x_4 = 1, x_7 = 2^53, x_13 = -2^53, the rest 0 (H = 16). Lanes
+    // 4, 5, 7 hold 1, -2^53, 2^53; added in order, 1 - 2^53 + 2^53 = 1 exactly, so mu = 1/16. One
+    // running sum (or 9 lanes) adds 1 + 2^53 first, which rounds to 2^53, and gives mu = 0.
+    const double big = std::ldexp(1.0, 53);
+    TD X(1, 16);
+    X(0, 4) = 1, X(0, 7) = big, X(0, 13) = -big;
+    const TD Y = LayerNorm(X, TD({16}, 1.0), TD({16}, 0.0), 1e-5);
+    // var = ((2^53)^2 + (2^53)^2 + tiny) / 16 = 2^103 (x - mu rounds to +-2^53 in both big entries).
+    const double rstd = 1 / std::sqrt(std::ldexp(1.0, 103) + 1e-5);
+    CHECK(Y(0, 0) == -0.0625 * rstd);
+    CHECK(Y(0, 4) == 0.9375 * rstd);
 }
 
 TEST_CASE("FFN_GELU: activation_array and activation_derivative_array equal activation and activation_derivative") {

@@ -679,6 +679,7 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
     if (n == 0 || X.rows() % n != 0 || (per_sequence && Mask.rows() != X.rows()))
         throw ShapeError("MultiHeadSA: X is " + shape_str(X) + " but Mask is " + shape_str(Mask) +
                          " (X needs a multiple of n rows, Mask n x n or one n x n per sequence)");
+    if (attn_dropout > 0 && !rng) throw Error("MultiHeadSA: attention dropout " + std::to_string(attn_dropout) + " needs a random generator");
     const int B = X.rows() / n;
     MultiHeadSACache<T> local;
     MultiHeadSACache<T>& c = cache ? *cache : local;
@@ -690,7 +691,7 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
         c.K[i] = Linear(X, p.W_K[i], head_bias(p.b_K, i));
         c.V[i] = Linear(X, p.W_V[i], head_bias(p.b_V, i));
         for (int b = 0; b < B; b++) {
-            if (attn_dropout > 0 && rng) c.dropout[i][b] = dropout_mask<T>({n, n}, attn_dropout, *rng);
+            if (attn_dropout > 0) c.dropout[i][b] = dropout_mask<T>({n, n}, attn_dropout, *rng);
             Tensor<T> O = Attention(rows_of(c.Q[i], b * n, n), rows_of(c.K[i], b * n, n), rows_of(c.V[i], b * n, n),
                                     per_sequence ? rows_of(Mask, b * n, n) : Mask, &c.att[i][b], &c.dropout[i][b]);
             set_rows(c.head[i], b * n, O);
@@ -2126,7 +2127,8 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
     for (int j = 0; j < V; j++) order[j] = j;
     const int k = (top_k > 0 && top_k < V) ? top_k : V;
     if (k < V)  // the k largest first; with all V kept the order does not matter (no O(V log V) sort)
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return z[a] > z[b]; });
+        std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                          [&](int a, int b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });  // ties: lower id first
     float z_max = z[order[0]];
     for (int j = 1; j < k; j++) z_max = std::max(z_max, z[order[j]]);
     std::vector<double> w(k);

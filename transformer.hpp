@@ -348,7 +348,7 @@ struct MultiHeadSACache {
 // With biases (not in the formulas' boxes (formulas §12)): X W_i^Q + Stack_n(b_i^Q), likewise for K and V, and
 // Concat(...) W^O + Stack_n(b^O).
 // X may hold B sequences of n rows ((B*n) x H); attention is applied to each sequence alone.
-// attn_dropout > 0 draws dropout masks for the attention probabilities from rng.
+// attn_dropout > 0 draws dropout masks for the attention probabilities from rng (an Error without one).
 struct Rng;
 template <typename T>
 Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHeadSAParams<T>& p,
@@ -832,7 +832,8 @@ struct StepResult {
 };
 StepResult train_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr, double max_norm,
                       int accum, const std::function<double(Params<float>&)>& loss_and_grad);
-// Draw one id from logits z (V) with temperature and top-k (exposed for tests).
+// Draw one id from logits z (V) with temperature and top-k (exposed for tests). Among equal logits at
+// the k-th place the lower ids are kept, so the draw does not depend on the standard library.
 int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng);
 
 // ################################################################################################
