@@ -2024,6 +2024,19 @@ TEST_CASE("FFN_ReLU: relu activation and derivative") {
     CHECK(activation(Activation::relu, 3.0f) == 3.0f);
     CHECK(activation_derivative(Activation::relu, 2.5) == 1.0);
     CHECK(activation_derivative(Activation::relu, -2.5) == 0.0);
+    // At zero: ReLU(-0.0) is +0.0 (never negative, not even a negative zero) and relu'(0) = 0, as
+    // PyTorch takes it; the same in the array forms the FFN uses.
+    CHECK_FALSE(std::signbit(activation(Activation::relu, -0.0)));
+    CHECK_FALSE(std::signbit(activation(Activation::relu, -0.0f)));
+    CHECK(activation_derivative(Activation::relu, 0.0) == 0.0);
+    CHECK(activation_derivative(Activation::relu, -0.0f) == 0.0f);
+    const std::vector<double> z = {-0.0, 0.0, 2.0};
+    std::vector<double> y(3, 7.0), dz(3, 1.0);
+    activation_array(Activation::relu, z.data(), y.data(), 3);
+    activation_derivative_array(Activation::relu, z.data(), dz.data(), 3);
+    CHECK(y == std::vector<double>{0.0, 0.0, 2.0});
+    CHECK_FALSE(std::signbit(y[0]));
+    CHECK(dz == std::vector<double>{0.0, 0.0, 1.0});
     CHECK(std::string(activation_name(Activation::relu)) == "relu");
     CHECK(activation_from_name("relu") == Activation::relu);
 }

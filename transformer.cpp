@@ -1288,7 +1288,7 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
     return out;
 }
 
-// Names ending in "gamma" are LayerNorm gains (init 1); other vectors are biases (init 0), except
+// Names with "gamma" (ln_1.gamma, emb_ln.gamma, ...) are the LayerNorm gains (init 1); other vectors are biases (init 0), except
 // the segment vectors, which are embeddings; matrices are N(0, 0.02). Drawn in named_tensors order.
 // w_pad starts at 0, as Hugging Face's nn.Embedding zeroes its padding_idx row.
 template <typename T>
@@ -1296,7 +1296,7 @@ void init_params(const Config& c, Params<T>& p, uint64_t seed) {
     Rng rng(seed);
     for (auto& nt : named_tensors(c, p)) {
         const std::string& name = nt.name;
-        const bool gain = name.size() >= 5 && name.compare(name.size() - 5, 5, "gamma") == 0;
+        const bool gain = name.find("gamma") != std::string::npos;
         const bool random = nt.tensor->shape.size() == 2 || name == "w_A" || name == "w_B" || name == "w";
         for (auto& v : nt.tensor->data) v = random ? T(0.02 * rng.normal()) : gain ? T(1) : T(0);
     }
@@ -1410,7 +1410,7 @@ Tensor<T> layer_mask(const Config& c, int l, int n) {
     switch (c.variant) {
         case Variant::bert:
         case Variant::roberta: return Mask_BD<T>(n);
-        case Variant::gpt3: return (l + 1) % 2 == 0 ? Mask_AR<T>(n) : Mask_ST<T>(n, c.st_window, c.st_stride);
+        case Variant::gpt3: return l % 2 == 1 ? Mask_AR<T>(n) : Mask_ST<T>(n, c.st_window, c.st_stride);  // formula l + 1 even
         default: return Mask_AR<T>(n);
     }
 }
