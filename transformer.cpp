@@ -1288,9 +1288,9 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
     return out;
 }
 
-// Names with "gamma" (ln_1.gamma, emb_ln.gamma, ...) are the LayerNorm gains (init 1); other vectors are biases (init 0), except
-// the segment vectors, which are embeddings; matrices are N(0, 0.02). Drawn in named_tensors order.
-// w_pad starts at 0, as Hugging Face's nn.Embedding zeroes its padding_idx row.
+// Names with "gamma" (ln_1.gamma, ...) are LayerNorm gains (init 1); other vectors are biases (init
+// 0), except the segment vectors, which are embeddings; matrices are N(0, 0.02). Drawn in
+// named_tensors order. w_pad starts at 0, as Hugging Face's nn.Embedding zeroes its padding_idx row.
 template <typename T>
 void init_params(const Config& c, Params<T>& p, uint64_t seed) {
     Rng rng(seed);
