@@ -2643,6 +2643,13 @@ TEST_CASE("dropout_mask: bad p and wrong shape") {
     // A NaN p (a typo in a config) must not give a mask of NaNs.
     CHECK_THROWS_AS(dropout_mask<double>({2, 2}, std::numeric_limits<double>::quiet_NaN(), rng), Error);
     CHECK_THROWS_NAMING(ShapeError, dropout_mask<double>({2, -2}, 0.5, rng), "2x-2");
+    // The generator by pointer: p = 0 needs none; p > 0 without one names the p.
+    CHECK(dropout_mask<double>({2, 2}, 0.0, (Rng*)nullptr).empty());
+    CHECK(dropout_mask<float>({2, 2}, 0.0, (Rng*)nullptr).empty());
+    CHECK_THROWS_NAMING(Error, dropout_mask<double>({2, 2}, 0.25, (Rng*)nullptr), "random generator", "0.25");
+    Rng g(5), h(5);
+    CHECK(m_bits_equal(dropout_mask<float>({3, 2}, 0.5, &g), dropout_mask<float>({3, 2}, 0.5, h)));
+    CHECK(g.state == h.state);
     TD X(3, 4);
     CHECK_THROWS_NAMING(ShapeError, multiply_inplace(X, TD(4, 3, 1.0)), "3x4", "4x3");
 }
@@ -4115,6 +4122,34 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
     M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {1, 2, 3}, 2, {0, 1, 2}, 1), "tokens");
     M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {1, 2, 3}, 1, {0, 2, 2}, 1), "permutation");
     M_CHECK_TF_ERROR(xlnet_loss(preset("tiny-bert"), m_model<double>(preset("tiny-bert"), 1, 0.1), w, {1, 2, 3}, 1, {0, 1, 2}, 1), "bert");
+    // No sequences, or sequences of no tokens, even where the token count fits (0 = 0 x 2, 0 = 1 x 0).
+    M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {}, 0, {1, 0}, 1), "B = 0");
+    M_CHECK_TF_ERROR(xlnet_query_probs(c, p, w, {}, {}), "n = 0");
+}
+
+TEST_CASE("xlnet: sequences of one token: the query sees only w and its position; gradient check") {
+    // n = 1, z = (0): the query stream of the only position attends to nothing (an all-masked row
+    // gives zeros), so its X^(L) row depends on w, W_p[0] and the layers' biases and LayerNorms alone.
+    const Config c = preset("tiny-gpt2");
+    Params<double> p = m_model<double>(c, 121, 0.2);
+    Rng r(122);
+    TD w = randn_vec(c.H, r, 0.5);
+    const std::vector<int> z = {0}, x = {3, 7};
+    // The content stream reaches no loss here, so the attention weights get no gradient: check w,
+    // W_e (the query's de-embedding), W_p and an FFN matrix by central differences.
+    Params<double> g = make_params<double>(c);
+    TD dw({c.H});
+    xlnet_loss(c, p, w, x, 2, z, 1, &g, &dw);
+    auto L = [&] { return xlnet_loss(c, p, w, x, 2, z, 1); };
+    grad_check(L, w, dw, "xlnet n = 1, w");
+    grad_check(L, p.W_e, g.W_e, "xlnet n = 1, W_e");
+    grad_check(L, p.W_p, g.W_p, "xlnet n = 1, W_p");
+    grad_check(L, p.layers[1].ffn.W_1, g.layers[1].ffn.W_1, "xlnet n = 1, W_1 of layer 2");
+    CHECK(g.layers[0].attn.W_Q[0].data == std::vector<double>(g.layers[0].attn.W_Q[0].size(), 0.0));
+    // Both sequences' queries are the same row (w + W_p[0]), so their probabilities are equal.
+    const TD P3 = xlnet_query_probs(c, p, w, {3}, z), P7 = xlnet_query_probs(c, p, w, {7}, z);
+    CHECK(P3.data == P7.data);
+    CHECK(xlnet_loss(c, p, w, x, 2, z, 1) == doctest::Approx(-(std::log(P3(0, 3)) + std::log(P3(0, 7))) / 2).epsilon(1e-12));
 }
 
 TEST_CASE("xlnet: predicting every position (the first in z sees nothing) for every variant but BERT") {

@@ -691,7 +691,7 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
         c.K[i] = Linear(X, p.W_K[i], head_bias(p.b_K, i));
         c.V[i] = Linear(X, p.W_V[i], head_bias(p.b_V, i));
         for (int b = 0; b < B; b++) {
-            if (attn_dropout > 0) c.dropout[i][b] = dropout_mask<T>({n, n}, attn_dropout, *rng);
+            c.dropout[i][b] = dropout_mask<T>({n, n}, attn_dropout, rng);
             Tensor<T> O = Attention(rows_of(c.Q[i], b * n, n), rows_of(c.K[i], b * n, n), rows_of(c.V[i], b * n, n),
                                     per_sequence ? rows_of(Mask, b * n, n) : Mask, &c.att[i][b], &c.dropout[i][b]);
             set_rows(c.head[i], b * n, O);
@@ -1074,14 +1074,21 @@ int Rng::below(int n) {
     return (int)(uniform() * n);
 }
 
+// The generator by pointer, as the blocks hold it: p = 0 needs none and draws nothing (an empty
+// mask, which multiply_inplace skips), so the callers need no test of their own for p > 0.
 template <typename T>
-Tensor<T> dropout_mask(const std::vector<int>& shape, double p, Rng& rng) {
+Tensor<T> dropout_mask(const std::vector<int>& shape, double p, Rng* rng) {
     if (p <= 0) return Tensor<T>();
     if (!(p < 1)) throw Error("dropout: p must be below 1, got " + std::to_string(p));
+    if (!rng) throw Error("dropout: p = " + std::to_string(p) + " needs a random generator");
     Tensor<T> m = Tensor<T>::uninit(shape);
     const T keep = T(1.0 / (1.0 - p));
-    for (auto& v : m.data) v = rng.uniform() < p ? T(0) : keep;
+    for (auto& v : m.data) v = rng->uniform() < p ? T(0) : keep;
     return m;
+}
+template <typename T>
+Tensor<T> dropout_mask(const std::vector<int>& shape, double p, Rng& rng) {
+    return dropout_mask<T>(shape, p, &rng);
 }
 
 template <typename T>
@@ -1422,14 +1429,13 @@ Tensor<T> layer_mask(const Config& c, int l, int n) {
 template <typename T>
 static Tensor<T> post_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
                                        BlockCache<T>& k, const ForwardOptions& o) {
-    k.drop_attn = k.drop_ffn = Tensor<T>();  // no stale masks when a cache is reused
     k.attn_in = X;                           // X^(l-1)
     Tensor<T> a = MultiHeadSA(X, Mask, w.attn, &k.attn, o.dropout, o.rng);
-    if (o.dropout > 0) k.drop_attn = dropout_mask<T>(a.shape, o.dropout, *o.rng), multiply_inplace(a, k.drop_attn);
+    k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng), multiply_inplace(a, k.drop_attn);
     add_inplace(a, X);
     k.ffn_in = LayerNorm(a, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);  // X'^(l)
     Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
-    if (o.dropout > 0) k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, *o.rng), multiply_inplace(f, k.drop_ffn);
+    k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng), multiply_inplace(f, k.drop_ffn);
     add_inplace(f, k.ffn_in);
     return LayerNorm(f, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
 }
@@ -1456,14 +1462,13 @@ static Tensor<T> post_ln_block_backward(const Config& c, const Layer<T>& w, cons
 template <typename T>
 static Tensor<T> pre_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
                                       BlockCache<T>& k, const ForwardOptions& o) {
-    k.drop_attn = k.drop_ffn = Tensor<T>();  // no stale masks when a cache is reused
     k.attn_in = LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);
     Tensor<T> a = MultiHeadSA(k.attn_in, Mask, w.attn, &k.attn, o.dropout, o.rng);
-    if (o.dropout > 0) k.drop_attn = dropout_mask<T>(a.shape, o.dropout, *o.rng), multiply_inplace(a, k.drop_attn);
+    k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng), multiply_inplace(a, k.drop_attn);
     add_inplace(a, X);  // a = X'^(l)
     k.ffn_in = LayerNorm(a, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
     Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
-    if (o.dropout > 0) k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, *o.rng), multiply_inplace(f, k.drop_ffn);
+    k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng), multiply_inplace(f, k.drop_ffn);
     add_inplace(f, a);
     return f;
 }
@@ -1631,8 +1636,7 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
     k.batch = batch;
     Tensor<T> X = embed_forward(c, p, batch);
     if (c.emb_ln) X = LayerNorm(X, p.gamma_e, p.beta_e, c.eps, &k.ln_e);  // the released BERT's embedding LayerNorm
-    k.drop_emb = Tensor<T>();
-    if (opt.dropout > 0) k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, *opt.rng), multiply_inplace(X, k.drop_emb);
+    k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, opt.rng), multiply_inplace(X, k.drop_emb);
     k.masks.resize(c.L);
     const bool padded = !is_causal(c.variant) &&
                         std::any_of(batch.lengths.begin(), batch.lengths.end(), [&](int len) { return len < batch.n; });
@@ -8829,6 +8833,7 @@ static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out) {
     template Tensor<T> CrossEntropy_backward(const Tensor<T>&, const Tensor<T>&);                          \
     template double CrossEntropy_logits(const Tensor<T>&, const std::vector<int>&, Tensor<T>*);            \
     template Tensor<T> dropout_mask(const std::vector<int>&, double, Rng&);                                \
+    template Tensor<T> dropout_mask(const std::vector<int>&, double, Rng*);                                \
     template void multiply_inplace(Tensor<T>&, const Tensor<T>&);
 
 #define TF_INSTANTIATE_MODELS(T)                                                                           \

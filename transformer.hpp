@@ -468,9 +468,12 @@ struct Rng {
 };
 
 // Dropout scales: each entry 0 with probability p, else 1/(1-p) ("inverted" dropout, so the
-// expectation is unchanged and evaluation needs no rescaling). p = 0 gives an empty tensor.
+// expectation is unchanged and evaluation needs no rescaling). p = 0 gives an empty tensor and
+// draws nothing; p > 0 needs a generator (an error for a null Rng*).
 template <typename T>
 Tensor<T> dropout_mask(const std::vector<int>& shape, double p, Rng& rng);
+template <typename T>
+Tensor<T> dropout_mask(const std::vector<int>& shape, double p, Rng* rng);
 template <typename T>
 void multiply_inplace(Tensor<T>& X, const Tensor<T>& scale);  // X *= scale (empty scale: no-op)
 
