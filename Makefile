@@ -358,7 +358,7 @@ assignments-check:
 	[ $$bad = 0 ] && echo "make assignments-check: docs/assignments.md states every assignment's counts" || { echo "make assignments-check: failed" >&2; exit 1; }
 
 # ---- make mutants: mutation testing of the formula functions -----------------------------------
-# make mutants FUNC=LayerNorm_backward [TESTS="LayerNorm*"] [MAX=n] [TIMEOUT=120]
+# make mutants FUNC=LayerNorm_backward [TESTS="LayerNorm*"] [MAX=n] [TIMEOUT=seconds]
 # make mutants-all [FUNCS="name[:tests-pattern] ..."] [MAX=25]   (default FUNCS: MUTANT_FUNCS, Part I)
 # make mutants-assignments [MAX=3]   (each assignment's functions against its own test command)
 # Copies the project into a temporary directory, finds the body of FUNC in transformer.cpp as
@@ -370,7 +370,8 @@ assignments-check:
 # a statement dropped, the two indices of X(i, j) swapped. Each mutant: transformer.cpp recompiled
 # at MUT_OPT with the standard library's index checks (as make test builds it), linked with a tests.o
 # built once (in MUT_BUILD, build-mutants/), the test cases matching TESTS (doctest -tc, default all) run
-# under `timeout TIMEOUT`. A mutant is KILLED when a test fails (or times out), SURVIVED when all
+# under `timeout TIMEOUT` (default: ten times the unmutated run of those cases plus 10 s), stopping
+# at the first failed check (doctest -aa=1). A mutant is KILLED when a test fails (or times out), SURVIVED when all
 # pass; one that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
 # JOBS=n tries n mutants at once (each in its own copy of the project); the verdicts do not depend on it.
 # BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
@@ -380,7 +381,7 @@ assignments-check:
 # docs/mutation.md explains the output and gives the figure for the suite.
 MUT_OPT     ?= -O0
 MUT_BUILD   ?= build-mutants
-TIMEOUT     ?= 120
+TIMEOUT     ?= auto
 MAX         ?= 0
 MUT_LOG     ?= mutants.log
 JOBS        ?= 1
@@ -592,6 +593,7 @@ mutants mutants-all: | doctest
 	  [ "$$max" != 0 ] || max=25; \
 	fi; \
 	top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; trap 'exit 1' INT TERM; \
+	case '$(TIMEOUT)' in auto) auto=1; cap=600;; ''|*[!0-9]*|0) echo "make mutants: TIMEOUT=$(TIMEOUT): give seconds (1 or more) or auto" >&2; exit 1;; *) auto=0; cap='$(TIMEOUT)';; esac; \
 	jobs='$(JOBS)'; case "$$jobs" in ''|*[!0-9]*|0) echo "make mutants: JOBS=$$jobs: give a number of runs at once, 1 or more" >&2; exit 1;; esac; \
 	tar -cf - --exclude=./.git --exclude='./build*' --exclude=./demo --exclude=./runs . > "$$tmp/tree.tar"; \
 	j=0; while [ "$$j" -lt "$$jobs" ]; do mkdir "$$tmp/s$$j"; tar -xf "$$tmp/tree.tar" -C "$$tmp/s$$j"; j=$$((j + 1)); done; \
@@ -607,12 +609,12 @@ mutants mutants-all: | doctest
 	  if ! $(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) -c -o "$$d/transformer.o" "$$d/transformer.cpp" 2>/dev/null || \
 	     ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" $(MUT_BUILD)/tests.o 2>/dev/null; then \
 	    verdict="not compiled"; \
-	  elif (cd "$$d" && timeout $(TIMEOUT) ./tests $$tc </dev/null) >/dev/null 2>&1; then verdict=SURVIVED; \
+	  elif (cd "$$d" && timeout $$lim ./tests -aa=1 $$tc </dev/null) >/dev/null 2>&1; then verdict=SURVIVED; \
 	  else verdict=KILLED; fi; \
 	  was=; \
 	  if [ -n "$(BEFORE)" ] && [ "$$verdict" != "not compiled" ]; then \
 	    $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" "$(BEFORE)"; \
-	    if (cd "$$d" && timeout $(TIMEOUT) ./tests $$tc </dev/null) >/dev/null 2>&1; then was=" (before: SURVIVED)"; \
+	    if (cd "$$d" && timeout $$lim ./tests -aa=1 $$tc </dev/null) >/dev/null 2>&1; then was=" (before: SURVIVED)"; \
 	    else was=" (before: KILLED)"; fi; \
 	  fi; \
 	  printf '%-12s %s:%s [%s]  %s  ->  %s%s\n' "$$verdict" "$$func" "$$line" "$$op" "$$before" "$$after" "$$was"; \
@@ -637,7 +639,9 @@ mutants mutants-all: | doctest
 	  else cp "$$tmp/all" "$$tmp/list"; fi; \
 	  g=$$(wc -l < "$$tmp/list"); \
 	  say "== $$func (transformer.cpp lines $$from-$$to): $$g mutants of $$n, tests: $${pat:-all}"; \
-	  (cd "$$tmp/s0" && timeout $(TIMEOUT) ../base-tests $$tc </dev/null) >/dev/null 2>&1 || { say "   the unmutated suite fails or times out on $$func's tests: skipped"; continue; }; \
+	  t0=$$(date +%s%N); \
+	  (cd "$$tmp/s0" && timeout $$cap ../base-tests $$tc </dev/null) >/dev/null 2>&1 || { say "   the unmutated suite fails or times out on $$func's tests: skipped"; continue; }; \
+	  if [ "$$auto" = 1 ]; then lim=$$(( ($$(date +%s%N) - t0) / 100000000 + 10 )); else lim=$$cap; fi; \
 	  k=0; s=0; nc=0; i=0; done_to=0; \
 	  while IFS="$$(printf '\t')" read -r line op text; do \
 	    i=$$((i + 1)); \

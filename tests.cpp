@@ -1925,6 +1925,25 @@ TEST_CASE("MultiHeadSA: with B = 2 each sequence gets the output it gets alone")
         for (int i = 0; i < n; i++) CHECK(same_row(Y, Yc, i));
         CHECK(row_diff(Y, Yc, n) > 1e-9);
     }
+    // One n x n mask per sequence ((B*n) x n, as key_padding_mask makes): B = 3 sequences with three
+    // different masks, each row block the output of its sequence alone under its own mask.
+    TD X3 = randn(3 * n, H, rng), Masks(3 * n, n);
+    const TD M0 = Mask_AR<double>(n), M1 = Mask_BD<double>(n);
+    TD M2 = Mask_BD<double>(n);
+    for (int i = 0; i < n; i++) M2(i, n - 1) = M2(i, 0) = -std::numeric_limits<double>::infinity();
+    const TD* Ms[3] = {&M0, &M1, &M2};
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) Masks(b * n + i, j) = (*Ms[b])(i, j);
+    const TD Y3 = MultiHeadSA(X3, Masks, p);
+    for (int b = 0; b < 3; b++) {
+        TD Xb(n, H);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < H; j++) Xb(i, j) = X3(b * n + i, j);
+        const TD Yb = MultiHeadSA(Xb, *Ms[b], p);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < H; j++) CHECK(Y3(b * n + i, j) == doctest::Approx(Yb(i, j)).epsilon(1e-13));
+    }
 }
 
 TEST_CASE("MultiHeadSA: attention dropout masks come from the rng") {
@@ -1994,6 +2013,20 @@ TEST_CASE("MultiHeadSA: wrong shape") {
     MultiHeadSA(X, Mask_AR<double>(2), p, &c);
     MultiHeadSAParams<double> g = zeros_like(p);
     CHECK_THROWS_NAMING(ShapeError, MultiHeadSA_backward(X, p, c, TD(4, 3), g), "MultiHeadSA_backward", "dY", "4x4", "4x3");
+    // A gradient whose biases do not match the parameters', one kind of bias at a time.
+    MultiHeadSAParams<double> pb = make_mhsa(4, 2, 2, rng, 0.6, true);
+    MultiHeadSACache<double> cb;
+    MultiHeadSA(X, Mask_AR<double>(2), pb, &cb);
+    for (int which = 0; which < 4; which++) {
+        CAPTURE(which);
+        MultiHeadSAParams<double> gb = zeros_like(pb);
+        if (which == 0) gb.b_Q.clear();
+        if (which == 1) gb.b_K.clear();
+        if (which == 2) gb.b_V.clear();
+        if (which == 3) gb.b_O = TD();
+        CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X, pb, cb, TD(4, 4), gb), "biases");
+        CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X, p, c, TD(4, 4), gb), "biases");
+    }
 }
 
 TEST_CASE("MultiHeadSA: an empty mask or a cache from another call throws instead of crashing") {
@@ -3498,6 +3531,11 @@ TEST_CASE("RoBERTa: a <pad> among the ids takes position row padding_idx and is 
     CHECK(position_rows(preset("tiny-roberta"), {0, 5, 1, 7, 2}, 5) == std::vector<int>{0, 1, 2, 3, 4});
     CHECK(position_rows(preset("tiny-bert"), {0, 5, 1, 7, 2}, 5) == std::vector<int>{0, 1, 2, 3, 4});
     CHECK(position_rows(c, {5, 1, 7}, 1) == std::vector<int>{0, -1, 0});  // sequences of one token each
+    {   // pad_id 0 is a pad id like any other (-1 is none).
+        Config c0 = c;
+        c0.pad_id = 0;
+        CHECK(position_rows(c0, {5, 0, 7, 1}, 4) == std::vector<int>{0, -1, 1, 2});
+    }
     M_CHECK_TF_ERROR(position_rows(c, {5, 1, 7}, 2), "3 tokens are not sequences of n = 2");
     M_CHECK_TF_ERROR(position_rows(c, {5, 1, 7}, 0), "not sequences of n = 0");
 
@@ -4687,6 +4725,17 @@ TEST_CASE("Softmax: vexp matches std::exp (float to under one ulp, double to 3.2
     CHECK(std::isinf(vexp(89.0f)));
     CHECK(std::isinf(vexp(std::numeric_limits<float>::infinity())));
     CHECK(std::isinf(vexp(710.0)));
+    // The ends of vexp's range are computed, not cut off: exp(88.72f) is finite and exp(-87.3f) a
+    // normal float (the float constants hi, lo); for double, exp(709.78) and exp(-708).
+    for (float x : {88.72f, -87.3f, 88.7f, -87.2f}) {
+        CAPTURE(x);
+        CHECK(std::isfinite(vexp(x)));
+        CHECK(std::fabs((double)vexp(x) / std::exp((double)x) - 1) < 1.2e-7);
+    }
+    for (double x : {709.78, -708.0, 709.7, -707.9}) {
+        CAPTURE(x);
+        CHECK(std::fabs(vexp(x) / std::exp(x) - 1) < 4e-16);
+    }
     CHECK(std::isnan(vexp(std::numeric_limits<float>::quiet_NaN())));
     CHECK(std::isnan(vexp(std::numeric_limits<double>::quiet_NaN())));
 }

@@ -504,9 +504,9 @@ Tensor<T> Mask_BD(int n) {
 
 template <typename T>
 Tensor<T> Mask_AR(int n) {
-    Tensor<T> M(n, n, T(1));
+    Tensor<T> M(n, n);
     for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++) M(i, j) = -std::numeric_limits<T>::infinity();
+        for (int j = 0; j < n; j++) M(i, j) = j > i ? -std::numeric_limits<T>::infinity() : T(1);
     return M;
 }
 
