@@ -425,7 +425,7 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 xlnet_query_probs:xlnet:?gradient*,xlnet:?one*,xlnet:?predicting* lr_linear:lr_* \
                 lr_schedule:lr_* \
                 gemm_reference:gemm*,matmul* matmul:matmul* transpose:matmul*,gemm* add_inplace:MultiHeadSA*,GPT:* \
-                colsum_acc:FFN*,MultiHeadSA* Linear:FFN*,MultiHeadSA* Linear_backward:FFN*,MultiHeadSA* \
+                colsum_acc:FFN*,MultiHeadSA* Linear:FFN*,MultiHeadSA*,MLMHead* Linear_backward:FFN*,MultiHeadSA* \
                 diag_backward:diag* Stack_backward:Stack* inv_factorials:Softmax* softmax_row_reference:Softmax* \
                 rows_of:MultiHeadSA* Rng::normal:Rng*,parameters* Rng::below:Rng*,dropout*,objective* \
                 FFN_GELU:FFN* FFN_GELU_backward:FFN* make_params:parameters* count_params:parameters* \

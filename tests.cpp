@@ -3377,6 +3377,10 @@ TEST_CASE("MLMHead: a value computed by hand (H = 2: the LayerNorm of two number
     CHECK(Z(0, 1) == doctest::Approx(0.0).epsilon(1e-9));
     CHECK(Z(0, 2) == doctest::Approx(3.5).epsilon(1e-9));
     CHECK(k.U.data == std::vector<double>{1, 0});
+    // A bias b_t of the wrong length is refused where it is added (Linear), not read past its end.
+    Params<double> q = p;
+    q.b_t = TD::vector({0});
+    CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MLMHead(c, q, TD::from(1, 2, {1, 0})), "Linear", "bias");
 }
 
 TEST_CASE("MLMHead: gradient check of dX, W_t, b_t, gamma_t, beta_t, b_z and the tied W_e") {
@@ -4785,6 +4789,14 @@ TEST_CASE("Softmax: the vectorised row equals the plain loop (float and double, 
             TF p(1, H);
             softmax_row(z.ptr(), p.ptr(), H);
             for (int j = 0; j < H; j++) CHECK(p(0, j) == (j == at ? 1.0f : 0.0f));
+            softmax_row_reference(z.ptr(), p.ptr(), H);  // the plain loop subtracts the maximum too
+            for (int j = 0; j < H; j++) CHECK(p(0, j) == (j == at ? 1.0f : 0.0f));
+            TF low(1, H, -1000.0f);  // every entry far below 0: exp(x) alone would be 0 everywhere
+            low(0, at) = -999.0f;
+            softmax_row_reference(low.ptr(), p.ptr(), H);
+            CHECK(p(0, at) == doctest::Approx(1 / (1 + (H - 1) * std::exp(-1.0))).epsilon(1e-6));
+            softmax_row(low.ptr(), p.ptr(), H);
+            CHECK(p(0, at) == doctest::Approx(1 / (1 + (H - 1) * std::exp(-1.0))).epsilon(1e-6));
             CHECK(CrossEntropy_logits(z, {at}) == doctest::Approx(0.0).epsilon(1e-12));
             CHECK(CrossEntropy_logits(z, {(at + 1) % H}) == doctest::Approx(1000.0).epsilon(1e-9));
         }
