@@ -3221,6 +3221,33 @@ TEST_CASE("model_forward: logit_rows picks rows of X^(L), the first and the last
     M_CHECK_TF_ERROR(model_backward(c, p, k, TD(4, c.V), g), "model_backward", "dZ", "4x" + std::to_string(c.V));
 }
 
+TEST_CASE("model_forward: model_backward adds a gradient dX_L given at X^(L) (a fine-tuning head's), with and without dZ") {
+    // loss = sum(Z (.) R) + sum(X^(L) (.) S): dZ = R, dX_L = S; with no logits (dZ empty) only S.
+    for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
+        for (bool logits : {true, false}) {
+            CAPTURE(name);
+            CAPTURE(logits);
+            const Config c = preset(name);
+            Params<double> p = m_model<double>(c, 47, 0.2);
+            const Batch b = m_batch(c, 48);
+            Rng r(49);
+            const TD R = randn(b.B * b.n, c.V, r), S = randn(b.B * b.n, c.H, r);
+            auto loss = [&](Params<double>* g) {
+                ForwardCache<double> k;
+                const TD Z = model_forward(c, p, b, &k);
+                REQUIRE(k.X_L.shape == S.shape);
+                double L = 0;
+                for (std::size_t j = 0; j < S.size(); j++) L += k.X_L[j] * S[j];
+                if (logits)
+                    for (std::size_t j = 0; j < R.size(); j++) L += Z[j] * R[j];
+                if (g) model_backward(c, p, k, logits ? R : TD(), *g, &S);
+                return L;
+            };
+            m_grad_check(c, p, loss, 50, std::string("dX_L, ") + name);
+        }
+    }
+}
+
 TEST_CASE("model_loss: a masked LM de-embeds only its target rows, with the loss and gradients of every row's logits") {
     for (const std::string name : {"tiny-bert", "tiny-roberta"})
         for (bool head : {false, true}) {
