@@ -116,9 +116,12 @@ double sum_prod(const TD& Y, const TD& R) {
     for (std::size_t k = 0; k < Y.size(); k++) s += Y[k] * R[k];
     return s;
 }
+// The larger of m and x, or NaN if either is NaN (std::max(m, NaN) is m, which would hide a NaN
+// from every "<= tol" that follows).
+double nan_max(double m, double x) { return x <= m || m != m ? m : x; }
 double max_abs(const TD& a) {
     double m = 0;
-    for (double v : a.data) m = std::max(m, std::fabs(v));
+    for (double v : a.data) m = nan_max(m, std::fabs(v));
     return m;
 }
 double max_abs_diff(const TD& a, const TD& b) {
@@ -142,7 +145,7 @@ bool same_row(const TD& a, const TD& b, int i) {
 }
 double row_diff(const TD& a, const TD& b, int i) {
     double m = 0;
-    for (int j = 0; j < a.cols(); j++) m = std::max(m, std::fabs(a(i, j) - b(i, j)));
+    for (int j = 0; j < a.cols(); j++) m = nan_max(m, std::fabs(a(i, j) - b(i, j)));
     return m;
 }
 std::vector<int> shp(int r, int c) { return {r, c}; }
@@ -2462,7 +2465,7 @@ TEST_CASE("LayerNorm: a constant row gives exactly beta (H 768, eps 1e-12), and 
         for (int j = 0; j < H; j++) var += (X(i, j) - mu) * (X(i, j) - mu);
         var /= H;
         for (int j = 0; j < H; j++)
-            worst = std::max(worst, std::abs(Y(i, j) - (gamma[j] * (X(i, j) - mu) / std::sqrt(var + 1e-5) + beta[j])));
+            worst = nan_max(worst, std::abs(Y(i, j) - (gamma[j] * (X(i, j) - mu) / std::sqrt(var + 1e-5) + beta[j])));
     }
     CHECK(worst < 2e-6);  // float rounding of the output; the old float mean was off by ~1e-2
     // In double, rows of 1e8 +- 0.5: the variance is the mean of (x - mu)^2, which keeps every digit,
@@ -3276,7 +3279,7 @@ TEST_CASE("model_loss: a masked LM de-embeds only its target rows, with the loss
             const auto a = named_tensors(c, g), r = named_tensors(c, g_all);
             for (std::size_t t = 0; t < a.size(); t++)
                 for (std::size_t i = 0; i < a[t].tensor->size(); i++)
-                    worst = std::max(worst, std::fabs(a[t].tensor->data[i] - r[t].tensor->data[i]));
+                    worst = nan_max(worst, std::fabs(a[t].tensor->data[i] - r[t].tensor->data[i]));
             CHECK(worst < 1e-14);
             // The forward alone on four rows: those rows of the full Z.
             const std::vector<int> rows = {9, 2, 4, 2};
@@ -4743,8 +4746,8 @@ TEST_CASE("Softmax: vexp matches std::exp (float to under one ulp, double to 3.2
     double worst_f = 0, worst_d = 0;
     for (double x = -87.0; x < 88.7; x += 0.0137) {
         const double ref = std::exp(x);
-        worst_f = std::max(worst_f, std::fabs((double)vexp((float)x) - std::exp((double)(float)x)) / ref);
-        worst_d = std::max(worst_d, std::fabs(vexp(x) - ref) / ref);
+        worst_f = nan_max(worst_f, std::fabs((double)vexp((float)x) - std::exp((double)(float)x)) / ref);
+        worst_d = nan_max(worst_d, std::fabs(vexp(x) - ref) / ref);
     }
     CHECK(worst_f < 1.2e-7);
     CHECK(worst_d < 4e-16);
@@ -4799,7 +4802,7 @@ TEST_CASE("Softmax: the vectorised row equals the plain loop (float and double, 
     Rng r(21);
     double gap_f = 0, gap_d = 0;
     for (int H = 1; H <= 80; H++)
-        for (bool inf : {false, true}) gap_f = std::max(gap_f, m_softmax_row_gap<float>(H, r, inf)), gap_d = std::max(gap_d, m_softmax_row_gap<double>(H, r, inf));
+        for (bool inf : {false, true}) gap_f = nan_max(gap_f, m_softmax_row_gap<float>(H, r, inf)), gap_d = nan_max(gap_d, m_softmax_row_gap<double>(H, r, inf));
     CHECK(gap_f < 1e-6);
     CHECK(gap_d < 1e-14);
     std::vector<float> x(5, -std::numeric_limits<float>::infinity()), y(5, 7.0f);
@@ -6585,7 +6588,7 @@ TEST_CASE("sample: model_step equals model_forward row by row (GPT, GPT-2, GPT-3
         for (int t = 0; t < b.n; t++) {
             const Tensor<double> z = model_step(c, p, b.tokens[t], cache);
             REQUIRE(z.shape == std::vector<int>{c.V});
-            for (int v = 0; v < c.V; v++) worst = std::max(worst, std::fabs(z[v] - Z(t, v)));
+            for (int v = 0; v < c.V; v++) worst = nan_max(worst, std::fabs(z[v] - Z(t, v)));
         }
         CHECK(worst < 1e-10);
         CHECK(cache.t == c.n_ctx);
