@@ -4197,6 +4197,13 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
     // No sequences, or sequences of no tokens, even where the token count fits (0 = 0 x 2, 0 = 1 x 0).
     M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {}, 0, {1, 0}, 1), "B = 0");
     M_CHECK_TF_ERROR(xlnet_query_probs(c, p, w, {}, {}), "n = 0");
+    {   // n = n_ctx fits, n_ctx + 1 does not.
+        std::vector<int> zz(c.n_ctx), xx(c.n_ctx, 1);
+        for (int i = 0; i < c.n_ctx; i++) zz[i] = c.n_ctx - 1 - i;
+        CHECK(std::isfinite(xlnet_loss(c, p, w, xx, 1, zz, 2)));
+        zz.push_back(c.n_ctx), xx.push_back(1);
+        M_CHECK_TF_ERROR(xlnet_loss(c, p, w, xx, 1, zz, 2), "n_ctx");
+    }
     CHECK_THROWS_NAMING_NO_CRASH(ShapeError, xlnet_loss(c, p, TD({c.H + 1}), {1, 2, 3}, 1, {0, 1, 2}, 1), "xlnet", "w");
     CHECK_THROWS_NAMING_NO_CRASH(Error, xlnet_loss(c, p, w, {1, c.V, 3}, 1, {0, 1, 2}, 1), "input: token id " + std::to_string(c.V));
 }
