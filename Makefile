@@ -399,7 +399,7 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 gpt1_multiple_choice_inputs:finetune:?GPT-1*,finetune:?multiple* \
                 gpt1_batch:finetune:?GPT-1*,finetune:?padding* \
                 extract_rows:finetune:?GPT-1*,finetune:?gradient*,finetune:?padding*,finetune:?BERT* \
-                head_logits:finetune:?gradient*,finetune:?BERT*,finetune:?padding* \
+                head_logits:finetune:?gradient*,finetune:?BERT*,finetune:?padding*,finetune:?the?head* \
                 finetune_loss:finetune:?gradient*,finetune:?multiple*,finetune:?BERT* \
                 permutation_ranks:xlnet:?Mask*,xlnet:?the*,xlnet:?predicting* Mask_XL:xlnet:?Mask*,xlnet:?the* \
                 xlnet_forward:xlnet:?gradient*,xlnet:?one*,xlnet:?the*,xlnet:?predicting* \
