@@ -409,7 +409,7 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 activation_derivative:FFN* activation_array:FFN* \
                 activation_derivative_array:FFN* vexp:Softmax* softmax_row:Softmax*,Reductions* \
                 softmax_backward_row:Softmax* lanes_sum:LayerNorm*,Reductions* LayerNorm:LayerNorm*,Reductions* \
-                MLMHead:BERT*,RoBERTa*,model_loss* MLMHead_backward:BERT*,RoBERTa*,model_loss* \
+                MLMHead:BERT*,RoBERTa*,model_loss*,MLMHead* MLMHead_backward:BERT*,RoBERTa*,model_loss*,MLMHead* \
                 head_bias:MultiHeadSA*,GPT-2:?whole* MultiHeadSA:MultiHeadSA* CrossEntropy_logits:CrossEntropy*,Reductions* \
                 init_params:parameters* scale_residual_init:parameters* diag:diag* Stack:Stack* OneHot:OneHot* \
                 Embedding:Embedding* Embedding_backward:Embedding* Softmax:Softmax* Softmax_backward:Softmax* \

@@ -3926,6 +3926,7 @@ TEST_CASE("finetune: the head's shapes: W_y is H x 1 for multiple choice, simila
     M_CHECK_TF_ERROR(finetune_probs(c, p, TD(3 * c.H, 2), FinetuneTask::classify, 3, b, at), "classify takes K = 1");
     M_CHECK_TF_ERROR(finetune_probs(c, p, TD(2 * c.H, 2), FinetuneTask::classify, 1, b, at), "W_y", "needs " + std::to_string(c.H) + " rows");
     M_CHECK_TF_ERROR(finetune_probs(c, p, TD(c.H, 2), FinetuneTask::classify, 2, b, at), "B = 3 is not a multiple of K = 2");
+    CHECK_THROWS_NAMING_NO_CRASH(Error, finetune_probs(c, p, TD(c.H, 2), FinetuneTask::classify, 0, b, at), "K = 0");
     // W_y must be a matrix (a vector of H numbers is not H x 1), named by the head.
     const Batch b1 = gpt1_batch({{1, 2, 3}}, 4, 0, at);
     CHECK_THROWS_NAMING_NO_CRASH(ShapeError, finetune_probs(c, p, TD({c.H}), FinetuneTask::classify, 1, b1, at), "finetune", "W_y must be a matrix");
