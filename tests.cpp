@@ -2816,9 +2816,9 @@ TEST_CASE("parameters: named tensors of every tiny preset add up to the actual c
     }
     // Every optional tensor, one option at a time, on every preset that takes it: the count adds
     // exactly its numbers (XLNet's w: H; the MLM head: H*H + H + 2H + V; W_y: its rows x cols ...).
-    std::vector<int> checked(8, 0);
+    std::vector<int> checked(9, 0);
     for (const std::string name : m_TINY)
-        for (int opt = 1; opt < 8; opt++) {
+        for (int opt = 1; opt < 9; opt++) {
             Config c = preset(name);
             const long long H = c.H, V = c.V, A = c.A, D = c.D, L = c.L, before = count_params(c).actual;
             long long added = 0;
@@ -2830,6 +2830,7 @@ TEST_CASE("parameters: named tensors of every tiny preset add up to the actual c
                 case 5: c.mlm_head = true, added = H * H + H + 2 * H + V; break;
                 case 6: c.pooler = true, added = H * H + H; break;
                 case 7: c.pad_id = 1, added = H; break;
+                case 8: c.pad_id = 0, added = H; break;  // id 0 is a pad id too (-1: none)
             }
             try {
                 validate(c);
@@ -2845,7 +2846,7 @@ TEST_CASE("parameters: named tensors of every tiny preset add up to the actual c
             for (auto& nt : named_tensors(c, p)) total += (long long)nt.tensor->size();
             CHECK(total == before + added);
         }
-    for (int opt = 1; opt < 8; opt++) CHECK(checked[opt] > 0);
+    for (int opt = 1; opt < 9; opt++) CHECK(checked[opt] > 0);
 }
 
 TEST_CASE("parameters: scale_residual_init multiplies W^O and W_2 of every layer by 1/sqrt(2L), nothing else") {
