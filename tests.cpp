@@ -3082,6 +3082,10 @@ TEST_CASE("BERT: BERT(x, t, j) is Softmax of logits row j, segments matter") {
     b.n = (int)x.size(), b.tokens = x, b.segments = t;
     const Tensor<double> Y = Softmax(model_forward(c, p, b));
     for (int v = 0; v < c.V; v++) CHECK(y[v] == doctest::Approx(Y(j, v)).epsilon(1e-12));
+    for (int jj : {0, (int)x.size() - 1}) {  // the first and the last row too
+        const Tensor<double> yj = BERT(c, p, x, t, jj);
+        for (int v = 0; v < c.V; v++) CHECK(yj[v] == doctest::Approx(Y(jj, v)).epsilon(1e-12));
+    }
     // Other segment ids give another distribution.
     const Tensor<double> y0 = BERT(c, p, x, std::vector<int>(x.size(), 0), j);
     CHECK_FALSE(m_bits_equal(y, y0));
@@ -3106,6 +3110,7 @@ TEST_CASE("RoBERTa: RoBERTa(x, j) is Softmax of logits row j") {
         CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
     }
     M_CHECK_TF_ERROR(RoBERTa(c, p, x, 5), "j_masked");
+    M_CHECK_TF_ERROR(RoBERTa(c, p, x, -1), "j_masked");
     CHECK_THROWS_AS(RoBERTa(preset("tiny-bert"), make_params<double>(preset("tiny-bert")), x, 1), tf::Error);
 }
 
