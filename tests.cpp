@@ -4052,6 +4052,9 @@ TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all p
         CHECK(L0.L3 == L0.L2);
         CHECK(L0.L1 == doctest::Approx(model_loss(c, p, b)).epsilon(1e-14));
         M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 2}, -1.0), "lambda");
+        // A label outside the C = 3 classes names the range 0..2.
+        M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 3}, 0.0), "label 3 outside 0..2");
+        M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {-1, 0}, 0.0), "label -1 outside 0..2");
     }
 }
 
@@ -4824,6 +4827,19 @@ TEST_CASE("Softmax: the vectorised row equals the plain loop (float and double, 
         for (bool inf : {false, true}) gap_f = nan_max(gap_f, m_softmax_row_gap<float>(H, r, inf)), gap_d = nan_max(gap_d, m_softmax_row_gap<double>(H, r, inf));
     CHECK(gap_f < 1e-6);
     CHECK(gap_d < 1e-14);
+    // A row read in place inside a longer buffer: the entry just past its end (here 1000, far above
+    // the row) must not be read, by the plain loop or the vectorised one.
+    for (int H = 1; H <= 40; H++) {
+        CAPTURE(H);
+        TF buf(1, H + 1), alone(1, H), y_ref(1, H), y(1, H), want(1, H);
+        for (int j = 0; j < H; j++) buf(0, j) = alone(0, j) = (float)r.normal();
+        buf(0, H) = 1000.0f;
+        softmax_row_reference(alone.ptr(), want.ptr(), H);
+        softmax_row_reference(buf.ptr(), y_ref.ptr(), H);
+        softmax_row(buf.ptr(), y.ptr(), H);
+        CHECK(m_bits_equal(y_ref, want));
+        for (int j = 0; j < H; j++) CHECK(std::fabs(y(0, j) - want(0, j)) < 1e-6);
+    }
     std::vector<float> x(5, -std::numeric_limits<float>::infinity()), y(5, 7.0f);
     softmax_row(x.data(), y.data(), 5);
     for (float v : y) CHECK(v == 0.0f);
