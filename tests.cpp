@@ -1637,9 +1637,9 @@ TEST_CASE("Attention: float agrees with double") {
 }
 
 TEST_CASE("Attention: wrong shape") {
-    CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 5), TD(3, 4), Mask_BD<double>(3)), "3x4", "3x5");
-    CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 4), TD(2, 4), Mask_BD<double>(3)), "3x4", "2x4");
-    CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 4), TD(3, 4), Mask_BD<double>(2)), "Mask", "2x2",
+    CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 5), TD(3, 4), Mask_BD<double>(3)), "Attention", "3x4", "3x5");
+    CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 4), TD(2, 4), Mask_BD<double>(3)), "Attention", "3x4", "2x4");
+    CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 4), TD(3, 4), Mask_BD<double>(2)), "Attention", "Mask", "2x2",
                         "3x3");
     TD drop(2, 2, 1.0);
     CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 4), TD(3, 4), Mask_BD<double>(3), kNoAttCache, &drop),
