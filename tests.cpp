@@ -2045,7 +2045,7 @@ TEST_CASE("MultiHeadSA: an empty mask or a cache from another call throws instea
     MultiHeadSACache<double> c;
     MultiHeadSA(X, Mask_AR<double>(2), p, &c);  // B = 2 sequences of n = 2
     TD X8 = randn(8, 4, rng), dY8 = randn(8, 4, rng);
-    CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X8, p, c, dY8, g), "8x4");
+    CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X8, p, c, dY8, g), "the cache does not come from a forward pass on X (8x4)");
     MultiHeadSAParams<double> p3 = make_mhsa(4, 3, 2, rng), g3 = zeros_like(p3);
     CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X, p3, c, dY, g3), "4x4");
 }
@@ -3253,6 +3253,12 @@ TEST_CASE("model_forward: model_backward adds a gradient dX_L given at X^(L) (a 
                 return L;
             };
             m_grad_check(c, p, loss, 50, std::string("dX_L, ") + name);
+            // dX_L must have X^(L)'s shape.
+            ForwardCache<double> k;
+            model_forward(c, p, b, &k);
+            Params<double> g = make_params<double>(c);
+            const TD wrong(b.B * b.n, c.H + 1);
+            CHECK_THROWS_NAMING_NO_CRASH(ShapeError, model_backward(c, p, k, R, g, &wrong), "model_backward", "dX_L");
         }
     }
 }
