@@ -400,7 +400,7 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 gpt1_batch:finetune:?GPT-1*,finetune:?padding* \
                 extract_rows:finetune:?GPT-1*,finetune:?gradient*,finetune:?padding*,finetune:?BERT* \
                 head_logits:finetune:?gradient*,finetune:?BERT*,finetune:?padding*,finetune:?the?head* \
-                finetune_loss:finetune:?gradient*,finetune:?multiple*,finetune:?BERT* \
+                finetune_loss:finetune* \
                 permutation_ranks:xlnet:?Mask*,xlnet:?the*,xlnet:?predicting* Mask_XL:xlnet:?Mask*,xlnet:?the* \
                 xlnet_forward:xlnet:?gradient*,xlnet:?one*,xlnet:?the*,xlnet:?predicting* \
                 xlnet_loss:xlnet:?gradient*,xlnet:?one*,xlnet:?predicting* clip_grad_norm:AdamW*,train_step* \

@@ -4205,6 +4205,12 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
         double expected = 0;
         for (int t = 2; t < 5; t++) expected -= (std::log(P(z[t], x[z[t]])) + std::log(P1(z[t], x[5 + z[t]]))) / 6;
         CHECK(xlnet_loss(c, p, w, x, 2, z, 3) == doctest::Approx(expected).epsilon(1e-12));
+        // More sequences than tokens in each (B = 3, n = 2): the batch's loss is the mean of each
+        // sequence's loss alone (sequence b's rows are b n .. b n + n - 1).
+        const std::vector<int> z2 = {1, 0}, x3 = {1, 2, 3, 4, 5, 6};
+        double alone = 0;
+        for (int s = 0; s < 3; s++) alone += xlnet_loss(c, p, w, {x3[2 * s], x3[2 * s + 1]}, 1, z2, 2) / 3;
+        CHECK(xlnet_loss(c, p, w, x3, 3, z2, 2) == doctest::Approx(alone).epsilon(1e-12));
     }
     const Config c = preset("tiny-gpt2");
     const Params<double> p = m_model<double>(c, 1, 0.1);
