@@ -436,7 +436,7 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 matmul_acc:matmul* matmul_nt:matmul*,Attention*,Reductions* matmul_tn:matmul* matmul_tn_acc:matmul* \
                 lane_sum:Softmax*,CrossEntropy*,Reductions* lane_max:Softmax*,CrossEntropy*,Reductions* \
                 lane_dot:gemm*,matmul*,Reductions* named_tensors:parameters*,GPT*,BERT* GPT:GPT* BERT:BERT* \
-                RoBERTa:RoBERTa* zero_params:AdamW*,train_step*,parameters* first_nonfinite:train* \
+                RoBERTa:RoBERTa* zero_params:AdamW*,train_step*,parameters* first_nonfinite:files:?a?NaN?parameter* \
                 make_config:parameters*,GPT* add:MultiHeadSA*,GPT*
 # Each assignment's functions against that assignment's own test command (ASSIGNMENT_N_TESTS).
 space := $(subst ,, )
