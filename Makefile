@@ -437,7 +437,7 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 lane_sum:Softmax*,CrossEntropy*,Reductions* lane_max:Softmax*,CrossEntropy*,Reductions* \
                 lane_dot:gemm*,matmul*,Reductions* named_tensors:parameters*,GPT*,BERT* GPT:GPT* BERT:BERT* \
                 RoBERTa:RoBERTa* zero_params:AdamW*,train_step*,parameters* first_nonfinite:files:?a?NaN?parameter* \
-                make_config:parameters*,GPT* add:MultiHeadSA*,GPT*
+                make_config:parameters*,GPT* add:MultiHeadSA*,GPT*,Tensor:*
 # Each assignment's functions against that assignment's own test command (ASSIGNMENT_N_TESTS).
 space := $(subst ,, )
 MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(n)_FUNCS),$(f):$(subst $(space),?,$(call TESTS_OF,$(n)))))

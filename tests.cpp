@@ -2773,6 +2773,14 @@ TEST_CASE("parameters: the formulas' lambda for GPT-1 is 116,497,920") {
 }
 
 TEST_CASE("parameters: actual counts of every preset (lambda + ln_f for GPT-2/3, + w_A, w_B for BERT)") {
+    // Each released model's activation and LayerNorm epsilon (formulas §13, §15).
+    CHECK(preset("gpt1").activation == Activation::gelu_sigmoid);
+    CHECK(preset("gpt2-124m").activation == Activation::gelu_tanh);
+    CHECK(preset("gpt3-125m").activation == Activation::gelu_tanh);
+    CHECK(preset("bert-base").activation == Activation::gelu_erf);
+    CHECK(preset("roberta-base").activation == Activation::gelu_erf);
+    CHECK(preset("bert-base").eps == 1e-12);
+    CHECK(preset("gpt2-124m").eps == 1e-5);
     for (const std::string& name : preset_names()) {
         CAPTURE(name);
         const Config c = preset(name);
