@@ -4595,6 +4595,9 @@ TEST_CASE("sample: sample_logits draws exactly the id whose cumulative weight pa
     bad.back() = std::numeric_limits<float>::infinity();
     Rng r(1);
     M_CHECK_TF_ERROR(sample_logits(bad, 1.0, 0, r), "not finite", "token id 9");
+    std::vector<float> bad0 = z;  // the first id too
+    bad0.front() = std::numeric_limits<float>::quiet_NaN();
+    M_CHECK_TF_ERROR(sample_logits(bad0, 1.0, 0, r), "not finite", "token id 0");
     std::vector<float> padded;
     padded.reserve(z.size() + 1);
     padded.assign(z.begin(), z.end());
