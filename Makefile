@@ -370,9 +370,10 @@ assignments-check:
 # a statement dropped, the two indices of X(i, j) swapped. Each mutant: transformer.cpp recompiled
 # at MUT_OPT with the standard library's index checks (as make test builds it), linked with a tests.o
 # built once (in MUT_BUILD, build-mutants/), the test cases matching TESTS (doctest -tc, default all) run
-# under `timeout TIMEOUT` (default: ten times the unmutated run of those cases plus 10 s), stopping
-# at the first failed check (doctest -aa=1). A mutant is KILLED when a test fails (or times out), SURVIVED when all
-# pass; one that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
+# under `timeout TIMEOUT` (default: ten times the unmutated run of those cases plus 10 s; a `date`
+# without nanoseconds, as BSD's, measures whole seconds), stopping at the first failed check
+# (doctest -aa=1). A mutant is KILLED when a test fails (or times out), SURVIVED when all pass; one
+# that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
 # JOBS=n tries n mutants at once (each in its own copy of the project); the verdicts do not depend on it.
 # BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
 # SAN=1 builds each mutant with AddressSanitizer, UBSan and -D_GLIBCXX_ASSERTIONS (make debug's checks):
@@ -595,6 +596,7 @@ mutants mutants-all: | doctest
 	  [ "$$max" != 0 ] || max=25; \
 	fi; \
 	top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; trap 'exit 1' INT TERM; \
+	now_ns() { t=$$(date +%s%N); case "$$t" in *[!0-9]*) echo $$(( $$(date +%s) * 1000000000 ));; *) echo "$$t";; esac; }; \
 	case '$(TIMEOUT)' in auto) auto=1; cap=600;; ''|*[!0-9]*|0) echo "make mutants: TIMEOUT=$(TIMEOUT): give seconds (1 or more) or auto" >&2; exit 1;; *) auto=0; cap='$(TIMEOUT)';; esac; \
 	jobs='$(JOBS)'; case "$$jobs" in ''|*[!0-9]*|0) echo "make mutants: JOBS=$$jobs: give a number of runs at once, 1 or more" >&2; exit 1;; esac; \
 	tar -cf - --exclude=./.git --exclude='./build*' --exclude=./demo --exclude=./runs . > "$$tmp/tree.tar"; \
@@ -641,9 +643,9 @@ mutants mutants-all: | doctest
 	  else cp "$$tmp/all" "$$tmp/list"; fi; \
 	  g=$$(wc -l < "$$tmp/list"); \
 	  say "== $$func (transformer.cpp lines $$from-$$to): $$g mutants of $$n, tests: $${pat:-all}"; \
-	  t0=$$(date +%s%N); \
+	  t0=$$(now_ns); \
 	  (cd "$$tmp/s0" && timeout $$cap ../base-tests $$tc </dev/null) >/dev/null 2>&1 || { say "   the unmutated suite fails or times out on $$func's tests: skipped"; continue; }; \
-	  if [ "$$auto" = 1 ]; then lim=$$(( ($$(date +%s%N) - t0) / 100000000 + 10 )); else lim=$$cap; fi; \
+	  if [ "$$auto" = 1 ]; then lim=$$(( ($$(now_ns) - t0) / 100000000 + 10 )); else lim=$$cap; fi; \
 	  k=0; s=0; nc=0; i=0; done_to=0; \
 	  while IFS="$$(printf '\t')" read -r line op text; do \
 	    i=$$((i + 1)); \
