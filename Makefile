@@ -160,7 +160,7 @@ ASSIGNMENT_4_TESTS := CrossEntropy:*,*whole-model gradient check*,model_loss:*,m
                       train: a tiny GPT-2 run*
 ASSIGNMENT_5_FUNCS := mlm_corrupt Mask_XL xlnet_loss
 ASSIGNMENT_5_TESTS := objective: mlm_corrupt*,xlnet: Mask_XL*,xlnet: the query stream*,xlnet: gradient*,\
-                      xlnet: predicting*,xlnet: one post-LN*
+                      xlnet: sequences*,xlnet: predicting*,xlnet: one post-LN*
 ASSIGNMENT_6_FUNCS := adamw_step lr_schedule clip_grad_norm
 ASSIGNMENT_6_TESTS := AdamW:*,lr_schedule:*,training: *
 # The fast build of `make check`: -Og compiles transformer.cpp in a fraction of -O3's time (and
@@ -403,8 +403,8 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 head_logits:finetune:?gradient*,finetune:?BERT*,finetune:?padding*,finetune:?the?head* \
                 finetune_loss:finetune* \
                 permutation_ranks:xlnet:?Mask*,xlnet:?the*,xlnet:?predicting* Mask_XL:xlnet:?Mask*,xlnet:?the* \
-                xlnet_forward:xlnet:?gradient*,xlnet:?one*,xlnet:?the*,xlnet:?predicting* \
-                xlnet_loss:xlnet:?gradient*,xlnet:?one*,xlnet:?predicting* clip_grad_norm:AdamW*,train_step* \
+                xlnet_forward:xlnet:?gradient*,xlnet:?one*,xlnet:?sequences*,xlnet:?the*,xlnet:?predicting* \
+                xlnet_loss:xlnet:?gradient*,xlnet:?one*,xlnet:?sequences*,xlnet:?predicting* clip_grad_norm:AdamW*,train_step* \
                 adamw_step:AdamW*,train_step* decays:AdamW* train_step:train_step* position_rows:RoBERTa*,GPT:* \
                 layer_mask:GPT-3* Mask_ST:Mask_*,GPT-3* activation:FFN* \
                 activation_derivative:FFN* activation_array:FFN* \
@@ -423,7 +423,7 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 pre_ln_block_backward:GPT-2*,GPT-3*,dropout* post_ln_block_forward:GPT:*,BERT*,dropout* \
                 post_ln_block_backward:GPT:*,BERT*,dropout* model_backward:GPT-2*,BERT*,model_loss*,model_forward* \
                 model_loss:model_loss*,objective* gather_rows:model_loss*,BERT* \
-                xlnet_query_probs:xlnet:?gradient*,xlnet:?one*,xlnet:?predicting* lr_linear:lr_* \
+                xlnet_query_probs:xlnet:?gradient*,xlnet:?one*,xlnet:?sequences*,xlnet:?predicting* lr_linear:lr_* \
                 lr_schedule:lr_* \
                 gemm_reference:gemm*,matmul* matmul:matmul* transpose:matmul*,gemm* add_inplace:MultiHeadSA*,GPT:* \
                 colsum_acc:FFN*,MultiHeadSA* Linear:FFN*,MultiHeadSA*,MLMHead* Linear_backward:FFN*,MultiHeadSA* \

@@ -2693,6 +2693,33 @@ TEST_CASE("dropout_mask: bad p and wrong shape") {
 // ================================================================================================
 // Rng
 // ================================================================================================
+// An Rng whose draw number k (from 0) of next() is `out`. splitmix64's output function is a
+// bijection (xor-shifts and products with odd constants), so the state can be solved for: tests use
+// it to put a draw exactly on a boundary (u = p), which a seed meets once in 2^53 draws.
+static uint64_t m_unxorshift(uint64_t y, int s) {  // x from y = x ^ (x >> s)
+    uint64_t x = y;
+    for (int i = s; i < 64; i += s) x ^= y >> i;
+    return x;
+}
+static uint64_t m_inverse_odd(uint64_t a) {  // a * inv = 1 mod 2^64 (Newton: 3, 6, 12, ... 96 bits)
+    uint64_t inv = a;
+    for (int i = 0; i < 5; i++) inv *= 2 - a * inv;
+    return inv;
+}
+static Rng m_rng_drawing(int k, uint64_t out) {
+    uint64_t z = m_unxorshift(out, 31) * m_inverse_odd(0x94D049BB133111EBull);
+    z = m_unxorshift(z, 27) * m_inverse_odd(0xBF58476D1CE4E5B9ull);
+    Rng r;
+    r.state = m_unxorshift(z, 30) - (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull;
+    return r;
+}
+// ... whose uniform() number k is u (a multiple of 2^-53 in [0, 1)).
+static Rng m_rng_uniform(int k, double u) {
+    const uint64_t m = (uint64_t)(u * 9007199254740992.0);
+    REQUIRE((double)m == u * 9007199254740992.0);
+    return m_rng_drawing(k, m << 11);
+}
+
 TEST_CASE("Rng: same seed same sequence, known splitmix64 values") {
     // splitmix64 from state 0: the published first outputs.
     Rng r0(0);
@@ -2723,6 +2750,21 @@ TEST_CASE("Rng: same seed same sequence, known splitmix64 values") {
     const double u2 = (double)(0x6E789E6AA1B965F4ull >> 11) / 9007199254740992.0;
     CHECK(g.normal() == std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * 3.141592653589793 * u2));
     CHECK(g.next() == 0x06C45D188009454Full);  // two draws, no more
+    // The solved states: draw k is the asked value (state 0 gives splitmix64's first output).
+    CHECK(m_rng_drawing(0, 0xE220A8397B1DCDAFull).state == 0);
+    for (uint64_t out : {0ull, 1ull, 0x8000000000000000ull, 0x06C45D188009454Full, ~0ull})
+        for (int k : {0, 1, 3}) {
+            Rng q = m_rng_drawing(k, out);
+            for (int i = 0; i < k; i++) q.next();
+            CHECK(q.next() == out);
+        }
+    // A first uniform of exactly 0 (one draw in 2^53): u1 is taken as 1e-300, so the value is finite.
+    Rng h = m_rng_uniform(0, 0.0), h2 = h;
+    CHECK(h2.uniform() == 0.0);
+    const double v2 = h2.uniform();
+    const double v = h.normal();
+    CHECK(std::isfinite(v));
+    CHECK(v == std::sqrt(-2.0 * std::log(1e-300)) * std::cos(2 * 3.141592653589793 * v2));
 }
 
 TEST_CASE("Rng: known mean and variance of uniform() and normal(), range of below()") {
@@ -3876,6 +3918,40 @@ TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without
     CHECK(kinds[0] > 0);
     CHECK(kinds[1] > 0);
     CHECK(kinds[2] > 0);
+    // Draws exactly on a boundary (a seed meets one in 2^53): a position is chosen when u < p_select,
+    // and then [MASK] when u < 0.8, a random token when u < 0.9, else kept.
+    const std::vector<int> one = {c.cls_id, 5, c.sep_id};
+    {   // p_select = 0.5, first draw 0.5: not chosen, so the forced choice draws below(1), then the kind.
+        Rng r = m_rng_uniform(0, 0.5), copy = r;
+        const MLMExample e = mlm_corrupt(one, 1, 3, c, r, 0.5);
+        CHECK(copy.uniform() == 0.5);
+        CHECK(copy.below(1) == 0);
+        const double u = copy.uniform();
+        const int expected = u < 0.8 ? c.mask_id : u < 0.9 ? copy.below(c.V) : 5;
+        CHECK(e.tokens == std::vector<int>{c.cls_id, expected, c.sep_id});
+        CHECK(e.targets == std::vector<int>{-1, 5, -1});
+        CHECK(r.next() == copy.next());
+    }
+    {   // A mask id of 0 is a token id like any other (-1 is "none").
+        Config c0 = c;
+        c0.mask_id = 0;
+        Rng r = m_rng_uniform(1, 0.5);  // p_select = 1: chosen; the kind draw 0.5: [MASK]
+        const MLMExample e = mlm_corrupt(one, 1, 3, c0, r, 1.0);
+        CHECK(e.tokens == std::vector<int>{c.cls_id, 0, c.sep_id});
+        c0.mask_id = -1;
+        M_CHECK_TF_ERROR(mlm_corrupt(one, 1, 3, c0, r, 1.0), "no mask id");
+    }
+    for (double kind_u : {0.8, 0.9}) {  // p_select = 1: chosen; the kind draw exactly 0.8, 0.9
+        CAPTURE(kind_u);
+        Rng r = m_rng_uniform(1, kind_u), copy = r;
+        const MLMExample e = mlm_corrupt(one, 1, 3, c, r, 1.0);
+        copy.uniform();
+        CHECK(copy.uniform() == kind_u);
+        const int expected = kind_u == 0.8 ? copy.below(c.V) : 5;  // 0.8: a random token; 0.9: kept
+        CHECK(e.tokens == std::vector<int>{c.cls_id, expected, c.sep_id});
+        CHECK(e.targets == std::vector<int>{-1, 5, -1});
+        CHECK(r.next() == copy.next());
+    }
 }
 
 TEST_CASE("objective: mlm_corrupt chooses at least one position per sequence, never [CLS]/[SEP]") {
@@ -4069,6 +4145,15 @@ TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all p
         // A label outside the C = 3 classes names the range 0..2.
         M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {0, 3}, 0.0), "label 3 outside 0..2");
         M_CHECK_TF_ERROR(finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, {-1, 0}, 0.0), "label -1 outside 0..2");
+        // A target of token id 0 is a target (-1 is "none"): with it as the only one, L1 is its
+        // -log P, and lambda > 0 is accepted.
+        Batch b0 = b;
+        std::fill(b0.targets.begin(), b0.targets.end(), -1);
+        b0.targets[1] = 0;
+        const FinetuneLoss Lt = finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b0, at, {0, 2}, 0.5);
+        CHECK(Lt.L1 > 0);
+        CHECK(Lt.L1 == doctest::Approx(model_loss(c, p, b0)).epsilon(1e-14));
+        CHECK(Lt.L3 == doctest::Approx(Lt.L2 + 0.5 * Lt.L1).epsilon(1e-14));
     }
 }
 
@@ -4219,6 +4304,19 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
         double alone = 0;
         for (int s = 0; s < 3; s++) alone += xlnet_loss(c, p, w, {x3[2 * s], x3[2 * s + 1]}, 1, z2, 2) / 3;
         CHECK(xlnet_loss(c, p, w, x3, 3, z2, 2) == doctest::Approx(alone).epsilon(1e-12));
+        // ... and its gradient the mean of theirs (each sequence's query rows into W_p[i] and w).
+        Params<double> g3 = make_params<double>(c), ga = make_params<double>(c);
+        TD dw3({c.H}), dwa({c.H});
+        xlnet_loss(c, p, w, x3, 3, z2, 2, &g3, &dw3);
+        for (int s = 0; s < 3; s++) xlnet_loss(c, p, w, {x3[2 * s], x3[2 * s + 1]}, 1, z2, 2, &ga, &dwa);  // sums
+        const auto n3 = named_tensors(c, g3), na = named_tensors(c, ga);
+        double gap = 0;
+        for (std::size_t t = 0; t < n3.size(); t++)
+            for (std::size_t j = 0; j < n3[t].tensor->size(); j++)
+                gap = nan_max(gap, std::fabs(n3[t].tensor->data[j] - na[t].tensor->data[j] / 3));
+        for (int j = 0; j < c.H; j++) gap = nan_max(gap, std::fabs(dw3[j] - dwa[j] / 3));
+        CHECK(gap < 1e-12);
+        CHECK(max_abs(g3.W_p) > 1e-3);
     }
     const Config c = preset("tiny-gpt2");
     const Params<double> p = m_model<double>(c, 1, 0.1);
@@ -4229,7 +4327,7 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
     M_CHECK_TF_ERROR(xlnet_loss(preset("tiny-bert"), m_model<double>(preset("tiny-bert"), 1, 0.1), w, {1, 2, 3}, 1, {0, 1, 2}, 1), "bert");
     // No sequences, or sequences of no tokens, even where the token count fits (0 = 0 x 2, 0 = 1 x 0).
     M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {}, 0, {1, 0}, 1), "B = 0");
-    M_CHECK_TF_ERROR(xlnet_query_probs(c, p, w, {}, {}), "n = 0");
+    M_CHECK_TF_ERROR(xlnet_query_probs(c, p, w, {}, {}), "xlnet: 0 tokens for B = 1 sequences of n = 0");  // xlnet's own check
     {   // n = n_ctx fits, n_ctx + 1 does not.
         std::vector<int> zz(c.n_ctx), xx(c.n_ctx, 1);
         for (int i = 0; i < c.n_ctx; i++) zz[i] = c.n_ctx - 1 - i;
@@ -4400,6 +4498,17 @@ TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), dec
     adamw_step(c, q, z, fresh, 0.1);
     CHECK(q.W_e(0, 0) == doctest::Approx(2.0 - 0.1 * 0.1 * 2.0).epsilon(1e-6));
     CHECK(q.layers[0].ffn.b_2[0] == 2.0f);
+    // A gradient as small as eps: at t = 1 the Adam part is lr * g / (|g| + eps) = lr / 2.
+    Params<float> tiny = make_params<float>(c);
+    for (auto& nt : named_tensors(c, tiny)) nt.tensor->data.assign(nt.tensor->size(), 1e-8f);
+    AdamW small;
+    small.eps = 1e-8;
+    adamw_init(c, small);
+    Params<float> r = make_params<float>(c);
+    for (auto& nt : named_tensors(c, r)) nt.tensor->data.assign(nt.tensor->size(), 1.0f);
+    adamw_step(c, r, tiny, small, 0.1);
+    CHECK(r.layers[0].ffn.b_1[0] == doctest::Approx(1.0 - 0.05).epsilon(1e-6));
+    CHECK(r.W_e(1, 1) == doctest::Approx(1.0 - 0.1 * 0.1 - 0.05).epsilon(1e-6));
     // adamw_init on a used optimiser starts it afresh: t = 0, m = v = 0.
     adamw_init(c, opt);
     CHECK(opt.t == 0);
@@ -4588,6 +4697,13 @@ TEST_CASE("sample: sample_logits draws exactly the id whose cumulative weight pa
         seen_high.insert(expected);
     }
     CHECK(seen_high == std::set<int>{0, 1});
+    // u exactly on a boundary (one draw in 2^53): id j owns the half-open interval [W_j-1, W_j) of the
+    // cumulative weights. Two equal logits and a draw of 0.5: u = 1 = w_0 is the second id's.
+    Rng half = m_rng_uniform(0, 0.5);
+    CHECK(sample_logits({0.0f, 0.0f}, 1.0, 0, half) == 1);
+    // A draw of 0 where the first id's weight exp(-1000) is 0: never the id of weight 0.
+    Rng zero = m_rng_uniform(0, 0.0);
+    CHECK(sample_logits({-1000.0f, 0.0f}, 1.0, 0, zero) == 1);
     // The check for non-finite logits reads every id, the last too, and no further: the element after
     // the end (inside the vector's capacity) is NaN here.
     const std::vector<float>& z = cases[0];
@@ -4968,6 +5084,17 @@ TEST_CASE("FFN_GELU: activation_array and activation_derivative_array equal acti
         CHECK(worst_d < 1e-14);
         CHECK(worst_dd < 1e-14);
     }
+    // The tanh form saturates strictly beyond |x| = 20. At x = -20 double still computes the formula,
+    // whose value there is a tiny negative number (GELU's slope is negative left of its minimum near
+    // x = -0.75), at -20.5 it is the saturated 0; at 20 the formula is already exactly 1.
+    const double zb[4] = {-20.0, -20.5, 20.0, 20.5};
+    double db[4] = {1, 1, 1, 1};
+    activation_derivative_array(Activation::gelu_tanh, zb, db, 4);
+    CHECK(db[0] < 0);
+    CHECK(db[0] > -1e-250);
+    CHECK(db[1] == 0.0);
+    CHECK(db[2] == 1.0);
+    CHECK(db[3] == 1.0);
 }
 
 TEST_CASE("train: a warm training step takes no memory from the system (the pool hands out last step's blocks)") {
