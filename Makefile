@@ -1,41 +1,78 @@
 # The transformer: `make` builds the program, `make test` runs the doctest suite,
-# `make run` trains the default model, `make debug` builds both with sanitizers,
-# `make bench-portable` benchmarks the other targets and compilers (each in its own build-* directory).
+# `make run` trains the default model, `make debug` builds both with sanitizers and -g,
+# `make bench-portable` benchmarks the other targets and compilers (each in its own build-* directory),
+# `make build-times` measures how long the builds take (docs/performance.md, "Build time").
 # `make handout ASSIGNMENT=N` writes handout-N/ of docs/assignments.md, `make check` in it runs that assignment's cases.
 CXX      ?= g++
 STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
-OPT      := -O3 -march=native -fno-math-errno
+# The optimisation level. g++: -O2 with the loop vectoriser's full cost model (-O3's vectorisation
+# without its loop cloning and unswitching), and -O1 in the regions of transformer.cpp that run no
+# hot loop (-DTF_COLD_O1: files, tokenizers, drivers, teaching tools). The program runs as fast as
+# with -O3 and builds in a third of the time (docs/performance.md, "Build time"). clang: -O2.
+IS_CLANG := $(findstring clang,$(shell $(CXX) --version 2>/dev/null | head -n 1))
+ifeq ($(IS_CLANG),)
+  LEVEL  := -O2 -fvect-cost-model=dynamic -DTF_COLD_O1
+else
+  LEVEL  := -O2
+endif
+ARCH     ?= -march=native
+OPT      := $(LEVEL) $(ARCH) -fno-math-errno
+TESTS_LEVEL ?= -O0
 BUILD    ?= build
+# g++'s garbage collector runs less often with a larger heap threshold: less time, more memory (about 1 GB).
+ifeq ($(IS_CLANG),)
+  GCFLAGS := --param ggc-min-expand=100 --param ggc-min-heapsize=1048576
+endif
 # -D_GLIBCXX_ASSERTIONS: an index past the end of a tensor (its std::vector) aborts. AddressSanitizer
 # alone misses it: the pool hands out blocks of 256 bytes or more (size classes), so the element after
 # the last is inside the block.
 DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS
 DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
+# As many compile jobs as there are cores, unless the command line says -j; one short line per
+# object built (V=1 shows the whole commands).
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+endif
+ifeq ($(V),1)
+  Q :=
+  say = :
+else
+  Q := @
+  say = printf '  %-5s %s\n'
+endif
 
-.PHONY: all test run bench bench-portable finetune-demo debug clean doctest handout check assignments-check
+.PHONY: all test test-handouts run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check
 all: transformer
 
 $(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
-	$(CXX) $(STD) $(WARN) $(OPT) -c -o $@ $<
+	@$(say) CXX $@
+	$(Q)$(CXX) $(STD) $(WARN) $(OPT) $(GCFLAGS) -c -o $@ $<
 $(BUILD)/debug-%.o: %.cpp transformer.hpp | $(BUILD)
-	$(CXX) $(STD) $(WARN) $(DBG) $(DEFS) -c -o $@ $<
+	@$(say) CXX $@
+	$(Q)$(CXX) $(STD) $(WARN) $(DBG) $(GCFLAGS) -c -o $@ $<
 $(BUILD):
-	mkdir -p $@
+	$(Q)mkdir -p $@
 
 transformer $(BUILD)/transformer: $(BUILD)/main.o $(BUILD)/transformer.o
-	$(CXX) $(OPT) -o $@ $^
+	@$(say) LINK $@
+	$(Q)$(CXX) $(OPT) -o $@ $^
 # The tests run on their own build of transformer.cpp with the standard library's index checks
 # (-D_GLIBCXX_ASSERTIONS): an index one past a tensor's end (Tensor's operator[] and operator())
 # aborts there, even where reading that element would change no value (docs/mutation.md). The
-# program `transformer` is built without them.
-CHECKED := -D_GLIBCXX_ASSERTIONS
+# program `transformer` is built without them. tests.cpp holds no hot loop: -O0 builds it in an
+# eighth of -O3's time and runs the suite as fast (the CLI cases run ./transformer, the program).
+CHECKED   := -D_GLIBCXX_ASSERTIONS
+TESTS_OPT := $(TESTS_LEVEL) $(ARCH) -fno-math-errno
 $(BUILD)/tests.o: tests.cpp transformer.hpp | $(BUILD)
-	$(CXX) $(STD) $(WARN) $(OPT) $(CHECKED) -c -o $@ $<
+	@$(say) CXX $@
+	$(Q)$(CXX) $(STD) $(WARN) $(TESTS_OPT) $(GCFLAGS) $(CHECKED) -c -o $@ $<
 $(BUILD)/transformer-checked.o: transformer.cpp transformer.hpp | $(BUILD)
-	$(CXX) $(STD) $(WARN) $(OPT) $(CHECKED) -c -o $@ $<
+	@$(say) CXX $@
+	$(Q)$(CXX) $(STD) $(WARN) $(OPT) $(GCFLAGS) $(CHECKED) -c -o $@ $<
 tests $(BUILD)/tests: $(BUILD)/tests.o $(BUILD)/transformer-checked.o
-	$(CXX) $(OPT) -o $@ $^
+	@$(say) LINK $@
+	$(Q)$(CXX) $(OPT) -o $@ $^
 $(BUILD)/tests.o $(BUILD)/debug-tests.o: | doctest
 
 # doctest comes from Debian's doctest-dev; install it when missing and we are root.
@@ -48,9 +85,22 @@ doctest:
 	  $(DOCTEST_CHECK) || { echo "error: <doctest/doctest.h> not found; install the Debian package doctest-dev (apt-get install doctest-dev)"; exit 1; }; \
 	fi
 
-# The CLI tests call ./transformer, so it is built too.
-test: tests transformer
-	./tests
+# The CLI tests call ./transformer, so it is built too. The cases that make handouts and compile
+# transformer.cpp again ("handout: ...") run in `make test-handouts`; .ci/run runs both, and the
+# formula cases again under the sanitizers (`make test-sanitized`).
+HANDOUT_CASES := handout: *
+# The objects are listed longest build first, so that the two cores finish together.
+test: $(BUILD)/transformer-checked.o $(BUILD)/transformer.o $(BUILD)/tests.o $(BUILD)/main.o tests transformer
+	./tests -tce='$(HANDOUT_CASES)'
+test-handouts: tests transformer
+	./tests -tc='$(HANDOUT_CASES)'
+# The formula and module cases built with AddressSanitizer and UBSan (make debug's flags): an index
+# one past the end of a tensor, which the optimised build may read without failing, stops them here.
+SANITIZED_CASES := diag:*,Stack:*,Embedding:*,Softmax:*,Mask_*,apply_mask:*,Attention:*,Concat:*,MultiHeadSA:*,\
+                   FFN_*,LayerNorm:*,OneHot:*,CrossEntropy*,lr_schedule:*,AdamW:*,dropout*,embed_backward:*,\
+                   key_padding_mask:*,model_loss:*,sample: model_step equals*,BERT: rows with*,Tensor:*,matmul*,gemm:*
+test-sanitized: tests-debug
+	./tests-debug -tc='$(subst $(comma) ,$(comma),$(strip $(SANITIZED_CASES)))'
 
 # The main job: train a small GPT-2 on 3-digit addition, then answer a few unseen problems.
 run: transformer
@@ -96,23 +146,77 @@ finetune-demo: transformer
 
 # One `bench --json` line per build (the build on standard error): this one (g++ -march=native by
 # default), g++ for AVX2 + FMA (x86-64-v3: most laptops and desktops), clang++ native and AVX2.
-PORTABLE_OPT := -O3 -march=x86-64-v3 -fno-math-errno
+PORTABLE_ARCH := -march=x86-64-v3
 bench-portable: transformer
-	@$(MAKE) --no-print-directory BUILD=build-avx2 CXX=g++ OPT="$(PORTABLE_OPT)" build-avx2/transformer >/dev/null
+	@$(MAKE) --no-print-directory BUILD=build-avx2 CXX=g++ ARCH="$(PORTABLE_ARCH)" build-avx2/transformer >/dev/null
 	@$(MAKE) --no-print-directory BUILD=build-clang CXX=clang++ build-clang/transformer >/dev/null
-	@$(MAKE) --no-print-directory BUILD=build-clang-avx2 CXX=clang++ OPT="$(PORTABLE_OPT)" build-clang-avx2/transformer >/dev/null
+	@$(MAKE) --no-print-directory BUILD=build-clang-avx2 CXX=clang++ ARCH="$(PORTABLE_ARCH)" build-clang-avx2/transformer >/dev/null
 	@echo "$(CXX) $(OPT):" >&2; ./transformer bench --json
-	@echo "g++ $(PORTABLE_OPT):" >&2; build-avx2/transformer bench --json
+	@echo "g++ $(PORTABLE_ARCH):" >&2; build-avx2/transformer bench --json
 	@echo "clang++ $(OPT):" >&2; build-clang/transformer bench --json
-	@echo "clang++ $(PORTABLE_OPT):" >&2; build-clang-avx2/transformer bench --json
+	@echo "clang++ $(PORTABLE_ARCH):" >&2; build-clang-avx2/transformer bench --json
 
-# tests-debug runs the CLI tests on ./transformer-debug (TF_TESTS_DEBUG), so both are built.
+# tests-debug runs the CLI tests on ./transformer-debug (TF_TESTS_DEBUG), so both are built. The
+# sanitizers watch the library and the program; the tests' own code is built with -O0 -g and the
+# index checks but without them (instrumenting tests.cpp tripled its build for no check of the
+# library). transformer.o comes first on the link line, so the header's inline functions linked
+# are its instrumented copies.
 debug: transformer-debug tests-debug
-$(BUILD)/debug-tests.o: DEFS := -DTF_TESTS_DEBUG
-transformer-debug: $(BUILD)/debug-main.o $(BUILD)/debug-transformer.o
-	$(CXX) $(DBG) -o $@ $^
-tests-debug: $(BUILD)/debug-tests.o $(BUILD)/debug-transformer.o
-	$(CXX) $(DBG) -o $@ $^
+DBG_TESTS := -O0 -g -D_GLIBCXX_ASSERTIONS -DTF_TESTS_DEBUG
+$(BUILD)/debug-tests.o: tests.cpp transformer.hpp | $(BUILD)
+	@$(say) CXX $@
+	$(Q)$(CXX) $(STD) $(WARN) $(DBG_TESTS) $(GCFLAGS) -c -o $@ $<
+transformer-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-main.o
+	@$(say) LINK $@
+	$(Q)$(CXX) $(DBG) -o $@ $^
+tests-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-tests.o
+	@$(say) LINK $@
+	$(Q)$(CXX) $(DBG) -o $@ $^
+
+# make build-times: how long the builds take on this machine, each in a fresh copy of the sources
+# in a temporary directory (this directory's builds are left alone): the compile of each object,
+# `make`, `make test` (its build and its run), one student round (`make check TESTS=...` after an
+# edit of transformer.cpp, here and in a handout), `make debug`, the sanitized run of .ci/run, and
+# one mutant of `make mutants`. docs/performance.md ("Build time") states the figures to reach.
+BT_CHECK := LayerNorm*
+build-times: | doctest
+	@set -e; top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	now() { date +%s.%N; }; \
+	secs() { awk -v a="$$1" -v b="$$(now)" 'BEGIN { printf "%6.1f s", b - a }'; }; \
+	fresh() { rm -rf "$$tmp/$$1"; mkdir -p "$$tmp/$$1"; \
+	  tar -cf - transformer.hpp transformer.cpp main.cpp tests.cpp Makefile README.md .gitignore .ci docs | tar -xf - -C "$$tmp/$$1"; }; \
+	quiet() { log="$$tmp/log"; if ! "$$@" > "$$log" 2>&1; then tail -n 20 "$$log"; echo "make build-times: failed: $$*" >&2; exit 1; fi; }; \
+	row() { printf '%-58s %s\n' "$$1" "$$2"; }; \
+	echo "build times on $$(nproc) cores, $$($(CXX) --version | head -n 1), $$(date +%Y-%m-%d)"; \
+	echo "one object at a time (one core):"; \
+	fresh o; cd "$$tmp/o"; mkdir -p build; \
+	for o in "transformer.o:transformer.cpp:$(OPT)" "transformer-checked.o:transformer.cpp:$(OPT) $(CHECKED)" \
+	         "tests.o:tests.cpp:$(TESTS_OPT) $(CHECKED)" "main.o:main.cpp:$(OPT)" \
+	         "check's transformer.o:transformer.cpp:$(FAST_OPT)"; do \
+	  name=$${o%%:*}; rest=$${o#*:}; src=$${rest%%:*}; flags=$${rest#*:}; t=$$(now); \
+	  quiet $(CXX) $(STD) $(WARN) $$flags $(GCFLAGS) -c -o build/x.o $$src; \
+	  row "  $$name ($$src, $$flags)" "$$(secs $$t)"; \
+	done; \
+	echo "the commands (as many jobs as cores):"; \
+	fresh a; cd "$$tmp/a"; t=$$(now); quiet $(MAKE) --no-print-directory transformer; row "  make" "$$(secs $$t)  (target 30 s)"; \
+	fresh b; cd "$$tmp/b"; t=$$(now); quiet $(MAKE) --no-print-directory tests transformer; build=$$(secs $$t); \
+	t2=$$(now); quiet ./tests -tce='$(HANDOUT_CASES)'; run=$$(secs $$t2); \
+	row "  make test" "$$(secs $$t)  (target 120 s)"; row "    its build" "$$build"; row "    its run of the cases" "$$run  (target 30 s)"; \
+	quiet $(MAKE) --no-print-directory check TESTS='$(BT_CHECK)'; touch transformer.cpp; t=$$(now); \
+	quiet $(MAKE) --no-print-directory check TESTS='$(BT_CHECK)'; \
+	row "  a student round: make check TESTS=\"$(BT_CHECK)\"" "$$(secs $$t)  (target 10 s)"; \
+	quiet $(MAKE) --no-print-directory handout ASSIGNMENT=2 DIR="$$tmp/h2"; cd "$$tmp/h2"; \
+	$(MAKE) --no-print-directory check > "$$tmp/log" 2>&1 || true; touch transformer.cpp; t=$$(now); \
+	$(MAKE) --no-print-directory check > "$$tmp/log" 2>&1 || true; \
+	grep -q '^\[doctest\] test cases:' "$$tmp/log" || { tail -n 20 "$$tmp/log"; exit 1; }; \
+	row "  a student round in handout-2: make check" "$$(secs $$t)  (target 10 s)"; \
+	fresh d; cd "$$tmp/d"; t=$$(now); quiet $(MAKE) --no-print-directory debug; row "  make debug" "$$(secs $$t)  (target 60 s)"; \
+	t=$$(now); quiet $(MAKE) --no-print-directory test-sanitized; row "  the sanitized run of the formula cases (make test-sanitized)" "$$(secs $$t)"; \
+	fresh m; cd "$$tmp/m"; \
+	mut() { quiet $(MAKE) --no-print-directory mutants FUNC=LayerNorm_backward TESTS='LayerNorm*' MAX=$$1 MUT_LOG="$$tmp/m.log"; }; \
+	mut 1; t=$$(now); mut 1; t1=$$(awk -v a="$$t" -v b="$$(now)" 'BEGIN { print b - a }'); \
+	t=$$(now); mut 5; t5=$$(awk -v a="$$t" -v b="$$(now)" 'BEGIN { print b - a }'); \
+	row "  make mutants: one mutant more (MAX=5 against MAX=1)" "$$(awk -v a=$$t1 -v b=$$t5 'BEGIN { printf "%6.1f s", (b - a) / 4 }')  (target 15 s)"
 
 # What the targets here write (builds, make run, finetune-demo, handout) and masks.svg, the name in
 # masks' help example; a path git tracks is never removed, DIR only when it holds a handout (HANDOUT.md).
@@ -168,7 +272,7 @@ ASSIGNMENT_6_TESTS := AdamW:*,lr_schedule:*,training: *
 # round under 30 s of one core (docs/assignments.md has the times). -D_GLIBCXX_ASSERTIONS: an index
 # past a tensor's end (Tensor's operator[] and operator()) aborts, so a loop one element too long
 # fails the assignment's tests even where reading that element changes no value.
-FAST_OPT   := -Og -march=native -fno-math-errno -D_GLIBCXX_ASSERTIONS
+FAST_OPT   := -Og $(ARCH) -fno-math-errno -D_GLIBCXX_ASSERTIONS -DTF_COLD_O0
 FAST_BUILD := build-fast
 # A handout records its assignment in handout.mk (ASSIGNMENT := N).
 -include handout.mk
@@ -315,12 +419,23 @@ handout:
 	if [ -n "$$n" ]; then echo "check it: make -C $$dir check (assignment $$n's cases, fast build)"; \
 	else echo "check it: make -C $$dir test (the cases that need them fail, naming them)"; fi
 
-# make check ASSIGNMENT=N (in a handout-N directory ASSIGNMENT comes from its handout.mk): the fast
-# build ($(FAST_BUILD)/, $(FAST_OPT)) of the tests, run on assignment N's cases alone.
+# make check ASSIGNMENT=N (in a handout-N directory ASSIGNMENT comes from its handout.mk), or
+# make check TESTS="LayerNorm*" (any doctest -tc pattern): one student round. transformer.cpp is
+# compiled with $(FAST_OPT) into $(FAST_BUILD)/ and linked with the tests' own tests.o (built once,
+# it does not depend on transformer.cpp), then the cases run: those of TESTS, else assignment N's.
+$(FAST_BUILD):
+	$(Q)mkdir -p $@
+$(FAST_BUILD)/transformer-checked.o: transformer.cpp transformer.hpp | $(FAST_BUILD)
+	@$(say) CXX $@
+	$(Q)$(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -c -o $@ $<
+$(FAST_BUILD)/tests: $(FAST_BUILD)/transformer-checked.o $(BUILD)/tests.o
+	@$(say) LINK $@
+	$(Q)$(CXX) $(FAST_OPT) -o $@ $^
 check: | doctest
-	@if [ -z '$(strip $(ASSIGNMENT))' ]; then echo "make check: give ASSIGNMENT=N (N in $(ASSIGNMENTS))" >&2; exit 1; fi
-	@$(MAKE) --no-print-directory BUILD=$(FAST_BUILD) OPT="$(FAST_OPT)" $(FAST_BUILD)/tests
-	./$(FAST_BUILD)/tests -tc="$(call TESTS_OF,$(ASSIGNMENT))"
+	@if [ -z '$(strip $(TESTS))$(strip $(ASSIGNMENT))' ]; then \
+	  echo "make check: give TESTS=\"pattern\" (a doctest -tc pattern) or ASSIGNMENT=N (N in $(ASSIGNMENTS))" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory $(FAST_BUILD)/tests
+	./$(FAST_BUILD)/tests -tc="$(if $(strip $(TESTS)),$(TESTS),$(call TESTS_OF,$(ASSIGNMENT)))"
 
 # make assignments-check: for every assignment, its handout (transformer.cpp compiled with
 # $(FAST_OPT), no warning allowed, linked with ASSIGN_TESTS_O) and the solution (ASSIGN_TESTS)
@@ -604,13 +719,13 @@ mutants mutants-all: | doctest
 	case "$(MUT_LOG)" in /*) log="$(MUT_LOG)";; *) log="$$top/$(MUT_LOG)";; esac; : > "$$log"; \
 	say() { echo "$$*" | tee -a "$$log"; }; \
 	all_k=0; all_s=0; all_n=0; all_g=0; bk=0; bs=0; \
-	$(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) -c -o "$$tmp/transformer.o" transformer.cpp; \
+	$(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) $(GCFLAGS) -c -o "$$tmp/transformer.o" transformer.cpp; \
 	$(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/base-tests" "$$tmp/transformer.o" $(MUT_BUILD)/tests.o; \
 	mutant() { \
 	  d="$$tmp/s$$1"; \
 	  MUT_TEXT="$$text" awk -v l="$$line" 'FNR == l { print ENVIRON["MUT_TEXT"]; next } { print }' transformer.cpp > "$$d/transformer.cpp"; \
 	  before=$$(sed -n "$${line}p" transformer.cpp | sed -E 's/^[ \t]+//'); after=$$(printf '%s' "$$text" | sed -E 's/^[ \t]+//'); \
-	  if ! $(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) -c -o "$$d/transformer.o" "$$d/transformer.cpp" 2>/dev/null || \
+	  if ! $(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) $(GCFLAGS) -c -o "$$d/transformer.o" "$$d/transformer.cpp" 2>/dev/null || \
 	     ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" $(MUT_BUILD)/tests.o 2>/dev/null; then \
 	    verdict="not compiled"; \
 	  elif (cd "$$d" && timeout $$lim ./tests -aa=1 $$tc </dev/null) >/dev/null 2>&1; then verdict=SURVIVED; \

@@ -83,6 +83,24 @@
 #else
 #define TF_STREAM_WIDTH
 #endif
+// TF_COLD_BEGIN ... TF_COLD_END: code that runs no hot loop (files, JSON, Hugging Face import and
+// export, the drivers, tokenizers, teaching tools, tables). With -DTF_COLD_O1 (the Makefile's
+// builds of the program and the tests) g++ compiles those regions at -O1, with -DTF_COLD_O0 (the
+// fast build of `make check`) at -O0: the build takes a tenth less time, the program runs as fast
+// (docs/performance.md, "Build time"). A template's instantiations take the level in force at the
+// end of the file (the command line's), not the region's.
+#if defined(__GNUC__) && !defined(__clang__) && (defined(TF_COLD_O1) || defined(TF_COLD_O0))
+#define TF_COLD_BEGIN TF_PRAGMA(GCC push_options) TF_COLD_LEVEL
+#define TF_COLD_END TF_PRAGMA(GCC pop_options)
+#if defined(TF_COLD_O0)
+#define TF_COLD_LEVEL TF_PRAGMA(GCC optimize("O0"))
+#else
+#define TF_COLD_LEVEL TF_PRAGMA(GCC optimize("O1"))
+#endif
+#else
+#define TF_COLD_BEGIN
+#define TF_COLD_END
+#endif
 
 namespace tf {
 
@@ -2468,14 +2486,13 @@ void pack_panels(int kc, int n, const T* X, long rsK, long csN, T* __restrict ds
             // short contiguous read, then 8 writes into a small L1-resident
             // window of dst. Measured ~1.5x faster than going row by row
             // (and faster than 16 values of k).
-            // A whole panel (w == W) runs the j loop to the constant W, fully unrolled: ~1.2x
-            // (measured with AVX2 on W_e^T, which now takes gemm's C^T path; still used for a
-            // transposed B with M >= N and for X^T in that path).
+            // A whole panel (w == W) runs the j loop to the constant W. That loop is not unrolled:
+            // fully unrolled (W x KB = 256 copies for double, 512 for float), g++ spent about 45 s
+            // of a 100 s build on this function's clones, for no measured gain in `bench`.
             constexpr int KB = 8;
             int p0 = 0;
             if (w == W)
                 for (; p0 + KB <= kc; p0 += KB) {
-                    TF_UNROLL(64)
                     for (int j = 0; j < W; ++j) {
                         TF_UNROLL(8)
                         for (int p = p0; p < p0 + KB; ++p) dst[p * W + j] = x[p * rsK + j * csN];
@@ -2879,6 +2896,7 @@ void matmul_tn_acc(const Tensor<T>& A, const Tensor<T>& B, Tensor<T>& C) {
     gemm(A.cols(), B.cols(), A.rows(), A.ptr(), 1, A.cols(), B.ptr(), B.cols(), 1, C.ptr(), C.cols(), true);
 }
 
+TF_COLD_BEGIN
 // ================================================================================================
 // FILES: JSON, outputs, safetensors, checkpoints, Hugging Face import and export
 // ================================================================================================
@@ -3406,6 +3424,8 @@ std::string read_file(const std::string& path) {
     return out;
 }
 
+TF_COLD_END
+
 // ---- safetensors ---------------------------------------------------------------------------------
 const Tensor<float>* SafeTensors::find(const std::string& name) const {
     for (auto& kv : tensors)
@@ -3703,6 +3723,7 @@ void save_model(const std::string& path, const Config& c, Params<float>& p,
     save_safetensors(path, meta, list);
 }
 
+TF_COLD_BEGIN
 // ---- Released GPT-2 weights (a Hugging Face model.safetensors) ---------------------------------
 // GPT-2's names and layouts (its Conv1D computes y = x W + b with W stored in x out, as ours):
 //   wte.weight (V x H) -> W_e            wpe.weight (n_ctx x H) -> W_p
@@ -4537,6 +4558,8 @@ static void addition_example(const CharVocab& vocab, int a, int b, std::vector<i
     for (std::size_t i = AdditionTask::prompt_len() - 1; i < x.size(); i++) y[i] = ids[i + 1];
 }
 
+TF_COLD_END
+
 // ---- Generation with a key/value cache ---------------------------------------------------------
 template <typename T>
 void kv_init(const Config& c, KVCache<T>& cache) {
@@ -4695,6 +4718,7 @@ ModelSpeed model_speed(const Config& c, Params<float>& p) {
     return r;
 }
 
+TF_COLD_BEGIN
 // ---- Plot ----------------------------------------------------------------------------------------
 std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
                      const std::vector<std::pair<long long, double>>& val, const std::string& title) {
@@ -8765,6 +8789,8 @@ static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out) {
     }
     out.push_back(cp);
 }
+
+TF_COLD_END
 
 // ================================================================================================
 // Explicit instantiation for float (training) and double (gradient checks).
