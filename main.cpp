@@ -106,7 +106,8 @@ struct Flags {
     }
 };
 
-static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out", "line-windows"};
+static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out", "line-windows",
+                                                   "no-memory-check"};
 
 // ---- Help: one table per command -------------------------------------------------------------------
 // Each command's help and its flag checks come from this one table: `transformer CMD --help` prints
@@ -166,10 +167,11 @@ static const std::vector<CommandDoc>& command_docs() {
                {"stop-at", "S  stop (and save) after step S, 0 = run to --steps (default: 0)"},
                {"seed", "S  random seed (default: 1337)"},
                {"out", "FILE  the checkpoint written (default: model.safetensors; with --resume: the resumed file)"},
-               {"resume", "FILE  continue a run from its checkpoint (only --steps, --stop-at, --out, --quiet, --data, --val may be given)"},
+               {"resume", "FILE  continue a run from its checkpoint (only --steps, --stop-at, --out, --quiet, --data, --val, --no-memory-check may be given)"},
                {"gpt2-init", "scale W_O, W_2 by 1/sqrt(2L) at init (default: off)"},
                {"attn-bias", "biases on Q, K, V, O (default: off)"},
                {"quiet", "no progress lines (default: off)"},
+               {"no-memory-check", "start even when the memory estimate exceeds what this machine can give (default: off: refused)"},
                {"objective", "lm|xlnet  next-token / masked LM, or XLNet's permutation LM with two-stream attention (default: lm)"},
                {"predict", "K  xlnet: positions predicted per sequence, >= 1 (default: n/6)"},
                {"line-windows", "every window starts at a newline: pre-training for finetune's line examples (default: off)"},
@@ -198,6 +200,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"seed", "S  random seed (default: 1337)"},
           {"scratch", "same shapes, fresh weights (default: off)"},
           {"quiet", "no progress lines (default: off)"},
+          {"no-memory-check", "start even when the memory estimate exceeds what this machine can give (default: off: refused)"},
           {"encoder", "FILE  released weights' tokenizer: encoder.json / vocab.json"},
           {"vocab", "FILE  released weights' tokenizer: vocab.bpe / merges.txt / vocab.txt"},
           {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
@@ -289,7 +292,8 @@ static const std::vector<CommandDoc>& command_docs() {
                {"batch", "B  sequences per batch, >= 1 (default: 4)"},
                {"block", "n  tokens per sequence, >= 1 (default: min(64, n_ctx))"},
                {"steps", "S  timed steps after one warm-up, >= 1 (default: 3)"},
-               {"json", "one line of JSON (default: off)"}},
+               {"json", "one line of JSON (default: off)"},
+               {"no-memory-check", "start even when the memory estimate exceeds what this machine can give (default: off: refused)"}},
               MODEL_FLAGS),
          "transformer bench --preset tiny-gpt --steps 5", ""},
         {"init", "files", "write a freshly initialised preset model",
@@ -568,8 +572,8 @@ static int cmd_train(Flags& f) {
     if (f.has("resume"))  // a resumed run keeps its model, data and hyperparameters
         for (auto& kv : f.values)
             if (kv.first != "resume" && kv.first != "steps" && kv.first != "stop-at" && kv.first != "out" && kv.first != "quiet" &&
-                kv.first != "data" && kv.first != "val")
-                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at, --out, --quiet, --data and --val (moved copies of the same texts) may be given)");
+                kv.first != "data" && kv.first != "val" && kv.first != "no-memory-check")
+                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at, --out, --quiet, --data, --val (moved copies of the same texts) and --no-memory-check may be given)");
     TrainOptions o;
     o.data = f.str("data");
     o.val_data = f.str("val");
@@ -603,6 +607,7 @@ static int cmd_train(Flags& f) {
     o.out = f.str("out", f.has("resume") ? "" : o.out);
     o.resume = f.str("resume");
     o.quiet = f.flag("quiet");
+    o.memory_check = !f.flag("no-memory-check");
     o.init_from = f.str("init-from");
     o.encoder = f.str("encoder"), o.bpe_vocab = f.str("vocab");
     if (!o.init_from.empty()) {  // the model's shape comes from the file: a flag not given is 0 / "" (train checks the rest)
@@ -645,6 +650,7 @@ static int cmd_finetune(Flags& f) {
     t.log_every = f.count("log-every", 50);
     t.seed = (uint64_t)f.integer("seed", 1337);
     t.quiet = f.flag("quiet");
+    t.memory_check = !f.flag("no-memory-check");
     f.done();
     const FinetuneResult r = finetune(o);
     if (r.signal) return stopped_by_signal(r.signal, r.steps_done, t.out, "finetune --task " + o.task + " --train " + o.train_file +
@@ -1121,12 +1127,17 @@ static int cmd_bench(Flags& f) {
     std::string name;
     const Config c = bench_config(f, name);
     const int B = f.int32("batch", 4), n = f.int32("block", std::min(64, c.n_ctx)), steps = f.int32("steps", 3);
-    const bool json = f.flag("json");
+    const bool json = f.flag("json"), memory_check = !f.flag("no-memory-check");
     f.done();
     for (const auto& kv : {std::make_pair("batch", B), std::make_pair("block", n), std::make_pair("steps", steps)})
         if (kv.second < 1) throw Error(std::string("--") + kv.first + " must be positive, got " + std::to_string(kv.second));
     if (n > c.n_ctx) throw Error("--block " + std::to_string(n) + " is longer than n_ctx = " + std::to_string(c.n_ctx));
     if ((long long)B * n > (1 << 20)) throw Error("--batch x --block is too large for a benchmark");
+    const TrainMemory mem = train_memory(c, B, n);  // and a checkpoint of the model, written and read back
+    require_memory("bench", mem.params * 3 + mem.grads + mem.adam + mem.activations,
+                   "the model twice more for its checkpoint, its gradient, AdamW's m and v, and the activations of a step at B=" +
+                       std::to_string(B) + ", n=" + std::to_string(n),
+                   "--batch, --block or the model (--preset, --layers, --embd, --ffn, --vocab)", memory_limit(), memory_check);
     Params<float> p = make_params<float>(c), g = make_params<float>(c);
     init_params(c, p, 1);
     const ModelSpeed ms = model_speed(c, p);

@@ -7488,6 +7488,14 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
     m_write(dir + "/bad.tsv", "big\t123+456\nhuge\t1+1\n");
     m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + dir + "/bad.tsv --out " + dir + "/x.st",
                 "bad.tsv' line 2: the label 'huge' was not in the training file");
+    // A batch no machine holds is refused before any work, naming --batch and the way around it.
+    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --batch 4000000 --out " +
+                    dir + "/x.st",
+                "finetune: this run needs about");
+    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --batch 4000000 --out " +
+                    dir + "/x.st",
+                "make --batch smaller, or give --no-memory-check");
+    CHECK_FALSE(m_exists(dir + "/x.st"));
 }
 
 TEST_CASE("xlnet: train --objective xlnet lowers the loss, keeps w in the checkpoint and resumes exactly") {
@@ -9321,6 +9329,44 @@ TEST_CASE("CLI: params --preset gpt1 prints 116497920") {
     CHECK(r2.status == 0);
     CHECK(m_contains(r2.out, "124439808"));  // released GPT-2 small, attention biases included
     CHECK(m_contains(r2.out, "36864"));
+}
+
+TEST_CASE("CLI: a run whose memory estimate exceeds what the machine can give is refused before any work") {
+    // require_memory: the estimate against memory_limit() (physical memory, a cgroup's limit,
+    // ulimit -v). A batch of 10^9 rows needs terabytes on any machine.
+    const MemoryLimit limit = memory_limit();
+    CAPTURE(limit.source);
+    CHECK(limit.bytes > 0);
+    CHECK_NOTHROW(require_memory("train", limit.bytes, "all of it", "--batch", limit));
+    CHECK_NOTHROW(require_memory("train", 2 * limit.bytes, "twice", "--batch", limit, false));  // --no-memory-check
+    const MemoryLimit four{4.0 * 1024 * 1024 * 1024, "the test's limit"};
+    try {
+        require_memory("train", 6.0 * 1024 * 1024 * 1024, "activations", "--batch or --block", four);
+        FAIL("require_memory accepted 6 GB against a limit of 4 GB");
+    } catch (const Error& e) {
+        const std::string msg = e.what();
+        CHECK(msg == "train: this run needs about 6.00 GB (activations), more than the 4.00 GB it can have (the test's limit); "
+                     "make --batch or --block smaller, or give --no-memory-check to start it anyway");
+    }
+    const std::string out = m_path("memory.safetensors");
+    // 262144 x 16 tokens (the most a step takes) through 48 layers of width 1024: about 16 TB.
+    const std::string huge = " --batch 262144 --block 16 --layers 48 --embd 1024 --heads 16 --steps 1 --out " + out;
+    m_cli_fails("train --data " + m_text_file() + huge, "train: this run needs about");
+    m_cli_fails("train --data " + m_text_file() + huge, "make --batch, --block or the model (--layers, --embd, --ffn) smaller, or give --no-memory-check");
+    CHECK_FALSE(m_exists(out));
+    m_cli_fails("bench --batch 16384 --block 64 --layers 48 --embd 1024 --heads 16", "bench: this run needs about");
+    // A resumed run takes --no-memory-check (and is checked like a new one without it).
+    m_run_ok("train --data " + m_text_file() + " --layers 1 --heads 2 --embd 16 --block 16 --batch 4 --steps 2 --eval-every 0 --quiet --out " + out);
+    m_run_ok("train --resume " + out + " --steps 3 --no-memory-check --quiet");
+#ifndef TF_TESTS_DEBUG  // AddressSanitizer reserves more address space than any such limit
+    // Under ulimit -v 2 GB, a run that needs about 3 GB is refused, naming the limit.
+    const std::string base = m_path("memory-ulimit");
+    const int st = std::system(("ulimit -v 2000000 && " + std::string(m_PROGRAM) + " train --data " + m_text_file() +
+                                " --batch 4000 --block 64 --steps 1 --out " + out + "2 > " + base + ".out 2> " + base + ".err").c_str());
+    INFO("stderr: " << m_read(base + ".err"));
+    CHECK((st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1));
+    CHECK(m_contains(m_read(base + ".err"), "the address-space limit (ulimit -v)"));
+#endif
 }
 
 TEST_CASE("CLI: init then grad for every tiny variant writes every parameter's gradient and the loss") {

@@ -5391,6 +5391,17 @@ static void warn_same_file(const std::string& val, const char* other_flag, const
                  consequence);
 }
 
+// A training run of model c with o.batch sequences of n tokens must fit in memory_limit().
+static void require_train_memory(const Config& c, const TrainOptions& o, int n) {
+    const TrainMemory m = train_memory(c, o.batch, n);
+    require_memory("train", m.params + m.grads + m.adam + m.activations,
+                   "the model, its gradient and AdamW's m and v, and the activations of a step at B=" + std::to_string(o.batch) +
+                       ", n=" + std::to_string(n),
+                   o.resume.empty() ? "--batch, --block or the model (--layers, --embd, --ffn)"
+                                    : "--batch or --block (a new run: a resumed one keeps its checkpoint's)",
+                   memory_limit(), o.memory_check);
+}
+
 TrainResult train(const TrainOptions& opt_in) {
     TrainOptions o = opt_in;
     RunState s;
@@ -5413,14 +5424,14 @@ TrainResult train(const TrainOptions& opt_in) {
         s.p = std::move(lm.params);
         const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
         const std::string out = o.out.empty() ? o.resume : o.out;
-        const bool quiet = o.quiet;
+        const bool quiet = o.quiet, memory_check = o.memory_check;
         try {
             options_from_metadata(lm.file.metadata, o);
         } catch (const Error& e) {
             throw Error("'" + o.resume + "': " + e.what());
         }
         if (steps > 0) o.steps = steps;
-        o.stop_at = stop_at, o.out = out, o.quiet = quiet;
+        o.stop_at = stop_at, o.out = out, o.quiet = quiet, o.memory_check = memory_check;
         o.data = resume_data_path(lm.file.metadata, data_given, o.resume);
         o.val_data = resume_data_path(lm.file.metadata, val_given, o.resume, VAL_RECORD);
         resume_md = lm.file.metadata;
@@ -5490,7 +5501,8 @@ TrainResult train(const TrainOptions& opt_in) {
     k.cls_sep = subword && !is_causal(variant);
     if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k.bytes, k.hash, o.data, o.resume);
     if (!o.resume.empty() && !o.val_data.empty()) check_resume_data(resume_md, k.val_bytes, k.val_hash, o.val_data, o.resume, VAL_RECORD);
-    if (o.resume.empty() && o.init_from.empty()) {
+    const bool fresh = o.resume.empty() && o.init_from.empty();  // a new model, not one from a file
+    if (fresh) {
         c.variant = variant;
         c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
         c.n_ctx = n;
@@ -5502,6 +5514,7 @@ TrainResult train(const TrainOptions& opt_in) {
         if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
         c.attn_bias = o.attn_bias;
         c.xlnet = xlnet;
+        require_train_memory(c, o, n);  // before the model is allocated
         s.p = make_params<float>(c);
         init_params(c, s.p, o.seed);
         if (o.gpt2_init) scale_residual_init(c, s.p);
@@ -5541,6 +5554,8 @@ TrainResult train(const TrainOptions& opt_in) {
     }
     const ParamCount count = count_params(c);
     const long long last = o.stop_at ? std::min(o.stop_at, o.steps) : o.steps;
+    const TrainMemory mem = train_memory(c, o.batch, n);
+    if (!fresh) require_train_memory(c, o, n);
     if (!o.quiet) {
         std::printf("model %s: L=%d H=%d A=%d D=%d F=%d n=%d V=%d, %lld parameters, %s\n", variant_name(c.variant), c.L, c.H,
                     c.A, c.D, c.F, c.n_ctx, c.V, count.actual, activation_name(c.activation));
@@ -5550,7 +5565,7 @@ TrainResult train(const TrainOptions& opt_in) {
         if (xlnet)
             std::printf("objective: XLNet's permutation language model, two-stream attention, one permutation z per batch, "
                         "the last %d of %d positions in z predicted\n", predict, n);
-        const TrainMemory m = train_memory(c, o.batch, n);
+        const TrainMemory& m = mem;
         std::printf("memory: parameters %.1f MB, gradients %.1f MB, AdamW m and v %.1f MB, activations of a step ~%.1f MB "
                     "(B=%d, n=%d): ~%.2f GB\n", mb(m.params), mb(m.grads), mb(m.adam), mb(m.activations), o.batch, n,
                     (m.params + m.grads + m.adam + m.activations) / (1024.0 * 1024.0 * 1024.0));
@@ -5982,6 +5997,18 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                       // 0.2% of the steps
     if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + per_step - 1) / per_step);  // every epoch
     check_options(o);
+    {  // a batch holds o.batch examples of up to `seqs` sequences of up to `longest` tokens
+        int longest = 1, seqs = 1;
+        for (const auto& e : train_ex) {
+            seqs = std::max(seqs, (int)e.seqs.size());
+            for (const auto& q : e.seqs) longest = std::max(longest, (int)q.size());
+        }
+        const TrainMemory m = train_memory(c, (long long)o.batch * seqs, longest);
+        require_memory("finetune", m.params + m.grads + m.adam + m.activations,
+                       "the model, its gradient and AdamW's m and v, and the activations of " + std::to_string(o.batch) +
+                           " examples of up to " + std::to_string(seqs) + " x " + std::to_string(longest) + " tokens",
+                       "--batch", memory_limit(), o.memory_check);
+    }
     if (subword) {  // what predict needs to read its input: the tokenizer, its files whole
         for (const auto& kv : tok.metadata()) s.meta[kv.first] = kv.second;
     } else {
@@ -7296,7 +7323,7 @@ std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& tex
 // row), the FFN's pre-activation and output (2 F) and two dropout masks: about 12 H + 2 F + A n;
 // then the logits and their gradient (2 V per row). The backward pass holds a few more of the
 // same size at a time, so this is the right order, not an exact count.
-TrainMemory train_memory(const Config& c, int B, int n) {
+TrainMemory train_memory(const Config& c, long long B, int n) {
     TrainMemory m;
     const double floats = (double)count_params(c).actual;
     m.params = 4 * floats, m.grads = 4 * floats, m.adam = 8 * floats;
@@ -7304,6 +7331,47 @@ TrainMemory train_memory(const Config& c, int B, int n) {
     const double logit_rows = is_causal(c.variant) ? rows : 0.15 * rows;  // a masked LM de-embeds its targets only
     m.activations = 4 * (rows * (double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + logit_rows * 2.0 * c.V);
     return m;
+}
+
+// A number from a one-line file of the kernel's (cgroup limits), or -1 when there is none or it
+// says "max".
+static double read_limit_file(const char* path) {
+    std::FILE* f = std::fopen(path, "r");
+    if (!f) return -1;
+    char buf[64] = {0};
+    const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
+    std::fclose(f);
+    if (!got) return -1;
+    char* end = nullptr;
+    const double v = std::strtod(buf, &end);
+    return end == buf || v <= 0 ? -1 : v;
+}
+
+MemoryLimit memory_limit() {
+    MemoryLimit m;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    m.bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    m.source = "the machine's physical memory";
+    auto consider = [&](double bytes, const char* source) {
+        if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m.bytes = bytes, m.source = source;
+    };
+    consider(read_limit_file("/sys/fs/cgroup/memory.max"), "the cgroup's memory.max");
+    consider(read_limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "the cgroup's memory.limit_in_bytes");
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) consider((double)as.rlim_cur, "the address-space limit (ulimit -v)");
+    return m;
+}
+
+void require_memory(const std::string& command, double need, const std::string& detail, const std::string& drivers,
+                    const MemoryLimit& limit, bool check) {
+    if (!check || limit.bytes <= 0 || need <= limit.bytes) return;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "about %.2f GB", need / (1024.0 * 1024.0 * 1024.0));
+    std::string msg = command + ": this run needs " + buf + " (" + detail + "), more than the ";
+    std::snprintf(buf, sizeof buf, "%.2f GB", limit.bytes / (1024.0 * 1024.0 * 1024.0));
+    msg += std::string(buf) + " it can have (" + limit.source + "); make " + drivers +
+           " smaller, or give --no-memory-check to start it anyway";
+    throw Error(msg);
 }
 
 // ================================================================================================

@@ -1021,6 +1021,7 @@ struct TrainOptions {
     std::string out = "model.safetensors";  // with resume: empty = overwrite the resumed file
     std::string resume;          // checkpoint to continue from (steps 0 = the checkpoint's)
     bool quiet = false;
+    bool memory_check = true;  // refuse a run whose memory estimate exceeds memory_limit() (require_memory)
     std::string schedule = "cosine";  // after warmup: "cosine" (lr_schedule) or "linear" (lr_linear)
     std::string objective = "lm";     // "lm": next token / masked LM; "xlnet": XLNet's permutation objective (formulas §27)
     int predict = 0;                  // xlnet: positions predicted per sequence (the last K of z), 0 = n/6
@@ -1353,7 +1354,21 @@ std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& tex
 struct TrainMemory {
     double params = 0, grads = 0, adam = 0, activations = 0;
 };
-TrainMemory train_memory(const Config& c, int B, int n);
+TrainMemory train_memory(const Config& c, long long B, int n);
+// The memory this process can have, in bytes: the least of the machine's physical memory, its
+// cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) and the address-space limit (ulimit -v);
+// `source` names the one that sets it.
+struct MemoryLimit {
+    double bytes = 0;
+    std::string source;
+};
+MemoryLimit memory_limit();
+// A run is refused before any work when its estimate (`need` bytes, `detail` says of what) exceeds
+// `limit`: the error names the command, the estimate, the limit and its source, the flags that
+// drive the estimate (`drivers`, e.g. "--batch 64 --block 8192") and --no-memory-check, which lets
+// the run start anyway (check = false skips the test).
+void require_memory(const std::string& command, double need, const std::string& detail, const std::string& drivers,
+                    const MemoryLimit& limit, bool check = true);
 // ================================================================================================
 // TOKENIZERS of the released GPT-1 and BERT: BERT's normaliser and pre-tokeniser, then
 // GPT-1's BPE (end-of-word suffix "</w>") or BERT's WordPiece (continuation prefix "##"), as Hugging
