@@ -183,7 +183,7 @@ build-times: | doctest
 	@set -e; top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	now() { date +%s.%N; }; \
 	secs() { awk -v a="$$1" -v b="$$(now)" 'BEGIN { printf "%6.1f s", b - a }'; }; \
-	fresh() { rm -rf "$$tmp/$$1"; mkdir -p "$$tmp/$$1"; \
+	fresh() { rm -rf "$$tmp/$$1"; mkdir -p "$$tmp/$$1"; cd "$$top"; \
 	  tar -cf - transformer.hpp transformer.cpp main.cpp tests.cpp Makefile README.md .gitignore .ci docs | tar -xf - -C "$$tmp/$$1"; }; \
 	quiet() { log="$$tmp/log"; if ! "$$@" > "$$log" 2>&1; then tail -n 20 "$$log"; echo "make build-times: failed: $$*" >&2; exit 1; fi; }; \
 	row() { printf '%-58s %s\n' "$$1" "$$2"; }; \

@@ -561,11 +561,59 @@ static int cmd_grad(Flags& f) {
 // ---- train, sample, fill, eval ---------------------------------------------------------------------
 // A training run stopped by SIGINT or SIGTERM: it finished its step and saved a checkpoint (through
 // save_model's atomic writer); the exit status is the shell's for that signal, 128 + its number.
-static int stopped_by_signal(int sig, long long step, const std::string& file, const std::string& again, const char* how = "resume with") {
+// A run stopped by SIGINT or SIGTERM: where it stopped, its checkpoint, and the command that goes on
+// from it (`how`: "resume with", ...), which works as printed.
+static int stopped_by_signal(int sig, long long step, const std::string& file, const std::string& command,
+                             const std::string& how = "resume with") {
     std::fflush(stdout);
-    std::fprintf(stderr, "stopped at step %lld by %s; checkpoint %s; %s: transformer %s%s\n", step,
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", file.c_str(), how, again.c_str(), file.c_str());
+    std::fprintf(stderr, "stopped at step %lld by %s; checkpoint %s; %s: transformer %s\n", step, sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 file.c_str(), how.c_str(), command.c_str());
     return 128 + sig;
+}
+
+// One word as a POSIX shell reads it back: as it is when it is plain, else in single quotes.
+static std::string shell_word(const std::string& s) {
+    const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=+:,@%-") ==
+                                         std::string::npos;
+    if (plain) return s;
+    std::string q = "'";
+    for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return q + "'";
+}
+
+// `command` with the flags it was given, each as the shell reads it back, where `replace` gives
+// a flag a new value (placed first, in its order).
+static std::string command_again(const std::string& command, const Flags& f,
+                                 const std::vector<std::pair<std::string, std::string>>& replace) {
+    std::string line = command;
+    std::set<std::string> replaced;
+    auto add = [&](const std::string& k, const std::string& v) {
+        if (BOOLEAN_FLAGS.count(k)) {
+            if (v == "1") line += " --" + k;
+            return;
+        }
+        line += v.rfind("--", 0) == 0 ? " " + shell_word("--" + k + "=" + v) : " --" + k + " " + shell_word(v);
+    };
+    for (const auto& kv : replace) add(kv.first, kv.second), replaced.insert(kv.first);
+    for (const auto& kv : f.values)
+        if (!replaced.count(kv.first)) add(kv.first, kv.second);
+    return line;
+}
+
+// The file name after `path` in the series NAME.EXT, NAME-2.EXT, NAME-3.EXT, ...
+static std::string next_in_series(const std::string& path) {
+    const std::size_t slash = path.find_last_of('/'), dot = path.find_last_of('.');
+    const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+    std::string stem = has_ext ? path.substr(0, dot) : path;
+    const std::string ext = has_ext ? path.substr(dot) : "";
+    int k = 2;
+    const std::size_t dash = stem.find_last_of('-');
+    if (dash != std::string::npos && dash + 1 < stem.size() && (slash == std::string::npos || dash > slash) &&
+        stem.find_first_not_of("0123456789", dash + 1) == std::string::npos && stem.size() - dash <= 6) {
+        k = std::atoi(stem.c_str() + dash + 1) + 1;
+        stem = stem.substr(0, dash);
+    }
+    return stem + "-" + std::to_string(k) + ext;
 }
 
 static int cmd_train(Flags& f) {
@@ -624,7 +672,8 @@ static int cmd_train(Flags& f) {
     }
     f.done();
     const TrainResult r = train(o);
-    if (r.signal) return stopped_by_signal(r.signal, r.steps_done, o.out.empty() ? o.resume : o.out, "train --resume ");
+    const std::string file = o.out.empty() ? o.resume : o.out;
+    if (r.signal) return stopped_by_signal(r.signal, r.steps_done, file, "train --resume " + shell_word(file));
     return 0;
 }
 
@@ -653,9 +702,12 @@ static int cmd_finetune(Flags& f) {
     t.memory_check = !f.flag("no-memory-check");
     f.done();
     const FinetuneResult r = finetune(o);
-    if (r.signal) return stopped_by_signal(r.signal, r.steps_done, t.out, "finetune --task " + o.task + " --train " + o.train_file +
-                                           " --val " + o.val_file + " --out " + t.out + " --checkpoint ",
-                                           "fine-tune it further (a new schedule) with");
+    // Fine-tuning goes on from the checkpoint's weights (not --scratch), with the same flags and a
+    // new schedule (its optimiser state is not kept), into the next file of the series.
+    if (r.signal)
+        return stopped_by_signal(r.signal, r.steps_done, t.out,
+                                 command_again("finetune", f, {{"checkpoint", t.out}, {"out", next_in_series(t.out)}, {"scratch", "0"}}),
+                                 "fine-tune further from its weights (a new schedule of the same flags) with");
     return 0;
 }
 

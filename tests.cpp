@@ -9851,6 +9851,48 @@ TEST_CASE("train: SIGINT or SIGTERM finishes the step, writes a checkpoint, says
     }
 }
 
+TEST_CASE("finetune: SIGINT stops after the step; the command it prints goes on from the checkpoint with the same flags") {
+    const std::string dir = m_path("ftsig");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string pre = dir + "/pre.st", tr = dir + "/tr.tsv", va = dir + "/va.tsv";
+    m_run_ok("task --task text --examples 300 --out " + dir + "/sums.txt");
+    m_run_ok("train --data " + dir + "/sums.txt --layers 1 --heads 2 --embd 16 --block 32 --batch 4 --steps 3 --eval-every 0 --quiet --out " + pre);
+    m_run_ok("task --task classify --examples 200 --seed 1 --out " + tr);
+    m_run_ok("task --task classify --examples 50 --seed 2 --held-out --out " + va);
+    // Stops the run `args` (in the background) by SIGINT after its first progress line; its stderr.
+    auto interrupt = [](const std::string& args, const std::string& base) {
+        const pid_t pid = m_start(args, base);
+        REQUIRE(pid > 0);
+        REQUIRE(m_wait_for_progress(pid, base));
+        ::kill(pid, SIGINT);
+        int st = 0;
+        REQUIRE(::waitpid(pid, &st, 0) == pid);
+        REQUIRE(WIFEXITED(st));
+        CHECK(WEXITSTATUS(st) == 130);
+        return m_read(base + ".err");
+    };
+    const std::string ck = dir + "/ft.st";
+    const std::string err = interrupt("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va +
+                                          " --steps 1000000 --log-every 1 --lr 1e-3 --batch 4 --scratch --out " + ck,
+                                      dir + "/log1");
+    INFO("stderr: " << err);
+    const std::string with = "(a new schedule of the same flags) with: transformer ";
+    REQUIRE(m_contains(err, with));
+    std::string again = err.substr(err.find(with) + with.size());
+    again = again.substr(0, again.find('\n'));
+    CAPTURE(again);
+    CHECK(again.rfind("finetune --checkpoint " + ck + " --out " + dir + "/ft-2.st ", 0) == 0);
+    for (const std::string& kept : std::vector<std::string>{" --lr 1e-3", " --batch 4", " --task classify", " --train " + tr, " --val " + va, " --steps 1000000"})
+        CHECK_MESSAGE(m_contains(again, kept), "the command lacks '" << kept << "'");
+    CHECK_FALSE(m_contains(again, "--scratch"));  // it goes on from the fine-tuned weights
+    // Run as printed: it starts from ft.st, and stopped in turn names the next file of the series.
+    const std::string err2 = interrupt(again, dir + "/log2");
+    INFO("stderr of the printed command: " << err2);
+    CHECK(m_contains(err2, "; checkpoint " + dir + "/ft-2.st; "));
+    CHECK(m_contains(err2, "with: transformer finetune --checkpoint " + dir + "/ft-2.st --out " + dir + "/ft-3.st "));
+    CHECK(m_read(dir + "/log2.out").find("error") == std::string::npos);
+}
+
 TEST_CASE("tests: the scratch directory is in $TMPDIR; directories of killed runs are removed") {
     CHECK(m_dir().rfind(m_temp_root() + "/tfm_tests_", 0) == 0);
     const std::string root = m_path("tmproot");
