@@ -7294,6 +7294,22 @@ TEST_CASE("finetune: the four file formats parse, and each malformed line names 
     M_CHECK_TF_ERROR(parse_labelled("3\tctx\tx\ty\tz\n", "m.tsv", FinetuneKind::choice, classes, false, true), "answer '3' is not an index 0..2");
     M_CHECK_TF_ERROR(parse_labelled("x\tctx\n", "m.tsv", FinetuneKind::choice, classes, false, true), "at least 4");
     M_CHECK_TF_ERROR(parse_labelled("", "e.tsv", FinetuneKind::similarity, classes, false, true), "is empty");
+    M_CHECK_TF_ERROR(parse_labelled("\n \r\n\n", "e.tsv", FinetuneKind::similarity, classes, false, true), "'e.tsv' has no examples");
+    // Blank lines (empty, spaces, a lone CR) are skipped wherever they are; a last line without a
+    // newline and CRLF ends are read as lines; an error keeps the file's own line number.
+    classes = {};
+    ex = parse_labelled("\npos\tgood\r\n\r\n  \nneg\tbad\n\n", "b.tsv", FinetuneKind::classify, classes, true, true);
+    REQUIRE(ex.size() == 2);
+    CHECK(ex[0].line == 2);
+    CHECK(ex[1].line == 5);
+    CHECK(ex[1].fields == std::vector<std::string>{"bad"});
+    CHECK(ex[1].at == std::vector<std::size_t>{20});  // byte offset of "bad" in the file
+    ex = parse_labelled("pos\tgood\nneg\tbad", "b.tsv", FinetuneKind::classify, classes, false, true);
+    CHECK(ex.size() == 2);
+    CHECK(ex[1].fields == std::vector<std::string>{"bad"});
+    M_CHECK_TF_ERROR(parse_labelled("pos\tgood\n\n\nneg\n", "b.tsv", FinetuneKind::classify, classes, false, true), "'b.tsv' line 4",
+                     "expected 2 tab-separated fields");
+    CHECK(has_label_column("\n\npos\tgood\n", FinetuneKind::classify));
     std::vector<std::string> one;
     M_CHECK_TF_ERROR(parse_labelled("a\tx\na\ty\n", "c.tsv", FinetuneKind::classify, one, true, true), "at least 2");
     // Without the label column: one field fewer, decided per file.
@@ -7459,6 +7475,16 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
     const m_Run p2 = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/u.tsv");
     CHECK(p2.out == p1.out);
     CHECK_FALSE(m_contains(p2.err, "accuracy"));
+    // Blank lines (a trailing one, CRLF ends, a last line without a newline) change nothing.
+    std::string crlf;
+    for (char ch : vtext) crlf += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
+    m_write(dir + "/blank.tsv", "\n" + crlf.substr(0, crlf.size() - 2) + "\r\n\r\n\n");
+    const m_Run p3 = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/blank.tsv");
+    CHECK(p3.out == p1.out);
+    m_write(dir + "/last.tsv", vtext.substr(0, vtext.size() - 1));
+    CHECK(m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/last.tsv").out == p1.out);
+    m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + dir + "/blank.tsv --val " + dir + "/last.tsv --steps 1 --quiet --out " +
+             dir + "/blank.st");
     // --scratch: the same shapes, but the pre-trained rows of W_e are not carried over.
     const m_Run s0 = m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --scratch --out " + sc);
     // At chance (one step at lr 1e-9), finetune says so, naming the most frequent label and its share.
@@ -9960,6 +9986,7 @@ TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how 
     REQUIRE(WIFEXITED(st));
     CHECK(WEXITSTATUS(st) == 143);
     CHECK(m_contains(err, "stopped at step "));
-    CHECK(m_contains(err, "by SIGTERM; checkpoint " + ft + "; fine-tune it further (a new schedule) with: transformer finetune "));
+    CHECK(m_contains(err, "by SIGTERM; checkpoint " + ft + "; fine-tune further from its weights (a new schedule of the same flags) with: "
+                          "transformer finetune --checkpoint " + ft + " --out " + dir + "/ft-2.st "));
     CHECK(load_model(ft, {"adam."}).file.metadata.count("finetune.task") == 1);
 }

@@ -5627,14 +5627,24 @@ static FinetuneTask head_task(FinetuneKind k) {
 }
 
 // The lines of a file with the byte offset where each starts ("\r\n" endings allowed).
-static std::vector<std::pair<std::string, std::size_t>> file_lines(const std::string& text) {
-    std::vector<std::pair<std::string, std::size_t>> out;
+// The lines of a labelled file: LF or CRLF ends, the last line with or without one; blank lines
+// (nothing but spaces and a CR) are skipped, as TSV readers do. Each keeps its 1-based number in
+// the file and the offset of its first byte.
+struct FileLine {
+    std::string text;
+    std::size_t at = 0;
+    int number = 0;
+};
+static std::vector<FileLine> file_lines(const std::string& text) {
+    std::vector<FileLine> out;
+    int number = 0;
     for (std::size_t i = 0; i < text.size();) {
         std::size_t end = text.find('\n', i);
         if (end == std::string::npos) end = text.size();
         std::string line = text.substr(i, end - i);
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        out.push_back({line, i});
+        number++;
+        if (line.find_first_not_of(' ') != std::string::npos) out.push_back({line, i, number});
         i = end + 1;
     }
     return out;
@@ -5658,25 +5668,25 @@ bool has_label_column(const std::string& text, FinetuneKind kind) {
     if (lines.empty()) return false;
     if (kind == FinetuneKind::choice) {  // ANSWER CONTEXT C_1..C_K: every first field an index into the choices
         for (auto& l : lines) {
-            const std::vector<std::string> f = split_tabs(l.first);
+            const std::vector<std::string> f = split_tabs(l.text);
             if (f.size() < 4 || !is_index(f[0]) || std::stoi(f[0]) > (int)f.size() - 3) return false;
         }
         return true;
     }
     const std::size_t with_label = kind == FinetuneKind::classify ? 2 : 3;
-    return split_tabs(lines[0].first).size() == with_label;
+    return split_tabs(lines[0].text).size() == with_label;
 }
 
 std::vector<LabelledExample> parse_labelled(const std::string& text, const std::string& file, FinetuneKind kind,
                                             std::vector<std::string>& classes, bool learn_classes, bool labelled) {
     const auto lines = file_lines(text);
-    if (lines.empty()) throw Error("'" + file + "' is empty");
+    if (lines.empty()) throw Error("'" + file + "' has no examples (it is empty or blank)");
     static const char* layout[] = {"LABEL<TAB>TEXT", "LABEL<TAB>PREMISE<TAB>HYPOTHESIS", "LABEL<TAB>TEXT_A<TAB>TEXT_B",
                                    "ANSWER<TAB>CONTEXT<TAB>CHOICE_1<TAB>...<TAB>CHOICE_K"};
     std::vector<LabelledExample> out;
     for (std::size_t ln = 0; ln < lines.size(); ln++) {
-        const std::string where = "'" + file + "' line " + std::to_string(ln + 1) + ": ";
-        std::vector<std::string> f = split_tabs(lines[ln].first);
+        const std::string where = "'" + file + "' line " + std::to_string(lines[ln].number) + ": ";
+        std::vector<std::string> f = split_tabs(lines[ln].text);
         const int want = kind == FinetuneKind::classify ? 2 : kind == FinetuneKind::choice ? -1 : 3;
         const int have = (int)f.size() + (labelled ? 0 : 1);  // fields counted as if labelled
         if (want > 0 ? have != want : have < 4)
@@ -5684,8 +5694,8 @@ std::vector<LabelledExample> parse_labelled(const std::string& text, const std::
                         " tab-separated fields (" + layout[(int)kind] + (labelled ? "" : " without the first") + "), got " +
                         std::to_string(f.size()));
         LabelledExample e;
-        e.line = (int)ln + 1;
-        std::size_t at = lines[ln].second;
+        e.line = lines[ln].number;
+        std::size_t at = lines[ln].at;
         for (std::size_t k = 0; k < f.size(); k++) {
             if (f[k].empty()) throw Error(where + "field " + std::to_string(k + 1) + " is empty");
             if (k > 0 || !labelled) e.fields.push_back(f[k]), e.at.push_back(at);
