@@ -199,6 +199,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"log-every", "S  progress line every S steps, >= 1 (default: 50)"},
           {"seed", "S  random seed (default: 1337)"},
           {"scratch", "same shapes, fresh weights (default: off)"},
+          {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"},
           {"quiet", "no progress lines (default: off)"},
           {"no-memory-check", "start even when the memory estimate exceeds what this machine can give (default: off: refused)"},
           {"encoder", "FILE  released weights' tokenizer: encoder.json / vocab.json"},
@@ -244,7 +245,8 @@ static const std::vector<CommandDoc>& command_docs() {
          "transformer eval --checkpoint model.safetensors --data val.txt", ""},
         {"predict", "use", "label each line of a file with a fine-tuned model (accuracy on stderr if it has labels)",
          {{"checkpoint", "FILE  the fine-tuned model (required)"},
-          {"data", "FILE  tab-separated examples in finetune's format, labels optional (required)"}},
+          {"data", "FILE  tab-separated examples in finetune's format, labels optional (required)"},
+          {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"}},
          "transformer predict --checkpoint ft.st --data test.tsv", "One label per line on stdout."},
         {"explain", "inspect", "one forward and backward pass, formula box by formula box",
          {{"preset", "NAME  a preset model, freshly initialised (or --checkpoint)"},
@@ -685,6 +687,7 @@ static int cmd_finetune(Flags& f) {
     t.out = f.need("out");
     o.lambda = f.number("lambda", o.lambda);
     o.scratch = f.flag("scratch");
+    if (f.has("truncate")) o.truncate = truncation_from_name(f.str("truncate"));
     o.encoder = f.str("encoder"), o.vocab = f.str("vocab"), o.tokenizer = f.str("tokenizer");  // released weights' tokenizer
     t.steps = f.count("steps", 0, 0);  // 0: 3 epochs
     t.batch = f.count32("batch", 32);
@@ -786,6 +789,8 @@ static void check_predict_fields(const std::string& text, const std::string& fil
 
 static int cmd_predict(Flags& f) {
     const std::string path = f.need("checkpoint"), data = f.need("data");
+    Truncation truncate = Truncation::none;
+    if (f.has("truncate")) truncate = truncation_from_name(f.str("truncate"));
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const FinetuneSpec spec = finetune_spec_of(lm, path);
@@ -800,7 +805,10 @@ static int cmd_predict(Flags& f) {
     std::vector<std::string> classes = spec.classes;
     std::vector<EncodedExample> ex;
     for (const LabelledExample& e : parse_labelled(text, data, spec.kind, classes, false, labelled))
-        ex.push_back(subword ? encode_example(lm.config, spec, tok, e, data) : encode_example(lm.config, spec, vocab, e, text, data));
+        ex.push_back(subword ? encode_example(lm.config, spec, tok, e, data, truncate)
+                             : encode_example(lm.config, spec, vocab, e, text, data, truncate));
+    const std::string note = check_example_lengths(ex, lm.config, data, truncate);
+    if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
     const std::vector<int> pred = finetune_predict(lm.config, lm.params, spec, ex);
     int right = 0;
     for (std::size_t i = 0; i < pred.size(); i++) {

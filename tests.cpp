@@ -7332,7 +7332,36 @@ TEST_CASE("finetune: the four file formats parse, and each malformed line names 
     const EncodedExample e0 = encode_example(c, s, v, ex[0], text, "t.tsv");
     CHECK(e0.seqs == std::vector<std::vector<int>>{{10, 1, 2, 11, 3, 4, 12}});  // [s] a b [$] c d [e]
     M_CHECK_TF_ERROR(encode_example(c, s, v, ex[1], text, "t.tsv"), "(U+20AC) at byte 17 (line 2, column 8) of 't.tsv'");
-    M_CHECK_TF_ERROR(encode_example(c, s, v, ex[2], text, "t.tsv"), "'t.tsv' line 3", "longer than n_ctx = 8");
+    // Longer than n_ctx: kept whole, and check_example_lengths names every such example; with
+    // --truncate, the longer text loses tokens at the end (right) or the start (left) until it fits.
+    const EncodedExample e2 = encode_example(c, s, v, ex[2], text, "t.tsv");
+    CHECK(e2.length == 10);  // [s] abcdef [$] g [e]
+    CHECK_FALSE(e2.truncated);
+    M_CHECK_TF_ERROR(check_example_lengths({e0, e2}, c, "t.tsv", Truncation::none), "'t.tsv': 1 of 2 examples are longer than n_ctx = 8",
+                     "at lines 3 (10 tokens); give --truncate right or --truncate left");
+    const EncodedExample r2 = encode_example(c, s, v, ex[2], text, "t.tsv", Truncation::right);
+    CHECK(r2.seqs == std::vector<std::vector<int>>{{10, 1, 2, 3, 4, 11, 7, 12}});  // [s] abcd [$] g [e]
+    CHECK(r2.truncated);
+    CHECK(r2.length == 10);
+    const EncodedExample l2 = encode_example(c, s, v, ex[2], text, "t.tsv", Truncation::left);
+    CHECK(l2.seqs == std::vector<std::vector<int>>{{10, 3, 4, 5, 6, 11, 7, 12}});  // [s] cdef [$] g [e]
+    CHECK(check_example_lengths({e0, r2}, c, "t.tsv", Truncation::right) ==
+          "'t.tsv': 1 of 2 examples longer than n_ctx = 8 tokens truncated to fit (--truncate right: the end of the longer text dropped)");
+    CHECK(check_example_lengths({e0}, c, "t.tsv", Truncation::none).empty());
+    CHECK_FALSE(encode_example(c, s, v, ex[0], text, "t.tsv", Truncation::right).truncated);
+    // A tie: the first text loses the token; a classify text keeps [s] and [e].
+    const std::string tie = "yes\tabc\tdef\n";
+    auto tx = parse_labelled(tie, "t.tsv", FinetuneKind::entailment, classes, false, true);
+    CHECK(encode_example(c, s, v, tx[0], tie, "t.tsv", Truncation::right).seqs == std::vector<std::vector<int>>{{10, 1, 2, 11, 4, 5, 6, 12}});
+    FinetuneSpec s1 = s;
+    s1.kind = FinetuneKind::classify;
+    const std::string one_text = "yes\tabcdefgab\n";
+    auto cx = parse_labelled(one_text, "c.tsv", FinetuneKind::classify, classes, false, true);
+    CHECK(encode_example(c, s1, v, cx[0], one_text, "c.tsv", Truncation::left).seqs ==
+          std::vector<std::vector<int>>{{10, 4, 5, 6, 7, 1, 2, 12}});  // [s] defgab (the last 6) [e]
+    c.n_ctx = 4;
+    M_CHECK_TF_ERROR(encode_example(c, s, v, tx[0], tie, "t.tsv", Truncation::right), "'t.tsv' line 1", "leaves no room");
+    M_CHECK_TF_ERROR(truncation_from_name("middle"), "--truncate takes right or left", "'middle'");
 }
 
 // The sum a + b as the pre-training text writes it (least significant digit first) and back.
@@ -7485,6 +7514,28 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
     CHECK(m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/last.tsv").out == p1.out);
     m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + dir + "/blank.tsv --val " + dir + "/last.tsv --steps 1 --quiet --out " +
              dir + "/blank.st");
+    // Examples longer than n_ctx: an error naming every one (file, lines, lengths), or --truncate.
+    const std::string first = vtext.substr(0, vtext.find('\n'));
+    std::string long_text = first.substr(first.find('\t') + 1);
+    while ((int)long_text.size() < 3 * fm.config.n_ctx) long_text += long_text;
+    const std::string label = first.substr(0, first.find('\t'));
+    m_write(dir + "/long.tsv", vtext + label + "\t" + long_text + "\n" + vtext + label + "\t" + long_text + "\n");
+    const int lines_before = (int)std::count(vtext.begin(), vtext.end(), '\n');
+    m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv",
+                "2 of " + std::to_string(2 * lines_before + 2) + " examples are longer than n_ctx = " + std::to_string(fm.config.n_ctx));
+    m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv",
+                "at lines " + std::to_string(lines_before + 1) + " (" + std::to_string(long_text.size() + 2) + " tokens), " +
+                    std::to_string(2 * lines_before + 2));
+    const m_Run pt = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/long.tsv --truncate right");
+    CHECK(std::count(pt.out.begin(), pt.out.end(), '\n') == 2 * lines_before + 2);
+    CHECK(m_contains(pt.err, "note: '" + dir + "/long.tsv': 2 of " + std::to_string(2 * lines_before + 2) + " examples longer than n_ctx"));
+    m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv --truncate middle", "--truncate takes right or left");
+    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + dir + "/long.tsv --val " + va + " --steps 1 --quiet --out " +
+                    dir + "/long.st",
+                "examples are longer than n_ctx");
+    const m_Run ftt = m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + dir + "/long.tsv --val " + va +
+                               " --steps 1 --quiet --truncate left --out " + dir + "/long.st");
+    CHECK(m_contains(ftt.err, "(--truncate left: the start of the longer text dropped)"));
     // --scratch: the same shapes, but the pre-trained rows of W_e are not carried over.
     const m_Run s0 = m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --scratch --out " + sc);
     // At chance (one step at lr 1e-9), finetune says so, naming the most frequent label and its share.

@@ -5722,10 +5722,10 @@ std::vector<LabelledExample> parse_labelled(const std::string& text, const std::
     return out;
 }
 
-static EncodedExample input_transformation(const Config& c, const FinetuneSpec& s, const std::vector<std::vector<int>>& f,
-                                           const LabelledExample& e, const std::string& file);
+static EncodedExample input_transformation(const Config& c, const FinetuneSpec& s, std::vector<std::vector<int>> f,
+                                           const LabelledExample& e, const std::string& file, Truncation t);
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const CharVocab& v, const LabelledExample& e,
-                              const std::string& text, const std::string& file) {
+                              const std::string& text, const std::string& file, Truncation t) {
     std::vector<std::vector<int>> f;
     for (std::size_t k = 0; k < e.fields.size(); k++) {
         std::vector<int> ids;
@@ -5736,10 +5736,10 @@ EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Char
         }
         f.push_back(std::move(ids));
     }
-    return input_transformation(c, s, f, e, file);
+    return input_transformation(c, s, std::move(f), e, file, t);
 }
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Tokenizer& t, const LabelledExample& e,
-                              const std::string& file) {
+                              const std::string& file, Truncation tr) {
     std::vector<std::vector<int>> f;
     for (const std::string& field : e.fields) {
         try {
@@ -5750,15 +5750,67 @@ EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Toke
         if (f.back().empty())
             throw Error("'" + file + "' line " + std::to_string(e.line) + ": a field has no tokens after " + t.kind + " tokenization");
     }
-    return input_transformation(c, s, f, e, file);
+    return input_transformation(c, s, std::move(f), e, file, tr);
+}
+
+Truncation truncation_from_name(const std::string& name) {
+    if (name == "right") return Truncation::right;
+    if (name == "left") return Truncation::left;
+    throw Error("--truncate takes right or left (the end or the start of the longer text is dropped), got '" + name + "'");
+}
+
+std::string check_example_lengths(const std::vector<EncodedExample>& ex, const Config& c, const std::string& file, Truncation t) {
+    std::vector<const EncodedExample*> long_ones;
+    for (const EncodedExample& e : ex)
+        if (e.length > c.n_ctx) long_ones.push_back(&e);
+    if (long_ones.empty()) return "";
+    const std::string count = std::to_string(long_ones.size()) + " of " + std::to_string(ex.size()) + " examples";
+    if (t != Truncation::none)
+        return "'" + file + "': " + count + " longer than n_ctx = " + std::to_string(c.n_ctx) + " tokens truncated to fit (--truncate " +
+               (t == Truncation::right ? "right: the end" : "left: the start") + " of the longer text dropped)";
+    std::string lines;
+    for (std::size_t k = 0; k < long_ones.size() && k < 10; k++)
+        lines += (k ? ", " : "") + std::to_string(long_ones[k]->line) + " (" + std::to_string(long_ones[k]->length) + " tokens)";
+    if (long_ones.size() > 10) lines += ", ...";
+    throw Error("'" + file + "': " + count + " are longer than n_ctx = " + std::to_string(c.n_ctx) +
+                " tokens after the input transformation, at lines " + lines +
+                "; give --truncate right or --truncate left to cut them to fit, or leave them out");
 }
 // The task's input transformation of the fields' ids (see transformer.hpp, "GPT-1 fine-tuning").
-static EncodedExample input_transformation(const Config& c, const FinetuneSpec& s, const std::vector<std::vector<int>>& f,
-                                           const LabelledExample& e, const std::string& file) {
+static EncodedExample input_transformation(const Config& c, const FinetuneSpec& s, std::vector<std::vector<int>> f,
+                                           const LabelledExample& e, const std::string& file, Truncation t) {
     EncodedExample x;
     x.label = e.label, x.line = e.line;
     const bool gpt = is_causal(c.variant);
-    auto pair = [&](const std::vector<int>& a, const std::vector<int>& b) {  // GPT: [s] a [$] b [e]; BERT: [CLS] a [SEP] b [SEP]
+    // Every sequence is its texts plus 2 special tokens (one text) or 3 (two): [s] a [e], [CLS] a [SEP];
+    // [s] a [$] b [e], [CLS] a [SEP] b [SEP].
+    const std::size_t one = f[0].size() + 2;
+    std::size_t longest = s.kind == FinetuneKind::classify ? one : 0;
+    for (std::size_t k = 1; k < f.size(); k++) longest = std::max(longest, f[0].size() + f[k].size() + 3);
+    x.length = (int)longest;
+    // Truncation: drop one token at a time from the longer text (the given side) until a+b fits.
+    auto cut = [&](std::vector<int>& v) {
+        if (t == Truncation::right) v.pop_back();
+        else v.erase(v.begin());
+    };
+    auto fit = [&](std::vector<int>& a, std::vector<int>* b) {
+        const std::size_t room = (std::size_t)std::max(0, c.n_ctx - (b ? 3 : 2));
+        while (a.size() + (b ? b->size() : 0) > room) {
+            std::vector<int>& longer = b && b->size() > a.size() ? *b : a;
+            if (longer.size() <= 1)
+                throw Error("'" + file + "' line " + std::to_string(e.line) + ": n_ctx = " + std::to_string(c.n_ctx) +
+                            " leaves no room for one token of each text");
+            cut(longer);
+            x.truncated = true;
+        }
+    };
+    auto pair_fit = [&](const std::vector<int>& a0, const std::vector<int>& b0, std::vector<int>& a, std::vector<int>& b) {
+        a = a0, b = b0;
+        if (t != Truncation::none) fit(a, &b);
+    };
+    auto pair = [&](const std::vector<int>& a0, const std::vector<int>& b0) {  // GPT: [s] a [$] b [e]; BERT: [CLS] a [SEP] b [SEP]
+        std::vector<int> a, b;
+        pair_fit(a0, b0, a, b);
         std::vector<int> ids, seg;
         if (gpt) ids = gpt1_entailment_input(a, b, s.specials);
         else bert_pair(c, a, b, ids, seg);
@@ -5766,6 +5818,7 @@ static EncodedExample input_transformation(const Config& c, const FinetuneSpec& 
     };
     switch (s.kind) {
         case FinetuneKind::classify:
+            if (t != Truncation::none) fit(f[0], nullptr);
             if (gpt) x.seqs.push_back(gpt1_classify_input(f[0], s.specials)), x.segs.push_back({});
             else {
                 std::vector<int> ids = {c.cls_id};
@@ -5781,11 +5834,7 @@ static EncodedExample input_transformation(const Config& c, const FinetuneSpec& 
             for (std::size_t k = 1; k < f.size(); k++) pair(f[0], f[k]);
             break;
     }
-    for (auto& seq : x.seqs)
-        if ((int)seq.size() > c.n_ctx)
-            throw Error("'" + file + "' line " + std::to_string(e.line) + ": the example is " + std::to_string(seq.size()) +
-                        " tokens after the input transformation, longer than n_ctx = " + std::to_string(c.n_ctx));
-    return x;
+    return x;  // a sequence longer than n_ctx (Truncation::none): check_example_lengths names it
 }
 
 // BERT, RoBERTa: [CLS] A [SEP] B [SEP] padded with [SEP]; the head reads [CLS] (row 0), the
@@ -5996,9 +6045,15 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     s.adam.beta1 = o.beta1, s.adam.beta2 = o.beta2, s.adam.weight_decay = o.weight_decay;
     std::vector<EncodedExample> train_ex, val_ex;
     for (auto& e : train_raw)
-        train_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.train_file) : encode_example(c, spec, vocab, e, train_text, fo.train_file));
+        train_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.train_file, fo.truncate)
+                                   : encode_example(c, spec, vocab, e, train_text, fo.train_file, fo.truncate));
     for (auto& e : val_raw)
-        val_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.val_file) : encode_example(c, spec, vocab, e, val_text, fo.val_file));
+        val_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.val_file, fo.truncate)
+                                 : encode_example(c, spec, vocab, e, val_text, fo.val_file, fo.truncate));
+    for (const auto& file_ex : {std::make_pair(&fo.train_file, &train_ex), std::make_pair(&fo.val_file, &val_ex)}) {
+        const std::string note = check_example_lengths(*file_ex.second, c, *file_ex.first, fo.truncate);
+        if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+    }
     std::map<std::size_t, std::vector<int>> by_K;  // multiple choice: a batch holds examples with the same K
     for (std::size_t i = 0; i < train_ex.size(); i++) by_K[train_ex[i].seqs.size()].push_back((int)i);
     const long long N = (long long)train_ex.size();

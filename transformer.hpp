@@ -1146,18 +1146,31 @@ struct FinetuneSpec {
 };
 struct LoadedModel;
 FinetuneSpec finetune_spec_of(const LoadedModel& lm, const std::string& path);
+// An example longer than n_ctx after the input transformation (finetune and predict --truncate):
+// none keeps it whole (check_example_lengths then names every such example); right / left drops
+// tokens from the end / the start of its longer text (of a pair: the longer of the two, the first
+// on a tie), one at a time, until every sequence fits, as Hugging Face's truncation_side with the
+// "longest_first" strategy.
+enum class Truncation { none, right, left };
+Truncation truncation_from_name(const std::string& name);  // "right", "left" (an Error names the choices)
 // One example after the input transformation: K sequences (and BERT's segments), as ids.
 struct EncodedExample {
     std::vector<std::vector<int>> seqs, segs;
     int label = -1, line = 0;
+    int length = 0;          // tokens in its longest sequence before any truncation
+    bool truncated = false;  // tokens were dropped to fit n_ctx
 };
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const CharVocab& v, const LabelledExample& e,
-                              const std::string& text, const std::string& file);
+                              const std::string& text, const std::string& file, Truncation t = Truncation::none);
 // The same with a subword tokenizer (GPT-1's BPE, BERT's WordPiece, GPT-2's BPE): each
 // field is encoded as a text of its own, then the same input transformation.
 struct Tokenizer;
 EncodedExample encode_example(const Config& c, const FinetuneSpec& s, const Tokenizer& t, const LabelledExample& e,
-                              const std::string& file);
+                              const std::string& file, Truncation tr = Truncation::none);
+// A file's encoded examples against n_ctx: with Truncation::none, an Error when any is longer,
+// naming how many and which (line and length, the first 10) and --truncate; otherwise a note of
+// how many were truncated, and how ("" when none was).
+std::string check_example_lengths(const std::vector<EncodedExample>& ex, const Config& c, const std::string& file, Truncation t);
 // Examples with the same K -> one padded batch and the head rows `at`; GPT: next-token targets
 // (L1); BERT/RoBERTa: mlm_corrupt targets when mlm_rng is given, else none. Multiple choice: L1's
 // targets on the right answer's sequence only (every sequence of an unlabelled example keeps them).
@@ -1168,6 +1181,7 @@ std::vector<int> finetune_predict(const Config& c, const Params<float>& p, const
                                   const std::vector<EncodedExample>& examples, double* mean_L2 = nullptr);
 struct FinetuneOptions {
     std::string checkpoint, task, train_file, val_file;
+    Truncation truncate = Truncation::none;  // examples longer than n_ctx (check_example_lengths)
     double lambda = 0.5;   // L3 = L2 + lambda L1 (formulas §28)
     bool scratch = false;  // same shapes and vocabulary, fresh initialisation
     // A subword tokenizer for a released model: its kind ("" = recognised) and files, as
