@@ -9408,6 +9408,24 @@ TEST_CASE("CLI: params --preset gpt1 prints 116497920") {
     CHECK(m_contains(r2.out, "36864"));
 }
 
+TEST_CASE("CLI: train --eval-every 0 never validates; otherwise at every S-th step, the last, and the whole split once") {
+    const std::string out = m_path("evalevery.safetensors");
+    const std::string args = "train --data " + m_text_file() + " --layers 1 --heads 2 --embd 16 --block 16 --batch 4 --steps 3 --eval-steps 1 --out " + out;
+    const m_Run never = m_run_ok(args + " --eval-every 0");
+    INFO(never.out);
+    CHECK_FALSE(m_contains(never.out, "val loss"));
+    CHECK_FALSE(m_contains(never.out, "| val "));
+    CHECK(m_contains(never.out, "done: steps 1-3 of 3"));
+    const m_Run two = m_run_ok(args + " --eval-every 2");
+    INFO(two.out);
+    CHECK(m_contains(two.out, "step     2/3 | "));
+    CHECK(m_contains(two.out, "done: steps 1-3 of 3 (3 in this run)"));
+    CHECK(m_contains(two.out.substr(two.out.find("done: ")), ", val loss "));
+    CHECK_FALSE(m_contains(two.out, "(at step"));
+    CHECK(m_contains(two.out, "val loss over the whole validation split: "));  // once, at the end
+    CHECK(m_contains(two.out, "| val "));
+}
+
 TEST_CASE("CLI: a run whose memory estimate exceeds what the machine can give is refused before any work") {
     // require_memory: the estimate against memory_limit() (physical memory, a cgroup's limit,
     // ulimit -v). A batch of 10^9 rows needs terabytes on any machine.
@@ -9905,7 +9923,7 @@ TEST_CASE("train: SIGINT or SIGTERM finishes the step, writes a checkpoint, says
     for (const int sig : {SIGINT, SIGTERM}) {
         CAPTURE(sig);
         const std::string ck = dir + "/run" + std::to_string(sig) + ".st", base = dir + "/log" + std::to_string(sig);
-        const pid_t pid = m_start("train --steps 1000000 --log-every 1 --out " + ck, base);
+        const pid_t pid = m_start("train --steps 1000000 --log-every 1 --eval-every 3 --eval-steps 1 --out " + ck, base);
         REQUIRE(pid > 0);
         REQUIRE(m_wait_for_progress(pid, base));
         ::kill(pid, sig);
@@ -9919,6 +9937,13 @@ TEST_CASE("train: SIGINT or SIGTERM finishes the step, writes a checkpoint, says
         CHECK(m_contains(err, "; checkpoint " + ck + "; resume with: transformer train --resume " + ck));
         const long long step = std::atoll(err.substr(err.find("stopped at step ") + 16).c_str());
         CHECK(step >= 1);
+        // The done line's validation loss is the last evaluation's, at a multiple of 3, and says
+        // which step it was when that is not the last.
+        const std::string out = m_read(base + ".out");
+        const std::string done = out.substr(out.find("done: "));
+        INFO("done line: " << done);
+        CHECK(m_contains(done, "val loss") == (step >= 3));
+        if (step >= 3) CHECK(m_contains(done, "(at step " + std::to_string(step / 3 * 3) + ")") == (step % 3 != 0));
         const LoadedModel lm = load_model(ck, {"adam."});
         CHECK(lm.file.metadata.at("train.step") == std::to_string(step));
         CHECK(m_names_in(dir, ".run").empty());  // no temporary left

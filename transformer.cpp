@@ -5200,10 +5200,11 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
         for (std::size_t j = 0; j < parts.size(); j++) part_sums[j] += parts[j];
         double val = -1;
         std::string shown;
-        if ((o.eval_every > 0 && step % o.eval_every == 0) || step == last) {
+        if (o.eval_every > 0 && (step % o.eval_every == 0 || step == last)) {  // 0: never
             val = obj.validate(p, shown);
             if (!std::isfinite(val)) throw diverged("the validation loss", val, step);
             r.val_loss = val;
+            r.val_step = step;
         }
         s.log_csv += std::to_string(step) + "," + num_str(loss) + "," + (val >= 0 ? num_str(val) : "") + "," + num_str(lr);
         for (double v : parts) s.log_csv += "," + num_str(v);
@@ -5249,6 +5250,7 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
                     s.step0 + 1, r.steps_done, o.steps, ran, hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)ran, tail_sum / (double)tail,
                     tail);
         if (r.val_loss >= 0) std::printf(", val loss %.4f", r.val_loss);
+        if (r.val_loss >= 0 && r.val_step != r.steps_done) std::printf(" (at step %lld)", r.val_step);
         std::printf("\n");
     }
     return r;
@@ -5588,8 +5590,11 @@ TrainResult train(const TrainOptions& opt_in) {
     TrainResult r = run_training(o, s, obj);
     r.val_loss_before = val_before;
     if (k.task && is_causal(c.variant) && !r.signal) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
-    if (!k.task && !r.signal) r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
-    if (!k.task && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
+    // The whole validation split once at the end, unless --eval-every 0 (never validate).
+    const bool whole_split = !k.task && !r.signal && o.eval_every > 0;
+    if (whole_split)
+        r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
+    if (whole_split && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
     if (!o.quiet) {
         if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
         if (r.val_loss_split >= 0)

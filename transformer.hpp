@@ -1066,7 +1066,8 @@ double xlnet_left_to_right_loss(const Config& c, const Params<T>& p, const std::
 struct TrainResult {
     long long steps_done = 0;
     std::vector<double> train_losses;  // per step, from the first step of this run
-    double val_loss = -1;              // last evaluation (--eval-steps batches)
+    double val_loss = -1;              // last evaluation (--eval-steps batches), -1 if none
+    long long val_step = 0;            // the step of that evaluation
     double val_loss_split = -1;        // at the end: corpus_loss over the whole validation split (text data)
     double accuracy = -1;              // held-out task accuracy (built-in task), -1 otherwise
     double seconds = 0;
