@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "transformer.hpp"
 
@@ -439,9 +440,11 @@ static int cmd_tokenize(Flags& f) {
     if (f.has("out")) check_outputs({{out, "--out", OutputKind::token_file}}, {{file, "--file"}});
     const Tokenizer bpe = load_tokenizer(kind, enc, merges);  // GPT-2's or GPT-1's BPE, or WordPiece
     if (f.has("ids")) {
+        // Exactly the decoded bytes, so `tokenize --ids ... > f` gives back the encoded file; a
+        // newline after them only on a terminal, where the prompt would follow the text.
         const std::string decoded = bpe.decode(parse_ids(ids, "--ids"));
         std::fwrite(decoded.data(), 1, decoded.size(), stdout);
-        std::printf("\n");
+        if (isatty(STDOUT_FILENO)) std::printf("\n");
         return 0;
     }
     const std::string input = f.has("file") ? read_file(file) : text;

@@ -7728,7 +7728,14 @@ TEST_CASE("CLI: tokenize encodes text and files, decodes ids, rejects bad input"
     CHECK(r.out == "258,111,259,111\n");
     m_write(m_path("text.txt"), "hello\n");
     CHECK(m_run(files + " --file " + m_path("text.txt")).out == "258,111,10\n");
-    CHECK(m_run(files + " --ids 258,111,259,111").out == "hello hello\n");
+    CHECK(m_run(files + " --ids 258,111,259,111").out == "hello hello");  // exactly the bytes: no newline added
+    // --file then --ids gives back the file byte for byte, whatever its text (CRLF, no final
+    // newline, tabs, runs of spaces, accents, CJK).
+    const std::string probe = "h\xC3\xA9llo\r\n\t  hell \xE6\xBC\xA2\xE5\xAD\x97\n\nhello";
+    m_write(m_path("probe.txt"), probe);
+    const m_Run enc = m_run_ok(files + " --file " + m_path("probe.txt"));
+    const std::string ids = enc.out.substr(0, enc.out.size() - 1);
+    CHECK(m_run_ok(files + " --ids " + ids).out == probe);
     m_cli_fails(files + " --ids 258,9999", "9999");
     m_cli_fails(files + " --text hi --ids 1", "exactly one of");
     m_cli_fails(files, "exactly one of");
@@ -8059,7 +8066,7 @@ TEST_CASE("bpe: the command writes encoder.json and vocab.bpe that tokenize read
     CHECK(t.status == 0);
     CHECK(t.out == "259,220,259\n");  // "hello", "Ġ", "hello": " hello" was never merged
     const m_Run back = m_run("tokenize --encoder " + dir + "/encoder.json --vocab " + dir + "/vocab.bpe --ids 259,220,259");
-    CHECK(back.out == "hello hello\n");
+    CHECK(back.out == "hello hello");
     // Run again into the same directory: its own files are replaced; nothing else is left there.
     const m_Run again = m_run("bpe --data " + data + " --merges 2 --out " + dir + " --quiet");
     INFO("stderr: " << again.err);
