@@ -655,6 +655,31 @@ void m_cli_fails(const std::string& args, const std::string& part) {
     CHECK_MESSAGE(m_contains(r.err, part), "stderr lacks '" << part << "'");
 }
 
+// What `run` writes to standard error (file descriptor 2), captured instead of shown: a case that
+// provokes a warning checks it rather than printing it into the suite's output.
+std::string m_stderr_of(const std::function<void()>& run) {
+    std::fflush(stderr);
+    const std::string path = m_path("stderr" + std::to_string(::getpid()) + ".txt");
+    const int saved = ::dup(2);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(saved >= 0);
+    REQUIRE(fd >= 0);
+    ::dup2(fd, 2);
+    ::close(fd);
+    try {
+        run();
+    } catch (...) {
+        std::fflush(stderr);
+        ::dup2(saved, 2);
+        ::close(saved);
+        throw;
+    }
+    std::fflush(stderr);
+    ::dup2(saved, 2);
+    ::close(saved);
+    return m_read(path);
+}
+
 // A small text file for training runs (~2 KB, a few dozen distinct characters).
 std::string m_text_file() {
     const std::string path = m_path("corpus.txt");
@@ -6891,7 +6916,7 @@ TEST_CASE("train: --accum 2 with batch 8 takes the steps of batch 16 (the mean o
     // Without dropout the generator draws only window starts, so two batches of 8 are the 16 windows of one batch.
     auto run = [](int batch, int accum, const std::string& name) {
         TrainOptions o = m_small_train(m_path(name));
-        o.batch = batch, o.accum = accum, o.dropout = 0, o.steps = 3;
+        o.batch = batch, o.accum = accum, o.dropout = 0, o.steps = 3, o.warmup = 1;
         const TrainResult r = train(o);
         return std::make_pair(r.train_losses, load_model(o.out, {"adam."}));
     };
@@ -6913,7 +6938,7 @@ TEST_CASE("train: --val FILE is the validation split (its whole-split loss is ev
     const std::string val = m_path("val_only.txt"), out = m_path("val_run.safetensors");
     m_write(val, "the lazy dog jumps over the quick brown fox; abe abd abc.\nthe quick brown fox; abc.\n");
     TrainOptions o = m_small_train(out);
-    o.val_data = val, o.steps = 20;
+    o.val_data = val, o.steps = 20, o.eval_every = 20;  // validated at the last step, then the whole split
     const TrainResult r = train(o);
     LoadedModel lm = load_model(out, {"adam."});
     const auto& md = lm.file.metadata;
@@ -6948,6 +6973,7 @@ TEST_CASE("train: --val FILE is the validation split (its whole-split loss is ev
 
 TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg") {
     TrainOptions o = m_small_train(m_path("train_small.safetensors"));
+    o.eval_every = 60;  // validated at the last step, then the whole split
     const TrainResult r = train(o);
     REQUIRE(r.train_losses.size() == 60);
     CHECK(r.steps_done == 60);
@@ -7021,14 +7047,17 @@ TEST_CASE("train: resuming at step 20 gives the losses and weights of an uninter
         TrainOptions again = b;
         again.resume = b.out;
         again.out = m_path("resume_again.safetensors");
-        CHECK(train(again).steps_done == 0);
+        long long done = -1;
+        const std::string warned = m_stderr_of([&] { done = train(again).steps_done; });
+        CHECK(done == 0);
+        CHECK(m_contains(warned, "is already at step 40 and --steps is 40: nothing to train, no file written"));
         CHECK_FALSE(m_exists(again.out));
     }
 }
 
 TEST_CASE("train: a tampered training checkpoint is a tf::Error naming the problem, not a crash") {
     TrainOptions o = m_small_train(m_path("tamper_src.safetensors"));
-    o.steps = 4, o.stop_at = 2;
+    o.steps = 4, o.stop_at = 2, o.warmup = 1;
     train(o);
     LoadedModel lm = load_model(o.out, {"adam."});
     auto rewrite = [&](const std::string& key, const std::string& value) {
@@ -7184,7 +7213,7 @@ TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 o
 TEST_CASE("init-from: fine-tuning starts from the file's weights bit for bit (ours and the exported HF file), fresh optimiser") {
     const std::string base = m_path("i11_base.safetensors");
     TrainOptions a = m_small_train(base);
-    a.steps = 20, a.eval_steps = 3, a.dropout = 0;
+    a.steps = 20, a.eval_steps = 3, a.dropout = 0, a.eval_every = 20;
     const TrainResult ra = train(a);
     // The validation batches depend only on the seed, batch and block: the same numbers at the start
     // of the fine-tuning run mean the same weights.
@@ -7222,7 +7251,7 @@ TEST_CASE("init-from: fine-tuning starts from the file's weights bit for bit (ou
 TEST_CASE("init-from: flags that contradict the file, and bad inputs, are errors") {
     const std::string base = m_path("i11_contra.safetensors");
     TrainOptions a = m_small_train(base);
-    a.steps = 3;
+    a.steps = 3, a.warmup = 1;
     train(a);  // L=1, A=2, H=16, F=64, n_ctx=16, gelu_sigmoid, no attention biases
     const std::string out = m_path("i11_contra_out.safetensors");
     auto with = [&](const std::function<void(TrainOptions&)>& set) {
@@ -8475,7 +8504,7 @@ TEST_CASE("train: BERT on WordPiece and RoBERTa on its BPE, [CLS] window [SEP], 
     const std::vector<int> ids = wp.encode(text);
     TrainOptions o = m_small_train(dir + "bert.safetensors");
     o.model = "bert", o.data = dir + "text.txt", o.bpe_vocab = dir + "vocab.txt";
-    o.dropout = 0, o.steps = 1500, o.layers = 2, o.embd = 32, o.lr = 3e-3, o.min_lr = 1e-4, o.warmup = 20;
+    o.dropout = 0, o.steps = 1500, o.layers = 2, o.embd = 32, o.lr = 3e-3, o.min_lr = 1e-4, o.warmup = 20, o.eval_every = 1500;
     const TrainResult r = train(o);
     double first = 0, last = 0;
     for (int s = 0; s < 10; s++) first += r.train_losses[s] / 10, last += r.train_losses[r.train_losses.size() - 1 - s] / 10;
@@ -8586,7 +8615,7 @@ TEST_CASE("CLI: GPT-1 and BERT files with their tokenizers: params, tokenize, sa
     CHECK(m_contains(pr.out, "attention biases L*(A*3*D + H)                 96"));
     CHECK(m_contains(pr.out, "(+96 against the formulas' lambda)"));
     CHECK(m_run("tokenize" + gtok + " --text 'Lowest LOWER'").out == "13,18,16\n");
-    CHECK(m_run("tokenize" + gtok + " --ids 13,18,16").out == "lowest lower\n");
+    CHECK(m_run("tokenize" + gtok + " --ids 13,18,16").out == "lowest lower");
     const m_Run s = m_run("sample" + gpt1 + gtok + " --prompt 'low lower' --tokens 4 --temperature 0");
     INFO(s.out << s.err);
     CHECK(s.status == 0);
