@@ -54,8 +54,20 @@ struct Flags {
         char* end = nullptr;
         errno = 0;
         const long long v = std::strtoll(s.c_str(), &end, 10);
-        if (s.empty() || *end != '\0' || errno) throw Error("--" + k + " expects an integer, got '" + s + "'");
+        if (s.empty() || *end != '\0') throw Error("--" + k + " expects an integer, got '" + s + "'");
+        if (errno == ERANGE) throw Error("--" + k + " is out of range (at most " + std::to_string(LLONG_MAX) + "), got '" + s + "'");
         return v;
+    }
+    // A random seed: any integer 0..2^64-1 (every state of the generator), nothing else.
+    uint64_t seed(const std::string& k, uint64_t fallback) {
+        if (!has(k)) return use(k), fallback;
+        const std::string s = str(k);
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+        if (s.empty() || *end != '\0' || s.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE)
+            throw Error("--" + k + " takes an integer 0.." + std::to_string(ULLONG_MAX) + ", got '" + s + "'");
+        return (uint64_t)v;
     }
     int int32(const std::string& k, int fallback) {
         const long long v = integer(k, fallback);
@@ -143,6 +155,16 @@ static std::vector<FlagDoc> join(std::vector<FlagDoc> a, const std::vector<FlagD
     return a;
 }
 
+// The model flags of bench, which change its --preset: each one's default is the preset's.
+static const std::vector<FlagDoc> PRESET_MODEL_FLAGS = {
+    {"model", "gpt|gpt2|gpt3|bert|roberta  the variant (default: the preset's)"},
+    {"layers", "L  number of layers, >= 1 (default: the preset's)"},
+    {"heads", "A  attention heads per layer, >= 1, dividing --embd (default: the preset's)"},
+    {"embd", "H  embedding width in floats, >= 1 (default: the preset's)"},
+    {"ffn", "F  feed-forward width in floats, >= 1 (default: the preset's, 4 H with --embd)"},
+    {"activation", "NAME  the FFN's activation: relu|gelu_sigmoid|gelu_tanh|gelu_erf (default: the preset's)"},
+};
+
 static const std::vector<CommandDoc>& command_docs() {
     static const std::vector<CommandDoc> docs = {
         {"train", "train", "train a model (default: a small GPT-2 on the built-in 3-digit addition task)",
@@ -166,7 +188,7 @@ static const std::vector<CommandDoc>& command_docs() {
                {"save-every", "S  checkpoint every S steps, 0 = only at the end (default: 0)"},
                {"log-every", "S  progress line every S steps, >= 1 (default: 100)"},
                {"stop-at", "S  stop (and save) after step S, 0 = run to --steps (default: 0)"},
-               {"seed", "S  random seed (default: 1337)"},
+               {"seed", "S  random seed, 0..2^64-1 (default: 1337)"},
                {"out", "FILE  the checkpoint written (default: model.safetensors; with --resume: the resumed file)"},
                {"resume", "FILE  continue a run from its checkpoint (only --steps, --stop-at, --out, --quiet, --data, --val, --no-memory-check may be given)"},
                {"gpt2-init", "scale W_O, W_2 by 1/sqrt(2L) at init (default: off)"},
@@ -198,7 +220,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"grad-clip", "C  clip the gradient's global norm, 0 = off (default: 1)"},
           {"eval-every", "S  validation accuracy every S steps and at the last, 0 = only the final accuracy (default: every epoch)"},
           {"log-every", "S  progress line every S steps, >= 1 (default: 50)"},
-          {"seed", "S  random seed (default: 1337)"},
+          {"seed", "S  random seed, 0..2^64-1 (default: 1337)"},
           {"scratch", "same shapes, fresh weights (default: off)"},
           {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"},
           {"quiet", "no progress lines (default: off)"},
@@ -220,10 +242,10 @@ static const std::vector<CommandDoc>& command_docs() {
         {"sample", "use", "generate text from a GPT checkpoint",
          {{"checkpoint", "FILE  the model (required)"},
           {"prompt", "TEXT  the text to continue (required)"},
-          {"tokens", "N  tokens to generate, 0..1000000 (default: 200)"},
+          {"tokens", "N  tokens to generate, 1..1000000 (default: 200)"},
           {"temperature", "T  softmax temperature, 0 = greedy (default: 1)"},
           {"top-k", "K  draw from the K most likely tokens, 0 = all (default: 0)"},
-          {"seed", "S  random seed (default: 1)"},
+          {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
           {"encoder", "FILE  GPT-2's encoder.json (released weights)"},
           {"vocab", "FILE  GPT-2's vocab.bpe (released weights)"},
           {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe (default: recognised from the files, or the checkpoint's)"}},
@@ -252,7 +274,7 @@ static const std::vector<CommandDoc>& command_docs() {
         {"explain", "inspect", "one forward and backward pass, formula box by formula box",
          {{"preset", "NAME  a preset model, freshly initialised (or --checkpoint)"},
           {"checkpoint", "FILE  a model file (or --preset)"},
-          {"seed", "S  initialisation seed with --preset (default: 1)"},
+          {"seed", "S  initialisation seed with --preset, 0..2^64-1 (default: 1)"},
           {"tokens", "IDS  token ids, comma-separated (required)"},
           {"segments", "IDS  bert: segment of each token, 0 or 1"},
           {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
@@ -297,16 +319,16 @@ static const std::vector<CommandDoc>& command_docs() {
                {"steps", "S  timed steps after one warm-up, >= 1 (default: 3)"},
                {"json", "one line of JSON (default: off)"},
                {"no-memory-check", "start even when the memory estimate exceeds what this machine can give (default: off: refused)"}},
-              MODEL_FLAGS),
+              PRESET_MODEL_FLAGS),
          "transformer bench --preset tiny-gpt --steps 5", ""},
         {"init", "files", "write a freshly initialised preset model",
-         {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed (default: 1)"}, {"out", "FILE  the checkpoint (required)"}},
+         {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed, 0..2^64-1 (default: 1)"}, {"out", "FILE  the checkpoint (required)"}},
          "transformer init --preset tiny-gpt --out tiny.safetensors", ""},
         {"task", "files", "write one of the built-in tasks on 3-digit sums",
          {{"task", "text|classify|entailment|similarity|choice  text: unlabelled problems to pre-train on (required)"},
           {"out", "FILE  the file written, in finetune's format (required)"},
           {"examples", "N  examples, 1..10000000 (default: 2000)"},
-          {"seed", "S  random seed (default: 1)"},
+          {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
           {"held-out", "only the held-out pairs (default: off)"}},
          "transformer task --task classify --out train.tsv", ""},
         {"tokenize", "files", "text -> token ids, or ids -> text (GPT-2's, GPT-1's, RoBERTa's BPE, BERT's WordPiece)",
@@ -501,14 +523,15 @@ static int cmd_params(Flags& f) {
 
 static int cmd_init(Flags& f) {
     const std::string name = f.need("preset"), out = f.need("out");
-    const long long seed = f.integer("seed", 1);
+    const uint64_t seed = f.seed("seed", 1);
     f.done();
     const Config c = preset(name);
     check_outputs({{out, "--out", OutputKind::checkpoint}});
     Params<float> p = make_params<float>(c);
-    init_params(c, p, (uint64_t)seed);
+    init_params(c, p, seed);
     save_model(out, c, p, {{"init_seed", std::to_string(seed)}});
-    std::printf("wrote %s: %s, %lld parameters, seed %lld\n", out.c_str(), variant_name(c.variant), count_params(c).actual, seed);
+    std::printf("wrote %s: %s, %lld parameters, seed %llu\n", out.c_str(), variant_name(c.variant), count_params(c).actual,
+                (unsigned long long)seed);
     return 0;
 }
 
@@ -656,7 +679,7 @@ static int cmd_train(Flags& f) {
     o.gpt2_init = f.flag("gpt2-init");
     o.attn_bias = f.flag("attn-bias");
     o.line_windows = f.flag("line-windows");
-    o.seed = (uint64_t)f.integer("seed", (long long)o.seed);
+    o.seed = f.seed("seed", o.seed);
     o.out = f.str("out", f.has("resume") ? "" : o.out);
     o.resume = f.str("resume");
     o.quiet = f.flag("quiet");
@@ -703,7 +726,7 @@ static int cmd_finetune(Flags& f) {
     t.grad_clip = f.number("grad-clip", 1.0);
     t.eval_every = f.count("eval-every", -1, 0);  // -1: every epoch
     t.log_every = f.count("log-every", 50);
-    t.seed = (uint64_t)f.integer("seed", 1337);
+    t.seed = f.seed("seed", 1337);
     t.quiet = f.flag("quiet");
     t.memory_check = !f.flag("no-memory-check");
     f.done();
@@ -720,7 +743,7 @@ static int cmd_finetune(Flags& f) {
 static int cmd_task(Flags& f) {
     const std::string task = f.need("task"), out = f.need("out");
     const int examples = f.count32("examples", 2000);
-    const long long seed = f.integer("seed", 1);
+    const uint64_t seed = f.seed("seed", 1);
     const bool held_out = f.flag("held-out");
     f.done();
     if (task != "text" && task != "classify" && task != "entailment" && task != "similarity" && task != "choice")
@@ -729,7 +752,7 @@ static int cmd_task(Flags& f) {
     check_outputs({{out, "--out", OutputKind::task_file}});
     std::string text;
     if (task == "text") {  // unlabelled problems "123+456=9750", one a line: a pre-training text
-        Rng rng((uint64_t)seed);
+        Rng rng(seed);
         for (int k = 0; k < examples; k++) {
             int a, b;
             do a = rng.below(1000), b = rng.below(1000);
@@ -737,7 +760,7 @@ static int cmd_task(Flags& f) {
             text += AdditionTask::problem(a, b);
         }
     } else {
-        text = addition_finetune_task(finetune_kind_from_name(task), examples, (uint64_t)seed, held_out);
+        text = addition_finetune_task(finetune_kind_from_name(task), examples, seed, held_out);
     }
     write_file_atomic(out, text);
     std::printf("wrote %s: %d %s examples%s\n", out.c_str(), examples, task.c_str(), held_out ? " (held-out pairs)" : "");
@@ -803,6 +826,7 @@ static int cmd_predict(Flags& f) {
     if (!subword && !md.count("vocab")) throw Error("'" + path + "' has no character vocabulary");
     const CharVocab vocab = subword ? CharVocab() : CharVocab::from_metadata(md.at("vocab"));
     const std::string text = read_file(data);
+    require_text(text, data);
     check_predict_fields(text, data, spec);
     const bool labelled = has_label_column(text, spec.kind);
     std::vector<std::string> classes = spec.classes;
@@ -873,7 +897,8 @@ static Tokenizer codec_of(const LoadedModel& lm, const std::string& path, const 
 static int cmd_sample(Flags& f) {
     const std::string path = f.need("checkpoint"), prompt = f.need("prompt");
     const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
-    const long long tokens = f.count("tokens", 200), seed = f.integer("seed", 1);
+    const long long tokens = f.count("tokens", 200);
+    const uint64_t seed = f.seed("seed", 1);
     const int top_k = f.int32("top-k", 0);
     const double temperature = f.number("temperature", 1.0);
     f.done();
@@ -887,7 +912,7 @@ static int cmd_sample(Flags& f) {
     const Tokenizer codec = codec_of(lm, path, encoder, merges, kind);
     const std::vector<int> x = codec.encode(prompt, "--prompt");
     if (x.empty()) throw Error("--prompt is empty");
-    Rng rng((uint64_t)seed);
+    Rng rng(seed);
     const std::string out = codec.decode(generate(lm.config, lm.params, x, (int)tokens, temperature, top_k, rng));
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::printf("\n");
@@ -1116,7 +1141,7 @@ static int cmd_explain(Flags& f) {
     const std::string path = f.str("checkpoint"), name = f.str("preset");
     const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
     const std::string seg = f.str("segments"), masked = f.str("masked");
-    const long long seed = f.integer("seed", 1);
+    const uint64_t seed = f.seed("seed", 1);
     const int values = f.int32("values", 4);
     f.done();
     if (f.has("checkpoint") == f.has("preset")) throw Error("explain: give exactly one of --preset and --checkpoint");
@@ -1128,7 +1153,7 @@ static int cmd_explain(Flags& f) {
     } else {
         lm.config = preset(name);
         lm.params = make_params<float>(lm.config);
-        init_params(lm.config, lm.params, (uint64_t)seed);
+        init_params(lm.config, lm.params, seed);
     }
     const Batch b = loss_batch(lm.config, tokens, seg, masked);
     const Explained<float> e = explain(lm.config, lm.params, b, values);

@@ -7555,6 +7555,24 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
     m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv",
                 "at lines " + std::to_string(lines_before + 1) + " (" + std::to_string(long_text.size() + 2) + " tokens), " +
                     std::to_string(2 * lines_before + 2));
+    // One wording per kind of bad input, whichever command reads it: a directory, a binary file.
+    std::string binary(400, '\0');
+    for (int k = 0; k < 400; k += 7) binary[k] = 'a';
+    m_write(dir + "/binary.dat", binary);
+    for (const std::string& cmd : std::vector<std::string>{"predict --checkpoint " + ft + " --data " + dir + "/binary.dat",
+                                   "finetune --checkpoint " + pre + " --task classify --train " + dir + "/binary.dat --val " + va +
+                                       " --out " + dir + "/bin.st",
+                                   "train --data " + dir + "/binary.dat --steps 1 --out " + dir + "/bin.st"}) {
+        CAPTURE(cmd);
+        m_cli_fails(cmd, "binary.dat' looks binary, not text: 342 control bytes, the first 0x00 at byte offset 1");
+    }
+    for (const std::string& cmd : std::vector<std::string>{"predict --checkpoint " + dir + " --data " + va, "predict --checkpoint " + ft + " --data " + dir,
+                                   "sample --checkpoint " + dir + " --prompt 1", "eval --checkpoint " + pre + " --data " + dir,
+                                   "train --data " + dir + " --steps 1 --out " + dir + "/dir.st",
+                                   "finetune --checkpoint " + pre + " --task classify --train " + dir + " --val " + va + " --out " + dir + "/d.st"}) {
+        CAPTURE(cmd);
+        m_cli_fails(cmd, "cannot read '" + dir + "': it is a directory, not a file");
+    }
     const m_Run pt = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/long.tsv --truncate right");
     CHECK(std::count(pt.out.begin(), pt.out.end(), '\n') == 2 * lines_before + 2);
     CHECK(m_contains(pt.err, "note: '" + dir + "/long.tsv': 2 of " + std::to_string(2 * lines_before + 2) + " examples longer than n_ctx"));
@@ -9444,6 +9462,40 @@ TEST_CASE("CLI: params --preset gpt1 prints 116497920") {
     CHECK(m_contains(r2.out, "36864"));
 }
 
+TEST_CASE("CLI: the defaults a help states are the ones the program takes") {
+    // train: every numeric default of the help against TrainOptions' initialisers (what train runs with).
+    const std::string help = m_run_ok("train --help").out;
+    const TrainOptions o;
+    const std::vector<std::pair<std::string, double>> want = {
+        {"layers", o.layers}, {"heads", o.heads}, {"embd", o.embd}, {"batch", o.batch}, {"accum", o.accum},
+        {"steps", (double)o.steps}, {"lr", o.lr}, {"warmup", (double)o.warmup}, {"weight-decay", o.weight_decay},
+        {"beta1", o.beta1}, {"beta2", o.beta2}, {"grad-clip", o.grad_clip}, {"dropout", o.dropout},
+        {"eval-every", (double)o.eval_every}, {"eval-steps", (double)o.eval_steps}, {"save-every", (double)o.save_every},
+        {"log-every", (double)o.log_every}, {"stop-at", (double)o.stop_at}, {"seed", (double)o.seed}};
+    for (const auto& kv : want) {
+        CAPTURE(kv.first);
+        const std::size_t at = help.find("  --" + kv.first + " ");
+        REQUIRE(at != std::string::npos);
+        const std::string line = help.substr(at, help.find('\n', at) - at);
+        CAPTURE(line);
+        const std::size_t d = line.find("(default: ");
+        REQUIRE(d != std::string::npos);
+        CHECK(std::strtod(line.c_str() + d + 10, nullptr) == doctest::Approx(kv.second));
+    }
+    // bench's model flags change its preset: their defaults are the preset's, not train's.
+    const std::string bench = m_run_ok("bench --help").out;
+    for (const char* flag : {"--layers", "--heads", "--embd", "--model", "--activation"}) {
+        CAPTURE(flag);
+        const std::size_t at = bench.find(std::string("  ") + flag + " ");
+        REQUIRE(at != std::string::npos);
+        CHECK(m_contains(bench.substr(at, bench.find('\n', at) - at), "(default: the preset's"));
+    }
+    // sample: the range the help gives is the range it takes.
+    CHECK(m_contains(m_run_ok("sample --help").out, "tokens to generate, 1..1000000"));
+    m_cli_fails("sample --checkpoint x.st --prompt a --tokens 0", "--tokens must be positive");
+    m_cli_fails("sample --checkpoint x.st --prompt a --tokens 1000001", "--tokens must be between 1 and 1000000");
+}
+
 TEST_CASE("CLI: train --eval-every 0 never validates; otherwise at every S-th step, the last, and the whole split once") {
     const std::string out = m_path("evalevery.safetensors");
     const std::string args = "train --data " + m_text_file() + " --layers 1 --heads 2 --embd 16 --block 16 --batch 4 --steps 3 --eval-steps 1 --out " + out;
@@ -9489,6 +9541,11 @@ TEST_CASE("CLI: a run whose memory estimate exceeds what the machine can give is
     // A resumed run takes --no-memory-check (and is checked like a new one without it).
     m_run_ok("train --data " + m_text_file() + " --layers 1 --heads 2 --embd 16 --block 16 --batch 4 --steps 2 --eval-every 0 --quiet --out " + out);
     m_run_ok("train --resume " + out + " --steps 3 --no-memory-check --quiet");
+    // A --stop-at the checkpoint has passed is an error before the plan is printed.
+    const m_Run early = m_run("train --resume " + out + " --steps 10 --stop-at 2");
+    CHECK(early.status == 1);
+    CHECK(early.out.empty());
+    CHECK(m_contains(early.err, "error: train: --stop-at 2 is not after the checkpoint's step 3"));
 #ifndef TF_TESTS_DEBUG  // AddressSanitizer reserves more address space than any such limit
     // Under ulimit -v 2 GB, a run that needs about 3 GB is refused, naming the limit.
     const std::string base = m_path("memory-ulimit");
@@ -9591,6 +9648,16 @@ TEST_CASE("CLI: bad input gives exit status 1 and 'error: ...' on stderr, never 
                 "segment");
     m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2 --out " + m_path("no/such/dir/g.safetensors"), "no/such/dir");
     m_cli_fails("train --steps abc", "--steps expects an integer, got 'abc'");
+    m_cli_fails("train --steps 99999999999999999999", "--steps is out of range (at most 9223372036854775807), got '99999999999999999999'");
+    // A seed is any integer 0..2^64-1, for every command that takes one; nothing else.
+    for (const std::string& cmd : std::vector<std::string>{"train", "init --preset tiny-gpt --out " + m_path("s.st"),
+                                                           "task --task text --out " + m_path("s.txt"), "explain --preset tiny-gpt --tokens 1,2"}) {
+        CAPTURE(cmd);
+        m_cli_fails(cmd + " --seed -1", "--seed takes an integer 0..18446744073709551615, got '-1'");
+        m_cli_fails(cmd + " --seed 18446744073709551616", "--seed takes an integer 0..18446744073709551615");
+        m_cli_fails(cmd + " --seed 1.5", "--seed takes an integer");
+    }
+    CHECK(m_contains(m_run_ok("init --preset tiny-gpt --seed 18446744073709551615 --out " + m_path("seed64.st")).out, "seed 18446744073709551615"));
     m_cli_fails("train --lr fast", "--lr expects a number");
     m_cli_fails("train --lr nan", "--lr expects a number");
     m_cli_fails("sample --prompt abc", "missing flag --checkpoint");

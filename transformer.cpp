@@ -3411,9 +3411,33 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     f.commit();
 }
 
-std::string read_file(const std::string& path) {
+std::FILE* open_input(const std::string& path) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+    struct stat st;
+    if (::fstat(::fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        std::fclose(f);
+        throw Error("cannot read '" + path + "': it is a directory, not a file");
+    }
+    return f;
+}
+
+void require_text(const std::string& text, const std::string& path) {
+    std::size_t odd = 0, first = 0;
+    for (std::size_t i = 0; i < text.size(); i++) {
+        const unsigned char ch = (unsigned char)text[i];
+        if (ch != 0 && (ch >= 32 || ch == '\n' || ch == '\r' || ch == '\t')) continue;
+        if (odd++ == 0) first = i;  // a control byte: count it, and remember where the first one is
+    }
+    if (odd * 100 <= text.size()) return;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "' looks binary, not text: %zu control bytes, the first 0x%02X at byte offset %zu", odd,
+                  (unsigned)(unsigned char)text[first], first);
+    throw Error("'" + path + buf);
+}
+
+std::string read_file(const std::string& path) {
+    std::FILE* f = open_input(path);
     std::string out;
     char buf[1 << 16];
     std::size_t got;
@@ -3523,8 +3547,7 @@ private:
 };
 
 SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
-    f_ = std::fopen(path.c_str(), "rb");
-    if (!f_) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+    f_ = open_input(path);
     try {
         struct stat sb;
         if (::fstat(::fileno(f_), &sb) != 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
@@ -4915,18 +4938,7 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
                             "belong to, --encoder encoder.json --vocab vocab.bpe (GPT-2's)");
             return parse_token_file(text, "'" + file + "'", bpe->size());
         }
-        std::size_t odd = 0, first = 0;
-        for (std::size_t i = 0; i < text.size(); i++) {
-            const unsigned char ch = (unsigned char)text[i];
-            if (ch != 0 && (ch >= 32 || ch == '\n' || ch == '\r' || ch == '\t')) continue;
-            if (odd++ == 0) first = i;  // a control byte: count it, and remember where the first one is
-        }
-        if (odd * 100 > text.size()) {
-            char buf[160];
-            std::snprintf(buf, sizeof buf, "' looks binary, not text: %zu control bytes, the first 0x%02X at byte offset %zu", odd,
-                          (unsigned)(unsigned char)text[first], first);
-            throw Error("'" + file + buf);
-        }
+        require_text(text, file);
         if (!bpe && file == path) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
         return bpe ? encode_with_progress(*bpe, text, "'" + file + "'", quiet)  // BPE tokens
                    : k.vocab.encode(text, "'" + file + "'");
@@ -5460,6 +5472,9 @@ TrainResult train(const TrainOptions& opt_in) {
                          (long long)s.step0);
             return TrainResult{};
         }
+        if (o.stop_at > 0 && o.stop_at <= s.step0)  // before the plan is printed
+            throw Error("train: --stop-at " + std::to_string(o.stop_at) + " is not after the checkpoint's step " + std::to_string(s.step0) +
+                        ": nothing to do (give --stop-at above " + std::to_string(s.step0) + ")");
         s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
         tok = tokenizer_of(md, o.resume);
         if (tok.kind == "char") saved_vocab = tok.chars;
@@ -5684,6 +5699,7 @@ bool has_label_column(const std::string& text, FinetuneKind kind) {
 
 std::vector<LabelledExample> parse_labelled(const std::string& text, const std::string& file, FinetuneKind kind,
                                             std::vector<std::string>& classes, bool learn_classes, bool labelled) {
+    require_text(text, file);
     const auto lines = file_lines(text);
     if (lines.empty()) throw Error("'" + file + "' has no examples (it is empty or blank)");
     static const char* layout[] = {"LABEL<TAB>TEXT", "LABEL<TAB>PREMISE<TAB>HYPOTHESIS", "LABEL<TAB>TEXT_A<TAB>TEXT_B",
@@ -6579,13 +6595,7 @@ void bpe_count_text(BpePieces& p, const std::string& text, const std::vector<std
 
 void bpe_count_file(BpePieces& p, const std::string& path, const std::vector<std::string>& specials,
                     const std::function<void(long long)>& progress) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) throw Error("--data '" + path + "': cannot open it: " + std::strerror(errno));
-    struct stat st;
-    if (::fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        std::fclose(f);
-        throw Error("--data '" + path + "' is a directory, not a text file");
-    }
+    std::FILE* f = open_input(path);
     const std::string where = "--data '" + path + "'";
     std::vector<char> buf(1 << 20);
     std::string line;

@@ -940,6 +940,13 @@ private:
 };
 // Whole files: read, and write through AtomicFile.
 std::string read_file(const std::string& path);
+// The checks every command makes of the files it reads, one wording each:
+//   open_input: opened for reading, or an Error "cannot open 'F': ..." / "cannot read 'F': it is a
+//     directory, not a file" (fopen opens a directory on Linux; reading it then fails);
+//   require_text: an Error "'F' looks binary, not text: ..." when more than 1% of the bytes are
+//     control bytes other than tab, LF and CR.
+std::FILE* open_input(const std::string& path);
+void require_text(const std::string& text, const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
 // Export: DIR/model.safetensors and DIR/config.json as Hugging Face's GPT2LMHeadModel reads them,
 // the inverse of the import in load_model (names and Conv1D layout: see import_hf_gpt2):
