@@ -7375,15 +7375,16 @@ static std::vector<int> encode_with_progress_unchecked(const Tokenizer& t, const
     // BPE::encode with a line every ~10% of the text.
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
+    // Each line names the bytes read so far; the count of the whole text comes once, at the end.
+    const std::string what = "encoding " + where + " (a byte-level BPE of " + std::to_string(t.size()) + " tokens)";
     std::size_t next_report = text.size() / 10;
     std::vector<int> ids = t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
-        if (bytes < next_report) return;
-        std::fprintf(stderr, "encoding %s with GPT-2's BPE: %3.0f%% (%zu tokens, %.1f s)\n", where.c_str(),
-                     100.0 * (double)bytes / (double)text.size(), ids, std::chrono::duration<double>(clock::now() - t0).count());
+        if (bytes < next_report || bytes >= text.size()) return;
+        std::fprintf(stderr, "%s: %3.0f%% of the bytes, %zu tokens so far, %.1f s\n", what.c_str(), 100.0 * (double)bytes / (double)text.size(),
+                     ids, std::chrono::duration<double>(clock::now() - t0).count());
         next_report += text.size() / 10;
     });
-    // The final count: the reports above come before the last pieces are encoded.
-    std::fprintf(stderr, "encoding %s with GPT-2's BPE: 100%% (%zu tokens, %.1f s)\n", where.c_str(), ids.size(),
+    std::fprintf(stderr, "%s: done, %zu tokens in %.1f s\n", what.c_str(), ids.size(),
                  std::chrono::duration<double>(clock::now() - t0).count());
     return ids;
 }
