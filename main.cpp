@@ -1014,7 +1014,7 @@ static int cmd_eval(Flags& f) {
     if (is_token_file(bytes)) {  // llm.c's .bin: ids already, in the model's tokenizer
         ids = parse_token_file(bytes, "'" + data + "'", codec.size());
     } else {
-        ids = codec.encode(bytes, "'" + data + "'");
+        ids = encode_with_progress(codec, bytes, "'" + data + "'", false);
     }
     if ((int)ids.size() < 2) throw Error("'" + data + "' is too short to evaluate");
     long long count = 0;
@@ -1035,7 +1035,14 @@ static int cmd_eval(Flags& f) {
     // Released BERT (WordPiece) and RoBERTa (BPE) were pre-trained on [CLS] A [SEP] B [SEP] (<s> ... </s>):
     // read them so, as fill does.
     const bool cls_sep = is_bidirectional_tokenizer(codec.kind);
-    const double loss = corpus_loss(c, lm.params, ids, 1234, &count, 0, cls_sep);
+    // Progress on standard error at every tenth of the windows (from 10 windows on), as train's.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto progress = [&](long long done, long long total, double mean) {
+        if (total < 10 || done == total || done * 10 / total == (done - 1) * 10 / total) return;
+        std::fprintf(stderr, "eval: %lld of %lld windows (%lld%%), mean loss so far %.4f, %.1f s\n", done, total, done * 100 / total, mean,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    };
+    const double loss = corpus_loss(c, lm.params, ids, 1234, &count, 0, cls_sep, progress);
     if (!std::isfinite(loss)) throw Error("the loss on '" + data + "' is not finite (" + std::to_string(loss) + "): the model's numbers overflow");
     std::printf("%s: mean loss %.4f nats per token over %lld predicted tokens%s\n", data.c_str(), loss, count,
                 cls_sep ? (" (windows of " + std::to_string(c.n_ctx - 2) + " tokens, each as " + codec.decode({c.cls_id}) +

@@ -8393,6 +8393,17 @@ TEST_CASE("token files: llm.c's .bin format, written by tokenize --out, read by 
     CHECK(e1.status == 0);
     CHECK(e2.status == 0);
     CHECK(e1.out.substr(e1.out.find(':')) == e2.out.substr(e2.out.find(':')));  // the same loss over the same count
+    // Progress on standard error at every tenth of the windows, its last mean the final loss's
+    // neighbour; the final lines in nats per token and bits per byte.
+    const long long windows = (load_bpe(enc, merges).encode(t).size() - 1 + 7) / 8;
+    CAPTURE(e1.err);
+    if (windows >= 10) {
+        CHECK(m_contains(e1.err, "eval: "));
+        CHECK(m_contains(e1.err, " of " + std::to_string(windows) + " windows (10%), mean loss so far "));
+        CHECK(m_contains(e1.err, " of " + std::to_string(windows) + " windows (90%), mean loss so far "));
+        CHECK_FALSE(m_contains(e1.err, "(100%)"));
+    }
+    CHECK(m_contains(e1.out, "bits per byte of text: "));
     // Errors: no tokenizer, an id the tokenizer lacks, --out over a file that is not a token file, --out with --ids.
     m_cli_fails("train --data " + bin + " --steps 1 --out " + m_path("tf_x.safetensors"), "is a token file (llm.c's format, token ids, not text): give the tokenizer its ids belong to, --encoder");
     m_write(m_path("tf_big.bin"), token_file_bytes(std::vector<int>(200, 300)));

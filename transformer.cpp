@@ -5082,7 +5082,7 @@ static double evaluate(const Config& c, const Params<float>& p, const Corpus& k,
 
 template <typename T>
 double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, uint64_t seed, long long* count,
-                   int window, bool cls_sep) {
+                   int window, bool cls_sep, const CorpusProgress& progress) {
     if (ids.size() < 2) throw Error("corpus_loss: need at least 2 tokens, got " + std::to_string(ids.size()));
     const bool causal = is_causal(c.variant);
     if (cls_sep && (causal || c.cls_id < 0 || c.sep_id < 0)) throw Error("corpus_loss: [CLS] ... [SEP] windows need a bert or roberta model");
@@ -5091,6 +5091,8 @@ double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& 
     Rng rng(seed);
     double sum = 0;
     long long predicted = 0;
+    const long long windows = ((long long)ids.size() - (causal ? 1 : 0) + n - 1) / n;
+    long long windows_done = 0;
     for (std::size_t start = 0; start + (causal ? 1 : 0) < ids.size(); start += n) {
         const std::size_t end = std::min(ids.size(), start + n + (causal ? 1 : 0));
         Batch b;
@@ -5108,6 +5110,8 @@ double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& 
         for (int t : b.targets) m += t >= 0;
         if (m > 0) sum += model_loss(c, p, b) * (double)m;  // model_loss is the mean over the m targets
         predicted += m;
+        windows_done++;
+        if (progress) progress(windows_done, windows, predicted > 0 ? sum / (double)predicted : 0.0);
     }
     if (count) *count = predicted;
     if (predicted == 0) throw Error("corpus_loss: no position to predict (text too short for masking?)");
@@ -9043,7 +9047,7 @@ TF_COLD_END
                             const std::vector<int>&, int);                                                 \
     template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);              \
     template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*, int,      \
-                                bool);                                                                               \
+                                bool, const CorpusProgress&);                                                        \
     template double xlnet_left_to_right_loss(const Config&, const Params<T>&, const std::vector<int>&, long long*); \
     template double xlnet_corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, int, int, uint64_t,      \
                                       long long*);

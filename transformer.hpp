@@ -1051,10 +1051,13 @@ std::vector<int> line_window_starts(const std::vector<int>& ids, int newline, in
 // mlm_corrupt picks in each window, drawn from Rng(seed). *count, if given: the predicted tokens.
 // cls_sep (BERT/RoBERTa read as in their pre-training): windows of n_ctx - 2 ids, each given as
 // [CLS] window [SEP] (the special positions are never predicted).
+// progress, if given, is called after each window with the windows done, their total and the mean
+// loss so far.
+using CorpusProgress = std::function<void(long long done, long long total, double mean)>;
 template <typename T>
 double corpus_loss(const Config& c, const Params<T>& p, const std::vector<int>& ids, uint64_t seed,
                    long long* count = nullptr, int window = 0,  // window 1..n_ctx: shorter windows (0 = n_ctx)
-                   bool cls_sep = false);
+                   bool cls_sep = false, const CorpusProgress& progress = nullptr);
 
 // XLNet's loss over a whole sequence of ids in consecutive windows of n_ctx tokens, each under
 // `perms` random permutations (from Rng(seed)) predicting the last min(predict, window) positions
