@@ -42,7 +42,7 @@ else
   say = printf '  %-5s %s\n'
 endif
 
-.PHONY: all test test-handouts run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check
+.PHONY: all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check
 all: transformer
 
 $(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
@@ -85,15 +85,16 @@ doctest:
 	  $(DOCTEST_CHECK) || { echo "error: <doctest/doctest.h> not found; install the Debian package doctest-dev (apt-get install doctest-dev)"; exit 1; }; \
 	fi
 
-# The CLI tests call ./transformer, so it is built too. The cases that make handouts and compile
-# transformer.cpp again ("handout: ...") run in `make test-handouts`; .ci/run runs both, and the
-# formula cases again under the sanitizers (`make test-sanitized`).
-HANDOUT_CASES := handout: *
+# The CLI tests call ./transformer, so it is built too. The long cases run in `make test-long`:
+# those that make handouts and compile transformer.cpp again ("handout: ..."), and those that run
+# what the README quotes ("readme: ..."); .ci/run runs both targets, and the formula cases again
+# under the sanitizers (`make test-sanitized`).
+LONG_CASES := handout: *,readme: *
 # The objects are listed longest build first, so that the two cores finish together.
 test: $(BUILD)/transformer-checked.o $(BUILD)/transformer.o $(BUILD)/tests.o $(BUILD)/main.o tests transformer
-	./tests -tce='$(HANDOUT_CASES)'
-test-handouts: tests transformer
-	./tests -tc='$(HANDOUT_CASES)'
+	./tests -tce='$(LONG_CASES)'
+test-long: tests transformer
+	./tests -tc='$(LONG_CASES)'
 # The formula and module cases built with AddressSanitizer and UBSan (make debug's flags): an index
 # one past the end of a tensor, which the optimised build may read without failing, stops them here.
 SANITIZED_CASES := diag:*,Stack:*,Embedding:*,Softmax:*,Mask_*,apply_mask:*,Attention:*,Concat:*,MultiHeadSA:*,\
@@ -200,7 +201,7 @@ build-times: | doctest
 	echo "the commands (as many jobs as cores):"; \
 	fresh a; cd "$$tmp/a"; t=$$(now); quiet $(MAKE) --no-print-directory transformer; row "  make" "$$(secs $$t)  (target 30 s)"; \
 	fresh b; cd "$$tmp/b"; t=$$(now); quiet $(MAKE) --no-print-directory tests transformer; build=$$(secs $$t); \
-	t2=$$(now); quiet ./tests -tce='$(HANDOUT_CASES)'; run=$$(secs $$t2); \
+	t2=$$(now); quiet ./tests -tce='$(LONG_CASES)'; run=$$(secs $$t2); \
 	row "  make test" "$$(secs $$t)  (target 120 s)"; row "    its build" "$$build"; row "    its run of the cases" "$$run  (target 30 s)"; \
 	quiet $(MAKE) --no-print-directory check TESTS='$(BT_CHECK)'; touch transformer.cpp; t=$$(now); \
 	quiet $(MAKE) --no-print-directory check TESTS='$(BT_CHECK)'; \

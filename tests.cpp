@@ -9241,6 +9241,68 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
     m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --out x.svg", "unknown flag --out");
 }
 
+// A line of `make run`'s output with what changes from run to run (times, speeds, memory) taken
+// out: the step lines keep their step, loss and validation loss; the done line its steps and losses.
+static std::string m_steady_part(const std::string& line) {
+    if (line.rfind("peak memory", 0) == 0) return "peak memory";
+    if (line.rfind("step ", 0) == 0) {
+        const std::size_t lr = line.find(" | lr "), val = line.find(" | val ");
+        return line.substr(0, lr) + (val == std::string::npos ? "" : line.substr(val));
+    }
+    if (line.rfind("done: ", 0) == 0) {
+        const std::size_t in = line.find(" in "), loss = line.find(", train loss");
+        if (in != std::string::npos && loss != std::string::npos) return line.substr(0, in) + line.substr(loss);
+    }
+    return line;
+}
+
+TEST_CASE("readme: make run prints what README.md and docs/training.md quote") {
+    // make run's commands, run in a scratch directory (its files are written there), and its
+    // output against the blocks that the README and docs/training.md quote, line by line.
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("the 3000 steps of make run take minutes in the sanitized build: run by ./tests, not ./tests-debug");
+#else
+    REQUIRE_MESSAGE(m_exists("README.md"), "run the tests from the project's root (make test does)");
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    const std::string dir = m_path("makerun"), program = std::string(cwd) + "/transformer";
+    ::mkdir(dir.c_str(), 0755);
+    std::string cmd = "cd " + dir + " && { echo './transformer train --dropout 0 --out addition.safetensors'; " + program +
+                      " train --dropout 0 --out addition.safetensors && echo 'greedy answers to held-out problems (the sum is written "
+                      "least significant digit first: 106+752=8580 means 858):'";
+    for (const char* p : {"106+752=", "439+039=", "866+363=", "539+585="})
+        cmd += std::string(" && ") + program + " sample --checkpoint addition.safetensors --prompt " + p + " --tokens 4 --temperature 0";
+    cmd += "; } > out.txt 2> err.txt";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    const std::string out = m_read(dir + "/out.txt");
+    INFO("make run printed:\n" << out << m_read(dir + "/err.txt"));
+    std::set<std::string> printed;
+    std::stringstream ps(out);
+    for (std::string l; std::getline(ps, l);) printed.insert(m_steady_part(l));
+    // The first ``` block after `after` in `file`: its lines.
+    auto block = [](const std::string& file, const std::string& after) {
+        const std::string text = m_read(file);
+        const std::size_t at = text.find(after);
+        REQUIRE_MESSAGE(at != std::string::npos, file << " no longer says '" << after << "'");
+        const std::size_t open = text.find("```\n", at), close = text.find("\n```", open + 4);
+        std::vector<std::string> lines;
+        std::stringstream bs(text.substr(open + 4, close - open - 4));
+        for (std::string l; std::getline(bs, l);) lines.push_back(l);
+        return lines;
+    };
+    for (const auto& quoted : {std::make_pair(std::string("README.md"), std::string("`make run` takes about")),
+                               std::make_pair(std::string("docs/training.md"), std::string("`make run` on a fresh clone"))}) {
+        const std::vector<std::string> lines = block(quoted.first, quoted.second);
+        CHECK(lines.size() >= 9);
+        for (const std::string& l : lines) {
+            if (l == "...") continue;
+            CAPTURE(quoted.first);
+            CHECK_MESSAGE(printed.count(m_steady_part(l)), quoted.first << " quotes a line make run does not print: " << l);
+        }
+    }
+#endif
+}
+
 TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" fails exactly the cases needing them") {
     // Teaching: `make handout` copies the project into DIR with the bodies of FUNCS replaced by
     // a stub throwing tf::Error("not implemented: NAME"). Checked here on a handout in the scratch
