@@ -9273,9 +9273,10 @@ TEST_CASE("readme: make run prints what README.md and docs/training.md quote") {
     for (const char* p : {"106+752=", "439+039=", "866+363=", "539+585="})
         cmd += std::string(" && ") + program + " sample --checkpoint addition.safetensors --prompt " + p + " --tokens 4 --temperature 0";
     cmd += "; } > out.txt 2> err.txt";
-    REQUIRE(std::system(cmd.c_str()) == 0);
+    const int status = std::system(cmd.c_str());
     const std::string out = m_read(dir + "/out.txt");
     INFO("make run printed:\n" << out << m_read(dir + "/err.txt"));
+    REQUIRE(status == 0);
     std::set<std::string> printed;
     std::stringstream ps(out);
     for (std::string l; std::getline(ps, l);) printed.insert(m_steady_part(l));
