@@ -321,6 +321,10 @@ static const std::vector<CommandDoc>& command_docs() {
                {"no-memory-check", "start even when the memory estimate exceeds what this machine can give (default: off: refused)"}},
               PRESET_MODEL_FLAGS),
          "transformer bench --preset tiny-gpt --steps 5", ""},
+        {"strip", "files", "write a checkpoint's weights without the optimiser state (a third of the size)",
+         {{"checkpoint", "FILE  the checkpoint (required)"}, {"out", "FILE  the weights-only checkpoint (required)"}},
+         "transformer strip --checkpoint model.safetensors --out weights.safetensors",
+         "sample, eval, fill, predict, export, finetune and train --init-from read it; train --resume cannot."},
         {"init", "files", "write a freshly initialised preset model",
          {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed, 0..2^64-1 (default: 1)"}, {"out", "FILE  the checkpoint (required)"}},
          "transformer init --preset tiny-gpt --out tiny.safetensors", ""},
@@ -1330,6 +1334,15 @@ static int cmd_export(Flags& f) {
     return 0;
 }
 
+static int cmd_strip(Flags& f) {
+    const std::string in = f.need("checkpoint"), out = f.need("out");
+    f.done();
+    const std::pair<long long, long long> bytes = strip_checkpoint(in, out);
+    std::printf("wrote %s: the weights of %s without AdamW's m and v (%.1f MB of %.1f MB); it cannot be resumed, "
+                "--init-from starts a new run from it\n", out.c_str(), in.c_str(), bytes.second / 1e6, bytes.first / 1e6);
+    return 0;
+}
+
 // ---- bpe: learn a byte-level BPE vocabulary ------------------------------------------------------------
 static int cmd_bpe(Flags& f) {
     const std::vector<std::string> data = f.list("data"), specials = f.list("special");
@@ -1427,7 +1440,7 @@ static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
     {"grad", cmd_grad},   {"params", cmd_params}, {"tokenize", cmd_tokenize}, {"bench", cmd_bench},
     {"finetune", cmd_finetune}, {"predict", cmd_predict}, {"task", cmd_task},
     {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}, {"export", cmd_export},
-    {"bpe", cmd_bpe}};
+    {"bpe", cmd_bpe}, {"strip", cmd_strip}};
 
 // A failed write of the help shows in fputs or at main's final flush: its errno is kept for
 // main's message (by then errno may say no more than EIO).

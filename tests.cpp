@@ -9570,6 +9570,29 @@ TEST_CASE("CLI: the defaults a help states are the ones the program takes") {
     m_cli_fails("sample --checkpoint x.st --prompt a --tokens 1000001", "--tokens must be between 1 and 1000000");
 }
 
+TEST_CASE("CLI: strip writes the weights without AdamW's state; every reader takes it, --resume refuses it") {
+    const std::string full = m_path("strip_full.safetensors"), lean = m_path("strip_lean.safetensors");
+    m_run_ok("train --data " + m_text_file() + " --layers 1 --heads 2 --embd 16 --block 16 --batch 4 --steps 3 --eval-every 0 --quiet --out " + full);
+    const m_Run r = m_run_ok("strip --checkpoint " + full + " --out " + lean);
+    CHECK(m_contains(r.out, "wrote " + lean + ": the weights of " + full + " without AdamW's m and v"));
+    LoadedModel a = load_model(full, {"adam."}), b = load_model(lean);  // no adam.* tensor left in it
+    CHECK(m_params_bits_equal(a.config, a.params, b.params));
+    CHECK(b.file.metadata.at("weights_only") == "1");
+    CHECK(b.file.metadata.at("vocab") == a.file.metadata.at("vocab"));
+    CHECK(m_read(lean).size() * 2 < m_read(full).size());  // m and v are twice the weights
+    CHECK(m_run_ok("sample --checkpoint " + lean + " --prompt the --tokens 8 --temperature 0").out ==
+          m_run_ok("sample --checkpoint " + full + " --prompt the --tokens 8 --temperature 0").out);
+    CHECK(m_run_ok("eval --checkpoint " + lean + " --data " + m_text_file()).out.substr(m_text_file().size()) ==
+          m_run_ok("eval --checkpoint " + full + " --data " + m_text_file()).out.substr(m_text_file().size()));
+    m_cli_fails("train --resume " + lean + " --steps 5", "holds the weights only (written by strip, without AdamW's state): it cannot be resumed; "
+                                                         "start a new run from its weights with --init-from " + lean);
+    m_run_ok("train --init-from " + lean + " --data " + m_text_file() + " --steps 2 --eval-every 0 --quiet --out " + m_path("strip_next.safetensors"));
+    m_cli_fails("strip --checkpoint " + lean + " --out " + lean, "--out");
+    m_write(m_path("strip_foreign.txt"), "notes");
+    m_cli_fails("strip --checkpoint " + full + " --out " + m_path("strip_foreign.txt"), "strip_foreign.txt");
+    CHECK(m_read(m_path("strip_foreign.txt")) == "notes");
+}
+
 TEST_CASE("CLI: train --eval-every 0 never validates; otherwise at every S-th step, the last, and the whole split once") {
     const std::string out = m_path("evalevery.safetensors");
     const std::string args = "train --data " + m_text_file() + " --layers 1 --heads 2 --embd 16 --block 16 --batch 4 --steps 3 --eval-steps 1 --out " + out;

@@ -3747,6 +3747,19 @@ void save_model(const std::string& path, const Config& c, Params<float>& p,
 }
 
 TF_COLD_BEGIN
+std::pair<long long, long long> strip_checkpoint(const std::string& in, const std::string& out) {
+    check_outputs({{out, "--out", OutputKind::checkpoint}}, {{in, "--checkpoint"}});
+    LoadedModel lm = load_model(in, {"adam."});
+    std::map<std::string, std::string> meta = lm.file.metadata;
+    meta.erase("adam.t");
+    meta.erase("train.rng");
+    meta["weights_only"] = "1";
+    save_model(out, lm.config, lm.params, meta);
+    struct stat a, b;
+    const bool sized = ::stat(in.c_str(), &a) == 0 && ::stat(out.c_str(), &b) == 0;
+    return sized ? std::make_pair((long long)a.st_size, (long long)b.st_size) : std::make_pair(-1LL, -1LL);
+}
+
 // ---- Released GPT-2 weights (a Hugging Face model.safetensors) ---------------------------------
 // GPT-2's names and layouts (its Conv1D computes y = x W + b with W stored in x out, as ours):
 //   wte.weight (V x H) -> W_e            wpe.weight (n_ctx x H) -> W_p
@@ -5437,6 +5450,9 @@ TrainResult train(const TrainOptions& opt_in) {
     else if (!o.bpe_vocab.empty()) tok = load_tokenizer("", o.encoder, o.bpe_vocab);
     if (!o.resume.empty()) {
         LoadedModel lm = load_model(o.resume, {"adam."});
+        if (lm.file.metadata.count("weights_only"))
+            throw Error("'" + o.resume + "' holds the weights only (written by strip, without AdamW's state): it cannot be resumed; "
+                        "start a new run from its weights with --init-from " + o.resume);
         const std::string data_given = o.data, val_given = o.val_data;  // on resume: moved copies of the same texts
         s.c = lm.config;
         s.p = std::move(lm.params);

@@ -879,6 +879,11 @@ struct LoadedModel {
 // (bert.embeddings.word_embeddings.weight, ...: a bert model with emb_ln, mlm_head and pooler as
 // the file has them, import_hf_bert; the next-sentence head goes to file.tensors).
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes = {});
+// `strip`: the checkpoint at `in` written to `out` without AdamW's m and v and the state that
+// resuming needs (adam.t, train.rng), marked "weights_only": a third of the file, read by sample,
+// eval, fill, predict, export, finetune and --init-from alike; --resume refuses it. Returns the
+// sizes of the two files in bytes.
+std::pair<long long, long long> strip_checkpoint(const std::string& in, const std::string& out);
 
 // A minimal JSON reader (for safetensors headers and tokenizer files).
 struct Json {
