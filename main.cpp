@@ -120,7 +120,7 @@ struct Flags {
 };
 
 static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out", "line-windows",
-                                                   "no-memory-check"};
+                                                   "no-memory-check", "probs"};
 
 // ---- Help: one table per command -------------------------------------------------------------------
 // Each command's help and its flag checks come from this one table: `transformer CMD --help` prints
@@ -269,8 +269,11 @@ static const std::vector<CommandDoc>& command_docs() {
         {"predict", "use", "label each line of a file with a fine-tuned model (accuracy on stderr if it has labels)",
          {{"checkpoint", "FILE  the fine-tuned model (required)"},
           {"data", "FILE  tab-separated examples in finetune's format, labels optional (required)"},
-          {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"}},
-         "transformer predict --checkpoint ft.st --data test.tsv", "One label per line on stdout."},
+          {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"},
+          {"probs", "after each label, every class with its probability, tab-separated (default: off)"}},
+         "transformer predict --checkpoint ft.st --data test.tsv",
+         "One label per example on stdout (with --probs, then each class's probability); with labelled input, the accuracy, "
+         "the confusion matrix and each class's precision, recall and F1 on stderr."},
         {"explain", "inspect", "one forward and backward pass, formula box by formula box",
          {{"preset", "NAME  a preset model, freshly initialised (or --checkpoint)"},
           {"checkpoint", "FILE  a model file (or --preset)"},
@@ -821,6 +824,7 @@ static int cmd_predict(Flags& f) {
     const std::string path = f.need("checkpoint"), data = f.need("data");
     Truncation truncate = Truncation::none;
     if (f.has("truncate")) truncate = truncation_from_name(f.str("truncate"));
+    const bool with_probs = f.flag("probs");
     f.done();
     LoadedModel lm = load_model(path, {"adam."});
     const FinetuneSpec spec = finetune_spec_of(lm, path);
@@ -840,11 +844,20 @@ static int cmd_predict(Flags& f) {
                              : encode_example(lm.config, spec, vocab, e, text, data, truncate));
     const std::string note = check_example_lengths(ex, lm.config, data, truncate);
     if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
-    const std::vector<int> pred = finetune_predict(lm.config, lm.params, spec, ex);
+    std::vector<std::vector<double>> probs;
+    const std::vector<int> pred = finetune_predict(lm.config, lm.params, spec, ex, nullptr, with_probs ? &probs : nullptr);
+    const bool choice = spec.kind == FinetuneKind::choice;
+    auto name = [&](int y) { return choice ? std::to_string(y) : terminal_text(spec.classes[y]); };
     int right = 0;
     for (std::size_t i = 0; i < pred.size(); i++) {
-        if (spec.kind == FinetuneKind::choice) std::printf("%d\n", pred[i]);
-        else std::printf("%s\n", terminal_text(spec.classes[pred[i]]).c_str());
+        std::string line = name(pred[i]);
+        if (with_probs)  // each class (answer) with its probability, in the model's order
+            for (std::size_t y = 0; y < probs[i].size(); y++) {
+                char p[32];
+                std::snprintf(p, sizeof p, "=%.4f", probs[i][y]);
+                line += "\t" + name((int)y) + p;
+            }
+        std::printf("%s\n", line.c_str());
         right += pred[i] == ex[i].label;
     }
     if (labelled) {
@@ -854,6 +867,13 @@ static int cmd_predict(Flags& f) {
         const std::string label = spec.kind == FinetuneKind::choice ? std::to_string(majority) : terminal_text(spec.classes[majority]);
         std::fprintf(stderr, "accuracy: %.1f%% (%d of %zu); always answering '%s': %.1f%%\n", 100.0 * right / (double)pred.size(),
                      right, pred.size(), label.c_str(), 100.0 * chance);
+        if (!choice) {  // per class: the confusion matrix, precision, recall and F1
+            std::vector<int> gold;
+            for (const EncodedExample& e : ex) gold.push_back(e.label);
+            std::vector<std::string> names;
+            for (const std::string& k : spec.classes) names.push_back(terminal_text(k));
+            std::fprintf(stderr, "%s", class_report_text(class_report(pred, gold, (int)spec.classes.size()), names).c_str());
+        }
     }
     return 0;
 }

@@ -7393,6 +7393,35 @@ TEST_CASE("finetune: the four file formats parse, and each malformed line names 
     M_CHECK_TF_ERROR(truncation_from_name("middle"), "--truncate takes right or left", "'middle'");
 }
 
+TEST_CASE("finetune: class_report's confusion matrix, precision, recall and F1 against a hand count") {
+    // gold 0 0 0 1 1 2, predicted 0 1 0 1 2 2: class 0 TP 2 (P 2/2, R 2/3), class 1 TP 1 (P 1/2,
+    // R 1/2), class 2 TP 1 (P 1/2, R 1/1); F1 = 2PR/(P+R): 0.8, 0.5, 2/3.
+    const ClassReport r = class_report({0, 1, 0, 1, 2, 2}, {0, 0, 0, 1, 1, 2}, 3);
+    CHECK(r.confusion == std::vector<std::vector<int>>{{2, 1, 0}, {0, 1, 1}, {0, 0, 1}});
+    CHECK(r.precision[0] == doctest::Approx(1.0));
+    CHECK(r.recall[0] == doctest::Approx(2.0 / 3));
+    CHECK(r.f1[0] == doctest::Approx(0.8));
+    CHECK(r.precision[1] == doctest::Approx(0.5));
+    CHECK(r.recall[1] == doctest::Approx(0.5));
+    CHECK(r.f1[1] == doctest::Approx(0.5));
+    CHECK(r.precision[2] == doctest::Approx(0.5));
+    CHECK(r.recall[2] == doctest::Approx(1.0));
+    CHECK(r.f1[2] == doctest::Approx(2.0 / 3));
+    CHECK(r.support == std::vector<int>{3, 2, 1});
+    CHECK(r.macro_f1 == doctest::Approx((0.8 + 0.5 + 2.0 / 3) / 3));
+    CHECK(r.accuracy == doctest::Approx(4.0 / 6));
+    // A class never predicted and never given: 0, not a division by zero.
+    const ClassReport z = class_report({0, 0}, {0, 0}, 2);
+    CHECK(z.precision[1] == 0);
+    CHECK(z.recall[1] == 0);
+    CHECK(z.f1[1] == 0);
+    const std::string text = class_report_text(r, {"pos", "neg", "neutral"});
+    CHECK(m_contains(text, "  pos               2         1         0\n"));
+    CHECK(m_contains(text, "  pos           1.000     0.667     0.800         3\n"));
+    M_CHECK_TF_ERROR(class_report({0}, {0, 1}, 2), "1 predictions for 2 labels");
+    M_CHECK_TF_ERROR(class_report({0, 2}, {0, 1}, 2), "outside 0..1");
+}
+
 // The sum a + b as the pre-training text writes it (least significant digit first) and back.
 static int m_sum_from_text(const std::string& d) { return (d[0] - '0') + 10 * (d[1] - '0') + 100 * (d[2] - '0') + 1000 * (d[3] - '0'); }
 static void m_operands(const std::string& f, int& a, int& b) {
@@ -7525,6 +7554,28 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
     std::string want;
     for (int y : finetune_predict(fm.config, fm.params, spec, ex)) want += spec.classes[y] + "\n";
     CHECK(p1.out == want);
+    // --probs: each label, then every class with its probability (the largest is the label's).
+    const m_Run pp = m_run_ok("predict --checkpoint " + ft + " --data " + va + " --probs");
+    std::stringstream pps(pp.out), p1s(p1.out);
+    int prob_lines = 0;
+    for (std::string l, label; std::getline(pps, l) && std::getline(p1s, label); prob_lines++) {
+        CAPTURE(l);
+        CHECK(l.rfind(label + "\t", 0) == 0);
+        double sum = 0, best = -1;
+        std::string best_name;
+        std::stringstream fs(l.substr(l.find('\t') + 1));
+        for (std::string field; std::getline(fs, field, '\t');) {
+            const double p = std::stod(field.substr(field.find('=') + 1));
+            sum += p;
+            if (p > best) best = p, best_name = field.substr(0, field.find('='));
+        }
+        CHECK(sum == doctest::Approx(1.0).epsilon(1e-3));
+        CHECK(best_name == label);
+    }
+    CHECK(prob_lines == (int)std::count(p1.out.begin(), p1.out.end(), '\n'));
+    // With labels: the confusion matrix and each class's precision, recall and F1 on stderr.
+    CHECK(m_contains(p1.err, "confusion matrix (rows: the label given, columns: the label predicted):"));
+    CHECK(m_contains(p1.err, "precision    recall        F1   support"));
     // Without labels: the same predictions, no accuracy.
     std::string unlabelled;
     std::stringstream ss(vtext);

@@ -5937,8 +5937,10 @@ Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<c
 }
 
 std::vector<int> finetune_predict(const Config& c, const Params<float>& p, const FinetuneSpec& s,
-                                  const std::vector<EncodedExample>& examples, double* mean_L2) {
+                                  const std::vector<EncodedExample>& examples, double* mean_L2,
+                                  std::vector<std::vector<double>>* probs) {
     std::vector<int> pred(examples.size(), -1);
+    if (probs) probs->assign(examples.size(), {});
     double L2 = 0;
     int counted = 0;
     for (std::size_t i = 0; i < examples.size();) {  // batches of up to 16 consecutive examples with the same K
@@ -5953,12 +5955,65 @@ std::vector<int> finetune_predict(const Config& c, const Params<float>& p, const
             for (int y = 1; y < P.cols(); y++)
                 if (P(e, y) > P(e, best)) best = y;
             pred[i + e] = best;
+            if (probs)
+                for (int y = 0; y < P.cols(); y++) (*probs)[i + e].push_back(P(e, y));
             if (labels[e] >= 0) L2 -= std::log(std::max(1e-30, (double)P(e, labels[e]))), counted++;
         }
         i = j;
     }
     if (mean_L2) *mean_L2 = counted ? L2 / counted : 0;
     return pred;
+}
+
+ClassReport class_report(const std::vector<int>& predicted, const std::vector<int>& gold, int C) {
+    if (predicted.size() != gold.size()) throw Error("class_report: " + std::to_string(predicted.size()) + " predictions for " +
+                                                     std::to_string(gold.size()) + " labels");
+    ClassReport r;
+    r.confusion.assign(C, std::vector<int>(C, 0));
+    int right = 0;
+    for (std::size_t i = 0; i < gold.size(); i++) {
+        if (gold[i] < 0 || gold[i] >= C || predicted[i] < 0 || predicted[i] >= C)
+            throw Error("class_report: a label outside 0.." + std::to_string(C - 1));
+        r.confusion[gold[i]][predicted[i]]++;
+        right += gold[i] == predicted[i];
+    }
+    for (int k = 0; k < C; k++) {
+        int tp = r.confusion[k][k], as_k = 0, of_k = 0;
+        for (int j = 0; j < C; j++) as_k += r.confusion[j][k], of_k += r.confusion[k][j];
+        const double P = as_k ? (double)tp / as_k : 0.0, R = of_k ? (double)tp / of_k : 0.0;
+        r.precision.push_back(P);
+        r.recall.push_back(R);
+        r.f1.push_back(P + R > 0 ? 2 * P * R / (P + R) : 0.0);
+        r.support.push_back(of_k);
+        r.macro_precision += P / C, r.macro_recall += R / C, r.macro_f1 += r.f1.back() / C;
+    }
+    r.accuracy = gold.empty() ? 0.0 : (double)right / (double)gold.size();
+    return r;
+}
+
+std::string class_report_text(const ClassReport& r, const std::vector<std::string>& names) {
+    std::size_t w = 9;
+    for (const std::string& n : names) w = std::max(w, n.size());
+    const int C = (int)names.size();
+    char buf[256];
+    std::string t = "confusion matrix (rows: the label given, columns: the label predicted):\n" + std::string(w + 2, ' ');
+    for (int j = 0; j < C; j++) std::snprintf(buf, sizeof buf, " %*s", (int)w, names[j].c_str()), t += buf;
+    t += "\n";
+    for (int k = 0; k < C; k++) {
+        std::snprintf(buf, sizeof buf, "  %-*s", (int)w, names[k].c_str());
+        t += buf;
+        for (int j = 0; j < C; j++) std::snprintf(buf, sizeof buf, " %*d", (int)w, r.confusion[k][j]), t += buf;
+        t += "\n";
+    }
+    std::snprintf(buf, sizeof buf, "  %-*s %9s %9s %9s %9s\n", (int)w, "class", "precision", "recall", "F1", "support");
+    t += buf;
+    for (int k = 0; k < C; k++) {
+        std::snprintf(buf, sizeof buf, "  %-*s %9.3f %9.3f %9.3f %9d\n", (int)w, names[k].c_str(), r.precision[k], r.recall[k], r.f1[k],
+                      r.support[k]);
+        t += buf;
+    }
+    std::snprintf(buf, sizeof buf, "  %-*s %9.3f %9.3f %9.3f\n", (int)w, "mean", r.macro_precision, r.macro_recall, r.macro_f1);
+    return t + buf;
 }
 
 double majority_share(const std::vector<EncodedExample>& examples, int* label) {

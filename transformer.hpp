@@ -1193,8 +1193,23 @@ std::string check_example_lengths(const std::vector<EncodedExample>& ex, const C
 Batch finetune_batch(const Config& c, const FinetuneSpec& s, const std::vector<const EncodedExample*>& examples,
                      std::vector<int>& at, std::vector<int>& labels, Rng* mlm_rng);
 // The most likely class (choice: answer) of each example, in order; mean_L2 over the labelled ones.
+// probs, if given: each example's probabilities over its classes (choice: its answers).
 std::vector<int> finetune_predict(const Config& c, const Params<float>& p, const FinetuneSpec& s,
-                                  const std::vector<EncodedExample>& examples, double* mean_L2 = nullptr);
+                                  const std::vector<EncodedExample>& examples, double* mean_L2 = nullptr,
+                                  std::vector<std::vector<double>>* probs = nullptr);
+// Predictions against gold labels 0..C-1: confusion[gold][predicted] counts, and per class the
+// precision TP / (TP + FP), the recall TP / (TP + FN) and F1 = 2 P R / (P + R) (0 where a
+// denominator is 0, as scikit-learn's zero_division=0), their unweighted means and the accuracy.
+struct ClassReport {
+    std::vector<std::vector<int>> confusion;
+    std::vector<double> precision, recall, f1;
+    std::vector<int> support;  // gold examples of each class
+    double macro_precision = 0, macro_recall = 0, macro_f1 = 0, accuracy = 0;
+};
+ClassReport class_report(const std::vector<int>& predicted, const std::vector<int>& gold, int C);
+// The report as a table under the class names: the confusion matrix (rows: the labels given,
+// columns: the labels predicted), then precision, recall, F1 and support per class.
+std::string class_report_text(const ClassReport& r, const std::vector<std::string>& names);
 struct FinetuneOptions {
     std::string checkpoint, task, train_file, val_file;
     Truncation truncate = Truncation::none;  // examples longer than n_ctx (check_example_lengths)
