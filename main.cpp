@@ -241,10 +241,13 @@ static const std::vector<CommandDoc>& command_docs() {
          "transformer bpe --data corpus.txt --merges 1000 --out bpe/", ""},
         {"sample", "use", "generate text from a GPT checkpoint",
          {{"checkpoint", "FILE  the model (required)"},
-          {"prompt", "TEXT  the text to continue (required)"},
+          {"prompt", "TEXT  the text to continue (required; \"\" starts from <|endoftext|> or a newline, not printed)"},
           {"tokens", "N  tokens to generate, 1..1000000 (default: 200)"},
           {"temperature", "T  softmax temperature, 0 = greedy (default: 1)"},
           {"top-k", "K  draw from the K most likely tokens, 0 = all (default: 0)"},
+          {"top-p", "P  then from the fewest most likely whose probabilities add up to P or more, in (0, 1], 1 = all (default: 1)"},
+          {"num-samples", "N  samples, each from where the last left the generator, separated by a line of dashes, 1..10000 (default: 1)"},
+          {"stop", "TEXT  end a sample once it has generated TEXT (printed with it)"},
           {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
           {"encoder", "FILE  GPT-2's encoder.json (released weights)"},
           {"vocab", "FILE  GPT-2's vocab.bpe (released weights)"},
@@ -924,22 +927,51 @@ static int cmd_sample(Flags& f) {
     const long long tokens = f.count("tokens", 200);
     const uint64_t seed = f.seed("seed", 1);
     const int top_k = f.int32("top-k", 0);
-    const double temperature = f.number("temperature", 1.0);
+    const double temperature = f.number("temperature", 1.0), top_p = f.number("top-p", 1.0);
+    const long long samples = f.count("num-samples", 1);
+    const std::string stop = f.str("stop");
     f.done();
     if (tokens > 1000000) throw Error("--tokens must be between 1 and 1000000, got " + std::to_string(tokens));
+    if (samples > 10000) throw Error("--num-samples must be between 1 and 10000, got " + std::to_string(samples));
     if (temperature < 0) throw Error("--temperature must be >= 0, got " + std::to_string(temperature));
     if (top_k < 0) throw Error("--top-k must be 0 (all tokens) or more, got " + std::to_string(top_k));
-    if (temperature == 0 && (f.has("top-k") || f.has("seed")))  // greedy: nothing is drawn
-        throw Error(std::string("--") + (f.has("top-k") ? "top-k" : "seed") + " does not apply with --temperature 0 (greedy decoding draws nothing)");
+    if (!(top_p > 0 && top_p <= 1)) throw Error("--top-p must be in (0, 1] (1 = all tokens), got " + f.str("top-p"));
+    if (f.has("stop") && stop.empty()) throw Error("--stop is empty");
+    if (temperature == 0)  // greedy: nothing is drawn
+        for (const char* k : {"top-k", "top-p", "seed"})
+            if (f.has(k)) throw Error(std::string("--") + k + " does not apply with --temperature 0 (greedy decoding draws nothing)");
     LoadedModel lm = load_model(path, {"adam."});
     if (!is_causal(lm.config.variant)) throw Error("sample needs a gpt, gpt2 or gpt3 model; use fill for bert/roberta");
     const Tokenizer codec = codec_of(lm, path, encoder, merges, kind);
-    const std::vector<int> x = codec.encode(prompt, "--prompt");
-    if (x.empty()) throw Error("--prompt is empty");
+    // An empty prompt starts from the model's own start: GPT-2's <|endoftext|>, else a newline (as
+    // nanoGPT's start="\n"), else id 0; that token is not printed.
+    std::vector<int> x = codec.encode(prompt, "--prompt");
+    const bool unconditional = prompt.empty();
+    if (unconditional) {
+        const std::vector<int> eot = codec.kind == "gpt2-bpe" ? codec.encode("<|endoftext|>", "--prompt") : std::vector<int>();
+        const std::vector<int> newline = codec.encode("\n", "--prompt");
+        x = eot.size() == 1 ? eot : newline.size() == 1 ? newline : std::vector<int>{0};
+    }
+    if (x.empty()) throw Error("--prompt has no tokens");
+    const std::size_t start = unconditional ? x.size() : 0;  // what is printed: the prompt and what follows
+    // --stop: generation ends once the new text holds it (it is printed, the rest is not generated).
+    auto stops = [&](const std::vector<int>& y) {
+        return !stop.empty() && codec.decode(std::vector<int>(y.begin() + x.size(), y.end())).find(stop) != std::string::npos;
+    };
     Rng rng(seed);
-    const std::string out = codec.decode(generate(lm.config, lm.params, x, (int)tokens, temperature, top_k, rng));
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::printf("\n");
+    for (long long s = 0; s < samples; s++) {
+        const std::vector<int> y = generate(lm.config, lm.params, x, (int)tokens, temperature, top_k, rng, top_p,
+                                            stop.empty() ? std::function<bool(const std::vector<int>&)>() : stops);
+        std::string out = codec.decode(std::vector<int>(y.begin() + start, y.end()));
+        if (!stop.empty()) {  // cut after the stop text (a token may run past it)
+            const std::string prompt_text = codec.decode(std::vector<int>(x.begin() + start, x.end()));
+            const std::size_t at = out.find(stop, prompt_text.size());
+            if (at != std::string::npos) out.resize(at + stop.size());
+        }
+        if (s > 0) std::printf("---------------\n");  // between samples, as nanoGPT's sample.py
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        std::printf("\n");
+    }
     return 0;
 }
 

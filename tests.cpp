@@ -4632,6 +4632,47 @@ TEST_CASE("train_step: zero, the mean of accum batches' gradients, clip, one Ada
 // ================================================================================================
 // Sampling
 // ================================================================================================
+TEST_CASE("sample: sample_logits with top-p draws from the nucleus with its renormalised probabilities (formulas §32)") {
+    // p = Softmax(z) = (0.5, 0.3, 0.15, 0.05) (z = log p). top_p 0.7: the nucleus {0, 1} (0.5 < 0.7
+    // <= 0.8), drawn as 0.625 / 0.375; top_p 0.9: {0, 1, 2} (0.95 >= 0.9); top_p 1: all four.
+    // With temperature 2 the probabilities are p^(1/2) renormalised: (0.4463, 0.3457, 0.2444, 0.1411)/1.1775...
+    const std::vector<float> z = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+    auto frequencies = [&](double T, double top_p, int top_k) {
+        Rng rng(7);
+        std::vector<double> f(4, 0);
+        const int N = 40000;
+        for (int k = 0; k < N; k++) f[sample_logits(z, T, top_k, rng, top_p)] += 1.0 / N;
+        return f;
+    };
+    auto near = [](const std::vector<double>& f, const std::vector<double>& want) {
+        for (std::size_t j = 0; j < f.size(); j++) {
+            CAPTURE(j);
+            CAPTURE(f[j]);
+            CAPTURE(want[j]);
+            CHECK(std::abs(f[j] - want[j]) <= 4 * std::sqrt(want[j] * (1 - want[j]) / 40000) + 1e-12);  // four standard errors
+        }
+    };
+    near(frequencies(1, 0.7, 0), {0.625, 0.375, 0, 0});
+    near(frequencies(1, 0.9, 0), {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0});
+    near(frequencies(1, 1.0, 0), {0.5, 0.3, 0.15, 0.05});
+    near(frequencies(1, 0.9, 2), {0.625, 0.375, 0, 0});  // top-k first: {0, 1}, whose 0.8 of 0.8 is all of it
+    const double a = std::sqrt(0.5), b = std::sqrt(0.3), c = std::sqrt(0.15), d = std::sqrt(0.05), S = a + b + c + d;
+    near(frequencies(2, 1.0, 0), {a / S, b / S, c / S, d / S});
+    near(frequencies(2, 0.6, 0), {a / (a + b), b / (a + b), 0, 0});  // a/S = 0.38 < 0.6 <= (a+b)/S = 0.67
+    // A nucleus of one: top_p below the largest probability draws it always.
+    Rng rng(1);
+    for (int k = 0; k < 100; k++) CHECK(sample_logits(z, 1.0, 0, rng, 0.1) == 0);
+    // Ties keep the lower id first: (1, 1, 1, 1) / 4 with top_p 0.5 is {0, 1}.
+    near([&] {
+        Rng r(3);
+        std::vector<double> f(4, 0);
+        for (int k = 0; k < 40000; k++) f[sample_logits({0, 0, 0, 0}, 1.0, 0, r, 0.5)] += 1.0 / 40000;
+        return f;
+    }(), {0.5, 0.5, 0, 0});
+    Rng r0(1);
+    M_CHECK_TF_ERROR(sample_logits(z, 1.0, 0, r0, 0.0), "top_p must be in (0, 1]");
+}
+
 TEST_CASE("sample: sample_logits greedy, reproducible, top-k restricted") {
     const std::vector<float> z = {0.1f, 2.0f, -1.0f, 1.5f, 1.9f, 0.0f, -3.0f, 1.0f, 0.5f, -0.5f};
     Rng rng(1);
@@ -9859,6 +9900,24 @@ TEST_CASE("CLI: fill and sample work on trained checkpoints, usage on no argumen
     CHECK(s1.out == s2.out);
     CHECK(s1.out.rfind("the", 0) == 0);
     CHECK(s1.out.size() == 3 + 12 + 1);  // prompt, 12 characters, newline
+    // --num-samples: each sample from where the last left the generator, a line of dashes between.
+    const m_Run three = m_run_ok("sample --checkpoint " + g + " --prompt the --tokens 12 --seed 3 --num-samples 3");
+    CHECK(three.out.rfind(s1.out + "---------------\nthe", 0) == 0);
+    CHECK(std::count(three.out.begin(), three.out.end(), '\n') == 5);
+    // An empty prompt starts from a newline (the character model's), which is not printed.
+    const m_Run free = m_run_ok("sample --checkpoint " + g + " --prompt '' --tokens 12 --seed 3");
+    CHECK(free.out.size() == 12 + 1);
+    // --stop: the sample ends with the first occurrence of the text in what is generated.
+    const m_Run greedy = m_run_ok("sample --checkpoint " + g + " --prompt the --tokens 12 --temperature 0");
+    const std::string gen = greedy.out.substr(3, 12);
+    const std::string cut = gen.substr(2, 2);  // a text that the greedy continuation holds
+    const m_Run stopped = m_run_ok("sample --checkpoint " + g + " --prompt the --tokens 12 --temperature 0 --stop '" + cut + "'");
+    CHECK(stopped.out == "the" + gen.substr(0, gen.find(cut) + cut.size()) + "\n");
+    m_cli_fails("sample --checkpoint " + g + " --prompt the --top-p 0", "--top-p must be in (0, 1]");
+    m_cli_fails("sample --checkpoint " + g + " --prompt the --top-p 1.5", "--top-p must be in (0, 1]");
+    m_cli_fails("sample --checkpoint " + g + " --prompt the --temperature 0 --top-p 0.9", "--top-p does not apply with --temperature 0");
+    m_cli_fails("sample --checkpoint " + g + " --prompt the --num-samples 0", "--num-samples must be positive");
+    m_cli_fails("sample --checkpoint " + g + " --prompt the --stop ''", "--stop is empty");
     const m_Run f = m_run("fill --checkpoint " + b + " --text 'th[MASK] quick'");
     INFO(f.out << f.err);
     CHECK(f.status == 0);

@@ -2139,7 +2139,7 @@ StepResult train_step(const Config& c, Params<float>& p, Params<float>& g, AdamW
 }
 
 // ---- Sampling ------------------------------------------------------------------------------------
-int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng) {
+int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng, double top_p) {
     if (z.empty()) throw Error("sample_logits: empty logits");
     const int V = (int)z.size();
     for (int j = 0; j < V; j++)
@@ -2147,7 +2147,7 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
     if (temperature <= 0) return (int)(std::max_element(z.begin(), z.end()) - z.begin());
     std::vector<int> order(V);
     for (int j = 0; j < V; j++) order[j] = j;
-    const int k = (top_k > 0 && top_k < V) ? top_k : V;
+    int k = (top_k > 0 && top_k < V) ? top_k : V;
     if (k < V)  // the k largest first; with all V kept the order does not matter (no O(V log V) sort)
         std::partial_sort(order.begin(), order.begin() + k, order.end(),
                           [&](int a, int b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });  // ties: lower id first
@@ -2156,6 +2156,17 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
     std::vector<double> w(k);
     double sum = 0;
     for (int j = 0; j < k; j++) sum += w[j] = std::exp((z[order[j]] - z_max) / temperature);
+    if (top_p < 1) {  // the nucleus: the fewest most likely ids whose probabilities add up to top_p or more
+        if (!(top_p > 0)) throw Error("sample_logits: top_p must be in (0, 1], got " + std::to_string(top_p));
+        if (k == V)  // not sorted by partial_sort: sort now (ties: lower id first)
+            std::sort(order.begin(), order.end(), [&](int a, int b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+        for (int j = 0; j < k; j++) w[j] = std::exp((z[order[j]] - z_max) / temperature);
+        double kept = 0;
+        int m = 0;
+        while (m < k && kept < top_p * sum) kept += w[m++];
+        k = std::max(m, 1);
+        sum = kept;
+    }
     double u = rng.uniform() * sum;  // the first j whose cumulative weight passes u; the last if rounding leaves u beyond
     for (int j = 0; j + 1 < k; j++) {
         if (u < w[j]) return order[j];
@@ -4656,7 +4667,7 @@ Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& k) 
 
 template <typename T>
 std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> x, int new_tokens, double temperature,
-                          int top_k, Rng& rng) {
+                          int top_k, Rng& rng, double top_p, const std::function<bool(const std::vector<int>&)>& stop) {
     if (!is_causal(c.variant)) throw Error("generate: a " + std::string(variant_name(c.variant)) + " model does not generate");
     if (x.empty()) throw Error("generate: the prompt is empty");
     check_token_ids(x, c.V, "prompt");
@@ -4678,7 +4689,8 @@ std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> 
     };
     for (int s = 0; s < new_tokens; s++) {
         next_logits();
-        x.push_back(sample_logits(z, temperature, top_k, rng));
+        x.push_back(sample_logits(z, temperature, top_k, rng, top_p));
+        if (stop && stop(x)) break;
     }
     return x;
 }
@@ -9129,7 +9141,8 @@ TF_INSTANTIATE_MODELS(double)
 #define TF_INSTANTIATE_GENERATION(T)                                                                       \
     template void kv_init(const Config&, KVCache<T>&);                                                     \
     template Tensor<T> model_step(const Config&, const Params<T>&, int, KVCache<T>&);                      \
-    template std::vector<int> generate(const Config&, const Params<T>&, std::vector<int>, int, double, int, Rng&);
+    template std::vector<int> generate(const Config&, const Params<T>&, std::vector<int>, int, double, int, Rng&, double, \
+                                       const std::function<bool(const std::vector<int>&)>&);
 
 TF_INSTANTIATE_GENERATION(float)
 TF_INSTANTIATE_GENERATION(double)

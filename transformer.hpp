@@ -835,9 +835,11 @@ struct StepResult {
 };
 StepResult train_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr, double max_norm,
                       int accum, const std::function<double(Params<float>&)>& loss_and_grad);
-// Draw one id from logits z (V) with temperature and top-k (exposed for tests). Among equal logits at
-// the k-th place the lower ids are kept, so the draw does not depend on the standard library.
-int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng);
+// Draw one id from logits z (V) with temperature, top-k and top-p (formulas §32; exposed for tests).
+// Among equal logits at the k-th place the lower ids are kept, so the draw does not depend on the
+// standard library. top_p in (0, 1]: after top-k, the fewest most likely ids (ties: lower id first)
+// whose probabilities add up to top_p or more; 1 keeps them all and draws as without it.
+int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng, double top_p = 1.0);
 
 // ################################################################################################
 // PART II. THE MACHINERY: checkpoints and files, the training drivers, the tokenizers, teaching
@@ -1254,12 +1256,15 @@ template <typename T>
 Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& cache);
 
 // Generation from a GPT-variant checkpoint: next token ~ Softmax(z / temperature) restricted to the
-// top_k most likely (top_k 0 = all; temperature 0 = greedy). The context is the last n_ctx tokens:
-// while the text fits in n_ctx the key/value cache is used, after that the window slides and each
-// token runs model_forward on the last n_ctx tokens.
+// top_k most likely (top_k 0 = all; temperature 0 = greedy), then to the nucleus of probability
+// top_p (1 = all; formulas §32). The context is the last n_ctx tokens: while the text fits in n_ctx
+// the key/value cache is used, after that the window slides and each token runs model_forward on
+// the last n_ctx tokens. stop, if given, is asked after each new token and ends the generation
+// when it says so.
 template <typename T>
 std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> prompt, int new_tokens,
-                          double temperature, int top_k, Rng& rng);
+                          double temperature, int top_k, Rng& rng, double top_p = 1.0,
+                          const std::function<bool(const std::vector<int>&)>& stop = nullptr);
 
 // The held-out accuracy of a model on the built-in addition task (greedy answers, all 4 digits right).
 double addition_accuracy(const Config& c, const Params<float>& p, const CharVocab& vocab, int problems, uint64_t seed);
