@@ -247,7 +247,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"top-k", "K  draw from the K most likely tokens, 0 = all (default: 0)"},
           {"top-p", "P  then from the fewest most likely whose probabilities add up to P or more, in (0, 1], 1 = all (default: 1)"},
           {"num-samples", "N  samples, each from where the last left the generator, separated by a line of dashes, 1..10000 (default: 1)"},
-          {"stop", "TEXT  end a sample once it has generated TEXT (printed with it)"},
+          {"stop", "TEXT  end a sample once it has generated TEXT, printed with it (default: none)"},
           {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
           {"encoder", "FILE  GPT-2's encoder.json (released weights)"},
           {"vocab", "FILE  GPT-2's vocab.bpe (released weights)"},
