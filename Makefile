@@ -8,13 +8,14 @@ STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
 # The optimisation level. g++: -O2 with the loop vectoriser's full cost model (-O3's vectorisation
 # without its loop cloning and unswitching), and -O1 in the regions of transformer.cpp that run no
-# hot loop (-DTF_COLD_O1: files, tokenizers, drivers, teaching tools). The program runs as fast as
-# with -O3 and builds in a third of the time (docs/performance.md, "Build time"). clang: -O2.
+# hot loop (-DTF_COLD_O1: files, tokenizers, drivers, teaching tools, the double instantiations).
+# clang: -O2, those regions optimised for size. The program runs as fast as with -O3 and builds in
+# a third of the time (docs/performance.md, "Build time").
 IS_CLANG := $(findstring clang,$(shell $(CXX) --version 2>/dev/null | head -n 1))
 ifeq ($(IS_CLANG),)
   LEVEL  := -O2 -fvect-cost-model=dynamic -DTF_COLD_O1
 else
-  LEVEL  := -O2
+  LEVEL  := -O2 -DTF_COLD_O1
 endif
 ARCH     ?= -march=native
 OPT      := $(LEVEL) $(ARCH) -fno-math-errno

@@ -7595,6 +7595,26 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
     std::string want;
     for (int y : finetune_predict(fm.config, fm.params, spec, ex)) want += spec.classes[y] + "\n";
     CHECK(p1.out == want);
+    // finetune's help states the defaults the run records (its checkpoint's train.* metadata).
+    {
+        const std::string fhelp = m_run_ok("finetune --help").out;
+        m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --steps 1 --quiet --out " + dir +
+                 "/defaults.st");
+        const auto md = load_model(dir + "/defaults.st", {"adam."}).file.metadata;
+        for (const auto& kv : std::vector<std::pair<std::string, std::string>>{
+                 {"batch", "train.batch"}, {"accum", "train.accum"}, {"lr", "train.lr"}, {"dropout", "train.dropout"},
+                 {"weight-decay", "train.weight_decay"}, {"grad-clip", "train.grad_clip"}, {"log-every", "train.log_every"},
+                 {"seed", "train.seed"}, {"lambda", "finetune.lambda"}}) {
+            CAPTURE(kv.first);
+            const std::size_t at = fhelp.find("  --" + kv.first + " ");
+            REQUIRE(at != std::string::npos);
+            const std::string line = fhelp.substr(at, fhelp.find('\n', at) - at);
+            CAPTURE(line);
+            const std::size_t d = line.find("(default: ");
+            REQUIRE(d != std::string::npos);
+            CHECK(std::strtod(line.c_str() + d + 10, nullptr) == doctest::Approx(std::stod(md.at(kv.second))));
+        }
+    }
     // --probs: each label, then every class with its probability (the largest is the label's).
     const m_Run pp = m_run_ok("predict --checkpoint " + ft + " --data " + va + " --probs");
     std::stringstream pps(pp.out), p1s(p1.out);
