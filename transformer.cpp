@@ -84,16 +84,19 @@
 #define TF_STREAM_WIDTH
 #endif
 // TF_COLD_BEGIN ... TF_COLD_END: code that runs no hot loop (files, JSON, Hugging Face import and
-// export, the drivers, tokenizers, teaching tools, tables) and the double instantiations of the
-// models and generation, which serve the gradient checks (exact formulas, not speed). With -DTF_COLD_O1 (the Makefile's builds
+// export, the drivers, tokenizers, teaching tools, tables). With -DTF_COLD_O1 (the Makefile's builds
 // of the program and the tests) g++ compiles those regions at -O1 and clang optimises them for size
 // (minsize); with -DTF_COLD_O0 (the fast build of `make check`) g++ compiles them at -O0. The build
-// takes a fraction less time, the program runs as fast (docs/performance.md, "Build time"). A
+// takes a fraction of the time, the program runs as fast (docs/performance.md, "Build time"). A
 // template's implicit instantiations take the level in force at the end of the file (the command
-// line's), an explicit one the level where it stands.
+// line's). TF_COLD_INSTANCES_BEGIN ... END: the same for explicit instantiations, which take the
+// level where they stand with g++ (clang's attribute does not reach them): the double instances of
+// the models and generation, which serve the gradient checks (exact formulas, not speed).
 #if defined(__clang__) && defined(TF_COLD_O1)
 #define TF_COLD_BEGIN TF_PRAGMA(clang attribute push(__attribute__((minsize)), apply_to = function))
 #define TF_COLD_END TF_PRAGMA(clang attribute pop)
+#define TF_COLD_INSTANCES_BEGIN
+#define TF_COLD_INSTANCES_END
 #elif defined(__GNUC__) && !defined(__clang__) && (defined(TF_COLD_O1) || defined(TF_COLD_O0))
 #define TF_COLD_BEGIN TF_PRAGMA(GCC push_options) TF_COLD_LEVEL
 #define TF_COLD_END TF_PRAGMA(GCC pop_options)
@@ -102,9 +105,13 @@
 #else
 #define TF_COLD_LEVEL TF_PRAGMA(GCC optimize("O1"))
 #endif
+#define TF_COLD_INSTANCES_BEGIN TF_COLD_BEGIN
+#define TF_COLD_INSTANCES_END TF_COLD_END
 #else
 #define TF_COLD_BEGIN
 #define TF_COLD_END
+#define TF_COLD_INSTANCES_BEGIN
+#define TF_COLD_INSTANCES_END
 #endif
 
 namespace tf {
@@ -9142,9 +9149,9 @@ TF_COLD_END
 
 TF_INSTANTIATE(float)
 TF_INSTANTIATE_MODELS(float)
-TF_COLD_BEGIN
+TF_COLD_INSTANCES_BEGIN
 TF_INSTANTIATE_MODELS(double)
-TF_COLD_END
+TF_COLD_INSTANCES_END
 #define TF_INSTANTIATE_GENERATION(T)                                                                       \
     template void kv_init(const Config&, KVCache<T>&);                                                     \
     template Tensor<T> model_step(const Config&, const Params<T>&, int, KVCache<T>&);                      \
@@ -9152,9 +9159,9 @@ TF_COLD_END
                                        const std::function<bool(const std::vector<int>&)>&);
 
 TF_INSTANTIATE_GENERATION(float)
-TF_COLD_BEGIN
+TF_COLD_INSTANCES_BEGIN
 TF_INSTANTIATE_GENERATION(double)
-TF_COLD_END
+TF_COLD_INSTANCES_END
 TF_INSTANTIATE(double)  // the modules and the products: tests compare the fast and the plain bit for bit
 
 }  // namespace tf
