@@ -30,9 +30,9 @@ endif
 # the last is inside the block.
 DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS
 DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
-# As many compile jobs as there are cores, unless the command line says -j; one short line per
-# object built (V=1 shows the whole commands).
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# As many compile jobs as there are cores (a -j on the command line takes precedence; a make run
+# by a recipe shares its parent's jobs); one short line per object built (V=1 shows the commands).
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
   MAKEFLAGS += -j$(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 endif
 ifeq ($(V),1)
