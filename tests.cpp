@@ -4669,6 +4669,15 @@ TEST_CASE("sample: sample_logits with top-p draws from the nucleus with its reno
         for (int k = 0; k < 40000; k++) f[sample_logits({0, 0, 0, 0}, 1.0, 0, r, 0.5)] += 1.0 / 40000;
         return f;
     }(), {0.5, 0.5, 0, 0});
+    // Logits out of id order, with a tie at the nucleus' edge: z = (0, 0, 1, 0) gives (1, 1, e, 1)
+    // / (e + 3) = (0.175, 0.175, 0.475, 0.175); top_p 0.6 keeps id 2, then the lowest of the tied
+    // ids, 0: {2, 0} drawn as e / (e + 1) and 1 / (e + 1).
+    near([&] {
+        Rng r(5);
+        std::vector<double> f(4, 0);
+        for (int k = 0; k < 40000; k++) f[sample_logits({0, 0, 1, 0}, 1.0, 0, r, 0.6)] += 1.0 / 40000;
+        return f;
+    }(), {1 / (std::exp(1.0) + 1), 0, std::exp(1.0) / (std::exp(1.0) + 1), 0});
     Rng r0(1);
     M_CHECK_TF_ERROR(sample_logits(z, 1.0, 0, r0, 0.0), "top_p must be in (0, 1]");
 }
