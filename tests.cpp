@@ -680,6 +680,17 @@ std::string m_stderr_of(const std::function<void()>& run) {
     return m_read(path);
 }
 
+// The number a command's help gives as --flag's default ("(default: N...)"); the case fails when
+// the help has no such line.
+double m_help_default(const std::string& help, const std::string& flag) {
+    const std::size_t at = help.find("  --" + flag + " ");
+    REQUIRE_MESSAGE(at != std::string::npos, "the help lists no --" << flag);
+    const std::string line = help.substr(at, help.find('\n', at) - at);
+    const std::size_t d = line.find("(default: ");
+    REQUIRE_MESSAGE(d != std::string::npos, "the help gives no default for --" << flag << ": " << line);
+    return std::strtod(line.c_str() + d + 10, nullptr);
+}
+
 // A small text file for training runs (~2 KB, a few dozen distinct characters).
 std::string m_text_file() {
     const std::string path = m_path("corpus.txt");
@@ -7615,13 +7626,7 @@ TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same pr
                  {"weight-decay", "train.weight_decay"}, {"grad-clip", "train.grad_clip"}, {"log-every", "train.log_every"},
                  {"seed", "train.seed"}, {"lambda", "finetune.lambda"}}) {
             CAPTURE(kv.first);
-            const std::size_t at = fhelp.find("  --" + kv.first + " ");
-            REQUIRE(at != std::string::npos);
-            const std::string line = fhelp.substr(at, fhelp.find('\n', at) - at);
-            CAPTURE(line);
-            const std::size_t d = line.find("(default: ");
-            REQUIRE(d != std::string::npos);
-            CHECK(std::strtod(line.c_str() + d + 10, nullptr) == doctest::Approx(std::stod(md.at(kv.second))));
+            CHECK(m_help_default(fhelp, kv.first) == doctest::Approx(std::stod(md.at(kv.second))));
         }
     }
     // --probs: each label, then every class with its probability (the largest is the label's).
@@ -9669,13 +9674,7 @@ TEST_CASE("CLI: the defaults a help states are the ones the program takes") {
         {"log-every", (double)o.log_every}, {"stop-at", (double)o.stop_at}, {"seed", (double)o.seed}};
     for (const auto& kv : want) {
         CAPTURE(kv.first);
-        const std::size_t at = help.find("  --" + kv.first + " ");
-        REQUIRE(at != std::string::npos);
-        const std::string line = help.substr(at, help.find('\n', at) - at);
-        CAPTURE(line);
-        const std::size_t d = line.find("(default: ");
-        REQUIRE(d != std::string::npos);
-        CHECK(std::strtod(line.c_str() + d + 10, nullptr) == doctest::Approx(kv.second));
+        CHECK(m_help_default(help, kv.first) == doctest::Approx(kv.second));
     }
     // bench's model flags change its preset: their defaults are the preset's, not train's.
     const std::string bench = m_run_ok("bench --help").out;
