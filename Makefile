@@ -175,7 +175,7 @@ tests-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-tests.o
 	@$(say) LINK $@
 	$(Q)$(CXX) $(DBG) -o $@ $^
 
-# make build-times: how long the builds take on this machine, each in a fresh copy of the sources
+# make build-times: how long the builds take on the computer it runs on, each in a fresh copy of the sources
 # in a temporary directory (this directory's builds are left alone): the compile of each object,
 # `make`, `make test` (its build and its run), one student round (`make check TESTS=...` after an
 # edit of transformer.cpp, here and in a handout), `make debug`, the sanitized run of .ci/run, and
