@@ -43,7 +43,7 @@ else
   say = printf '  %-5s %s\n'
 endif
 
-.PHONY: all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check
+.PHONY: FORCE all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check
 all: transformer
 
 $(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
@@ -194,7 +194,8 @@ build-times: | doctest
 	fresh o; cd "$$tmp/o"; mkdir -p build; \
 	for o in "transformer.o:transformer.cpp:$(OPT)" "transformer-checked.o:transformer.cpp:$(OPT) $(CHECKED)" \
 	         "tests.o:tests.cpp:$(TESTS_OPT) $(CHECKED)" "main.o:main.cpp:$(OPT)" \
-	         "check's transformer.o:transformer.cpp:$(FAST_OPT)"; do \
+	         "check's mathematics.o:transformer.cpp:$(FAST_OPT) -DTF_ONLY_MATHEMATICS" \
+	         "check's machinery.o:transformer.cpp:$(FAST_OPT) -DTF_ONLY_MACHINERY"; do \
 	  name=$${o%%:*}; rest=$${o#*:}; src=$${rest%%:*}; flags=$${rest#*:}; t=$$(now); \
 	  quiet $(CXX) $(STD) $(WARN) $$flags $(GCFLAGS) -c -o build/x.o $$src; \
 	  row "  $$name ($$src, $$flags)" "$$(secs $$t)"; \
@@ -423,16 +424,28 @@ handout:
 
 # make check ASSIGNMENT=N (in a handout-N directory ASSIGNMENT comes from its handout.mk), or
 # make check TESTS="LayerNorm*" (any doctest -tc pattern): one student round. transformer.cpp is
-# compiled with $(FAST_OPT) into $(FAST_BUILD)/ and linked with the tests' own tests.o (built once,
-# it does not depend on transformer.cpp), then the cases run: those of TESTS, else assignment N's.
+# compiled with $(FAST_OPT) into $(FAST_BUILD)/ as two objects, linked with the tests' own tests.o
+# (built once, it does not depend on transformer.cpp); then the cases run: those of TESTS, else
+# assignment N's. mathematics.o (-DTF_ONLY_MATHEMATICS: Part I and the fast product it calls) is
+# compiled after every edit of the file; machinery.o (-DTF_ONLY_MACHINERY: the rest of Part II,
+# which sees Part I through declarations only) is compiled when the preprocessed text it is made
+# of changes: machinery.key holds that text's checksum, rewritten only when it differs. An edit of a
+# formula function recompiles a third of the file.
 $(FAST_BUILD):
 	$(Q)mkdir -p $@
-$(FAST_BUILD)/transformer-checked.o: transformer.cpp transformer.hpp | $(FAST_BUILD)
+$(FAST_BUILD)/mathematics.o: transformer.cpp transformer.hpp | $(FAST_BUILD)
 	@$(say) CXX $@
-	$(Q)$(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -c -o $@ $<
-$(FAST_BUILD)/tests: $(FAST_BUILD)/transformer-checked.o $(BUILD)/tests.o
+	$(Q)$(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -DTF_ONLY_MATHEMATICS -c -o $@ $<
+$(FAST_BUILD)/machinery.key: FORCE | $(FAST_BUILD)
+	$(Q)$(CXX) $(STD) $(FAST_OPT) -DTF_ONLY_MACHINERY -E -P transformer.cpp | cksum > $@.new
+	$(Q)if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
+$(FAST_BUILD)/machinery.o: $(FAST_BUILD)/machinery.key
+	@$(say) CXX $@
+	$(Q)$(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -DTF_ONLY_MACHINERY -c -o $@ transformer.cpp
+$(FAST_BUILD)/tests: $(FAST_BUILD)/mathematics.o $(FAST_BUILD)/machinery.o $(BUILD)/tests.o
 	@$(say) LINK $@
 	$(Q)$(CXX) $(FAST_OPT) -o $@ $^
+FORCE:
 check: | doctest
 	@if [ -z '$(strip $(TESTS))$(strip $(ASSIGNMENT))' ]; then \
 	  echo "make check: give TESTS=\"pattern\" (a doctest -tc pattern) or ASSIGNMENT=N (N in $(ASSIGNMENTS))" >&2; exit 1; fi
@@ -484,8 +497,10 @@ assignments-check:
 # + <-> -, < <-> <=, > <-> >=, == <-> !=, && <-> ||, * -> /, a unary minus dropped, a term, factor
 # or divisor dropped (a + b -> a), loop bounds one past the end (< n -> < n + 1) or one late
 # (= 0 -> = 1), constants (0.5 -> 1.0, 2 -> 1, 1 -> 0, other decimals doubled, other integers + 1),
-# a statement dropped, the two indices of X(i, j) swapped. Each mutant: transformer.cpp recompiled
-# at MUT_OPT with the standard library's index checks (as make test builds it), linked with a tests.o
+# a statement dropped, the two indices of X(i, j) swapped. Each mutant: the part of transformer.cpp it
+# is in (-DTF_ONLY_MATHEMATICS or -DTF_ONLY_MACHINERY, as make check builds it) recompiled at MUT_OPT
+# with the standard library's index checks (as make test builds it), linked with the other part
+# compiled once from the unmutated file and with a tests.o
 # built once (in MUT_BUILD, build-mutants/), the test cases matching TESTS (doctest -tc, default all) run
 # under `timeout TIMEOUT` (default: ten times the unmutated run of those cases plus 10 s; a `date`
 # without nanoseconds, as BSD's, measures whole seconds), stopping at the first failed check
@@ -494,7 +509,7 @@ assignments-check:
 # JOBS=n tries n mutants at once (each in its own copy of the project); the verdicts do not depend on it.
 # BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
 # SAN=1 builds each mutant with AddressSanitizer, UBSan and -D_GLIBCXX_ASSERTIONS (make debug's checks):
-# an index one past the end of a tensor then kills. transformer.o comes first on the link line, so
+# an index one past the end of a tensor then kills. The mutated part comes first on the link line, so
 # the checked copies of the header's inline functions are the ones linked.
 # docs/mutation.md explains the output and gives the figure for the suite.
 MUT_OPT     ?= -O0
@@ -721,20 +736,23 @@ mutants mutants-all: | doctest
 	case "$(MUT_LOG)" in /*) log="$(MUT_LOG)";; *) log="$$top/$(MUT_LOG)";; esac; : > "$$log"; \
 	say() { echo "$$*" | tee -a "$$log"; }; \
 	all_k=0; all_s=0; all_n=0; all_g=0; bk=0; bs=0; \
-	$(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) $(GCFLAGS) -c -o "$$tmp/transformer.o" transformer.cpp; \
-	$(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/base-tests" "$$tmp/transformer.o" $(MUT_BUILD)/tests.o; \
+	cc_part() { $(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) $(GCFLAGS) -DTF_ONLY_$$1 -c -o "$$2" "$$3"; }; \
+	cc_part MATHEMATICS "$$tmp/MATHEMATICS.o" transformer.cpp & cc_part MACHINERY "$$tmp/MACHINERY.o" transformer.cpp; wait $$!; \
+	$(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/base-tests" "$$tmp/MATHEMATICS.o" "$$tmp/MACHINERY.o" $(MUT_BUILD)/tests.o; \
+	machinery_from=$$(grep -n '^#if !defined(TF_ONLY_MATHEMATICS)' transformer.cpp | head -n 1 | cut -d: -f1); \
 	mutant() { \
 	  d="$$tmp/s$$1"; \
 	  MUT_TEXT="$$text" awk -v l="$$line" 'FNR == l { print ENVIRON["MUT_TEXT"]; next } { print }' transformer.cpp > "$$d/transformer.cpp"; \
 	  before=$$(sed -n "$${line}p" transformer.cpp | sed -E 's/^[ \t]+//'); after=$$(printf '%s' "$$text" | sed -E 's/^[ \t]+//'); \
-	  if ! $(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) $(GCFLAGS) -c -o "$$d/transformer.o" "$$d/transformer.cpp" 2>/dev/null || \
-	     ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" $(MUT_BUILD)/tests.o 2>/dev/null; then \
+	  if [ "$$line" -lt "$$machinery_from" ]; then part=MATHEMATICS; other="$$tmp/MACHINERY.o"; else part=MACHINERY; other="$$tmp/MATHEMATICS.o"; fi; \
+	  if ! cc_part $$part "$$d/transformer.o" "$$d/transformer.cpp" 2>/dev/null || \
+	     ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" "$$other" $(MUT_BUILD)/tests.o 2>/dev/null; then \
 	    verdict="not compiled"; \
 	  elif (cd "$$d" && timeout $$lim ./tests -aa=1 $$tc </dev/null) >/dev/null 2>&1; then verdict=SURVIVED; \
 	  else verdict=KILLED; fi; \
 	  was=; \
 	  if [ -n "$(BEFORE)" ] && [ "$$verdict" != "not compiled" ]; then \
-	    $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" "$(BEFORE)"; \
+	    $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" "$$other" "$(BEFORE)"; \
 	    if (cd "$$d" && timeout $$lim ./tests -aa=1 $$tc </dev/null) >/dev/null 2>&1; then was=" (before: SURVIVED)"; \
 	    else was=" (before: KILLED)"; fi; \
 	  fi; \

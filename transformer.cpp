@@ -116,6 +116,7 @@
 
 namespace tf {
 
+#if !defined(TF_ONLY_MACHINERY)
 // ################################################################################################
 // PART I. THE MATHEMATICS, in the order of docs/formulas.md
 // The tensor, the reference matrix product, every module with its backward, the models, the
@@ -648,7 +649,7 @@ std::vector<Tensor<T>> Concat_backward(const Tensor<T>& dY, int A) {
 // ---- Masked Multi-Head Self-Attention --------------------------------------------------------
 // Rows b*n .. b*n+n-1 of a (B*n) x C matrix: sequence b.
 template <typename T>
-static Tensor<T> rows_of(const Tensor<T>& X, int first, int count) {
+Tensor<T> rows_of(const Tensor<T>& X, int first, int count) {
     Tensor<T> Y = Tensor<T>::uninit(count, X.cols());
     std::copy(X.row(first), X.row(first) + (std::size_t)count * X.cols(), Y.ptr());
     return Y;
@@ -1230,7 +1231,7 @@ void validate(const Config& c) {
 // Bytes for an arena that holds every tensor of p (each with its guard, rounded up to 64 bytes), plus 1 MiB for
 // the few temporaries the loaders make while it is open.
 template <typename T>
-static std::size_t arena_bytes(const Config& c, Params<T>& p) {
+std::size_t arena_bytes(const Config& c, Params<T>& p) {
     std::size_t bytes = std::size_t(1) << 20;
     for (auto& nt : named_tensors(c, p)) {
         std::size_t n = 1;
@@ -1397,9 +1398,13 @@ std::vector<int> position_rows(const Config& c, const std::vector<int>& tokens, 
     }
     return rows;
 }
-// Row `row` of position_rows: W_p[row], or w_pad for -1 (p: the parameters or their gradients).
-template <typename P>
-static auto position_vector(P& p, int row) {
+// Row `row` of position_rows: W_p[row], or w_pad for -1; of the parameters, or of their gradients.
+template <typename T>
+const T* position_vector(const Params<T>& p, int row) {
+    return row < 0 ? p.w_pad.ptr() : p.W_p.row(row);
+}
+template <typename T>
+T* position_vector(Params<T>& p, int row) {
     return row < 0 ? p.w_pad.ptr() : p.W_p.row(row);
 }
 
@@ -1545,7 +1550,7 @@ static Tensor<T> blocks_backward(const Config& c, const Params<T>& p, const Forw
     return dX;
 }
 
-static void check_batch(const Config& c, const Batch& b) {
+void check_batch(const Config& c, const Batch& b) {
     if (b.B < 1 || b.n < 1) throw Error("batch: B and n must be positive");
     if (b.n > c.n_ctx)
         throw Error("sequence of " + std::to_string(b.n) + " tokens is longer than the context n_ctx = " +
@@ -1965,7 +1970,7 @@ FinetuneLoss finetune_loss(const Config& c, const Params<T>& p, const Tensor<T>&
 }
 
 // ---- XLNet: permutation objective, two-stream attention (see transformer.hpp) -------------------
-static std::vector<int> permutation_ranks(const std::vector<int>& z) {
+std::vector<int> permutation_ranks(const std::vector<int>& z) {
     const int n = (int)z.size();
     std::vector<int> rank(n, -1);
     for (int t = 0; t < n; t++) {
@@ -1991,8 +1996,8 @@ Tensor<T> Mask_XL(const std::vector<int>& z) {
 // The forward of both streams for B sequences: X^(0) ((B*2n) x H, sequence b in rows b*2n ..
 // b*2n+2n-1, content first), the blocks with Mask^XL(z) in every layer; returns X^(L).
 template <typename T>
-static Tensor<T> xlnet_forward(const Config& c, const Params<T>& p, const Tensor<T>& w, const std::vector<int>& tokens,
-                               int B, const std::vector<int>& z, ForwardCache<T>& k) {
+Tensor<T> xlnet_forward(const Config& c, const Params<T>& p, const Tensor<T>& w, const std::vector<int>& tokens,
+                        int B, const std::vector<int>& z, ForwardCache<T>& k) {
     if (has_segments(c.variant)) throw Error("xlnet: the bert variant's segment vectors have no place here; use another variant");
     const int n = (int)z.size();
     if (B < 1 || n < 1 || (long long)tokens.size() != (long long)B * n)
@@ -2185,6 +2190,94 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
         u -= w[j];
     }
     return order[k - 1];
+}
+
+// ---- Generation with a key/value cache (formulas §32) -------------------------------------------
+template <typename T>
+void kv_init(const Config& c, KVCache<T>& cache) {
+    if (!is_causal(c.variant)) throw Error("kv_init: a " + std::string(variant_name(c.variant)) + " model is not causal");
+    cache.t = 0;
+    cache.K.assign(c.L, std::vector<Tensor<T>>(c.A));
+    cache.V.assign(c.L, std::vector<Tensor<T>>(c.A));
+    for (auto* KV : {&cache.K, &cache.V})
+        for (auto& layer : *KV)
+            for (Tensor<T>& M : layer) {
+                M.shape = {0, c.D};
+                M.data.reserve((std::size_t)c.n_ctx * c.D);  // room for every row: appending never moves it
+            }
+    cache.masks.resize(c.L);
+    for (int l = 0; l < c.L; l++) cache.masks[l] = layer_mask<T>(c, l, c.n_ctx);
+}
+
+// The blocks of model_forward for the single new row t (1 x H); MultiHeadSA's heads attend from
+// it to rows 0..t of the cached keys and values, with row t of the layer's mask (1 x (t+1)).
+template <typename T>
+Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& k) {
+    const int t = k.t;
+    if ((int)k.K.size() != c.L) throw Error("model_step: call kv_init first");
+    if (t >= c.n_ctx) throw Error("model_step: the cache is full (n_ctx = " + std::to_string(c.n_ctx) + " tokens)");
+    Tensor<T> X = Embedding(std::vector<int>{x}, p.W_e);  // 1 x H: OneHot(x) W_e + W_p[t]
+    for (int j = 0; j < c.H; j++) X[j] += p.W_p(t, j);
+    for (int l = 0; l < c.L; l++) {
+        const Layer<T>& w = p.layers[l];
+        Tensor<T> mask = Tensor<T>::uninit(1, t + 1);
+        std::copy(k.masks[l].row(t), k.masks[l].row(t) + t + 1, mask.ptr());
+        auto append_row = [](Tensor<T>& M, const Tensor<T>& r) {  // M gets r as its last row
+            M.data.insert(M.data.end(), r.data.begin(), r.data.end());
+            M.shape[0]++;
+        };
+        auto attention = [&](const Tensor<T>& A_in) {  // MultiHeadSA(A_in, Mask) for row t
+            std::vector<Tensor<T>> heads(c.A);
+            for (int i = 0; i < c.A; i++) {
+                append_row(k.K[l][i], Linear(A_in, w.attn.W_K[i], head_bias(w.attn.b_K, i)));  // now t+1 rows
+                append_row(k.V[l][i], Linear(A_in, w.attn.W_V[i], head_bias(w.attn.b_V, i)));
+                heads[i] = Attention(Linear(A_in, w.attn.W_Q[i], head_bias(w.attn.b_Q, i)), k.K[l][i], k.V[l][i], mask);
+            }
+            return Linear(Concat(heads), w.attn.W_O, w.attn.b_O);
+        };
+        if (is_pre_ln(c.variant)) {  // X' = MHSA(LN(X)) + X;  X = FFN(LN(X')) + X'
+            add_inplace(X, attention(LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps)));
+            add_inplace(X, FFN(LayerNorm(X, w.ln_2_gamma, w.ln_2_beta, c.eps), w.ffn, c.activation));
+        } else {  // X' = LN(MHSA(X) + X);  X = LN(FFN(X') + X')
+            X = LayerNorm(add(attention(X), X), w.ln_1_gamma, w.ln_1_beta, c.eps);
+            X = LayerNorm(add(FFN(X, w.ffn, c.activation), X), w.ln_2_gamma, w.ln_2_beta, c.eps);
+        }
+    }
+    if (is_pre_ln(c.variant)) X = LayerNorm(X, p.ln_f_gamma, p.ln_f_beta, c.eps);
+    k.t++;
+    Tensor<T> z = matmul_nt(X, p.W_e);  // 1 x V
+    z.shape = {c.V};
+    return z;
+}
+
+template <typename T>
+std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> x, int new_tokens, double temperature,
+                          int top_k, Rng& rng, double top_p, const std::function<bool(const std::vector<int>&)>& stop) {
+    if (!is_causal(c.variant)) throw Error("generate: a " + std::string(variant_name(c.variant)) + " model does not generate");
+    if (x.empty()) throw Error("generate: the prompt is empty");
+    check_token_ids(x, c.V, "prompt");
+    KVCache<T> cache;
+    std::vector<float> z;
+    auto next_logits = [&]() {  // logits after the last token of x
+        if ((int)x.size() <= c.n_ctx) {  // it fits: feed the tokens the cache has not seen
+            if (cache.K.empty()) kv_init(c, cache);
+            Tensor<T> zt;
+            while (cache.t < (int)x.size()) zt = model_step(c, p, x[cache.t], cache);
+            z.assign(zt.data.begin(), zt.data.end());
+        } else {  // the window slides: positions change, so the whole window is recomputed
+            Batch b;
+            b.tokens = std::vector<int>(x.end() - c.n_ctx, x.end());
+            b.n = c.n_ctx;
+            const Tensor<T> Z = model_forward(c, p, b);
+            z.assign(Z.row(b.n - 1), Z.row(b.n - 1) + c.V);
+        }
+    };
+    for (int s = 0; s < new_tokens; s++) {
+        next_logits();
+        x.push_back(sample_logits(z, temperature, top_k, rng, top_p));
+        if (stop && stop(x)) break;
+    }
+    return x;
 }
 
 // ################################################################################################
@@ -2817,14 +2910,14 @@ double fma_peak_gflops() {
 // Streaming read speed of one core: sum a 256 MiB buffer (written first, so its pages exist) with
 // lane_sum; the best of 5 passes, in GB/s.
 // One pass of the streaming read over buf, in GB/s.
-static double read_pass_gbps(const std::vector<float>& buf) {
+double read_pass_gbps(const std::vector<float>& buf) {
     using Clock = std::chrono::steady_clock;
     const auto t = Clock::now();
     const float sum = lane_sum<float>(buf.data(), (int)buf.size());
     const double sec = std::chrono::duration<double>(Clock::now() - t).count();
     return sum > 0 ? (double)buf.size() * sizeof(float) / sec * 1e-9 : 0;  // the sum is used: not optimised away
 }
-static std::vector<float> read_buffer() { return std::vector<float>((std::size_t)(256 << 20) / sizeof(float), 1.0f); }
+std::vector<float> read_buffer() { return std::vector<float>((std::size_t)(256 << 20) / sizeof(float), 1.0f); }
 
 double mem_read_gbps() {
     const std::vector<float> buf = read_buffer();
@@ -2918,6 +3011,27 @@ void matmul_tn_acc(const Tensor<T>& A, const Tensor<T>& B, Tensor<T>& C) {
     // A^T(i, k) = A(k, i) = A[k*cols + i]: row stride 1, column stride A.cols().
     gemm(A.cols(), B.cols(), A.rows(), A.ptr(), 1, A.cols(), B.ptr(), B.cols(), 1, C.ptr(), C.cols(), true);
 }
+
+#endif  // !defined(TF_ONLY_MACHINERY): the end of the mathematics and the fast product
+#if !defined(TF_ONLY_MATHEMATICS)
+
+// The functions of the part above that the machinery below calls besides those of transformer.hpp:
+// declared here, so that the machinery compiles without the mathematics (TF_ONLY_MACHINERY).
+template <typename T>
+std::size_t arena_bytes(const Config& c, Params<T>& p);
+void check_batch(const Config& c, const Batch& b);
+template <typename T>
+const T* position_vector(const Params<T>& p, int row);
+template <typename T>
+T* position_vector(Params<T>& p, int row);
+template <typename T>
+Tensor<T> rows_of(const Tensor<T>& X, int first, int count);
+std::vector<int> permutation_ranks(const std::vector<int>& z);
+template <typename T>
+Tensor<T> xlnet_forward(const Config& c, const Params<T>& p, const Tensor<T>& w, const std::vector<int>& tokens,
+                        int B, const std::vector<int>& z, ForwardCache<T>& k);
+double read_pass_gbps(const std::vector<float>& buf);
+std::vector<float> read_buffer();
 
 TF_COLD_BEGIN
 // ================================================================================================
@@ -4618,94 +4732,6 @@ static void addition_example(const CharVocab& vocab, int a, int b, std::vector<i
 }
 
 TF_COLD_END
-
-// ---- Generation with a key/value cache ---------------------------------------------------------
-template <typename T>
-void kv_init(const Config& c, KVCache<T>& cache) {
-    if (!is_causal(c.variant)) throw Error("kv_init: a " + std::string(variant_name(c.variant)) + " model is not causal");
-    cache.t = 0;
-    cache.K.assign(c.L, std::vector<Tensor<T>>(c.A));
-    cache.V.assign(c.L, std::vector<Tensor<T>>(c.A));
-    for (auto* KV : {&cache.K, &cache.V})
-        for (auto& layer : *KV)
-            for (Tensor<T>& M : layer) {
-                M.shape = {0, c.D};
-                M.data.reserve((std::size_t)c.n_ctx * c.D);  // room for every row: appending never moves it
-            }
-    cache.masks.resize(c.L);
-    for (int l = 0; l < c.L; l++) cache.masks[l] = layer_mask<T>(c, l, c.n_ctx);
-}
-
-// The blocks of model_forward for the single new row t (1 x H); MultiHeadSA's heads attend from
-// it to rows 0..t of the cached keys and values, with row t of the layer's mask (1 x (t+1)).
-template <typename T>
-Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& k) {
-    const int t = k.t;
-    if ((int)k.K.size() != c.L) throw Error("model_step: call kv_init first");
-    if (t >= c.n_ctx) throw Error("model_step: the cache is full (n_ctx = " + std::to_string(c.n_ctx) + " tokens)");
-    Tensor<T> X = Embedding(std::vector<int>{x}, p.W_e);  // 1 x H: OneHot(x) W_e + W_p[t]
-    for (int j = 0; j < c.H; j++) X[j] += p.W_p(t, j);
-    for (int l = 0; l < c.L; l++) {
-        const Layer<T>& w = p.layers[l];
-        Tensor<T> mask = Tensor<T>::uninit(1, t + 1);
-        std::copy(k.masks[l].row(t), k.masks[l].row(t) + t + 1, mask.ptr());
-        auto append_row = [](Tensor<T>& M, const Tensor<T>& r) {  // M gets r as its last row
-            M.data.insert(M.data.end(), r.data.begin(), r.data.end());
-            M.shape[0]++;
-        };
-        auto attention = [&](const Tensor<T>& A_in) {  // MultiHeadSA(A_in, Mask) for row t
-            std::vector<Tensor<T>> heads(c.A);
-            for (int i = 0; i < c.A; i++) {
-                append_row(k.K[l][i], Linear(A_in, w.attn.W_K[i], head_bias(w.attn.b_K, i)));  // now t+1 rows
-                append_row(k.V[l][i], Linear(A_in, w.attn.W_V[i], head_bias(w.attn.b_V, i)));
-                heads[i] = Attention(Linear(A_in, w.attn.W_Q[i], head_bias(w.attn.b_Q, i)), k.K[l][i], k.V[l][i], mask);
-            }
-            return Linear(Concat(heads), w.attn.W_O, w.attn.b_O);
-        };
-        if (is_pre_ln(c.variant)) {  // X' = MHSA(LN(X)) + X;  X = FFN(LN(X')) + X'
-            add_inplace(X, attention(LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps)));
-            add_inplace(X, FFN(LayerNorm(X, w.ln_2_gamma, w.ln_2_beta, c.eps), w.ffn, c.activation));
-        } else {  // X' = LN(MHSA(X) + X);  X = LN(FFN(X') + X')
-            X = LayerNorm(add(attention(X), X), w.ln_1_gamma, w.ln_1_beta, c.eps);
-            X = LayerNorm(add(FFN(X, w.ffn, c.activation), X), w.ln_2_gamma, w.ln_2_beta, c.eps);
-        }
-    }
-    if (is_pre_ln(c.variant)) X = LayerNorm(X, p.ln_f_gamma, p.ln_f_beta, c.eps);
-    k.t++;
-    Tensor<T> z = matmul_nt(X, p.W_e);  // 1 x V
-    z.shape = {c.V};
-    return z;
-}
-
-template <typename T>
-std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> x, int new_tokens, double temperature,
-                          int top_k, Rng& rng, double top_p, const std::function<bool(const std::vector<int>&)>& stop) {
-    if (!is_causal(c.variant)) throw Error("generate: a " + std::string(variant_name(c.variant)) + " model does not generate");
-    if (x.empty()) throw Error("generate: the prompt is empty");
-    check_token_ids(x, c.V, "prompt");
-    KVCache<T> cache;
-    std::vector<float> z;
-    auto next_logits = [&]() {  // logits after the last token of x
-        if ((int)x.size() <= c.n_ctx) {  // it fits: feed the tokens the cache has not seen
-            if (cache.K.empty()) kv_init(c, cache);
-            Tensor<T> zt;
-            while (cache.t < (int)x.size()) zt = model_step(c, p, x[cache.t], cache);
-            z.assign(zt.data.begin(), zt.data.end());
-        } else {  // the window slides: positions change, so the whole window is recomputed
-            Batch b;
-            b.tokens = std::vector<int>(x.end() - c.n_ctx, x.end());
-            b.n = c.n_ctx;
-            const Tensor<T> Z = model_forward(c, p, b);
-            z.assign(Z.row(b.n - 1), Z.row(b.n - 1) + c.V);
-        }
-    };
-    for (int s = 0; s < new_tokens; s++) {
-        next_logits();
-        x.push_back(sample_logits(z, temperature, top_k, rng, top_p));
-        if (stop && stop(x)) break;
-    }
-    return x;
-}
 
 double addition_accuracy(const Config& c, const Params<float>& p, const CharVocab& vocab, int problems, uint64_t seed) {
     Rng rng(seed);
@@ -9040,6 +9066,8 @@ static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out) {
 
 TF_COLD_END
 
+#endif  // !defined(TF_ONLY_MATHEMATICS): the end of the machinery
+
 // ================================================================================================
 // Explicit instantiation for float (training) and double (gradient checks).
 // ================================================================================================
@@ -9076,6 +9104,7 @@ TF_COLD_END
     template void Attention_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,                 \
                                      const AttentionCache<T>&, const Tensor<T>&, Tensor<T>&, Tensor<T>&,   \
                                      Tensor<T>&, const Tensor<T>*);                                        \
+    template Tensor<T> rows_of(const Tensor<T>&, int, int);                                                 \
     template Tensor<T> Concat(const std::vector<Tensor<T>>&);                                              \
     template std::vector<Tensor<T>> Concat_backward(const Tensor<T>&, int);                                \
     template Tensor<T> MultiHeadSA(const Tensor<T>&, const Tensor<T>&, const MultiHeadSAParams<T>&,        \
@@ -9111,6 +9140,11 @@ TF_COLD_END
     template void multiply_inplace(Tensor<T>&, const Tensor<T>&);
 
 #define TF_INSTANTIATE_MODELS(T)                                                                           \
+    template std::size_t arena_bytes(const Config&, Params<T>&);                                           \
+    template const T* position_vector(const Params<T>&, int);                                              \
+    template T* position_vector(Params<T>&, int);                                                          \
+    template Tensor<T> xlnet_forward(const Config&, const Params<T>&, const Tensor<T>&, const std::vector<int>&, \
+                                     int, const std::vector<int>&, ForwardCache<T>&);                      \
     template Params<T> make_params(const Config&, bool);                                                         \
     template std::vector<Named<T>> named_tensors(const Config&, Params<T>&);                               \
     template void init_params(const Config&, Params<T>&, uint64_t);                                        \
@@ -9140,28 +9174,37 @@ TF_COLD_END
                                         Params<T>&);                                                       \
     template Tensor<T> BERT(const Config&, const Params<T>&, const std::vector<int>&,                      \
                             const std::vector<int>&, int);                                                 \
-    template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);              \
+    template Tensor<T> RoBERTa(const Config&, const Params<T>&, const std::vector<int>&, int);
+
+#define TF_INSTANTIATE_GENERATION(T)                                                                       \
+    template void kv_init(const Config&, KVCache<T>&);                                                     \
+    template Tensor<T> model_step(const Config&, const Params<T>&, int, KVCache<T>&);                      \
+    template std::vector<int> generate(const Config&, const Params<T>&, std::vector<int>, int, double, int, Rng&, double, \
+                                       const std::function<bool(const std::vector<int>&)>&);
+#define TF_INSTANTIATE_CORPUS_LOSSES(T)                                                                    \
     template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*, int,      \
                                 bool, const CorpusProgress&);                                                        \
     template double xlnet_left_to_right_loss(const Config&, const Params<T>&, const std::vector<int>&, long long*); \
     template double xlnet_corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, int, int, uint64_t,      \
                                       long long*);
 
+#if !defined(TF_ONLY_MACHINERY)
 TF_INSTANTIATE(float)
 TF_INSTANTIATE_MODELS(float)
 TF_COLD_INSTANCES_BEGIN
 TF_INSTANTIATE_MODELS(double)
 TF_COLD_INSTANCES_END
-#define TF_INSTANTIATE_GENERATION(T)                                                                       \
-    template void kv_init(const Config&, KVCache<T>&);                                                     \
-    template Tensor<T> model_step(const Config&, const Params<T>&, int, KVCache<T>&);                      \
-    template std::vector<int> generate(const Config&, const Params<T>&, std::vector<int>, int, double, int, Rng&, double, \
-                                       const std::function<bool(const std::vector<int>&)>&);
-
 TF_INSTANTIATE_GENERATION(float)
 TF_COLD_INSTANCES_BEGIN
 TF_INSTANTIATE_GENERATION(double)
 TF_COLD_INSTANCES_END
 TF_INSTANTIATE(double)  // the modules and the products: tests compare the fast and the plain bit for bit
+#endif
+#if !defined(TF_ONLY_MATHEMATICS)
+TF_INSTANTIATE_CORPUS_LOSSES(float)
+TF_COLD_INSTANCES_BEGIN
+TF_INSTANTIATE_CORPUS_LOSSES(double)
+TF_COLD_INSTANCES_END
+#endif
 
 }  // namespace tf
