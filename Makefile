@@ -251,7 +251,7 @@ HANDOUT_FUNCS := diag_backward Stack_backward Embedding_backward Softmax_backwar
 # test cases ASSIGNMENT_N_TESTS (a doctest -tc pattern list). This is the one place they are kept:
 # `make handout ASSIGNMENT=N` writes handout-N/, `make check` in it (or `make check ASSIGNMENT=N`
 # here, on the solution) builds fast and runs those cases, and `make assignments-check` (run by the
-# test case "handout: every assignment's documented counts ...") checks the counts that
+# test case "handout: every assignment's handout fails the cases ...") checks the counts that
 # docs/assignments.md states.
 ASSIGNMENTS := 1 2 3 4 5 6
 ASSIGNMENT_1_FUNCS := diag_backward Stack_backward Embedding_backward
