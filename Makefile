@@ -263,13 +263,12 @@ ASSIGNMENT_3_FUNCS := Mask_BD Mask_AR Mask_ST apply_mask Attention_backward Conc
 ASSIGNMENT_3_TESTS := Mask_BD:*,Mask_AR:*,Mask_ST:*,apply_mask:*,Attention:*,Concat:*,MultiHeadSA:*
 ASSIGNMENT_4_FUNCS := CrossEntropy_backward embed_backward post_ln_block_backward pre_ln_block_backward \
                       blocks_backward model_backward
-ASSIGNMENT_4_TESTS := CrossEntropy:*,*whole-model gradient check*,model_loss:*,model_forward:*,objective: the GPT loss*,embed_backward:*,\
-                      train: a tiny GPT-2 run*
+ASSIGNMENT_4_TESTS := CrossEntropy:*,*whole-model gradient check*,model_loss:*,model_forward:*,objective: the GPT loss*,embed_backward:*
 ASSIGNMENT_5_FUNCS := mlm_corrupt Mask_XL xlnet_loss
 ASSIGNMENT_5_TESTS := objective: mlm_corrupt*,xlnet: Mask_XL*,xlnet: the query stream*,xlnet: gradient*,\
                       xlnet: sequences*,xlnet: predicting*,xlnet: one post-LN*
 ASSIGNMENT_6_FUNCS := adamw_step lr_schedule clip_grad_norm
-ASSIGNMENT_6_TESTS := AdamW:*,lr_schedule:*,training: *
+ASSIGNMENT_6_TESTS := AdamW:*,lr_schedule:*,training: *,train: a tiny GPT-2 run*
 # The fast build of `make check`: -Og compiles transformer.cpp in a fraction of -O3's time (and
 # faster than -O1), and its code runs an assignment's cases fast enough for an edit-compile-test
 # round under 30 s of one core (docs/assignments.md has the times). -D_GLIBCXX_ASSERTIONS: an index
@@ -284,10 +283,17 @@ ifneq ($(strip $(ASSIGNMENT)),)
     $(error ASSIGNMENT=$(ASSIGNMENT): no such assignment (they are $(ASSIGNMENTS)))
   endif
   FUNCS ?= $(ASSIGNMENT_$(strip $(ASSIGNMENT))_FUNCS)
+  # Handout N holds the solutions of assignments 1..N-1 and none of N or later: the functions of
+  # the later assignments are stubs as well, each naming its assignment.
+  LATER_ASSIGNMENTS := $(wordlist 2,99,$(wordlist $(strip $(ASSIGNMENT)),99,$(ASSIGNMENTS)))
+  LATER_FUNCS       := $(foreach m,$(LATER_ASSIGNMENTS),$(ASSIGNMENT_$(m)_FUNCS))
+  LATER_LABELS      := $(foreach m,$(LATER_ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(m)_FUNCS),$(f)=assignment+$(m)))
   DIR   ?= handout-$(strip $(ASSIGNMENT))
 endif
 comma := ,
 TESTS_OF = $(subst $(comma) ,$(comma),$(strip $(ASSIGNMENT_$(strip $(1))_TESTS)))
+# The patterns of assignments 1..N.
+TESTS_UPTO = $(subst $(space)$(comma),$(comma),$(strip $(foreach m,$(wordlist 1,$(1),$(ASSIGNMENTS)),$(if $(filter-out 1,$(m)),$(comma))$(call TESTS_OF,$(m)))))
 DIR   ?= handout
 FUNCS ?= $(HANDOUT_FUNCS)
 
@@ -347,11 +353,13 @@ function decide(    p, i, c, depth, rest, names, line, k, n) {
         line = line " (void)" arg[k] ";"
     }
     if (n > 0) stub = stub line "\n"
-    stub = stub "    throw tf::Error(\"not implemented: " name "\");"
+    stub = stub "    throw tf::Error(\"not implemented: " name ((name in label) ? " (" label[name] ")" : "") "\");"
     return 2
 }
 BEGIN {
     nwant = split(funcs, want, " ")
+    nl = split(labels, lab, " ")  # NAME=assignment+N: the stub of NAME says "(assignment N)"
+    for (k = 1; k <= nl; k++) { eq = index(lab[k], "="); l = substr(lab[k], eq + 1); gsub(/\+/, " ", l); label[substr(lab[k], 1, eq - 1)] = l }
     nkw = split("const volatile unsigned signed int long short char bool float double void auto typename", kw, " ")
     for (k = 1; k <= nkw; k++) keyword[kw[k]] = 1
     state = 0
@@ -394,17 +402,23 @@ handout: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
 handout: export HANDOUT_TESTS_AWK := $(value HANDOUT_TESTS)
 handout:
 	@set -e; dir='$(DIR)'; funcs='$(strip $(FUNCS))'; n='$(strip $(ASSIGNMENT))'; tests='$(call TESTS_OF,$(ASSIGNMENT))'; \
+	later='$(strip $(filter-out $(FUNCS),$(LATER_FUNCS)))'; \
 	case "$$dir" in ''|.|./|/|..|../) echo "make handout: DIR=$$dir: give a new directory" >&2; exit 1;; esac; \
 	case " $$funcs " in "  ") echo "make handout: FUNCS is empty" >&2; exit 1;; esac; \
 	if [ -e "$$dir" ] && [ ! -f "$$dir/HANDOUT.md" ] && [ -n "$$(ls -A "$$dir" 2>/dev/null)" ]; then \
 	  echo "make handout: $$dir exists and is not a handout; remove it or choose another DIR" >&2; exit 1; fi; \
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	awk -v funcs="$$funcs" "$$HANDOUT_BLANK_AWK" transformer.cpp > "$$tmp/transformer.cpp"; \
+	awk -v funcs="$$funcs $$later" -v labels='$(strip $(LATER_LABELS))' "$$HANDOUT_BLANK_AWK" transformer.cpp > "$$tmp/transformer.cpp"; \
 	awk "$$HANDOUT_TESTS_AWK" tests.cpp > "$$tmp/tests.cpp"; \
 	{ echo "# Handout"; echo; \
 	  echo "Write the bodies of these functions in \`transformer.cpp\`; each one now throws"; \
 	  echo "\`tf::Error(\"not implemented: NAME\")\`:"; echo; \
 	  for f in $$funcs; do echo "- \`$$f\`"; done; echo; \
+	  if [ -n "$$later" ]; then \
+	    echo "The functions of the later assignments are stubs too (their message names the assignment):"; \
+	    echo "$$later." | sed 's/[^ .][^ .]*/`&`/g; s/ /, /g' | fold -s -w 96 | sed 's/ *$$//'; \
+	    echo "The cases that need them fail until then, and so does \`make run\` (it trains: assignments 4 and 6);"; \
+	    echo "docs/assignments.md says what works in which handout."; echo; fi; \
 	  echo "\`make test\` builds the program and the tests and runs them: every failing test case shows"; \
 	  echo "the \"not implemented: NAME\" of the function it still needs. Test cases are named by module,"; \
 	  echo "so \`./tests -tc=\"LayerNorm*\"\` runs the LayerNorm tests alone (\`./tests -ltc\` lists them all)."; \
@@ -419,6 +433,7 @@ handout:
 	cp "$$tmp/transformer.cpp" "$$tmp/tests.cpp" "$$tmp/HANDOUT.md" "$$dir/"; \
 	if [ -n "$$n" ]; then echo "ASSIGNMENT := $$n" > "$$dir/handout.mk"; fi; \
 	echo "make handout: wrote $$dir with these bodies replaced by a stub: $$funcs"; \
+	if [ -n "$$later" ]; then echo "and those of the later assignments: $$later"; fi; \
 	if [ -n "$$n" ]; then echo "check it: make -C $$dir check (assignment $$n's cases, fast build)"; \
 	else echo "check it: make -C $$dir test (the cases that need them fail, naming them)"; fi
 
@@ -452,22 +467,38 @@ check: | doctest
 	@$(MAKE) --no-print-directory $(FAST_BUILD)/tests
 	./$(FAST_BUILD)/tests -tc="$(if $(strip $(TESTS)),$(TESTS),$(call TESTS_OF,$(ASSIGNMENT)))"
 
-# make assignments-check: for every assignment, its handout (transformer.cpp compiled with
-# $(FAST_OPT), no warning allowed, linked with ASSIGN_TESTS_O) and the solution (ASSIGN_TESTS)
-# run its cases; docs/assignments.md must state the counts they print. Quiet unless it fails.
+# make assignments-check: for every assignment N, its handout (the mathematics of transformer.cpp
+# compiled with $(FAST_OPT), no warning allowed, linked with the solution's machinery and
+# ASSIGN_TESTS_O) and the solution (ASSIGN_TESTS) run its cases; docs/assignments.md must state the
+# counts they print. The handout must hold a stub of every later assignment's function, and solved
+# (only those stubs left) pass the cases of assignments 1..N: a case of N or earlier must not need
+# a later assignment's function.
+# Quiet unless it fails.
 ASSIGN_TESTS_O ?= $(BUILD)/tests.o
 ASSIGN_TESTS   ?= ./tests
 ASSIGN_DOC     := docs/assignments.md
+assignments-check: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
 assignments-check:
 	@set -e; for f in $(ASSIGN_TESTS_O) $(ASSIGN_TESTS); do [ -e "$$f" ] || { echo "make assignments-check: $$f is missing (make tests builds it)" >&2; exit 1; }; done; \
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; bad=0; \
 	counts() { sed 's/\x1b\[[0-9;]*m//g' "$$1" | sed -n 's/^\[doctest\] test cases: *\([0-9]*\) | *\([0-9]*\) passed | *\([0-9]*\) failed.*/test cases: \1 | \2 passed | \3 failed/p'; }; \
+	key() { $(CXX) $(STD) $(FAST_OPT) -DTF_ONLY_MACHINERY -E -P "$$1" | cksum; }; \
+	mach="$$tmp/machinery.o"; \
+	$(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -DTF_ONLY_MACHINERY -c -o "$$mach" transformer.cpp; \
+	solution_key=$$(key transformer.cpp); \
+	build() { \
+	  src=$$1; out=$$2; \
+	  [ "$$(key "$$src")" = "$$solution_key" ] || { echo "$$src: a stub outside the mathematics (TF_ONLY_MATHEMATICS)"; return 1; }; \
+	  $(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -DTF_ONLY_MATHEMATICS -c -o "$$out.o" "$$src" > "$$out.cc.log" 2>&1 || { cat "$$out.cc.log"; return 1; }; \
+	  if [ -s "$$out.cc.log" ]; then echo "$$src compiles with warnings:"; cat "$$out.cc.log"; return 1; fi; \
+	  $(CXX) $(FAST_OPT) -o "$$out" "$$out.o" "$$mach" $(ASSIGN_TESTS_O); \
+	}; \
 	one() { \
-	  n=$$1; pat=$$2; d="$$tmp/handout-$$n"; \
+	  n=$$1; pat=$$2; later=$$3; upto=$$4; d="$$tmp/handout-$$n"; \
 	  $(MAKE) --no-print-directory -s handout ASSIGNMENT=$$n DIR="$$d" > "$$d.log" 2>&1 || { cat "$$d.log"; return 1; }; \
-	  $(CXX) $(STD) $(WARN) $(FAST_OPT) -c -o "$$d/transformer.o" "$$d/transformer.cpp" > "$$d.cc.log" 2>&1 || { cat "$$d.cc.log"; return 1; }; \
-	  if [ -s "$$d.cc.log" ]; then echo "assignment $$n: the handout compiles with warnings:"; cat "$$d.cc.log"; return 1; fi; \
-	  $(CXX) $(FAST_OPT) -o "$$d/tests" $(ASSIGN_TESTS_O) "$$d/transformer.o" || return 1; \
+	  for f in $$later; do grep -q "not implemented: $$f (assignment " "$$d/transformer.cpp" || \
+	    { echo "assignment $$n: the handout holds the solution of $$f, a later assignment's function"; return 1; }; done; \
+	  build "$$d/transformer.cpp" "$$d/tests" || { echo "assignment $$n: the handout does not build"; return 1; }; \
 	  (cd "$$d" && ./tests -nc -tc="$$pat") > "$$d.run.log" 2>&1 || true; \
 	  $(ASSIGN_TESTS) -nc -tc="$$pat" > "$$d.sol.log" 2>&1 || true; \
 	  before=$$(counts "$$d.run.log"); after=$$(counts "$$d.sol.log"); \
@@ -477,6 +508,13 @@ assignments-check:
 	  if [ "$$after" != "test cases: $$total | $$total passed | 0 failed" ]; then echo "assignment $$n: the solution fails:"; cat "$$d.sol.log"; return 1; fi; \
 	  if echo "$$before" | grep -q '| 0 failed'; then echo "assignment $$n: the fresh handout fails no case"; return 1; fi; \
 	  if grep -q "not implemented: " "$$d.sol.log"; then echo "assignment $$n: the solution is a handout?"; return 1; fi; \
+	  if [ -n "$$later" ]; then \
+	    awk -v funcs="$$later" "$$HANDOUT_BLANK_AWK" transformer.cpp > "$$d/solved.cpp"; \
+	    build "$$d/solved.cpp" "$$d/solved-tests" || { echo "assignment $$n: the solved handout does not build"; return 1; }; \
+	    (cd "$$d" && ./solved-tests -nc -tc="$$upto") > "$$d.solved.log" 2>&1 || { \
+	      echo "assignment $$n: solved, with the later assignments' stubs ($$later), these cases of assignments 1..$$n fail:"; \
+	      grep -B 3 -E "ERROR|not implemented" "$$d.solved.log" | head -n 40; return 1; }; \
+	  fi; \
 	  sec=$$(awk -v h="## Assignment $$n:" 'index($$0, h) == 1 { on = 1; print; next } /^## / { on = 0 } on' $(ASSIGN_DOC)); \
 	  row=$$(grep "^| $$n |" $(ASSIGN_DOC) || true); \
 	  for want in "Fresh handout: \`$$before\`" "Solved: \`$$after\`" "Tests: \`$$pat\`"; do \
@@ -484,7 +522,9 @@ assignments-check:
 	  f=$$(echo "$$before" | sed 's/.*| \([0-9]*\) failed/\1/'); \
 	  case "$$row" in *"| $$f of $$total fail | $$total of $$total pass |"*) ;; *) echo "$(ASSIGN_DOC), table row of assignment $$n should say: | $$f of $$total fail | $$total of $$total pass |"; return 1;; esac; \
 	}; \
-	$(foreach n,$(ASSIGNMENTS),one $(n) "$(call TESTS_OF,$(n))" || bad=1;) \
+	$(foreach n,$(ASSIGNMENTS),one $(n) "$(call TESTS_OF,$(n))" \
+	  "$(strip $(foreach m,$(wordlist 2,99,$(wordlist $(n),99,$(ASSIGNMENTS))),$(ASSIGNMENT_$(m)_FUNCS)))" \
+	  "$(call TESTS_UPTO,$(n))" || bad=1;) \
 	[ $$bad = 0 ] && echo "make assignments-check: docs/assignments.md states every assignment's counts" || { echo "make assignments-check: failed" >&2; exit 1; }
 
 # ---- make mutants: mutation testing of the formula functions -----------------------------------
