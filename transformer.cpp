@@ -1790,6 +1790,13 @@ std::vector<int> next_token_targets(const std::vector<int>& x, int B, int n) {
     return t;
 }
 
+// Masked-LM corruption (formulas §26): x (B*n ids, sequence b in x[b*n .. b*n+n-1]) -> the corrupted
+// tokens x' and the targets (x_i at the chosen positions, -1 elsewhere). The random draws, in this
+// order, are part of the function (a run with one seed is reproducible, and the tests rebuild the
+// result draw by draw from a copy of rng): for each sequence, for each position in order that is
+// not [CLS] or [SEP], one rng.uniform(), chosen when below p_select; a chosen position at once takes
+// one more rng.uniform() u: [MASK] when u < 0.8, else rng.below(V) when u < 0.9, else kept. A
+// sequence with nothing chosen then has candidate rng.below(#candidates) chosen, with its u drawn.
 MLMExample mlm_corrupt(const std::vector<int>& x, int B, int n, const Config& c, Rng& rng, double p_select) {
     if ((long long)x.size() != (long long)B * n) throw Error("mlm_corrupt: size is not B x n");
     if (c.mask_id < 0) throw Error("mlm_corrupt: the config has no mask id");
