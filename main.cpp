@@ -120,7 +120,7 @@ struct Flags {
 };
 
 static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out", "line-windows",
-                                                   "no-memory-check", "probs"};
+                                                   "no-memory-check", "probs", "emb-ln", "mlm-head"};
 
 // ---- Help: one table per command -------------------------------------------------------------------
 // Each command's help and its flag checks come from this one table: `transformer CMD --help` prints
@@ -193,6 +193,8 @@ static const std::vector<CommandDoc>& command_docs() {
                {"resume", "FILE  continue a run from its checkpoint (only --steps, --stop-at, --out, --quiet, --data, --val, --no-memory-check may be given)"},
                {"gpt2-init", "scale W_O, W_2 by 1/sqrt(2L) at init (default: off)"},
                {"attn-bias", "biases on Q, K, V, O (default: off)"},
+               {"emb-ln", "bert, roberta: LayerNorm of the embeddings, as the released BERT (formulas §23; default: off)"},
+               {"mlm-head", "bert, roberta: the released BERT's masked-LM head, with --emb-ln (formulas §23; export: BertForMaskedLM; default: off)"},
                {"quiet", "no progress lines (default: off)"},
                {"no-memory-check", "start even when the memory estimate exceeds what the computer can give (default: off: refused)"},
                {"objective", "lm|xlnet  next-token / masked LM, or XLNet's permutation LM with two-stream attention (default: lm)"},
@@ -332,7 +334,9 @@ static const std::vector<CommandDoc>& command_docs() {
          "transformer strip --checkpoint model.safetensors --out weights.safetensors",
          "sample, eval, fill, predict, export, finetune and train --init-from read it; train --resume cannot."},
         {"init", "files", "write a freshly initialised preset model",
-         {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed, 0..2^64-1 (default: 1)"}, {"out", "FILE  the checkpoint (required)"}},
+         {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed, 0..2^64-1 (default: 1)"}, {"out", "FILE  the checkpoint (required)"},
+          {"emb-ln", "bert, roberta: the released BERT's embedding LayerNorm (default: the preset's)"},
+          {"mlm-head", "bert, roberta: the released BERT's masked-LM head, with the embedding LayerNorm (default: the preset's)"}},
          "transformer init --preset tiny-gpt --out tiny.safetensors", ""},
         {"task", "files", "write one of the built-in tasks on 3-digit sums",
          {{"task", "text|classify|entailment|similarity|choice  text: unlabelled problems to pre-train on (required)"},
@@ -343,16 +347,18 @@ static const std::vector<CommandDoc>& command_docs() {
          "transformer task --task classify --out train.tsv", ""},
         {"tokenize", "files", "text -> token ids, or ids -> text (GPT-2's, GPT-1's, RoBERTa's BPE, BERT's WordPiece)",
          {{"encoder", "FILE  encoder.json / vocab.json (a BPE)"},
-          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (required)"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (required, unless --checkpoint)"},
+          {"checkpoint", "FILE  use the tokenizer this model records (characters too) instead of --encoder/--vocab"},
           {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"},
           {"text", "TEXT  the text (or --file, --ids)"},
           {"file", "FILE  a text file (or --text, --ids)"},
           {"ids", "IDS  ids to decode, comma-separated (or --text, --file)"},
           {"out", "FILE.bin  write the ids as llm.c's token file"}},
          "transformer tokenize --encoder encoder.json --vocab vocab.bpe --text 'Hello world'", ""},
-        {"export", "files", "write a gpt2 model in Hugging Face's GPT2LMHeadModel layout",
-         {{"checkpoint", "FILE  the model (required)"},
-          {"out", "DIR  DIR/model.safetensors, DIR/config.json (+ vocab.json, merges.txt) (required)"}},
+        {"export", "files", "write a model and its tokenizer as the Hugging Face class that holds it (docs/released-weights.md)",
+         {{"checkpoint", "FILE  the model: gpt, gpt2, bert (with --emb-ln), roberta (with --emb-ln); not gpt3 (required)"},
+          {"out", "DIR  a new or empty directory (or an earlier export): model.safetensors, config.json, tokenizer.json, "
+                  "tokenizer_config.json (+ vocab.json, merges.txt or vocab.txt) (required)"}},
          "transformer export --checkpoint model.safetensors --out hf/", ""},
     };
     return docs;
@@ -464,13 +470,22 @@ static std::vector<int> parse_ids(const std::string& s, const std::string& what)
 
 // ---- tokenize ----------------------------------------------------------------------------------------
 static int cmd_tokenize(Flags& f) {
-    const std::string enc = f.str("encoder"), merges = f.need("vocab"), kind = f.str("tokenizer");
+    const std::string enc = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer"), ck = f.str("checkpoint");
     const std::string text = f.str("text"), file = f.str("file"), ids = f.str("ids"), out = f.str("out");
     f.done();
+    if (f.has("checkpoint") && (f.has("encoder") || f.has("vocab") || f.has("tokenizer")))
+        throw Error("tokenize: --checkpoint brings its own tokenizer; leave out --encoder, --vocab and --tokenizer");
+    if (!f.has("checkpoint") && !f.has("vocab")) throw Error("tokenize: missing flag --vocab (or --checkpoint, a model's recorded tokenizer)");
     if (f.has("text") + f.has("file") + f.has("ids") != 1) throw Error("tokenize: give exactly one of --text, --file, --ids");
     if (f.has("out") && f.has("ids")) throw Error("tokenize: --out writes the ids of --text or --file, not of --ids");
     if (f.has("out")) check_outputs({{out, "--out", OutputKind::token_file}}, {{file, "--file"}});
-    const Tokenizer bpe = load_tokenizer(kind, enc, merges);  // GPT-2's or GPT-1's BPE, or WordPiece
+    Tokenizer bpe;  // GPT-2's or GPT-1's BPE, or WordPiece; from a checkpoint also characters
+    if (f.has("checkpoint")) {
+        bpe = tokenizer_of(load_model(ck, {"adam."}).file.metadata, ck);
+        if (bpe.kind.empty()) throw Error("tokenize: '" + ck + "' records no tokenizer (released weights): give --vocab (and --encoder)");
+    } else {
+        bpe = load_tokenizer(kind, enc, merges);
+    }
     if (f.has("ids")) {
         // Exactly the decoded bytes, so `tokenize --ids ... > f` gives back the encoded file; a
         // newline after them only on a terminal, where the prompt would follow the text.
@@ -534,8 +549,13 @@ static int cmd_params(Flags& f) {
 static int cmd_init(Flags& f) {
     const std::string name = f.need("preset"), out = f.need("out");
     const uint64_t seed = f.seed("seed", 1);
+    const bool emb_ln = f.flag("emb-ln"), mlm_head = f.flag("mlm-head");
     f.done();
-    const Config c = preset(name);
+    Config c = preset(name);
+    if ((emb_ln || mlm_head) && is_causal(c.variant))
+        throw Error(std::string("init: --emb-ln and --mlm-head (the released BERT's additions) apply to bert and roberta presets, not ") +
+                    variant_name(c.variant));
+    c.emb_ln = c.emb_ln || emb_ln || mlm_head, c.mlm_head = c.mlm_head || mlm_head;
     check_outputs({{out, "--out", OutputKind::checkpoint}});
     Params<float> p = make_params<float>(c);
     init_params(c, p, seed);
@@ -688,6 +708,8 @@ static int cmd_train(Flags& f) {
     o.activation = f.str("activation");
     o.gpt2_init = f.flag("gpt2-init");
     o.attn_bias = f.flag("attn-bias");
+    o.emb_ln = f.flag("emb-ln");
+    o.mlm_head = f.flag("mlm-head");
     o.line_windows = f.flag("line-windows");
     o.seed = f.seed("seed", o.seed);
     o.out = f.str("out", f.has("resume") ? "" : o.out);
@@ -1370,19 +1392,29 @@ static int cmd_export(Flags& f) {
     f.done();
     check_output_dir(out, "--out", HF_EXPORT_FILES, "config.json");  // before the model is read
     LoadedModel lm = load_model(path, {"adam."});
-    const std::string problem = hf_gpt2_export_problem(lm.config);
+    const std::string problem = hf_export_problem(lm.config);
     if (!problem.empty()) throw Error("export '" + path + "': " + problem);
     std::map<std::string, std::string> meta;  // the tokenizer travels along (characters too), so import + sample need no flags
     for (auto& kv : lm.file.metadata)
         if (kv.first == "vocab" || kv.first == "tokenizer" || kv.first.rfind("tokenizer.", 0) == 0) meta[kv.first] = kv.second;
-    export_hf_gpt2(out, lm.config, lm.params, meta, path);
+    const HfExport done = export_hf(out, lm.config, lm.params, meta, path);
     const Config& c = lm.config;
-    // n_inner as config.json writes it: null when F = 4 H (Hugging Face's default)
-    const std::string n_inner = c.F == 4 * c.H ? "null (4 n_embd = " + std::to_string(c.F) + ")" : std::to_string(c.F);
-    std::printf("wrote %s/model.safetensors and %s/config.json%s: GPT2LMHeadModel, n_layer %d, n_head %d, n_embd %d, n_inner %s, "
-                "vocab_size %d, n_positions %d, activation %s%s\n", out.c_str(), out.c_str(),
-                meta.count("tokenizer") ? " (+ vocab.json, merges.txt)" : "", c.L, c.A, c.H, n_inner.c_str(), c.V, c.n_ctx,
-                activation_name(c.activation), c.attn_bias ? "" : ", attention biases written as zeros");
+    std::string files;
+    for (const std::string& name : done.files) files += (files.empty() ? "" : ", ") + out + "/" + name;
+    std::printf("wrote %s: %s (model_type %s), ", files.c_str(), done.architecture.c_str(), done.model_type.c_str());
+    if (c.variant == Variant::gpt2) {  // n_inner as config.json writes it: null when F = 4 H (Hugging Face's default)
+        const std::string n_inner = c.F == 4 * c.H ? "null (4 n_embd = " + std::to_string(c.F) + ")" : std::to_string(c.F);
+        std::printf("n_layer %d, n_head %d, n_embd %d, n_inner %s, vocab_size %d, n_positions %d", c.L, c.A, c.H, n_inner.c_str(), c.V,
+                    c.n_ctx);
+    } else if (c.variant == Variant::gpt) {
+        std::printf("n_layer %d, n_head %d, n_embd %d, vocab_size %d, n_positions %d", c.L, c.A, c.H, c.V, c.n_ctx);
+    } else {
+        std::printf("num_hidden_layers %d, num_attention_heads %d, hidden_size %d, intermediate_size %d, vocab_size %d, "
+                    "max_position_embeddings %d", c.L, c.A, c.H, c.F, c.V,
+                    c.n_ctx + (c.variant == Variant::roberta ? c.pad_id + 1 : 0));
+    }
+    std::printf(", activation %s%s%s\n", activation_name(c.activation), c.attn_bias ? "" : ", attention biases written as zeros",
+                done.files.size() > 2 ? "" : "; no tokenizer recorded in the checkpoint, so none written");
     return 0;
 }
 

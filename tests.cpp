@@ -6757,7 +6757,7 @@ TEST_CASE("export: a directory of released weights, or of anything else, is neve
     CHECK(m_read(mine + "/README.md") == "my notes\n");
     ::unlink((mine + "/README.md").c_str());
     // An earlier export of ours is replaced whole: a tokenizer it had does not stay beside a model
-    // that has none (the checkpoint here has the characters' tokenizer, which export does not write).
+    // that records none (init's checkpoint).
     m_write(mine + "/vocab.json", released.at("vocab.json"));
     m_write(mine + "/merges.txt", released.at("merges.txt"));
     m_run_ok("export --checkpoint " + ck + " --out " + mine);
@@ -6784,7 +6784,7 @@ TEST_CASE("export: Hugging Face layout, read back with identical tensors and log
             CAPTURE(bias);
             Params<float> p = m_model<float>(c, 11 + case_no, 0.05);
             const std::string dir = m_path("i11_export_" + std::to_string(case_no++));
-            export_hf_gpt2(dir, c, p);
+            export_hf(dir, c, p);
             const Json j = parse_json(m_read(dir + "/config.json"));
             CHECK(j.get("model_type")->str == "gpt2");
             CHECK(j.get("architectures")->arr.at(0).str == "GPT2LMHeadModel");
@@ -6830,31 +6830,30 @@ TEST_CASE("export: Hugging Face layout, read back with identical tensors and log
         }
 }
 
-TEST_CASE("export: other variants, unfit shapes and bad outputs are refused; the command writes every file or none") {
-    for (const char* name : {"tiny-gpt", "tiny-gpt3", "tiny-bert", "tiny-roberta"}) {
+TEST_CASE("export: unfit models and bad outputs are refused; the command writes every file or none") {
+    for (const char* name : {"tiny-gpt3", "tiny-bert", "tiny-roberta"}) {  // gpt3 never; the formulas' BERTs lack emb_ln
         const Config c = preset(name);
         CAPTURE(name);
-        CHECK(m_contains(hf_gpt2_export_problem(c), "only gpt2 models export"));
-        CHECK(m_contains(hf_gpt2_export_problem(c), std::string("this one is ") + variant_name(c.variant)));
+        CHECK(!hf_export_problem(c).empty());
         Params<float> p = make_params<float>(c);
-        M_CHECK_TF_ERROR(export_hf_gpt2(m_path("i11_never"), c, p), "only gpt2");
+        M_CHECK_TF_ERROR(export_hf(m_path("i11_never"), c, p), c.variant == Variant::gpt3 ? "gpt3" : "--emb-ln");
     }
     CHECK(!m_exists(m_path("i11_never")));
     Config odd = preset("tiny-gpt2");
     odd.D = odd.H / odd.A + 1;
-    CHECK(m_contains(hf_gpt2_export_problem(odd), "D = H / A"));
+    CHECK(m_contains(hf_export_problem(odd), "D = H / A"));
     Config head = preset("tiny-gpt2");
     head.W_y_rows = head.H, head.W_y_cols = 2;
-    CHECK(m_contains(hf_gpt2_export_problem(head), "W_y"));
+    CHECK(m_contains(hf_export_problem(head), "W_y"));
     Config xl = preset("tiny-gpt2");
     xl.xlnet = true;
-    CHECK(m_contains(hf_gpt2_export_problem(xl), "xlnet"));
-    CHECK(hf_gpt2_export_problem(preset("gpt2-124m")).empty());
+    CHECK(m_contains(hf_export_problem(xl), "xlnet"));
+    CHECK(hf_export_problem(preset("gpt2-124m")).empty());
     // The command line.
     const std::string gpt = m_path("i11_gpt.safetensors"), g2 = m_path("i11_g2.safetensors");
     REQUIRE(m_run("init --preset tiny-gpt --out " + gpt).status == 0);
     REQUIRE(m_run("init --preset tiny-gpt2 --out " + g2).status == 0);
-    m_cli_fails("export --checkpoint " + gpt + " --out " + m_path("i11_x1"), "only gpt2 models export");
+    m_cli_fails("export --checkpoint " + gpt + " --out " + m_path("i11_x1"), "OpenAIGPTLMHeadModel's activations");
     CHECK(!m_exists(m_path("i11_x1")));
     m_cli_fails("export --checkpoint " + g2 + " --out " + m_path("no_such_dir/x"), "does not exist");
     m_cli_fails("export --checkpoint " + g2 + " --out " + g2, "is not a directory");
@@ -7375,7 +7374,7 @@ TEST_CASE("init-from: fine-tuning starts from the file's weights bit for bit (ou
     CHECK(m_params_bits_equal(same.config, same.params, orig.params));
     // The same through Hugging Face's layout (attention biases come back as zeros: same sums).
     const std::string dir = m_path("i11_base_hf");
-    export_hf_gpt2(dir, orig.config, orig.params, {{"vocab", orig.file.metadata.at("vocab")}});
+    export_hf(dir, orig.config, orig.params, {{"vocab", orig.file.metadata.at("vocab")}});
     TrainOptions h = m11_init_from(dir + "/model.safetensors", m_path("i11_ft_hf.safetensors"));
     h.dropout = 0;
     const TrainResult rh = train(h);
@@ -7416,7 +7415,7 @@ TEST_CASE("init-from: flags that contradict the file, and bad inputs, are errors
     M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.encoder = enc, o.bpe_vocab = merges; })), "trained on characters");
     LoadedModel lm = load_model(base, {"adam."});
     const std::string dir = m_path("i11_contra_hf"), bare_dir = m_path("i11_contra_bare"), bare = bare_dir + "/model.safetensors";
-    export_hf_gpt2(dir, lm.config, lm.params);
+    export_hf(dir, lm.config, lm.params);
     ::mkdir(bare_dir.c_str(), 0755);
     m11_strip_metadata(dir + "/model.safetensors", bare);  // as released: config.json beside it, no tokenizer
     m_write(bare_dir + "/config.json", m_read(dir + "/config.json"));
@@ -10096,7 +10095,7 @@ TEST_CASE("CLI help: every command's --help exits 0, names the command, has an e
             }
     }
     // An unknown flag lists the command's flags.
-    m_cli_fails("init --preset tiny-gpt --out x.st --bogus 1", "unknown flag --bogus for init (its flags: --preset, --seed, --out)");
+    m_cli_fails("init --preset tiny-gpt --out x.st --bogus 1", "unknown flag --bogus for init (its flags: --preset, --seed, --out, --emb-ln, --mlm-head)");
 }
 
 TEST_CASE("CLI help: transformer --help is a grouped overview of every command on one screen") {
@@ -10482,4 +10481,270 @@ TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how 
     CHECK(m_contains(err, "by SIGTERM; checkpoint " + ft + "; fine-tune further from its weights (a new schedule of the same flags) with: "
                           "transformer finetune --checkpoint " + ft + " --out " + dir + "/ft-2.st "));
     CHECK(load_model(ft, {"adam."}).file.metadata.count("finetune.task") == 1);
+}
+
+// ================================================================================================
+// Export to the Hugging Face classes of every variant, with the tokenizer's files
+// ================================================================================================
+namespace {
+// The probe text of the tokenizer checks: accents, CJK, a tab, CRLF, runs of spaces.
+const std::string m_PROBE = "Caf\xC3\xA9 na\xC3\xAFve,\t\xE4\xB8\xAD \xE6\x96\x87!\r\nlower  lowest   the capital.\r\n";
+struct m_ExportCase {
+    std::string preset, tokenizer;  // tokenizer: "char" or a subword kind
+    Activation activation;
+    bool bias, mlm_head;
+};
+// The tokenizer of a case: characters of the probe, or the small hand-made vocabularies.
+Tokenizer m_export_tokenizer(const std::string& kind) {
+    if (kind == "char") {
+        Tokenizer t;
+        t.kind = "char", t.chars = CharVocab::from_text(m_PROBE);
+        return t;
+    }
+    if (kind == "gpt1-bpe") return make_tokenizer(kind, m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES, "test");
+    if (kind == "bert-wordpiece") return make_tokenizer(kind, "", m_WP_VOCAB, "test");
+    if (kind == "roberta-bpe")
+        return make_tokenizer(kind, m_encoder_json({"he", "<s>", "<pad>", "</s>", "<unk>", "<mask>"}), m_vocab_bpe({"h e"}), "test");
+    return make_tokenizer(kind, m_encoder_json({"he", "ll", "hell", m_G + "hell", "<|endoftext|>"}),
+                          m_vocab_bpe({"h e", "l l", "he ll", m_G + " hell"}), "test");
+}
+// The config of a case: the preset's shape with the tokenizer's vocabulary and special ids.
+Config m_export_config(const m_ExportCase& k, const Tokenizer& t) {
+    Config c = preset(k.preset);
+    c.activation = k.activation, c.attn_bias = k.bias;
+    const bool masked = !is_causal(c.variant);
+    c.V = t.size() + (masked && t.kind == "char" ? 3 : 0);
+    if (c.variant == Variant::gpt) c.F = 4 * c.H;  // OpenAIGPTLMHeadModel's width
+    c.pad_id = -1;
+    if (masked) {
+        c.emb_ln = true, c.mlm_head = k.mlm_head;
+        if (t.kind == "char") c.cls_id = t.size(), c.sep_id = t.size() + 1, c.mask_id = t.size() + 2;
+        else subword_special_ids(t, c);
+    }
+    validate(c);
+    return c;
+}
+Tensor<float>* m_tensor_named(const Config& c, Params<float>& p, const std::string& name) {
+    for (auto& nt : named_tensors(c, p))
+        if (nt.name == name) return nt.tensor;
+    return nullptr;
+}
+}  // namespace
+
+TEST_CASE("export: every variant through its Hugging Face class and back, weights bit for bit, the tokenizer's ids the same") {
+    const Activation tanh_ = Activation::gelu_tanh, erf = Activation::gelu_erf, relu = Activation::relu, sig = Activation::gelu_sigmoid;
+    const std::vector<m_ExportCase> cases = {
+        {"tiny-gpt", "char", tanh_, false, false},        {"tiny-gpt", "gpt1-bpe", relu, true, false},
+        {"tiny-gpt", "gpt2-bpe", tanh_, true, false},     {"tiny-gpt2", "char", sig, false, false},
+        {"tiny-gpt2", "gpt2-bpe", erf, true, false},      {"tiny-bert", "bert-wordpiece", erf, true, true},
+        {"tiny-bert", "bert-wordpiece", relu, false, false}, {"tiny-bert", "char", sig, true, true},
+        {"tiny-bert", "char", tanh_, false, false},       {"tiny-roberta", "roberta-bpe", erf, true, true},
+        {"tiny-roberta", "roberta-bpe", sig, false, false}, {"tiny-roberta", "char", relu, true, true},
+        {"tiny-roberta", "char", tanh_, false, false}};
+    const char* classes[][2] = {{"OpenAIGPTLMHeadModel", "OpenAIGPTLMHeadModel"}, {"GPT2LMHeadModel", "GPT2LMHeadModel"},
+                                {"BertModel", "BertForMaskedLM"}, {"RobertaModel", "RobertaForMaskedLM"}};
+    int case_no = 0;
+    for (const m_ExportCase& k : cases) {
+        CAPTURE(k.preset);
+        CAPTURE(k.tokenizer);
+        CAPTURE(activation_name(k.activation));
+        CAPTURE(k.bias);
+        CAPTURE(k.mlm_head);
+        const Tokenizer tok = m_export_tokenizer(k.tokenizer);
+        const Config c = m_export_config(k, tok);
+        REQUIRE(hf_export_problem(c) == "");
+        Params<float> p = m_model<float>(c, 31 + case_no, 0.05);
+        const std::string dir = m_path("i12_export_" + std::to_string(case_no++));
+        const HfExport done = export_hf(dir, c, p, tok.metadata());
+        const int row = c.variant == Variant::gpt ? 0 : c.variant == Variant::gpt2 ? 1 : c.variant == Variant::bert ? 2 : 3;
+        CHECK(done.architecture == classes[row][c.mlm_head ? 1 : 0]);
+        // config.json: the class, the shapes and the activation under the class's own keys.
+        const Json j = parse_json(m_read(dir + "/config.json"));
+        CHECK(j.get("architectures")->arr.at(0).str == done.architecture);
+        CHECK(j.get("model_type")->str == done.model_type);
+        CHECK(j.get("vocab_size")->num == c.V);
+        if (c.variant == Variant::gpt) {
+            CHECK(j.get("afn")->str == (c.activation == relu ? "relu" : "gelu"));
+            CHECK(j.get("n_positions")->num == c.n_ctx);
+            CHECK(j.get("n_head")->num == c.A);
+            CHECK(j.get("layer_norm_epsilon")->num == c.eps);
+        } else if (!is_causal(c.variant)) {
+            const char* act[] = {"quick_gelu", "gelu_new", "gelu", "relu"};
+            const int a = c.activation == sig ? 0 : c.activation == tanh_ ? 1 : c.activation == erf ? 2 : 3;
+            CHECK(j.get("hidden_act")->str == act[a]);
+            CHECK(j.get("num_attention_heads")->num == c.A);
+            CHECK(j.get("intermediate_size")->num == c.F);
+            CHECK(j.get("layer_norm_eps")->num == c.eps);
+            CHECK(j.get("type_vocab_size")->num == (c.variant == Variant::bert ? 2 : 1));
+            if (c.variant == Variant::roberta) {
+                CHECK(j.get("pad_token_id")->num == c.pad_id);
+                CHECK(j.get("max_position_embeddings")->num == c.n_ctx + c.pad_id + 1);
+            } else {
+                CHECK(j.get("max_position_embeddings")->num == c.n_ctx);
+            }
+        }
+        // The file's names: the class's prefix and head, the tied decoder left out.
+        const SafeTensors st = load_safetensors(dir + "/model.safetensors");
+        CHECK(st.metadata.at("format") == "pt");
+        if (c.variant == Variant::gpt) {
+            REQUIRE(st.find("transformer.h.1.attn.c_attn.weight"));
+            CHECK((*st.find("transformer.h.1.attn.c_attn.weight"))(3, c.H + c.D + 2) == p.layers[1].attn.W_K[1](3, 2));
+            CHECK(!st.find("lm_head.weight"));
+        }
+        if (!is_causal(c.variant)) {
+            const bool roberta = c.variant == Variant::roberta;
+            const std::string pre = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
+            const Tensor<float>* q = st.find(pre + "encoder.layer.1.attention.self.query.weight");
+            REQUIRE(q);
+            CHECK(q->shape == std::vector<int>{c.A * c.D, c.H});
+            CHECK((*q)(1 * c.D + 2, 3) == p.layers[1].attn.W_Q[1](3, 2));  // out x in: head 1's column 2, input 3
+            const Tensor<float>* tt = st.find(pre + "embeddings.token_type_embeddings.weight");
+            REQUIRE(tt);
+            if (!roberta) CHECK(((*tt)(0, 1) == p.w_A[1] && (*tt)(1, 1) == p.w_B[1]));  // t_i = 0 -> w_A
+            if (roberta && c.pad_id >= 0) CHECK((*st.find(pre + "embeddings.position_embeddings.weight"))(c.pad_id, 2) == p.w_pad[2]);
+            const std::string head = roberta ? "lm_head." : "cls.predictions.";
+            CHECK(!st.find(head + "decoder.weight"));
+            CHECK(static_cast<bool>(st.find(head + "bias")) == c.mlm_head);
+        }
+        // Read back: the same config and every tensor bit for bit (absent attention biases as zeros).
+        LoadedModel lm = load_model(dir + "/model.safetensors");
+        const Config& r = lm.config;
+        CHECK(r.variant == c.variant);
+        CHECK(r.activation == c.activation);
+        CHECK(r.eps == c.eps);
+        CHECK((r.V == c.V && r.H == c.H && r.F == c.F && r.D == c.D && r.L == c.L && r.A == c.A && r.n_ctx == c.n_ctx));
+        CHECK((r.cls_id == c.cls_id && r.sep_id == c.sep_id && r.mask_id == c.mask_id && r.pad_id == c.pad_id));
+        CHECK((r.emb_ln == c.emb_ln && r.mlm_head == c.mlm_head));
+        CHECK(r.attn_bias);
+        for (auto& nt : named_tensors(c, p)) {
+            CAPTURE(nt.name);
+            const Tensor<float>* back = m_tensor_named(r, lm.params, nt.name);
+            REQUIRE(back);
+            CHECK(m_bits_equal(*nt.tensor, *back));
+        }
+        if (!c.attn_bias)
+            for (auto& y : lm.params.layers) {
+                for (float v : y.attn.b_O.data) CHECK(v == 0.0f);
+                for (auto& b : y.attn.b_Q) CHECK(std::all_of(b.data.begin(), b.data.end(), [](float v) { return v == 0.0f; }));
+            }
+        Batch b = m_batch(c, 5);
+        for (int& x : b.tokens)  // ids of this vocabulary (the batch's 0..9 may be special here)
+            if (x == 4 && c.pad_id >= 0) x = c.pad_id;  // RoBERTa's <pad> inside: w_pad's row
+        CHECK(m_bits_equal(model_forward(c, p, b), model_forward(r, lm.params, b)));
+        CHECK(model_loss(c, p, b) == model_loss(r, lm.params, b));
+        // The tokenizer comes back with the model, and its files say the same.
+        const Tokenizer back = tokenizer_of(lm.file.metadata, dir);
+        CHECK(back.kind == tok.kind);
+        const std::string text = k.tokenizer == "char" ? m_PROBE : m_PROBE + " hello lower [MASK] <mask>";
+        CHECK(back.encode(text) == tok.encode(text));
+        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
+        const Json* model = tj.get("model");
+        REQUIRE(model);
+        const Json* vocab = model->get("vocab");
+        REQUIRE(vocab);
+        CHECK((int)vocab->obj.size() == tok.size());
+        const Json tc = parse_json(m_read(dir + "/tokenizer_config.json"));
+        if (k.tokenizer == "char") {
+            CHECK(model->get("type")->str == "BPE");
+            CHECK(model->get("merges")->arr.empty());
+            for (int id = 0; id < tok.size(); id++) CHECK(vocab->get(bytes_to_unicode(tok.chars.chars[id]))->num == id);
+            CHECK(tc.get("tokenizer_class")->str == "PreTrainedTokenizerFast");
+            CHECK(tj.get("added_tokens")->arr.size() == (is_causal(c.variant) ? 0u : 3u));
+            CHECK(!m_exists(dir + "/vocab.json"));
+        } else if (k.tokenizer == "bert-wordpiece") {
+            CHECK(m_read(dir + "/vocab.txt") == m_WP_VOCAB);
+            CHECK(model->get("type")->str == "WordPiece");
+            CHECK(vocab->get("##aff")->num == 12);
+            CHECK(tc.get("tokenizer_class")->str == "BertTokenizer");
+            CHECK(tc.get("do_lower_case")->b);
+            CHECK(tj.get("normalizer")->get("lowercase")->b);
+        } else {
+            CHECK(m_read(dir + "/vocab.json") == tok.encoder_json);
+            const std::string merges = m_read(dir + "/merges.txt");
+            CHECK(merges.rfind("#version", 0) == 0);
+            CHECK(merges.back() == '\n');
+            CHECK(model->get("merges")->arr.size() == (k.tokenizer == "gpt1-bpe" ? 7u : k.tokenizer == "roberta-bpe" ? 1u : 4u));
+            CHECK(model->get("merges")->arr.at(0).str == (k.tokenizer == "gpt1-bpe" ? "l o" : "h e"));
+            CHECK(model->get("end_of_word_suffix")->str == (k.tokenizer == "gpt1-bpe" ? "</w>" : ""));
+            const char* cls = k.tokenizer == "gpt1-bpe" ? "OpenAIGPTTokenizer" : k.tokenizer == "roberta-bpe" ? "RobertaTokenizer" : "GPT2Tokenizer";
+            CHECK(tc.get("tokenizer_class")->str == cls);
+            CHECK(!m_exists(dir + "/vocab.txt"));
+        }
+    }
+}
+
+TEST_CASE("export: refusals name the reason (gpt3, a gpt activation or width the class lacks, no embedding LayerNorm)") {
+    Params<float> none;
+    M_CHECK_TF_ERROR(export_hf(m_path("i12_never"), preset("tiny-gpt3"), none), "gpt3", "GPTNeoForCausalLM", "1/sqrt(D)");
+    Config gpt = preset("tiny-gpt");
+    gpt.activation = Activation::gelu_sigmoid;
+    CHECK(m_contains(hf_export_problem(gpt), "relu, silu and gelu"));
+    CHECK(m_contains(hf_export_problem(gpt), "gelu_sigmoid"));
+    gpt.activation = Activation::gelu_erf;
+    CHECK(m_contains(hf_export_problem(gpt), "gelu_erf"));
+    gpt.activation = Activation::relu, gpt.F = 3 * gpt.H;
+    CHECK(m_contains(hf_export_problem(gpt), "4 n_embd"));
+    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        CHECK(m_contains(hf_export_problem(c), "embeddings.LayerNorm"));
+        CHECK(m_contains(hf_export_problem(c), "--emb-ln"));
+        c.emb_ln = true;
+        CHECK(hf_export_problem(c) == "");
+        c.W_y_rows = c.H, c.W_y_cols = 2;
+        CHECK(m_contains(hf_export_problem(c), "W_y"));
+    }
+    Config odd = preset("tiny-gpt2");
+    odd.D = odd.H / odd.A + 1;
+    CHECK(m_contains(hf_export_problem(odd), "D = H / A"));
+    CHECK(!m_exists(m_path("i12_never")));
+    // A recorded tokenizer that does not fit the model is an error before anything is written.
+    Config g2 = preset("tiny-gpt2");
+    Params<float> p = make_params<float>(g2);
+    M_CHECK_TF_ERROR(export_hf(m_path("i12_unfit"), g2, p, m_export_tokenizer("gpt2-bpe").metadata()), "recorded tokenizer", "V = 13");
+    CHECK(!m_exists(m_path("i12_unfit")));
+}
+
+TEST_CASE("CLI: train a BERT with --mlm-head and a RoBERTa with --emb-ln, export, and read back the same loss and tokens") {
+    const std::string dir = m_path("i12_cli");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string data = dir + "/data.txt";
+    std::string text;
+    for (int i = 0; i < 30; i++) text += m_PROBE;
+    m_write(data, text);
+    m_write(dir + "/probe.txt", m_PROBE);
+    const std::string common = " --data " + data + " --steps 2 --warmup 1 --layers 1 --heads 2 --embd 16 --block 16 --eval-every 0 --quiet";
+    struct Run {
+        std::string name, flags, cls;
+    };
+    const std::vector<Run> runs = {{"bert", "--model bert --mlm-head --activation relu", "BertForMaskedLM"},
+                                   {"roberta", "--model roberta --emb-ln --attn-bias", "RobertaModel"},
+                                   {"gpt", "--model gpt --activation gelu_tanh", "OpenAIGPTLMHeadModel"}};
+    for (const Run& run : runs) {
+        CAPTURE(run.name);
+        const std::string ck = dir + "/" + run.name + ".safetensors", hf = dir + "/hf_" + run.name;
+        m_run_ok("train " + run.flags + common + " --out " + ck);
+        const LoadedModel orig = load_model(ck, {"adam."});
+        CHECK(orig.config.mlm_head == (run.name == "bert"));
+        CHECK(orig.config.emb_ln == (run.name != "gpt"));
+        const m_Run e = m_run_ok("export --checkpoint " + ck + " --out " + hf);
+        CHECK(m_contains(e.out, run.cls));
+        CHECK(m_contains(e.out, hf + "/tokenizer.json"));
+        const std::string masked = run.name == "gpt" ? "" : " --masked 2,5";
+        const m_Run a = m_run_ok("grad --checkpoint " + ck + " --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g1.st");
+        const m_Run b = m_run_ok("grad --checkpoint " + hf + "/model.safetensors --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g2.st");
+        CHECK(a.out.substr(0, a.out.find('\n')) == b.out.substr(0, b.out.find('\n')));  // "loss X", printed to 9 digits
+        const m_Run ta = m_run_ok("tokenize --checkpoint " + ck + " --file " + dir + "/probe.txt");
+        const m_Run tb = m_run_ok("tokenize --checkpoint " + hf + "/model.safetensors --file " + dir + "/probe.txt");
+        CHECK(ta.out == tb.out);
+        std::string ids;
+        for (int id : tokenizer_of(orig.file.metadata, ck).encode(m_PROBE)) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+        CHECK(ta.out == ids + "\n");
+    }
+    m_cli_fails("train --model gpt2 --mlm-head" + common + " --out " + dir + "/x.safetensors", "apply to bert and roberta");
+    m_cli_fails("init --preset tiny-gpt --mlm-head --out " + dir + "/x.safetensors", "apply to bert and roberta");
+    m_run_ok("init --preset tiny-bert --mlm-head --out " + dir + "/init.safetensors");
+    CHECK(load_model(dir + "/init.safetensors").config.mlm_head);
+    m_cli_fails("tokenize --checkpoint " + dir + "/init.safetensors --text hi", "records no tokenizer");
+    m_cli_fails("tokenize --text hi", "missing flag --vocab");
 }

@@ -32,11 +32,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <queue>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -4126,6 +4128,128 @@ int hf_config_int(const Json& j, const char* key, int fallback, const std::strin
         throw Error("'" + config_path + "': " + key + " must be a positive whole number");
     return (int)v->num;
 }
+
+// One tensor of a Hugging Face layout that is one of ours as it is, or transposed (a Linear's
+// weight, stored out x in): the one table of names that each importer reads and export_hf writes.
+// The tensors that are joined or split on the way (c_attn, query/key/value, the position and
+// token-type rows) are done by the pairs of functions below the tables.
+struct HfSlot {
+    std::string name;     // without the model's prefix ("transformer.", "bert.", "roberta.")
+    Tensor<float>* ours;  // its shape is make_params's
+    bool linear;          // stored out x in: ours transposed
+    std::string legacy;   // an older name the importer also accepts (LayerNorm.gamma), "" = none
+    HfSlot(std::string n, Tensor<float>* t, bool lin = false, std::string old = "")
+        : name(std::move(n)), ours(t), linear(lin), legacy(std::move(old)) {}
+};
+// Reads every slot from the file, its shape checked (a Linear's as out x in).
+void read_slots(HfTensors& t, const std::vector<HfSlot>& slots) {
+    for (const HfSlot& s : slots) {
+        const std::vector<int> shape = s.ours->shape;
+        if (s.linear) *s.ours = t.grab_transposed(s.name, shape[1], shape[0]);
+        else *s.ours = s.legacy.empty() ? t.grab(s.name, shape) : t.grab_either(s.name, s.legacy, shape);
+    }
+}
+
+// GPT-1 (OpenAIGPTModel): Conv1D stores in x out, as ours, so nothing is transposed.
+std::vector<HfSlot> openai_gpt_slots(const Config& c, Params<float>& p) {
+    std::vector<HfSlot> s = {{"tokens_embed.weight", &p.W_e}, {"positions_embed.weight", &p.W_p}};
+    for (int l = 0; l < c.L; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        Layer<float>& y = p.layers[l];
+        s.insert(s.end(), {{h + "attn.c_proj.weight", &y.attn.W_O}, {h + "attn.c_proj.bias", &y.attn.b_O},
+                           {h + "ln_1.weight", &y.ln_1_gamma},      {h + "ln_1.bias", &y.ln_1_beta},
+                           {h + "mlp.c_fc.weight", &y.ffn.W_1},     {h + "mlp.c_fc.bias", &y.ffn.b_1},
+                           {h + "mlp.c_proj.weight", &y.ffn.W_2},   {h + "mlp.c_proj.bias", &y.ffn.b_2},
+                           {h + "ln_2.weight", &y.ln_2_gamma},      {h + "ln_2.bias", &y.ln_2_beta}});
+    }
+    return s;
+}
+
+// BERT and RoBERTa (BertModel / RobertaModel, and their masked-LM heads, whose names carry no
+// prefix): every Linear transposed.
+std::string hf_mlm_head_stem(Variant v) { return v == Variant::roberta ? "lm_head." : "cls.predictions."; }
+std::vector<HfSlot> bert_slots(const Config& c, Params<float>& p) {
+    std::vector<HfSlot> s = {{"embeddings.word_embeddings.weight", &p.W_e},
+                             {"embeddings.LayerNorm.weight", &p.gamma_e, false, "embeddings.LayerNorm.gamma"},
+                             {"embeddings.LayerNorm.bias", &p.beta_e, false, "embeddings.LayerNorm.beta"}};
+    for (int l = 0; l < c.L; l++) {
+        const std::string e = "encoder.layer." + std::to_string(l) + ".";
+        Layer<float>& y = p.layers[l];
+        s.insert(s.end(), {{e + "attention.output.dense.weight", &y.attn.W_O, true},
+                           {e + "attention.output.dense.bias", &y.attn.b_O},
+                           {e + "attention.output.LayerNorm.weight", &y.ln_1_gamma, false, e + "attention.output.LayerNorm.gamma"},
+                           {e + "attention.output.LayerNorm.bias", &y.ln_1_beta, false, e + "attention.output.LayerNorm.beta"},
+                           {e + "intermediate.dense.weight", &y.ffn.W_1, true},
+                           {e + "intermediate.dense.bias", &y.ffn.b_1},
+                           {e + "output.dense.weight", &y.ffn.W_2, true},
+                           {e + "output.dense.bias", &y.ffn.b_2},
+                           {e + "output.LayerNorm.weight", &y.ln_2_gamma, false, e + "output.LayerNorm.gamma"},
+                           {e + "output.LayerNorm.bias", &y.ln_2_beta, false, e + "output.LayerNorm.beta"}});
+    }
+    if (c.mlm_head) {
+        const bool roberta = c.variant == Variant::roberta;
+        const std::string m = hf_mlm_head_stem(c.variant);
+        const std::string d = m + (roberta ? "dense." : "transform.dense."), ln = m + (roberta ? "layer_norm." : "transform.LayerNorm.");
+        s.insert(s.end(), {{d + "weight", &p.W_t, true},
+                           {d + "bias", &p.b_t},
+                           {ln + "weight", &p.gamma_t, false, ln + "gamma"},
+                           {ln + "bias", &p.beta_t, false, ln + "beta"},
+                           {m + "bias", &p.b_z}});
+    }
+    if (c.pooler) s.insert(s.end(), {{"pooler.dense.weight", &p.W_pool, true}, {"pooler.dense.bias", &p.b_pool}});
+    return s;
+}
+
+// GPT-1's and GPT-2's c_attn (H x 3H and 3H) <-> the heads' W_Q^i, W_K^i, W_V^i (H x D) and biases:
+// head i of part k (Q, K, V) is columns k*H + i*D .. k*H + i*D + D-1.
+void split_c_attn(const Config& c, const Tensor<float>& W, const Tensor<float>& b, MultiHeadSAParams<float>& a) {
+    const int H = c.H, D = c.D, A = c.A;
+    std::vector<Tensor<float>>* Ws[3] = {&a.W_Q, &a.W_K, &a.W_V};
+    std::vector<Tensor<float>>* bs[3] = {&a.b_Q, &a.b_K, &a.b_V};
+    for (int part = 0; part < 3; part++)
+        for (int i = 0; i < A; i++) {
+            Tensor<float>& Wi = (*Ws[part])[i];
+            Wi = Tensor<float>::uninit(H, D);
+            for (int r = 0; r < H; r++) std::copy(W.row(r) + part * H + i * D, W.row(r) + part * H + (i + 1) * D, Wi.row(r));
+            (*bs[part])[i] = Tensor<float>::uninit({D});
+            std::copy(b.ptr() + part * H + i * D, b.ptr() + part * H + (i + 1) * D, (*bs[part])[i].ptr());
+        }
+}
+void join_c_attn(const Config& c, const MultiHeadSAParams<float>& a, Tensor<float>& W, Tensor<float>& b) {
+    const int H = c.H, D = c.D, A = c.A;
+    W = Tensor<float>::uninit(H, 3 * H), b = Tensor<float>(std::vector<int>{3 * H});
+    const std::vector<Tensor<float>>* Ws[3] = {&a.W_Q, &a.W_K, &a.W_V};
+    const std::vector<Tensor<float>>* bs[3] = {&a.b_Q, &a.b_K, &a.b_V};
+    for (int part = 0; part < 3; part++)
+        for (int i = 0; i < A; i++) {
+            const Tensor<float>& Wi = (*Ws[part])[i];
+            for (int r = 0; r < H; r++) std::copy(Wi.row(r), Wi.row(r) + D, W.row(r) + part * H + i * D);
+            if (!(*bs[part])[i].empty()) std::copy((*bs[part])[i].data.begin(), (*bs[part])[i].data.end(), b.ptr() + part * H + i * D);
+        }
+}
+// BERT's attention.self.query (key, value): a Linear, AD x H, whose rows i*D .. i*D+D-1 are head
+// i's W^i transposed, and its bias (AD) <-> the heads.
+void split_linear_heads(const Config& c, const Tensor<float>& W, const Tensor<float>& b, std::vector<Tensor<float>>& Ws,
+                        std::vector<Tensor<float>>& bs) {
+    const int H = c.H, D = c.D;
+    for (int i = 0; i < c.A; i++) {
+        Ws[i] = Tensor<float>::uninit(H, D);
+        for (int r = 0; r < H; r++)
+            for (int d = 0; d < D; d++) Ws[i](r, d) = W(i * D + d, r);
+        bs[i] = Tensor<float>::uninit({D});
+        std::copy(b.ptr() + i * D, b.ptr() + (i + 1) * D, bs[i].ptr());
+    }
+}
+void join_linear_heads(const Config& c, const std::vector<Tensor<float>>& Ws, const std::vector<Tensor<float>>& bs, Tensor<float>& W,
+                       Tensor<float>& b) {
+    const int H = c.H, D = c.D;
+    W = Tensor<float>::uninit(c.A * D, H), b = Tensor<float>(std::vector<int>{c.A * D});
+    for (int i = 0; i < c.A; i++) {
+        for (int r = 0; r < H; r++)
+            for (int d = 0; d < D; d++) W(i * D + d, r) = Ws[i](r, d);
+        if (!bs[i].empty()) std::copy(bs[i].data.begin(), bs[i].data.end(), b.ptr() + i * D);
+    }
+}
 }  // namespace
 
 // GPT-1 (OpenAIGPTLMHeadModel / OpenAIGPTModel; names may start with "transformer."). Conv1D stores
@@ -4187,29 +4311,12 @@ static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTenso
     lm.params = make_params<float>(c, false);
     ArenaScope arena(arena_bytes(c, lm.params));
     Params<float>& p = lm.params;
-    const int H = c.H, D = c.D, A = c.A;
-    p.W_e = t.grab("tokens_embed.weight", {c.V, H});
-    p.W_p = t.grab("positions_embed.weight", {c.n_ctx, H});
+    const int H = c.H;
+    read_slots(t, openai_gpt_slots(c, p));
     for (int l = 0; l < c.L; l++) {
         const std::string h = "h." + std::to_string(l) + ".";
-        Layer<float>& y = p.layers[l];
         const Tensor<float> W = t.grab(h + "attn.c_attn.weight", {H, 3 * H});  // [Q heads | K heads | V heads]
-        const Tensor<float> b = t.grab(h + "attn.c_attn.bias", {3 * H});
-        std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
-        std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
-        for (int part = 0; part < 3; part++)
-            for (int i = 0; i < A; i++) {  // head i: columns part*H + i*D .. + D-1
-                Tensor<float>& Wi = (*Ws[part])[i];
-                Wi = Tensor<float>::uninit(H, D);
-                for (int r = 0; r < H; r++) std::copy(W.row(r) + part * H + i * D, W.row(r) + part * H + (i + 1) * D, Wi.row(r));
-                (*bs[part])[i] = Tensor<float>::uninit({D});
-                std::copy(b.ptr() + part * H + i * D, b.ptr() + part * H + (i + 1) * D, (*bs[part])[i].ptr());
-            }
-        y.attn.W_O = t.grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = t.grab(h + "attn.c_proj.bias", {H});
-        y.ln_1_gamma = t.grab(h + "ln_1.weight", {H}), y.ln_1_beta = t.grab(h + "ln_1.bias", {H});
-        y.ffn.W_1 = t.grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = t.grab(h + "mlp.c_fc.bias", {c.F});
-        y.ffn.W_2 = t.grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = t.grab(h + "mlp.c_proj.bias", {H});
-        y.ln_2_gamma = t.grab(h + "ln_2.weight", {H}), y.ln_2_beta = t.grab(h + "ln_2.bias", {H});
+        split_c_attn(c, W, t.grab(h + "attn.c_attn.bias", {3 * H}), p.layers[l].attn);
         t.by.erase(h + "attn.bias");  // the causal-mask buffer
     }
     t.drop_tied("lm_head.weight", p.W_e, "tokens_embed.weight");
@@ -4290,8 +4397,15 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     const int L = t.count_layers("encoder.layer.");
     std::string cj;
     const Json j = hf_config_json(path, cj);
-    // RoBERTa's padding_idx: config.json's pad_token_id, else RobertaConfig's default 1.
-    const int padding_idx = !roberta ? -1 : j.type == Json::object ? hf_config_int(j, "pad_token_id", 1, cj) : 1;
+    // RoBERTa's padding_idx: config.json's pad_token_id, else RobertaConfig's default 1. -1 (what
+    // export writes for a model without <pad>) is a padding_idx no id equals: positions from row 0.
+    int padding_idx = roberta ? 1 : -1;
+    if (roberta && j.type == Json::object)
+        if (const Json* v = j.get("pad_token_id")) {
+            if (v->type != Json::number || v->num < -1 || v->num != std::floor(v->num) || v->num > 2147483647.0)
+                throw Error("'" + cj + "': pad_token_id must be a whole number >= -1");
+            padding_idx = (int)v->num;
+        }
     const int skipped = roberta ? padding_idx + 1 : 0;  // position rows before a sequence's first (padding_idx + 1)
     if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || wpe->shape[0] <= skipped || L == 0)
         throw t.fail(std::string("needs embeddings.word_embeddings.weight (V x H), embeddings.position_embeddings.weight (") +
@@ -4321,7 +4435,8 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
             if (f == "gelu") c.activation = Activation::gelu_erf;
             else if (f == "gelu_new" || f == "gelu_pytorch_tanh") c.activation = Activation::gelu_tanh;
             else if (f == "relu") c.activation = Activation::relu;
-            else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu");
+            else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
+            else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu, quick_gelu");
         }
         if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
             throw bad("position_embedding_type must be absolute (W_p of formulas §18)");
@@ -4336,11 +4451,24 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
         throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
                      " is not a multiple of 64 and there is no config.json with num_attention_heads beside the file");
     c.D = c.H / c.A;
-    // The special tokens: from vocab.txt (RoBERTa: vocab.json) beside the file, else the released vocabulary's ids.
+    // The special tokens: from the tokenizer the file's metadata records (export writes it there), else
+    // from vocab.txt (RoBERTa: vocab.json) beside the file, else the released vocabulary's ids.
     const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + (roberta ? "vocab.json" : "vocab.txt");
-    std::FILE* probe = std::fopen(vocab_path.c_str(), "rb");
+    const Tokenizer recorded = tokenizer_of(st.metadata, path);
+    std::FILE* probe = recorded.kind.empty() ? std::fopen(vocab_path.c_str(), "rb") : nullptr;
     if (probe) std::fclose(probe);
-    if (roberta) {
+    if (recorded.kind == "char") {
+        if (recorded.size() + 3 != c.V)
+            throw t.fail("its recorded characters are " + std::to_string(recorded.size()) + ", and with the three special tokens " +
+                         "after them they do not make the model's V = " + std::to_string(c.V));
+        c.cls_id = recorded.size(), c.sep_id = recorded.size() + 1, c.mask_id = recorded.size() + 2;
+    } else if (!recorded.kind.empty()) {
+        if (recorded.size() != c.V)
+            throw t.fail("its recorded tokenizer has " + std::to_string(recorded.size()) + " tokens but the model's V = " + std::to_string(c.V));
+        const int pad = c.pad_id;  // config.json's: the positions were numbered with it
+        subword_special_ids(recorded, c);
+        c.pad_id = pad;
+    } else if (roberta) {
         if (probe) roberta_special_ids(vocab_path, c);
         else if (c.V == 50265) c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264;
         else throw t.fail("cannot tell the ids of <s>, </s>, <mask>: no vocab.json beside the file and V = " + std::to_string(c.V));
@@ -4362,60 +4490,38 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     lm.params = make_params<float>(c, false);
     ArenaScope arena(arena_bytes(c, lm.params));
     Params<float>& p = lm.params;
-    const int H = c.H, D = c.D, A = c.A, F = c.F;
-    p.W_e = t.grab("embeddings.word_embeddings.weight", {c.V, H});
+    const int H = c.H;
+    read_slots(t, bert_slots(c, p));
     const Tensor<float> wp = t.grab("embeddings.position_embeddings.weight", {c.n_ctx + skipped, H});
     const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {types, H});
     if (roberta) {  // W_p[i] = position row i + padding_idx + 1, w_pad = row padding_idx, each plus the one token type
         p.W_p = Tensor<float>::uninit(c.n_ctx, H);
         for (int i = 0; i < c.n_ctx; i++)
             for (int h = 0; h < H; h++) p.W_p(i, h) = wp(i + skipped, h) + tt(0, h);
-        p.w_pad = Tensor<float>::uninit({H});
-        for (int h = 0; h < H; h++) p.w_pad[h] = wp(padding_idx, h) + tt(0, h);
+        if (padding_idx >= 0) {
+            p.w_pad = Tensor<float>::uninit({H});
+            for (int h = 0; h < H; h++) p.w_pad[h] = wp(padding_idx, h) + tt(0, h);
+        }
     } else {
         p.W_p = wp;
         p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
         p.w_B = Tensor<float>::vector(std::vector<float>(tt.row(1), tt.row(1) + H));
     }
-    p.gamma_e = t.grab_either("embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma", {H});
-    p.beta_e = t.grab_either("embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta", {H});
     for (int l = 0; l < c.L; l++) {
-        const std::string e = "encoder.layer." + std::to_string(l) + ".";
+        const std::string e = "encoder.layer." + std::to_string(l) + ".attention.self.";
         Layer<float>& y = p.layers[l];
         const char* names[3] = {"query", "key", "value"};
         std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
         std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
         for (int part = 0; part < 3; part++) {
-            const std::string s = e + "attention.self." + names[part];
-            const Tensor<float> W = t.grab(s + ".weight", {A * D, H}), b = t.grab(s + ".bias", {A * D});
-            for (int i = 0; i < A; i++) {  // head i: output rows i*D .. i*D+D-1 of W, as columns
-                Tensor<float>& Wi = (*Ws[part])[i];
-                Wi = Tensor<float>::uninit(H, D);
-                for (int r = 0; r < H; r++)
-                    for (int d = 0; d < D; d++) Wi(r, d) = W(i * D + d, r);
-                (*bs[part])[i] = Tensor<float>::uninit({D});
-                std::copy(b.ptr() + i * D, b.ptr() + (i + 1) * D, (*bs[part])[i].ptr());
-            }
+            const std::string s = e + names[part];
+            split_linear_heads(c, t.grab(s + ".weight", {c.A * c.D, H}), t.grab(s + ".bias", {c.A * c.D}), *Ws[part], *bs[part]);
         }
-        y.attn.W_O = t.grab_transposed(e + "attention.output.dense.weight", H, A * D);
-        y.attn.b_O = t.grab(e + "attention.output.dense.bias", {H});
-        y.ln_1_gamma = t.grab_either(e + "attention.output.LayerNorm.weight", e + "attention.output.LayerNorm.gamma", {H});
-        y.ln_1_beta = t.grab_either(e + "attention.output.LayerNorm.bias", e + "attention.output.LayerNorm.beta", {H});
-        y.ffn.W_1 = t.grab_transposed(e + "intermediate.dense.weight", F, H), y.ffn.b_1 = t.grab(e + "intermediate.dense.bias", {F});
-        y.ffn.W_2 = t.grab_transposed(e + "output.dense.weight", H, F), y.ffn.b_2 = t.grab(e + "output.dense.bias", {H});
-        y.ln_2_gamma = t.grab_either(e + "output.LayerNorm.weight", e + "output.LayerNorm.gamma", {H});
-        y.ln_2_beta = t.grab_either(e + "output.LayerNorm.bias", e + "output.LayerNorm.beta", {H});
     }
     if (c.mlm_head) {
-        const std::string d = m + (roberta ? "dense." : "transform.dense."), ln = m + (roberta ? "layer_norm." : "transform.LayerNorm.");
-        p.W_t = t.grab_transposed(d + "weight", H, H), p.b_t = t.grab(d + "bias", {H});
-        p.gamma_t = t.grab_either(ln + "weight", ln + "gamma", {H});
-        p.beta_t = t.grab_either(ln + "bias", ln + "beta", {H});
-        p.b_z = t.grab(m + "bias", {c.V});
         t.drop_tied(m + "decoder.weight", p.W_e, "embeddings.word_embeddings.weight");
         t.drop_tied(m + "decoder.bias", p.b_z, m + "bias");
     }
-    if (c.pooler) p.W_pool = t.grab_transposed("pooler.dense.weight", H, H), p.b_pool = t.grab("pooler.dense.bias", {H});
     for (const char* nsp : {"cls.seq_relationship.weight", "cls.seq_relationship.bias"})
         if (const auto* e = t.peek(nsp)) {
             if (e->shape != (std::string(nsp).back() == 't' ? std::vector<int>{2, H} : std::vector<int>{2}))
@@ -4428,19 +4534,42 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     return lm;
 }
 
-// ---- Export to Hugging Face's GPT2LMHeadModel layout ----------------------------------------
-// The inverse of import_hf_gpt2: the heads of W_Q, W_K, W_V are joined into c_attn's columns (head
-// i in columns i*D .. i*D+D-1 of each third), everything else keeps its layout (Conv1D stores
-// in x out, as we do).
-std::string hf_gpt2_export_problem(const Config& c) {
-    if (c.variant != Variant::gpt2)
-        return std::string("only gpt2 models export to Hugging Face's GPT2LMHeadModel; this one is ") + variant_name(c.variant) +
-               " (gpt, gpt3, bert and roberta have no such layout: gpt is post-LN, gpt3 has Mask^ST layers, bert and roberta are not GPT2LMHeadModel)";
+// ---- Export to the Hugging Face classes (see transformer.hpp) ------------------------------------
+// The inverse of the imports above, through the same tables (openai_gpt_slots, bert_slots) and the
+// inverse of each join or split; GPT-2's names are written here as import_hf_gpt2 reads them.
+std::string hf_architecture(const Config& c) {
+    switch (c.variant) {
+        case Variant::gpt2: return "GPT2LMHeadModel";
+        case Variant::gpt: return "OpenAIGPTLMHeadModel";
+        case Variant::bert: return c.mlm_head ? "BertForMaskedLM" : "BertModel";
+        case Variant::roberta: return c.mlm_head ? "RobertaForMaskedLM" : "RobertaModel";
+        case Variant::gpt3: break;
+    }
+    return "";
+}
+
+std::string hf_export_problem(const Config& c) {
+    if (c.variant == Variant::gpt3)
+        return "gpt3 models have no Hugging Face class that holds them exactly: their Mask^ST layers attend to a band and to "
+               "every stride-th earlier token, which no class has; the nearest, GPTNeoForCausalLM, has a band alone, scores "
+               "without the 1/sqrt(D) scale, no biases on Q, K, V, and computes its attention in float32 even in a float64 "
+               "model (docs/released-weights.md)";
+    const std::string cls = hf_architecture(c);
     if (c.D * c.A != c.H)
-        return "GPT2LMHeadModel needs D = H / A, but D = " + std::to_string(c.D) + ", A = " + std::to_string(c.A) + ", H = " +
-               std::to_string(c.H);
-    if (c.W_y_rows > 0) return "the model has a fine-tuning head W_y, which GPT2LMHeadModel has no place for";
-    if (c.xlnet) return "the model was trained with --objective xlnet (its query vector w has no place in GPT2LMHeadModel)";
+        return cls + " needs D = H / A, but D = " + std::to_string(c.D) + ", A = " + std::to_string(c.A) + ", H = " + std::to_string(c.H);
+    if (c.W_y_rows > 0) return "the model has a fine-tuning head W_y, which " + cls + " has no place for";
+    if (c.xlnet) return "the model was trained with --objective xlnet (its query vector w has no place in " + cls + ")";
+    if (c.variant == Variant::gpt) {
+        if (c.activation != Activation::relu && c.activation != Activation::gelu_tanh)
+            return std::string("OpenAIGPTLMHeadModel's activations (afn) are relu, silu and gelu (the tanh form, gelu_tanh here); "
+                               "this model's is ") + activation_name(c.activation) + ": train it with --activation relu or gelu_tanh";
+        if (c.F != 4 * c.H)
+            return "OpenAIGPTLMHeadModel's feed-forward nets are 4 n_embd = " + std::to_string(4 * c.H) + " wide; this model's F = " +
+                   std::to_string(c.F);
+    }
+    if ((c.variant == Variant::bert || c.variant == Variant::roberta) && !c.emb_ln)
+        return cls + " normalises the embeddings (embeddings.LayerNorm) and this model has no such LayerNorm (the formulas' " +
+               variant_name(c.variant) + "): train it with --emb-ln (or --mlm-head, which brings it too)";
     return "";
 }
 
@@ -4454,12 +4583,17 @@ static const char* hf_activation_name(Activation a) {
     return "?";
 }
 
-std::string hf_gpt2_config_json(const Config& c, int eos_id) {
-    char eps[64];  // the shortest form that reads back as the same double (1e-05, not 1.0000000000000001e-05)
+// The shortest form that reads back as the same double (1e-05, not 1.0000000000000001e-05).
+static std::string shortest_double(double v) {
+    char buf[64];
     for (int digits = 1; digits <= 17; digits++) {
-        std::snprintf(eps, sizeof eps, "%.*g", digits, c.eps);
-        if (std::strtod(eps, nullptr) == c.eps) break;
+        std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (std::strtod(buf, nullptr) == v) break;
     }
+    return buf;
+}
+
+std::string hf_gpt2_config_json(const Config& c, int eos_id) {
     std::string j = "{\n";
     j += "  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n";
     j += "  \"vocab_size\": " + std::to_string(c.V) + ",\n";
@@ -4468,11 +4602,47 @@ std::string hf_gpt2_config_json(const Config& c, int eos_id) {
     j += "  \"n_head\": " + std::to_string(c.A) + ",\n";
     j += "  \"n_inner\": " + (c.F == 4 * c.H ? std::string("null") : std::to_string(c.F)) + ",\n";  // null = 4 n_embd
     j += std::string("  \"activation_function\": \"") + hf_activation_name(c.activation) + "\",\n";
-    j += std::string("  \"layer_norm_epsilon\": ") + eps + ",\n";
+    j += "  \"layer_norm_epsilon\": " + shortest_double(c.eps) + ",\n";
     j += "  \"resid_pdrop\": 0.1,\n  \"embd_pdrop\": 0.1,\n  \"attn_pdrop\": 0.1,\n  \"initializer_range\": 0.02,\n";
     j += "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n";
     if (eos_id >= 0) j += "  \"bos_token_id\": " + std::to_string(eos_id) + ",\n  \"eos_token_id\": " + std::to_string(eos_id) + ",\n";
     j += "  \"torch_dtype\": \"float32\",\n";
+    j += std::string("  \"") + WRITTEN_BY_KEY + "\": \"" + WRITTEN_BY + "\"\n}\n";  // the mark check_output_dir looks for
+    return j;
+}
+
+// RoBERTa's position rows before its first: rows 0..pad_id, the last of them w_pad's (none without <pad>).
+static int roberta_skipped_rows(const Config& c) { return c.variant == Variant::roberta ? c.pad_id + 1 : 0; }
+
+std::string hf_export_config_json(const Config& c, int eos_id, int bert_pad_id) {
+    if (c.variant == Variant::gpt2) return hf_gpt2_config_json(c, eos_id);
+    const std::string problem = hf_export_problem(c);
+    if (!problem.empty()) throw Error("export: " + problem);
+    auto num = [](long long v) { return std::to_string(v); };
+    std::string j = "{\n  \"architectures\": [\"" + hf_architecture(c) + "\"],\n";
+    if (c.variant == Variant::gpt) {
+        j += "  \"model_type\": \"openai-gpt\",\n";
+        j += "  \"vocab_size\": " + num(c.V) + ",\n  \"n_positions\": " + num(c.n_ctx) + ",\n";
+        j += "  \"n_embd\": " + num(c.H) + ",\n  \"n_layer\": " + num(c.L) + ",\n  \"n_head\": " + num(c.A) + ",\n";
+        j += std::string("  \"afn\": \"") + (c.activation == Activation::relu ? "relu" : "gelu") + "\",\n";  // its gelu is the tanh form
+        j += "  \"layer_norm_epsilon\": " + shortest_double(c.eps) + ",\n";
+        j += "  \"resid_pdrop\": 0.1,\n  \"embd_pdrop\": 0.1,\n  \"attn_pdrop\": 0.1,\n  \"initializer_range\": 0.02,\n";
+    } else {  // bert, roberta
+        const bool roberta = c.variant == Variant::roberta;
+        j += std::string("  \"model_type\": \"") + (roberta ? "roberta" : "bert") + "\",\n";
+        j += "  \"vocab_size\": " + num(c.V) + ",\n  \"hidden_size\": " + num(c.H) + ",\n";
+        j += "  \"num_hidden_layers\": " + num(c.L) + ",\n  \"num_attention_heads\": " + num(c.A) + ",\n";
+        j += "  \"intermediate_size\": " + num(c.F) + ",\n";
+        j += std::string("  \"hidden_act\": \"") + hf_activation_name(c.activation) + "\",\n";
+        j += "  \"max_position_embeddings\": " + num(c.n_ctx + roberta_skipped_rows(c)) + ",\n";
+        j += "  \"type_vocab_size\": " + std::string(roberta ? "1" : "2") + ",\n";
+        j += "  \"layer_norm_eps\": " + shortest_double(c.eps) + ",\n";
+        j += "  \"pad_token_id\": " + num(roberta ? c.pad_id : bert_pad_id) + ",\n";
+        if (roberta) j += "  \"bos_token_id\": " + num(c.cls_id) + ",\n  \"eos_token_id\": " + num(c.sep_id) + ",\n";
+        j += "  \"position_embedding_type\": \"absolute\",\n";
+        j += "  \"hidden_dropout_prob\": 0.1,\n  \"attention_probs_dropout_prob\": 0.1,\n  \"initializer_range\": 0.02,\n";
+    }
+    j += "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\",\n";
     j += std::string("  \"") + WRITTEN_BY_KEY + "\": \"" + WRITTEN_BY + "\"\n}\n";  // the mark check_output_dir looks for
     return j;
 }
@@ -4528,71 +4698,281 @@ void check_output_dir(const std::string& dir, const std::string& role, const std
         throw Error("cannot write " + what + ": cannot create it in '" + parent + "' (" + std::strerror(errno) + ")");
 }
 
-const std::vector<std::string> HF_EXPORT_FILES = {"model.safetensors", "config.json", "vocab.json", "merges.txt"};
+const std::vector<std::string> HF_EXPORT_FILES = {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
+                                                   "vocab.json", "merges.txt", "vocab.txt"};
 
-void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>& p,
-                    const std::map<std::string, std::string>& extra_metadata, const std::string& input) {
-    const std::string problem = hf_gpt2_export_problem(c);
+// ---- The tokenizer's files for Hugging Face (see hf_tokenizer_files in transformer.hpp) ----------
+static bool is_bpe_special(const std::string& w);
+namespace {
+std::string tj_bool(bool b) { return b ? "true" : "false"; }
+// One entry of tokenizer.json's added_tokens: a special token matched in the text before the model.
+std::string tj_added(int id, const std::string& content, bool lstrip = false, bool normalized = false) {
+    return "    {\"id\": " + std::to_string(id) + ", \"content\": " + json_escape(content) + ", \"single_word\": false, \"lstrip\": " +
+           tj_bool(lstrip) + ", \"rstrip\": false, \"normalized\": " + tj_bool(normalized) + ", \"special\": true}";
+}
+// {"token": id, ...} in id order.
+std::string tj_vocab(const std::vector<std::string>& by_id) {
+    std::string v = "{";
+    for (std::size_t i = 0; i < by_id.size(); i++) v += (i ? ",\n      " : "\n      ") + json_escape(by_id[i]) + ": " + std::to_string(i);
+    return v + "\n    }";
+}
+// The merges of vocab.bpe / merges.txt in order, as make_bpe and make_gpt1_bpe read them.
+std::vector<std::string> merge_lines(const std::string& vocab_bpe) {
+    std::vector<std::string> out;
+    std::stringstream ss(vocab_bpe);
+    std::string line;
+    for (int line_no = 1; std::getline(ss, line); line_no++) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+        out.push_back(line);
+    }
+    return out;
+}
+// merges.txt as the slow classes read it: they drop the first line and the last (empty) one.
+std::string merges_txt(const std::string& vocab_bpe) {
+    std::string m = "#version: 0.2\n";
+    for (const std::string& line : merge_lines(vocab_bpe)) m += line + "\n";
+    return m;
+}
+std::string tj_bpe_model(const std::vector<std::string>& by_id, const std::vector<std::string>& merges, const std::string& unk,
+                         const std::string& suffix) {
+    std::string m = "{\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": " + (unk.empty() ? "null" : json_escape(unk)) +
+                    ",\n    \"continuing_subword_prefix\": \"\",\n    \"end_of_word_suffix\": " + json_escape(suffix) +
+                    ",\n    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n    \"vocab\": " + tj_vocab(by_id) + ",\n    \"merges\": [";
+    for (std::size_t i = 0; i < merges.size(); i++) m += (i ? ",\n      " : "\n      ") + json_escape(merges[i]);
+    return m + (merges.empty() ? "]\n  }" : "\n    ]\n  }");
+}
+const char* const TJ_BYTE_LEVEL_PRE = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}";
+const char* const TJ_BYTE_LEVEL_DEC = "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true}";
+const char* const TJ_BERT_NORMALIZER =
+    "{\"type\": \"BertNormalizer\", \"clean_text\": true, \"handle_chinese_chars\": true, \"strip_accents\": null, \"lowercase\": true}";
+std::string tj_whole(const std::vector<std::string>& added, const std::string& normalizer, const std::string& pre,
+                     const std::string& post, const std::string& decoder, const std::string& model) {
+    std::string j = "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
+    for (std::size_t i = 0; i < added.size(); i++) j += (i ? ",\n" : "\n") + added[i];
+    j += added.empty() ? "],\n" : "\n  ],\n";
+    j += "  \"normalizer\": " + normalizer + ",\n  \"pre_tokenizer\": " + pre + ",\n  \"post_processor\": " + post +
+         ",\n  \"decoder\": " + decoder + ",\n  \"model\": " + model + "\n}\n";
+    return j;
+}
+// tokenizer_config.json: the class AutoTokenizer builds and the special tokens (null: none).
+std::string tokenizer_config(const std::string& cls, int n_ctx, const std::vector<std::pair<std::string, std::string>>& fields) {
+    std::string j = "{\n  \"tokenizer_class\": \"" + cls + "\",\n  \"model_max_length\": " + std::to_string(n_ctx) +
+                    ",\n  \"clean_up_tokenization_spaces\": false";
+    for (const auto& kv : fields) j += ",\n  \"" + kv.first + "\": " + kv.second;
+    return j + "\n}\n";
+}
+std::string token_or_null(const std::unordered_map<std::string, int>& vocab, const std::string& token) {
+    return vocab.count(token) ? json_escape(token) : "null";
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokenizer& t, const Config& c) {
+    std::vector<std::pair<std::string, std::string>> files;
+    const bool masked = c.variant == Variant::bert || c.variant == Variant::roberta;
+    if (t.kind == "gpt2-bpe" || t.kind == "roberta-bpe") {
+        std::vector<std::string> by_id(t.bpe.size());
+        for (const auto& kv : t.bpe.encoder) by_id[kv.second] = kv.first;
+        const bool roberta = t.kind == "roberta-bpe";
+        std::vector<std::string> added;
+        for (int id = 0; id < (int)by_id.size(); id++)
+            if (is_bpe_special(by_id[id])) added.push_back(tj_added(id, by_id[id], roberta && by_id[id] == "<mask>", !(roberta && by_id[id] == "<mask>")));
+        std::string post = "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true}";
+        if (roberta)
+            post = "{\"type\": \"RobertaProcessing\", \"sep\": [\"</s>\", " + std::to_string(t.bpe.encoder.at("</s>")) + "], \"cls\": [\"<s>\", " +
+                   std::to_string(t.bpe.encoder.at("<s>")) + "], \"trim_offsets\": true, \"add_prefix_space\": false}";
+        files.push_back({"vocab.json", t.encoder_json});
+        files.push_back({"merges.txt", merges_txt(t.vocab)});
+        files.push_back({"tokenizer.json", tj_whole(added, "null", TJ_BYTE_LEVEL_PRE, post, TJ_BYTE_LEVEL_DEC,
+                                                    tj_bpe_model(by_id, merge_lines(t.vocab), "", ""))});
+        const std::string eot = token_or_null(t.bpe.encoder, "<|endoftext|>");
+        if (roberta)
+            files.push_back({"tokenizer_config.json",
+                             tokenizer_config("RobertaTokenizer", c.n_ctx,
+                                              {{"add_prefix_space", "false"}, {"trim_offsets", "true"}, {"bos_token", "\"<s>\""},
+                                               {"cls_token", "\"<s>\""}, {"eos_token", "\"</s>\""}, {"sep_token", "\"</s>\""},
+                                               {"unk_token", "\"<unk>\""}, {"pad_token", "\"<pad>\""}, {"mask_token", "\"<mask>\""}})});
+        else
+            files.push_back({"tokenizer_config.json",
+                             tokenizer_config("GPT2Tokenizer", c.n_ctx,
+                                              {{"add_prefix_space", "false"}, {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot}})});
+    } else if (t.kind == "gpt1-bpe") {
+        std::vector<std::string> added;
+        if (t.gpt1.unk >= 0) added.push_back(tj_added(t.gpt1.unk, "<unk>"));
+        files.push_back({"vocab.json", t.encoder_json});
+        files.push_back({"merges.txt", merges_txt(t.vocab)});
+        files.push_back({"tokenizer.json", tj_whole(added, TJ_BERT_NORMALIZER, "{\"type\": \"BertPreTokenizer\"}", "null",
+                                                    "{\"type\": \"BPEDecoder\", \"suffix\": \"</w>\"}",
+                                                    tj_bpe_model(t.gpt1.decoder, merge_lines(t.vocab), "<unk>", "</w>"))});
+        files.push_back({"tokenizer_config.json", tokenizer_config("OpenAIGPTTokenizer", c.n_ctx, {{"unk_token", "\"<unk>\""}})});
+    } else if (t.kind == "bert-wordpiece") {
+        const WordPiece& w = t.wordpiece;
+        std::vector<std::string> added;
+        for (const char* special : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
+            if (w.vocab.count(special)) added.push_back(tj_added(w.vocab.at(special), special));
+        std::sort(added.begin(), added.end(), [](const std::string& a, const std::string& b) {  // by id, as the library keeps them
+            return std::atoi(a.c_str() + a.find(':') + 1) < std::atoi(b.c_str() + b.find(':') + 1);
+        });
+        std::string post = "null";
+        if (w.cls >= 0 && w.sep >= 0) {  // [CLS] A [SEP] and [CLS] A [SEP] B [SEP], B with token type 1 (w_B)
+            auto tok = [](const char* k, const char* id, int type) {
+                return std::string("{\"") + k + "\": {\"id\": \"" + id + "\", \"type_id\": " + std::to_string(type) + "}}";
+            };
+            post = "{\"type\": \"TemplateProcessing\", \"single\": [" + tok("SpecialToken", "[CLS]", 0) + ", " + tok("Sequence", "A", 0) +
+                   ", " + tok("SpecialToken", "[SEP]", 0) + "], \"pair\": [" + tok("SpecialToken", "[CLS]", 0) + ", " +
+                   tok("Sequence", "A", 0) + ", " + tok("SpecialToken", "[SEP]", 0) + ", " + tok("Sequence", "B", 1) + ", " +
+                   tok("SpecialToken", "[SEP]", 1) + "], \"special_tokens\": {\"[CLS]\": {\"id\": \"[CLS]\", \"ids\": [" +
+                   std::to_string(w.cls) + "], \"tokens\": [\"[CLS]\"]}, \"[SEP]\": {\"id\": \"[SEP]\", \"ids\": [" + std::to_string(w.sep) +
+                   "], \"tokens\": [\"[SEP]\"]}}}";
+        }
+        std::string vocab_txt;
+        for (const std::string& token : w.tokens) vocab_txt += token + "\n";
+        files.push_back({"vocab.txt", vocab_txt});
+        files.push_back({"tokenizer.json",
+                         tj_whole(added, TJ_BERT_NORMALIZER, "{\"type\": \"BertPreTokenizer\"}", post,
+                                  "{\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true}",
+                                  "{\n    \"type\": \"WordPiece\",\n    \"unk_token\": \"[UNK]\",\n    \"continuing_subword_prefix\": \"##\",\n"
+                                  "    \"max_input_chars_per_word\": " + std::to_string(w.max_chars) + ",\n    \"vocab\": " + tj_vocab(w.tokens) + "\n  }")});
+        files.push_back({"tokenizer_config.json",
+                         tokenizer_config("BertTokenizer", c.n_ctx,
+                                          {{"do_lower_case", "true"}, {"tokenize_chinese_chars", "true"}, {"strip_accents", "null"},
+                                           {"unk_token", token_or_null(w.vocab, "[UNK]")}, {"sep_token", token_or_null(w.vocab, "[SEP]")},
+                                           {"pad_token", token_or_null(w.vocab, "[PAD]")}, {"cls_token", token_or_null(w.vocab, "[CLS]")},
+                                           {"mask_token", token_or_null(w.vocab, "[MASK]")}})});
+    } else if (t.kind == "char") {
+        // Each byte of the text is one id: a byte-level model without merges (each byte's symbol, as
+        // GPT-2's bytes_to_unicode writes it, mapped to the byte's id) behind a ByteLevel pre-tokeniser
+        // that does not split. BERT's and RoBERTa's three special ids follow the characters.
+        std::vector<std::string> by_id;
+        for (unsigned char ch : t.chars.chars) by_id.push_back(bytes_to_unicode(ch));
+        std::vector<std::string> added;
+        std::vector<std::pair<std::string, std::string>> fields;
+        if (masked) {
+            const bool roberta = c.variant == Variant::roberta;
+            const std::string names[3] = {roberta ? "<s>" : "[CLS]", roberta ? "</s>" : "[SEP]", roberta ? "<mask>" : "[MASK]"};
+            const int ids[3] = {c.cls_id, c.sep_id, c.mask_id};
+            for (int k = 0; k < 3; k++) added.push_back(tj_added(ids[k], names[k]));
+            fields = {{"cls_token", json_escape(names[0])}, {"sep_token", json_escape(names[1])}, {"mask_token", json_escape(names[2])}};
+            if (roberta) fields.insert(fields.begin(), {{"bos_token", json_escape(names[0])}, {"eos_token", json_escape(names[1])}});
+        }
+        files.push_back({"tokenizer.json",
+                         tj_whole(added, "null", "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}",
+                                  "null", TJ_BYTE_LEVEL_DEC, tj_bpe_model(by_id, {}, "", ""))});
+        files.push_back({"tokenizer_config.json", tokenizer_config("PreTrainedTokenizerFast", c.n_ctx, fields)});
+    }
+    return files;
+}
+
+// The model as the layout holds it: with attention biases (zeros where the model has none).
+static Params<float> with_attention_biases(const Config& c, const Params<float>& p, Config& e) {
+    e = c;
+    e.attn_bias = true;
+    Params<float> q = make_params<float>(e);  // all zeros
+    std::map<std::string, Tensor<float>*> into;
+    for (auto& nt : named_tensors(e, q)) into[nt.name] = nt.tensor;
+    for (auto& nt : named_tensors(c, const_cast<Params<float>&>(p))) *into.at(nt.name) = *nt.tensor;  // read only
+    return q;
+}
+
+HfExport export_hf(const std::string& dir, const Config& c, const Params<float>& p,
+                   const std::map<std::string, std::string>& extra_metadata, const std::string& input) {
+    const std::string problem = hf_export_problem(c);
     if (!problem.empty()) throw Error("export: " + problem);
     check_output_dir(dir, "--out", HF_EXPORT_FILES, "config.json");
     const std::string model_path = dir + "/model.safetensors", config_path = dir + "/config.json";
-    const auto tok = extra_metadata.find("tokenizer");
-    const bool bpe = tok != extra_metadata.end() && tok->second == "gpt2-bpe";
+    const Tokenizer tok = tokenizer_of(extra_metadata, input.empty() ? model_path : input);  // kind "": none recorded
+    const bool masked = c.variant == Variant::bert || c.variant == Variant::roberta;
+    if (!tok.kind.empty() && tok.size() + (tok.kind == "char" && masked ? 3 : 0) != c.V)
+        throw Error("export: the recorded tokenizer (" + std::string(tokenizer_title(tok.kind)) + ") has " + std::to_string(tok.size()) +
+                    " tokens, which does not fit the model's V = " + std::to_string(c.V));
+    const std::vector<std::pair<std::string, std::string>> tok_files = hf_tokenizer_files(tok, c);
     std::vector<OutputFile> outs;  // the directory is new, empty or ours: its files are ours to replace
     for (const std::string& name : HF_EXPORT_FILES) outs.push_back({dir + "/" + name, "--out/" + name, OutputKind::in_own_dir});
     struct stat st;
     if (::stat(dir.c_str(), &st) == 0) check_outputs(outs, {{input, "--checkpoint"}});  // a new directory holds nothing to check
     else if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
-    const int H = c.H, D = c.D, A = c.A;
-    // c_attn per layer: H x 3H and 3H, joined from the heads (zeros for absent biases).
-    std::vector<Tensor<float>> c_attn_W, c_attn_b, c_proj_b;
-    for (int l = 0; l < c.L; l++) {
-        const MultiHeadSAParams<float>& a = p.layers[l].attn;
-        Tensor<float> W = Tensor<float>::uninit(H, 3 * H), b(std::vector<int>{3 * H});
-        const std::vector<Tensor<float>>* parts[3] = {&a.W_Q, &a.W_K, &a.W_V};
-        const std::vector<Tensor<float>>* biases[3] = {&a.b_Q, &a.b_K, &a.b_V};
-        for (int part = 0; part < 3; part++)
-            for (int i = 0; i < A; i++) {
-                const Tensor<float>& Wi = (*parts[part])[i];
-                for (int r = 0; r < H; r++) std::copy(Wi.row(r), Wi.row(r) + D, W.row(r) + part * H + i * D);
-                if (c.attn_bias) std::copy((*biases[part])[i].data.begin(), (*biases[part])[i].data.end(), b.ptr() + part * H + i * D);
+    Config e;
+    Params<float> q = with_attention_biases(c, p, e);
+    std::deque<Tensor<float>> made;  // joined, split or transposed tensors, kept until the file is written
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    auto put = [&](const std::string& name, Tensor<float> t) { made.push_back(std::move(t)), list.push_back({name, &made.back()}); };
+    auto put_slots = [&](const std::vector<HfSlot>& slots, const std::string& prefix) {
+        for (const HfSlot& s : slots) {
+            const bool head = s.name.rfind("cls.", 0) == 0 || s.name.rfind("lm_head.", 0) == 0;  // the heads' names have no prefix
+            const std::string name = (head ? "" : prefix) + s.name;
+            if (s.linear) put(name, transpose(*s.ours));
+            else list.push_back({name, s.ours});
+        }
+    };
+    if (c.variant == Variant::gpt2) {  // as import_hf_gpt2 reads it
+        list = {{"wte.weight", &q.W_e}, {"wpe.weight", &q.W_p}};
+        for (int l = 0; l < c.L; l++) {
+            const std::string h = "h." + std::to_string(l) + ".";
+            Layer<float>& y = q.layers[l];
+            Tensor<float> W, b;
+            join_c_attn(e, y.attn, W, b);
+            list.insert(list.end(), {{h + "ln_1.weight", &y.ln_1_gamma}, {h + "ln_1.bias", &y.ln_1_beta}});
+            put(h + "attn.c_attn.weight", std::move(W)), put(h + "attn.c_attn.bias", std::move(b));
+            list.insert(list.end(), {{h + "attn.c_proj.weight", &y.attn.W_O},
+                                     {h + "attn.c_proj.bias", &y.attn.b_O},
+                                     {h + "ln_2.weight", &y.ln_2_gamma},
+                                     {h + "ln_2.bias", &y.ln_2_beta},
+                                     {h + "mlp.c_fc.weight", &y.ffn.W_1},
+                                     {h + "mlp.c_fc.bias", &y.ffn.b_1},
+                                     {h + "mlp.c_proj.weight", &y.ffn.W_2},
+                                     {h + "mlp.c_proj.bias", &y.ffn.b_2}});
+        }
+        list.insert(list.end(), {{"ln_f.weight", &q.ln_f_gamma}, {"ln_f.bias", &q.ln_f_beta}});
+    } else if (c.variant == Variant::gpt) {  // OpenAIGPTLMHeadModel saves its body under "transformer."
+        put_slots(openai_gpt_slots(e, q), "transformer.");
+        for (int l = 0; l < c.L; l++) {
+            Tensor<float> W, b;
+            join_c_attn(e, q.layers[l].attn, W, b);
+            const std::string h = "transformer.h." + std::to_string(l) + ".attn.c_attn.";
+            put(h + "weight", std::move(W)), put(h + "bias", std::move(b));
+        }
+    } else {  // bert, roberta: the body under "bert." / "roberta." beside a head, bare without one (BertModel)
+        const bool roberta = c.variant == Variant::roberta;
+        const std::string prefix = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
+        put_slots(bert_slots(e, q), prefix);
+        const int H = c.H, skipped = roberta_skipped_rows(c);
+        Tensor<float> wp(c.n_ctx + skipped, H);  // RoBERTa: zeros before <pad>'s row (never read), w_pad, then W_p
+        for (int i = 0; i < c.n_ctx; i++) std::copy(q.W_p.row(i), q.W_p.row(i) + H, wp.row(i + skipped));
+        if (roberta && c.pad_id >= 0) std::copy(q.w_pad.ptr(), q.w_pad.ptr() + H, wp.row(c.pad_id));
+        put(prefix + "embeddings.position_embeddings.weight", std::move(wp));
+        Tensor<float> tt(roberta ? 1 : 2, H);  // BERT: t_i = 0 -> w_A, 1 -> w_B; RoBERTa: one type, zeros
+        if (!roberta) std::copy(q.w_A.ptr(), q.w_A.ptr() + H, tt.row(0)), std::copy(q.w_B.ptr(), q.w_B.ptr() + H, tt.row(1));
+        put(prefix + "embeddings.token_type_embeddings.weight", std::move(tt));
+        for (int l = 0; l < c.L; l++) {
+            const std::string s = prefix + "encoder.layer." + std::to_string(l) + ".attention.self.";
+            const MultiHeadSAParams<float>& a = q.layers[l].attn;
+            const char* names[3] = {"query", "key", "value"};
+            const std::vector<Tensor<float>>* Ws[3] = {&a.W_Q, &a.W_K, &a.W_V};
+            const std::vector<Tensor<float>>* bs[3] = {&a.b_Q, &a.b_K, &a.b_V};
+            for (int part = 0; part < 3; part++) {
+                Tensor<float> W, b;
+                join_linear_heads(e, *Ws[part], *bs[part], W, b);
+                put(s + names[part] + ".weight", std::move(W)), put(s + names[part] + ".bias", std::move(b));
             }
-        c_attn_W.push_back(std::move(W)), c_attn_b.push_back(std::move(b));
-        c_proj_b.push_back(c.attn_bias ? a.b_O : Tensor<float>(std::vector<int>{H}));
+        }
     }
-    std::vector<std::pair<std::string, const Tensor<float>*>> list = {{"wte.weight", &p.W_e}, {"wpe.weight", &p.W_p}};
-    for (int l = 0; l < c.L; l++) {
-        const std::string h = "h." + std::to_string(l) + ".";
-        const Layer<float>& y = p.layers[l];
-        list.insert(list.end(), {{h + "ln_1.weight", &y.ln_1_gamma},
-                                 {h + "ln_1.bias", &y.ln_1_beta},
-                                 {h + "attn.c_attn.weight", &c_attn_W[l]},
-                                 {h + "attn.c_attn.bias", &c_attn_b[l]},
-                                 {h + "attn.c_proj.weight", &y.attn.W_O},
-                                 {h + "attn.c_proj.bias", &c_proj_b[l]},
-                                 {h + "ln_2.weight", &y.ln_2_gamma},
-                                 {h + "ln_2.bias", &y.ln_2_beta},
-                                 {h + "mlp.c_fc.weight", &y.ffn.W_1},
-                                 {h + "mlp.c_fc.bias", &y.ffn.b_1},
-                                 {h + "mlp.c_proj.weight", &y.ffn.W_2},
-                                 {h + "mlp.c_proj.bias", &y.ffn.b_2}});
-    }
-    list.insert(list.end(), {{"ln_f.weight", &p.ln_f_gamma}, {"ln_f.bias", &p.ln_f_beta}});
     std::map<std::string, std::string> meta = extra_metadata;
     meta["format"] = "pt";  // transformers refuses a safetensors file without it
     save_safetensors(model_path, meta, list);
-    int eos = -1;
-    if (bpe) {  // GPT2Tokenizer's vocab.json and merges.txt are encoder.json and vocab.bpe
-        const Tokenizer t = tokenizer_of(extra_metadata, model_path);
-        eos = t.bpe.eot;
-        write_file_atomic(dir + "/vocab.json", t.encoder_json);
-        write_file_atomic(dir + "/merges.txt", t.vocab);
-    } else {  // an earlier export's tokenizer does not belong to this model
-        for (const char* name : {"/vocab.json", "/merges.txt"})
-            if (::unlink((dir + name).c_str()) != 0 && errno != ENOENT)
-                throw Error("cannot remove the earlier export's '" + dir + name + "': " + std::strerror(errno));
-    }
-    write_file_atomic(config_path, hf_gpt2_config_json(c, eos));
+    HfExport done;
+    done.architecture = hf_architecture(c);
+    done.model_type = c.variant == Variant::gpt ? "openai-gpt" : variant_name(c.variant);
+    done.files = {"model.safetensors"};
+    std::set<std::string> written = {"model.safetensors", "config.json"};
+    for (const auto& f : tok_files) write_file_atomic(dir + "/" + f.first, f.second), written.insert(f.first), done.files.push_back(f.first);
+    for (const std::string& name : HF_EXPORT_FILES)  // an earlier export's tokenizer does not belong to this model
+        if (!written.count(name) && ::unlink((dir + "/" + name).c_str()) != 0 && errno != ENOENT)
+            throw Error("cannot remove the earlier export's '" + dir + "/" + name + "': " + std::strerror(errno));
+    const int eos = tok.kind == "gpt2-bpe" ? tok.bpe.eot : -1;
+    const int bert_pad = tok.kind == "bert-wordpiece" && tok.wordpiece.pad >= 0 ? tok.wordpiece.pad : 0;
+    write_file_atomic(config_path, hf_export_config_json(c, eos, bert_pad));  // last: its mark makes the directory ours
+    done.files.push_back("config.json");
+    return done;
 }
 
 static Error nonfinite_error(const std::string& path, const std::string& tensor) {
@@ -5422,6 +5802,8 @@ static void start_from_checkpoint(TrainOptions& o, RunState& s, Tokenizer& tok) 
         throw contradicts("--activation", o.activation, std::string("activation ") + activation_name(c.activation));
     if (o.attn_bias && !c.attn_bias) throw fail("--attn-bias contradicts the file, whose model has no attention biases");
     if (o.gpt2_init) throw fail("--gpt2-init is an initialisation; the weights come from the file");
+    if (o.mlm_head && !c.mlm_head) throw fail("--mlm-head contradicts the file, whose model has no masked-LM head");
+    if (o.emb_ln && !c.emb_ln) throw fail("--emb-ln contradicts the file, whose model has no embedding LayerNorm");
     if (o.block > c.n_ctx)
         throw fail("--block " + std::to_string(o.block) + " is longer than the model's n_ctx = " + std::to_string(c.n_ctx) +
                    " (W_p has n_ctx rows)");
@@ -5607,6 +5989,10 @@ TrainResult train(const TrainOptions& opt_in) {
         if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
         if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
         c.attn_bias = o.attn_bias;
+        if ((o.emb_ln || o.mlm_head) && is_causal(variant))
+            throw Error(std::string("train: --emb-ln and --mlm-head (the released BERT's additions) apply to bert and roberta, not ") +
+                        variant_name(variant));
+        c.emb_ln = o.emb_ln || o.mlm_head, c.mlm_head = o.mlm_head;
         c.xlnet = xlnet;
         require_train_memory(c, o, n);  // before the model is allocated
         s.p = make_params<float>(c);

@@ -847,8 +847,8 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
 // ================================================================================================
 // CHECKPOINTS: safetensors (8-byte little-endian header size N, N bytes of JSON header, raw
 // little-endian data). float32 tensors; the configuration as strings in "__metadata__".
-// Then JSON, UTF-8, the checked outputs and their one durable writer, the export to Hugging Face's
-// GPT2LMHeadModel layout.
+// Then JSON, UTF-8, the checked outputs and their one durable writer, the export to the Hugging Face
+// classes (GPT2LMHeadModel, OpenAIGPTLMHeadModel, BertForMaskedLM, RobertaForMaskedLM, ...).
 // ================================================================================================
 struct SafeTensors {
     std::map<std::string, std::string> metadata;
@@ -955,17 +955,31 @@ std::string read_file(const std::string& path);
 std::FILE* open_input(const std::string& path);
 void require_text(const std::string& text, const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
-// Export: DIR/model.safetensors and DIR/config.json as Hugging Face's GPT2LMHeadModel reads them,
-// the inverse of the import in load_model (names and Conv1D layout: see import_hf_gpt2):
-//   W_e -> wte.weight, W_p -> wpe.weight, layers.l.ln_1.gamma/beta -> h.l.ln_1.weight/bias (ln_2, ln_f),
-//   [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A] -> h.l.attn.c_attn.weight (H x 3H), b likewise
-//   (zeros when the model has no attention biases), W_O, b_O -> h.l.attn.c_proj, W_1, b_1 -> h.l.mlp.c_fc,
-//   W_2, b_2 -> h.l.mlp.c_proj. No lm_head.weight: it is tied to wte. activation_function: gelu_new
-//   (gelu_tanh), gelu (gelu_erf), relu, quick_gelu (the formulas' gelu_sigmoid, x sigmoid(1.702 x)).
-// Why c cannot be exported ("" if it can): only the gpt2 variant, with D A = H, no fine-tuning head
-// W_y and no XLNet vector w.
-std::string hf_gpt2_export_problem(const Config& c);
+// Export: DIR/model.safetensors and DIR/config.json as the Hugging Face class that holds the model
+// exactly reads them, the inverse of the imports in load_model (one table of names per layout,
+// shared with them: see "Released GPT-1, BERT and RoBERTa weights" in transformer.cpp):
+//   gpt2    -> GPT2LMHeadModel (model_type gpt2; Conv1D: in x out, as ours; c_attn joins the heads:
+//              [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A], head i in columns i*D .. i*D+D-1 of each third)
+//   gpt     -> OpenAIGPTLMHeadModel (model_type openai-gpt; the same Conv1D layout, post-LN, no ln_f;
+//              afn relu or gelu, which is the tanh form there; its FFN is always 4 n_embd wide)
+//   bert    -> BertForMaskedLM with the masked-LM head (Config::mlm_head), else BertModel (X^(L));
+//              Linear layers out x in (ours transposed); token_type_embeddings = [w_A; w_B]
+//   roberta -> RobertaForMaskedLM / RobertaModel likewise; position_embeddings = zeros up to the
+//              <pad> row pad_id, w_pad there, then W_p (pad_token_id -1 when the model has no <pad>:
+//              Hugging Face then numbers positions from row 0); one token type of zeros
+// Attention biases the model lacks are written as zeros (every one of these classes has them);
+// lm_head / decoder weights are tied to the word embeddings and not written.
+// Why c cannot be exported ("" if it can): D A = H, no fine-tuning head W_y, no XLNet vector w,
+// and per variant: gpt's activation (relu or gelu_tanh) and F = 4 H; bert's and roberta's
+// embedding LayerNorm (Config::emb_ln, which every Hugging Face BERT applies); gpt3 never (its
+// Mask^ST layers have no exact Hugging Face class: docs/released-weights.md says why).
+std::string hf_export_problem(const Config& c);
+// The class export writes for c: "GPT2LMHeadModel", "OpenAIGPTLMHeadModel", "BertForMaskedLM", ...
+std::string hf_architecture(const Config& c);
 std::string hf_gpt2_config_json(const Config& c, int eos_id);  // eos_id -1: GPT2Config's default
+// config.json for any exportable c: eos_id as above (gpt2), pad_token_id for bert (the vocabulary's
+// [PAD], else 0; roberta's is c.pad_id).
+std::string hf_export_config_json(const Config& c, int eos_id = -1, int bert_pad_id = 0);
 // Throws Error unless dir can take a command's files `names`: a name whose parent directory exists
 // and is writable (the caller creates it), an empty writable directory, or one that an earlier run
 // of the command wrote: it holds none but `names`, and its file `marker` carries this program's mark
@@ -975,15 +989,34 @@ void check_output_dir(const std::string& dir, const std::string& role, const std
 // The first 4 KB of the file hold this program's mark ("written_by": "transformer" in a JSON file,
 // the words "written by transformer" in a text).
 bool file_has_mark(const std::string& path);
-// The files export writes into its directory (the tokenizer's two only with GPT-2's tokenizer; an
-// earlier export's are removed otherwise).
+// The files export may write into its directory (the tokenizer's as its kind has them; an earlier
+// export's files that this one does not write are removed).
 extern const std::vector<std::string> HF_EXPORT_FILES;
-// Writes DIR/model.safetensors (metadata: "format" = "pt" plus extra_metadata, e.g. the tokenizer)
-// and DIR/config.json, each through AtomicFile; DIR is created if missing. With a gpt2-bpe tokenizer
-// in extra_metadata also DIR/vocab.json and DIR/merges.txt (GPT2Tokenizer's files).
+// The tokenizer's files in the formats Hugging Face's classes read, as (name, contents):
+//   gpt2-bpe (GPT-2's or a learnt byte-level BPE): vocab.json, merges.txt (GPT2Tokenizer)
+//   gpt1-bpe: vocab.json, merges.txt with "</w>" (OpenAIGPTTokenizer)
+//   roberta-bpe: vocab.json, merges.txt (RobertaTokenizer, with <s> <pad> </s> <unk> <mask>)
+//   bert-wordpiece: vocab.txt (BertTokenizer, lower-casing and stripping accents, as bert_normalize)
+//   char: none of these (no slow class reads characters)
+// and for every kind tokenizer.json (the `tokenizers` library's format: the same normaliser,
+// pre-tokeniser and model; characters as a byte-level model without merges, each byte's symbol
+// mapped to its id) and tokenizer_config.json (the class AutoTokenizer builds, the special tokens).
+// merges.txt always starts with a "#version" line and ends with a newline (the slow classes drop
+// the first and the last line). Empty for a tokenizer of no kind (released weights read alone).
+struct Tokenizer;
+std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokenizer& t, const Config& c);
+// What export wrote: the class, model_type and the files (names in DIR), in order.
+struct HfExport {
+    std::string architecture, model_type;
+    std::vector<std::string> files;
+};
+// Writes DIR/model.safetensors (metadata: "format" = "pt" plus extra_metadata, e.g. the tokenizer,
+// so that loading the file gives back the tokenizer too), DIR/config.json and the tokenizer's files
+// (hf_tokenizer_files of the tokenizer extra_metadata records), each through AtomicFile; DIR is
+// created if missing, and checked with check_output_dir. Throws Error with hf_export_problem.
 // input: the checkpoint exported, which no output may overwrite.
-void export_hf_gpt2(const std::string& dir, const Config& c, const Params<float>& p,
-                    const std::map<std::string, std::string>& extra_metadata = {}, const std::string& input = "");
+HfExport export_hf(const std::string& dir, const Config& c, const Params<float>& p,
+                   const std::map<std::string, std::string>& extra_metadata = {}, const std::string& input = "");
 
 // ================================================================================================
 // TRAINING DRIVERS: data, the training loop for every objective, bench, fine-tuning as a command,
@@ -1030,6 +1063,10 @@ struct TrainOptions {
     double dropout = 0.1;
     bool gpt2_init = false;      // scale_residual_init after init_params
     bool attn_bias = false;      // Config::attn_bias
+    // The released BERT's additions on a new bert or roberta (formulas §23): the embedding LayerNorm
+    // (Config::emb_ln) and the masked-LM head (Config::mlm_head, which brings emb_ln along: every
+    // Hugging Face class with that head has both, so export can write the model exactly).
+    bool emb_ln = false, mlm_head = false;
     std::string activation;      // empty: gelu_sigmoid (the GELU of formulas §13) for every variant
     uint64_t seed = 1337;
     std::string out = "model.safetensors";  // with resume: empty = overwrite the resumed file
