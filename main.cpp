@@ -726,7 +726,7 @@ static int cmd_train(Flags& f) {
     o.objective = f.str("objective", o.objective);
     o.predict = f.count32("predict", o.predict);
     if (f.has("predict") && o.objective != "xlnet") throw Error("--predict applies to --objective xlnet only");
-    if (o.objective == "xlnet") {  // XLNet's two streams run without dropout (README: choices)
+    if (o.objective == "xlnet") {  // XLNet's two streams run without dropout (formulas §16)
         if (f.has("dropout") && o.dropout != 0) throw Error("--dropout does not apply to --objective xlnet (trained without dropout)");
         o.dropout = 0;
     }

@@ -9396,6 +9396,62 @@ TEST_CASE("explain: every formula box of the variant in order, shapes as in the 
     M_CHECK_TF_ERROR(explain(c, p, b), "token id 13");
 }
 
+// A step of explain as docs/formulas.md lists it: its box and formula with the instance numbers of
+// its layer written as the sheet writes the box (in "Layers, l = 2", X^(1) is X^(l-1) and X'^(2) is
+// X'^(l); outside the layers, the last layer's X^(L)); "head i = 2" is "head i".
+std::string m_generic_step(const ExplainStep& s, int L) {
+    auto replace_all = [](std::string t, const std::string& a, const std::string& b) {
+        for (std::size_t at = t.find(a); at != std::string::npos; at = t.find(a, at + b.size())) t.replace(at, a.size(), b);
+        return t;
+    };
+    std::string box = s.box, formula = s.formula;
+    const std::size_t l_at = box.find("l = ");
+    if (l_at != std::string::npos) {
+        const int l = std::stoi(box.substr(l_at + 4));
+        box = box.substr(0, l_at) + "l";
+        formula = replace_all(formula, "^(" + std::to_string(l) + ")", "^(l)");
+        formula = replace_all(formula, "^(" + std::to_string(l - 1) + ")", "^(l-1)");
+    } else {
+        formula = replace_all(formula, "^(" + std::to_string(L) + ")", "^(L)");
+    }
+    const std::size_t i_at = box.find("i = ");
+    if (i_at != std::string::npos) box = box.substr(0, i_at) + "i";
+    return "- " + box + ": `" + formula + "`";
+}
+
+TEST_CASE("explain: every box's formula is one docs/formulas.md lists (section 1), and every one listed is printed") {
+    // The sheet lists, in plain text, the formula of every box explain prints; a box printed with
+    // another formula (an index swapped, a term missing) or a listed one no variant prints fails.
+    const std::string sheet = m_read("docs/formulas.md");
+    const std::string start = "<!-- explain's boxes -->", end = "<!-- end of explain's boxes -->";
+    const std::size_t a = sheet.find(start), b = sheet.find(end);
+    REQUIRE_MESSAGE(a != std::string::npos, "docs/formulas.md should hold the list of explain's boxes after " << start);
+    REQUIRE(b != std::string::npos);
+    std::set<std::string> listed, printed;
+    {
+        std::istringstream in(sheet.substr(a + start.size(), b - a - start.size()));
+        for (std::string line; std::getline(in, line);)
+            if (line.rfind("- ", 0) == 0) listed.insert(line);
+    }
+    for (const std::string name : m_TINY)
+        for (Activation act : {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf}) {
+            Config c = preset(name);
+            c.activation = act;
+            const Params<float> p = m_model<float>(c, 4, 0.1);
+            for (const ExplainStep& s : explain(c, p, m_explain_batch(c), 3).steps) {
+                const std::string line = m_generic_step(s, c.L);
+                printed.insert(line);
+                INFO(name << ", " << activation_name(act) << ": explain prints the box \"" << s.box << ": " << s.formula
+                          << "\"; docs/formulas.md (section 1, the list of explain's boxes) should hold the line\n" << line);
+                CHECK(listed.count(line) == 1);
+            }
+        }
+    for (const std::string& line : listed) {
+        INFO("docs/formulas.md lists a box that no variant of explain prints:\n" << line);
+        CHECK(printed.count(line) == 1);
+    }
+}
+
 TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a checkpoint; bad input is an error") {
     for (const std::string name : m_TINY) {
         CAPTURE(name);

@@ -6685,7 +6685,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
         std::fflush(stdout);
         const std::string label = kind == FinetuneKind::choice ? std::to_string(r.majority) : spec.classes[r.majority];
         std::fprintf(stderr, "note: that is within two standard errors of always answering '%s' (%.1f%% of the validation examples): "
-                             "the model has not learnt the task%s (README, \"Fine-tuning\")\n", label.c_str(), 100.0 * r.chance,
+                             "the model has not learnt the task%s (docs/finetuning.md, \"Defaults\")\n", label.c_str(), 100.0 * r.chance,
                      o.lr < 2e-4 ? "; a small model needs a larger --lr than the GPT-1 paper's 6.25e-5 (about 1e-3) and more --steps"
                                  : "; try more --steps");
     }
@@ -8339,10 +8339,10 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     w.out(seg ? "X'^(0)" : "X^(0)", "n x H", X);
     Tensor<T> t0({n}), t1({n});  // 1 - t and t
     for (int i = 0; i < n; i++) t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]), t0[i] = T(1) - t1[i];
-    if (seg) {  // t_i = 0 gets w_A (README, choices item 5)
+    if (seg) {  // t_i = 0 gets w_A (formulas §21)
         const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n)), B = matmul(diag(t1), Stack(p.w_B, n));
         X = add(X, add(A, B));
-        w.step(0, "Embedding", "X^(0) = X'^(0) + diag(t) Stack_n(w^A) + diag(1 - t) Stack_n(w^B)  [t_i = 0 gets w_A: README item 5]",
+        w.step(0, "Embedding", "X^(0) = X'^(0) + diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)  [t_i = 0 gets w_A: formulas §21]",
                "diag, Stack, matmul, add");
         w.in("diag(1 - t)", "n x n", diag(t0));
         w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
@@ -8412,7 +8412,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     const int row = is_causal(c.variant) ? n - 1 : first;
     const std::string j = std::to_string(row + 1);
     w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XL + "_{n,:} W_e^T) = Y_{n,:}"
-                        : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + XL + "_{j,:} W_e^T) = Y_{j,:}, j = " + j,
+                        : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + XL + "_{j,:} W_e^T) = Y_{j,:}",
            "Softmax");
     w.out("Y = Softmax(Z)", "n x V", Y);
     Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
@@ -8420,7 +8420,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     w.out("Y_" + j + ",:", "V", Y_row);
     Tensor<T> dZ;
     r.loss = CrossEntropy_logits(r.Z, batch.targets, &dZ);
-    w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (README item 3)"
+    w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (formulas §25)"
                                            : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
            "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
     w.out("loss", "1", Tensor<T>::vector({(T)r.loss}));
@@ -8428,9 +8428,9 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         Tensor<T> y({c.V}), yhat = rows_of(Y, first, 1);
         yhat.shape = {c.V};
         y[batch.targets[first]] = T(1);
-        w.step(1, "Loss", "CrossEntropy(y, yhat) = - sum_{j=1}^V y_j log yhat_j for row " + std::to_string(first + 1) +
-               " (y = OneHot of its target, yhat = Y_" + std::to_string(first + 1) + ",:)", "CrossEntropy");
-        w.out("CrossEntropy", "1", Tensor<T>::vector({CrossEntropy(y, yhat)}));
+        w.step(1, "Loss", "CrossEntropy(y, yhat) = - sum_{j=1}^V y_j log yhat_j for the first row i with a target (y = OneHot of its target, yhat = Y_{i,:})",
+               "CrossEntropy");
+        w.out("CrossEntropy of row " + std::to_string(first + 1), "1", Tensor<T>::vector({CrossEntropy(y, yhat)}));
     }
 
     // ---- Backward -------------------------------------------------------------------------------
