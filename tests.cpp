@@ -9382,7 +9382,7 @@ TEST_CASE("explain: every formula box of the variant in order, shapes as in the 
         const std::string text = explain_text(c, e.steps);
         CHECK(m_contains(text, "==== forward ===="));
         CHECK(m_contains(text, "==== backward"));
-        CHECK(m_contains(text, seg ? "diag(t) Stack_n(w^A)" : "X^(0) = OneHot(x) W_e + W_p"));
+        CHECK(m_contains(text, seg ? "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)" : "X^(0) = OneHot(x) W_e + W_p"));
         if (c.variant == Variant::gpt3) CHECK(m_contains(text, "Mask^AR if l is even, Mask^ST if l is odd: Mask^ST"));
     }
     const Config c = preset("tiny-gpt2");
@@ -9450,6 +9450,51 @@ TEST_CASE("explain: every box's formula is one docs/formulas.md lists (section 1
         INFO("docs/formulas.md lists a box that no variant of explain prints:\n" << line);
         CHECK(printed.count(line) == 1);
     }
+}
+
+TEST_CASE("teaching: every pointer the program prints leads somewhere: formulas §N exists, docs/NAME.md exists, no README item") {
+    // The string literals of transformer.cpp and main.cpp (what the program can print): each
+    // "formulas §N" is a section of docs/formulas.md, each "docs/NAME.md" a file, and no text points
+    // at the README by an item number or a heading (the README is a guide that changes; docs/ hold
+    // the reference).
+    const std::string sheet = m_read("docs/formulas.md");
+    int pointers = 0;
+    for (const char* file : {"transformer.cpp", "main.cpp"}) {
+        std::istringstream in(m_read(file));
+        int line_no = 0;
+        for (std::string line; std::getline(in, line);) {
+            line_no++;
+            std::string literals;  // the text inside "..." on this line, outside // comments
+            bool in_string = false;
+            for (std::size_t k = 0; k < line.size(); k++) {
+                const char ch = line[k];
+                if (!in_string && ch == '/' && k + 1 < line.size() && line[k + 1] == '/') break;
+                if (!in_string && ch == '\'' && k + 2 < line.size() && line[k + 2] == '\'') { k += 2; continue; }
+                if (in_string && ch == '\\') { literals += line[++k]; continue; }
+                if (ch == '"') { in_string = !in_string; literals += ' '; continue; }
+                if (in_string) literals += ch;
+            }
+            INFO(std::string(file) << ":" << line_no << ": " << literals);
+            CHECK_MESSAGE(literals.find("README") == std::string::npos,
+                          "a printed text points at the README; point at formulas §N or a docs/ file instead");
+            for (std::size_t at = literals.find("formulas §"); at != std::string::npos; at = literals.find("formulas §", at + 1)) {
+                const std::size_t d = at + std::string("formulas §").size();
+                if (d >= literals.size() || !std::isdigit((unsigned char)literals[d])) continue;  // "formulas §N" as a pattern
+                const std::string n = literals.substr(d, literals.find_first_not_of("0123456789", d) - d);
+                CHECK_MESSAGE(m_contains(sheet, "\n## §" + n + " "), "formulas §" << n << " is not a section of docs/formulas.md");
+                pointers++;
+            }
+            for (std::size_t at = literals.find("docs/"); at != std::string::npos; at = literals.find("docs/", at + 1)) {
+                const std::size_t e = literals.find(".md", at);
+                if (e == std::string::npos) continue;
+                const std::string path = literals.substr(at, e + 3 - at);
+                if (path.find(' ') != std::string::npos) continue;
+                CHECK_MESSAGE(m_exists(path), path << " does not exist");
+                pointers++;
+            }
+        }
+    }
+    CHECK(pointers > 10);  // the scan sees the pointers the program has
 }
 
 TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a checkpoint; bad input is an error") {
