@@ -43,7 +43,7 @@ else
   say = printf '  %-5s %s\n'
 endif
 
-.PHONY: FORCE all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check
+.PHONY: FORCE part-one-check all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check
 all: transformer
 
 $(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
@@ -230,6 +230,25 @@ clean:
 	  if git ls-files --error-unmatch "$$f" >/dev/null 2>&1; then echo "make clean: keeping $$f (tracked by git)"; \
 	  elif [ -e "$$f" ] || [ -L "$$f" ]; then echo "rm -rf $$f"; rm -rf "$$f"; fi; \
 	done
+
+# make part-one-check: Part I of transformer.cpp calls nothing of Part II but the entry points
+# declared at its top (the reader who steps through a formula stays in Part I down to those), and
+# its text names no loop-hint macro, exp kernel, lane reduction or allocator.
+# transformer.cpp compiled with -DTF_PART_I_ALONE (Part I and its instances, without Part II) leaves
+# undefined exactly the functions Part I calls without defining them; each must be one of these.
+PART_ONE_CALLS := gemm softmax_row softmax_numerators activation_array activation_derivative_array \
+                  allocate_params pool_allocate pool_deallocate
+part-one-check:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	hints=$$(awk '/^\/\/ PART I\. THE MATHEMATICS/ { on = 1 } /^\/\/ PART II\. THE MACHINERY/ { on = 0 } on { print FNR ": " $$0 }' transformer.cpp \
+	  | grep -E 'TF_[A-Z_]+|vexp|lane_|ExpParts|PoolAllocator|pool_|ArenaScope' || true); \
+	if [ -n "$$hints" ]; then echo "make part-one-check: machinery between the PART I and PART II banners of transformer.cpp:" >&2; echo "$$hints" >&2; exit 1; fi; \
+	$(CXX) $(STD) -O0 -w -DTF_PART_I_ALONE -c -o "$$tmp/part1.o" transformer.cpp; \
+	nm -C --undefined-only "$$tmp/part1.o" | sed -nE 's/^ *U //p' | grep 'tf::' | sed -E 's/\(.*//' \
+	  | sed -E -e ':a' -e 's/<[^<>]*>//g' -e 'ta' | sed -E 's/.* //; s/^tf:://' | sort -u > "$$tmp/calls"; \
+	bad=$$(for f in $$(cat "$$tmp/calls"); do case " $(strip $(PART_ONE_CALLS)) " in *" $$f "*) ;; *) printf ' %s' "$$f";; esac; done); \
+	if [ -n "$$bad" ]; then echo "make part-one-check: Part I calls what Part II defines:$$bad (define it in Part I, or declare it at Part I's top and add it to PART_ONE_CALLS)" >&2; exit 1; fi; \
+	echo "make part-one-check: Part I calls only itself and $$(tr '\n' ' ' < "$$tmp/calls")"
 
 # ---- make handout: a student copy with chosen function bodies replaced by a stub -----------------
 # make handout [DIR=handout] [FUNCS="LayerNorm_backward ..."] copies the project into DIR (not .git)

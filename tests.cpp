@@ -9452,6 +9452,18 @@ TEST_CASE("explain: every box's formula is one docs/formulas.md lists (section 1
     }
 }
 
+TEST_CASE("teaching: Part I calls only itself and the entry points declared at its top (make part-one-check)") {
+    // The compiler's view: transformer.cpp built with Part I alone leaves undefined only gemm, the
+    // row kernels and the parameters' memory (the Makefile's PART_ONE_CALLS); anything else that a
+    // formula function calls would take the reader who steps through it out of Part I.
+    const std::string log = m_path("part-one-check.log");
+    const int st = std::system(("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory part-one-check > " + log +
+                                " 2>&1").c_str());
+    INFO("make part-one-check said:\n" << m_read(log));
+    CHECK(st == 0);
+    CHECK(m_contains(m_read(log), "Part I calls only itself and"));
+}
+
 TEST_CASE("teaching: every pointer the program prints leads somewhere: formulas §N exists, docs/NAME.md exists, no README item") {
     // The string literals of transformer.cpp and main.cpp (what the program can print): each
     // "formulas §N" is a section of docs/formulas.md, each "docs/NAME.md" a file, and no text points

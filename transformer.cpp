@@ -2172,6 +2172,7 @@ std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> 
 // The fast matrix product and its memory pool, files and checkpoints, Hugging Face import and
 // export, the training drivers, tokenizers, the teaching tools; generated Unicode tables last.
 // ################################################################################################
+#if !defined(TF_PART_I_ALONE)
 
 // ================================================================================================
 // THE FAST MATRIX PRODUCT AND THE MEMORY POOL
@@ -3032,8 +3033,21 @@ TF_IVDEP_VEXP
     }
 }
 
+// The kernels' instances for the two scalar types (gemm, the row kernels and the parameters' memory
+// are what Part I calls).
+#define TF_INSTANTIATE_KERNELS(T)                                                                          \
+    template void gemm(int, int, int, const T*, long, long, const T*, long, long, T*, long, bool);         \
+    template void activation_array(Activation, const T*, T*, std::size_t);                                  \
+    template void activation_derivative_array(Activation, const T*, T*, std::size_t);                       \
+    template T vexp(T);                                                                                    \
+    template void softmax_row(const T*, T*, int);                                                          \
+    template std::size_t arena_bytes(const Config&, Params<T>&);                                           \
+    template void allocate_params(const Config&, Params<T>&);
+TF_INSTANTIATE_KERNELS(float)
+TF_INSTANTIATE_KERNELS(double)
+#endif  // !defined(TF_PART_I_ALONE): the end of the fast product
 #endif  // !defined(TF_ONLY_MACHINERY): the end of the mathematics and the fast product
-#if !defined(TF_ONLY_MATHEMATICS)
+#if !defined(TF_ONLY_MATHEMATICS) && !defined(TF_PART_I_ALONE)
 
 // The functions of the part above that the machinery below calls besides those of transformer.hpp:
 // declared here, so that the machinery compiles without the mathematics (TF_ONLY_MACHINERY).
@@ -9483,7 +9497,6 @@ TF_COLD_END
     template Tensor<T> add(const Tensor<T>&, const Tensor<T>&);                                            \
     template void add_inplace(Tensor<T>&, const Tensor<T>&);                                               \
     template Tensor<T> transpose(const Tensor<T>&);                                                        \
-    template void gemm(int, int, int, const T*, long, long, const T*, long, long, T*, long, bool);         \
     template void gemm_reference(int, int, int, const T*, long, long, const T*, long, long, T*, long, bool); \
     template Tensor<T> matmul(const Tensor<T>&, const Tensor<T>&);                                         \
     template Tensor<T> matmul_nt(const Tensor<T>&, const Tensor<T>&);                                      \
@@ -9518,11 +9531,7 @@ TF_COLD_END
                                             MultiHeadSAParams<T>&);                                        \
     template T activation(Activation, T);                                                                  \
     template T activation_derivative(Activation, T);                                                       \
-    template void activation_array(Activation, const T*, T*, std::size_t);                                  \
-    template void activation_derivative_array(Activation, const T*, T*, std::size_t);                       \
-    template T vexp(T);                                                                                    \
     template void softmax_row_reference(const T*, T*, int);                                                \
-    template void softmax_row(const T*, T*, int);                                                          \
     template Tensor<T> FFN(const Tensor<T>&, const FFNParams<T>&, Activation, FFNCache<T>*);               \
     template Tensor<T> FFN_backward(const Tensor<T>&, const FFNParams<T>&, Activation, const FFNCache<T>&, \
                                     const Tensor<T>&, FFNParams<T>&);                                      \
@@ -9544,7 +9553,6 @@ TF_COLD_END
     template void multiply_inplace(Tensor<T>&, const Tensor<T>&);
 
 #define TF_INSTANTIATE_MODELS(T)                                                                           \
-    template std::size_t arena_bytes(const Config&, Params<T>&);                                           \
     template const T* position_vector(const Params<T>&, int);                                              \
     template T* position_vector(Params<T>&, int);                                                          \
     template Tensor<T> xlnet_forward(const Config&, const Params<T>&, const Tensor<T>&, const std::vector<int>&, \
@@ -9604,7 +9612,7 @@ TF_INSTANTIATE_GENERATION(double)
 TF_COLD_INSTANCES_END
 TF_INSTANTIATE(double)  // the modules and the products: tests compare the fast and the plain bit for bit
 #endif
-#if !defined(TF_ONLY_MATHEMATICS)
+#if !defined(TF_ONLY_MATHEMATICS) && !defined(TF_PART_I_ALONE)
 TF_INSTANTIATE_CORPUS_LOSSES(float)
 TF_COLD_INSTANCES_BEGIN
 TF_INSTANTIATE_CORPUS_LOSSES(double)
