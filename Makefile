@@ -186,7 +186,7 @@ build-times: | doctest
 	now() { date +%s.%N; }; \
 	secs() { awk -v a="$$1" -v b="$$(now)" 'BEGIN { printf "%6.1f s", b - a }'; }; \
 	fresh() { rm -rf "$$tmp/$$1"; mkdir -p "$$tmp/$$1"; cd "$$top"; \
-	  tar -cf - transformer.hpp transformer.cpp main.cpp tests.cpp Makefile README.md .gitignore .ci docs | tar -xf - -C "$$tmp/$$1"; }; \
+	  tar -cf - transformer.hpp transformer.cpp main.cpp tests.cpp Makefile README.md .gitignore gdb_tensor.py .vscode .ci docs | tar -xf - -C "$$tmp/$$1"; }; \
 	quiet() { log="$$tmp/log"; if ! "$$@" > "$$log" 2>&1; then tail -n 20 "$$log"; echo "make build-times: failed: $$*" >&2; exit 1; fi; }; \
 	row() { printf '%-58s %s\n' "$$1" "$$2"; }; \
 	echo "build times on $$(nproc) cores, $$($(CXX) --version | head -n 1), $$(date +%Y-%m-%d)"; \
@@ -447,8 +447,9 @@ handout:
 	    echo "This is assignment $$n of docs/assignments.md. \`make check\` builds fast (-Og) and runs its test"; \
 	    echo "cases alone: ./$(FAST_BUILD)/tests -tc=\"$$tests\"."; fi; \
 	} > "$$tmp/HANDOUT.md"; \
-	rm -rf "$$dir"; mkdir -p "$$dir/.ci"; \
-	cp transformer.hpp main.cpp Makefile README.md .gitignore "$$dir/"; cp .ci/run "$$dir/.ci/"; cp -R docs "$$dir/"; \
+	rm -rf "$$dir"; mkdir -p "$$dir/.ci" "$$dir/.vscode"; \
+	cp transformer.hpp main.cpp Makefile README.md .gitignore gdb_tensor.py "$$dir/"; cp .ci/run "$$dir/.ci/"; \
+	cp .vscode/launch.json "$$dir/.vscode/"; cp -R docs "$$dir/"; \
 	cp "$$tmp/transformer.cpp" "$$tmp/tests.cpp" "$$tmp/HANDOUT.md" "$$dir/"; \
 	if [ -n "$$n" ]; then echo "ASSIGNMENT := $$n" > "$$dir/handout.mk"; fi; \
 	echo "make handout: wrote $$dir with these bodies replaced by a stub: $$funcs"; \

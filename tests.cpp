@@ -401,6 +401,7 @@ const Activation kGelus[] = {Activation::gelu_sigmoid, Activation::gelu_tanh, Ac
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <limits>
@@ -9553,6 +9554,200 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
     m_cli_fails("explain --preset tiny-gpt --tokens 3,1 --out x.svg", "unknown flag --out");
 }
 
+// ---- the debugger: gdb_tensor.py ------------------------------------------------------------------
+// The values a gdb -batch session printed, in order: each from after "$N = " up to the next line
+// that does not start with a space (a value's rows start with one; "$", "#", a source line do not).
+std::vector<std::string> m_gdb_values(const std::string& out) {
+    std::vector<std::string> values;
+    std::istringstream in(out);
+    bool inside = false;
+    for (std::string line; std::getline(in, line);) {
+        const std::size_t eq = line.find(" = ");
+        if (line.size() > 1 && line[0] == '$' && std::isdigit((unsigned char)line[1]) && eq != std::string::npos) {
+            values.push_back(line.substr(eq + 3));
+            inside = true;
+        } else if (inside && !line.empty() && line[0] == ' ') {
+            values.back() += "\n" + line;
+        } else {
+            inside = false;
+        }
+    }
+    return values;
+}
+
+// The rows of a printed tensor ("  [a, b, ..., ...], " after the header line), as numbers; a row
+// that ends in ", ..." gets NaN as its last entry.
+std::vector<std::vector<double>> m_gdb_rows(const std::string& printed) {
+    std::vector<std::vector<double>> rows;
+    std::istringstream in(printed);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+        const std::size_t open = line.find('['), close = line.find(']');
+        if (open == std::string::npos || close == std::string::npos) continue;
+        std::vector<double> row;
+        std::istringstream cells(line.substr(open + 1, close - open - 1));
+        for (std::string cell; std::getline(cells, cell, ',');)
+            row.push_back(m_contains(cell, "...") ? std::nan("") : std::strtod(cell.c_str(), nullptr));
+        rows.push_back(row);
+    }
+    return rows;
+}
+
+// `printed` is "Tensor<float> RxC = {" and the first rows of `want` (columns 1..8, rows 1..6) with
+// 4 significant digits.
+void m_check_gdb_tensor(const std::string& printed, const Tensor<float>& want) {
+    const std::string header = "Tensor<float> " + shape_str(want) + " = {";
+    INFO("gdb printed:\n" << printed);
+    REQUIRE_MESSAGE(printed.rfind(header + "\n", 0) == 0, "expected the header line '" << header << "'");
+    const std::vector<std::vector<double>> rows = m_gdb_rows(printed);
+    REQUIRE(rows.size() == (std::size_t)std::min(want.rows(), 6));
+    std::ostringstream wrong;  // "row i, column j: expected w, gdb printed g" for each value off
+    for (int i = 0; i < (int)rows.size(); i++) {
+        REQUIRE(rows[i].size() == (std::size_t)std::min(want.cols(), 8));
+        for (int j = 0; j < (int)rows[i].size(); j++) {
+            const double w = want.row(i)[j];
+            if (!(std::fabs(rows[i][j] - w) <= 6e-4 * std::fabs(w)))  // 4 digits: within 5e-4 of w
+                wrong << "\nrow " << i << ", column " << j << ": expected " << w << ", gdb printed " << rows[i][j];
+        }
+    }
+    CHECK_MESSAGE(wrong.str().empty(), "values other than X's (to 4 significant digits):" << wrong.str());
+}
+
+TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and its first rows, garbage as an invalid shape") {
+    // docs/teaching.md, "Stepping through in a debugger". gdb needs debug information, which ./tests
+    // lacks (tests.cpp at -O0 without -g, transformer.cpp at -O2): the tensors are in a small program
+    // built here with -O0 -g (transformer.hpp, with the pool as plain new and delete instead of
+    // transformer.cpp), and gdb prints them where it stops in a function that takes X by reference,
+    // as LayerNorm does. X holds what `p X` shows at the README's breakpoint (tf::LayerNorm<float> in
+    // `explain --preset tiny-gpt2 --tokens 3,1,4`): the first LayerNorm's input X^(0) = OneHot(x) W_e
+    // + W_p (rows 1..3) of explain's model, computed here. In tests-debug (make debug) gdb also runs
+    // that recipe on ./transformer-debug. The VS Code launch file loads the printer for both recipes.
+    const bool at_root = m_exists("gdb_tensor.py") && m_exists("transformer.hpp");
+    REQUIRE_MESSAGE(at_root, "run the tests from the project's root (make test does)");
+    REQUIRE_MESSAGE(std::system("gdb --version > /dev/null 2>&1") == 0,
+                    "gdb is not installed: install it (Debian and Ubuntu: apt-get install gdb) to check gdb_tensor.py");
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    const std::string root = cwd, gdb = "gdb -batch -nx -x '" + root + "/gdb_tensor.py' ";
+
+    const Config c = preset("tiny-gpt2");
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);  // explain --preset's model (--seed 1)
+    Tensor<float> X0 = Embedding<float>({3, 1, 4}, p.W_e);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < c.H; j++) X0(i, j) += p.W_p(i, j);
+    REQUIRE(X0.shape == std::vector<int>{3, 8});
+
+    const std::string dir = m_path("gdb");
+    ::mkdir(dir.c_str(), 0755);
+    std::string values;
+    for (float v : X0.data) {
+        char s[32];
+        std::snprintf(s, sizeof s, "%.8ef, ", v);  // 9 significant digits: the float itself
+        values += s;
+    }
+    m_write(dir + "/tensors.cpp", R"(#include "transformer.hpp"
+#include <cstdint>
+#include <cstring>
+// The pool's two functions as plain new and delete: transformer.cpp is not linked.
+void* tf::pool_allocate(std::size_t bytes) { return ::operator new(bytes); }
+void tf::pool_deallocate(void* p, std::size_t) noexcept { ::operator delete(p); }
+template <typename T>
+tf::Tensor<T> make(std::vector<int> shape, std::vector<T> values) {
+    tf::Tensor<T> t;
+    t.shape = shape;
+    t.data.assign(values.begin(), values.end());
+    return t;
+}
+void look(const tf::Tensor<float>& X) { (void)X; }  // the breakpoint: X by reference, as LayerNorm takes it
+int main() {
+    const tf::Tensor<float> X = make<float>({3, 8}, {)" + values + R"(});
+    std::vector<double> b;  // 10x12, entry (i, j) = i + j / 100
+    for (int k = 0; k < 120; k++) b.push_back(k / 12 + k % 12 / 100.0);
+    const tf::Tensor<double> big = make<double>({10, 12}, b);
+    const tf::Tensor<float> v = make<float>({4}, {0.5f, -2, 1e-6f, 12345678});
+    const tf::Tensor<float> none = make<float>({0, 8}, {}), fresh;
+    // Garbage, as a tensor not constructed yet holds (the pointers of shape, then of data: first,
+    // end, end of storage): pointers to nowhere; a shape 2000000000x2000000000 with 3 values; a
+    // billion dimensions; a shape -1x-3 with 3 values; a vector whose end comes before its start;
+    // a shape 1x3 with 3 values at an address that cannot be read.
+    static const int huge[2] = {2000000000, 2000000000}, negative[2] = {-1, -3}, three[2] = {1, 3};
+    static const float few[3] = {1, 2, 3};
+    const std::uintptr_t h = (std::uintptr_t)huge, n = (std::uintptr_t)negative, t = (std::uintptr_t)three,
+                         f = (std::uintptr_t)few;
+    const std::uintptr_t bad[6][6] = {{16, 24, 24, 64, 76, 76},
+                                      {h, h + 8, h + 8, f, f + 12, f + 12},
+                                      {h, h + 4000000000u, h + 4000000000u, f, f + 12, f + 12},
+                                      {n, n + 8, n + 8, f, f + 12, f + 12},
+                                      {h + 8, h, h + 8, f, f + 12, f + 12},
+                                      {t, t + 8, t + 8, 64, 76, 76}};
+    static_assert(sizeof(tf::Tensor<float>) == sizeof bad[0], "a tensor is two vectors of three pointers");
+    alignas(tf::Tensor<float>) unsigned char junk[6][sizeof(tf::Tensor<float>)];
+    std::memcpy(junk, bad, sizeof junk);
+    look(X);
+    return (int)(big.size() + v.size() + none.size() + fresh.size()) + junk[0][0];
+}
+)");
+    const char* env_cxx = std::getenv("CXX");
+    const std::string cxx = env_cxx && *env_cxx ? env_cxx : "g++";
+    const std::string build = cxx + " -std=c++17 -O0 -g -I'" + root + "' -o " + dir + "/tensors " + dir + "/tensors.cpp > " +
+                              dir + "/build.log 2>&1";
+    REQUIRE_MESSAGE(std::system(build.c_str()) == 0, "the small program did not build: " << m_read(dir + "/build.log"));
+
+    std::string session = gdb + "-ex 'break look' -ex run -ex 'p X' -ex 'p X.shape' -ex up -ex 'p big' -ex 'p v' -ex 'p none' -ex 'p fresh'";
+    for (int k = 0; k < 6; k++) session += " -ex 'p *(tf::Tensor<float>*)junk[" + std::to_string(k) + "]'";
+    session += " -ex 'p/r v' " + dir + "/tensors < /dev/null > " + dir + "/gdb.out 2> " + dir + "/gdb.err";
+    const int status = std::system(session.c_str());
+    const std::string out = m_read(dir + "/gdb.out"), err = m_read(dir + "/gdb.err");
+    INFO("gdb's output:\n" << out << "\ngdb's errors:\n" << err);
+    CHECK(status == 0);
+    CHECK_FALSE(m_contains(out + err, "Python"));  // no Python exception, no missing Python
+    CHECK_MESSAGE(m_contains(out, "look (X=Tensor<float> 3x8 = {...})"), "expected the breakpoint's line to give X's shape");
+    const std::vector<std::string> v = m_gdb_values(out);
+    REQUIRE(v.size() == 13);
+    m_check_gdb_tensor(v[0], X0);
+    CHECK_MESSAGE(m_contains(v[1], "{3, 8}"), "p X.shape: expected {3, 8}, gdb printed " << v[1]);
+    {  // 10x12: the first 6 rows and 8 columns, ", ..." after each row and a last line "..."
+        std::string want = "Tensor<double> 10x12 = {";
+        for (int i = 0; i < 6; i++) {
+            want += std::string(i ? ", " : "") + "\n  [" + std::to_string(i);
+            for (int j = 1; j < 8; j++) want += ", " + std::to_string(i) + ".0" + std::to_string(j);
+            want += ", ...]";
+        }
+        CHECK(v[2] == want + ", \n  ...}");
+    }
+    CHECK(v[3] == "Tensor<float> 4 = {\n  [0.5, -2, 1e-06, 1.235e+07]}");
+    CHECK(v[4] == "Tensor<float> 0x8");
+    CHECK(v[5] == "Tensor<float> (empty, no shape)");
+    for (int k = 6; k < 11; k++) CHECK_MESSAGE(v[k] == "Tensor<float> (invalid shape)", "garbage " << k - 6 << ": gdb printed " << v[k]);
+    CHECK(v[11] == "Tensor<float> 1x3 (values unreadable)");
+    CHECK_MESSAGE(m_contains(v[12], "data = "), "p/r v: expected the raw struct, gdb printed " << v[12]);
+
+#ifdef TF_TESTS_DEBUG
+    {  // The README's recipe itself.
+        const std::string recipe = gdb + "-ex 'break tf::LayerNorm<float>' -ex run -ex 'p X' -ex 'p X.shape' --args ./transformer-debug explain " +
+                                   "--preset tiny-gpt2 --tokens 3,1,4 < /dev/null > " + dir + "/recipe.out 2> " + dir + "/recipe.err";
+        CHECK(std::system(recipe.c_str()) == 0);
+        const std::string rout = m_read(dir + "/recipe.out");
+        INFO("gdb's output on ./transformer-debug:\n" << rout << "\ngdb's errors:\n" << m_read(dir + "/recipe.err"));
+        CHECK(m_contains(rout, "(X=Tensor<float> 3x8 = {...}, gamma=Tensor<float> 8 = {...}, beta=Tensor<float> 8 = {...}"));
+        const std::vector<std::string> rv = m_gdb_values(rout);
+        REQUIRE(rv.size() == 2);
+        m_check_gdb_tensor(rv[0], X0);
+        CHECK(m_contains(rv[1], "{3, 8}"));
+    }
+#endif
+
+    // VS Code's launch file: the two recipes in gdb, from the project's root, with the printer loaded.
+    const std::string launch = m_read(".vscode/launch.json");
+    for (const char* part : {"\"program\": \"${workspaceFolder}/transformer-debug\"",
+                             "\"args\": [\"explain\", \"--preset\", \"tiny-gpt2\", \"--tokens\", \"3,1,4\"]",
+                             "\"program\": \"${workspaceFolder}/tests-debug\"", "\"args\": [\"-tc=Attention*\"]",
+                             "\"cwd\": \"${workspaceFolder}\"", "\"MIMode\": \"gdb\"", "\"text\": \"source ${workspaceFolder}/gdb_tensor.py\""})
+        CHECK_MESSAGE(m_contains(launch, part), ".vscode/launch.json lacks " << part);
+}
+
 // A line of `make run`'s output with what changes from run to run (times, speeds, memory) taken
 // out: the step lines keep their step, loss and validation loss; the done line its steps and losses.
 static std::string m_steady_part(const std::string& line) {
@@ -9664,7 +9859,8 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     const int made = sh(make + " handout DIR=" + dir + " FUNCS='" + funcs[0] + " " + funcs[1] + "'", dir + ".log");
     REQUIRE_MESSAGE(made == 0, m_read(dir + ".log"));
     CHECK_FALSE(m_exists(dir + "/.git"));
-    for (const char* f : {"transformer.hpp", "main.cpp", "Makefile", "README.md", ".gitignore", ".ci/run"}) {
+    for (const char* f : {"transformer.hpp", "main.cpp", "Makefile", "README.md", ".gitignore", ".ci/run",
+                          "gdb_tensor.py", ".vscode/launch.json"}) {
         INFO("file " << f);
         CHECK(m_read(dir + "/" + f) == m_read(f));
     }
