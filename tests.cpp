@@ -196,13 +196,19 @@ std::string entry_name(const std::vector<int>& shape, std::size_t k) {
 // got must equal expected to within tol in every entry (tol 0: exactly). A failure says what was
 // compared, where the expected values come from, the first entry that differs by more than tol
 // (1-based, as the formulas write it) with both values, and the largest difference.
-#define CHECK_CLOSE(got, expected, tol, what, source) check_close((got), (expected), (tol), (what), (source))
+#define CHECK_CLOSE(got, expected, tol, what, source)                   \
+    do {                                                                \
+        INFO("the check at " << __FILE__ << ":" << __LINE__);          \
+        check_close((got), (expected), (tol), (what), (source));       \
+    } while (0)
 template <typename T>
 void check_close(const Tensor<T>& got, const Tensor<T>& expected, double tol, const std::string& what,
                  const std::string& source) {
-    INFO(what << ": expected (" << source << ") a tensor of shape " << shape_str(expected.shape) << ", got "
-              << shape_str(got.shape));
-    REQUIRE(got.shape == expected.shape);
+    {
+        INFO(what << ": expected a tensor of shape " << shape_str(expected.shape) << " (" << source << "), got "
+                  << shape_str(got.shape));
+        REQUIRE(got.shape == expected.shape);
+    }
     std::size_t first = got.size();
     double worst = 0;
     for (std::size_t k = 0; k < got.size(); k++) {
@@ -215,19 +221,26 @@ void check_close(const Tensor<T>& got, const Tensor<T>& expected, double tol, co
     INFO(what << ": entry " << entry_name(got.shape, first) << " (the first of those off by more than " << tol
               << "): expected " << expected[first] << " (" << source << "), got " << got[first]
               << "; the largest difference is " << worst);
-    CHECK(first == got.size());
+    const double difference = std::fabs((double)got[first] - (double)expected[first]);  // NaN for a NaN
+    CHECK(difference <= tol);
 }
 
 // check_close with doctest's relative tolerance: every entry must satisfy
 // got[k] == doctest::Approx(expected[k]).epsilon(eps), i.e. |got - expected| < eps (1 + max(|got|, |expected|)).
 // A failure names the first entry off (1-based), both values, the source, and how many are off.
-#define CHECK_APPROX(got, expected, eps, what, source) check_approx((got), (expected), (eps), (what), (source))
+#define CHECK_APPROX(got, expected, eps, what, source)                  \
+    do {                                                                \
+        INFO("the check at " << __FILE__ << ":" << __LINE__);          \
+        check_approx((got), (expected), (eps), (what), (source));      \
+    } while (0)
 template <typename T, typename U>
 void check_approx(const Tensor<T>& got, const Tensor<U>& expected, double eps, const std::string& what,
                   const std::string& source) {
-    INFO(what << ": expected (" << source << ") a tensor of shape " << shape_str(expected.shape) << ", got "
-              << shape_str(got.shape));
-    REQUIRE(got.shape == expected.shape);
+    {
+        INFO(what << ": expected a tensor of shape " << shape_str(expected.shape) << " (" << source << "), got "
+                  << shape_str(got.shape));
+        REQUIRE(got.shape == expected.shape);
+    }
     std::size_t first = got.size(), count = 0;
     for (std::size_t k = 0; k < got.size(); k++)
         if (!((double)got[k] == doctest::Approx((double)expected[k]).epsilon(eps))) {
@@ -238,7 +251,8 @@ void check_approx(const Tensor<T>& got, const Tensor<U>& expected, double eps, c
     INFO(what << ": entry " << entry_name(got.shape, first) << " (the first of " << count << " off by more than "
               << "a relative " << eps << "): expected " << expected[first] << " (" << source << "), got "
               << got[first]);
-    CHECK(first == got.size());
+    const double got_entry = (double)got[first], expected_entry = (double)expected[first];
+    CHECK(got_entry == doctest::Approx(expected_entry).epsilon(eps));
 }
 // An expected matrix or vector from a list of values, row by row (for CHECK_CLOSE).
 TD mat(int rows, int cols, std::vector<double> values) { return TD::from(rows, cols, std::move(values)); }
@@ -634,10 +648,12 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
                   uint64_t seed, const std::string& what) {
     Params<double> g = make_params<double>(c);
     const double L0 = loss(&g);
-    INFO(what << ": the loss with a gradient is " << L0);
-    REQUIRE(std::isfinite(L0));
-    CHECK_MESSAGE(loss(nullptr) == L0, what << ": the loss without a gradient must be the same number, got "
-                                            << loss(nullptr));
+    {
+        INFO(what << ": the loss with a gradient is " << L0);
+        REQUIRE(std::isfinite(L0));
+        CHECK_MESSAGE(loss(nullptr) == L0, what << ": the loss without a gradient must be the same number, got "
+                                                << loss(nullptr));
+    }
     auto P = named_tensors(c, p);
     auto G = named_tensors(c, g);
     REQUIRE(P.size() == G.size());
@@ -663,7 +679,7 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
         // score row i, which the softmax ignores, so its gradient is 0 (checked numerically below).
         if (P[k].name.find(".b_K.") == std::string::npos)
             CHECK_MESSAGE(std::fabs(ana[arg]) > 1e-7, what << ": the gradient of " << P[k].name << " " << shape_str(x.shape)
-                                                          << " from model_backward is (nearly) all zero: largest entry "
+                                                          << " from the backward is (nearly) all zero: largest entry "
                                                           << ana[arg] << " (nothing written to it?)");
         expected += (int)std::min<std::size_t>(5, x.size());
         for (std::size_t j : idx) {
@@ -679,7 +695,7 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
             CHECK_MESSAGE(err <= tol, what << ": gradient of " << P[k].name << " " << shape_str(x.shape) << ", entry "
                                            << entry_name(x.shape, j) << " (counted from 1): expected " << num
                                            << " (central finite difference, h = " << h << "), got " << ana[j]
-                                           << " from model_backward");
+                                           << " from the backward");
             if (!(err / tol <= worst)) worst = err / tol, worst_at = P[k].name + " " + entry_name(x.shape, j);
             checked++;
         }
@@ -695,7 +711,8 @@ void m_model_grad_check(const std::string& preset_name, uint64_t seed, bool attn
     c.attn_bias = attn_bias;
     Params<double> p = m_model<double>(c, seed, 0.2);
     const Batch b = m_batch(c, seed + 1);
-    m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, seed + 2, preset_name);
+    m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, seed + 2,
+                 "model_loss's backward (" + preset_name + (attn_bias ? ", attn_bias" : "") + ", B = 2, n = 6)");
 }
 
 // With dropout: a re-seeded generator gives the same masks, hence the same loss, every time.
@@ -714,7 +731,7 @@ void m_model_grad_check_dropout(const std::string& preset_name, uint64_t seed) {
                                         << " then " << l2);
     CHECK_MESSAGE(l1 != l0, preset_name << ": model_loss with dropout 0.3 (" << l1 << ") must differ from without (" << l0
                                         << ")");  // dropout does something
-    m_grad_check(c, p, loss, seed + 2, preset_name + " with dropout 0.3");
+    m_grad_check(c, p, loss, seed + 2, "model_loss's backward (" + preset_name + ", B = 2, n = 6, dropout 0.3)");
 }
 
 // Changing token x_k: causal models keep rows < k bit-identical and change row k; bidirectional
@@ -1449,10 +1466,10 @@ TEST_CASE("Softmax: hand-computed case") {
     REQUIRE(dX.shape == shp(3, 3));
     // Row 1 (of the three, the rows above): (7/64, -2/64, -5/64); row 2, where dY = 0: exactly 0.
     CHECK_APPROX(mat(1, 3, {dX(0, 0), dX(0, 1), dX(0, 2)}), mat(1, 3, {7.0 / 64, -2.0 / 64, -5.0 / 64}), 1e-14,
-                 "Softmax_backward(Y, dY = [[1, 0, 0], 0, 0]), row 1",
+                 "Softmax_backward(Y, dY = [[1, 0, 0], [0, 0, 0], [0, 0, 0]]), row 1",
                  "hand-computed Y .* (dY - rowsum(dY .* Y)) = (1/8 (1 - 1/8), 2/8 (0 - 1/8), 5/8 (0 - 1/8)), formulas §5");
     for (int j = 0; j < 3; j++) {
-        INFO("Softmax_backward(Y, dY = [[1, 0, 0], 0, 0]), entry (2, " << j + 1
+        INFO("Softmax_backward(Y, dY = [[1, 0, 0], [0, 0, 0], [0, 0, 0]]), entry (2, " << j + 1
              << "): expected exactly 0 (hand-computed: dY's row 2 is 0, formulas §5), got " << dX(1, j));
         CHECK(dX(1, j) == 0.0);
     }
@@ -1554,8 +1571,7 @@ TEST_CASE("Mask_AR: definition entry by entry") {
         REQUIRE(M.shape == shp(n, n));
         for (int i = 0; i < n; i++)
             for (int j = 0; j < n; j++) {
-                INFO("entry (" << i + 1 << ", " << j + 1 << "): expected " << (j > i ? "-inf" : "1")
-                     << (j > i ? " (column j > row i: masked" : " (column j <= row i: visible")
+                INFO("entry (" << i + 1 << ", " << j + 1 << "): expected " << std::string(j > i ? "-inf (column j > row i: masked" : "1 (column j <= row i: visible")
                      << ", Mask^AR, formulas §6), got " << M(i, j));
                 CHECK(M(i, j) == (j > i ? -std::numeric_limits<float>::infinity() : 1.0f));
             }
@@ -1602,7 +1618,7 @@ TEST_CASE("Mask_ST: matches its definition entry by entry and is causal") {
                 const bool keep =
                     j <= i && (i - j < c.window || (c.stride > 0 && (i - j) % c.stride == 0));
                 INFO("Mask_ST(" << c.n << ", " << c.window << ", " << c.stride << "), entry (" << i + 1 << ", " << j + 1
-                     << "): expected " << (keep ? "1" : "-inf")
+                     << "): expected " << std::string(keep ? "1" : "-inf")
                      << " (formulas §7: kept iff j <= i and (i - j < window or (i - j) % stride == 0)), got " << M(i, j));
                 CHECK(M(i, j) == (keep ? 1.0 : -INF));
                 if (j > i)
@@ -1767,7 +1783,7 @@ void check_attention_dependence(const TD& Mask, uint64_t seed) {
                                      : which == 1 ? Mask(i, j) == 1.0 && visible >= 2
                                                   : Mask(i, j) == 1.0;
                 INFO("Attention (n = " << n << ", D = 3): row " << j + 1 << " of " << std::string(1, "QKV"[which])
-                     << " changed; output row " << i + 1 << " must " << (depends ? "change" : "stay exactly the same")
+                     << " changed; output row " << i + 1 << " must " << std::string(depends ? "change" : "stay exactly the same")
                      << " (Mask(" << i + 1 << ", " << j + 1 << ") = " << Mask(i, j) << ", row " << i + 1 << " sees "
                      << visible << " key(s); formulas §10); largest change of the row: " << row_diff(O, O2, i));
                 if (depends)
@@ -1797,7 +1813,7 @@ TEST_CASE("Attention: masked positions get probability exactly 0 and gradient ex
             double s = 0;
             for (int j = 0; j < n; j++) {
                 INFO("Attention's P (n = " << n << "), entry (" << i + 1 << ", " << j + 1 << "): Mask = " << Mask(i, j)
-                     << ", so expected " << (Mask(i, j) == -INF ? "exactly 0" : "> 0")
+                     << ", so expected " << std::string(Mask(i, j) == -INF ? "exactly 0" : "> 0")
                      << " (formulas §9 and §10), got " << c.P(i, j));
                 if (Mask(i, j) == -INF) CHECK(c.P(i, j) == 0.0);
                 else CHECK(c.P(i, j) > 0.0);
@@ -2144,7 +2160,7 @@ TEST_CASE("MultiHeadSA: Mask_AR row i ignores rows j > i of X, Mask_BD sees ever
             TD Y2 = MultiHeadSA(X2, Mask, p);
             for (int i = 0; i < n; i++) {
                 INFO("MultiHeadSA (n = 5, H = 4, A = 2): row " << j + 1 << " of X changed; output row " << i + 1
-                     << " must " << (Mask(i, j) == 1.0 ? "change" : "stay exactly the same") << " (Mask(" << i + 1 << ", "
+                     << " must " << std::string(Mask(i, j) == 1.0 ? "change" : "stay exactly the same") << " (Mask(" << i + 1 << ", "
                      << j + 1 << ") = " << Mask(i, j) << ", formulas §12); largest change of the row: " << row_diff(Y, Y2, i));
                 if (Mask(i, j) == 1.0)
                     CHECK(row_diff(Y, Y2, i) > 1e-9);
@@ -2351,7 +2367,7 @@ TEST_CASE("FFN_GELU: activation values of the three GELU forms") {
     // gelu_erf(2) = 2 Phi(2) = 2 * 0.9772498680518208; gelu(-x) = gelu(x) - x for all three forms.
     CHECK(activation(Activation::gelu_erf, 2.0) == doctest::Approx(1.9544997361036416).epsilon(1e-14));
     for (Activation a : kGelus) {
-        CAPTURE(activation_name(a));
+        INFO("activation " << std::string(activation_name(a)));
         CHECK(activation(a, 0.0) == 0.0);
         for (double x : {0.3, 1.0, 2.7})
             CHECK(activation(a, -x) == doctest::Approx(activation(a, x) - x).epsilon(1e-13));
@@ -2360,9 +2376,9 @@ TEST_CASE("FFN_GELU: activation values of the three GELU forms") {
         CHECK(std::fabs(activation(a, -40.0)) < 1e-12);
         CHECK(std::isfinite(activation(a, -1000.0)));
         CHECK(std::isfinite(activation(a, -1000.0f)));
-        CHECK_MESSAGE(std::isfinite(activation_derivative(a, -1000.0)), "activation_derivative(" << activation_name(a)
+        CHECK_MESSAGE(std::isfinite(activation_derivative(a, -1000.0)), "activation_derivative(" << std::string(activation_name(a))
                           << ", -1000.0) must be finite (formulas §13), got " << activation_derivative(a, -1000.0));
-        CHECK_MESSAGE(std::isfinite(activation_derivative(a, 1000.0f)), "activation_derivative(" << activation_name(a)
+        CHECK_MESSAGE(std::isfinite(activation_derivative(a, 1000.0f)), "activation_derivative(" << std::string(activation_name(a))
                           << ", 1000.0f) must be finite (formulas §13), got " << activation_derivative(a, 1000.0f));
         // Float agrees with double.
         CHECK(activation(a, 0.7f) == doctest::Approx(activation(a, 0.7)).epsilon(1e-6));
@@ -2373,7 +2389,7 @@ TEST_CASE("FFN_GELU: activation values of the three GELU forms") {
     //   gelu_tanh'(1) = 0.5 (1 + t) + 0.5 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715) -> 1.0829640838457826
     for (Activation a : kGelus)
         CHECK_MESSAGE(activation_derivative(a, 0.0) == doctest::Approx(0.5).epsilon(1e-15),
-                      "activation_derivative(" << activation_name(a) << ", 0): expected 1/2 (hand-computed, formulas §13)");
+                      "activation_derivative(" << std::string(activation_name(a)) << ", 0): expected 1/2 (hand-computed, formulas §13)");
     CHECK_MESSAGE(activation_derivative(Activation::gelu_erf, 1.0) == doctest::Approx(1.0833154705876864).epsilon(1e-14),
                   "gelu_erf'(1): expected Phi(1) + phi(1) = 1.0833154705876864 (hand-computed, formulas §13)");
     CHECK_MESSAGE(activation_derivative(Activation::gelu_sigmoid, 1.0) == doctest::Approx(1.067779606556334).epsilon(1e-14),
@@ -2387,12 +2403,12 @@ TEST_CASE("FFN_GELU: activation_derivative matches finite differences") {
     // (act(x + h) - act(x - h)) / 2h with h = 1e-6: error ~ 1e-10; tolerance 1e-8.
     const double h = 1e-6;
     for (Activation a : kAllActivations) {
-        CAPTURE(activation_name(a));
+        INFO("activation " << std::string(activation_name(a)));
         for (double x : {-4.0, -2.2, -1.0, -0.37, -0.01, 0.013, 0.5, 1.0, 1.9, 3.3, 6.0}) {
             CAPTURE(x);
             const double num = (activation(a, x + h) - activation(a, x - h)) / (2 * h);
             CHECK_MESSAGE(activation_derivative(a, x) == doctest::Approx(num).epsilon(1e-8).scale(1.0),
-                          "activation_derivative(" << activation_name(a) << ", " << x << "): expected " << num
+                          "activation_derivative(" << std::string(activation_name(a)) << ", " << x << "): expected " << num
                                                    << " (central finite difference of activation, h = 1e-6; formulas §13)");
         }
     }
@@ -2471,21 +2487,22 @@ TEST_CASE("FFN_ReLU: hand-computed case") {
     FFNCache<double> c;
     TD Y = FFN_ReLU(X, p, &c);
     REQUIRE(Y.shape == shp(1, 2));
-    CHECK(Y.data == std::vector<double>{4, -1});
-    CHECK(c.Z.data == std::vector<double>{1.5, -0.5, -1});
-    CHECK(c.A.data == std::vector<double>{1.5, 0, 0});
+    const std::string f = "FFN_ReLU(X = [[1, -1]], b_1 = (0.5, 0.5, -1))";
+    CHECK_CLOSE(Y, mat(1, 2, {4, -1}), 0.0, f, "hand-computed in the comment above, formulas §14");
+    CHECK_CLOSE(c.Z, mat(1, 3, {1.5, -0.5, -1}), 0.0, f + "'s cached Z", "X W_1 + b_1, hand-computed, formulas §14");
+    CHECK_CLOSE(c.A, mat(1, 3, {1.5, 0, 0}), 0.0, f + "'s cached A", "max(0, Z), hand-computed, formulas §14");
     // Backward with dY = (1, 0): dW_2 = A^T dY = rows (1.5, 0), (0, 0), (0, 0); db_2 = (1, 0);
     // dA = dY W_2^T = (2, 0, 1); dZ = dA * [Z > 0] = (2, 0, 0); db_1 = (2, 0, 0);
     // dW_1 = X^T dZ = [[2, 0, 0], [-2, 0, 0]]; dX = dZ W_1^T = (2, 0).
     FFNParams<double> g = zeros_like(p);
     TD dX = FFN_ReLU_backward(X, p, c, TD::from(1, 2, {1, 0}), g);
-    const std::string f = "FFN_ReLU_backward(X = [[1, -1]], b_1 = (0.5, 0.5, -1), dY = [[1, 0]])'s ";
+    const std::string fb = "FFN_ReLU_backward(X = [[1, -1]], b_1 = (0.5, 0.5, -1), dY = [[1, 0]])'s ";
     const std::string src = "hand-computed in the comment above, formulas §14";
-    CHECK_CLOSE(dX, mat(1, 2, {2, 0}), 0.0, f + "dX", "dZ W_1^T, " + src);
-    CHECK_CLOSE(g.W_2, mat(3, 2, {1.5, 0, 0, 0, 0, 0}), 0.0, f + "dW_2", "A^T dY, " + src);
-    CHECK_CLOSE(g.b_2, vec({1, 0}), 0.0, f + "db_2", "column sums of dY, " + src);
-    CHECK_CLOSE(g.b_1, vec({2, 0, 0}), 0.0, f + "db_1", "column sums of dZ = (dY W_2^T) .* [Z > 0], " + src);
-    CHECK_CLOSE(g.W_1, mat(2, 3, {2, 0, 0, -2, 0, 0}), 0.0, f + "dW_1", "X^T dZ, " + src);
+    CHECK_CLOSE(dX, mat(1, 2, {2, 0}), 0.0, fb + "dX", "dZ W_1^T, " + src);
+    CHECK_CLOSE(g.W_2, mat(3, 2, {1.5, 0, 0, 0, 0, 0}), 0.0, fb + "dW_2", "A^T dY, " + src);
+    CHECK_CLOSE(g.b_2, vec({1, 0}), 0.0, fb + "db_2", "column sums of dY, " + src);
+    CHECK_CLOSE(g.b_1, vec({2, 0, 0}), 0.0, fb + "db_1", "column sums of dZ = (dY W_2^T) .* [Z > 0], " + src);
+    CHECK_CLOSE(g.W_1, mat(2, 3, {2, 0, 0, -2, 0, 0}), 0.0, fb + "dW_1", "X^T dZ, " + src);
 }
 
 TEST_CASE("FFN_ReLU: gradient check of dX, W_1, b_1, W_2, b_2") {
@@ -2559,7 +2576,7 @@ TEST_CASE("FFN_GELU: hand-computed case for gelu_sigmoid (default), gelu_tanh, g
     };
     for (Case cs : {Case{Activation::gelu_sigmoid, 0.8457957659328212}, Case{Activation::gelu_tanh, 0.8411919906082768},
                     Case{Activation::gelu_erf, 0.8413447460685429}}) {
-        CAPTURE(activation_name(cs.a));
+        INFO("activation " << std::string(activation_name(cs.a)));
         TD Y = FFN_GELU(X, p, kNoFfnCache, cs.a);
         REQUIRE(Y.shape == shp(1, 2));
         CHECK(Y(0, 0) == doctest::Approx(2 * cs.g1 + 1).epsilon(1e-14));
@@ -3584,7 +3601,7 @@ TEST_CASE("model_forward: model_backward adds a gradient dX_L given at X^(L) (a 
     // loss = sum(Z (.) R) + sum(X^(L) (.) S): dZ = R, dX_L = S; with no logits (dZ empty) only S.
     for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
         for (bool logits : {true, false}) {
-            CAPTURE(name);
+            INFO("preset " << std::string(name));
             CAPTURE(logits);
             const Config c = preset(name);
             Params<double> p = m_model<double>(c, 47, 0.2);
@@ -3602,7 +3619,7 @@ TEST_CASE("model_forward: model_backward adds a gradient dX_L given at X^(L) (a 
                 if (g) model_backward(c, p, k, logits ? R : TD(), *g, &S);
                 return L;
             };
-            m_grad_check(c, p, loss, 50, std::string("dX_L, ") + name);
+            m_grad_check(c, p, loss, 50, std::string("model_backward with dX_L given (") + name + (logits ? ", and dZ)" : ", no dZ)"));
             // dX_L must have X^(L)'s shape.
             ForwardCache<double> k;
             model_forward(c, p, b, &k);
@@ -3835,14 +3852,14 @@ TEST_CASE("released BERT options: whole-model gradient check with emb_ln and mlm
         const Config c = m_released_bert(name, false);
         Params<double> p = m_model<double>(c, 1210, 0.2);
         const Batch b = m_batch(c, 1211);
-        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1212, name + " released");
+        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1212, "model_loss's backward (" + name + ", emb_ln and mlm_head)");
         // With dropout (embedding dropout after the embedding LayerNorm): the same masks each time.
         m_grad_check(c, p, [&](Params<double>* g) {
             Rng rng(77);
             ForwardOptions o;
             o.dropout = 0.1, o.rng = &rng;
             return model_loss(c, p, b, g, o);
-        }, 1213, name + " released, dropout");
+        }, 1213, "model_loss's backward (" + name + ", emb_ln and mlm_head, dropout 0.1)");
     }
 }
 
@@ -4010,7 +4027,7 @@ TEST_CASE("RoBERTa: whole-model gradient check with <pad> inside the ids (w_pad 
         b.tokens[2] = 1, b.tokens[6 + 1] = 1, b.tokens[6 + 5] = 1;  // pads inside both sequences, and last in the second
         REQUIRE(b.targets[2] < 0);
         REQUIRE(b.targets[6 + 1] < 0);
-        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1244, "roberta with <pad>");
+        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1244, std::string("model_loss's backward (tiny-roberta, <pad> inside the ids") + (released ? ", released options)" : ")"));
         Params<double> g = make_params<double>(c);
         model_loss(c, p, b, &g);
         double biggest = 0;
@@ -4275,7 +4292,7 @@ TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without
         CHECK(copy.uniform() == kind_u);
         const int expected = kind_u == 0.8 ? copy.below(c.V) : 5;  // 0.8: a random token; 0.9: kept
         INFO("mlm_corrupt([CLS] 5 [SEP], p_select 1) with the kind draw exactly " << kind_u << ": "
-             << (kind_u == 0.8 ? "a random token (u < 0.8 is [MASK])" : "kept (u < 0.9 is a random token)") << ", formulas §26");
+             << std::string(kind_u == 0.8 ? "a random token (u < 0.8 is [MASK])" : "kept (u < 0.9 is a random token)") << ", formulas §26");
         const std::vector<int> want_tokens = {c.cls_id, expected, c.sep_id}, want_targets = {-1, 5, -1};
         CHECK_MESSAGE(e.tokens == want_tokens, "tokens: " << first_difference(e.tokens, want_tokens));
         CHECK_MESSAGE(e.targets == want_targets, "targets: " << first_difference(e.targets, want_targets));
@@ -4568,8 +4585,8 @@ TEST_CASE("xlnet: Mask_XL for z = (2, 0, 1): content sees up to its own rank, qu
     for (int i = 0; i < 6; i++)
         for (int j = 0; j < 6; j++) {
             INFO("Mask_XL(z = (2, 0, 1)) (code positions), entry (" << i + 1 << ", " << j + 1 << "): expected "
-                 << rows[i][j] << " (hand-computed from the ranks, formulas §8: " << (i < 3 ? "content" : "query")
-                 << " row " << i % 3 + 1 << (i < 3 ? " sees positions up to its own rank" : " sees positions strictly before its rank")
+                 << rows[i][j] << " (hand-computed from the ranks, formulas §8: " << std::string(i < 3 ? "content" : "query")
+                 << " row " << i % 3 + 1 << std::string(i < 3 ? " sees positions up to its own rank" : " sees positions strictly before its rank")
                  << "), got " << M(i, j));
             CHECK(M(i, j) == rows[i][j]);
         }
@@ -4579,7 +4596,7 @@ TEST_CASE("xlnet: Mask_XL for z = (2, 0, 1): content sees up to its own rank, qu
 
 TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes after i in z") {
     for (const char* name : {"tiny-gpt2", "tiny-roberta"}) {
-        CAPTURE(name);
+        INFO("preset " << std::string(name));
         const Config c = preset(name);
         const Params<double> p = m_model<double>(c, 95, 0.3);
         Rng r(96);
@@ -4595,7 +4612,8 @@ TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes a
             const TD P2 = xlnet_query_probs(c, p, w, x2, z);
             for (int i = 0; i < 6; i++) {
                 INFO("xlnet_query_probs (z = (3, 0, 5, 1, 4, 2), code positions): x_" << j + 1 << " changed; row " << i + 1
-                     << " must " << (rank[j] >= rank[i] ? "stay exactly the same (x_j is x_i itself or comes at or after i in z"
+                     << " must "
+                     << std::string(rank[j] >= rank[i] ? "stay exactly the same (x_j is x_i itself or comes at or after i in z"
                                                         : "change (x_j comes before i in z")
                      << "; the query stream, formulas §27)");
                 if (rank[j] >= rank[i]) CHECK(m_row_bits_equal(P, P2, i));  // x_i itself, or later in z
@@ -4613,7 +4631,7 @@ TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes a
 
 TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN blocks)") {
     for (const char* name : {"tiny-gpt2", "tiny-gpt"}) {
-        CAPTURE(name);
+        INFO("preset " << std::string(name));
         const Config c = preset(name);
         Params<double> p = m_model<double>(c, 97, 0.2);
         Rng r(98);
@@ -4721,7 +4739,7 @@ TEST_CASE("xlnet: sequences of one token: the query sees only w and its position
 
 TEST_CASE("xlnet: predicting every position (the first in z sees nothing) for every variant but BERT") {
     for (const char* name : {"tiny-gpt", "tiny-gpt2", "tiny-gpt3", "tiny-roberta"}) {
-        CAPTURE(name);
+        INFO("preset " << std::string(name));
         Config c = preset(name);
         c.attn_bias = std::string(name) == "tiny-gpt2";
         Params<double> p = m_model<double>(c, 102, 0.2);
@@ -4825,8 +4843,9 @@ TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), dec
     adamw_step(c, p, g, opt, 0.1);
     CHECK_MESSAGE(opt.t == 1, "the step count t after one step");
     // matrix: 1 - 0.1 * 0.1 * 1 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.89; others 1 - 0.1 = 0.9
-    const char* mat_t1 = ": expected 0.89 = 1 - lr wd theta - lr mhat / (sqrt(vhat) + eps), mhat = g, vhat = g^2 (a matrix: decayed)";
-    const char* vec_t1 = ": expected 0.9 = 1 - lr mhat / (sqrt(vhat) + eps) (not a matrix: no decay)";
+    const std::string mat_t1 = ": expected 0.89 = 1 - lr wd theta - lr mhat / (sqrt(vhat) + eps) with the bias-corrected mhat = m / (1 - beta1) = g, "
+        "vhat = v / (1 - beta2) = g^2 (a matrix: decayed)";
+    const std::string vec_t1 = ": expected 0.9 = 1 - lr mhat / (sqrt(vhat) + eps) with the bias-corrected mhat = g, vhat = g^2 (not a matrix: no decay)";
     CHECK_MESSAGE(p.W_e(2, 3) == doctest::Approx(0.89).epsilon(1e-6), "W_e, entry (3, 4)" << mat_t1);
     CHECK_MESSAGE(p.layers[1].attn.W_O(0, 0) == doctest::Approx(0.89).epsilon(1e-6), "layer 2's W_O, entry (1, 1)" << mat_t1);
     CHECK_MESSAGE(p.layers[0].ffn.b_1[3] == doctest::Approx(0.9).epsilon(1e-6), "layer 1's b_1, entry 4" << vec_t1);
@@ -5223,7 +5242,7 @@ double m_numeric(const Config& c, Params<double>& p, const Batch& b, double& x) 
 TEST_CASE("FFN_GELU: FFN_backward's float path equals the double path (relu and every GELU form)") {
     uint64_t seed = 9101;
     for (Activation a : {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf}) {
-        CAPTURE(activation_name(a));
+        INFO("activation " << std::string(activation_name(a)));
         ffn_float_vs_double(a, seed++);
     }
 }
@@ -5252,7 +5271,7 @@ TEST_CASE("lr_schedule: the cosine schedule, hand-computed step by step (warm-up
     // steps 7, warmup 3, lr 0.9, min_lr 0.3: warm-up 0.3, 0.6, 0.9; then
     // min_lr + (1 + cos(pi r)) / 2 (lr - min_lr) for r = 0, 1/3, 2/3, 1: 0.9, 0.75, 0.45, 0.3.
     const double want[] = {0.3, 0.6, 0.9, 0.9, 0.75, 0.45, 0.3, 0.3, 0.3};
-    const char* src = " (hand-computed in the comment above, formulas §30)";
+    const std::string src = " (hand-computed in the comment above, formulas §30)";
     for (long long s = 0; s < 9; s++)
         CHECK_MESSAGE(lr_schedule(s, 7, 3, 0.9, 0.3) == doctest::Approx(want[s]).epsilon(1e-12),
                       "lr_schedule(step " << s << ", steps 7, warmup 3, lr 0.9, min_lr 0.3): expected " << want[s] << src);
@@ -5284,7 +5303,7 @@ TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or the
         if (mode == 2) bb.segments.assign(b.n, 1);
         Params<double> g = make_params<double>(c);
         model_loss(c, p, bb, &g);
-        const char* segs = mode == 0 ? "no segments" : mode == 1 ? "segments 0 0 0 0 1 1" : "every segment 1";
+        const std::string segs = mode == 0 ? "no segments" : mode == 1 ? "segments 0 0 0 0 1 1" : "every segment 1";
         INFO("embed_backward via model_loss (tiny-bert, n = 6, " << segs << ")");
         TD want_A({c.H}), want_B({c.H});
         for (int h = 0; h < c.H; h++) {
@@ -5299,7 +5318,7 @@ TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or the
         if (mode == 0) CHECK_MESSAGE(max_abs(g.w_B) == 0.0, "without segments w_B gets no gradient, got " << g.w_B);
         if (mode == 2) CHECK_MESSAGE(max_abs(g.w_A) == 0.0, "with every segment 1 w_A gets no gradient, got " << g.w_A);
         CHECK_MESSAGE(max_abs(mode == 2 ? g.w_B : g.w_A) > 1e-4,
-                      (mode == 2 ? "w_B" : "w_A") << "'s gradient is (nearly) 0, expected above 1e-4 in some entry");
+                      std::string(mode == 2 ? "w_B" : "w_A") << "'s gradient is (nearly) 0, expected above 1e-4 in some entry");
         // Against finite differences: w_A, w_B, and the first and last position rows.
         for (int h : {0, c.H - 1}) {
             const std::string fd = "), expected the central finite difference of model_loss (h = 1e-6), ";
@@ -5545,7 +5564,7 @@ TEST_CASE("FFN_GELU: activation_array and activation_derivative_array equal acti
             worse(worst_df, gap(df[k], d_ref), at_df);
             worse(worst_d, gap(yd[k], activation(a, zs[k])), at_d);
             worse(worst_dd, gap(dd[k], activation_derivative(a, zs[k])), at_dd);
-            INFO("activation_derivative(" << activation_name(a) << ", " << zs[k] << ") must be finite (formulas §13), got " << d_ref);
+            INFO("activation_derivative(" << std::string(activation_name(a)) << ", " << zs[k] << ") must be finite (formulas §13), got " << d_ref);
             REQUIRE(std::isfinite(d_ref));
         }
         const std::string gap_is = " (gap |x - ref| / (1 + |ref|)) at z = ";
@@ -7090,7 +7109,7 @@ TEST_CASE("export: Hugging Face layout, read back with identical tensors and log
             Config c = preset("tiny-gpt2");
             c.activation = acts[k], c.attn_bias = bias == 1, c.eps = 1e-6;
             c.F = k == 2 ? 3 * c.H : 4 * c.H;  // n_inner: a number, or null (= 4 n_embd)
-            CAPTURE(activation_name(c.activation));
+            INFO("activation " << std::string(activation_name(c.activation)));
             CAPTURE(bias);
             Params<float> p = m_model<float>(c, 11 + case_no, 0.05);
             const std::string dir = m_path("i11_export_" + std::to_string(case_no++));
