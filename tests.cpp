@@ -196,15 +196,23 @@ std::string entry_name(const std::vector<int>& shape, std::size_t k) {
 // got must equal expected to within tol in every entry (tol 0: exactly). A failure says what was
 // compared, where the expected values come from, the first entry that differs by more than tol
 // (1-based, as the formulas write it) with both values, and the largest difference.
-#define CHECK_CLOSE(got, expected, tol, what, source) check_close((got), (expected), (tol), (what), (source))
-void check_close(const TD& got, const TD& expected, double tol, const std::string& what, const std::string& source) {
-    INFO(what << ": expected (" << source << ") a tensor of shape " << shape_str(expected.shape) << ", got "
-              << shape_str(got.shape));
-    REQUIRE(got.shape == expected.shape);
+#define CHECK_CLOSE(got, expected, tol, what, source)                   \
+    do {                                                                \
+        INFO("the check at " << __FILE__ << ":" << __LINE__);          \
+        check_close((got), (expected), (tol), (what), (source));       \
+    } while (0)
+template <typename T>
+void check_close(const Tensor<T>& got, const Tensor<T>& expected, double tol, const std::string& what,
+                 const std::string& source) {
+    {
+        INFO(what << ": expected a tensor of shape " << shape_str(expected.shape) << " (" << source << "), got "
+                  << shape_str(got.shape));
+        REQUIRE(got.shape == expected.shape);
+    }
     std::size_t first = got.size();
     double worst = 0;
     for (std::size_t k = 0; k < got.size(); k++) {
-        const double d = std::fabs(got[k] - expected[k]);
+        const double d = std::fabs((double)got[k] - (double)expected[k]);
         const bool off = !(d <= tol) && !(got[k] == expected[k]);  // equal infinities differ by NaN
         if (off && first == got.size()) first = k;
         if (off && !(d <= worst)) worst = std::isnan(d) ? INF : d;
@@ -213,7 +221,53 @@ void check_close(const TD& got, const TD& expected, double tol, const std::strin
     INFO(what << ": entry " << entry_name(got.shape, first) << " (the first of those off by more than " << tol
               << "): expected " << expected[first] << " (" << source << "), got " << got[first]
               << "; the largest difference is " << worst);
-    CHECK(first == got.size());
+    const double difference = std::fabs((double)got[first] - (double)expected[first]);  // NaN for a NaN
+    CHECK(difference <= tol);
+}
+
+// check_close with doctest's relative tolerance: every entry must satisfy
+// got[k] == doctest::Approx(expected[k]).epsilon(eps), i.e. |got - expected| < eps (1 + max(|got|, |expected|)).
+// A failure names the first entry off (1-based), both values, the source, and how many are off.
+#define CHECK_APPROX(got, expected, eps, what, source)                  \
+    do {                                                                \
+        INFO("the check at " << __FILE__ << ":" << __LINE__);          \
+        check_approx((got), (expected), (eps), (what), (source));      \
+    } while (0)
+template <typename T, typename U>
+void check_approx(const Tensor<T>& got, const Tensor<U>& expected, double eps, const std::string& what,
+                  const std::string& source) {
+    {
+        INFO(what << ": expected a tensor of shape " << shape_str(expected.shape) << " (" << source << "), got "
+                  << shape_str(got.shape));
+        REQUIRE(got.shape == expected.shape);
+    }
+    std::size_t first = got.size(), count = 0;
+    for (std::size_t k = 0; k < got.size(); k++)
+        if (!((double)got[k] == doctest::Approx((double)expected[k]).epsilon(eps))) {
+            if (first == got.size()) first = k;
+            count++;
+        }
+    if (first == got.size()) return;
+    INFO(what << ": entry " << entry_name(got.shape, first) << " (the first of " << count << " off by more than "
+              << "a relative " << eps << "): expected " << expected[first] << " (" << source << "), got "
+              << got[first]);
+    const double got_entry = (double)got[first], expected_entry = (double)expected[first];
+    CHECK(got_entry == doctest::Approx(expected_entry).epsilon(eps));
+}
+// An expected matrix or vector from a list of values, row by row (for CHECK_CLOSE).
+TD mat(int rows, int cols, std::vector<double> values) { return TD::from(rows, cols, std::move(values)); }
+TD vec(std::vector<double> values) { return TD::vector(std::move(values)); }
+
+// Where two lists of token ids differ, for a failure message: the first entry (1-based) with both
+// values, or their sizes.
+std::string first_difference(const std::vector<int>& got, const std::vector<int>& expected) {
+    if (got.size() != expected.size())
+        return "got " + std::to_string(got.size()) + " entries, expected " + std::to_string(expected.size());
+    for (std::size_t k = 0; k < got.size(); k++)
+        if (got[k] != expected[k])
+            return "entry " + std::to_string(k + 1) + " (1-based): expected " + std::to_string(expected[k]) + ", got " +
+                   std::to_string(got[k]);
+    return "equal";
 }
 
 // grad_check: central finite differences of a scalar loss against an analytic gradient.
@@ -595,8 +649,12 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
                   uint64_t seed, const std::string& what) {
     Params<double> g = make_params<double>(c);
     const double L0 = loss(&g);
-    REQUIRE(std::isfinite(L0));
-    CHECK(loss(nullptr) == L0);  // the loss without a gradient is the same number
+    {
+        INFO(what << ": the loss with a gradient is " << L0);
+        REQUIRE(std::isfinite(L0));
+        CHECK_MESSAGE(loss(nullptr) == L0, what << ": the loss without a gradient must be the same number, got "
+                                                << loss(nullptr));
+    }
     auto P = named_tensors(c, p);
     auto G = named_tensors(c, g);
     REQUIRE(P.size() == G.size());
@@ -620,7 +678,10 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
         INFO(what << ": tensor " << P[k].name);
         // Every tensor really receives a gradient, but a key bias: it adds q_i . b^K to the whole
         // score row i, which the softmax ignores, so its gradient is 0 (checked numerically below).
-        if (P[k].name.find(".b_K.") == std::string::npos) CHECK(std::fabs(ana[arg]) > 1e-7);
+        if (P[k].name.find(".b_K.") == std::string::npos)
+            CHECK_MESSAGE(std::fabs(ana[arg]) > 1e-7, what << ": the gradient of " << P[k].name << " " << shape_str(x.shape)
+                                                          << " from the backward is (nearly) all zero: largest entry "
+                                                          << ana[arg] << " (nothing written to it?)");
         expected += (int)std::min<std::size_t>(5, x.size());
         for (std::size_t j : idx) {
             const double x0 = x[j];
@@ -635,7 +696,7 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
             CHECK_MESSAGE(err <= tol, what << ": gradient of " << P[k].name << " " << shape_str(x.shape) << ", entry "
                                            << entry_name(x.shape, j) << " (counted from 1): expected " << num
                                            << " (central finite difference, h = " << h << "), got " << ana[j]
-                                           << " from model_backward");
+                                           << " from the backward");
             if (!(err / tol <= worst)) worst = err / tol, worst_at = P[k].name + " " + entry_name(x.shape, j);
             checked++;
         }
@@ -643,7 +704,7 @@ void m_grad_check(const Config& c, Params<double>& p, const std::function<double
     INFO(what << ": " << checked << " entries in " << P.size() << " tensors, worst error/tolerance " << worst
               << " at " << worst_at);
     CHECK(worst <= 1.0);
-    CHECK(checked >= expected);
+    CHECK_MESSAGE(checked >= expected, what << ": only " << checked << " entries checked, expected at least " << expected);
 }
 
 void m_model_grad_check(const std::string& preset_name, uint64_t seed, bool attn_bias = false) {
@@ -651,7 +712,8 @@ void m_model_grad_check(const std::string& preset_name, uint64_t seed, bool attn
     c.attn_bias = attn_bias;
     Params<double> p = m_model<double>(c, seed, 0.2);
     const Batch b = m_batch(c, seed + 1);
-    m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, seed + 2, preset_name);
+    m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, seed + 2,
+                 "model_loss's backward (" + preset_name + (attn_bias ? ", attn_bias" : "") + ", B = 2, n = 6)");
 }
 
 // With dropout: a re-seeded generator gives the same masks, hence the same loss, every time.
@@ -666,9 +728,11 @@ void m_model_grad_check_dropout(const std::string& preset_name, uint64_t seed) {
         return model_loss(c, p, b, g, o);
     };
     const double l1 = loss(nullptr), l2 = loss(nullptr), l0 = model_loss(c, p, b);
-    CHECK(l1 == l2);
-    CHECK(l1 != l0);  // dropout does something
-    m_grad_check(c, p, loss, seed + 2, preset_name + " with dropout 0.3");
+    CHECK_MESSAGE(l1 == l2, preset_name << ": model_loss with dropout 0.3 and a re-seeded generator must repeat: " << l1
+                                        << " then " << l2);
+    CHECK_MESSAGE(l1 != l0, preset_name << ": model_loss with dropout 0.3 (" << l1 << ") must differ from without (" << l0
+                                        << ")");  // dropout does something
+    m_grad_check(c, p, loss, seed + 2, "model_loss's backward (" + preset_name + ", B = 2, n = 6, dropout 0.3)");
 }
 
 // Changing token x_k: causal models keep rows < k bit-identical and change row k; bidirectional
@@ -1226,20 +1290,20 @@ TEST_CASE("diag: hand-computed case") {
     // diag((2, -1, 3)) = [[2, 0, 0], [0, -1, 0], [0, 0, 3]]
     TD Y = diag(TD::vector({2, -1, 3}));
     REQUIRE(Y.shape == shp(3, 3));
-    CHECK(Y.data == std::vector<double>{2, 0, 0, 0, -1, 0, 0, 0, 3});
+    CHECK_CLOSE(Y, mat(3, 3, {2, 0, 0, 0, -1, 0, 0, 0, 3}), 0.0, "diag((2, -1, 3))", "hand-computed, formulas §2");
     // dx_i = dY_{i,i}: the diagonal of [[1,2,3],[4,5,6],[7,8,9]] is (1, 5, 9).
     TD dx = diag_backward(TD::from(3, 3, {1, 2, 3, 4, 5, 6, 7, 8, 9}));
-    REQUIRE(dx.shape == std::vector<int>{3});
-    CHECK(dx.data == std::vector<double>{1, 5, 9});
+    CHECK_CLOSE(dx, vec({1, 5, 9}), 0.0, "diag_backward(dY = [[1,2,3],[4,5,6],[7,8,9]])",
+                "hand-computed dx_i = dY_ii, formulas §2");
     // n = 1: diag((4)) = [[4]].
-    CHECK(diag(TD::vector({4})).data == std::vector<double>{4});
+    CHECK_CLOSE(diag(TD::vector({4})), mat(1, 1, {4}), 0.0, "diag((4))", "hand-computed, formulas §2");
 }
 
 TEST_CASE("diag: gradient check") {
     Rng rng(11);
     TD x = randn_vec(5, rng), R = randn(5, 5, rng);
     TD dx = diag_backward(R);
-    grad_check([&] { return sum_prod(diag(x), R); }, x, dx, "diag dx");
+    grad_check([&] { return sum_prod(diag(x), R); }, x, dx, "diag_backward's dx (x: 5 entries, L = sum(diag(x) .* R))");
 }
 
 TEST_CASE("diag: wrong shape") {
@@ -1255,20 +1319,20 @@ TEST_CASE("Stack: hand-computed case") {
     // Stack_2((1, 2, 3)) = [[1, 2, 3], [1, 2, 3]]
     TD Y = Stack(TD::vector({1, 2, 3}), 2);
     REQUIRE(Y.shape == shp(2, 3));
-    CHECK(Y.data == std::vector<double>{1, 2, 3, 1, 2, 3});
+    CHECK_CLOSE(Y, mat(2, 3, {1, 2, 3, 1, 2, 3}), 0.0, "Stack_2((1, 2, 3))", "hand-computed, formulas §3");
     // dx_j = sum_i dY_{i,j}: [[1,2,3],[10,20,30]] -> (11, 22, 33)
     TD dx = Stack_backward(TD::from(2, 3, {1, 2, 3, 10, 20, 30}));
-    REQUIRE(dx.shape == std::vector<int>{3});
-    CHECK(dx.data == std::vector<double>{11, 22, 33});
+    CHECK_CLOSE(dx, vec({11, 22, 33}), 0.0, "Stack_backward(dY = [[1,2,3],[10,20,30]])",
+                "hand-computed column sums dx_j = sum_i dY_ij, formulas §3");
     // n = 0 gives an empty 0 x H matrix.
-    CHECK(Stack(TD::vector({1, 2, 3}), 0).shape == shp(0, 3));
+    CHECK_MESSAGE(Stack(TD::vector({1, 2, 3}), 0).shape == shp(0, 3), "Stack_0((1, 2, 3)) must be an empty 0x3 matrix (formulas §3)");
 }
 
 TEST_CASE("Stack: gradient check") {
     Rng rng(12);
     TD x = randn_vec(4, rng), R = randn(3, 4, rng);
     TD dx = Stack_backward(R);
-    grad_check([&] { return sum_prod(Stack(x, 3), R); }, x, dx, "Stack dx");
+    grad_check([&] { return sum_prod(Stack(x, 3), R); }, x, dx, "Stack_backward's dx (x: 4 entries, n = 3, L = sum(Stack_3(x) .* R))");
 }
 
 TEST_CASE("Stack: wrong shape") {
@@ -1323,12 +1387,15 @@ TEST_CASE("Embedding: hand-computed case") {
     TD W = TD::from(3, 2, {1, 2, 3, 4, 5, 6});
     TD Y = Embedding<double>({2, 0, 2}, W);
     REQUIRE(Y.shape == shp(3, 2));
-    CHECK(Y.data == std::vector<double>{5, 6, 1, 2, 5, 6});
+    CHECK_CLOSE(Y, mat(3, 2, {5, 6, 1, 2, 5, 6}), 0.0, "Embedding(x = {2, 0, 2}, W_e = [[1,2],[3,4],[5,6]])",
+                "hand-computed rows W_e[2], W_e[0], W_e[2], formulas §4");
     // Backward, scatter-add into dW_e pre-filled with 0.5 (gradients accumulate):
     //   dY = [[1, 1], [10, 10], [100, 100]]: row 2 gets 1 + 100 = 101, row 0 gets 10, row 1 nothing.
     TD dW(3, 2, 0.5);
     Embedding_backward<double>({2, 0, 2}, TD::from(3, 2, {1, 1, 10, 10, 100, 100}), dW);
-    CHECK(dW.data == std::vector<double>{10.5, 10.5, 0.5, 0.5, 101.5, 101.5});
+    CHECK_CLOSE(dW, mat(3, 2, {10.5, 10.5, 0.5, 0.5, 101.5, 101.5}), 0.0,
+                "Embedding_backward(x = {2, 0, 2} (code ids), dY = [[1,1],[10,10],[100,100]]) added to dW_e = 0.5",
+                "hand-computed scatter-add: 0.5 + the dY rows of each id (id 2 twice: 1 + 100), formulas §4");
 }
 
 TEST_CASE("Embedding: equals matmul(OneHot(x), W_e), backward equals matmul_tn(OneHot(x), dY)") {
@@ -1346,10 +1413,15 @@ TEST_CASE("Embedding: equals matmul(OneHot(x), W_e), backward equals matmul_tn(O
     CHECK_CLOSE(dW, ref, 1e-14, "Embedding_backward's dW_e", "OneHot(x)^T dY, formulas §4");
     // Rows of ids that never occur (2, 4, 5) stay exactly 0.
     for (int v : {2, 4, 5})
-        for (int j = 0; j < H; j++) CHECK(dW(v, j) == 0);
+        for (int j = 0; j < H; j++) {
+            INFO("Embedding_backward's dW_e, entry (" << v + 1 << ", " << j + 1 << "): expected 0 (code id " << v
+                 << " is not in x, formulas §4), got " << dW(v, j));
+            CHECK(dW(v, j) == 0);
+        }
     // Float too.
     TF Wf = to_float(W);
-    CHECK(Embedding(x, Wf).data == matmul(OneHot<float>(x, V), Wf).data);
+    CHECK_CLOSE(Embedding(x, Wf), matmul(OneHot<float>(x, V), Wf), 0.0, "Embedding(x, W_e) in float",
+                "OneHot(x) W_e in float, formulas §4");
 }
 
 TEST_CASE("Embedding: gradient check") {
@@ -1358,7 +1430,8 @@ TEST_CASE("Embedding: gradient check") {
     TD W = randn(5, 3, rng), R = randn(5, 3, rng);
     TD dW(5, 3);
     Embedding_backward(x, R, dW);
-    grad_check([&] { return sum_prod(Embedding(x, W), R); }, W, dW, "Embedding dW_e");
+    grad_check([&] { return sum_prod(Embedding(x, W), R); }, W, dW,
+               "Embedding_backward's dW_e (x = {1, 4, 1, 0, 1} (code ids), W_e 5x3)");
 }
 
 TEST_CASE("Embedding: wrong shape and bad ids") {
@@ -1382,18 +1455,25 @@ TEST_CASE("Softmax: hand-computed case") {
     TD X = TD::from(3, 3, {0, std::log(2.0), std::log(5.0), 7, 7, 7, 0, -INF, std::log(3.0)});
     TD Y = Softmax(X);
     REQUIRE(Y.shape == shp(3, 3));
-    const std::vector<double> expect = {0.125, 0.25, 0.625, 1. / 3, 1. / 3, 1. / 3, 0.25, 0, 0.75};
-    for (std::size_t k = 0; k < expect.size(); k++) CHECK(Y[k] == doctest::Approx(expect[k]).epsilon(1e-14));
-    CHECK(Y(2, 1) == 0.0);
+    const TD expect = mat(3, 3, {0.125, 0.25, 0.625, 1. / 3, 1. / 3, 1. / 3, 0.25, 0, 0.75});
+    CHECK_APPROX(Y, expect, 1e-14, "Softmax(X = [[0, ln 2, ln 5], [7, 7, 7], [0, -inf, ln 3]])",
+                 "hand-computed e^x / sum e^x, formulas §5");
+    CHECK_MESSAGE(Y(2, 1) == 0.0, "Softmax's entry (3, 2) of a -inf input: expected exactly 0 (formulas §5), got " << Y(2, 1));
     // Backward, dX = Y * (dY - rowsum(dY * Y)): row 0 with dY = (1, 0, 0):
     //   rowsum = 1/8, dX = (1/8 (1 - 1/8), 2/8 (0 - 1/8), 5/8 (0 - 1/8)) = (7/64, -2/64, -5/64).
     TD dY(3, 3);
     dY(0, 0) = 1;
     TD dX = Softmax_backward(Y, dY);
-    CHECK(dX(0, 0) == doctest::Approx(7.0 / 64).epsilon(1e-14));
-    CHECK(dX(0, 1) == doctest::Approx(-2.0 / 64).epsilon(1e-14));
-    CHECK(dX(0, 2) == doctest::Approx(-5.0 / 64).epsilon(1e-14));
-    for (int j = 0; j < 3; j++) CHECK(dX(1, j) == 0.0);
+    REQUIRE(dX.shape == shp(3, 3));
+    // Row 1 (of the three, the rows above): (7/64, -2/64, -5/64); row 2, where dY = 0: exactly 0.
+    CHECK_APPROX(mat(1, 3, {dX(0, 0), dX(0, 1), dX(0, 2)}), mat(1, 3, {7.0 / 64, -2.0 / 64, -5.0 / 64}), 1e-14,
+                 "Softmax_backward(Y, dY = [[1, 0, 0], [0, 0, 0], [0, 0, 0]]), row 1",
+                 "hand-computed Y .* (dY - rowsum(dY .* Y)) = (1/8 (1 - 1/8), 2/8 (0 - 1/8), 5/8 (0 - 1/8)), formulas §5");
+    for (int j = 0; j < 3; j++) {
+        INFO("Softmax_backward(Y, dY = [[1, 0, 0], [0, 0, 0], [0, 0, 0]]), entry (2, " << j + 1
+             << "): expected exactly 0 (hand-computed: dY's row 2 is 0, formulas §5), got " << dX(1, j));
+        CHECK(dX(1, j) == 0.0);
+    }
 }
 
 TEST_CASE("Softmax: gradient check, including a row with -inf entries") {
@@ -1403,14 +1483,17 @@ TEST_CASE("Softmax: gradient check, including a row with -inf entries") {
     TD R = randn(4, 5, rng);
     TD Y = Softmax(X);
     TD dX = Softmax_backward(Y, R);
-    CHECK(all_finite(dX));
+    REQUIRE(dX.shape == X.shape);
+    CHECK_MESSAGE(all_finite(dX), "Softmax_backward's dX (X 4x5, entries (2, 1) and (2, 4) -inf) holds a NaN or an infinity: " << dX);
     // The -inf entries: probability exactly 0 and gradient exactly 0 (and not NaN).
-    CHECK(Y(1, 0) == 0.0);
-    CHECK(Y(1, 3) == 0.0);
-    CHECK(dX(1, 0) == 0.0);
-    CHECK(dX(1, 3) == 0.0);
+    CHECK_MESSAGE(Y(1, 0) == 0.0, "Softmax(X), entry (2, 1) where X is -inf: expected exactly 0 (formulas §5), got " << Y(1, 0));
+    CHECK_MESSAGE(Y(1, 3) == 0.0, "Softmax(X), entry (2, 4) where X is -inf: expected exactly 0 (formulas §5), got " << Y(1, 3));
+    CHECK_MESSAGE(dX(1, 0) == 0.0, "Softmax_backward's dX, entry (2, 1) where X is -inf: expected exactly 0 (Y = 0 there, "
+                                   "dX = Y .* (dY - rowsum(dY .* Y)), formulas §5), got " << dX(1, 0));
+    CHECK_MESSAGE(dX(1, 3) == 0.0, "Softmax_backward's dX, entry (2, 4) where X is -inf: expected exactly 0 (Y = 0 there, "
+                                   "dX = Y .* (dY - rowsum(dY .* Y)), formulas §5), got " << dX(1, 3));
     // The finite-difference perturbation of a -inf entry leaves it -inf, so its numeric gradient is 0.
-    grad_check([&] { return sum_prod(Softmax(X), R); }, X, dX, "Softmax dX");
+    grad_check([&] { return sum_prod(Softmax(X), R); }, X, dX, "Softmax_backward's dX (X 4x5, two -inf in row 2, L = sum(Softmax(X) .* R))");
 }
 
 TEST_CASE("Softmax: rows sum to 1, huge inputs, -inf entries, all -inf row") {
@@ -1442,7 +1525,9 @@ TEST_CASE("Softmax: rows sum to 1, huge inputs, -inf entries, all -inf row") {
     TD Ym = Softmax(M);
     CHECK(Ym.data == std::vector<double>{0, 1, 0, 0, 0, 0});
     TD dXm = Softmax_backward(Ym, TD(2, 3, 1.0));
-    CHECK(dXm.data == std::vector<double>{0, 0, 0, 0, 0, 0});
+    CHECK_CLOSE(dXm, mat(2, 3, {0, 0, 0, 0, 0, 0}), 0.0,
+                "Softmax_backward(Y = [[0, 1, 0], [0, 0, 0]] (an all -inf row 2), dY = 1)",
+                "hand-computed: row 1 is Y .* (1 - 1) = 0, row 2 is Y = 0, formulas §5");
     TF Mf = TF::from(1, 2, {-std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()});
     CHECK(Softmax(Mf).data == std::vector<float>{0, 0});
     // Softmax is invariant to adding a constant per row.
@@ -1463,10 +1548,9 @@ TEST_CASE("Softmax: wrong shape") {
 TEST_CASE("Mask_BD: hand-computed case") {
     // (Mask^BD)_{i,j} = 1 for all i, j.
     TD M = Mask_BD<double>(3);
-    REQUIRE(M.shape == shp(3, 3));
-    CHECK(M.data == std::vector<double>(9, 1.0));
-    CHECK(Mask_BD<float>(1).data == std::vector<float>{1});
-    CHECK(Mask_BD<double>(0).shape == shp(0, 0));
+    CHECK_CLOSE(M, TD(3, 3, 1.0), 0.0, "Mask_BD(3)", "hand-computed: every entry 1, formulas §6");
+    CHECK_CLOSE(Mask_BD<float>(1), TF(1, 1, 1.0f), 0.0, "Mask_BD<float>(1)", "hand-computed [[1]], formulas §6");
+    CHECK_MESSAGE(Mask_BD<double>(0).shape == shp(0, 0), "Mask_BD(0) must be an empty 0x0 matrix (formulas §6)");
 }
 
 TEST_CASE("Mask_BD: wrong shape") {
@@ -1476,18 +1560,22 @@ TEST_CASE("Mask_BD: wrong shape") {
 TEST_CASE("Mask_AR: hand-computed case (the n = 4 example of formulas §6)") {
     // [[1, -inf, -inf, -inf], [1, 1, -inf, -inf], [1, 1, 1, -inf], [1, 1, 1, 1]]
     TD M = Mask_AR<double>(4);
-    REQUIRE(M.shape == shp(4, 4));
-    const std::vector<double> expect = {1, -INF, -INF, -INF, 1, 1, -INF, -INF, 1, 1, 1, -INF, 1, 1, 1, 1};
-    CHECK(M.data == expect);
+    const TD expect = mat(4, 4, {1, -INF, -INF, -INF, 1, 1, -INF, -INF, 1, 1, 1, -INF, 1, 1, 1, 1});
+    CHECK_CLOSE(M, expect, 0.0, "Mask_AR(4)",
+                "the n = 4 example of formulas §6: 1 where j <= i, -inf where j > i (row i, column j)");
 }
 
 TEST_CASE("Mask_AR: definition entry by entry") {
     for (int n : {1, 2, 5, 9}) {
         TF M = Mask_AR<float>(n);
+        INFO("Mask_AR<float>(" << n << ")");
         REQUIRE(M.shape == shp(n, n));
         for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++)
+            for (int j = 0; j < n; j++) {
+                INFO("entry (" << i + 1 << ", " << j + 1 << "): expected " << std::string(j > i ? "-inf (column j > row i: masked" : "1 (column j <= row i: visible")
+                     << ", Mask^AR, formulas §6), got " << M(i, j));
                 CHECK(M(i, j) == (j > i ? -std::numeric_limits<float>::infinity() : 1.0f));
+            }
     }
 }
 
@@ -1500,16 +1588,19 @@ TEST_CASE("Mask_ST: hand-computed case") {
     //   i=0: j=0            i=3: j=0 (3%3), 2, 3      i=5: j=2 (3%3), 4, 5
     //   i=1: j=0, 1         i=4: j=1 (3%3), 3, 4
     //   i=2: j=1, 2
+    // (Row i, column j of the comment count from 0; the messages count from 1, as formulas §7.)
     const double o = 1, x = -INF;
-    const std::vector<double> expect = {o, x, x, x, x, x,  //
-                                        o, o, x, x, x, x,  //
-                                        x, o, o, x, x, x,  //
-                                        o, x, o, o, x, x,  //
-                                        x, o, x, o, o, x,  //
-                                        x, x, o, x, o, o};
-    CHECK(Mask_ST<double>(6, 2, 3).data == expect);
+    const TD expect = mat(6, 6, {o, x, x, x, x, x,  //
+                                 o, o, x, x, x, x,  //
+                                 x, o, o, x, x, x,  //
+                                 o, x, o, o, x, x,  //
+                                 x, o, x, o, o, x,  //
+                                 x, x, o, x, o, o});
+    CHECK_CLOSE(Mask_ST<double>(6, 2, 3), expect, 0.0, "Mask_ST(n = 6, window 2, stride 3)",
+                "hand-computed: 1 where j <= i and (i - j < 2 or (i - j) % 3 == 0), formulas §7");
     // stride 0: only the band.
-    CHECK(Mask_ST<double>(3, 1, 0).data == std::vector<double>{o, x, x, x, o, x, x, x, o});
+    CHECK_CLOSE(Mask_ST<double>(3, 1, 0), mat(3, 3, {o, x, x, x, o, x, x, x, o}), 0.0,
+                "Mask_ST(n = 3, window 1, stride 0)", "hand-computed: the diagonal only, formulas §7");
 }
 
 TEST_CASE("Mask_ST: matches its definition entry by entry and is causal") {
@@ -1527,13 +1618,19 @@ TEST_CASE("Mask_ST: matches its definition entry by entry and is causal") {
             for (int j = 0; j < c.n; j++) {
                 const bool keep =
                     j <= i && (i - j < c.window || (c.stride > 0 && (i - j) % c.stride == 0));
+                INFO("Mask_ST(" << c.n << ", " << c.window << ", " << c.stride << "), entry (" << i + 1 << ", " << j + 1
+                     << "): expected " << std::string(keep ? "1" : "-inf")
+                     << " (formulas §7: kept iff j <= i and (i - j < window or (i - j) % stride == 0)), got " << M(i, j));
                 CHECK(M(i, j) == (keep ? 1.0 : -INF));
-                if (j > i) CHECK(M(i, j) == -INF);  // causal
+                if (j > i)
+                    CHECK_MESSAGE(M(i, j) == -INF, "causality: column j > row i must be -inf (Mask^ST, formulas §7)");
             }
     }
     // A window of at least n is the autoregressive mask; stride 1 keeps everything causal too.
-    CHECK(Mask_ST<double>(6, 6, 0).data == Mask_AR<double>(6).data);
-    CHECK(Mask_ST<double>(6, 1, 1).data == Mask_AR<double>(6).data);
+    CHECK_CLOSE(Mask_ST<double>(6, 6, 0), Mask_AR<double>(6), 0.0, "Mask_ST(n = 6, window 6, stride 0)",
+                "Mask_AR(6): a window of n keeps every j <= i, formulas §7");
+    CHECK_CLOSE(Mask_ST<double>(6, 1, 1), Mask_AR<double>(6), 0.0, "Mask_ST(n = 6, window 1, stride 1)",
+                "Mask_AR(6): stride 1 keeps every j <= i, formulas §7");
 }
 
 TEST_CASE("Mask_ST: wrong shape and bad arguments") {
@@ -1550,15 +1647,22 @@ TEST_CASE("apply_mask: hand-computed case") {
     TD Mask = TD::from(2, 3, {1, -INF, -INF, 1, 1, -INF});
     TD S = TD::from(2, 3, {2, 3, INF, -4, 5, std::numeric_limits<double>::quiet_NaN()});
     TD R = apply_mask(Mask, S);
-    CHECK(R.data == std::vector<double>{2, -INF, -INF, -4, 5, -INF});
+    CHECK_CLOSE(R, mat(2, 3, {2, -INF, -INF, -4, 5, -INF}), 0.0,
+                "apply_mask(Mask = [[1, -inf, -inf], [1, 1, -inf]], S = [[2, 3, +inf], [-4, 5, NaN]])",
+                "hand-computed: S where Mask is 1, -inf where Mask is -inf (even over +inf or NaN), formulas §9");
     // With Mask_BD nothing changes.
     Rng rng(17);
     TD S2 = randn(4, 4, rng);
-    CHECK(apply_mask(Mask_BD<double>(4), S2).data == S2.data);
+    CHECK_CLOSE(apply_mask(Mask_BD<double>(4), S2), S2, 0.0, "apply_mask(Mask_BD(4), S) for a random 4x4 S",
+                "S itself: Mask^BD keeps every score, formulas §9");
     // Softmax after masking: the masked entries get probability exactly 0.
     TD P = Softmax(apply_mask(Mask_AR<double>(4), S2));
     for (int i = 0; i < 4; i++)
-        for (int j = i + 1; j < 4; j++) CHECK(P(i, j) == 0.0);
+        for (int j = i + 1; j < 4; j++) {
+            INFO("Softmax(apply_mask(Mask_AR(4), S)), entry (" << i + 1 << ", " << j + 1 << "): expected exactly 0 "
+                 << "(column j > row i is masked: Mask^AR, formulas §6 and §9), got " << P(i, j));
+            CHECK(P(i, j) == 0.0);
+        }
 }
 
 TEST_CASE("apply_mask: wrong shape") {
@@ -1581,24 +1685,29 @@ TEST_CASE("Attention: hand-computed case") {
     AttentionCache<double> c;
     TD O = Attention(Q, K, V, Mask_BD<double>(2), &c);
     REQUIRE(O.shape == shp(2, 4));
-    const std::vector<double> bd = {4, 0.75, 0, -1, 4, 0.75, 0, -1};
-    for (std::size_t k = 0; k < bd.size(); k++) CHECK(O[k] == doctest::Approx(bd[k]).epsilon(1e-14));
+    const std::string qkv = "Q rows (2, 0, 0, 0), K rows 0 and (ln 3, 0, 0, 0), V = [[1, 0, 0, 2], [5, 1, 0, -2]]";
+    CHECK_APPROX(O, mat(2, 4, {4, 0.75, 0, -1, 4, 0.75, 0, -1}), 1e-14, "Attention(" + qkv + ", Mask_BD)",
+                 "hand-computed: P rows (1/4, 3/4), O = P V, formulas §10");
     REQUIRE(c.P.shape == shp(2, 2));
-    CHECK(c.P(0, 0) == doctest::Approx(0.25).epsilon(1e-14));
-    CHECK(c.P(0, 1) == doctest::Approx(0.75).epsilon(1e-14));
+    CHECK_APPROX(mat(1, 2, {c.P(0, 0), c.P(0, 1)}), mat(1, 2, {0.25, 0.75}), 1e-14,
+                 "Attention's cached P, row 1, Mask_BD", "hand-computed Softmax((0, ln 3)) = (1/4, 3/4), formulas §10");
     TD Oar = Attention(Q, K, V, Mask_AR<double>(2), &c);
-    const std::vector<double> ar = {1, 0, 0, 2, 4, 0.75, 0, -1};
-    for (std::size_t k = 0; k < ar.size(); k++) CHECK(Oar[k] == doctest::Approx(ar[k]).epsilon(1e-14));
-    CHECK(c.P(0, 1) == 0.0);
+    CHECK_APPROX(Oar, mat(2, 4, {1, 0, 0, 2, 4, 0.75, 0, -1}), 1e-14, "Attention(" + qkv + ", Mask_AR)",
+                 "hand-computed: row 1 sees key 1 only (O row 1 = V row 1), row 2 as under Mask_BD, formulas §10");
+    CHECK_MESSAGE(c.P(0, 1) == 0.0, "Attention's cached P under Mask_AR, entry (1, 2): expected exactly 0 (column j > row i "
+                                    "is masked, Mask^AR, formulas §6), got " << c.P(0, 1));
     // With dropout scales [[2, 0], [0, 2]] (p = 1/2) under Mask_BD:
     //   row 0: P (.) drop = (1/2, 0)   -> O = 1/2 (1, 0, 0, 2)  = (0.5, 0, 0, 1)
     //   row 1: P (.) drop = (0, 3/2)   -> O = 3/2 (5, 1, 0, -2) = (7.5, 1.5, 0, -3)
     TD drop = TD::from(2, 2, {2, 0, 0, 2});
     TD Od = Attention(Q, K, V, Mask_BD<double>(2), &c, &drop);
-    const std::vector<double> dr = {0.5, 0, 0, 1, 7.5, 1.5, 0, -3};
-    for (std::size_t k = 0; k < dr.size(); k++) CHECK(Od[k] == doctest::Approx(dr[k]).epsilon(1e-14));
+    CHECK_APPROX(Od, mat(2, 4, {0.5, 0, 0, 1, 7.5, 1.5, 0, -3}), 1e-14,
+                 "Attention(" + qkv + ", Mask_BD, dropout scales [[2, 0], [0, 2]])",
+                 "hand-computed: O = (P .* drop) V, formulas §10 and §16");
     // The cache keeps P itself (before dropout): rows still sum to 1.
-    CHECK(c.P(1, 0) + c.P(1, 1) == doctest::Approx(1.0));
+    CHECK_MESSAGE(c.P(1, 0) + c.P(1, 1) == doctest::Approx(1.0),
+                  "Attention's cached P with dropout, row 2: must sum to 1 (P before dropout, formulas §10), sums to "
+                      << c.P(1, 0) + c.P(1, 1));
     // An empty dropout tensor means no dropout.
     TD none;
     CHECK_CLOSE(Attention(Q, K, V, Mask_BD<double>(2), kNoAttCache, &none), O, 0.0, "Attention with an empty dropout tensor",
@@ -1618,13 +1727,16 @@ void attention_grad_check(const TD& Mask, const TD* drop, uint64_t seed, const s
     TD dQ, dK, dV;
     Attention_backward(Q, K, V, c, R, dQ, dK, dV, drop);
     auto L = [&] { return sum_prod(Attention(Q, K, V, Mask, kNoAttCache, drop), R); };
-    grad_check(L, Q, dQ, what + " dQ", 1e-6, 1e-6, qk_nonzero);
-    grad_check(L, K, dK, what + " dK", 1e-6, 1e-6, qk_nonzero);
+    const std::string of = "Attention_backward's ";
+    const std::string where = " (n = " + std::to_string(n) + ", D = 3, " + what + ", L = sum(Attention(Q, K, V) .* R))";
+    grad_check(L, Q, dQ, of + "dQ" + where, 1e-6, 1e-6, qk_nonzero);
+    grad_check(L, K, dK, of + "dK" + where, 1e-6, 1e-6, qk_nonzero);
     if (!qk_nonzero) {
-        CHECK(max_abs(dQ) == 0.0);
-        CHECK(max_abs(dK) == 0.0);
+        const std::string why = " must be exactly 0: every row sees one key, so P = 1 whatever Q and K (formulas §10)";
+        CHECK_MESSAGE(max_abs(dQ) == 0.0, of << "dQ" << where << why << "; got " << dQ);
+        CHECK_MESSAGE(max_abs(dK) == 0.0, of << "dK" << where << why << "; got " << dK);
     }
-    grad_check(L, V, dV, what + " dV");
+    grad_check(L, V, dV, of + "dV" + where);
 }
 }  // namespace
 
@@ -1666,14 +1778,15 @@ void check_attention_dependence(const TD& Mask, uint64_t seed) {
             for (int d = 0; d < D; d++) M(j, d) += 0.5 + 0.25 * d;
             TD O2 = Attention(Q2, K2, V2, Mask);
             for (int i = 0; i < n; i++) {
-                CAPTURE(which);  // 0: Q, 1: K, 2: V
-                CAPTURE(i);
-                CAPTURE(j);
                 int visible = 0;
                 for (int k = 0; k < n; k++) visible += Mask(i, k) == 1.0;
                 const bool depends = which == 0   ? i == j && visible >= 2
                                      : which == 1 ? Mask(i, j) == 1.0 && visible >= 2
                                                   : Mask(i, j) == 1.0;
+                INFO("Attention (n = " << n << ", D = 3): row " << j + 1 << " of " << std::string(1, "QKV"[which])
+                     << " changed; output row " << i + 1 << " must " << std::string(depends ? "change" : "stay exactly the same")
+                     << " (Mask(" << i + 1 << ", " << j + 1 << ") = " << Mask(i, j) << ", row " << i + 1 << " sees "
+                     << visible << " key(s); formulas §10); largest change of the row: " << row_diff(O, O2, i));
                 if (depends)
                     CHECK(row_diff(O, O2, i) > 1e-9);
                 else
@@ -1700,11 +1813,15 @@ TEST_CASE("Attention: masked positions get probability exactly 0 and gradient ex
         for (int i = 0; i < n; i++) {
             double s = 0;
             for (int j = 0; j < n; j++) {
+                INFO("Attention's P (n = " << n << "), entry (" << i + 1 << ", " << j + 1 << "): Mask = " << Mask(i, j)
+                     << ", so expected " << std::string(Mask(i, j) == -INF ? "exactly 0" : "> 0")
+                     << " (formulas §9 and §10), got " << c.P(i, j));
                 if (Mask(i, j) == -INF) CHECK(c.P(i, j) == 0.0);
                 else CHECK(c.P(i, j) > 0.0);
                 s += c.P(i, j);
             }
-            CHECK(s == doctest::Approx(1.0).epsilon(1e-14));
+            CHECK_MESSAGE(s == doctest::Approx(1.0).epsilon(1e-14),
+                          "Attention's P, row " << i + 1 << ": must sum to 1 (Softmax, formulas §5), sums to " << s);
         }
         // A gradient on output row i only: keys and values that row i cannot see get exactly 0,
         // other query rows get exactly 0.
@@ -1714,18 +1831,27 @@ TEST_CASE("Attention: masked positions get probability exactly 0 and gradient ex
             TD dQ, dK, dV;
             Attention_backward(Q, K, V, c, dO, dQ, dK, dV);
             for (int j = 0; j < n; j++) {
-                CAPTURE(i);
-                CAPTURE(j);
+                const TD dKj = TD::from(1, D, std::vector<double>(dK.row(j), dK.row(j) + D));
+                const TD dVj = TD::from(1, D, std::vector<double>(dV.row(j), dV.row(j) + D));
+                const TD dQj = TD::from(1, D, std::vector<double>(dQ.row(j), dQ.row(j) + D));
+                INFO("Attention_backward (n = " << n << ", D = 4) with dO nonzero in row " << i + 1 << " only; row " << j + 1
+                     << ": Mask(" << i + 1 << ", " << j + 1 << ") = " << Mask(i, j) << "; got dK row " << dKj << ", dV row "
+                     << dVj << ", dQ row " << dQj);
                 if (Mask(i, j) == -INF) {
-                    CHECK(max_abs(TD::from(1, D, std::vector<double>(dK.row(j), dK.row(j) + D))) == 0.0);
-                    CHECK(max_abs(TD::from(1, D, std::vector<double>(dV.row(j), dV.row(j) + D))) == 0.0);
+                    CHECK_MESSAGE(max_abs(dKj) == 0.0, "dK's row must be exactly 0: row " << i + 1 << " cannot see key "
+                                                           << j + 1 << " (formulas §10)");
+                    CHECK_MESSAGE(max_abs(dVj) == 0.0, "dV's row must be exactly 0: row " << i + 1 << " cannot see value "
+                                                           << j + 1 << " (formulas §10)");
                 } else {
-                    CHECK(max_abs(TD::from(1, D, std::vector<double>(dV.row(j), dV.row(j) + D))) > 0.0);
+                    CHECK_MESSAGE(max_abs(dVj) > 0.0, "dV's row must be nonzero: row " << i + 1 << " sees value " << j + 1
+                                                          << " (formulas §10)");
                 }
-                if (j != i) CHECK(max_abs(TD::from(1, D, std::vector<double>(dQ.row(j), dQ.row(j) + D))) == 0.0);
+                if (j != i)
+                    CHECK_MESSAGE(max_abs(dQj) == 0.0, "dQ's row must be exactly 0: only query row " << i + 1
+                                                           << " reaches the loss (formulas §10)");
             }
-            CHECK(all_finite(dQ));
-            CHECK(all_finite(dK));
+            CHECK_MESSAGE(all_finite(dQ), "Attention_backward's dQ holds a NaN or an infinity: " << dQ);
+            CHECK_MESSAGE(all_finite(dK), "Attention_backward's dK holds a NaN or an infinity: " << dK);
         }
     }
 }
@@ -1737,16 +1863,17 @@ TEST_CASE("Attention: a fully masked row gives zeros, not NaN") {
     Mask(1, 0) = -INF, Mask(1, 1) = -INF;  // row 1 sees nothing
     AttentionCache<double> c;
     TD O = Attention(Q, K, V, Mask, &c);
-    CHECK(all_finite(O));
-    CHECK(O(1, 0) == 0.0);
-    CHECK(O(1, 1) == 0.0);
+    INFO("Attention (n = 3, D = 2) under Mask_AR(3) with row 2 all -inf (row 2 sees nothing: P row 0, formulas §10)");
+    CHECK_MESSAGE(all_finite(O), "O holds a NaN or an infinity: " << O);
+    CHECK_MESSAGE(O(1, 0) == 0.0, "O, entry (2, 1): expected exactly 0, got " << O(1, 0));
+    CHECK_MESSAGE(O(1, 1) == 0.0, "O, entry (2, 2): expected exactly 0, got " << O(1, 1));
     TD dQ, dK, dV;
     Attention_backward(Q, K, V, c, TD(3, 2, 1.0), dQ, dK, dV);
-    CHECK(all_finite(dQ));
-    CHECK(all_finite(dK));
-    CHECK(all_finite(dV));
-    CHECK(dQ(1, 0) == 0.0);
-    CHECK(dQ(1, 1) == 0.0);
+    CHECK_MESSAGE(all_finite(dQ), "Attention_backward's dQ holds a NaN or an infinity: " << dQ);
+    CHECK_MESSAGE(all_finite(dK), "Attention_backward's dK holds a NaN or an infinity: " << dK);
+    CHECK_MESSAGE(all_finite(dV), "Attention_backward's dV holds a NaN or an infinity: " << dV);
+    CHECK_MESSAGE(dQ(1, 0) == 0.0, "Attention_backward's dQ, entry (2, 1): expected exactly 0 (P row 2 is 0), got " << dQ(1, 0));
+    CHECK_MESSAGE(dQ(1, 1) == 0.0, "Attention_backward's dQ, entry (2, 2): expected exactly 0 (P row 2 is 0), got " << dQ(1, 1));
 }
 
 TEST_CASE("Attention: float agrees with double") {
@@ -1754,7 +1881,7 @@ TEST_CASE("Attention: float agrees with double") {
     TD Q = randn(6, 4, rng), K = randn(6, 4, rng), V = randn(6, 4, rng);
     TD O = Attention(Q, K, V, Mask_AR<double>(6));
     TF Of = Attention(to_float(Q), to_float(K), to_float(V), Mask_AR<float>(6));
-    for (std::size_t k = 0; k < O.size(); k++) CHECK(Of[k] == doctest::Approx(O[k]).epsilon(1e-5));
+    CHECK_APPROX(Of, O, 1e-5, "Attention in float (n = 6, D = 4, Mask_AR)", "Attention in double");
 }
 
 TEST_CASE("Attention: wrong shape") {
@@ -1786,14 +1913,19 @@ TEST_CASE("Concat: hand-computed case") {
     // Concat([[1,2],[3,4]], [[5,6],[7,8]], [[9,10],[11,12]]) = [[1,2,5,6,9,10],[3,4,7,8,11,12]]
     std::vector<TD> X = {TD::from(2, 2, {1, 2, 3, 4}), TD::from(2, 2, {5, 6, 7, 8}), TD::from(2, 2, {9, 10, 11, 12})};
     TD Y = Concat(X);
-    REQUIRE(Y.shape == shp(2, 6));
-    CHECK(Y.data == std::vector<double>{1, 2, 5, 6, 9, 10, 3, 4, 7, 8, 11, 12});
+    CHECK_CLOSE(Y, mat(2, 6, {1, 2, 5, 6, 9, 10, 3, 4, 7, 8, 11, 12}), 0.0,
+                "Concat([[1,2],[3,4]], [[5,6],[7,8]], [[9,10],[11,12]])", "hand-computed, formulas §11");
     // The backward splits the columns back into the blocks.
     std::vector<TD> dX = Concat_backward(Y, 3);
-    REQUIRE(dX.size() == 3);
-    for (int k = 0; k < 3; k++) CHECK(dX[k].data == X[k].data);
+    REQUIRE_MESSAGE(dX.size() == 3, "Concat_backward(dY 2x6, 3 blocks) must return 3 blocks, returned " << dX.size());
+    for (int k = 0; k < 3; k++)
+        CHECK_CLOSE(dX[k], X[k], 0.0,
+                    "Concat_backward(dY = [[1,2,5,6,9,10],[3,4,7,8,11,12]], 3)'s block " + std::to_string(k + 1),
+                    "hand-computed: columns " + std::to_string(2 * k + 1) + ".." + std::to_string(2 * k + 2) +
+                        " of dY, formulas §11");
     // A single block is the identity.
-    CHECK(Concat(std::vector<TD>{X[1]}).data == X[1].data);
+    CHECK_CLOSE(Concat(std::vector<TD>{X[1]}), X[1], 0.0, "Concat of the single block [[5,6],[7,8]]",
+                "the block itself, formulas §11");
 }
 
 TEST_CASE("Concat: gradient check") {
@@ -1801,9 +1933,10 @@ TEST_CASE("Concat: gradient check") {
     std::vector<TD> X = {randn(3, 2, rng), randn(3, 2, rng), randn(3, 2, rng), randn(3, 2, rng)};
     TD R = randn(3, 8, rng);
     std::vector<TD> dX = Concat_backward(R, 4);
-    REQUIRE(dX.size() == 4);
+    REQUIRE_MESSAGE(dX.size() == 4, "Concat_backward(dY 3x8, 4 blocks) must return 4 blocks, returned " << dX.size());
     for (int k = 0; k < 4; k++)
-        grad_check([&] { return sum_prod(Concat(X), R); }, X[k], dX[k], "Concat dX_" + std::to_string(k));
+        grad_check([&] { return sum_prod(Concat(X), R); }, X[k], dX[k],
+                   "Concat_backward's block " + std::to_string(k + 1) + " of 4 (blocks 3x2, L = sum(Concat(X_1..X_4) .* R))");
 }
 
 TEST_CASE("Concat: wrong shape") {
@@ -1835,11 +1968,11 @@ TEST_CASE("MultiHeadSA: hand-computed case") {
     TD X = TD::from(2, 2, {1, 2, 3, 4});
     TD Y = MultiHeadSA(X, Mask_BD<double>(2), p);
     REQUIRE(Y.shape == shp(2, 2));
-    const std::vector<double> bd = {11, 16, 11, 16};
-    for (std::size_t k = 0; k < 4; k++) CHECK(Y[k] == doctest::Approx(bd[k]).epsilon(1e-14));
+    CHECK_APPROX(Y, mat(2, 2, {11, 16, 11, 16}), 1e-14, "MultiHeadSA(X = [[1, 2], [3, 4]], Mask_BD), 2 heads of D = 1",
+                 "hand-computed in the comment above, formulas §12");
     TD Yar = MultiHeadSA(X, Mask_AR<double>(2), p);
-    const std::vector<double> ar = {7, 10, 11, 16};
-    for (std::size_t k = 0; k < 4; k++) CHECK(Yar[k] == doctest::Approx(ar[k]).epsilon(1e-14));
+    CHECK_APPROX(Yar, mat(2, 2, {7, 10, 11, 16}), 1e-14, "MultiHeadSA(X = [[1, 2], [3, 4]], Mask_AR), 2 heads of D = 1",
+                 "hand-computed in the comment above, formulas §12");
 }
 
 TEST_CASE("MultiHeadSA: equals Concat(Attention(X W_i^Q, X W_i^K, X W_i^V, Mask)) W^O") {
@@ -1893,24 +2026,29 @@ void mhsa_grad_check(const TD& Mask, int B, int A, double attn_dropout, uint64_t
     MultiHeadSAParams<double> g = zeros_like(p);
     TD dX = MultiHeadSA_backward(X, p, c, R, g);
     auto L = [&] { return sum_prod(forward(nullptr), R); };
-    grad_check(L, X, dX, what + " dX");
+    const std::string of = "MultiHeadSA_backward's ";
+    const std::string where = " (B = " + std::to_string(B) + ", n = " + std::to_string(n) + ", H = 4, A = " +
+                              std::to_string(A) + ", D = 2, " + what + ", L = sum(MultiHeadSA(X) .* R))";
+    grad_check(L, X, dX, of + "dX" + where);
     for (int i = 0; i < A; i++) {
-        const std::string h = "[" + std::to_string(i) + "]";
-        grad_check(L, p.W_Q[i], g.W_Q[i], what + " W_Q" + h);
-        grad_check(L, p.W_K[i], g.W_K[i], what + " W_K" + h);
-        grad_check(L, p.W_V[i], g.W_V[i], what + " W_V" + h);
+        const std::string h = " of head " + std::to_string(i + 1);
+        grad_check(L, p.W_Q[i], g.W_Q[i], of + "dW_Q" + h + where);
+        grad_check(L, p.W_K[i], g.W_K[i], of + "dW_K" + h + where);
+        grad_check(L, p.W_V[i], g.W_V[i], of + "dW_V" + h + where);
     }
-    grad_check(L, p.W_O, g.W_O, what + " W_O");
+    grad_check(L, p.W_O, g.W_O, of + "dW_O" + where);
     if (!bias) return;
     for (int i = 0; i < A; i++) {
-        const std::string h = "[" + std::to_string(i) + "]";
-        grad_check(L, p.b_Q[i], g.b_Q[i], what + " b_Q" + h);
-        grad_check(L, p.b_K[i], g.b_K[i], what + " b_K" + h);  // zero: softmax ignores q . b_K
-        grad_check(L, p.b_V[i], g.b_V[i], what + " b_V" + h);
+        const std::string h = " of head " + std::to_string(i + 1);
+        grad_check(L, p.b_Q[i], g.b_Q[i], of + "db_Q" + h + where);
+        grad_check(L, p.b_K[i], g.b_K[i], of + "db_K" + h + where);  // zero: softmax ignores q . b_K
+        grad_check(L, p.b_V[i], g.b_V[i], of + "db_V" + h + where);
     }
-    grad_check(L, p.b_O, g.b_O, what + " b_O");
-    CHECK(max_abs(g.b_Q[0]) > 1e-3);
-    CHECK(max_abs(g.b_O) > 1e-3);
+    grad_check(L, p.b_O, g.b_O, of + "db_O" + where);
+    CHECK_MESSAGE(max_abs(g.b_Q[0]) > 1e-3, of << "db_Q of head 1" << where << ": largest entry " << max_abs(g.b_Q[0])
+                                              << ", expected above 1e-3 (b_Q reaches the scores, formulas §12)");
+    CHECK_MESSAGE(max_abs(g.b_O) > 1e-3, of << "db_O" << where << ": largest entry " << max_abs(g.b_O)
+                                            << ", expected above 1e-3 (db_O = column sums of dY, formulas §12)");
 }
 }  // namespace
 
@@ -1949,13 +2087,16 @@ TEST_CASE("MultiHeadSA: biases: b_K changes nothing, b_V adds b_V W^O's rows to 
     for (int i = 0; i < A; i++) pv.b_V[i] = randn_vec(D, rng, 1.0);
     pv.b_O = randn_vec(H, rng, 1.0);
     const TD Yv = MultiHeadSA(X, Mask, pv);
+    TD shifted(n, H);
     for (int r = 0; r < n; r++)
         for (int j = 0; j < H; j++) {
             double shift = pv.b_O[j];
             for (int i = 0; i < A; i++)
                 for (int d = 0; d < D; d++) shift += pv.b_V[i][d] * p.W_O(i * D + d, j);
-            CHECK(Yv(r, j) == doctest::Approx(Y0(r, j) + shift).epsilon(1e-12));
+            shifted(r, j) = Y0(r, j) + shift;
         }
+    CHECK_APPROX(Yv, shifted, 1e-12, "MultiHeadSA with random b^V and b^O (n = 3, H = 4, A = 2, Mask_AR)",
+                 "MultiHeadSA without them + Concat(b^V_1, .., b^V_A) W^O + b^O in every row (P's rows sum to 1), formulas §12");
     MultiHeadSAParams<double> bad = pv;
     bad.b_V.pop_back();
     CHECK_THROWS_AS(MultiHeadSA(X, Mask, bad), ShapeError);
@@ -1978,16 +2119,20 @@ TEST_CASE("MultiHeadSA: parameter gradients accumulate") {
     TD dX1 = MultiHeadSA_backward(X, p, c, R, g1);
     MultiHeadSA_backward(X, p, c, R, g2);
     CHECK_CLOSE(dX2, dX1, 0.0, "MultiHeadSA_backward's dX, called a second time", "the first call's: dX is returned, not accumulated");
+    auto times = [](const TD& t, double f) {
+        TD r = t;
+        for (auto& v : r.data) v *= f;
+        return r;
+    };
+    const std::string acc = "1.5 x the gradient after 2 calls: parameter gradients are added to g, not assigned (formulas §12)";
     for (int i = 0; i < 2; i++) {
-        for (std::size_t k = 0; k < g1.W_Q[i].size(); k++) {
-            CHECK(g2.W_Q[i][k] == doctest::Approx(1.5 * g1.W_Q[i][k]).epsilon(1e-12));
-            CHECK(g2.W_K[i][k] == doctest::Approx(1.5 * g1.W_K[i][k]).epsilon(1e-12));
-            CHECK(g2.W_V[i][k] == doctest::Approx(1.5 * g1.W_V[i][k]).epsilon(1e-12));
-        }
+        const std::string h = " of head " + std::to_string(i + 1) + " after 3 calls of MultiHeadSA_backward";
+        CHECK_APPROX(g2.W_Q[i], times(g1.W_Q[i], 1.5), 1e-12, "dW_Q" + h, acc);
+        CHECK_APPROX(g2.W_K[i], times(g1.W_K[i], 1.5), 1e-12, "dW_K" + h, acc);
+        CHECK_APPROX(g2.W_V[i], times(g1.W_V[i], 1.5), 1e-12, "dW_V" + h, acc);
     }
-    for (std::size_t k = 0; k < g1.W_O.size(); k++)
-        CHECK(g2.W_O[k] == doctest::Approx(1.5 * g1.W_O[k]).epsilon(1e-12));
-    CHECK(max_abs(g1.W_O) > 0);
+    CHECK_APPROX(g2.W_O, times(g1.W_O, 1.5), 1e-12, "dW_O after 3 calls of MultiHeadSA_backward", acc);
+    CHECK_MESSAGE(max_abs(g1.W_O) > 0, "MultiHeadSA_backward's dW_O is all zero (nothing written?)");
     // With biases, and a gradient without them: an error, not silently dropped gradients.
     Rng rb(60);
     MultiHeadSAParams<double> pb = make_mhsa(4, 2, 2, rb, 0.6, true);
@@ -1996,8 +2141,9 @@ TEST_CASE("MultiHeadSA: parameter gradients accumulate") {
     MultiHeadSA_backward(X, pb, c, R, gb);
     MultiHeadSA_backward(X, pb, c, R, gb2);
     MultiHeadSA_backward(X, pb, c, R, gb2);
-    for (std::size_t k = 0; k < gb.b_O.size(); k++) CHECK(gb2.b_O[k] == doctest::Approx(2 * gb.b_O[k]).epsilon(1e-12));
-    for (std::size_t k = 0; k < gb.b_V[1].size(); k++) CHECK(gb2.b_V[1][k] == doctest::Approx(2 * gb.b_V[1][k]).epsilon(1e-12));
+    const std::string acc2 = "2 x the gradient after 1 call: parameter gradients are added to g, not assigned (formulas §12)";
+    CHECK_APPROX(gb2.b_O, times(gb.b_O, 2), 1e-12, "db_O after 2 calls of MultiHeadSA_backward", acc2);
+    CHECK_APPROX(gb2.b_V[1], times(gb.b_V[1], 2), 1e-12, "db_V of head 2 after 2 calls of MultiHeadSA_backward", acc2);
     MultiHeadSAParams<double> g_nobias = zeros_like(p);
     CHECK_THROWS_AS(MultiHeadSA_backward(X, pb, c, R, g_nobias), ShapeError);
 }
@@ -2014,8 +2160,9 @@ TEST_CASE("MultiHeadSA: Mask_AR row i ignores rows j > i of X, Mask_BD sees ever
             for (int d = 0; d < H; d++) X2(j, d) += 0.3 + 0.1 * d;
             TD Y2 = MultiHeadSA(X2, Mask, p);
             for (int i = 0; i < n; i++) {
-                CAPTURE(i);
-                CAPTURE(j);
+                INFO("MultiHeadSA (n = 5, H = 4, A = 2): row " << j + 1 << " of X changed; output row " << i + 1
+                     << " must " << std::string(Mask(i, j) == 1.0 ? "change" : "stay exactly the same") << " (Mask(" << i + 1 << ", "
+                     << j + 1 << ") = " << Mask(i, j) << ", formulas §12); largest change of the row: " << row_diff(Y, Y2, i));
                 if (Mask(i, j) == 1.0)
                     CHECK(row_diff(Y, Y2, i) > 1e-9);
                 else
@@ -2037,17 +2184,21 @@ TEST_CASE("MultiHeadSA: with B = 2 each sequence gets the output it gets alone")
         TD Y = MultiHeadSA(X, Mask, p);
         TD Y1 = MultiHeadSA(X1, Mask, p), Y2 = MultiHeadSA(X2, Mask, p);
         REQUIRE(Y.shape == shp(2 * n, H));
+        TD Ya(n, H), Yb(n, H);
         for (int i = 0; i < n; i++)
-            for (int j = 0; j < H; j++) {
-                CHECK(Y(i, j) == doctest::Approx(Y1(i, j)).epsilon(1e-13));
-                CHECK(Y(n + i, j) == doctest::Approx(Y2(i, j)).epsilon(1e-13));
-            }
+            for (int j = 0; j < H; j++) Ya(i, j) = Y(i, j), Yb(i, j) = Y(n + i, j);
+        CHECK_APPROX(Ya, Y1, 1e-13, "MultiHeadSA of B = 2 sequences (n = 4, H = 6, A = 3), rows 1..4",
+                     "MultiHeadSA of sequence 1 alone, formulas §12");
+        CHECK_APPROX(Yb, Y2, 1e-13, "MultiHeadSA of B = 2 sequences (n = 4, H = 6, A = 3), rows 5..8",
+                     "MultiHeadSA of sequence 2 alone, formulas §12");
         // Changing sequence 2 leaves sequence 1 exactly alone, even under Mask_BD.
         TD Xc = X;
         for (int j = 0; j < H; j++) Xc(n, j) += 1.0;
         TD Yc = MultiHeadSA(Xc, Mask, p);
-        for (int i = 0; i < n; i++) CHECK(same_row(Y, Yc, i));
-        CHECK(row_diff(Y, Yc, n) > 1e-9);
+        for (int i = 0; i < n; i++)
+            CHECK_MESSAGE(same_row(Y, Yc, i), "MultiHeadSA, B = 2: row 5 (sequence 2) of X changed; row " << i + 1
+                                                  << " (sequence 1) must stay exactly the same, changed by " << row_diff(Y, Yc, i));
+        CHECK_MESSAGE(row_diff(Y, Yc, n) > 1e-9, "MultiHeadSA, B = 2: row 5 of X changed; output row 5 must change");
     }
     // One n x n mask per sequence ((B*n) x n, as key_padding_mask makes): B = 3 sequences with three
     // different masks, each row block the output of its sequence alone under its own mask.
@@ -2065,8 +2216,12 @@ TEST_CASE("MultiHeadSA: with B = 2 each sequence gets the output it gets alone")
         for (int i = 0; i < n; i++)
             for (int j = 0; j < H; j++) Xb(i, j) = X3(b * n + i, j);
         const TD Yb = MultiHeadSA(Xb, *Ms[b], p);
+        TD Y3b(n, H);
         for (int i = 0; i < n; i++)
-            for (int j = 0; j < H; j++) CHECK(Y3(b * n + i, j) == doctest::Approx(Yb(i, j)).epsilon(1e-13));
+            for (int j = 0; j < H; j++) Y3b(i, j) = Y3(b * n + i, j);
+        CHECK_APPROX(Y3b, Yb, 1e-13,
+                     "MultiHeadSA of B = 3 sequences with a (B n) x n mask, sequence " + std::to_string(b + 1) + "'s rows",
+                     "MultiHeadSA of that sequence alone under its own mask, formulas §12");
     }
 }
 
@@ -2083,14 +2238,16 @@ TEST_CASE("MultiHeadSA: attention dropout masks come from the rng") {
     TD Y2 = MultiHeadSA(X, Mask_BD<double>(n), p, kNoMhsaCache, pdrop, &r2);
     TD Y3 = MultiHeadSA(X, Mask_BD<double>(n), p, kNoMhsaCache, pdrop, &r3);
     CHECK_CLOSE(Y2, Y1, 0.0, "MultiHeadSA with dropout, seed repeated", "the first run: the same seed draws the same masks");
-    CHECK(max_abs_diff(Y1, Y3) > 0);   // another seed, other masks
-    CHECK(max_abs_diff(Y1, Y0) > 0);   // dropout changes the output
+    CHECK_MESSAGE(max_abs_diff(Y1, Y3) > 0, "MultiHeadSA with dropout 0.25: seeds 5 and 6 must draw other masks, other outputs");
+    CHECK_MESSAGE(max_abs_diff(Y1, Y0) > 0, "MultiHeadSA with dropout 0.25 must differ from without (formulas §16)");
     REQUIRE(c.dropout.size() == 2);
     for (auto& per_head : c.dropout) {
         REQUIRE(per_head.size() == 2);  // B = 2
         for (auto& d : per_head) {
             REQUIRE(d.shape == shp(n, n));
-            for (double v : d.data) CHECK((v == 0.0 || v == doctest::Approx(1 / (1 - pdrop)).epsilon(1e-15)));
+            for (double v : d.data)
+                CHECK_MESSAGE((v == 0.0 || v == doctest::Approx(1 / (1 - pdrop)).epsilon(1e-15)),
+                              "a dropout scale must be 0 or 1 / (1 - p) = " << 1 / (1 - pdrop) << " (formulas §16), got " << v);
         }
     }
     CHECK(c.dropout[0][0].data != c.dropout[1][0].data);  // every head and sequence draws its own
@@ -2179,21 +2336,23 @@ TEST_CASE("FFN_ReLU: relu activation and derivative") {
     CHECK(activation(Activation::relu, -2.5) == 0.0);
     CHECK(activation(Activation::relu, 0.0) == 0.0);
     CHECK(activation(Activation::relu, 3.0f) == 3.0f);
-    CHECK(activation_derivative(Activation::relu, 2.5) == 1.0);
-    CHECK(activation_derivative(Activation::relu, -2.5) == 0.0);
+    CHECK_MESSAGE(activation_derivative(Activation::relu, 2.5) == 1.0, "relu'(2.5): expected 1 (formulas §13)");
+    CHECK_MESSAGE(activation_derivative(Activation::relu, -2.5) == 0.0, "relu'(-2.5): expected 0 (formulas §13)");
     // At zero: ReLU(-0.0) is +0.0 (never negative, not even a negative zero) and relu'(0) = 0, as
     // PyTorch takes it; the same in the array forms the FFN uses.
     CHECK_FALSE(std::signbit(activation(Activation::relu, -0.0)));
     CHECK_FALSE(std::signbit(activation(Activation::relu, -0.0f)));
-    CHECK(activation_derivative(Activation::relu, 0.0) == 0.0);
-    CHECK(activation_derivative(Activation::relu, -0.0f) == 0.0f);
+    CHECK_MESSAGE(activation_derivative(Activation::relu, 0.0) == 0.0, "relu'(0): expected 0, as PyTorch takes it (formulas §13)");
+    CHECK_MESSAGE(activation_derivative(Activation::relu, -0.0f) == 0.0f, "relu'(-0.0f): expected 0 (formulas §13)");
     const std::vector<double> z = {-0.0, 0.0, 2.0};
     std::vector<double> y(3, 7.0), dz(3, 1.0);
     activation_array(Activation::relu, z.data(), y.data(), 3);
     activation_derivative_array(Activation::relu, z.data(), dz.data(), 3);
     CHECK(y == std::vector<double>{0.0, 0.0, 2.0});
     CHECK_FALSE(std::signbit(y[0]));
-    CHECK(dz == std::vector<double>{0.0, 0.0, 1.0});
+    const std::vector<double> want_dz = {0.0, 0.0, 1.0};
+    CHECK_MESSAGE(dz == want_dz,
+                  "activation_derivative_array(relu, z = (-0.0, 0.0, 2.0)): expected (0, 0, 1) (relu'(0) = 0, formulas §13)");
     CHECK(std::string(activation_name(Activation::relu)) == "relu");
     CHECK(activation_from_name("relu") == Activation::relu);
 }
@@ -2209,7 +2368,7 @@ TEST_CASE("FFN_GELU: activation values of the three GELU forms") {
     // gelu_erf(2) = 2 Phi(2) = 2 * 0.9772498680518208; gelu(-x) = gelu(x) - x for all three forms.
     CHECK(activation(Activation::gelu_erf, 2.0) == doctest::Approx(1.9544997361036416).epsilon(1e-14));
     for (Activation a : kGelus) {
-        CAPTURE(activation_name(a));
+        INFO("activation " << std::string(activation_name(a)));
         CHECK(activation(a, 0.0) == 0.0);
         for (double x : {0.3, 1.0, 2.7})
             CHECK(activation(a, -x) == doctest::Approx(activation(a, x) - x).epsilon(1e-13));
@@ -2218,8 +2377,10 @@ TEST_CASE("FFN_GELU: activation values of the three GELU forms") {
         CHECK(std::fabs(activation(a, -40.0)) < 1e-12);
         CHECK(std::isfinite(activation(a, -1000.0)));
         CHECK(std::isfinite(activation(a, -1000.0f)));
-        CHECK(std::isfinite(activation_derivative(a, -1000.0)));
-        CHECK(std::isfinite(activation_derivative(a, 1000.0f)));
+        CHECK_MESSAGE(std::isfinite(activation_derivative(a, -1000.0)), "activation_derivative(" << std::string(activation_name(a))
+                          << ", -1000.0) must be finite (formulas §13), got " << activation_derivative(a, -1000.0));
+        CHECK_MESSAGE(std::isfinite(activation_derivative(a, 1000.0f)), "activation_derivative(" << std::string(activation_name(a))
+                          << ", 1000.0f) must be finite (formulas §13), got " << activation_derivative(a, 1000.0f));
         // Float agrees with double.
         CHECK(activation(a, 0.7f) == doctest::Approx(activation(a, 0.7)).epsilon(1e-6));
     }
@@ -2227,22 +2388,29 @@ TEST_CASE("FFN_GELU: activation values of the three GELU forms") {
     //   gelu_erf'(1) = Phi(1) + phi(1) = 0.8413447460685429 + 0.24197072451914337 = 1.0833154705876863
     //   gelu_sigmoid'(1) = s + 1.702 s (1 - s), s = 0.8457957659328212     -> 1.067779606556334
     //   gelu_tanh'(1) = 0.5 (1 + t) + 0.5 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715) -> 1.0829640838457826
-    for (Activation a : kGelus) CHECK(activation_derivative(a, 0.0) == doctest::Approx(0.5).epsilon(1e-15));
-    CHECK(activation_derivative(Activation::gelu_erf, 1.0) == doctest::Approx(1.0833154705876864).epsilon(1e-14));
-    CHECK(activation_derivative(Activation::gelu_sigmoid, 1.0) ==
-          doctest::Approx(1.067779606556334).epsilon(1e-14));
-    CHECK(activation_derivative(Activation::gelu_tanh, 1.0) == doctest::Approx(1.0829640838457826).epsilon(1e-14));
+    for (Activation a : kGelus)
+        CHECK_MESSAGE(activation_derivative(a, 0.0) == doctest::Approx(0.5).epsilon(1e-15),
+                      "activation_derivative(" << std::string(activation_name(a)) << ", 0): expected 1/2 (hand-computed, formulas §13)");
+    CHECK_MESSAGE(activation_derivative(Activation::gelu_erf, 1.0) == doctest::Approx(1.0833154705876864).epsilon(1e-14),
+                  "gelu_erf'(1): expected Phi(1) + phi(1) = 1.0833154705876864 (hand-computed, formulas §13)");
+    CHECK_MESSAGE(activation_derivative(Activation::gelu_sigmoid, 1.0) == doctest::Approx(1.067779606556334).epsilon(1e-14),
+                  "gelu_sigmoid'(1): expected s + 1.702 s (1 - s), s = sigmoid(1.702), = 1.067779606556334 (hand-computed, formulas §13)");
+    CHECK_MESSAGE(activation_derivative(Activation::gelu_tanh, 1.0) == doctest::Approx(1.0829640838457826).epsilon(1e-14),
+                  "gelu_tanh'(1): expected 0.5 (1 + t) + 0.5 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715) = 1.0829640838457826 "
+                  "(hand-computed, formulas §13)");
 }
 
 TEST_CASE("FFN_GELU: activation_derivative matches finite differences") {
     // (act(x + h) - act(x - h)) / 2h with h = 1e-6: error ~ 1e-10; tolerance 1e-8.
     const double h = 1e-6;
     for (Activation a : kAllActivations) {
-        CAPTURE(activation_name(a));
+        INFO("activation " << std::string(activation_name(a)));
         for (double x : {-4.0, -2.2, -1.0, -0.37, -0.01, 0.013, 0.5, 1.0, 1.9, 3.3, 6.0}) {
             CAPTURE(x);
             const double num = (activation(a, x + h) - activation(a, x - h)) / (2 * h);
-            CHECK(activation_derivative(a, x) == doctest::Approx(num).epsilon(1e-8).scale(1.0));
+            CHECK_MESSAGE(activation_derivative(a, x) == doctest::Approx(num).epsilon(1e-8).scale(1.0),
+                          "activation_derivative(" << std::string(activation_name(a)) << ", " << x << "): expected " << num
+                                                   << " (central finite difference of activation, h = 1e-6; formulas §13)");
         }
     }
 }
@@ -2300,12 +2468,15 @@ void ffn_grad_check(Activation act, bool via_named_entry, uint64_t seed) {
                                                        : FFN_GELU_backward(X, p, c, R, g, act))
                             : FFN_backward(X, p, act, c, R, g);
     auto L = [&] { return sum_prod(forward(nullptr), R); };
-    const std::string what = std::string(activation_name(act)) + (via_named_entry ? " (named)" : " (FFN)");
-    grad_check(L, X, dX, what + " dX");
-    grad_check(L, p.W_1, g.W_1, what + " W_1");
-    grad_check(L, p.b_1, g.b_1, what + " b_1");
-    grad_check(L, p.W_2, g.W_2, what + " W_2");
-    grad_check(L, p.b_2, g.b_2, what + " b_2");
+    const std::string fn = via_named_entry ? (act == Activation::relu ? "FFN_ReLU_backward" : "FFN_GELU_backward")
+                                           : "FFN_backward";
+    const std::string what = fn + "'s ";
+    const std::string where = " (" + std::string(activation_name(act)) + ", X 3x4, F = 6, L = sum(FFN(X) .* R))";
+    grad_check(L, X, dX, what + "dX" + where);
+    grad_check(L, p.W_1, g.W_1, what + "dW_1" + where);
+    grad_check(L, p.b_1, g.b_1, what + "db_1" + where);
+    grad_check(L, p.W_2, g.W_2, what + "dW_2" + where);
+    grad_check(L, p.b_2, g.b_2, what + "db_2" + where);
 }
 }  // namespace
 
@@ -2317,19 +2488,22 @@ TEST_CASE("FFN_ReLU: hand-computed case") {
     FFNCache<double> c;
     TD Y = FFN_ReLU(X, p, &c);
     REQUIRE(Y.shape == shp(1, 2));
-    CHECK(Y.data == std::vector<double>{4, -1});
-    CHECK(c.Z.data == std::vector<double>{1.5, -0.5, -1});
-    CHECK(c.A.data == std::vector<double>{1.5, 0, 0});
+    const std::string f = "FFN_ReLU(X = [[1, -1]], b_1 = (0.5, 0.5, -1))";
+    CHECK_CLOSE(Y, mat(1, 2, {4, -1}), 0.0, f, "hand-computed in the comment above, formulas §14");
+    CHECK_CLOSE(c.Z, mat(1, 3, {1.5, -0.5, -1}), 0.0, f + "'s cached Z", "X W_1 + b_1, hand-computed, formulas §14");
+    CHECK_CLOSE(c.A, mat(1, 3, {1.5, 0, 0}), 0.0, f + "'s cached A", "max(0, Z), hand-computed, formulas §14");
     // Backward with dY = (1, 0): dW_2 = A^T dY = rows (1.5, 0), (0, 0), (0, 0); db_2 = (1, 0);
     // dA = dY W_2^T = (2, 0, 1); dZ = dA * [Z > 0] = (2, 0, 0); db_1 = (2, 0, 0);
     // dW_1 = X^T dZ = [[2, 0, 0], [-2, 0, 0]]; dX = dZ W_1^T = (2, 0).
     FFNParams<double> g = zeros_like(p);
     TD dX = FFN_ReLU_backward(X, p, c, TD::from(1, 2, {1, 0}), g);
-    CHECK(dX.data == std::vector<double>{2, 0});
-    CHECK(g.W_2.data == std::vector<double>{1.5, 0, 0, 0, 0, 0});
-    CHECK(g.b_2.data == std::vector<double>{1, 0});
-    CHECK(g.b_1.data == std::vector<double>{2, 0, 0});
-    CHECK(g.W_1.data == std::vector<double>{2, 0, 0, -2, 0, 0});
+    const std::string fb = "FFN_ReLU_backward(X = [[1, -1]], b_1 = (0.5, 0.5, -1), dY = [[1, 0]])'s ";
+    const std::string src = "hand-computed in the comment above, formulas §14";
+    CHECK_CLOSE(dX, mat(1, 2, {2, 0}), 0.0, fb + "dX", "dZ W_1^T, " + src);
+    CHECK_CLOSE(g.W_2, mat(3, 2, {1.5, 0, 0, 0, 0, 0}), 0.0, fb + "dW_2", "A^T dY, " + src);
+    CHECK_CLOSE(g.b_2, vec({1, 0}), 0.0, fb + "db_2", "column sums of dY, " + src);
+    CHECK_CLOSE(g.b_1, vec({2, 0, 0}), 0.0, fb + "db_1", "column sums of dZ = (dY W_2^T) .* [Z > 0], " + src);
+    CHECK_CLOSE(g.W_1, mat(2, 3, {2, 0, 0, -2, 0, 0}), 0.0, fb + "dW_1", "X^T dZ, " + src);
 }
 
 TEST_CASE("FFN_ReLU: gradient check of dX, W_1, b_1, W_2, b_2") {
@@ -2349,13 +2523,19 @@ TEST_CASE("FFN_ReLU: parameter gradients accumulate, float agrees with double") 
     FFN_ReLU_backward(X, p, c, R, g2);
     const std::vector<std::pair<TD*, TD*>> pairs = {
         {&g1.W_1, &g2.W_1}, {&g1.b_1, &g2.b_1}, {&g1.W_2, &g2.W_2}, {&g1.b_2, &g2.b_2}};
+    const char* names[] = {"dW_1", "db_1", "dW_2", "db_2"};
+    int which = 0;
     for (auto [a, b] : pairs) {
-        CHECK(max_abs(*a) > 0);
-        for (std::size_t k = 0; k < a->size(); k++) CHECK((*b)[k] == doctest::Approx(2 * (*a)[k]).epsilon(1e-14));
+        const std::string name = names[which++];
+        CHECK_MESSAGE(max_abs(*a) > 0, "FFN_ReLU_backward's " << name << " is all zero (nothing written?)");
+        TD twice = *a;
+        for (auto& v : twice.data) v *= 2;
+        CHECK_APPROX(*b, twice, 1e-14, "FFN_ReLU_backward's " + name + " after 2 calls",
+                     "2 x the gradient after 1 call: parameter gradients are added, not assigned (formulas §14)");
     }
     FFNParams<float> pf{to_float(p.W_1), to_float(p.b_1), to_float(p.W_2), to_float(p.b_2)};
     TF Yf = FFN_ReLU(to_float(X), pf);
-    for (std::size_t k = 0; k < Y.size(); k++) CHECK(Yf[k] == doctest::Approx(Y[k]).epsilon(1e-5).scale(1.0));
+    CHECK_APPROX(Yf, Y, 1e-5, "FFN_ReLU in float (X 4x3, F = 5)", "FFN_ReLU in double");
 }
 
 TEST_CASE("FFN_ReLU: wrong shape") {
@@ -2397,7 +2577,7 @@ TEST_CASE("FFN_GELU: hand-computed case for gelu_sigmoid (default), gelu_tanh, g
     };
     for (Case cs : {Case{Activation::gelu_sigmoid, 0.8457957659328212}, Case{Activation::gelu_tanh, 0.8411919906082768},
                     Case{Activation::gelu_erf, 0.8413447460685429}}) {
-        CAPTURE(activation_name(cs.a));
+        INFO("activation " << std::string(activation_name(cs.a)));
         TD Y = FFN_GELU(X, p, kNoFfnCache, cs.a);
         REQUIRE(Y.shape == shp(1, 2));
         CHECK(Y(0, 0) == doctest::Approx(2 * cs.g1 + 1).epsilon(1e-14));
@@ -2470,11 +2650,15 @@ TEST_CASE("LayerNorm: hand-computed case") {
     LayerNormCache<double> c;
     TD Y = LayerNorm(X, gamma, beta, 5.0, &c);
     REQUIRE(Y.shape == shp(2, 8));
-    const std::vector<double> expect = {-1, -2. / 3, -1, 2. / 3, 0, 0, 2, 0, 0, 0, 0, 1, 0, 0, 0, -1};
-    for (std::size_t k = 0; k < expect.size(); k++) CHECK(Y[k] == doctest::Approx(expect[k]).epsilon(1e-14).scale(1.0));
-    CHECK(c.rstd[0] == doctest::Approx(1.0 / 3).epsilon(1e-15));
-    CHECK(c.rstd[1] == doctest::Approx(1.0 / std::sqrt(5.0)).epsilon(1e-15));
-    CHECK(c.Xhat(0, 7) == doctest::Approx(4.0 / 3).epsilon(1e-15));
+    const TD expect = mat(2, 8, {-1, -2. / 3, -1, 2. / 3, 0, 0, 2, 0, 0, 0, 0, 1, 0, 0, 0, -1});
+    CHECK_APPROX(Y, expect, 1e-14, "LayerNorm(rows (2, 4, 4, 4, 5, 5, 7, 9) and (1, ..., 1), eps 5)",
+                 "hand-computed in the comment above, formulas §15");
+    CHECK_MESSAGE(c.rstd[0] == doctest::Approx(1.0 / 3).epsilon(1e-15),
+                  "LayerNorm's cached rstd, row 1: expected 1/sqrt(4 + 5) = 1/3 (hand-computed, formulas §15)");
+    CHECK_MESSAGE(c.rstd[1] == doctest::Approx(1.0 / std::sqrt(5.0)).epsilon(1e-15),
+                  "LayerNorm's cached rstd, row 2: expected 1/sqrt(0 + 5) (hand-computed, formulas §15)");
+    CHECK_MESSAGE(c.Xhat(0, 7) == doctest::Approx(4.0 / 3).epsilon(1e-15),
+                  "LayerNorm's cached Xhat, entry (1, 8): expected (9 - 5) / 3 = 4/3 (hand-computed, formulas §15)");
     // Backward with dY = row 0 all ones, row 1 zeros: dbeta = (1, ..., 1, 0 from row 1),
     // dgamma_j = Xhat_0j. With gamma = 1: G = 1, mean(G) = 1, mean(G Xhat) = 0 -> dX = 0.
     TD ones(std::vector<int>{8}, 1.0);
@@ -2482,11 +2666,13 @@ TEST_CASE("LayerNorm: hand-computed case") {
     for (int j = 0; j < 8; j++) dY(0, j) = 1;
     TD dgamma(std::vector<int>{8}), dbeta(std::vector<int>{8});
     TD dX = LayerNorm_backward(ones, c, dY, dgamma, dbeta);
-    CHECK(max_abs(dX) <= 1e-15);
-    for (int j = 0; j < 8; j++) {
-        CHECK(dbeta[j] == 1.0);
-        CHECK(dgamma[j] == doctest::Approx(c.Xhat(0, j)).epsilon(1e-15));
-    }
+    const std::string f = "LayerNorm_backward(gamma = 1, the rows above, dY = [[1, ..., 1], [0, ..., 0]])'s ";
+    CHECK_CLOSE(dX, TD(2, 8, 0.0), 1e-15, f + "dX",
+                "hand-computed 0: gamma = 1 gives G = dY, mean(G) = 1 and mean(G .* Xhat) = 0 in row 1, G = 0 in row 2; "
+                "dX = rstd (G - mean(G) - Xhat mean(G .* Xhat)), formulas §15");
+    CHECK_CLOSE(dbeta, TD(std::vector<int>{8}, 1.0), 0.0, f + "dbeta", "hand-computed column sums of dY: 1 + 0, formulas §15");
+    CHECK_APPROX(dgamma, vec(std::vector<double>(c.Xhat.row(0), c.Xhat.row(0) + 8)), 1e-15, f + "dgamma",
+                 "hand-computed column sums of dY .* Xhat: row 1 of Xhat, formulas §15");
 }
 
 TEST_CASE("LayerNorm: gradient check of dX, dgamma, dbeta") {
@@ -2500,16 +2686,19 @@ TEST_CASE("LayerNorm: gradient check of dX, dgamma, dbeta") {
         TD dgamma(std::vector<int>{5}), dbeta(std::vector<int>{5});
         TD dX = LayerNorm_backward(gamma, c, R, dgamma, dbeta);
         auto L = [&] { return sum_prod(LayerNorm(X, gamma, beta, eps), R); };
-        grad_check(L, X, dX, "LayerNorm dX");
-        grad_check(L, gamma, dgamma, "LayerNorm dgamma");
-        grad_check(L, beta, dbeta, "LayerNorm dbeta");
+        const std::string where = " (X 3x5, row 2 offset by 10, eps " + std::string(eps == 0.5 ? "0.5" : "1e-5") +
+                                  ", L = sum(LayerNorm(X) .* R))";
+        grad_check(L, X, dX, "LayerNorm_backward's dX" + where);
+        grad_check(L, gamma, dgamma, "LayerNorm_backward's dgamma" + where);
+        grad_check(L, beta, dbeta, "LayerNorm_backward's dbeta" + where);
         // Gradients accumulate into dgamma and dbeta.
-        TD dgamma2 = dgamma, dbeta2 = dbeta;
+        TD dgamma2 = dgamma, dbeta2 = dbeta, twice_dgamma = dgamma, twice_dbeta = dbeta;
         LayerNorm_backward(gamma, c, R, dgamma2, dbeta2);
-        for (int j = 0; j < 5; j++) {
-            CHECK(dgamma2[j] == doctest::Approx(2 * dgamma[j]).epsilon(1e-14));
-            CHECK(dbeta2[j] == doctest::Approx(2 * dbeta[j]).epsilon(1e-14));
-        }
+        for (auto& v : twice_dgamma.data) v *= 2;
+        for (auto& v : twice_dbeta.data) v *= 2;
+        const std::string acc = "2 x its value after 1 call: dgamma and dbeta are added to, not assigned (formulas §15)";
+        CHECK_APPROX(dgamma2, twice_dgamma, 1e-14, "LayerNorm_backward's dgamma after 2 calls" + where, acc);
+        CHECK_APPROX(dbeta2, twice_dbeta, 1e-14, "LayerNorm_backward's dbeta after 2 calls" + where, acc);
     }
 }
 
@@ -2616,11 +2805,14 @@ TEST_CASE("CrossEntropy: hand-computed case") {
     TD y = TD::vector({0.5, 0.5, 0});
     CHECK(CrossEntropy(y, yhat) == doctest::Approx(1.5 * 0.6931471805599453).epsilon(1e-15));
     // d/dyhat_j = - y_j / yhat_j = (-0.5 / 0.25, -0.5 / 0.5, 0) = (-2, -1, 0).
-    CHECK(CrossEntropy_backward(y, yhat).data == std::vector<double>{-2, -1, 0});
+    CHECK_CLOSE(CrossEntropy_backward(y, yhat), vec({-2, -1, 0}), 0.0,
+                "CrossEntropy_backward(y = (1/2, 1/2, 0), yhat = (1/4, 1/2, 1/4))",
+                "hand-computed -y_j / yhat_j = (-0.5 / 0.25, -0.5 / 0.5, 0), formulas §17");
     // 0 log 0 := 0: a zero prediction where y is zero costs nothing and gives no NaN.
     TD y1 = TD::vector({0, 1, 0}), p1 = TD::vector({0, 1, 0});
     CHECK(CrossEntropy(y1, p1) == 0.0);
-    CHECK(CrossEntropy_backward(y1, p1).data == std::vector<double>{0, -1, 0});
+    CHECK_CLOSE(CrossEntropy_backward(y1, p1), vec({0, -1, 0}), 0.0, "CrossEntropy_backward(y = (0, 1, 0), yhat = (0, 1, 0))",
+                "hand-computed -y_j / yhat_j with 0 / 0 := 0 where y_j = 0 (0 log 0 := 0), formulas §17");
     // Float.
     CHECK(CrossEntropy(TF::vector({0, 1}), TF::vector({0.5f, 0.5f})) == doctest::Approx(0.6931472f));
 }
@@ -2636,8 +2828,10 @@ TEST_CASE("CrossEntropy: gradient check of d yhat") {
     }
     for (auto& v : y.data) v /= sy;
     TD d = CrossEntropy_backward(y, yhat);
-    CHECK(d[2] == 0.0);
-    grad_check([&] { return CrossEntropy(y, yhat); }, yhat, d, "CrossEntropy d yhat");
+    REQUIRE(d.shape == yhat.shape);
+    CHECK_MESSAGE(d[2] == 0.0, "CrossEntropy_backward's d yhat, entry 3 where y_3 = 0: expected exactly 0 (-y_j / yhat_j, "
+                               "formulas §17), got " << d[2]);
+    grad_check([&] { return CrossEntropy(y, yhat); }, yhat, d, "CrossEntropy_backward's d yhat (6 entries, y_3 = 0)");
 }
 
 TEST_CASE("CrossEntropy: equals CrossEntropy_logits on OneHot targets and Softmax predictions") {
@@ -3387,8 +3581,11 @@ TEST_CASE("model_forward: logit_rows picks rows of X^(L), the first and the last
     ForwardCache<double> k;
     const TD some = model_forward(c, p, b, &k, o);
     REQUIRE(some.shape == std::vector<int>{3, c.V});
+    TD picked(3, c.V);
     for (int r = 0; r < 3; r++)
-        for (int v = 0; v < c.V; v++) CHECK(some(r, v) == all(rows[r], v));
+        for (int v = 0; v < c.V; v++) picked(r, v) = all(rows[r], v);
+    CHECK_CLOSE(some, picked, 0.0, "model_forward(tiny-bert) with logit_rows = {0, last, 3} (code rows)",
+                "rows 1, last and 4 of model_forward's full Z (B = 2, n = 6)");
     const std::vector<int> outside = {last + 1}, negative = {-1};
     o.logit_rows = &outside;
     M_CHECK_TF_ERROR(model_forward(c, p, b, &k, o), "logit_rows: row " + std::to_string(last + 1) + " is outside 0.." + std::to_string(last));
@@ -3405,7 +3602,7 @@ TEST_CASE("model_forward: model_backward adds a gradient dX_L given at X^(L) (a 
     // loss = sum(Z (.) R) + sum(X^(L) (.) S): dZ = R, dX_L = S; with no logits (dZ empty) only S.
     for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
         for (bool logits : {true, false}) {
-            CAPTURE(name);
+            INFO("preset " << std::string(name));
             CAPTURE(logits);
             const Config c = preset(name);
             Params<double> p = m_model<double>(c, 47, 0.2);
@@ -3423,7 +3620,7 @@ TEST_CASE("model_forward: model_backward adds a gradient dX_L given at X^(L) (a 
                 if (g) model_backward(c, p, k, logits ? R : TD(), *g, &S);
                 return L;
             };
-            m_grad_check(c, p, loss, 50, std::string("dX_L, ") + name);
+            m_grad_check(c, p, loss, 50, std::string("model_backward with dX_L given (") + name + (logits ? ", and dZ)" : ", no dZ)"));
             // dX_L must have X^(L)'s shape.
             ForwardCache<double> k;
             model_forward(c, p, b, &k);
@@ -3457,8 +3654,14 @@ TEST_CASE("model_loss: a masked LM de-embeds only its target rows, with the loss
             model_backward(c, p, k, dZ, g_all);
             Params<double> g = make_params<double>(c);
             const double L = model_loss(c, p, b, &g);
-            CHECK(L == doctest::Approx(L_all).epsilon(1e-14));
-            CHECK(m_params_max_diff(c, g, g_all) < 1e-14);
+            CHECK_MESSAGE(L == doctest::Approx(L_all).epsilon(1e-14),
+                          "model_loss (" << name << ", 5 target rows of 12): expected " << L_all
+                                         << " (CrossEntropy_logits of every row's logits, rows without a target skipped, "
+                                            "formulas §17 and §26), got " << L);
+            CHECK_MESSAGE(m_params_max_diff(c, g, g_all) < 1e-14,
+                          "model_loss's gradients (" << name << "): largest difference from model_backward on every row's "
+                                                     << "logits (the rows without a target get dZ = 0): "
+                                                     << m_params_max_diff(c, g, g_all) << ", allowed 1e-14");
             // The forward alone on four rows: those rows of the full Z.
             const std::vector<int> rows = {9, 2, 4, 2};
             ForwardOptions o;
@@ -3466,9 +3669,17 @@ TEST_CASE("model_loss: a masked LM de-embeds only its target rows, with the loss
             const TD Zr = model_forward<double>(c, p, b, nullptr, o);
             REQUIRE(Zr.shape == std::vector<int>{4, c.V});
             bool same = true;
+            std::string first_off;
             for (int r = 0; r < 4; r++)
-                for (int v = 0; v < c.V; v++) same &= std::fabs(Zr(r, v) - Z(rows[r], v)) < 1e-14;
-            CHECK(same);
+                for (int v = 0; v < c.V; v++) {
+                    const bool ok = std::fabs(Zr(r, v) - Z(rows[r], v)) < 1e-14;
+                    if (!ok && same)
+                        first_off = "entry (" + std::to_string(r + 1) + ", " + std::to_string(v + 1) + "): expected " +
+                                    std::to_string(Z(rows[r], v)) + " (row " + std::to_string(rows[r] + 1) +
+                                    " of the full Z), got " + std::to_string(Zr(r, v));
+                    same &= ok;
+                }
+            CHECK_MESSAGE(same, "model_forward with logit_rows = {9, 2, 4, 2} (code rows), " << first_off);
             const std::vector<int> bad = {12};
             o.logit_rows = &bad;
             M_CHECK_TF_ERROR(model_forward<double>(c, p, b, nullptr, o), "row 12 is outside 0..11");
@@ -3642,14 +3853,14 @@ TEST_CASE("released BERT options: whole-model gradient check with emb_ln and mlm
         const Config c = m_released_bert(name, false);
         Params<double> p = m_model<double>(c, 1210, 0.2);
         const Batch b = m_batch(c, 1211);
-        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1212, name + " released");
+        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1212, "model_loss's backward (" + name + ", emb_ln and mlm_head)");
         // With dropout (embedding dropout after the embedding LayerNorm): the same masks each time.
         m_grad_check(c, p, [&](Params<double>* g) {
             Rng rng(77);
             ForwardOptions o;
             o.dropout = 0.1, o.rng = &rng;
             return model_loss(c, p, b, g, o);
-        }, 1213, name + " released, dropout");
+        }, 1213, "model_loss's backward (" + name + ", emb_ln and mlm_head, dropout 0.1)");
     }
 }
 
@@ -3817,12 +4028,13 @@ TEST_CASE("RoBERTa: whole-model gradient check with <pad> inside the ids (w_pad 
         b.tokens[2] = 1, b.tokens[6 + 1] = 1, b.tokens[6 + 5] = 1;  // pads inside both sequences, and last in the second
         REQUIRE(b.targets[2] < 0);
         REQUIRE(b.targets[6 + 1] < 0);
-        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1244, "roberta with <pad>");
+        m_grad_check(c, p, [&](Params<double>* g) { return model_loss(c, p, b, g); }, 1244, std::string("model_loss's backward (tiny-roberta, <pad> inside the ids") + (released ? ", released options)" : ")"));
         Params<double> g = make_params<double>(c);
         model_loss(c, p, b, &g);
         double biggest = 0;
         for (int h = 0; h < c.H; h++) biggest = std::max(biggest, std::fabs(g.w_pad[h]));
-        CHECK(biggest > 1e-4);  // the pads' rows reached w_pad
+        CHECK_MESSAGE(biggest > 1e-4, "model_backward (roberta, <pad> at 3 positions): the gradient of w_pad is (nearly) 0, "
+                                      "largest entry " << biggest << "; the pads' rows must reach w_pad (formulas §22)");
     }
 }
 
@@ -3940,7 +4152,9 @@ TEST_CASE("objective: the GPT loss is the mean of -log Y[j-1, x_j] (formulas §2
     double expected = 0;
     for (int j = 1; j < b.n; j++) expected -= std::log(Y(j - 1, b.tokens[j]));
     expected /= (b.n - 1);
-    CHECK(model_loss(c, p, b) == doctest::Approx(expected).epsilon(1e-12));
+    CHECK_MESSAGE(model_loss(c, p, b) == doctest::Approx(expected).epsilon(1e-12),
+                  "model_loss(tiny-gpt, x = (1, 7, 3, 3, 0)): expected " << expected
+                      << " (the mean over j = 2..5 of -log Softmax(Z)[j-1, x_j], formulas §25)");
 }
 
 TEST_CASE("objective: mlm_corrupt frequencies (15% chosen; 80% [MASK], 10% random, 10% kept)") {
@@ -3973,22 +4187,28 @@ TEST_CASE("objective: mlm_corrupt frequencies (15% chosen; 80% [MASK], 10% rando
         else replaced++;
         bad += e.tokens[i] < 0 || e.tokens[i] >= c.V;
     }
-    CHECK(bad == 0);
+    INFO("mlm_corrupt over B = 1000 sequences of n = 200 (198,000 candidates): " << chosen << " chosen, " << masked
+         << " [MASK], " << kept << " kept, " << replaced << " replaced by another token (formulas §26: 15% chosen; "
+         << "of those 80% [MASK], 10% a random token, 10% kept)");
+    CHECK_MESSAGE(bad == 0, bad << " violations: an unchosen position changed, a [CLS]/[SEP] chosen, a target that is not "
+                                   "the original token, or a token outside 0..V-1");
     const double f = (double)chosen / (double)candidates;
-    CHECK(f == doctest::Approx(0.15).epsilon(0.005 / 0.15));
-    CHECK((double)masked / chosen == doctest::Approx(0.8).epsilon(0.015 / 0.8));
+    CHECK_MESSAGE(f == doctest::Approx(0.15).epsilon(0.005 / 0.15), "the fraction chosen must be 0.15 +- 0.005");
+    CHECK_MESSAGE((double)masked / chosen == doctest::Approx(0.8).epsilon(0.015 / 0.8),
+                  "the fraction of chosen set to [MASK] must be 0.8 +- 0.015");
     // The random 10% can draw the original token (1 in V) or even [MASK]; kept + replaced ~ 0.2.
-    CHECK((double)(kept + replaced) / chosen == doctest::Approx(0.2).epsilon(0.015 / 0.2));
-    CHECK((double)kept / chosen > 0.085);
-    CHECK((double)kept / chosen < 0.125);
-    CHECK((double)replaced / chosen > 0.07);
-    CHECK((double)replaced / chosen < 0.105);
+    CHECK_MESSAGE((double)(kept + replaced) / chosen == doctest::Approx(0.2).epsilon(0.015 / 0.2),
+                  "the fraction of chosen kept or replaced must be 0.2 +- 0.015");
+    CHECK_MESSAGE((double)kept / chosen > 0.085, "the fraction kept (10%, plus random draws of the same token) must be in (0.085, 0.125)");
+    CHECK_MESSAGE((double)kept / chosen < 0.125, "the fraction kept (10%, plus random draws of the same token) must be in (0.085, 0.125)");
+    CHECK_MESSAGE((double)replaced / chosen > 0.07, "the fraction replaced (10% random, less draws of the same token) must be in (0.07, 0.105)");
+    CHECK_MESSAGE((double)replaced / chosen < 0.105, "the fraction replaced (10% random, less draws of the same token) must be in (0.07, 0.105)");
     // Reproducible with the same seed, different with another.
     Rng again(2024), other(2025);
     const MLMExample e2 = mlm_corrupt(x, B, n, c, again), e3 = mlm_corrupt(x, B, n, c, other);
-    CHECK(e2.tokens == e.tokens);
-    CHECK(e2.targets == e.targets);
-    CHECK(e3.targets != e.targets);
+    CHECK_MESSAGE(e2.tokens == e.tokens, "mlm_corrupt's tokens with the same seed again: " << first_difference(e2.tokens, e.tokens));
+    CHECK_MESSAGE(e2.targets == e.targets, "mlm_corrupt's targets with the same seed again: " << first_difference(e2.targets, e.targets));
+    CHECK_MESSAGE(e3.targets != e.targets, "mlm_corrupt's targets with seeds 2024 and 2025 must differ");
 }
 
 // Draw by draw: every position that is not [CLS] or [SEP] takes one uniform() (chosen when below
@@ -4025,10 +4245,13 @@ TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without
             }
             if (!any && !cand.empty()) choose(cand[copy.below((int)cand.size())]), forced++;
         }
-        INFO("seed " << seed);
-        CHECK(e.tokens == tokens);
-        CHECK(e.targets == targets);
-        CHECK(r.next() == copy.next());
+        INFO("mlm_corrupt(x = [CLS] 5 6 [SEP] 7 [SEP] | [CLS] 8 [SEP] [SEP] [SEP] [SEP] | [CLS] 9 10 11 12 [SEP], "
+             "B = 3, n = 6), Rng seed " << seed << "; expected: the draws replayed in the order of formulas §26 "
+             "(the comment above this case)");
+        CHECK_MESSAGE(e.tokens == tokens, "tokens: " << first_difference(e.tokens, tokens));
+        CHECK_MESSAGE(e.targets == targets, "targets: " << first_difference(e.targets, targets));
+        CHECK_MESSAGE(r.next() == copy.next(), "the Rng must end where the replay ends: one uniform() per candidate, one "
+                                               "more per chosen, below(V) for a random token, below(#candidates) if none chosen");
     }
     CHECK(forced > 10);  // the cases reach every branch
     CHECK(kinds[0] > 0);
@@ -4044,16 +4267,21 @@ TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without
         CHECK(copy.below(1) == 0);
         const double u = copy.uniform();
         const int expected = u < 0.8 ? c.mask_id : u < 0.9 ? copy.below(c.V) : 5;
-        CHECK(e.tokens == std::vector<int>{c.cls_id, expected, c.sep_id});
-        CHECK(e.targets == std::vector<int>{-1, 5, -1});
-        CHECK(r.next() == copy.next());
+        INFO("mlm_corrupt([CLS] 5 [SEP], p_select 0.5) with first draw exactly 0.5: not chosen (chosen iff u < p_select), "
+             "so the forced choice draws below(1), then the kind (formulas §26)");
+        const std::vector<int> want_tokens = {c.cls_id, expected, c.sep_id}, want_targets = {-1, 5, -1};
+        CHECK_MESSAGE(e.tokens == want_tokens, "tokens: " << first_difference(e.tokens, want_tokens));
+        CHECK_MESSAGE(e.targets == want_targets, "targets: " << first_difference(e.targets, want_targets));
+        CHECK_MESSAGE(r.next() == copy.next(), "the Rng must end where the replay of those draws ends");
     }
     {   // A mask id of 0 is a token id like any other (-1 is "none").
         Config c0 = c;
         c0.mask_id = 0;
         Rng r = m_rng_uniform(1, 0.5);  // p_select = 1: chosen; the kind draw 0.5: [MASK]
         const MLMExample e = mlm_corrupt(one, 1, 3, c0, r, 1.0);
-        CHECK(e.tokens == std::vector<int>{c.cls_id, 0, c.sep_id});
+        const std::vector<int> want_tokens = {c.cls_id, 0, c.sep_id};
+        CHECK_MESSAGE(e.tokens == want_tokens, "mlm_corrupt([CLS] 5 [SEP]) with mask id 0, chosen and kind draw 0.5 "
+                                               "([MASK], formulas §26): " << first_difference(e.tokens, want_tokens));
         c0.mask_id = -1;
         M_CHECK_TF_ERROR(mlm_corrupt(one, 1, 3, c0, r, 1.0), "no mask id");
     }
@@ -4064,9 +4292,12 @@ TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without
         copy.uniform();
         CHECK(copy.uniform() == kind_u);
         const int expected = kind_u == 0.8 ? copy.below(c.V) : 5;  // 0.8: a random token; 0.9: kept
-        CHECK(e.tokens == std::vector<int>{c.cls_id, expected, c.sep_id});
-        CHECK(e.targets == std::vector<int>{-1, 5, -1});
-        CHECK(r.next() == copy.next());
+        INFO("mlm_corrupt([CLS] 5 [SEP], p_select 1) with the kind draw exactly " << kind_u << ": "
+             << std::string(kind_u == 0.8 ? "a random token (u < 0.8 is [MASK])" : "kept (u < 0.9 is a random token)") << ", formulas §26");
+        const std::vector<int> want_tokens = {c.cls_id, expected, c.sep_id}, want_targets = {-1, 5, -1};
+        CHECK_MESSAGE(e.tokens == want_tokens, "tokens: " << first_difference(e.tokens, want_tokens));
+        CHECK_MESSAGE(e.targets == want_targets, "targets: " << first_difference(e.targets, want_targets));
+        CHECK_MESSAGE(r.next() == copy.next(), "the Rng must end where the replay of those draws ends");
     }
 }
 
@@ -4077,8 +4308,12 @@ TEST_CASE("objective: mlm_corrupt chooses at least one position per sequence, ne
     for (int s = 0; s < B; s++) x.insert(x.end(), {c.cls_id, s % 10, c.sep_id});
     Rng rng(9);
     const MLMExample e = mlm_corrupt(x, B, n, c, rng, 0.01);
+    REQUIRE(e.targets.size() == x.size());
+    REQUIRE(e.tokens.size() == x.size());
     for (int s = 0; s < B; s++) {
-        CAPTURE(s);
+        INFO("mlm_corrupt(500 sequences [CLS] t [SEP], p_select 0.01), sequence " << s + 1
+             << ": [CLS] and [SEP] are never chosen (target -1, token kept), and t must be chosen (at least one per "
+                "sequence, formulas §26): target " << s % 10);
         CHECK(e.targets[s * n] == -1);
         CHECK(e.targets[s * n + 2] == -1);
         CHECK(e.tokens[s * n] == c.cls_id);
@@ -4349,14 +4584,20 @@ TEST_CASE("xlnet: Mask_XL for z = (2, 0, 1): content sees up to its own rank, qu
     };
     REQUIRE(M.shape == expected.shape);
     for (int i = 0; i < 6; i++)
-        for (int j = 0; j < 6; j++) CHECK(M(i, j) == rows[i][j]);
+        for (int j = 0; j < 6; j++) {
+            INFO("Mask_XL(z = (2, 0, 1)) (code positions), entry (" << i + 1 << ", " << j + 1 << "): expected "
+                 << rows[i][j] << " (hand-computed from the ranks, formulas §8: " << std::string(i < 3 ? "content" : "query")
+                 << " row " << i % 3 + 1 << std::string(i < 3 ? " sees positions up to its own rank" : " sees positions strictly before its rank")
+                 << "), got " << M(i, j));
+            CHECK(M(i, j) == rows[i][j]);
+        }
     M_CHECK_TF_ERROR(Mask_XL<double>({0, 0, 1}), "permutation");
     M_CHECK_TF_ERROR(Mask_XL<double>({0, 3, 1}), "permutation");
 }
 
 TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes after i in z") {
     for (const char* name : {"tiny-gpt2", "tiny-roberta"}) {
-        CAPTURE(name);
+        INFO("preset " << std::string(name));
         const Config c = preset(name);
         const Params<double> p = m_model<double>(c, 95, 0.3);
         Rng r(96);
@@ -4371,7 +4612,11 @@ TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes a
             x2[j] = (x[j] + 3) % 10;
             const TD P2 = xlnet_query_probs(c, p, w, x2, z);
             for (int i = 0; i < 6; i++) {
-                INFO("changed x_" << j << ", row " << i);
+                INFO("xlnet_query_probs (z = (3, 0, 5, 1, 4, 2), code positions): x_" << j + 1 << " changed; row " << i + 1
+                     << " must "
+                     << std::string(rank[j] >= rank[i] ? "stay exactly the same (x_j is x_i itself or comes at or after i in z"
+                                                        : "change (x_j comes before i in z")
+                     << "; the query stream, formulas §27)");
                 if (rank[j] >= rank[i]) CHECK(m_row_bits_equal(P, P2, i));  // x_i itself, or later in z
                 else CHECK_FALSE(m_row_bits_equal(P, P2, i));
             }
@@ -4379,14 +4624,15 @@ TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes a
         for (int i = 0; i < 6; i++) {
             double sum = 0;
             for (int v = 0; v < c.V; v++) sum += P(i, v);
-            CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
+            CHECK_MESSAGE(sum == doctest::Approx(1.0).epsilon(1e-12),
+                          "xlnet_query_probs, row " << i + 1 << ": must sum to 1 (a softmax, formulas §27), sums to " << sum);
         }
     }
 }
 
 TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN blocks)") {
     for (const char* name : {"tiny-gpt2", "tiny-gpt"}) {
-        CAPTURE(name);
+        INFO("preset " << std::string(name));
         const Config c = preset(name);
         Params<double> p = m_model<double>(c, 97, 0.2);
         Rng r(98);
@@ -4396,40 +4642,51 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
             TD dw({c.H});
             return xlnet_loss(c, p, w, x, 2, z, 3, g, g ? &dw : nullptr);
         };
-        m_grad_check(c, p, loss, 99, std::string("xlnet ") + name);
+        const std::string f = std::string("xlnet_loss (") + name + ", B = 2, n = 5, z = (4, 1, 0, 3, 2), predict 3)";
+        m_grad_check(c, p, loss, 99, f);
         Params<double> g = make_params<double>(c);
         TD dw({c.H});
         xlnet_loss(c, p, w, x, 2, z, 3, &g, &dw);
-        grad_check([&] { return xlnet_loss(c, p, w, x, 2, z, 3); }, w, dw, std::string("w, ") + name);
+        grad_check([&] { return xlnet_loss(c, p, w, x, 2, z, 3); }, w, dw, f + "'s dw");
         // The gradient adds into g and dw (train's --accum sums batches so): a second call doubles them.
         Params<double> g2 = g;
         TD dw2 = dw;
         xlnet_loss(c, p, w, x, 2, z, 3, &g2, &dw2);
-        CHECK(dw2.data[0] == doctest::Approx(2 * dw.data[0]).epsilon(1e-12));
-        CHECK(g2.W_e(x[0], 0) == doctest::Approx(2 * g.W_e(x[0], 0)).epsilon(1e-12));
-        CHECK(g2.W_e(x[0], 0) != 0.0);
+        const std::string acc = ": a second call must add to the gradients, not assign them (2 x the first call's ";
+        CHECK_MESSAGE(dw2.data[0] == doctest::Approx(2 * dw.data[0]).epsilon(1e-12), f << "'s dw, entry 1" << acc << dw.data[0] << ")");
+        CHECK_MESSAGE(g2.W_e(x[0], 0) == doctest::Approx(2 * g.W_e(x[0], 0)).epsilon(1e-12),
+                      f << "'s gradient of W_e, entry (" << x[0] + 1 << ", 1)" << acc << g.W_e(x[0], 0) << ")");
+        CHECK_MESSAGE(g2.W_e(x[0], 0) != 0.0, f << "'s gradient of W_e, entry (" << x[0] + 1 << ", 1) is 0 (nothing written?)");
         // The loss is the mean -log P of the predicted tokens (the last 3 of z) under the query stream.
         const TD P = xlnet_query_probs(c, p, w, std::vector<int>(x.begin(), x.begin() + 5), z);
         const TD P1 = xlnet_query_probs(c, p, w, std::vector<int>(x.begin() + 5, x.end()), z);
         double expected = 0;
         for (int t = 2; t < 5; t++) expected -= (std::log(P(z[t], x[z[t]])) + std::log(P1(z[t], x[5 + z[t]]))) / 6;
-        CHECK(xlnet_loss(c, p, w, x, 2, z, 3) == doctest::Approx(expected).epsilon(1e-12));
+        CHECK_MESSAGE(xlnet_loss(c, p, w, x, 2, z, 3) == doctest::Approx(expected).epsilon(1e-12),
+                      f << ": expected " << expected << " (the mean -log P of the last 3 tokens of z under xlnet_query_probs, "
+                                                        "formulas §27)");
         // More sequences than tokens in each (B = 3, n = 2): the batch's loss is the mean of each
         // sequence's loss alone (sequence b's rows are b n .. b n + n - 1).
         const std::vector<int> z2 = {1, 0}, x3 = {1, 2, 3, 4, 5, 6};
         double alone = 0;
         for (int s = 0; s < 3; s++) alone += xlnet_loss(c, p, w, {x3[2 * s], x3[2 * s + 1]}, 1, z2, 2) / 3;
-        CHECK(xlnet_loss(c, p, w, x3, 3, z2, 2) == doctest::Approx(alone).epsilon(1e-12));
+        const std::string f3 = std::string("xlnet_loss (") + name + ", B = 3, n = 2, x = (1, 2, 3, 4, 5, 6), z = (1, 0), predict 2)";
+        CHECK_MESSAGE(xlnet_loss(c, p, w, x3, 3, z2, 2) == doctest::Approx(alone).epsilon(1e-12),
+                      f3 << ": expected " << alone << " (the mean of each sequence's xlnet_loss alone, formulas §27)");
         // ... and its gradient the mean of theirs (each sequence's query rows into W_p[i] and w).
         Params<double> g3 = make_params<double>(c), ga = make_params<double>(c);
         TD dw3({c.H}), dwa({c.H});
         xlnet_loss(c, p, w, x3, 3, z2, 2, &g3, &dw3);
         for (int s = 0; s < 3; s++) xlnet_loss(c, p, w, {x3[2 * s], x3[2 * s + 1]}, 1, z2, 2, &ga, &dwa);  // sums
-        CHECK(m_params_max_diff(c, g3, ga, 3) < 1e-12);
+        CHECK_MESSAGE(m_params_max_diff(c, g3, ga, 3) < 1e-12,
+                      f3 << "'s gradients: largest difference from the mean of each sequence's alone "
+                         << m_params_max_diff(c, g3, ga, 3) << ", allowed 1e-12 (formulas §27)");
         double gap = 0;
         for (int j = 0; j < c.H; j++) gap = nan_max(gap, std::fabs(dw3[j] - dwa[j] / 3));
-        CHECK(gap < 1e-12);
-        CHECK(max_abs(g3.W_p) > 1e-3);
+        CHECK_MESSAGE(gap < 1e-12, f3 << "'s dw: largest difference from the mean of each sequence's alone " << gap
+                                      << ", allowed 1e-12");
+        CHECK_MESSAGE(max_abs(g3.W_p) > 1e-3, f3 << "'s gradient of W_p: largest entry " << max_abs(g3.W_p)
+                                                 << ", expected above 1e-3 (the query rows reach W_p)");
     }
     const Config c = preset("tiny-gpt2");
     const Params<double> p = m_model<double>(c, 1, 0.1);
@@ -4444,7 +4701,7 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
     {   // n = n_ctx fits, n_ctx + 1 does not.
         std::vector<int> zz(c.n_ctx), xx(c.n_ctx, 1);
         for (int i = 0; i < c.n_ctx; i++) zz[i] = c.n_ctx - 1 - i;
-        CHECK(std::isfinite(xlnet_loss(c, p, w, xx, 1, zz, 2)));
+        CHECK_MESSAGE(std::isfinite(xlnet_loss(c, p, w, xx, 1, zz, 2)), "xlnet_loss of n = n_ctx tokens must be finite");
         zz.push_back(c.n_ctx), xx.push_back(1);
         M_CHECK_TF_ERROR(xlnet_loss(c, p, w, xx, 1, zz, 2), "n_ctx");
     }
@@ -4466,20 +4723,24 @@ TEST_CASE("xlnet: sequences of one token: the query sees only w and its position
     TD dw({c.H});
     xlnet_loss(c, p, w, x, 2, z, 1, &g, &dw);
     auto L = [&] { return xlnet_loss(c, p, w, x, 2, z, 1); };
-    grad_check(L, w, dw, "xlnet n = 1, w");
-    grad_check(L, p.W_e, g.W_e, "xlnet n = 1, W_e");
-    grad_check(L, p.W_p, g.W_p, "xlnet n = 1, W_p");
-    grad_check(L, p.layers[1].ffn.W_1, g.layers[1].ffn.W_1, "xlnet n = 1, W_1 of layer 2");
-    CHECK(g.layers[0].attn.W_Q[0].data == std::vector<double>(g.layers[0].attn.W_Q[0].size(), 0.0));
+    const std::string f = "xlnet_loss (tiny-gpt2, B = 2 sequences of n = 1: x = (3), (7), z = (1), predict 1)'s ";
+    grad_check(L, w, dw, f + "dw");
+    grad_check(L, p.W_e, g.W_e, f + "gradient of W_e");
+    grad_check(L, p.W_p, g.W_p, f + "gradient of W_p");
+    grad_check(L, p.layers[1].ffn.W_1, g.layers[1].ffn.W_1, f + "gradient of W_1 of layer 2");
+    CHECK_CLOSE(g.layers[0].attn.W_Q[0], TD(g.layers[0].attn.W_Q[0].shape, 0.0), 0.0, f + "gradient of W_Q of layer 1, head 1",
+                "0: the query attends to nothing and the content stream reaches no loss, formulas §27");
     // Both sequences' queries are the same row (w + W_p[0]), so their probabilities are equal.
     const TD P3 = xlnet_query_probs(c, p, w, {3}, z), P7 = xlnet_query_probs(c, p, w, {7}, z);
-    CHECK(P3.data == P7.data);
-    CHECK(xlnet_loss(c, p, w, x, 2, z, 1) == doctest::Approx(-(std::log(P3(0, 3)) + std::log(P3(0, 7))) / 2).epsilon(1e-12));
+    CHECK_CLOSE(P3, P7, 0.0, "xlnet_query_probs of x = (3)", "that of x = (7): the query row w + W_p[1] does not see x");
+    CHECK_MESSAGE(xlnet_loss(c, p, w, x, 2, z, 1) == doctest::Approx(-(std::log(P3(0, 3)) + std::log(P3(0, 7))) / 2).epsilon(1e-12),
+                  f << "loss: expected " << -(std::log(P3(0, 3)) + std::log(P3(0, 7))) / 2
+                    << " (-(log P(3) + log P(7)) / 2 under xlnet_query_probs, formulas §27)");
 }
 
 TEST_CASE("xlnet: predicting every position (the first in z sees nothing) for every variant but BERT") {
     for (const char* name : {"tiny-gpt", "tiny-gpt2", "tiny-gpt3", "tiny-roberta"}) {
-        CAPTURE(name);
+        INFO("preset " << std::string(name));
         Config c = preset(name);
         c.attn_bias = std::string(name) == "tiny-gpt2";
         Params<double> p = m_model<double>(c, 102, 0.2);
@@ -4490,7 +4751,7 @@ TEST_CASE("xlnet: predicting every position (the first in z sees nothing) for ev
             TD dw({c.H});
             return xlnet_loss(c, p, w, x, 1, z, 4, g, g ? &dw : nullptr);
         };
-        m_grad_check(c, p, loss, 104, std::string("xlnet predict = n, ") + name);
+        m_grad_check(c, p, loss, 104, std::string("xlnet_loss (") + name + ", n = 4, z = (2, 0, 3, 1), predict all 4)");
     }
 }
 
@@ -4577,31 +4838,50 @@ TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), dec
     AdamW opt;
     opt.beta1 = 0.9, opt.beta2 = 0.95, opt.eps = 1e-8, opt.weight_decay = 0.1;
     adamw_init(c, opt);
+    {
+    INFO("adamw_step at t = 1 (theta = 1, g = 0.5, lr 0.1, beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1); expected "
+         "values hand-computed, formulas §29");
     adamw_step(c, p, g, opt, 0.1);
-    CHECK(opt.t == 1);
+    CHECK_MESSAGE(opt.t == 1, "the step count t after one step");
     // matrix: 1 - 0.1 * 0.1 * 1 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.89; others 1 - 0.1 = 0.9
-    CHECK(p.W_e(2, 3) == doctest::Approx(0.89).epsilon(1e-6));
-    CHECK(p.layers[1].attn.W_O(0, 0) == doctest::Approx(0.89).epsilon(1e-6));
-    CHECK(p.layers[0].ffn.b_1[3] == doctest::Approx(0.9).epsilon(1e-6));
-    CHECK(p.layers[0].ln_2_gamma[1] == doctest::Approx(0.9).epsilon(1e-6));
-    CHECK(p.w_A[0] == doctest::Approx(0.9).epsilon(1e-6));
-    CHECK(p.w_B[5] == doctest::Approx(0.9).epsilon(1e-6));
-    CHECK(opt.m.W_e(2, 3) == doctest::Approx(0.05).epsilon(1e-6));   // (1 - 0.9) * 0.5
-    CHECK(opt.v.W_e(2, 3) == doctest::Approx(0.0125).epsilon(1e-6));  // (1 - 0.95) * 0.25
+    const std::string mat_t1 = ": expected 0.89 = 1 - lr wd theta - lr mhat / (sqrt(vhat) + eps) with the bias-corrected mhat = m / (1 - beta1) = g, "
+        "vhat = v / (1 - beta2) = g^2 (a matrix: decayed)";
+    const std::string vec_t1 = ": expected 0.9 = 1 - lr mhat / (sqrt(vhat) + eps) with the bias-corrected mhat = g, vhat = g^2 (not a matrix: no decay)";
+    CHECK_MESSAGE(p.W_e(2, 3) == doctest::Approx(0.89).epsilon(1e-6), "W_e, entry (3, 4)" << mat_t1);
+    CHECK_MESSAGE(p.layers[1].attn.W_O(0, 0) == doctest::Approx(0.89).epsilon(1e-6), "layer 2's W_O, entry (1, 1)" << mat_t1);
+    CHECK_MESSAGE(p.layers[0].ffn.b_1[3] == doctest::Approx(0.9).epsilon(1e-6), "layer 1's b_1, entry 4" << vec_t1);
+    CHECK_MESSAGE(p.layers[0].ln_2_gamma[1] == doctest::Approx(0.9).epsilon(1e-6), "layer 1's ln_2 gamma, entry 2" << vec_t1);
+    CHECK_MESSAGE(p.w_A[0] == doctest::Approx(0.9).epsilon(1e-6), "w_A, entry 1" << vec_t1);
+    CHECK_MESSAGE(p.w_B[5] == doctest::Approx(0.9).epsilon(1e-6), "w_B, entry 6" << vec_t1);
+    CHECK_MESSAGE(opt.m.W_e(2, 3) == doctest::Approx(0.05).epsilon(1e-6), "m of W_e, entry (3, 4): expected (1 - 0.9) * 0.5 = 0.05");
+    CHECK_MESSAGE(opt.v.W_e(2, 3) == doctest::Approx(0.0125).epsilon(1e-6),
+                  "v of W_e, entry (3, 4): expected (1 - 0.95) * 0.5^2 = 0.0125");
+    }
     // t = 2 with g = -0.25 and lr = 0.05:
     //   m = 0.9 * 0.05 - 0.1 * 0.25 = 0.02,  v = 0.95 * 0.0125 + 0.05 * 0.0625 = 0.015
     //   mhat = 0.02 / (1 - 0.81) = 0.105263..., vhat = 0.015 / (1 - 0.9025) = 0.153846...
     for (auto& nt : named_tensors(c, g)) nt.tensor->data.assign(nt.tensor->size(), -0.25f);
-    adamw_step(c, p, g, opt, 0.05);
-    CHECK(opt.t == 2);
     const double mhat = 0.02 / (1 - 0.81), vhat = 0.015 / (1 - 0.9025);
     const double adam = 0.05 * mhat / (std::sqrt(vhat) + 1e-8);
-    CHECK(p.W_e(2, 3) == doctest::Approx(0.89 - 0.05 * 0.1 * 0.89 - adam).epsilon(1e-6));
-    CHECK(p.layers[0].ffn.b_1[3] == doctest::Approx(0.9 - adam).epsilon(1e-6));
-    CHECK(p.w_A[0] == doctest::Approx(0.9 - adam).epsilon(1e-6));
-    CHECK(p.layers[1].ln_1_beta[0] == doctest::Approx(0.9 - adam).epsilon(1e-6));
-    CHECK(opt.m.W_e(2, 3) == doctest::Approx(0.02).epsilon(1e-5));
-    CHECK(opt.v.W_e(2, 3) == doctest::Approx(0.015).epsilon(1e-5));
+    {
+    INFO("adamw_step at t = 2 (after the step above; g = -0.25, lr 0.05): m = 0.02, v = 0.015, bias-corrected "
+         "mhat = m / (1 - 0.9^2) = " << mhat << ", vhat = v / (1 - 0.95^2) = " << vhat << ", lr mhat / (sqrt(vhat) + eps) = "
+         << adam << "; expected values hand-computed, formulas §29");
+    adamw_step(c, p, g, opt, 0.05);
+    CHECK_MESSAGE(opt.t == 2, "the step count t after two steps");
+    CHECK_MESSAGE(p.W_e(2, 3) == doctest::Approx(0.89 - 0.05 * 0.1 * 0.89 - adam).epsilon(1e-6),
+                  "W_e, entry (3, 4): expected 0.89 - lr wd 0.89 - " << adam << " = " << 0.89 - 0.05 * 0.1 * 0.89 - adam << " (a matrix: decayed)");
+    CHECK_MESSAGE(p.layers[0].ffn.b_1[3] == doctest::Approx(0.9 - adam).epsilon(1e-6),
+                  "layer 1's b_1, entry 4: expected 0.9 - " << adam << " = " << 0.9 - adam << " (no decay)");
+    CHECK_MESSAGE(p.w_A[0] == doctest::Approx(0.9 - adam).epsilon(1e-6),
+                  "w_A, entry 1: expected 0.9 - " << adam << " = " << 0.9 - adam << " (no decay)");
+    CHECK_MESSAGE(p.layers[1].ln_1_beta[0] == doctest::Approx(0.9 - adam).epsilon(1e-6),
+                  "layer 2's ln_1 beta, entry 1: expected 0.9 - " << adam << " = " << 0.9 - adam << " (no decay)");
+    CHECK_MESSAGE(opt.m.W_e(2, 3) == doctest::Approx(0.02).epsilon(1e-5),
+                  "m of W_e, entry (3, 4): expected 0.9 * 0.05 + 0.1 * (-0.25) = 0.02 (m is stored without the correction)");
+    CHECK_MESSAGE(opt.v.W_e(2, 3) == doctest::Approx(0.015).epsilon(1e-5),
+                  "v of W_e, entry (3, 4): expected 0.95 * 0.0125 + 0.05 * 0.0625 = 0.015 (v is stored without the correction)");
+    }
     // A zero gradient moves only the decayed matrices.
     Params<float> z = make_params<float>(c);
     AdamW fresh;
@@ -4609,8 +4889,11 @@ TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), dec
     Params<float> q = make_params<float>(c);
     for (auto& nt : named_tensors(c, q)) nt.tensor->data.assign(nt.tensor->size(), 2.0f);
     adamw_step(c, q, z, fresh, 0.1);
-    CHECK(q.W_e(0, 0) == doctest::Approx(2.0 - 0.1 * 0.1 * 2.0).epsilon(1e-6));
-    CHECK(q.layers[0].ffn.b_2[0] == 2.0f);
+    CHECK_MESSAGE(q.W_e(0, 0) == doctest::Approx(2.0 - 0.1 * 0.1 * 2.0).epsilon(1e-6),
+                  "adamw_step with g = 0 at t = 1 (theta = 2, lr 0.1, the default weight decay 0.1), W_e entry (1, 1): expected "
+                  "2 - lr wd theta = 1.98 (only the decay moves a matrix; hand-computed, formulas §29)");
+    CHECK_MESSAGE(q.layers[0].ffn.b_2[0] == 2.0f, "adamw_step with g = 0 at t = 1, layer 1's b_2 entry 1: expected exactly 2 "
+                                                  "(no decay, and mhat = 0; formulas §29)");
     // A gradient as small as eps: at t = 1 the Adam part is lr * g / (|g| + eps) = lr / 2.
     Params<float> tiny = make_params<float>(c);
     for (auto& nt : named_tensors(c, tiny)) nt.tensor->data.assign(nt.tensor->size(), 1e-8f);
@@ -4620,8 +4903,11 @@ TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), dec
     Params<float> r = make_params<float>(c);
     for (auto& nt : named_tensors(c, r)) nt.tensor->data.assign(nt.tensor->size(), 1.0f);
     adamw_step(c, r, tiny, small, 0.1);
-    CHECK(r.layers[0].ffn.b_1[0] == doctest::Approx(1.0 - 0.05).epsilon(1e-6));
-    CHECK(r.W_e(1, 1) == doctest::Approx(1.0 - 0.1 * 0.1 - 0.05).epsilon(1e-6));
+    INFO("adamw_step at t = 1 with g = eps = 1e-8 (theta = 1, lr 0.1): the Adam part is lr g / (|g| + eps) = lr / 2 = 0.05 "
+         "(hand-computed, formulas §29: eps outside the square root)");
+    CHECK_MESSAGE(r.layers[0].ffn.b_1[0] == doctest::Approx(1.0 - 0.05).epsilon(1e-6), "layer 1's b_1, entry 1: expected 0.95");
+    CHECK_MESSAGE(r.W_e(1, 1) == doctest::Approx(1.0 - 0.1 * 0.1 - 0.05).epsilon(1e-6),
+                  "W_e, entry (2, 2): expected 1 - lr wd 1 - 0.05 = 0.94");
     // adamw_init on a used optimiser starts it afresh: t = 0, m = v = 0.
     adamw_init(c, opt);
     CHECK(opt.t == 0);
@@ -4633,29 +4919,37 @@ TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), dec
 TEST_CASE("lr_schedule: linear warmup, peak at warmup, cosine to min_lr at the last step") {
     const long long steps = 31, warmup = 10;
     const double lr = 1.0, min_lr = 0.1;
+    {
+    INFO("lr_schedule(step, steps = 31, warmup = 10, lr = 1, min_lr = 0.1) (steps counted from 0), formulas §30");
     for (long long s = 0; s < warmup; s++)
-        CHECK(lr_schedule(s, steps, warmup, lr, min_lr) == doctest::Approx(lr * (double)(s + 1) / warmup).epsilon(1e-12));
-    CHECK(lr_schedule(0, steps, warmup, lr, min_lr) == doctest::Approx(0.1));
-    CHECK(lr_schedule(warmup - 1, steps, warmup, lr, min_lr) == doctest::Approx(lr));
-    CHECK(lr_schedule(warmup, steps, warmup, lr, min_lr) == doctest::Approx(lr));
-    CHECK(lr_schedule(20, steps, warmup, lr, min_lr) == doctest::Approx(0.55).epsilon(1e-12));  // half way
-    CHECK(lr_schedule(steps - 1, steps, warmup, lr, min_lr) == doctest::Approx(min_lr).epsilon(1e-12));
+        CHECK_MESSAGE(lr_schedule(s, steps, warmup, lr, min_lr) == doctest::Approx(lr * (double)(s + 1) / warmup).epsilon(1e-12),
+                      "step " << s << " (warm-up): expected lr (step + 1) / warmup = " << lr * (double)(s + 1) / warmup);
+    CHECK_MESSAGE(lr_schedule(0, steps, warmup, lr, min_lr) == doctest::Approx(0.1), "step 0: expected lr / warmup = 0.1");
+    CHECK_MESSAGE(lr_schedule(warmup - 1, steps, warmup, lr, min_lr) == doctest::Approx(lr), "step 9, the last of the warm-up: expected lr");
+    CHECK_MESSAGE(lr_schedule(warmup, steps, warmup, lr, min_lr) == doctest::Approx(lr), "step 10, the first of the cosine: expected lr");
+    CHECK_MESSAGE(lr_schedule(20, steps, warmup, lr, min_lr) == doctest::Approx(0.55).epsilon(1e-12),
+                  "step 20, half way down the cosine: expected (lr + min_lr) / 2 = 0.55");  // half way
+    CHECK_MESSAGE(lr_schedule(steps - 1, steps, warmup, lr, min_lr) == doctest::Approx(min_lr).epsilon(1e-12),
+                  "step 30, the last: expected min_lr = 0.1");
     double prev = lr_schedule(warmup, steps, warmup, lr, min_lr);
     for (long long s = warmup + 1; s < steps; s++) {
         const double cur = lr_schedule(s, steps, warmup, lr, min_lr);
-        CAPTURE(s);
+        INFO("step " << s << ": " << cur << ", step " << s - 1 << ": " << prev
+                     << "; after the warm-up the rate must fall at every step and stay >= min_lr");
         CHECK(cur < prev);
         CHECK(cur >= min_lr - 1e-15);
         prev = cur;
     }
     double peak = 0;
     for (long long s = 0; s < steps; s++) peak = std::max(peak, lr_schedule(s, steps, warmup, lr, min_lr));
-    CHECK(peak == doctest::Approx(lr));
+    CHECK_MESSAGE(peak == doctest::Approx(lr), "the largest rate over all steps must be lr = 1");
+    }
     // No warmup: starts at lr. One step: lr.
-    CHECK(lr_schedule(0, 100, 0, 0.5, 0.0) == doctest::Approx(0.5));
-    CHECK(lr_schedule(99, 100, 0, 0.5, 0.0) == doctest::Approx(0.0));
-    CHECK(lr_schedule(0, 1, 0, 0.5, 0.05) == doctest::Approx(0.5));
-    CHECK(std::isfinite(lr_schedule(5, 5, 5, 0.5, 0.05)));
+    CHECK_MESSAGE(lr_schedule(0, 100, 0, 0.5, 0.0) == doctest::Approx(0.5), "lr_schedule(0, 100, warmup 0, 0.5, 0): expected lr = 0.5");
+    CHECK_MESSAGE(lr_schedule(99, 100, 0, 0.5, 0.0) == doctest::Approx(0.0), "lr_schedule(99, 100, warmup 0, 0.5, 0), the last step: expected min_lr = 0");
+    CHECK_MESSAGE(lr_schedule(0, 1, 0, 0.5, 0.05) == doctest::Approx(0.5), "lr_schedule(0, 1, warmup 0, 0.5, 0.05), the only step: expected lr = 0.5");
+    CHECK_MESSAGE(std::isfinite(lr_schedule(5, 5, 5, 0.5, 0.05)), "lr_schedule(5, steps 5, warmup 5, ...) must be finite "
+                                                                  "(no division by steps - warmup = 0)");
 }
 
 TEST_CASE("AdamW: clip_grad_norm returns the norm, scales down to max_norm, leaves small gradients") {
@@ -4663,17 +4957,21 @@ TEST_CASE("AdamW: clip_grad_norm returns the norm, scales down to max_norm, leav
     Params<float> g = make_params<float>(c);
     g.W_e(1, 2) = 3.0f;
     g.layers[1].ffn.b_1[4] = 4.0f;  // norm 5
-    CHECK(clip_grad_norm(c, g, 10.0) == doctest::Approx(5.0));
-    CHECK(g.W_e(1, 2) == 3.0f);
-    CHECK(g.layers[1].ffn.b_1[4] == 4.0f);
-    CHECK(clip_grad_norm(c, g, 0.0) == doctest::Approx(5.0));  // 0: no clipping
-    CHECK(g.W_e(1, 2) == 3.0f);
-    CHECK(clip_grad_norm(c, g, 1.0) == doctest::Approx(5.0));
-    CHECK(g.W_e(1, 2) == doctest::Approx(0.6).epsilon(1e-6));
-    CHECK(g.layers[1].ffn.b_1[4] == doctest::Approx(0.8).epsilon(1e-6));
-    CHECK(clip_grad_norm(c, g, 100.0) == doctest::Approx(1.0).epsilon(1e-6));
+    INFO("clip_grad_norm on a gradient with W_e (2, 3) = 3 and layer 2's b_1 entry 5 = 4, all else 0: the global norm is "
+         "sqrt(3^2 + 4^2) = 5 (hand-computed, formulas §31)");
+    CHECK_MESSAGE(clip_grad_norm(c, g, 10.0) == doctest::Approx(5.0), "max_norm 10: must return the norm 5");
+    CHECK_MESSAGE(g.W_e(1, 2) == 3.0f, "max_norm 10 > 5: W_e (2, 3) must stay exactly 3, got " << g.W_e(1, 2));
+    CHECK_MESSAGE(g.layers[1].ffn.b_1[4] == 4.0f, "max_norm 10 > 5: b_1 entry 5 must stay exactly 4, got " << g.layers[1].ffn.b_1[4]);
+    CHECK_MESSAGE(clip_grad_norm(c, g, 0.0) == doctest::Approx(5.0), "max_norm 0 (no clipping): must return the norm 5");  // 0: no clipping
+    CHECK_MESSAGE(g.W_e(1, 2) == 3.0f, "max_norm 0 means no clipping: W_e (2, 3) must stay exactly 3, got " << g.W_e(1, 2));
+    CHECK_MESSAGE(clip_grad_norm(c, g, 1.0) == doctest::Approx(5.0), "max_norm 1: must return the norm before clipping, 5");
+    CHECK_MESSAGE(g.W_e(1, 2) == doctest::Approx(0.6).epsilon(1e-6), "max_norm 1: W_e (2, 3) must become 3 / 5 = 0.6, got " << g.W_e(1, 2));
+    CHECK_MESSAGE(g.layers[1].ffn.b_1[4] == doctest::Approx(0.8).epsilon(1e-6),
+                  "max_norm 1: b_1 entry 5 must become 4 / 5 = 0.8, got " << g.layers[1].ffn.b_1[4]);
+    CHECK_MESSAGE(clip_grad_norm(c, g, 100.0) == doctest::Approx(1.0).epsilon(1e-6), "after clipping to 1 the norm must be 1");
     g.ln_f_gamma[0] = 1.0f;  // every tensor counts, ln_f included
-    CHECK(clip_grad_norm(c, g, 100.0) == doctest::Approx(std::sqrt(2.0)).epsilon(1e-6));
+    CHECK_MESSAGE(clip_grad_norm(c, g, 100.0) == doctest::Approx(std::sqrt(2.0)).epsilon(1e-6),
+                  "with ln_f's gamma entry 1 = 1 added: the norm must be sqrt(0.6^2 + 0.8^2 + 1) = sqrt 2 (every tensor counts)");
 }
 
 TEST_CASE("train_step: zero, the mean of accum batches' gradients, clip, one AdamW step; a loss that is not finite changes nothing") {
@@ -4921,10 +5219,13 @@ void ffn_float_vs_double(Activation act, uint64_t seed) {
     const TF dXf = FFN_backward(Xf, pf, act, cf, Rf, gf);
     const std::vector<std::pair<const TD*, const TF*>> pairs = {
         {&dXd, &dXf}, {&gd.W_1, &gf.W_1}, {&gd.b_1, &gf.b_1}, {&gd.W_2, &gf.W_2}, {&gd.b_2, &gf.b_2}};
+    const char* names[] = {"dX", "dW_1", "db_1", "dW_2", "db_2"};
+    int which = 0;
     for (auto [d, f] : pairs) {
+        const std::string what = std::string("FFN_backward's ") + names[which++] + " (" + activation_name(act) + ", X 3x4, F = 6)";
         REQUIRE(d->shape == f->shape);
-        CHECK(max_abs(*d) > 1e-2);
-        for (std::size_t k = 0; k < d->size(); k++) CHECK((double)(*f)[k] == doctest::Approx((*d)[k]).epsilon(1e-4).scale(1.0));
+        CHECK_MESSAGE(max_abs(*d) > 1e-2, what << " in double: largest entry " << max_abs(*d) << ", expected above 1e-2");
+        CHECK_APPROX(*f, *d, 1e-4, what + " in float", "the same in double");
     }
 }
 // d model_loss / d x[k] by central differences.
@@ -4942,7 +5243,7 @@ double m_numeric(const Config& c, Params<double>& p, const Batch& b, double& x) 
 TEST_CASE("FFN_GELU: FFN_backward's float path equals the double path (relu and every GELU form)") {
     uint64_t seed = 9101;
     for (Activation a : {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf}) {
-        CAPTURE(activation_name(a));
+        INFO("activation " << std::string(activation_name(a)));
         ffn_float_vs_double(a, seed++);
     }
 }
@@ -4971,17 +5272,22 @@ TEST_CASE("lr_schedule: the cosine schedule, hand-computed step by step (warm-up
     // steps 7, warmup 3, lr 0.9, min_lr 0.3: warm-up 0.3, 0.6, 0.9; then
     // min_lr + (1 + cos(pi r)) / 2 (lr - min_lr) for r = 0, 1/3, 2/3, 1: 0.9, 0.75, 0.45, 0.3.
     const double want[] = {0.3, 0.6, 0.9, 0.9, 0.75, 0.45, 0.3, 0.3, 0.3};
-    for (long long s = 0; s < 9; s++) {
-        CAPTURE(s);
-        CHECK(lr_schedule(s, 7, 3, 0.9, 0.3) == doctest::Approx(want[s]).epsilon(1e-12));
-    }
-    CHECK(lr_schedule(100, 7, 3, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
-    CHECK(lr_schedule(0, 1, 0, 0.9, 0.3) == doctest::Approx(0.9).epsilon(1e-12));
-    CHECK(lr_schedule(1, 1, 0, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
+    const std::string src = " (hand-computed in the comment above, formulas §30)";
+    for (long long s = 0; s < 9; s++)
+        CHECK_MESSAGE(lr_schedule(s, 7, 3, 0.9, 0.3) == doctest::Approx(want[s]).epsilon(1e-12),
+                      "lr_schedule(step " << s << ", steps 7, warmup 3, lr 0.9, min_lr 0.3): expected " << want[s] << src);
+    CHECK_MESSAGE(lr_schedule(100, 7, 3, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12),
+                  "lr_schedule(step 100, steps 7, warmup 3, lr 0.9, min_lr 0.3), past the end: expected min_lr = 0.3" << src);
+    CHECK_MESSAGE(lr_schedule(0, 1, 0, 0.9, 0.3) == doctest::Approx(0.9).epsilon(1e-12),
+                  "lr_schedule(step 0, steps 1, warmup 0, lr 0.9, min_lr 0.3): expected lr = 0.9" << src);
+    CHECK_MESSAGE(lr_schedule(1, 1, 0, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12),
+                  "lr_schedule(step 1, steps 1, warmup 0, lr 0.9, min_lr 0.3), past the end: expected min_lr = 0.3" << src);
     // No warmup, 3 steps: r = 0, 1/2, 1: 0.9, 0.6, 0.3.
-    CHECK(lr_schedule(0, 3, 0, 0.9, 0.3) == doctest::Approx(0.9).epsilon(1e-12));
-    CHECK(lr_schedule(1, 3, 0, 0.9, 0.3) == doctest::Approx(0.6).epsilon(1e-12));
-    CHECK(lr_schedule(2, 3, 0, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
+    const double want3[] = {0.9, 0.6, 0.3};
+    for (int s = 0; s < 3; s++)
+        CHECK_MESSAGE(lr_schedule(s, 3, 0, 0.9, 0.3) == doctest::Approx(want3[s]).epsilon(1e-12),
+                      "lr_schedule(step " << s << ", steps 3, warmup 0, lr 0.9, min_lr 0.3): expected " << want3[s]
+                                          << " (r = step / 2, min_lr + (1 + cos(pi r)) / 2 (lr - min_lr); formulas §30)");
 }
 
 TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or there are no segments") {
@@ -4998,22 +5304,33 @@ TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or the
         if (mode == 2) bb.segments.assign(b.n, 1);
         Params<double> g = make_params<double>(c);
         model_loss(c, p, bb, &g);
+        const std::string segs = mode == 0 ? "no segments" : mode == 1 ? "segments 0 0 0 0 1 1" : "every segment 1";
+        INFO("embed_backward via model_loss (tiny-bert, n = 6, " << segs << ")");
+        TD want_A({c.H}), want_B({c.H});
         for (int h = 0; h < c.H; h++) {
             double a = 0, s = 0;
             for (int i = 0; i < bb.n; i++) ((bb.segments.empty() || bb.segments[i] == 0) ? a : s) += g.W_p(i, h);
-            CHECK(g.w_A[h] == doctest::Approx(a).epsilon(1e-10));
-            CHECK(g.w_B[h] == doctest::Approx(s).epsilon(1e-10));
+            want_A[h] = a, want_B[h] = s;
         }
-        if (mode == 0) CHECK(max_abs(g.w_B) == 0.0);
-        if (mode == 2) CHECK(max_abs(g.w_A) == 0.0);
-        CHECK(max_abs(mode == 2 ? g.w_B : g.w_A) > 1e-4);
+        // Every row i adds the same gradient to W_p's row i and to its segment's vector (X^(0) = ... + W_p[i] + w_t).
+        CHECK_APPROX(g.w_A, want_A, 1e-10, "the gradient of w_A",
+                     "the sum of W_p's gradient rows i with t_i = 0 (all rows without segments), formulas §21");
+        CHECK_APPROX(g.w_B, want_B, 1e-10, "the gradient of w_B", "the sum of W_p's gradient rows i with t_i = 1, formulas §21");
+        if (mode == 0) CHECK_MESSAGE(max_abs(g.w_B) == 0.0, "without segments w_B gets no gradient, got " << g.w_B);
+        if (mode == 2) CHECK_MESSAGE(max_abs(g.w_A) == 0.0, "with every segment 1 w_A gets no gradient, got " << g.w_A);
+        CHECK_MESSAGE(max_abs(mode == 2 ? g.w_B : g.w_A) > 1e-4,
+                      std::string(mode == 2 ? "w_B" : "w_A") << "'s gradient is (nearly) 0, expected above 1e-4 in some entry");
         // Against finite differences: w_A, w_B, and the first and last position rows.
         for (int h : {0, c.H - 1}) {
-            CAPTURE(h);
-            CHECK(g.w_A[h] == doctest::Approx(m_numeric(c, p, bb, p.w_A[h])).epsilon(1e-5).scale(1.0));
-            CHECK(g.w_B[h] == doctest::Approx(m_numeric(c, p, bb, p.w_B[h])).epsilon(1e-5).scale(1.0));
-            CHECK(g.W_p(0, h) == doctest::Approx(m_numeric(c, p, bb, p.W_p(0, h))).epsilon(1e-5).scale(1.0));
-            CHECK(g.W_p(b.n - 1, h) == doctest::Approx(m_numeric(c, p, bb, p.W_p(b.n - 1, h))).epsilon(1e-5).scale(1.0));
+            const std::string fd = "), expected the central finite difference of model_loss (h = 1e-6), ";
+            const double nA = m_numeric(c, p, bb, p.w_A[h]), nB = m_numeric(c, p, bb, p.w_B[h]);
+            const double n0 = m_numeric(c, p, bb, p.W_p(0, h)), nL = m_numeric(c, p, bb, p.W_p(b.n - 1, h));
+            CHECK_MESSAGE(g.w_A[h] == doctest::Approx(nA).epsilon(1e-5).scale(1.0), "gradient of w_A, entry " << h + 1 << fd << nA);
+            CHECK_MESSAGE(g.w_B[h] == doctest::Approx(nB).epsilon(1e-5).scale(1.0), "gradient of w_B, entry " << h + 1 << fd << nB);
+            CHECK_MESSAGE(g.W_p(0, h) == doctest::Approx(n0).epsilon(1e-5).scale(1.0),
+                          "gradient of W_p, entry (1, " << h + 1 << fd << n0);
+            CHECK_MESSAGE(g.W_p(b.n - 1, h) == doctest::Approx(nL).epsilon(1e-5).scale(1.0),
+                          "gradient of W_p, entry (" << b.n << ", " << h + 1 << fd << nL);
         }
     }
 }
@@ -5051,8 +5368,13 @@ TEST_CASE("apply_mask: the first entry is masked too (Mask(0, 0) = -inf), double
     const TD R = apply_mask(Mask, S);
     const std::vector<double> want = {-INF, 2, -INF, 4, -INF, 6};
     const TF Rf = apply_mask(to_float(Mask), to_float(S));
+    REQUIRE(R.shape == shp(2, 3));
+    REQUIRE(Rf.shape == shp(2, 3));
     for (std::size_t k = 0; k < want.size(); k++) {
-        CAPTURE(k);
+        INFO("apply_mask(Mask = [[-inf, 1, -inf], [1, -inf, 1]], S = [[1, 2, 3], [4, 5, 6]]), entry "
+             << entry_name(R.shape, k) << ": expected " << want[k]
+             << " (hand-computed: S where Mask is 1, -inf where it is -inf, formulas §9), got " << R[k]
+             << " in double, " << Rf[k] << " in float");
         CHECK(R[k] == want[k]);
         CHECK((double)Rf[k] == want[k]);
     }
@@ -5230,22 +5552,29 @@ TEST_CASE("FFN_GELU: activation_array and activation_derivative_array equal acti
         activation_array(a, zs.data(), yd.data(), n);
         activation_derivative_array(a, zs.data(), dd.data(), n);
         double worst_f = 0, worst_df = 0, worst_d = 0, worst_dd = 0;
+        double at_f = 0, at_df = 0, at_d = 0, at_dd = 0;  // the z of each worst gap
         // NaN-aware (std::max(w, NaN) is w): a NaN anywhere, e.g. 0 * inf at |z| = 1e30, fails.
-        auto worse = [](double& w, double e) { if (!(e <= w)) w = e; };
+        double z_now = 0;
+        auto worse = [&z_now](double& w, double e, double& at) { if (!(e <= w)) w = e, at = z_now; };
         auto gap = [](double x, double ref) { return x == ref ? 0.0 : std::fabs(x - ref) / (1 + std::fabs(ref)); };
         for (std::size_t k = 0; k < n; k++) {
             CAPTURE(zs[k]);
             const double y_ref = activation(a, (double)zf[k]), d_ref = activation_derivative(a, (double)zf[k]);
-            worse(worst_f, gap(yf[k], y_ref));  // equal values (an infinite one included) differ by 0
-            worse(worst_df, gap(df[k], d_ref));
-            worse(worst_d, gap(yd[k], activation(a, zs[k])));
-            worse(worst_dd, gap(dd[k], activation_derivative(a, zs[k])));
+            z_now = zs[k];
+            worse(worst_f, gap(yf[k], y_ref), at_f);  // equal values (an infinite one included) differ by 0
+            worse(worst_df, gap(df[k], d_ref), at_df);
+            worse(worst_d, gap(yd[k], activation(a, zs[k])), at_d);
+            worse(worst_dd, gap(dd[k], activation_derivative(a, zs[k])), at_dd);
+            INFO("activation_derivative(" << std::string(activation_name(a)) << ", " << zs[k] << ") must be finite (formulas §13), got " << d_ref);
             REQUIRE(std::isfinite(d_ref));
         }
-        CHECK(worst_f < 5e-7);
-        CHECK(worst_df < 2e-6);  // a few float operations more than the value
-        CHECK(worst_d < 1e-14);
-        CHECK(worst_dd < 1e-14);
+        const std::string gap_is = " (gap |x - ref| / (1 + |ref|)) at z = ";
+        CHECK_MESSAGE(worst_f < 5e-7, "activation_array in float against activation: worst" << gap_is << at_f << ": " << worst_f);
+        CHECK_MESSAGE(worst_df < 2e-6, "activation_derivative_array in float against activation_derivative in double: worst"
+                                           << gap_is << at_df << ": " << worst_df);  // a few float operations more than the value
+        CHECK_MESSAGE(worst_d < 1e-14, "activation_array in double against activation: worst" << gap_is << at_d << ": " << worst_d);
+        CHECK_MESSAGE(worst_dd < 1e-14, "activation_derivative_array in double against activation_derivative: worst"
+                                            << gap_is << at_dd << ": " << worst_dd);
     }
     // Around |x| = 20 the tanh form's derivative is 1 to double precision on the right and, on the
     // left, a number below 1e-250 in magnitude (about -1e-260 at x = -20: GELU's slope is negative
@@ -6781,7 +7110,7 @@ TEST_CASE("export: Hugging Face layout, read back with identical tensors and log
             Config c = preset("tiny-gpt2");
             c.activation = acts[k], c.attn_bias = bias == 1, c.eps = 1e-6;
             c.F = k == 2 ? 3 * c.H : 4 * c.H;  // n_inner: a number, or null (= 4 n_embd)
-            CAPTURE(activation_name(c.activation));
+            INFO("activation " << std::string(activation_name(c.activation)));
             CAPTURE(bias);
             Params<float> p = m_model<float>(c, 11 + case_no, 0.05);
             const std::string dir = m_path("i11_export_" + std::to_string(case_no++));
@@ -7115,9 +7444,12 @@ TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .sa
     double first = 0, last = 0;
     for (int k = 0; k < 10; k++) first += r.train_losses[k] / 10, last += r.train_losses[50 + k] / 10;
     MESSAGE("mean loss of the first 10 steps " << first << ", of the last 10 " << last);
-    CHECK(last < first - 0.5);
-    CHECK(r.val_loss > 0);
-    CHECK(std::isfinite(r.val_loss));
+    INFO("train (tiny GPT-2 on a text file, 60 steps; every step calls clip_grad_norm, lr_schedule and adamw_step, "
+         "formulas §29-§31): mean loss of the first 10 steps " << first << ", of the last 10 " << last
+         << ", validation " << r.val_loss);
+    CHECK_MESSAGE(last < first - 0.5, "the mean loss of the last 10 steps must be at least 0.5 below that of the first 10");
+    CHECK_MESSAGE(r.val_loss > 0, "the validation loss must be positive");
+    CHECK_MESSAGE(std::isfinite(r.val_loss), "the validation loss must be finite");
     CHECK(r.accuracy == -1);  // a text file, not the built-in task
     CHECK(r.val_loss_split > 0);  // the whole validation split, measured at the end
     CHECK(std::fabs(r.val_loss_split - r.val_loss) < 0.5);
@@ -7335,11 +7667,15 @@ TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 o
     REQUIRE(r.train_losses.size() == 300);
     double last = 0;
     for (int k = 300 - 20; k < 300; k++) last += r.train_losses[k] / 20;
-    INFO("first step's loss " << r.train_losses[0] << ", mean of the last 20 " << last << ", validation "
-                              << r.val_loss << ", held-out accuracy " << r.accuracy);
-    CHECK(r.train_losses[0] > 2.3);
-    CHECK(last < 1.6);
-    CHECK(r.val_loss < 1.6);
+    INFO("train (1-layer GPT-2, H 32, the built-in addition task, 300 steps, lr 1e-2 to 1e-3, warm-up 20), which calls "
+         "clip_grad_norm, lr_schedule and adamw_step every step (formulas §29-§31): first step's loss "
+         << r.train_losses[0] << ", mean of the last 20 " << last << ", validation " << r.val_loss
+         << ", held-out accuracy " << r.accuracy);
+    CHECK_MESSAGE(r.train_losses[0] > 2.3, "the first step's loss must be about log 13 = 2.56 (above 2.3): "
+                                           "the model starts untrained");
+    CHECK_MESSAGE(last < 1.6, "the mean training loss of the last 20 steps must fall below 1.6 (a correct AdamW, schedule "
+                              "and clipping reach about 1.39)");
+    CHECK_MESSAGE(r.val_loss < 1.6, "the validation loss must fall below 1.6 (a correct solution reaches about 1.39)");
 }
 
 // ================================================================================================
