@@ -678,7 +678,10 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
     const int B = X.rows() / n;
     MultiHeadSACache<T> local;
     MultiHeadSACache<T>& c = cache ? *cache : local;
-    c.Q.assign(A, {}), c.K.assign(A, {}), c.V.assign(A, {}), c.head.assign(A, Tensor<T>::uninit(B * n, D));
+    c.Q.assign(A, {});
+    c.K.assign(A, {});
+    c.V.assign(A, {});
+    c.head.assign(A, Tensor<T>::uninit(B * n, D));
     c.att.assign(A, std::vector<AttentionCache<T>>(B));
     c.dropout.assign(A, std::vector<Tensor<T>>(B));
     for (int i = 0; i < A; i++) {
@@ -721,7 +724,9 @@ Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p
             Tensor<T> dq, dk, dv;
             Attention_backward(rows_of(c.Q[i], b * n, n), rows_of(c.K[i], b * n, n), rows_of(c.V[i], b * n, n),
                                c.att[i][b], rows_of(dhead[i], b * n, n), dq, dk, dv, &c.dropout[i][b]);
-            set_rows(dQ, b * n, dq), set_rows(dK, b * n, dk), set_rows(dV, b * n, dv);
+            set_rows(dQ, b * n, dq);
+            set_rows(dK, b * n, dk);
+            set_rows(dV, b * n, dv);
         }
         add_inplace(dX, Linear_backward(X, p.W_Q[i], dQ, g.W_Q[i], head_bias(g.b_Q, i)));
         add_inplace(dX, Linear_backward(X, p.W_K[i], dK, g.W_K[i], head_bias(g.b_K, i)));
@@ -1058,8 +1063,16 @@ bool has_segments(Variant v) { return v == Variant::bert; }
 static Config make_config(Variant v, int V, int H, int F, int D, int L, int A, int n_ctx, Activation act,
                           double eps) {
     Config c;
-    c.variant = v, c.V = V, c.H = H, c.F = F, c.D = D, c.L = L, c.A = A, c.n_ctx = n_ctx;
-    c.activation = act, c.eps = eps;
+    c.variant = v;
+    c.V = V;
+    c.H = H;
+    c.F = F;
+    c.D = D;
+    c.L = L;
+    c.A = A;
+    c.n_ctx = n_ctx;
+    c.activation = act;
+    c.eps = eps;
     return c;
 }
 
@@ -1077,19 +1090,36 @@ Config preset(const std::string& name) {
         c.attn_bias = true;
     } else if (name == "gpt3-125m") {  // GPT-3 Small (paper table 2.1), n_ctx 2048
         c = make_config(Variant::gpt3, 50257, 768, 3072, 64, 12, 12, 2048, Activation::gelu_tanh, 1e-5);
-        c.st_window = 256, c.st_stride = 256;
+        c.st_window = 256;
+        c.st_stride = 256;
     } else if (name == "bert-base") {  // BERT-base uncased: exact GELU, eps 1e-12
         c = make_config(Variant::bert, 30522, 768, 3072, 64, 12, 12, 512, Activation::gelu_erf, 1e-12);
-        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103, c.attn_bias = true;
+        c.cls_id = 101;
+        c.sep_id = 102;
+        c.mask_id = 103;
+        c.attn_bias = true;
     } else if (name == "roberta-base") {  // <s> = 0, </s> = 2, <mask> = 50264
         c = make_config(Variant::roberta, 50265, 768, 3072, 64, 12, 12, 514, Activation::gelu_erf, 1e-5);
-        c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264, c.attn_bias = true;
+        c.cls_id = 0;
+        c.sep_id = 2;
+        c.mask_id = 50264;
+        c.attn_bias = true;
     } else if (name.rfind("tiny-", 0) == 0) {  // tiny: V 13, H 8, F 16, D 4, L 2, A 2, n_ctx 16
         const Variant v = variant_from_name(name.substr(5));
         c = make_config(v, 13, 8, 16, 4, 2, 2, 16, Activation::gelu_sigmoid, 1e-5);
-        if (v == Variant::bert || v == Variant::roberta) c.cls_id = 10, c.sep_id = 11, c.mask_id = 12;
-        if (v == Variant::bert) c.activation = Activation::gelu_erf, c.eps = 1e-12;
-        if (v == Variant::gpt3) c.st_window = 2, c.st_stride = 3;
+        if (v == Variant::bert || v == Variant::roberta) {
+            c.cls_id = 10;
+            c.sep_id = 11;
+            c.mask_id = 12;
+        }
+        if (v == Variant::bert) {
+            c.activation = Activation::gelu_erf;
+            c.eps = 1e-12;
+        }
+        if (v == Variant::gpt3) {
+            c.st_window = 2;
+            c.st_stride = 3;
+        }
     } else {
         std::string all;
         for (auto& p : preset_names()) all += " " + p;
@@ -1102,8 +1132,13 @@ void validate(const Config& c) {
     auto positive = [](int v, const char* what) {
         if (v <= 0) throw Error(std::string("config: ") + what + " must be positive, got " + std::to_string(v));
     };
-    positive(c.V, "V"), positive(c.H, "H"), positive(c.F, "F"), positive(c.D, "D");
-    positive(c.L, "L"), positive(c.A, "A"), positive(c.n_ctx, "n_ctx");
+    positive(c.V, "V");
+    positive(c.H, "H");
+    positive(c.F, "F");
+    positive(c.D, "D");
+    positive(c.L, "L");
+    positive(c.A, "A");
+    positive(c.n_ctx, "n_ctx");
     if (!(c.eps > 0)) throw Error("config: eps must be positive");
     if (c.variant == Variant::gpt3 && (c.st_window < 1 || c.st_stride < 0))
         throw Error("config: gpt3 needs st_window >= 1 and st_stride >= 0");
@@ -1138,7 +1173,10 @@ Params<T> make_params(const Config& c, bool allocate) {
     p.W_e = tensor({c.V, H});
     p.W_p = tensor({c.n_ctx, H});
     if (c.pad_id >= 0) p.w_pad = tensor({H});
-    if (has_segments(c.variant)) p.w_A = tensor({H}), p.w_B = tensor({H});
+    if (has_segments(c.variant)) {
+        p.w_A = tensor({H});
+        p.w_B = tensor({H});
+    }
     p.layers.resize(c.L);
     for (auto& l : p.layers) {
         l.attn.W_Q.assign(A, tensor({H, D}));
@@ -1152,15 +1190,32 @@ Params<T> make_params(const Config& c, bool allocate) {
             l.attn.b_O = tensor({H});
         }
         l.ffn = {tensor({H, F}), tensor({F}), tensor({F, H}), tensor({H})};
-        l.ln_1_gamma = tensor({H}), l.ln_1_beta = tensor({H});
-        l.ln_2_gamma = tensor({H}), l.ln_2_beta = tensor({H});
+        l.ln_1_gamma = tensor({H});
+        l.ln_1_beta = tensor({H});
+        l.ln_2_gamma = tensor({H});
+        l.ln_2_beta = tensor({H});
     }
-    if (is_pre_ln(c.variant)) p.ln_f_gamma = tensor({H}), p.ln_f_beta = tensor({H});
+    if (is_pre_ln(c.variant)) {
+        p.ln_f_gamma = tensor({H});
+        p.ln_f_beta = tensor({H});
+    }
     if (c.W_y_rows > 0) p.W_y = tensor({c.W_y_rows, c.W_y_cols});
     if (c.xlnet) p.w = tensor({H});
-    if (c.emb_ln) p.gamma_e = tensor({H}), p.beta_e = tensor({H});
-    if (c.mlm_head) p.W_t = tensor({H, H}), p.b_t = tensor({H}), p.gamma_t = tensor({H}), p.beta_t = tensor({H}), p.b_z = tensor({c.V});
-    if (c.pooler) p.W_pool = tensor({H, H}), p.b_pool = tensor({H});
+    if (c.emb_ln) {
+        p.gamma_e = tensor({H});
+        p.beta_e = tensor({H});
+    }
+    if (c.mlm_head) {
+        p.W_t = tensor({H, H});
+        p.b_t = tensor({H});
+        p.gamma_t = tensor({H});
+        p.beta_t = tensor({H});
+        p.b_z = tensor({c.V});
+    }
+    if (c.pooler) {
+        p.W_pool = tensor({H, H});
+        p.b_pool = tensor({H});
+    }
     if (allocate) allocate_params(c, p);  // zeros, every tensor in one block of memory (Part II)
     return p;
 }
@@ -1169,7 +1224,10 @@ template <typename T>
 std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
     std::vector<Named<T>> out = {{"W_e", &p.W_e}, {"W_p", &p.W_p}};
     if (c.pad_id >= 0) out.push_back({"w_pad", &p.w_pad});
-    if (has_segments(c.variant)) out.push_back({"w_A", &p.w_A}), out.push_back({"w_B", &p.w_B});
+    if (has_segments(c.variant)) {
+        out.push_back({"w_A", &p.w_A});
+        out.push_back({"w_B", &p.w_B});
+    }
     for (int l = 0; l < (int)p.layers.size(); l++) {
         Layer<T>& ly = p.layers[l];
         const std::string pre = "layers." + std::to_string(l) + ".";
@@ -1194,16 +1252,27 @@ std::vector<Named<T>> named_tensors(const Config& c, Params<T>& p) {
         out.push_back({pre + "ln_2.gamma", &ly.ln_2_gamma});
         out.push_back({pre + "ln_2.beta", &ly.ln_2_beta});
     }
-    if (is_pre_ln(c.variant)) out.push_back({"ln_f.gamma", &p.ln_f_gamma}), out.push_back({"ln_f.beta", &p.ln_f_beta});
+    if (is_pre_ln(c.variant)) {
+        out.push_back({"ln_f.gamma", &p.ln_f_gamma});
+        out.push_back({"ln_f.beta", &p.ln_f_beta});
+    }
     if (c.W_y_rows > 0) out.push_back({"W_y", &p.W_y});
     if (c.xlnet) out.push_back({"w", &p.w});
-    if (c.emb_ln) out.push_back({"emb_ln.gamma", &p.gamma_e}), out.push_back({"emb_ln.beta", &p.beta_e});
+    if (c.emb_ln) {
+        out.push_back({"emb_ln.gamma", &p.gamma_e});
+        out.push_back({"emb_ln.beta", &p.beta_e});
+    }
     if (c.mlm_head) {
-        out.push_back({"mlm.W_t", &p.W_t}), out.push_back({"mlm.b_t", &p.b_t});
-        out.push_back({"mlm.ln.gamma", &p.gamma_t}), out.push_back({"mlm.ln.beta", &p.beta_t});
+        out.push_back({"mlm.W_t", &p.W_t});
+        out.push_back({"mlm.b_t", &p.b_t});
+        out.push_back({"mlm.ln.gamma", &p.gamma_t});
+        out.push_back({"mlm.ln.beta", &p.beta_t});
         out.push_back({"mlm.b_z", &p.b_z});
     }
-    if (c.pooler) out.push_back({"pooler.W", &p.W_pool}), out.push_back({"pooler.b", &p.b_pool});
+    if (c.pooler) {
+        out.push_back({"pooler.W", &p.W_pool});
+        out.push_back({"pooler.b", &p.b_pool});
+    }
     return out;
 }
 
@@ -1347,11 +1416,13 @@ static Tensor<T> post_ln_block_forward(const Config& c, const Layer<T>& w, const
                                        BlockCache<T>& k, const ForwardOptions& o) {
     k.attn_in = X;                           // X^(l-1)
     Tensor<T> a = MultiHeadSA(X, Mask, w.attn, &k.attn, o.dropout, o.rng);
-    k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng), multiply_inplace(a, k.drop_attn);
+    k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng);
+    multiply_inplace(a, k.drop_attn);
     add_inplace(a, X);
     k.ffn_in = LayerNorm(a, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);  // X'^(l)
     Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
-    k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng), multiply_inplace(f, k.drop_ffn);
+    k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng);
+    multiply_inplace(f, k.drop_ffn);
     add_inplace(f, k.ffn_in);
     return LayerNorm(f, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
 }
@@ -1380,11 +1451,13 @@ static Tensor<T> pre_ln_block_forward(const Config& c, const Layer<T>& w, const 
                                       BlockCache<T>& k, const ForwardOptions& o) {
     k.attn_in = LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);
     Tensor<T> a = MultiHeadSA(k.attn_in, Mask, w.attn, &k.attn, o.dropout, o.rng);
-    k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng), multiply_inplace(a, k.drop_attn);
+    k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng);
+    multiply_inplace(a, k.drop_attn);
     add_inplace(a, X);  // a = X'^(l)
     k.ffn_in = LayerNorm(a, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
     Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
-    k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng), multiply_inplace(f, k.drop_ffn);
+    k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng);
+    multiply_inplace(f, k.drop_ffn);
     add_inplace(f, a);
     return f;
 }
@@ -1552,7 +1625,8 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
     k.batch = batch;
     Tensor<T> X = embed_forward(c, p, batch);
     if (c.emb_ln) X = LayerNorm(X, p.gamma_e, p.beta_e, c.eps, &k.ln_e);  // the released BERT's embedding LayerNorm
-    k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, opt.rng), multiply_inplace(X, k.drop_emb);
+    k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, opt.rng);
+    multiply_inplace(X, k.drop_emb);
     k.masks.resize(c.L);
     const bool padded = !is_causal(c.variant) &&
                         std::any_of(batch.lengths.begin(), batch.lengths.end(), [&](int len) { return len < batch.n; });
@@ -1605,7 +1679,10 @@ static const std::vector<int>& target_rows(const Config& c, const Batch& batch, 
                                            std::vector<int>& targets) {
     if (is_causal(c.variant) || opt.logit_rows) return batch.targets;
     for (int i = 0; i < (int)batch.targets.size(); i++)
-        if (batch.targets[i] >= 0) rows.push_back(i), targets.push_back(batch.targets[i]);
+        if (batch.targets[i] >= 0) {
+            rows.push_back(i);
+            targets.push_back(batch.targets[i]);
+        }
     opt.logit_rows = &rows;
     return targets;
 }
@@ -1636,7 +1713,8 @@ template <typename T>
 Tensor<T> GPT(const Config& c, const Params<T>& p, const std::vector<int>& x) {
     if (!is_causal(c.variant)) throw Error("GPT: the model is " + std::string(variant_name(c.variant)));
     Batch b;
-    b.n = (int)x.size(), b.tokens = x;
+    b.n = (int)x.size();
+    b.tokens = x;
     return output_row(c, p, b, b.n - 1);  // formula row n = code row n-1
 }
 
@@ -1646,7 +1724,9 @@ Tensor<T> BERT(const Config& c, const Params<T>& p, const std::vector<int>& x, c
     if (c.variant != Variant::bert) throw Error("BERT: the model is " + std::string(variant_name(c.variant)));
     if (j_masked < 0 || j_masked >= (int)x.size()) throw Error("BERT: j_masked outside the sequence");
     Batch b;
-    b.n = (int)x.size(), b.tokens = x, b.segments = t;
+    b.n = (int)x.size();
+    b.tokens = x;
+    b.segments = t;
     return output_row(c, p, b, j_masked);
 }
 
@@ -1655,7 +1735,8 @@ Tensor<T> RoBERTa(const Config& c, const Params<T>& p, const std::vector<int>& x
     if (c.variant != Variant::roberta) throw Error("RoBERTa: the model is " + std::string(variant_name(c.variant)));
     if (j_masked < 0 || j_masked >= (int)x.size()) throw Error("RoBERTa: j_masked outside the sequence");
     Batch b;
-    b.n = (int)x.size(), b.tokens = x;
+    b.n = (int)x.size();
+    b.tokens = x;
     return output_row(c, p, b, j_masked);
 }
 
@@ -1695,7 +1776,10 @@ MLMExample mlm_corrupt(const std::vector<int>& x, int B, int n, const Config& c,
         for (int i = b * n; i < (b + 1) * n; i++) {
             if (x[i] == c.cls_id || x[i] == c.sep_id) continue;
             candidates.push_back(i);
-            if (rng.uniform() < p_select) corrupt(i), chosen++;
+            if (rng.uniform() < p_select) {
+                corrupt(i);
+                chosen++;
+            }
         }
         if (chosen == 0 && !candidates.empty()) corrupt(candidates[rng.below((int)candidates.size())]);
     }
@@ -1704,7 +1788,8 @@ MLMExample mlm_corrupt(const std::vector<int>& x, int B, int n, const Config& c,
 
 void bert_pair(const Config& c, const std::vector<int>& a, const std::vector<int>& b, std::vector<int>& x,
                std::vector<int>& t) {
-    x.clear(), t.clear();
+    x.clear();
+    t.clear();
     x.push_back(c.cls_id);
     x.insert(x.end(), a.begin(), a.end());
     x.push_back(c.sep_id);
@@ -1747,7 +1832,8 @@ std::vector<std::vector<int>> gpt1_multiple_choice_inputs(const std::vector<int>
 
 Batch gpt1_batch(const std::vector<std::vector<int>>& sequences, int n, int pad, std::vector<int>& at) {
     Batch b;
-    b.B = (int)sequences.size(), b.n = n;
+    b.B = (int)sequences.size();
+    b.n = n;
     at.clear();
     for (const auto& x : sequences) {
         if (x.empty() || (int)x.size() > n)
@@ -1894,7 +1980,9 @@ Tensor<T> xlnet_forward(const Config& c, const Params<T>& p, const Tensor<T>& w,
     check_token_ids(tokens, c.V, "input");
     require_shape(w, {c.H}, "xlnet", "w");
     Batch batch;
-    batch.B = B, batch.n = n, batch.tokens = tokens;
+    batch.B = B;
+    batch.n = n;
+    batch.tokens = tokens;
     const Tensor<T> content = embed_forward(c, p, batch);  // (B*n) x H: W_e[x_i] + W_p[i]
     const std::vector<int> pos = position_rows(c, tokens, n);  // W_p[i] but for RoBERTa's pads
     Tensor<T> X(B * 2 * n, c.H);
@@ -1922,7 +2010,10 @@ double xlnet_loss(const Config& c, const Params<T>& p, const Tensor<T>& w, const
     // Only the predicted query rows have targets: de-embed those, B * predict rows of the B * 2n.
     std::vector<int> rows, targets;
     for (int b = 0; b < B; b++)
-        for (int t = n - predict; t < n; t++) rows.push_back(b * 2 * n + n + z[t]), targets.push_back(tokens[b * n + z[t]]);
+        for (int t = n - predict; t < n; t++) {
+            rows.push_back(b * 2 * n + n + z[t]);
+            targets.push_back(tokens[b * n + z[t]]);
+        }
     const Tensor<T> X_p = gather_rows(X_L, rows);  // (B*predict) x H
     const Tensor<T> Z = matmul_nt(X_p, p.W_e);     // (B*predict) x V
     Tensor<T> dZ;
@@ -1931,7 +2022,9 @@ double xlnet_loss(const Config& c, const Params<T>& p, const Tensor<T>& w, const
     matmul_tn_acc(dZ, X_p, g->W_e);
     const Tensor<T> dX = blocks_backward(c, p, k, scatter_rows(matmul(dZ, p.W_e), rows, X_L.rows()), *g);
     Batch batch;
-    batch.B = B, batch.n = n, batch.tokens = tokens;
+    batch.B = B;
+    batch.n = n;
+    batch.tokens = tokens;
     Tensor<T> d_content(B * n, c.H);
     const std::vector<int> pos = position_rows(c, tokens, n);
     for (int b = 0; b < B; b++)
@@ -1939,7 +2032,10 @@ double xlnet_loss(const Config& c, const Params<T>& p, const Tensor<T>& w, const
             std::copy(dX.row(b * 2 * n + i), dX.row(b * 2 * n + i) + c.H, d_content.row(b * n + i));
             const T* dq = dX.row(b * 2 * n + n + i);  // query row: into w and W_p[i]
             T* dwp = position_vector(*g, pos[b * n + i]);
-            for (int j = 0; j < c.H; j++) dwp[j] += dq[j], (*dw)[j] += dq[j];
+            for (int j = 0; j < c.H; j++) {
+                dwp[j] += dq[j];
+                (*dw)[j] += dq[j];
+            }
         }
     embed_backward(c, batch, d_content, *g);  // content rows: W_e (scatter) and W_p[i]
     return loss;
