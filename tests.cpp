@@ -9001,12 +9001,10 @@ std::vector<m_SvgPanel> m_svg_panels(const std::string& svg) {
     }
     return out;
 }
-// Well-formed XML with a viewBox (xmllint when the machine has it, else python3's parser; with
-// neither, the check is skipped with a warning: .ci/run installs libxml2-utils for xmllint).
-void m_check_svg(const std::string& path) {
-    const std::string svg = m_read(path);
-    CHECK(svg.rfind("<?xml", 0) == 0);
-    CHECK(m_contains(svg, "viewBox='0 0 "));
+// Well-formed XML (xmllint when the machine has it, else python3's parser; with neither, the
+// check is skipped with a warning: .ci/run installs libxml2-utils for xmllint).
+void m_check_xml(const std::string& path) {
+    CHECK(m_read(path).rfind("<?xml", 0) == 0);
     static const bool have_checker = std::system("command -v xmllint >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1") == 0;
     if (!have_checker) {
         WARN_MESSAGE(false, "skipped the XML check of " << path << ": neither xmllint (libxml2-utils) nor python3 is installed");
@@ -9019,6 +9017,11 @@ void m_check_svg(const std::string& path) {
     const int st = std::system(cmd.c_str());
     INFO("XML check of " << path << ": " << m_read(log));
     CHECK(st == 0);
+}
+// An SVG file: well-formed XML with a viewBox.
+void m_check_svg(const std::string& path) {
+    CHECK(m_contains(m_read(path), "viewBox='0 0 "));
+    m_check_xml(path);
 }
 bool m_is_minus_inf(float v) { return v == -std::numeric_limits<float>::infinity(); }
 
@@ -9644,6 +9647,215 @@ TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.
                                 "assignments-check > " + log + " 2>&1").c_str());
     INFO("make assignments-check said:\n" << m_read(log));
     CHECK(st == 0);
+#endif
+}
+
+TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full marks, in results.json and results.xml") {
+    // make grade (docs/assignments.md, "Grading") on assignment 1, as a course platform runs it: in
+    // a fresh handout every case fails and the score is 0; in a copy of the handout holding the
+    // solution's transformer.cpp (the autograder copies the student's file in) full marks, written
+    // where GRADE_DIR says; in a copy whose Stack_backward prints bytes that JSON must escape and
+    // aborts, and whose diag_backward never returns, the Embedding cases keep their points and the
+    // others score 0 with the crash's or the time limit's text; with a transformer.cpp that does not
+    // compile, 0 and the compiler's message. Every results.json is parsed, checked case by case
+    // against the cases of ASSIGNMENT_1_TESTS, and every results.xml must be well-formed XML. To keep
+    // it fast the handout links this build's tests.o (make grade compiles transformer.cpp alone)
+    // and the copies keep the handout's objects (only what an edit changes is compiled again).
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("make grade links the -O0 build's tests.o: run by ./tests, not ./tests-debug");
+#else
+    for (const char* f : {"Makefile", "transformer.cpp", "build/tests.o", "tests"})
+        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make tests (make test does): no " << f);
+    const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+    auto sh = [](const std::string& cmd, const std::string& log) {  // exit status, output in log
+        const int st = std::system(("(" + cmd + ") > " + log + " 2>&1").c_str());
+        return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    };
+    auto starts = [](const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; };
+
+    // The cases make grade must report, in doctest's order: those of ASSIGNMENT_1_TESTS.
+    std::string pattern;
+    {
+        std::istringstream mk(m_read("Makefile"));
+        for (std::string l; std::getline(mk, l);)
+            if (starts(l, "ASSIGNMENT_1_TESTS := ")) pattern = l.substr(22);
+    }
+    REQUIRE_MESSAGE(!pattern.empty(), "the Makefile has no line ASSIGNMENT_1_TESTS := ...");
+    REQUIRE_MESSAGE(pattern.back() != '\\', "ASSIGNMENT_1_TESTS continues on the next line: " << pattern);
+    std::vector<std::string> names;
+    {
+        const std::string list = m_path("grade-list.txt");
+        REQUIRE(sh("./tests -nc -ltc '-tc=" + pattern + "'", list) == 0);
+        std::istringstream in(m_read(list));
+        int part = 0;
+        for (std::string l; std::getline(in, l);) {
+            if (!l.empty() && l.find_first_not_of('=') == std::string::npos) part++;
+            else if (part == 1) names.push_back(l);
+        }
+    }
+    REQUIRE_MESSAGE(names.size() >= 3, "ASSIGNMENT_1_TESTS (" << pattern << ") names " << names.size() << " cases");
+
+    // results.json: valid UTF-8 and JSON, {"score", "output", "tests": [{"name", "score", "max_score",
+    // "status", "output"}]} with one entry per case in order and the score their sum. Returns the
+    // tests by name.
+    struct Result {
+        double score = 0, max_score = 0;
+        std::string status, output;
+    };
+    auto results = [&](const std::string& path) {
+        std::map<std::string, Result> by_name;
+        const std::string text = m_read(path);
+        INFO(path << " holds:\n" << text);
+        REQUIRE_MESSAGE(!text.empty(), "make grade wrote no " << path);
+        std::size_t bad = std::string::npos;
+        for (std::size_t i = 0; i < text.size() && bad == std::string::npos;) {
+            uint32_t cp = 0;
+            const int len = utf8_next(text, i, cp);
+            if (len > 0) i += (std::size_t)len;
+            else bad = i;
+        }
+        REQUIRE_MESSAGE(bad == std::string::npos, "byte " << bad << " of " << path << " is not UTF-8");
+        Json j;
+        try {
+            j = parse_json(text);
+        } catch (const std::exception& e) {
+            FAIL("results.json is not JSON: " << std::string(e.what()));
+        }
+        REQUIRE(j.type == Json::object);
+        const Json *score = j.get("score"), *tests = j.get("tests"), *output = j.get("output");
+        REQUIRE_MESSAGE((score && score->type == Json::number), "no number \"score\"");
+        REQUIRE_MESSAGE((output && output->type == Json::string), "no string \"output\"");
+        REQUIRE_MESSAGE((tests && tests->type == Json::array), "no array \"tests\"");
+        REQUIRE_MESSAGE(tests->arr.size() == names.size(), "expected " << names.size() << " tests, got " << tests->arr.size());
+        double sum = 0;
+        for (std::size_t k = 0; k < names.size(); k++) {
+            const Json& t = tests->arr[k];
+            CAPTURE(k);
+            REQUIRE(t.type == Json::object);
+            const Json *name = t.get("name"), *s = t.get("score"), *m = t.get("max_score"), *st = t.get("status"),
+                       *out = t.get("output");
+            REQUIRE_MESSAGE((name && name->type == Json::string), "test " << k << " has no string \"name\"");
+            CHECK_MESSAGE(name->str == names[k], "expected the case \"" << names[k] << "\", got \"" << name->str << "\"");
+            REQUIRE_MESSAGE((s && s->type == Json::number && m && m->type == Json::number), "test " << k << ": no number \"score\" or \"max_score\"");
+            REQUIRE_MESSAGE((st && st->type == Json::string && out && out->type == Json::string), "test " << k << ": no string \"status\" or \"output\"");
+            CHECK_MESSAGE(m->num > 0, name->str << ": expected a max_score above 0, got " << m->num);
+            CHECK_MESSAGE((st->str == "passed" || st->str == "failed"), name->str << ": status " << st->str);
+            CHECK_MESSAGE(s->num == (st->str == "passed" ? m->num : 0.0),
+                          name->str << ": " << st->str << " with score " << s->num << " of " << m->num);
+            sum += s->num;
+            by_name[name->str] = Result{s->num, m->num, st->str, out->str};
+        }
+        CHECK_MESSAGE(score->num == sum, "expected the score to be the tests' sum " << sum << ", got " << score->num);
+        return by_name;
+    };
+    // results.xml: well-formed, a <testcase> of every case.
+    auto junit = [&](const std::string& path) {
+        m_check_xml(path);
+        const std::string xml = m_read(path);
+        for (const std::string& n : names)
+            CHECK_MESSAGE(m_contains(xml, "<testcase classname=\"tests.cpp\" name=\"" + n + "\""), path << " has no <testcase> of " << n);
+    };
+    auto total = [](const std::map<std::string, Result>& r) {
+        double s = 0, m = 0;
+        for (const auto& kv : r) s += kv.second.score, m += kv.second.max_score;
+        return std::make_pair(s, m);
+    };
+
+    // The fresh handout: every case fails on a stub, 0 points.
+    const std::string h = m_path("grade-handout");
+    REQUIRE_MESSAGE(sh(make + " handout ASSIGNMENT=1 DIR=" + h, h + ".log") == 0, m_read(h + ".log"));
+    REQUIRE(sh("mkdir -p " + h + "/build && cp build/tests.o " + h + "/build/", h + ".log") == 0);
+    {
+        const int st = sh("cd " + h + " && " + make + " grade", h + "/grade.log");
+        INFO("make grade in the handout said:\n" << m_read(h + "/grade.log"));
+        REQUIRE(st == 0);
+        CHECK(m_contains(m_read(h + "/grade.log"), "make grade: assignment 1: 0 of "));
+        const auto r = results(h + "/results.json");
+        CHECK(total(r).first == 0);
+        for (const auto& kv : r) {
+            CAPTURE(kv.first);
+            CHECK(kv.second.status == "failed");
+            CHECK_MESSAGE(m_contains(kv.second.output, "not implemented: "), "the output lacks the stub's message: " << kv.second.output);
+        }
+        junit(h + "/results.xml");
+    }
+
+    // The solution in a copy of the handout, results in GRADE_DIR: full marks.
+    const std::string s = m_path("grade-solution"), out = m_path("grade-results");
+    REQUIRE(sh("cp -Rp " + h + " " + s + " && rm " + s + "/results.json " + s + "/results.xml && cp transformer.cpp " + s + "/", s + ".log") == 0);
+    {
+        const int st = sh("cd " + s + " && " + make + " grade GRADE_DIR=" + out, s + "/grade.log");
+        INFO("make grade with the solution said:\n" << m_read(s + "/grade.log"));
+        REQUIRE(st == 0);
+        const auto r = results(out + "/results.json");
+        const auto t = total(r);
+        CHECK_MESSAGE(t.first == t.second, "expected full marks, got " << t.first << " of " << t.second);
+        for (const auto& kv : r) CHECK_MESSAGE(kv.second.status == "passed", kv.first << ": " << kv.second.output);
+        junit(out + "/results.xml");
+        CHECK_FALSE(m_exists(s + "/results.json"));
+    }
+
+    // A crash and a hang in a copy: they cost their own cases only.
+    std::string src = m_read("transformer.cpp");
+    auto inject = [&](const std::string& name, const std::string& stmt) {  // stmt first in name's body
+        std::istringstream in(src);
+        std::string edited;
+        bool done = false;
+        for (std::string l; std::getline(in, l);) {
+            edited += l + "\n";
+            if (!done && !l.empty() && l[0] != ' ' && m_contains(l, " " + name + "(") && l.back() == '{') {
+                edited += stmt + "\n";
+                done = true;
+            }
+        }
+        REQUIRE_MESSAGE(done, "transformer.cpp has no line defining " << name << " that ends with {");
+        src = edited;
+    };
+    inject("Stack_backward", R"cpp(    std::fputs("grade \"quote\" back\\slash\ttab ctl\x01 bad\xff euro\xe2\x82\xac\n", stderr); std::abort();)cpp");
+    inject("diag_backward", "    for (volatile int spin = 0; spin == 0;) {}");
+    const std::string c = m_path("grade-crash");
+    REQUIRE(sh("cp -Rp " + s + " " + c, c + ".log") == 0);
+    m_write(c + "/transformer.cpp", src);
+    {
+        const int st = sh("cd " + c + " && " + make + " grade GRADE_TIMEOUT=2", c + "/grade.log");
+        INFO("make grade with an abort and a hang said:\n" << m_read(c + "/grade.log"));
+        REQUIRE(st == 0);
+        const auto r = results(c + "/results.json");
+        double embedding = 0;
+        for (const auto& kv : r) {
+            CAPTURE(kv.first);
+            CAPTURE(kv.second.output);
+            if (starts(kv.first, "Embedding:")) {
+                CHECK(kv.second.status == "passed");
+                embedding += kv.second.max_score;
+            } else if (starts(kv.first, "Stack:")) {
+                CHECK(kv.second.status == "failed");
+                CHECK(m_contains(kv.second.output, "SIGABRT"));
+                // What the program wrote, decoded: the byte 0xFF (not UTF-8) is U+FFFD.
+                CHECK(m_contains(kv.second.output, "grade \"quote\" back\\slash\ttab ctl\x01 bad\xEF\xBF\xBD euro\xE2\x82\xAC\n"));
+            } else {
+                CHECK(kv.second.status == "failed");
+                CHECK(m_contains(kv.second.output, "stopped after 2 s"));
+            }
+        }
+        CHECK(embedding > 0);
+        CHECK_MESSAGE(total(r).first == embedding, "expected the Embedding cases' " << embedding << " points, got " << total(r).first);
+        junit(c + "/results.xml");
+    }
+
+    // A transformer.cpp that does not compile: make grade fails, results.json says why, 0 points.
+    m_write(c + "/transformer.cpp", m_read("transformer.cpp") + "\nthis is not C++;\n");
+    {
+        const int st = sh("cd " + c + " && " + make + " grade GRADE_DIR=broken", c + "/grade.log");
+        INFO("make grade with a compile error said:\n" << m_read(c + "/grade.log"));
+        CHECK(st != 0);
+        const Json j = parse_json(m_read(c + "/broken/results.json"));
+        REQUIRE(j.get("score"));
+        CHECK(j.get("score")->num == 0);
+        REQUIRE(j.get("output"));
+        CHECK_MESSAGE(m_contains(j.get("output")->str, "error"), "expected the compiler's error, got: " << j.get("output")->str);
+        m_check_xml(c + "/broken/results.xml");
+    }
 #endif
 }
 
