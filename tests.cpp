@@ -8,8 +8,30 @@
 //   3. invariants (rows sum to 1, causality, mean 0 / variance 1, ...),
 //   4. wrong shapes: a tf::ShapeError (tf::Error for bad ids) whose message names the shapes.
 //
-// The sections follow transformer.cpp's two parts (right: its banner each group belongs to).
-// Search for a section's title to jump to its banner:
+// The banners of transformer.cpp and transformer.hpp (a test keeps the three lists the same):
+//
+//   PART I. THE MATHEMATICS
+//     Tensor                         errors, the n x H matrices everything is written in
+//     Matrix products                gemm_reference (the plain loop), matmul and its transposes over gemm
+//     MODULES                        diag, Stack, OneHot, Softmax, masks, attention, FFN, LayerNorm, CE
+//     MODELS                         theta, the embedding, the blocks, GPT / GPT-2 / GPT-3 / BERT / RoBERTa
+//     OBJECTIVES                     L1, MLM, GPT-1 fine-tuning (L2, L3), XLNet
+//     TRAINING                       AdamW, the schedules, clipping, train_step, sampling, generation
+//   PART II. THE MACHINERY
+//     THE FAST MATRIX PRODUCT        the memory pool, gemm (packed, blocked), reductions, row kernels
+//     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
+//     DATA                           the character vocabulary, the built-in addition task
+//     BENCH                          the speed of a model: loading, generation
+//     THE TRAINING LOOP              the plot, one loop for every objective, starting from a checkpoint
+//     FINE-TUNING                    labelled files, the head on a pre-trained model
+//     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
+//     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
+//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands; memory of a run
+//     TEACHING                       heat maps, attention pictures, explain
+//     GENERATED TABLES               Unicode classes
+//
+// The sections follow those parts (right: the banner each group belongs to). Search for a
+// section's title to jump to it:
 //
 //   Helpers                                           grad_check, CHECK_THROWS_NAMING, random modules
 //   Helpers of the model, file and command tests      m_*: the program under test, tiny models, files
@@ -46,19 +68,19 @@
 //     Sampling
 //     Mistakes a student makes                        (Part I functions; docs/mutation.md)
 //   PART II. THE MACHINERY
-//     The vectorised forms                            THE FAST MATRIX PRODUCT AND THE MEMORY POOL
+//     The vectorised forms                            THE FAST MATRIX PRODUCT
 //     Files and failures                              FILES
 //     Checkpoints
 //     Released GPT-2 weights
 //     Released GPT-1, BERT and RoBERTa weights
 //     Export to Hugging Face's layout
-//     Generation with a key/value cache               TRAINING DRIVERS
-//     Training
+//     Generation with a key/value cache               TRAINING (generation)
+//     Training                                        THE TRAINING LOOP
 //     Starting from a checkpoint's weights
-//     Fine-tuning and XLNet as commands
+//     Fine-tuning and XLNet as commands               FINE-TUNING
 //     Tokenizer: GPT-2's byte-level BPE               TOKENIZER: GPT-2's
 //     bpe: learning a byte-level BPE vocabulary
-//     Tokenizers of the released GPT-1 and BERT       TOKENIZERS of the released GPT-1 and BERT
+//     Tokenizers of the released GPT-1 and BERT       TOKENIZERS of the released
 //     The tokenizer of a checkpoint                   THE TOKENIZER OF A CHECKPOINT
 //     Teaching                                        TEACHING
 //     The command-line program                        main.cpp
@@ -9806,6 +9828,49 @@ TEST_CASE("explain: every box's formula is one docs/formulas.md lists (section 1
     for (const std::string& line : listed) {
         INFO("docs/formulas.md lists a box that no variant of explain prints:\n" << line);
         CHECK(printed.count(line) == 1);
+    }
+}
+
+TEST_CASE("banners: transformer.hpp, transformer.cpp and tests.cpp list the same banners, and the first two follow them") {
+    // The list at the top of each file, from "PART I. THE MATHEMATICS" to "GENERATED TABLES", is the
+    // same text; in transformer.hpp and transformer.cpp every title of it heads a section (a line
+    // "// TITLE..." right after a "// ====" or "// ----" line, or the PART banners), in its order.
+    auto index_of = [](const std::string& text) {
+        const std::size_t a = text.find("//   PART I. THE MATHEMATICS\n");
+        const std::size_t b = text.find("GENERATED TABLES", a);
+        return a == std::string::npos || b == std::string::npos ? std::string() : text.substr(a, text.find('\n', b) - a);
+    };
+    const std::string cpp = m_read("transformer.cpp"), hpp = m_read("transformer.hpp"), tests = m_read("tests.cpp");
+    const std::string list = index_of(cpp);
+    REQUIRE_MESSAGE(!list.empty(), "transformer.cpp should list its banners from PART I. THE MATHEMATICS to GENERATED TABLES");
+    CHECK_MESSAGE(index_of(hpp) == list, "transformer.hpp's banner list should be transformer.cpp's:\n" << list);
+    CHECK_MESSAGE(index_of(tests) == list, "tests.cpp's banner list should be transformer.cpp's:\n" << list);
+    std::vector<std::string> titles;  // the first column of the list, "PART I. ..." and "PART II. ..." included
+    {
+        std::istringstream in(list);
+        for (std::string line; std::getline(in, line);) {
+            const std::string t = line.substr(std::min(line.size(), line.find_first_not_of("/ ")));
+            const std::size_t gap = t.find("  ");
+            titles.push_back(t.substr(0, gap));
+        }
+    }
+    CHECK(titles.size() >= 15);
+    for (const std::pair<const char*, const std::string*> file : {std::make_pair("transformer.cpp", &cpp), std::make_pair("transformer.hpp", &hpp)}) {
+        std::vector<std::string> heads;  // the title line of every banner, in order
+        std::istringstream in(*file.second);
+        std::string prev;
+        for (std::string line; std::getline(in, line); prev = line) {
+            const bool after_rule = prev.rfind("// ====", 0) == 0 || prev.rfind("// ----", 0) == 0 || prev.rfind("// ####", 0) == 0;
+            if (after_rule && line.rfind("// ", 0) == 0 && line.rfind("// ====", 0) != 0 && line.rfind("// ----", 0) != 0)
+                heads.push_back(line.substr(3));
+        }
+        std::size_t at = 0;
+        for (const std::string& title : titles) {
+            while (at < heads.size() && heads[at].rfind(title, 0) != 0) at++;
+            INFO(std::string(file.first) << ": the banner \"" << title << "\" of the list should head a section, after the ones before it in the list");
+            CHECK(at < heads.size());
+            if (at == heads.size()) break;
+        }
     }
 }
 

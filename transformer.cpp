@@ -4,21 +4,24 @@
 // derivation in a few comment lines. Search for a banner's title to jump to it:
 //
 //   PART I. THE MATHEMATICS
-//     Tensor                        the n x H matrices everything is written in
-//     Matrix products               gemm_reference (the plain loop), matmul, Linear
-//     MODULES                       diag, Stack, OneHot, Softmax, masks, attention, FFN, LayerNorm, CE
-//     MODELS                        theta, the embedding, the blocks, GPT / GPT-2 / GPT-3 / BERT / RoBERTa
-//     OBJECTIVES                    L1, MLM, GPT-1 fine-tuning (L2, L3), XLNet
-//     TRAINING: AdamW               AdamW, the schedules, clipping, train_step, sampling
+//     Tensor                         errors, the n x H matrices everything is written in
+//     Matrix products                gemm_reference (the plain loop), matmul and its transposes over gemm
+//     MODULES                        diag, Stack, OneHot, Softmax, masks, attention, FFN, LayerNorm, CE
+//     MODELS                         theta, the embedding, the blocks, GPT / GPT-2 / GPT-3 / BERT / RoBERTa
+//     OBJECTIVES                     L1, MLM, GPT-1 fine-tuning (L2, L3), XLNet
+//     TRAINING                       AdamW, the schedules, clipping, train_step, sampling, generation
 //   PART II. THE MACHINERY
-//     THE FAST MATRIX PRODUCT       the memory pool, gemm (packed, blocked), the reductions
-//     FILES                         JSON, checked atomic outputs, safetensors, Hugging Face import/export
-//     TRAINING DRIVERS              data, generation, bench, the training loop, fine-tuning
-//     TOKENIZER: GPT-2's            GPT-2's byte-level BPE, learning a BPE vocabulary
-//     TOKENIZERS of the released    GPT-1's BPE, token files, BERT's WordPiece
-//     THE TOKENIZER OF A CHECKPOINT one tokenizer for the commands; memory of a run
-//     TEACHING                      heat maps, attention pictures, explain
-//     GENERATED TABLES              Unicode classes
+//     THE FAST MATRIX PRODUCT        the memory pool, gemm (packed, blocked), reductions, row kernels
+//     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
+//     DATA                           the character vocabulary, the built-in addition task
+//     BENCH                          the speed of a model: loading, generation
+//     THE TRAINING LOOP              the plot, one loop for every objective, starting from a checkpoint
+//     FINE-TUNING                    labelled files, the head on a pre-trained model
+//     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
+//     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
+//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands; memory of a run
+//     TEACHING                       heat maps, attention pictures, explain
+//     GENERATED TABLES               Unicode classes
 #include "transformer.hpp"
 
 #include <algorithm>
@@ -2068,26 +2071,32 @@ void adamw_init(const Config& c, AdamW& opt) {
     opt.t = 0;
 }
 
-void adamw_step(const Config& c, Params<float>& p, Params<float>& g, AdamW& opt, double lr) {
+void adamw_step(const Config& c, Params<float>& p, Params<float>& grad, AdamW& opt, double lr) {
     opt.t++;
-    const float b1 = (float)opt.beta1, b2 = (float)opt.beta2, eps = (float)opt.eps;
+    const float b1 = (float)opt.beta1;
+    const float b2 = (float)opt.beta2;
+    const float eps = (float)opt.eps;
     const float c1 = (float)(1.0 / (1.0 - std::pow(opt.beta1, (double)opt.t)));  // bias corrections
     const float c2 = (float)(1.0 / (1.0 - std::pow(opt.beta2, (double)opt.t)));
-    auto P = named_tensors(c, p), G = named_tensors(c, g), M = named_tensors(c, opt.m), S = named_tensors(c, opt.v);
+    const std::vector<Named<float>> P = named_tensors(c, p);
+    const std::vector<Named<float>> G = named_tensors(c, grad);
+    const std::vector<Named<float>> M = named_tensors(c, opt.m);
+    const std::vector<Named<float>> V = named_tensors(c, opt.v);
     for (std::size_t k = 0; k < P.size(); k++) {
         const float lr_f = (float)lr;
         const float decay = decays(P[k].name, *P[k].tensor) ? (float)(lr * opt.weight_decay) : 0.f;
-        float* __restrict th = P[k].tensor->ptr();
-        const float* __restrict gr = G[k].tensor->ptr();
+        float* __restrict theta = P[k].tensor->ptr();
+        const float* __restrict g = G[k].tensor->ptr();
         float* __restrict m = M[k].tensor->ptr();
-        float* __restrict v = S[k].tensor->ptr();
+        float* __restrict v = V[k].tensor->ptr();
         const std::size_t n = P[k].tensor->size();
         for (std::size_t j = 0; j < n; j++) {
-            m[j] = b1 * m[j] + (1 - b1) * gr[j];
-            v[j] = b2 * v[j] + (1 - b2) * gr[j] * gr[j];
-            const float mhat = m[j] * c1, vhat = v[j] * c2;
-            th[j] -= decay * th[j];  // decoupled weight decay, as PyTorch's AdamW: before the Adam step
-            th[j] -= lr_f * mhat / (std::sqrt(vhat) + eps);
+            m[j] = b1 * m[j] + (1 - b1) * g[j];
+            v[j] = b2 * v[j] + (1 - b2) * g[j] * g[j];
+            const float mhat = m[j] * c1;
+            const float vhat = v[j] * c2;
+            theta[j] -= decay * theta[j];  // decoupled weight decay, as PyTorch's AdamW: before the Adam step
+            theta[j] -= lr_f * mhat / (std::sqrt(vhat) + eps);
         }
     }
 }
@@ -5155,7 +5164,7 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
 }
 
 // ================================================================================================
-// TRAINING DRIVERS: data, generation, bench, the training loop, fine-tuning
+// DATA: the character vocabulary, the built-in addition task
 // ================================================================================================
 
 // ---- Character vocabulary ------------------------------------------------------------------------
@@ -5257,7 +5266,10 @@ double addition_accuracy(const Config& c, const Params<float>& p, const CharVoca
     return (double)right / problems;
 }
 
-// ---- Speed of a model: loading and generation (bench) ---------------------------------------------
+// ================================================================================================
+// BENCH: the speed of a model (loading, generation)
+// ================================================================================================
+
 ModelSpeed model_speed(const Config& c, Params<float>& p) {
     using Clock = std::chrono::steady_clock;
     auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
@@ -5313,6 +5325,10 @@ ModelSpeed model_speed(const Config& c, Params<float>& p) {
 }
 
 TF_COLD_BEGIN
+// ================================================================================================
+// THE TRAINING LOOP: the plot, one loop for every objective, starting from a checkpoint
+// ================================================================================================
+
 // ---- Plot ----------------------------------------------------------------------------------------
 std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
                      const std::vector<std::pair<long long, double>>& val, const std::string& title) {
@@ -6209,7 +6225,10 @@ TrainResult train(const TrainOptions& opt_in) {
     return r;
 }
 
-// ---- Fine-tuning (formulas §28): labelled files, the head on a pre-trained model -----------
+// ================================================================================================
+// FINE-TUNING (formulas §28): labelled files, the head on a pre-trained model
+// ================================================================================================
+
 const char* finetune_kind_name(FinetuneKind k) {
     switch (k) {
         case FinetuneKind::classify: return "classify";

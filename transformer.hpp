@@ -6,21 +6,24 @@
 // The declarations follow transformer.cpp's two parts. Search for a banner's title to jump to it:
 //
 //   PART I. THE MATHEMATICS
-//     Errors                        Error and ShapeError, thrown on every bad input
-//     Storage                       the memory pool (Part II's, declared first: Tensor allocates through it)
-//     Tensor                        the n x H matrices everything is written in
-//     Matrix products               gemm (Part II's kernel), gemm_reference, matmul and its variants
-//     MODULES                       diag, Stack, OneHot, Softmax, masks, attention, FFN, LayerNorm, CE, Rng
-//     MODELS                        Config, theta, the blocks, GPT / GPT-2 / GPT-3 / BERT / RoBERTa
-//     OBJECTIVES                    L1, MLM, GPT-1 fine-tuning (L2, L3), XLNet
-//     TRAINING                      AdamW, the schedules, clipping, train_step, sampling
+//     Tensor                         errors, the n x H matrices everything is written in
+//     Matrix products                gemm_reference (the plain loop), matmul and its transposes over gemm
+//     MODULES                        diag, Stack, OneHot, Softmax, masks, attention, FFN, LayerNorm, CE
+//     MODELS                         theta, the embedding, the blocks, GPT / GPT-2 / GPT-3 / BERT / RoBERTa
+//     OBJECTIVES                     L1, MLM, GPT-1 fine-tuning (L2, L3), XLNet
+//     TRAINING                       AdamW, the schedules, clipping, train_step, sampling, generation
 //   PART II. THE MACHINERY
-//     CHECKPOINTS                   safetensors, checkpoints, JSON, checked outputs, Hugging Face export
-//     TRAINING DRIVERS              data, the training loop, bench, fine-tuning, generation, the plot
-//     TOKENIZER: GPT-2's            GPT-2's byte-level BPE, learning a BPE vocabulary
-//     THE TOKENIZER OF A CHECKPOINT the tokenizer a checkpoint records; memory of a run
-//     TOKENIZERS of the released    BERT's normaliser, GPT-1's BPE, token files, WordPiece, Tokenizer
-//     TEACHING                      heat maps, attention pictures, explain
+//     THE FAST MATRIX PRODUCT        the memory pool, gemm (packed, blocked), reductions, row kernels
+//     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
+//     DATA                           the character vocabulary, the built-in addition task
+//     BENCH                          the speed of a model: loading, generation
+//     THE TRAINING LOOP              the plot, one loop for every objective, starting from a checkpoint
+//     FINE-TUNING                    labelled files, the head on a pre-trained model
+//     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
+//     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
+//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands; memory of a run
+//     TEACHING                       heat maps, attention pictures, explain
+//     GENERATED TABLES               Unicode classes
 //
 // Conventions used everywhere:
 //   * Matrices are row-major Tensor<T>; "n x H" means n rows, H columns.
@@ -841,11 +844,44 @@ StepResult train_step(const Config& c, Params<float>& p, Params<float>& g, AdamW
 // whose probabilities add up to top_p or more; 1 keeps them all and draws as without it.
 int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rng& rng, double top_p = 1.0);
 
+// Generation with a key/value cache (GPT variants). Under a causal mask row t of every layer
+// depends only on rows 0..t below it, so when tokens arrive one at a time the keys X W_i^K and
+// values X W_i^V of earlier rows can be kept and only the new row computed: O(t) work per token
+// instead of O(t^2). model_step feeds token x at position cache.t and returns the logits (V) for
+// the next token, equal to row t of model_forward on the whole prefix.
+template <typename T>
+struct KVCache {
+    int t = 0;                                 // tokens fed so far (the next position)
+    std::vector<std::vector<Tensor<T>>> K, V;  // [l][i]: t x D (room reserved for n_ctx rows)
+    std::vector<Tensor<T>> masks;              // [l]: layer_mask(c, l, n_ctx)
+};
+template <typename T>
+void kv_init(const Config& c, KVCache<T>& cache);
+template <typename T>
+Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& cache);
+
+// Generation from a GPT-variant checkpoint: next token ~ Softmax(z / temperature) restricted to the
+// top_k most likely (top_k 0 = all; temperature 0 = greedy), then to the nucleus of probability
+// top_p (1 = all; formulas §32). The context is the last n_ctx tokens: while the text fits in n_ctx
+// the key/value cache is used, after that the window slides and each token runs model_forward on
+// the last n_ctx tokens. stop, if given, is asked after each new token and ends the generation
+// when it says so.
+template <typename T>
+std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> prompt, int new_tokens,
+                          double temperature, int top_k, Rng& rng, double top_p = 1.0,
+                          const std::function<bool(const std::vector<int>&)>& stop = nullptr);
+
 // ################################################################################################
-// PART II. THE MACHINERY: checkpoints and files, the training drivers, the tokenizers, teaching
+// PART II. THE MACHINERY: the fast product, files, data, bench, the training loop, fine-tuning,
+// the tokenizers, teaching
 // ################################################################################################
 // ================================================================================================
-// CHECKPOINTS: safetensors (8-byte little-endian header size N, N bytes of JSON header, raw
+// THE FAST MATRIX PRODUCT: the memory pool (Storage) and gemm are declared in Part I, where Tensor
+// and the matrix products need them.
+// ================================================================================================
+
+// ================================================================================================
+// FILES: safetensors (8-byte little-endian header size N, N bytes of JSON header, raw
 // little-endian data). float32 tensors; the configuration as strings in "__metadata__".
 // Then JSON, UTF-8, the checked outputs and their one durable writer, the export to the Hugging Face
 // classes (GPT2LMHeadModel, OpenAIGPTLMHeadModel, BertForMaskedLM, RobertaForMaskedLM, ...).
@@ -1019,8 +1055,7 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
                    const std::map<std::string, std::string>& extra_metadata = {}, const std::string& input = "");
 
 // ================================================================================================
-// TRAINING DRIVERS: data, the training loop for every objective, bench, fine-tuning as a command,
-// generation with a key/value cache, the loss plot.
+// DATA: the character vocabulary, the built-in addition task
 // ================================================================================================
 // A character-level vocabulary: the distinct bytes of a text, sorted; id = index. BERT/RoBERTa add
 // three special tokens after them ([CLS]/<s>, [SEP]/</s>, [MASK]/<mask>).
@@ -1048,6 +1083,32 @@ struct AdditionTask {
     static int prompt_len() { return 8; }          // "123+456="
     static int answer_len() { return 4; }
 };
+
+// The held-out accuracy of a model on the built-in addition task (greedy answers, all 4 digits right).
+double addition_accuracy(const Config& c, const Params<float>& p, const CharVocab& vocab, int problems, uint64_t seed);
+
+// ================================================================================================
+// BENCH: the speed of a model (loading, generation)
+// ================================================================================================
+// What `bench` measures besides a training step: p is written as a checkpoint to the temporary
+// directory ($TMPDIR or /tmp), then timed (best of 3 each) as load_model and as one fread of the
+// whole file into fresh memory, the reference; the file is removed. token_ms: the mean time of
+// one token from model_step with a warm cache at contexts context_from..context_to-1 (64..127
+// when n_ctx allows), the best of 5 such runs; -1 for a model that does not generate.
+// mem_read_gbps: the yardstick of mem_read_gbps(), its passes taken between those runs.
+struct ModelSpeed {
+    double file_bytes = 0, load_ms = 0, fread_ms = 0, token_ms = -1;
+    int context_from = 0, context_to = 0;
+    double mem_read_gbps = 0;  // measured in passes between the token passes (causal models), else 0
+};
+ModelSpeed model_speed(const Config& c, Params<float>& p);
+
+// ================================================================================================
+// THE TRAINING LOOP: the plot, one loop for every objective, starting from a checkpoint
+// ================================================================================================
+// A loss-curve plot (SVG, written by hand): train loss per step and val loss at its steps.
+std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
+                     const std::vector<std::pair<long long, double>>& val, const std::string& title);
 
 // Everything `transformer train` takes; the defaults are the main job (make run).
 struct TrainOptions {
@@ -1157,19 +1218,9 @@ struct RunState {
 };
 TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& obj);
 
-// What `bench` measures besides a training step: p is written as a checkpoint to the temporary
-// directory ($TMPDIR or /tmp), then timed (best of 3 each) as load_model and as one fread of the
-// whole file into fresh memory, the reference; the file is removed. token_ms: the mean time of
-// one token from model_step with a warm cache at contexts context_from..context_to-1 (64..127
-// when n_ctx allows), the best of 5 such runs; -1 for a model that does not generate.
-// mem_read_gbps: the yardstick of mem_read_gbps(), its passes taken between those runs.
-struct ModelSpeed {
-    double file_bytes = 0, load_ms = 0, fread_ms = 0, token_ms = -1;
-    int context_from = 0, context_to = 0;
-    double mem_read_gbps = 0;  // measured in passes between the token passes (causal models), else 0
-};
-ModelSpeed model_speed(const Config& c, Params<float>& p);
-
+// ================================================================================================
+// FINE-TUNING (formulas §28): labelled files, the head on a pre-trained model
+// ================================================================================================
 // Fine-tuning as a command (formulas §28): labelled tab-separated files, one example a line:
 //   classify    LABEL<TAB>TEXT
 //   entailment  LABEL<TAB>PREMISE<TAB>HYPOTHESIS
@@ -1276,40 +1327,6 @@ FinetuneResult finetune(const FinetuneOptions& o);
 // pre-training never saw (validation).
 std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t seed, bool held_out);
 
-// Generation with a key/value cache (GPT variants). Under a causal mask row t of every layer
-// depends only on rows 0..t below it, so when tokens arrive one at a time the keys X W_i^K and
-// values X W_i^V of earlier rows can be kept and only the new row computed: O(t) work per token
-// instead of O(t^2). model_step feeds token x at position cache.t and returns the logits (V) for
-// the next token, equal to row t of model_forward on the whole prefix.
-template <typename T>
-struct KVCache {
-    int t = 0;                                 // tokens fed so far (the next position)
-    std::vector<std::vector<Tensor<T>>> K, V;  // [l][i]: t x D (room reserved for n_ctx rows)
-    std::vector<Tensor<T>> masks;              // [l]: layer_mask(c, l, n_ctx)
-};
-template <typename T>
-void kv_init(const Config& c, KVCache<T>& cache);
-template <typename T>
-Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& cache);
-
-// Generation from a GPT-variant checkpoint: next token ~ Softmax(z / temperature) restricted to the
-// top_k most likely (top_k 0 = all; temperature 0 = greedy), then to the nucleus of probability
-// top_p (1 = all; formulas §32). The context is the last n_ctx tokens: while the text fits in n_ctx
-// the key/value cache is used, after that the window slides and each token runs model_forward on
-// the last n_ctx tokens. stop, if given, is asked after each new token and ends the generation
-// when it says so.
-template <typename T>
-std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> prompt, int new_tokens,
-                          double temperature, int top_k, Rng& rng, double top_p = 1.0,
-                          const std::function<bool(const std::vector<int>&)>& stop = nullptr);
-
-// The held-out accuracy of a model on the built-in addition task (greedy answers, all 4 digits right).
-double addition_accuracy(const Config& c, const Params<float>& p, const CharVocab& vocab, int problems, uint64_t seed);
-
-// A loss-curve plot (SVG, written by hand): train loss per step and val loss at its steps.
-std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
-                     const std::vector<std::pair<long long, double>>& val, const std::string& title);
-
 // ================================================================================================
 // TOKENIZER: GPT-2's byte-level BPE (GPT-2 paper, section 2.2), for the released weights and for vocabularies learnt with bpe.
 // ================================================================================================
@@ -1415,47 +1432,6 @@ void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& i
 // DIR/encoder.json and DIR/vocab.bpe through AtomicFile (DIR created if missing), after bpe_check_out_dir.
 void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs);
 
-// ================================================================================================
-// THE TOKENIZER OF A CHECKPOINT: which text <-> ids mapping a model was trained with, kept in its
-// metadata so that sample and eval need no tokenizer flags; the memory of a training run.
-// ================================================================================================
-// Recorded in the metadata under a kind string:
-//   no "tokenizer", "vocab"   characters: "vocab" = CharVocab::to_metadata() (every older checkpoint)
-//   "tokenizer" = KIND        a subword tokenizer (gpt2-bpe, gpt1-bpe, roberta-bpe, bert-wordpiece: see the
-//                             TOKENIZERS section below) with its files whole, so a moved checkpoint
-//                             still samples: "tokenizer.encoder_json" and "tokenizer.vocab_bpe" for
-//                             the BPEs (encoder.json and vocab.bpe; about 1.5 MB of header for GPT-2's
-//                             50257 tokens), "tokenizer.vocab_txt" for WordPiece
-// The Tokenizer struct itself (one for every kind) is declared with the tokenizers below.
-struct Tokenizer;
-Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
-// The tokenizer a checkpoint's metadata records (kind "" if none: released weights); throws
-// Error naming `path` on an unknown kind or a damaged record.
-Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const std::string& path);
-// tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
-// A text that is not UTF-8 is an Error naming `where` (a quoted file name or a flag) and the byte offset.
-std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
-// Bytes the training loop holds for a model: parameters, gradients, AdamW's m and v (4 bytes per
-// float each), and an estimate of one step's activations (forward caches and logits at B x n; a
-// masked LM de-embeds about 15% of its rows).
-struct TrainMemory {
-    double params = 0, grads = 0, adam = 0, activations = 0;
-};
-TrainMemory train_memory(const Config& c, long long B, int n);
-// The memory this process can have, in bytes: the least of the machine's physical memory, its
-// cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) and the address-space limit (ulimit -v);
-// `source` names the one that sets it.
-struct MemoryLimit {
-    double bytes = 0;
-    std::string source;
-};
-MemoryLimit memory_limit();
-// A run is refused before any work when its estimate (`need` bytes, `detail` says of what) exceeds
-// `limit`: the error names the command, the estimate, the limit and its source, the flags that
-// drive the estimate (`drivers`, e.g. "--batch 64 --block 8192") and --no-memory-check, which lets
-// the run start anyway (check = false skips the test).
-void require_memory(const std::string& command, double need, const std::string& detail, const std::string& drivers,
-                    const MemoryLimit& limit, bool check = true);
 // ================================================================================================
 // TOKENIZERS of the released GPT-1 and BERT: BERT's normaliser and pre-tokeniser, then
 // GPT-1's BPE (end-of-word suffix "</w>") or BERT's WordPiece (continuation prefix "##"), as Hugging
@@ -1565,6 +1541,47 @@ const char* tokenizer_title(const std::string& kind);  // "GPT-2's byte-level BP
 std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text);
 
 // ================================================================================================
+// THE TOKENIZER OF A CHECKPOINT: which text <-> ids mapping a model was trained with, kept in its
+// metadata so that sample and eval need no tokenizer flags; the memory of a training run.
+// ================================================================================================
+// Recorded in the metadata under a kind string:
+//   no "tokenizer", "vocab"   characters: "vocab" = CharVocab::to_metadata() (every older checkpoint)
+//   "tokenizer" = KIND        a subword tokenizer (gpt2-bpe, gpt1-bpe, roberta-bpe, bert-wordpiece: see the
+//                             TOKENIZERS section above) with its files whole, so a moved checkpoint
+//                             still samples: "tokenizer.encoder_json" and "tokenizer.vocab_bpe" for
+//                             the BPEs (encoder.json and vocab.bpe; about 1.5 MB of header for GPT-2's
+//                             50257 tokens), "tokenizer.vocab_txt" for WordPiece
+// The Tokenizer struct itself (one for every kind) is declared with the tokenizers above.
+struct Tokenizer;
+Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+// The tokenizer a checkpoint's metadata records (kind "" if none: released weights); throws
+// Error naming `path` on an unknown kind or a damaged record.
+Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const std::string& path);
+// tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
+// A text that is not UTF-8 is an Error naming `where` (a quoted file name or a flag) and the byte offset.
+std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
+// Bytes the training loop holds for a model: parameters, gradients, AdamW's m and v (4 bytes per
+// float each), and an estimate of one step's activations (forward caches and logits at B x n; a
+// masked LM de-embeds about 15% of its rows).
+struct TrainMemory {
+    double params = 0, grads = 0, adam = 0, activations = 0;
+};
+TrainMemory train_memory(const Config& c, long long B, int n);
+// The memory this process can have, in bytes: the least of the machine's physical memory, its
+// cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) and the address-space limit (ulimit -v);
+// `source` names the one that sets it.
+struct MemoryLimit {
+    double bytes = 0;
+    std::string source;
+};
+MemoryLimit memory_limit();
+// A run is refused before any work when its estimate (`need` bytes, `detail` says of what) exceeds
+// `limit`: the error names the command, the estimate, the limit and its source, the flags that
+// drive the estimate (`drivers`, e.g. "--batch 64 --block 8192") and --no-memory-check, which lets
+// the run start anyway (check = false skips the test).
+void require_memory(const std::string& command, double need, const std::string& detail, const std::string& drivers,
+                    const MemoryLimit& limit, bool check = true);
+// ================================================================================================
 // TEACHING: pictures and explain. Layers, heads and permutation positions count from 1
 // here, as in the formulas; token ids are code ids (0-based), as everywhere.
 // ================================================================================================
@@ -1626,5 +1643,10 @@ struct Explained {
 template <typename T>
 Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values = 4);
 std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps);
+
+// ================================================================================================
+// GENERATED TABLES: the Unicode classes of the tokenizers, internal to transformer.cpp (nothing
+// declared here).
+// ================================================================================================
 
 }  // namespace tf
