@@ -669,7 +669,7 @@ static Tensor<T>* head_bias(std::vector<Tensor<T>>& b, int i) {
 // (biases, if any: b_i^Q, b_i^K, b_i^V: D, b^O: H).
 template <typename T>
 Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHeadSAParams<T>& p,
-                      MultiHeadSACache<T>* cache, double attn_dropout, Rng* rng) {
+                      MultiHeadSACache<T>* cache_out, double attn_dropout, Rng* rng) {
     check_mhsa_params(X, p, "MultiHeadSA");
     require_matrix(Mask, "MultiHeadSA", "Mask");
     const int n = Mask.cols(), A = (int)p.W_Q.size(), D = p.W_Q[0].cols();
@@ -680,26 +680,26 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
     if (attn_dropout > 0 && !rng) throw Error("MultiHeadSA: attention dropout " + std::to_string(attn_dropout) + " needs a random generator");
     const int B = X.rows() / n;
     MultiHeadSACache<T> local;
-    MultiHeadSACache<T>& c = cache ? *cache : local;
-    c.Q.assign(A, {});
-    c.K.assign(A, {});
-    c.V.assign(A, {});
-    c.head.assign(A, Tensor<T>::uninit(B * n, D));
-    c.att.assign(A, std::vector<AttentionCache<T>>(B));
-    c.dropout.assign(A, std::vector<Tensor<T>>(B));
+    MultiHeadSACache<T>& cache = cache_out ? *cache_out : local;
+    cache.Q.assign(A, {});
+    cache.K.assign(A, {});
+    cache.V.assign(A, {});
+    cache.head.assign(A, Tensor<T>::uninit(B * n, D));
+    cache.att.assign(A, std::vector<AttentionCache<T>>(B));
+    cache.dropout.assign(A, std::vector<Tensor<T>>(B));
     for (int i = 0; i < A; i++) {
-        c.Q[i] = Linear(X, p.W_Q[i], head_bias(p.b_Q, i));  // (B*n) x D: X W_i^Q (+ b_i^Q)
-        c.K[i] = Linear(X, p.W_K[i], head_bias(p.b_K, i));
-        c.V[i] = Linear(X, p.W_V[i], head_bias(p.b_V, i));
+        cache.Q[i] = Linear(X, p.W_Q[i], head_bias(p.b_Q, i));  // (B*n) x D: X W_i^Q (+ b_i^Q)
+        cache.K[i] = Linear(X, p.W_K[i], head_bias(p.b_K, i));
+        cache.V[i] = Linear(X, p.W_V[i], head_bias(p.b_V, i));
         for (int b = 0; b < B; b++) {
-            c.dropout[i][b] = dropout_mask<T>({n, n}, attn_dropout, rng);
-            Tensor<T> O = Attention(rows_of(c.Q[i], b * n, n), rows_of(c.K[i], b * n, n), rows_of(c.V[i], b * n, n),
-                                    per_sequence ? rows_of(Mask, b * n, n) : Mask, &c.att[i][b], &c.dropout[i][b]);
-            set_rows(c.head[i], b * n, O);
+            cache.dropout[i][b] = dropout_mask<T>({n, n}, attn_dropout, rng);
+            Tensor<T> O = Attention(rows_of(cache.Q[i], b * n, n), rows_of(cache.K[i], b * n, n), rows_of(cache.V[i], b * n, n),
+                                    per_sequence ? rows_of(Mask, b * n, n) : Mask, &cache.att[i][b], &cache.dropout[i][b]);
+            set_rows(cache.head[i], b * n, O);
         }
     }
-    c.concat = Concat(c.head);  // (B*n) x AD
-    return Linear(c.concat, p.W_O, p.b_O);
+    cache.concat = Concat(cache.head);  // (B*n) x AD
+    return Linear(cache.concat, p.W_O, p.b_O);
 }
 
 // Y = C W^O with C = Concat(head_i): dW^O += C^T dY, dC = dY W^O^T, dhead_i = dC[:, iD:(i+1)D];
@@ -707,26 +707,26 @@ Tensor<T> MultiHeadSA(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHead
 // dX = sum_i (dQ_i W_i^Q^T + dK_i W_i^K^T + dV_i W_i^V^T). A bias added to every row gets the
 // column sums: db^O += colsum(dY), db_i^Q += colsum(dQ_i), ...
 template <typename T>
-Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p, const MultiHeadSACache<T>& c,
+Tensor<T> MultiHeadSA_backward(const Tensor<T>& X, const MultiHeadSAParams<T>& p, const MultiHeadSACache<T>& cache,
                                const Tensor<T>& dY, MultiHeadSAParams<T>& g) {
     check_mhsa_params(X, p, "MultiHeadSA_backward");
     require_same_shape(X, dY, "MultiHeadSA_backward", "X", "dY");
     const int A = (int)p.W_Q.size(), D = p.W_Q[0].cols();
-    if ((int)c.att.size() != A || c.att[0].empty() || c.concat.rows() != X.rows())
+    if ((int)cache.att.size() != A || cache.att[0].empty() || cache.concat.rows() != X.rows())
         throw ShapeError("MultiHeadSA_backward: the cache does not come from a forward pass on X (" + shape_str(X) +
-                         "), concat is " + shape_str(c.concat));
-    const int B = (int)c.att[0].size(), n = X.rows() / B;
+                         "), concat is " + shape_str(cache.concat));
+    const int B = (int)cache.att[0].size(), n = X.rows() / B;
     if (g.b_Q.size() != p.b_Q.size() || g.b_K.size() != p.b_K.size() || g.b_V.size() != p.b_V.size() ||
         g.b_O.empty() != p.b_O.empty())
         throw ShapeError("MultiHeadSA_backward: the gradient g needs biases exactly when the parameters have them");
-    std::vector<Tensor<T>> dhead = Concat_backward(Linear_backward(c.concat, p.W_O, dY, g.W_O, &g.b_O), A);
+    std::vector<Tensor<T>> dhead = Concat_backward(Linear_backward(cache.concat, p.W_O, dY, g.W_O, &g.b_O), A);
     Tensor<T> dX(X.rows(), X.cols());
     for (int i = 0; i < A; i++) {
         Tensor<T> dQ = Tensor<T>::uninit(B * n, D), dK = Tensor<T>::uninit(B * n, D), dV = Tensor<T>::uninit(B * n, D);
         for (int b = 0; b < B; b++) {
             Tensor<T> dq, dk, dv;
-            Attention_backward(rows_of(c.Q[i], b * n, n), rows_of(c.K[i], b * n, n), rows_of(c.V[i], b * n, n),
-                               c.att[i][b], rows_of(dhead[i], b * n, n), dq, dk, dv, &c.dropout[i][b]);
+            Attention_backward(rows_of(cache.Q[i], b * n, n), rows_of(cache.K[i], b * n, n), rows_of(cache.V[i], b * n, n),
+                               cache.att[i][b], rows_of(dhead[i], b * n, n), dq, dk, dv, &cache.dropout[i][b]);
             set_rows(dQ, b * n, dq);
             set_rows(dK, b * n, dk);
             set_rows(dV, b * n, dv);
@@ -761,8 +761,8 @@ T activation(Activation a, T x) {
         case Activation::relu: return x > T(0) ? x : T(0);
         case Activation::gelu_sigmoid: return x / (T(1) + std::exp(T(-1.702) * x));
         case Activation::gelu_tanh: {
-            const T c = T(0.7978845608028654);  // sqrt(2/pi)
-            return T(0.5) * x * (T(1) + std::tanh(c * (x + T(0.044715) * x * x * x)));
+            const T sqrt_2_over_pi = T(0.7978845608028654);  // sqrt(2/pi)
+            return T(0.5) * x * (T(1) + std::tanh(sqrt_2_over_pi * (x + T(0.044715) * x * x * x)));
         }
         case Activation::gelu_erf: return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
     }
@@ -782,9 +782,9 @@ T activation_derivative(Activation a, T x) {
         }
         case Activation::gelu_tanh: {
             if (std::fabs(x) > T(20)) return x > T(0) ? T(1) : T(0);  // saturated; avoids inf * 0
-            const T c = T(0.7978845608028654);
-            const T t = std::tanh(c * (x + T(0.044715) * x * x * x));
-            return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * x * x);
+            const T sqrt_2_over_pi = T(0.7978845608028654);
+            const T t = std::tanh(sqrt_2_over_pi * (x + T(0.044715) * x * x * x));
+            return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * sqrt_2_over_pi * (T(1) + T(3 * 0.044715) * x * x);
         }
         case Activation::gelu_erf:
             return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) +
@@ -807,24 +807,24 @@ static void check_ffn_params(const Tensor<T>& X, const FFNParams<T>& p, const ch
 
 // X: n x H -> Z = X W_1 + b_1 (n x F) -> A = act(Z) (n x F) -> Y = A W_2 + b_2 (n x H).
 template <typename T>
-Tensor<T> FFN(const Tensor<T>& X, const FFNParams<T>& p, Activation act, FFNCache<T>* cache) {
+Tensor<T> FFN(const Tensor<T>& X, const FFNParams<T>& p, Activation act, FFNCache<T>* cache_out) {
     check_ffn_params(X, p, "FFN");
     FFNCache<T> local;
-    FFNCache<T>& c = cache ? *cache : local;
-    c.Z = Linear(X, p.W_1, p.b_1);
-    c.A = Tensor<T>::uninit(c.Z.shape);
-    activation_array(act, c.Z.ptr(), c.A.ptr(), c.Z.size());  // A = act(Z), entry by entry
-    return Linear(c.A, p.W_2, p.b_2);
+    FFNCache<T>& cache = cache_out ? *cache_out : local;
+    cache.Z = Linear(X, p.W_1, p.b_1);
+    cache.A = Tensor<T>::uninit(cache.Z.shape);
+    activation_array(act, cache.Z.ptr(), cache.A.ptr(), cache.Z.size());  // A = act(Z), entry by entry
+    return Linear(cache.A, p.W_2, p.b_2);
 }
 
 template <typename T>
-Tensor<T> FFN_backward(const Tensor<T>& X, const FFNParams<T>& p, Activation act, const FFNCache<T>& c,
+Tensor<T> FFN_backward(const Tensor<T>& X, const FFNParams<T>& p, Activation act, const FFNCache<T>& cache,
                        const Tensor<T>& dY, FFNParams<T>& g) {
     check_ffn_params(X, p, "FFN_backward");
     require_same_shape(X, dY, "FFN_backward", "X", "dY");
-    Tensor<T> dA = Linear_backward(c.A, p.W_2, dY, g.W_2, &g.b_2);  // n x F
+    Tensor<T> dA = Linear_backward(cache.A, p.W_2, dY, g.W_2, &g.b_2);  // n x F
     Tensor<T> dZ = std::move(dA);
-    activation_derivative_array(act, c.Z.ptr(), dZ.ptr(), dZ.size());  // dZ = dA * act'(Z), entry by entry
+    activation_derivative_array(act, cache.Z.ptr(), dZ.ptr(), dZ.size());  // dZ = dA * act'(Z), entry by entry
     return Linear_backward(X, p.W_1, dZ, g.W_1, &g.b_1);
 }
 
@@ -873,15 +873,15 @@ static double lanes_sum(int H, F term) {
 
 template <typename T>
 Tensor<T> LayerNorm(const Tensor<T>& X, const Tensor<T>& gamma, const Tensor<T>& beta, double eps,
-                    LayerNormCache<T>* cache) {
+                    LayerNormCache<T>* cache_out) {
     require_matrix(X, "LayerNorm", "X");
     const int n = X.rows(), H = X.cols();
     require_shape(gamma, {H}, "LayerNorm", "gamma");
     require_shape(beta, {H}, "LayerNorm", "beta");
     LayerNormCache<T> local;
-    LayerNormCache<T>& c = cache ? *cache : local;
-    c.Xhat = Tensor<T>::uninit(n, H);  // every row is written below
-    c.rstd = Tensor<T>::uninit({n});
+    LayerNormCache<T>& cache = cache_out ? *cache_out : local;
+    cache.Xhat = Tensor<T>::uninit(n, H);  // every row is written below
+    cache.rstd = Tensor<T>::uninit({n});
     Tensor<T> Y = Tensor<T>::uninit(n, H);
     // The statistics are summed in double around a shift K = x_0 (shifted two-pass): a constant
     // row gives mu = K and x_j - mu = 0 exactly (so Y = beta), and a large common offset (rows of
@@ -893,8 +893,8 @@ Tensor<T> LayerNorm(const Tensor<T>& X, const Tensor<T>& gamma, const Tensor<T>&
         const double mu = K + s / H;
         const double var = lanes_sum(H, [&](int j) { return ((double)x[j] - mu) * ((double)x[j] - mu); }) / H;
         const double rstd = 1.0 / std::sqrt(var + eps);
-        c.rstd[i] = T(rstd);
-        T* xh = c.Xhat.row(i);
+        cache.rstd[i] = T(rstd);
+        T* xh = cache.Xhat.row(i);
         T* y = Y.row(i);
         for (int j = 0; j < H; j++) {
             xh[j] = T(((double)x[j] - mu) * rstd);
@@ -908,9 +908,9 @@ Tensor<T> LayerNorm(const Tensor<T>& X, const Tensor<T>& gamma, const Tensor<T>&
 // Xhat_j = (x_j - mu) rstd with mu, rstd functions of the whole row; differentiating gives
 //   dX_j = rstd (G_j - mean_k G_k - Xhat_j mean_k(G_k Xhat_k)).
 template <typename T>
-Tensor<T> LayerNorm_backward(const Tensor<T>& gamma, const LayerNormCache<T>& c, const Tensor<T>& dY,
+Tensor<T> LayerNorm_backward(const Tensor<T>& gamma, const LayerNormCache<T>& cache, const Tensor<T>& dY,
                              Tensor<T>& dgamma, Tensor<T>& dbeta) {
-    require_same_shape(c.Xhat, dY, "LayerNorm_backward", "Xhat", "dY");
+    require_same_shape(cache.Xhat, dY, "LayerNorm_backward", "Xhat", "dY");
     const int n = dY.rows(), H = dY.cols();
     require_shape(gamma, {H}, "LayerNorm_backward", "gamma");
     require_shape(dgamma, {H}, "LayerNorm_backward", "dgamma");
@@ -918,7 +918,7 @@ Tensor<T> LayerNorm_backward(const Tensor<T>& gamma, const LayerNormCache<T>& c,
     Tensor<T> dX = Tensor<T>::uninit(n, H);
     for (int i = 0; i < n; i++) {
         const T* dy = dY.row(i);
-        const T* xh = c.Xhat.row(i);
+        const T* xh = cache.Xhat.row(i);
         // row means summed in double, as in the forward
         const double sum_g = lanes_sum(H, [&](int j) { return (double)(dy[j] * gamma[j]); });
         const double sum_gx = lanes_sum(H, [&](int j) { return (double)(dy[j] * gamma[j]) * xh[j]; });
@@ -928,7 +928,7 @@ Tensor<T> LayerNorm_backward(const Tensor<T>& gamma, const LayerNormCache<T>& c,
         }
         const T mean_g = T(sum_g / H), mean_gx = T(sum_gx / H);
         T* dx = dX.row(i);
-        for (int j = 0; j < H; j++) dx[j] = c.rstd[i] * (dy[j] * gamma[j] - mean_g - xh[j] * mean_gx);
+        for (int j = 0; j < H; j++) dx[j] = cache.rstd[i] * (dy[j] * gamma[j] - mean_g - xh[j] * mean_gx);
     }
     return dX;
 }
@@ -3085,7 +3085,7 @@ TF_IVDEP_VEXP
 // activation and activation_derivative.
 template <typename T>
 void activation_array(Activation a, const T* __restrict z, T* __restrict y, std::size_t n) {
-    const T c = T(0.7978845608028654);  // sqrt(2/pi)
+    const T sqrt_2_over_pi = T(0.7978845608028654);  // sqrt(2/pi)
     switch (a) {
         case Activation::relu:
 TF_IVDEP
@@ -3098,7 +3098,7 @@ TF_IVDEP_VEXP
         case Activation::gelu_tanh:
 TF_IVDEP_VEXP
             for (std::size_t k = 0; k < n; k++) {
-                const T x = z[k], u = c * (x + T(0.044715) * x * x * x);
+                const T x = z[k], u = sqrt_2_over_pi * (x + T(0.044715) * x * x * x);
                 y[k] = x / (T(1) + vexp(T(-2) * u));
             }
             return;
@@ -3110,7 +3110,7 @@ TF_IVDEP_VEXP
 // dz_k *= act'(z_k)
 template <typename T>
 void activation_derivative_array(Activation a, const T* __restrict z, T* __restrict dz, std::size_t n) {
-    const T c = T(0.7978845608028654);
+    const T sqrt_2_over_pi = T(0.7978845608028654);
     switch (a) {
         case Activation::relu:
 TF_IVDEP
@@ -3126,9 +3126,9 @@ TF_IVDEP_VEXP
         case Activation::gelu_tanh:
 TF_IVDEP_VEXP
             for (std::size_t k = 0; k < n; k++) {
-                const T x = z[k], u = c * (x + T(0.044715) * x * x * x);
+                const T x = z[k], u = sqrt_2_over_pi * (x + T(0.044715) * x * x * x);
                 const T s = T(1) / (T(1) + vexp(T(-2) * u));  // 0.5 (1 + tanh u)
-                const T d = s + T(2) * x * s * (T(1) - s) * c * (T(1) + T(3 * 0.044715) * x * x);
+                const T d = s + T(2) * x * s * (T(1) - s) * sqrt_2_over_pi * (T(1) + T(3 * 0.044715) * x * x);
                 dz[k] *= (x > T(20) || x < T(-20)) ? (x > T(0) ? T(1) : T(0)) : d;  // saturated, as above
             }
             return;
