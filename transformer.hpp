@@ -63,6 +63,73 @@ struct ShapeError : Error {
     using Error::Error;
 };
 
+// Every Tensor's numbers live in a Storage: a std::vector whose allocator takes its blocks from a
+// recycling pool (Part II's machinery, declared after Tensor below, "Storage").
+template <class T>
+struct PoolAllocator;
+template <typename T>
+using Storage = std::vector<T, PoolAllocator<T>>;
+
+// ------------------------------------------------------------------------------------------------
+// Tensor: a row-major array with a shape of one ({H}) or two ({rows, cols}) dimensions.
+// ------------------------------------------------------------------------------------------------
+template <typename T>
+struct Tensor {
+    std::vector<int> shape;  // {len} or {rows, cols}
+    Storage<T> data;         // row-major, size = product of shape
+
+    Tensor() = default;
+    explicit Tensor(std::vector<int> shape_, T fill = T(0));
+    // A tensor whose numbers are not written: only for results that the caller overwrites
+    // entirely (saves zero-filling them first). Unoptimised builds fill it with NaN, so an entry
+    // left unwritten shows up in the tests.
+    static Tensor uninit(std::vector<int> shape);
+    static Tensor uninit(int rows, int cols) { return uninit(std::vector<int>{rows, cols}); }
+    // rows x cols. Only integer sizes are accepted: Tensor<float>({5}, 2.0f) is the 5-vector of 2s
+    // (the constructor above), never a 5 x 2 matrix, and Tensor<float>(5, 2.0f) does not compile.
+    template <class R, class C,
+              typename std::enable_if<std::is_integral<R>::value && std::is_integral<C>::value, int>::type = 0>
+    Tensor(R rows, C cols, T fill = T(0)) : Tensor(std::vector<int>{(int)rows, (int)cols}, fill) {}
+    // A matrix from its entries in row-major order (for hand-computed tests).
+    static Tensor from(int rows, int cols, std::vector<T> values);
+    static Tensor vector(std::vector<T> values);
+
+    int rows() const { return shape.size() == 2 ? shape[0] : 1; }
+    int cols() const { return shape.empty() ? 0 : shape.back(); }
+    std::size_t size() const { return data.size(); }
+    bool empty() const { return data.empty(); }
+    T* ptr() { return data.data(); }
+    const T* ptr() const { return data.data(); }
+    T* row(int i) { return data.data() + (std::size_t)i * cols(); }
+    const T* row(int i) const { return data.data() + (std::size_t)i * cols(); }
+    T& operator()(int i, int j) { return data[(std::size_t)i * cols() + j]; }
+    const T& operator()(int i, int j) const { return data[(std::size_t)i * cols() + j]; }
+    T& operator[](std::size_t k) { return data[k]; }
+    const T& operator[](std::size_t k) const { return data[k]; }
+    void zero();
+};
+
+std::string shape_str(const std::vector<int>& shape);  // "3x4", "5"
+template <typename T>
+std::string shape_str(const Tensor<T>& t) {
+    return shape_str(t.shape);
+}
+// Throw ShapeError "where: <name> is AxB, expected CxD" unless t has the given shape.
+template <typename T>
+void require_shape(const Tensor<T>& t, const std::vector<int>& shape, const char* where, const char* name);
+// Throw ShapeError "where: a is AxB but b is CxD" unless a and b have the same shape.
+template <typename T, typename U>
+void require_same_shape(const Tensor<T>& a, const Tensor<U>& b, const char* where, const char* a_name,
+                        const char* b_name);
+
+// Element-wise helpers (shapes checked).
+template <typename T>
+Tensor<T> add(const Tensor<T>& A, const Tensor<T>& B);  // A + B
+template <typename T>
+void add_inplace(Tensor<T>& A, const Tensor<T>& B);  // A += B
+template <typename T>
+Tensor<T> transpose(const Tensor<T>& A);
+
 // ------------------------------------------------------------------------------------------------
 // Storage: every Tensor's numbers come from a recycling pool.
 // ------------------------------------------------------------------------------------------------
@@ -136,8 +203,6 @@ bool operator==(const PoolAllocator<T>&, const PoolAllocator<U>&) { return true;
 template <class T, class U>
 bool operator!=(const PoolAllocator<T>&, const PoolAllocator<U>&) { return false; }
 
-template <typename T>
-using Storage = std::vector<T, PoolAllocator<T>>;
 // A tensor's numbers compared with a plain vector (tests: CHECK(Y.data == std::vector<double>{...})).
 template <typename T>
 bool operator==(const Storage<T>& a, const std::vector<T>& b) {
@@ -149,66 +214,6 @@ template <typename T>
 bool operator!=(const Storage<T>& a, const std::vector<T>& b) { return !(a == b); }
 template <typename T>
 bool operator!=(const std::vector<T>& a, const Storage<T>& b) { return !(b == a); }
-
-// ------------------------------------------------------------------------------------------------
-// Tensor: a row-major array with a shape of one ({H}) or two ({rows, cols}) dimensions.
-// ------------------------------------------------------------------------------------------------
-template <typename T>
-struct Tensor {
-    std::vector<int> shape;  // {len} or {rows, cols}
-    Storage<T> data;         // row-major, size = product of shape
-
-    Tensor() = default;
-    explicit Tensor(std::vector<int> shape_, T fill = T(0));
-    // A tensor whose numbers are not written: only for results that the caller overwrites
-    // entirely (saves zero-filling them first). Unoptimised builds fill it with NaN, so an entry
-    // left unwritten shows up in the tests.
-    static Tensor uninit(std::vector<int> shape);
-    static Tensor uninit(int rows, int cols) { return uninit(std::vector<int>{rows, cols}); }
-    // rows x cols. Only integer sizes are accepted: Tensor<float>({5}, 2.0f) is the 5-vector of 2s
-    // (the constructor above), never a 5 x 2 matrix, and Tensor<float>(5, 2.0f) does not compile.
-    template <class R, class C,
-              typename std::enable_if<std::is_integral<R>::value && std::is_integral<C>::value, int>::type = 0>
-    Tensor(R rows, C cols, T fill = T(0)) : Tensor(std::vector<int>{(int)rows, (int)cols}, fill) {}
-    // A matrix from its entries in row-major order (for hand-computed tests).
-    static Tensor from(int rows, int cols, std::vector<T> values);
-    static Tensor vector(std::vector<T> values);
-
-    int rows() const { return shape.size() == 2 ? shape[0] : 1; }
-    int cols() const { return shape.empty() ? 0 : shape.back(); }
-    std::size_t size() const { return data.size(); }
-    bool empty() const { return data.empty(); }
-    T* ptr() { return data.data(); }
-    const T* ptr() const { return data.data(); }
-    T* row(int i) { return data.data() + (std::size_t)i * cols(); }
-    const T* row(int i) const { return data.data() + (std::size_t)i * cols(); }
-    T& operator()(int i, int j) { return data[(std::size_t)i * cols() + j]; }
-    const T& operator()(int i, int j) const { return data[(std::size_t)i * cols() + j]; }
-    T& operator[](std::size_t k) { return data[k]; }
-    const T& operator[](std::size_t k) const { return data[k]; }
-    void zero();
-};
-
-std::string shape_str(const std::vector<int>& shape);  // "3x4", "5"
-template <typename T>
-std::string shape_str(const Tensor<T>& t) {
-    return shape_str(t.shape);
-}
-// Throw ShapeError "where: <name> is AxB, expected CxD" unless t has the given shape.
-template <typename T>
-void require_shape(const Tensor<T>& t, const std::vector<int>& shape, const char* where, const char* name);
-// Throw ShapeError "where: a is AxB but b is CxD" unless a and b have the same shape.
-template <typename T, typename U>
-void require_same_shape(const Tensor<T>& a, const Tensor<U>& b, const char* where, const char* a_name,
-                        const char* b_name);
-
-// Element-wise helpers (shapes checked).
-template <typename T>
-Tensor<T> add(const Tensor<T>& A, const Tensor<T>& B);  // A + B
-template <typename T>
-void add_inplace(Tensor<T>& A, const Tensor<T>& B);  // A += B
-template <typename T>
-Tensor<T> transpose(const Tensor<T>& A);
 
 // ------------------------------------------------------------------------------------------------
 // Matrix products. All go through one kernel, gemm, which handles transposes by strides.
