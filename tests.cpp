@@ -5260,7 +5260,9 @@ void ffn_float_vs_double(Activation act, uint64_t seed) {
         {&dXd, &dXf}, {&gd.W_1, &gf.W_1}, {&gd.b_1, &gf.b_1}, {&gd.W_2, &gf.W_2}, {&gd.b_2, &gf.b_2}};
     const char* names[] = {"dX", "dW_1", "db_1", "dW_2", "db_2"};
     int which = 0;
-    for (auto [d, f] : pairs) {
+    for (const std::pair<const TD*, const TF*>& pair : pairs) {
+        const TD* d = pair.first;
+        const TF* f = pair.second;
         const std::string what = std::string("FFN_backward's ") + names[which++] + " (" + activation_name(act) + ", X 3x4, F = 6)";
         REQUIRE(d->shape == f->shape);
         CHECK_MESSAGE(max_abs(*d) > 1e-2, what << " in double: largest entry " << max_abs(*d) << ", expected above 1e-2");
@@ -9855,7 +9857,7 @@ TEST_CASE("banners: transformer.hpp, transformer.cpp and tests.cpp list the same
         }
     }
     CHECK(titles.size() >= 15);
-    for (const std::pair<const char*, const std::string*> file : {std::make_pair("transformer.cpp", &cpp), std::make_pair("transformer.hpp", &hpp)}) {
+    for (const std::pair<const char*, const std::string*>& file : {std::make_pair("transformer.cpp", &cpp), std::make_pair("transformer.hpp", &hpp)}) {
         std::vector<std::string> heads;  // the title line of every banner, in order
         std::istringstream in(*file.second);
         std::string prev;
