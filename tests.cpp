@@ -10173,7 +10173,7 @@ int main() {
 
 // A line of `make run`'s output with what changes from run to run (times, speeds, memory) taken
 // out: the step lines keep their step, loss and validation loss; the done line its steps and losses.
-static std::string m_steady_part(const std::string& line) {
+[[maybe_unused]] static std::string m_steady_part(const std::string& line) {  // unused in tests-debug
     if (line.rfind("peak memory", 0) == 0) return "peak memory";
     if (line.rfind("step ", 0) == 0) {
         const std::size_t lr = line.find(" | lr "), val = line.find(" | val ");
