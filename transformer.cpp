@@ -5739,6 +5739,57 @@ static std::string strip_ext(const std::string& path) {
 // " x K accumulated" for the progress header when a step sums K batches.
 static std::string accumulated(int accum) { return accum > 1 ? " x " + std::to_string(accum) + " accumulated" : ""; }
 
+// ---- The training loop's pieces, in the order the loop calls them -------------------------------
+// The learning rate of step step_index (from 0): the cosine schedule, or the linear one (fine-tuning).
+static double learning_rate(const TrainOptions& o, long long step_index) {
+    if (o.schedule == "linear") return lr_linear(step_index, o.steps, o.warmup, o.lr, o.min_lr);
+    return lr_schedule(step_index, o.steps, o.warmup, o.lr, o.min_lr);
+}
+
+// One line of the run's CSV log: step, train loss, validation loss (empty when not evaluated), the
+// learning rate, and the objective's parts of the loss.
+static std::string log_line(long long step, double loss, double val, double lr, const std::vector<double>& parts) {
+    std::string line = std::to_string(step) + "," + num_str(loss) + "," + (val >= 0 ? num_str(val) : "") + "," + num_str(lr);
+    for (double v : parts) line += "," + num_str(v);
+    return line + "\n";
+}
+
+// The progress line: the mean loss (and its parts) over the steps since the last line, the rate,
+// the time per step, tokens per second, the time left, and the validation loss when evaluated.
+static void print_progress(const TrainOptions& o, const Objective& obj, long long step, long long last, double mean_loss,
+                           const std::vector<double>& part_sums, long long since_log, double lr, double ms, double val,
+                           const std::string& shown) {
+    const double left = ms * (double)(last - step) / 1000.0;
+    std::printf("step %5lld/%lld | loss %.4f", step, o.steps, mean_loss);
+    for (std::size_t j = 0; j < part_sums.size(); j++)
+        std::printf("%s%s %.4f%s", j ? ", " : " (", obj.part_names[j].c_str(), part_sums[j] / (double)since_log,
+                    j + 1 == part_sums.size() ? ")" : "");
+    std::printf(" | lr %.2e | %6.1f ms/step | %7.0f tok/s | left %s", lr, ms, 1000.0 * (double)(obj.tokens_per_step * o.accum) / ms,
+                hms(left).c_str());
+    if (val >= 0 && shown.empty()) std::printf(" | val %.4f", val);
+    else if (val >= 0) std::printf(" | val %s", shown.c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+}
+
+// The done line. Its train loss is the mean of the last --log-every steps (one batch's loss alone
+// varies by several hundredths).
+static void print_summary(const TrainOptions& o, const TrainResult& r, long long step0) {
+    const std::size_t tail = std::min<std::size_t>(r.train_losses.size(), (std::size_t)std::max(1LL, o.log_every));
+    double tail_sum = 0;
+    for (std::size_t j = r.train_losses.size() - tail; j < r.train_losses.size(); j++) tail_sum += r.train_losses[j];
+    const long long ran = r.steps_done - step0;  // this run's steps: step0 + 1 .. steps_done
+    std::printf("done: steps %lld-%lld of %lld (%lld in this run) in %s (%.1f ms/step), train loss %.4f (mean of the last %zu steps)",
+                step0 + 1, r.steps_done, o.steps, ran, hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)ran, tail_sum / (double)tail,
+                tail);
+    if (r.val_loss >= 0) std::printf(", val loss %.4f", r.val_loss);
+    if (r.val_loss >= 0 && r.val_step != r.steps_done) std::printf(" (at step %lld)", r.val_step);
+    std::printf("\n");
+}
+
+// The one loop: for each step the learning rate, one training step of the objective, the checks
+// that nothing diverged, the evaluation when due, the log line and the progress line, and the
+// checkpoint when due; at the end the CSV, the plot and the done line.
 TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& obj) {
     using clock = std::chrono::steady_clock;
     const Config& c = s.c;
@@ -5784,8 +5835,7 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
     } loop_end;
     for (long long step_index = s.step0; step_index < last; step_index++) {
         const long long step = step_index + 1;
-        const double lr = o.schedule == "linear" ? lr_linear(step_index, o.steps, o.warmup, o.lr, o.min_lr)
-                                                 : lr_schedule(step_index, o.steps, o.warmup, o.lr, o.min_lr);
+        const double lr = learning_rate(o, step_index);
         parts.assign(obj.part_names.size(), 0.0);
         const StepResult st = train_step(c, p, g, s.adam, lr, o.grad_clip, o.accum, [&](Params<float>& grad) {
             std::vector<double> part(parts.size(), 0.0);
@@ -5809,24 +5859,14 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
             r.val_loss = val;
             r.val_step = step;
         }
-        s.log_csv += std::to_string(step) + "," + num_str(loss) + "," + (val >= 0 ? num_str(val) : "") + "," + num_str(lr);
-        for (double v : parts) s.log_csv += "," + num_str(v);
-        s.log_csv += "\n";
+        s.log_csv += log_line(step, loss, val, lr, parts);
         if (!o.quiet && (step % o.log_every == 0 || val >= 0 || step == last)) {
             const auto now = clock::now();
             const double ms = std::chrono::duration<double, std::milli>(now - t_last).count() / (double)since_log;
-            const double left = ms * (double)(last - step) / 1000.0;
-            std::printf("step %5lld/%lld | loss %.4f", step, o.steps, loss_sum / (double)since_log);
-            for (std::size_t j = 0; j < parts.size(); j++)
-                std::printf("%s%s %.4f%s", j ? ", " : " (", obj.part_names[j].c_str(), part_sums[j] / (double)since_log,
-                            j + 1 == parts.size() ? ")" : "");
-            std::printf(" | lr %.2e | %6.1f ms/step | %7.0f tok/s | left %s", lr, ms, 1000.0 * (double)(obj.tokens_per_step * o.accum) / ms,
-                        hms(left).c_str());
-            if (val >= 0 && shown.empty()) std::printf(" | val %.4f", val);
-            else if (val >= 0) std::printf(" | val %s", shown.c_str());
-            std::printf("\n");
-            std::fflush(stdout);
-            t_last = now, since_log = 0, loss_sum = 0;
+            print_progress(o, obj, step, last, loss_sum / (double)since_log, part_sums, since_log, lr, ms, val, shown);
+            t_last = now;
+            since_log = 0;
+            loss_sum = 0;
             std::fill(part_sums.begin(), part_sums.end(), 0.0);
         }
         if ((o.save_every > 0 && step % o.save_every == 0) || step == last || g_stop_signal) save(step);
@@ -5842,20 +5882,7 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
     write_file_atomic(base + ".csv", s.log_csv);
     parse_log(s.log_csv, log_train, log_val);  // the whole run, resumed parts included
     write_file_atomic(base + ".svg", loss_svg(log_train, log_val, obj.title));
-    if (!o.quiet) {
-        // The train loss of the summary is the mean of the last --log-every steps (one batch's loss
-        // alone varies by several hundredths).
-        const std::size_t tail = std::min<std::size_t>(r.train_losses.size(), (std::size_t)std::max(1LL, o.log_every));
-        double tail_sum = 0;
-        for (std::size_t j = r.train_losses.size() - tail; j < r.train_losses.size(); j++) tail_sum += r.train_losses[j];
-        const long long ran = r.steps_done - s.step0;  // this run's steps: step0 + 1 .. steps_done
-        std::printf("done: steps %lld-%lld of %lld (%lld in this run) in %s (%.1f ms/step), train loss %.4f (mean of the last %zu steps)",
-                    s.step0 + 1, r.steps_done, o.steps, ran, hms(r.seconds).c_str(), 1000.0 * r.seconds / (double)ran, tail_sum / (double)tail,
-                    tail);
-        if (r.val_loss >= 0) std::printf(", val loss %.4f", r.val_loss);
-        if (r.val_loss >= 0 && r.val_step != r.steps_done) std::printf(" (at step %lld)", r.val_step);
-        std::printf("\n");
-    }
+    if (!o.quiet) print_summary(o, r, s.step0);
     return r;
 }
 
