@@ -130,8 +130,23 @@ static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init"
 // one; positions of tokens count from 1, as in the formulas (docs/formulas.md).
 struct FlagDoc {
     const char* name;  // without the leading --
-    const char* text;  // "VALUE  what it is (default: ...)"
+    std::string text;  // "VALUE  what it is (default: ...)"
 };
+// A default as the help prints it, taken from the options' own initialisers (TrainOptions,
+// finetune_loop_defaults()), so that the help and the code cannot disagree.
+static std::string dflt(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+static const TrainOptions& train_defaults() {
+    static const TrainOptions t;
+    return t;
+}
+static const TrainOptions& finetune_defaults() {
+    static const TrainOptions t = finetune_loop_defaults();
+    return t;
+}
 struct CommandDoc {
     const char* name;
     const char* group;    // train, use, inspect, files: the overview's groups
@@ -142,10 +157,10 @@ struct CommandDoc {
 };
 
 static const std::vector<FlagDoc> MODEL_FLAGS = {
-    {"model", "gpt|gpt2|gpt3|bert|roberta  the variant (default: gpt2)"},
-    {"layers", "L  number of layers, >= 1 (default: 2)"},
-    {"heads", "A  attention heads per layer, >= 1, dividing --embd (default: 4)"},
-    {"embd", "H  embedding width in floats, >= 1 (default: 64)"},
+    {"model", "gpt|gpt2|gpt3|bert|roberta  the variant (default: " + train_defaults().model + ")"},
+    {"layers", "L  number of layers, >= 1 (default: " + dflt(train_defaults().layers) + ")"},
+    {"heads", "A  attention heads per layer, >= 1, dividing --embd (default: " + dflt(train_defaults().heads) + ")"},
+    {"embd", "H  embedding width in floats, >= 1 (default: " + dflt(train_defaults().embd) + ")"},
     {"ffn", "F  feed-forward width in floats, >= 1 (default: 4 H)"},
     {"activation", "NAME  the FFN's activation: relu|gelu_sigmoid|gelu_tanh|gelu_erf (default: gelu_sigmoid, formulas §13)"},
 };
@@ -172,23 +187,23 @@ static const std::vector<CommandDoc>& command_docs() {
               {{"data", "FILE  training text, or llm.c's .bin token file (default: the built-in addition task)"},
                {"val", "FILE  validation text (default: the last 10% of --data)"},
                {"block", "n  context length in tokens, >= 1 (default: the task's or the text's, at most 64)"},
-               {"batch", "B  sequences per batch, >= 1 (default: 32)"},
-               {"accum", "K  gradient accumulation: a step averages K batches, >= 1 (default: 1)"},
-               {"steps", "S  optimiser steps, >= 1 (default: 3000; with --resume: the checkpoint's)"},
-               {"lr", "LR  peak learning rate (default: 1e-3)"},
-               {"min-lr", "LR  learning rate at the end of the cosine decay (default: --lr / 10, 1e-4)"},
-               {"warmup", "S  steps of linear warm-up, >= 0 (default: 100)"},
-               {"weight-decay", "W  AdamW's decoupled weight decay (default: 0.1)"},
-               {"beta1", "B1  AdamW's beta1 (default: 0.9)"},
-               {"beta2", "B2  AdamW's beta2 (default: 0.99)"},
-               {"grad-clip", "C  clip the gradient's global norm to C, 0 = off (default: 1)"},
-               {"dropout", "P  dropout probability (default: 0.1)"},
-               {"eval-every", "S  validation loss every S steps and at the last, then once over the whole validation split; 0 = never (default: 250)"},
-               {"eval-steps", "S  batches per validation loss, >= 1 (default: 20)"},
-               {"save-every", "S  checkpoint every S steps, 0 = only at the end (default: 0)"},
-               {"log-every", "S  progress line every S steps, >= 1 (default: 100)"},
-               {"stop-at", "S  stop (and save) after step S, 0 = run to --steps (default: 0)"},
-               {"seed", "S  random seed, 0..2^64-1 (default: 1337)"},
+               {"batch", "B  sequences per batch, >= 1 (default: " + dflt(train_defaults().batch) + ")"},
+               {"accum", "K  gradient accumulation: a step averages K batches, >= 1 (default: " + dflt(train_defaults().accum) + ")"},
+               {"steps", "S  optimiser steps, >= 1 (default: " + dflt((double)train_defaults().steps) + "; with --resume: the checkpoint's)"},
+               {"lr", "LR  peak learning rate (default: " + dflt(train_defaults().lr) + ")"},
+               {"min-lr", "LR  learning rate at the end of the cosine decay (default: --lr / 10, " + dflt(train_defaults().min_lr) + ")"},
+               {"warmup", "S  steps of linear warm-up, >= 0 (default: " + dflt((double)train_defaults().warmup) + ")"},
+               {"weight-decay", "W  AdamW's decoupled weight decay (default: " + dflt(train_defaults().weight_decay) + ")"},
+               {"beta1", "B1  AdamW's beta1 (default: " + dflt(train_defaults().beta1) + ")"},
+               {"beta2", "B2  AdamW's beta2 (default: " + dflt(train_defaults().beta2) + ")"},
+               {"grad-clip", "C  clip the gradient's global norm to C, 0 = off (default: " + dflt(train_defaults().grad_clip) + ")"},
+               {"dropout", "P  dropout probability (default: " + dflt(train_defaults().dropout) + ")"},
+               {"eval-every", "S  validation loss every S steps and at the last, then once over the whole validation split; 0 = never (default: " + dflt((double)train_defaults().eval_every) + ")"},
+               {"eval-steps", "S  batches per validation loss, >= 1 (default: " + dflt((double)train_defaults().eval_steps) + ")"},
+               {"save-every", "S  checkpoint every S steps, 0 = only at the end (default: " + dflt((double)train_defaults().save_every) + ")"},
+               {"log-every", "S  progress line every S steps, >= 1 (default: " + dflt((double)train_defaults().log_every) + ")"},
+               {"stop-at", "S  stop (and save) after step S, 0 = run to --steps (default: " + dflt((double)train_defaults().stop_at) + ")"},
+               {"seed", "S  random seed, 0..2^64-1 (default: " + std::to_string(train_defaults().seed) + ")"},
                {"out", "FILE  the checkpoint written (default: model.safetensors; with --resume: the resumed file)"},
                {"resume", "FILE  continue a run from its checkpoint (only --steps, --stop-at, --out, --quiet, --data, --val, --no-memory-check may be given)"},
                {"gpt2-init", "scale W_O, W_2 by 1/sqrt(2L) at init (default: off)"},
@@ -211,18 +226,18 @@ static const std::vector<CommandDoc>& command_docs() {
           {"train", "FILE  training examples (required)"},
           {"val", "FILE  validation examples (required)"},
           {"out", "FILE  the fine-tuned checkpoint (required)"},
-          {"lambda", "X  weight of the auxiliary LM loss (default: 0.5)"},
+          {"lambda", "X  weight of the auxiliary LM loss (default: " + dflt(FinetuneOptions().lambda) + ")"},
           {"steps", "S  optimiser steps, 0 = 3 epochs (default: 0)"},
-          {"batch", "B  examples per batch, >= 1 (default: 32)"},
-          {"accum", "K  gradient accumulation, as train's (default: 1)"},
-          {"lr", "LR  peak learning rate, linear decay (default: 6.25e-5)"},
+          {"batch", "B  examples per batch, >= 1 (default: " + dflt(finetune_defaults().batch) + ")"},
+          {"accum", "K  gradient accumulation, as train's (default: " + dflt(finetune_defaults().accum) + ")"},
+          {"lr", "LR  peak learning rate, linear decay (default: " + dflt(finetune_defaults().lr) + ")"},
           {"warmup", "S  warm-up steps (default: 0.2% of the steps)"},
-          {"dropout", "P  dropout probability (default: 0.1)"},
-          {"weight-decay", "W  AdamW's weight decay (default: 0.01)"},
-          {"grad-clip", "C  clip the gradient's global norm, 0 = off (default: 1)"},
+          {"dropout", "P  dropout probability (default: " + dflt(finetune_defaults().dropout) + ")"},
+          {"weight-decay", "W  AdamW's weight decay (default: " + dflt(finetune_defaults().weight_decay) + ")"},
+          {"grad-clip", "C  clip the gradient's global norm, 0 = off (default: " + dflt(finetune_defaults().grad_clip) + ")"},
           {"eval-every", "S  validation accuracy every S steps and at the last, 0 = only the final accuracy (default: every epoch)"},
-          {"log-every", "S  progress line every S steps, >= 1 (default: 50)"},
-          {"seed", "S  random seed, 0..2^64-1 (default: 1337)"},
+          {"log-every", "S  progress line every S steps, >= 1 (default: " + dflt((double)finetune_defaults().log_every) + ")"},
+          {"seed", "S  random seed, 0..2^64-1 (default: " + std::to_string(finetune_defaults().seed) + ")"},
           {"scratch", "same shapes, fresh weights (default: off)"},
           {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"},
           {"quiet", "no progress lines (default: off)"},
@@ -747,18 +762,17 @@ static int cmd_finetune(Flags& f) {
     o.scratch = f.flag("scratch");
     if (f.has("truncate")) o.truncate = truncation_from_name(f.str("truncate"));
     o.encoder = f.str("encoder"), o.vocab = f.str("vocab"), o.tokenizer = f.str("tokenizer");  // released weights' tokenizer
-    t.steps = f.count("steps", 0, 0);  // 0: 3 epochs
-    t.batch = f.count32("batch", 32);
-    t.accum = f.count32("accum", 1);
-    t.lr = f.number("lr", 6.25e-5);  // the GPT-1 paper's fine-tuning rate
-    t.min_lr = 0, t.schedule = "linear";
-    t.warmup = f.count("warmup", -1, 0);  // -1: 0.2% of the steps
-    t.dropout = f.number("dropout", 0.1);
-    t.weight_decay = f.number("weight-decay", 0.01);
-    t.grad_clip = f.number("grad-clip", 1.0);
-    t.eval_every = f.count("eval-every", -1, 0);  // -1: every epoch
-    t.log_every = f.count("log-every", 50);
-    t.seed = f.seed("seed", 1337);
+    t.steps = f.count("steps", t.steps, 0);  // the defaults: finetune_loop_defaults()
+    t.batch = f.count32("batch", t.batch);
+    t.accum = f.count32("accum", t.accum);
+    t.lr = f.number("lr", t.lr);
+    t.warmup = f.count("warmup", t.warmup, 0);
+    t.dropout = f.number("dropout", t.dropout);
+    t.weight_decay = f.number("weight-decay", t.weight_decay);
+    t.grad_clip = f.number("grad-clip", t.grad_clip);
+    t.eval_every = f.count("eval-every", t.eval_every, 0);
+    t.log_every = f.count("log-every", t.log_every);
+    t.seed = f.seed("seed", t.seed);
     t.quiet = f.flag("quiet");
     t.memory_check = !f.flag("no-memory-check");
     f.done();

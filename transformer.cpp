@@ -6256,6 +6256,24 @@ TrainResult train(const TrainOptions& opt_in) {
 // FINE-TUNING (formulas §28): labelled files, the head on a pre-trained model
 // ================================================================================================
 
+TrainOptions finetune_loop_defaults() {
+    TrainOptions t;
+    t.steps = 0;  // 3 epochs
+    t.batch = 32;
+    t.accum = 1;
+    t.lr = 6.25e-5;  // the GPT-1 paper's fine-tuning rate
+    t.min_lr = 0;
+    t.schedule = "linear";
+    t.warmup = -1;  // 0.2% of the steps
+    t.dropout = 0.1;
+    t.weight_decay = 0.01;
+    t.grad_clip = 1.0;
+    t.eval_every = -1;  // every epoch
+    t.log_every = 50;
+    t.seed = 1337;
+    return t;
+}
+
 const char* finetune_kind_name(FinetuneKind k) {
     switch (k) {
         case FinetuneKind::classify: return "classify";

@@ -1305,6 +1305,10 @@ ClassReport class_report(const std::vector<int>& predicted, const std::vector<in
 // The report as a table under the class names: the confusion matrix (rows: the labels given,
 // columns: the labels predicted), then precision, recall, F1 and support per class.
 std::string class_report_text(const ClassReport& r, const std::vector<std::string>& names);
+// The training loop's options of fine-tuning, the GPT-1 paper's: lr 6.25e-5 decaying linearly to 0
+// after a warm-up of 0.2% of the steps (warmup -1), batch 32, 3 epochs (steps 0), dropout 0.1,
+// weight decay 0.01, the gradient clipped at 1, an evaluation every epoch (eval_every -1).
+TrainOptions finetune_loop_defaults();
 struct FinetuneOptions {
     std::string checkpoint, task, train_file, val_file;
     Truncation truncate = Truncation::none;  // examples longer than n_ctx (check_example_lengths)
@@ -1313,7 +1317,7 @@ struct FinetuneOptions {
     // A subword tokenizer for a released model: its kind ("" = recognised) and files, as
     // load_tokenizer takes them; none = the character vocabulary that `train` stored.
     std::string tokenizer, encoder, vocab;
-    TrainOptions loop;     // lr, steps (0: 3 epochs), warmup (-1: 0.2% of the steps), eval_every (-1: every epoch), ...
+    TrainOptions loop = finetune_loop_defaults();  // steps 0: 3 epochs, warmup -1: 0.2% of the steps, eval_every -1: every epoch
 };
 struct FinetuneResult {
     double accuracy = 0;
