@@ -22,11 +22,11 @@
 //     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
 //     DATA                           the character vocabulary, the built-in addition task
 //     BENCH                          the speed of a model: loading, generation
-//     THE TRAINING LOOP              the plot, one loop for every objective, starting from a checkpoint
+//     THE TRAINING LOOP              the memory a run needs, the plot, the loop, starting from a checkpoint
 //     FINE-TUNING                    labelled files, the head on a pre-trained model
 //     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
 //     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
-//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands; memory of a run
+//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
 //     TEACHING                       heat maps, attention pictures, explain
 //     GENERATED TABLES               Unicode classes
 //

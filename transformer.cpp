@@ -15,11 +15,11 @@
 //     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
 //     DATA                           the character vocabulary, the built-in addition task
 //     BENCH                          the speed of a model: loading, generation
-//     THE TRAINING LOOP              the plot, one loop for every objective, starting from a checkpoint
+//     THE TRAINING LOOP              the memory a run needs, the plot, the loop, starting from a checkpoint
 //     FINE-TUNING                    labelled files, the head on a pre-trained model
 //     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
 //     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
-//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands; memory of a run
+//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
 //     TEACHING                       heat maps, attention pictures, explain
 //     GENERATED TABLES               Unicode classes
 #include "transformer.hpp"
@@ -5326,8 +5326,66 @@ ModelSpeed model_speed(const Config& c, Params<float>& p) {
 
 TF_COLD_BEGIN
 // ================================================================================================
-// THE TRAINING LOOP: the plot, one loop for every objective, starting from a checkpoint
+// THE TRAINING LOOP: the memory a run needs, the plot, one loop for every objective, starting from a
+// checkpoint
 // ================================================================================================
+
+// ---- Memory of a training run ----------------------------------------------------------------
+// Activations per step (floats, B*n rows): per layer the caches of two LayerNorms, the inputs of
+// both sub-blocks, Q K V and the concatenated heads (4 H), the attention probabilities (A n per
+// row), the FFN's pre-activation and output (2 F) and two dropout masks: about 12 H + 2 F + A n;
+// then the logits and their gradient (2 V per row). The backward pass holds a few more of the
+// same size at a time, so this is the right order, not an exact count.
+TrainMemory train_memory(const Config& c, long long B, int n) {
+    TrainMemory m;
+    const double floats = (double)count_params(c).actual;
+    m.params = 4 * floats, m.grads = 4 * floats, m.adam = 8 * floats;
+    const double rows = (double)B * n;
+    const double logit_rows = is_causal(c.variant) ? rows : 0.15 * rows;  // a masked LM de-embeds its targets only
+    m.activations = 4 * (rows * (double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + logit_rows * 2.0 * c.V);
+    return m;
+}
+
+// A number from a one-line file of the kernel's (cgroup limits), or -1 when there is none or it
+// says "max".
+static double read_limit_file(const char* path) {
+    std::FILE* f = std::fopen(path, "r");
+    if (!f) return -1;
+    char buf[64] = {0};
+    const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
+    std::fclose(f);
+    if (!got) return -1;
+    char* end = nullptr;
+    const double v = std::strtod(buf, &end);
+    return end == buf || v <= 0 ? -1 : v;
+}
+
+MemoryLimit memory_limit() {
+    MemoryLimit m;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    m.bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    m.source = "the machine's physical memory";
+    auto consider = [&](double bytes, const char* source) {
+        if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m.bytes = bytes, m.source = source;
+    };
+    consider(read_limit_file("/sys/fs/cgroup/memory.max"), "the cgroup's memory.max");
+    consider(read_limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "the cgroup's memory.limit_in_bytes");
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) consider((double)as.rlim_cur, "the address-space limit (ulimit -v)");
+    return m;
+}
+
+void require_memory(const std::string& command, double need, const std::string& detail, const std::string& drivers,
+                    const MemoryLimit& limit, bool check) {
+    if (!check || limit.bytes <= 0 || need <= limit.bytes) return;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "about %.2f GB", need / (1024.0 * 1024.0 * 1024.0));
+    std::string msg = command + ": this run needs " + buf + " (" + detail + "), more than the ";
+    std::snprintf(buf, sizeof buf, "%.2f GB", limit.bytes / (1024.0 * 1024.0 * 1024.0));
+    msg += std::string(buf) + " it can have (" + limit.source + "); make " + drivers +
+           " smaller, or give --no-memory-check to start it anyway";
+    throw Error(msg);
+}
 
 // ---- Plot ----------------------------------------------------------------------------------------
 std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
@@ -8099,63 +8157,6 @@ std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& tex
         check_utf8(text, where);  // a binary file: say which file and where, not only "text"
         throw;
     }
-}
-
-// ---- Memory of a training run ----------------------------------------------------------------
-// Activations per step (floats, B*n rows): per layer the caches of two LayerNorms, the inputs of
-// both sub-blocks, Q K V and the concatenated heads (4 H), the attention probabilities (A n per
-// row), the FFN's pre-activation and output (2 F) and two dropout masks: about 12 H + 2 F + A n;
-// then the logits and their gradient (2 V per row). The backward pass holds a few more of the
-// same size at a time, so this is the right order, not an exact count.
-TrainMemory train_memory(const Config& c, long long B, int n) {
-    TrainMemory m;
-    const double floats = (double)count_params(c).actual;
-    m.params = 4 * floats, m.grads = 4 * floats, m.adam = 8 * floats;
-    const double rows = (double)B * n;
-    const double logit_rows = is_causal(c.variant) ? rows : 0.15 * rows;  // a masked LM de-embeds its targets only
-    m.activations = 4 * (rows * (double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + logit_rows * 2.0 * c.V);
-    return m;
-}
-
-// A number from a one-line file of the kernel's (cgroup limits), or -1 when there is none or it
-// says "max".
-static double read_limit_file(const char* path) {
-    std::FILE* f = std::fopen(path, "r");
-    if (!f) return -1;
-    char buf[64] = {0};
-    const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
-    std::fclose(f);
-    if (!got) return -1;
-    char* end = nullptr;
-    const double v = std::strtod(buf, &end);
-    return end == buf || v <= 0 ? -1 : v;
-}
-
-MemoryLimit memory_limit() {
-    MemoryLimit m;
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    m.bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-    m.source = "the machine's physical memory";
-    auto consider = [&](double bytes, const char* source) {
-        if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m.bytes = bytes, m.source = source;
-    };
-    consider(read_limit_file("/sys/fs/cgroup/memory.max"), "the cgroup's memory.max");
-    consider(read_limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "the cgroup's memory.limit_in_bytes");
-    struct rlimit as;
-    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) consider((double)as.rlim_cur, "the address-space limit (ulimit -v)");
-    return m;
-}
-
-void require_memory(const std::string& command, double need, const std::string& detail, const std::string& drivers,
-                    const MemoryLimit& limit, bool check) {
-    if (!check || limit.bytes <= 0 || need <= limit.bytes) return;
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "about %.2f GB", need / (1024.0 * 1024.0 * 1024.0));
-    std::string msg = command + ": this run needs " + buf + " (" + detail + "), more than the ";
-    std::snprintf(buf, sizeof buf, "%.2f GB", limit.bytes / (1024.0 * 1024.0 * 1024.0));
-    msg += std::string(buf) + " it can have (" + limit.source + "); make " + drivers +
-           " smaller, or give --no-memory-check to start it anyway";
-    throw Error(msg);
 }
 
 // ================================================================================================

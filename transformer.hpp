@@ -17,11 +17,11 @@
 //     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
 //     DATA                           the character vocabulary, the built-in addition task
 //     BENCH                          the speed of a model: loading, generation
-//     THE TRAINING LOOP              the plot, one loop for every objective, starting from a checkpoint
+//     THE TRAINING LOOP              the memory a run needs, the plot, the loop, starting from a checkpoint
 //     FINE-TUNING                    labelled files, the head on a pre-trained model
 //     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
 //     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
-//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands; memory of a run
+//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
 //     TEACHING                       heat maps, attention pictures, explain
 //     GENERATED TABLES               Unicode classes
 //
@@ -1109,8 +1109,31 @@ struct ModelSpeed {
 ModelSpeed model_speed(const Config& c, Params<float>& p);
 
 // ================================================================================================
-// THE TRAINING LOOP: the plot, one loop for every objective, starting from a checkpoint
+// THE TRAINING LOOP: the memory a run needs, the plot, one loop for every objective, starting from a
+// checkpoint
 // ================================================================================================
+// Bytes the training loop holds for a model: parameters, gradients, AdamW's m and v (4 bytes per
+// float each), and an estimate of one step's activations (forward caches and logits at B x n; a
+// masked LM de-embeds about 15% of its rows).
+struct TrainMemory {
+    double params = 0, grads = 0, adam = 0, activations = 0;
+};
+TrainMemory train_memory(const Config& c, long long B, int n);
+// The memory this process can have, in bytes: the least of the machine's physical memory, its
+// cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) and the address-space limit (ulimit -v);
+// `source` names the one that sets it.
+struct MemoryLimit {
+    double bytes = 0;
+    std::string source;
+};
+MemoryLimit memory_limit();
+// A run is refused before any work when its estimate (`need` bytes, `detail` says of what) exceeds
+// `limit`: the error names the command, the estimate, the limit and its source, the flags that
+// drive the estimate (`drivers`, e.g. "--batch 64 --block 8192") and --no-memory-check, which lets
+// the run start anyway (check = false skips the test).
+void require_memory(const std::string& command, double need, const std::string& detail, const std::string& drivers,
+                    const MemoryLimit& limit, bool check = true);
+
 // A loss-curve plot (SVG, written by hand): train loss per step and val loss at its steps.
 std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
                      const std::vector<std::pair<long long, double>>& val, const std::string& title);
@@ -1551,7 +1574,7 @@ std::string tokenizer_kind_of(const std::string& encoder_text, const std::string
 
 // ================================================================================================
 // THE TOKENIZER OF A CHECKPOINT: which text <-> ids mapping a model was trained with, kept in its
-// metadata so that sample and eval need no tokenizer flags; the memory of a training run.
+// metadata so that sample and eval need no tokenizer flags.
 // ================================================================================================
 // Recorded in the metadata under a kind string:
 //   no "tokenizer", "vocab"   characters: "vocab" = CharVocab::to_metadata() (every older checkpoint)
@@ -1569,27 +1592,6 @@ Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const
 // tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
 // A text that is not UTF-8 is an Error naming `where` (a quoted file name or a flag) and the byte offset.
 std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
-// Bytes the training loop holds for a model: parameters, gradients, AdamW's m and v (4 bytes per
-// float each), and an estimate of one step's activations (forward caches and logits at B x n; a
-// masked LM de-embeds about 15% of its rows).
-struct TrainMemory {
-    double params = 0, grads = 0, adam = 0, activations = 0;
-};
-TrainMemory train_memory(const Config& c, long long B, int n);
-// The memory this process can have, in bytes: the least of the machine's physical memory, its
-// cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) and the address-space limit (ulimit -v);
-// `source` names the one that sets it.
-struct MemoryLimit {
-    double bytes = 0;
-    std::string source;
-};
-MemoryLimit memory_limit();
-// A run is refused before any work when its estimate (`need` bytes, `detail` says of what) exceeds
-// `limit`: the error names the command, the estimate, the limit and its source, the flags that
-// drive the estimate (`drivers`, e.g. "--batch 64 --block 8192") and --no-memory-check, which lets
-// the run start anyway (check = false skips the test).
-void require_memory(const std::string& command, double need, const std::string& detail, const std::string& drivers,
-                    const MemoryLimit& limit, bool check = true);
 // ================================================================================================
 // TEACHING: pictures and explain. Layers, heads and permutation positions count from 1
 // here, as in the formulas; token ids are code ids (0-based), as everywhere.
