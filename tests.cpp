@@ -9978,7 +9978,7 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
 }
 
 // ---- the debugger: gdb_tensor.py ------------------------------------------------------------------
-// The values a gdb -batch session printed, in order: each from after "$N = " up to the next line
+// The values a gdb -batch run printed, in order: each from after "$N = " up to the next line
 // that does not start with a space (a value's rows start with one; "$", "#", a source line do not).
 std::vector<std::string> m_gdb_values(const std::string& out) {
     std::vector<std::string> values;
