@@ -5673,13 +5673,13 @@ TEST_CASE("sample: model_step takes no memory from the system once warm, and its
     for (int pass = 0; pass < 2; pass++) {
         kv_init(c, k);
         if (pass == 1) fresh_before = pool_stats().fresh;
-        const float* K0 = k.K[0][0].ptr();
+        const float* K0 = k.layers[0].K[0].ptr();
         for (int t = 0; t < c.n_ctx; t++) {
             const Tensor<float> z = model_step(c, p, t % c.V, k);
             CHECK(z.shape == std::vector<int>{c.V});
         }
-        CHECK(k.K[0][0].shape == std::vector<int>{c.n_ctx, c.D});
-        CHECK(k.K[0][0].ptr() == K0);  // rows were appended where room was reserved
+        CHECK(k.layers[0].K[0].shape == std::vector<int>{c.n_ctx, c.D});
+        CHECK(k.layers[0].K[0].ptr() == K0);  // rows were appended where room was reserved
     }
     CHECK(pool_stats().fresh == fresh_before);
 }

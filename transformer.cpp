@@ -1364,13 +1364,14 @@ T* position_vector(Params<T>& p, int row) {
 //   X^(0) = OneHot(x) W_e + W_p[0:n, :]                                              (n x H)
 //   BERT:  X^(0) += diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)                  (n x H)
 // (t_i = 0, the first part up to its [SEP], gets w_A: formulas §21.) RoBERTa with pad_id: the
-// rows of position_rows in place of W_p[0:n, :].
+// rows of position_rows in place of W_p[0:n, :]. t0 > 0 (model_step: one token at position t0)
+// shifts the rows: W_p[t0:t0+n, :].
 template <typename T>
-static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch) {
+static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch, int t0 = 0) {
     const std::vector<int> pos = position_rows(c, batch.tokens, batch.n);
     Tensor<T> X = Embedding(batch.tokens, p.W_e);  // (B*n) x H
     for (int r = 0; r < X.rows(); r++) {
-        const T* __restrict wp = position_vector(p, pos[r]);
+        const T* __restrict wp = position_vector(p, pos[r] < 0 ? pos[r] : t0 + pos[r]);
         T* __restrict x = X.row(r);
         for (int j = 0; j < c.H; j++) x[j] += wp[j];
         if (has_segments(c.variant)) {
@@ -1385,7 +1386,7 @@ static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch&
 // read W_p[i], and dw_pad += the pads' rows), dw_A / dw_B += the rows of their part (the backward of
 // diag(.) Stack(.)).
 template <typename T>
-static void embed_backward(const Config& c, const Batch& batch, const Tensor<T>& dX, Params<T>& g) {
+void embed_backward(const Config& c, const Batch& batch, const Tensor<T>& dX, Params<T>& g) {
     Embedding_backward(batch.tokens, dX, g.W_e);
     const std::vector<int> pos = position_rows(c, batch.tokens, batch.n);
     for (int r = 0; r < dX.rows(); r++) {
@@ -1414,16 +1415,19 @@ Tensor<T> layer_mask(const Config& c, int l, int n) {
 //   X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1))
 //   X^(l)  = LayerNorm(FFN(X'^(l)) + X'^(l))
 // Training adds dropout to each branch before the sum (formulas §16: "residual dropout").
+// Generation (kv given) attends with MultiHeadSA_cached: X is the new row, Mask its row of the mask.
 template <typename T>
 static Tensor<T> post_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
-                                       BlockCache<T>& k, const ForwardOptions& o) {
+                                       BlockCache<T>& k, const ForwardOptions& o, KVLayer<T>* kv) {
     k.attn_in = X;                           // X^(l-1)
-    Tensor<T> a = MultiHeadSA(X, Mask, w.attn, &k.attn, o.dropout, o.rng);
+    Tensor<T> a = kv ? MultiHeadSA_cached(X, Mask, w.attn, *kv) : MultiHeadSA(X, Mask, w.attn, &k.attn, o.dropout, o.rng);
+    if (o.keep_sublayers) k.attn_out = a;
     k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng);
     multiply_inplace(a, k.drop_attn);
     add_inplace(a, X);
     k.ffn_in = LayerNorm(a, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);  // X'^(l)
     Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
+    if (o.keep_sublayers) k.ffn_out = f;
     k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng);
     multiply_inplace(f, k.drop_ffn);
     add_inplace(f, k.ffn_in);
@@ -1451,14 +1455,18 @@ static Tensor<T> post_ln_block_backward(const Config& c, const Layer<T>& w, cons
 //   X^(l)  = FFN(LayerNorm(X'^(l))) + X'^(l)
 template <typename T>
 static Tensor<T> pre_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
-                                      BlockCache<T>& k, const ForwardOptions& o) {
+                                      BlockCache<T>& k, const ForwardOptions& o, KVLayer<T>* kv) {
+    if (o.keep_sublayers) k.X = X;
     k.attn_in = LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);
-    Tensor<T> a = MultiHeadSA(k.attn_in, Mask, w.attn, &k.attn, o.dropout, o.rng);
+    Tensor<T> a = kv ? MultiHeadSA_cached(k.attn_in, Mask, w.attn, *kv) : MultiHeadSA(k.attn_in, Mask, w.attn, &k.attn, o.dropout, o.rng);
+    if (o.keep_sublayers) k.attn_out = a;
     k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng);
     multiply_inplace(a, k.drop_attn);
     add_inplace(a, X);  // a = X'^(l)
+    if (o.keep_sublayers) k.X_mid = a;
     k.ffn_in = LayerNorm(a, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
     Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
+    if (o.keep_sublayers) k.ffn_out = f;
     k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng);
     multiply_inplace(f, k.drop_ffn);
     add_inplace(f, a);
@@ -1481,15 +1489,26 @@ static Tensor<T> pre_ln_block_backward(const Config& c, const Layer<T>& w, const
     return dX;
 }
 
+// One layer's block, pre-LN or post-LN by the variant: X^(l-1) -> X^(l) and dX^(l) -> dX^(l-1).
+template <typename T>
+static Tensor<T> block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
+                               BlockCache<T>& k, const ForwardOptions& o, KVLayer<T>* kv) {
+    return is_pre_ln(c.variant) ? pre_ln_block_forward(c, w, X, Mask, k, o, kv) : post_ln_block_forward(c, w, X, Mask, k, o, kv);
+}
+template <typename T>
+Tensor<T> block_backward(const Config& c, const Layer<T>& w, const BlockCache<T>& k, const Tensor<T>& dY, Layer<T>& g) {
+    return is_pre_ln(c.variant) ? pre_ln_block_backward(c, w, k, dY, g) : post_ln_block_backward(c, w, k, dY, g);
+}
+
 // The layers l = 1..L (code l-1) on X^(0) with the masks in k.masks, then ln_f (pre-LN variants):
-// X^(L), the rows that are de-embedded. Shared by model_forward and xlnet_loss.
+// X^(L), the rows that are de-embedded. Shared by model_forward, xlnet_loss and model_step (which
+// gives kv: its one new row attends to the cached keys and values, with k.masks its mask rows).
 template <typename T>
 static Tensor<T> blocks_forward(const Config& c, const Params<T>& p, Tensor<T> X, ForwardCache<T>& k,
-                                const ForwardOptions& opt) {
+                                const ForwardOptions& opt, KVCache<T>* kv = nullptr) {
     k.blocks.resize(c.L);
     for (int l = 0; l < c.L; l++)
-        X = is_pre_ln(c.variant) ? pre_ln_block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt)
-                                 : post_ln_block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt);
+        X = block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt, kv ? &kv->layers[l] : nullptr);
     if (is_pre_ln(c.variant)) {
         k.X_L_in = std::move(X);
         X = LayerNorm(k.X_L_in, p.ln_f_gamma, p.ln_f_beta, c.eps, &k.ln_f);
@@ -1502,8 +1521,7 @@ static Tensor<T> blocks_backward(const Config& c, const Params<T>& p, const Forw
                                  Params<T>& g) {
     if (is_pre_ln(c.variant)) dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
     for (int l = c.L - 1; l >= 0; l--)
-        dX = is_pre_ln(c.variant) ? pre_ln_block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l])
-                                  : post_ln_block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);
+        dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);
     return dX;
 }
 
@@ -2189,54 +2207,61 @@ template <typename T>
 void kv_init(const Config& c, KVCache<T>& cache) {
     if (!is_causal(c.variant)) throw Error("kv_init: a " + std::string(variant_name(c.variant)) + " model is not causal");
     cache.t = 0;
-    cache.K.assign(c.L, std::vector<Tensor<T>>(c.A));
-    cache.V.assign(c.L, std::vector<Tensor<T>>(c.A));
-    for (auto* KV : {&cache.K, &cache.V})
-        for (auto& layer : *KV)
-            for (Tensor<T>& M : layer) {
+    cache.layers.assign(c.L, KVLayer<T>());
+    for (KVLayer<T>& layer : cache.layers)
+        for (auto* KV : {&layer.K, &layer.V}) {
+            KV->assign(c.A, Tensor<T>());
+            for (Tensor<T>& M : *KV) {
                 M.shape = {0, c.D};
                 M.data.reserve((std::size_t)c.n_ctx * c.D);  // room for every row: appending never moves it
             }
+        }
     cache.masks.resize(c.L);
     for (int l = 0; l < c.L; l++) cache.masks[l] = layer_mask<T>(c, l, c.n_ctx);
 }
 
-// The blocks of model_forward for the single new row t (1 x H); MultiHeadSA's heads attend from
-// it to rows 0..t of the cached keys and values, with row t of the layer's mask (1 x (t+1)).
+// M (r x D) gets the rows of R (m x D) after its own: [M; R].
 template <typename T>
-Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& k) {
-    const int t = k.t;
-    if ((int)k.K.size() != c.L) throw Error("model_step: call kv_init first");
-    if (t >= c.n_ctx) throw Error("model_step: the cache is full (n_ctx = " + std::to_string(c.n_ctx) + " tokens)");
-    Tensor<T> X = Embedding(std::vector<int>{x}, p.W_e);  // 1 x H: OneHot(x) W_e + W_p[t]
-    for (int j = 0; j < c.H; j++) X[j] += p.W_p(t, j);
-    for (int l = 0; l < c.L; l++) {
-        const Layer<T>& w = p.layers[l];
-        Tensor<T> mask = Tensor<T>::uninit(1, t + 1);
-        std::copy(k.masks[l].row(t), k.masks[l].row(t) + t + 1, mask.ptr());
-        auto append_row = [](Tensor<T>& M, const Tensor<T>& r) {  // M gets r as its last row
-            M.data.insert(M.data.end(), r.data.begin(), r.data.end());
-            M.shape[0]++;
-        };
-        auto attention = [&](const Tensor<T>& A_in) {  // MultiHeadSA(A_in, Mask) for row t
-            std::vector<Tensor<T>> heads(c.A);
-            for (int i = 0; i < c.A; i++) {
-                append_row(k.K[l][i], Linear(A_in, w.attn.W_K[i], head_bias(w.attn.b_K, i)));  // now t+1 rows
-                append_row(k.V[l][i], Linear(A_in, w.attn.W_V[i], head_bias(w.attn.b_V, i)));
-                heads[i] = Attention(Linear(A_in, w.attn.W_Q[i], head_bias(w.attn.b_Q, i)), k.K[l][i], k.V[l][i], mask);
-            }
-            return Linear(Concat(heads), w.attn.W_O, w.attn.b_O);
-        };
-        if (is_pre_ln(c.variant)) {  // X' = MHSA(LN(X)) + X;  X = FFN(LN(X')) + X'
-            add_inplace(X, attention(LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps)));
-            add_inplace(X, FFN(LayerNorm(X, w.ln_2_gamma, w.ln_2_beta, c.eps), w.ffn, c.activation));
-        } else {  // X' = LN(MHSA(X) + X);  X = LN(FFN(X') + X')
-            X = LayerNorm(add(attention(X), X), w.ln_1_gamma, w.ln_1_beta, c.eps);
-            X = LayerNorm(add(FFN(X, w.ffn, c.activation), X), w.ln_2_gamma, w.ln_2_beta, c.eps);
-        }
+static void append_rows(Tensor<T>& M, const Tensor<T>& R) {
+    M.data.insert(M.data.end(), R.data.begin(), R.data.end());
+    M.shape[0] += R.rows();
+}
+
+// The formula box is MultiHeadSA's, with each head's keys and values those of every row so far.
+template <typename T>
+Tensor<T> MultiHeadSA_cached(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHeadSAParams<T>& p, KVLayer<T>& kv) {
+    const int A = (int)p.W_Q.size();
+    if ((int)kv.K.size() != A || (int)kv.V.size() != A)
+        throw Error("MultiHeadSA_cached: the cache holds no keys and values for " + std::to_string(A) + " heads (call kv_init)");
+    std::vector<Tensor<T>> head(A);
+    for (int i = 0; i < A; i++) {
+        append_rows(kv.K[i], Linear(X, p.W_K[i], head_bias(p.b_K, i)));  // [K_i; X W_i^K]: (t+m) x D
+        append_rows(kv.V[i], Linear(X, p.W_V[i], head_bias(p.b_V, i)));
+        head[i] = Attention(Linear(X, p.W_Q[i], head_bias(p.b_Q, i)), kv.K[i], kv.V[i], Mask);  // m x D
     }
-    if (is_pre_ln(c.variant)) X = LayerNorm(X, p.ln_f_gamma, p.ln_f_beta, c.eps);
-    k.t++;
+    return Linear(Concat(head), p.W_O, p.b_O);
+}
+
+// The model for the single new row t (1 x H): the embedding of x at position t, the blocks of
+// model_forward with each layer's mask row t (1 x (t+1)) and its cached keys and values, ln_f,
+// and the de-embedding z = X^(L) W_e^T of that row.
+template <typename T>
+Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& kv) {
+    const int t = kv.t;
+    if ((int)kv.layers.size() != c.L) throw Error("model_step: call kv_init first");
+    if (t >= c.n_ctx) throw Error("model_step: the cache is full (n_ctx = " + std::to_string(c.n_ctx) + " tokens)");
+    Batch one;
+    one.n = 1;
+    one.tokens = {x};
+    Tensor<T> X = embed_forward(c, p, one, t);  // 1 x H: OneHot(x) W_e + W_p[t]
+    ForwardCache<T> scratch;                    // the blocks' caches and mask rows; no backward follows
+    scratch.masks.resize(c.L);
+    for (int l = 0; l < c.L; l++) {
+        scratch.masks[l] = Tensor<T>::uninit(1, t + 1);
+        std::copy(kv.masks[l].row(t), kv.masks[l].row(t) + t + 1, scratch.masks[l].ptr());
+    }
+    X = blocks_forward(c, p, std::move(X), scratch, ForwardOptions{}, &kv);
+    kv.t++;
     Tensor<T> z = matmul_nt(X, p.W_e);  // 1 x V
     z.shape = {c.V};
     return z;
@@ -2252,7 +2277,7 @@ std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> 
     std::vector<float> z;
     auto next_logits = [&]() {  // logits after the last token of x
         if ((int)x.size() <= c.n_ctx) {  // it fits: feed the tokens the cache has not seen
-            if (cache.K.empty()) kv_init(c, cache);
+            if (cache.layers.empty()) kv_init(c, cache);
             Tensor<T> zt;
             while (cache.t < (int)x.size()) zt = model_step(c, p, x[cache.t], cache);
             z.assign(zt.data.begin(), zt.data.end());
@@ -9752,6 +9777,11 @@ TF_COLD_END
 #define TF_INSTANTIATE_GENERATION(T)                                                                       \
     template void kv_init(const Config&, KVCache<T>&);                                                     \
     template Tensor<T> model_step(const Config&, const Params<T>&, int, KVCache<T>&);                      \
+    template Tensor<T> MultiHeadSA_cached(const Tensor<T>&, const Tensor<T>&, const MultiHeadSAParams<T>&,   \
+                                          KVLayer<T>&);                                                    \
+    template Tensor<T> block_backward(const Config&, const Layer<T>&, const BlockCache<T>&, const Tensor<T>&, \
+                                      Layer<T>&);                                                          \
+    template void embed_backward(const Config&, const Batch&, const Tensor<T>&, Params<T>&);               \
     template std::vector<int> generate(const Config&, const Params<T>&, std::vector<int>, int, double, int, Rng&, double, \
                                        const std::function<bool(const std::vector<int>&)>&);
 #define TF_INSTANTIATE_CORPUS_LOSSES(T)                                                                    \

@@ -637,6 +637,10 @@ struct BlockCache {
     Tensor<T> ffn_in;              // (B*n) x H, input of the FFN: X'^(l) (post-LN), LayerNorm(X'^(l)) (pre-LN)
     FFNCache<T> ffn;
     Tensor<T> drop_ffn;            // residual dropout scales of the FFN branch
+    // Kept only with ForwardOptions::keep_sublayers (explain shows them), for the values the
+    // backward pass does not need: each branch's output before its dropout and residual sum and,
+    // pre-LN, the block's input X^(l-1) and X'^(l) (post-LN they are attn_in and ffn_in).
+    Tensor<T> attn_out, ffn_out, X, X_mid;
 };
 template <typename T>
 struct ForwardCache {
@@ -662,6 +666,7 @@ struct ForwardOptions {
     // (B*n) x V. A masked LM needs the logits of its few target rows only (BERT's original code
     // gathers the masked positions the same way); null = every row.
     const std::vector<int>* logit_rows = nullptr;
+    bool keep_sublayers = false;  // keep what BlockCache lists for explain
 };
 // The mask of layer l (0-based code index; formula l = code l + 1):
 //   GPT, GPT-2: Mask^AR; BERT, RoBERTa: Mask^BD;
@@ -691,6 +696,13 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
 template <typename T>
 void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& cache, const Tensor<T>& dZ,
                     Params<T>& g, const Tensor<T>* dX_L = nullptr);
+// The pieces of model_backward that explain walks one at a time: one layer's block, pre-LN or
+// post-LN by the variant (dX^(l) -> dX^(l-1), the layer's gradients accumulated into g), and the
+// embedding's (dX^(0) into dW_e, dW_p or dw_pad, and BERT's dw_A, dw_B).
+template <typename T>
+Tensor<T> block_backward(const Config& c, const Layer<T>& w, const BlockCache<T>& cache, const Tensor<T>& dY, Layer<T>& g);
+template <typename T>
+void embed_backward(const Config& c, const Batch& batch, const Tensor<T>& dX, Params<T>& g);
 // Forward, mean cross-entropy over the batch's targets (nats per predicted token), and, if g is
 // given, backward into g. The one function training and the grad command call. BERT and RoBERTa
 // de-embed only the rows with a target (logit_rows): the same loss and gradients, up to rounding,
@@ -855,11 +867,21 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
 // instead of O(t^2). model_step feeds token x at position cache.t and returns the logits (V) for
 // the next token, equal to row t of model_forward on the whole prefix.
 template <typename T>
-struct KVCache {
-    int t = 0;                                 // tokens fed so far (the next position)
-    std::vector<std::vector<Tensor<T>>> K, V;  // [l][i]: t x D (room reserved for n_ctx rows)
-    std::vector<Tensor<T>> masks;              // [l]: layer_mask(c, l, n_ctx)
+struct KVLayer {
+    std::vector<Tensor<T>> K, V;  // [i]: t x D, the rows' X W_i^K and X W_i^V (room reserved for n_ctx rows)
 };
+template <typename T>
+struct KVCache {
+    int t = 0;                        // tokens fed so far (the next position)
+    std::vector<KVLayer<T>> layers;   // [l]: layer l's keys and values
+    std::vector<Tensor<T>> masks;     // [l]: layer_mask(c, l, n_ctx)
+};
+// MultiHeadSA of m new rows that attend to the earlier rows' keys and values as well:
+//   head_i = Attention(X W_i^Q, [K_i; X W_i^K], [V_i; X W_i^V], Mask),  result Concat(head_1..A) W^O
+//   X: m x H (rows t..t+m-1); K_i, V_i: t x D before the call, (t+m) x D after it (X's rows
+//   appended); Mask: m x (t+m), rows t..t+m-1 of the layer's mask. With t = 0 it is MultiHeadSA.
+template <typename T>
+Tensor<T> MultiHeadSA_cached(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHeadSAParams<T>& p, KVLayer<T>& kv);
 template <typename T>
 void kv_init(const Config& c, KVCache<T>& cache);
 template <typename T>
