@@ -9705,8 +9705,9 @@ TEST_CASE("explain: every formula box of the variant in order, shapes as in the 
         const Explained<float> e = explain(c, p, b, 3);
         const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
         // The function of each box, as the variant's formula box orders them (first word).
-        std::vector<std::string> want = {"Batch::tokens", "Embedding", "add"};
-        if (seg) want.push_back("diag");
+        std::vector<std::string> want = {"Batch::tokens", "Embedding"};
+        if (seg) want.push_back("add");
+        want.push_back("embed_forward");
         for (int l = 0; l < c.L; l++) {
             want.push_back("layer_mask");
             if (pre) want.push_back("LayerNorm");
@@ -9725,8 +9726,8 @@ TEST_CASE("explain: every formula box of the variant in order, shapes as in the 
             for (const char* f : pre ? std::vector<const char*>{"FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward", "LayerNorm_backward"}
                                      : std::vector<const char*>{"LayerNorm_backward", "FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward"})
                 want.push_back(f);
-        want.push_back("Embedding_backward");
-        if (seg) want.push_back("diag");
+        want.push_back("embed_backward");
+        if (seg) want.push_back("embed_backward");
         std::vector<std::string> got;
         for (const ExplainStep& s : e.steps) got.push_back(s.function.substr(0, s.function.find_first_of(" ,")));
         CHECK(got == want);
@@ -9775,6 +9776,85 @@ TEST_CASE("explain: every formula box of the variant in order, shapes as in the 
     b = m_explain_batch(c);
     b.tokens[1] = 13;
     M_CHECK_TF_ERROR(explain(c, p, b), "token id 13");
+}
+
+TEST_CASE("explain: the values it shows are the model's: layer 1 recomputed from the sheet's equations, each gradient model_loss's") {
+    // The forward values explain prints come from model_forward's caches and the backward from
+    // block_backward; here layer 1 is computed again from formulas §19 (post-LN) and §20 (pre-LN)
+    // and every printed gradient is compared with model_loss's of the parameter it names.
+    for (const std::string name : {"tiny-gpt", "tiny-gpt2", "tiny-bert"}) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Batch b = m_explain_batch(c);
+        const int n = b.n;
+        const Params<double> p = m_model<double>(c, 5, 0.3);
+        const Explained<double> e = explain(c, p, b, 64);
+        auto shown = [&](const std::string& out) {  // the first values explain prints for the output named out
+            for (const ExplainStep& s : e.steps)
+                for (const ExplainTensor& t : s.out)
+                    if (t.name == out) return t.first;
+            FAIL("explain prints no output named " << out);
+            return std::vector<double>();
+        };
+        auto check_shown = [&](const std::string& out, const Tensor<double>& want, const char* from) {
+            const std::vector<double> got = shown(out);
+            REQUIRE(got.size() == std::min<std::size_t>(64, want.size()));
+            for (std::size_t k = 0; k < got.size(); k++) {
+                INFO(out << " entry " << k + 1 << ": expected " << want[k] << " (" << from << "), explain shows " << got[k]);
+                CHECK(got[k] == doctest::Approx(want[k]).epsilon(1e-12));
+            }
+        };
+        // X^(0) = OneHot(x) W_e + W_p (+ BERT's segment vectors), formulas §18, §21.
+        Tensor<double> X0 = Embedding(b.tokens, p.W_e);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < c.H; j++)
+                X0(i, j) += p.W_p(i, j) + (c.variant == Variant::bert ? (b.segments[i] ? p.w_B[j] : p.w_A[j]) : 0.0);
+        check_shown("X^(0)", X0, "OneHot(x) W_e + W_p, formulas §18");
+        const Layer<double>& w = p.layers[0];
+        const Tensor<double> Mask = c.variant == Variant::bert ? Mask_BD<double>(n) : Mask_AR<double>(n);
+        const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
+        if (!is_pre_ln(c.variant)) {  // §19: X' = LN(MHSA(X) + X), X^(1) = LN(FFN(X') + X')
+            const Tensor<double> a = MultiHeadSA(X0, Mask, w.attn);
+            const Tensor<double> Xq = LayerNorm(add(a, X0), w.ln_1_gamma, w.ln_1_beta, c.eps);
+            const Tensor<double> f = FFN(Xq, w.ffn, c.activation);
+            check_shown("MultiHeadSA(X^(0), Mask)", a, "MultiHeadSA(X^(0), Mask), formulas §12");
+            check_shown("X'^(1)", Xq, "LayerNorm(MultiHeadSA(X^(0)) + X^(0)), formulas §19");
+            check_shown(ffn + "(X'^(1))", f, "FFN(X'^(1)), formulas §14");
+            check_shown("X^(1)", LayerNorm(add(f, Xq), w.ln_2_gamma, w.ln_2_beta, c.eps), "LayerNorm(FFN(X') + X'), formulas §19");
+        } else {  // §20: X' = MHSA(LN(X)) + X, X^(1) = FFN(LN(X')) + X'
+            const Tensor<double> a = MultiHeadSA(LayerNorm(X0, w.ln_1_gamma, w.ln_1_beta, c.eps), Mask, w.attn);
+            const Tensor<double> Xq = add(a, X0);
+            const Tensor<double> f = FFN(LayerNorm(Xq, w.ln_2_gamma, w.ln_2_beta, c.eps), w.ffn, c.activation);
+            check_shown("MultiHeadSA(LayerNorm(X^(0)), Mask)", a, "MultiHeadSA(LayerNorm(X^(0)), Mask), formulas §12");
+            check_shown("X'^(1)", Xq, "MultiHeadSA(LayerNorm(X^(0))) + X^(0), formulas §20");
+            check_shown(ffn + "(LayerNorm(X'^(1)))", f, "FFN(LayerNorm(X'^(1))), formulas §14");
+            check_shown("X^(1)", add(f, Xq), "FFN(LayerNorm(X')) + X', formulas §20");
+        }
+        // Every gradient printed under a layer's box is that layer's; dX^(0) is what W_p's rows receive.
+        Params<double> g = make_params<double>(c);
+        model_loss(c, p, b, &g);
+        for (int l = 0; l < c.L; l++) {
+            std::map<std::string, const Tensor<double>*> of = {
+                {"dW_1", &g.layers[l].ffn.W_1}, {"db_2", &g.layers[l].ffn.b_2}, {"dW^O", &g.layers[l].attn.W_O},
+                {"dW_2^K", &g.layers[l].attn.W_K[1]}, {"dgamma (ln_1)", &g.layers[l].ln_1_gamma}, {"dbeta (ln_2)", &g.layers[l].ln_2_beta}};
+            std::set<std::string> seen;
+            for (const ExplainStep& s : e.steps)
+                if (s.box == "Backward, l = " + std::to_string(l + 1))
+                    for (const ExplainTensor& t : s.out)
+                        if (of.count(t.name)) {
+                            seen.insert(t.name);
+                            for (std::size_t k = 0; k < t.first.size(); k++) {
+                                INFO("layer " << l + 1 << ", " << t.name << " entry " << k + 1 << ": expected " << (*of[t.name])[k]
+                                              << " (model_loss's gradient), explain shows " << t.first[k]);
+                                CHECK(t.first[k] == doctest::Approx((*of[t.name])[k]).epsilon(1e-12));
+                            }
+                        }
+            CHECK(seen.size() == of.size());
+        }
+        Tensor<double> dW_p_rows(n, c.H);  // rows 0..n-1 of dW_p
+        std::copy(g.W_p.data.begin(), g.W_p.data.begin() + (std::ptrdiff_t)n * c.H, dW_p_rows.data.begin());
+        check_shown("dX^(0)", dW_p_rows, "the rows of dW_p: position i reads W_p row i once, formulas §18");
+    }
 }
 
 // A step of explain as docs/formulas.md lists it: its box and formula with the instance numbers of

@@ -8432,6 +8432,9 @@ std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p,
 }
 
 // ---- explain: one forward and backward pass, formula box by formula box ---------------------------
+// explain computes nothing of the model itself: the forward values are those model_forward keeps
+// (ForwardOptions::keep_sublayers), the backward runs model_backward's pieces one at a time
+// (block_backward, embed_backward) so that each layer's gradients can be shown as they arrive.
 // The size of one factor of a shape symbol ("n", "H", "AD", ...) in this model.
 static int symbol_size(const std::string& s, const Config& c, int n) {
     const std::map<std::string, int> sizes = {{"n", n}, {"H", c.H}, {"D", c.D}, {"F", c.F}, {"V", c.V},
@@ -8528,6 +8531,14 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
     ExplainWalk<T> w{c, n, values, {}};
     Explained<T> r;
+    ForwardCache<T> k;
+    ForwardOptions keep;
+    keep.keep_sublayers = true;
+    r.Z = model_forward(c, p, batch, &k, keep);
+    auto X_of = [&](int l) -> const Tensor<T>& {  // X^(l), l = 0..L
+        if (l == c.L) return pre ? k.X_L_in : k.X_L;
+        return pre ? k.blocks[l].X : k.blocks[l].attn_in;
+    };
 
     // ---- Forward --------------------------------------------------------------------------------
     ExplainWalk<double> ids{c, n, values, {}};
@@ -8544,77 +8555,69 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     const bool pads = std::count(pos.begin(), pos.end(), -1) > 0;
     Tensor<T> Wp = Tensor<T>::uninit(n, c.H);
     for (int i = 0; i < n; i++) std::copy(position_vector(p, pos[i]), position_vector(p, pos[i]) + c.H, Wp.row(i));
-    Tensor<T> X = add(E, Wp);
-    w.step(0, "Embedding", seg ? "X'^(0) = OneHot(x') W_e + W_p" : "X^(0) = OneHot(x) W_e + W_p", "add");
-    w.in(pads ? "W_p (the rows of position_rows: a <pad> gets w_pad, the others rows 1, 2, ... in order)" : "W_p (rows 1..n)", "n x H", Wp);
-    w.out(seg ? "X'^(0)" : "X^(0)", "n x H", X);
+    const std::string Wp_name = pads ? "W_p (the rows of position_rows: a <pad> gets w_pad, the others rows 1, 2, ... in order)" : "W_p (rows 1..n)";
     Tensor<T> t0({n}), t1({n});  // 1 - t and t
-    for (int i = 0; i < n; i++) t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]), t0[i] = T(1) - t1[i];
-    if (seg) {  // t_i = 0 gets w_A (formulas §21)
-        const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n)), B = matmul(diag(t1), Stack(p.w_B, n));
-        X = add(X, add(A, B));
+    for (int i = 0; i < n; i++) {
+        t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]);
+        t0[i] = T(1) - t1[i];
+    }
+    if (!seg) {
+        w.step(0, "Embedding", "X^(0) = OneHot(x) W_e + W_p", "embed_forward");
+        w.in(Wp_name, "n x H", Wp);
+        w.out("X^(0)", "n x H", X_of(0));
+    } else {  // the sheet's terms, each shown; X^(0) is embed_forward's
+        w.step(0, "Embedding", "X'^(0) = OneHot(x') W_e + W_p", "add");
+        w.in(Wp_name, "n x H", Wp);
+        w.out("X'^(0)", "n x H", add(E, Wp));
+        const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n));
+        const Tensor<T> B = matmul(diag(t1), Stack(p.w_B, n));
         w.step(0, "Embedding", "X^(0) = X'^(0) + diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)  [t_i = 0 gets w_A: formulas §21]",
-               "diag, Stack, matmul, add");
+               "embed_forward (the terms: diag, Stack, matmul)");
         w.in("diag(1 - t)", "n x n", diag(t0));
         w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
         w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
-        w.out("X^(0)", "n x H", X);
+        w.out("X^(0)", "n x H", X_of(0));
     }
-    std::vector<BlockCache<T>> K(c.L);
     for (int l = 0; l < c.L; l++) {
         const std::string L1 = std::to_string(l + 1), L0 = std::to_string(l), box = "Layers, l = " + L1;
         const std::string Xp = "X^(" + L0 + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")", M = mask_name(c, l);
-        const Layer<T>& q = p.layers[l];
-        BlockCache<T>& k = K[l];
-        const Tensor<T> Mask = layer_mask<T>(c, l, n);
+        const BlockCache<T>& b = k.blocks[l];
+        const Tensor<T>& Mask = k.masks[l];
+        const std::string block = pre ? "pre_ln_block_forward" : "post_ln_block_forward";
         w.step(0, box, c.variant == Variant::gpt3 ? "Mask^(l) = Mask^AR if l is even, Mask^ST if l is odd: " + M : "Mask: " + M,
-               "layer_mask (" + std::string(M == "Mask^BD" ? "Mask_BD" : M == "Mask^ST" ? "Mask_ST" : "Mask_AR") + ")");
+               "layer_mask (" + std::string(M == "Mask^BD" ? "Mask_BD" : M == "Mask^ST" ? "Mask_ST" : "Mask_AR") + "); the block: " + block);
         w.out("Mask^(" + L1 + ")", "n x n", Mask);
         for (int i = 0; i < n && n <= 16; i++) {
             std::string row;
             for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
             w.steps.back().picture.push_back(row);
         }
+        const std::string ln_box = "LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j";
         if (!pre) {  // X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1)), X^(l) = LayerNorm(FFN(X'^(l)) + X'^(l))
-            k.attn_in = X;
-            const Tensor<T> a = MultiHeadSA(X, Mask, q.attn, &k.attn);
-            explain_attention(w, box, Xp, X, Mask, k.attn, a);
-            k.ffn_in = LayerNorm(add(a, X), q.ln_1_gamma, q.ln_1_beta, c.eps, &k.ln_1);
-            w.step(0, box, Xq + " = LayerNorm(MultiHeadSA(" + Xp + ", " + M + ") + " + Xp + "), LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j",
-                   "add, LayerNorm");
-            w.out(Xq, "n x H", k.ffn_in);
-            const Tensor<T> f = FFN(k.ffn_in, q.ffn, c.activation, &k.ffn);
-            explain_ffn(w, box, Xq, k.ffn_in, k.ffn, f);
-            X = LayerNorm(add(f, k.ffn_in), q.ln_2_gamma, q.ln_2_beta, c.eps, &k.ln_2);
+            explain_attention(w, box, Xp, X_of(l), Mask, b.attn, b.attn_out);
+            w.step(0, box, Xq + " = LayerNorm(MultiHeadSA(" + Xp + ", " + M + ") + " + Xp + "), " + ln_box, "add, LayerNorm");
+            w.out(Xq, "n x H", b.ffn_in);
+            explain_ffn(w, box, Xq, b.ffn_in, b.ffn, b.ffn_out);
             w.step(0, box, Xl + " = LayerNorm(" + ffn + "(" + Xq + ") + " + Xq + ")", "add, LayerNorm");
-            w.out(Xl, "n x H", X);
+            w.out(Xl, "n x H", X_of(l + 1));
         } else {  // X'^(l) = MultiHeadSA(LayerNorm(X^(l-1)), Mask) + X^(l-1), X^(l) = FFN(LayerNorm(X'^(l))) + X'^(l)
-            k.attn_in = LayerNorm(X, q.ln_1_gamma, q.ln_1_beta, c.eps, &k.ln_1);
-            w.step(0, box, "LayerNorm(" + Xp + "), LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j", "LayerNorm");
-            w.out("LayerNorm(" + Xp + ")", "n x H", k.attn_in);
-            const Tensor<T> a = MultiHeadSA(k.attn_in, Mask, q.attn, &k.attn);
-            explain_attention(w, box, "LayerNorm(" + Xp + ")", k.attn_in, Mask, k.attn, a);
-            const Tensor<T> Xmid = add(a, X);
+            w.step(0, box, "LayerNorm(" + Xp + "), " + ln_box, "LayerNorm");
+            w.out("LayerNorm(" + Xp + ")", "n x H", b.attn_in);
+            explain_attention(w, box, "LayerNorm(" + Xp + ")", b.attn_in, Mask, b.attn, b.attn_out);
             w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), " + M + ") + " + Xp, "add");
-            w.out(Xq, "n x H", Xmid);
-            k.ffn_in = LayerNorm(Xmid, q.ln_2_gamma, q.ln_2_beta, c.eps, &k.ln_2);
+            w.out(Xq, "n x H", b.X_mid);
             w.step(0, box, "LayerNorm(" + Xq + ")", "LayerNorm");
-            w.out("LayerNorm(" + Xq + ")", "n x H", k.ffn_in);
-            const Tensor<T> f = FFN(k.ffn_in, q.ffn, c.activation, &k.ffn);
-            explain_ffn(w, box, "LayerNorm(" + Xq + ")", k.ffn_in, k.ffn, f);
-            X = add(f, Xmid);
+            w.out("LayerNorm(" + Xq + ")", "n x H", b.ffn_in);
+            explain_ffn(w, box, "LayerNorm(" + Xq + ")", b.ffn_in, b.ffn, b.ffn_out);
             w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq, "add");
-            w.out(Xl, "n x H", X);
+            w.out(Xl, "n x H", X_of(l + 1));
         }
     }
     const std::string XL = "X^(" + std::to_string(c.L) + ")";
-    LayerNormCache<T> ln_f;
     if (pre) {
-        X = LayerNorm(X, p.ln_f_gamma, p.ln_f_beta, c.eps, &ln_f);
         w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
-        w.out(XL, "n x H", X);
+        w.out(XL, "n x H", k.X_L);
     }
-    r.Z = matmul_nt(X, p.W_e);
     w.step(0, "Output", "Z = " + XL + " W_e^T (the de-embedding, formulas §17; Y = Softmax(Z))", "matmul_nt");
     w.out("Z", "n x V", r.Z);
     const Tensor<T> Y = Softmax(r.Z);
@@ -8644,77 +8647,85 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         w.out("CrossEntropy of row " + std::to_string(first + 1), "1", Tensor<T>::vector({CrossEntropy(y, yhat)}));
     }
 
-    // ---- Backward -------------------------------------------------------------------------------
+    // ---- Backward: model_backward's steps, one at a time ----------------------------------------
     r.g = make_params<T>(c);
     Params<T>& g = r.g;
     w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
     w.out("dZ", "n x V", dZ);
-    matmul_tn_acc(dZ, X, g.W_e);
+    matmul_tn_acc(dZ, k.X_L, g.W_e);
     Tensor<T> dX = matmul(dZ, p.W_e);
-    w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul");
+    w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
     w.out("d" + XL, "n x H", dX);
     w.out("dW_e (so far)", "V x H", g.W_e);
     const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; dgamma = sum_i dY Xhat, dbeta = sum_i dY";
     if (pre) {
-        dX = LayerNorm_backward(p.ln_f_gamma, ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
-        w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f)");
+        dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
+        w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
         w.out("d" + XL + " (before ln_f)", "n x H", dX);
+        w.out("dgamma (ln_f)", "H", g.ln_f_gamma);
+        w.out("dbeta (ln_f)", "H", g.ln_f_beta);
     }
     const std::string ffn_bwd = "dW_2 = A^T dY, db_2 = colsum(dY), dZ = dY W_2^T * act'(Z), dW_1 = X^T dZ, db_1 = colsum(dZ), dX = dZ W_1^T";
     const std::string mhsa_bwd = "per head: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D); dW^O = Concat^T dY";
     for (int l = c.L - 1; l >= 0; l--) {
         const std::string L1 = std::to_string(l + 1), box = "Backward, l = " + L1;
         const std::string Xp = "X^(" + std::to_string(l) + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")";
-        const Layer<T>& q = p.layers[l];
-        Layer<T>& gl = g.layers[l];
-        const BlockCache<T>& k = K[l];
+        const Layer<T>& gl = g.layers[l];
+        dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);  // d X^(l) -> d X^(l-1); the layer's gradients
+        const std::string in_block = std::string(" (") + (pre ? "pre_ln_block_backward" : "post_ln_block_backward") + ")";
+        auto ln_grads = [&](const char* which, const Tensor<T>& dgamma, const Tensor<T>& dbeta) {
+            w.out(std::string("dgamma (") + which + ")", "H", dgamma);
+            w.out(std::string("dbeta (") + which + ")", "H", dbeta);
+        };
+        auto ffn_grads = [&]() {
+            w.out("dW_1", "H x F", gl.ffn.W_1);
+            w.out("db_1", "F", gl.ffn.b_1);
+            w.out("dW_2", "F x H", gl.ffn.W_2);
+            w.out("db_2", "H", gl.ffn.b_2);
+        };
+        auto attention_grads = [&]() {
+            w.out("dW^O", "AD x H", gl.attn.W_O);
+            for (int i = 0; i < c.A; i++) {
+                const std::string h = std::to_string(i + 1);
+                w.out("dW_" + h + "^Q", "H x D", gl.attn.W_Q[i]);
+                w.out("dW_" + h + "^K", "H x D", gl.attn.W_K[i]);
+                w.out("dW_" + h + "^V", "H x D", gl.attn.W_V[i]);
+            }
+        };
         if (!pre) {
-            const Tensor<T> du = LayerNorm_backward(q.ln_2_gamma, k.ln_2, dX, gl.ln_2_gamma, gl.ln_2_beta);
-            w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward");
-            w.out("dU", "n x H", du);
-            const Tensor<T> dmid = add(FFN_backward(k.ffn_in, q.ffn, c.activation, k.ffn, du, gl.ffn), du);
-            w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add");
-            w.out("d" + Xq, "n x H", dmid);
-            const Tensor<T> dv = LayerNorm_backward(q.ln_1_gamma, k.ln_1, dmid, gl.ln_1_gamma, gl.ln_1_beta);
-            w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + ")", "LayerNorm_backward");
-            w.out("dS", "n x H", dv);
-            dX = add(MultiHeadSA_backward(k.attn_in, q.attn, k.attn, dv, gl.attn), dv);
+            w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward" + in_block);
+            ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
+            w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block);
+            ffn_grads();
+            w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + ")", "LayerNorm_backward" + in_block);
+            ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
             w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
-                   "MultiHeadSA_backward (Concat_backward, Attention_backward), add");
-            w.out("d" + Xp, "n x H", dX);
+                   "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block);
+            attention_grads();
         } else {
-            const Tensor<T> dln2 = FFN_backward(k.ffn_in, q.ffn, c.activation, k.ffn, dX, gl.ffn);
             w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
-                   "FFN_backward");
-            w.out("dLayerNorm(" + Xq + ")", "n x H", dln2);
-            const Tensor<T> dmid = add(LayerNorm_backward(q.ln_2_gamma, k.ln_2, dln2, gl.ln_2_gamma, gl.ln_2_beta), dX);
-            w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add");
-            w.out("d" + Xq, "n x H", dmid);
-            const Tensor<T> dln1 = MultiHeadSA_backward(k.attn_in, q.attn, k.attn, dmid, gl.attn);
+                   "FFN_backward" + in_block);
+            ffn_grads();
+            w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block);
+            ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
             w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
-                   "MultiHeadSA_backward (Concat_backward, Attention_backward)");
-            w.out("dLayerNorm(" + Xp + ")", "n x H", dln1);
-            dX = add(LayerNorm_backward(q.ln_1_gamma, k.ln_1, dln1, gl.ln_1_gamma, gl.ln_1_beta), dmid);
-            w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + "))", "LayerNorm_backward, add");
-            w.out("d" + Xp, "n x H", dX);
+                   "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block);
+            attention_grads();
+            w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + "))", "LayerNorm_backward, add" + in_block);
+            ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
         }
+        w.out("d" + Xp, "n x H", dX);
     }
-    Embedding_backward(batch.tokens, dX, g.W_e);
-    for (int i = 0; i < n; i++) {
-        T* d = position_vector(g, pos[i]);  // the row the forward read
-        for (int h = 0; h < c.H; h++) d[h] += dX(i, h);
-    }
+    embed_backward(c, batch, dX, g);
     w.step(0, "Backward: Embedding", pads ? "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), each row of dX^(0) into the W_p row (or w_pad) it read"
                                           : "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), dW_p[1..n] += dX^(0)",
-           "Embedding_backward");
+           "embed_backward (Embedding_backward)");
     w.out("dW_e", "V x H", g.W_e);
     w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
     if (pads) w.out("dw_pad", "H", g.w_pad);
     if (seg) {
-        add_inplace(g.w_A, Stack_backward(matmul(diag(t0), dX)));
-        add_inplace(g.w_B, Stack_backward(matmul(diag(t1), dX)));
         w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) dX^(0)), dw_B likewise with t",
-               "diag, matmul, Stack_backward");
+               "embed_backward (the segments' rows)");
         w.out("dw_A", "H", g.w_A);
         w.out("dw_B", "H", g.w_B);
     }
