@@ -860,8 +860,8 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 MultiHeadSA_backward:MultiHeadSA* FFN:FFN* FFN_backward:FFN* LayerNorm_backward:LayerNorm* \
                 CrossEntropy:CrossEntropy* CrossEntropy_backward:CrossEntropy* \
                 embed_forward:GPT*,BERT*,RoBERTa*,embed_backward* embed_backward:BERT*,GPT:*,embed_backward* \
-                key_padding_mask:key_padding_mask*,finetune:?BERT* pre_ln_block_forward:GPT-2*,GPT-3*,dropout* \
-                pre_ln_block_backward:GPT-2*,GPT-3*,dropout* post_ln_block_forward:GPT:*,BERT*,dropout* \
+                key_padding_mask:key_padding_mask*,finetune:?BERT* pre_ln_block_forward:GPT-2*,GPT-3*,dropout*,explain* \
+                pre_ln_block_backward:GPT-2*,GPT-3*,dropout* post_ln_block_forward:GPT:*,BERT*,dropout*,explain* \
                 post_ln_block_backward:GPT:*,BERT*,dropout* model_backward:GPT-2*,BERT*,model_loss*,model_forward* \
                 model_loss:model_loss*,objective* gather_rows:model_loss*,BERT* \
                 xlnet_query_probs:xlnet:?gradient*,xlnet:?one*,xlnet:?sequences*,xlnet:?predicting* lr_linear:lr_* \
@@ -879,7 +879,9 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 lane_sum:Softmax*,CrossEntropy*,Reductions* lane_max:Softmax*,CrossEntropy*,Reductions* \
                 lane_dot:gemm*,matmul*,Reductions* named_tensors:parameters*,GPT*,BERT* GPT:GPT* BERT:BERT* \
                 RoBERTa:RoBERTa* zero_params:AdamW*,train_step*,parameters* first_nonfinite:files:?a?NaN?parameter* \
-                make_config:parameters*,GPT* add:MultiHeadSA*,GPT*,Tensor:*
+                make_config:parameters*,GPT* add:MultiHeadSA*,GPT*,Tensor:* block_forward:GPT*,BERT*,explain* \
+                block_backward:GPT*,BERT*,explain* kv_init:sample* append_rows:sample* MultiHeadSA_cached:sample* \
+                model_step:sample*
 # Each assignment's functions against that assignment's own test command (ASSIGNMENT_N_TESTS).
 space := $(subst ,, )
 MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(n)_FUNCS),$(f):$(subst $(space),?,$(call TESTS_OF,$(n)))))

@@ -7287,6 +7287,49 @@ TEST_CASE("sample: generate is reproducible, keeps the prompt, greedy follows GP
     M_CHECK_TF_ERROR(generate(cb, make_params<float>(cb), {1}, 3, 1.0, 0, unused), "bert");
 }
 
+TEST_CASE("sample: MultiHeadSA_cached over m new rows at a time gives MultiHeadSA's rows; a cache for other heads is an error") {
+    // formulas §32: head_i = Attention(x W_i^Q, [K_i; x W_i^K], [V_i; x W_i^V], Mask rows t..t+m-1),
+    // fed 3, 1 and 3 rows, equals rows t..t+m-1 of MultiHeadSA on all 7 rows (causal mask, biases).
+    Config c = preset("tiny-gpt2");
+    c.attn_bias = true;
+    const Params<double> p = m_model<double>(c, 7, 0.3);
+    const MultiHeadSAParams<double>& w = p.layers[0].attn;
+    const int n = 7;
+    Rng r(3);
+    Tensor<double> X(n, c.H);
+    for (double& v : X.data) v = r.normal();
+    const Tensor<double> Mask = Mask_AR<double>(n);
+    const Tensor<double> Y = MultiHeadSA(X, Mask, w);
+    KVLayer<double> kv;
+    kv.K.assign(c.A, Tensor<double>(std::vector<int>{0, c.D}));
+    kv.V.assign(c.A, Tensor<double>(std::vector<int>{0, c.D}));
+    int t = 0;
+    for (const int m : {3, 1, 3}) {
+        Tensor<double> X_m(m, c.H), Mask_m(m, t + m);
+        for (int i = 0; i < m; i++) {
+            for (int j = 0; j < c.H; j++) X_m(i, j) = X(t + i, j);
+            for (int j = 0; j < t + m; j++) Mask_m(i, j) = Mask(t + i, j);
+        }
+        const Tensor<double> Y_m = MultiHeadSA_cached(X_m, Mask_m, w, kv);
+        REQUIRE(Y_m.shape == std::vector<int>{m, c.H});
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < c.H; j++) {
+                INFO("row " << t + i + 1 << ", column " << j + 1 << ": expected " << Y(t + i, j) << " (MultiHeadSA on all rows), got " << Y_m(i, j));
+                CHECK(Y_m(i, j) == doctest::Approx(Y(t + i, j)).epsilon(1e-12));
+            }
+        t += m;
+        CHECK(kv.K[1].shape == std::vector<int>{t, c.D});
+        CHECK(kv.V[1].shape == std::vector<int>{t, c.D});
+    }
+    KVLayer<double> no_values;  // keys for A heads, no values
+    no_values.K.assign(c.A, Tensor<double>(std::vector<int>{0, c.D}));
+    M_CHECK_TF_ERROR(MultiHeadSA_cached(X, Mask, w, no_values), "MultiHeadSA_cached | kv_init");
+    KVLayer<double> one_head;
+    one_head.K.assign(1, Tensor<double>(std::vector<int>{0, c.D}));
+    one_head.V.assign(1, Tensor<double>(std::vector<int>{0, c.D}));
+    M_CHECK_TF_ERROR(MultiHeadSA_cached(X, Mask, w, one_head), "MultiHeadSA_cached | kv_init");
+}
+
 TEST_CASE("sample: model_step equals model_forward row by row (GPT, GPT-2, GPT-3, GPT-2 with attention biases)") {
     for (const char* name : {"tiny-gpt", "tiny-gpt2", "tiny-gpt3", "tiny-gpt2+attn_bias"}) {
         CAPTURE(name);
