@@ -9823,7 +9823,7 @@ TEST_CASE("explain: every formula box of the variant in order, shapes as in the 
 
 TEST_CASE("explain: the values it shows are the model's: layer 1 recomputed from the sheet's equations, each gradient model_loss's") {
     // The forward values explain prints come from model_forward's caches and the backward from
-    // block_backward; here layer 1 is computed again from formulas §19 (post-LN) and §20 (pre-LN)
+    // block_backward; here layer 1 is computed again from formulas §18 (post-LN, GPT) and §19 (pre-LN, GPT-2)
     // and every printed gradient is compared with model_loss's of the parameter it names.
     for (const std::string name : {"tiny-gpt", "tiny-gpt2", "tiny-bert"}) {
         CAPTURE(name);
@@ -9856,22 +9856,22 @@ TEST_CASE("explain: the values it shows are the model's: layer 1 recomputed from
         const Layer<double>& w = p.layers[0];
         const Tensor<double> Mask = c.variant == Variant::bert ? Mask_BD<double>(n) : Mask_AR<double>(n);
         const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
-        if (!is_pre_ln(c.variant)) {  // §19: X' = LN(MHSA(X) + X), X^(1) = LN(FFN(X') + X')
+        if (!is_pre_ln(c.variant)) {  // §18: X' = LN(MHSA(X) + X), X^(1) = LN(FFN(X') + X')
             const Tensor<double> a = MultiHeadSA(X0, Mask, w.attn);
             const Tensor<double> Xq = LayerNorm(add(a, X0), w.ln_1_gamma, w.ln_1_beta, c.eps);
             const Tensor<double> f = FFN(Xq, w.ffn, c.activation);
             check_shown("MultiHeadSA(X^(0), Mask)", a, "MultiHeadSA(X^(0), Mask), formulas §12");
-            check_shown("X'^(1)", Xq, "LayerNorm(MultiHeadSA(X^(0)) + X^(0)), formulas §19");
+            check_shown("X'^(1)", Xq, "LayerNorm(MultiHeadSA(X^(0)) + X^(0)), formulas §18");
             check_shown(ffn + "(X'^(1))", f, "FFN(X'^(1)), formulas §14");
-            check_shown("X^(1)", LayerNorm(add(f, Xq), w.ln_2_gamma, w.ln_2_beta, c.eps), "LayerNorm(FFN(X') + X'), formulas §19");
-        } else {  // §20: X' = MHSA(LN(X)) + X, X^(1) = FFN(LN(X')) + X'
+            check_shown("X^(1)", LayerNorm(add(f, Xq), w.ln_2_gamma, w.ln_2_beta, c.eps), "LayerNorm(FFN(X') + X'), formulas §18");
+        } else {  // §19: X' = MHSA(LN(X)) + X, X^(1) = FFN(LN(X')) + X'
             const Tensor<double> a = MultiHeadSA(LayerNorm(X0, w.ln_1_gamma, w.ln_1_beta, c.eps), Mask, w.attn);
             const Tensor<double> Xq = add(a, X0);
             const Tensor<double> f = FFN(LayerNorm(Xq, w.ln_2_gamma, w.ln_2_beta, c.eps), w.ffn, c.activation);
             check_shown("MultiHeadSA(LayerNorm(X^(0)), Mask)", a, "MultiHeadSA(LayerNorm(X^(0)), Mask), formulas §12");
-            check_shown("X'^(1)", Xq, "MultiHeadSA(LayerNorm(X^(0))) + X^(0), formulas §20");
+            check_shown("X'^(1)", Xq, "MultiHeadSA(LayerNorm(X^(0))) + X^(0), formulas §19");
             check_shown(ffn + "(LayerNorm(X'^(1)))", f, "FFN(LayerNorm(X'^(1))), formulas §14");
-            check_shown("X^(1)", add(f, Xq), "FFN(LayerNorm(X')) + X', formulas §20");
+            check_shown("X^(1)", add(f, Xq), "FFN(LayerNorm(X')) + X', formulas §19");
         }
         // Every gradient printed under a layer's box is that layer's; dX^(0) is what W_p's rows receive.
         Params<double> g = make_params<double>(c);
