@@ -503,7 +503,7 @@ check: | doctest
 	./$(FAST_BUILD)/tests -tc="$(if $(strip $(TESTS)),$(TESTS),$(call TESTS_OF,$(ASSIGNMENT)))"
 
 # ---- make grade: the score of a course platform's autograder -------------------------------------
-# make grade [ASSIGNMENT=N] [GRADE_DIR=.] [GRADE_TIMEOUT=30]: builds $(FAST_BUILD)/tests as make
+# make grade [ASSIGNMENT=N] [GRADE_DIR=.] [GRADE_TIMEOUT=30] [GRADE_VISIBILITY=...]: builds $(FAST_BUILD)/tests as make
 # check does, runs each test case of ASSIGNMENT_N_TESTS on its own, prints the points of each
 # (ASSIGNMENT_N_POINTS) and the score, and writes GRADE_DIR/results.json (Gradescope's autograder
 # format) and GRADE_DIR/results.xml (JUnit, doctest's -r=junit of each case in one file). In a
@@ -514,6 +514,9 @@ check: | doctest
 # setup.
 GRADE_DIR     ?= .
 GRADE_TIMEOUT ?= 30
+# Gradescope's "visibility" of the results: visible, hidden, after_due_date or after_published;
+# empty writes none (Gradescope's default: visible).
+GRADE_VISIBILITY ?=
 
 # sh -c "$GRADE_SH" grade TESTS PATTERNS POINTS DIR TIMEOUT TITLE [BUILD_LOG]: the runner (exit
 # status 0: graded; 1: the build failed, BUILD_LOG reported; 2: no grading).
@@ -533,6 +536,8 @@ set -u
 bin=$1 pats=$2 points=$3 dir=$4 limit=$5 title=$6 build_log=${7-}
 case "$limit" in ''|*[!0-9]*) echo "make grade: GRADE_TIMEOUT=$limit: give whole seconds (0: no limit)" >&2; exit 2;; esac
 case "$dir" in '') echo "make grade: GRADE_DIR is empty" >&2; exit 2;; esac
+case "${GRADE_VISIBILITY-}" in ''|visible|hidden|after_due_date|after_published) ;;
+  *) echo "make grade: GRADE_VISIBILITY=$GRADE_VISIBILITY: give visible, hidden, after_due_date or after_published (or nothing)" >&2; exit 2;; esac
 mkdir -p "$dir" || exit 2
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
@@ -707,7 +712,8 @@ BEGIN {
         for (k = 1; k <= nw; k++) if (!used[k])
             printf("make grade: warning: the points entry \"%s\" matches none of the test cases\n", wraw[k]) > "/dev/stderr"
     }
-    printf("{\n  \"score\": %s,\n  \"output\": \"%s\",\n  \"tests\": [\n%s%s  ]\n}\n", num(score), out, tests, tests == "" ? "" : "\n") > (json ".tmp")
+    visibility = ENVIRON["GRADE_VISIBILITY"] == "" ? "" : "  \"visibility\": \"" ENVIRON["GRADE_VISIBILITY"] "\",\n"
+    printf("{\n  \"score\": %s,\n%s  \"output\": \"%s\",\n  \"tests\": [\n%s%s  ]\n}\n", num(score), visibility, out, tests, tests == "" ? "" : "\n") > (json ".tmp")
     printf("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"%s\" errors=\"%d\" failures=\"%d\" tests=\"%d\">\n%s  </testsuite>\n</testsuites>\n", \
            xesc(title), xerr, xfail, xcases, cases) > (xml ".tmp")
     close(json ".tmp"); close(xml ".tmp")
@@ -717,6 +723,7 @@ endef
 
 grade: export GRADE_SH := $(value GRADE_RUN)
 grade: export GRADE_AWK := $(value GRADE_REPORT)
+grade: export GRADE_VISIBILITY := $(GRADE_VISIBILITY)
 grade: | doctest
 	@if [ -z '$(strip $(ASSIGNMENT))' ]; then \
 	  echo "make grade: give ASSIGNMENT=N (N in $(ASSIGNMENTS)); a handout knows its own" >&2; exit 1; fi

@@ -10697,6 +10697,7 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
         CHECK(m_contains(m_read(h + "/grade.log"), "make grade: assignment 1: 0 of "));
         const auto r = results(h + "/results.json");
         CHECK(total(r).first == 0);
+        CHECK_MESSAGE(!parse_json(m_read(h + "/results.json")).get("visibility"), "without GRADE_VISIBILITY results.json should set none");
         for (const auto& kv : r) {
             CAPTURE(kv.first);
             CHECK(kv.second.status == "failed");
@@ -10709,15 +10710,20 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
     const std::string s = m_path("grade-solution"), out = m_path("grade-results");
     REQUIRE(sh("cp -Rp " + h + " " + s + " && rm " + s + "/results.json " + s + "/results.xml && cp transformer.cpp " + s + "/", s + ".log") == 0);
     {
-        const int st = sh("cd " + s + " && " + make + " grade GRADE_DIR=" + out, s + "/grade.log");
+        const int st = sh("cd " + s + " && " + make + " grade GRADE_VISIBILITY=after_due_date GRADE_DIR=" + out, s + "/grade.log");
         INFO("make grade with the solution said:\n" << m_read(s + "/grade.log"));
         REQUIRE(st == 0);
         const auto r = results(out + "/results.json");
+        const Json j = parse_json(m_read(out + "/results.json"));
+        REQUIRE_MESSAGE(j.get("visibility"), "GRADE_VISIBILITY=after_due_date: results.json should set \"visibility\"");
+        CHECK(j.get("visibility")->str == "after_due_date");
         const auto t = total(r);
         CHECK_MESSAGE(t.first == t.second, "expected full marks, got " << t.first << " of " << t.second);
         for (const auto& kv : r) CHECK_MESSAGE(kv.second.status == "passed", kv.first << ": " << kv.second.output);
         junit(out + "/results.xml");
         CHECK_FALSE(m_exists(s + "/results.json"));
+        CHECK(sh("cd " + s + " && " + make + " grade GRADE_VISIBILITY=later GRADE_DIR=" + out, s + "/bad.log") != 0);
+        CHECK(m_contains(m_read(s + "/bad.log"), "GRADE_VISIBILITY=later"));
     }
 
     // A crash and a hang in a copy: they cost their own cases only.

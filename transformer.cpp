@@ -2256,8 +2256,8 @@ Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& kv)
     Tensor<T> X = embed_forward(c, p, one, t);  // 1 x H: OneHot(x) W_e + W_p[t]
     ForwardCache<T> scratch;                    // the blocks' caches and mask rows; no backward follows
     scratch.masks.resize(c.L);
-    for (int l = 0; l < c.L; l++) {
-        scratch.masks[l] = Tensor<T>::uninit(1, t + 1);
+    for (int l = 0; l < c.L; l++) {  // row t of layer l's mask, columns 0..t (a column not copied stays masked)
+        scratch.masks[l] = Tensor<T>(1, t + 1, -std::numeric_limits<T>::infinity());
         std::copy(kv.masks[l].row(t), kv.masks[l].row(t) + t + 1, scratch.masks[l].ptr());
     }
     X = blocks_forward(c, p, std::move(X), scratch, ForwardOptions{}, &kv);
