@@ -866,7 +866,7 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 Attention_backward:Attention* Concat:Concat* Concat_backward:Concat* \
                 MultiHeadSA_backward:MultiHeadSA* FFN:FFN* FFN_backward:FFN* LayerNorm_backward:LayerNorm* \
                 CrossEntropy:CrossEntropy* CrossEntropy_backward:CrossEntropy* \
-                embed_forward:GPT*,BERT*,RoBERTa*,embed_backward* embed_backward:BERT*,GPT:*,embed_backward* \
+                embed_forward:GPT*,BERT*,RoBERTa*,embed_backward*,sample:?model_step* embed_backward:BERT*,GPT:*,embed_backward* \
                 key_padding_mask:key_padding_mask*,finetune:?BERT* pre_ln_block_forward:GPT-2*,GPT-3*,dropout*,explain* \
                 pre_ln_block_backward:GPT-2*,GPT-3*,dropout* post_ln_block_forward:GPT:*,BERT*,dropout*,explain* \
                 post_ln_block_backward:GPT:*,BERT*,dropout* model_backward:GPT-2*,BERT*,model_loss*,model_forward* \
