@@ -7321,6 +7321,9 @@ TEST_CASE("sample: MultiHeadSA_cached over m new rows at a time gives MultiHeadS
         CHECK(kv.K[1].shape == std::vector<int>{t, c.D});
         CHECK(kv.V[1].shape == std::vector<int>{t, c.D});
     }
+    const std::vector<int> rows_before = {kv.K[0].rows(), kv.V[1].rows()};
+    M_CHECK_TF_ERROR(MultiHeadSA_cached(X, Mask, w, kv), "MultiHeadSA_cached | Mask");  // 7 rows need a 7 x 14 mask
+    CHECK_MESSAGE((std::vector<int>{kv.K[0].rows(), kv.V[1].rows()} == rows_before), "an error must leave the cache as it was");
     KVLayer<double> no_values;  // keys for A heads, no values
     no_values.K.assign(c.A, Tensor<double>(std::vector<int>{0, c.D}));
     M_CHECK_TF_ERROR(MultiHeadSA_cached(X, Mask, w, no_values), "MultiHeadSA_cached | kv_init");

@@ -1364,14 +1364,14 @@ T* position_vector(Params<T>& p, int row) {
 //   X^(0) = OneHot(x) W_e + W_p[0:n, :]                                              (n x H)
 //   BERT:  X^(0) += diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)                  (n x H)
 // (t_i = 0, the first part up to its [SEP], gets w_A: formulas §21.) RoBERTa with pad_id: the
-// rows of position_rows in place of W_p[0:n, :]. t0 > 0 (model_step: one token at position t0)
-// shifts the rows: W_p[t0:t0+n, :].
+// rows of position_rows in place of W_p[0:n, :]. first_position > 0 (model_step: one token of a
+// causal model, so no <pad>) shifts the rows: W_p[first_position:first_position+n, :].
 template <typename T>
-static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch, int t0 = 0) {
+static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch, int first_position = 0) {
     const std::vector<int> pos = position_rows(c, batch.tokens, batch.n);
     Tensor<T> X = Embedding(batch.tokens, p.W_e);  // (B*n) x H
     for (int r = 0; r < X.rows(); r++) {
-        const T* __restrict wp = position_vector(p, pos[r] < 0 ? pos[r] : t0 + pos[r]);
+        const T* __restrict wp = position_vector(p, pos[r] < 0 ? pos[r] : first_position + pos[r]);
         T* __restrict x = X.row(r);
         for (int j = 0; j < c.H; j++) x[j] += wp[j];
         if (has_segments(c.variant)) {
@@ -1415,7 +1415,6 @@ Tensor<T> layer_mask(const Config& c, int l, int n) {
 //   X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1))
 //   X^(l)  = LayerNorm(FFN(X'^(l)) + X'^(l))
 // Training adds dropout to each branch before the sum (formulas §16: "residual dropout").
-// Generation (kv given) attends with MultiHeadSA_cached: X is the new row, Mask its row of the mask.
 template <typename T>
 static Tensor<T> post_ln_block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
                                        BlockCache<T>& k, const ForwardOptions& o, KVLayer<T>* kv) {
@@ -1490,6 +1489,8 @@ static Tensor<T> pre_ln_block_backward(const Config& c, const Layer<T>& w, const
 }
 
 // One layer's block, pre-LN or post-LN by the variant: X^(l-1) -> X^(l) and dX^(l) -> dX^(l-1).
+// In generation (kv given) a block's attention is MultiHeadSA_cached: X is the new row, Mask its
+// row of the layer's mask, and the earlier rows' keys and values come from kv.
 template <typename T>
 static Tensor<T> block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
                                BlockCache<T>& k, const ForwardOptions& o, KVLayer<T>* kv) {
@@ -2228,11 +2229,14 @@ static void append_rows(Tensor<T>& M, const Tensor<T>& R) {
 }
 
 // The formula box is MultiHeadSA's, with each head's keys and values those of every row so far.
+// Every argument is checked before the cache grows, so an error leaves it as it was.
 template <typename T>
 Tensor<T> MultiHeadSA_cached(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHeadSAParams<T>& p, KVLayer<T>& kv) {
+    check_mhsa_params(X, p, "MultiHeadSA_cached");
     const int A = (int)p.W_Q.size();
     if ((int)kv.K.size() != A || (int)kv.V.size() != A)
         throw Error("MultiHeadSA_cached: the cache holds no keys and values for " + std::to_string(A) + " heads (call kv_init)");
+    require_shape(Mask, {X.rows(), kv.K[0].rows() + X.rows()}, "MultiHeadSA_cached", "Mask");
     std::vector<Tensor<T>> head(A);
     for (int i = 0; i < A; i++) {
         append_rows(kv.K[i], Linear(X, p.W_K[i], head_bias(p.b_K, i)));  // [K_i; X W_i^K]: (t+m) x D
@@ -2256,7 +2260,7 @@ Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& kv)
     Tensor<T> X = embed_forward(c, p, one, t);  // 1 x H: OneHot(x) W_e + W_p[t]
     ForwardCache<T> scratch;                    // the blocks' caches and mask rows; no backward follows
     scratch.masks.resize(c.L);
-    for (int l = 0; l < c.L; l++) {  // row t of layer l's mask, columns 0..t (a column not copied stays masked)
+    for (int l = 0; l < c.L; l++) {  // row t of layer l's mask, columns 0..t (-inf first: nothing uninitialised)
         scratch.masks[l] = Tensor<T>(1, t + 1, -std::numeric_limits<T>::infinity());
         std::copy(kv.masks[l].row(t), kv.masks[l].row(t) + t + 1, scratch.masks[l].ptr());
     }
@@ -8432,7 +8436,7 @@ std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p,
 }
 
 // ---- explain: one forward and backward pass, formula box by formula box ---------------------------
-// explain computes nothing of the model itself: the forward values are those model_forward keeps
+// explain computes no layer itself: the forward values are those model_forward keeps
 // (ForwardOptions::keep_sublayers), the backward runs model_backward's pieces one at a time
 // (block_backward, embed_backward) so that each layer's gradients can be shown as they arrive.
 // The size of one factor of a shape symbol ("n", "H", "AD", ...) in this model.
@@ -8572,7 +8576,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n));
         const Tensor<T> B = matmul(diag(t1), Stack(p.w_B, n));
         w.step(0, "Embedding", "X^(0) = X'^(0) + diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)  [t_i = 0 gets w_A: formulas §21]",
-               "embed_forward (the terms: diag, Stack, matmul)");
+               "embed_forward (X^(0)); the term shown: diag, Stack, matmul");
         w.in("diag(1 - t)", "n x n", diag(t0));
         w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
         w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
@@ -8657,7 +8661,8 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
     w.out("d" + XL, "n x H", dX);
     w.out("dW_e (so far)", "V x H", g.W_e);
-    const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; dgamma = sum_i dY Xhat, dbeta = sum_i dY";
+    const std::string ln_grad = "dgamma = sum_i dY Xhat, dbeta = sum_i dY";
+    const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; " + ln_grad;
     if (pre) {
         dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
         w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
@@ -8697,7 +8702,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
             w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block);
             ffn_grads();
-            w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + ")", "LayerNorm_backward" + in_block);
+            w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + "); " + ln_grad, "LayerNorm_backward" + in_block);
             ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
             w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
                    "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block);
@@ -8711,7 +8716,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
                    "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block);
             attention_grads();
-            w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + "))", "LayerNorm_backward, add" + in_block);
+            w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block);
             ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
         }
         w.out("d" + Xp, "n x H", dX);
@@ -9751,6 +9756,9 @@ TF_COLD_END
 
 #define TF_INSTANTIATE_MODELS(T)                                                                           \
     template const T* position_vector(const Params<T>&, int);                                              \
+    template Tensor<T> block_backward(const Config&, const Layer<T>&, const BlockCache<T>&, const Tensor<T>&, \
+                                      Layer<T>&);                                                          \
+    template void embed_backward(const Config&, const Batch&, const Tensor<T>&, Params<T>&);               \
     template T* position_vector(Params<T>&, int);                                                          \
     template Tensor<T> xlnet_forward(const Config&, const Params<T>&, const Tensor<T>&, const std::vector<int>&, \
                                      int, const std::vector<int>&, ForwardCache<T>&);                      \
@@ -9790,9 +9798,6 @@ TF_COLD_END
     template Tensor<T> model_step(const Config&, const Params<T>&, int, KVCache<T>&);                      \
     template Tensor<T> MultiHeadSA_cached(const Tensor<T>&, const Tensor<T>&, const MultiHeadSAParams<T>&,   \
                                           KVLayer<T>&);                                                    \
-    template Tensor<T> block_backward(const Config&, const Layer<T>&, const BlockCache<T>&, const Tensor<T>&, \
-                                      Layer<T>&);                                                          \
-    template void embed_backward(const Config&, const Batch&, const Tensor<T>&, Params<T>&);               \
     template std::vector<int> generate(const Config&, const Params<T>&, std::vector<int>, int, double, int, Rng&, double, \
                                        const std::function<bool(const std::vector<int>&)>&);
 #define TF_INSTANTIATE_CORPUS_LOSSES(T)                                                                    \

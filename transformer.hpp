@@ -864,7 +864,7 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
 // Generation with a key/value cache (GPT variants). Under a causal mask row t of every layer
 // depends only on rows 0..t below it, so when tokens arrive one at a time the keys X W_i^K and
 // values X W_i^V of earlier rows can be kept and only the new row computed: O(t) work per token
-// instead of O(t^2). model_step feeds token x at position cache.t and returns the logits (V) for
+// instead of O(t^2). model_step feeds token x at position kv.t and returns the logits (V) for
 // the next token, equal to row t of model_forward on the whole prefix.
 template <typename T>
 struct KVLayer {
@@ -885,7 +885,7 @@ Tensor<T> MultiHeadSA_cached(const Tensor<T>& X, const Tensor<T>& Mask, const Mu
 template <typename T>
 void kv_init(const Config& c, KVCache<T>& cache);
 template <typename T>
-Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& cache);
+Tensor<T> model_step(const Config& c, const Params<T>& p, int x, KVCache<T>& kv);
 
 // Generation from a GPT-variant checkpoint: next token ~ Softmax(z / temperature) restricted to the
 // top_k most likely (top_k 0 = all; temperature 0 = greedy), then to the nucleus of probability
