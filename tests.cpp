@@ -10244,10 +10244,10 @@ int main() {
                               dir + "/build.log 2>&1";
     REQUIRE_MESSAGE(std::system(build.c_str()) == 0, "the small program did not build: " << m_read(dir + "/build.log"));
 
-    std::string session = gdb + "-ex 'break look' -ex run -ex 'p X' -ex 'p X.shape' -ex up -ex 'p big' -ex 'p v' -ex 'p none' -ex 'p fresh'";
-    for (int k = 0; k < 6; k++) session += " -ex 'p *(tf::Tensor<float>*)junk[" + std::to_string(k) + "]'";
-    session += " -ex 'p/r v' " + dir + "/tensors < /dev/null > " + dir + "/gdb.out 2> " + dir + "/gdb.err";
-    const int status = std::system(session.c_str());
+    std::string gdb_command = gdb + "-ex 'break look' -ex run -ex 'p X' -ex 'p X.shape' -ex up -ex 'p big' -ex 'p v' -ex 'p none' -ex 'p fresh'";
+    for (int k = 0; k < 6; k++) gdb_command += " -ex 'p *(tf::Tensor<float>*)junk[" + std::to_string(k) + "]'";
+    gdb_command += " -ex 'p/r v' " + dir + "/tensors < /dev/null > " + dir + "/gdb.out 2> " + dir + "/gdb.err";
+    const int status = std::system(gdb_command.c_str());
     const std::string out = m_read(dir + "/gdb.out"), err = m_read(dir + "/gdb.err");
     INFO("gdb's output:\n" << out << "\ngdb's errors:\n" << err);
     CHECK(status == 0);
