@@ -2235,7 +2235,8 @@ Tensor<T> MultiHeadSA_cached(const Tensor<T>& X, const Tensor<T>& Mask, const Mu
     check_mhsa_params(X, p, "MultiHeadSA_cached");
     const int A = (int)p.W_Q.size();
     if ((int)kv.K.size() != A || (int)kv.V.size() != A)
-        throw Error("MultiHeadSA_cached: the cache holds no keys and values for " + std::to_string(A) + " heads (call kv_init)");
+        throw Error("MultiHeadSA_cached: the parameters have " + std::to_string(A) + " heads but the cache keys for " +
+                    std::to_string(kv.K.size()) + " and values for " + std::to_string(kv.V.size()) + " (call kv_init with this model)");
     require_shape(Mask, {X.rows(), kv.K[0].rows() + X.rows()}, "MultiHeadSA_cached", "Mask");
     std::vector<Tensor<T>> head(A);
     for (int i = 0; i < A; i++) {
