@@ -19,7 +19,14 @@ else
   LEVEL  := -O2 -DTF_COLD_O1
 endif
 ARCH     ?= -march=native
-OPT      := $(LEVEL) $(ARCH) -fno-math-errno
+# The rounding of every result is the source's: a*b + c is a product and a sum, each rounded, unless
+# the source calls std::fma (madd). Left to the compiler (g++'s default -ffp-contract=fast), whether
+# a product is fused into the sum that follows depends on the optimisation level, the target's tuning
+# and the vector width, so the same run gave other losses on other CPUs. With this, every build for
+# x86-64 with AVX2 and FMA (-march=x86-64-v3, v4, native) and both compilers give the same bits
+# (docs/performance.md, "The same numbers on every machine").
+FP       := -ffp-contract=off -fno-math-errno
+OPT      := $(LEVEL) $(ARCH) $(FP)
 TESTS_LEVEL ?= -O0
 BUILD    ?= build
 # g++'s garbage collector runs less often with a larger heap threshold: less time, more memory (about 1 GB).
@@ -29,7 +36,7 @@ endif
 # -D_GLIBCXX_ASSERTIONS: an index past the end of a tensor (its std::vector) aborts. AddressSanitizer
 # alone misses it: the pool hands out blocks of 256 bytes or more (size classes), so the element after
 # the last is inside the block.
-DBG      := -O0 -g3 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS
+DBG      := -O0 -g3 -ffp-contract=off -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS
 DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
 # As many compile jobs as there are cores (a -j on the command line takes precedence; a make run
 # by a recipe shares its parent's jobs); one short line per object built (V=1 shows the commands).
@@ -65,7 +72,7 @@ transformer $(BUILD)/transformer: $(BUILD)/main.o $(BUILD)/transformer.o
 # program `transformer` is built without them. tests.cpp holds no hot loop: -O0 builds it in an
 # eighth of -O3's time and runs the suite as fast (the CLI cases run ./transformer, the program).
 CHECKED   := -D_GLIBCXX_ASSERTIONS
-TESTS_OPT := $(TESTS_LEVEL) $(ARCH) -fno-math-errno
+TESTS_OPT := $(TESTS_LEVEL) $(ARCH) $(FP)
 $(BUILD)/tests.o: tests.cpp transformer.hpp | $(BUILD)
 	@$(say) CXX $@
 	$(Q)$(CXX) $(STD) $(WARN) $(TESTS_OPT) $(GCFLAGS) $(CHECKED) -c -o $@ $<
@@ -89,9 +96,10 @@ doctest:
 
 # The CLI tests call ./transformer, so it is built too. The long cases run in `make test-long`:
 # those that make handouts and compile transformer.cpp again ("handout: ..."), and those that run
-# what the README quotes ("readme: ..."); .ci/run runs both targets, and the formula cases again
+# what the README quotes ("readme: ..."), and the builds for other targets that must compute the same
+# bytes ("identical: ..."); .ci/run runs both targets, and the formula cases again
 # under the sanitizers (`make test-sanitized`).
-LONG_CASES := handout: *,readme: *
+LONG_CASES := handout: *,readme: *,identical: *
 # The objects are listed longest build first, so that the two cores finish together.
 test: $(BUILD)/transformer-checked.o $(BUILD)/transformer.o $(BUILD)/tests.o $(BUILD)/main.o tests transformer
 	./tests -tce='$(LONG_CASES)'
@@ -305,7 +313,7 @@ ASSIGNMENT_6_POINTS := AdamW: decays()*=0,lr_schedule: lr_linear*=0
 # round under 30 s of one core (docs/assignments.md has the times). -D_GLIBCXX_ASSERTIONS: an index
 # past a tensor's end (Tensor's operator[] and operator()) aborts, so a loop one element too long
 # fails the assignment's tests even where reading that element changes no value.
-FAST_OPT   := -Og $(ARCH) -fno-math-errno -D_GLIBCXX_ASSERTIONS -DTF_COLD_O0
+FAST_OPT   := -Og $(ARCH) $(FP) -D_GLIBCXX_ASSERTIONS -DTF_COLD_O0
 FAST_BUILD := build-fast
 # A handout records its assignment in handout.mk (ASSIGNMENT := N).
 -include handout.mk

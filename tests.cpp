@@ -1150,6 +1150,15 @@ void gemm_vs_reference() {
 }
 }  // namespace
 
+TEST_CASE("build: transformer.cpp rounds a*b + c twice unless it calls std::fma") {
+    // The same numbers on every target (docs/performance.md): a compiler left to fuse a product into
+    // the sum after it (g++'s default -ffp-contract=fast) fuses or not by target, tuning and vector
+    // width. The Makefile's FP flags turn it off; a build without them fails here.
+    CHECK_MESSAGE(!products_fused_by_compiler(),
+                  "expected (1 + 2^-12)^2 - (1 + 2^-11) = 0 in float with two roundings (Makefile's -ffp-contract=off), "
+                  "got 2^-24: transformer.cpp was compiled with a*b + c fused into one rounding");
+}
+
 TEST_CASE("gemm: hand-computed case") {
     // [[1, 2], [3, 4]] [[5, 6], [7, 8]] = [[1*5 + 2*7, 1*6 + 2*8], [3*5 + 4*7, 3*6 + 4*8]] = [[19, 22], [43, 50]]
     const double A[] = {1, 2, 3, 4}, B[] = {5, 6, 7, 8};
@@ -10360,6 +10369,94 @@ TEST_CASE("readme: make run prints what README.md and docs/training.md quote") {
 #endif
 }
 
+TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang++ give the same bytes") {
+    // docs/performance.md, "The same numbers on every machine": the rounding of every result is fixed
+    // by the source, so the program built for AVX2 + FMA (x86-64-v3: most laptops), for this CPU
+    // (-march=native, ./transformer) and, where the CPU runs them, for AVX-512 (x86-64-v4) and with
+    // clang++, trains, fine-tunes, samples and explains to the same bytes. Each other build is made
+    // with the Makefile into its own directory (as make bench-portable does).
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("the other builds take minutes: run by ./tests, not ./tests-debug");
+#else
+    REQUIRE_MESSAGE(m_exists("Makefile"), "run the tests from the project's root (make test does)");
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    const std::string root = cwd, make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+    struct Build {
+        std::string name, program, make_args;
+    };
+    std::vector<Build> builds = {{"g++ -march=native", root + "/transformer", ""}};
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    builds.push_back({"g++ -march=x86-64-v3", root + "/build-avx2/transformer", "BUILD=build-avx2 CXX=g++ ARCH=-march=x86-64-v3"});
+    const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    if (v4)
+        builds.push_back({"g++ -march=x86-64-v4", root + "/build-v4/transformer", "BUILD=build-v4 CXX=g++ ARCH=-march=x86-64-v4"});
+    else
+        MESSAGE("this CPU has no AVX-512: the x86-64-v4 build is not run");
+#else
+    WARN_MESSAGE(false, "the other targets compared here are x86-64's: only the native build runs");
+#endif
+    if (std::system("command -v clang++ > /dev/null 2>&1") == 0)
+        builds.push_back({"clang++ -march=native", root + "/build-clang/transformer", "BUILD=build-clang CXX=clang++"});
+    else
+        MESSAGE("clang++ is not installed: its build is not compared");
+    // What each build runs, in a directory of its own; the files and outputs named in `compared`
+    // (outN.txt: what run N printed; these runs print no time) must be the same bytes as the first
+    // build's.
+    const std::vector<std::string> runs = {
+        "train --steps 300 --quiet --out add.safetensors",  // GPT-2, gelu_sigmoid, dropout 0.1
+        "train --model bert --activation gelu_erf --emb-ln --mlm-head --steps 100 --quiet --out bert.safetensors",
+        "train --model gpt3 --activation gelu_tanh --steps 100 --quiet --out gpt3.safetensors",
+        "task --task text --examples 400 --seed 1 --out sums.txt",
+        "train --model gpt --activation relu --objective xlnet --data sums.txt --steps 60 --quiet --out xlnet.safetensors",
+        "train --data sums.txt --line-windows --block 32 --batch 8 --steps 100 --quiet --out pre.safetensors",
+        "task --task entailment --examples 300 --seed 1 --out ent.tsv",
+        "task --task entailment --examples 100 --seed 2 --held-out --out val.tsv",
+        "finetune --checkpoint pre.safetensors --task entailment --train ent.tsv --val val.tsv --batch 8 --steps 40 --warmup 10 "
+        "--quiet --out ft.safetensors",
+        "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
+        "explain --preset tiny-gpt2 --tokens 3,1,4"};
+    const std::vector<std::string> compared = {"add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors",
+                                               "pre.safetensors", "ft.safetensors",   "out8.txt",         "out9.txt",
+                                               "out10.txt"};
+    std::vector<std::string> first;
+    for (const Build& b : builds) {
+        CAPTURE(b.name);
+        if (!b.make_args.empty()) {
+            const std::string log = m_path("identical-make.log");
+            const std::string target = b.program.substr(root.size() + 1);
+            const int made = std::system((make + " " + b.make_args + " " + target + " > " + log + " 2>&1").c_str());
+            REQUIRE_MESSAGE(made == 0, "make " << b.make_args << " " << target << " failed:\n" << m_read(log));
+        }
+        // One directory for every build, emptied first: a checkpoint records the path of its data.
+        const std::string dir = m_path("identical");
+        REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
+        for (std::size_t r = 0; r < runs.size(); r++) {
+            const std::string cmd = "cd " + dir + " && " + b.program + " " + runs[r] + " > out" + std::to_string(r) + ".txt 2> err.txt";
+            REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, b.name << ": " << runs[r] << " failed: " << m_read(dir + "/err.txt"));
+        }
+        std::vector<std::string> got;
+        for (const std::string& f : compared) got.push_back(m_read(dir + "/" + f));
+        if (first.empty()) {
+            first = got;
+            for (std::size_t k = 0; k < got.size(); k++) CHECK_MESSAGE(got[k].size() > 0, compared[k] << " is empty");
+            continue;
+        }
+        for (std::size_t k = 0; k < compared.size(); k++) {
+            std::size_t at = 0;
+            while (at < got[k].size() && at < first[k].size() && got[k][at] == first[k][at]) at++;
+            const bool same = got[k] == first[k];
+            CHECK_MESSAGE(same, b.name << " wrote " << compared[k] << " (" << got[k].size() << " bytes) other than "
+                                                     << builds[0].name << " (" << first[k].size()
+                                                     << " bytes): the first difference at byte " << at
+                                                     << " (docs/performance.md: the same numbers on every machine)");
+        }
+    }
+#endif
+}
+
 TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" fails exactly the cases needing them") {
     // Teaching: `make handout` copies the project into DIR with the bodies of FUNCS replaced by
     // a stub throwing tf::Error("not implemented: NAME"). Checked here on a handout in the scratch
@@ -10374,7 +10471,7 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     const std::string obj = "build/debug-",
                       flags = "-O0 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined";
 #else
-    const std::string obj = "build/", flags = "-O1";
+    const std::string obj = "build/", flags = "-O1 -ffp-contract=off";
 #endif
     const std::vector<std::string> funcs = {"Softmax_backward", "LayerNorm_backward"};
     const char* env_cxx = std::getenv("CXX");

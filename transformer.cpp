@@ -51,6 +51,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// Every a*b + c is rounded twice (a product, then a sum) unless the code calls std::fma: the
+// rounding of a result is the source's, not the compiler's choice, so builds for other targets give
+// the same bits (docs/performance.md, "The same numbers on every machine"). clang takes that from
+// this pragma; g++ ignores it in C++ and needs the Makefile's -ffp-contract=off
+// (products_fused_by_compiler() below tells whether a build has it).
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 // Loop hints. GCC and clang each warn about the other's loop pragmas, so they are spelled per
 // compiler here; other compilers get none (every loop is correct without them).
 //   TF_IVDEP      the loop has no dependences between iterations (the pointers are __restrict)
@@ -2934,6 +2943,16 @@ double fma_peak_gflops() {
     for (int k = 0; k < K; ++k)
         for (int j = 0; j < L; ++j) sum += acc[k][j];
     return sum > 0 ? best : 0;
+}
+
+// Whether this file was compiled to fuse a product into the sum that follows it (g++ without
+// -ffp-contract=off on a target with FMA). 1 + 2^-12 squared is 1 + 2^-11 + 2^-24, which a float
+// rounds to 1 + 2^-11; subtracting that leaves 0 with two roundings and 2^-24 with one.
+bool products_fused_by_compiler() {
+    volatile float a = 1.0f + 0x1p-12f, c = -(1.0f + 0x1p-11f);  // volatile: not folded at compile time
+    const float x = a;
+    const float r = x * x + c;
+    return r != 0.0f;
 }
 
 // Streaming read speed of one core: sum a 256 MiB buffer (written first, so its pages exist) with

@@ -229,6 +229,9 @@ void gemm_reference(int M, int N, int K, const T* A, long rsA, long csA, const T
 // The register-only FMA peak of one core for float at this build's vector width (GFLOP/s,
 // 2 per multiply-add), measured in about 0.2 s: the yardstick for gemm's GFLOP/s.
 double fma_peak_gflops();
+// Whether transformer.cpp was compiled to fuse a*b + c into one rounding on its own (g++'s default);
+// the Makefile's builds say -ffp-contract=off, so that every target rounds as the source says.
+bool products_fused_by_compiler();
 // One core's streaming read speed in GB/s: the best of a few passes summing a 256 MiB buffer
 // (far larger than the caches). The yardstick for generating a token, which reads every weight.
 double mem_read_gbps();
