@@ -10403,8 +10403,8 @@ TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang+
     else
         MESSAGE("clang++ is not installed: its build is not compared");
     // What each build runs, in a directory of its own; the files and outputs named in `compared`
-    // (outN.txt: what run N printed; these runs print no time) must be the same bytes as the first
-    // build's.
+    // (outN.txt: what run N printed; these runs print no time, and of bench's line only the loss is
+    // kept) must be the same bytes as the first build's.
     const std::vector<std::string> runs = {
         "train --steps 300 --quiet --out add.safetensors",  // GPT-2, gelu_sigmoid, dropout 0.1
         "train --model bert --activation gelu_erf --emb-ln --mlm-head --steps 100 --quiet --out bert.safetensors",
@@ -10417,10 +10417,11 @@ TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang+
         "finetune --checkpoint pre.safetensors --task entailment --train ent.tsv --val val.tsv --batch 8 --steps 40 --warmup 10 "
         "--quiet --out ft.safetensors",
         "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
-        "explain --preset tiny-gpt2 --tokens 3,1,4"};
+        "explain --preset tiny-gpt2 --tokens 3,1,4",
+        "bench --preset tiny-gpt2 --embd 128 --heads 4 --vocab 1000 --block 64 --steps 1 --json | sed -nE 's/.*(\"loss\": [-0-9.e]+).*/\\1/p'"};
     const std::vector<std::string> compared = {"add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors",
                                                "pre.safetensors", "ft.safetensors",   "out8.txt",         "out9.txt",
-                                               "out10.txt"};
+                                               "out10.txt",       "out11.txt"};
     std::vector<std::string> first;
     for (const Build& b : builds) {
         CAPTURE(b.name);
