@@ -122,38 +122,11 @@ run: transformer
 bench: transformer
 	./transformer bench
 
-# GPT-1's workflow in miniature (docs/formulas.md §28) with no data file: pre-train a GPT on a text of
-# 3-digit sums (with line windows: each line at the positions a fine-tuning example takes),
-# fine-tune it on the four built-in labelled tasks (held-out pairs for validation), and print the
-# GPT-1 paper's ablation: pre-trained with lambda 0.5, pre-trained with lambda 0, no pre-training
-# (--scratch). Where one run's differences are within the noise (classify, entailment), each
-# cell pools three fine-tuning seeds: the accuracy over all their predictions. Files go to demo/.
-FT_ARGS := --lr 1e-3 --batch 32 --quiet
+# GPT-1's workflow in miniature (docs/formulas.md §28) with no data file, and the GPT-1 paper's
+# ablation over five fine-tuning seeds: tools/finetune-demo (its --help). Files go to demo/;
+# QUICK=1 is a short run that checks the demo works (about a minute; its accuracies are near chance).
 finetune-demo: transformer
-	@mkdir -p demo
-	./transformer task --task text --examples 20000 --out demo/sums.txt
-	./transformer train --data demo/sums.txt --line-windows --block 32 --batch 32 --steps 2000 --dropout 0 --eval-every 500 --log-every 500 --out demo/pretrained.safetensors
-	@for t in classify entailment similarity choice; do \
-	  ./transformer task --task $$t --examples 2000 --seed 1 --out demo/$$t-train.tsv >/dev/null && \
-	  ./transformer task --task $$t --examples 500 --seed 2 --held-out --out demo/$$t-val.tsv >/dev/null || exit 1; \
-	done
-	@printf '\nval accuracy on held-out pairs (500 each; chance: 50%%, choice 25%%), pooled over the fine-tuning seeds\n'
-	@printf '%-12s %6s %6s %24s %24s %18s\n' task steps seeds "pre-trained, lambda .5" "pre-trained, lambda 0" "no pre-training"
-	@for t in classify entailment similarity choice; do \
-	  case $$t in classify) steps=500; seeds="1 2 3";; entailment) steps=1000; seeds="1 2 3";; \
-	    similarity) steps=1000; seeds="1";; choice) steps=500; seeds="1";; esac; \
-	  row=$$(printf '%-12s %6s %6s' $$t $$steps "$$(echo $$seeds | wc -w)"); \
-	  for v in "--lambda 0.5" "--lambda 0" "--lambda 0.5 --scratch"; do \
-	    right=0; total=0; \
-	    for s in $$seeds; do \
-	      a=$$(./transformer finetune --checkpoint demo/pretrained.safetensors --task $$t --train demo/$$t-train.tsv \
-	           --val demo/$$t-val.tsv $(FT_ARGS) --steps $$steps --seed $$s $$v --out demo/$$t.safetensors) || exit 1; \
-	      right=$$((right + $$(echo "$$a" | sed -E 's/.*\(([0-9]+) of.*/\1/'))); \
-	      total=$$((total + $$(echo "$$a" | sed -E 's/.* of ([0-9]+)\).*/\1/'))); \
-	    done; \
-	    row="$$row $$(printf '%24s' "$$(awk -v r=$$right -v n=$$total 'BEGIN { printf "%.1f%% (%d of %d)", 100 * r / n, r, n }')")"; \
-	  done; echo "$$row"; \
-	done
+	tools/finetune-demo --program ./transformer --out demo$(if $(filter-out 0,$(QUICK)), --quick)
 
 # One `bench --json` line per build (the build on standard error): this one (g++ -march=native by
 # default), g++ for AVX2 + FMA (x86-64-v3: most laptops and desktops), clang++ native and AVX2.
@@ -195,7 +168,7 @@ build-times: | doctest
 	now() { date +%s.%N; }; \
 	secs() { awk -v a="$$1" -v b="$$(now)" 'BEGIN { printf "%6.1f s", b - a }'; }; \
 	fresh() { rm -rf "$$tmp/$$1"; mkdir -p "$$tmp/$$1"; cd "$$top"; \
-	  tar -cf - transformer.hpp transformer.cpp main.cpp tests.cpp Makefile README.md .gitignore gdb_tensor.py .vscode .ci docs | tar -xf - -C "$$tmp/$$1"; }; \
+	  tar -cf - transformer.hpp transformer.cpp main.cpp tests.cpp Makefile README.md .gitignore gdb_tensor.py .vscode .ci docs tools | tar -xf - -C "$$tmp/$$1"; }; \
 	quiet() { log="$$tmp/log"; if ! "$$@" > "$$log" 2>&1; then tail -n 20 "$$log"; echo "make build-times: failed: $$*" >&2; exit 1; fi; }; \
 	row() { printf '%-58s %s\n' "$$1" "$$2"; }; \
 	echo "build times on $$(nproc) cores, $$($(CXX) --version | head -n 1), $$(date +%Y-%m-%d)"; \
@@ -470,8 +443,9 @@ handout:
 	    echo "\`make grade\` runs them one by one and prints the points each is worth, as the course's"; \
 	    echo "autograder counts them."; fi; \
 	} > "$$tmp/HANDOUT.md"; \
-	rm -rf "$$dir"; mkdir -p "$$dir/.ci" "$$dir/.vscode"; \
+	rm -rf "$$dir"; mkdir -p "$$dir/.ci" "$$dir/.vscode" "$$dir/tools"; \
 	cp transformer.hpp main.cpp Makefile README.md .gitignore gdb_tensor.py "$$dir/"; cp .ci/run "$$dir/.ci/"; \
+	cp tools/finetune-demo "$$dir/tools/"; \
 	cp .vscode/launch.json "$$dir/.vscode/"; cp -R docs "$$dir/"; \
 	cp "$$tmp/transformer.cpp" "$$tmp/tests.cpp" "$$tmp/HANDOUT.md" "$$dir/"; \
 	if [ -n "$$n" ]; then echo "ASSIGNMENT := $$n" > "$$dir/handout.mk"; fi; \

@@ -10507,7 +10507,7 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     REQUIRE_MESSAGE(made == 0, m_read(dir + ".log"));
     CHECK_FALSE(m_exists(dir + "/.git"));
     for (const char* f : {"transformer.hpp", "main.cpp", "Makefile", "README.md", ".gitignore", ".ci/run",
-                          "gdb_tensor.py", ".vscode/launch.json"}) {
+                          "gdb_tensor.py", ".vscode/launch.json", "tools/finetune-demo"}) {
         INFO("file " << f);
         CHECK(m_read(dir + "/" + f) == m_read(f));
     }
@@ -11627,6 +11627,95 @@ TEST_CASE("make clean: removes what the Makefile's targets write, never a file g
     CHECK(m_contains(r.out, "keeping addition.csv"));
     CHECK(m_exists(dir + "/notes.txt"));
     CHECK(m_exists(dir + "/Makefile"));
+}
+
+// tools/finetune-demo (make finetune-demo) without its training runs: the usage, the errors, and the
+// statistics of its table on a results file made by hand, whose means, standard deviations and
+// verdicts are worked out below.
+TEST_CASE("tools/finetune-demo: --help, bad arguments name themselves, the table's means, spreads and verdicts") {
+    const std::string tool = "tools/finetune-demo";
+    REQUIRE_MESSAGE(m_exists(tool), "run the tests from the project's root");
+    const auto run = [&](const std::string& args) {
+        static int counter = 0;
+        const std::string base = m_path("demo_tool" + std::to_string(counter++));
+        const int st = std::system((tool + " " + args + " > " + base + ".out 2> " + base + ".err").c_str());
+        m_Run r;
+        r.exited = st != -1 && WIFEXITED(st);
+        r.status = r.exited ? WEXITSTATUS(st) : -1;
+        r.out = m_read(base + ".out");
+        r.err = m_read(base + ".err");
+        return r;
+    };
+    {
+        const m_Run r = run("--help");
+        INFO(r.out << r.err);
+        CHECK(r.status == 0);
+        for (const char* part : {"usage: tools/finetune-demo", "--quick", "--seeds N", "--program PATH", "--out DIR", "--summarize"})
+            CHECK_MESSAGE(m_contains(r.out, part), "the help lacks " << part);
+    }
+    // Bad arguments: a non-zero exit and a message naming the argument; nothing is trained.
+    for (const auto& bad : std::vector<std::pair<std::string, std::string>>{
+             {"--bogus", "unknown argument '--bogus'"},
+             {"--out", "--out needs a value"},
+             {"--seeds 1", "--seeds takes a number of seeds, 2 or more"},
+             {"--seeds five", "--seeds takes a number of seeds, 2 or more; got 'five'"},
+             {"--model gpt3", "--model takes gpt2 or bert; got 'gpt3'"},
+             {"--program " + m_path("no-such-program"), "no program at '" + m_path("no-such-program") + "'"},
+             {"--summarize " + m_path("no-such.tsv"), "cannot read the results file '" + m_path("no-such.tsv") + "'"}}) {
+        const m_Run r = run(bad.first);
+        INFO("tools/finetune-demo " << bad.first << "\nstdout: " << r.out << "\nstderr: " << r.err);
+        CHECK(r.exited);
+        CHECK(r.status != 0);
+        CHECK(m_contains(r.err, "tools/finetune-demo: error: " + bad.second));
+        CHECK(r.out.empty());
+    }
+    // Accuracies (right of 500) by task, way and seed. classify: lambda .5 80, 82, 84% (mean 82.0,
+    // s 2.0), lambda 0 70, 71, 72 (71.0, 1.0), scratch 81, 83, 85 (83.0, 2.0). Twice the standard
+    // error of a difference of means with s 2 and 2 over 3 seeds each: 2 sqrt(8/3) = 3.27; with s 2
+    // and 1: 2 sqrt(5/3) = 2.58. entailment: means 52, 49 and 48 (s 2 each), so +3.0 falls under
+    // 3.27 and +4.0 over it (one standard error would resolve both, three neither).
+    std::string tsv;
+    const auto add = [&](const std::string& task, const std::string& way, std::vector<int> right) {
+        for (std::size_t s = 0; s < right.size(); s++)
+            tsv += task + "\t" + way + "\t" + std::to_string(s + 1) + "\t100\t" + std::to_string(right[s]) + "\t500\n";
+    };
+    add("classify", "lambda0.5", {400, 410, 420});
+    add("classify", "lambda0", {350, 355, 360});
+    add("classify", "scratch", {405, 415, 425});
+    add("entailment", "lambda0.5", {250, 260, 270});
+    add("entailment", "lambda0", {235, 245, 255});
+    add("entailment", "scratch", {230, 240, 250});
+    const std::string results = m_path("demo_results.tsv");
+    m_write(results, tsv);
+    const m_Run r = run("--summarize " + results);
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(m_contains(r.out, "fine-tuning seeds 1 2 3:"));
+    CHECK(m_contains(r.out, "500 each"));
+    CHECK(m_contains(r.out, "resolved when larger than 2 standard errors of the difference"));
+    for (const char* cell : {"82.0 ± 2.0 (80.0-84.0)", "71.0 ± 1.0 (70.0-72.0)", "83.0 ± 2.0 (81.0-85.0)",
+                             "52.0 ± 2.0 (50.0-54.0)", "49.0 ± 2.0 (47.0-51.0)", "48.0 ± 2.0 (46.0-50.0)"})
+        CHECK_MESSAGE(m_contains(r.out, cell), "the table lacks " << cell);
+    for (const char* verdict : {"lambda .5 - lambda 0:           +11.0 (2 SE 2.6)  resolved: pre-trained, lambda .5 ahead",
+                                "lambda .5 - no pre-training:     -1.0 (2 SE 3.3)  not resolved",
+                                "lambda 0 - no pre-training:     -12.0 (2 SE 2.6)  resolved: no pre-training ahead",
+                                "lambda .5 - lambda 0:            +3.0 (2 SE 3.3)  not resolved",
+                                "lambda .5 - no pre-training:     +4.0 (2 SE 3.3)  resolved: pre-trained, lambda .5 ahead",
+                                "lambda 0 - no pre-training:      +1.0 (2 SE 3.3)  not resolved"})
+        CHECK_MESSAGE(m_contains(r.out, verdict), "the differences lack " << verdict);
+    // A line that is not a result: an error naming the file and the line.
+    m_write(results, tsv + "choice\tlambda 0.5\t1\t100\t200\t500\n");
+    const m_Run b = run("--summarize " + results);
+    CHECK(b.status != 0);
+    CHECK(m_contains(b.err, "demo_results.tsv line 19"));
+    // POSIX sh, clean under shellcheck where it is installed.
+    if (std::system("command -v shellcheck >/dev/null 2>&1") == 0) {
+        const int st = std::system(("shellcheck --shell=sh " + tool + " > " + m_path("shellcheck.log") + " 2>&1").c_str());
+        INFO(m_read(m_path("shellcheck.log")));
+        CHECK(st == 0);
+    } else {
+        WARN_MESSAGE(false, "shellcheck is not installed: tools/finetune-demo is not checked by it");
+    }
 }
 
 TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how to go on and exits 143") {
