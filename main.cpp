@@ -113,9 +113,11 @@ struct Flags {
     std::string valid;  // the flags the command takes, for the unknown-flag error
     void done() const {  // every flag given must have been read by the command
         for (auto& kv : values)
-            if (!used.count(kv.first))
-                throw Error("unknown flag --" + kv.first + " for " + (command.empty() ? "this command" : command) +
-                            (valid.empty() ? "" : " (its flags: " + valid + ")"));
+            if (!used.count(kv.first)) throw unknown_flag(kv.first, command, valid);
+    }
+    static Error unknown_flag(const std::string& name, const std::string& command, const std::string& valid) {
+        return Error("unknown flag --" + name + " for " + (command.empty() ? "this command" : command) +
+                     (valid.empty() ? "" : " (its flags: " + valid + ")"));
     }
 };
 
@@ -215,10 +217,12 @@ static const std::vector<CommandDoc>& command_docs() {
                {"objective", "lm|xlnet  next-token / masked LM, or XLNet's permutation LM with two-stream attention (default: lm)"},
                {"predict", "K  xlnet: positions predicted per sequence, >= 1 (default: n/6)"},
                {"line-windows", "every window starts at a newline: pre-training for finetune's line examples (default: off)"},
-               {"init-from", "FILE  start from FILE's weights (ours or Hugging Face GPT-2/BERT/RoBERTa model.safetensors with its config.json); the shape comes from the file, fresh optimiser"},
-               {"encoder", "FILE  GPT-2's encoder.json (RoBERTa: vocab.json): train on its BPE tokens; the checkpoint records them"},
-               {"vocab", "FILE  GPT-2's vocab.bpe (RoBERTa: merges.txt; bert: vocab.txt, WordPiece, alone)"}}),
-         "transformer train --data tiny.txt --steps 500 --out tiny.safetensors",
+               {"init-from", "FILE  start from FILE's weights: a checkpoint of this program, or Hugging Face's model.safetensors of "
+                             "GPT-1 (openai-gpt), GPT-2, BERT or RoBERTa with its config.json beside it (and its tokenizer's files: "
+                             "--encoder, --vocab); the shape comes from the file, fresh optimiser"},
+               {"encoder", "FILE  GPT-2's encoder.json (GPT-1: vocab.json or encoder_bpe_40000.json; RoBERTa: vocab.json): train on its BPE tokens; the checkpoint records them"},
+               {"vocab", "FILE  GPT-2's vocab.bpe (GPT-1: merges.txt or vocab_40000.bpe; RoBERTa: merges.txt; bert: vocab.txt, WordPiece, alone)"}}),
+         "train --data tiny.txt --steps 500 --out tiny.safetensors",
          "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step, saves a checkpoint and says how to resume."},
         {"finetune", "train", "fine-tune a pre-trained model on a labelled task (tab-separated files, see docs)",
          {{"checkpoint", "FILE  the pre-trained model (required)"},
@@ -245,7 +249,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"encoder", "FILE  released weights' tokenizer: encoder.json / vocab.json"},
           {"vocab", "FILE  released weights' tokenizer: vocab.bpe / merges.txt / vocab.txt"},
           {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
-         "transformer finetune --checkpoint pre.st --task classify --train t.tsv --val v.tsv --out ft.st",
+         "finetune --checkpoint pre.st --task classify --train t.tsv --val v.tsv --out ft.st",
          "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step and saves a checkpoint."},
         {"bpe", "train", "learn a byte-level BPE vocabulary (as Hugging Face's BpeTrainer with a ByteLevel pre-tokenizer)",
          {{"data", "FILE  a text to learn from (required; may be repeated)"},
@@ -255,7 +259,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"min-count", "N  stop when no pair occurs N times, >= 1 (default: 1)"},
           {"show", "K  print the first K merges with their counts (default: 0)"},
           {"quiet", "no progress lines (default: off)"}},
-         "transformer bpe --data corpus.txt --merges 1000 --out bpe/", ""},
+         "bpe --data corpus.txt --merges 1000 --out bpe/", ""},
         {"sample", "use", "generate text from a GPT checkpoint",
          {{"checkpoint", "FILE  the model (required)"},
           {"prompt", "TEXT  the text to continue (required; \"\" starts from <|endoftext|> or a newline, not printed)"},
@@ -266,10 +270,14 @@ static const std::vector<CommandDoc>& command_docs() {
           {"num-samples", "N  samples, each from where the last left the generator, separated by a line of dashes, 1..10000 (default: 1)"},
           {"stop", "TEXT  end a sample once it has generated TEXT, printed with it (default: none)"},
           {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
+          {"top-probs", "K  draw nothing: print the K most likely next tokens after the prompt with their probabilities, "
+                        "Softmax(z) of the last position (default: off)"},
           {"encoder", "FILE  GPT-2's encoder.json (released weights)"},
           {"vocab", "FILE  GPT-2's vocab.bpe (released weights)"},
           {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe (default: recognised from the files, or the checkpoint's)"}},
-         "transformer sample --checkpoint model.safetensors --prompt 123+456= --tokens 5", ""},
+         "sample --checkpoint model.safetensors --prompt 123+456= --tokens 5",
+         "--top-probs K shows the distribution the first token would be drawn from at temperature 1, most likely first: "
+         "rank, probability, id, token."},
         {"fill", "use", "fill in the [MASK]s (<mask>s) of a text with a BERT or RoBERTa model",
          {{"checkpoint", "FILE  the model (required)"},
           {"text", "TEXT  the text with [MASK]s (required)"},
@@ -277,7 +285,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"encoder", "FILE  RoBERTa's vocab.json"},
           {"vocab", "FILE  BERT's vocab.txt (WordPiece), or RoBERTa's merges.txt"},
           {"tokenizer", "KIND  bert-wordpiece|roberta-bpe (default: recognised from the files)"}},
-         "transformer fill --checkpoint bert.st --text 'the [MASK] sat'",
+         "fill --checkpoint bert.st --text 'the [MASK] sat'",
          "Positions count from 1 (\"[MASK] at token 3\"; the first token is [CLS] / <s>). Probabilities are Softmax(z_j)."},
         {"eval", "use", "mean loss on a text, in nats per token (GPT variants also bits per byte)",
          {{"checkpoint", "FILE  the model (required)"},
@@ -285,13 +293,13 @@ static const std::vector<CommandDoc>& command_docs() {
           {"encoder", "FILE  encoder.json / vocab.json (released weights)"},
           {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (released weights)"},
           {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
-         "transformer eval --checkpoint model.safetensors --data val.txt", ""},
+         "eval --checkpoint model.safetensors --data val.txt", ""},
         {"predict", "use", "label each line of a file with a fine-tuned model (accuracy on stderr if it has labels)",
          {{"checkpoint", "FILE  the fine-tuned model (required)"},
           {"data", "FILE  tab-separated examples in finetune's format, labels optional (required)"},
           {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"},
           {"probs", "after each label, every class with its probability, tab-separated (default: off)"}},
-         "transformer predict --checkpoint ft.st --data test.tsv",
+         "predict --checkpoint ft.st --data test.tsv",
          "One label per example on stdout (with --probs, then each class's probability); with labelled input, the accuracy, "
          "the confusion matrix and each class's precision, recall and F1 on stderr."},
         {"explain", "inspect", "one forward and backward pass, formula box by formula box",
@@ -302,7 +310,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"segments", "IDS  bert: segment of each token, 0 or 1"},
           {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
           {"values", "K  first values shown per tensor, 0..64 (default: 4)"}},
-         "transformer explain --preset tiny-bert --tokens 3,1,4 --masked 2",
+         "explain --preset tiny-bert --tokens 3,1,4 --masked 2",
          "Positions count from 1, as in the formulas."},
         {"grad", "inspect", "write the gradient of the loss on a few tokens to a safetensors file",
          {{"checkpoint", "FILE  the model (required)"},
@@ -310,11 +318,11 @@ static const std::vector<CommandDoc>& command_docs() {
           {"segments", "IDS  bert: segment of each token, 0 or 1"},
           {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
           {"out", "FILE  the gradients (required)"}},
-         "transformer grad --checkpoint model.safetensors --tokens 3,1,4 --out grad.safetensors",
+         "grad --checkpoint model.safetensors --tokens 3,1,4 --out grad.safetensors",
          "Positions count from 1, as in the formulas."},
         {"params", "inspect", "count a model's parameters: the formulas' lambda (formulas §24) beside the floats it holds",
          {{"preset", "NAME  a preset (or --checkpoint)"}, {"checkpoint", "FILE  a model file (or --preset)"}},
-         "transformer params --preset gpt2-124m", ""},
+         "params --preset gpt2-124m", ""},
         {"attention", "inspect", "heat maps of the attention probabilities P, one per layer and head (SVG)",
          {{"checkpoint", "FILE  the model (required)"},
           {"text", "TEXT  the input (or --tokens)"},
@@ -325,7 +333,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"perm", "z  XLNet: the factorisation order, positions 1..n comma-separated"},
           {"encoder", "FILE  encoder.json / vocab.json for --text"},
           {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt for --text"}},
-         "transformer attention --checkpoint model.safetensors --text 12+34= --out attention.svg",
+         "attention --checkpoint model.safetensors --text 12+34= --out attention.svg",
          "Layers, heads and positions count from 1, as in the formulas."},
         {"masks", "inspect", "draw the attention masks Mask^BD, Mask^AR, Mask^ST and Mask^XL(z) beside their formulas (SVG)",
          {{"n", "N  sequence length, 1..64 (required)"},
@@ -333,7 +341,7 @@ static const std::vector<CommandDoc>& command_docs() {
           {"window", "W  Mask^ST's window, >= 1 (default: 3)"},
           {"stride", "S  Mask^ST's stride, >= 0 (default: 4)"},
           {"perm", "z  the permutation for Mask^XL, positions 1..n comma-separated (default: a fixed example)"}},
-         "transformer masks --n 6 --out masks.svg", "Positions count from 1, as in the formulas."},
+         "masks --n 6 --out masks.svg", "Positions count from 1, as in the formulas."},
         {"bench", "inspect", "time forward, backward and update steps of a model",
          join({{"preset", "NAME  the model (default: gpt2-124m); model flags change it"},
                {"vocab", "V  vocabulary size, >= 1 (default: the preset's)"},
@@ -343,23 +351,23 @@ static const std::vector<CommandDoc>& command_docs() {
                {"json", "one line of JSON (default: off)"},
                {"no-memory-check", "start even when the memory estimate exceeds what the computer can give (default: off: refused)"}},
               PRESET_MODEL_FLAGS),
-         "transformer bench --preset tiny-gpt --steps 5", ""},
+         "bench --preset tiny-gpt --steps 5", ""},
         {"strip", "files", "write a checkpoint's weights without the optimiser state (a third of the size)",
          {{"checkpoint", "FILE  the checkpoint (required)"}, {"out", "FILE  the weights-only checkpoint (required)"}},
-         "transformer strip --checkpoint model.safetensors --out weights.safetensors",
+         "strip --checkpoint model.safetensors --out weights.safetensors",
          "sample, eval, fill, predict, export, finetune and train --init-from read it; train --resume cannot."},
         {"init", "files", "write a freshly initialised preset model",
          {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed, 0..2^64-1 (default: 1)"}, {"out", "FILE  the checkpoint (required)"},
           {"emb-ln", "bert, roberta: the released BERT's embedding LayerNorm (default: the preset's)"},
           {"mlm-head", "bert, roberta: the released BERT's masked-LM head, with the embedding LayerNorm (default: the preset's)"}},
-         "transformer init --preset tiny-gpt --out tiny.safetensors", ""},
+         "init --preset tiny-gpt --out tiny.safetensors", ""},
         {"task", "files", "write one of the built-in tasks on 3-digit sums",
          {{"task", "text|classify|entailment|similarity|choice  text: unlabelled problems to pre-train on (required)"},
           {"out", "FILE  the file written, in finetune's format (required)"},
           {"examples", "N  examples, 1..10000000 (default: 2000)"},
           {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
           {"held-out", "only the held-out pairs (default: off)"}},
-         "transformer task --task classify --out train.tsv", ""},
+         "task --task classify --out train.tsv", ""},
         {"tokenize", "files", "text -> token ids, or ids -> text (GPT-2's, GPT-1's, RoBERTa's BPE, BERT's WordPiece)",
          {{"encoder", "FILE  encoder.json / vocab.json (a BPE)"},
           {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (required, unless --checkpoint)"},
@@ -369,12 +377,18 @@ static const std::vector<CommandDoc>& command_docs() {
           {"file", "FILE  a text file (or --text, --ids)"},
           {"ids", "IDS  ids to decode, comma-separated (or --text, --file)"},
           {"out", "FILE.bin  write the ids as llm.c's token file"}},
-         "transformer tokenize --encoder encoder.json --vocab vocab.bpe --text 'Hello world'", ""},
+         "tokenize --encoder encoder.json --vocab vocab.bpe --text 'Hello world'", ""},
         {"export", "files", "write a model and its tokenizer as the Hugging Face class that holds it (docs/released-weights.md)",
-         {{"checkpoint", "FILE  the model: gpt, gpt2, bert (with --emb-ln), roberta (with --emb-ln); not gpt3 (required)"},
+         {{"checkpoint", "FILE  the model (required): gpt2; gpt trained with --activation relu or gelu_tanh and F = 4 H (--ffn "
+                         "left at its default); bert or roberta with --mlm-head (or a released encoder's pooler); not gpt3"},
           {"out", "DIR  a new or empty directory (or an earlier export): model.safetensors, config.json, tokenizer.json, "
                   "tokenizer_config.json (+ vocab.json, merges.txt or vocab.txt) (required)"}},
-         "transformer export --checkpoint model.safetensors --out hf/", ""},
+         "export --checkpoint model.safetensors --out hf/",
+         "Each class must hold every weight of the model and the model every weight of the class, so nothing loads with random "
+         "numbers: a gpt needs OpenAIGPTLMHeadModel's activation (afn relu or gelu, the tanh form) and its 4 n_embd wide "
+         "feed-forward nets; a bert or roberta needs the masked-LM head (BertForMaskedLM, RobertaForMaskedLM) or, as a "
+         "BertModel / RobertaModel, a pooler (a released encoder's, kept by --init-from); gpt3's Mask^ST has no class. "
+         "An interrupted export leaves the directory as it was (a new one is removed)."},
     };
     return docs;
 }
@@ -398,18 +412,18 @@ static std::string flag_names(const CommandDoc& d) {
 }
 
 static std::string command_help(const CommandDoc& d) {
-    std::string s = std::string("usage: transformer ") + d.name + " [flags]\n" + d.summary + "\n\nflags:\n";
+    std::string s = "usage: " + program_name() + " " + d.name + " [flags]\n" + d.summary + "\n\nflags:\n";
     for (const FlagDoc& fd : d.flags) {
         const bool sw = BOOLEAN_FLAGS.count(fd.name) > 0;
         s += std::string("  --") + fd.name + (sw ? "  " : " ") + fd.text + "\n";
     }
     if (*d.notes) s += std::string("\n") + d.notes + "\n";
-    s += std::string("\nexample:\n  ") + d.example + "\n";
+    s += "\nexample:\n  " + program_name() + " " + d.example + "\n";
     return s;
 }
 
 static std::string overview() {
-    std::string s = "usage: transformer COMMAND [flags]   (transformer COMMAND --help: its flags, defaults and an example)\n";
+    std::string s = "usage: " + program_name() + " COMMAND [flags]   (" + program_name() + " COMMAND --help: its flags, defaults and an example)\n";
     for (const char* group : {"train", "use", "inspect", "files"}) {
         s += std::string("\n") + group + ":\n";
         for (const CommandDoc& d : command_docs())
@@ -427,10 +441,12 @@ static std::string overview() {
 // --name VALUE or --name=VALUE. The word after a flag is its value unless it is itself a flag
 // (--out --window 3 is an error, never a file named "--window"); a value that starts with -- is
 // given as --name=VALUE (--prompt=--help prompts with "--help"). A boolean flag is --name alone, or
-// --name=true|false|1|0. --help (or -h) in a flag's place asks for the usage. A flag in `repeatable`
-// may be given again: its values are kept in order, joined by NUL bytes (no argument holds one),
-// for Flags::list.
-static Flags parse_flags(int argc, char** argv, int first, bool& help, const std::set<std::string>& repeatable = {}) {
+// --name=true|false|1|0. --help (or -h) in a flag's place asks for the usage. A flag the command's
+// help does not list is an unknown flag, whatever follows it (--bogus --help too). A flag in
+// `repeatable` may be given again: its values are kept in order, joined by NUL bytes (no argument
+// holds one), for Flags::list.
+static Flags parse_flags(int argc, char** argv, int first, bool& help, const CommandDoc& doc,
+                         const std::set<std::string>& repeatable = {}) {
     Flags f;
     help = false;
     for (int i = first; i < argc; i++) {
@@ -445,6 +461,8 @@ static Flags parse_flags(int argc, char** argv, int first, bool& help, const std
         const std::size_t eq = a.find('=');
         const bool inline_value = eq != std::string::npos;
         if (inline_value) v = a.substr(eq + 1), a = a.substr(0, eq);
+        if (std::none_of(doc.flags.begin(), doc.flags.end(), [&](const FlagDoc& fd) { return a == fd.name; }))
+            throw Flags::unknown_flag(a, doc.name, flag_names(doc));
         if (BOOLEAN_FLAGS.count(a)) {
             if (!inline_value || v == "true" || v == "1") v = "1";
             else if (v == "false" || v == "0") v = "0";
@@ -639,8 +657,8 @@ static int cmd_grad(Flags& f) {
 static int stopped_by_signal(int sig, long long step, const std::string& file, const std::string& command,
                              const std::string& how = "resume with") {
     std::fflush(stdout);
-    std::fprintf(stderr, "stopped at step %lld by %s; checkpoint %s; %s: transformer %s\n", step, sig == SIGINT ? "SIGINT" : "SIGTERM",
-                 file.c_str(), how.c_str(), command.c_str());
+    std::fprintf(stderr, "stopped at step %lld by %s; checkpoint %s; %s: %s %s\n", step, sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 file.c_str(), how.c_str(), program_name().c_str(), command.c_str());
     return 128 + sig;
 }
 
@@ -921,7 +939,8 @@ static int cmd_predict(Flags& f) {
 static CharVocab vocab_of(const LoadedModel& lm, const std::string& path) {
     auto it = lm.file.metadata.find("vocab");
     if (it == lm.file.metadata.end())
-        throw Error("'" + path + "' has no character vocabulary (it was not written by `transformer train`; for GPT-2's tokenizer give --encoder and --vocab)");
+        throw Error("'" + path + "' has no character vocabulary (it was not written by `" + program_name() +
+                    " train`; for GPT-2's tokenizer give --encoder and --vocab)");
     CharVocab v = CharVocab::from_metadata(it->second);
     const int expected = lm.config.V - (is_causal(lm.config.variant) ? 0 : 3);
     if (v.size() != expected)
@@ -957,6 +976,19 @@ static Tokenizer codec_of(const LoadedModel& lm, const std::string& path, const 
     return t;
 }
 
+// sample --top-probs: the k most likely next tokens after x, one line each.
+static int print_top_probs(const LoadedModel& lm, const Tokenizer& codec, const std::vector<int>& x, int k) {
+    const Config& c = lm.config;
+    const std::vector<TokenProb> top = next_token_probs(c, lm.params, x, k);
+    const int context = std::min((int)x.size(), c.n_ctx);
+    std::printf("the next token after %d token%s%s: the %zu most likely of V = %d, P = Softmax(z) of the last position\n", context,
+                context == 1 ? "" : "s", (int)x.size() > c.n_ctx ? " (the last n_ctx of the prompt)" : "", top.size(), c.V);
+    std::printf("rank  probability     id  token\n");
+    for (std::size_t r = 0; r < top.size(); r++)  // token_label: a space as "␣", a newline as "⏎", other bytes \xNN
+        std::printf("%4zu  %.9f  %5d  %s\n", r + 1, top[r].p, top[r].id, token_label(codec.decode({top[r].id})).c_str());
+    return 0;
+}
+
 static int cmd_sample(Flags& f) {
     const std::string path = f.need("checkpoint"), prompt = f.need("prompt");
     const std::string encoder = f.str("encoder"), merges = f.str("vocab"), kind = f.str("tokenizer");
@@ -966,10 +998,14 @@ static int cmd_sample(Flags& f) {
     const double temperature = f.number("temperature", 1.0), top_p = f.number("top-p", 1.0);
     const long long samples = f.count("num-samples", 1);
     const std::string stop = f.str("stop");
+    const int top_probs = f.count32("top-probs", 0);
     f.done();
+    if (f.has("top-probs"))  // the distribution itself: nothing is drawn or generated
+        for (const char* k : {"tokens", "temperature", "top-k", "top-p", "num-samples", "stop", "seed"})
+            if (f.has(k)) throw Error(std::string("--") + k + " does not apply with --top-probs (it prints the next token's distribution, draws nothing)");
     if (tokens > 1000000) throw Error("--tokens must be between 1 and 1000000, got " + std::to_string(tokens));
     if (samples > 10000) throw Error("--num-samples must be between 1 and 10000, got " + std::to_string(samples));
-    if (temperature < 0) throw Error("--temperature must be >= 0, got " + std::to_string(temperature));
+    if (temperature < 0) throw Error("--temperature must be >= 0 (0 = greedy), got " + f.str("temperature"));
     if (top_k < 0) throw Error("--top-k must be 0 (all tokens) or more, got " + std::to_string(top_k));
     if (!(top_p > 0 && top_p <= 1)) throw Error("--top-p must be in (0, 1] (1 = all tokens), got " + f.str("top-p"));
     if (f.has("stop") && stop.empty()) throw Error("--stop is empty");
@@ -989,6 +1025,7 @@ static int cmd_sample(Flags& f) {
         x = eot.size() == 1 ? eot : newline.size() == 1 ? newline : std::vector<int>{0};
     }
     if (x.empty()) throw Error("--prompt has no tokens");
+    if (top_probs > 0) return print_top_probs(lm, codec, x, top_probs);
     const std::size_t start = unconditional ? x.size() : 0;  // what is printed: the prompt and what follows
     // --stop: generation ends once the new text holds it (it is printed, the rest is not generated).
     auto stops = [&](const std::vector<int>& y) {
@@ -1232,7 +1269,8 @@ static int cmd_attention(Flags& f) {
         "Layers l and heads i count from 1, as in the formulas; row i is the query token, column j the key token."};
     if (c.xlnet) caption.push_back("XLNet: two panels per head, the content stream h and the query stream g (whose columns, all -inf, are left out).");
     write_file_atomic(out, heatmap_svg(panels, head ? 1 : c.A, "Attention of " + name + " (" + what + ")", caption, true));
-    std::printf("wrote %s: %zu panels (%s), %zu tokens\n", out.c_str(), panels.size(), what.c_str(), x.size());
+    std::printf("wrote %s: %zu panel%s (%s), %zu token%s\n", out.c_str(), panels.size(), panels.size() == 1 ? "" : "s", what.c_str(),
+                x.size(), x.size() == 1 ? "" : "s");
     return 0;
 }
 
@@ -1257,7 +1295,8 @@ static int cmd_explain(Flags& f) {
     const Batch b = loss_batch(lm.config, tokens, seg, masked);
     const Explained<float> e = explain(lm.config, lm.params, b, values);
     std::fputs(explain_text(lm.config, e.steps).c_str(), stdout);
-    std::printf("\nloss %.9g (model_loss on the same input gives the same number; `transformer grad` writes every gradient)\n", e.loss);
+    std::printf("\nloss %.9g (model_loss on the same input gives the same number; `%s grad` writes every gradient)\n", e.loss,
+                program_name().c_str());
     return 0;
 }
 
@@ -1414,7 +1453,7 @@ static int cmd_export(Flags& f) {
     const HfExport done = export_hf(out, lm.config, lm.params, meta, path);
     const Config& c = lm.config;
     std::string files;
-    for (const std::string& name : done.files) files += (files.empty() ? "" : ", ") + out + "/" + name;
+    for (const std::string& name : done.files) files += (files.empty() ? "" : ", ") + path_in_dir(out, name);
     std::printf("wrote %s: %s (model_type %s), ", files.c_str(), done.architecture.c_str(), done.model_type.c_str());
     if (c.variant == Variant::gpt2) {  // n_inner as config.json writes it: null when F = 4 H (Hugging Face's default)
         const std::string n_inner = c.F == 4 * c.H ? "null (4 n_embd = " + std::to_string(c.F) + ")" : std::to_string(c.F);
@@ -1527,8 +1566,8 @@ static int cmd_bpe(Flags& f) {
     std::printf("learnt %zu merges (%s) from %lld pieces (%zu distinct) in %lld bytes of %zu file%s\n", b.merges.size(),
                 reached ? "--merges reached" : ("no pair left with a count of at least " + std::to_string(min_count)).c_str(),
                 pieces.pieces, pieces.count.size(), pieces.bytes, data.size(), data.size() == 1 ? "" : "s");
-    std::printf("wrote %s/encoder.json (%zu tokens: 256 bytes, %lld merged, %d special) and %s/vocab.bpe\n", out.c_str(),
-                b.tokens.size(), made, b.specials, out.c_str());
+    std::printf("wrote %s (%zu tokens: 256 bytes, %lld merged, %d special) and %s\n", path_in_dir(out, "encoder.json").c_str(),
+                b.tokens.size(), made, b.specials, path_in_dir(out, "vocab.bpe").c_str());
     std::printf("time: counting %.2f s, merging %.2f s, writing %.2f s\n", count_ms / 1000, merge_ms / 1000, write_ms / 1000);
     return 0;
 }
@@ -1551,20 +1590,27 @@ static int print_text(const std::string& text) {
 static int run(int argc, char** argv) {
     if (argc < 2) return std::fputs(overview().c_str(), stderr), 1;
     const std::string cmd = argv[1];
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-        if (argc > 2 && command_doc(argv[2])) return print_text(command_help(*command_doc(argv[2])));  // help CMD
-        return print_text(overview());
+    auto unknown_command = [](const std::string& name) {
+        std::fprintf(stderr, "error: unknown command '%s' (the commands: %s; %s --help describes them)\n", terminal_text(name).c_str(),
+                     command_names().c_str(), program_name().c_str());
+        return 1;
+    };
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {  // help, or help CMD
+        if (argc == 2) return print_text(overview());
+        if (!command_doc(argv[2])) return unknown_command(argv[2]);
+        if (argc > 3) {
+            std::fprintf(stderr, "error: %s takes one command, got '%s' after '%s' (%s %s --help lists its flags)\n", cmd.c_str(),
+                         terminal_text(argv[3]).c_str(), argv[2], program_name().c_str(), argv[2]);
+            return 1;
+        }
+        return print_text(command_help(*command_doc(argv[2])));
     }
     auto it = COMMANDS.find(cmd);
     const CommandDoc* doc = command_doc(cmd);
-    if (it == COMMANDS.end() || !doc) {  // whatever follows it
-        std::fprintf(stderr, "error: unknown command '%s' (the commands: %s; transformer --help describes them)\n", cmd.c_str(),
-                     command_names().c_str());
-        return 1;
-    }
+    if (it == COMMANDS.end() || !doc) return unknown_command(cmd);  // whatever follows it
     try {
         bool help = false;
-        Flags f = parse_flags(argc, argv, 2, help, cmd == "bpe" ? std::set<std::string>{"data", "special"} : std::set<std::string>{});
+        Flags f = parse_flags(argc, argv, 2, help, *doc, cmd == "bpe" ? std::set<std::string>{"data", "special"} : std::set<std::string>{});
         if (help) return print_text(command_help(*doc));
         f.command = cmd, f.valid = flag_names(*doc);
         for (const FlagDoc& fd : doc->flags) f.documented.insert(fd.name);
@@ -1581,6 +1627,7 @@ static int run(int argc, char** argv) {
 // Standard output is checked like any other file (as coreutils do): output that could not be
 // written (a full disk, /dev/full, a closed pipe) is an error, never a silent exit 0.
 int main(int argc, char** argv) {
+    if (argc > 0 && argv[0] && *argv[0]) program_name() = shell_word(argv[0]);  // ./transformer as typed, not "transformer"
     const int status = run(argc, argv);
     errno = 0;
     const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout);

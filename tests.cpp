@@ -3960,11 +3960,11 @@ TEST_CASE("released BERT options: metadata round trip, checkpoints, defaults off
     Config g = preset("tiny-gpt");
     g.mlm_head = true;
     M_CHECK_TF_ERROR(validate(g), "bert and roberta only");
-    {  // explain walks the formula sheet's boxes only: it refuses these options rather than skip them
+    {  // explain walks these options' boxes too (formulas §23), with model_loss's loss
         Params<double> pd = m_model<double>(c, 1231, 0.2);
         Batch one;
         one.n = 4, one.tokens = {10, 12, 1, 11}, one.targets = {-1, 5, -1, -1};
-        M_CHECK_TF_ERROR(explain(c, pd, one), "explain does not walk");
+        CHECK(explain(c, pd, one).loss == doctest::Approx(model_loss(c, pd, one)).epsilon(1e-12));
     }
     Params<float> p = m_model<float>(c, 1230, 0.2);
     save_model(m_path("released_bert.safetensors"), c, p);
@@ -7216,7 +7216,7 @@ TEST_CASE("export: unfit models and bad outputs are refused; the command writes 
         CAPTURE(name);
         CHECK(!hf_export_problem(c).empty());
         Params<float> p = make_params<float>(c);
-        M_CHECK_TF_ERROR(export_hf(m_path("i11_never"), c, p), c.variant == Variant::gpt3 ? "gpt3" : "--emb-ln");
+        M_CHECK_TF_ERROR(export_hf(m_path("i11_never"), c, p), c.variant == Variant::gpt3 ? "gpt3" : "--mlm-head");
     }
     CHECK(!m_exists(m_path("i11_never")));
     Config odd = preset("tiny-gpt2");
@@ -9667,7 +9667,8 @@ TEST_CASE("CLI: masks and attention write SVGs (valid XML, a panel per head), ba
     CHECK(m_contains(svg, ">\u2423</text>"));  // the space, readable
     CHECK(m_contains(svg, "Mask^ST"));
     const m_Run r1 = m_run_ok("attention --checkpoint " + ck + " --tokens 1,2,3 --layer 2 --head 1 --out " + dir + "/one.svg");
-    CHECK(m_contains(r1.out, "1 panels"));
+    CHECK(m_contains(r1.out, ": 1 panel ("));  // singular
+    CHECK(m_contains(r1.out, ", 3 tokens"));
     const std::vector<m_SvgPanel> one = m_svg_panels(m_read(dir + "/one.svg"));
     REQUIRE(one.size() == 1);
     CHECK(one[0].title == "layer l=2, head i=1 (Mask^AR)");
@@ -9949,15 +9950,22 @@ TEST_CASE("explain: every box's formula is one docs/formulas.md lists (section 1
         for (std::string line; std::getline(in, line);)
             if (line.rfind("- ", 0) == 0) listed.insert(line);
     }
-    for (const std::string name : m_TINY)
+    // Every variant, and BERT and RoBERTa with the released BERT's embedding LayerNorm and head (formulas §23).
+    std::vector<std::pair<std::string, int>> models;  // (preset, 0 = as is, 1 = emb_ln, 2 = emb_ln and mlm_head)
+    for (const std::string name : m_TINY) models.push_back({name, 0});
+    for (const char* name : {"tiny-bert", "tiny-roberta"}) models.push_back({name, 1}), models.push_back({name, 2});
+    for (const auto& model : models)
         for (Activation act : {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf}) {
+            const std::string& name = model.first;
             Config c = preset(name);
             c.activation = act;
+            c.emb_ln = model.second >= 1, c.mlm_head = model.second == 2;
             const Params<float> p = m_model<float>(c, 4, 0.1);
             for (const ExplainStep& s : explain(c, p, m_explain_batch(c), 3).steps) {
                 const std::string line = m_generic_step(s, c.L);
                 printed.insert(line);
-                INFO(name << ", " << activation_name(act) << ": explain prints the box \"" << s.box << ": " << s.formula
+                INFO(name << (c.mlm_head ? " with emb_ln and mlm_head" : c.emb_ln ? " with emb_ln" : "") << ", " << activation_name(act)
+                          << ": explain prints the box \"" << s.box << ": " << s.formula
                           << "\"; docs/formulas.md (section 1, the list of explain's boxes) should hold the line\n" << line);
                 CHECK(listed.count(line) == 1);
             }
@@ -11231,7 +11239,7 @@ std::set<std::string> m_flags_read(const std::string& source, const std::string&
     return flags;
 }
 
-const std::vector<std::string> m_COMMANDS = {"train", "finetune", "bpe", "sample", "fill", "eval", "predict", "explain", "grad",
+const std::vector<std::string> m_COMMANDS = {"train", "finetune", "bpe", "sample", "fill", "eval", "predict", "explain", "grad", "strip",
                                              "params", "attention", "masks", "bench", "init", "task", "tokenize", "export"};
 
 TEST_CASE("CLI help: every command's --help exits 0, names the command, has an example and lists every flag its code reads") {
@@ -11242,8 +11250,8 @@ TEST_CASE("CLI help: every command's --help exits 0, names the command, has an e
         const m_Run r = m_run(cmd + " --help");
         CHECK(r.exited);
         CHECK(r.status == 0);
-        CHECK(m_contains(r.out, "usage: transformer " + cmd));
-        CHECK(m_contains(r.out, "example:\n  transformer " + cmd + " "));
+        CHECK(m_contains(r.out, "usage: " + std::string(m_PROGRAM) + " " + cmd));  // the program as it was run
+        CHECK(m_contains(r.out, "example:\n  " + std::string(m_PROGRAM) + " " + cmd + " "));
         CHECK(m_run("help " + cmd).out == r.out);
         std::set<std::string> flags = m_flags_read(source, "static int cmd_" + cmd + "(Flags& f)");
         if (cmd == "bench") {
@@ -11521,7 +11529,7 @@ TEST_CASE("train: SIGINT or SIGTERM finishes the step, writes a checkpoint, says
         REQUIRE(WIFEXITED(st));
         CHECK(WEXITSTATUS(st) == 128 + sig);
         CHECK(m_contains(err, "stopped at step "));
-        CHECK(m_contains(err, "; checkpoint " + ck + "; resume with: transformer train --resume " + ck));
+        CHECK(m_contains(err, "; checkpoint " + ck + "; resume with: " + m_PROGRAM + " train --resume " + ck));
         const long long step = std::atoll(err.substr(err.find("stopped at step ") + 16).c_str());
         CHECK(step >= 1);
         // The done line's validation loss is the last evaluation's, at a multiple of 3, and says
@@ -11565,7 +11573,7 @@ TEST_CASE("finetune: SIGINT stops after the step; the command it prints goes on 
                                           " --steps 1000000 --log-every 1 --lr 1e-3 --batch 4 --scratch --out " + ck,
                                       dir + "/log1");
     INFO("stderr: " << err);
-    const std::string with = "(a new schedule of the same flags) with: transformer ";
+    const std::string with = "(a new schedule of the same flags) with: " + std::string(m_PROGRAM) + " ";
     REQUIRE(m_contains(err, with));
     std::string again = err.substr(err.find(with) + with.size());
     again = again.substr(0, again.find('\n'));
@@ -11578,7 +11586,7 @@ TEST_CASE("finetune: SIGINT stops after the step; the command it prints goes on 
     const std::string err2 = interrupt(again, dir + "/log2");
     INFO("stderr of the printed command: " << err2);
     CHECK(m_contains(err2, "; checkpoint " + dir + "/ft-2.st; "));
-    CHECK(m_contains(err2, "with: transformer finetune --checkpoint " + dir + "/ft-2.st --out " + dir + "/ft-3.st "));
+    CHECK(m_contains(err2, "with: " + std::string(m_PROGRAM) + " finetune --checkpoint " + dir + "/ft-2.st --out " + dir + "/ft-3.st "));
     CHECK(m_read(dir + "/log2.out").find("error") == std::string::npos);
 }
 
@@ -11738,8 +11746,8 @@ TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how 
     REQUIRE(WIFEXITED(st));
     CHECK(WEXITSTATUS(st) == 143);
     CHECK(m_contains(err, "stopped at step "));
-    CHECK(m_contains(err, "by SIGTERM; checkpoint " + ft + "; fine-tune further from its weights (a new schedule of the same flags) with: "
-                          "transformer finetune --checkpoint " + ft + " --out " + dir + "/ft-2.st "));
+    CHECK(m_contains(err, "by SIGTERM; checkpoint " + ft + "; fine-tune further from its weights (a new schedule of the same flags) with: " +
+                          m_PROGRAM + " finetune --checkpoint " + ft + " --out " + dir + "/ft-2.st "));
     CHECK(load_model(ft, {"adam."}).file.metadata.count("finetune.task") == 1);
 }
 
@@ -11776,8 +11784,8 @@ Config m_export_config(const m_ExportCase& k, const Tokenizer& t) {
     c.V = t.size() + (masked && t.kind == "char" ? 3 : 0);
     if (c.variant == Variant::gpt) c.F = 4 * c.H;  // OpenAIGPTLMHeadModel's width
     c.pad_id = -1;
-    if (masked) {
-        c.emb_ln = true, c.mlm_head = k.mlm_head;
+    if (masked) {  // without the head the class is BertModel / RobertaModel, which needs a pooler
+        c.emb_ln = true, c.mlm_head = k.mlm_head, c.pooler = !k.mlm_head;
         if (t.kind == "char") c.cls_id = t.size(), c.sep_id = t.size() + 1, c.mask_id = t.size() + 2;
         else subword_special_ids(t, c);
     }
@@ -11865,6 +11873,7 @@ TEST_CASE("export: every variant through its Hugging Face class and back, weight
             const std::string head = roberta ? "lm_head." : "cls.predictions.";
             CHECK(!st.find(head + "decoder.weight"));
             CHECK(static_cast<bool>(st.find(head + "bias")) == c.mlm_head);
+            CHECK(static_cast<bool>(st.find(pre + "pooler.dense.weight")) == c.pooler);
         }
         // Read back: the same config and every tensor bit for bit (absent attention biases as zeros).
         LoadedModel lm = load_model(dir + "/model.safetensors");
@@ -11874,7 +11883,7 @@ TEST_CASE("export: every variant through its Hugging Face class and back, weight
         CHECK(r.eps == c.eps);
         CHECK((r.V == c.V && r.H == c.H && r.F == c.F && r.D == c.D && r.L == c.L && r.A == c.A && r.n_ctx == c.n_ctx));
         CHECK((r.cls_id == c.cls_id && r.sep_id == c.sep_id && r.mask_id == c.mask_id && r.pad_id == c.pad_id));
-        CHECK((r.emb_ln == c.emb_ln && r.mlm_head == c.mlm_head));
+        CHECK((r.emb_ln == c.emb_ln && r.mlm_head == c.mlm_head && r.pooler == c.pooler));
         CHECK(r.attn_bias);
         for (auto& nt : named_tensors(c, p)) {
             CAPTURE(nt.name);
@@ -11948,8 +11957,9 @@ TEST_CASE("export: refusals name the reason (gpt3, a gpt activation or width the
         CAPTURE(name);
         Config c = preset(name);
         CHECK(m_contains(hf_export_problem(c), "embeddings.LayerNorm"));
-        CHECK(m_contains(hf_export_problem(c), "--emb-ln"));
-        c.emb_ln = true;
+        CHECK(m_contains(hf_export_problem(c), "--mlm-head"));
+        c.emb_ln = true;  // BertModel / RobertaModel: only with a pooler (see the case below)
+        c.pooler = true;
         CHECK(hf_export_problem(c) == "");
         c.W_y_rows = c.H, c.W_y_cols = 2;
         CHECK(m_contains(hf_export_problem(c), "W_y"));
@@ -11965,7 +11975,7 @@ TEST_CASE("export: refusals name the reason (gpt3, a gpt activation or width the
     CHECK(!m_exists(m_path("i12_unfit")));
 }
 
-TEST_CASE("CLI: train a BERT with --mlm-head and a RoBERTa with --emb-ln, export, and read back the same loss and tokens") {
+TEST_CASE("CLI: train a BERT and a RoBERTa with --mlm-head, export, and read back the same loss and tokens") {
     const std::string dir = m_path("i12_cli");
     ::mkdir(dir.c_str(), 0755);
     const std::string data = dir + "/data.txt";
@@ -11978,14 +11988,14 @@ TEST_CASE("CLI: train a BERT with --mlm-head and a RoBERTa with --emb-ln, export
         std::string name, flags, cls;
     };
     const std::vector<Run> runs = {{"bert", "--model bert --mlm-head --activation relu", "BertForMaskedLM"},
-                                   {"roberta", "--model roberta --emb-ln --attn-bias", "RobertaModel"},
+                                   {"roberta", "--model roberta --mlm-head --attn-bias --activation gelu_tanh", "RobertaForMaskedLM"},
                                    {"gpt", "--model gpt --activation gelu_tanh", "OpenAIGPTLMHeadModel"}};
     for (const Run& run : runs) {
         CAPTURE(run.name);
         const std::string ck = dir + "/" + run.name + ".safetensors", hf = dir + "/hf_" + run.name;
         m_run_ok("train " + run.flags + common + " --out " + ck);
         const LoadedModel orig = load_model(ck, {"adam."});
-        CHECK(orig.config.mlm_head == (run.name == "bert"));
+        CHECK(orig.config.mlm_head == (run.name != "gpt"));
         CHECK(orig.config.emb_ln == (run.name != "gpt"));
         const m_Run e = m_run_ok("export --checkpoint " + ck + " --out " + hf);
         CHECK(m_contains(e.out, run.cls));
@@ -12007,4 +12017,460 @@ TEST_CASE("CLI: train a BERT with --mlm-head and a RoBERTa with --emb-ln, export
     CHECK(load_model(dir + "/init.safetensors").config.mlm_head);
     m_cli_fails("tokenize --checkpoint " + dir + "/init.safetensors --text hi", "records no tokenizer");
     m_cli_fails("tokenize --text hi", "missing flag --vocab");
+}
+
+// ================================================================================================
+// What a new user's bad inputs and exports showed: the export's classes and tokenizer, interrupted
+// exports, help, printed commands, wording, the next token's distribution
+// ================================================================================================
+TEST_CASE("export: a BERT or RoBERTa without the masked-LM head and without a pooler is refused: BertModel would load pooler.dense with random weights") {
+    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        c.emb_ln = true;
+        const std::string problem = hf_export_problem(c);
+        CHECK(m_contains(problem, std::string(c.variant == Variant::bert ? "BertModel" : "RobertaModel") + " has a pooler (pooler.dense)"));
+        CHECK(m_contains(problem, "random weights"));
+        CHECK(m_contains(problem, "--mlm-head"));
+        const std::string dir = m_path(std::string("nopool_") + name);
+        const Params<float> p = m_model<float>(c, 3, 0.1);
+        M_CHECK_TF_ERROR(export_hf(dir, c, p), "pooler.dense", "random weights");
+        CHECK_FALSE(m_exists(dir));
+        c.pooler = true;  // a released encoder's pooler: BertModel / RobertaModel then hold every weight
+        CHECK(hf_export_problem(c) == "");
+        c.pooler = false, c.mlm_head = true;  // BertForMaskedLM / RobertaForMaskedLM have no pooler
+        CHECK(hf_export_problem(c) == "");
+    }
+    // The command line: a RoBERTa trained with --emb-ln alone is refused, and nothing is created.
+    const std::string ck = m_path("nopool.safetensors"), out = m_path("nopool_hf");
+    m_run_ok("train --model roberta --emb-ln --data " + m_text_file() +
+             " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
+    m_cli_fails("export --checkpoint " + ck + " --out " + out,
+                "RobertaModel has a pooler (pooler.dense) and this model has none, so Hugging Face would load it with random weights");
+    CHECK_FALSE(m_exists(out));
+}
+
+TEST_CASE("export: a character model's tokenizer.json refuses a byte outside its vocabulary, as tokenize does (its unk_token is no token of it)") {
+    const CharVocab v = CharVocab::from_text("the cat sat\n");
+    for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        const bool masked = !is_causal(c.variant);
+        c.V = v.size() + (masked ? 3 : 0);
+        if (masked) c.cls_id = v.size(), c.sep_id = v.size() + 1, c.mask_id = v.size() + 2, c.emb_ln = c.mlm_head = true;
+        Params<float> p = m_model<float>(c, 7, 0.05);
+        const std::string ck = m_path(std::string("charunk_") + name + ".st"), dir = m_path(std::string("charunk_") + name);
+        save_model(ck, c, p, {{"vocab", v.to_metadata()}});
+        m_run_ok("export --checkpoint " + ck + " --out " + dir);
+        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
+        const Json* model = tj.get("model");
+        REQUIRE(model);
+        // With "unk_token": null the tokenizers library drops an unknown byte without a word; a name
+        // that is not in the vocabulary makes it fail ("Unk token `...` not found in the vocabulary").
+        const Json* unk = model->get("unk_token");
+        REQUIRE(unk);
+        REQUIRE(unk->type == Json::string);
+        CHECK(unk->str == HF_CHAR_OUTSIDE);
+        CHECK(model->get("vocab")->get(unk->str) == nullptr);
+        for (const Json& added : tj.get("added_tokens")->arr) CHECK(added.get("content")->str != unk->str);
+        CHECK_FALSE(model->get("fuse_unk")->b);
+        CHECK_FALSE(model->get("byte_fallback")->b);
+        // transformer tokenize refuses such a text, from the checkpoint and from the export alike.
+        for (const std::string& from : {ck, dir + "/model.safetensors"}) {
+            m_cli_fails("tokenize --checkpoint " + from + " --text \"$(printf 'the\\tcat')\"", "character U+0009 at byte 3 (line 1, column 4) of --text is not in the model's vocabulary");
+            CHECK(m_run_ok("tokenize --checkpoint " + from + " --text 'the cat'").out != "");
+        }
+    }
+}
+
+TEST_CASE("docs/hf_check.py reads a probe file's bytes exactly: a CRLF stays a CRLF") {
+    // Text mode would turn "\r\n" into "\n" and report a difference for any CRLF probe.
+    static const bool have_python = std::system("command -v python3 >/dev/null 2>&1") == 0;
+    if (!have_python) {
+        WARN_MESSAGE(false, "skipped: python3 is not installed");
+        return;
+    }
+    const std::string probe = m_path("crlf_probe.txt"), out = m_path("crlf_probe.out");
+    const std::string bytes = "Caf\xC3\xA9\r\nlone CR\rtab\t\r\n";
+    m_write(probe, bytes);
+    // read_text needs neither torch nor transformers (main imports them).
+    const std::string cmd = "python3 -c 'import sys; sys.path.insert(0, \"docs\"); import hf_check; "
+                            "sys.stdout.buffer.write(hf_check.read_text(sys.argv[1]).encode(\"utf-8\"))' " + probe + " > " + out + " 2>&1";
+    const int st = std::system(cmd.c_str());
+    INFO("output: " << m_read(out));
+    CHECK(st == 0);
+    CHECK(m_read(out) == bytes);
+}
+
+TEST_CASE("CLI: help for an unknown command and an unknown flag followed by --help are errors that name them") {
+    m_cli_fails("help nosuch", "unknown command 'nosuch' (the commands: train,");
+    m_cli_fails("--help nosuch", "unknown command 'nosuch'");
+    m_cli_fails("help train extra", "takes one command, got 'extra' after 'train'");
+    m_cli_fails("train --bogus --help", "unknown flag --bogus for train (its flags: --model, --layers");
+    m_cli_fails("train --help --bogus", "unknown flag --bogus for train");
+    m_cli_fails("sample --bogus", "unknown flag --bogus for sample");
+    m_cli_fails("export --bogus=1 --checkpoint x", "unknown flag --bogus for export");
+    m_cli_fails("init --emb-ln=maybe --bogus", "--emb-ln is a switch");  // a known flag's value is checked as before
+    CHECK(m_run_ok("help train").out == m_run_ok("train --help").out);
+    CHECK(m_run_ok("help").out == m_run_ok("--help").out);
+}
+
+TEST_CASE("CLI: every command line it prints starts with the program as it was run (argv[0], quoted for the shell)") {
+    char* cwd = ::getcwd(nullptr, 0);
+    REQUIRE(cwd);
+    const std::string program = std::string(cwd) + "/" + std::string(m_PROGRAM).substr(2);  // m_PROGRAM is ./NAME
+    std::free(cwd);
+    const std::string link = m_path("my tf"), quoted = "'" + link + "'";  // a space: the printed name must be quoted
+    ::unlink(link.c_str());
+    REQUIRE(::symlink(program.c_str(), link.c_str()) == 0);
+    auto run = [&](const std::string& args) {
+        m_Run r;
+        const std::string out = m_path("argv0.out"), err = m_path("argv0.err");
+        const int st = std::system((quoted + " " + args + " > " + out + " 2> " + err).c_str());
+        r.status = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        r.out = m_read(out), r.err = m_read(err);
+        return r;
+    };
+    const m_Run overview = run("--help");
+    CHECK(overview.status == 0);
+    CHECK(m_contains(overview.out, "usage: " + quoted + " COMMAND [flags]   (" + quoted + " COMMAND --help"));
+    const m_Run train = run("train --help");
+    CHECK(m_contains(train.out, "usage: " + quoted + " train [flags]"));
+    CHECK(m_contains(train.out, "example:\n  " + quoted + " train --data "));
+    const m_Run bad = run("nosuch");
+    CHECK(bad.status == 1);
+    CHECK(m_contains(bad.err, "; " + quoted + " --help describes them"));
+    const m_Run ex = run("explain --preset tiny-gpt --tokens 1,2");
+    INFO("explain's stderr: " << ex.err);
+    CHECK(m_contains(ex.out, "`" + quoted + " grad` writes every gradient"));
+    // As the tests run it, ./transformer: no bare "transformer " starts a printed command.
+    CHECK(m_contains(m_run_ok("sample --help").out, "example:\n  " + std::string(m_PROGRAM) + " sample --checkpoint"));
+    CHECK_FALSE(m_contains(m_run_ok("--help").out, "usage: transformer "));
+}
+
+TEST_CASE("StagedDir: until commit only staged files exist; without commit a new directory is removed and an existing one is as it was") {
+    const std::string fresh = m_path("staged_new");
+    {
+        StagedDir s(fresh);
+        CHECK(s.created());
+        write_file_atomic(s.stage("a.txt"), "A");
+        CHECK(m_exists(fresh));
+        CHECK_FALSE(m_exists(fresh + "/a.txt"));
+    }
+    CHECK_FALSE(m_exists(fresh));
+    const std::string old = m_path("staged_old");
+    ::mkdir(old.c_str(), 0755);
+    m_write(old + "/a.txt", "old A");
+    m_write(old + "/c.txt", "old C");
+    {
+        StagedDir s(old);
+        CHECK_FALSE(s.created());
+        write_file_atomic(s.stage("a.txt"), "new A");
+        write_file_atomic(s.stage("b.txt"), "B");
+        CHECK(m_contains(s.failure("cannot write '" + old + "/.a.txt.staged." + std::to_string((long long)getpid()) + "'"),
+                         "cannot write '" + old + "/a.txt'; '" + old + "' unchanged"));
+    }
+    CHECK(m_read(old + "/a.txt") == "old A");
+    CHECK(m_names_in(old, ".").empty());
+    CHECK_FALSE(m_exists(old + "/b.txt"));
+    {
+        StagedDir s(old);
+        write_file_atomic(s.stage("a.txt"), "new A");
+        write_file_atomic(s.stage("b.txt"), "B");
+        s.commit({"c.txt", "d.txt"});  // c.txt an earlier run's, removed; d.txt absent
+    }
+    CHECK(m_read(old + "/a.txt") == "new A");
+    CHECK(m_read(old + "/b.txt") == "B");
+    CHECK_FALSE(m_exists(old + "/c.txt"));
+    CHECK(m_names_in(old, ".").empty());
+    StagedDir one(m_path("staged_one"));
+    M_CHECK_TF_ERROR(StagedDir(m_path("staged_two")), "another staged directory");
+    CHECK_FALSE(m_exists(m_path("staged_two")));
+    CHECK(path_in_dir("hf/", "model.safetensors") == "hf/model.safetensors");
+    CHECK(path_in_dir("hf//", "config.json") == "hf/config.json");
+    CHECK(path_in_dir("/", "x") == "/x");
+}
+
+TEST_CASE("export: an error midway (a write that fails) leaves no new directory, and an earlier export as it was") {
+    const std::string ck = m_path("mid.st"), ck2 = m_path("mid2.st");
+    m_run_ok("init --preset tiny-gpt2 --out " + ck);
+    m_run_ok("init --preset tiny-gpt2 --seed 2 --out " + ck2);
+    // A file size limit (SIGXFSZ ignored, so the write fails with EFBIG) stops the first file.
+    auto limited = [&](const std::string& args) {
+        m_Run r;
+        const std::string base = m_path("mid_run");
+        const std::string cmd = "sh -c \"trap '' XFSZ; ulimit -f 2; exec " + std::string(m_PROGRAM) + " " + args + "\" > " + base +
+                                ".out 2> " + base + ".err";
+        const int st = std::system(cmd.c_str());
+        r.status = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        r.err = m_read(base + ".err");
+        return r;
+    };
+    const std::string fresh = m_path("mid_new");
+    const m_Run a = limited("export --checkpoint " + ck + " --out " + fresh);
+    INFO("stderr: " << a.err);
+    CHECK(a.status == 1);
+    CHECK(m_contains(a.err, "error: cannot write '" + fresh + "/model.safetensors'"));  // the file asked for, not the staged name
+    CHECK(m_contains(a.err, "nothing written ('" + fresh + "' not created)"));
+    CHECK_FALSE(m_exists(fresh));
+    const std::string earlier = m_path("mid_old");
+    m_run_ok("export --checkpoint " + ck + " --out " + earlier);
+    const std::string model = m_read(earlier + "/model.safetensors"), config = m_read(earlier + "/config.json");
+    const m_Run b = limited("export --checkpoint " + ck2 + " --out " + earlier);
+    INFO("stderr: " << b.err);
+    CHECK(b.status == 1);
+    CHECK(m_contains(b.err, "'" + earlier + "' unchanged"));
+    CHECK(m_read(earlier + "/model.safetensors") == model);
+    CHECK(m_read(earlier + "/config.json") == config);
+    CHECK(m_names_in(earlier, ".").empty());
+    const std::string empty = m_path("mid_empty");  // an empty directory of the user's stays
+    ::mkdir(empty.c_str(), 0755);
+    CHECK(limited("export --checkpoint " + ck + " --out " + empty).status == 1);
+    CHECK(m_exists(empty));
+    CHECK(m_names_in(empty, "").empty());
+}
+
+TEST_CASE("export: SIGINT or SIGTERM while it writes leaves no new directory and no file behind") {
+    // A model of some 60 MB, so that the signal arrives while the files are written.
+    Config c = preset("tiny-gpt2");
+    c.V = 60000, c.H = 256, c.A = 4, c.D = 64, c.F = 1024, c.L = 1;
+    validate(c);
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    const std::string dir = m_path("sigexp");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string ck = dir + "/big.st";
+    save_model(ck, c, p);
+    int caught = 0;
+    for (const int sig : {SIGINT, SIGTERM, SIGINT, SIGTERM}) {
+        CAPTURE(sig);
+        const std::string out = dir + "/hf", base = dir + "/log";
+        REQUIRE(std::system(("rm -rf '" + out + "'").c_str()) == 0);  // the directory that appears is this run's
+        const pid_t pid = m_start("export --checkpoint " + ck + " --out " + out, base);
+        REQUIRE(pid > 0);
+        int st = 0;
+        bool ended = false;
+        for (int k = 0; k < 20000 && !m_exists(out); k++) {  // until the directory appears (at most 20 s)
+            if (::waitpid(pid, &st, WNOHANG) == pid) {
+                ended = true;
+                break;
+            }
+            ::usleep(1000);
+        }
+        if (!ended) {
+            ::kill(pid, sig);
+            REQUIRE(::waitpid(pid, &st, 0) == pid);
+        }
+        INFO("stderr: " << m_read(base + ".err"));
+        if (WIFSIGNALED(st) && !m_exists(out + "/config.json")) {  // stopped while it wrote: the handler removed what it made
+            CHECK(WTERMSIG(st) == sig);
+            CHECK_FALSE(m_exists(out));
+            caught++;
+        } else if (WIFSIGNALED(st)) {  // the signal waited for the renames into place: a whole export
+            CHECK(m_exists(out + "/model.safetensors"));
+            CHECK(m_names_in(out, ".").empty());
+            REQUIRE(std::system(("rm -rf '" + out + "'").c_str()) == 0);
+        } else {  // it finished first: a whole export
+            CHECK(WIFEXITED(st));
+            CHECK(WEXITSTATUS(st) == 0);
+            CHECK(m_exists(out + "/config.json"));
+            REQUIRE(std::system(("rm -rf '" + out + "'").c_str()) == 0);
+        }
+        CHECK(m_names_in(dir, ".").empty());
+    }
+    CHECK_MESSAGE(caught >= 1, "no signal arrived while export ran (each run finished first)");
+}
+
+TEST_CASE("CLI help: train's --init-from names GPT-1, export says what each variant needs, the README lists every command and the build's level") {
+    const std::string train = m_run_ok("train --help").out;
+    const std::string init_from = train.substr(train.find("  --init-from "), train.find('\n', train.find("  --init-from ")) - train.find("  --init-from "));
+    CHECK(m_contains(init_from, "GPT-1 (openai-gpt), GPT-2, BERT or RoBERTa"));
+    CHECK(m_contains(init_from, "config.json"));
+    const std::string exp = m_run_ok("export --help").out;
+    CHECK(m_contains(exp, "gpt trained with --activation relu or gelu_tanh and F = 4 H"));
+    CHECK(m_contains(exp, "--mlm-head"));
+    CHECK(m_contains(exp, "pooler"));
+    const std::string readme = m_read("README.md");
+    REQUIRE_FALSE(readme.empty());
+    for (const std::string& cmd : m_COMMANDS) CHECK_MESSAGE(m_contains(readme, "| `" + cmd + "` |"), "README's command table lacks " << cmd);
+    CHECK_MESSAGE(m_contains(readme, "| `strip` |"), "README's command table lacks strip");
+    // The optimisation level the README names is the Makefile's.
+    const std::string makefile = m_read("Makefile");
+    const std::size_t level = makefile.find("LEVEL  := -O");
+    REQUIRE(level != std::string::npos);
+    const std::string O = makefile.substr(level + 10, 3);  // "-O2"
+    CHECK(m_contains(readme, "`" + O + " "));
+    for (const char* other : {"-O0 -march", "-O1 -march", "-O2 -march", "-O3 -march"})
+        if (std::string(other).substr(0, 3) != O) CHECK_MESSAGE(!m_contains(readme, other), "README names " << other << "; the Makefile builds " << O);
+}
+
+TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the masked-LM head, box by box, equals model_forward and model_loss") {
+    for (const char* name : {"tiny-bert", "tiny-roberta"})
+        for (const bool head : {false, true}) {
+            CAPTURE(name);
+            CAPTURE(head);
+            Config c = preset(name);
+            c.emb_ln = true, c.mlm_head = head;
+            const Batch b = m_explain_batch(c);
+            const Params<double> p = m_model<double>(c, 23, 0.2);
+            const Explained<double> e = explain(c, p, b, 64);
+            const Tensor<double> Z = model_forward(c, p, b);
+            REQUIRE(e.Z.shape == Z.shape);
+            for (std::size_t k = 0; k < Z.size(); k++) CHECK(e.Z[k] == doctest::Approx(Z[k]).epsilon(1e-12));
+            Params<double> g = make_params<double>(c);
+            CHECK(e.loss == doctest::Approx(model_loss(c, p, b, &g)).epsilon(1e-12));
+            Params<double> eg = e.g;
+            auto mine = named_tensors(c, eg), theirs = named_tensors(c, g);
+            REQUIRE(mine.size() == theirs.size());
+            for (std::size_t t = 0; t < mine.size(); t++) {
+                CAPTURE(theirs[t].name);
+                for (std::size_t k = 0; k < mine[t].tensor->size(); k++)
+                    CHECK(mine[t].tensor->data[k] == doctest::Approx(theirs[t].tensor->data[k]).epsilon(1e-9).scale(1e-12));
+            }
+            // The extra boxes, with the values the model computes.
+            std::map<std::string, std::vector<double>> shown;
+            std::vector<std::string> boxes;
+            for (const ExplainStep& s : e.steps) {
+                boxes.push_back(s.box);
+                for (const ExplainTensor& t : s.out) shown[t.name] = t.first;
+            }
+            auto has_box = [&](const std::string& box) { return std::find(boxes.begin(), boxes.end(), box) != boxes.end(); };
+            CHECK(has_box("Embedding LayerNorm"));
+            CHECK(has_box("Backward: Embedding LayerNorm"));
+            CHECK(has_box("Masked-LM head") == head);
+            CHECK(has_box("Backward: masked-LM head") == head);
+            ForwardCache<double> k;
+            ForwardOptions keep;
+            keep.keep_sublayers = true;
+            model_forward(c, p, b, &k, keep);
+            const Tensor<double>& X0 = k.blocks[0].attn_in;  // X^(0) = LayerNorm_e(E), the first block's input
+            for (std::size_t i = 0; i < shown["X^(0)"].size(); i++) CHECK(shown["X^(0)"][i] == doctest::Approx(X0[i]).epsilon(1e-12));
+            for (std::size_t i = 0; i < shown["dgamma_e"].size(); i++) CHECK(shown["dgamma_e"][i] == doctest::Approx(g.gamma_e[i]).epsilon(1e-9));
+            if (head) {
+                for (std::size_t i = 0; i < shown["X_t"].size(); i++) CHECK(shown["X_t"][i] == doctest::Approx(k.mlm.X_t[i]).epsilon(1e-12));
+                for (std::size_t i = 0; i < shown["dW_t"].size(); i++) CHECK(shown["dW_t"][i] == doctest::Approx(g.W_t[i]).epsilon(1e-9));
+                for (std::size_t i = 0; i < shown["db_z"].size(); i++) CHECK(shown["db_z"][i] == doctest::Approx(g.b_z[i]).epsilon(1e-9));
+            }
+        }
+    // The command line, on a checkpoint init wrote with the head.
+    const std::string ck = m_path("explain_mlm.st");
+    m_run_ok("init --preset tiny-roberta --mlm-head --out " + ck);
+    const m_Run r = m_run_ok("explain --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3");
+    CHECK(m_contains(r.out, "Embedding LayerNorm:  X^(0) = LayerNorm_e(E)"));
+    CHECK(m_contains(r.out, "Masked-LM head:  U = X^(2) W_t + Stack_n(b_t)"));
+    CHECK(m_contains(r.out, "Output:  Z = MLMHead(X^(2)) = X_t W_e^T + Stack_n(b_z)"));
+    const m_Run g = m_run_ok("grad --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3 --out " + m_path("explain_mlm_g.st"));
+    const std::string loss = g.out.substr(0, g.out.find('\n'));  // "loss X"
+    CHECK(m_contains(r.out, "\n" + loss + " (model_loss"));
+}
+
+TEST_CASE("CLI: wording: numbers as written, singular panels, one slash in paths, a divergence hint that fits --grad-clip, masked cells' P") {
+    // A number in an error as it was written, not std::to_string's "-1.000000".
+    const std::string ck = m_path("wording.st");
+    m_run_ok("train --data " + m_text_file() + " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --temperature -1", "--temperature must be >= 0 (0 = greedy), got -1");
+    CHECK_FALSE(m_contains(m_run("sample --checkpoint " + ck + " --prompt the --temperature -1").err, "-1.000000"));
+    m_cli_fails("train --lr -1 --steps 1", "--lr must be > 0, got -1");
+    m_cli_fails("train --lr 0.1 --min-lr 0.5 --steps 1", "--min-lr must be in [0, --lr] = [0, 0.1], got 0.5");
+    m_cli_fails("train --beta2 1.5 --steps 1", "--beta2 must be in [0, 1), got 1.5");
+    m_cli_fails("train --grad-clip -2 --steps 1", "--grad-clip must be >= 0 (0 = off), got -2");
+    m_cli_fails("train --dropout 1 --steps 1", "--dropout must be in [0, 1), got 1");
+    // One panel, one token.
+    const m_Run one = m_run_ok("attention --checkpoint " + ck + " --tokens 1 --layer 1 --head 1 --out " + m_path("one.svg"));
+    CHECK(m_contains(one.out, ": 1 panel ("));
+    CHECK(m_contains(one.out, ", 1 token\n"));
+    // A directory given with a trailing slash: one slash in every path printed.
+    const m_Run ex = m_run_ok("export --checkpoint " + ck + " --out " + m_path("slash_hf") + "/");
+    CHECK(m_contains(ex.out, "wrote " + m_path("slash_hf") + "/model.safetensors, "));
+    CHECK_FALSE(m_contains(ex.out, "//"));
+    const m_Run bp = m_run_ok("bpe --data " + m_text_file() + " --merges 5 --quiet --out " + m_path("slash_bpe") + "/");
+    CHECK(m_contains(bp.out, "wrote " + m_path("slash_bpe") + "/encoder.json ("));
+    CHECK_FALSE(m_contains(bp.out, "//"));
+    // Divergence: with clipping off the hint does not say to lower it.
+    const std::string flags = " --data " + m_text_file() + " --steps 20 --warmup 0 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 "
+                              "--quiet --lr 1e30 --min-lr 0 --out " + m_path("diverged.st");
+    const m_Run off = m_run(std::string("train") + flags + " --grad-clip 0");
+    CHECK(off.status == 1);
+    CHECK(m_contains(off.err, "Lower --lr, or clip the gradient (--grad-clip 1)?"));
+    CHECK_FALSE(m_contains(off.err, "or --grad-clip?"));
+    const m_Run on = m_run(std::string("train") + flags + " --grad-clip 1");
+    CHECK(on.status == 1);
+    CHECK(m_contains(on.err, "Lower --lr or --grad-clip?"));
+    // The attention picture's masked cells show P = 0; the masks picture keeps the mask's -inf.
+    const Config c = preset("tiny-gpt2");
+    const Params<float> p = m_model<float>(c, 3, 0.1);
+    const std::vector<HeatPanel> panels = attention_panels(c, p, {1, 2, 3}, {"a", "b", "c"}, 1, 1);
+    const std::string att = heatmap_svg(panels, 1, "t", {}, true);
+    CHECK(m_contains(att, "class='masked' fill='url(#hatch)'><title>0 (masked: Mask_ij = -inf)</title>"));
+    CHECK_FALSE(m_contains(att, "<title>-inf</title>"));
+    for (const m_SvgPanel& q : m_svg_panels(att))
+        for (std::size_t a = 0; a < q.masked.size(); a++)
+            if (q.masked[a]) CHECK(q.values[a] == 0.0);
+    CHECK(m_contains(masks_svg(4, 2, 2, {0, 1, 2, 3}), "<title>-inf</title>"));
+}
+
+TEST_CASE("sample --top-probs: the K most likely next tokens with Softmax(z) of model_forward's last row, sorted, summing to at most 1") {
+    Config c = preset("tiny-gpt2");
+    const CharVocab v = CharVocab::from_text("the cat sat on a mat\n");
+    c.V = v.size();
+    Params<float> p = m_model<float>(c, 41, 0.5);
+    const std::string ck = m_path("topprobs.st");
+    save_model(ck, c, p, {{"vocab", v.to_metadata()}});
+    const std::vector<int> x = v.encode("the ca");
+    // Softmax of the last row, in double.
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x;
+    const Tensor<float> Z = model_forward(c, p, b);
+    std::vector<double> P(c.V);
+    double m = -1e300, sum = 0;
+    for (int j = 0; j < c.V; j++) m = std::max(m, (double)Z(b.n - 1, j));
+    for (int j = 0; j < c.V; j++) sum += P[j] = std::exp((double)Z(b.n - 1, j) - m);
+    for (double& q : P) q /= sum;
+    // The library: every id with its probability, most likely first.
+    const std::vector<TokenProb> all = next_token_probs(c, p, x, 1000);
+    REQUIRE((int)all.size() == c.V);
+    double total = 0;
+    for (std::size_t r = 0; r < all.size(); r++) {
+        CHECK(all[r].p == doctest::Approx(P[all[r].id]).epsilon(1e-12));
+        if (r) CHECK(all[r - 1].p >= all[r].p);
+        total += all[r].p;
+    }
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-12));
+    // The command: 5 lines of rank, probability, id, token.
+    const m_Run r = m_run_ok("sample --checkpoint " + ck + " --prompt 'the ca' --top-probs 5");
+    std::istringstream lines(r.out);
+    std::string line;
+    std::getline(lines, line);
+    CHECK(m_contains(line, "the next token after 6 tokens: the 5 most likely of V = " + std::to_string(c.V)));
+    std::getline(lines, line);
+    CHECK(line == "rank  probability     id  token");
+    double shown_sum = 0, last = 2;
+    int rank = 0;
+    while (std::getline(lines, line)) {
+        std::istringstream f(line);
+        int k = 0, id = -1;
+        double prob = -1;
+        std::string token;
+        f >> k >> prob >> id >> token;
+        CAPTURE(line);
+        CHECK(k == ++rank);
+        REQUIRE((id >= 0 && id < c.V));
+        CHECK(prob == doctest::Approx(P[id]).epsilon(1e-6).scale(1e-9));
+        CHECK(id == all[rank - 1].id);
+        CHECK(token == token_label(v.decode({id})));
+        CHECK(prob <= last);
+        last = prob, shown_sum += prob;
+    }
+    CHECK(rank == 5);
+    CHECK(shown_sum <= 1.0 + 1e-8);
+    // It draws nothing: the sampling flags do not apply; a count is positive; a GPT only.
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --temperature 0.5", "--temperature does not apply with --top-probs");
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --tokens 4", "--tokens does not apply with --top-probs");
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 0", "--top-probs must be positive, got 0");
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs x", "--top-probs expects an integer, got 'x'");
+    CHECK(m_contains(m_run_ok("sample --help").out, "  --top-probs K  draw nothing"));
+    const std::string bert = m_path("topprobs_bert.st");
+    m_run_ok("init --preset tiny-bert --out " + bert);
+    m_cli_fails("sample --checkpoint " + bert + " --prompt x --top-probs 3", "sample needs a gpt, gpt2 or gpt3 model");
+    M_CHECK_TF_ERROR(next_token_probs(preset("tiny-bert"), m_model<float>(preset("tiny-bert"), 1, 0.1), {1, 2}, 3), "does not predict");
 }

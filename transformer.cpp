@@ -47,6 +47,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -2324,6 +2325,35 @@ std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> 
     return x;
 }
 
+// The next token's distribution: z = row n of model_forward on the last n_ctx tokens of x (the
+// logits generate draws from), P = Softmax(z) in double, the k most likely ids first.
+template <typename T>
+std::vector<TokenProb> next_token_probs(const Config& c, const Params<T>& p, const std::vector<int>& x, int k) {
+    if (!is_causal(c.variant)) throw Error("next_token_probs: a " + std::string(variant_name(c.variant)) + " model does not predict the next token");
+    if (x.empty()) throw Error("next_token_probs: the prompt is empty");
+    if (k < 1) throw Error("next_token_probs: k must be positive, got " + std::to_string(k));
+    check_token_ids(x, c.V, "prompt");
+    Batch b;
+    b.tokens = std::vector<int>(x.end() - std::min((int)x.size(), c.n_ctx), x.end());
+    b.n = (int)b.tokens.size();
+    const Tensor<T> Z = model_forward(c, p, b);
+    const T* z = Z.row(b.n - 1);
+    double m = -std::numeric_limits<double>::infinity();
+    for (int j = 0; j < c.V; j++) {
+        if (!std::isfinite((double)z[j])) throw Error("the model's logits are not finite (token id " + std::to_string(j) + "): its numbers overflow");
+        m = std::max(m, (double)z[j]);
+    }
+    std::vector<TokenProb> all(c.V);
+    double sum = 0;
+    for (int j = 0; j < c.V; j++) sum += all[j].p = std::exp((double)z[j] - m), all[j].id = j;
+    for (TokenProb& t : all) t.p /= sum;
+    const int kept = std::min(k, c.V);
+    std::partial_sort(all.begin(), all.begin() + kept, all.end(),
+                      [](const TokenProb& a, const TokenProb& b2) { return a.p > b2.p || (a.p == b2.p && a.id < b2.id); });
+    all.resize(kept);
+    return all;
+}
+
 // ################################################################################################
 // PART II. THE MACHINERY
 // The fast matrix product and its memory pool, files and checkpoints, Hugging Face import and
@@ -3645,15 +3675,43 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
 static char g_tmp_path[PATH_MAX + 1];
 static volatile std::sig_atomic_t g_tmp_active = 0;
 static volatile std::sig_atomic_t g_loop_stoppable = 0, g_stop_signal = 0;
+// A StagedDir's files and (when it made it) its directory, for the handler to remove: a slot is
+// filled before the count that makes it visible grows.
+static constexpr int STAGED_MAX = 16;
+static char g_staged_paths[STAGED_MAX][PATH_MAX + 1];
+static volatile std::sig_atomic_t g_staged_count = 0;
+static char g_staged_dir[PATH_MAX + 1];
+static volatile std::sig_atomic_t g_staged_dir_active = 0;
 extern "C" void remove_tmp_on_signal(int sig) {
     if (g_loop_stoppable && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
         g_stop_signal = sig;
         return;
     }
     if (g_tmp_active) ::unlink(g_tmp_path);
+    for (int k = 0; k < g_staged_count; k++) ::unlink(g_staged_paths[k]);
+    if (g_staged_dir_active) ::rmdir(g_staged_dir);
     std::signal(sig, SIG_DFL);
     std::raise(sig);
 }
+// The handler on SIGINT, SIGTERM and SIGHUP (a signal the shell had ignored stays ignored).
+static void install_removal_handlers() {
+    static bool installed = false;
+    if (installed) return;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+    installed = true;
+}
+// SIGINT, SIGTERM and SIGHUP held off in a scope (delivered when it ends).
+struct SignalsHeld {
+    sigset_t old;
+    SignalsHeld() {
+        sigset_t set;
+        sigemptyset(&set);
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+        sigprocmask(SIG_BLOCK, &set, &old);
+    }
+    ~SignalsHeld() { sigprocmask(SIG_SETMASK, &old, nullptr); }
+};
 
 AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(path)) {
     struct stat st;
@@ -3670,12 +3728,7 @@ AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(pa
     mode_t mask = ::umask(0);
     ::umask(mask);
     ::fchmod(fd_, exists ? (st.st_mode & 07777) : (0666 & ~mask));  // the mode a plain fopen would give
-    static bool handlers = false;
-    if (!handlers) {
-        for (int sig : {SIGINT, SIGTERM, SIGHUP})
-            if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
-        handlers = true;
-    }
+    install_removal_handlers();
     std::memcpy(g_tmp_path, tmp_.c_str(), tmp_.size() + 1);
     g_tmp_active = 1;
     buf_.reserve(1 << 20);
@@ -3747,6 +3800,84 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     AtomicFile f(path);
     f.write(bytes.data(), bytes.size());
     f.commit();
+}
+
+std::string path_in_dir(const std::string& dir, const std::string& name) {
+    std::string d = dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    return d == "/" ? "/" + name : d + "/" + name;
+}
+
+std::string& program_name() {
+    static std::string name = "transformer";
+    return name;
+}
+
+StagedDir::StagedDir(const std::string& dir) : dir_(dir) {
+    if (g_staged_count > 0 || g_staged_dir_active) throw Error("StagedDir: another staged directory is open");
+    if (path_in_dir(dir, "").size() > PATH_MAX) throw Error("cannot write '" + dir + "': the path is too long");
+    install_removal_handlers();
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) return;
+    const SignalsHeld held;  // the directory and the note that it is ours come into being together
+    if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
+    std::snprintf(g_staged_dir, sizeof g_staged_dir, "%s", dir.c_str());
+    g_staged_dir_active = 1;
+    created_ = true;
+}
+
+std::string StagedDir::stage(const std::string& name) {
+    if (committed_) throw Error("StagedDir: stage after commit");
+    if ((int)staged_.size() >= STAGED_MAX) throw Error("StagedDir: more than " + std::to_string(STAGED_MAX) + " files");
+    const std::string path = path_in_dir(dir_, "." + name + ".staged." + std::to_string((long long)::getpid()));
+    if (path.size() > PATH_MAX) throw Error("cannot write '" + path_in_dir(dir_, name) + "': the path is too long");
+    const int k = (int)g_staged_count;
+    std::snprintf(g_staged_paths[k], sizeof g_staged_paths[k], "%s", path.c_str());
+    g_staged_count = k + 1;
+    staged_.push_back({path, path_in_dir(dir_, name)});
+    return path;
+}
+
+void StagedDir::commit(const std::vector<std::string>& remove) {
+    if (committed_) throw Error("StagedDir: commit twice");
+    const SignalsHeld held;  // all of it, or (on an error) what the destructor leaves
+    for (std::size_t k = 0; k < staged_.size(); k++) {
+        if (::rename(staged_[k].first.c_str(), staged_[k].second.c_str()) != 0)
+            throw Error("cannot rename '" + staged_[k].first + "' to '" + staged_[k].second + "': " + std::strerror(errno));
+        staged_[k].first = staged_[k].second;  // in place now: removed only with a directory this object made
+    }
+    for (const std::string& name : remove) {
+        const std::string path = path_in_dir(dir_, name);
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+            throw Error("cannot remove the earlier run's '" + path + "': " + std::strerror(errno));
+    }
+    committed_ = true;
+    g_staged_count = 0, g_staged_dir_active = 0;
+    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {  // the renames durable (some file systems cannot fsync a directory)
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+std::string StagedDir::failure(std::string message) const {
+    std::string moved;  // files a failed commit had already renamed into an existing directory
+    for (const auto& f : staged_) {
+        if (f.first == f.second) moved += (moved.empty() ? "" : ", ") + f.second;
+        for (std::size_t at = message.find(f.first); at != std::string::npos; at = message.find(f.first, at + f.second.size()))
+            message.replace(at, f.first.size(), f.second);
+    }
+    if (created_) return message + "; nothing written ('" + dir_ + "' not created)";
+    return message + (moved.empty() ? "; '" + dir_ + "' unchanged" : "; only " + moved + " replaced");
+}
+
+StagedDir::~StagedDir() {
+    if (committed_) return;
+    const SignalsHeld held;
+    g_staged_count = 0, g_staged_dir_active = 0;
+    for (const auto& f : staged_)  // staged files, and files already in place when a commit failed in a new directory
+        if (f.first != f.second || created_) ::unlink(f.first.c_str());
+    if (created_) ::rmdir(dir_.c_str());  // only if empty: a file someone else put there keeps it
 }
 
 std::FILE* open_input(const std::string& path) {
@@ -4761,7 +4892,14 @@ std::string hf_export_problem(const Config& c) {
     }
     if ((c.variant == Variant::bert || c.variant == Variant::roberta) && !c.emb_ln)
         return cls + " normalises the embeddings (embeddings.LayerNorm) and this model has no such LayerNorm (the formulas' " +
-               variant_name(c.variant) + "): train it with --emb-ln (or --mlm-head, which brings it too)";
+               variant_name(c.variant) + "): train it with --mlm-head (the masked-LM head, which brings the LayerNorm along)";
+    // Without the head the class is BertModel / RobertaModel, which always builds a pooler
+    // (add_pooling_layer is a constructor argument, not a config key): without one in the file,
+    // Hugging Face would fill pooler.dense with random numbers.
+    if ((c.variant == Variant::bert || c.variant == Variant::roberta) && !c.mlm_head && !c.pooler)
+        return cls + " has a pooler (pooler.dense) and this model has none, so Hugging Face would load it with random weights; "
+               "train with --mlm-head (exported as " + (c.variant == Variant::bert ? "BertForMaskedLM" : "RobertaForMaskedLM") +
+               ", which has no pooler), or start with --init-from from a released encoder, whose pooler is kept";
     return "";
 }
 
@@ -4875,7 +5013,7 @@ void check_output_dir(const std::string& dir, const std::string& role, const std
             if (std::find(names.begin(), names.end(), e) == names.end())
                 throw Error("refusing to write into " + what + ": it holds '" + e + "', which this command does not write (it writes " +
                             list + "); choose a new or empty directory");
-        if (!file_has_mark(dir + "/" + marker))
+        if (!file_has_mark(path_in_dir(dir, marker)))
             throw Error("refusing to write into " + what + ": it is not empty and its " + marker +
                         " was not written by this program (only a directory an earlier run of this command wrote is replaced); "
                         "choose a new or empty directory");
@@ -4890,6 +5028,7 @@ void check_output_dir(const std::string& dir, const std::string& role, const std
         throw Error("cannot write " + what + ": cannot create it in '" + parent + "' (" + std::strerror(errno) + ")");
 }
 
+const char* const HF_CHAR_OUTSIDE = "<a character outside this model's vocabulary>";
 const std::vector<std::string> HF_EXPORT_FILES = {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
                                                    "vocab.json", "merges.txt", "vocab.txt"};
 
@@ -5047,9 +5186,12 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
             fields = {{"cls_token", json_escape(names[0])}, {"sep_token", json_escape(names[1])}, {"mask_token", json_escape(names[2])}};
             if (roberta) fields.insert(fields.begin(), {{"bos_token", json_escape(names[0])}, {"eos_token", json_escape(names[1])}});
         }
+        // A byte outside the vocabulary: `transformer tokenize` refuses the text, and so does the
+        // tokenizers library, because the model's unk_token is a name that is not in its vocabulary
+        // ("Unk token `...` not found in the vocabulary"); with no unk_token it would drop the byte.
         files.push_back({"tokenizer.json",
                          tj_whole(added, "null", "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}",
-                                  "null", TJ_BYTE_LEVEL_DEC, tj_bpe_model(by_id, {}, "", ""))});
+                                  "null", TJ_BYTE_LEVEL_DEC, tj_bpe_model(by_id, {}, HF_CHAR_OUTSIDE, ""))});
         files.push_back({"tokenizer_config.json", tokenizer_config("PreTrainedTokenizerFast", c.n_ctx, fields)});
     }
     return files;
@@ -5071,7 +5213,7 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
     const std::string problem = hf_export_problem(c);
     if (!problem.empty()) throw Error("export: " + problem);
     check_output_dir(dir, "--out", HF_EXPORT_FILES, "config.json");
-    const std::string model_path = dir + "/model.safetensors", config_path = dir + "/config.json";
+    const std::string model_path = path_in_dir(dir, "model.safetensors");
     const Tokenizer tok = tokenizer_of(extra_metadata, input.empty() ? model_path : input);  // kind "": none recorded
     const bool masked = c.variant == Variant::bert || c.variant == Variant::roberta;
     if (!tok.kind.empty() && tok.size() + (tok.kind == "char" && masked ? 3 : 0) != c.V)
@@ -5079,10 +5221,12 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
                     " tokens, which does not fit the model's V = " + std::to_string(c.V));
     const std::vector<std::pair<std::string, std::string>> tok_files = hf_tokenizer_files(tok, c);
     std::vector<OutputFile> outs;  // the directory is new, empty or ours: its files are ours to replace
-    for (const std::string& name : HF_EXPORT_FILES) outs.push_back({dir + "/" + name, "--out/" + name, OutputKind::in_own_dir});
+    for (const std::string& name : HF_EXPORT_FILES) outs.push_back({path_in_dir(dir, name), "--out/" + name, OutputKind::in_own_dir});
     struct stat st;
     if (::stat(dir.c_str(), &st) == 0) check_outputs(outs, {{input, "--checkpoint"}});  // a new directory holds nothing to check
-    else if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
+    // Every file is staged and renamed into place at the end: an error or a signal before that
+    // leaves the directory as it was (a new one is removed again).
+    StagedDir staged(dir);
     Config e;
     Params<float> q = with_attention_biases(c, p, e);
     std::deque<Tensor<float>> made;  // joined, split or transposed tensors, kept until the file is written
@@ -5150,20 +5294,26 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
     }
     std::map<std::string, std::string> meta = extra_metadata;
     meta["format"] = "pt";  // transformers refuses a safetensors file without it
-    save_safetensors(model_path, meta, list);
     HfExport done;
     done.architecture = hf_architecture(c);
     done.model_type = c.variant == Variant::gpt ? "openai-gpt" : variant_name(c.variant);
     done.files = {"model.safetensors"};
     std::set<std::string> written = {"model.safetensors", "config.json"};
-    for (const auto& f : tok_files) write_file_atomic(dir + "/" + f.first, f.second), written.insert(f.first), done.files.push_back(f.first);
-    for (const std::string& name : HF_EXPORT_FILES)  // an earlier export's tokenizer does not belong to this model
-        if (!written.count(name) && ::unlink((dir + "/" + name).c_str()) != 0 && errno != ENOENT)
-            throw Error("cannot remove the earlier export's '" + dir + "/" + name + "': " + std::strerror(errno));
-    const int eos = tok.kind == "gpt2-bpe" ? tok.bpe.eot : -1;
-    const int bert_pad = tok.kind == "bert-wordpiece" && tok.wordpiece.pad >= 0 ? tok.wordpiece.pad : 0;
-    write_file_atomic(config_path, hf_export_config_json(c, eos, bert_pad));  // last: its mark makes the directory ours
-    done.files.push_back("config.json");
+    try {
+        save_safetensors(staged.stage("model.safetensors"), meta, list);
+        for (const auto& f : tok_files)
+            write_file_atomic(staged.stage(f.first), f.second), written.insert(f.first), done.files.push_back(f.first);
+        const int eos = tok.kind == "gpt2-bpe" ? tok.bpe.eot : -1;
+        const int bert_pad = tok.kind == "bert-wordpiece" && tok.wordpiece.pad >= 0 ? tok.wordpiece.pad : 0;
+        write_file_atomic(staged.stage("config.json"), hf_export_config_json(c, eos, bert_pad));  // last: its mark makes the directory ours
+        done.files.push_back("config.json");
+        std::vector<std::string> stale;  // an earlier export's tokenizer does not belong to this model
+        for (const std::string& name : HF_EXPORT_FILES)
+            if (!written.count(name)) stale.push_back(name);
+        staged.commit(stale);
+    } catch (const Error& e) {  // the staged files go with `staged`; the message names the files the user asked for
+        throw Error(staged.failure(e.what()));
+    }
     return done;
 }
 
@@ -5588,10 +5738,16 @@ static void check_options(const TrainOptions& o) {
     if ((long long)o.batch * std::max(o.block, 1) > (1 << 22)) fail("--batch x --block is too large (at most 4194304 tokens a step)");
     if (o.warmup < 0 || o.eval_every < 0 || o.eval_steps < 1 || o.save_every < 0 || o.log_every < 1 || o.stop_at < 0)
         fail("--warmup, --eval-every, --save-every, --stop-at must be >= 0, --eval-steps and --log-every >= 1");
-    if (!(o.lr > 0) || o.min_lr < 0 || o.min_lr > o.lr) fail("need 0 <= --min-lr <= --lr and --lr > 0");
-    if (o.weight_decay < 0 || o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1 || o.grad_clip < 0)
-        fail("need --weight-decay >= 0, 0 <= --beta1, --beta2 < 1, --grad-clip >= 0");
-    if (o.dropout < 0 || o.dropout >= 1) fail("--dropout must be in [0, 1)");
+    // Each number as the shortest form that reads back the same: -1, 0.0003, 1e-08.
+    auto got = [](double v) { return ", got " + shortest_double(v); };
+    if (!(o.lr > 0)) fail("--lr must be > 0" + got(o.lr));
+    if (o.min_lr < 0 || o.min_lr > o.lr)
+        fail("--min-lr must be in [0, --lr] = [0, " + shortest_double(o.lr) + "]" + got(o.min_lr));
+    if (o.weight_decay < 0) fail("--weight-decay must be >= 0" + got(o.weight_decay));
+    if (o.beta1 < 0 || o.beta1 >= 1) fail("--beta1 must be in [0, 1)" + got(o.beta1));
+    if (o.beta2 < 0 || o.beta2 >= 1) fail("--beta2 must be in [0, 1)" + got(o.beta2));
+    if (o.grad_clip < 0) fail("--grad-clip must be >= 0 (0 = off)" + got(o.grad_clip));
+    if (o.dropout < 0 || o.dropout >= 1) fail("--dropout must be in [0, 1)" + got(o.dropout));
     if (o.data.empty() && o.line_windows) fail("--line-windows applies to a text (--data FILE), not to the built-in task");
     if (o.data.empty() && o.block != 0)
         fail("--block does not apply to the built-in addition task (its block is one problem, 12 or 13 tokens); give --data FILE to train on a text");
@@ -5938,8 +6094,9 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
     auto diverged = [&](const std::string& what, double v, long long step) {
         const std::string kept = saved_step < 0 ? "no checkpoint was written"
                                                 : "'" + o.out + "' still holds step " + std::to_string(saved_step);
-        return Error("train: " + what + " became " + num_str(v) + " at step " + std::to_string(step) + "; stopped (" + kept +
-                     "). Lower --lr or --grad-clip?");
+        const std::string remedy = o.grad_clip > 0 ? "Lower --lr or --grad-clip?" : "Lower --lr, or clip the gradient (--grad-clip 1)?";
+        return Error("train: " + what + " became " + num_str(v) + " at step " + std::to_string(step) + "; stopped (" + kept + "). " +
+                     remedy);
     };
     TrainResult r;
     const auto t_start = clock::now();
@@ -6103,7 +6260,7 @@ static void start_from_checkpoint(TrainOptions& o, RunState& s, Tokenizer& tok) 
                        std::to_string(c.V));
     } else if (recorded.kind.empty()) {
         throw fail("the file records no tokenizer (released weights): give its tokenizer's files, --encoder encoder.json --vocab "
-                   "vocab.bpe (GPT-2), --encoder vocab.json --vocab merges.txt (RoBERTa) or --vocab vocab.txt (BERT)");
+                   "vocab.bpe (GPT-2), --encoder vocab.json --vocab merges.txt (GPT-1, RoBERTa) or --vocab vocab.txt (BERT)");
     } else {
         tok = recorded;
         const int expected = c.V - (is_causal(c.variant) || tok.kind != "char" ? 0 : 3);
@@ -6787,7 +6944,7 @@ static void spec_to_metadata(const FinetuneSpec& s, std::map<std::string, std::s
 }
 FinetuneSpec finetune_spec_of(const LoadedModel& lm, const std::string& path) {
     const auto& m = lm.file.metadata;
-    if (!m.count("finetune.task")) throw Error("'" + path + "' is not a fine-tuned checkpoint (no finetune.task; make one with `transformer finetune`)");
+    if (!m.count("finetune.task")) throw Error("'" + path + "' is not a fine-tuned checkpoint (no finetune.task; make one with `" + program_name() + " finetune`)");
     FinetuneSpec s;
     s.kind = finetune_kind_from_name(m.at("finetune.task"));
     const Json classes = parse_json(m.count("finetune.classes") ? m.at("finetune.classes") : "[]");
@@ -6835,7 +6992,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
             throw Error("the tokenizer is " + tok.kind + " but '" + fo.checkpoint + "' is a " + variant_name(lm.config.variant) + " model");
     } else {
         if (!lm.file.metadata.count("vocab"))
-            throw Error("'" + fo.checkpoint + "' has no character vocabulary: finetune starts from a checkpoint written by `transformer train`, "
+            throw Error("'" + fo.checkpoint + "' has no character vocabulary: finetune starts from a checkpoint written by `" + program_name() + " train`, "
                         "or give its tokenizer (--vocab, --encoder) for released weights");
         vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
     }
@@ -7648,19 +7805,22 @@ void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& i
     if (::stat(dir.c_str(), &st) != 0) return;  // created later: holds nothing yet
     std::vector<InputFile> in;
     for (const std::string& i : inputs) in.push_back({i, "--data"});
-    check_outputs({{dir + "/encoder.json", "--out encoder.json", OutputKind::in_own_dir},
-                   {dir + "/vocab.bpe", "--out vocab.bpe", OutputKind::in_own_dir}},
+    check_outputs({{path_in_dir(dir, "encoder.json"), "--out encoder.json", OutputKind::in_own_dir},
+                   {path_in_dir(dir, "vocab.bpe"), "--out vocab.bpe", OutputKind::in_own_dir}},
                   in);
 }
 
 void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs) {
     bpe_check_out_dir(dir, inputs);
     const std::string enc = bpe_encoder_json(b), voc = bpe_vocab_bpe(b);
-    struct stat st;
-    if (::stat(dir.c_str(), &st) != 0 && ::mkdir(dir.c_str(), 0777) != 0)
-        throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
-    write_file_atomic(dir + "/vocab.bpe", voc);
-    write_file_atomic(dir + "/encoder.json", enc);
+    StagedDir staged(dir);  // both files or neither (and no new directory left behind)
+    try {
+        write_file_atomic(staged.stage("vocab.bpe"), voc);
+        write_file_atomic(staged.stage("encoder.json"), enc);
+        staged.commit();
+    } catch (const Error& e) {
+        throw Error(staged.failure(e.what()));
+    }
 }
 
 // ================================================================================================
@@ -8351,7 +8511,8 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
             for (int j = 0; j < C; j++) {
                 const std::size_t at = (std::size_t)i * C + j;
                 o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
-                if (q.masked[at]) o << "class='masked' fill='url(#hatch)'><title>-inf</title></rect>\n";
+                if (q.masked[at])  // a picture of P: the probability, 0; of a mask: its entry
+                    o << "class='masked' fill='url(#hatch)'><title>" << (probability ? "0 (masked: Mask_ij = -inf)" : "-inf") << "</title></rect>\n";
                 else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
             }
         o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
@@ -8561,8 +8722,6 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
     if (batch.targets.empty()) throw Error("explain: the batch has no targets");
     if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
-    if (c.emb_ln || c.mlm_head)  // the released BERT's additions (formulas §23) are not walked box by box
-        throw Error("explain: the model has the released BERT's embedding LayerNorm or masked-LM head, which explain does not walk");
     const int n = batch.n;
     const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
     const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
@@ -8598,21 +8757,38 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]);
         t0[i] = T(1) - t1[i];
     }
+    // With the released BERT's embedding LayerNorm (formulas §23) the sum is E, and X^(0) = LayerNorm_e(E).
+    // model_forward keeps only the normalised rows: E is the sum of the terms shown here.
+    const std::string X0 = c.emb_ln ? "E" : "X^(0)";
+    Tensor<T> sum;
+    if (c.emb_ln) {
+        sum = add(E, Wp);
+        if (seg) sum = add(sum, add(matmul(diag(t0), Stack(p.w_A, n)), matmul(diag(t1), Stack(p.w_B, n))));
+    }
+    const Tensor<T>& X0_value = c.emb_ln ? sum : X_of(0);
     if (!seg) {
-        w.step(0, "Embedding", "X^(0) = OneHot(x) W_e + W_p", "embed_forward");
+        w.step(0, "Embedding", X0 + " = OneHot(x) W_e + W_p", "embed_forward");
         w.in(Wp_name, "n x H", Wp);
-        w.out("X^(0)", "n x H", X_of(0));
+        w.out(X0, "n x H", X0_value);
     } else {  // the sheet's terms, each shown; X^(0) is embed_forward's
         w.step(0, "Embedding", "X'^(0) = OneHot(x') W_e + W_p", "add");
         w.in(Wp_name, "n x H", Wp);
         w.out("X'^(0)", "n x H", add(E, Wp));
         const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n));
         const Tensor<T> B = matmul(diag(t1), Stack(p.w_B, n));
-        w.step(0, "Embedding", "X^(0) = X'^(0) + diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)  [t_i = 0 gets w_A: formulas §21]",
-               "embed_forward (X^(0)); the term shown: diag, Stack, matmul");
+        w.step(0, "Embedding", X0 + " = X'^(0) + diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)  [t_i = 0 gets w_A: formulas §21]",
+               "embed_forward (" + X0 + "); the term shown: diag, Stack, matmul");
         w.in("diag(1 - t)", "n x n", diag(t0));
         w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
         w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
+        w.out(X0, "n x H", X0_value);
+    }
+    const std::string ln_box = "LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j";
+    if (c.emb_ln) {
+        w.step(0, "Embedding LayerNorm", "X^(0) = LayerNorm_e(E) with gamma_e, beta_e (the released BERT's, formulas §23), " + ln_box,
+               "LayerNorm (emb_ln, model_forward)");
+        w.in("gamma_e", "H", p.gamma_e);
+        w.in("beta_e", "H", p.beta_e);
         w.out("X^(0)", "n x H", X_of(0));
     }
     for (int l = 0; l < c.L; l++) {
@@ -8629,7 +8805,6 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
             w.steps.back().picture.push_back(row);
         }
-        const std::string ln_box = "LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j";
         if (!pre) {  // X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1)), X^(l) = LayerNorm(FFN(X'^(l)) + X'^(l))
             explain_attention(w, box, Xp, X_of(l), Mask, b.attn, b.attn_out);
             w.step(0, box, Xq + " = LayerNorm(MultiHeadSA(" + Xp + ", " + M + ") + " + Xp + "), " + ln_box, "add, LayerNorm");
@@ -8655,15 +8830,29 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
         w.out(XL, "n x H", k.X_L);
     }
-    w.step(0, "Output", "Z = " + XL + " W_e^T (the de-embedding, formulas §17; Y = Softmax(Z))", "matmul_nt");
+    if (!c.mlm_head) {
+        w.step(0, "Output", "Z = " + XL + " W_e^T (the de-embedding, formulas §17; Y = Softmax(Z))", "matmul_nt");
+    } else {  // the released BERT's masked-LM head in its steps (formulas §23), read from its cache
+        w.step(0, "Masked-LM head", "U = " + XL + " W_t + Stack_n(b_t) (formulas §23)", "MLMHead (Linear)");
+        w.in("W_t", "H x H", p.W_t);
+        w.out("U", "n x H", k.mlm.U);
+        w.step(0, "Masked-LM head", "X_t = LayerNorm_t(GELU(U)) with gamma_t, beta_t (GELU: BERT's activation, RoBERTa's erf form)",
+               std::string("MLMHead (activation_array: ") +
+                   activation_name(c.variant == Variant::roberta ? Activation::gelu_erf : c.activation) + "; LayerNorm)");
+        w.out("X_t", "n x H", k.mlm.X_t);
+        w.step(0, "Output", "Z = MLMHead(" + XL + ") = X_t W_e^T + Stack_n(b_z) (the tied de-embedding, formulas §23; Y = Softmax(Z))",
+               "MLMHead (matmul_nt, the bias b_z)");
+        w.in("b_z", "V", p.b_z);
+    }
     w.out("Z", "n x V", r.Z);
     const Tensor<T> Y = Softmax(r.Z);
     int first = 0;  // the first row with a target
     while (batch.targets[first] < 0) first++;
     const int row = is_causal(c.variant) ? n - 1 : first;
     const std::string j = std::to_string(row + 1);
+    const std::string logits_j = c.mlm_head ? "MLMHead(" + XL + ")_{j,:}" : XL + "_{j,:} W_e^T";
     w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XL + "_{n,:} W_e^T) = Y_{n,:}"
-                        : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + XL + "_{j,:} W_e^T) = Y_{j,:}",
+                        : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + logits_j + ") = Y_{j,:}",
            "Softmax");
     w.out("Y = Softmax(Z)", "n x V", Y);
     Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
@@ -8689,9 +8878,23 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     Params<T>& g = r.g;
     w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
     w.out("dZ", "n x V", dZ);
-    matmul_tn_acc(dZ, k.X_L, g.W_e);
-    Tensor<T> dX = matmul(dZ, p.W_e);
-    w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
+    Tensor<T> dX;
+    if (!c.mlm_head) {
+        matmul_tn_acc(dZ, k.X_L, g.W_e);
+        dX = matmul(dZ, p.W_e);
+        w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
+    } else {
+        dX = MLMHead_backward(c, p, k.mlm, dZ, g);
+        w.step(0, "Backward: masked-LM head",
+               "Z = MLMHead(" + XL + "): db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t), "
+               "dU = dA * GELU'(U), dW_t = " + XL + "^T dU, db_t = colsum(dU), d" + XL + " = dU W_t^T",
+               "MLMHead_backward (model_backward)");
+        w.out("db_z", "V", g.b_z);
+        w.out("dgamma_t", "H", g.gamma_t);
+        w.out("dbeta_t", "H", g.beta_t);
+        w.out("dW_t", "H x H", g.W_t);
+        w.out("db_t", "H", g.b_t);
+    }
     w.out("d" + XL, "n x H", dX);
     w.out("dW_e (so far)", "V x H", g.W_e);
     const std::string ln_grad = "dgamma = sum_i dY Xhat, dbeta = sum_i dY";
@@ -8754,15 +8957,24 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         }
         w.out("d" + Xp, "n x H", dX);
     }
+    if (c.emb_ln) {
+        dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e);
+        w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
+               "LayerNorm_backward (emb_ln, model_backward)");
+        w.out("dE", "n x H", dX);
+        w.out("dgamma_e", "H", g.gamma_e);
+        w.out("dbeta_e", "H", g.beta_e);
+    }
     embed_backward(c, batch, dX, g);
-    w.step(0, "Backward: Embedding", pads ? "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), each row of dX^(0) into the W_p row (or w_pad) it read"
-                                          : "X^(0) = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T dX^(0) (scatter-add), dW_p[1..n] += dX^(0)",
+    const std::string dX0 = "d" + X0;
+    w.step(0, "Backward: Embedding", pads ? X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), each row of " + dX0 + " into the W_p row (or w_pad) it read"
+                                          : X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), dW_p[1..n] += " + dX0,
            "embed_backward (Embedding_backward)");
     w.out("dW_e", "V x H", g.W_e);
     w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
     if (pads) w.out("dw_pad", "H", g.w_pad);
     if (seg) {
-        w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) dX^(0)), dw_B likewise with t",
+        w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) " + dX0 + "), dw_B likewise with t",
                "embed_backward (the segments' rows)");
         w.out("dw_A", "H", g.w_A);
         w.out("dw_B", "H", g.w_B);
@@ -9832,7 +10044,8 @@ TF_COLD_END
     template Tensor<T> MultiHeadSA_cached(const Tensor<T>&, const Tensor<T>&, const MultiHeadSAParams<T>&,   \
                                           KVLayer<T>&);                                                    \
     template std::vector<int> generate(const Config&, const Params<T>&, std::vector<int>, int, double, int, Rng&, double, \
-                                       const std::function<bool(const std::vector<int>&)>&);
+                                       const std::function<bool(const std::vector<int>&)>&);               \
+    template std::vector<TokenProb> next_token_probs(const Config&, const Params<T>&, const std::vector<int>&, int);
 #define TF_INSTANTIATE_CORPUS_LOSSES(T)                                                                    \
     template double corpus_loss(const Config&, const Params<T>&, const std::vector<int>&, uint64_t, long long*, int,      \
                                 bool, const CorpusProgress&);                                                        \

@@ -900,6 +900,16 @@ template <typename T>
 std::vector<int> generate(const Config& c, const Params<T>& p, std::vector<int> prompt, int new_tokens,
                           double temperature, int top_k, Rng& rng, double top_p = 1.0,
                           const std::function<bool(const std::vector<int>&)>& stop = nullptr);
+// The next token's distribution after x (GPT variants), without drawing: P = Softmax(z), z the
+// last row of model_forward on the last n_ctx tokens of x (what generate draws from at
+// temperature 1, formulas §32), computed in double; the k most likely ids with their
+// probabilities, most likely first (ties: the lower id first), min(k, V) of them.
+struct TokenProb {
+    int id = 0;
+    double p = 0;
+};
+template <typename T>
+std::vector<TokenProb> next_token_probs(const Config& c, const Params<T>& p, const std::vector<int>& x, int k);
 
 // ################################################################################################
 // PART II. THE MACHINERY: the fast product, files, data, bench, the training loop, fine-tuning,
@@ -1021,6 +1031,39 @@ std::string read_file(const std::string& path);
 std::FILE* open_input(const std::string& path);
 void require_text(const std::string& text, const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
+// DIR/NAME with one slash between them, however many DIR ends with ("hf/" and "hf" give
+// "hf/model.safetensors"; "/" gives "/NAME").
+std::string path_in_dir(const std::string& dir, const std::string& name);
+// A directory of outputs written as one: each file is staged under a hidden name beside its place
+// (".NAME.staged.PID", through AtomicFile) and commit() renames them all into place, in the order
+// staged, with SIGINT, SIGTERM and SIGHUP held off until it is done. Until then nothing in the
+// directory has changed but the staged files, and an error (the destructor without commit) or one
+// of those signals removes them, and removes the directory itself when this object created it
+// (never one that existed before). One at a time in a process.
+class StagedDir {
+public:
+    explicit StagedDir(const std::string& dir);  // creates dir when it does not exist
+    ~StagedDir();
+    StagedDir(const StagedDir&) = delete;
+    StagedDir& operator=(const StagedDir&) = delete;
+    // The path to write NAME's contents to (registered for removal before it exists).
+    std::string stage(const std::string& name);
+    // Every staged file renamed to its name; then `remove`'s names that exist (an earlier run's
+    // files this one does not write) are removed.
+    void commit(const std::vector<std::string>& remove = {});
+    bool created() const { return created_; }
+    // An error message with each staged path replaced by the file it stands for, and what the
+    // directory holds now ("nothing written", "--out unchanged", or which files are new).
+    std::string failure(std::string message) const;
+
+private:
+    std::string dir_;
+    std::vector<std::pair<std::string, std::string>> staged_;  // (staged path, final path)
+    bool created_ = false, committed_ = false;
+};
+// The program as the user ran it (main sets it from argv[0], quoted for the shell when needed;
+// "transformer" until then): the first word of every command line the program prints.
+std::string& program_name();
 // Export: DIR/model.safetensors and DIR/config.json as the Hugging Face class that holds the model
 // exactly reads them, the inverse of the imports in load_model (one table of names per layout,
 // shared with them: see "Released GPT-1, BERT and RoBERTa weights" in transformer.cpp):
@@ -1028,7 +1071,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 //              [W_Q^1..W_Q^A | W_K^1..W_K^A | W_V^1..W_V^A], head i in columns i*D .. i*D+D-1 of each third)
 //   gpt     -> OpenAIGPTLMHeadModel (model_type openai-gpt; the same Conv1D layout, post-LN, no ln_f;
 //              afn relu or gelu, which is the tanh form there; its FFN is always 4 n_embd wide)
-//   bert    -> BertForMaskedLM with the masked-LM head (Config::mlm_head), else BertModel (X^(L));
+//   bert    -> BertForMaskedLM with the masked-LM head (Config::mlm_head), else BertModel (X^(L); only
+//              with a pooler, Config::pooler, which BertModel always has);
 //              Linear layers out x in (ours transposed); token_type_embeddings = [w_A; w_B]
 //   roberta -> RobertaForMaskedLM / RobertaModel likewise; position_embeddings = zeros up to the
 //              <pad> row pad_id, w_pad there, then W_p (pad_token_id -1 when the model has no <pad>:
@@ -1037,8 +1081,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // lm_head / decoder weights are tied to the word embeddings and not written.
 // Why c cannot be exported ("" if it can): D A = H, no fine-tuning head W_y, no XLNet vector w,
 // and per variant: gpt's activation (relu or gelu_tanh) and F = 4 H; bert's and roberta's
-// embedding LayerNorm (Config::emb_ln, which every Hugging Face BERT applies); gpt3 never (its
-// Mask^ST layers have no exact Hugging Face class: docs/released-weights.md says why).
+// embedding LayerNorm (Config::emb_ln, which every Hugging Face BERT applies) and, without the
+// masked-LM head, a pooler (BertModel / RobertaModel always build one, which would otherwise load
+// with random weights); gpt3 never (its Mask^ST layers have no exact Hugging Face class:
+// docs/released-weights.md says why).
 std::string hf_export_problem(const Config& c);
 // The class export writes for c: "GPT2LMHeadModel", "OpenAIGPTLMHeadModel", "BertForMaskedLM", ...
 std::string hf_architecture(const Config& c);
@@ -1058,6 +1104,11 @@ bool file_has_mark(const std::string& path);
 // The files export may write into its directory (the tokenizer's as its kind has them; an earlier
 // export's files that this one does not write are removed).
 extern const std::vector<std::string> HF_EXPORT_FILES;
+// A character-level model's tokenizer.json names this as its unk_token, which is not in its
+// vocabulary: the tokenizers library then refuses a text with a byte outside the vocabulary
+// ("Unk token `...` not found in the vocabulary"), as `transformer tokenize` does, instead of
+// dropping the byte.
+extern const char* const HF_CHAR_OUTSIDE;
 // The tokenizer's files in the formats Hugging Face's classes read, as (name, contents):
 //   gpt2-bpe (GPT-2's or a learnt byte-level BPE): vocab.json, merges.txt (GPT2Tokenizer)
 //   gpt1-bpe: vocab.json, merges.txt with "</w>" (OpenAIGPTTokenizer)
@@ -1633,7 +1684,8 @@ struct HeatPanel {
 // The panels in a grid of per_row columns with a title and caption lines, and a legend: a labelled
 // colour scale of P from 0 to 1 (probability) or the two mask entries 1 and -inf (masks). Each
 // panel is a <g class='panel'>, each cell a <rect> of class 'p' or 'masked' in row-major order
-// with its value in a <title>.
+// with its value in a <title> (a masked cell: "-inf", the mask's entry, in a picture of masks;
+// "0 (masked: Mask_ij = -inf)", the probability, in a picture of P).
 std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
                         const std::vector<std::string>& caption, bool probability);
 // A token as an SVG label: printable UTF-8 as it is, a space "␣", a newline "⏎", other bytes \xNN.

@@ -25,9 +25,16 @@ import subprocess
 import sys
 import tempfile
 
-import torch
-import transformers
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+# torch and transformers are imported in main(), so that read_text can be used (and tested)
+# without them.
+torch = transformers = None
+
+
+def read_text(path):
+    """A probe file's text exactly as `transformer tokenize --file` reads it: its bytes, decoded as
+    UTF-8, with no newline translation (a CRLF stays CRLF; text mode would make it LF)."""
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8")
 
 
 def run(cmd):
@@ -45,6 +52,7 @@ def our_loss(tf, checkpoint, tokens, masked):
 
 
 def hf_loss(export, ids, masked, mask_id):
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
     config = AutoConfig.from_pretrained(export)
     arch = config.architectures[0]
     if arch.endswith("LMHeadModel") or arch.endswith("ForCausalLM"):
@@ -80,6 +88,10 @@ def main():
     ap.add_argument("--text-file", action="append", default=[])
     ap.add_argument("--transformer", default="./transformer")
     a = ap.parse_args()
+    global torch, transformers
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
     ok = True
     ids = [int(t) for t in a.tokens.split(",")]
     mask_id = a.mask_id
@@ -93,7 +105,7 @@ def main():
     print(f"{arch} (transformers {transformers.__version__}): loss {theirs:.9g}, transformer grad {ours:.9g}, "
           f"relative difference {rel:.2e} {'ok' if good else 'MORE THAN 1e-6'}")
     for path in a.text_file:
-        text = open(path, encoding="utf-8").read()
+        text = read_text(path)
         want = [int(t) for t in run([a.transformer, "tokenize", "--checkpoint", a.checkpoint, "--file", path]).strip().split(",") if t]
         classes = [("fast", True)]
         tok_config = json.load(open(os.path.join(a.export, "tokenizer_config.json")))
