@@ -4086,13 +4086,10 @@ TEST_CASE("RoBERTa: whole-model gradient check with <pad> inside the ids (w_pad 
     }
 }
 
-TEST_CASE("RoBERTa: explain and xlnet read and train the same position rows as model_forward with <pad> inside") {
-    Config c = preset("tiny-roberta");
-    c.pad_id = 1;
-    const Params<double> p = m_model<double>(c, 1245, 0.2);
-    Batch b;
-    b.n = 6, b.tokens = {10, 3, 1, 12, 4, 11}, b.targets = {-1, -1, -1, 7, -1, -1};
-    const Explained<double> e = explain(c, p, b);
+// explain's logits Z, loss and every parameter gradient against model_forward and model_loss on the
+// same input (explain computes no layer itself: it reads them off the model's own functions).
+static void m_check_explained_against_model(const Config& c, const Params<double>& p, const Batch& b,
+                                            const Explained<double>& e) {
     const Tensor<double> Z = model_forward(c, p, b);
     REQUIRE(e.Z.shape == Z.shape);
     for (std::size_t k = 0; k < Z.size(); k++) CHECK(e.Z[k] == doctest::Approx(Z[k]).epsilon(1e-12));
@@ -4103,9 +4100,20 @@ TEST_CASE("RoBERTa: explain and xlnet read and train the same position rows as m
     REQUIRE(mine.size() == theirs.size());
     for (std::size_t t = 0; t < mine.size(); t++) {
         CAPTURE(theirs[t].name);
+        REQUIRE(mine[t].tensor->shape == theirs[t].tensor->shape);
         for (std::size_t k = 0; k < mine[t].tensor->size(); k++)
             CHECK(mine[t].tensor->data[k] == doctest::Approx(theirs[t].tensor->data[k]).epsilon(1e-9).scale(1e-12));
     }
+}
+
+TEST_CASE("RoBERTa: explain and xlnet read and train the same position rows as model_forward with <pad> inside") {
+    Config c = preset("tiny-roberta");
+    c.pad_id = 1;
+    const Params<double> p = m_model<double>(c, 1245, 0.2);
+    Batch b;
+    b.n = 6, b.tokens = {10, 3, 1, 12, 4, 11}, b.targets = {-1, -1, -1, 7, -1, -1};
+    const Explained<double> e = explain(c, p, b);
+    m_check_explained_against_model(c, p, b, e);
     // XLNet's query stream: w + the token's position vector, the pad's w_pad.
     Rng r(1246);
     Params<double> q = m_model<double>(c, 1247, 0.2);
@@ -9730,20 +9738,7 @@ TEST_CASE("explain: its logits, loss and every gradient are model_forward's and 
             const Batch b = m_explain_batch(c);
             const Params<double> p = m_model<double>(c, 21, 0.2);
             const Explained<double> e = explain(c, p, b);
-            const Tensor<double> Z = model_forward(c, p, b);
-            REQUIRE(e.Z.shape == Z.shape);
-            for (std::size_t k = 0; k < Z.size(); k++) CHECK(e.Z[k] == doctest::Approx(Z[k]).epsilon(1e-12));
-            Params<double> g = make_params<double>(c);
-            CHECK(e.loss == doctest::Approx(model_loss(c, p, b, &g)).epsilon(1e-12));
-            Params<double> eg = e.g;
-            auto mine = named_tensors(c, eg), theirs = named_tensors(c, g);
-            REQUIRE(mine.size() == theirs.size());
-            for (std::size_t t = 0; t < mine.size(); t++) {
-                CAPTURE(theirs[t].name);
-                REQUIRE(mine[t].tensor->shape == theirs[t].tensor->shape);
-                for (std::size_t k = 0; k < mine[t].tensor->size(); k++)
-                    CHECK(mine[t].tensor->data[k] == doctest::Approx(theirs[t].tensor->data[k]).epsilon(1e-9).scale(1e-12));
-            }
+            m_check_explained_against_model(c, p, b, e);
             // float, as the program runs it: the same loss as model_loss.
             const Params<float> pf = m_model<float>(c, 21, 0.2);
             CHECK(explain(c, pf, b).loss == doctest::Approx(model_loss(c, pf, b)).epsilon(1e-6));
@@ -12316,19 +12311,7 @@ TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the maske
             const Batch b = m_explain_batch(c);
             const Params<double> p = m_model<double>(c, 23, 0.2);
             const Explained<double> e = explain(c, p, b, 64);
-            const Tensor<double> Z = model_forward(c, p, b);
-            REQUIRE(e.Z.shape == Z.shape);
-            for (std::size_t k = 0; k < Z.size(); k++) CHECK(e.Z[k] == doctest::Approx(Z[k]).epsilon(1e-12));
-            Params<double> g = make_params<double>(c);
-            CHECK(e.loss == doctest::Approx(model_loss(c, p, b, &g)).epsilon(1e-12));
-            Params<double> eg = e.g;
-            auto mine = named_tensors(c, eg), theirs = named_tensors(c, g);
-            REQUIRE(mine.size() == theirs.size());
-            for (std::size_t t = 0; t < mine.size(); t++) {
-                CAPTURE(theirs[t].name);
-                for (std::size_t k = 0; k < mine[t].tensor->size(); k++)
-                    CHECK(mine[t].tensor->data[k] == doctest::Approx(theirs[t].tensor->data[k]).epsilon(1e-9).scale(1e-12));
-            }
+            m_check_explained_against_model(c, p, b, e);
             // The extra boxes, with the values the model computes.
             std::map<std::string, std::vector<double>> shown;
             std::vector<std::string> boxes;
@@ -12347,11 +12330,11 @@ TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the maske
             model_forward(c, p, b, &k, keep);
             const Tensor<double>& X0 = k.blocks[0].attn_in;  // X^(0) = LayerNorm_e(E), the first block's input
             for (std::size_t i = 0; i < shown["X^(0)"].size(); i++) CHECK(shown["X^(0)"][i] == doctest::Approx(X0[i]).epsilon(1e-12));
-            for (std::size_t i = 0; i < shown["dgamma_e"].size(); i++) CHECK(shown["dgamma_e"][i] == doctest::Approx(g.gamma_e[i]).epsilon(1e-9));
+            for (std::size_t i = 0; i < shown["dgamma_e"].size(); i++) CHECK(shown["dgamma_e"][i] == doctest::Approx(e.g.gamma_e[i]).epsilon(1e-9));
             if (head) {
                 for (std::size_t i = 0; i < shown["X_t"].size(); i++) CHECK(shown["X_t"][i] == doctest::Approx(k.mlm.X_t[i]).epsilon(1e-12));
-                for (std::size_t i = 0; i < shown["dW_t"].size(); i++) CHECK(shown["dW_t"][i] == doctest::Approx(g.W_t[i]).epsilon(1e-9));
-                for (std::size_t i = 0; i < shown["db_z"].size(); i++) CHECK(shown["db_z"][i] == doctest::Approx(g.b_z[i]).epsilon(1e-9));
+                for (std::size_t i = 0; i < shown["dW_t"].size(); i++) CHECK(shown["dW_t"][i] == doctest::Approx(e.g.W_t[i]).epsilon(1e-9));
+                for (std::size_t i = 0; i < shown["db_z"].size(); i++) CHECK(shown["db_z"][i] == doctest::Approx(e.g.b_z[i]).epsilon(1e-9));
             }
         }
     // The command line, on a checkpoint init wrote with the head.
