@@ -804,10 +804,11 @@ struct m_Run {
     int status = -1;
     std::string out, err;
 };
-m_Run m_run(const std::string& args) {
+// PROGRAM ARGS run by the shell, its exit and both outputs.
+m_Run m_run_program(const std::string& program, const std::string& args) {
     static int counter = 0;
     const std::string base = m_path("run" + std::to_string(counter++));
-    const std::string cmd = std::string(m_PROGRAM) + " " + args + " > " + base + ".out 2> " + base + ".err";
+    const std::string cmd = program + " " + args + " > " + base + ".out 2> " + base + ".err";
     const int st = std::system(cmd.c_str());
     m_Run r;
     r.exited = st != -1 && WIFEXITED(st);
@@ -816,6 +817,7 @@ m_Run m_run(const std::string& args) {
     r.err = m_read(base + ".err");
     return r;
 }
+m_Run m_run(const std::string& args) { return m_run_program(m_PROGRAM, args); }
 // The command must fail cleanly: exit status exactly 1 (no signal, no abort) and stderr starting
 // with "error:" and containing `part`.
 void m_cli_fails(const std::string& args, const std::string& part) {
@@ -10324,16 +10326,22 @@ int main() {
     return line;
 }
 
+// The project's root, where the tests run (make test runs them there): the absolute path of the
+// working directory, which must hold README.md and the Makefile.
+[[maybe_unused]] static std::string m_project_root() {  // unused in tests-debug
+    REQUIRE_MESSAGE((m_exists("README.md") && m_exists("Makefile")), "run the tests from the project's root (make test does)");
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    return cwd;
+}
+
 TEST_CASE("readme: make run prints what README.md and docs/training.md quote") {
     // make run's commands, run in a scratch directory (its files are written there), and its
     // output against the blocks that the README and docs/training.md quote, line by line.
 #ifdef TF_TESTS_DEBUG
     MESSAGE("the 3000 steps of make run take minutes in the sanitized build: run by ./tests, not ./tests-debug");
 #else
-    REQUIRE_MESSAGE(m_exists("README.md"), "run the tests from the project's root (make test does)");
-    char cwd[4096];
-    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
-    const std::string dir = m_path("makerun"), program = std::string(cwd) + "/transformer";
+    const std::string dir = m_path("makerun"), program = m_project_root() + "/transformer";
     ::mkdir(dir.c_str(), 0755);
     std::string cmd = "cd " + dir + " && { echo './transformer train --dropout 0 --out addition.safetensors'; " + program +
                       " train --dropout 0 --out addition.safetensors && echo 'greedy answers to held-out problems (the sum is written "
@@ -10381,10 +10389,7 @@ TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang+
 #ifdef TF_TESTS_DEBUG
     MESSAGE("the other builds take minutes: run by ./tests, not ./tests-debug");
 #else
-    REQUIRE_MESSAGE(m_exists("Makefile"), "run the tests from the project's root (make test does)");
-    char cwd[4096];
-    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
-    const std::string root = cwd, make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+    const std::string root = m_project_root(), make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
     struct Build {
         std::string name, program, make_args;
     };
@@ -11640,17 +11645,7 @@ TEST_CASE("make clean: removes what the Makefile's targets write, never a file g
 TEST_CASE("tools/finetune-demo: --help, bad arguments name themselves, the table's means, spreads and verdicts") {
     const std::string tool = "tools/finetune-demo";
     REQUIRE_MESSAGE(m_exists(tool), "run the tests from the project's root");
-    const auto run = [&](const std::string& args) {
-        static int counter = 0;
-        const std::string base = m_path("demo_tool" + std::to_string(counter++));
-        const int st = std::system((tool + " " + args + " > " + base + ".out 2> " + base + ".err").c_str());
-        m_Run r;
-        r.exited = st != -1 && WIFEXITED(st);
-        r.status = r.exited ? WEXITSTATUS(st) : -1;
-        r.out = m_read(base + ".out");
-        r.err = m_read(base + ".err");
-        return r;
-    };
+    const auto run = [&](const std::string& args) { return m_run_program(tool, args); };
     {
         const m_Run r = run("--help");
         INFO(r.out << r.err);
