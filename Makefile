@@ -445,6 +445,22 @@ handout:
 	    echo "cases alone: ./$(FAST_BUILD)/tests -tc=\"$$tests\"."; \
 	    echo "\`make grade\` runs them one by one and prints the points each is worth, as the course's"; \
 	    echo "autograder counts them."; fi; \
+	  echo; echo "## The commands"; echo; \
+	  if [ -n "$$n" ]; then \
+	    echo "- \`make check\`: builds fast and runs this assignment's cases; it ends with doctest's line"; \
+	    echo "  \`[doctest] test cases: N | N passed | N failed | ...\`, and each failing check above it names the"; \
+	    echo "  function, the entry, what was expected (with its source: formulas §N, a hand value, a finite"; \
+	    echo "  difference) and what it got."; \
+	    echo "- \`make grade\`: each case on its own with its points, the score, results.json and results.xml."; fi; \
+	  echo "- \`make check TESTS=\"LayerNorm*\"\`: the cases whose names match, the same way (\`./tests -ltc\`"; \
+	  echo "  after \`make tests\` lists every case)."; \
+	  echo "- \`make debug\`: builds \`tests-debug\` and \`transformer-debug\` (-O0 -g, sanitizers), then step"; \
+	  echo "  through a case with the tensor printer: \`gdb -x gdb_tensor.py --args ./tests-debug"; \
+	  echo "  -tc=\"LayerNorm*\"\`, \`break tf::LayerNorm_backward<double>\`, \`run\`, \`p dY\` prints the tensor"; \
+	  echo "  with its shape (the gradient checks run in double)."; \
+	  echo "- \`./transformer explain --preset tiny-gpt2 --tokens 3,1,4\` (after \`make transformer\`): one"; \
+	  echo "  example through every formula box with its formula, function, shapes and first values; it"; \
+	  echo "  stops with \"not implemented: NAME\" at the first function still to be written."; \
 	} > "$$tmp/HANDOUT.md"; \
 	rm -rf "$$dir"; mkdir -p "$$dir/.ci" "$$dir/.vscode" "$$dir/tools"; \
 	cp transformer.hpp main.cpp Makefile README.md .gitignore gdb_tensor.py "$$dir/"; cp .ci/run "$$dir/.ci/"; \
