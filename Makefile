@@ -22,7 +22,7 @@ ARCH     ?= -march=native
 # The rounding of every result is the source's: a*b + c is a product and a sum, each rounded, unless
 # the source calls std::fma (madd). Left to the compiler (g++'s default -ffp-contract=fast), whether
 # a product is fused into the sum that follows depends on the optimisation level, the target's tuning
-# and the vector width, so the same run gave other losses on other CPUs. With this, every build for
+# and the vector width, so one source could train to other losses from build to build. With this, every build for
 # x86-64 with AVX2 and FMA (-march=x86-64-v3, v4, native) and both compilers give the same bits
 # (docs/performance.md, "The same numbers on every machine"). -fno-trapping-math: no program here
 # reads the floating-point exception flags, and without it g++ keeps the arithmetic of vexp's
@@ -140,7 +140,7 @@ bench-portable: transformer
 	@$(MAKE) --no-print-directory BUILD=build-clang-avx2 CXX=clang++ ARCH="$(PORTABLE_ARCH)" build-clang-avx2/transformer >/dev/null
 	@echo "$(CXX) $(OPT):" >&2; ./transformer bench --json
 	@echo "g++ $(PORTABLE_ARCH):" >&2; build-avx2/transformer bench --json
-	@echo "clang++ $(OPT):" >&2; build-clang/transformer bench --json
+	@echo "clang++ -O2 $(ARCH) $(FP):" >&2; build-clang/transformer bench --json
 	@echo "clang++ $(PORTABLE_ARCH):" >&2; build-clang-avx2/transformer bench --json
 
 # tests-debug runs the CLI tests on ./transformer-debug (TF_TESTS_DEBUG), so both are built. The
