@@ -1390,7 +1390,7 @@ T* position_vector(Params<T>& p, int row) {
 // rows of position_rows in place of W_p[0:n, :]. first_position > 0 (model_step: one token of a
 // causal model, so no <pad>) shifts the rows: W_p[first_position:first_position+n, :].
 template <typename T>
-static Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch, int first_position = 0) {
+Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch, int first_position) {
     const std::vector<int> pos = position_rows(c, batch.tokens, batch.n);
     Tensor<T> X = Embedding(batch.tokens, p.W_e);  // (B*n) x H
     for (int r = 0; r < X.rows(); r++) {
@@ -1515,8 +1515,8 @@ static Tensor<T> pre_ln_block_backward(const Config& c, const Layer<T>& w, const
 // In generation (kv given) a block's attention is MultiHeadSA_cached: X is the new row, Mask its
 // row of the layer's mask, and the earlier rows' keys and values come from kv.
 template <typename T>
-static Tensor<T> block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
-                               BlockCache<T>& k, const ForwardOptions& o, KVLayer<T>* kv) {
+Tensor<T> block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
+                        BlockCache<T>& k, const ForwardOptions& o, KVLayer<T>* kv) {
     return is_pre_ln(c.variant) ? pre_ln_block_forward(c, w, X, Mask, k, o, kv) : post_ln_block_forward(c, w, X, Mask, k, o, kv);
 }
 template <typename T>
@@ -1541,8 +1541,8 @@ static Tensor<T> blocks_forward(const Config& c, const Params<T>& p, Tensor<T> X
 }
 // dX^(L) -> dX^(0), accumulating every layer's gradients into g.
 template <typename T>
-static Tensor<T> blocks_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& k, Tensor<T> dX,
-                                 Params<T>& g) {
+Tensor<T> blocks_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& k, Tensor<T> dX,
+                          Params<T>& g) {
     if (is_pre_ln(c.variant)) dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
     for (int l = c.L - 1; l >= 0; l--)
         dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);
@@ -10004,6 +10004,11 @@ TF_COLD_END
     template Tensor<T> block_backward(const Config&, const Layer<T>&, const BlockCache<T>&, const Tensor<T>&, \
                                       Layer<T>&);                                                          \
     template void embed_backward(const Config&, const Batch&, const Tensor<T>&, Params<T>&);               \
+    template Tensor<T> embed_forward(const Config&, const Params<T>&, const Batch&, int);                  \
+    template Tensor<T> block_forward(const Config&, const Layer<T>&, const Tensor<T>&, const Tensor<T>&,   \
+                                     BlockCache<T>&, const ForwardOptions&, KVLayer<T>*);                  \
+    template Tensor<T> blocks_backward(const Config&, const Params<T>&, const ForwardCache<T>&, Tensor<T>, \
+                                       Params<T>&);                                                        \
     template T* position_vector(Params<T>&, int);                                                          \
     template Tensor<T> xlnet_forward(const Config&, const Params<T>&, const Tensor<T>&, const std::vector<int>&, \
                                      int, const std::vector<int>&, ForwardCache<T>&);                      \

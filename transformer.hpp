@@ -699,11 +699,24 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
 template <typename T>
 void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& cache, const Tensor<T>& dZ,
                     Params<T>& g, const Tensor<T>* dX_L = nullptr);
-// The pieces of model_backward that explain walks one at a time: one layer's block, pre-LN or
-// post-LN by the variant (dX^(l) -> dX^(l-1), the layer's gradients accumulated into g), and the
-// embedding's (dX^(0) into dW_e, dW_p or dw_pad, and BERT's dw_A, dw_B).
+// The pieces of model_forward and model_backward that explain and the tests walk one at a time.
+// embed_forward: X^(0) = OneHot(x) W_e + W_p[0:n, :] (+ BERT's segment rows), (B*n) x H, before
+// the embedding LayerNorm and dropout. block_forward: one layer's block, pre-LN or post-LN by the
+// variant (X^(l-1) -> X^(l)), drawing its dropout from o.rng. block_backward: dX^(l) -> dX^(l-1),
+// the layer's gradients accumulated into g. blocks_backward: the final LayerNorm (pre-LN), then
+// the layers from l = L down to 1 (dX^(L) -> dX^(0)). embed_backward: dX^(0) into dW_e, dW_p or
+// dw_pad, and BERT's dw_A, dw_B.
+template <typename T>
+struct KVLayer;
+template <typename T>
+Tensor<T> embed_forward(const Config& c, const Params<T>& p, const Batch& batch, int first_position = 0);
+template <typename T>
+Tensor<T> block_forward(const Config& c, const Layer<T>& w, const Tensor<T>& X, const Tensor<T>& Mask,
+                        BlockCache<T>& cache, const ForwardOptions& o, KVLayer<T>* kv = nullptr);
 template <typename T>
 Tensor<T> block_backward(const Config& c, const Layer<T>& w, const BlockCache<T>& cache, const Tensor<T>& dY, Layer<T>& g);
+template <typename T>
+Tensor<T> blocks_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& cache, Tensor<T> dX, Params<T>& g);
 template <typename T>
 void embed_backward(const Config& c, const Batch& batch, const Tensor<T>& dX, Params<T>& g);
 // Forward, mean cross-entropy over the batch's targets (nats per predicted token), and, if g is
