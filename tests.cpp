@@ -750,8 +750,16 @@ std::string m_diff_text(const m_Diff& d, const std::vector<int>& shape, const st
 // disagrees is named with its function and §. If every stage is right, blocks_backward is run on
 // the stages' caches and compared with the walk; if it agrees too, model_backward, which joins
 // the stages, is the one left.
+// The functions the walk calls, replaceable so that a test can plant a wrong one.
+struct m_Backwards {
+    std::function<TD(const Config&, const Layer<double>&, const BlockCache<double>&, const TD&, Layer<double>&)> block =
+        block_backward<double>;
+    std::function<TD(const Config&, const Params<double>&, const ForwardCache<double>&, TD, Params<double>&)> blocks =
+        blocks_backward<double>;
+    std::function<void(const Config&, const Batch&, const TD&, Params<double>&)> embed = embed_backward<double>;
+};
 std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p, const Batch& b, double dropout,
-                                             uint64_t seed) {
+                                             uint64_t seed, const m_Backwards& bw = {}) {
     std::vector<std::string> out;
     const std::string fd = "central finite difference of the stage's forward, h = 1e-5";
     Rng rng(seed), rs(1234);
@@ -848,7 +856,7 @@ std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p,
         const TD dY = dXs[l + 1];
         TD dXl;
         try {
-            dXl = block_backward(c, p.layers[l], caches[l], dY, g_walk.layers[l]);
+            dXl = bw.block(c, p.layers[l], caches[l], dY, g_walk.layers[l]);
         } catch (const Error& e) {
             out.push_back("first wrong: " + name + ": it throws " + e.what());
             return out;
@@ -887,7 +895,7 @@ std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p,
                                  (c.pad_id >= 0 ? ", §22" : "") + ")";
         Params<double> ge = make_params<double>(c);
         try {
-            embed_backward(c, b, dE, ge);
+            bw.embed(c, b, dE, ge);
         } catch (const Error& e) {
             out.push_back("first wrong: " + name + ": it throws " + e.what());
             return out;
@@ -911,7 +919,7 @@ std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p,
     Params<double> g_blocks = make_params<double>(c);
     TD dX0;
     try {
-        dX0 = blocks_backward(c, p, k, dX_L, g_blocks);
+        dX0 = bw.blocks(c, p, k, dX_L, g_blocks);
     } catch (const Error& e) {
         out.push_back("first wrong: blocks_backward (§18, §19): it throws " + std::string(e.what()));
         return out;
@@ -929,9 +937,8 @@ std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p,
                           ": each block's backward is right, but blocks_backward does not give what they give from layer L down to 1");
             return out;
         }
-    out.push_back("first wrong: model_backward (§17, §18): every stage it calls is right (the loss's dZ, the "
-                  "de-embedding, blocks_backward, embed_backward), so the way it joins them is not: the tied W_e's two "
-                  "gradients (Z = X^(L) W_e^T and the embedding), the rows it passes on, the embedding's dropout and LayerNorm");
+    out.push_back("first wrong: model_backward (§17, §18), which joins the stages above: each is right, so look at how it "
+                  "joins them (the tied W_e's two gradients, the rows it passes on, the embedding's dropout and LayerNorm)");
     return out;
 }
 
@@ -939,16 +946,14 @@ std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p,
 // parameter tensor; loss(g) computes the loss and, if g is given, the gradient into g. A failure is
 // one message of at most about 40 lines: a line per parameter group (right, or its worst entry),
 // then what locate (if given) finds of where the backward goes wrong.
-bool m_grad_check(const Config& c, Params<double>& p, const std::function<double(Params<double>*)>& loss,
-                  uint64_t seed, const std::string& what, const std::function<std::vector<std::string>()>& locate = {}) {
-    Params<double> g = make_params<double>(c);
-    const double L0 = loss(&g);
-    {
-        INFO(what << ": the loss with a gradient is " << L0);
-        REQUIRE(std::isfinite(L0));
-        CHECK_MESSAGE(loss(nullptr) == L0, what << ": the loss without a gradient must be the same number, got "
-                                                << loss(nullptr));
-    }
+struct m_GradReport {
+    bool right = true;
+    std::string text;  // a line per parameter group, then what locate found
+    int checked = 0, expected = 0;
+};
+m_GradReport m_grad_report(const Config& c, Params<double>& p, Params<double>& g,
+                           const std::function<double(Params<double>*)>& loss, uint64_t seed, const std::string& what,
+                           const std::function<std::vector<std::string>()>& locate) {
     auto P = named_tensors(c, p);
     auto G = named_tensors(c, g);
     REQUIRE(P.size() == G.size());
@@ -956,7 +961,6 @@ bool m_grad_check(const Config& c, Params<double>& p, const std::function<double
     const double h = 1e-5;
     int checked = 0, expected = 0;
     double worst = 0;
-    std::string worst_at;
     std::vector<std::string> groups;  // in named_tensors' order
     std::map<std::string, std::pair<double, std::string>> group_worst;  // ratio, its text
     for (std::size_t k = 0; k < P.size(); k++) {
@@ -1000,7 +1004,7 @@ bool m_grad_check(const Config& c, Params<double>& p, const std::function<double
                   << " (central finite difference of the loss, h = 1e-5), got " << ana[j];
                 gw = {std::isnan(ratio) ? INF : ratio, s.str()};
             }
-            if (!(ratio <= worst)) worst = std::isnan(ratio) ? INF : ratio, worst_at = P[k].name + " " + entry_name(x.shape, j);
+            if (!(ratio <= worst)) worst = std::isnan(ratio) ? INF : ratio;
             checked++;
         }
     }
@@ -1021,9 +1025,22 @@ bool m_grad_check(const Config& c, Params<double>& p, const std::function<double
             report << "(not localised: " << e.what() << ")\n";
         }
     }
-    CHECK_MESSAGE(worst <= 1.0, report.str());
-    CHECK_MESSAGE(checked >= expected, what << ": only " << checked << " entries checked, expected at least " << expected);
-    return worst <= 1.0;
+    return {worst <= 1.0, report.str(), checked, expected};
+}
+bool m_grad_check(const Config& c, Params<double>& p, const std::function<double(Params<double>*)>& loss,
+                  uint64_t seed, const std::string& what, const std::function<std::vector<std::string>()>& locate = {}) {
+    Params<double> g = make_params<double>(c);
+    const double L0 = loss(&g);
+    {
+        INFO(what << ": the loss with a gradient is " << L0);
+        REQUIRE(std::isfinite(L0));
+        CHECK_MESSAGE(loss(nullptr) == L0, what << ": the loss without a gradient must be the same number, got "
+                                                << loss(nullptr));
+    }
+    const m_GradReport r = m_grad_report(c, p, g, loss, seed, what, locate);
+    CHECK_MESSAGE(r.right, r.text);
+    CHECK_MESSAGE(r.checked >= r.expected, what << ": only " << r.checked << " entries checked, expected at least " << r.expected);
+    return r.right;
 }
 
 // model_loss's whole gradient for a batch, with the localisation of a wrong one.
@@ -3669,6 +3686,87 @@ TEST_CASE("BERT: whole-model gradient check of every parameter tensor (segments,
 TEST_CASE("RoBERTa: whole-model gradient check of every parameter tensor (masked targets)") {
     m_model_grad_check("tiny-roberta", 505);
 }
+TEST_CASE("whole-model gradient check: a wrong gradient is summed up per group and located at its function and layer") {
+    // Mistakes planted in the functions the walk calls (m_Backwards) and in the gradient model_loss
+    // returns; each report must stay short and name the stage where the mistake is.
+    auto lines = [](const std::string& s) { return (int)std::count(s.begin(), s.end(), '\n'); };
+    const Config c = preset("tiny-gpt2");
+    Params<double> p = m_model<double>(c, 202, 0.2);
+    const Batch b = m_batch(c, 203);
+    auto locate_with = [&](const m_Backwards& bw) {
+        std::string s;
+        for (const std::string& line : m_locate_model_loss(c, p, b, 0, 0, bw)) s += line + "\n";
+        return s;
+    };
+    {  // The right gradient: no stage disagrees.
+        Params<double> g = make_params<double>(c);
+        model_loss(c, p, b, &g);
+        const m_GradReport r = m_grad_report(c, p, g, [&](Params<double>* q) { return model_loss(c, p, b, q); }, 1, "right", {});
+        CHECK_MESSAGE(r.right, r.text);
+        const std::string s = locate_with({});
+        CHECK_MESSAGE(m_contains(s, "first wrong: model_backward"), "with every stage right the walk names model_backward, got:\n" << s);
+    }
+    {  // model_loss's W_e gradient halved (the tied W_e's second use forgotten, say): one group wrong.
+        auto loss = [&](Params<double>* q) {
+            const double L = model_loss(c, p, b, q);
+            if (q) multiply_inplace(q->W_e, TD(q->W_e.shape, 0.5));
+            return L;
+        };
+        Params<double> g = make_params<double>(c);
+        loss(&g);
+        const m_GradReport r = m_grad_report(c, p, g, loss, 1, "halved W_e", [&] { return m_locate_model_loss(c, p, b, 0, 0); });
+        CHECK_FALSE(r.right);
+        INFO(r.text);
+        CHECK(m_contains(r.text, "halved W_e: the gradient of 1 of 5 parameter groups disagrees"));
+        CHECK(m_contains(r.text, "  WRONG  W_e: entry ("));
+        CHECK(m_contains(r.text, "  right  layer 1\n"));
+        CHECK(m_contains(r.text, "first wrong: model_backward"));
+        CHECK(lines(r.text) <= 30);
+    }
+    for (int l : {0, 1}) {  // layer l+1's block backward: half its dX, or no gradient for its W_1
+        for (bool dX_wrong : {true, false}) {
+            m_Backwards bw;
+            bw.block = [&](const Config& cc, const Layer<double>& w, const BlockCache<double>& k, const TD& dY, Layer<double>& g) {
+                TD dX = block_backward(cc, w, k, dY, g);
+                if (&w != &p.layers[l]) return dX;
+                if (dX_wrong) multiply_inplace(dX, TD(dX.shape, 0.5));
+                else g.ffn.W_1 = TD(g.ffn.W_1.shape, 0.0);
+                return dX;
+            };
+            const std::string s = locate_with(bw);
+            INFO(s);
+            const std::string layer = "pre_ln_block_backward of layer " + std::to_string(l + 1) + " (§19)";
+            CHECK(m_contains(s, "first wrong: " + layer + (dX_wrong ? ", its dX;" : ", its gradient of ffn.W_1;")));
+            if (l == 0) CHECK(m_contains(s, "  right  pre_ln_block_backward of layer 2 (§19): dX and the layer's gradients"));
+            CHECK(m_contains(s, "(counted from 1): expected "));
+            CHECK(lines(s) <= 12);
+        }
+    }
+    {  // blocks_backward walking the layers from 1 up: every block right, their walk wrong.
+        m_Backwards bw;
+        bw.blocks = [](const Config& cc, const Params<double>& q, const ForwardCache<double>& k, TD dX, Params<double>& g) {
+            dX = LayerNorm_backward(q.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
+            for (int l = 0; l < cc.L; l++) dX = block_backward(cc, q.layers[l], k.blocks[l], dX, g.layers[l]);
+            return dX;
+        };
+        const std::string s = locate_with(bw);
+        CHECK_MESSAGE(m_contains(s, "first wrong: blocks_backward (§18, §19)"), s);
+    }
+    {  // BERT: embed_backward with the segment vectors swapped.
+        const Config cb = preset("tiny-bert");
+        Params<double> pb = m_model<double>(cb, 404, 0.2);
+        const Batch bb = m_batch(cb, 405);
+        m_Backwards bw;
+        bw.embed = [](const Config& cc, const Batch& x, const TD& dX, Params<double>& g) {
+            embed_backward(cc, x, dX, g);
+            std::swap(g.w_A, g.w_B);
+        };
+        std::string s;
+        for (const std::string& line : m_locate_model_loss(cb, pb, bb, 0, 0, bw)) s += line + "\n";
+        CHECK_MESSAGE(m_contains(s, "first wrong: embed_backward (§18, §21), its gradient of w_A"), s);
+    }
+}
+
 TEST_CASE("dropout: reproducible masks, whole-model gradient check with dropout for every variant") {
     for (const std::string name : m_TINY)
         if (!m_model_grad_check_dropout(name, 606)) {
