@@ -3686,7 +3686,7 @@ TEST_CASE("BERT: whole-model gradient check of every parameter tensor (segments,
 TEST_CASE("RoBERTa: whole-model gradient check of every parameter tensor (masked targets)") {
     m_model_grad_check("tiny-roberta", 505);
 }
-TEST_CASE("whole-model gradient check: a wrong gradient is summed up per group and located at its function and layer") {
+TEST_CASE("localising: a wrong whole-model gradient is summed up per group and located at its function and layer") {
     // Mistakes planted in the functions the walk calls (m_Backwards) and in the gradient model_loss
     // returns; each report must stay short and name the stage where the mistake is.
     auto lines = [](const std::string& s) { return (int)std::count(s.begin(), s.end(), '\n'); };
@@ -5754,6 +5754,20 @@ TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or the
         embed_backward(c, bb, dX, g);
         const std::string segs = mode == 0 ? "no segments" : mode == 1 ? "segments 0 0 0 0 1 1" : "every segment 1";
         INFO("embed_backward (tiny-bert, n = 6, " << segs << ", a random dX^(0))");
+        // Against central differences of embed_forward's X^(0) contracted with dX (L = sum(X^(0) .* dX)).
+        bool right = true;
+        const std::pair<const char*, const char*> eqs[] = {
+            {"W_e", "§18 dW_e = OneHot(x)^T dX^(0)"}, {"W_p", "§18 dW_p[i] = sum over sequences of dX^(0)_i"},
+            {"w_A", "§21 dw_A = sum of dX^(0)_i over the rows with t_i = 0"}, {"w_B", "§21 dw_B = sum of dX^(0)_i over the rows with t_i = 1"}};
+        for (const auto& [tn, eq] : eqs) {
+            TD& x = std::string(tn) == "W_e" ? p.W_e : std::string(tn) == "W_p" ? p.W_p : std::string(tn) == "w_A" ? p.w_A : p.w_B;
+            const TD& ana = std::string(tn) == "W_e" ? g.W_e : std::string(tn) == "W_p" ? g.W_p : std::string(tn) == "w_A" ? g.w_A : g.w_B;
+            const m_Diff d = m_diff([&] { return sum_prod(embed_forward(c, p, bb), dX); }, x, ana, r);
+            CHECK_MESSAGE(d.right(), std::string(eq) << ": embed_backward's gradient of " << std::string(tn) << ", "
+                                        << m_diff_text(d, x.shape, "central finite difference of embed_forward, h = 1e-5"));
+            right = right && d.right();
+        }
+        if (!right) break;  // the first wrong mode is enough to look at
         TD want_A({c.H}), want_B({c.H});
         for (int h = 0; h < c.H; h++) {
             double a = 0, s = 0;
@@ -5768,20 +5782,6 @@ TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or the
         if (mode == 2) CHECK_MESSAGE(max_abs(g.w_A) == 0.0, "with every segment 1 w_A gets no gradient, got " << g.w_A);
         CHECK_MESSAGE(max_abs(mode == 2 ? g.w_B : g.w_A) > 1e-4,
                       std::string(mode == 2 ? "w_B" : "w_A") << "'s gradient is (nearly) 0, expected above 1e-4 in some entry");
-        // Against central differences of embed_forward's X^(0) contracted with dX (L = sum(X^(0) .* dX)).
-        bool right = true;
-        const std::pair<const char*, const char*> eqs[] = {
-            {"W_e", "§18 dW_e = OneHot(x)^T dX^(0)"}, {"W_p", "§18 dW_p[i] = sum over sequences of dX^(0)_i"},
-            {"w_A", "§21 dw_A = sum of dX^(0)_i over the rows with t_i = 0"}, {"w_B", "§21 dw_B = sum of dX^(0)_i over the rows with t_i = 1"}};
-        for (const auto& [tn, eq] : eqs) {
-            TD& x = std::string(tn) == "W_e" ? p.W_e : std::string(tn) == "W_p" ? p.W_p : std::string(tn) == "w_A" ? p.w_A : p.w_B;
-            const TD& ana = std::string(tn) == "W_e" ? g.W_e : std::string(tn) == "W_p" ? g.W_p : std::string(tn) == "w_A" ? g.w_A : g.w_B;
-            const m_Diff d = m_diff([&] { return sum_prod(embed_forward(c, p, bb), dX); }, x, ana, r);
-            CHECK_MESSAGE(d.right(), std::string(eq) << ": embed_backward's gradient of " << std::string(tn) << ", "
-                                        << m_diff_text(d, x.shape, "central finite difference of embed_forward, h = 1e-5"));
-            right = right && d.right();
-        }
-        if (!right) break;
     }
 }
 
@@ -11055,6 +11055,68 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
         const std::vector<std::string> v = cases_starting(prefix);
         CHECK(!v.empty());
         for (const std::string& name : v) CHECK_MESSAGE(passed.count(name), name);
+    }
+}
+
+TEST_CASE("handout: five wrong solutions of assignment 4 each fail in at most 40 lines a case, naming the function") {
+    // A student's wrong answer to assignment 4 is the solution with one mistake: each is planted in a
+    // copy of the project, whose `make check ASSIGNMENT=4` (the handout's command) must fail, every
+    // failing case in at most 40 lines that name the wrong function, and some case must name it as
+    // "first wrong: FUNCTION" (the walk of the whole-model checks).
+    struct Planted {
+        std::string function, mistake, right, wrong;
+    };
+    const std::vector<Planted> planted = {
+        {"post_ln_block_backward", "the residual's gradient dropped",
+         "    Tensor<T> dX = MultiHeadSA_backward(k.attn_in, w.attn, k.attn, da, g.attn);\n    add_inplace(dX, dv);\n",
+         "    Tensor<T> dX = MultiHeadSA_backward(k.attn_in, w.attn, k.attn, da, g.attn);\n"},
+        {"pre_ln_block_backward", "the LayerNorm caches swapped",
+         "LayerNorm_backward(w.ln_2_gamma, k.ln_2, d_ffn_in, g.ln_2_gamma, g.ln_2_beta);",
+         "LayerNorm_backward(w.ln_2_gamma, k.ln_1, d_ffn_in, g.ln_2_gamma, g.ln_2_beta);"},
+        {"blocks_backward", "the layers walked forwards",
+         "    for (int l = c.L - 1; l >= 0; l--)\n        dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);",
+         "    for (int l = 0; l < c.L; l++)\n        dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);"},
+        {"model_backward", "the tied W_e's de-embedding gradient missing",
+         "            matmul_tn_acc(dZ, X_L, g.W_e);\n            dX = matmul(dZ, p.W_e);", "            dX = matmul(dZ, p.W_e);"},
+        {"embed_backward", "the segment rows swapped", "T* w = t == 0 ? g.w_A.ptr() : g.w_B.ptr();",
+         "T* w = t == 0 ? g.w_B.ptr() : g.w_A.ptr();"}};
+    for (const char* f : {"Makefile", "transformer.cpp", "transformer.hpp", "tests.cpp", "main.cpp", "build/tests.o"})
+        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make tests: no " << f);
+    const std::string dir = m_path("planted");
+    REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/build && cp Makefile transformer.hpp main.cpp tests.cpp " + dir +
+                         " && cp build/tests.o " + dir + "/build/").c_str()) == 0);
+    const std::string solution = m_read("transformer.cpp");
+    const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C " + dir;
+    for (const Planted& m : planted) {
+        CAPTURE(m.function);
+        CAPTURE(m.mistake);
+        const std::size_t at = solution.find(m.right);
+        REQUIRE_MESSAGE(at != std::string::npos, "the code to plant the mistake in is not in transformer.cpp: " << m.right);
+        std::string wrong = solution;
+        wrong.replace(at, m.right.size(), m.wrong);
+        m_write(dir + "/transformer.cpp", wrong);
+        const std::string log = dir + "/check.log";
+        const int st = std::system((make + " check ASSIGNMENT=4 > " + log + " 2>&1").c_str());
+        const std::string out = m_read(log);
+        REQUIRE_MESSAGE(m_contains(out, "[doctest] test cases:"), "make check did not run the tests:\n" << out);
+        CHECK_MESSAGE(st != 0, "make check ASSIGNMENT=4 passes with " << m.mistake << " in " << m.function);
+        // The cases, between doctest's separator lines.
+        std::vector<std::string> cases(1);
+        std::istringstream in(out);
+        for (std::string line; std::getline(in, line);) {
+            if (line.rfind("=========", 0) == 0) cases.emplace_back();
+            else cases.back() += line + "\n";
+        }
+        int failing = 0;
+        for (const std::string& text : cases) {
+            if (!m_contains(text, "TEST CASE:")) continue;
+            failing++;
+            const int n = (int)std::count(text.begin(), text.end(), '\n');
+            CHECK_MESSAGE(n <= 40, "a failing case prints " << n << " lines, expected at most 40:\n" << text);
+            CHECK_MESSAGE(m_contains(text, m.function), "a failing case does not name " << m.function << ":\n" << text);
+        }
+        CHECK_MESSAGE(failing > 0, "no case fails:\n" << out);
+        CHECK_MESSAGE(m_contains(out, "first wrong: " + m.function), "no case says \"first wrong: " << m.function << "\":\n" << out);
     }
 }
 
