@@ -942,6 +942,17 @@ std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p,
     return out;
 }
 
+// A wrong gradient of xlnet_loss: the functions it calls (embed_backward, blocks_backward, the
+// blocks) are assignment 4's and are checked by its cases, so xlnet_loss's own joining is what is
+// left; the groups that are wrong say which part (formulas §27).
+std::vector<std::string> m_locate_xlnet() {
+    return {"first wrong: xlnet_loss (§27): the backwards it calls are assignment 4's; which groups are wrong says which "
+            "part of its own:",
+            "  W_e: the predicted query rows' de-embedding (dZ^T X^(L) rows) and the content rows (embed_backward)",
+            "  w and W_p: the query rows w + W_p[i] (every query row, predicted or not)",
+            "  the layers: the predicted query rows' dX^(L) = dZ W_e, scattered to their rows of the 2n, into blocks_backward"};
+}
+
 // Central differences (h = 1e-5) on ~5 random entries plus the largest-gradient entry of EVERY
 // parameter tensor; loss(g) computes the loss and, if g is given, the gradient into g. A failure is
 // one message of at most about 40 lines: a line per parameter group (right, or its worst entry),
@@ -4521,7 +4532,7 @@ TEST_CASE("RoBERTa: explain and xlnet read and train the same position rows as m
         TD dw({c.H});
         return xlnet_loss(c, q, w, x, 2, z, 3, gg, gg ? &dw : nullptr);
     };
-    m_grad_check(c, q, loss, 1248, "xlnet roberta with <pad>");
+    m_grad_check(c, q, loss, 1248, "xlnet_loss (tiny-roberta with <pad>)", m_locate_xlnet);
 }
 
 TEST_CASE("RoBERTa: the masked-LM head's GELU is the erf form whatever hidden_act says; BERT's head applies hidden_act") {
@@ -5097,7 +5108,7 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
             return xlnet_loss(c, p, w, x, 2, z, 3, g, g ? &dw : nullptr);
         };
         const std::string f = std::string("xlnet_loss (") + name + ", B = 2, n = 5, z = (4, 1, 0, 3, 2), predict 3)";
-        m_grad_check(c, p, loss, 99, f);
+        if (!m_grad_check(c, p, loss, 99, f, m_locate_xlnet)) break;
         Params<double> g = make_params<double>(c);
         TD dw({c.H});
         xlnet_loss(c, p, w, x, 2, z, 3, &g, &dw);
@@ -5205,7 +5216,9 @@ TEST_CASE("xlnet: predicting every position (the first in z sees nothing) for ev
             TD dw({c.H});
             return xlnet_loss(c, p, w, x, 1, z, 4, g, g ? &dw : nullptr);
         };
-        m_grad_check(c, p, loss, 104, std::string("xlnet_loss (") + name + ", n = 4, z = (2, 0, 3, 1), predict all 4)");
+        if (!m_grad_check(c, p, loss, 104, std::string("xlnet_loss (") + name + ", n = 4, z = (2, 0, 3, 1), predict all 4)",
+                          m_locate_xlnet))
+            break;
     }
 }
 
