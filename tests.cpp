@@ -292,22 +292,16 @@ std::string first_difference(const std::vector<int>& got, const std::vector<int>
     return "equal";
 }
 
-// grad_check: central finite differences of a scalar loss against an analytic gradient.
-//   loss() recomputes L (normally L = sum(Y .* R) for a fixed random R, so dY = R) from the current
-//   value of x; every entry x_k is perturbed by +-h and restored:
-//     num_k = (L(x + h e_k) - L(x - h e_k)) / (2h).
-//   Tolerance: max_k |num_k - ana_k| / max(1, |ana_k|) <= tol = 1e-6. With h = 1e-6 the truncation
-//   error is O(h^2) ~ 1e-12 and the rounding error ~ 1e-16 |L| / h ~ 1e-9, far below 1e-6, while a
-//   wrong derivative (a missing term, a wrong sign or factor) is off by O(1).
-//   The analytic gradient must have x's shape and (unless expect_nonzero is false) must not be all
-//   zero, so a backward that does nothing cannot pass.
+// The entry where the analytic gradient is furthest from the central finite difference.
+struct GradWorst {
+    std::size_t k = 0;  // 0-based index into x's entries
+    double num = 0;     // (L(x + h e_k) - L(x - h e_k)) / 2h
+    double ana = 0;     // the backward's entry k
+    double err = 0;     // |num - ana| / max(1, |ana|); infinity for a NaN
+};
 template <class F>
-void grad_check(F&& loss, TD& x, const TD& ana, const std::string& what, double h = 1e-6, double tol = 1e-6,
-                bool expect_nonzero = true) {
-    INFO("gradient check of ", what);
-    REQUIRE(ana.shape == x.shape);
-    double worst = 0, worst_num = 0, worst_ana = 0;
-    std::size_t worst_k = 0;
+GradWorst grad_worst(F&& loss, TD& x, const TD& ana, double h) {
+    GradWorst w;
     for (std::size_t k = 0; k < x.size(); k++) {
         const double x0 = x[k];
         x[k] = x0 + h;
@@ -317,17 +311,103 @@ void grad_check(F&& loss, TD& x, const TD& ana, const std::string& what, double 
         x[k] = x0;
         const double num = (lp - lm) / (2 * h);
         const double err = std::fabs(num - ana[k]) / std::max(1.0, std::fabs(ana[k]));
-        if (!(err <= worst)) {  // also catches NaN
-            worst = std::isnan(err) ? INF : err;
-            worst_k = k, worst_num = num, worst_ana = ana[k];
+        if (!(err <= w.err)) {  // also catches NaN
+            w.err = std::isnan(err) ? INF : err;
+            w.k = k, w.num = num, w.ana = ana[k];
         }
     }
-    INFO("entry " << entry_name(x.shape, worst_k) << " of " << shape_str(x.shape) << " (counted from 1), the worst: "
-         << "expected " << worst_num << " (central finite difference (L(x + h) - L(x - h)) / 2h, h = " << h
-         << "), got " << worst_ana << " from the backward; relative error " << worst << ", allowed " << tol);
-    CHECK(worst <= tol);
+    return w;
+}
+
+// Whether a grad_check equation starts with its section of docs/formulas.md and then is an
+// equation: "§", the section's number, a space, then text with an "=" ("§10 dK = dS^T Q / sqrt(D)").
+bool cites_a_section(const std::string& equation) {
+    const std::string mark = "§";
+    if (equation.compare(0, mark.size(), mark) != 0) return false;
+    const std::size_t first = mark.size();
+    const std::size_t space = equation.find_first_not_of("0123456789", first);
+    if (space == std::string::npos || space == first || equation[first] == '0' || equation[space] != ' ') return false;
+    return equation.find('=', space) != std::string::npos;
+}
+
+// The line a failing grad_check logs under "gradient check of <what>": the equation, then the worst
+// entry (counted from 1, as the formulas count) with the finite difference and the backward's value.
+std::string grad_check_message(const std::string& equation, const std::vector<int>& shape, const GradWorst& w, double h,
+                               double tol) {
+    std::ostringstream s;
+    s << equation << ": entry " << entry_name(shape, w.k) << " of " << shape_str(shape) << " (counted from 1), the worst: "
+      << "expected " << w.num << " (central finite difference (L(x + h) - L(x - h)) / 2h, h = " << h << "), got " << w.ana
+      << " from the backward; relative error " << w.err << ", allowed " << tol;
+    return s.str();
+}
+
+// grad_check: central finite differences of a scalar loss against an analytic gradient.
+//   loss() recomputes L (normally L = sum(Y .* R) for a fixed random R, so dY = R) from the current
+//   value of x; every entry x_k is perturbed by +-h and restored:
+//     num_k = (L(x + h e_k) - L(x - h e_k)) / (2h).
+//   Tolerance: max_k |num_k - ana_k| / max(1, |ana_k|) <= tol = 1e-6. With h = 1e-6 the truncation
+//   error is O(h^2) ~ 1e-12 and the rounding error ~ 1e-16 |L| / h ~ 1e-9, far below 1e-6, while a
+//   wrong derivative (a missing term, a wrong sign or factor) is off by O(1).
+//   The analytic gradient must have x's shape and (unless expect_nonzero is false) must not be all
+//   zero, so a backward that does nothing cannot pass.
+//   what names the backward and the gradient ("Attention_backward's dK (n = 5, ...)"); equation is
+//   that gradient's equation as docs/formulas.md writes it, after its section: "§10 dK = dS^T Q / sqrt(D)".
+//   A failure logs both, the worst entry counted from 1, its finite difference and the backward's value.
+template <class F>
+void grad_check(F&& loss, TD& x, const TD& ana, const std::string& what, const std::string& equation, double h = 1e-6,
+                double tol = 1e-6, bool expect_nonzero = true) {
+    INFO("gradient check of ", what);
+    REQUIRE_MESSAGE(cites_a_section(equation), "grad_check's equation must start with its section of docs/formulas.md, "
+                                               "\"§N \", then the equation; got \"" << equation << "\"");
+    REQUIRE(ana.shape == x.shape);
+    const GradWorst w = grad_worst(loss, x, ana, h);
+    INFO(grad_check_message(equation, x.shape, w, h, tol));
+    CHECK(w.err <= tol);
     CHECK_MESSAGE(all_finite(ana), what << ": the backward's gradient holds a NaN or an infinity");
     if (expect_nonzero) CHECK_MESSAGE(max_abs(ana) > 0, what << ": the backward's gradient is all zero (nothing written?)");
+}
+
+// A gradient check must be able to fail, and its failure must say where to look. The wrong backward
+// here is a common one: an embedding backward that assigns where §4 adds.
+TEST_CASE("grad_check: a wrong gradient's message names the § and its equation, the entry, both values") {
+    // L = sum(OneHot(x) W_e .* R), written out here, so dW_e = OneHot(x)^T R (formulas §4): row x_i
+    // of dW_e receives row i of R. Code id 1 (formula id 2) occurs at positions 1 and 3.
+    const std::vector<int> x = {1, 3, 1};
+    TD W = mat(4, 3, {0.3, -0.1, 0.2, 1.0, 0.5, -0.7, 0.4, 0.9, -0.2, -0.6, 0.8, 0.1});
+    const TD R = mat(3, 3, {0.5, -2, 1, 3, 0.25, -1, 1.5, 1, 0.75});
+    auto L = [&] {
+        double s = 0;
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) s += W(x[i], j) * R(i, j);
+        return s;
+    };
+    TD added(4, 3), assigned(4, 3);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            added(x[i], j) += R(i, j);
+            assigned(x[i], j) = R(i, j);
+        }
+    const std::string equation = "§4 dW_e = OneHot(x)^T dY";
+    grad_check(L, W, added, "the scatter-add dW_e = OneHot(x)^T R written out (x = {1, 3, 1} (code ids), W_e 4x3)", equation);
+    // Assigned, row 2 of dW_e holds R's row 3 alone, (1.5, 1, 0.75), where R's rows 1 and 3 add to
+    // (2, -1, 1.75); relative errors 0.5 / 1.5, 2 / 1, 1 / 1: the worst is entry (2, 2).
+    const GradWorst w = grad_worst(L, W, assigned, 1e-6);
+    CHECK_MESSAGE(w.k == 4, "grad_worst's entry (0-based): expected 4, row 2 column 2 of 4x3, got " << w.k);
+    CHECK_MESSAGE(w.num == doctest::Approx(-1.0).epsilon(1e-8), "grad_worst's finite difference: expected -1, got " << w.num);
+    CHECK_MESSAGE(w.ana == 1.0, "grad_worst's value of the backward: expected 1, got " << w.ana);
+    CHECK_MESSAGE(w.err == doctest::Approx(2.0).epsilon(1e-8), "grad_worst's relative error: expected 2, got " << w.err);
+    const std::string expected = "§4 dW_e = OneHot(x)^T dY: entry (2, 2) of 4x3 (counted from 1), the worst: expected -1 "
+                                 "(central finite difference (L(x + h) - L(x - h)) / 2h, h = 1e-06), got 1 from the backward; "
+                                 "relative error 2, allowed 1e-06";
+    const std::string got = grad_check_message(equation, W.shape, w, 1e-6, 1e-6);
+    CHECK_MESSAGE(got == expected, "grad_check_message:\n  expected: " << expected << "\n  got:      " << got);
+    // Every call names its section and its equation; grad_check REQUIREs it.
+    CHECK(cites_a_section(equation));
+    CHECK(cites_a_section("§10 dK = dS^T Q / sqrt(D)"));
+    for (const std::string bad : {"", "dW_e = OneHot(x)^T dY", "§ dW_e = OneHot(x)^T dY", "§4dW_e = OneHot(x)^T dY",
+                                  "§04 dW_e = OneHot(x)^T dY", "§4 dW_e", "§4 ", "§4"}) {
+        CHECK_MESSAGE(!cites_a_section(bad), "cites_a_section(\"" << bad << "\") must be false");
+    }
 }
 
 // The message of the exception of type E thrown by f ("<no exception>" if none).
@@ -1675,7 +1755,8 @@ TEST_CASE("diag: gradient check") {
     Rng rng(11);
     TD x = randn_vec(5, rng), R = randn(5, 5, rng);
     TD dx = diag_backward(R);
-    grad_check([&] { return sum_prod(diag(x), R); }, x, dx, "diag_backward's dx (x: 5 entries, L = sum(diag(x) .* R))");
+    grad_check([&] { return sum_prod(diag(x), R); }, x, dx, "diag_backward's dx (x: 5 entries, L = sum(diag(x) .* R))",
+               "§2 dx_i = dY_{i,i}");
 }
 
 TEST_CASE("diag: wrong shape") {
@@ -1704,7 +1785,8 @@ TEST_CASE("Stack: gradient check") {
     Rng rng(12);
     TD x = randn_vec(4, rng), R = randn(3, 4, rng);
     TD dx = Stack_backward(R);
-    grad_check([&] { return sum_prod(Stack(x, 3), R); }, x, dx, "Stack_backward's dx (x: 4 entries, n = 3, L = sum(Stack_3(x) .* R))");
+    grad_check([&] { return sum_prod(Stack(x, 3), R); }, x, dx, "Stack_backward's dx (x: 4 entries, n = 3, L = sum(Stack_3(x) .* R))",
+               "§3 dx_j = sum_{i=1}^n dY_{i,j}");
 }
 
 TEST_CASE("Stack: wrong shape") {
@@ -1803,7 +1885,7 @@ TEST_CASE("Embedding: gradient check") {
     TD dW(5, 3);
     Embedding_backward(x, R, dW);
     grad_check([&] { return sum_prod(Embedding(x, W), R); }, W, dW,
-               "Embedding_backward's dW_e (x = {1, 4, 1, 0, 1} (code ids), W_e 5x3)");
+               "Embedding_backward's dW_e (x = {1, 4, 1, 0, 1} (code ids), W_e 5x3)", "§4 dW_e = OneHot(x)^T dY");
 }
 
 TEST_CASE("Embedding: wrong shape and bad ids") {
@@ -1865,7 +1947,8 @@ TEST_CASE("Softmax: gradient check, including a row with -inf entries") {
     CHECK_MESSAGE(dX(1, 3) == 0.0, "Softmax_backward's dX, entry (2, 4) where X is -inf: expected exactly 0 (Y = 0 there, "
                                    "dX = Y .* (dY - rowsum(dY .* Y)), formulas §5), got " << dX(1, 3));
     // The finite-difference perturbation of a -inf entry leaves it -inf, so its numeric gradient is 0.
-    grad_check([&] { return sum_prod(Softmax(X), R); }, X, dX, "Softmax_backward's dX (X 4x5, two -inf in row 2, L = sum(Softmax(X) .* R))");
+    grad_check([&] { return sum_prod(Softmax(X), R); }, X, dX, "Softmax_backward's dX (X 4x5, two -inf in row 2, L = sum(Softmax(X) .* R))",
+               "§5 dX_{i,j} = Y_{i,j} (dY_{i,j} - sum_{k=1}^m dY_{i,k} Y_{i,k})");
 }
 
 TEST_CASE("Softmax: rows sum to 1, huge inputs, -inf entries, all -inf row") {
@@ -2101,14 +2184,14 @@ void attention_grad_check(const TD& Mask, const TD* drop, uint64_t seed, const s
     auto L = [&] { return sum_prod(Attention(Q, K, V, Mask, kNoAttCache, drop), R); };
     const std::string of = "Attention_backward's ";
     const std::string where = " (n = " + std::to_string(n) + ", D = 3, " + what + ", L = sum(Attention(Q, K, V) .* R))";
-    grad_check(L, Q, dQ, of + "dQ" + where, 1e-6, 1e-6, qk_nonzero);
-    grad_check(L, K, dK, of + "dK" + where, 1e-6, 1e-6, qk_nonzero);
+    grad_check(L, Q, dQ, of + "dQ" + where, "§10 dQ = dS K / sqrt(D)", 1e-6, 1e-6, qk_nonzero);
+    grad_check(L, K, dK, of + "dK" + where, "§10 dK = dS^T Q / sqrt(D)", 1e-6, 1e-6, qk_nonzero);
     if (!qk_nonzero) {
         const std::string why = " must be exactly 0: every row sees one key, so P = 1 whatever Q and K (formulas §10)";
         CHECK_MESSAGE(max_abs(dQ) == 0.0, of << "dQ" << where << why << "; got " << dQ);
         CHECK_MESSAGE(max_abs(dK) == 0.0, of << "dK" << where << why << "; got " << dK);
     }
-    grad_check(L, V, dV, of + "dV" + where);
+    grad_check(L, V, dV, of + "dV" + where, drop ? "§10 dV = Ptilde^T dO, Ptilde = P (.) M" : "§10 dV = P^T dO");
 }
 }  // namespace
 
@@ -2308,7 +2391,8 @@ TEST_CASE("Concat: gradient check") {
     REQUIRE_MESSAGE(dX.size() == 4, "Concat_backward(dY 3x8, 4 blocks) must return 4 blocks, returned " << dX.size());
     for (int k = 0; k < 4; k++)
         grad_check([&] { return sum_prod(Concat(X), R); }, X[k], dX[k],
-                   "Concat_backward's block " + std::to_string(k + 1) + " of 4 (blocks 3x2, L = sum(Concat(X_1..X_4) .* R))");
+                   "Concat_backward's block " + std::to_string(k + 1) + " of 4 (blocks 3x2, L = sum(Concat(X_1..X_4) .* R))",
+                   "§11 dX_k = dY_{:, (k-1)D+1 : kD}");
 }
 
 TEST_CASE("Concat: wrong shape") {
@@ -2401,22 +2485,22 @@ void mhsa_grad_check(const TD& Mask, int B, int A, double attn_dropout, uint64_t
     const std::string of = "MultiHeadSA_backward's ";
     const std::string where = " (B = " + std::to_string(B) + ", n = " + std::to_string(n) + ", H = 4, A = " +
                               std::to_string(A) + ", D = 2, " + what + ", L = sum(MultiHeadSA(X) .* R))";
-    grad_check(L, X, dX, of + "dX" + where);
+    grad_check(L, X, dX, of + "dX" + where, "§12 dX = sum_i (dQ_i (W_i^Q)^T + dK_i (W_i^K)^T + dV_i (W_i^V)^T)");
     for (int i = 0; i < A; i++) {
         const std::string h = " of head " + std::to_string(i + 1);
-        grad_check(L, p.W_Q[i], g.W_Q[i], of + "dW_Q" + h + where);
-        grad_check(L, p.W_K[i], g.W_K[i], of + "dW_K" + h + where);
-        grad_check(L, p.W_V[i], g.W_V[i], of + "dW_V" + h + where);
+        grad_check(L, p.W_Q[i], g.W_Q[i], of + "dW_Q" + h + where, "§12 dW_i^Q += X^T dQ_i");
+        grad_check(L, p.W_K[i], g.W_K[i], of + "dW_K" + h + where, "§12 dW_i^K += X^T dK_i");
+        grad_check(L, p.W_V[i], g.W_V[i], of + "dW_V" + h + where, "§12 dW_i^V += X^T dV_i");
     }
-    grad_check(L, p.W_O, g.W_O, of + "dW_O" + where);
+    grad_check(L, p.W_O, g.W_O, of + "dW_O" + where, "§12 dW^O += C^T dY, C = Concat(head_i)");
     if (!bias) return;
     for (int i = 0; i < A; i++) {
         const std::string h = " of head " + std::to_string(i + 1);
-        grad_check(L, p.b_Q[i], g.b_Q[i], of + "db_Q" + h + where);
-        grad_check(L, p.b_K[i], g.b_K[i], of + "db_K" + h + where);  // zero: softmax ignores q . b_K
-        grad_check(L, p.b_V[i], g.b_V[i], of + "db_V" + h + where);
+        grad_check(L, p.b_Q[i], g.b_Q[i], of + "db_Q" + h + where, "§12 db_i^Q += colsum(dQ_i)");
+        grad_check(L, p.b_K[i], g.b_K[i], of + "db_K" + h + where, "§12 db_i^K += colsum(dK_i)");  // zero: softmax ignores q . b_K
+        grad_check(L, p.b_V[i], g.b_V[i], of + "db_V" + h + where, "§12 db_i^V += colsum(dV_i)");
     }
-    grad_check(L, p.b_O, g.b_O, of + "db_O" + where);
+    grad_check(L, p.b_O, g.b_O, of + "db_O" + where, "§12 db^O += colsum(dY)");
     CHECK_MESSAGE(max_abs(g.b_Q[0]) > 1e-3, of << "db_Q of head 1" << where << ": largest entry " << max_abs(g.b_Q[0])
                                               << ", expected above 1e-3 (b_Q reaches the scores, formulas §12)");
     CHECK_MESSAGE(max_abs(g.b_O) > 1e-3, of << "db_O" << where << ": largest entry " << max_abs(g.b_O)
@@ -2844,11 +2928,11 @@ void ffn_grad_check(Activation act, bool via_named_entry, uint64_t seed) {
                                            : "FFN_backward";
     const std::string what = fn + "'s ";
     const std::string where = " (" + std::string(activation_name(act)) + ", X 3x4, F = 6, L = sum(FFN(X) .* R))";
-    grad_check(L, X, dX, what + "dX" + where);
-    grad_check(L, p.W_1, g.W_1, what + "dW_1" + where);
-    grad_check(L, p.b_1, g.b_1, what + "db_1" + where);
-    grad_check(L, p.W_2, g.W_2, what + "dW_2" + where);
-    grad_check(L, p.b_2, g.b_2, what + "db_2" + where);
+    grad_check(L, X, dX, what + "dX" + where, "§14 dX = dZ W_1^T");
+    grad_check(L, p.W_1, g.W_1, what + "dW_1" + where, "§14 dW_1 += X^T dZ");
+    grad_check(L, p.b_1, g.b_1, what + "db_1" + where, "§14 db_1 += colsum(dZ)");
+    grad_check(L, p.W_2, g.W_2, what + "dW_2" + where, "§14 dW_2 += A^T dY, A = act(Z)");
+    grad_check(L, p.b_2, g.b_2, what + "db_2" + where, "§14 db_2 += colsum(dY)");
 }
 }  // namespace
 
@@ -3060,9 +3144,11 @@ TEST_CASE("LayerNorm: gradient check of dX, dgamma, dbeta") {
         auto L = [&] { return sum_prod(LayerNorm(X, gamma, beta, eps), R); };
         const std::string where = " (X 3x5, row 2 offset by 10, eps " + std::string(eps == 0.5 ? "0.5" : "1e-5") +
                                   ", L = sum(LayerNorm(X) .* R))";
-        grad_check(L, X, dX, "LayerNorm_backward's dX" + where);
-        grad_check(L, gamma, dgamma, "LayerNorm_backward's dgamma" + where);
-        grad_check(L, beta, dbeta, "LayerNorm_backward's dbeta" + where);
+        grad_check(L, X, dX, "LayerNorm_backward's dX" + where,
+                   "§15 dX_{i,j} = (G_{i,j} - 1/H sum_k G_{i,k} - Xhat_{i,j} 1/H sum_k G_{i,k} Xhat_{i,k}) / sqrt(sigma_i^2 + eps), "
+                   "G = dY (.) Stack_n(gamma)");
+        grad_check(L, gamma, dgamma, "LayerNorm_backward's dgamma" + where, "§15 dgamma_j += sum_i dY_{i,j} Xhat_{i,j}");
+        grad_check(L, beta, dbeta, "LayerNorm_backward's dbeta" + where, "§15 dbeta_j += sum_i dY_{i,j}");
         // Gradients accumulate into dgamma and dbeta.
         TD dgamma2 = dgamma, dbeta2 = dbeta, twice_dgamma = dgamma, twice_dbeta = dbeta;
         LayerNorm_backward(gamma, c, R, dgamma2, dbeta2);
@@ -3203,7 +3289,8 @@ TEST_CASE("CrossEntropy: gradient check of d yhat") {
     REQUIRE(d.shape == yhat.shape);
     CHECK_MESSAGE(d[2] == 0.0, "CrossEntropy_backward's d yhat, entry 3 where y_3 = 0: expected exactly 0 (-y_j / yhat_j, "
                                "formulas §17), got " << d[2]);
-    grad_check([&] { return CrossEntropy(y, yhat); }, yhat, d, "CrossEntropy_backward's d yhat (6 entries, y_3 = 0)");
+    grad_check([&] { return CrossEntropy(y, yhat); }, yhat, d, "CrossEntropy_backward's d yhat (6 entries, y_3 = 0)",
+               "§17 d yhat_j = -y_j / yhat_j");
 }
 
 TEST_CASE("CrossEntropy: equals CrossEntropy_logits on OneHot targets and Softmax predictions") {
@@ -3256,7 +3343,8 @@ TEST_CASE("CrossEntropy_logits: gradient check of dZ, with skipped rows") {
     const std::vector<int> t = {2, -1, 5, 0, -1};
     TD dZ;
     CrossEntropy_logits(Z, t, &dZ);
-    grad_check([&] { return CrossEntropy_logits(Z, t); }, Z, dZ, "CrossEntropy_logits dZ");
+    grad_check([&] { return CrossEntropy_logits(Z, t); }, Z, dZ, "CrossEntropy_logits's dZ (Z 5x6, rows 2 and 5 without a target)",
+               "§17 dZ_{i,:} = (Softmax(Z_{i,:}) - OneHot(t_i)) / |R|; dZ_{i,:} = 0 for i not in R");
     for (int j = 0; j < 6; j++) {
         CHECK(dZ(1, j) == 0.0);
         CHECK(dZ(4, j) == 0.0);
@@ -4929,7 +5017,8 @@ TEST_CASE("finetune: gradient check of L3 = L2 + lambda L1 for every task (all p
             TD dW(W_y.shape);
             const FinetuneLoss L = finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda, &g, &dW);
             grad_check([&] { return finetune_loss(c, p, W_y, t.task, t.K, b, at, t.labels, lambda).L3; }, W_y, dW,
-                       std::string("W_y, ") + t.name);
+                       std::string("finetune_loss's dW_y (") + t.name + ", L3 = L2 + lambda L1)",
+                       "§28 dW_y += h^T dS, dS = (Softmax(S) - OneHot(y)) / E");
             CHECK(L.L3 == doctest::Approx(L.L2 + lambda * L.L1).epsilon(1e-14));
             CHECK(L.L1 == doctest::Approx(model_loss(c, p, b)).epsilon(1e-14));  // L1 is the LM loss on x
             // L2 is -log of the label's probability, averaged over the examples.
@@ -5035,6 +5124,9 @@ TEST_CASE("finetune: gradient descent on L3 learns a toy classification (does th
 // ================================================================================================
 // XLNet: the permutation objective with two-stream attention
 // ================================================================================================
+// The gradient of XLNet's query vector w: every query row starts as g^(0)_i = w + (W_p)_{i,:}.
+const char* const m_xlnet_dw_equation = "§27 dw = sum_i dg^(0)_i over every sequence's query rows, g^(0)_i = w + (W_p)_{i,:}";
+
 TEST_CASE("xlnet: Mask_XL for z = (2, 0, 1): content sees up to its own rank, query strictly before") {
     const TD M = Mask_XL<double>({2, 0, 1});  // ranks: position 2 -> 0, 0 -> 1, 1 -> 2
     const double o = 1, x = -INF;
@@ -5112,7 +5204,7 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
         Params<double> g = make_params<double>(c);
         TD dw({c.H});
         xlnet_loss(c, p, w, x, 2, z, 3, &g, &dw);
-        grad_check([&] { return xlnet_loss(c, p, w, x, 2, z, 3); }, w, dw, f + "'s dw");
+        grad_check([&] { return xlnet_loss(c, p, w, x, 2, z, 3); }, w, dw, f + "'s dw", m_xlnet_dw_equation);
         // The gradient adds into g and dw (train's --accum sums batches so): a second call doubles them.
         Params<double> g2 = g;
         TD dw2 = dw;
@@ -5189,10 +5281,10 @@ TEST_CASE("xlnet: sequences of one token: the query sees only w and its position
     xlnet_loss(c, p, w, x, 2, z, 1, &g, &dw);
     auto L = [&] { return xlnet_loss(c, p, w, x, 2, z, 1); };
     const std::string f = "xlnet_loss (tiny-gpt2, B = 2 sequences of n = 1: x = (3), (7), z = (1), predict 1)'s ";
-    grad_check(L, w, dw, f + "dw");
-    grad_check(L, p.W_e, g.W_e, f + "gradient of W_e");
-    grad_check(L, p.W_p, g.W_p, f + "gradient of W_p");
-    grad_check(L, p.layers[1].ffn.W_1, g.layers[1].ffn.W_1, f + "gradient of W_1 of layer 2");
+    grad_check(L, w, dw, f + "dw", m_xlnet_dw_equation);
+    grad_check(L, p.W_e, g.W_e, f + "gradient of W_e", "§27 dW_e += dZ^T g^(L) + OneHot(x)^T dh^(0)");
+    grad_check(L, p.W_p, g.W_p, f + "gradient of W_p", "§27 d(W_p)_{i,:} += dh^(0)_i + dg^(0)_i");
+    grad_check(L, p.layers[1].ffn.W_1, g.layers[1].ffn.W_1, f + "gradient of W_1 of layer 2", "§14 dW_1 += X^T dZ");
     CHECK_CLOSE(g.layers[0].attn.W_Q[0], TD(g.layers[0].attn.W_Q[0].shape, 0.0), 0.0, f + "gradient of W_Q of layer 1, head 1",
                 "0: the query attends to nothing and the content stream reaches no loss, formulas §27");
     // Both sequences' queries are the same row (w + W_p[0]), so their probabilities are equal.
