@@ -54,7 +54,7 @@ else
   say = printf '  %-5s %s\n'
 endif
 
-.PHONY: FORCE part-one-check all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check grade
+.PHONY: FORCE part-one-check all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check assignments-text-check grade
 all: transformer
 
 $(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
@@ -252,38 +252,27 @@ HANDOUT_FUNCS := diag_backward Stack_backward Embedding_backward Softmax_backwar
                  LayerNorm_backward CrossEntropy_backward
 
 # ---- The assignments of docs/assignments.md ------------------------------------------------------
-# Assignment N blanks ASSIGNMENT_N_FUNCS (the solutions of the others stay) and is checked by the
-# test cases ASSIGNMENT_N_TESTS (a doctest -tc pattern list). This is the one place they are kept:
-# `make handout ASSIGNMENT=N` writes handout-N/, `make check` in it (or `make check ASSIGNMENT=N`
-# here, on the solution) builds fast and runs those cases, and `make assignments-check` (run by the
-# test case "handout: every assignment's handout fails the cases ...") checks the counts that
-# docs/assignments.md states.
+# Assignment N blanks ASSIGNMENT_N_FUNCS (the solutions of the others stay). Its graded test cases
+# carry their assignment in tests.cpp, as a doctest test suite: TEST_CASE("..." *
+# doctest::test_suite("assignment N")) is worth 1 point in `make grade`, a case of the suite
+# "assignment N (P points)" P points ("assignment 2 (0 points)": the cases a fresh handout already
+# passes, which check code it keeps). A case has one suite, so the suites of N are those two names,
+# the filter SUITES_OF (./tests -ts="assignment N,assignment N (*)"; -lts lists the suites, -ltc the
+# cases). This Makefile keeps the functions, tests.cpp the cases: `make handout ASSIGNMENT=N` writes
+# handout-N/, `make check` in it (or `make check ASSIGNMENT=N` here, on the solution) builds fast and
+# runs those cases, `make grade` scores them, and `make assignments-check` (run by the test case
+# "handout: every assignment's handout fails the cases ...") checks the counts docs/assignments.md
+# states and, with `make assignments-text-check`, that each assignment's text there reads every §
+# and names every rule its cases grade.
 ASSIGNMENTS := 1 2 3 4 5 6
 ASSIGNMENT_1_FUNCS := diag_backward Stack_backward Embedding_backward
-ASSIGNMENT_1_TESTS := diag:*,Stack:*,Embedding:*
 ASSIGNMENT_2_FUNCS := Softmax_backward softmax_backward_row activation_derivative activation_derivative_array \
                       FFN_backward LayerNorm_backward
-ASSIGNMENT_2_TESTS := Softmax:*,FFN_ReLU:*,FFN_GELU:*,LayerNorm:*
 ASSIGNMENT_3_FUNCS := Mask_BD Mask_AR Mask_ST apply_mask Attention_backward Concat_backward MultiHeadSA_backward
-ASSIGNMENT_3_TESTS := Mask_BD:*,Mask_AR:*,Mask_ST:*,apply_mask:*,Attention:*,Concat:*,MultiHeadSA:*
 ASSIGNMENT_4_FUNCS := CrossEntropy_backward embed_backward post_ln_block_backward pre_ln_block_backward \
                       blocks_backward model_backward
-ASSIGNMENT_4_TESTS := CrossEntropy:*,*whole-model gradient check*,model_loss:*,model_forward:*,objective: the GPT loss*,embed_backward:*
 ASSIGNMENT_5_FUNCS := mlm_corrupt Mask_XL xlnet_loss
-ASSIGNMENT_5_TESTS := objective: mlm_corrupt*,xlnet: Mask_XL*,xlnet: the query stream*,xlnet: gradient*,\
-                      xlnet: sequences*,xlnet: predicting*,xlnet: one post-LN*
 ASSIGNMENT_6_FUNCS := adamw_step lr_schedule clip_grad_norm
-ASSIGNMENT_6_TESTS := AdamW:*,lr_schedule:*,training: *,train: a tiny GPT-2 run*
-# The points of `make grade`: each case of ASSIGNMENT_N_TESTS is worth 1 point unless ASSIGNMENT_N_POINTS
-# gives it another number: PATTERN=POINTS entries separated by commas, PATTERN matched against the
-# case's whole name as doctest matches -tc (* any run, ? one character, case-insensitive; a comma
-# in a name is matched by ?), the first matching entry counts. The cases that pass in a fresh
-# handout check code it keeps (forwards, helpers): they are worth 0, so that a fresh handout
-# scores 0. make assignments-check checks that (and that every entry matches a case).
-ASSIGNMENT_2_POINTS := FFN_GELU: activation names=0,FFN_GELU: hand-computed case*=0,LayerNorm: mean 0 variance 1*=0,\
-                       LayerNorm: a constant row*=0,Softmax: vexp*=0,Softmax: the vectorised row*=0
-ASSIGNMENT_4_POINTS := CrossEntropy: equals CrossEntropy_logits*=0,objective: the GPT loss*=0
-ASSIGNMENT_6_POINTS := AdamW: decays()*=0,lr_schedule: lr_linear*=0
 # The fast build of `make check`: -Og compiles transformer.cpp in a fraction of -O3's time (and
 # faster than -O1), and its code runs an assignment's cases fast enough for an edit-compile-test
 # round under 30 s of one core (docs/assignments.md has the times). -D_GLIBCXX_ASSERTIONS: an index
@@ -306,10 +295,9 @@ ifneq ($(strip $(ASSIGNMENT)),)
   DIR   ?= handout-$(strip $(ASSIGNMENT))
 endif
 comma := ,
-TESTS_OF = $(subst $(comma) ,$(comma),$(strip $(ASSIGNMENT_$(strip $(1))_TESTS)))
-# The patterns of assignments 1..N.
-TESTS_UPTO = $(subst $(space)$(comma),$(comma),$(strip $(foreach m,$(wordlist 1,$(1),$(ASSIGNMENTS)),$(if $(filter-out 1,$(m)),$(comma))$(call TESTS_OF,$(m)))))
-POINTS_OF = $(subst $(comma) ,$(comma),$(strip $(ASSIGNMENT_$(strip $(1))_POINTS)))
+# The doctest -ts filter of assignment N's cases, and of those of assignments 1..N.
+SUITES_OF = assignment $(strip $(1)),assignment $(strip $(1)) (*)
+SUITES_UPTO = $(subst $(space)$(comma),$(comma),$(strip $(foreach m,$(wordlist 1,$(1),$(ASSIGNMENTS)),$(if $(filter-out 1,$(m)),$(comma))$(call SUITES_OF,$(m)))))
 DIR   ?= handout
 FUNCS ?= $(HANDOUT_FUNCS)
 
@@ -414,10 +402,25 @@ skip == 1 { if ($0 == "}") skip = 2; next }
 { skip = 0; print }
 endef
 
+# awk -v n=N: the section "## Assignment N: ..." of docs/assignments.md (its reading list, the
+# functions, the rules the cases grade, the counts), its links made to work from the handout's root;
+# exit 1 if there is none.
+define HANDOUT_SECTION
+/^## / { on = index($0, "## Assignment " n ":") == 1; found += on }
+on {
+    gsub(/[]][(]/, "](docs/")
+    gsub(/[]][(]docs\/#/, "](docs/assignments.md#")
+    gsub(/[]][(]docs\/http/, "](http")
+    print
+}
+END { if (!found) exit 1 }
+endef
+
 handout: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
 handout: export HANDOUT_TESTS_AWK := $(value HANDOUT_TESTS)
+handout: export HANDOUT_SECTION_AWK := $(value HANDOUT_SECTION)
 handout:
-	@set -e; dir='$(DIR)'; funcs='$(strip $(FUNCS))'; n='$(strip $(ASSIGNMENT))'; tests='$(call TESTS_OF,$(ASSIGNMENT))'; \
+	@set -e; dir='$(DIR)'; funcs='$(strip $(FUNCS))'; n='$(strip $(ASSIGNMENT))'; suites='$(if $(strip $(ASSIGNMENT)),$(call SUITES_OF,$(ASSIGNMENT)))'; \
 	later='$(strip $(filter-out $(FUNCS),$(LATER_FUNCS)))'; \
 	case "$$dir" in ''|.|./|/|..|../) echo "make handout: DIR=$$dir: give a new directory" >&2; exit 1;; esac; \
 	case " $$funcs " in "  ") echo "make handout: FUNCS is empty" >&2; exit 1;; esac; \
@@ -442,9 +445,12 @@ handout:
 	  echo "the test cases that check it."; \
 	  if [ -n "$$n" ]; then echo; \
 	    echo "This is assignment $$n of docs/assignments.md. \`make check\` builds fast (-Og) and runs its test"; \
-	    echo "cases alone: ./$(FAST_BUILD)/tests -tc=\"$$tests\"."; \
+	    echo "cases alone, those of its test suites (\"assignment $$n\", and \"assignment $$n (0 points)\" if any):"; \
+	    echo "./$(FAST_BUILD)/tests -ts=\"$$suites\"."; \
 	    echo "\`make grade\` runs them one by one and prints the points each is worth, as the course's"; \
-	    echo "autograder counts them."; fi; \
+	    echo "autograder counts them. The assignment's text follows: what to read first, what to write and"; \
+	    echo "the rules the cases grade besides the formulas."; \
+	    echo; awk -v n="$$n" "$$HANDOUT_SECTION_AWK" $(ASSIGN_DOC) || { echo "make handout: $(ASSIGN_DOC) has no section \"## Assignment $$n: ...\"" >&2; exit 1; }; fi; \
 	  echo; echo "## The commands"; echo; \
 	  if [ -n "$$n" ]; then \
 	    echo "- \`make check\`: builds fast and runs this assignment's cases; it ends with doctest's line"; \
@@ -477,8 +483,9 @@ handout:
 # make check TESTS="LayerNorm*" (any doctest -tc pattern): one student round. transformer.cpp is
 # compiled with $(FAST_OPT) into $(FAST_BUILD)/ as two objects, linked with the tests' own tests.o
 # (built once, it does not depend on transformer.cpp); then the cases run: those of TESTS, else
-# assignment N's. mathematics.o (-DTF_ONLY_MATHEMATICS: Part I and the fast product it calls) is
-# compiled after every edit of the file; machinery.o (-DTF_ONLY_MACHINERY: the rest of Part II,
+# assignment N's (its test suites, -ts="assignment N,assignment N (*)"). mathematics.o
+# (-DTF_ONLY_MATHEMATICS: Part I and the fast product it calls) is compiled after every edit of the
+# file; machinery.o (-DTF_ONLY_MACHINERY: the rest of Part II,
 # which sees Part I through declarations only) is compiled when the preprocessed text it is made
 # of changes: machinery.key holds that text's checksum, rewritten only when it differs. An edit of a
 # formula function recompiles a third of the file.
@@ -501,13 +508,14 @@ check: | doctest
 	@if [ -z '$(strip $(TESTS))$(strip $(ASSIGNMENT))' ]; then \
 	  echo "make check: give TESTS=\"pattern\" (a doctest -tc pattern) or ASSIGNMENT=N (N in $(ASSIGNMENTS))" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory $(FAST_BUILD)/tests
-	./$(FAST_BUILD)/tests -tc="$(if $(strip $(TESTS)),$(TESTS),$(call TESTS_OF,$(ASSIGNMENT)))"
+	./$(FAST_BUILD)/tests $(if $(strip $(TESTS)),-tc="$(TESTS)",-ts="$(call SUITES_OF,$(ASSIGNMENT))")
 
 # ---- make grade: the score of a course platform's autograder -------------------------------------
 # make grade [ASSIGNMENT=N] [GRADE_DIR=.] [GRADE_TIMEOUT=30] [GRADE_VISIBILITY=...]: builds $(FAST_BUILD)/tests as make
-# check does, runs each test case of ASSIGNMENT_N_TESTS on its own, prints the points of each
-# (ASSIGNMENT_N_POINTS) and the score, and writes GRADE_DIR/results.json (Gradescope's autograder
-# format) and GRADE_DIR/results.xml (JUnit, doctest's -r=junit of each case in one file). In a
+# check does, runs each test case of assignment N's test suites on its own, prints the points of
+# each (1, or P for a case of the suite "assignment N (P points)") and the score, and writes
+# GRADE_DIR/results.json (Gradescope's autograder format) and GRADE_DIR/results.xml (JUnit,
+# doctest's -r=junit of each case in one file). In a
 # handout ASSIGNMENT comes from its handout.mk. It needs make, sh, awk, sed and the tests alone (and
 # timeout, GNU coreutils, to stop a case that hangs). It succeeds when the cases ran, whatever they
 # scored, and fails when the build failed (both files are written all the same: score 0, the
@@ -519,8 +527,11 @@ GRADE_TIMEOUT ?= 30
 # empty writes none (Gradescope's default: visible).
 GRADE_VISIBILITY ?=
 
-# sh -c "$GRADE_SH" grade TESTS PATTERNS POINTS DIR TIMEOUT TITLE [BUILD_LOG]: the runner (exit
-# status 0: graded; 1: the build failed, BUILD_LOG reported; 2: no grading).
+# sh -c "$GRADE_SH" grade TESTS SUITES DIR TIMEOUT TITLE [BUILD_LOG]: the runner (exit status 0:
+# graded; 1: the build failed, BUILD_LOG reported; 2: no grading). SUITES is a doctest -ts filter
+# (SUITES_OF); the cases are those its suites hold (-ltc), in doctest's order, each worth the points
+# its suite's name gives: 1 for "assignment N", P for "assignment N (P points)" (-lts lists the
+# suites; a suite of the filter that names no points is an error).
 # One process per test case, because a case that aborts (an index check) or is stopped after TIMEOUT
 # seconds then costs only its own points, where in a single run it would end the cases after it.
 # The case is chosen by -cs -tc=NAME with each character that -tc treats specially (* ? , \)
@@ -534,7 +545,7 @@ GRADE_VISIBILITY ?=
 # carry the log.
 define GRADE_RUN
 set -u
-bin=$1 pats=$2 points=$3 dir=$4 limit=$5 title=$6 build_log=${7-}
+bin=$1 suites=$2 dir=$3 limit=$4 title=$5 build_log=${6-}
 case "$limit" in ''|*[!0-9]*) echo "make grade: GRADE_TIMEOUT=$limit: give whole seconds (0: no limit)" >&2; exit 2;; esac
 case "$dir" in '') echo "make grade: GRADE_DIR is empty" >&2; exit 2;; esac
 case "${GRADE_VISIBILITY-}" in ''|visible|hidden|after_due_date|after_published) ;;
@@ -550,15 +561,30 @@ if [ "$limit" -gt 0 ]; then
 fi
 n=0
 if [ -z "$build_log" ]; then
-  "$bin" -nc -ltc -tc="$pats" < /dev/null > "$tmp/list" 2>&1 || { cat "$tmp/list" >&2; echo "make grade: $bin -ltc failed" >&2; exit 2; }
-  awk '/^=====*$/ { part++; next } part == 1' "$tmp/list" > "$tmp/names"
-  [ -s "$tmp/names" ] || { echo "make grade: no test case matches $pats" >&2; exit 2; }
+  listed() {  # the names doctest lists with these options
+    "$bin" -nc "$@" < /dev/null > "$tmp/list" 2>&1 || { cat "$tmp/list" >&2; echo "make grade: $bin $* failed" >&2; return 1; }
+    awk '/^=====*$/ { part++; next } part == 1' "$tmp/list"
+  }
+  listed -ltc -ts="$suites" > "$tmp/names" || exit 2
+  [ -s "$tmp/names" ] || { echo "make grade: no test case is in the test suites $suites" >&2; exit 2; }
+  listed -lts -ts="$suites" > "$tmp/suites" || exit 2
+  : > "$tmp/points"
+  while IFS= read -r s; do  # "POINTS<TAB>NAME" for every case of every suite
+    case "$s" in
+      *" ("*" points)"|*" ("*" point)") p=${s##* (}; p=${p%% point*};;
+      *" ("*) p=;;
+      *) p=1;;
+    esac
+    case "$p" in ''|.*|*.|*[!0-9.]*|*.*.*) echo "make grade: the test suite \"$s\" gives no points: name it \"${s%% (*}\" (1 point a case) or \"${s%% (*} (P points)\"" >&2; exit 2;; esac
+    listed -ltc -ts="$(printf '%s\n' "$s" | sed 's/[\\*?,]/?/g')" > "$tmp/of-suite" || exit 2
+    awk -v p="$p" '{ print p "\t" $0 }' "$tmp/of-suite" >> "$tmp/points"
+  done < "$tmp/suites"
   echo "make grade: $title, $(wc -l < "$tmp/names" | tr -d ' ') test cases, each in its own process${to:+ (at most $limit s)}"
   while IFS= read -r name; do
     n=$((n + 1))
     printf '%s\n' "$name" > "$tmp/$n.name"
     pat=$(printf '%s\n' "$name" | sed 's/[\\*?,]/?/g')
-    $to "$bin" -nc -ni -cs -tc="$pat" < /dev/null > "$tmp/$n.raw" 2>&1
+    $to "$bin" -nc -ni -cs -ts="$suites" -tc="$pat" < /dev/null > "$tmp/$n.raw" 2>&1
     st=$?
     tr -d '\000' < "$tmp/$n.raw" > "$tmp/$n.out"
     count=$(sed -n 's/^\[doctest\] test cases: *\([0-9]*\) | *\([0-9]*\) passed.*/\1 \2/p' "$tmp/$n.out" | tail -n 1)
@@ -573,48 +599,24 @@ if [ -z "$build_log" ]; then
     else v=failed; fi
     echo "$v" > "$tmp/$n.verdict"
     if [ "$v" != timeout ]; then
-      $to "$bin" -nc -cs -tc="$pat" -r=junit -o="$tmp/$n.xml" < /dev/null > /dev/null 2>&1
+      $to "$bin" -nc -cs -ts="$suites" -tc="$pat" -r=junit -o="$tmp/$n.xml" < /dev/null > /dev/null 2>&1
     fi
   done < "$tmp/names"
 fi
-GRADE_TMP=$tmp GRADE_N=$n GRADE_POINTS=$points GRADE_TITLE=$title GRADE_BUILD_LOG=$build_log \
+GRADE_TMP=$tmp GRADE_N=$n GRADE_TITLE=$title GRADE_BUILD_LOG=$build_log \
   GRADE_JSON=$dir/results.json GRADE_XML=$dir/results.xml LC_ALL=C awk "$GRADE_AWK" || exit 2
 mv -f "$dir/results.json.tmp" "$dir/results.json" && mv -f "$dir/results.xml.tmp" "$dir/results.xml" || exit 2
 [ -z "$build_log" ]
 endef
 
 # awk (environment: GRADE_TMP, GRADE_N, ...): the reports of the runner's files K.name, K.verdict,
-# K.note, K.out, K.xml for the K-th case. results.json: {"score", "output", "tests": [{"name",
-# "score", "max_score", "status", "output"}]}, strings escaped for JSON (a byte that is not UTF-8
-# becomes U+FFFD), a failed case's output its console text (its first 200 lines).
+# K.note, K.out, K.xml for the K-th case and "points" (POINTS<TAB>NAME of every case). results.json:
+# {"score", "output", "tests": [{"name", "score", "max_score", "status", "output"}]}, strings
+# escaped for JSON (a byte that is not UTF-8 becomes U+FFFD), a failed case's output its console
+# text (its first 200 lines).
 # results.xml: the <testcase> elements of every K.xml in one <testsuite>, an <error> for a case
 # without a complete report. Prints one line per case and the score.
 define GRADE_REPORT
-function wild(s, p,    si, pi, ns, np, star, mark) {  # doctest's wildcard match: * any run, ? one character
-    si = 1; pi = 1; ns = length(s); np = length(p); star = 0
-    while (si <= ns) {
-        if (pi <= np && substr(p, pi, 1) == "*") { star = ++pi; mark = si; continue }
-        if (pi <= np && (substr(p, pi, 1) == "?" || substr(p, pi, 1) == substr(s, si, 1))) { pi++; si++; continue }
-        if (!star) return 0
-        pi = star; si = ++mark
-    }
-    while (pi <= np && substr(p, pi, 1) == "*") pi++
-    return pi > np
-}
-function add_entry(e) {  # one PATTERN=POINTS of the points list
-    sub(/^[ \t]+/, "", e); sub(/[ \t]+$/, "", e)
-    if (e == "") return
-    if (!match(e, /=[^=]*$/) || RSTART == 1 || substr(e, RSTART + 1) !~ /^[0-9]+(\.[0-9]+)?$/) {
-        printf("make grade: the points entry \"%s\" is not PATTERN=POINTS\n", e) > "/dev/stderr"
-        bad = 1
-        return
-    }
-    nw++; wraw[nw] = substr(e, 1, RSTART - 1); wpat[nw] = tolower(wraw[nw]); wpts[nw] = substr(e, RSTART + 1) + 0
-}
-function points_of(name,    k) {
-    for (k = 1; k <= nw; k++) if (wild(tolower(name), wpat[k])) { used[k] = 1; return wpts[k] }
-    return 1
-}
 function num(x) { return sprintf("%.10g", x) }
 function jbody(s,    out, i, n, c, b, need, lo, hi, ok, k, b2) {  # s escaped for a JSON string
     if (s !~ /[^ -~]/ && index(s, "\"") == 0 && index(s, "\\") == 0) return s
@@ -683,10 +685,10 @@ BEGIN {
     tmp = ENVIRON["GRADE_TMP"]; n = ENVIRON["GRADE_N"] + 0; title = ENVIRON["GRADE_TITLE"]
     build_log = ENVIRON["GRADE_BUILD_LOG"]; json = ENVIRON["GRADE_JSON"]; xml = ENVIRON["GRADE_XML"]
     maxl = 200
-    spec = ENVIRON["GRADE_POINTS"]; nw = 0; bad = 0
-    nspec = split(spec, entry, ",")  # a comma in a name is matched by ? in its pattern
-    for (k = 1; k <= nspec; k++) add_entry(entry[k])
-    if (bad) exit 2
+    while ((getline line < (tmp "/points")) > 0) {  # POINTS<TAB>NAME: the points of each case, from its suite
+        k = index(line, "\t"); pts[substr(line, k + 1)] = substr(line, 1, k - 1) + 0
+    }
+    close(tmp "/points")
     score = 0; total = 0; passed = 0; tests = ""; cases = ""; xfail = 0; xerr = 0; xcases = 0
     for (k = 1; k <= n; k++) {
         f = tmp "/" k
@@ -694,7 +696,8 @@ BEGIN {
         getline name < (f ".name"); close(f ".name")
         getline v < (f ".verdict"); close(f ".verdict")
         getline note < (f ".note"); close(f ".note")
-        max = points_of(name); ok = v == "passed"; got = ok ? max : 0
+        if (!(name in pts)) { printf("make grade: the case \"%s\" is in no test suite that gives points\n", name) > "/dev/stderr"; exit 2 }
+        max = pts[name]; ok = v == "passed"; got = ok ? max : 0
         score += got; total += max; passed += ok
         printf("  %5s/%-5s %s  %s\n", num(got), num(max), ok ? "passed" : "FAILED", name)
         tests = tests (k > 1 ? ",\n" : "") "    {\"name\": " jstr(name) ", \"score\": " num(got) ", \"max_score\": " num(max) \
@@ -710,8 +713,6 @@ BEGIN {
     } else {
         summary = title ": " num(score) " of " num(total) " points, " passed " of " n " test cases pass"
         out = jbody(summary)
-        for (k = 1; k <= nw; k++) if (!used[k])
-            printf("make grade: warning: the points entry \"%s\" matches none of the test cases\n", wraw[k]) > "/dev/stderr"
     }
     visibility = ENVIRON["GRADE_VISIBILITY"] == "" ? "" : "  \"visibility\": \"" ENVIRON["GRADE_VISIBILITY"] "\",\n"
     printf("{\n  \"score\": %s,\n%s  \"output\": \"%s\",\n  \"tests\": [\n%s%s  ]\n}\n", num(score), visibility, out, tests, tests == "" ? "" : "\n") > (json ".tmp")
@@ -730,26 +731,295 @@ grade: | doctest
 	  echo "make grade: give ASSIGNMENT=N (N in $(ASSIGNMENTS)); a handout knows its own" >&2; exit 1; fi
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; failed=; \
 	$(MAKE) --no-print-directory $(FAST_BUILD)/tests > "$$log" 2>&1 || failed="$$log"; cat "$$log"; \
-	sh -c "$$GRADE_SH" grade ./$(FAST_BUILD)/tests '$(call TESTS_OF,$(ASSIGNMENT))' '$(call POINTS_OF,$(ASSIGNMENT))' \
+	sh -c "$$GRADE_SH" grade ./$(FAST_BUILD)/tests '$(call SUITES_OF,$(ASSIGNMENT))' \
 	  '$(GRADE_DIR)' '$(GRADE_TIMEOUT)' 'assignment $(strip $(ASSIGNMENT))' "$$failed"
+
+# ---- make assignments-text-check: each assignment's text against its graded cases --------------
+# awk -v assignments="1 2 ..." -v funcs="1:f g;2:h;..." -v tests=tests.cpp -v sheet=docs/formulas.md
+# -v doc=docs/assignments.md [-v totals="1:10 ..."] [-v logs="1:FILE ..."], over those three files:
+# for each assignment N, its graded cases (those of tests.cpp whose doctest test suite is
+# "assignment N" or "assignment N (...)") against the section "## Assignment N: ..." of doc.
+# - Every § a case needs is in the section's Read paragraph (the lines from "Read " to a blank
+#   line): each "§N" (or range "§N-§M") in the source text of the case (its TEST_CASE line and body)
+#   and of the helpers of tests.cpp it calls, and those they call; and each § under which the code
+#   map of the formula sheet (§33, rows "| [§N](#sN) ... | ... | `case name` ... |", names matched
+#   as doctest matches -tc) lists the case. The table row "| N | ..." of doc reads the same sections.
+# - Every function of ASSIGNMENT_N_FUNCS whose argument checks a case grades is named (as
+#   `name` before the item's first ": ") in an item "- ..." of the section's list after the line
+#   "Rules ...": one that a throw check of the case or its helpers calls (M_CHECK_TF_ERROR,
+#   CHECK_THROWS*, REQUIRE_THROWS*: a name followed by "(" or "<" in its arguments, string
+#   literals and comments left out), or, given the fresh handout's output in logs, whose stub a
+#   throw check there reached ("not implemented: NAME" on a failed THROWS line or a logged
+#   "message:" line).
+# - With totals, the case count of this scan is the one ./tests lists.
+# The scan reads the text: a helper is a function or macro defined from column 0 with its body up
+# to a "}" in column 0 (a comment above it is not its text); a call is a name followed by "(" or
+# "<", so a lambda defined before the check that calls it, a helper passed by name, a raw string
+# literal's parentheses or a function of transformer.cpp that calls the assignment's are not seen
+# through (the fresh handout's run covers the stubs a throw check reaches). Prints a line per
+# assignment that agrees, one per missing § or rule otherwise; exits 1 then.
+define ASSIGN_TEXT
+function add(unit, line) { text[unit] = (unit in text) ? text[unit] "\n" line : line }
+# s without its string and character literals and its comments
+function code_of(s,    out, i, n, c, q) {
+    out = ""; n = length(s)
+    for (i = 1; i <= n; i++) {
+        c = substr(s, i, 1)
+        if (c == "/" && substr(s, i + 1, 1) == "/") { while (i <= n && substr(s, i, 1) != "\n") i++; out = out "\n"; continue }
+        if (c == "/" && substr(s, i + 1, 1) == "*") { i += 2; while (i <= n && substr(s, i, 2) != "*/") i++; i++; continue }
+        if (c == "\"" || c == "'") {
+            q = c
+            for (i++; i <= n && substr(s, i, 1) != q; i++) if (substr(s, i, 1) == "\\") i++
+            continue
+        }
+        out = out c
+    }
+    return out
+}
+# the names in s (code) followed by "(" or "<", as " name1 name2 ... "
+function called(s,    out, rest, nm) {
+    out = " "; rest = s
+    while (match(rest, /[A-Za-z_][A-Za-z0-9_]*[ \t]*[(<]/)) {
+        nm = substr(rest, RSTART, RLENGTH); sub(/[ \t]*[(<]$/, "", nm)
+        if (RSTART == 1 || substr(rest, RSTART - 1, 1) !~ /[A-Za-z0-9_]/) out = out nm " "
+        rest = substr(rest, RSTART + RLENGTH)
+    }
+    return out
+}
+# the argument texts of the throw checks in s (code), each followed by "\001"
+function throw_args(s,    out, rest, p, d, c, start) {
+    out = ""; rest = s
+    while (match(rest, /(M_CHECK_TF_ERROR|(CHECK|REQUIRE|WARN)_THROWS[A-Z_]*)[ \t]*\(/)) {
+        if (RSTART > 1 && substr(rest, RSTART - 1, 1) ~ /[A-Za-z0-9_]/) { rest = substr(rest, RSTART + RLENGTH); continue }
+        start = RSTART + RLENGTH; d = 1
+        for (p = start; p <= length(rest) && d > 0; p++) {
+            c = substr(rest, p, 1)
+            if (c == "(") d++
+            else if (c == ")") d--
+        }
+        out = out substr(rest, start, p - 1 - start) "\001"
+        rest = substr(rest, p)
+    }
+    return out
+}
+# the sections s cites, "§N" or a range "§N-§M", as " N M ... "
+function sections(s,    out, rest, t, a, b, k) {
+    out = " "; rest = s
+    while (match(rest, /§[0-9]+(-§[0-9]+)?/)) {
+        t = substr(rest, RSTART, RLENGTH); rest = substr(rest, RSTART + RLENGTH)
+        gsub(/[^0-9-]/, "", t); a = t; sub(/-.*/, "", a); b = t; sub(/.*-/, "", b)
+        for (k = a + 0; k <= b + 0 && k <= a + 99; k++) out = out k " "
+    }
+    return out
+}
+# doctest's wildcard match: * any run, ? one character (s and p in lower case)
+function wild(s, p,    si, pi, ns, np, star, mark) {
+    si = 1; pi = 1; ns = length(s); np = length(p); star = 0
+    while (si <= ns) {
+        if (pi <= np && substr(p, pi, 1) == "*") { star = ++pi; mark = si; continue }
+        if (pi <= np && (substr(p, pi, 1) == "?" || substr(p, pi, 1) == substr(s, si, 1))) { pi++; si++; continue }
+        if (!star) return 0
+        pi = star; si = ++mark
+    }
+    while (pi <= np && substr(p, pi, 1) == "*") pi++
+    return pi > np
+}
+function where(a) { return doc ", section \"Assignment " a "\"" }
+BEGIN {
+    n_assign = split(assignments, A, " ")
+    nf = split(funcs, F, ";")
+    for (k = 1; k <= nf; k++) {
+        if (F[k] !~ /:/) continue
+        c = index(F[k], ":"); a = substr(F[k], 1, c - 1); gsub(/ /, "", a); blanked[a] = " " substr(F[k], c + 1) " "
+    }
+    nt = split(totals, T, " ")
+    for (k = 1; k <= nt; k++) { c = index(T[k], ":"); total[substr(T[k], 1, c - 1)] = substr(T[k], c + 1) }
+    nl = split(logs, L, " ")
+    for (k = 1; k <= nl; k++) { c = index(L[k], ":"); log_of[substr(L[k], 1, c - 1)] = substr(L[k], c + 1) }
+    state = ""
+}
+# ---- tests.cpp: the test cases and the helpers (functions and macros defined in column 0)
+FILENAME == tests && state == "body" { add(unit, $0); if ($0 ~ /^}/) state = ""; next }
+FILENAME == tests && state == "macro" { add(unit, $0); if ($0 !~ /\\$/) state = ""; next }
+FILENAME == tests && state == "sig" {
+    add(unit, $0)
+    if ($0 ~ /\{/) state = ($0 ~ /}[ \t]*$/ && $0 !~ /\{[ \t]*$/) ? "" : "body"
+    else if ($0 ~ /;[ \t]*$/) { delete text[unit]; delete helper[nm]; state = "" }
+    next
+}
+FILENAME == tests && /^TEST_CASE\(/ {
+    ncase++; unit = "case " ncase
+    match($0, /^TEST_CASE\("([^"\\]|\\.)*"/); nm = substr($0, 12, RLENGTH - 12)
+    gsub(/\\"/, "\"", nm); gsub(/\\\\/, "\\", nm)
+    case_name[ncase] = nm; case_line[ncase] = FNR; suite = ""
+    if (match($0, /doctest::test_suite\("[^"]*"\)/)) suite = substr($0, RSTART + 21, RLENGTH - 23)
+    if (suite ~ /^assignment [0-9]+( \(.*\))?$/) {
+        a = suite; sub(/^assignment /, "", a); sub(/ .*/, "", a)
+        case_of[a] = case_of[a] " " ncase; ncases[a]++
+    }
+    add(unit, $0)
+    state = ($0 ~ /\{[ \t]*$/) ? "body" : ""
+    next
+}
+FILENAME == tests && /^#define [A-Za-z_][A-Za-z0-9_]*\(/ {
+    nm = $2; sub(/\(.*/, "", nm); unit = "helper " nm; helper[nm] = 1
+    add(unit, $0); if ($0 ~ /\\$/) state = "macro"
+    next
+}
+FILENAME == tests && /^[A-Za-z_]/ && !/^(namespace|struct|class|union|enum|using|typedef|static_assert|template|extern)[^A-Za-z0-9_]/ {
+    if (!match($0, /[A-Za-z_][A-Za-z0-9_]*\(/)) next
+    nm = substr($0, RSTART, RLENGTH - 1)
+    if (nm ~ /^(if|for|while|switch|return|sizeof|decltype|alignof|operator)$/) next
+    unit = "helper " nm
+    if ($0 ~ /\{/) {
+        helper[nm] = 1; add(unit, $0)
+        state = ($0 ~ /}[ \t]*;?[ \t]*$/ && $0 !~ /\{[ \t]*$/) ? "" : "body"
+    } else if ($0 !~ /;[ \t]*$/) { helper[nm] = 1; add(unit, $0); state = "sig" }
+    next
+}
+FILENAME == tests { next }
+# ---- docs/formulas.md: the code map's rows "| [§N](#sN) title | functions | test cases |"
+FILENAME == sheet && /^\| \[§[0-9]+\]/ {
+    s = $0; sub(/^\| \[§/, "", s); sub(/[^0-9].*/, "", s)
+    cell = $0; sub(/[ \t]*\|[ \t]*$/, "", cell)
+    while ((p = index(cell, " | ")) > 0) cell = substr(cell, p + 3)
+    while (match(cell, /`[^`]+`/)) { nmap++; map_sec[nmap] = s; map_pat[nmap] = tolower(substr(cell, RSTART + 1, RLENGTH - 2)); cell = substr(cell, RSTART + RLENGTH) }
+    next
+}
+FILENAME == sheet { next }
+# ---- docs/assignments.md: the table's rows, and each section's Read paragraph and Rules list
+FILENAME == doc && /^\| [0-9]+ \|/ {
+    a = $0; sub(/^\| /, "", a); sub(/ .*/, "", a); nc = split($0, cells, "|"); row_reads[a] = sections(cells[4])
+    next
+}
+FILENAME == doc && /^## / { sec = ""; part = ""; if (match($0, /^## Assignment [0-9]+:/)) { sec = substr($0, 15, RLENGTH - 15); seen_sec[sec] = 1 }; next }
+FILENAME == doc && sec == "" { next }
+FILENAME == doc && part == "rules-head" { if ($0 ~ /^[ \t]*$/) { part = "rules"; next }; if ($0 !~ /^- /) next; part = "rules" }
+FILENAME == doc && part == "rules" && ($0 ~ /^[ \t]*$/ || $0 ~ /^  /) { next }  # between items, an item's next lines
+FILENAME == doc && part == "rules" && !/^- / { part = "" }
+FILENAME == doc && /^[ \t]*$/ { part = ""; next }
+FILENAME == doc && /^Read / { part = "read" }
+FILENAME == doc && /^Rules/ { part = "rules-head"; seen_rules[sec] = 1; next }
+FILENAME == doc && part == "read" {
+    ns = split(sections($0), S, " ")
+    for (k = 1; k <= ns; k++) { reads[sec, S[k]] = 1; read_list[sec] = read_list[sec] " " S[k] }
+    next
+}
+FILENAME == doc && part == "rules" && /^- / {
+    item = $0; sub(/^- /, "", item)
+    head = ""; inq = 0  # the names before the item's first ": " outside backquotes
+    for (i = 1; i <= length(item); i++) {
+        c = substr(item, i, 1); if (c == "`") inq = !inq
+        if (!inq && substr(item, i, 2) == ": ") break
+        head = head c
+    }
+    while (match(head, /`[A-Za-z_][A-Za-z0-9_:]*`/)) { rules[sec, substr(head, RSTART + 1, RLENGTH - 2)] = 1; head = substr(head, RSTART + RLENGTH) }
+    next
+}
+function fail(msg) { print msg; fails++ }
+function need_read(a, s, i, why) {
+    cited[s] = 1
+    if ((a, s) in reads || (a, s, i) in told) return
+    told[a, s, i] = 1
+    fail("assignment " a ": the case \"" case_name[i] "\" (tests.cpp:" case_line[i] ") " why " §" s ", which the Read list of " where(a) " lacks")
+}
+function need_rule(a, f, i, why) {
+    graded[f] = 1
+    if ((a, f) in rules || (a, f, i) in told) return
+    told[a, f, i] = 1
+    fail("assignment " a ": the case \"" case_name[i] "\" (tests.cpp:" case_line[i] ") grades the argument checks of " f " (" why "), which the Rules list of " where(a) " does not name")
+}
+END {
+    bad = 0
+    for (k = 1; k <= n_assign; k++) {
+        a = A[k]; fails = 0
+        split("", cited); split("", graded); split("", by_name); nb = split(blanked[a], B, " ")
+        if (!(a in seen_sec)) { print "assignment " a ": " doc " has no section \"## Assignment " a ": ...\""; bad = 1; continue }
+        if (!(a in ncases)) { print "assignment " a ": no test case of " tests " is in the test suite \"assignment " a "\""; bad = 1; continue }
+        if (!(a in seen_rules)) fail("assignment " a ": " where(a) " has no Rules list (a line \"Rules ...\", then \"- `function`: ...\" items)")
+        if ((a in total) && total[a] != ncases[a])
+            fail("assignment " a ": tests.cpp holds " ncases[a] " cases of its test suites as this scan reads them, the tests list " total[a])
+        m = split(case_of[a], C, " ")
+        for (j = 1; j <= m; j++) {
+            i = C[j]; by_name[case_name[i]] = i
+            # the case, and the helpers of tests.cpp it calls, and those they call
+            split("", use); list = ""; todo = called(code_of(text["case " i]))
+            while (todo ~ /[^ ]/) {
+                sub(/^ +/, "", todo); h = todo; sub(/ .*/, "", h); todo = substr(todo, length(h) + 1)
+                if (!(h in helper) || (h in use)) continue
+                use[h] = 1; list = list " " h; todo = todo called(code_of(text["helper " h]))
+            }
+            src = text["case " i]; hn = split(list, H, " ")
+            for (q = 1; q <= hn; q++) src = src "\n" text["helper " H[q]]
+            ns = split(sections(src), S, " ")
+            for (q = 1; q <= ns; q++) need_read(a, S[q], i, "cites")
+            lc = tolower(case_name[i])
+            for (q = 1; q <= nmap; q++) if (wild(lc, map_pat[q])) need_read(a, map_sec[q], i, "is listed in the code map of " sheet " (§33) under")
+            na = split(throw_args(code_of(src)), TA, "\001"); nb = split(blanked[a], B, " ")
+            for (t = 1; t <= na; t++) {
+                cl = called(TA[t])
+                for (b = 1; b <= nb; b++) if (index(cl, " " B[b] " ")) need_rule(a, B[b], i, "a throw check calls it")
+            }
+        }
+        # the fresh handout's run: a throw check whose exception is the stub of this assignment's function
+        if (a in log_of) {
+            lf = log_of[a]; cur = ""
+            while ((getline line < lf) > 0) {
+                if (line ~ /^TEST CASE: /) { cur = line; sub(/^TEST CASE: +/, "", cur); continue }
+                if (!(line ~ /(CHECK|REQUIRE|WARN)_THROWS.*not implemented: / || line ~ /message: .*not implemented: /)) continue
+                f = line; sub(/.*not implemented: /, "", f); sub(/[^A-Za-z0-9_].*/, "", f)
+                if (!(cur in by_name) || index(blanked[a], " " f " ") == 0) continue
+                need_rule(a, f, by_name[cur], "in the fresh handout a throw check reaches its stub")
+            }
+            close(lf)
+        }
+        # the table's read column and the Read list name the same sections
+        split("", in_row); split("", in_list); nr = split(row_reads[a], R, " "); nq = split(read_list[a], Q, " ")
+        for (q = 1; q <= nr; q++) in_row[R[q]] = 1
+        for (q = 1; q <= nq; q++) in_list[Q[q]] = 1
+        for (q = 1; q <= nr; q++) if (!(R[q] in in_list)) fail("assignment " a ": the table of " doc " reads §" R[q] ", the section's Read list does not")
+        for (q = 1; q <= nq; q++) if (!(Q[q] in in_row)) fail("assignment " a ": the Read list of " where(a) " reads §" Q[q] ", the table's row does not")
+        out = ""
+        for (s = 1; s <= 99; s++) if (s in cited) out = out " §" s
+        rl = ""
+        for (b = 1; b <= nb; b++) if (B[b] in graded) rl = rl (rl == "" ? "" : ", ") B[b]
+        if (fails) bad = 1
+        else printf("assignment %s: %d cases, reads%s, rules: %s: text and cases agree\n", a, ncases[a], out == "" ? " nothing" : out, rl == "" ? "none" : rl)
+    }
+    exit bad
+}
+endef
+ASSIGN_SHEET := docs/formulas.md
+ASSIGN_TEXT_RUN = LC_ALL=C awk -v assignments='$(ASSIGNMENTS)' \
+  -v funcs='$(foreach n,$(ASSIGNMENTS),$(n):$(strip $(ASSIGNMENT_$(n)_FUNCS));)' -v tests=tests.cpp \
+  -v sheet=$(ASSIGN_SHEET) -v doc=$(ASSIGN_DOC) -v totals="$$totals" -v logs="$$logs" "$$ASSIGN_TEXT_AWK" \
+  tests.cpp $(ASSIGN_SHEET) $(ASSIGN_DOC)
+assignments-text-check: export ASSIGN_TEXT_AWK := $(value ASSIGN_TEXT)
+assignments-text-check:
+	@totals=; logs=; $(ASSIGN_TEXT_RUN) || { echo "make assignments-text-check: $(ASSIGN_DOC) and the graded cases disagree" >&2; exit 1; }
 
 # make assignments-check: for every assignment N, its handout (the mathematics of transformer.cpp
 # compiled with $(FAST_OPT), no warning allowed, linked with the solution's machinery and
-# ASSIGN_TESTS_O) and the solution (ASSIGN_TESTS) run its cases; docs/assignments.md must state the
-# counts they print. The handout must hold a stub of every later assignment's function, and solved
-# (only those stubs left) pass the cases of assignments 1..N: a case of N or earlier must not need
-# a later assignment's function. make grade's runner then grades the fresh handout and the
-# solution: the one must score 0, the other full marks, and every entry of ASSIGNMENT_N_POINTS
-# must match a case. Quiet unless it fails.
+# ASSIGN_TESTS_O) and the solution (ASSIGN_TESTS) run its test suites; docs/assignments.md must
+# state the counts they print, and the suites with the count of each ("Tests: the suite
+# `assignment 1` (10 cases)", "Tests: the suites `assignment 2` (18 cases) and `assignment 2 (0
+# points)` (6 cases)"). The handout must hold a stub of every later assignment's function, and
+# solved (only those stubs left) pass the cases of assignments 1..N: a case of N or earlier must
+# not need a later assignment's function. make grade's runner then grades the fresh handout and
+# the solution: the one must score 0, the other full marks. Last, ASSIGN_TEXT holds each
+# section's reading list and rules to the cases, with the fresh handouts' output. Prints a line
+# or two per assignment; the test case that runs it shows them when it fails.
 ASSIGN_TESTS_O ?= $(BUILD)/tests.o
 ASSIGN_TESTS   ?= ./tests
 ASSIGN_DOC     := docs/assignments.md
 assignments-check: export HANDOUT_BLANK_AWK := $(value HANDOUT_BLANK)
+assignments-check: export ASSIGN_TEXT_AWK := $(value ASSIGN_TEXT)
 assignments-check: export GRADE_SH := $(value GRADE_RUN)
 assignments-check: export GRADE_AWK := $(value GRADE_REPORT)
 assignments-check:
 	@set -e; for f in $(ASSIGN_TESTS_O) $(ASSIGN_TESTS); do [ -e "$$f" ] || { echo "make assignments-check: $$f is missing (make tests builds it)" >&2; exit 1; }; done; \
-	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; bad=0; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; bad=0; totals=; logs=; \
+	listed() { "$$@" < /dev/null 2>&1 | awk '/^=====*$$/ { part++; next } part == 1'; }; \
 	counts() { sed 's/\x1b\[[0-9;]*m//g' "$$1" | sed -n 's/^\[doctest\] test cases: *\([0-9]*\) | *\([0-9]*\) passed | *\([0-9]*\) failed.*/test cases: \1 | \2 passed | \3 failed/p'; }; \
 	score() { sed -n 's/^make grade: assignment [0-9]*: \([0-9.]*\) of \([0-9.]*\) points,.*/\1 of \2/p' "$$1"; }; \
 	key() { $(CXX) $(STD) $(FAST_OPT) -DTF_ONLY_MACHINERY -E -P "$$1" | cksum; }; \
@@ -764,13 +1034,13 @@ assignments-check:
 	  $(CXX) $(FAST_OPT) -o "$$out" "$$out.o" "$$mach" $(ASSIGN_TESTS_O); \
 	}; \
 	one() { \
-	  n=$$1; pat=$$2; later=$$3; upto=$$4; points=$$5; d="$$tmp/handout-$$n"; \
+	  n=$$1; suites=$$2; later=$$3; upto=$$4; d="$$tmp/handout-$$n"; \
 	  $(MAKE) --no-print-directory -s handout ASSIGNMENT=$$n DIR="$$d" > "$$d.log" 2>&1 || { cat "$$d.log"; return 1; }; \
 	  for f in $$later; do grep -q "not implemented: $$f (assignment " "$$d/transformer.cpp" || \
 	    { echo "assignment $$n: the handout holds the solution of $$f, a later assignment's function"; return 1; }; done; \
 	  build "$$d/transformer.cpp" "$$d/tests" || { echo "assignment $$n: the handout does not build"; return 1; }; \
-	  (cd "$$d" && ./tests -nc -tc="$$pat") > "$$d.run.log" 2>&1 || true; \
-	  $(ASSIGN_TESTS) -nc -tc="$$pat" > "$$d.sol.log" 2>&1 || true; \
+	  (cd "$$d" && ./tests -nc -ts="$$suites") > "$$d.run.log" 2>&1 || true; \
+	  $(ASSIGN_TESTS) -nc -ts="$$suites" > "$$d.sol.log" 2>&1 || true; \
 	  before=$$(counts "$$d.run.log"); after=$$(counts "$$d.sol.log"); \
 	  total=$$(echo "$$after" | sed 's/test cases: \([0-9]*\) .*/\1/'); \
 	  echo "assignment $$n: fresh handout $$before; solution $$after"; \
@@ -781,33 +1051,44 @@ assignments-check:
 	  if [ -n "$$later" ]; then \
 	    awk -v funcs="$$later" "$$HANDOUT_BLANK_AWK" transformer.cpp > "$$d/solved.cpp"; \
 	    build "$$d/solved.cpp" "$$d/solved-tests" || { echo "assignment $$n: the solved handout does not build"; return 1; }; \
-	    (cd "$$d" && ./solved-tests -nc -tc="$$upto") > "$$d.solved.log" 2>&1 || { \
+	    (cd "$$d" && ./solved-tests -nc -ts="$$upto") > "$$d.solved.log" 2>&1 || { \
 	      echo "assignment $$n: solved, with the later assignments' stubs ($$later), these cases of assignments 1..$$n fail:"; \
 	      grep -B 3 -E "ERROR|not implemented" "$$d.solved.log" | head -n 40; return 1; }; \
 	  fi; \
 	  sec=$$(awk -v h="## Assignment $$n:" 'index($$0, h) == 1 { on = 1; print; next } /^## / { on = 0 } on' $(ASSIGN_DOC)); \
 	  row=$$(grep "^| $$n |" $(ASSIGN_DOC) || true); \
-	  for want in "Fresh handout: \`$$before\`" "Solved: \`$$after\`" "Tests: \`$$pat\`"; do \
+	  listed $(ASSIGN_TESTS) -nc -lts -ts="$$suites" > "$$d.suites"; \
+	  { grep -x "assignment $$n" "$$d.suites" || true; grep -vx "assignment $$n" "$$d.suites" | LC_ALL=C sort; } > "$$d.suites.sorted"; \
+	  k=0; ns=$$(wc -l < "$$d.suites.sorted" | tr -d ' '); tl="Tests: the suite"; [ "$$ns" = 1 ] || tl="Tests: the suites"; \
+	  while IFS= read -r s; do \
+	    k=$$((k + 1)); c=$$(listed $(ASSIGN_TESTS) -nc -ltc -ts="$$(printf '%s\n' "$$s" | sed 's/[\\*?,]/?/g')" | wc -l | tr -d ' '); \
+	    [ "$$c" = 1 ] && c="1 case" || c="$$c cases"; \
+	    if [ $$k -eq 1 ]; then sep=" "; elif [ $$k -eq "$$ns" ]; then sep=" and "; else sep=", "; fi; \
+	    tl="$$tl$$sep\`$$s\` ($$c)"; \
+	  done < "$$d.suites.sorted"; \
+	  totals="$$totals $$n:$$total"; logs="$$logs $$n:$$d.run.log"; \
+	  for want in "Fresh handout: \`$$before\`" "Solved: \`$$after\`" "$$tl"; do \
 	    case "$$sec" in *"$$want"*) ;; *) echo "$(ASSIGN_DOC), section \"Assignment $$n\", should say: $$want"; return 1;; esac; done; \
 	  f=$$(echo "$$before" | sed 's/.*| \([0-9]*\) failed/\1/'); \
 	  case "$$row" in *"| $$f of $$total fail | $$total of $$total pass |"*) ;; *) echo "$(ASSIGN_DOC), table row of assignment $$n should say: | $$f of $$total fail | $$total of $$total pass |"; return 1;; esac; \
-	  (cd "$$d" && sh -c "$$GRADE_SH" grade ./tests "$$pat" "$$points" graded $(GRADE_TIMEOUT) "assignment $$n") > "$$d.grade.log" 2>&1 || { cat "$$d.grade.log"; return 1; }; \
-	  sh -c "$$GRADE_SH" grade $(ASSIGN_TESTS) "$$pat" "$$points" "$$d.graded" $(GRADE_TIMEOUT) "assignment $$n" > "$$d.sol-grade.log" 2>&1 || { cat "$$d.sol-grade.log"; return 1; }; \
+	  (cd "$$d" && sh -c "$$GRADE_SH" grade ./tests "$$suites" graded $(GRADE_TIMEOUT) "assignment $$n") > "$$d.grade.log" 2>&1 || { cat "$$d.grade.log"; return 1; }; \
+	  sh -c "$$GRADE_SH" grade $(ASSIGN_TESTS) "$$suites" "$$d.graded" $(GRADE_TIMEOUT) "assignment $$n" > "$$d.sol-grade.log" 2>&1 || { cat "$$d.sol-grade.log"; return 1; }; \
 	  got=$$(score "$$d.grade.log"); sol=$$(score "$$d.sol-grade.log"); \
 	  echo "assignment $$n: make grade: fresh handout $$got points; solution $$sol points"; \
-	  if grep "^make grade: warning" "$$d.grade.log"; then return 1; fi; \
-	  case "$$got" in "0 of "*) ;; *) echo "assignment $$n: make grade gives a fresh handout $$got points, not 0: the cases it passes should be worth 0 (ASSIGNMENT_$${n}_POINTS)"; cat "$$d.grade.log"; return 1;; esac; \
+	  case "$$got" in "0 of "*) ;; *) echo "assignment $$n: make grade gives a fresh handout $$got points, not 0: the cases it passes belong in the test suite \"assignment $$n (0 points)\""; cat "$$d.grade.log"; return 1;; esac; \
 	  if [ -z "$$sol" ] || [ "$${sol% of *}" != "$${sol#* of }" ]; then echo "assignment $$n: make grade gives the solution $$sol points, not full marks"; cat "$$d.sol-grade.log"; return 1; fi; \
 	}; \
-	$(foreach n,$(ASSIGNMENTS),one $(n) "$(call TESTS_OF,$(n))" \
+	$(foreach n,$(ASSIGNMENTS),one $(n) "$(call SUITES_OF,$(n))" \
 	  "$(strip $(foreach m,$(wordlist 2,99,$(wordlist $(n),99,$(ASSIGNMENTS))),$(ASSIGNMENT_$(m)_FUNCS)))" \
-	  "$(call TESTS_UPTO,$(n))" '$(call POINTS_OF,$(n))' || bad=1;) \
-	[ $$bad = 0 ] && echo "make assignments-check: docs/assignments.md states every assignment's counts; make grade scores each fresh handout 0, the solution full marks" || { echo "make assignments-check: failed" >&2; exit 1; }
+	  "$(call SUITES_UPTO,$(n))" || bad=1;) \
+	$(ASSIGN_TEXT_RUN) || bad=1; \
+	[ $$bad = 0 ] && echo "make assignments-check: docs/assignments.md states every assignment's counts, suites, reading list and rules; make grade scores each fresh handout 0, the solution full marks" || { echo "make assignments-check: failed" >&2; exit 1; }
 
 # ---- make mutants: mutation testing of the formula functions -----------------------------------
 # make mutants FUNC=LayerNorm_backward [TESTS="LayerNorm*"] [MAX=n] [TIMEOUT=seconds]
-# make mutants-all [FUNCS="name[:tests-pattern] ..."] [MAX=25]   (default FUNCS: MUTANT_FUNCS, Part I)
-# make mutants-assignments [MAX=3]   (each assignment's functions against its own test command)
+# make mutants-all [FUNCS="name[:tests-pattern] ..."] [MAX=25]   (default FUNCS: MUTANT_FUNCS, Part I;
+#   a tests-pattern "-ts=FILTER" selects test suites instead of case names)
+# make mutants-assignments [MAX=3]   (each assignment's functions against its own test suites)
 # Copies the project into a temporary directory, finds the body of FUNC in transformer.cpp as
 # `make handout` does (its definition on a line starting in column 0, body up to the closing brace
 # in column 0), and makes, one at a time, the mistakes a student makes inside that body only:
@@ -890,9 +1171,10 @@ MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multi
                 make_config:parameters*,GPT* add:MultiHeadSA*,GPT*,Tensor:* block_forward:GPT*,BERT*,explain* \
                 block_backward:GPT*,BERT*,explain* kv_init:sample* append_rows:sample* MultiHeadSA_cached:sample* \
                 model_step:sample*
-# Each assignment's functions against that assignment's own test command (ASSIGNMENT_N_TESTS).
+# Each assignment's functions against that assignment's own test cases, its test suites (an entry's
+# tests "-ts=FILTER" select by suite; a space of the suites' names is matched by ?).
 space := $(subst ,, )
-MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(n)_FUNCS),$(f):$(subst $(space),?,$(call TESTS_OF,$(n)))))
+MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(n)_FUNCS),$(f):-ts=$(subst $(space),?,$(call SUITES_OF,$(n)))))
 
 # awk -v from=A -v to=B: one line per mutant of lines A..B of transformer.cpp:
 #     line <TAB> operator <TAB> the mutated line
@@ -1086,7 +1368,7 @@ mutants mutants-all: | doctest
 	}; \
 	for entry in $$list; do \
 	  func=$$(printf '%s' "$$entry" | sed -E 's/^(([^:]|::)*).*/\1/'); pat=$${entry#"$$func"}; pat=$${pat#:}; \
-	  tc=$${pat:+-tc=$$pat}; \
+	  case "$$pat" in -ts=*) tc=$$pat;; *) tc=$${pat:+-tc=$$pat};; esac; \
 	  awk -v funcs="$$func" -v ranges="$$tmp/range" "$$HANDOUT_BLANK_AWK" transformer.cpp >/dev/null \
 	    || { echo "make mutants: no function $$func in transformer.cpp" >&2; exit 1; }; \
 	  read -r _ from to < "$$tmp/range"; \

@@ -1738,7 +1738,7 @@ TEST_CASE("matmul_tn: wrong shape") {
 // ================================================================================================
 // diag
 // ================================================================================================
-TEST_CASE("diag: hand-computed case") {
+TEST_CASE("diag: hand-computed case" * doctest::test_suite("assignment 1")) {
     // diag((2, -1, 3)) = [[2, 0, 0], [0, -1, 0], [0, 0, 3]]
     TD Y = diag(TD::vector({2, -1, 3}));
     REQUIRE(Y.shape == shp(3, 3));
@@ -1751,7 +1751,7 @@ TEST_CASE("diag: hand-computed case") {
     CHECK_CLOSE(diag(TD::vector({4})), mat(1, 1, {4}), 0.0, "diag((4))", "hand-computed, formulas §2");
 }
 
-TEST_CASE("diag: gradient check") {
+TEST_CASE("diag: gradient check" * doctest::test_suite("assignment 1")) {
     Rng rng(11);
     TD x = randn_vec(5, rng), R = randn(5, 5, rng);
     TD dx = diag_backward(R);
@@ -1759,7 +1759,7 @@ TEST_CASE("diag: gradient check") {
                "§2 dx_i = dY_{i,i}");
 }
 
-TEST_CASE("diag: wrong shape") {
+TEST_CASE("diag: wrong shape" * doctest::test_suite("assignment 1")) {
     CHECK_THROWS_NAMING(ShapeError, diag(TD(2, 3)), "2x3");
     CHECK_THROWS_NAMING(ShapeError, diag_backward(TD(2, 3)), "2x3");
     CHECK_THROWS_NAMING(ShapeError, diag_backward(TD::vector({1, 2, 3, 4, 5, 6, 7})), "7");
@@ -1768,7 +1768,7 @@ TEST_CASE("diag: wrong shape") {
 // ================================================================================================
 // Stack
 // ================================================================================================
-TEST_CASE("Stack: hand-computed case") {
+TEST_CASE("Stack: hand-computed case" * doctest::test_suite("assignment 1")) {
     // Stack_2((1, 2, 3)) = [[1, 2, 3], [1, 2, 3]]
     TD Y = Stack(TD::vector({1, 2, 3}), 2);
     REQUIRE(Y.shape == shp(2, 3));
@@ -1781,7 +1781,7 @@ TEST_CASE("Stack: hand-computed case") {
     CHECK_MESSAGE(Stack(TD::vector({1, 2, 3}), 0).shape == shp(0, 3), "Stack_0((1, 2, 3)) must be an empty 0x3 matrix (formulas §3)");
 }
 
-TEST_CASE("Stack: gradient check") {
+TEST_CASE("Stack: gradient check" * doctest::test_suite("assignment 1")) {
     Rng rng(12);
     TD x = randn_vec(4, rng), R = randn(3, 4, rng);
     TD dx = Stack_backward(R);
@@ -1789,7 +1789,7 @@ TEST_CASE("Stack: gradient check") {
                "§3 dx_j = sum_{i=1}^n dY_{i,j}");
 }
 
-TEST_CASE("Stack: wrong shape") {
+TEST_CASE("Stack: wrong shape" * doctest::test_suite("assignment 1")) {
     CHECK_THROWS_NAMING(ShapeError, Stack(TD(2, 3), 4), "2x3");
     CHECK_THROWS_NAMING(ShapeError, Stack(TD::vector({1, 2, 3}), -2), "-2x3");
     CHECK_THROWS_NAMING(ShapeError, Stack_backward(TD::vector({1, 2, 3, 4, 5})), "5");
@@ -1836,7 +1836,7 @@ TEST_CASE("OneHot: bad ids") {
 // ================================================================================================
 // Embedding: OneHot(x) W_e as a row lookup
 // ================================================================================================
-TEST_CASE("Embedding: hand-computed case") {
+TEST_CASE("Embedding: hand-computed case" * doctest::test_suite("assignment 1")) {
     // W_e = [[1, 2], [3, 4], [5, 6]] (V = 3, H = 2), x = {2, 0, 2}: rows W_e[2], W_e[0], W_e[2].
     TD W = TD::from(3, 2, {1, 2, 3, 4, 5, 6});
     TD Y = Embedding<double>({2, 0, 2}, W);
@@ -1852,7 +1852,7 @@ TEST_CASE("Embedding: hand-computed case") {
                 "hand-computed scatter-add: 0.5 + the dY rows of each id (id 2 twice: 1 + 100), formulas §4");
 }
 
-TEST_CASE("Embedding: equals matmul(OneHot(x), W_e), backward equals matmul_tn(OneHot(x), dY)") {
+TEST_CASE("Embedding: equals matmul(OneHot(x), W_e), backward equals matmul_tn(OneHot(x), dY)" * doctest::test_suite("assignment 1")) {
     Rng rng(13);
     const int V = 7, H = 5;
     const std::vector<int> x = {3, 3, 0, 6, 3, 1, 0, 3};  // repeated ids: 3 four times, 0 twice
@@ -1878,7 +1878,7 @@ TEST_CASE("Embedding: equals matmul(OneHot(x), W_e), backward equals matmul_tn(O
                 "OneHot(x) W_e in float, formulas §4");
 }
 
-TEST_CASE("Embedding: gradient check") {
+TEST_CASE("Embedding: gradient check" * doctest::test_suite("assignment 1")) {
     Rng rng(14);
     const std::vector<int> x = {1, 4, 1, 0, 1};
     TD W = randn(5, 3, rng), R = randn(5, 3, rng);
@@ -1888,7 +1888,7 @@ TEST_CASE("Embedding: gradient check") {
                "Embedding_backward's dW_e (x = {1, 4, 1, 0, 1} (code ids), W_e 5x3)", "§4 dW_e = OneHot(x)^T dY");
 }
 
-TEST_CASE("Embedding: wrong shape and bad ids") {
+TEST_CASE("Embedding: wrong shape and bad ids" * doctest::test_suite("assignment 1")) {
     TD W(3, 2);
     CHECK_THROWS_NAMING(ShapeError, Embedding<double>({0}, TD::vector({1, 2, 3, 4, 5})), "5");
     CHECK_THROWS_NAMING(Error, Embedding<double>({0, 3}, W), "token id 3", "position 1", "0..2");
@@ -1902,7 +1902,7 @@ TEST_CASE("Embedding: wrong shape and bad ids") {
 // ================================================================================================
 // Softmax
 // ================================================================================================
-TEST_CASE("Softmax: hand-computed case") {
+TEST_CASE("Softmax: hand-computed case" * doctest::test_suite("assignment 2")) {
     // Row 0: e^{ln 1}, e^{ln 2}, e^{ln 5} = 1, 2, 5, sum 8 -> (1/8, 2/8, 5/8).
     // Row 1: equal entries -> (1/3, 1/3, 1/3).
     // Row 2: (0, -inf, ln 3) -> e^0, 0, 3, sum 4 -> (1/4, 0, 3/4); the -inf entry gets exactly 0.
@@ -1930,7 +1930,7 @@ TEST_CASE("Softmax: hand-computed case") {
     }
 }
 
-TEST_CASE("Softmax: gradient check, including a row with -inf entries") {
+TEST_CASE("Softmax: gradient check, including a row with -inf entries" * doctest::test_suite("assignment 2")) {
     Rng rng(15);
     TD X = randn(4, 5, rng, 2.0);
     X(1, 0) = -INF, X(1, 3) = -INF;  // row 1 has two masked entries
@@ -1951,7 +1951,7 @@ TEST_CASE("Softmax: gradient check, including a row with -inf entries") {
                "§5 dX_{i,j} = Y_{i,j} (dY_{i,j} - sum_{k=1}^m dY_{i,k} Y_{i,k})");
 }
 
-TEST_CASE("Softmax: rows sum to 1, huge inputs, -inf entries, all -inf row") {
+TEST_CASE("Softmax: rows sum to 1, huge inputs, -inf entries, all -inf row" * doctest::test_suite("assignment 2")) {
     Rng rng(16);
     TD X = randn(6, 9, rng, 3.0);
     TD Y = Softmax(X);
@@ -1991,7 +1991,7 @@ TEST_CASE("Softmax: rows sum to 1, huge inputs, -inf entries, all -inf row") {
     CHECK_CLOSE(Softmax(X2), Y, 1e-14, "Softmax of X with 50 added to row 3", "Softmax(X): a constant per row cancels, formulas §5");
 }
 
-TEST_CASE("Softmax: wrong shape") {
+TEST_CASE("Softmax: wrong shape" * doctest::test_suite("assignment 2")) {
     CHECK_THROWS_NAMING(ShapeError, Softmax(TD::vector({1, 2, 3, 4, 5})), "Softmax", "5");
     CHECK_THROWS_NAMING(ShapeError, Softmax_backward(TD(2, 3), TD(3, 2)), "2x3", "3x2");
     CHECK_THROWS_NAMING(ShapeError, Softmax_backward(TD::vector({1, 2}), TD::vector({1, 2})), "2");
@@ -2000,7 +2000,7 @@ TEST_CASE("Softmax: wrong shape") {
 // ================================================================================================
 // Masks
 // ================================================================================================
-TEST_CASE("Mask_BD: hand-computed case") {
+TEST_CASE("Mask_BD: hand-computed case" * doctest::test_suite("assignment 3")) {
     // (Mask^BD)_{i,j} = 1 for all i, j.
     TD M = Mask_BD<double>(3);
     CHECK_CLOSE(M, TD(3, 3, 1.0), 0.0, "Mask_BD(3)", "hand-computed: every entry 1, formulas §6");
@@ -2008,11 +2008,11 @@ TEST_CASE("Mask_BD: hand-computed case") {
     CHECK_MESSAGE(Mask_BD<double>(0).shape == shp(0, 0), "Mask_BD(0) must be an empty 0x0 matrix (formulas §6)");
 }
 
-TEST_CASE("Mask_BD: wrong shape") {
+TEST_CASE("Mask_BD: wrong shape" * doctest::test_suite("assignment 3")) {
     CHECK_THROWS_NAMING(Error, Mask_BD<double>(-2), "-2");  // a shape or a value: ShapeError is an Error
 }
 
-TEST_CASE("Mask_AR: hand-computed case (the n = 4 example of formulas §6)") {
+TEST_CASE("Mask_AR: hand-computed case (the n = 4 example of formulas §6)" * doctest::test_suite("assignment 3")) {
     // [[1, -inf, -inf, -inf], [1, 1, -inf, -inf], [1, 1, 1, -inf], [1, 1, 1, 1]]
     TD M = Mask_AR<double>(4);
     const TD expect = mat(4, 4, {1, -INF, -INF, -INF, 1, 1, -INF, -INF, 1, 1, 1, -INF, 1, 1, 1, 1});
@@ -2020,7 +2020,7 @@ TEST_CASE("Mask_AR: hand-computed case (the n = 4 example of formulas §6)") {
                 "the n = 4 example of formulas §6: 1 where j <= i, -inf where j > i (row i, column j)");
 }
 
-TEST_CASE("Mask_AR: definition entry by entry") {
+TEST_CASE("Mask_AR: definition entry by entry" * doctest::test_suite("assignment 3")) {
     for (int n : {1, 2, 5, 9}) {
         TF M = Mask_AR<float>(n);
         INFO("Mask_AR<float>(" << n << ")");
@@ -2034,11 +2034,11 @@ TEST_CASE("Mask_AR: definition entry by entry") {
     }
 }
 
-TEST_CASE("Mask_AR: wrong shape") {
+TEST_CASE("Mask_AR: wrong shape" * doctest::test_suite("assignment 3")) {
     CHECK_THROWS_NAMING(Error, Mask_AR<double>(-3), "-3");  // a shape or a value: ShapeError is an Error
 }
 
-TEST_CASE("Mask_ST: hand-computed case") {
+TEST_CASE("Mask_ST: hand-computed case" * doctest::test_suite("assignment 3")) {
     // n = 6, window 2, stride 3: keep j <= i with i - j < 2 or (i - j) % 3 == 0.
     //   i=0: j=0            i=3: j=0 (3%3), 2, 3      i=5: j=2 (3%3), 4, 5
     //   i=1: j=0, 1         i=4: j=1 (3%3), 3, 4
@@ -2058,7 +2058,7 @@ TEST_CASE("Mask_ST: hand-computed case") {
                 "Mask_ST(n = 3, window 1, stride 0)", "hand-computed: the diagonal only, formulas §7");
 }
 
-TEST_CASE("Mask_ST: matches its definition entry by entry and is causal") {
+TEST_CASE("Mask_ST: matches its definition entry by entry and is causal" * doctest::test_suite("assignment 3")) {
     struct Case {
         int n, window, stride;
     };
@@ -2088,13 +2088,13 @@ TEST_CASE("Mask_ST: matches its definition entry by entry and is causal") {
                 "Mask_AR(6): stride 1 keeps every j <= i, formulas §7");
 }
 
-TEST_CASE("Mask_ST: wrong shape and bad arguments") {
+TEST_CASE("Mask_ST: wrong shape and bad arguments" * doctest::test_suite("assignment 3")) {
     CHECK_THROWS_NAMING(Error, Mask_ST<double>(4, 0, 1), "window", "0");
     CHECK_THROWS_NAMING(Error, Mask_ST<double>(4, 2, -1), "stride", "-1");
     CHECK_THROWS_NAMING(Error, Mask_ST<double>(-4, 2, 1), "-4");  // a shape or a value: ShapeError is an Error
 }
 
-TEST_CASE("apply_mask: hand-computed case") {
+TEST_CASE("apply_mask: hand-computed case" * doctest::test_suite("assignment 3")) {
     // A 1 keeps the score, a -inf replaces it by -inf (no 0 * inf product, so even a +inf or NaN
     // score under a -inf entry becomes -inf):
     //   Mask [[1, -inf, -inf], [1, 1, -inf]] (.) S [[2, 3, +inf], [-4, 5, NaN]]
@@ -2120,14 +2120,14 @@ TEST_CASE("apply_mask: hand-computed case") {
         }
 }
 
-TEST_CASE("apply_mask: wrong shape") {
+TEST_CASE("apply_mask: wrong shape" * doctest::test_suite("assignment 3")) {
     CHECK_THROWS_NAMING(ShapeError, apply_mask(Mask_AR<double>(3), TD(3, 4)), "3x3", "3x4");
 }
 
 // ================================================================================================
 // Attention
 // ================================================================================================
-TEST_CASE("Attention: hand-computed case") {
+TEST_CASE("Attention: hand-computed case" * doctest::test_suite("assignment 3")) {
     // n = 2, D = 4 (sqrt(D) = 2). Q rows (2, 0, 0, 0), K rows (0, 0, 0, 0) and (ln 3, 0, 0, 0):
     //   Q K^T / sqrt(D) = [[0, 2 ln3 / 2], [0, ln 3]] = [[0, ln 3], [0, ln 3]].
     // Mask_BD: P rows = (1, 3) / 4 = (1/4, 3/4);  V = [[1, 0, 0, 2], [5, 1, 0, -2]]:
@@ -2195,7 +2195,7 @@ void attention_grad_check(const TD& Mask, const TD* drop, uint64_t seed, const s
 }
 }  // namespace
 
-TEST_CASE("Attention: gradient check of dQ, dK, dV under Mask_AR, Mask_BD, Mask_ST") {
+TEST_CASE("Attention: gradient check of dQ, dK, dV under Mask_AR, Mask_BD, Mask_ST" * doctest::test_suite("assignment 3")) {
     attention_grad_check(Mask_AR<double>(5), nullptr, 21, "Mask_AR");
     attention_grad_check(Mask_BD<double>(5), nullptr, 22, "Mask_BD");
     attention_grad_check(Mask_ST<double>(7, 2, 3), nullptr, 23, "Mask_ST(7,2,3)");
@@ -2205,7 +2205,7 @@ TEST_CASE("Attention: gradient check of dQ, dK, dV under Mask_AR, Mask_BD, Mask_
     attention_grad_check(Mask_BD<double>(1), nullptr, 26, "n = 1", false);
 }
 
-TEST_CASE("Attention: gradient check with fixed dropout scales") {
+TEST_CASE("Attention: gradient check with fixed dropout scales" * doctest::test_suite("assignment 3")) {
     Rng rng(26);
     TD drop = dropout_mask<double>({5, 5}, 0.4, rng);
     int zeros = 0;
@@ -2252,13 +2252,13 @@ void check_attention_dependence(const TD& Mask, uint64_t seed) {
 }
 }  // namespace
 
-TEST_CASE("Attention: Mask_AR row i ignores rows j > i, Mask_BD sees every row, Mask_ST its pattern") {
+TEST_CASE("Attention: Mask_AR row i ignores rows j > i, Mask_BD sees every row, Mask_ST its pattern" * doctest::test_suite("assignment 3")) {
     check_attention_dependence(Mask_AR<double>(5), 31);
     check_attention_dependence(Mask_BD<double>(5), 32);
     check_attention_dependence(Mask_ST<double>(8, 2, 3), 33);
 }
 
-TEST_CASE("Attention: masked positions get probability exactly 0 and gradient exactly 0") {
+TEST_CASE("Attention: masked positions get probability exactly 0 and gradient exactly 0" * doctest::test_suite("assignment 3")) {
     for (const TD& Mask : {Mask_AR<double>(6), Mask_ST<double>(8, 2, 3)}) {
         const int n = Mask.rows(), D = 4;
         Rng rng(34);
@@ -2311,7 +2311,7 @@ TEST_CASE("Attention: masked positions get probability exactly 0 and gradient ex
     }
 }
 
-TEST_CASE("Attention: a fully masked row gives zeros, not NaN") {
+TEST_CASE("Attention: a fully masked row gives zeros, not NaN" * doctest::test_suite("assignment 3")) {
     Rng rng(35);
     TD Q = randn(3, 2, rng), K = randn(3, 2, rng), V = randn(3, 2, rng);
     TD Mask = Mask_AR<double>(3);
@@ -2331,7 +2331,7 @@ TEST_CASE("Attention: a fully masked row gives zeros, not NaN") {
     CHECK_MESSAGE(dQ(1, 1) == 0.0, "Attention_backward's dQ, entry (2, 2): expected exactly 0 (P row 2 is 0), got " << dQ(1, 1));
 }
 
-TEST_CASE("Attention: float agrees with double") {
+TEST_CASE("Attention: float agrees with double" * doctest::test_suite("assignment 3")) {
     Rng rng(36);
     TD Q = randn(6, 4, rng), K = randn(6, 4, rng), V = randn(6, 4, rng);
     TD O = Attention(Q, K, V, Mask_AR<double>(6));
@@ -2339,7 +2339,7 @@ TEST_CASE("Attention: float agrees with double") {
     CHECK_APPROX(Of, O, 1e-5, "Attention in float (n = 6, D = 4, Mask_AR)", "Attention in double");
 }
 
-TEST_CASE("Attention: wrong shape") {
+TEST_CASE("Attention: wrong shape" * doctest::test_suite("assignment 3")) {
     CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 5), TD(3, 4), Mask_BD<double>(3)), "Attention", "3x4", "3x5");
     CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 4), TD(2, 4), Mask_BD<double>(3)), "Attention", "3x4", "2x4");
     CHECK_THROWS_NAMING(ShapeError, Attention(TD(3, 4), TD(3, 4), TD(3, 4), Mask_BD<double>(2)), "Attention", "Mask", "2x2",
@@ -2364,7 +2364,7 @@ TEST_CASE("Attention: wrong shape") {
 // ================================================================================================
 // Concat
 // ================================================================================================
-TEST_CASE("Concat: hand-computed case") {
+TEST_CASE("Concat: hand-computed case" * doctest::test_suite("assignment 3")) {
     // Concat([[1,2],[3,4]], [[5,6],[7,8]], [[9,10],[11,12]]) = [[1,2,5,6,9,10],[3,4,7,8,11,12]]
     std::vector<TD> X = {TD::from(2, 2, {1, 2, 3, 4}), TD::from(2, 2, {5, 6, 7, 8}), TD::from(2, 2, {9, 10, 11, 12})};
     TD Y = Concat(X);
@@ -2383,7 +2383,7 @@ TEST_CASE("Concat: hand-computed case") {
                 "the block itself, formulas §11");
 }
 
-TEST_CASE("Concat: gradient check") {
+TEST_CASE("Concat: gradient check" * doctest::test_suite("assignment 3")) {
     Rng rng(41);
     std::vector<TD> X = {randn(3, 2, rng), randn(3, 2, rng), randn(3, 2, rng), randn(3, 2, rng)};
     TD R = randn(3, 8, rng);
@@ -2395,7 +2395,7 @@ TEST_CASE("Concat: gradient check") {
                    "§11 dX_k = dY_{:, (k-1)D+1 : kD}");
 }
 
-TEST_CASE("Concat: wrong shape") {
+TEST_CASE("Concat: wrong shape" * doctest::test_suite("assignment 3")) {
     CHECK_THROWS_NAMING(ShapeError, Concat(std::vector<TD>{TD(2, 2), TD(2, 3)}), "2x2", "2x3");
     CHECK_THROWS_NAMING(ShapeError, Concat(std::vector<TD>{TD(2, 2), TD(3, 2)}), "2x2", "3x2");
     CHECK_THROWS_AS(Concat(std::vector<TD>{}), ShapeError);
@@ -2408,7 +2408,7 @@ TEST_CASE("Concat: wrong shape") {
 // ================================================================================================
 // MultiHeadSA
 // ================================================================================================
-TEST_CASE("MultiHeadSA: hand-computed case") {
+TEST_CASE("MultiHeadSA: hand-computed case" * doctest::test_suite("assignment 3")) {
     // n = 2, H = 2, A = 2 heads of D = 1. W_Q = 0, so every score is 0 and attention averages the
     // visible values. X = [[1, 2], [3, 4]];
     //   head 1: W_V = (1, 0)^T -> V = (1, 3);  head 2: W_V = (0, 1)^T -> V = (2, 4).
@@ -2431,7 +2431,7 @@ TEST_CASE("MultiHeadSA: hand-computed case") {
                  "hand-computed in the comment above, formulas §12");
 }
 
-TEST_CASE("MultiHeadSA: equals Concat(Attention(X W_i^Q, X W_i^K, X W_i^V, Mask)) W^O") {
+TEST_CASE("MultiHeadSA: equals Concat(Attention(X W_i^Q, X W_i^K, X W_i^V, Mask)) W^O" * doctest::test_suite("assignment 3")) {
     Rng rng(51);
     const int n = 5, H = 6, A = 3, D = 2;
     MultiHeadSAParams<double> p = make_mhsa(H, A, D, rng);
@@ -2508,24 +2508,24 @@ void mhsa_grad_check(const TD& Mask, int B, int A, double attn_dropout, uint64_t
 }
 }  // namespace
 
-TEST_CASE("MultiHeadSA: gradient check of dX, W_Q, W_K, W_V, W_O (B = 2, A = 2)") {
+TEST_CASE("MultiHeadSA: gradient check of dX, W_Q, W_K, W_V, W_O (B = 2, A = 2)" * doctest::test_suite("assignment 3")) {
     mhsa_grad_check(Mask_AR<double>(4), 2, 2, 0.0, 52, "Mask_AR");
     mhsa_grad_check(Mask_BD<double>(4), 2, 2, 0.0, 53, "Mask_BD");
     mhsa_grad_check(Mask_ST<double>(5, 2, 3), 2, 2, 0.0, 54, "Mask_ST");
     mhsa_grad_check(Mask_AR<double>(3), 1, 3, 0.0, 55, "B = 1, A = 3");
 }
 
-TEST_CASE("MultiHeadSA: gradient check with attention dropout (B = 2, A = 2)") {
+TEST_CASE("MultiHeadSA: gradient check with attention dropout (B = 2, A = 2)" * doctest::test_suite("assignment 3")) {
     mhsa_grad_check(Mask_AR<double>(4), 2, 2, 0.3, 56, "Mask_AR + dropout");
     mhsa_grad_check(Mask_BD<double>(4), 2, 2, 0.3, 57, "Mask_BD + dropout");
 }
 
-TEST_CASE("MultiHeadSA: gradient check with biases b_Q, b_K, b_V, b_O (GPT-2 as released)") {
+TEST_CASE("MultiHeadSA: gradient check with biases b_Q, b_K, b_V, b_O (GPT-2 as released)" * doctest::test_suite("assignment 3")) {
     mhsa_grad_check(Mask_AR<double>(4), 2, 2, 0.0, 61, "Mask_AR + biases", true);
     mhsa_grad_check(Mask_BD<double>(3), 1, 3, 0.3, 62, "Mask_BD + dropout + biases", true);
 }
 
-TEST_CASE("MultiHeadSA: biases: b_K changes nothing, b_V adds b_V W^O's rows to every row, b_O adds b_O") {
+TEST_CASE("MultiHeadSA: biases: b_K changes nothing, b_V adds b_V W^O's rows to every row, b_O adds b_O" * doctest::test_suite("assignment 3")) {
     // Each probability row sums to 1, so a bias on the values reaches the output as the constant
     // row Concat(b_1^V, ..., b_A^V) W^O; a key bias adds q . b^K to a whole score row, which the
     // softmax ignores.
@@ -2561,7 +2561,7 @@ TEST_CASE("MultiHeadSA: biases: b_K changes nothing, b_V adds b_V W^O's rows to 
     CHECK_THROWS_AS(MultiHeadSA(X, Mask, bad), ShapeError);
 }
 
-TEST_CASE("MultiHeadSA: parameter gradients accumulate") {
+TEST_CASE("MultiHeadSA: parameter gradients accumulate" * doctest::test_suite("assignment 3")) {
     Rng rng(58);
     MultiHeadSAParams<double> p = make_mhsa(4, 2, 2, rng);
     TD X = randn(6, 4, rng), R = randn(6, 4, rng);
@@ -2604,7 +2604,7 @@ TEST_CASE("MultiHeadSA: parameter gradients accumulate") {
     CHECK_THROWS_AS(MultiHeadSA_backward(X, pb, c, R, g_nobias), ShapeError);
 }
 
-TEST_CASE("MultiHeadSA: Mask_AR row i ignores rows j > i of X, Mask_BD sees every row") {
+TEST_CASE("MultiHeadSA: Mask_AR row i ignores rows j > i of X, Mask_BD sees every row" * doctest::test_suite("assignment 3")) {
     Rng rng(59);
     const int n = 5, H = 4;
     MultiHeadSAParams<double> p = make_mhsa(H, 2, 2, rng);
@@ -2628,7 +2628,7 @@ TEST_CASE("MultiHeadSA: Mask_AR row i ignores rows j > i of X, Mask_BD sees ever
     }
 }
 
-TEST_CASE("MultiHeadSA: with B = 2 each sequence gets the output it gets alone") {
+TEST_CASE("MultiHeadSA: with B = 2 each sequence gets the output it gets alone" * doctest::test_suite("assignment 3")) {
     Rng rng(60);
     const int n = 4, H = 6;
     MultiHeadSAParams<double> p = make_mhsa(H, 3, 2, rng);
@@ -2681,7 +2681,7 @@ TEST_CASE("MultiHeadSA: with B = 2 each sequence gets the output it gets alone")
     }
 }
 
-TEST_CASE("MultiHeadSA: attention dropout masks come from the rng") {
+TEST_CASE("MultiHeadSA: attention dropout masks come from the rng" * doctest::test_suite("assignment 3")) {
     Rng rng(61);
     const int n = 6, H = 4;
     MultiHeadSAParams<double> p = make_mhsa(H, 2, 2, rng);
@@ -2717,7 +2717,7 @@ TEST_CASE("MultiHeadSA: attention dropout masks come from the rng") {
                                  "MultiHeadSA", "0.25", "random generator");
 }
 
-TEST_CASE("MultiHeadSA: wrong shape") {
+TEST_CASE("MultiHeadSA: wrong shape" * doctest::test_suite("assignment 3")) {
     Rng rng(62);
     MultiHeadSAParams<double> p = make_mhsa(4, 2, 2, rng);  // H = 4, A = 2, D = 2
     CHECK_THROWS_NAMING(ShapeError, MultiHeadSA(TD(5, 4), Mask_AR<double>(2), p), "5x4", "2x2");
@@ -2766,7 +2766,7 @@ TEST_CASE("MultiHeadSA: wrong shape") {
     }
 }
 
-TEST_CASE("MultiHeadSA: an empty mask or a cache from another call throws instead of crashing") {
+TEST_CASE("MultiHeadSA: an empty mask or a cache from another call throws instead of crashing" * doctest::test_suite("assignment 3")) {
     Rng rng(63);
     MultiHeadSAParams<double> p = make_mhsa(4, 2, 2, rng);  // H = 4, A = 2, D = 2
     TD X = randn(4, 4, rng), dY = randn(4, 4, rng);
@@ -2787,7 +2787,7 @@ TEST_CASE("MultiHeadSA: an empty mask or a cache from another call throws instea
 // ================================================================================================
 // Activations (used by FFN_ReLU and FFN_GELU)
 // ================================================================================================
-TEST_CASE("FFN_ReLU: relu activation and derivative") {
+TEST_CASE("FFN_ReLU: relu activation and derivative" * doctest::test_suite("assignment 2")) {
     CHECK(activation(Activation::relu, 2.5) == 2.5);
     CHECK(activation(Activation::relu, -2.5) == 0.0);
     CHECK(activation(Activation::relu, 0.0) == 0.0);
@@ -2813,7 +2813,7 @@ TEST_CASE("FFN_ReLU: relu activation and derivative") {
     CHECK(activation_from_name("relu") == Activation::relu);
 }
 
-TEST_CASE("FFN_GELU: activation values of the three GELU forms") {
+TEST_CASE("FFN_GELU: activation values of the three GELU forms" * doctest::test_suite("assignment 2")) {
     // gelu_sigmoid(1) = 1 / (1 + e^{-1.702}) = 0.8457957659328212
     // gelu_tanh(1)    = 0.5 (1 + tanh(sqrt(2/pi) (1 + 0.044715)))   = 0.8411919906082768
     // gelu_erf(1)     = 0.5 (1 + erf(1/sqrt 2)) = Phi(1)             = 0.8413447460685429
@@ -2856,7 +2856,7 @@ TEST_CASE("FFN_GELU: activation values of the three GELU forms") {
                   "(hand-computed, formulas §13)");
 }
 
-TEST_CASE("FFN_GELU: activation_derivative matches finite differences") {
+TEST_CASE("FFN_GELU: activation_derivative matches finite differences" * doctest::test_suite("assignment 2")) {
     // (act(x + h) - act(x - h)) / 2h with h = 1e-6: error ~ 1e-10; tolerance 1e-8.
     const double h = 1e-6;
     for (Activation a : kAllActivations) {
@@ -2871,7 +2871,7 @@ TEST_CASE("FFN_GELU: activation_derivative matches finite differences") {
     }
 }
 
-TEST_CASE("FFN_GELU: activation names") {
+TEST_CASE("FFN_GELU: activation names" * doctest::test_suite("assignment 2 (0 points)")) {
     for (Activation a : kAllActivations) CHECK(activation_from_name(activation_name(a)) == a);
     CHECK(std::string(activation_name(Activation::gelu_sigmoid)) == "gelu_sigmoid");
     CHECK(std::string(activation_name(Activation::gelu_tanh)) == "gelu_tanh");
@@ -2936,7 +2936,7 @@ void ffn_grad_check(Activation act, bool via_named_entry, uint64_t seed) {
 }
 }  // namespace
 
-TEST_CASE("FFN_ReLU: hand-computed case") {
+TEST_CASE("FFN_ReLU: hand-computed case" * doctest::test_suite("assignment 2")) {
     // b_1 = (0.5, 0.5, -1): Z = (1, -1, 0) + b_1 = (1.5, -0.5, -1), max(0, Z) = (1.5, 0, 0),
     // Y = 1.5 * (2, 0) + b_2 = (3 + 1, 0 - 1) = (4, -1).
     FFNParams<double> p = hand_ffn({0.5, 0.5, -1});
@@ -2962,12 +2962,12 @@ TEST_CASE("FFN_ReLU: hand-computed case") {
     CHECK_CLOSE(g.W_1, mat(2, 3, {2, 0, 0, -2, 0, 0}), 0.0, fb + "dW_1", "X^T dZ, " + src);
 }
 
-TEST_CASE("FFN_ReLU: gradient check of dX, W_1, b_1, W_2, b_2") {
+TEST_CASE("FFN_ReLU: gradient check of dX, W_1, b_1, W_2, b_2" * doctest::test_suite("assignment 2")) {
     ffn_grad_check(Activation::relu, true, 71);
     ffn_grad_check(Activation::relu, false, 72);
 }
 
-TEST_CASE("FFN_ReLU: parameter gradients accumulate, float agrees with double") {
+TEST_CASE("FFN_ReLU: parameter gradients accumulate, float agrees with double" * doctest::test_suite("assignment 2")) {
     Rng rng(73);
     FFNParams<double> p = make_ffn(3, 5, rng);
     TD X = randn(4, 3, rng), R = randn(4, 3, rng);
@@ -2994,7 +2994,7 @@ TEST_CASE("FFN_ReLU: parameter gradients accumulate, float agrees with double") 
     CHECK_APPROX(Yf, Y, 1e-5, "FFN_ReLU in float (X 4x3, F = 5)", "FFN_ReLU in double");
 }
 
-TEST_CASE("FFN_ReLU: wrong shape") {
+TEST_CASE("FFN_ReLU: wrong shape" * doctest::test_suite("assignment 2")) {
     Rng rng(74);
     FFNParams<double> p = make_ffn(4, 5, rng);  // H = 4, F = 5
     CHECK_THROWS_NAMING(ShapeError, FFN_ReLU(TD(2, 3), p), "W_1", "4x5", "3x5");
@@ -3021,7 +3021,7 @@ TEST_CASE("FFN_ReLU: wrong shape") {
     CHECK_THROWS_NAMING(ShapeError, FFN_ReLU_backward(X, p, c, TD(2, 5), g), "2x4", "2x5");
 }
 
-TEST_CASE("FFN_GELU: hand-computed case for gelu_sigmoid (default), gelu_tanh, gelu_erf") {
+TEST_CASE("FFN_GELU: hand-computed case for gelu_sigmoid (default), gelu_tanh, gelu_erf" * doctest::test_suite("assignment 2 (0 points)")) {
     // b_1 = 0: Z = (1, -1, 0), GELU(Z) = (g(1), g(-1), 0) = (g1, g1 - 1, 0) (gelu(-x) = gelu(x) - x),
     // Y = g1 (2, 0) + (g1 - 1) (0, 1) + b_2 = (2 g1 + 1, g1 - 2), with
     //   g1 = 0.8457957659328212 (sigmoid), 0.8411919906082768 (tanh), 0.8413447460685429 (erf).
@@ -3049,7 +3049,7 @@ TEST_CASE("FFN_GELU: hand-computed case for gelu_sigmoid (default), gelu_tanh, g
     CHECK(max_abs_diff(FFN_GELU(X2, q), FFN_GELU(X2, q, kNoFfnCache, Activation::gelu_erf)) > 1e-4);
 }
 
-TEST_CASE("FFN_GELU: gradient check of dX, W_1, b_1, W_2, b_2 for every GELU form") {
+TEST_CASE("FFN_GELU: gradient check of dX, W_1, b_1, W_2, b_2 for every GELU form" * doctest::test_suite("assignment 2")) {
     uint64_t seed = 76;
     for (Activation a : kGelus) {
         ffn_grad_check(a, true, seed++);
@@ -3068,7 +3068,7 @@ TEST_CASE("FFN_GELU: gradient check of dX, W_1, b_1, W_2, b_2 for every GELU for
     CHECK_CLOSE(g1.W_1, g2.W_1, 0.0, "FFN_GELU_backward's dW_1", "FFN_backward with the sigmoid GELU");
 }
 
-TEST_CASE("FFN_GELU: wrong shape and relu is not a GELU") {
+TEST_CASE("FFN_GELU: wrong shape and relu is not a GELU" * doctest::test_suite("assignment 2")) {
     Rng rng(81);
     FFNParams<double> p = make_ffn(4, 5, rng);
     CHECK_THROWS_NAMING(ShapeError, FFN_GELU(TD(2, 3), p), "W_1", "4x5", "3x5");
@@ -3094,7 +3094,7 @@ TEST_CASE("FFN_GELU: wrong shape and relu is not a GELU") {
 // ================================================================================================
 // LayerNorm
 // ================================================================================================
-TEST_CASE("LayerNorm: hand-computed case") {
+TEST_CASE("LayerNorm: hand-computed case" * doctest::test_suite("assignment 2")) {
     // Row (2, 4, 4, 4, 5, 5, 7, 9): mu = 40 / 8 = 5; squared deviations 9, 1, 1, 1, 0, 0, 4, 16,
     // sigma^2 = 32 / 8 = 4 (the 1/H variance); eps = 5: sqrt(4 + 5) = 3, so
     //   Xhat = (-3, -1, -1, -1, 0, 0, 2, 4) / 3.
@@ -3131,7 +3131,7 @@ TEST_CASE("LayerNorm: hand-computed case") {
                  "hand-computed column sums of dY .* Xhat: row 1 of Xhat, formulas §15");
 }
 
-TEST_CASE("LayerNorm: gradient check of dX, dgamma, dbeta") {
+TEST_CASE("LayerNorm: gradient check of dX, dgamma, dbeta" * doctest::test_suite("assignment 2")) {
     for (double eps : {1e-5, 0.5}) {
         CAPTURE(eps);
         Rng rng(91);
@@ -3160,7 +3160,7 @@ TEST_CASE("LayerNorm: gradient check of dX, dgamma, dbeta") {
     }
 }
 
-TEST_CASE("LayerNorm: mean 0 variance 1 before gamma and beta") {
+TEST_CASE("LayerNorm: mean 0 variance 1 before gamma and beta" * doctest::test_suite("assignment 2 (0 points)")) {
     Rng rng(92);
     const int n = 5, H = 16;
     TD X = randn(n, H, rng, 3.0);
@@ -3194,7 +3194,7 @@ TEST_CASE("LayerNorm: mean 0 variance 1 before gamma and beta") {
     CHECK_CLOSE(Y2, Y, 1e-9, "LayerNorm with row 3 scaled by 4 and shifted by 100", "LayerNorm(X): a row's scale and offset cancel, formulas §15");
 }
 
-TEST_CASE("LayerNorm: wrong shape") {
+TEST_CASE("LayerNorm: wrong shape" * doctest::test_suite("assignment 2")) {
     TD g4(std::vector<int>{4}, 1.0), g5(std::vector<int>{5}, 1.0);
     CHECK_THROWS_NAMING(ShapeError, LayerNorm(TD(3, 4), g5, g4, 1e-5), "gamma", "is 5", "expected 4");
     CHECK_THROWS_NAMING(ShapeError, LayerNorm(TD(3, 4), g4, g5, 1e-5), "beta", "is 5", "expected 4");
@@ -3209,7 +3209,7 @@ TEST_CASE("LayerNorm: wrong shape") {
     CHECK_THROWS_NAMING(ShapeError, LayerNorm_backward(g4, c, TD(3, 4), dg, dg5), "dbeta", "5", "4");
 }
 
-TEST_CASE("LayerNorm: a constant row gives exactly beta (H 768, eps 1e-12), and an offset of 1000 costs no precision") {
+TEST_CASE("LayerNorm: a constant row gives exactly beta (H 768, eps 1e-12), and an offset of 1000 costs no precision" * doctest::test_suite("assignment 2 (0 points)")) {
     const int H = 768;
     Tensor<float> gamma({H}), beta({H});
     Rng r(5);
@@ -3255,7 +3255,7 @@ TEST_CASE("LayerNorm: a constant row gives exactly beta (H 768, eps 1e-12), and 
 // ================================================================================================
 // CrossEntropy
 // ================================================================================================
-TEST_CASE("CrossEntropy: hand-computed case") {
+TEST_CASE("CrossEntropy: hand-computed case" * doctest::test_suite("assignment 4")) {
     // y = (0, 1, 0), yhat = (1/4, 1/2, 1/4): - log(1/2) = ln 2 = 0.6931471805599453.
     TD yhat = TD::vector({0.25, 0.5, 0.25});
     CHECK(CrossEntropy(TD::vector({0, 1, 0}), yhat) == doctest::Approx(0.6931471805599453).epsilon(1e-15));
@@ -3275,7 +3275,7 @@ TEST_CASE("CrossEntropy: hand-computed case") {
     CHECK(CrossEntropy(TF::vector({0, 1}), TF::vector({0.5f, 0.5f})) == doctest::Approx(0.6931472f));
 }
 
-TEST_CASE("CrossEntropy: gradient check of d yhat") {
+TEST_CASE("CrossEntropy: gradient check of d yhat" * doctest::test_suite("assignment 4")) {
     Rng rng(101);
     TD y(std::vector<int>{6}), yhat(std::vector<int>{6});
     double sy = 0;
@@ -3293,7 +3293,7 @@ TEST_CASE("CrossEntropy: gradient check of d yhat") {
                "§17 d yhat_j = -y_j / yhat_j");
 }
 
-TEST_CASE("CrossEntropy: equals CrossEntropy_logits on OneHot targets and Softmax predictions") {
+TEST_CASE("CrossEntropy: equals CrossEntropy_logits on OneHot targets and Softmax predictions" * doctest::test_suite("assignment 4 (0 points)")) {
     Rng rng(102);
     TD Z = randn(4, 5, rng, 2.0);
     const std::vector<int> t = {3, 0, 4, 3};
@@ -3307,7 +3307,7 @@ TEST_CASE("CrossEntropy: equals CrossEntropy_logits on OneHot targets and Softma
     CHECK(CrossEntropy_logits(Z, t) == doctest::Approx(mean).epsilon(1e-13));
 }
 
-TEST_CASE("CrossEntropy: wrong shape") {
+TEST_CASE("CrossEntropy: wrong shape" * doctest::test_suite("assignment 4")) {
     CHECK_THROWS_NAMING(ShapeError, CrossEntropy(TD(std::vector<int>{5}), TD(std::vector<int>{7})), "y is 5",
                         "yhat is 7");
     CHECK_THROWS_NAMING(ShapeError, CrossEntropy_backward(TD(std::vector<int>{5}), TD(std::vector<int>{7})),
@@ -3767,22 +3767,22 @@ TEST_CASE("params of the released files' shapes: GPT-1 116,534,784 floats, bert-
 // ================================================================================================
 // Whole-model gradient checks (double, every parameter tensor)
 // ================================================================================================
-TEST_CASE("GPT: whole-model gradient check of every parameter tensor (B = 2, n = 6)") {
+TEST_CASE("GPT: whole-model gradient check of every parameter tensor (B = 2, n = 6)" * doctest::test_suite("assignment 4")) {
     m_model_grad_check("tiny-gpt", 101);
 }
-TEST_CASE("GPT-2: whole-model gradient check of every parameter tensor (B = 2, n = 6)") {
+TEST_CASE("GPT-2: whole-model gradient check of every parameter tensor (B = 2, n = 6)" * doctest::test_suite("assignment 4")) {
     m_model_grad_check("tiny-gpt2", 202);
 }
-TEST_CASE("GPT-2: whole-model gradient check with attention biases (attn_bias, as released GPT-2)") {
+TEST_CASE("GPT-2: whole-model gradient check with attention biases (attn_bias, as released GPT-2)" * doctest::test_suite("assignment 4")) {
     m_model_grad_check("tiny-gpt2", 207, true);
 }
-TEST_CASE("GPT-3: whole-model gradient check of every parameter tensor (B = 2, n = 6)") {
+TEST_CASE("GPT-3: whole-model gradient check of every parameter tensor (B = 2, n = 6)" * doctest::test_suite("assignment 4")) {
     m_model_grad_check("tiny-gpt3", 303);
 }
-TEST_CASE("BERT: whole-model gradient check of every parameter tensor (segments, masked targets)") {
+TEST_CASE("BERT: whole-model gradient check of every parameter tensor (segments, masked targets)" * doctest::test_suite("assignment 4")) {
     m_model_grad_check("tiny-bert", 404);
 }
-TEST_CASE("RoBERTa: whole-model gradient check of every parameter tensor (masked targets)") {
+TEST_CASE("RoBERTa: whole-model gradient check of every parameter tensor (masked targets)" * doctest::test_suite("assignment 4")) {
     m_model_grad_check("tiny-roberta", 505);
 }
 TEST_CASE("localising: a wrong whole-model gradient is summed up per group and located at its function and layer") {
@@ -3866,7 +3866,7 @@ TEST_CASE("localising: a wrong whole-model gradient is summed up per group and l
     }
 }
 
-TEST_CASE("dropout: reproducible masks, whole-model gradient check with dropout for every variant") {
+TEST_CASE("dropout: reproducible masks, whole-model gradient check with dropout for every variant" * doctest::test_suite("assignment 4")) {
     for (const std::string name : m_TINY)
         if (!m_model_grad_check_dropout(name, 606)) {
             MESSAGE("the variants after " << name << " are not checked: the first wrong one is enough to look at");
@@ -4111,7 +4111,7 @@ TEST_CASE("GPT-2: model_forward rejects bad batches with a message") {
     M_CHECK_TF_ERROR(model_loss(c, p, b, (Params<float>*)nullptr, o), "random generator");
 }
 
-TEST_CASE("model_forward: logit_rows picks rows of X^(L), the first and the last included; model_backward checks dZ's shape") {
+TEST_CASE("model_forward: logit_rows picks rows of X^(L), the first and the last included; model_backward checks dZ's shape" * doctest::test_suite("assignment 4")) {
     const Config c = preset("tiny-bert");
     const Params<double> p = m_model<double>(c, 45, 0.2);
     const Batch b = m_batch(c, 46);
@@ -4140,7 +4140,7 @@ TEST_CASE("model_forward: logit_rows picks rows of X^(L), the first and the last
     M_CHECK_TF_ERROR(model_backward(c, p, k, TD(4, c.V), g), "model_backward", "dZ", "4x" + std::to_string(c.V));
 }
 
-TEST_CASE("model_forward: model_backward adds a gradient dX_L given at X^(L) (a fine-tuning head's), with and without dZ") {
+TEST_CASE("model_forward: model_backward adds a gradient dX_L given at X^(L) (a fine-tuning head's), with and without dZ" * doctest::test_suite("assignment 4")) {
     // loss = sum(Z (.) R) + sum(X^(L) (.) S): dZ = R, dX_L = S; with no logits (dZ empty) only S.
     for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
         for (bool logits : {true, false}) {
@@ -4177,7 +4177,7 @@ TEST_CASE("model_forward: model_backward adds a gradient dX_L given at X^(L) (a 
     }
 }
 
-TEST_CASE("model_loss: a masked LM de-embeds only its target rows, with the loss and gradients of every row's logits") {
+TEST_CASE("model_loss: a masked LM de-embeds only its target rows, with the loss and gradients of every row's logits" * doctest::test_suite("assignment 4")) {
     for (const std::string name : {"tiny-bert", "tiny-roberta"})
         for (bool head : {false, true}) {
             CAPTURE(name);
@@ -4393,7 +4393,7 @@ TEST_CASE("MLMHead: gradient check of dX, W_t, b_t, gamma_t, beta_t, b_z and the
     check(p.W_e, g.W_e, "W_e");
 }
 
-TEST_CASE("released BERT options: whole-model gradient check with emb_ln and mlm_head (BERT and RoBERTa)") {
+TEST_CASE("released BERT options: whole-model gradient check with emb_ln and mlm_head (BERT and RoBERTa)" * doctest::test_suite("assignment 4")) {
     for (const std::string name : {"tiny-bert", "tiny-roberta"}) {
         CAPTURE(name);
         const Config c = m_released_bert(name, false);
@@ -4560,7 +4560,7 @@ TEST_CASE("RoBERTa: a <pad> among the ids takes position row padding_idx and is 
             }
 }
 
-TEST_CASE("RoBERTa: whole-model gradient check with <pad> inside the ids (w_pad and W_p), plain and released options") {
+TEST_CASE("RoBERTa: whole-model gradient check with <pad> inside the ids (w_pad and W_p), plain and released options" * doctest::test_suite("assignment 4")) {
     for (const bool released : {false, true}) {
         CAPTURE(released);
         Config c = released ? m_released_bert("tiny-roberta", false) : preset("tiny-roberta");
@@ -4695,7 +4695,7 @@ TEST_CASE("objective: next_token_targets shifts each sequence by one, last posit
     M_CHECK_TF_ERROR(next_token_targets({1, 2, 3}, 2, 2), "B x n");
 }
 
-TEST_CASE("objective: the GPT loss is the mean of -log Y[j-1, x_j] (formulas §25, with the log)") {
+TEST_CASE("objective: the GPT loss is the mean of -log Y[j-1, x_j] (formulas §25, with the log)" * doctest::test_suite("assignment 4 (0 points)")) {
     const Config c = preset("tiny-gpt");
     const Params<double> p = m_model<double>(c, 12, 0.2);
     Batch b;
@@ -4710,7 +4710,7 @@ TEST_CASE("objective: the GPT loss is the mean of -log Y[j-1, x_j] (formulas §2
                       << " (the mean over j = 2..5 of -log Softmax(Z)[j-1, x_j], formulas §25)");
 }
 
-TEST_CASE("objective: mlm_corrupt frequencies (15% chosen; 80% [MASK], 10% random, 10% kept)") {
+TEST_CASE("objective: mlm_corrupt frequencies (15% chosen; 80% [MASK], 10% random, 10% kept)" * doctest::test_suite("assignment 5")) {
     const Config c = preset("tiny-bert");
     const int B = 1000, n = 200;  // 200,000 positions, 198,000 candidates
     std::vector<int> x;
@@ -4768,7 +4768,7 @@ TEST_CASE("objective: mlm_corrupt frequencies (15% chosen; 80% [MASK], 10% rando
 // p_select), a chosen one takes one more (< 0.8: [MASK]; < 0.9: below(V), a random token; else kept),
 // and a sequence with nothing chosen has one of its candidates chosen by below(#candidates). The
 // expected result is built from a copy of the Rng, step by step, and the two Rngs end in one state.
-TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without a forced choice") {
+TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without a forced choice" * doctest::test_suite("assignment 5")) {
     const Config c = preset("tiny-bert");
     const int B = 3, n = 6;
     // [CLS] a b [SEP] c [SEP] | a short sequence that p_select 0.15 often leaves empty | ...
@@ -4854,7 +4854,7 @@ TEST_CASE("objective: mlm_corrupt, draw by draw, over sequences with and without
     }
 }
 
-TEST_CASE("objective: mlm_corrupt chooses at least one position per sequence, never [CLS]/[SEP]") {
+TEST_CASE("objective: mlm_corrupt chooses at least one position per sequence, never [CLS]/[SEP]" * doctest::test_suite("assignment 5")) {
     const Config c = preset("tiny-roberta");
     const int B = 500, n = 3;
     std::vector<int> x;
@@ -5127,7 +5127,7 @@ TEST_CASE("finetune: gradient descent on L3 learns a toy classification (does th
 // The gradient of XLNet's query vector w: every query row starts as g^(0)_i = w + (W_p)_{i,:}.
 const char* const m_xlnet_dw_equation = "§27 dw = sum_i dg^(0)_i over every sequence's query rows, g^(0)_i = w + (W_p)_{i,:}";
 
-TEST_CASE("xlnet: Mask_XL for z = (2, 0, 1): content sees up to its own rank, query strictly before") {
+TEST_CASE("xlnet: Mask_XL for z = (2, 0, 1): content sees up to its own rank, query strictly before" * doctest::test_suite("assignment 5")) {
     const TD M = Mask_XL<double>({2, 0, 1});  // ranks: position 2 -> 0, 0 -> 1, 1 -> 2
     const double o = 1, x = -INF;
     const TD expected = TD(6, 6, x);
@@ -5152,7 +5152,7 @@ TEST_CASE("xlnet: Mask_XL for z = (2, 0, 1): content sees up to its own rank, qu
     M_CHECK_TF_ERROR(Mask_XL<double>({0, 3, 1}), "permutation");
 }
 
-TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes after i in z") {
+TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes after i in z" * doctest::test_suite("assignment 5")) {
     for (const char* name : {"tiny-gpt2", "tiny-roberta"}) {
         INFO("preset " << std::string(name));
         const Config c = preset(name);
@@ -5187,7 +5187,7 @@ TEST_CASE("xlnet: the query stream of position i never sees x_i nor what comes a
     }
 }
 
-TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN blocks)") {
+TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN blocks)" * doctest::test_suite("assignment 5")) {
     for (const char* name : {"tiny-gpt2", "tiny-gpt"}) {
         INFO("preset " << std::string(name));
         const Config c = preset(name);
@@ -5266,7 +5266,7 @@ TEST_CASE("xlnet: gradient check of every parameter and w (pre-LN and post-LN bl
     CHECK_THROWS_NAMING_NO_CRASH(Error, xlnet_loss(c, p, w, {1, c.V, 3}, 1, {0, 1, 2}, 1), "token id " + std::to_string(c.V));
 }
 
-TEST_CASE("xlnet: sequences of one token: the query sees only w and its position; gradient check") {
+TEST_CASE("xlnet: sequences of one token: the query sees only w and its position; gradient check" * doctest::test_suite("assignment 5")) {
     // n = 1, z = (0): the query stream of the only position attends to nothing (an all-masked row
     // gives zeros), so its X^(L) row depends on w, W_p[0] and the layers' biases and LayerNorms alone.
     const Config c = preset("tiny-gpt2");
@@ -5295,7 +5295,7 @@ TEST_CASE("xlnet: sequences of one token: the query sees only w and its position
                     << " (-(log P(3) + log P(7)) / 2 under xlnet_query_probs, formulas §27)");
 }
 
-TEST_CASE("xlnet: predicting every position (the first in z sees nothing) for every variant but BERT") {
+TEST_CASE("xlnet: predicting every position (the first in z sees nothing) for every variant but BERT" * doctest::test_suite("assignment 5")) {
     for (const char* name : {"tiny-gpt", "tiny-gpt2", "tiny-gpt3", "tiny-roberta"}) {
         INFO("preset " << std::string(name));
         Config c = preset(name);
@@ -5314,7 +5314,7 @@ TEST_CASE("xlnet: predicting every position (the first in z sees nothing) for ev
     }
 }
 
-TEST_CASE("xlnet: one post-LN layer's query stream equals Attention(g W^Q, h W^K, h W^V) written out") {
+TEST_CASE("xlnet: one post-LN layer's query stream equals Attention(g W^Q, h W^K, h W^V) written out" * doctest::test_suite("assignment 5")) {
     Config c = preset("tiny-gpt");
     c.L = 1;
     const Params<double> p = m_model<double>(c, 105, 0.3);
@@ -5345,7 +5345,7 @@ TEST_CASE("xlnet: one post-LN layer's query stream equals Attention(g W^Q, h W^K
     CHECK_CLOSE(P, P_hand, 1e-12, "xlnet_query_probs", "the query stream written out by hand, formulas §27");
 }
 
-TEST_CASE("xlnet: gradient descent on random permutations lowers the loss of a repeating text") {
+TEST_CASE("xlnet: gradient descent on random permutations lowers the loss of a repeating text" * doctest::test_suite("assignment 5")) {
     const Config c = preset("tiny-gpt2");
     Params<double> p = m_model<double>(c, 100, 0.0);
     Rng r(101);
@@ -5378,7 +5378,7 @@ TEST_CASE("xlnet: gradient descent on random permutations lowers the loss of a r
 // ================================================================================================
 // AdamW, learning-rate schedule, gradient clipping
 // ================================================================================================
-TEST_CASE("AdamW: decays() is true for matrices only, never for gains, biases, w_A, w_B") {
+TEST_CASE("AdamW: decays() is true for matrices only, never for gains, biases, w_A, w_B" * doctest::test_suite("assignment 6 (0 points)")) {
     CHECK(decays("W_e", Tensor<float>(3, 2)));
     CHECK(decays("layers.0.attn.W_Q.0", Tensor<float>(3, 2)));
     CHECK_FALSE(decays("layers.0.ffn.b_1", Tensor<float>({4})));
@@ -5388,7 +5388,7 @@ TEST_CASE("AdamW: decays() is true for matrices only, never for gains, biases, w
     CHECK_FALSE(decays("w_B", Tensor<float>(1, 4)));
 }
 
-TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), decay on matrices only") {
+TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), decay on matrices only" * doctest::test_suite("assignment 6")) {
     const Config c = preset("tiny-bert");
     Params<float> p = make_params<float>(c), g = make_params<float>(c);
     // theta = 1 everywhere, g = 0.5: at t = 1 mhat = g, vhat = g^2, so the Adam part is lr * 1.
@@ -5475,7 +5475,7 @@ TEST_CASE("AdamW: adamw_step matches a hand-computed step (t = 1 and t = 2), dec
             for (float v : nt.tensor->data) REQUIRE(v == 0.0f);
 }
 
-TEST_CASE("lr_schedule: linear warmup, peak at warmup, cosine to min_lr at the last step") {
+TEST_CASE("lr_schedule: linear warmup, peak at warmup, cosine to min_lr at the last step" * doctest::test_suite("assignment 6")) {
     const long long steps = 31, warmup = 10;
     const double lr = 1.0, min_lr = 0.1;
     {
@@ -5511,7 +5511,7 @@ TEST_CASE("lr_schedule: linear warmup, peak at warmup, cosine to min_lr at the l
                                                                   "(no division by steps - warmup = 0)");
 }
 
-TEST_CASE("AdamW: clip_grad_norm returns the norm, scales down to max_norm, leaves small gradients") {
+TEST_CASE("AdamW: clip_grad_norm returns the norm, scales down to max_norm, leaves small gradients" * doctest::test_suite("assignment 6")) {
     const Config c = preset("tiny-gpt2");
     Params<float> g = make_params<float>(c);
     g.W_e(1, 2) = 3.0f;
@@ -5791,7 +5791,7 @@ void ffn_float_vs_double(Activation act, uint64_t seed) {
 }
 }  // namespace
 
-TEST_CASE("FFN_GELU: FFN_backward's float path equals the double path (relu and every GELU form)") {
+TEST_CASE("FFN_GELU: FFN_backward's float path equals the double path (relu and every GELU form)" * doctest::test_suite("assignment 2")) {
     uint64_t seed = 9101;
     for (Activation a : {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf}) {
         INFO("activation " << std::string(activation_name(a)));
@@ -5799,7 +5799,7 @@ TEST_CASE("FFN_GELU: FFN_backward's float path equals the double path (relu and 
     }
 }
 
-TEST_CASE("lr_schedule: lr_linear, hand-computed step by step (warm-up, decay, last step, past the end)") {
+TEST_CASE("lr_schedule: lr_linear, hand-computed step by step (warm-up, decay, last step, past the end)" * doctest::test_suite("assignment 6 (0 points)")) {
     // steps 7, warmup 3, lr 0.9, min_lr 0.3: warm-up 0.3, 0.6, 0.9; then span = 7 - 1 - 3 = 3 steps
     // down to min_lr: 0.9, 0.7, 0.5, 0.3 at the last step (6), and 0.3 after it.
     const double want[] = {0.3, 0.6, 0.9, 0.9, 0.7, 0.5, 0.3, 0.3, 0.3};
@@ -5819,7 +5819,7 @@ TEST_CASE("lr_schedule: lr_linear, hand-computed step by step (warm-up, decay, l
     CHECK(lr_linear(1, 1, 0, 0.9, 0.3) == doctest::Approx(0.3).epsilon(1e-12));
 }
 
-TEST_CASE("lr_schedule: the cosine schedule, hand-computed step by step (warm-up, decay, last step, past the end)") {
+TEST_CASE("lr_schedule: the cosine schedule, hand-computed step by step (warm-up, decay, last step, past the end)" * doctest::test_suite("assignment 6")) {
     // steps 7, warmup 3, lr 0.9, min_lr 0.3: warm-up 0.3, 0.6, 0.9; then
     // min_lr + (1 + cos(pi r)) / 2 (lr - min_lr) for r = 0, 1/3, 2/3, 1: 0.9, 0.75, 0.45, 0.3.
     const double want[] = {0.3, 0.6, 0.9, 0.9, 0.75, 0.45, 0.3, 0.3, 0.3};
@@ -5841,7 +5841,7 @@ TEST_CASE("lr_schedule: the cosine schedule, hand-computed step by step (warm-up
                                           << " (r = step / 2, min_lr + (1 + cos(pi r)) / 2 (lr - min_lr); formulas §30)");
 }
 
-TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or there are no segments") {
+TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or there are no segments" * doctest::test_suite("assignment 4")) {
     const Config c = preset("tiny-bert");
     Params<double> p = m_model<double>(c, 17, 0.2);
     Batch b;
@@ -5912,12 +5912,12 @@ TEST_CASE("key_padding_mask: a non-symmetric mask, hand-computed") {
     }
 }
 
-TEST_CASE("MultiHeadSA: MultiHeadSA_backward with one head (A = 1), gradient-checked") {
+TEST_CASE("MultiHeadSA: MultiHeadSA_backward with one head (A = 1), gradient-checked" * doctest::test_suite("assignment 3")) {
     mhsa_grad_check(Mask_AR<double>(4), 2, 1, 0.0, 9201, "A = 1, Mask_AR");
     mhsa_grad_check(Mask_BD<double>(3), 1, 1, 0.0, 9202, "A = 1, Mask_BD, biases", true);
 }
 
-TEST_CASE("apply_mask: the first entry is masked too (Mask(0, 0) = -inf), double and float") {
+TEST_CASE("apply_mask: the first entry is masked too (Mask(0, 0) = -inf), double and float" * doctest::test_suite("assignment 3")) {
     const TD Mask = TD::from(2, 3, {-INF, 1, -INF, 1, -INF, 1});
     const TD S = TD::from(2, 3, {1, 2, 3, 4, 5, 6});
     const TD R = apply_mask(Mask, S);
@@ -5943,7 +5943,7 @@ TEST_CASE("apply_mask: the first entry is masked too (Mask(0, 0) = -inf), double
 // The vectorised forms against their references, and no memory per warm step
 // ================================================================================================
 
-TEST_CASE("Softmax: vexp matches std::exp (float to under one ulp, double to 3.2e-16), -inf, inf, NaN") {
+TEST_CASE("Softmax: vexp matches std::exp (float to under one ulp, double to 3.2e-16), -inf, inf, NaN" * doctest::test_suite("assignment 2 (0 points)")) {
     double worst_f = 0, worst_d = 0;
     for (double x = -87.0; x < 88.7; x += 0.0137) {
         const double ref = std::exp(x);
@@ -5999,7 +5999,7 @@ static double m_softmax_row_gap(int H, Rng& r, bool with_inf) {
     return gap;
 }
 
-TEST_CASE("Softmax: the vectorised row equals the plain loop (float and double, -inf entries, all -inf rows)") {
+TEST_CASE("Softmax: the vectorised row equals the plain loop (float and double, -inf entries, all -inf rows)" * doctest::test_suite("assignment 2 (0 points)")) {
     Rng r(21);
     double gap_f = 0, gap_d = 0;
     for (int H = 1; H <= 80; H++)
@@ -6092,7 +6092,7 @@ TEST_CASE("Reductions: softmax_row, CrossEntropy_logits, A B^T and LayerNorm add
     CHECK(Y(0, 4) == 0.9375 * rstd);
 }
 
-TEST_CASE("FFN_GELU: activation_array and activation_derivative_array equal activation and activation_derivative") {
+TEST_CASE("FFN_GELU: activation_array and activation_derivative_array equal activation and activation_derivative" * doctest::test_suite("assignment 2")) {
     std::vector<double> zs;
     for (double z = -30; z <= 30; z += 0.01) zs.push_back(z);
     for (double z : {-1e30, -1e20, -1e4, -25.0, -20.5, 20.5, 25.0, 1e4, 1e20, 1e30, 0.0, -1e200, 1e200}) zs.push_back(z);
@@ -8036,7 +8036,7 @@ TEST_CASE("train: --val FILE is the validation split (its whole-split loss is ev
     CHECK(!m_exists(m_path("val_x.safetensors")));
 }
 
-TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg") {
+TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg" * doctest::test_suite("assignment 6")) {
     TrainOptions o = m_small_train(m_path("train_small.safetensors"));
     o.eval_every = 60;  // validated at the last step, then the whole split
     const TrainResult r = train(o);
@@ -8251,7 +8251,7 @@ TEST_CASE("train --line-windows: windows start at newlines with a whole window a
     CHECK(m_contains(task.err, "not to the built-in task"));
 }
 
-TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 on the built-in addition task below loss 1.6") {
+TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 on the built-in addition task below loss 1.6" * doctest::test_suite("assignment 6")) {
     // Assignment 6 of docs/assignments.md: adamw_step, lr_schedule and clip_grad_norm are what
     // train's loop calls each step; with them a 1-layer GPT-2 takes the built-in 3-digit addition
     // task (no data file) from about log 13 = 2.56 nats per answer token to below the stated loss in
@@ -11225,8 +11225,74 @@ TEST_CASE("handout: five wrong solutions of assignment 4 each fail in at most 40
     }
 }
 
+TEST_CASE("assignments: each assignment's text reads every § and names every rule its graded cases need") {
+    // make assignments-text-check (docs/assignments.md, "How the numbers are kept true"): each
+    // assignment's graded cases (the test suites "assignment N" and "assignment N (...)") against its
+    // section of docs/assignments.md: every § the cases cite or the formula sheet's code map lists
+    // them under is in the section's Read list, every function of the assignment whose argument
+    // checks a case grades is in its Rules list. Then the check must fail, naming the assignment, the
+    // case and what is missing, on copies of the page that lack one § and one rule.
+    for (const char* f : {"Makefile", "tests.cpp", "docs/assignments.md", "docs/formulas.md"})
+        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root (make test does): no " << f);
+    const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory assignments-text-check";
+    auto run = [&](const std::string& args, const std::string& log) {
+        const int st = std::system((make + args + " > " + log + " 2>&1").c_str());
+        return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    };
+    {
+        const std::string log = m_path("assignments-text.log");
+        const int st = run("", log);
+        const std::string out = m_read(log);
+        INFO("make assignments-text-check said:\n" << out);
+        CHECK(st == 0);
+        int agree = 0;  // "assignment N: K cases, reads §..., rules: ...: text and cases agree", one for each N
+        std::istringstream lines(out);
+        for (std::string l; std::getline(lines, l);) agree += l.rfind("assignment ", 0) == 0 && m_contains(l, ": text and cases agree");
+        CHECK(agree == 6);
+        CHECK(m_contains(out, "assignment 3: 35 cases, reads §1 "));
+        CHECK(m_contains(out, ", rules: Mask_BD, Mask_AR, Mask_ST, apply_mask, Attention_backward, Concat_backward, MultiHeadSA_backward: "));
+    }
+    // A copy of the page whose text breaks the rule: `from` replaced by `to` inside the section of
+    // assignment n, up to `until`.
+    const std::string page = m_read("docs/assignments.md");
+    auto broken = [&](int n, const std::string& until, const std::string& from, const std::string& to) {
+        std::string t = page;
+        const std::size_t a = t.find("\n## Assignment " + std::to_string(n) + ":");
+        REQUIRE(a != std::string::npos);
+        const std::size_t b = t.find(until, a);
+        REQUIRE(b != std::string::npos);
+        int replaced = 0;
+        for (std::size_t p = t.find(from, a); p != std::string::npos && p < b; p = t.find(from, p + to.size()), replaced++)
+            t.replace(p, from.size(), to);
+        REQUIRE_MESSAGE(replaced > 0, "the section of assignment " << n << " has no \"" << from << "\" before \"" << until << "\"");
+        const std::string path = m_path("assignments-" + std::to_string(n) + ".md");
+        m_write(path, t);
+        return path;
+    };
+    struct Case {
+        int n;
+        std::string until, from, to;
+        std::vector<std::string> said;
+    };
+    const Case cases[] = {
+        {4, "\nWrite:", "§16", "S16", {"assignment 4: the case \"dropout: reproducible masks", "under §16, which the Read list of"}},
+        {3, "\n```", "- `MultiHeadSA_backward`:", "- MultiHeadSA_backward:",
+         {"assignment 3: the case \"MultiHeadSA: wrong shape\"", "grades the argument checks of MultiHeadSA_backward",
+          "which the Rules list of"}},
+    };
+    for (const Case& c : cases) {
+        const std::string doc = broken(c.n, c.until, c.from, c.to), log = doc + ".log";
+        const int st = run(" ASSIGN_DOC=" + doc, log);
+        const std::string out = m_read(log);
+        INFO("assignment " << c.n << "'s section with \"" << c.from << "\" made \"" << c.to << "\"; make assignments-text-check said:\n" << out);
+        CHECK(st != 0);
+        for (const std::string& part : c.said) CHECK_MESSAGE(m_contains(out, part), "the output lacks: " << part);
+    }
+}
+
 TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.md says, the solution none") {
-    // The assignments of docs/assignments.md (Makefile: ASSIGNMENT_N_FUNCS, ASSIGNMENT_N_TESTS).
+    // The assignments of docs/assignments.md (Makefile: ASSIGNMENT_N_FUNCS; tests.cpp: the test
+    // suites "assignment N" and "assignment N (0 points)").
     // make assignments-check writes each one's handout, compiles its transformer.cpp with the fast
     // build's flags (no warning allowed), links it with this build's tests.o, runs the assignment's
     // cases in it and on the solution, and compares the counts with those the document states. Its
@@ -11251,7 +11317,7 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
     // aborts, and whose diag_backward never returns, the Embedding cases keep their points and the
     // others score 0 with the crash's or the time limit's text; with a transformer.cpp that does not
     // compile, 0 and the compiler's message. Every results.json is parsed, checked case by case
-    // against the cases of ASSIGNMENT_1_TESTS, and every results.xml must be well-formed XML. To keep
+    // against the cases of assignment 1's test suites, and every results.xml must be well-formed XML. To keep
     // it fast the handout links this build's tests.o (make grade compiles transformer.cpp alone)
     // and the copies keep the handout's objects (only what an edit changes is compiled again).
 #ifdef TF_TESTS_DEBUG
@@ -11266,19 +11332,12 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
     };
     auto starts = [](const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; };
 
-    // The cases make grade must report, in doctest's order: those of ASSIGNMENT_1_TESTS.
-    std::string pattern;
-    {
-        std::istringstream mk(m_read("Makefile"));
-        for (std::string l; std::getline(mk, l);)
-            if (starts(l, "ASSIGNMENT_1_TESTS := ")) pattern = l.substr(22);
-    }
-    REQUIRE_MESSAGE(!pattern.empty(), "the Makefile has no line ASSIGNMENT_1_TESTS := ...");
-    REQUIRE_MESSAGE(pattern.back() != '\\', "ASSIGNMENT_1_TESTS continues on the next line: " << pattern);
+    // The cases make grade must report, in doctest's order: those of assignment 1's test suites.
+    const std::string suites = "assignment 1,assignment 1 (*)";
     std::vector<std::string> names;
     {
         const std::string list = m_path("grade-list.txt");
-        REQUIRE(sh("./tests -nc -ltc '-tc=" + pattern + "'", list) == 0);
+        REQUIRE(sh("./tests -nc -ltc '-ts=" + suites + "'", list) == 0);
         std::istringstream in(m_read(list));
         int part = 0;
         for (std::string l; std::getline(in, l);) {
@@ -11286,7 +11345,7 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
             else if (part == 1) names.push_back(l);
         }
     }
-    REQUIRE_MESSAGE(names.size() >= 3, "ASSIGNMENT_1_TESTS (" << pattern << ") names " << names.size() << " cases");
+    REQUIRE_MESSAGE(names.size() >= 3, "the test suites " << suites << " hold " << names.size() << " cases");
 
     // results.json: valid UTF-8 and JSON, {"score", "output", "tests": [{"name", "score", "max_score",
     // "status", "output"}]} with one entry per case in order and the score their sum. Returns the
