@@ -74,9 +74,16 @@ transformer $(BUILD)/transformer: $(BUILD)/main.o $(BUILD)/transformer.o
 # aborts there, even where reading that element would change no value (docs/mutation.md). The
 # program `transformer` is built without them. tests.cpp holds no hot loop: -O0 builds it in an
 # eighth of -O3's time and runs the suite as fast (the CLI cases run ./transformer, the program).
+# Without -march, tests.o is the same object on every CPU of its architecture, so a handout can
+# carry it (make handout compiles it there). toolchain.key holds the checksum of the compiler's
+# version, its target and these flags, rewritten only when it differs: another compiler or
+# another machine rebuilds tests.o, a copied handout does not.
 CHECKED   := -D_GLIBCXX_ASSERTIONS
-TESTS_OPT := $(TESTS_LEVEL) $(ARCH) $(FP)
-$(BUILD)/tests.o: tests.cpp transformer.hpp | $(BUILD)
+TESTS_OPT := $(TESTS_LEVEL) $(FP)
+$(BUILD)/toolchain.key: FORCE | $(BUILD)
+	$(Q){ $(CXX) --version; $(CXX) -dumpmachine; echo '$(STD) $(WARN) $(TESTS_OPT) $(CHECKED)'; } | cksum > $@.new
+	$(Q)if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
+$(BUILD)/tests.o: tests.cpp transformer.hpp $(BUILD)/toolchain.key | $(BUILD)
 	@$(say) CXX $@
 	$(Q)$(CXX) $(STD) $(WARN) $(TESTS_OPT) $(GCFLAGS) $(CHECKED) -c -o $@ $<
 $(BUILD)/transformer-checked.o: transformer.cpp transformer.hpp | $(BUILD)
@@ -250,6 +257,10 @@ part-one-check:
 HANDOUT_FUNCS := diag_backward Stack_backward Embedding_backward Softmax_backward softmax_backward_row \
                  Attention_backward Concat_backward MultiHeadSA_backward FFN_backward activation_derivative \
                  LayerNorm_backward CrossEntropy_backward
+# The handout also carries build/tests.o and build-fast/machinery.o, compiled in it (about 35 s on
+# 2 cores): a student's first make check then compiles only mathematics.o. HANDOUT_OBJECTS=0 leaves
+# them out (a handout given through git, whose .gitignore leaves build/ out, compiles them itself).
+HANDOUT_OBJECTS ?= 1
 
 # ---- The assignments of docs/assignments.md ------------------------------------------------------
 # Assignment N blanks ASSIGNMENT_N_FUNCS (the solutions of the others stay). Its graded test cases
@@ -279,6 +290,7 @@ ASSIGNMENT_6_FUNCS := adamw_step lr_schedule clip_grad_norm
 # past a tensor's end (Tensor's operator[] and operator()) aborts, so a loop one element too long
 # fails the assignment's tests even where reading that element changes no value.
 FAST_OPT   := -Og $(ARCH) $(FP) -D_GLIBCXX_ASSERTIONS -DTF_COLD_O0
+FAST_MACHINERY_OPT := -Og $(FP) -D_GLIBCXX_ASSERTIONS -DTF_COLD_O0
 FAST_BUILD := build-fast
 # A handout records its assignment in handout.mk (ASSIGNMENT := N).
 -include handout.mk
@@ -474,6 +486,9 @@ handout:
 	cp .vscode/launch.json "$$dir/.vscode/"; cp -R docs "$$dir/"; \
 	cp "$$tmp/transformer.cpp" "$$tmp/tests.cpp" "$$tmp/HANDOUT.md" "$$dir/"; \
 	if [ -n "$$n" ]; then echo "ASSIGNMENT := $$n" > "$$dir/handout.mk"; fi; \
+	if [ '$(HANDOUT_OBJECTS)' != 0 ]; then \
+	  echo "make handout: compiling $$dir's tests and machinery, so that a first make check compiles the mathematics alone"; \
+	  $(MAKE) --no-print-directory -s -C "$$dir" $(BUILD)/tests.o $(FAST_BUILD)/machinery.o; fi; \
 	echo "make handout: wrote $$dir with these bodies replaced by a stub: $$funcs"; \
 	if [ -n "$$later" ]; then echo "and those of the later assignments: $$later"; fi; \
 	if [ -n "$$n" ]; then echo "check it: make -C $$dir check (assignment $$n's cases, fast build)"; \
@@ -487,19 +502,23 @@ handout:
 # (-DTF_ONLY_MATHEMATICS: Part I and the fast product it calls) is compiled after every edit of the
 # file; machinery.o (-DTF_ONLY_MACHINERY: the rest of Part II,
 # which sees Part I through declarations only) is compiled when the preprocessed text it is made
-# of changes: machinery.key holds that text's checksum, rewritten only when it differs. An edit of a
-# formula function recompiles a third of the file.
+# of changes: machinery.key holds that text's checksum (with the compiler's version, target and
+# flags), rewritten only when it differs. An edit of a formula function recompiles a third of the
+# file. machinery.o is compiled without -march (nothing in it is hot in a round), so like tests.o
+# it is the same object on every CPU and a handout carries it: a student's first round compiles
+# mathematics.o alone.
 $(FAST_BUILD):
 	$(Q)mkdir -p $@
 $(FAST_BUILD)/mathematics.o: transformer.cpp transformer.hpp | $(FAST_BUILD)
 	@$(say) CXX $@
 	$(Q)$(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -DTF_ONLY_MATHEMATICS -c -o $@ $<
 $(FAST_BUILD)/machinery.key: FORCE | $(FAST_BUILD)
-	$(Q)$(CXX) $(STD) $(FAST_OPT) -DTF_ONLY_MACHINERY -E -P transformer.cpp | cksum > $@.new
+	$(Q){ $(CXX) --version; $(CXX) -dumpmachine; echo '$(FAST_MACHINERY_OPT)'; \
+	  $(CXX) $(STD) $(FAST_MACHINERY_OPT) -DTF_ONLY_MACHINERY -E -P transformer.cpp; } | cksum > $@.new
 	$(Q)if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 $(FAST_BUILD)/machinery.o: $(FAST_BUILD)/machinery.key
 	@$(say) CXX $@
-	$(Q)$(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -DTF_ONLY_MACHINERY -c -o $@ transformer.cpp
+	$(Q)$(CXX) $(STD) $(WARN) $(FAST_MACHINERY_OPT) $(GCFLAGS) -DTF_ONLY_MACHINERY -c -o $@ transformer.cpp
 $(FAST_BUILD)/tests: $(FAST_BUILD)/mathematics.o $(FAST_BUILD)/machinery.o $(BUILD)/tests.o
 	@$(say) LINK $@
 	$(Q)$(CXX) $(FAST_OPT) -o $@ $^
@@ -1035,7 +1054,7 @@ assignments-check:
 	}; \
 	one() { \
 	  n=$$1; suites=$$2; later=$$3; upto=$$4; d="$$tmp/handout-$$n"; \
-	  $(MAKE) --no-print-directory -s handout ASSIGNMENT=$$n DIR="$$d" > "$$d.log" 2>&1 || { cat "$$d.log"; return 1; }; \
+	  $(MAKE) --no-print-directory -s handout ASSIGNMENT=$$n DIR="$$d" HANDOUT_OBJECTS=0 > "$$d.log" 2>&1 || { cat "$$d.log"; return 1; }; \
 	  for f in $$later; do grep -q "not implemented: $$f (assignment " "$$d/transformer.cpp" || \
 	    { echo "assignment $$n: the handout holds the solution of $$f, a later assignment's function"; return 1; }; done; \
 	  build "$$d/transformer.cpp" "$$d/tests" || { echo "assignment $$n: the handout does not build"; return 1; }; \

@@ -11008,7 +11008,7 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     }
 
     const std::string dir = m_path("handout");
-    const int made = sh(make + " handout DIR=" + dir + " FUNCS='" + funcs[0] + " " + funcs[1] + "'", dir + ".log");
+    const int made = sh(make + " handout HANDOUT_OBJECTS=0 DIR=" + dir + " FUNCS='" + funcs[0] + " " + funcs[1] + "'", dir + ".log");
     REQUIRE_MESSAGE(made == 0, m_read(dir + ".log"));
     CHECK_FALSE(m_exists(dir + "/.git"));
     for (const char* f : {"transformer.hpp", "main.cpp", "Makefile", "README.md", ".gitignore", ".ci/run",
@@ -11189,7 +11189,7 @@ TEST_CASE("handout: five wrong solutions of assignment 4 each fail in at most 40
         REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make tests: no " << f);
     const std::string dir = m_path("planted");
     REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/build && cp Makefile transformer.hpp main.cpp tests.cpp " + dir +
-                         " && cp build/tests.o " + dir + "/build/").c_str()) == 0);
+                         " && cp build/toolchain.key build/tests.o " + dir + "/build/").c_str()) == 0);
     const std::string solution = m_read("transformer.cpp");
     const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C " + dir;
     for (const Planted& m : planted) {
@@ -11205,6 +11205,8 @@ TEST_CASE("handout: five wrong solutions of assignment 4 each fail in at most 40
         const std::string out = m_read(log);
         REQUIRE_MESSAGE(m_contains(out, "[doctest] test cases:"), "make check did not run the tests:\n" << out);
         CHECK_MESSAGE(st != 0, "make check ASSIGNMENT=4 passes with " << m.mistake << " in " << m.function);
+        CHECK_MESSAGE(!m_contains(out, "build/tests.o"), "make check compiled the tests again, though build/tests.o and "
+                                                         "build/toolchain.key were copied from this build:\n" << out);
         // The cases, between doctest's separator lines.
         std::vector<std::string> cases(1);
         std::istringstream in(out);
@@ -11415,8 +11417,8 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
 
     // The fresh handout: every case fails on a stub, 0 points.
     const std::string h = m_path("grade-handout");
-    REQUIRE_MESSAGE(sh(make + " handout ASSIGNMENT=1 DIR=" + h, h + ".log") == 0, m_read(h + ".log"));
-    REQUIRE(sh("mkdir -p " + h + "/build && cp build/tests.o " + h + "/build/", h + ".log") == 0);
+    REQUIRE_MESSAGE(sh(make + " handout ASSIGNMENT=1 HANDOUT_OBJECTS=0 DIR=" + h, h + ".log") == 0, m_read(h + ".log"));
+    REQUIRE(sh("mkdir -p " + h + "/build && cp build/toolchain.key build/tests.o " + h + "/build/", h + ".log") == 0);
     {
         const int st = sh("cd " + h + " && " + make + " grade", h + "/grade.log");
         INFO("make grade in the handout said:\n" << m_read(h + "/grade.log"));
