@@ -10963,6 +10963,100 @@ TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang+
 #endif
 }
 
+TEST_CASE("tools: the blanker and the mutant generator find a body written in other styles") {
+    // tools/blank.awk (make handout, make mutants) finds a definition by its name in column 0 and its
+    // body by counting braces outside comments and literals: a one-line body, a signature over three
+    // lines with the brace on a line of its own, a lambda and braces in strings, characters and a
+    // comment inside the body, a comment after the closing brace. tools/mutant-gen.awk mutates the
+    // lines of a body's range alone.
+    for (const char* f : {"tools/blank.awk", "tools/mutant-gen.awk"}) REQUIRE_MESSAGE(m_exists(f), "run from the project's root: no " << f);
+    const std::string src =
+        "#include <stdexcept>\n"
+        "#include <string>\n"
+        "namespace tf { struct Error : std::runtime_error { using std::runtime_error::runtime_error; }; }\n"
+        "int one_line(int x) { return x + 1; }\n"
+        "static double\n"
+        "three_lines(const double* v,\n"
+        "            int n)\n"
+        "{\n"
+        "    double s = 0;\n"
+        "    for (int i = 0; i < n; i++) s += v[i];\n"
+        "    return s;\n"
+        "}\n"
+        "int with_lambda(int x) {\n"
+        "    auto f = [](int y) { return y * 2; };\n"
+        "    const std::string s = \"}{ \\\"}\\\" '}'\";\n"
+        "    const char c = '}';\n"
+        "    /* } a brace\n"
+        "}   in a comment */\n"
+        "    return f(x) + (int)s.size() + c + 1'000;\n"
+        "}  // with_lambda\n"
+        "int after(int x) {\n"
+        "    return x - 1;\n"
+        "}\n";
+    const std::string in = m_path("styles.cpp"), out = m_path("styles-blanked.cpp"), ranges = m_path("styles.ranges");
+    m_write(in, src);
+    const std::string blank = "awk -v funcs='one_line three_lines with_lambda' -v ranges=" + ranges + " -f tools/blank.awk " + in;
+    REQUIRE_MESSAGE(std::system((blank + " > " + out + " 2> " + out + ".err").c_str()) == 0, m_read(out + ".err"));
+    const std::string got = m_read(out);
+    INFO("tools/blank.awk wrote:\n" << got);
+    for (const char* f : {"one_line", "three_lines", "with_lambda"})
+        CHECK(m_contains(got, std::string("throw tf::Error(\"not implemented: ") + f + "\");"));
+    CHECK(m_contains(got, "int one_line(int x) {\n"));
+    CHECK(m_contains(got, "            int n)\n{\n    (void)v; (void)n;\n"));
+    CHECK(m_contains(got, "}  // with_lambda\nint after(int x) {\n    return x - 1;\n}\n"));
+    for (const char* gone : {"return x + 1", "s += v[i]", "y * 2", "a brace", "1'000"}) CHECK_MESSAGE(!m_contains(got, gone), gone);
+    CHECK_MESSAGE(std::system(("g++ -std=c++17 -fsyntax-only -x c++ " + out + " 2> " + out + ".cc").c_str()) == 0,
+                  "the blanked file does not compile:\n" << m_read(out + ".cc"));
+    // The ranges: the lines strictly between each body's "{" and "}" (1-based).
+    const std::string r = m_read(ranges);
+    CHECK_MESSAGE(m_contains(r, "three_lines 9 11\n"), r);
+    CHECK_MESSAGE(m_contains(r, "with_lambda 14 19\n"), r);
+    // The mutants of with_lambda: inside lines 14..19 only, none inside a string literal.
+    const std::string mut = m_path("styles.mutants");
+    REQUIRE(std::system(("awk -v from=14 -v to=19 -f tools/mutant-gen.awk " + in + " > " + mut).c_str()) == 0);
+    std::istringstream lines(m_read(mut));
+    int count = 0;
+    for (std::string l; std::getline(lines, l); count++) {
+        const int at = std::stoi(l);
+        CHECK_MESSAGE((at >= 14 && at <= 19), "a mutant of line " << at << ": " << l);
+        CHECK_MESSAGE(m_contains(l, "\"}{ \\\"}\\\" '}'\"") == (at == 15), "a mutant changed the string literal: " << l);
+    }
+    CHECK_MESSAGE(count >= 5, "tools/mutant-gen.awk made " << count << " mutants of with_lambda, expected at least 5");
+}
+
+TEST_CASE("tools: every program in tools/ answers --help, refuses an unknown argument, and works from another directory") {
+    const std::vector<std::string> programs = {"tools/handout", "tools/grade", "tools/finetune-demo"};
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    const std::string root = cwd, scratch = m_path("tools-elsewhere");
+    REQUIRE(std::system(("mkdir -p " + scratch).c_str()) == 0);
+    for (const std::string& p : programs) {
+        CAPTURE(p);
+        REQUIRE(m_exists(p));
+        const std::string log = m_path("tool.log");
+        CHECK(std::system(("cd " + scratch + " && sh " + root + "/" + p + " --help > " + log + " 2>&1").c_str()) == 0);
+        CHECK_MESSAGE(m_contains(m_read(log), "usage: "), p << " --help printed: " << m_read(log));
+        const int st = std::system(("cd " + scratch + " && sh " + root + "/" + p + " --no-such-flag > " + log + " 2>&1").c_str());
+        CHECK(st != 0);
+        const bool named = m_contains(m_read(log), "--no-such-flag") || m_contains(m_read(log), "usage");
+        CHECK_MESSAGE(named, p << " said: " << m_read(log));
+    }
+    // tools/handout from another directory: DIR is the caller's, the files the project's.
+    const int made = std::system(("cd " + scratch + " && sh " + root + "/tools/handout --dir h --funcs diag_backward > hand.log 2>&1").c_str());
+    CHECK_MESSAGE(made == 0, m_read(scratch + "/hand.log"));
+    CHECK(m_contains(m_read(scratch + "/h/transformer.cpp"), "not implemented: diag_backward"));
+    CHECK(m_exists(scratch + "/h/tools/handout"));
+}
+
+TEST_CASE("shellcheck: the sh programs of tools/ are clean") {
+    REQUIRE_MESSAGE(std::system("command -v shellcheck > /dev/null 2>&1") == 0,
+                    "shellcheck is not installed (Debian: apt-get install shellcheck; .ci/run installs it)");
+    const std::string log = m_path("shellcheck.log");
+    const int st = std::system(("shellcheck tools/handout tools/grade tools/finetune-demo > " + log + " 2>&1").c_str());
+    CHECK_MESSAGE(st == 0, "shellcheck said:\n" << m_read(log));
+}
+
 TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" fails exactly the cases needing them") {
     // Teaching: `make handout` copies the project into DIR with the bodies of FUNCS replaced by
     // a stub throwing tf::Error("not implemented: NAME"). Checked here on a handout in the scratch
