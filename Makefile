@@ -174,44 +174,9 @@ tests-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-tests.o
 # one mutant of `make mutants`. docs/performance.md ("Build time") states the figures to reach.
 BT_CHECK := LayerNorm*
 build-times: | doctest
-	@set -e; top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	now() { date +%s.%N; }; \
-	secs() { awk -v a="$$1" -v b="$$(now)" 'BEGIN { printf "%6.1f s", b - a }'; }; \
-	fresh() { rm -rf "$$tmp/$$1"; mkdir -p "$$tmp/$$1"; cd "$$top"; \
-	  tar -cf - transformer.hpp transformer.cpp main.cpp tests.cpp Makefile README.md .gitignore gdb_tensor.py .vscode .ci docs tools | tar -xf - -C "$$tmp/$$1"; }; \
-	quiet() { log="$$tmp/log"; if ! "$$@" > "$$log" 2>&1; then tail -n 20 "$$log"; echo "make build-times: failed: $$*" >&2; exit 1; fi; }; \
-	row() { printf '%-58s %s\n' "$$1" "$$2"; }; \
-	echo "build times on $$(nproc) cores, $$($(CXX) --version | head -n 1), $$(date +%Y-%m-%d)"; \
-	echo "one object at a time (one core):"; \
-	fresh o; cd "$$tmp/o"; mkdir -p build; \
-	for o in "transformer.o:transformer.cpp:$(OPT)" "transformer-checked.o:transformer.cpp:$(OPT) $(CHECKED)" \
-	         "tests.o:tests.cpp:$(TESTS_OPT) $(CHECKED)" "main.o:main.cpp:$(OPT)" \
-	         "check's mathematics.o:transformer.cpp:$(FAST_OPT) -DTF_ONLY_MATHEMATICS" \
-	         "check's machinery.o:transformer.cpp:$(FAST_OPT) -DTF_ONLY_MACHINERY"; do \
-	  name=$${o%%:*}; rest=$${o#*:}; src=$${rest%%:*}; flags=$${rest#*:}; t=$$(now); \
-	  quiet $(CXX) $(STD) $(WARN) $$flags $(GCFLAGS) -c -o build/x.o $$src; \
-	  row "  $$name ($$src, $$flags)" "$$(secs $$t)"; \
-	done; \
-	echo "the commands (as many jobs as cores):"; \
-	fresh a; cd "$$tmp/a"; t=$$(now); quiet $(MAKE) --no-print-directory transformer; row "  make" "$$(secs $$t)  (target 30 s)"; \
-	fresh b; cd "$$tmp/b"; t=$$(now); quiet $(MAKE) --no-print-directory tests transformer; build=$$(secs $$t); \
-	t2=$$(now); quiet ./tests -tce='$(LONG_CASES)'; run=$$(secs $$t2); \
-	row "  make test" "$$(secs $$t)  (target 120 s)"; row "    its build" "$$build"; row "    its run of the cases" "$$run  (target 30 s)"; \
-	quiet $(MAKE) --no-print-directory check TESTS='$(BT_CHECK)'; touch transformer.cpp; t=$$(now); \
-	quiet $(MAKE) --no-print-directory check TESTS='$(BT_CHECK)'; \
-	row "  a student round: make check TESTS=\"$(BT_CHECK)\"" "$$(secs $$t)  (target 10 s)"; \
-	quiet $(MAKE) --no-print-directory handout ASSIGNMENT=2 DIR="$$tmp/h2"; cd "$$tmp/h2"; \
-	$(MAKE) --no-print-directory check > "$$tmp/log" 2>&1 || true; touch transformer.cpp; t=$$(now); \
-	$(MAKE) --no-print-directory check > "$$tmp/log" 2>&1 || true; \
-	grep -q '^\[doctest\] test cases:' "$$tmp/log" || { tail -n 20 "$$tmp/log"; exit 1; }; \
-	row "  a student round in handout-2: make check" "$$(secs $$t)  (target 10 s)"; \
-	fresh d; cd "$$tmp/d"; t=$$(now); quiet $(MAKE) --no-print-directory debug; row "  make debug" "$$(secs $$t)  (target 60 s)"; \
-	t=$$(now); quiet $(MAKE) --no-print-directory test-sanitized; row "  the sanitized run of the formula cases (make test-sanitized)" "$$(secs $$t)"; \
-	fresh m; cd "$$tmp/m"; \
-	mut() { quiet $(MAKE) --no-print-directory mutants FUNC=LayerNorm_backward TESTS='LayerNorm*' MAX=$$1 MUT_LOG="$$tmp/m.log"; }; \
-	mut 1; t=$$(now); mut 1; t1=$$(awk -v a="$$t" -v b="$$(now)" 'BEGIN { print b - a }'); \
-	t=$$(now); mut 5; t5=$$(awk -v a="$$t" -v b="$$(now)" 'BEGIN { print b - a }'); \
-	row "  make mutants: one mutant more (MAX=5 against MAX=1)" "$$(awk -v a=$$t1 -v b=$$t5 'BEGIN { printf "%6.1f s", (b - a) / 4 }')  (target 15 s)"
+	@CXX='$(CXX)' STD='$(STD)' WARN='$(WARN)' OPT='$(OPT)' CHECKED='$(CHECKED)' TESTS_OPT='$(TESTS_OPT)' FAST_OPT='$(FAST_OPT)' \
+	  FAST_MACHINERY_OPT='$(FAST_MACHINERY_OPT)' GCFLAGS='$(GCFLAGS)' MAKE='$(MAKE)' LONG_CASES='$(LONG_CASES)' BT_CHECK='$(BT_CHECK)' \
+	  sh tools/build-times
 
 # What the targets here write (builds, make run, finetune-demo, handout, grade) and masks.svg, the name in
 # masks' help example; a path git tracks is never removed, DIR only when it holds a handout (HANDOUT.md).
@@ -232,16 +197,7 @@ clean:
 PART_ONE_CALLS := gemm softmax_row softmax_numerators activation_array activation_derivative_array \
                   allocate_params pool_allocate pool_deallocate
 part-one-check:
-	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	hints=$$(awk '/^\/\/ PART I\. THE MATHEMATICS/ { on = 1 } /^\/\/ PART II\. THE MACHINERY/ { on = 0 } on { print FNR ": " $$0 }' transformer.cpp \
-	  | grep -E 'TF_[A-Z_]+|vexp|lane_|ExpParts|PoolAllocator|pool_|ArenaScope' || true); \
-	if [ -n "$$hints" ]; then echo "make part-one-check: machinery between the PART I and PART II banners of transformer.cpp:" >&2; echo "$$hints" >&2; exit 1; fi; \
-	$(CXX) $(STD) -O0 -w -DTF_PART_I_ALONE -c -o "$$tmp/part1.o" transformer.cpp; \
-	nm -C --undefined-only "$$tmp/part1.o" | sed -nE 's/^ *U //p' | grep 'tf::' | sed -E 's/\(.*//' \
-	  | sed -E -e ':a' -e 's/<[^<>]*>//g' -e 'ta' | sed -E 's/.* //; s/^tf:://' | sort -u > "$$tmp/calls"; \
-	bad=$$(for f in $$(cat "$$tmp/calls"); do case " $(strip $(PART_ONE_CALLS)) " in *" $$f "*) ;; *) printf ' %s' "$$f";; esac; done); \
-	if [ -n "$$bad" ]; then echo "make part-one-check: Part I calls what Part II defines:$$bad (define it in Part I, or declare it at Part I's top and add it to PART_ONE_CALLS)" >&2; exit 1; fi; \
-	echo "make part-one-check: Part I calls only itself and $$(tr '\n' ' ' < "$$tmp/calls")"
+	@CXX='$(CXX)' STD='$(STD)' PART_ONE_CALLS='$(strip $(PART_ONE_CALLS))' sh tools/part-one-check
 
 # ---- make handout: a student copy with chosen function bodies replaced by a stub -----------------
 # make handout [DIR=handout] [FUNCS="LayerNorm_backward ..."] [ASSIGNMENT=N]: tools/handout copies
@@ -396,100 +352,30 @@ assignments-text-check:
 ASSIGN_TESTS_O ?= $(BUILD)/tests.o
 ASSIGN_TESTS   ?= ./tests
 ASSIGN_DOC     := docs/assignments.md
+define newline
+
+
+endef
+assignments-check: export ASSIGN_LIST := $(foreach n,$(ASSIGNMENTS),$(n)|$(call SUITES_OF,$(n))|$(strip \
+  $(foreach m,$(wordlist 2,99,$(wordlist $(n),99,$(ASSIGNMENTS))),$(ASSIGNMENT_$(m)_FUNCS)))|$(call SUITES_UPTO,$(n))$(newline))
 assignments-check:
-	@set -e; for f in $(ASSIGN_TESTS_O) $(ASSIGN_TESTS); do [ -e "$$f" ] || { echo "make assignments-check: $$f is missing (make tests builds it)" >&2; exit 1; }; done; \
-	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; bad=0; totals=; logs=; \
-	listed() { "$$@" < /dev/null 2>&1 | awk '/^=====*$$/ { part++; next } part == 1'; }; \
-	counts() { sed 's/\x1b\[[0-9;]*m//g' "$$1" | sed -n 's/^\[doctest\] test cases: *\([0-9]*\) | *\([0-9]*\) passed | *\([0-9]*\) failed.*/test cases: \1 | \2 passed | \3 failed/p'; }; \
-	score() { sed -n 's/^make grade: assignment [0-9]*: \([0-9.]*\) of \([0-9.]*\) points,.*/\1 of \2/p' "$$1"; }; \
-	key() { $(CXX) $(STD) $(FAST_OPT) -DTF_ONLY_MACHINERY -E -P "$$1" | cksum; }; \
-	mach="$$tmp/machinery.o"; \
-	$(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -DTF_ONLY_MACHINERY -c -o "$$mach" transformer.cpp; \
-	solution_key=$$(key transformer.cpp); \
-	build() { \
-	  src=$$1; out=$$2; \
-	  [ "$$(key "$$src")" = "$$solution_key" ] || { echo "$$src: a stub outside the mathematics (TF_ONLY_MATHEMATICS)"; return 1; }; \
-	  $(CXX) $(STD) $(WARN) $(FAST_OPT) $(GCFLAGS) -DTF_ONLY_MATHEMATICS -c -o "$$out.o" "$$src" > "$$out.cc.log" 2>&1 || { cat "$$out.cc.log"; return 1; }; \
-	  if [ -s "$$out.cc.log" ]; then echo "$$src compiles with warnings:"; cat "$$out.cc.log"; return 1; fi; \
-	  $(CXX) $(FAST_OPT) -o "$$out" "$$out.o" "$$mach" $(ASSIGN_TESTS_O); \
-	}; \
-	one() { \
-	  n=$$1; suites=$$2; later=$$3; upto=$$4; d="$$tmp/handout-$$n"; \
-	  $(MAKE) --no-print-directory -s handout ASSIGNMENT=$$n DIR="$$d" HANDOUT_OBJECTS=0 > "$$d.log" 2>&1 || { cat "$$d.log"; return 1; }; \
-	  for f in $$later; do grep -q "not implemented: $$f (assignment " "$$d/transformer.cpp" || \
-	    { echo "assignment $$n: the handout holds the solution of $$f, a later assignment's function"; return 1; }; done; \
-	  build "$$d/transformer.cpp" "$$d/tests" || { echo "assignment $$n: the handout does not build"; return 1; }; \
-	  (cd "$$d" && ./tests -nc -ts="$$suites") > "$$d.run.log" 2>&1 || true; \
-	  $(ASSIGN_TESTS) -nc -ts="$$suites" > "$$d.sol.log" 2>&1 || true; \
-	  before=$$(counts "$$d.run.log"); after=$$(counts "$$d.sol.log"); \
-	  total=$$(echo "$$after" | sed 's/test cases: \([0-9]*\) .*/\1/'); \
-	  echo "assignment $$n: fresh handout $$before; solution $$after"; \
-	  if [ -z "$$before" ] || [ -z "$$after" ]; then echo "assignment $$n: no doctest summary"; cat "$$d.run.log" "$$d.sol.log"; return 1; fi; \
-	  if [ "$$after" != "test cases: $$total | $$total passed | 0 failed" ]; then echo "assignment $$n: the solution fails:"; cat "$$d.sol.log"; return 1; fi; \
-	  if echo "$$before" | grep -q '| 0 failed'; then echo "assignment $$n: the fresh handout fails no case"; return 1; fi; \
-	  if grep -q "not implemented: " "$$d.sol.log"; then echo "assignment $$n: the solution is a handout?"; return 1; fi; \
-	  if [ -n "$$later" ]; then \
-	    awk -v funcs="$$later" -f tools/blank.awk transformer.cpp > "$$d/solved.cpp"; \
-	    build "$$d/solved.cpp" "$$d/solved-tests" || { echo "assignment $$n: the solved handout does not build"; return 1; }; \
-	    (cd "$$d" && ./solved-tests -nc -ts="$$upto") > "$$d.solved.log" 2>&1 || { \
-	      echo "assignment $$n: solved, with the later assignments' stubs ($$later), these cases of assignments 1..$$n fail:"; \
-	      grep -B 3 -E "ERROR|not implemented" "$$d.solved.log" | head -n 40; return 1; }; \
-	  fi; \
-	  sec=$$(awk -v h="## Assignment $$n:" 'index($$0, h) == 1 { on = 1; print; next } /^## / { on = 0 } on' $(ASSIGN_DOC)); \
-	  row=$$(grep "^| $$n |" $(ASSIGN_DOC) || true); \
-	  listed $(ASSIGN_TESTS) -nc -lts -ts="$$suites" > "$$d.suites"; \
-	  { grep -x "assignment $$n" "$$d.suites" || true; grep -vx "assignment $$n" "$$d.suites" | LC_ALL=C sort; } > "$$d.suites.sorted"; \
-	  k=0; ns=$$(wc -l < "$$d.suites.sorted" | tr -d ' '); tl="Tests: the suite"; [ "$$ns" = 1 ] || tl="Tests: the suites"; \
-	  while IFS= read -r s; do \
-	    k=$$((k + 1)); c=$$(listed $(ASSIGN_TESTS) -nc -ltc -ts="$$(printf '%s\n' "$$s" | sed 's/[\\*?,]/?/g')" | wc -l | tr -d ' '); \
-	    [ "$$c" = 1 ] && c="1 case" || c="$$c cases"; \
-	    if [ $$k -eq 1 ]; then sep=" "; elif [ $$k -eq "$$ns" ]; then sep=" and "; else sep=", "; fi; \
-	    tl="$$tl$$sep\`$$s\` ($$c)"; \
-	  done < "$$d.suites.sorted"; \
-	  totals="$$totals $$n:$$total"; logs="$$logs $$n:$$d.run.log"; \
-	  for want in "Fresh handout: \`$$before\`" "Solved: \`$$after\`" "$$tl"; do \
-	    case "$$sec" in *"$$want"*) ;; *) echo "$(ASSIGN_DOC), section \"Assignment $$n\", should say: $$want"; return 1;; esac; done; \
-	  f=$$(echo "$$before" | sed 's/.*| \([0-9]*\) failed/\1/'); \
-	  case "$$row" in *"| $$f of $$total fail | $$total of $$total pass |"*) ;; *) echo "$(ASSIGN_DOC), table row of assignment $$n should say: | $$f of $$total fail | $$total of $$total pass |"; return 1;; esac; \
-	  (cd "$$d" && sh tools/grade ./tests "$$suites" graded $(GRADE_TIMEOUT) "assignment $$n") > "$$d.grade.log" 2>&1 || { cat "$$d.grade.log"; return 1; }; \
-	  sh tools/grade $(ASSIGN_TESTS) "$$suites" "$$d.graded" $(GRADE_TIMEOUT) "assignment $$n" > "$$d.sol-grade.log" 2>&1 || { cat "$$d.sol-grade.log"; return 1; }; \
-	  got=$$(score "$$d.grade.log"); sol=$$(score "$$d.sol-grade.log"); \
-	  echo "assignment $$n: make grade: fresh handout $$got points; solution $$sol points"; \
-	  case "$$got" in "0 of "*) ;; *) echo "assignment $$n: make grade gives a fresh handout $$got points, not 0: the cases it passes belong in the test suite \"assignment $$n (0 points)\""; cat "$$d.grade.log"; return 1;; esac; \
-	  if [ -z "$$sol" ] || [ "$${sol% of *}" != "$${sol#* of }" ]; then echo "assignment $$n: make grade gives the solution $$sol points, not full marks"; cat "$$d.sol-grade.log"; return 1; fi; \
-	}; \
-	$(foreach n,$(ASSIGNMENTS),one $(n) "$(call SUITES_OF,$(n))" \
-	  "$(strip $(foreach m,$(wordlist 2,99,$(wordlist $(n),99,$(ASSIGNMENTS))),$(ASSIGNMENT_$(m)_FUNCS)))" \
-	  "$(call SUITES_UPTO,$(n))" || bad=1;) \
-	$(ASSIGN_TEXT_RUN) || bad=1; \
-	[ $$bad = 0 ] && echo "make assignments-check: docs/assignments.md states every assignment's counts, suites, reading list and rules; make grade scores each fresh handout 0, the solution full marks" || { echo "make assignments-check: failed" >&2; exit 1; }
+	@CXX='$(CXX)' STD='$(STD)' WARN='$(WARN)' FAST_OPT='$(FAST_OPT)' GCFLAGS='$(GCFLAGS)' MAKE='$(MAKE)' \
+	  ASSIGN_TESTS_O='$(ASSIGN_TESTS_O)' ASSIGN_TESTS='$(ASSIGN_TESTS)' ASSIGN_DOC='$(ASSIGN_DOC)' GRADE_TIMEOUT='$(GRADE_TIMEOUT)' \
+	  ASSIGNMENTS='$(ASSIGNMENTS)' ASSIGN_FUNCS='$(foreach n,$(ASSIGNMENTS),$(n):$(strip $(ASSIGNMENT_$(n)_FUNCS));)' \
+	  sh tools/assignments-check
 
 # ---- make mutants: mutation testing of the formula functions -----------------------------------
 # make mutants FUNC=LayerNorm_backward [TESTS="LayerNorm*"] [MAX=n] [TIMEOUT=seconds]
 # make mutants-all [FUNCS="name[:tests-pattern] ..."] [MAX=25]   (default FUNCS: MUTANT_FUNCS, Part I;
 #   a tests-pattern "-ts=FILTER" selects test suites instead of case names)
 # make mutants-assignments [MAX=3]   (each assignment's functions against its own test suites)
-# Copies the project into a temporary directory, finds the body of FUNC in transformer.cpp as
-# `make handout` does (its definition on a line starting in column 0, body up to the closing brace
-# in column 0), and makes, one at a time, the mistakes a student makes inside that body only:
-# + <-> -, < <-> <=, > <-> >=, == <-> !=, && <-> ||, * -> /, a unary minus dropped, a term, factor
-# or divisor dropped (a + b -> a), loop bounds one past the end (< n -> < n + 1) or one late
-# (= 0 -> = 1), constants (0.5 -> 1.0, 2 -> 1, 1 -> 0, other decimals doubled, other integers + 1),
-# a statement dropped, the two indices of X(i, j) swapped. Each mutant: the part of transformer.cpp it
-# is in (-DTF_ONLY_MATHEMATICS or -DTF_ONLY_MACHINERY, as make check builds it) recompiled at MUT_OPT
-# with the standard library's index checks (as make test builds it), linked with the other part
-# compiled once from the unmutated file and with a tests.o
-# built once (in MUT_BUILD, build-mutants/), the test cases matching TESTS (doctest -tc, default all) run
-# under `timeout TIMEOUT` (default: ten times the unmutated run of those cases plus 10 s; a `date`
-# without nanoseconds, as BSD's, measures whole seconds), stopping at the first failed check
-# (doctest -aa=1). A mutant is KILLED when a test fails (or times out), SURVIVED when all pass; one
-# that does not compile counts as neither. MAX keeps at most MAX mutants, evenly spread.
-# JOBS=n tries n mutants at once (each in its own copy of the project); the verdicts do not depend on it.
-# BEFORE=path/tests.o (built at MUT_OPT from other tests) runs each mutant against those tests too.
-# SAN=1 builds each mutant with AddressSanitizer, UBSan and -D_GLIBCXX_ASSERTIONS (make debug's checks):
-# an index one past the end of a tensor then kills. The mutated part comes first on the link line, so
-# the checked copies of the header's inline functions are the ones linked.
-# docs/mutation.md explains the output and gives the figure for the suite.
+# tools/mutants does the work (tools/mutants --help): each mutant of FUNC's body is compiled at
+# MUT_OPT with the index checks, linked with the other part of transformer.cpp and a tests.o built
+# once in MUT_BUILD, and the cases of TESTS (doctest -tc, default all) run under TIMEOUT (auto: ten
+# times the unmutated run plus 10 s). MAX keeps at most MAX mutants, evenly spread; JOBS=n tries n
+# at once; BEFORE=path/tests.o runs each against other tests too; SAN=1 builds each with
+# AddressSanitizer and UBSan (an index one past the end of a tensor then kills). docs/mutation.md
+# explains the output and gives the figure for the suite.
 MUT_OPT     ?= -O0
 MUT_BUILD   ?= build-mutants
 TIMEOUT     ?= auto
@@ -500,57 +386,7 @@ SAN         ?= 0
 mut_comma   := ,
 MUT_SAN     := $(if $(filter 1,$(SAN)),-fsanitize=address$(mut_comma)undefined -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS)
 TESTS       ?=
-# The formula functions of Part I and the reductions and transposed products they call, each with the
-# test cases of its module (docs/mutation.md).
-MUTANT_FUNCS := sample_logits:sample:?sample_logits* dropout_mask:dropout* multiply_inplace:dropout* \
-                next_token_targets:objective* mlm_corrupt:objective* \
-                gpt1_classify_input:finetune:?GPT-1*,finetune:?padding* \
-                gpt1_entailment_input:finetune:?GPT-1*,finetune:?padding* \
-                gpt1_similarity_inputs:finetune:?GPT-1*,finetune:?gradient* \
-                gpt1_multiple_choice_inputs:finetune:?GPT-1*,finetune:?multiple* \
-                gpt1_batch:finetune:?GPT-1*,finetune:?padding* \
-                extract_rows:finetune:?GPT-1*,finetune:?gradient*,finetune:?padding*,finetune:?BERT* \
-                head_logits:finetune:?gradient*,finetune:?BERT*,finetune:?padding*,finetune:?the?head* \
-                finetune_loss:finetune* \
-                permutation_ranks:xlnet:?Mask*,xlnet:?the*,xlnet:?predicting* Mask_XL:xlnet:?Mask*,xlnet:?the* \
-                xlnet_forward:xlnet:?gradient*,xlnet:?one*,xlnet:?sequences*,xlnet:?the*,xlnet:?predicting* \
-                xlnet_loss:xlnet:?gradient*,xlnet:?one*,xlnet:?sequences*,xlnet:?predicting* clip_grad_norm:AdamW*,train_step* \
-                adamw_step:AdamW*,train_step* decays:AdamW* train_step:train_step* position_rows:RoBERTa*,GPT:* \
-                layer_mask:GPT-3* Mask_ST:Mask_*,GPT-3* activation:FFN* \
-                activation_derivative:FFN* activation_array:FFN* \
-                activation_derivative_array:FFN* vexp:Softmax* softmax_row:Softmax*,Reductions* \
-                softmax_backward_row:Softmax* lanes_sum:LayerNorm*,Reductions* LayerNorm:LayerNorm*,Reductions* \
-                MLMHead:BERT*,RoBERTa*,model_loss*,MLMHead* MLMHead_backward:BERT*,RoBERTa*,model_loss*,MLMHead* \
-                head_bias:MultiHeadSA*,GPT-2:?whole* MultiHeadSA:MultiHeadSA* CrossEntropy_logits:CrossEntropy*,Reductions* \
-                init_params:parameters* scale_residual_init:parameters* diag:diag* Stack:Stack* OneHot:OneHot* \
-                Embedding:Embedding* Embedding_backward:Embedding* Softmax:Softmax* Softmax_backward:Softmax* \
-                Mask_BD:Mask_* Mask_AR:Mask_* apply_mask:apply_mask*,Attention* Attention:Attention* \
-                Attention_backward:Attention* Concat:Concat* Concat_backward:Concat* \
-                MultiHeadSA_backward:MultiHeadSA* FFN:FFN* FFN_backward:FFN* LayerNorm_backward:LayerNorm* \
-                CrossEntropy:CrossEntropy* CrossEntropy_backward:CrossEntropy* \
-                embed_forward:GPT*,BERT*,RoBERTa*,embed_backward*,sample:?model_step* embed_backward:BERT*,GPT:*,embed_backward* \
-                key_padding_mask:key_padding_mask*,finetune:?BERT* pre_ln_block_forward:GPT-2*,GPT-3*,dropout*,explain* \
-                pre_ln_block_backward:GPT-2*,GPT-3*,dropout* post_ln_block_forward:GPT:*,BERT*,dropout*,explain* \
-                post_ln_block_backward:GPT:*,BERT*,dropout* model_backward:GPT-2*,BERT*,model_loss*,model_forward* \
-                model_loss:model_loss*,objective* gather_rows:model_loss*,BERT* \
-                xlnet_query_probs:xlnet:?gradient*,xlnet:?one*,xlnet:?sequences*,xlnet:?predicting* lr_linear:lr_* \
-                lr_schedule:lr_* \
-                gemm_reference:gemm*,matmul* matmul:matmul* transpose:matmul*,gemm* add_inplace:MultiHeadSA*,GPT:* \
-                colsum_acc:FFN*,MultiHeadSA* Linear:FFN*,MultiHeadSA*,MLMHead* Linear_backward:FFN*,MultiHeadSA* \
-                diag_backward:diag* Stack_backward:Stack* inv_factorials:Softmax* softmax_row_reference:Softmax* \
-                rows_of:MultiHeadSA* Rng::normal:Rng*,parameters* Rng::below:Rng*,dropout*,objective* \
-                FFN_GELU:FFN* FFN_GELU_backward:FFN* make_params:parameters* count_params:parameters* \
-                position_vector:RoBERTa* blocks_forward:GPT*,BERT*,RoBERTa* blocks_backward:GPT*,BERT*,RoBERTa* \
-                mlm_head_activation:RoBERTa*,MLMHead* scatter_rows:model_loss*,BERT*,RoBERTa* \
-                model_forward:model_forward*,GPT*,BERT*,RoBERTa*,dropout*,finetune:?BERT* target_rows:model_loss*,objective* \
-                output_row:GPT*,BERT*,RoBERTa* bert_pair:BERT* finetune_probs:finetune* adamw_init:AdamW*,train_step* \
-                matmul_acc:matmul* matmul_nt:matmul*,Attention*,Reductions* matmul_tn:matmul* matmul_tn_acc:matmul* \
-                lane_sum:Softmax*,CrossEntropy*,Reductions* lane_max:Softmax*,CrossEntropy*,Reductions* \
-                lane_dot:gemm*,matmul*,Reductions* named_tensors:parameters*,GPT*,BERT* GPT:GPT* BERT:BERT* \
-                RoBERTa:RoBERTa* zero_params:AdamW*,train_step*,parameters* first_nonfinite:files:?a?NaN?parameter* \
-                make_config:parameters*,GPT* add:MultiHeadSA*,GPT*,Tensor:* block_forward:GPT*,BERT*,explain* \
-                block_backward:GPT*,BERT*,explain* kv_init:sample* append_rows:sample* MultiHeadSA_cached:sample* \
-                model_step:sample*
+MUTANT_FUNCS := $(shell grep -v '^\#' tools/mutant-funcs.txt)
 # Each assignment's functions against that assignment's own test cases, its test suites (an entry's
 # tests "-ts=FILTER" select by suite; a space of the suites' names is matched by ?).
 space := $(subst ,, )
@@ -562,79 +398,8 @@ mutants-assignments:
 	@$(MAKE) --no-print-directory mutants-all FUNCS='$(MUTANT_ASSIGNMENT_FUNCS)' MAX='$(if $(filter-out 0,$(MAX)),$(MAX),3)'
 mutants mutants-all: | doctest
 	@$(MAKE) --no-print-directory BUILD=$(MUT_BUILD) OPT="$(MUT_OPT)" $(MUT_BUILD)/tests.o >/dev/null
-	@set -ef; \
-	if [ "$@" = mutants ]; then \
-	  [ -n "$(FUNC)" ] || { echo "make mutants: give FUNC=name (a function defined in transformer.cpp)" >&2; exit 1; }; \
-	  list='$(FUNC):$(TESTS)'; max='$(MAX)'; \
-	else \
-	  list='$(if $(filter command line environment,$(origin FUNCS)),$(FUNCS),$(MUTANT_FUNCS))'; max='$(MAX)'; \
-	  [ "$$max" != 0 ] || max=25; \
-	fi; \
-	top=$$(pwd); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; trap 'exit 1' INT TERM; \
-	now_ns() { t=$$(date +%s%N); case "$$t" in *[!0-9]*) echo $$(( $$(date +%s) * 1000000000 ));; *) echo "$$t";; esac; }; \
-	case '$(TIMEOUT)' in auto) auto=1; cap=600;; ''|*[!0-9]*|0) echo "make mutants: TIMEOUT=$(TIMEOUT): give seconds (1 or more) or auto" >&2; exit 1;; *) auto=0; cap='$(TIMEOUT)';; esac; \
-	jobs='$(JOBS)'; case "$$jobs" in ''|*[!0-9]*|0) echo "make mutants: JOBS=$$jobs: give a number of runs at once, 1 or more" >&2; exit 1;; esac; \
-	tar -cf - --exclude=./.git --exclude='./build*' --exclude=./demo --exclude=./runs . > "$$tmp/tree.tar"; \
-	j=0; while [ "$$j" -lt "$$jobs" ]; do mkdir "$$tmp/s$$j"; tar -xf "$$tmp/tree.tar" -C "$$tmp/s$$j"; j=$$((j + 1)); done; \
-	case "$(MUT_LOG)" in /*) log="$(MUT_LOG)";; *) log="$$top/$(MUT_LOG)";; esac; : > "$$log"; \
-	say() { echo "$$*" | tee -a "$$log"; }; \
-	all_k=0; all_s=0; all_n=0; all_g=0; bk=0; bs=0; \
-	cc_part() { $(CXX) $(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) $(GCFLAGS) -DTF_ONLY_$$1 -c -o "$$2" "$$3"; }; \
-	cc_part MATHEMATICS "$$tmp/MATHEMATICS.o" transformer.cpp & cc_part MACHINERY "$$tmp/MACHINERY.o" transformer.cpp; wait $$!; \
-	$(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$tmp/base-tests" "$$tmp/MATHEMATICS.o" "$$tmp/MACHINERY.o" $(MUT_BUILD)/tests.o; \
-	machinery_from=$$(grep -n '^#if !defined(TF_ONLY_MATHEMATICS)' transformer.cpp | head -n 1 | cut -d: -f1); \
-	mutant() { \
-	  d="$$tmp/s$$1"; \
-	  MUT_TEXT="$$text" awk -v l="$$line" 'FNR == l { print ENVIRON["MUT_TEXT"]; next } { print }' transformer.cpp > "$$d/transformer.cpp"; \
-	  before=$$(sed -n "$${line}p" transformer.cpp | sed -E 's/^[ \t]+//'); after=$$(printf '%s' "$$text" | sed -E 's/^[ \t]+//'); \
-	  if [ "$$line" -lt "$$machinery_from" ]; then part=MATHEMATICS; other="$$tmp/MACHINERY.o"; else part=MACHINERY; other="$$tmp/MATHEMATICS.o"; fi; \
-	  if ! cc_part $$part "$$d/transformer.o" "$$d/transformer.cpp" 2>/dev/null || \
-	     ! $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" "$$other" $(MUT_BUILD)/tests.o 2>/dev/null; then \
-	    verdict="not compiled"; \
-	  elif (cd "$$d" && timeout $$lim ./tests -aa=1 $$tc </dev/null) >/dev/null 2>&1; then verdict=SURVIVED; \
-	  else verdict=KILLED; fi; \
-	  was=; \
-	  if [ -n "$(BEFORE)" ] && [ "$$verdict" != "not compiled" ]; then \
-	    $(CXX) $(MUT_OPT) $(MUT_SAN) -o "$$d/tests" "$$d/transformer.o" "$$other" "$(BEFORE)"; \
-	    if (cd "$$d" && timeout $$lim ./tests -aa=1 $$tc </dev/null) >/dev/null 2>&1; then was=" (before: SURVIVED)"; \
-	    else was=" (before: KILLED)"; fi; \
-	  fi; \
-	  printf '%-12s %s:%s [%s]  %s  ->  %s%s\n' "$$verdict" "$$func" "$$line" "$$op" "$$before" "$$after" "$$was"; \
-	}; \
-	report() { \
-	  while [ "$$done_to" -lt "$$i" ]; do \
-	    done_to=$$((done_to + 1)); r=$$(cat "$$tmp/r$$done_to"); say "$$r"; \
-	    case "$$r" in KILLED*) k=$$((k + 1));; SURVIVED*) s=$$((s + 1));; *) nc=$$((nc + 1));; esac; \
-	    case "$$r" in *"(before: KILLED)") bk=$$((bk + 1));; *"(before: SURVIVED)") bs=$$((bs + 1));; esac; \
-	  done; \
-	}; \
-	for entry in $$list; do \
-	  func=$$(printf '%s' "$$entry" | sed -E 's/^(([^:]|::)*).*/\1/'); pat=$${entry#"$$func"}; pat=$${pat#:}; \
-	  case "$$pat" in -ts=*) tc=$$pat;; *) tc=$${pat:+-tc=$$pat};; esac; \
-	  awk -v funcs="$$func" -v ranges="$$tmp/range" -f tools/blank.awk transformer.cpp >/dev/null \
-	    || { echo "make mutants: no function $$func in transformer.cpp" >&2; exit 1; }; \
-	  read -r _ from to < "$$tmp/range"; \
-	  awk -v from="$$from" -v to="$$to" -f tools/mutant-gen.awk transformer.cpp > "$$tmp/all"; \
-	  n=$$(wc -l < "$$tmp/all"); \
-	  if [ "$$max" -gt 0 ] && [ "$$n" -gt "$$max" ]; then \
-	    awk -v n="$$n" -v m="$$max" '{ i = NR - 1; if (int(i * m / n) != int((i - 1) * m / n) || i == 0) print }' "$$tmp/all" > "$$tmp/list"; \
-	  else cp "$$tmp/all" "$$tmp/list"; fi; \
-	  g=$$(wc -l < "$$tmp/list"); \
-	  say "== $$func (transformer.cpp lines $$from-$$to): $$g mutants of $$n, tests: $${pat:-all}"; \
-	  t0=$$(now_ns); \
-	  (cd "$$tmp/s0" && timeout $$cap ../base-tests $$tc </dev/null) >/dev/null 2>&1 || { say "   the unmutated suite fails or times out on $$func's tests: skipped"; continue; }; \
-	  if [ "$$auto" = 1 ]; then lim=$$(( ($$(now_ns) - t0) / 100000000 + 10 )); else lim=$$cap; fi; \
-	  k=0; s=0; nc=0; i=0; done_to=0; \
-	  while IFS="$$(printf '\t')" read -r line op text; do \
-	    i=$$((i + 1)); \
-	    mutant $$(((i - 1) % jobs)) > "$$tmp/r$$i" 2>/dev/null </dev/null & \
-	    if [ $$((i % jobs)) -eq 0 ]; then wait; report; fi; \
-	  done < "$$tmp/list"; \
-	  wait; report; \
-	  say "   $$func: $$k killed, $$s survived, $$nc not compiled; killed $$k of $$((k + s)) compiled mutants"; \
-	  all_k=$$((all_k + k)); all_s=$$((all_s + s)); all_n=$$((all_n + nc)); all_g=$$((all_g + g)); \
-	done; \
-	say "mutants: $$all_g generated, $$all_n not compiled, $$all_k killed, $$all_s survived:" \
-	    "$$all_k/$$((all_k + all_s)) killed$$(awk -v k=$$all_k -v t=$$((all_k + all_s)) 'BEGIN { if (t) printf " (%.1f%%)", 100 * k / t }')"; \
-	if [ -n "$(BEFORE)" ]; then say "with the tests of $(BEFORE) instead: $$bk/$$((bk + bs)) killed"; fi; \
-	echo "(all lines also in $(MUT_LOG))"
+	@if [ $@ = mutants ] && [ -z '$(FUNC)' ]; then echo "make mutants: give FUNC=name (a function defined in transformer.cpp)" >&2; exit 1; fi
+	@sh tools/mutants --tests-o $(MUT_BUILD)/tests.o --timeout '$(TIMEOUT)' --jobs '$(JOBS)' --log '$(MUT_LOG)' $(if $(BEFORE),--before '$(BEFORE)') \
+	  --cxx '$(CXX)' --cflags '$(STD) -w $(MUT_OPT) $(CHECKED) $(MUT_SAN) $(GCFLAGS)' --ldflags '$(MUT_OPT) $(MUT_SAN)' \
+	  --max '$(if $(filter mutants,$@),$(MAX),$(if $(filter-out 0,$(MAX)),$(MAX),25))' \
+	  --list '$(if $(filter mutants,$@),$(FUNC):$(TESTS),$(if $(filter command line environment,$(origin FUNCS)),$(FUNCS),$(MUTANT_FUNCS)))'

@@ -11026,7 +11026,8 @@ TEST_CASE("tools: the blanker and the mutant generator find a body written in ot
 }
 
 TEST_CASE("tools: every program in tools/ answers --help, refuses an unknown argument, and works from another directory") {
-    const std::vector<std::string> programs = {"tools/handout", "tools/grade", "tools/finetune-demo"};
+    const std::vector<std::string> programs = {"tools/handout",         "tools/grade",      "tools/mutants",        "tools/assignments-check",
+                                               "tools/build-times",     "tools/part-one-check", "tools/finetune-demo"};
     char cwd[4096];
     REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
     const std::string root = cwd, scratch = m_path("tools-elsewhere");
@@ -11053,7 +11054,8 @@ TEST_CASE("shellcheck: the sh programs of tools/ are clean") {
     REQUIRE_MESSAGE(std::system("command -v shellcheck > /dev/null 2>&1") == 0,
                     "shellcheck is not installed (Debian: apt-get install shellcheck; .ci/run installs it)");
     const std::string log = m_path("shellcheck.log");
-    const int st = std::system(("shellcheck tools/handout tools/grade tools/finetune-demo > " + log + " 2>&1").c_str());
+    const int st = std::system(("shellcheck tools/handout tools/grade tools/mutants tools/assignments-check tools/build-times "
+                                "tools/part-one-check tools/finetune-demo > " + log + " 2>&1").c_str());
     CHECK_MESSAGE(st == 0, "shellcheck said:\n" << m_read(log));
 }
 

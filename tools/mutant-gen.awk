@@ -1,5 +1,10 @@
-# awk -v from=A -v to=B: one line per mutant of lines A..B of transformer.cpp:
+# awk -v from=A -v to=B -f tools/mutant-gen.awk transformer.cpp: one line per mutant of lines A..B:
 #     line <TAB> operator <TAB> the mutated line
+# The mistakes a student makes, one at a time: + <-> -, < <-> <=, > <-> >=, == <-> !=, && <-> ||,
+# * -> /, a unary minus dropped, a term, factor or divisor dropped (a + b -> a), loop bounds one past
+# the end (< n -> < n + 1) or one late (= 0 -> = 1), constants (0.5 -> 1.0, 2 -> 1, 1 -> 0, other
+# decimals doubled, other integers + 1), a statement dropped, the two indices of X(i, j) swapped;
+# never inside a string literal.
 function emit(op, newcode) { if (newcode != code) printf "%d\t%s\t%s%s\n", FNR, op, newcode, comment }
 # every occurrence of s (outside string literals, and not next to one) replaced by r, one mutant each
 function each(s, r, op,    off, p, pos) {
