@@ -109,7 +109,7 @@ doctest:
 # what the README quotes ("readme: ..."), and the builds for other targets that must compute the same
 # bytes ("identical: ..."); .ci/run runs both targets, and the formula cases again
 # under the sanitizers (`make test-sanitized`).
-LONG_CASES := handout: *,readme: *,identical: *
+LONG_CASES := handout: *,readme: *,identical: *,browser: *
 # The objects are listed longest build first, so that the two cores finish together.
 test: $(BUILD)/transformer-checked.o $(BUILD)/transformer.o $(BUILD)/tests.o $(BUILD)/main.o tests transformer
 	./tests -tce='$(LONG_CASES)'
@@ -479,6 +479,7 @@ handout:
 	  echo "- \`./transformer explain --preset tiny-gpt2 --tokens 3,1,4\` (after \`make transformer\`): one"; \
 	  echo "  example through every formula box with its formula, function, shapes and first values; it"; \
 	  echo "  stops with \"not implemented: NAME\" at the first function still to be written."; \
+	  echo "- \`./transformer explain --preset tiny-gpt2 --tokens 3,1,4 --html explain.html\` (once every function runs): the same as one page that checks each backward box against finite differences of its own forward, so it shows which formula is wrong."; \
 	} > "$$tmp/HANDOUT.md"; \
 	rm -rf "$$dir"; mkdir -p "$$dir/.ci" "$$dir/.vscode" "$$dir/tools"; \
 	cp transformer.hpp main.cpp Makefile README.md .gitignore gdb_tensor.py "$$dir/"; cp .ci/run "$$dir/.ci/"; \

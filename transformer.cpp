@@ -9442,11 +9442,12 @@ static int section_of(const Config& c, const ExplainStep& s) {
     return model;
 }
 
-static std::string json_num(double v) {
+// A number as JSON (%.9g: a float's value exactly; "-inf", "inf", "nan" as strings).
+static std::string json_num(double v, const char* format = "%.9g") {
     if (std::isnan(v)) return "\"nan\"";
     if (std::isinf(v)) return v < 0 ? "\"-inf\"" : "\"inf\"";
-    char b[32];
-    std::snprintf(b, sizeof b, "%.9g", v);
+    char b[40];
+    std::snprintf(b, sizeof b, format, v);
     return b;
 }
 
@@ -9499,9 +9500,13 @@ output.cell{font:12px monospace;margin-left:.5em}
 )";
 
 // Keyboard: n / p (or j / k) move to the next / previous box; on a focused heat map the arrow keys
-// move a marked cell whose (i, j) and value show beside it.
+// move a marked cell whose (i, j) and value show beside it. On load, <body data-rendered="boxes B,
+// math M"> counts the sections and <math> elements the browser laid out (the browser test reads it).
 static const char* const PAGE_SCRIPT = R"(
 (function(){var s=[].slice.call(document.querySelectorAll('main section'));
+var r=0,m=0;s.forEach(function(x){if(x.getBoundingClientRect().height>0)r++;});
+[].forEach.call(document.querySelectorAll('math'),function(x){if(x.getBoundingClientRect().width>0)m++;});
+document.body.setAttribute('data-rendered','boxes '+r+', math '+m);
 function at(){var y=window.scrollY+10,k=0;for(var i=0;i<s.length;i++)if(s[i].offsetTop<=y)k=i;return k;}
 document.addEventListener('keydown',function(e){if(e.target.closest&&e.target.closest('.hm'))return;
  var d={n:1,j:1,p:-1,k:-1}[e.key];if(!d||e.ctrlKey||e.metaKey||e.altKey)return;
@@ -9794,7 +9799,7 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
                      << json_escape(t.symbol) << ",\"shape\":[";
                 for (std::size_t a = 0; a < t.dims.size(); a++) json << (a ? "," : "") << t.dims[a];
                 json << "],\"first\":[";
-                for (std::size_t a = 0; a < t.first.size(); a++) json << (a ? "," : "") << json_num(t.first[a]);
+                for (std::size_t a = 0; a < t.first.size(); a++) json << (a ? "," : "") << json_num(t.first[a], "%.17g");
                 json << "],\"more\":" << (t.more ? "true" : "false") << ",\"rows\":[";
                 for (std::size_t a = 0; a < t.rows.size(); a++) json << (a ? "," : "") << t.rows[a] + 1;
                 json << "],\"cols\":[";
@@ -9804,8 +9809,9 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
                 json << "]}";
                 first = false;
             }
+        json << "],\"picture\":[";
+        for (std::size_t a = 0; a < s.picture.size(); a++) json << (a ? "," : "") << json_escape(s.picture[a]);
         json << "]}";
-        for (const std::string& line : s.picture) (void)line;
         h << "</section>\n";
         page.maths++;
     }
