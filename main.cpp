@@ -1306,6 +1306,13 @@ static int cmd_explain(Flags& f) {
         ExplainHtml o;
         o.title = f.has("checkpoint") ? "checkpoint " + path : "preset " + name + " (seed " + std::to_string(seed) + ")";
         o.values = values;
+        // The § links: formulas.md beside the page (docs/), else the repository's, by its full path.
+        const std::size_t slash = html.rfind('/');
+        const std::string dir = slash == std::string::npos ? "." : html.substr(0, slash + 1);
+        char full[PATH_MAX];
+        struct stat st;
+        if (stat((dir + "/formulas.md").c_str(), &st) == 0) o.formulas = "formulas.md";
+        else if (realpath("docs/formulas.md", full)) o.formulas = std::string("file://") + full;
         const ExplainPage page = explain_html(lm.config, lm.params, b, o);
         write_file_atomic(html, page.html);
         std::printf("wrote %s: %d boxes, %d backward boxes checked against finite differences, %d failing, %zu bytes\n", html.c_str(),

@@ -9477,7 +9477,7 @@ static const char* const PAGE_CSS = R"(
  svg{background:#fff}}
 body{font:15px/1.45 system-ui,sans-serif;color:var(--fg);background:var(--bg);margin:0;display:grid;grid-template-columns:22em 1fr}
 nav{position:sticky;top:0;height:100vh;overflow:auto;border-right:1px solid var(--line);padding:.5em 1em;font-size:13px;box-sizing:border-box}
-nav ol{padding-left:1.2em;margin:.2em 0}nav a{color:inherit}
+nav ol{padding-left:1.6em;margin:.2em 0}nav>ol{list-style:none;padding-left:0}nav a{color:inherit}
 main{padding:0 1.5em 4em;min-width:0}header{padding:0 1.5em;grid-column:1/3;border-bottom:1px solid var(--line)}
 section{border:1px solid var(--line);border-radius:6px;padding:.3em 1em .8em;margin:1em 0;background:var(--box)}
 section:focus,section:target{outline:3px solid #4c8bf5}
