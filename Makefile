@@ -109,7 +109,7 @@ doctest:
 # what the README quotes ("readme: ..."), and the builds for other targets that must compute the same
 # bytes ("identical: ..."); .ci/run runs both targets, and the formula cases again
 # under the sanitizers (`make test-sanitized`).
-LONG_CASES := handout: *,readme: *,identical: *,shellcheck: *
+LONG_CASES := handout: *,readme: *,identical: *,shellcheck: *,browser: *
 # The objects are listed longest build first, so that the two cores finish together.
 test: $(BUILD)/transformer-checked.o $(BUILD)/transformer.o $(BUILD)/tests.o $(BUILD)/main.o tests transformer
 	./tests -tce='$(LONG_CASES)'

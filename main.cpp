@@ -309,9 +309,12 @@ static const std::vector<CommandDoc>& command_docs() {
           {"tokens", "IDS  token ids, comma-separated (required)"},
           {"segments", "IDS  bert: segment of each token, 0 or 1"},
           {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
-          {"values", "K  first values shown per tensor, 0..64 (default: 4)"}},
+          {"values", "K  first values shown per tensor, 0..64 (default: 4)"},
+          {"html", "FILE  also write one self-contained page: per box its formula, code line, every value as a heat map and, "
+                   "per backward box, its own gradient check"}},
          "explain --preset tiny-bert --tokens 3,1,4 --masked 2",
-         "Positions count from 1, as in the formulas."},
+         "Positions count from 1, as in the formulas. With --html, a backward box whose gradient disagrees with finite "
+         "differences of its own forward is marked failing on the page (and counted on stdout)."},
         {"grad", "inspect", "write the gradient of the loss on a few tokens to a safetensors file",
          {{"checkpoint", "FILE  the model (required)"},
           {"tokens", "IDS  token ids, comma-separated (required)"},
@@ -1280,8 +1283,10 @@ static int cmd_explain(Flags& f) {
     const std::string seg = f.str("segments"), masked = f.str("masked");
     const uint64_t seed = f.seed("seed", 1);
     const int values = f.int32("values", 4);
+    const std::string html = f.str("html");
     f.done();
     if (f.has("checkpoint") == f.has("preset")) throw Error("explain: give exactly one of --preset and --checkpoint");
+    if (f.has("html")) check_outputs({{html, "--html", OutputKind::html_page}}, f.has("checkpoint") ? std::vector<InputFile>{{path, "--checkpoint"}} : std::vector<InputFile>{});
     if (f.has("seed") && !f.has("preset")) throw Error("--seed applies to --preset only (it initialises the model)");
     if (values < 0 || values > 64) throw Error("--values must be between 0 and 64, got " + std::to_string(values));
     LoadedModel lm;
@@ -1297,6 +1302,22 @@ static int cmd_explain(Flags& f) {
     std::fputs(explain_text(lm.config, e.steps).c_str(), stdout);
     std::printf("\nloss %.9g (model_loss on the same input gives the same number; `%s grad` writes every gradient)\n", e.loss,
                 program_name().c_str());
+    if (f.has("html")) {
+        ExplainHtml o;
+        o.title = f.has("checkpoint") ? "checkpoint " + path : "preset " + name + " (seed " + std::to_string(seed) + ")";
+        o.values = values;
+        // The § links: formulas.md beside the page (docs/), else the repository's, by its full path.
+        const std::size_t slash = html.rfind('/');
+        const std::string dir = slash == std::string::npos ? "." : html.substr(0, slash + 1);
+        char full[PATH_MAX];
+        struct stat st;
+        if (stat((dir + "/formulas.md").c_str(), &st) == 0) o.formulas = "formulas.md";
+        else if (realpath("docs/formulas.md", full)) o.formulas = std::string("file://") + full;
+        const ExplainPage page = explain_html(lm.config, lm.params, b, o);
+        write_file_atomic(html, page.html);
+        std::printf("wrote %s: %d boxes, %d backward boxes checked against finite differences, %d failing, %zu bytes\n", html.c_str(),
+                    page.boxes, page.checked, page.failing, page.html.size());
+    }
     return 0;
 }
 

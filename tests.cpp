@@ -10428,6 +10428,283 @@ std::string m_generic_step(const ExplainStep& s, int L) {
     return "- " + box + ": `" + formula + "`";
 }
 
+// ---- explain --html --------------------------------------------------------------------------------
+// The page's JSON block, parsed.
+Json m_page_json(const std::string& html) {
+    const std::string start = "<script type=\"application/json\" id=\"explain-data\">";
+    const std::size_t a = html.find(start), b = html.find("</script>", a);
+    REQUIRE(a != std::string::npos);
+    std::string js = html.substr(a + start.size(), b - a - start.size());
+    for (std::size_t at = js.find("<\\/"); at != std::string::npos; at = js.find("<\\/", at)) js.replace(at, 3, "</");
+    return parse_json(js);
+}
+std::size_t m_count(const std::string& s, const std::string& part) {
+    std::size_t k = 0;
+    for (std::size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) k++;
+    return k;
+}
+// The steps as the page's JSON holds them, for explain_text: the text printed from the page's
+// numbers must be explain's text, byte for byte.
+std::vector<ExplainStep> m_steps_of_page(const Json& j) {
+    std::vector<ExplainStep> steps;
+    for (const Json& box : j.get("boxes")->arr) {
+        ExplainStep s;
+        s.depth = (int)box.get("depth")->num, s.box = box.get("box")->str, s.formula = box.get("formula")->str;
+        s.function = box.get("function")->str;
+        for (const Json& line : box.get("picture")->arr) s.picture.push_back(line.str);
+        for (const Json& t : box.get("tensors")->arr) {
+            ExplainTensor e;
+            e.name = t.get("name")->str, e.symbol = t.get("symbol")->str, e.more = t.get("more")->b;
+            std::vector<int> dims;
+            for (const Json& d : t.get("shape")->arr) dims.push_back((int)d.num);
+            e.shape = shape_str(dims);
+            for (const Json& v : t.get("first")->arr)
+                e.first.push_back(v.type == Json::string ? (v.str == "-inf" ? -INFINITY : v.str == "inf" ? INFINITY : NAN) : v.num);
+            (t.get("role")->str == "in" ? s.in : s.out).push_back(e);
+        }
+        steps.push_back(s);
+    }
+    return steps;
+}
+
+TEST_CASE("explain --html: a section and a <math> per box, the JSON's numbers explain_text's, each cited line its function's") {
+    const std::string source = m_read("transformer.cpp");
+    std::vector<std::string> lines = {""};
+    for (std::size_t a = 0, b; a < source.size(); a = b + 1) {
+        b = source.find('\n', a);
+        if (b == std::string::npos) b = source.size();
+        lines.push_back(source.substr(a, b - a));
+    }
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Batch b = m_explain_batch(c);
+        const Params<float> p = m_model<float>(c, 4, 0.1);
+        const Explained<float> e = explain(c, p, b, 4);
+        ExplainHtml o;
+        o.title = name, o.source = "transformer.cpp";
+        const ExplainPage page = explain_html(c, p, b, o);
+        CHECK(page.source == "transformer.cpp");
+        CHECK(page.html.rfind("<!DOCTYPE html>\n<!-- written by transformer -->", 0) == 0);
+        CHECK(page.boxes == (int)e.steps.size());
+        CHECK(m_count(page.html, "<section id=\"b") == e.steps.size());
+        CHECK(m_count(page.html, "<math display=\"block\">") == e.steps.size());
+        CHECK(m_count(page.html, "</math>") == e.steps.size());
+        // Every backward box is checked, and passes; no forward box is.
+        int backward = 0;
+        for (const ExplainStep& s : e.steps) backward += s.box.rfind("Backward", 0) == 0;
+        CHECK(page.checked == backward);
+        CHECK(page.failing == 0);
+        CHECK_FALSE(m_contains(page.html, "contains a failing box"));
+        CHECK(m_count(page.html, "gradient check passes</span>") == (std::size_t)backward);
+        // The numbers: the text printed from the page's JSON is explain's, and the loss is its loss.
+        const Json j = m_page_json(page.html);
+        CHECK(explain_text(c, m_steps_of_page(j)) == explain_text(c, e.steps));
+        CHECK(j.get("loss")->num == doctest::Approx(e.loss).epsilon(1e-8));
+        // Every value of a small tensor is on the page: X^(0)'s cells are its n x H values.
+        bool seen = false;
+        for (const Json& box : j.get("boxes")->arr)
+            for (const Json& t : box.get("tensors")->arr)
+                if (t.get("name")->str == "X^(1)" && !seen) {
+                    seen = true;
+                    CHECK(t.get("values")->arr.size() == (std::size_t)(b.n * c.H));
+                    CHECK(t.get("rows")->arr.size() == (std::size_t)b.n);
+                }
+        CHECK(seen);
+        // Each function's line is the line of its definition in transformer.cpp.
+        std::size_t cited = 0;
+        for (const Json& box : j.get("boxes")->arr)
+            for (const auto& fl : box.get("lines")->obj) {
+                const int line = (int)fl.second.num;
+                CAPTURE(fl.first);
+                CAPTURE(line);
+                REQUIRE(line >= 1);
+                REQUIRE(line < (int)lines.size());
+                CHECK(m_contains(lines[line], " " + fl.first + "("));
+                CHECK(lines[line].back() != ';');
+                cited++;
+            }
+        CHECK(cited >= e.steps.size() - 1);  // all but the input box, whose "function" is a field
+        CHECK(page.html.size() < 1000000);
+        // No URL that would load something: no src, no url(), no http(s) link but the page's own.
+        CHECK_FALSE(m_contains(page.html, " src="));
+        CHECK_FALSE(m_contains(page.html, "url(http"));
+        CHECK_FALSE(m_contains(page.html, "href=\"http"));
+    }
+    CHECK(definition_line(source, "LayerNorm_backward") > 0);
+    CHECK(definition_line(source, "no_such_function_anywhere") == 0);
+}
+
+TEST_CASE("explain --html: a folded heat map keeps the first and last rows and says what it left out; the fold shrinks to the page's budget") {
+    Config c = preset("tiny-gpt2");
+    const Batch b = m_explain_batch(c);
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    ExplainHtml o;
+    o.source = "transformer.cpp", o.fold = 4;  // W_e (V x H) and every n x H tensor are folded to 4 x 4
+    const ExplainPage page = explain_html(c, p, b, o);
+    const Json j = m_page_json(page.html);
+    CHECK(j.get("fold")->num == 4);
+    const Json& We = j.get("boxes")->arr[1].get("tensors")->arr[0];  // Embedding: W_e, V x H
+    REQUIRE(We.get("name")->str == "W_e");
+    std::vector<int> rows;
+    for (const Json& r : We.get("rows")->arr) rows.push_back((int)r.num);
+    CHECK(rows == std::vector<int>{1, 2, c.V - 1, c.V});
+    CHECK(We.get("values")->arr[0].num == doctest::Approx(p.W_e[0]).epsilon(1e-7));
+    CHECK(We.get("values")->arr[4 * 3 + 3].num == doctest::Approx(p.W_e(c.V - 1, c.H - 1)).epsilon(1e-7));
+    CHECK(m_contains(page.html, "folded: rows 3.." + std::to_string(c.V - 2) + " (" + std::to_string(c.V - 4) + ") left out; columns 3.." +
+                                    std::to_string(c.H - 2) + " (" + std::to_string(c.H - 4) + ") left out"));
+    // A cell's title: the formula's (i, j), counted from 1, and the value to 4 significant digits.
+    char want[64];
+    std::snprintf(want, sizeof want, "title=\"(%d,%d) %.4g\"", c.V, c.H, (double)p.W_e(c.V - 1, c.H - 1));
+    CHECK(m_contains(page.html, want));
+    // A budget of cells too small for 64 x 64 halves the fold until it fits.
+    o.fold = 64, o.cells = 3000;
+    const Json small = m_page_json(explain_html(c, p, b, o).html);
+    CHECK(small.get("fold")->num < 64);
+}
+
+// A LayerNorm_backward with one term left out (the - Xhat mean(G Xhat) of dX): what a student's
+// wrong line gives.
+Tensor<double> m_wrong_layernorm_backward(const Tensor<double>& gamma, const LayerNormCache<double>& k, const Tensor<double>& dY,
+                                          Tensor<double>& dgamma, Tensor<double>& dbeta) {
+    const int n = dY.rows(), H = dY.cols();
+    Tensor<double> dX(dY.shape);
+    for (int i = 0; i < n; i++) {
+        double mean = 0;
+        for (int j = 0; j < H; j++) mean += dY(i, j) * gamma[j] / H;
+        for (int j = 0; j < H; j++) {
+            dX(i, j) = k.rstd[i] * (dY(i, j) * gamma[j] - mean);
+            dgamma[j] += dY(i, j) * k.Xhat(i, j);
+            dbeta[j] += dY(i, j);
+        }
+    }
+    return dX;
+}
+
+TEST_CASE("explain --html: a wrong LayerNorm_backward or a wrong dW^K fails exactly its boxes, and marks the blocks holding them") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Batch b = m_explain_batch(c);
+        const Params<float> p = m_model<float>(c, 4, 0.1);
+        for (const std::string wrong : {"LayerNorm_backward", "MultiHeadSA_backward"}) {
+            CAPTURE(wrong);
+            ExplainHtml o;
+            o.source = "transformer.cpp";
+            if (wrong == "LayerNorm_backward") o.backwards.LayerNorm_backward = m_wrong_layernorm_backward;
+            else  // Attention_backward's dK without its transpose changes dW^K alone: here, dW^K halved
+                o.backwards.MultiHeadSA_backward = [](const Tensor<double>& X, const MultiHeadSAParams<double>& q, const MultiHeadSACache<double>& k,
+                                                      const Tensor<double>& dY, MultiHeadSAParams<double>& g) {
+                    Tensor<double> dX = MultiHeadSA_backward(X, q, k, dY, g);
+                    for (Tensor<double>& t : g.W_K)
+                        for (std::size_t a = 0; a < t.size(); a++) t[a] *= 0.5;
+                    return dX;
+                };
+            const ExplainPage page = explain_html(c, p, b, o);
+            const Json j = m_page_json(page.html);
+            int failing = 0, of_it = 0;
+            std::set<std::string> groups;
+            for (const Json& box : j.get("boxes")->arr) {
+                const Json* ck = box.get("check");
+                if (!ck) continue;
+                const bool mine = ck->get("function")->str == wrong;
+                CAPTURE(box.get("box")->str);
+                CHECK(ck->get("pass")->b == !mine);
+                of_it += mine;
+                if (!ck->get("pass")->b) {
+                    failing++, groups.insert(box.get("box")->str);
+                    CHECK(ck->get("err")->num > ck->get("tol")->num);
+                    CHECK(ck->get("tensor")->str == (mine && wrong == "LayerNorm_backward" ? "dX" : ck->get("tensor")->str));
+                }
+            }
+            CHECK(of_it > 0);
+            CHECK(failing == of_it);
+            CHECK(page.failing == failing);
+            CHECK(m_count(page.html, "gradient check fails</span>") == (std::size_t)failing);
+            CHECK(m_count(page.html, "contains a failing box</span>") == groups.size());
+            CHECK(m_contains(page.html, std::to_string(failing) + " of " + std::to_string(page.checked) + " backward boxes fail"));
+        }
+    }
+}
+
+TEST_CASE("explain --html FILE: the text unchanged, one page written whole; a bad --html is an error naming it and writes nothing") {
+    const std::string dir = m_path("explain_html");
+    ::mkdir(dir.c_str(), 0755);
+    const std::string page = dir + "/tiny.html";
+    const m_Run text = m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4");
+    const m_Run both = m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4 --html " + page);
+    CHECK(both.out.rfind(text.out, 0) == 0);
+    CHECK(m_contains(both.out.substr(text.out.size()), "wrote " + page + ": 40 boxes, 12 backward boxes checked against finite differences, 0 failing"));
+    const std::string html = m_read(page);
+    CHECK(m_contains(html, "</html>\n"));
+    CHECK(html.size() < 1000000);
+    m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4 --html " + page);  // its own page is replaced
+    m_write(dir + "/notes.html", "<p>mine</p>");
+    m_cli_fails("explain --preset tiny-gpt2 --tokens 3,1,4 --html " + dir + "/notes.html", "--html");
+    CHECK(m_read(dir + "/notes.html") == "<p>mine</p>");
+    m_cli_fails("explain --preset tiny-gpt2 --tokens 3,1,4 --html " + dir + "/no/such/dir/x.html", "--html");
+    m_cli_fails("explain --preset tiny-bert --tokens 3,1,4 --html " + dir + "/b.html", "masked");
+    CHECK_FALSE(m_exists(dir + "/b.html"));
+}
+
+// ---- browser: explain --html in a real browser ---------------------------------------------------
+// Headless Chromium opens the page of every variant: no console message, no request made by the
+// page (the net log's requests with an initiator: the browser's own have none), and the page's
+// script reports as many laid-out boxes and <math> elements as explain prints boxes.
+TEST_CASE("browser: explain --html's page of every variant renders in headless Chromium, each box and its MathML, offline") {
+    std::string browser;
+    for (const char* b : {"chromium", "chromium-browser", "google-chrome"})
+        if (browser.empty() && std::system((std::string("command -v ") + b + " > /dev/null 2>&1").c_str()) == 0) browser = b;
+    if (browser.empty()) {
+        FAIL_CHECK("no browser: this case needs headless Chromium (Debian: apt-get install chromium; .ci/run installs it)");
+        return;
+    }
+    const std::string dir = m_path("browser");
+    ::mkdir(dir.c_str(), 0755);
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd));
+    const std::string abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
+    for (const std::string v : {"gpt", "gpt2", "gpt3", "bert", "roberta"}) {
+        CAPTURE(v);
+        const std::string page = abs + "/" + v + ".html", profile = abs + "/profile-" + v, net = abs + "/net-" + v + ".json";
+        const m_Run r = m_run_ok("explain --preset tiny-" + v + " --tokens 3,1,4,1,5" + (v == "bert" || v == "roberta" ? " --masked 2" : "") +
+                                 " --html " + page);
+        std::size_t boxes = 0;
+        std::istringstream lines(r.out);
+        for (std::string line; std::getline(lines, line);) {
+            const std::size_t a = line.find_first_not_of(' ');
+            boxes += a != std::string::npos && line[a] == '[' && std::isdigit((unsigned char)line[a + 1]) && m_contains(line, "] ");
+        }
+        REQUIRE(boxes > 30);
+        const std::string cmd = "timeout 120 " + browser + " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+                                "--disable-background-networking --disable-component-update --disable-sync --host-resolver-rules='MAP * ~NOTFOUND' "
+                                "--user-data-dir=" + profile + " --enable-logging=stderr --v=0 --log-net-log=" + net +
+                                " --dump-dom file://" + page + " > " + abs + "/dom-" + v + ".html 2> " + abs + "/log-" + v + ".txt";
+        INFO("command: " << cmd);
+        REQUIRE(std::system(cmd.c_str()) == 0);
+        const std::string dom = m_read(dir + "/dom-" + v + ".html"), log = m_read(dir + "/log-" + v + ".txt");
+        // The page's script ran and counted what the browser laid out.
+        CHECK(m_contains(dom, "data-rendered=\"boxes " + std::to_string(boxes) + ", math " + std::to_string(boxes) + "\""));
+        CHECK(m_count(dom, "<section id=\"b") == boxes);
+        CHECK(m_count(dom, "<math display=\"block\">") == boxes);
+        // No console message (an error in the script, a refused resource).
+        std::istringstream ls(log);
+        for (std::string line; std::getline(ls, line);) CHECK_MESSAGE(!m_contains(line, ":CONSOLE"), line);
+        // No request from the page: every URL request in the net log is the browser's own.
+        const Json j = parse_json(m_read(net));
+        int start = -1;
+        for (const auto& kv : j.get("constants")->get("logEventTypes")->obj)
+            if (kv.first == "URL_REQUEST_START_JOB") start = (int)kv.second.num;
+        REQUIRE(start >= 0);
+        for (const Json& e : j.get("events")->arr) {
+            if ((int)e.get("type")->num != start || !e.get("params")) continue;
+            const Json* initiator = e.get("params")->get("initiator");
+            const Json* url = e.get("params")->get("url");
+            CHECK_MESSAGE((!initiator || initiator->str == "not an origin"), "the page requested " << (url ? url->str : "?"));
+        }
+    }
+}
+
 TEST_CASE("explain: every box's formula is one docs/formulas.md lists (section 1), and every one listed is printed") {
     // The sheet lists, in plain text, the formula of every box explain prints; a box printed with
     // another formula (an index swapped, a term missing) or a listed one no variant prints fails.

@@ -3604,6 +3604,7 @@ static bool holds_kind(const std::string& p, OutputKind kind) {
         }
         case OutputKind::csv_log: return h.rfind("step,train_loss,val_loss,lr", 0) == 0;
         case OutputKind::svg_plot: return h.find(SVG_MARK) < 512;
+        case OutputKind::html_page: return h.find(SVG_MARK) < 512;
         case OutputKind::task_file: return is_task_text(h);
         case OutputKind::token_file: return is_token_file(h) && is_own_token_file(h);
         case OutputKind::in_own_dir: return true;  // check_output_dir recognised the directory
@@ -3615,6 +3616,7 @@ static const char* kind_name(OutputKind k) {
         case OutputKind::checkpoint: return "a checkpoint written by this program";
         case OutputKind::csv_log: return "a CSV log written by this program";
         case OutputKind::svg_plot: return "an SVG picture written by this program";
+        case OutputKind::html_page: return "an HTML page written by this program";
         case OutputKind::task_file: return "a task file written by this program";
         case OutputKind::token_file: return "a token file written by this program";
         case OutputKind::in_own_dir: return "a file of a directory this program wrote";
@@ -8642,11 +8644,21 @@ static int symbol_size(const std::string& s, const Config& c, int n) {
     return it->second;
 }
 
+// The rows (or columns) of `count` that a folded heat map keeps: all up to fold, else the first
+// and the last fold/2.
+static std::vector<int> kept_indices(int count, int fold) {
+    std::vector<int> k;
+    for (int i = 0; i < count; i++)
+        if (count <= fold || i < fold / 2 || i >= count - fold / 2) k.push_back(i);
+    return k;
+}
+
 template <typename T>
 struct ExplainWalk {
     const Config& c;
     int n, values;
     std::vector<ExplainStep> steps;
+    const ExplainDetail* detail = nullptr;
     void step(int depth, const std::string& box, const std::string& formula, const std::string& function) {
         ExplainStep s;
         s.depth = depth, s.box = box, s.formula = formula, s.function = function;
@@ -8655,21 +8667,28 @@ struct ExplainWalk {
     // A tensor with its symbol, checked against its real shape: the walk cannot print a shape that
     // is not the formula box's.
     ExplainTensor tensor(const std::string& name, const std::string& symbol, const std::vector<int>& shape,
-                         const T* data, std::size_t size) {
+                         const T* data, std::size_t size, std::size_t total) {
         std::vector<int> dims;
         std::stringstream ss(symbol);
         for (std::string f; ss >> f;)
             if (f != "x") dims.push_back(symbol_size(f, c, n));
         if (dims != shape) throw Error("explain: " + name + " is " + shape_str(shape) + " but its formula box says " + symbol);
-        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values};
+        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values, {}, {}, {}, {}};
         for (std::size_t k = 0; k < size && k < (std::size_t)values; k++) t.first.push_back((double)data[k]);
+        if (detail) {
+            const int R = shape.size() == 2 ? shape[0] : 1, C = shape.empty() ? 1 : shape.back();
+            t.dims = shape, t.rows = kept_indices(R, detail->fold), t.cols = kept_indices(C, detail->fold);
+            for (int i : t.rows)
+                for (int j : t.cols) t.cells.push_back((double)data[(std::size_t)i * C + j]);
+            (void)total;
+        }
         return t;
     }
     void in(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
-        steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0));
+        steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0, t.size()));
     }
     void out(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
-        steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size()));
+        steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size(), t.size()));
     }
 };
 
@@ -8716,8 +8735,199 @@ static void explain_ffn(ExplainWalk<T>& w, const std::string& box, const std::st
     w.out(w.c.activation == Activation::relu ? "FFN_ReLU(" + X + ")" : "FFN_GELU(" + X + ")", "n x H", out);
 }
 
+// ---- explain's gradient checks: each backward box against finite differences of its own forward --
+// In double, on the run's values; the step and tolerance of the tests' checks (tests.cpp, m_diff).
 template <typename T>
-Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values) {
+static Tensor<double> to_f64(const Tensor<T>& t) {
+    if (t.shape.empty()) return {};
+    Tensor<double> d = Tensor<double>::uninit(t.shape);
+    for (std::size_t k = 0; k < t.size(); k++) d[k] = (double)t[k];
+    return d;
+}
+static Tensor<double> zeros_like(const Tensor<double>& t) { return t.shape.empty() ? Tensor<double>() : Tensor<double>(t.shape); }
+static Tensor<double> random_like(const std::vector<int>& shape, uint64_t seed) {
+    Rng r(seed);
+    Tensor<double> R(shape);
+    for (std::size_t k = 0; k < R.size(); k++) R[k] = r.normal();
+    return R;
+}
+static double contract(const Tensor<double>& R, const Tensor<double>& Y) {
+    if (R.shape != Y.shape) throw Error("explain: a box's check contracts " + shape_str(R.shape) + " with " + shape_str(Y.shape));
+    double s = 0;
+    for (std::size_t k = 0; k < R.size(); k++) s += R[k] * Y[k];
+    return s;
+}
+// How many entries of each gradient a box compares: all of a small one, up to 256, fewer for a
+// costly forward (about 4e9 flops per box), at least its entry of largest |g|.
+static int entries_per_gradient(double flops, std::size_t gradients) {
+    return (int)std::max(1.0, std::min(256.0, 4e9 / (2 * flops * (double)std::max<std::size_t>(1, gradients))));
+}
+struct FdTarget {
+    std::string name;
+    Tensor<double>* x;   // the input or parameter, perturbed in place
+    Tensor<double> ana;  // the backward's gradient of it
+};
+static ExplainCheck fd_check(const std::string& function, const std::function<double()>& f, std::vector<FdTarget> targets,
+                             double flops, uint64_t seed) {
+    ExplainCheck k;
+    k.done = true, k.function = function;
+    std::size_t live = 0;
+    for (const FdTarget& t : targets) live += t.x->shape.empty() ? 0 : 1;
+    const int per = entries_per_gradient(flops, live);
+    Rng r(seed);
+    bool first = true;
+    for (FdTarget& t : targets) {
+        if (t.x->shape.empty()) continue;
+        if (t.ana.shape != t.x->shape) {
+            k.pass = false, k.tensor = t.name, k.shape = t.x->shape;
+            k.problem = t.name + " is " + shape_str(t.ana.shape) + ", expected " + shape_str(t.x->shape);
+            continue;
+        }
+        const std::size_t N = t.x->size();
+        std::set<std::size_t> idx;
+        if (N <= (std::size_t)per) {
+            for (std::size_t j = 0; j < N; j++) idx.insert(j);
+        } else {
+            std::size_t arg = 0;
+            for (std::size_t j = 0; j < N; j++)
+                if (!(std::fabs(t.ana[j]) <= std::fabs(t.ana[arg]))) arg = j;
+            idx.insert(arg);
+            while ((int)idx.size() < per) idx.insert((std::size_t)r.below((int)N));
+        }
+        for (std::size_t j : idx) {
+            double& x = (*t.x)[j];
+            const double x0 = x;
+            x = x0 + k.h;
+            const double lp = f();
+            x = x0 - k.h;
+            const double lm = f();
+            x = x0;
+            const double num = (lp - lm) / (2 * k.h), ana = t.ana[j];
+            double err = std::fabs(num - ana) / std::max(1.0, std::fabs(ana));
+            if (std::isnan(err)) err = INFINITY;
+            k.entries++;
+            if (first || err > k.err) k.err = err, k.num = num, k.ana = ana, k.at = j, k.tensor = t.name, k.shape = t.x->shape;
+            first = false;
+            if (!(err <= k.tol)) k.pass = false;
+        }
+    }
+    return k;
+}
+
+template <typename T>
+static ExplainCheck check_layernorm(const Tensor<T>& X, const Tensor<T>& gamma, const Tensor<T>& beta, double eps,
+                                    const ExplainBackwards& bw, uint64_t seed) {
+    Tensor<double> Xd = to_f64(X), g = to_f64(gamma), b = to_f64(beta);
+    const Tensor<double> R = random_like(X.shape, seed);
+    LayerNormCache<double> kc;
+    LayerNorm(Xd, g, b, eps, &kc);
+    Tensor<double> dg = zeros_like(g), db = zeros_like(b);
+    Tensor<double> dX = bw.LayerNorm_backward ? bw.LayerNorm_backward(g, kc, R, dg, db) : LayerNorm_backward(g, kc, R, dg, db);
+    return fd_check("LayerNorm_backward", [&] { return contract(R, LayerNorm(Xd, g, b, eps)); },
+                    {{"dX", &Xd, dX}, {"dgamma", &g, dg}, {"dbeta", &b, db}}, 10.0 * (double)X.size(), seed);
+}
+
+template <typename T>
+static ExplainCheck check_ffn(const Tensor<T>& X, const FFNParams<T>& p, Activation act, const ExplainBackwards& bw, uint64_t seed) {
+    Tensor<double> Xd = to_f64(X);
+    FFNParams<double> q{to_f64(p.W_1), to_f64(p.b_1), to_f64(p.W_2), to_f64(p.b_2)};
+    const Tensor<double> R = random_like(X.shape, seed);
+    FFNCache<double> kc;
+    FFN(Xd, q, act, &kc);
+    FFNParams<double> g{zeros_like(q.W_1), zeros_like(q.b_1), zeros_like(q.W_2), zeros_like(q.b_2)};
+    Tensor<double> dX = bw.FFN_backward ? bw.FFN_backward(Xd, q, act, kc, R, g) : FFN_backward(Xd, q, act, kc, R, g);
+    return fd_check("FFN_backward", [&] { return contract(R, FFN(Xd, q, act)); },
+                    {{"dX", &Xd, dX}, {"dW_1", &q.W_1, g.W_1}, {"db_1", &q.b_1, g.b_1}, {"dW_2", &q.W_2, g.W_2}, {"db_2", &q.b_2, g.b_2}},
+                    4.0 * (double)X.size() * (double)p.W_1.shape.back(), seed);
+}
+
+template <typename T>
+static ExplainCheck check_mhsa(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHeadSAParams<T>& p, const ExplainBackwards& bw,
+                               uint64_t seed) {
+    Tensor<double> Xd = to_f64(X);
+    const Tensor<double> M = to_f64(Mask);
+    MultiHeadSAParams<double> q, g;
+    auto both = [&](const std::vector<Tensor<T>>& from, std::vector<Tensor<double>>& to, std::vector<Tensor<double>>& zero) {
+        for (const Tensor<T>& t : from) to.push_back(to_f64(t)), zero.push_back(zeros_like(to.back()));
+    };
+    both(p.W_Q, q.W_Q, g.W_Q), both(p.W_K, q.W_K, g.W_K), both(p.W_V, q.W_V, g.W_V);
+    both(p.b_Q, q.b_Q, g.b_Q), both(p.b_K, q.b_K, g.b_K), both(p.b_V, q.b_V, g.b_V);
+    q.W_O = to_f64(p.W_O), g.W_O = zeros_like(q.W_O), q.b_O = to_f64(p.b_O), g.b_O = zeros_like(q.b_O);
+    const Tensor<double> R = random_like(X.shape, seed);
+    MultiHeadSACache<double> kc;
+    MultiHeadSA(Xd, M, q, &kc);
+    Tensor<double> dX = bw.MultiHeadSA_backward ? bw.MultiHeadSA_backward(Xd, q, kc, R, g) : MultiHeadSA_backward(Xd, q, kc, R, g);
+    std::vector<FdTarget> t = {{"dX", &Xd, dX}, {"dW^O", &q.W_O, g.W_O}, {"db^O", &q.b_O, g.b_O}};
+    for (std::size_t i = 0; i < q.W_Q.size(); i++) {
+        const std::string h = std::to_string(i + 1);
+        t.push_back({"dW_" + h + "^Q", &q.W_Q[i], g.W_Q[i]});
+        t.push_back({"dW_" + h + "^K", &q.W_K[i], g.W_K[i]});
+        t.push_back({"dW_" + h + "^V", &q.W_V[i], g.W_V[i]});
+        if (i < q.b_Q.size()) {
+            t.push_back({"db_" + h + "^Q", &q.b_Q[i], g.b_Q[i]});
+            t.push_back({"db_" + h + "^K", &q.b_K[i], g.b_K[i]});
+            t.push_back({"db_" + h + "^V", &q.b_V[i], g.b_V[i]});
+        }
+    }
+    const double AD = (double)p.W_O.shape[0], n = (double)X.rows();
+    return fd_check("MultiHeadSA_backward", [&] { return contract(R, MultiHeadSA(Xd, M, q)); }, t,
+                    8.0 * (double)X.size() * AD + 4.0 * n * n * AD, seed);
+}
+
+template <typename T>
+static ExplainCheck check_loss(const Tensor<T>& Z, const std::vector<int>& targets, uint64_t seed) {
+    Tensor<double> Zd = to_f64(Z), dZ;
+    CrossEntropy_logits(Zd, targets, &dZ);
+    return fd_check("CrossEntropy_logits", [&] { return CrossEntropy_logits(Zd, targets); }, {{"dZ", &Zd, dZ}},
+                    20.0 * (double)Z.size(), seed);
+}
+
+// Z = X W_e^T: dW_e += dZ^T X (matmul_tn_acc), dX = dZ W_e (matmul), as model_backward writes it.
+template <typename T>
+static ExplainCheck check_output(const Tensor<T>& X, const Tensor<T>& W_e, uint64_t seed) {
+    Tensor<double> Xd = to_f64(X), W = to_f64(W_e);
+    const Tensor<double> R = random_like({X.rows(), W_e.rows()}, seed);
+    Tensor<double> gW = zeros_like(W);
+    matmul_tn_acc(R, Xd, gW);
+    Tensor<double> dX = matmul(R, W);
+    return fd_check("matmul_tn_acc, matmul", [&] { return contract(R, matmul_nt(Xd, W)); }, {{"dX^(L)", &Xd, dX}, {"dW_e", &W, gW}},
+                    2.0 * (double)X.size() * (double)W_e.rows(), seed);
+}
+
+template <typename T>
+static ExplainCheck check_mlm_head(const Config& c, const Params<T>& p, const Tensor<T>& X, uint64_t seed) {
+    Tensor<double> Xd = to_f64(X);
+    Params<double> q, g;
+    q.W_t = to_f64(p.W_t), q.b_t = to_f64(p.b_t), q.gamma_t = to_f64(p.gamma_t), q.beta_t = to_f64(p.beta_t);
+    q.W_e = to_f64(p.W_e), q.b_z = to_f64(p.b_z);
+    g.W_t = zeros_like(q.W_t), g.b_t = zeros_like(q.b_t), g.gamma_t = zeros_like(q.gamma_t), g.beta_t = zeros_like(q.beta_t);
+    g.W_e = zeros_like(q.W_e), g.b_z = zeros_like(q.b_z);
+    const Tensor<double> R = random_like({X.rows(), p.W_e.rows()}, seed);
+    MLMHeadCache<double> kc;
+    MLMHead(c, q, Xd, &kc);
+    Tensor<double> dX = MLMHead_backward(c, q, kc, R, g);
+    return fd_check("MLMHead_backward", [&] { return contract(R, MLMHead(c, q, Xd)); },
+                    {{"dX^(L)", &Xd, dX}, {"dW_t", &q.W_t, g.W_t}, {"db_t", &q.b_t, g.b_t}, {"dgamma_t", &q.gamma_t, g.gamma_t},
+                     {"dbeta_t", &q.beta_t, g.beta_t}, {"dW_e", &q.W_e, g.W_e}, {"db_z", &q.b_z, g.b_z}},
+                    2.0 * (double)X.size() * ((double)p.W_e.rows() + (double)c.H), seed);
+}
+
+// embed_forward's gradients: the token and position rows (segments = false) or BERT's segment rows.
+template <typename T>
+static ExplainCheck check_embedding(const Config& c, const Params<T>& p, const Batch& batch, bool segments, uint64_t seed) {
+    Params<double> q, g;
+    q.W_e = to_f64(p.W_e), q.W_p = to_f64(p.W_p), q.w_pad = to_f64(p.w_pad), q.w_A = to_f64(p.w_A), q.w_B = to_f64(p.w_B);
+    g.W_e = zeros_like(q.W_e), g.W_p = zeros_like(q.W_p), g.w_pad = zeros_like(q.w_pad), g.w_A = zeros_like(q.w_A), g.w_B = zeros_like(q.w_B);
+    const Tensor<double> R = random_like({batch.n, c.H}, seed);
+    embed_backward(c, batch, R, g);
+    std::vector<FdTarget> t;
+    if (!segments) t = {{"dW_e", &q.W_e, g.W_e}, {"dW_p", &q.W_p, g.W_p}, {"dw_pad", &q.w_pad, g.w_pad}};
+    else t = {{"dw_A", &q.w_A, g.w_A}, {"dw_B", &q.w_B, g.w_B}};
+    return fd_check("embed_backward", [&] { return contract(R, embed_forward(c, q, batch)); }, t, 4.0 * batch.n * c.H, seed);
+}
+
+template <typename T>
+Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values, const ExplainDetail* detail) {
     check_batch(c, batch);
     if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
     if (batch.targets.empty()) throw Error("explain: the batch has no targets");
@@ -8725,7 +8935,11 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     const int n = batch.n;
     const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
     const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
-    ExplainWalk<T> w{c, n, values, {}};
+    ExplainWalk<T> w{c, n, values, {}, detail};
+    const bool checking = detail && detail->check;
+    const ExplainBackwards no_replacements;
+    const ExplainBackwards& bw = detail ? detail->backwards : no_replacements;
+    uint64_t seed = 0x5eed;  // each checked box draws its R from the next seed
     Explained<T> r;
     ForwardCache<T> k;
     ForwardOptions keep;
@@ -8737,7 +8951,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     };
 
     // ---- Forward --------------------------------------------------------------------------------
-    ExplainWalk<double> ids{c, n, values, {}};
+    ExplainWalk<double> ids{c, n, values, {}, detail};
     ids.step(0, "Input", std::string(seg ? "x' in {1..V}^n, t in {0, 1}^n" : is_causal(c.variant) ? "x = (x_1, ..., x_n) in {1, 2, ..., V}^n" : "x' = (x'_1, ..., x'_n) in {1, 2, ..., V}^n"),
              "Batch::tokens (code id = formula id - 1)");
     ids.out("x", "n", ids_tensor(batch.tokens));
@@ -8877,18 +9091,21 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     r.g = make_params<T>(c);
     Params<T>& g = r.g;
     w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
+    if (checking) w.steps.back().check = check_loss(r.Z, batch.targets, ++seed);
     w.out("dZ", "n x V", dZ);
     Tensor<T> dX;
     if (!c.mlm_head) {
         matmul_tn_acc(dZ, k.X_L, g.W_e);
         dX = matmul(dZ, p.W_e);
         w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
+        if (checking) w.steps.back().check = check_output(k.X_L, p.W_e, ++seed);
     } else {
         dX = MLMHead_backward(c, p, k.mlm, dZ, g);
         w.step(0, "Backward: masked-LM head",
                "Z = MLMHead(" + XL + "): db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t), "
                "dU = dA * GELU'(U), dW_t = " + XL + "^T dU, db_t = colsum(dU), d" + XL + " = dU W_t^T",
                "MLMHead_backward (model_backward)");
+        if (checking) w.steps.back().check = check_mlm_head(c, p, k.X_L, ++seed);
         w.out("db_z", "V", g.b_z);
         w.out("dgamma_t", "H", g.gamma_t);
         w.out("dbeta_t", "H", g.beta_t);
@@ -8902,6 +9119,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     if (pre) {
         dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
         w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
+        if (checking) w.steps.back().check = check_layernorm(k.X_L_in, p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed);
         w.out("d" + XL + " (before ln_f)", "n x H", dX);
         w.out("dgamma (ln_f)", "H", g.ln_f_gamma);
         w.out("dbeta (ln_f)", "H", g.ln_f_beta);
@@ -8933,26 +9151,37 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
                 w.out("dW_" + h + "^V", "H x D", gl.attn.W_V[i]);
             }
         };
+        // Each box's check: its own forward on the run's input of it (the caches keep every one).
+        const BlockCache<T>& kb = k.blocks[l];
+        const Layer<T>& pl = p.layers[l];
         if (!pre) {
             w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward" + in_block);
+            if (checking) w.steps.back().check = check_layernorm(add(kb.ffn_out, kb.ffn_in), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed);
             ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
             w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block);
+            if (checking) w.steps.back().check = check_ffn(kb.ffn_in, pl.ffn, c.activation, bw, ++seed);
             ffn_grads();
             w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + "); " + ln_grad, "LayerNorm_backward" + in_block);
+            if (checking) w.steps.back().check = check_layernorm(add(kb.attn_out, kb.attn_in), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed);
             ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
             w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
                    "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block);
+            if (checking) w.steps.back().check = check_mhsa(kb.attn_in, k.masks[l], pl.attn, bw, ++seed);
             attention_grads();
         } else {
             w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
                    "FFN_backward" + in_block);
+            if (checking) w.steps.back().check = check_ffn(kb.ffn_in, pl.ffn, c.activation, bw, ++seed);
             ffn_grads();
             w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block);
+            if (checking) w.steps.back().check = check_layernorm(kb.X_mid, pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed);
             ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
             w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
                    "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block);
+            if (checking) w.steps.back().check = check_mhsa(kb.attn_in, k.masks[l], pl.attn, bw, ++seed);
             attention_grads();
             w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block);
+            if (checking) w.steps.back().check = check_layernorm(kb.X, pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed);
             ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
         }
         w.out("d" + Xp, "n x H", dX);
@@ -8961,6 +9190,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e);
         w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
                "LayerNorm_backward (emb_ln, model_backward)");
+        if (checking) w.steps.back().check = check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed);
         w.out("dE", "n x H", dX);
         w.out("dgamma_e", "H", g.gamma_e);
         w.out("dbeta_e", "H", g.beta_e);
@@ -8970,12 +9200,14 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     w.step(0, "Backward: Embedding", pads ? X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), each row of " + dX0 + " into the W_p row (or w_pad) it read"
                                           : X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), dW_p[1..n] += " + dX0,
            "embed_backward (Embedding_backward)");
+    if (checking) w.steps.back().check = check_embedding(c, p, batch, false, ++seed);
     w.out("dW_e", "V x H", g.W_e);
     w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
     if (pads) w.out("dw_pad", "H", g.w_pad);
     if (seg) {
         w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) " + dX0 + "), dw_B likewise with t",
                "embed_backward (the segments' rows)");
+        if (checking) w.steps.back().check = check_embedding(c, p, batch, true, ++seed);
         w.out("dw_A", "H", g.w_A);
         w.out("dw_B", "H", g.w_B);
     }
@@ -9010,8 +9242,589 @@ std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps)
     return o.str();
 }
 
-template Explained<float> explain(const Config&, const Params<float>&, const Batch&, int);
-template Explained<double> explain(const Config&, const Params<double>&, const Batch&, int);
+// ---- explain --html: the run as one self-contained page -------------------------------------------
+int definition_line(const std::string& source, const std::string& name) {
+    if (name.empty()) return 0;
+    std::size_t start = 0;
+    for (int line = 1; start < source.size(); line++) {
+        std::size_t end = source.find('\n', start);
+        if (end == std::string::npos) end = source.size();
+        const char first = source[start];
+        if (end > start && first != ' ' && first != '\t' && first != '/' && first != '#' && first != '}' && first != '*') {
+            for (std::size_t at = source.find(name + "(", start); at != std::string::npos && at < end; at = source.find(name + "(", at + 1)) {
+                const char before = at == start ? ' ' : source[at - 1];
+                if (before != ' ' && before != '*' && before != '&') continue;
+                const std::size_t brace = source.find('{', at), semi = source.find(';', at);
+                if (brace != std::string::npos && brace < semi) return line;
+                break;
+            }
+        }
+        start = end + 1;
+    }
+    return 0;
+}
+
+static std::string html_text(const std::string& s) {
+    std::string o;
+    for (char ch : s) o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '"' ? "&quot;" : std::string(1, ch);
+    return o;
+}
+
+// The project's plain-text notation (docs/formulas.md, explain_text) as MathML: identifiers with
+// ^ and _ scripts (an argument in {} loses its braces, one in () keeps them: X^(0)), sqrt(...),
+// sum_{..}^{..}, (.) as ⊙, * as ⊙ (elementwise), Greek names as letters, -inf as −∞; words of
+// prose stay words, spaced.
+namespace mathml {
+struct Parser {
+    const std::string& s;
+    std::size_t i = 0;
+    struct Atom {
+        std::string ml;
+        bool word = false;  // an identifier or a number (juxtaposed ones get a space between)
+    };
+    bool space_before() const { return i > 0 && (s[i - 1] == ' '); }
+    static bool alpha(char ch) { return std::isalpha((unsigned char)ch) != 0; }
+    static bool alnum(char ch) { return std::isalnum((unsigned char)ch) != 0; }
+    static std::string greek(const std::string& w) {
+        static const std::map<std::string, std::string> g = {
+            {"gamma", "\u03b3"}, {"beta", "\u03b2"}, {"mu", "\u03bc"}, {"sigma", "\u03c3"}, {"eps", "\u03b5"},
+            {"pi", "\u03c0"}, {"theta", "\u03b8"}, {"lambda", "\u03bb"}, {"inf", "\u221e"}};
+        const auto it = g.find(w);
+        return it == g.end() ? w : it->second;
+    }
+    // One atom at i: a group, a token; then its scripts.
+    Atom atom() {
+        Atom a = base();
+        while (i < s.size() && (s[i] == '^' || s[i] == '_')) {
+            std::string sub, sup;
+            while (i < s.size() && (s[i] == '^' || s[i] == '_')) {
+                const char k = s[i++];
+                const std::string arg = script();
+                (k == '_' ? sub : sup) = arg;
+            }
+            const bool big = a.ml.find("\u2211") != std::string::npos;
+            if (!sub.empty() && !sup.empty()) a.ml = std::string(big ? "<munderover>" : "<msubsup>") + a.ml + sub + sup + (big ? "</munderover>" : "</msubsup>");
+            else if (!sub.empty()) a.ml = std::string(big ? "<munder>" : "<msub>") + a.ml + sub + (big ? "</munder>" : "</msub>");
+            else a.ml = std::string(big ? "<mover>" : "<msup>") + a.ml + sup + (big ? "</mover>" : "</msup>");
+        }
+        return a;
+    }
+    std::string script() {  // the argument of ^ or _
+        if (i >= s.size()) return "<mrow></mrow>";
+        if (s[i] == '{') {
+            i++;
+            const std::string in = seq('}');
+            if (i < s.size() && s[i] == '}') i++;
+            return "<mrow>" + in + "</mrow>";
+        }
+        if (s[i] == '(') return base().ml;
+        if (alnum(s[i])) {
+            std::size_t j = i;
+            while (j < s.size() && alnum(s[j])) j++;
+            const std::string w = s.substr(i, j - i);
+            i = j;
+            return std::isdigit((unsigned char)w[0]) ? "<mn>" + w + "</mn>" : "<mi>" + greek(w) + "</mi>";
+        }
+        if (s[i] == '-' && i + 1 < s.size() && s[i + 1] == '1') return i += 2, "<mrow><mo>\u2212</mo><mn>1</mn></mrow>";
+        return "<mo>" + html_text(std::string(1, s[i++])) + "</mo>";
+    }
+    Atom base() {
+        const char ch = s[i];
+        if (s.compare(i, 3, "(.)") == 0) return i += 3, Atom{"<mo>\u2299</mo>"};
+        if (s.compare(i, 3, "...") == 0) return i += 3, Atom{"<mo>\u2026</mo>"};
+        if (s.compare(i, 2, "<=") == 0) return i += 2, Atom{"<mo>\u2264</mo>"};
+        if (s.compare(i, 2, ">=") == 0) return i += 2, Atom{"<mo>\u2265</mo>"};
+        if (s.compare(i, 2, "!=") == 0) return i += 2, Atom{"<mo>\u2260</mo>"};
+        if (s.compare(i, 2, "\u00a7") == 0) {  // § and its number: text
+            std::size_t j = i + 2;
+            while (j < s.size() && std::isdigit((unsigned char)s[j])) j++;
+            const std::string t = s.substr(i, j - i);
+            i = j;
+            return Atom{"<mtext>" + t + "</mtext>", true};
+        }
+        if (ch == '(' || ch == '{' || ch == '[') {
+            const char close = ch == '(' ? ')' : ch == '{' ? '}' : ']';
+            i++;
+            const std::string in = seq(close);
+            const bool closed = i < s.size() && s[i] == close;
+            if (closed) i++;
+            return Atom{"<mrow><mo>" + std::string(1, ch) + "</mo>" + in + (closed ? "<mo>" + std::string(1, close) + "</mo>" : "") + "</mrow>"};
+        }
+        if (alpha(ch)) {
+            std::size_t j = i;
+            while (j < s.size() && alnum(s[j])) j++;
+            const std::string w = s.substr(i, j - i);
+            i = j;
+            std::string primes;
+            while (i < s.size() && s[i] == '\'') primes += "\u2032", i++;
+            if (w == "sqrt" && i < s.size() && s[i] == '(') {
+                i++;
+                const std::string in = seq(')');
+                if (i < s.size() && s[i] == ')') i++;
+                return Atom{"<msqrt>" + in + "</msqrt>", true};
+            }
+            if (w == "sum") return Atom{"<mo largeop=\"true\">\u2211</mo>"};
+            if (w == "in" && i + 1 < s.size() && s[i] == ' ' && s[i + 1] == '{') return Atom{"<mo>\u2208</mo>"};
+            return Atom{"<mi>" + greek(w) + primes + "</mi>", true};
+        }
+        if (std::isdigit((unsigned char)ch)) {
+            std::size_t j = i;
+            while (j < s.size() && (std::isdigit((unsigned char)s[j]) || (s[j] == '.' && j + 1 < s.size() && std::isdigit((unsigned char)s[j + 1])))) j++;
+            const std::string w = s.substr(i, j - i);
+            i = j;
+            return Atom{"<mn>" + w + "</mn>", true};
+        }
+        if ((unsigned char)ch >= 0x80) {  // a UTF-8 character: as text
+            std::size_t j = i + 1;
+            while (j < s.size() && ((unsigned char)s[j] & 0xC0) == 0x80) j++;
+            const std::string t = s.substr(i, j - i);
+            i = j;
+            return Atom{"<mi>" + t + "</mi>", true};
+        }
+        i++;
+        const std::string op = ch == '-' ? "\u2212" : ch == '*' ? "\u2299" : html_text(std::string(1, ch));
+        return Atom{"<mo>" + op + "</mo>"};
+    }
+    std::string seq(char close) {
+        std::string o;
+        bool last_word = false;
+        while (i < s.size() && s[i] != close) {
+            if (s[i] == ' ') {
+                i++;
+                continue;
+            }
+            if (close && (s[i] == ')' || s[i] == '}' || s[i] == ']') && s[i] != close) {  // a stray closer
+                o += "<mo>" + std::string(1, s[i++]) + "</mo>";
+                last_word = false;
+                continue;
+            }
+            const bool spaced = space_before();
+            if (close == 0 && (s[i] == ')' || s[i] == '}' || s[i] == ']')) {
+                o += "<mo>" + std::string(1, s[i++]) + "</mo>";
+                last_word = false;
+                continue;
+            }
+            const Atom a = atom();
+            if (a.word && last_word && spaced) o += "<mspace width=\"0.3em\"></mspace>";
+            o += a.ml;
+            last_word = a.word;
+        }
+        return o;
+    }
+};
+}  // namespace mathml
+
+static std::string to_mathml(const std::string& plain) {
+    mathml::Parser p{plain};
+    return "<math display=\"block\"><mrow>" + p.seq(0) + "</mrow></math>";
+}
+
+// The § of docs/formulas.md a box stands in: the one its formula names, else by its function.
+static int section_of(const Config& c, const ExplainStep& s) {
+    const std::size_t at = s.formula.find("formulas \u00a7");
+    if (at != std::string::npos) return std::atoi(s.formula.c_str() + at + 11);
+    const std::string f = s.function;
+    auto has = [&](const char* w) { return f.find(w) != std::string::npos; };
+    auto starts = [&](const char* w) { return f.rfind(w, 0) == 0; };
+    const int model = c.variant == Variant::gpt ? 18 : c.variant == Variant::gpt2 ? 19 : c.variant == Variant::gpt3 ? 20
+                      : c.variant == Variant::bert ? 21 : 22;
+    if (starts("layer_mask")) return has("Mask_ST") ? 7 : 6;
+    if (starts("MultiHeadSA")) return 12;
+    if (starts("Attention")) return 10;
+    if (starts("Concat")) return 11;
+    if (starts("FFN")) return 14;
+    if (starts("LayerNorm")) return s.box.find("Embedding") != std::string::npos || s.box.find("Masked-LM") != std::string::npos ? 23 : 15;
+    if (starts("Embedding") || starts("embed_")) return has("segments") ? 21 : 4;
+    if (starts("CrossEntropy_logits")) return s.box == "Loss" ? (is_causal(c.variant) ? 25 : 26) : 17;
+    if (starts("CrossEntropy") || starts("matmul") || starts("Softmax")) return 17;
+    if (starts("MLMHead")) return 23;
+    if (starts("add")) return model;
+    return model;
+}
+
+// A number as JSON (%.9g: a float's value exactly; "-inf", "inf", "nan" as strings).
+static std::string json_num(double v, const char* format = "%.9g") {
+    if (std::isnan(v)) return "\"nan\"";
+    if (std::isinf(v)) return v < 0 ? "\"-inf\"" : "\"inf\"";
+    char b[40];
+    std::snprintf(b, sizeof b, format, v);
+    return b;
+}
+
+// The colours of the heat maps: 8 steps from white (0) to red (positive) and to blue (negative),
+// of the largest |value| of the tensor; dark mode from near black.
+static std::string heat_css() {
+    auto mix = [](const unsigned a, const unsigned b, double t) {
+        char o[8];
+        auto ch = [&](int sh) { return (int)std::lround(((a >> sh) & 255) * (1 - t) + ((b >> sh) & 255) * t); };
+        std::snprintf(o, sizeof o, "#%02x%02x%02x", ch(16), ch(8), ch(0));
+        return std::string(o);
+    };
+    std::string light, dark;
+    for (int k = 1; k <= 8; k++) {
+        const double t = k / 8.0;
+        light += ".p" + std::to_string(k) + "{background:" + mix(0xffffff, 0xb2182b, t) + "}.n" + std::to_string(k) + "{background:" +
+                 mix(0xffffff, 0x2166ac, t) + "}";
+        dark += ".p" + std::to_string(k) + "{background:" + mix(0x202124, 0xff6b5b, t) + "}.n" + std::to_string(k) + "{background:" +
+                mix(0x202124, 0x5fa8ff, t) + "}";
+    }
+    return light + ".z{background:#fff}\n@media (prefers-color-scheme: dark){" + dark + ".z{background:#202124}}\n";
+}
+
+static const char* const PAGE_CSS = R"(
+:root{color-scheme:light dark;--fg:#1b1b1b;--bg:#fff;--muted:#555;--line:#ccc;--pass:#1a7f37;--fail:#c62828;--box:#f6f8fa}
+@media (prefers-color-scheme: dark){:root{--fg:#e6e6e6;--bg:#16171a;--muted:#a8a8a8;--line:#444;--pass:#4cc26a;--fail:#ff6b6b;--box:#1e2024}
+ svg{background:#fff}}
+body{font:15px/1.45 system-ui,sans-serif;color:var(--fg);background:var(--bg);margin:0;display:grid;grid-template-columns:22em 1fr}
+nav{position:sticky;top:0;height:100vh;overflow:auto;border-right:1px solid var(--line);padding:.5em 1em;font-size:13px;box-sizing:border-box}
+nav ol{padding-left:1.6em;margin:.2em 0}nav>ol{list-style:none;padding-left:0}nav a{color:inherit}
+main{padding:0 1.5em 4em;min-width:0}header{padding:0 1.5em;grid-column:1/3;border-bottom:1px solid var(--line)}
+section{border:1px solid var(--line);border-radius:6px;padding:.3em 1em .8em;margin:1em 0;background:var(--box)}
+section:focus,section:target{outline:3px solid #4c8bf5}
+section.d1{margin-left:2.5em}h3{margin:.4em 0;font-size:16px}
+.fail{color:var(--fail)}.pass{color:var(--pass)}section.bad{border-color:var(--fail);border-width:2px}
+.tag{font-size:12px;border:1px solid currentColor;border-radius:3px;padding:0 .3em;margin-left:.4em;white-space:nowrap}
+math{font-size:1.15em;overflow-x:auto;max-width:100%}.plain,.code,.note{color:var(--muted);font-size:13px;margin:.2em 0}
+code{font-size:12.5px}figure{margin:.6em 0;overflow-x:auto}figcaption{font-size:13px;margin-bottom:.2em}
+.hm{display:inline-grid;gap:0;border:1px solid var(--line);line-height:0}.hm i{display:block;width:9px;height:9px}
+.hm i.x{background:repeating-linear-gradient(45deg,#bbb 0 2px,#eee 2px 4px)}
+.hm:focus{outline:2px solid #4c8bf5}.hm i.cur{outline:2px solid #000;position:relative}
+.legend{display:inline-block;vertical-align:middle;width:120px;height:10px;margin:0 .4em;border:1px solid var(--line);
+ background:linear-gradient(90deg,#2166ac,#fff,#b2182b)}
+@media (prefers-color-scheme: dark){.legend{background:linear-gradient(90deg,#5fa8ff,#202124,#ff6b5b)}}
+output.cell{font:12px monospace;margin-left:.5em}
+.check{font-size:13.5px;margin:.4em 0;padding:.3em .6em;border-left:4px solid currentColor}
+.pics svg{max-width:100%;height:auto}
+@media print{body{display:block}nav{display:none}section{break-inside:avoid;background:none}header{border:0}
+ .hm i{print-color-adjust:exact;-webkit-print-color-adjust:exact}}
+)";
+
+// Keyboard: n / p (or j / k) move to the next / previous box; on a focused heat map the arrow keys
+// move a marked cell whose (i, j) and value show beside it. On load, <body data-rendered="boxes B,
+// math M"> counts the sections and <math> elements the browser laid out (the browser test reads it).
+static const char* const PAGE_SCRIPT = R"(
+(function(){var s=[].slice.call(document.querySelectorAll('main section'));
+var r=0,m=0;s.forEach(function(x){if(x.getBoundingClientRect().height>0)r++;});
+[].forEach.call(document.querySelectorAll('math'),function(x){if(x.getBoundingClientRect().width>0)m++;});
+document.body.setAttribute('data-rendered','boxes '+r+', math '+m);
+function at(){var y=window.scrollY+10,k=0;for(var i=0;i<s.length;i++)if(s[i].offsetTop<=y)k=i;return k;}
+document.addEventListener('keydown',function(e){if(e.target.closest&&e.target.closest('.hm'))return;
+ var d={n:1,j:1,p:-1,k:-1}[e.key];if(!d||e.ctrlKey||e.metaKey||e.altKey)return;
+ var c=document.activeElement&&document.activeElement.closest?document.activeElement.closest('main section'):null;
+ var i=c?s.indexOf(c):at();var t=s[Math.max(0,Math.min(s.length-1,i+d))];if(t){t.focus();t.scrollIntoView();}});
+[].forEach.call(document.querySelectorAll('.hm'),function(h){var cs=h.children,n=cs.length,w=+h.dataset.cols,k=0,o=h.nextElementSibling;
+ function show(){for(var i=0;i<n;i++)cs[i].classList.remove('cur');cs[k].classList.add('cur');if(o)o.textContent=cs[k].title;}
+ h.addEventListener('keydown',function(e){var d={ArrowRight:1,ArrowLeft:-1,ArrowDown:w,ArrowUp:-w}[e.key];if(d===undefined)return;
+  e.preventDefault();k=Math.max(0,Math.min(n-1,k+d));show();});
+ h.addEventListener('focus',show);h.addEventListener('mouseover',function(e){var i=[].indexOf.call(cs,e.target);if(i>=0){k=i;if(o)o.textContent=cs[k].title;}});});
+})();
+)";
+
+// A tensor's kept rows and columns shrunk to fold: the first and last fold/2 of the kept ones.
+static void refold(ExplainTensor& t, int fold) {
+    auto pick = [&](const std::vector<int>& kept) {
+        std::vector<int> k;
+        for (std::size_t a = 0; a < kept.size(); a++)
+            if ((int)kept.size() <= fold || (int)a < fold / 2 || (int)a >= (int)kept.size() - fold / 2) k.push_back((int)a);
+        return k;
+    };
+    const std::vector<int> ra = pick(t.rows), ca = pick(t.cols);
+    std::vector<int> rows, cols;
+    std::vector<double> cells;
+    for (int a : ra) rows.push_back(t.rows[a]);
+    for (int b : ca) cols.push_back(t.cols[b]);
+    for (int a : ra)
+        for (int b : ca) cells.push_back(t.cells[(std::size_t)a * t.cols.size() + b]);
+    t.rows = rows, t.cols = cols, t.cells = cells;
+}
+
+static std::string left_out(const ExplainTensor& t) {
+    const int R = t.dims.size() == 2 ? t.dims[0] : 1, C = t.dims.empty() ? 1 : t.dims.back();
+    std::string o;
+    auto gap = [&](const std::vector<int>& kept, int count, const char* what) {
+        if ((int)kept.size() == count) return;
+        const int a = kept[kept.size() / 2 - 1] + 2, b = kept[kept.size() / 2];
+        o += std::string(o.empty() ? "" : "; ") + what + " " + std::to_string(a) + ".." + std::to_string(b) + " (" +
+             std::to_string(b - a + 1) + ") left out";
+    };
+    gap(t.rows, R, "rows");
+    gap(t.cols, C, t.dims.size() == 2 ? "columns" : "entries");
+    return o;
+}
+
+static std::string heat_map(const ExplainTensor& t, const std::string& role) {
+    const bool vec = t.dims.size() < 2;
+    double m = 0;
+    bool inf = false;
+    for (double v : t.cells) {
+        if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+        else inf = true;
+    }
+    std::ostringstream o;
+    const std::string out = left_out(t);
+    o << "<figure><figcaption><b>" << html_text(t.name) << "</b> (" << role << ") " << html_text(t.symbol) << " = " << t.shape;
+    if (!out.empty()) o << " &middot; <span class=\"note\">folded: " << out << "</span>";
+    o << " &middot; <span class=\"legend\" aria-hidden=\"true\"></span>" << "&minus;" << num(m) << " .. 0 .. " << num(m)
+      << (inf ? " &middot; hatched: &minus;inf" : "") << "</figcaption>";
+    o << "<div class=\"hm\" tabindex=\"0\" data-cols=\"" << t.cols.size() << "\" style=\"grid-template-columns:repeat(" << t.cols.size()
+      << ",9px)\" aria-label=\"" << html_text(t.name) << ": " << t.rows.size() * t.cols.size()
+      << " values; each cell's title holds its (i, j), counted from 1, and its value\">";
+    for (std::size_t a = 0; a < t.rows.size(); a++)
+        for (std::size_t b = 0; b < t.cols.size(); b++) {
+            const double v = t.cells[a * t.cols.size() + b];
+            std::string cls = "z";
+            if (!std::isfinite(v)) cls = "x";
+            else if (m > 0) {
+                const int k = (int)std::lround(std::fabs(v) / m * 8);
+                if (k > 0) cls = (v > 0 ? "p" : "n") + std::to_string(k);
+            }
+            o << "<i class=" << cls << " title=\"(";
+            if (vec) o << t.cols[b] + 1;
+            else o << t.rows[a] + 1 << "," << t.cols[b] + 1;
+            o << ") " << num(v) << "\"></i>";
+        }
+    o << "</div><output class=\"cell\"></output></figure>\n";
+    return o.str();
+}
+
+// The tensor's picture as a HeatPanel (token labels), for heatmap_svg: P of a head, or a mask.
+static HeatPanel panel_of(const ExplainTensor& t, const std::vector<std::string>& labels, const std::string& title) {
+    HeatPanel q;
+    q.title = title;
+    for (int i : t.rows) q.rows.push_back(i < (int)labels.size() ? labels[i] : std::to_string(i + 1));
+    for (int j : t.cols) q.cols.push_back(j < (int)labels.size() ? labels[j] : std::to_string(j + 1));
+    for (double v : t.cells) {
+        q.masked.push_back(v == -INFINITY);
+        q.values.push_back(q.masked.back() ? 0.0 : v);
+    }
+    return q;
+}
+static std::string inline_svg(const std::string& svg) {
+    const std::size_t at = svg.find("<svg");
+    return at == std::string::npos ? svg : svg.substr(at);
+}
+
+static std::string read_source(const std::string& given, std::string& used) {
+    std::vector<std::string> tries;
+    if (!given.empty()) tries.push_back(given);
+    else {
+        tries.push_back(__FILE__);
+        char exe[4096];
+        const ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (k > 0) {
+            std::string e(exe, (std::size_t)k);
+            tries.push_back(e.substr(0, e.rfind('/') + 1) + "transformer.cpp");
+        }
+    }
+    for (const std::string& p : tries) {
+        struct stat st;
+        if (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        used = p;
+        return read_file(p);
+    }
+    if (!given.empty()) throw Error("explain --html: cannot read the source '" + given + "'");
+    used.clear();
+    return "";
+}
+
+ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& batch, const ExplainHtml& o) {
+    ExplainDetail d;
+    d.fold = o.fold, d.backwards = o.backwards;
+    Explained<float> e = explain(c, p, batch, o.values, &d);
+    ExplainPage page;
+    page.loss = e.loss;
+    const std::string source = read_source(o.source, page.source);
+    // The fold shrinks until the page's heat maps hold at most o.cells cells.
+    int fold = o.fold;
+    for (;;) {
+        std::size_t cells = 0;
+        for (const ExplainStep& s : e.steps) {
+            for (const ExplainTensor& t : s.in) cells += t.cells.size();
+            for (const ExplainTensor& t : s.out) cells += t.cells.size();
+        }
+        if (cells <= o.cells || fold <= 4) break;
+        fold /= 2;
+        for (ExplainStep& s : e.steps) {
+            for (ExplainTensor& t : s.in) refold(t, fold);
+            for (ExplainTensor& t : s.out) refold(t, fold);
+        }
+    }
+    const int n = batch.n;
+    std::vector<std::string> labels = o.labels;
+    for (int i = (int)labels.size(); i < n; i++) labels.push_back(std::to_string(batch.tokens[i]));
+    // The table of contents' groups: consecutive boxes with the same heading; a group (a block, the
+    // backward of a layer) with a failing box is marked, as is the model.
+    std::vector<int> failing;
+    for (std::size_t k = 0; k < e.steps.size(); k++) {
+        const ExplainCheck& ck = e.steps[k].check;
+        if (ck.done) page.checked++;
+        if (ck.done && !ck.pass) failing.push_back((int)k);
+    }
+    page.failing = (int)failing.size();
+    page.boxes = (int)e.steps.size();
+    const std::string what = std::string(variant_name(c.variant)) + " (V=" + std::to_string(c.V) + " H=" + std::to_string(c.H) +
+                             " F=" + std::to_string(c.F) + " D=" + std::to_string(c.D) + " L=" + std::to_string(c.L) +
+                             " A=" + std::to_string(c.A) + ", " + activation_name(c.activation) + ")";
+    std::ostringstream h, json;
+    h << "<!DOCTYPE html>\n" << SVG_MARK << "\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+      << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << "</style></head>\n<body>\n";
+    h << "<header><h1>explain: " << html_text(o.title) << "</h1><p>" << html_text(what) << "; tokens x = ";
+    for (int i = 0; i < n; i++) h << (i ? ", " : "") << html_text(labels[i]);
+    h << "; loss " << num(e.loss, "%.9g") << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
+      << "formula indices count from 1.</p><p>";
+    if (failing.empty()) h << "<span class=\"pass\">All " << page.checked << " backward boxes pass their gradient check.</span>";
+    else {
+        h << "<span class=\"fail\"><b>" << failing.size() << " of " << page.checked << " backward boxes fail their gradient check:</b></span> ";
+        for (std::size_t k = 0; k < failing.size(); k++)
+            h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
+              << " (" << html_text(e.steps[failing[k]].check.function) << ")</a>";
+    }
+    h << "</p><p class=\"note\">Each backward box is checked alone: its own forward, in double, on this run's input of it, "
+         "contracted with a fixed random R of its output's shape (s = sum(R &#8857; f)); its backward's gradient of s is compared "
+         "with central finite differences (s(x + h) &minus; s(x &minus; h)) / 2h, h = 1e-6, at every entry of a small gradient "
+         "(of a large one, the entry of largest |g| and entries drawn at random); an entry passes if |num &minus; g| &le; 1e-6 max(1, |g|). "
+         "Heat maps: red positive, blue negative, white 0, scaled to each tensor's largest |value|; "
+         "a cell's title (or focus the map and use the arrow keys) gives its (i, j) and value. Keys n / p: next / previous box.";
+    if (fold < o.fold) h << " To keep the page small, tensors are folded beyond " << fold << " x " << fold << " (the first and last " << fold / 2 << " rows and columns).";
+    else h << " Tensors beyond " << fold << " x " << fold << " are folded (the first and last " << fold / 2 << " rows and columns).";
+    h << (page.source.empty() ? " (transformer.cpp was not found: no line numbers.)" : "") << "</p></header>\n";
+
+    // Table of contents.
+    h << "<nav aria-label=\"Formula boxes\"><h2>Boxes</h2><ol>\n";
+    for (std::size_t k = 0; k < e.steps.size();) {
+        std::size_t end = k;
+        bool bad = false;
+        while (end < e.steps.size() && e.steps[end].box == e.steps[k].box) bad |= e.steps[end].check.done && !e.steps[end].check.pass, end++;
+        const bool backward_start = e.steps[k].box.rfind("Backward", 0) == 0 && (k == 0 || e.steps[k - 1].box.rfind("Backward", 0) != 0);
+        if (backward_start) h << "</ol><h2>Backward</h2><ol>\n";
+        h << "<li class=\"group" << (bad ? " fail" : "") << "\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
+          << (bad ? " <span class=\"tag fail\">contains a failing box</span>" : "") << "<ol>";
+        for (std::size_t j = k; j < end; j++) {
+            const ExplainStep& s = e.steps[j];
+            std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
+            if (s.depth) label = s.box;
+            h << "<li value=\"" << j + 1 << "\"" << (s.depth ? " class=\"d1\"" : "") << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
+            if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
+            h << "</li>";
+        }
+        h << "</ol></li>\n";
+        k = end;
+    }
+    h << "</ol></nav>\n<main>\n";
+
+    json << "{\"title\":" << json_escape(o.title) << ",\"model\":" << json_escape(what) << ",\"variant\":" << json_escape(variant_name(c.variant))
+         << ",\"tokens\":[";
+    for (int i = 0; i < n; i++) json << (i ? "," : "") << batch.tokens[i];
+    json << "],\"loss\":" << json_num(e.loss) << ",\"fold\":" << fold << ",\"source\":" << json_escape(page.source) << ",\"boxes\":[";
+    bool backward = false;
+    for (std::size_t k = 0; k < e.steps.size(); k++) {
+        const ExplainStep& s = e.steps[k];
+        const int sec = section_of(c, s);
+        if (k == 0 || (!backward && s.box.rfind("Backward", 0) == 0)) {
+            backward = k > 0;
+            h << "<h2>" << (backward ? "Backward: d loss / d &theta;, from the loss down" : "Forward") << "</h2>\n";
+        }
+        const bool bad = s.check.done && !s.check.pass;
+        h << "<section id=\"b" << k + 1 << "\" class=\"box" << (s.depth ? " d1" : "") << (bad ? " bad" : "") << "\" tabindex=\"-1\" aria-labelledby=\"h" << k + 1 << "\">\n";
+        h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << html_text(s.box);
+        if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
+        h << "</h3>\n" << to_mathml(s.formula) << "\n";
+        h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code> &middot; <a href=\"" << html_text(o.formulas) << "#s" << sec
+          << "\">formulas &sect;" << sec << "</a></p>\n";
+        // The function(s), each with its line.
+        h << "<p class=\"code\">code: ";
+        std::string lines_json;
+        {
+            const std::string& f = s.function;
+            std::size_t i = 0;
+            while (i < f.size()) {
+                if (std::isalpha((unsigned char)f[i]) || f[i] == '_') {
+                    std::size_t j = i;
+                    while (j < f.size() && (std::isalnum((unsigned char)f[j]) || f[j] == '_' || f[j] == ':')) j++;
+                    const std::string w = f.substr(i, j - i);
+                    const int line = w.find(':') == std::string::npos && w.size() > 2 ? definition_line(source, w) : 0;
+                    if (line) {
+                        h << "<code>" << html_text(w) << "</code> <span class=\"note\">(transformer.cpp:" << line << ")</span>";
+                        lines_json += std::string(lines_json.empty() ? "" : ",") + json_escape(w) + ":" + std::to_string(line);
+                    } else h << html_text(w);
+                    i = j;
+                } else h << html_text(std::string(1, f[i++]));
+            }
+        }
+        h << "</p>\n";
+        json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"box\":" << json_escape(s.box)
+             << ",\"formula\":" << json_escape(s.formula) << ",\"section\":" << sec << ",\"function\":" << json_escape(s.function)
+             << ",\"lines\":{" << lines_json << "}";
+        if (s.check.done) {
+            const ExplainCheck& ck = s.check;
+            std::string entry;
+            if (!ck.shape.empty()) {
+                const int C = ck.shape.back();
+                entry = ck.shape.size() == 2 ? "(" + std::to_string(ck.at / C + 1) + ", " + std::to_string(ck.at % C + 1) + ")"
+                                             : "(" + std::to_string(ck.at + 1) + ")";
+            }
+            h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
+              << "</b> (" << html_text(ck.function) << " against central differences of its forward): " << ck.entries << " entries compared; ";
+            if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
+            if (!ck.tensor.empty())
+                h << "worst: " << html_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
+                  << ", backward " << num(ck.ana, "%.9g") << ", |num &minus; g| / max(1, |g|) = " << num(ck.err, "%.3g") << " against the tolerance "
+                  << num(ck.tol) << " (h = " << num(ck.h) << ")";
+            h << "</div>\n";
+            json << ",\"check\":{\"pass\":" << (ck.pass ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
+                 << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
+                 << ",\"ana\":" << json_num(ck.ana) << ",\"err\":" << json_num(ck.err) << ",\"tol\":" << json_num(ck.tol)
+                 << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem) << "}";
+        }
+        // Pictures: a layer's mask, and each head's P with the tokens as labels.
+        if (s.function.rfind("layer_mask", 0) == 0 && !s.out.empty() && !s.out[0].cells.empty())
+            h << "<div class=\"pics\">" << inline_svg(heatmap_svg({panel_of(s.out[0], labels, s.out[0].name)}, 1, "The mask of " + s.box, {}, false)) << "</div>\n";
+        if (s.function == "MultiHeadSA") {
+            std::vector<HeatPanel> heads;
+            for (std::size_t j = k + 1; j < e.steps.size() && e.steps[j].depth == 1; j++)
+                for (const ExplainTensor& t : e.steps[j].out)
+                    if (t.name.rfind("P = ", 0) == 0) heads.push_back(panel_of(t, labels, e.steps[j].box));
+            if (!heads.empty())
+                h << "<div class=\"pics\">" << inline_svg(heatmap_svg(heads, std::min<int>(4, (int)heads.size()), "Attention P of each head, " + s.box,
+                                                                      {"Row i: the query token, column j: the key token."}, true))
+                  << "</div>\n";
+        }
+        json << ",\"tensors\":[";
+        bool first = true;
+        for (int io = 0; io < 2; io++)
+            for (const ExplainTensor& t : io ? s.out : s.in) {
+                h << heat_map(t, io ? "out" : "in");
+                json << (first ? "" : ",") << "{\"role\":\"" << (io ? "out" : "in") << "\",\"name\":" << json_escape(t.name) << ",\"symbol\":"
+                     << json_escape(t.symbol) << ",\"shape\":[";
+                for (std::size_t a = 0; a < t.dims.size(); a++) json << (a ? "," : "") << t.dims[a];
+                json << "],\"first\":[";
+                for (std::size_t a = 0; a < t.first.size(); a++) json << (a ? "," : "") << json_num(t.first[a], "%.17g");
+                json << "],\"more\":" << (t.more ? "true" : "false") << ",\"rows\":[";
+                for (std::size_t a = 0; a < t.rows.size(); a++) json << (a ? "," : "") << t.rows[a] + 1;
+                json << "],\"cols\":[";
+                for (std::size_t a = 0; a < t.cols.size(); a++) json << (a ? "," : "") << t.cols[a] + 1;
+                json << "],\"values\":[";
+                for (std::size_t a = 0; a < t.cells.size(); a++) json << (a ? "," : "") << json_num(t.cells[a]);
+                json << "]}";
+                first = false;
+            }
+        json << "],\"picture\":[";
+        for (std::size_t a = 0; a < s.picture.size(); a++) json << (a ? "," : "") << json_escape(s.picture[a]);
+        json << "]}";
+        h << "</section>\n";
+        page.maths++;
+    }
+    json << "]}";
+    std::string js = json.str();
+    for (std::size_t at = js.find("</"); at != std::string::npos; at = js.find("</", at + 2)) js.replace(at, 2, "<\\/");
+    h << "</main>\n<script type=\"application/json\" id=\"explain-data\">" << js << "</script>\n<script>" << PAGE_SCRIPT << "</script>\n</body></html>\n";
+    page.html = h.str();
+    return page;
+}
+
+template Explained<float> explain(const Config&, const Params<float>&, const Batch&, int, const ExplainDetail*);
+template Explained<double> explain(const Config&, const Params<double>&, const Batch&, int, const ExplainDetail*);
 
 // ================================================================================================
 // GENERATED TABLES: Unicode classes of the tokenizers

@@ -997,7 +997,7 @@ std::string describe_char_at(const std::string& text, std::size_t offset, const 
 // ---- Files: every output is checked before the work starts and written by one durable writer ----
 // The kinds of file this program writes. Each is recognisable as this program's own (a mark in the
 // file, or its format), and only such files, or empty ones, are ever replaced.
-enum class OutputKind { checkpoint, csv_log, svg_plot, task_file, token_file, in_own_dir };  // in_own_dir: see check_output_dir
+enum class OutputKind { checkpoint, csv_log, svg_plot, task_file, token_file, in_own_dir, html_page };  // in_own_dir: see check_output_dir
 struct OutputFile {
     std::string path, role;  // role names it in errors: "--out", "the log"
     OutputKind kind;
@@ -1723,6 +1723,28 @@ struct ExplainTensor {
     std::string name, symbol, shape;  // "X^(0)", "n x H", "5x8"
     std::vector<double> first;        // outputs: the first values, row-major
     bool more = false;                // it has more values than those
+    // With ExplainDetail (the page of explain --html), inputs and outputs alike: the dimensions and
+    // the values shown, all of them up to ExplainDetail::fold rows and columns; beyond, the first
+    // and last fold/2 rows (columns). rows, cols: the code indices (0-based) kept; a vector is one
+    // row (rows = {0}) of its entries.
+    std::vector<int> dims, rows, cols;
+    std::vector<double> cells;        // rows.size() x cols.size(), row-major
+};
+// A backward box's own gradient check (ExplainDetail::check): the box's forward f, in double, on
+// the run's inputs, contracted with a fixed pseudo-random R of f's shape (s = sum(R .* f), as the
+// tests' checks do), against central finite differences of s (step h) at the compared entries
+// (all of a small gradient; of a large one the entry of largest |g| and a few drawn at random).
+// An entry passes if |num - g| <= tol max(1, |g|).
+struct ExplainCheck {
+    bool done = false, pass = true;
+    std::string function;             // the backward checked: "LayerNorm_backward"
+    std::string tensor;               // the gradient holding the worst entry: "dX", "dgamma"
+    std::vector<int> shape;           // its shape
+    std::size_t at = 0;               // the worst entry, row-major (0-based)
+    double num = 0, ana = 0, err = 0;  // finite difference, backward's value, |num - ana| / max(1, |ana|)
+    double tol = 1e-6, h = 1e-6;
+    int entries = 0;                  // entries compared, over every gradient of the box
+    std::string problem;              // a gradient of the wrong shape, or not finite
 };
 struct ExplainStep {
     int depth = 0;                    // 1: a box inside the one above (a head inside MultiHeadSA)
@@ -1731,6 +1753,24 @@ struct ExplainStep {
     std::string function;             // the function(s) in transformer.cpp
     std::vector<ExplainTensor> in, out;
     std::vector<std::string> picture;  // optional lines (a mask as 1 and .)
+    ExplainCheck check;                // backward boxes, with ExplainDetail::check
+};
+// The backward functions explain's checks call, replaceable (a test injects a wrong one to see the
+// page mark its boxes); empty: the library's own.
+struct ExplainBackwards {
+    std::function<Tensor<double>(const Tensor<double>& gamma, const LayerNormCache<double>& cache, const Tensor<double>& dY,
+                                 Tensor<double>& dgamma, Tensor<double>& dbeta)> LayerNorm_backward;
+    std::function<Tensor<double>(const Tensor<double>& X, const FFNParams<double>& p, Activation act, const FFNCache<double>& cache,
+                                 const Tensor<double>& dY, FFNParams<double>& g)> FFN_backward;
+    std::function<Tensor<double>(const Tensor<double>& X, const MultiHeadSAParams<double>& p, const MultiHeadSACache<double>& cache,
+                                 const Tensor<double>& dY, MultiHeadSAParams<double>& g)> MultiHeadSA_backward;
+};
+// What explain keeps beyond the text's first values: every tensor's values (folded beyond fold x
+// fold), and each backward box's gradient check.
+struct ExplainDetail {
+    int fold = 64;
+    bool check = true;
+    ExplainBackwards backwards;
 };
 template <typename T>
 struct Explained {
@@ -1742,8 +1782,37 @@ struct Explained {
 // batch: one sequence (B = 1) with targets (GPT: next_token_targets; BERT/RoBERTa: the masked
 // positions' ids, the tokens there replaced by the mask id). values: how many first values to keep.
 template <typename T>
-Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values = 4);
+Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values = 4,
+                     const ExplainDetail* detail = nullptr);
 std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps);
+
+// explain --html: one self-contained HTML page of the run (no request leaves the file): per box
+// of explain_text, in its order, the formula as MathML and its § of docs/formulas.md, the
+// function(s) with their line in transformer.cpp, every tensor as a heat map (folded beyond
+// ExplainHtml::fold; the fold shrinks until the page holds at most `cells` cells), each layer's
+// attention P per head and its mask, each backward box's gradient check, and all of it as JSON in
+// <script type="application/json" id="explain-data">.
+struct ExplainHtml {
+    std::string title;                  // what ran: "preset tiny-gpt2", "checkpoint m.safetensors"
+    std::vector<std::string> labels;    // one per token (its text, or its id)
+    int values = 4;                     // first values per tensor, as explain_text's
+    int fold = 64;
+    std::size_t cells = 150000;         // the page's budget of heat-map cells
+    std::string source;                 // transformer.cpp to read the lines from ("": where it was built)
+    std::string formulas = "docs/formulas.md";  // the § links' target
+    ExplainBackwards backwards;
+};
+struct ExplainPage {
+    std::string html;
+    int boxes = 0, checked = 0, failing = 0, maths = 0;
+    double loss = 0;
+    std::string source;                 // the transformer.cpp whose lines the page cites ("": none found)
+};
+ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& batch, const ExplainHtml& o);
+// The line of transformer.cpp (its text: source) where the function `name` is defined, as
+// `grep -n` finds it: the first line, not indented and not a comment, holding "name(" after a
+// return type, whose declaration reaches "{" before ";". 0: none.
+int definition_line(const std::string& source, const std::string& name);
 
 // ================================================================================================
 // GENERATED TABLES: the Unicode classes of the tokenizers, internal to transformer.cpp (nothing
