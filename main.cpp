@@ -33,6 +33,8 @@ struct Flags {
     std::set<std::string> used;
     std::string command;               // the command whose flags these are
     std::set<std::string> documented;  // the flags its help lists: the only ones it may read
+    std::set<std::string> switches;    // those of them that are switches (FlagKind SWITCH)
+    std::vector<std::string> resumable;  // those train --resume may change (RESUMABLE)
     bool has(const std::string& k) const { return values.count(k) > 0; }
     void use(const std::string& k) {  // a command reads only flags its help documents
         if (!documented.empty() && !documented.count(k))
@@ -121,18 +123,20 @@ struct Flags {
     }
 };
 
-static const std::set<std::string> BOOLEAN_FLAGS = {"json", "quiet", "gpt2-init", "attn-bias", "scratch", "held-out", "line-windows",
-                                                   "no-memory-check", "probs", "emb-ln", "mlm-head"};
 
-// ---- Help: one table per command -------------------------------------------------------------------
-// Each command's help and its flag checks come from this one table: `transformer CMD --help` prints
-// the command's entry, an unknown flag's error lists the entry's flags, and Flags refuses to read a
+// ---- The table's types (the table itself follows the commands) -------------------------------------
+// Each command's help and its flag checks come from one table: `transformer CMD --help` prints the
+// command's entry, an unknown flag's error lists the entry's flags, and Flags refuses to read a
 // flag the entry does not document (so the help cannot fall behind the parser).
 // Convention: each flag's text says what it is, its default ("default: ...") and unit where it has
 // one; positions of tokens count from 1, as in the formulas (docs/formulas.md).
+// A flag's kind: a value (--name VALUE), a switch (--name alone, or --name=true|false|1|0), one that
+// may be given again (its values kept in order), one that train --resume may still change.
+enum FlagKind { VALUE = 0, SWITCH = 1, REPEATED = 2, RESUMABLE = 4 };
 struct FlagDoc {
     const char* name;  // without the leading --
     std::string text;  // "VALUE  what it is (default: ...)"
+    int kind = VALUE;  // FlagKind bits
 };
 // A default as the help prints it, taken from the options' own initialisers (TrainOptions,
 // finetune_loop_defaults()), so that the help and the code cannot disagree.
@@ -156,336 +160,8 @@ struct CommandDoc {
     std::vector<FlagDoc> flags;
     const char* example;
     const char* notes;  // printed after the flags ("" = none)
+    int (*run)(Flags&);  // the command
 };
-
-static const std::vector<FlagDoc> MODEL_FLAGS = {
-    {"model", "gpt|gpt2|gpt3|bert|roberta  the variant (default: " + train_defaults().model + ")"},
-    {"layers", "L  number of layers, >= 1 (default: " + dflt(train_defaults().layers) + ")"},
-    {"heads", "A  attention heads per layer, >= 1, dividing --embd (default: " + dflt(train_defaults().heads) + ")"},
-    {"embd", "H  embedding width in floats, >= 1 (default: " + dflt(train_defaults().embd) + ")"},
-    {"ffn", "F  feed-forward width in floats, >= 1 (default: 4 H)"},
-    {"activation", "NAME  the FFN's activation: relu|gelu_sigmoid|gelu_tanh|gelu_erf (default: gelu_sigmoid, formulas §13)"},
-};
-
-static std::vector<FlagDoc> join(std::vector<FlagDoc> a, const std::vector<FlagDoc>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-}
-
-// The model flags of bench, which change its --preset: each one's default is the preset's.
-static const std::vector<FlagDoc> PRESET_MODEL_FLAGS = {
-    {"model", "gpt|gpt2|gpt3|bert|roberta  the variant (default: the preset's)"},
-    {"layers", "L  number of layers, >= 1 (default: the preset's)"},
-    {"heads", "A  attention heads per layer, >= 1, dividing --embd (default: the preset's)"},
-    {"embd", "H  embedding width in floats, >= 1 (default: the preset's)"},
-    {"ffn", "F  feed-forward width in floats, >= 1 (default: the preset's, 4 H with --embd)"},
-    {"activation", "NAME  the FFN's activation: relu|gelu_sigmoid|gelu_tanh|gelu_erf (default: the preset's)"},
-};
-
-static const std::vector<CommandDoc>& command_docs() {
-    static const std::vector<CommandDoc> docs = {
-        {"train", "train", "train a model (default: a small GPT-2 on the built-in 3-digit addition task)",
-         join(MODEL_FLAGS,
-              {{"data", "FILE  training text, or llm.c's .bin token file (default: the built-in addition task)"},
-               {"val", "FILE  validation text (default: the last 10% of --data)"},
-               {"block", "n  context length in tokens, >= 1 (default: the task's or the text's, at most 64)"},
-               {"batch", "B  sequences per batch, >= 1 (default: " + dflt(train_defaults().batch) + ")"},
-               {"accum", "K  gradient accumulation: a step averages K batches, >= 1 (default: " + dflt(train_defaults().accum) + ")"},
-               {"steps", "S  optimiser steps, >= 1 (default: " + dflt((double)train_defaults().steps) + "; with --resume: the checkpoint's)"},
-               {"lr", "LR  peak learning rate (default: " + dflt(train_defaults().lr) + ")"},
-               {"min-lr", "LR  learning rate at the end of the cosine decay (default: --lr / 10, " + dflt(train_defaults().min_lr) + ")"},
-               {"warmup", "S  steps of linear warm-up, >= 0 (default: " + dflt((double)train_defaults().warmup) + ")"},
-               {"weight-decay", "W  AdamW's decoupled weight decay (default: " + dflt(train_defaults().weight_decay) + ")"},
-               {"beta1", "B1  AdamW's beta1 (default: " + dflt(train_defaults().beta1) + ")"},
-               {"beta2", "B2  AdamW's beta2 (default: " + dflt(train_defaults().beta2) + ")"},
-               {"grad-clip", "C  clip the gradient's global norm to C, 0 = off (default: " + dflt(train_defaults().grad_clip) + ")"},
-               {"dropout", "P  dropout probability (default: " + dflt(train_defaults().dropout) + ")"},
-               {"eval-every", "S  validation loss every S steps and at the last, then once over the whole validation split; 0 = never (default: " + dflt((double)train_defaults().eval_every) + ")"},
-               {"eval-steps", "S  batches per validation loss, >= 1 (default: " + dflt((double)train_defaults().eval_steps) + ")"},
-               {"save-every", "S  checkpoint every S steps, 0 = only at the end (default: " + dflt((double)train_defaults().save_every) + ")"},
-               {"log-every", "S  progress line every S steps, >= 1 (default: " + dflt((double)train_defaults().log_every) + ")"},
-               {"stop-at", "S  stop (and save) after step S, 0 = run to --steps (default: " + dflt((double)train_defaults().stop_at) + ")"},
-               {"seed", "S  random seed, 0..2^64-1 (default: " + std::to_string(train_defaults().seed) + ")"},
-               {"out", "FILE  the checkpoint written (default: model.safetensors; with --resume: the resumed file)"},
-               {"resume", "FILE  continue a run from its checkpoint (only --steps, --stop-at, --out, --quiet, --data, --val, --no-memory-check may be given)"},
-               {"gpt2-init", "scale W_O, W_2 by 1/sqrt(2L) at init (default: off)"},
-               {"attn-bias", "biases on Q, K, V, O (default: off)"},
-               {"emb-ln", "bert, roberta: LayerNorm of the embeddings, as the released BERT (formulas §23; default: off)"},
-               {"mlm-head", "bert, roberta: the released BERT's masked-LM head, with --emb-ln (formulas §23; export: BertForMaskedLM; default: off)"},
-               {"quiet", "no progress lines (default: off)"},
-               {"no-memory-check", "start even when the memory estimate exceeds what the computer can give (default: off: refused)"},
-               {"objective", "lm|xlnet  next-token / masked LM, or XLNet's permutation LM with two-stream attention (default: lm)"},
-               {"predict", "K  xlnet: positions predicted per sequence, >= 1 (default: n/6)"},
-               {"line-windows", "every window starts at a newline: pre-training for finetune's line examples (default: off)"},
-               {"init-from", "FILE  start from FILE's weights: a checkpoint of this program, or Hugging Face's model.safetensors of "
-                             "GPT-1 (openai-gpt), GPT-2, BERT or RoBERTa with its config.json beside it (and its tokenizer's files: "
-                             "--encoder, --vocab); the shape comes from the file, fresh optimiser"},
-               {"encoder", "FILE  GPT-2's encoder.json (GPT-1: vocab.json or encoder_bpe_40000.json; RoBERTa: vocab.json): train on its BPE tokens; the checkpoint records them"},
-               {"vocab", "FILE  GPT-2's vocab.bpe (GPT-1: merges.txt or vocab_40000.bpe; RoBERTa: merges.txt; bert: vocab.txt, WordPiece, alone)"}}),
-         "train --data tiny.txt --steps 500 --out tiny.safetensors",
-         "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step, saves a checkpoint and says how to resume."},
-        {"finetune", "train", "fine-tune a pre-trained model on a labelled task (tab-separated files, see docs)",
-         {{"checkpoint", "FILE  the pre-trained model (required)"},
-          {"task", "classify|entailment|similarity|choice  the task's kind (required)"},
-          {"train", "FILE  training examples (required)"},
-          {"val", "FILE  validation examples (required)"},
-          {"out", "FILE  the fine-tuned checkpoint (required)"},
-          {"lambda", "X  weight of the auxiliary LM loss (default: " + dflt(FinetuneOptions().lambda) + ")"},
-          {"steps", "S  optimiser steps, 0 = 3 epochs (default: 0)"},
-          {"batch", "B  examples per batch, >= 1 (default: " + dflt(finetune_defaults().batch) + ")"},
-          {"accum", "K  gradient accumulation, as train's (default: " + dflt(finetune_defaults().accum) + ")"},
-          {"lr", "LR  peak learning rate, linear decay (default: " + dflt(finetune_defaults().lr) + ")"},
-          {"warmup", "S  warm-up steps (default: 0.2% of the steps)"},
-          {"dropout", "P  dropout probability (default: " + dflt(finetune_defaults().dropout) + ")"},
-          {"weight-decay", "W  AdamW's weight decay (default: " + dflt(finetune_defaults().weight_decay) + ")"},
-          {"grad-clip", "C  clip the gradient's global norm, 0 = off (default: " + dflt(finetune_defaults().grad_clip) + ")"},
-          {"eval-every", "S  validation accuracy every S steps and at the last, 0 = only the final accuracy (default: every epoch)"},
-          {"log-every", "S  progress line every S steps, >= 1 (default: " + dflt((double)finetune_defaults().log_every) + ")"},
-          {"seed", "S  random seed, 0..2^64-1 (default: " + std::to_string(finetune_defaults().seed) + ")"},
-          {"scratch", "same shapes, fresh weights (default: off)"},
-          {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"},
-          {"quiet", "no progress lines (default: off)"},
-          {"no-memory-check", "start even when the memory estimate exceeds what the computer can give (default: off: refused)"},
-          {"encoder", "FILE  released weights' tokenizer: encoder.json / vocab.json"},
-          {"vocab", "FILE  released weights' tokenizer: vocab.bpe / merges.txt / vocab.txt"},
-          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
-         "finetune --checkpoint pre.st --task classify --train t.tsv --val v.tsv --out ft.st",
-         "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step and saves a checkpoint."},
-        {"bpe", "train", "learn a byte-level BPE vocabulary (as Hugging Face's BpeTrainer with a ByteLevel pre-tokenizer)",
-         {{"data", "FILE  a text to learn from (required; may be repeated)"},
-          {"merges", "N  how many merges to learn, >= 1 (required; GPT-1 learnt 40000)"},
-          {"out", "DIR  writes DIR/encoder.json and DIR/vocab.bpe (required)"},
-          {"special", "TOKEN  a special token (<|NAME|>, or RoBERTa's <s> <pad> </s> <unk> <mask>), cut out of the text; may be repeated"},
-          {"min-count", "N  stop when no pair occurs N times, >= 1 (default: 1)"},
-          {"show", "K  print the first K merges with their counts (default: 0)"},
-          {"quiet", "no progress lines (default: off)"}},
-         "bpe --data corpus.txt --merges 1000 --out bpe/", ""},
-        {"sample", "use", "generate text from a GPT checkpoint",
-         {{"checkpoint", "FILE  the model (required)"},
-          {"prompt", "TEXT  the text to continue (required; \"\" starts from <|endoftext|> or a newline, not printed)"},
-          {"tokens", "N  tokens to generate, 1..1000000 (default: 200)"},
-          {"temperature", "T  softmax temperature, 0 = greedy (default: 1)"},
-          {"top-k", "K  draw from the K most likely tokens, 0 = all (default: 0)"},
-          {"top-p", "P  then from the fewest most likely whose probabilities add up to P or more, in (0, 1], 1 = all (default: 1)"},
-          {"num-samples", "N  samples, each from where the last left the generator, separated by a line of dashes, 1..10000 (default: 1)"},
-          {"stop", "TEXT  end a sample once it has generated TEXT, printed with it (default: none)"},
-          {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
-          {"top-probs", "K  draw nothing: print the K most likely next tokens after the prompt with their probabilities, "
-                        "Softmax(z) of the last position (default: off)"},
-          {"encoder", "FILE  GPT-2's encoder.json (released weights)"},
-          {"vocab", "FILE  GPT-2's vocab.bpe (released weights)"},
-          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe (default: recognised from the files, or the checkpoint's)"}},
-         "sample --checkpoint model.safetensors --prompt 123+456= --tokens 5",
-         "--top-probs K shows the distribution the first token would be drawn from at temperature 1, most likely first: "
-         "rank, probability, id, token."},
-        {"fill", "use", "fill in the [MASK]s (<mask>s) of a text with a BERT or RoBERTa model",
-         {{"checkpoint", "FILE  the model (required)"},
-          {"text", "TEXT  the text with [MASK]s (required)"},
-          {"top", "K  candidates shown at each mask, >= 1 (default: 5; with a tokenizer)"},
-          {"encoder", "FILE  RoBERTa's vocab.json"},
-          {"vocab", "FILE  BERT's vocab.txt (WordPiece), or RoBERTa's merges.txt"},
-          {"tokenizer", "KIND  bert-wordpiece|roberta-bpe (default: recognised from the files)"}},
-         "fill --checkpoint bert.st --text 'the [MASK] sat'",
-         "Positions count from 1 (\"[MASK] at token 3\"; the first token is [CLS] / <s>). Probabilities are Softmax(z_j)."},
-        {"eval", "use", "mean loss on a text, in nats per token (GPT variants also bits per byte)",
-         {{"checkpoint", "FILE  the model (required)"},
-          {"data", "FILE  the text, or llm.c's .bin token file (required)"},
-          {"encoder", "FILE  encoder.json / vocab.json (released weights)"},
-          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (released weights)"},
-          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
-         "eval --checkpoint model.safetensors --data val.txt", ""},
-        {"predict", "use", "label each line of a file with a fine-tuned model (accuracy on stderr if it has labels)",
-         {{"checkpoint", "FILE  the fine-tuned model (required)"},
-          {"data", "FILE  tab-separated examples in finetune's format, labels optional (required)"},
-          {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"},
-          {"probs", "after each label, every class with its probability, tab-separated (default: off)"}},
-         "predict --checkpoint ft.st --data test.tsv",
-         "One label per example on stdout (with --probs, then each class's probability); with labelled input, the accuracy, "
-         "the confusion matrix and each class's precision, recall and F1 on stderr."},
-        {"explain", "inspect", "one forward and backward pass, formula box by formula box",
-         {{"preset", "NAME  a preset model, freshly initialised (or --checkpoint)"},
-          {"checkpoint", "FILE  a model file (or --preset)"},
-          {"seed", "S  initialisation seed with --preset, 0..2^64-1 (default: 1)"},
-          {"tokens", "IDS  token ids, comma-separated (required)"},
-          {"segments", "IDS  bert: segment of each token, 0 or 1"},
-          {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
-          {"values", "K  first values shown per tensor, 0..64 (default: 4)"},
-          {"html", "FILE  also write one self-contained page: per box its formula, code line, every value as a heat map and, "
-                   "per backward box, its own gradient check"}},
-         "explain --preset tiny-bert --tokens 3,1,4 --masked 2",
-         "Positions count from 1, as in the formulas. With --html, a backward box whose gradient disagrees with finite "
-         "differences of its own forward is marked failing on the page (and counted on stdout)."},
-        {"grad", "inspect", "write the gradient of the loss on a few tokens to a safetensors file",
-         {{"checkpoint", "FILE  the model (required)"},
-          {"tokens", "IDS  token ids, comma-separated (required)"},
-          {"segments", "IDS  bert: segment of each token, 0 or 1"},
-          {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
-          {"out", "FILE  the gradients (required)"}},
-         "grad --checkpoint model.safetensors --tokens 3,1,4 --out grad.safetensors",
-         "Positions count from 1, as in the formulas."},
-        {"params", "inspect", "count a model's parameters: the formulas' lambda (formulas §24) beside the floats it holds",
-         {{"preset", "NAME  a preset (or --checkpoint)"}, {"checkpoint", "FILE  a model file (or --preset)"}},
-         "params --preset gpt2-124m", ""},
-        {"attention", "inspect", "heat maps of the attention probabilities P, one per layer and head (SVG)",
-         {{"checkpoint", "FILE  the model (required)"},
-          {"text", "TEXT  the input (or --tokens)"},
-          {"tokens", "IDS  token ids, comma-separated (or --text)"},
-          {"out", "FILE.svg  the picture (required)"},
-          {"layer", "l  only layer l, from 1 (default: all)"},
-          {"head", "i  only head i, from 1 (default: all)"},
-          {"perm", "z  XLNet: the factorisation order, positions 1..n comma-separated"},
-          {"encoder", "FILE  encoder.json / vocab.json for --text"},
-          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt for --text"}},
-         "attention --checkpoint model.safetensors --text 12+34= --out attention.svg",
-         "Layers, heads and positions count from 1, as in the formulas."},
-        {"masks", "inspect", "draw the attention masks Mask^BD, Mask^AR, Mask^ST and Mask^XL(z) beside their formulas (SVG)",
-         {{"n", "N  sequence length, 1..64 (required)"},
-          {"out", "FILE.svg  the picture (required)"},
-          {"window", "W  Mask^ST's window, >= 1 (default: 3)"},
-          {"stride", "S  Mask^ST's stride, >= 0 (default: 4)"},
-          {"perm", "z  the permutation for Mask^XL, positions 1..n comma-separated (default: a fixed example)"}},
-         "masks --n 6 --out masks.svg", "Positions count from 1, as in the formulas."},
-        {"bench", "inspect", "time forward, backward and update steps of a model",
-         join({{"preset", "NAME  the model (default: gpt2-124m); model flags change it"},
-               {"vocab", "V  vocabulary size, >= 1 (default: the preset's)"},
-               {"batch", "B  sequences per batch, >= 1 (default: 4)"},
-               {"block", "n  tokens per sequence, >= 1 (default: min(64, n_ctx))"},
-               {"steps", "S  timed steps after one warm-up, >= 1 (default: 3)"},
-               {"json", "one line of JSON (default: off)"},
-               {"no-memory-check", "start even when the memory estimate exceeds what the computer can give (default: off: refused)"}},
-              PRESET_MODEL_FLAGS),
-         "bench --preset tiny-gpt --steps 5", ""},
-        {"strip", "files", "write a checkpoint's weights without the optimiser state (a third of the size)",
-         {{"checkpoint", "FILE  the checkpoint (required)"}, {"out", "FILE  the weights-only checkpoint (required)"}},
-         "strip --checkpoint model.safetensors --out weights.safetensors",
-         "sample, eval, fill, predict, export, finetune and train --init-from read it; train --resume cannot."},
-        {"init", "files", "write a freshly initialised preset model",
-         {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed, 0..2^64-1 (default: 1)"}, {"out", "FILE  the checkpoint (required)"},
-          {"emb-ln", "bert, roberta: the released BERT's embedding LayerNorm (default: the preset's)"},
-          {"mlm-head", "bert, roberta: the released BERT's masked-LM head, with the embedding LayerNorm (default: the preset's)"}},
-         "init --preset tiny-gpt --out tiny.safetensors", ""},
-        {"task", "files", "write one of the built-in tasks on 3-digit sums",
-         {{"task", "text|classify|entailment|similarity|choice  text: unlabelled problems to pre-train on (required)"},
-          {"out", "FILE  the file written, in finetune's format (required)"},
-          {"examples", "N  examples, 1..10000000 (default: 2000)"},
-          {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
-          {"held-out", "only the held-out pairs (default: off)"}},
-         "task --task classify --out train.tsv", ""},
-        {"tokenize", "files", "text -> token ids, or ids -> text (GPT-2's, GPT-1's, RoBERTa's BPE, BERT's WordPiece)",
-         {{"encoder", "FILE  encoder.json / vocab.json (a BPE)"},
-          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (required, unless --checkpoint)"},
-          {"checkpoint", "FILE  use the tokenizer this model records (characters too) instead of --encoder/--vocab"},
-          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"},
-          {"text", "TEXT  the text (or --file, --ids)"},
-          {"file", "FILE  a text file (or --text, --ids)"},
-          {"ids", "IDS  ids to decode, comma-separated (or --text, --file)"},
-          {"out", "FILE.bin  write the ids as llm.c's token file"}},
-         "tokenize --encoder encoder.json --vocab vocab.bpe --text 'Hello world'", ""},
-        {"export", "files", "write a model and its tokenizer as the Hugging Face class that holds it (docs/released-weights.md)",
-         {{"checkpoint", "FILE  the model (required): gpt2; gpt trained with --activation relu or gelu_tanh and F = 4 H (--ffn "
-                         "left at its default); bert or roberta with --mlm-head (or a released encoder's pooler); not gpt3"},
-          {"out", "DIR  a new or empty directory (or an earlier export): model.safetensors, config.json, tokenizer.json, "
-                  "tokenizer_config.json (+ vocab.json, merges.txt or vocab.txt) (required)"}},
-         "export --checkpoint model.safetensors --out hf/",
-         "Each class must hold every weight of the model and the model every weight of the class, so nothing loads with random "
-         "numbers: a gpt needs OpenAIGPTLMHeadModel's activation (afn relu or gelu, the tanh form) and its 4 n_embd wide "
-         "feed-forward nets; a bert or roberta needs the masked-LM head (BertForMaskedLM, RobertaForMaskedLM) or, as a "
-         "BertModel / RobertaModel, a pooler (a released encoder's, kept by --init-from); gpt3's Mask^ST has no class. "
-         "An interrupted export leaves the directory as it was (a new one is removed)."},
-    };
-    return docs;
-}
-
-static const CommandDoc* command_doc(const std::string& name) {
-    for (const CommandDoc& d : command_docs())
-        if (name == d.name) return &d;
-    return nullptr;
-}
-
-static std::string command_names() {
-    std::string s;
-    for (const CommandDoc& d : command_docs()) s += std::string(s.empty() ? "" : ", ") + d.name;
-    return s;
-}
-
-static std::string flag_names(const CommandDoc& d) {
-    std::string s;
-    for (const FlagDoc& fd : d.flags) s += std::string(s.empty() ? "--" : ", --") + fd.name;
-    return s;
-}
-
-static std::string command_help(const CommandDoc& d) {
-    std::string s = "usage: " + program_name() + " " + d.name + " [flags]\n" + d.summary + "\n\nflags:\n";
-    for (const FlagDoc& fd : d.flags) {
-        const bool sw = BOOLEAN_FLAGS.count(fd.name) > 0;
-        s += std::string("  --") + fd.name + (sw ? "  " : " ") + fd.text + "\n";
-    }
-    if (*d.notes) s += std::string("\n") + d.notes + "\n";
-    s += "\nexample:\n  " + program_name() + " " + d.example + "\n";
-    return s;
-}
-
-static std::string overview() {
-    std::string s = "usage: " + program_name() + " COMMAND [flags]   (" + program_name() + " COMMAND --help: its flags, defaults and an example)\n";
-    for (const char* group : {"train", "use", "inspect", "files"}) {
-        s += std::string("\n") + group + ":\n";
-        for (const CommandDoc& d : command_docs())
-            if (std::string(d.group) == group) {
-                char line[256];
-                std::snprintf(line, sizeof line, "  %-10s %s\n", d.name, d.summary);
-                s += line;
-            }
-    }
-    s += "\npresets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta\n";
-    s += "Positions, layers and heads count from 1, as in the formulas (docs/formulas.md).\n";
-    return s;
-}
-
-// --name VALUE or --name=VALUE. The word after a flag is its value unless it is itself a flag
-// (--out --window 3 is an error, never a file named "--window"); a value that starts with -- is
-// given as --name=VALUE (--prompt=--help prompts with "--help"). A boolean flag is --name alone, or
-// --name=true|false|1|0. --help (or -h) in a flag's place asks for the usage. A flag the command's
-// help does not list is an unknown flag, whatever follows it (--bogus --help too). A flag in
-// `repeatable` may be given again: its values are kept in order, joined by NUL bytes (no argument
-// holds one), for Flags::list.
-static Flags parse_flags(int argc, char** argv, int first, bool& help, const CommandDoc& doc,
-                         const std::set<std::string>& repeatable = {}) {
-    Flags f;
-    help = false;
-    for (int i = first; i < argc; i++) {
-        std::string a = argv[i];
-        if (a == "--help" || a == "-h") {
-            help = true;
-            continue;
-        }
-        if (a.size() < 3 || a.compare(0, 2, "--") != 0) throw Error("unexpected argument '" + a + "' (flags look like --name value)");
-        a = a.substr(2);
-        std::string v;
-        const std::size_t eq = a.find('=');
-        const bool inline_value = eq != std::string::npos;
-        if (inline_value) v = a.substr(eq + 1), a = a.substr(0, eq);
-        if (std::none_of(doc.flags.begin(), doc.flags.end(), [&](const FlagDoc& fd) { return a == fd.name; }))
-            throw Flags::unknown_flag(a, doc.name, flag_names(doc));
-        if (BOOLEAN_FLAGS.count(a)) {
-            if (!inline_value || v == "true" || v == "1") v = "1";
-            else if (v == "false" || v == "0") v = "0";
-            else throw Error("--" + a + " is a switch: give --" + a + " alone, or --" + a + "=true|false|1|0, not '" + v + "'");
-        } else if (!inline_value) {
-            if (i + 1 >= argc) throw Error("flag --" + a + " needs a value");
-            v = argv[++i];
-            if (v.size() > 2 && v.compare(0, 2, "--") == 0 && std::isalpha((unsigned char)v[2]))
-                throw Error("flag --" + a + " needs a value, but the next word is the flag '" + v + "' (a value that starts with -- is written --" +
-                            a + "=" + v + ")");
-        }
-        if (f.values.count(a) && repeatable.count(a)) {
-            f.values[a] += std::string(1, '\0') + v;
-            continue;
-        }
-        if (f.values.count(a)) throw Error("flag --" + a + " given twice");
-        f.values[a] = v;
-    }
-    return f;
-}
 
 static std::vector<int> parse_ids(const std::string& s, const std::string& what) {
     std::vector<int> ids;
@@ -682,7 +358,7 @@ static std::string command_again(const std::string& command, const Flags& f,
     std::string line = command;
     std::set<std::string> replaced;
     auto add = [&](const std::string& k, const std::string& v) {
-        if (BOOLEAN_FLAGS.count(k)) {
+        if (f.switches.count(k)) {
             if (v == "1") line += " --" + k;
             return;
         }
@@ -711,11 +387,15 @@ static std::string next_in_series(const std::string& path) {
 }
 
 static int cmd_train(Flags& f) {
-    if (f.has("resume"))  // a resumed run keeps its model, data and hyperparameters
+    if (f.has("resume")) {  // a resumed run keeps its model, data and hyperparameters
+        std::string may;
+        for (const std::string& k : f.resumable)
+            if (k != "resume") may += (may.empty() ? "--" : ", --") + k;
         for (auto& kv : f.values)
-            if (kv.first != "resume" && kv.first != "steps" && kv.first != "stop-at" && kv.first != "out" && kv.first != "quiet" &&
-                kv.first != "data" && kv.first != "val" && kv.first != "no-memory-check")
-                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only --steps, --stop-at, --out, --quiet, --data, --val (moved copies of the same texts) and --no-memory-check may be given)");
+            if (std::find(f.resumable.begin(), f.resumable.end(), kv.first) == f.resumable.end())
+                throw Error("--" + kv.first + " cannot change a resumed run (it continues with the checkpoint's settings; only " + may +
+                            " may be given; --data and --val: moved copies of the same texts)");
+    }
     TrainOptions o;
     o.data = f.str("data");
     o.val_data = f.str("val");
@@ -1593,12 +1273,344 @@ static int cmd_bpe(Flags& f) {
     return 0;
 }
 
-static const std::map<std::string, int (*)(Flags&)> COMMANDS = {
-    {"train", cmd_train}, {"sample", cmd_sample}, {"fill", cmd_fill},         {"eval", cmd_eval},   {"init", cmd_init},
-    {"grad", cmd_grad},   {"params", cmd_params}, {"tokenize", cmd_tokenize}, {"bench", cmd_bench},
-    {"finetune", cmd_finetune}, {"predict", cmd_predict}, {"task", cmd_task},
-    {"masks", cmd_masks}, {"attention", cmd_attention}, {"explain", cmd_explain}, {"export", cmd_export},
-    {"bpe", cmd_bpe}, {"strip", cmd_strip}};
+
+// ---- The commands: one table ------------------------------------------------------------------------
+// Each command's entry gives its name, group, summary, flags (each with its kind and its help,
+// whose default comes from the options the command fills) and the function that runs it. The
+// dispatch, `--help`, the flag checks and the flags train --resume may change all come from it.
+static const std::vector<FlagDoc> MODEL_FLAGS = {
+    {"model", "gpt|gpt2|gpt3|bert|roberta  the variant (default: " + train_defaults().model + ")"},
+    {"layers", "L  number of layers, >= 1 (default: " + dflt(train_defaults().layers) + ")"},
+    {"heads", "A  attention heads per layer, >= 1, dividing --embd (default: " + dflt(train_defaults().heads) + ")"},
+    {"embd", "H  embedding width in floats, >= 1 (default: " + dflt(train_defaults().embd) + ")"},
+    {"ffn", "F  feed-forward width in floats, >= 1 (default: 4 H)"},
+    {"activation", "NAME  the FFN's activation: relu|gelu_sigmoid|gelu_tanh|gelu_erf (default: gelu_sigmoid, formulas §13)"},
+};
+
+static std::vector<FlagDoc> join(std::vector<FlagDoc> a, const std::vector<FlagDoc>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+// The model flags of bench, which change its --preset: each one's default is the preset's.
+static const std::vector<FlagDoc> PRESET_MODEL_FLAGS = {
+    {"model", "gpt|gpt2|gpt3|bert|roberta  the variant (default: the preset's)"},
+    {"layers", "L  number of layers, >= 1 (default: the preset's)"},
+    {"heads", "A  attention heads per layer, >= 1, dividing --embd (default: the preset's)"},
+    {"embd", "H  embedding width in floats, >= 1 (default: the preset's)"},
+    {"ffn", "F  feed-forward width in floats, >= 1 (default: the preset's, 4 H with --embd)"},
+    {"activation", "NAME  the FFN's activation: relu|gelu_sigmoid|gelu_tanh|gelu_erf (default: the preset's)"},
+};
+
+static const std::vector<CommandDoc>& command_docs() {
+    static const std::vector<CommandDoc> docs = {
+        {"train", "train", "train a model (default: a small GPT-2 on the built-in 3-digit addition task)",
+         join(MODEL_FLAGS,
+              {{"data", "FILE  training text, or llm.c's .bin token file (default: the built-in addition task)", RESUMABLE},
+               {"val", "FILE  validation text (default: the last 10% of --data)", RESUMABLE},
+               {"block", "n  context length in tokens, >= 1 (default: the task's or the text's, at most 64)"},
+               {"batch", "B  sequences per batch, >= 1 (default: " + dflt(train_defaults().batch) + ")"},
+               {"accum", "K  gradient accumulation: a step averages K batches, >= 1 (default: " + dflt(train_defaults().accum) + ")"},
+               {"steps", "S  optimiser steps, >= 1 (default: " + dflt((double)train_defaults().steps) + "; with --resume: the checkpoint's)", RESUMABLE},
+               {"lr", "LR  peak learning rate (default: " + dflt(train_defaults().lr) + ")"},
+               {"min-lr", "LR  learning rate at the end of the cosine decay (default: --lr / 10, " + dflt(train_defaults().min_lr) + ")"},
+               {"warmup", "S  steps of linear warm-up, >= 0 (default: " + dflt((double)train_defaults().warmup) + ")"},
+               {"weight-decay", "W  AdamW's decoupled weight decay (default: " + dflt(train_defaults().weight_decay) + ")"},
+               {"beta1", "B1  AdamW's beta1 (default: " + dflt(train_defaults().beta1) + ")"},
+               {"beta2", "B2  AdamW's beta2 (default: " + dflt(train_defaults().beta2) + ")"},
+               {"grad-clip", "C  clip the gradient's global norm to C, 0 = off (default: " + dflt(train_defaults().grad_clip) + ")"},
+               {"dropout", "P  dropout probability (default: " + dflt(train_defaults().dropout) + ")"},
+               {"eval-every", "S  validation loss every S steps and at the last, then once over the whole validation split; 0 = never (default: " + dflt((double)train_defaults().eval_every) + ")"},
+               {"eval-steps", "S  batches per validation loss, >= 1 (default: " + dflt((double)train_defaults().eval_steps) + ")"},
+               {"save-every", "S  checkpoint every S steps, 0 = only at the end (default: " + dflt((double)train_defaults().save_every) + ")"},
+               {"log-every", "S  progress line every S steps, >= 1 (default: " + dflt((double)train_defaults().log_every) + ")"},
+               {"stop-at", "S  stop (and save) after step S, 0 = run to --steps (default: " + dflt((double)train_defaults().stop_at) + ")", RESUMABLE},
+               {"seed", "S  random seed, 0..2^64-1 (default: " + std::to_string(train_defaults().seed) + ")"},
+               {"out", "FILE  the checkpoint written (default: model.safetensors; with --resume: the resumed file)", RESUMABLE},
+               {"resume", "FILE  continue a run from its checkpoint (only RESUMABLE may be given)", RESUMABLE},
+               {"gpt2-init", "scale W_O, W_2 by 1/sqrt(2L) at init (default: off)", SWITCH},
+               {"attn-bias", "biases on Q, K, V, O (default: off)", SWITCH},
+               {"emb-ln", "bert, roberta: LayerNorm of the embeddings, as the released BERT (formulas §23; default: off)", SWITCH},
+               {"mlm-head", "bert, roberta: the released BERT's masked-LM head, with --emb-ln (formulas §23; export: BertForMaskedLM; default: off)", SWITCH},
+               {"quiet", "no progress lines (default: off)", SWITCH | RESUMABLE},
+               {"no-memory-check", "start even when the memory estimate exceeds what the computer can give (default: off: refused)", SWITCH | RESUMABLE},
+               {"objective", "lm|xlnet  next-token / masked LM, or XLNet's permutation LM with two-stream attention (default: lm)"},
+               {"predict", "K  xlnet: positions predicted per sequence, >= 1 (default: n/6)"},
+               {"line-windows", "every window starts at a newline: pre-training for finetune's line examples (default: off)", SWITCH},
+               {"init-from", "FILE  start from FILE's weights: a checkpoint of this program, or Hugging Face's model.safetensors of "
+                             "GPT-1 (openai-gpt), GPT-2, BERT or RoBERTa with its config.json beside it (and its tokenizer's files: "
+                             "--encoder, --vocab); the shape comes from the file, fresh optimiser"},
+               {"encoder", "FILE  GPT-2's encoder.json (GPT-1: vocab.json or encoder_bpe_40000.json; RoBERTa: vocab.json): train on its BPE tokens; the checkpoint records them"},
+               {"vocab", "FILE  GPT-2's vocab.bpe (GPT-1: merges.txt or vocab_40000.bpe; RoBERTa: merges.txt; bert: vocab.txt, WordPiece, alone)"}}),
+         "train --data tiny.txt --steps 500 --out tiny.safetensors",
+         "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step, saves a checkpoint and says how to resume.", cmd_train},
+        {"finetune", "train", "fine-tune a pre-trained model on a labelled task (tab-separated files, see docs)",
+         {{"checkpoint", "FILE  the pre-trained model (required)"},
+          {"task", "classify|entailment|similarity|choice  the task's kind (required)"},
+          {"train", "FILE  training examples (required)"},
+          {"val", "FILE  validation examples (required)"},
+          {"out", "FILE  the fine-tuned checkpoint (required)"},
+          {"lambda", "X  weight of the auxiliary LM loss (default: " + dflt(FinetuneOptions().lambda) + ")"},
+          {"steps", "S  optimiser steps, 0 = 3 epochs (default: 0)"},
+          {"batch", "B  examples per batch, >= 1 (default: " + dflt(finetune_defaults().batch) + ")"},
+          {"accum", "K  gradient accumulation, as train's (default: " + dflt(finetune_defaults().accum) + ")"},
+          {"lr", "LR  peak learning rate, linear decay (default: " + dflt(finetune_defaults().lr) + ")"},
+          {"warmup", "S  warm-up steps (default: 0.2% of the steps)"},
+          {"dropout", "P  dropout probability (default: " + dflt(finetune_defaults().dropout) + ")"},
+          {"weight-decay", "W  AdamW's weight decay (default: " + dflt(finetune_defaults().weight_decay) + ")"},
+          {"grad-clip", "C  clip the gradient's global norm, 0 = off (default: " + dflt(finetune_defaults().grad_clip) + ")"},
+          {"eval-every", "S  validation accuracy every S steps and at the last, 0 = only the final accuracy (default: every epoch)"},
+          {"log-every", "S  progress line every S steps, >= 1 (default: " + dflt((double)finetune_defaults().log_every) + ")"},
+          {"seed", "S  random seed, 0..2^64-1 (default: " + std::to_string(finetune_defaults().seed) + ")"},
+          {"scratch", "same shapes, fresh weights (default: off)", SWITCH},
+          {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"},
+          {"quiet", "no progress lines (default: off)", SWITCH},
+          {"no-memory-check", "start even when the memory estimate exceeds what the computer can give (default: off: refused)", SWITCH},
+          {"encoder", "FILE  released weights' tokenizer: encoder.json / vocab.json"},
+          {"vocab", "FILE  released weights' tokenizer: vocab.bpe / merges.txt / vocab.txt"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
+         "finetune --checkpoint pre.st --task classify --train t.tsv --val v.tsv --out ft.st",
+         "A run stopped by Ctrl-C (SIGINT) or SIGTERM finishes its step and saves a checkpoint.", cmd_finetune},
+        {"bpe", "train", "learn a byte-level BPE vocabulary (as Hugging Face's BpeTrainer with a ByteLevel pre-tokenizer)",
+         {{"data", "FILE  a text to learn from (required; may be repeated)", REPEATED},
+          {"merges", "N  how many merges to learn, >= 1 (required; GPT-1 learnt 40000)"},
+          {"out", "DIR  writes DIR/encoder.json and DIR/vocab.bpe (required)"},
+          {"special", "TOKEN  a special token (<|NAME|>, or RoBERTa's <s> <pad> </s> <unk> <mask>), cut out of the text; may be repeated", REPEATED},
+          {"min-count", "N  stop when no pair occurs N times, >= 1 (default: 1)"},
+          {"show", "K  print the first K merges with their counts (default: 0)"},
+          {"quiet", "no progress lines (default: off)", SWITCH}},
+         "bpe --data corpus.txt --merges 1000 --out bpe/", "", cmd_bpe},
+        {"sample", "use", "generate text from a GPT checkpoint",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"prompt", "TEXT  the text to continue (required; \"\" starts from <|endoftext|> or a newline, not printed)"},
+          {"tokens", "N  tokens to generate, 1..1000000 (default: 200)"},
+          {"temperature", "T  softmax temperature, 0 = greedy (default: 1)"},
+          {"top-k", "K  draw from the K most likely tokens, 0 = all (default: 0)"},
+          {"top-p", "P  then from the fewest most likely whose probabilities add up to P or more, in (0, 1], 1 = all (default: 1)"},
+          {"num-samples", "N  samples, each from where the last left the generator, separated by a line of dashes, 1..10000 (default: 1)"},
+          {"stop", "TEXT  end a sample once it has generated TEXT, printed with it (default: none)"},
+          {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
+          {"top-probs", "K  draw nothing: print the K most likely next tokens after the prompt with their probabilities, "
+                        "Softmax(z) of the last position (default: off)"},
+          {"encoder", "FILE  GPT-2's encoder.json (released weights)"},
+          {"vocab", "FILE  GPT-2's vocab.bpe (released weights)"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe (default: recognised from the files, or the checkpoint's)"}},
+         "sample --checkpoint model.safetensors --prompt 123+456= --tokens 5",
+         "--top-probs K shows the distribution the first token would be drawn from at temperature 1, most likely first: "
+         "rank, probability, id, token.", cmd_sample},
+        {"fill", "use", "fill in the [MASK]s (<mask>s) of a text with a BERT or RoBERTa model",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"text", "TEXT  the text with [MASK]s (required)"},
+          {"top", "K  candidates shown at each mask, >= 1 (default: 5; with a tokenizer)"},
+          {"encoder", "FILE  RoBERTa's vocab.json"},
+          {"vocab", "FILE  BERT's vocab.txt (WordPiece), or RoBERTa's merges.txt"},
+          {"tokenizer", "KIND  bert-wordpiece|roberta-bpe (default: recognised from the files)"}},
+         "fill --checkpoint bert.st --text 'the [MASK] sat'",
+         "Positions count from 1 (\"[MASK] at token 3\"; the first token is [CLS] / <s>). Probabilities are Softmax(z_j).", cmd_fill},
+        {"eval", "use", "mean loss on a text, in nats per token (GPT variants also bits per byte)",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"data", "FILE  the text, or llm.c's .bin token file (required)"},
+          {"encoder", "FILE  encoder.json / vocab.json (released weights)"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (released weights)"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"}},
+         "eval --checkpoint model.safetensors --data val.txt", "", cmd_eval},
+        {"predict", "use", "label each line of a file with a fine-tuned model (accuracy on stderr if it has labels)",
+         {{"checkpoint", "FILE  the fine-tuned model (required)"},
+          {"data", "FILE  tab-separated examples in finetune's format, labels optional (required)"},
+          {"truncate", "right|left  cut an example longer than n_ctx to fit: drop the end / the start of its longer text (default: none: an error listing them)"},
+          {"probs", "after each label, every class with its probability, tab-separated (default: off)", SWITCH}},
+         "predict --checkpoint ft.st --data test.tsv",
+         "One label per example on stdout (with --probs, then each class's probability); with labelled input, the accuracy, "
+         "the confusion matrix and each class's precision, recall and F1 on stderr.", cmd_predict},
+        {"explain", "inspect", "one forward and backward pass, formula box by formula box",
+         {{"preset", "NAME  a preset model, freshly initialised (or --checkpoint)"},
+          {"checkpoint", "FILE  a model file (or --preset)"},
+          {"seed", "S  initialisation seed with --preset, 0..2^64-1 (default: 1)"},
+          {"tokens", "IDS  token ids, comma-separated (required)"},
+          {"segments", "IDS  bert: segment of each token, 0 or 1"},
+          {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
+          {"values", "K  first values shown per tensor, 0..64 (default: 4)"},
+          {"html", "FILE  also write one self-contained page: per box its formula, code line, every value as a heat map and, "
+                   "per backward box, its own gradient check"}},
+         "explain --preset tiny-bert --tokens 3,1,4 --masked 2",
+         "Positions count from 1, as in the formulas. With --html, a backward box whose gradient disagrees with finite "
+         "differences of its own forward is marked failing on the page (and counted on stdout).", cmd_explain},
+        {"grad", "inspect", "write the gradient of the loss on a few tokens to a safetensors file",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"tokens", "IDS  token ids, comma-separated (required)"},
+          {"segments", "IDS  bert: segment of each token, 0 or 1"},
+          {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
+          {"out", "FILE  the gradients (required)"}},
+         "grad --checkpoint model.safetensors --tokens 3,1,4 --out grad.safetensors",
+         "Positions count from 1, as in the formulas.", cmd_grad},
+        {"params", "inspect", "count a model's parameters: the formulas' lambda (formulas §24) beside the floats it holds",
+         {{"preset", "NAME  a preset (or --checkpoint)"}, {"checkpoint", "FILE  a model file (or --preset)"}},
+         "params --preset gpt2-124m", "", cmd_params},
+        {"attention", "inspect", "heat maps of the attention probabilities P, one per layer and head (SVG)",
+         {{"checkpoint", "FILE  the model (required)"},
+          {"text", "TEXT  the input (or --tokens)"},
+          {"tokens", "IDS  token ids, comma-separated (or --text)"},
+          {"out", "FILE.svg  the picture (required)"},
+          {"layer", "l  only layer l, from 1 (default: all)"},
+          {"head", "i  only head i, from 1 (default: all)"},
+          {"perm", "z  XLNet: the factorisation order, positions 1..n comma-separated"},
+          {"encoder", "FILE  encoder.json / vocab.json for --text"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt for --text"}},
+         "attention --checkpoint model.safetensors --text 12+34= --out attention.svg",
+         "Layers, heads and positions count from 1, as in the formulas.", cmd_attention},
+        {"masks", "inspect", "draw the attention masks Mask^BD, Mask^AR, Mask^ST and Mask^XL(z) beside their formulas (SVG)",
+         {{"n", "N  sequence length, 1..64 (required)"},
+          {"out", "FILE.svg  the picture (required)"},
+          {"window", "W  Mask^ST's window, >= 1 (default: 3)"},
+          {"stride", "S  Mask^ST's stride, >= 0 (default: 4)"},
+          {"perm", "z  the permutation for Mask^XL, positions 1..n comma-separated (default: a fixed example)"}},
+         "masks --n 6 --out masks.svg", "Positions count from 1, as in the formulas.", cmd_masks},
+        {"bench", "inspect", "time forward, backward and update steps of a model",
+         join({{"preset", "NAME  the model (default: gpt2-124m); model flags change it"},
+               {"vocab", "V  vocabulary size, >= 1 (default: the preset's)"},
+               {"batch", "B  sequences per batch, >= 1 (default: 4)"},
+               {"block", "n  tokens per sequence, >= 1 (default: min(64, n_ctx))"},
+               {"steps", "S  timed steps after one warm-up, >= 1 (default: 3)"},
+               {"json", "one line of JSON (default: off)", SWITCH},
+               {"no-memory-check", "start even when the memory estimate exceeds what the computer can give (default: off: refused)", SWITCH}},
+              PRESET_MODEL_FLAGS),
+         "bench --preset tiny-gpt --steps 5", "", cmd_bench},
+        {"strip", "files", "write a checkpoint's weights without the optimiser state (a third of the size)",
+         {{"checkpoint", "FILE  the checkpoint (required)"}, {"out", "FILE  the weights-only checkpoint (required)"}},
+         "strip --checkpoint model.safetensors --out weights.safetensors",
+         "sample, eval, fill, predict, export, finetune and train --init-from read it; train --resume cannot.", cmd_strip},
+        {"init", "files", "write a freshly initialised preset model",
+         {{"preset", "NAME  the preset (required)"}, {"seed", "S  random seed, 0..2^64-1 (default: 1)"}, {"out", "FILE  the checkpoint (required)"},
+          {"emb-ln", "bert, roberta: the released BERT's embedding LayerNorm (default: the preset's)", SWITCH},
+          {"mlm-head", "bert, roberta: the released BERT's masked-LM head, with the embedding LayerNorm (default: the preset's)", SWITCH}},
+         "init --preset tiny-gpt --out tiny.safetensors", "", cmd_init},
+        {"task", "files", "write one of the built-in tasks on 3-digit sums",
+         {{"task", "text|classify|entailment|similarity|choice  text: unlabelled problems to pre-train on (required)"},
+          {"out", "FILE  the file written, in finetune's format (required)"},
+          {"examples", "N  examples, 1..10000000 (default: 2000)"},
+          {"seed", "S  random seed, 0..2^64-1 (default: 1)"},
+          {"held-out", "only the held-out pairs (default: off)", SWITCH}},
+         "task --task classify --out train.tsv", "", cmd_task},
+        {"tokenize", "files", "text -> token ids, or ids -> text (GPT-2's, GPT-1's, RoBERTa's BPE, BERT's WordPiece)",
+         {{"encoder", "FILE  encoder.json / vocab.json (a BPE)"},
+          {"vocab", "FILE  vocab.bpe / merges.txt / vocab.txt (required, unless --checkpoint)"},
+          {"checkpoint", "FILE  use the tokenizer this model records (characters too) instead of --encoder/--vocab"},
+          {"tokenizer", "KIND  gpt2-bpe|gpt1-bpe|roberta-bpe|bert-wordpiece (default: recognised from the files)"},
+          {"text", "TEXT  the text (or --file, --ids)"},
+          {"file", "FILE  a text file (or --text, --ids)"},
+          {"ids", "IDS  ids to decode, comma-separated (or --text, --file)"},
+          {"out", "FILE.bin  write the ids as llm.c's token file"}},
+         "tokenize --encoder encoder.json --vocab vocab.bpe --text 'Hello world'", "", cmd_tokenize},
+        {"export", "files", "write a model and its tokenizer as the Hugging Face class that holds it (docs/released-weights.md)",
+         {{"checkpoint", "FILE  the model (required): gpt2; gpt trained with --activation relu or gelu_tanh and F = 4 H (--ffn "
+                         "left at its default); bert or roberta with --mlm-head (or a released encoder's pooler); not gpt3"},
+          {"out", "DIR  a new or empty directory (or an earlier export): model.safetensors, config.json, tokenizer.json, "
+                  "tokenizer_config.json (+ vocab.json, merges.txt or vocab.txt) (required)"}},
+         "export --checkpoint model.safetensors --out hf/",
+         "Each class must hold every weight of the model and the model every weight of the class, so nothing loads with random "
+         "numbers: a gpt needs OpenAIGPTLMHeadModel's activation (afn relu or gelu, the tanh form) and its 4 n_embd wide "
+         "feed-forward nets; a bert or roberta needs the masked-LM head (BertForMaskedLM, RobertaForMaskedLM) or, as a "
+         "BertModel / RobertaModel, a pooler (a released encoder's, kept by --init-from); gpt3's Mask^ST has no class. "
+         "An interrupted export leaves the directory as it was (a new one is removed).", cmd_export},
+    };
+    return docs;
+}
+
+static const CommandDoc* command_doc(const std::string& name) {
+    for (const CommandDoc& d : command_docs())
+        if (name == d.name) return &d;
+    return nullptr;
+}
+
+static std::string command_names() {
+    std::string s;
+    for (const CommandDoc& d : command_docs()) s += std::string(s.empty() ? "" : ", ") + d.name;
+    return s;
+}
+
+static std::string flag_names(const CommandDoc& d) {
+    std::string s;
+    for (const FlagDoc& fd : d.flags) s += std::string(s.empty() ? "--" : ", --") + fd.name;
+    return s;
+}
+
+static std::string command_help(const CommandDoc& d) {
+    std::string s = "usage: " + program_name() + " " + d.name + " [flags]\n" + d.summary + "\n\nflags:\n";
+    std::string resumable;  // the flags marked RESUMABLE, named where a text says "RESUMABLE"
+    for (const FlagDoc& fd : d.flags)
+        if ((fd.kind & RESUMABLE) && std::string(fd.name) != "resume") resumable += (resumable.empty() ? "--" : ", --") + std::string(fd.name);
+    for (const FlagDoc& fd : d.flags) {
+        const bool sw = (fd.kind & SWITCH) != 0;
+        std::string text = fd.text;
+        const std::size_t at = text.find("RESUMABLE");
+        if (at != std::string::npos) text.replace(at, 9, resumable);
+        s += std::string("  --") + fd.name + (sw ? "  " : " ") + text + "\n";
+    }
+    if (*d.notes) s += std::string("\n") + d.notes + "\n";
+    s += "\nexample:\n  " + program_name() + " " + d.example + "\n";
+    return s;
+}
+
+static std::string overview() {
+    std::string s = "usage: " + program_name() + " COMMAND [flags]   (" + program_name() + " COMMAND --help: its flags, defaults and an example)\n";
+    for (const char* group : {"train", "use", "inspect", "files"}) {
+        s += std::string("\n") + group + ":\n";
+        for (const CommandDoc& d : command_docs())
+            if (std::string(d.group) == group) {
+                char line[256];
+                std::snprintf(line, sizeof line, "  %-10s %s\n", d.name, d.summary);
+                s += line;
+            }
+    }
+    s += "\npresets: gpt1 gpt2-124m gpt3-125m bert-base roberta-base tiny-gpt tiny-gpt2 tiny-gpt3 tiny-bert tiny-roberta\n";
+    s += "Positions, layers and heads count from 1, as in the formulas (docs/formulas.md).\n";
+    return s;
+}
+
+// --name VALUE or --name=VALUE. The word after a flag is its value unless it is itself a flag
+// (--out --window 3 is an error, never a file named "--window"); a value that starts with -- is
+// given as --name=VALUE (--prompt=--help prompts with "--help"). A boolean flag is --name alone, or
+// --name=true|false|1|0. --help (or -h) in a flag's place asks for the usage. A flag the command's
+// help does not list is an unknown flag, whatever follows it (--bogus --help too). A REPEATED flag
+// may be given again: its values are kept in order, joined by NUL bytes (no argument holds one), for
+// Flags::list.
+static Flags parse_flags(int argc, char** argv, int first, bool& help, const CommandDoc& doc) {
+    Flags f;
+    help = false;
+    for (int i = first; i < argc; i++) {
+        std::string a = argv[i];
+        if (a == "--help" || a == "-h") {
+            help = true;
+            continue;
+        }
+        if (a.size() < 3 || a.compare(0, 2, "--") != 0) throw Error("unexpected argument '" + a + "' (flags look like --name value)");
+        a = a.substr(2);
+        std::string v;
+        const std::size_t eq = a.find('=');
+        const bool inline_value = eq != std::string::npos;
+        if (inline_value) v = a.substr(eq + 1), a = a.substr(0, eq);
+        const auto fd = std::find_if(doc.flags.begin(), doc.flags.end(), [&](const FlagDoc& d) { return a == d.name; });
+        if (fd == doc.flags.end()) throw Flags::unknown_flag(a, doc.name, flag_names(doc));
+        if (fd->kind & SWITCH) {
+            if (!inline_value || v == "true" || v == "1") v = "1";
+            else if (v == "false" || v == "0") v = "0";
+            else throw Error("--" + a + " is a switch: give --" + a + " alone, or --" + a + "=true|false|1|0, not '" + v + "'");
+        } else if (!inline_value) {
+            if (i + 1 >= argc) throw Error("flag --" + a + " needs a value");
+            v = argv[++i];
+            if (v.size() > 2 && v.compare(0, 2, "--") == 0 && std::isalpha((unsigned char)v[2]))
+                throw Error("flag --" + a + " needs a value, but the next word is the flag '" + v + "' (a value that starts with -- is written --" +
+                            a + "=" + v + ")");
+        }
+        if (f.values.count(a) && (fd->kind & REPEATED)) {
+            f.values[a] += std::string(1, '\0') + v;
+            continue;
+        }
+        if (f.values.count(a)) throw Error("flag --" + a + " given twice");
+        f.values[a] = v;
+    }
+    return f;
+}
 
 // A failed write of the help shows in fputs or at main's final flush: its errno is kept for
 // main's message (by then errno may say no more than EIO).
@@ -1626,16 +1638,19 @@ static int run(int argc, char** argv) {
         }
         return print_text(command_help(*command_doc(argv[2])));
     }
-    auto it = COMMANDS.find(cmd);
     const CommandDoc* doc = command_doc(cmd);
-    if (it == COMMANDS.end() || !doc) return unknown_command(cmd);  // whatever follows it
+    if (!doc) return unknown_command(cmd);  // whatever follows it
     try {
         bool help = false;
-        Flags f = parse_flags(argc, argv, 2, help, *doc, cmd == "bpe" ? std::set<std::string>{"data", "special"} : std::set<std::string>{});
+        Flags f = parse_flags(argc, argv, 2, help, *doc);
         if (help) return print_text(command_help(*doc));
         f.command = cmd, f.valid = flag_names(*doc);
-        for (const FlagDoc& fd : doc->flags) f.documented.insert(fd.name);
-        return it->second(f);
+        for (const FlagDoc& fd : doc->flags) {
+            f.documented.insert(fd.name);
+            if (fd.kind & SWITCH) f.switches.insert(fd.name);
+            if (fd.kind & RESUMABLE) f.resumable.push_back(fd.name);
+        }
+        return doc->run(f);
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "error: out of memory\n");
         return 1;

@@ -11304,7 +11304,8 @@ TEST_CASE("tools: the blanker and the mutant generator find a body written in ot
 
 TEST_CASE("tools: every program in tools/ answers --help, refuses an unknown argument, and works from another directory") {
     const std::vector<std::string> programs = {"tools/handout",         "tools/grade",      "tools/mutants",        "tools/assignments-check",
-                                               "tools/build-times",     "tools/part-one-check", "tools/finetune-demo"};
+                                               "tools/build-times",     "tools/part-one-check", "tools/fuzz",
+                                               "tools/finetune-demo"};
     char cwd[4096];
     REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
     const std::string root = cwd, scratch = m_path("tools-elsewhere");
@@ -11332,7 +11333,7 @@ TEST_CASE("shellcheck: the sh programs of tools/ are clean") {
                     "shellcheck is not installed (Debian: apt-get install shellcheck; .ci/run installs it)");
     const std::string log = m_path("shellcheck.log");
     const int st = std::system(("shellcheck tools/handout tools/grade tools/mutants tools/assignments-check tools/build-times "
-                                "tools/part-one-check tools/finetune-demo > " + log + " 2>&1").c_str());
+                                "tools/part-one-check tools/fuzz tools/finetune-demo .ci/run > " + log + " 2>&1").c_str());
     CHECK_MESSAGE(st == 0, "shellcheck said:\n" << m_read(log));
 }
 
