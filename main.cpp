@@ -1328,7 +1328,7 @@ static int cmd_explain(Flags& f) {
         std::printf("wrote %s: %d boxes, %d backward boxes checked against finite differences, %d failing, %zu bytes\n", html.c_str(),
                     page.boxes, page.checked, page.failing, page.html.size());
         if (!page.stopped.empty())
-            std::printf("the run stops at %s: %s; %d backward boxes not implemented yet\n",
+            std::printf("the run stops at %s: %s; backward boxes not implemented yet: %d\n",
                         page.stopped.substr(17, page.stopped.find_first_of(" (", 17) - 17).c_str(), page.stopped.c_str(), page.missing);
         for (const std::string& box : page.failing_boxes) std::printf("failing: %s\n", box.c_str());
         // 1: a box fails its gradient check (a student's script can tell); stubs alone are no failure.

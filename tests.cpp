@@ -10274,8 +10274,8 @@ TEST_CASE("explain: every formula box of the variant in order, shapes as in the 
             for (const char* f : pre ? std::vector<const char*>{"FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward", "LayerNorm_backward"}
                                      : std::vector<const char*>{"LayerNorm_backward", "FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward"}) {
                 want.push_back(f);
-                if (std::string(f) == "MultiHeadSA_backward")  // each head's Attention_backward checked alone
-                    for (int i = 0; i < c.A; i++) want.push_back("Attention_backward");
+                if (std::string(f) == "MultiHeadSA_backward")  // each head's Softmax_backward and Attention_backward checked alone
+                    for (int i = 0; i < c.A; i++) want.push_back("Softmax_backward"), want.push_back("Attention_backward");
             }
         want.push_back("embed_backward");
         if (seg) want.push_back("embed_backward");
@@ -10637,7 +10637,7 @@ TEST_CASE("explain --html FILE: the text unchanged, one page written whole; a ba
     const m_Run text = m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4");
     const m_Run both = m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4 --html " + page);
     CHECK(both.out.rfind(text.out, 0) == 0);
-    CHECK(m_contains(both.out.substr(text.out.size()), "wrote " + page + ": 44 boxes, 16 backward boxes checked against finite differences, 0 failing"));
+    CHECK(m_contains(both.out.substr(text.out.size()), "wrote " + page + ": 48 boxes, 20 backward boxes checked against finite differences, 0 failing"));
     const std::string html = m_read(page);
     CHECK(m_contains(html, "</html>\n"));
     CHECK(html.size() < 1000000);

@@ -8877,6 +8877,15 @@ static ExplainCheck check_mhsa(const Tensor<T>& X, const Tensor<T>& Mask, const 
                     8.0 * (double)X.size() * AD + 4.0 * n * n * AD, seed);
 }
 
+// One head's Softmax alone: P = Softmax(S) on its masked scores S (the masked entries -inf stay so).
+template <typename T>
+static ExplainCheck check_softmax(const Tensor<T>& S, uint64_t seed) {
+    Tensor<double> Sd = to_f64(S);
+    const Tensor<double> R = random_like(S.shape, seed);
+    const Tensor<double> dS = Softmax_backward(Softmax(Sd), R);
+    return fd_check("Softmax_backward", [&] { return contract(R, Softmax(Sd)); }, {{"dS", &Sd, dS}}, 10.0 * (double)S.size(), seed);
+}
+
 // One head's Attention alone: head_i = Attention(Q, K, V, Mask) on the head's Q, K, V.
 template <typename T>
 static ExplainCheck check_attention(const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V, const Tensor<T>& Mask, uint64_t seed) {
@@ -9264,10 +9273,17 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         const Layer<T>& pl = p.layers[l];
         const bool at = l < blocks_done;  // the forward reached the layer
         auto mask = [&] { return l < masks_done ? k.masks[l] : layer_mask<T>(c, l, n); };
-        // Each head's Attention alone, inside MultiHeadSA's box.
+        // Each head's Softmax and Attention alone, inside MultiHeadSA's box.
         auto heads = [&]() {
             for (int i = 0; i < c.A; i++) {
                 const std::string h = std::to_string(i + 1);
+                w.step(1, box, "P = Softmax(S), S = Mask (.) Q K^T / sqrt(D): dS = P * (dP - rowsum(dP * P))", "Softmax_backward (head " + h + ")");
+                check(at, [&] {
+                    if (!at) return check_softmax(drawn({n, n}), ++seed);
+                    Tensor<T> S = matmul_nt(kb.attn.Q[i], kb.attn.K[i]);
+                    for (auto& v : S.data) v /= std::sqrt(T(c.D));
+                    return check_softmax(apply_mask(k.masks[l], S), ++seed);
+                });
                 w.step(1, box, "head_i = Attention(Q, K, V, Mask) = P V, P = Softmax(Mask (.) Q K^T / sqrt(D)): dV = P^T dO, dP = dO V^T, "
                                "dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)",
                        "Attention_backward (head " + h + ", Softmax_backward)");
@@ -9842,7 +9858,8 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
         for (std::size_t j = k; j < end; j++) {
             const ExplainStep& s = e.steps[j];
             std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
-            if (s.depth) label = s.box.rfind("Backward", 0) == 0 ? s.function.substr(0, s.function.find(',')) + ")" : s.box;
+            if (s.depth) label = s.box.rfind("Backward", 0) != 0 ? s.box
+                                 : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
             h << "<li value=\"" << j + 1 << "\"" << (s.depth ? " class=\"d1\"" : "") << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
             if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
             else if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
