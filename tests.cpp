@@ -10272,8 +10272,11 @@ TEST_CASE("explain: every formula box of the variant in order, shapes as in the 
         if (pre) want.push_back("LayerNorm_backward");
         for (int l = c.L - 1; l >= 0; l--)
             for (const char* f : pre ? std::vector<const char*>{"FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward", "LayerNorm_backward"}
-                                     : std::vector<const char*>{"LayerNorm_backward", "FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward"})
+                                     : std::vector<const char*>{"LayerNorm_backward", "FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward"}) {
                 want.push_back(f);
+                if (std::string(f) == "MultiHeadSA_backward")  // each head's Softmax_backward and Attention_backward checked alone
+                    for (int i = 0; i < c.A; i++) want.push_back("Softmax_backward"), want.push_back("Attention_backward");
+            }
         want.push_back("embed_backward");
         if (seg) want.push_back("embed_backward");
         std::vector<std::string> got;
@@ -10634,7 +10637,7 @@ TEST_CASE("explain --html FILE: the text unchanged, one page written whole; a ba
     const m_Run text = m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4");
     const m_Run both = m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4 --html " + page);
     CHECK(both.out.rfind(text.out, 0) == 0);
-    CHECK(m_contains(both.out.substr(text.out.size()), "wrote " + page + ": 40 boxes, 12 backward boxes checked against finite differences, 0 failing"));
+    CHECK(m_contains(both.out.substr(text.out.size()), "wrote " + page + ": 48 boxes, 20 backward boxes checked against finite differences, 0 failing"));
     const std::string html = m_read(page);
     CHECK(m_contains(html, "</html>\n"));
     CHECK(html.size() < 1000000);
@@ -11598,6 +11601,109 @@ TEST_CASE("handout: five wrong solutions of assignment 4 each fail in at most 40
         }
         CHECK_MESSAGE(failing > 0, "no case fails:\n" << out);
         CHECK_MESSAGE(m_contains(out, "first wrong: " + m.function), "no case says \"first wrong: " << m.function << "\":\n" << out);
+    }
+}
+
+TEST_CASE("handout: explain --html in handouts 2 and 3 with a planted mistake fails exactly the wrong function's boxes") {
+    // A student's handout N: the solution with the functions of the later assignments blanked (as
+    // make handout writes them) and one mistake planted in a function of assignment N. explain --html
+    // stops at the first stub but still writes the page: it says where the run stopped, checks every
+    // backward box alone (on random inputs where the run did not reach it) and fails the boxes of the
+    // wrong function and no other (MultiHeadSA_backward calls Attention_backward: its boxes contain
+    // the mistake). transformer.cpp is compiled at -Og and linked with this build's main.o.
+    struct Planted {
+        int assignment;
+        std::string function, right, wrong, stop;
+        std::set<std::string> failing;  // the check functions whose boxes fail
+    };
+    const std::vector<Planted> planted = {
+        {2, "LayerNorm_backward", "dx[j] = cache.rstd[i] * (dy[j] * gamma[j] - mean_g - xh[j] * mean_gx);",
+         "dx[j] = cache.rstd[i] * (dy[j] * gamma[j] - mean_g);", "Mask_AR", {"LayerNorm_backward"}},
+        {3, "Attention_backward", "    dK = matmul_tn(dS, Q);\n", "    dK = matmul(dS, Q);\n", "pre_ln_block_backward",
+         {"Attention_backward", "MultiHeadSA_backward"}}};
+    for (const char* f : {"Makefile", "transformer.cpp", "tools/blank.awk", "build/main.o"})
+        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make (build/main.o): no " << f);
+    const std::string makefile = m_read("Makefile");
+    char main_o[PATH_MAX];
+    REQUIRE(realpath("build/main.o", main_o));
+    auto funcs_of = [&](int n) {  // ASSIGNMENT_N_FUNCS, its continuation lines joined
+        const std::string key = "ASSIGNMENT_" + std::to_string(n) + "_FUNCS :=";
+        std::size_t a = makefile.find(key);
+        REQUIRE(a != std::string::npos);
+        a += key.size();
+        std::string v;
+        for (;;) {
+            const std::size_t e = makefile.find('\n', a);
+            std::string line = makefile.substr(a, e - a);
+            const bool more = !line.empty() && line.back() == '\\';
+            if (more) line.pop_back();
+            v += " " + line;
+            if (!more) break;
+            a = e + 1;
+        }
+        std::istringstream in(v);
+        std::vector<std::string> names;
+        for (std::string w; in >> w;) names.push_back(w);
+        return names;
+    };
+    const char* cxx = std::getenv("CXX");
+    const std::string compiler = cxx && *cxx ? cxx : "g++";
+    for (const Planted& m : planted) {
+        CAPTURE(m.function);
+        const std::string dir = m_path("explain-handout-" + std::to_string(m.assignment));
+        const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+        REQUIRE(std::system(("rm -rf " + dir + " && " + make + " handout ASSIGNMENT=" + std::to_string(m.assignment) + " DIR=" + dir +
+                             " HANDOUT_OBJECTS=0 > /dev/null 2>&1").c_str()) == 0);
+        REQUIRE(m_contains(m_read(dir + "/transformer.cpp"), "not implemented: " + m.function));
+        // The student's answer: the solution, the later assignments blanked, one mistake planted.
+        std::string funcs, labels;
+        for (int n = m.assignment + 1; n <= 6; n++)
+            for (const std::string& f : funcs_of(n)) funcs += f + " ", labels += f + "=assignment+" + std::to_string(n) + " ";
+        const std::string blanked = dir + "/blanked.cpp";
+        REQUIRE(std::system(("awk -v funcs='" + funcs + "' -v labels='" + labels + "' -f tools/blank.awk transformer.cpp > " + blanked).c_str()) == 0);
+        std::string answer = m_read(blanked);
+        const std::size_t at = answer.find(m.right);
+        REQUIRE_MESSAGE(at != std::string::npos, "the code to plant the mistake in is not in transformer.cpp: " << m.right);
+        answer.replace(at, m.right.size(), m.wrong);
+        m_write(dir + "/transformer.cpp", answer);
+        const std::string build = "cd " + dir + " && mkdir -p build && " + compiler +
+                                  " -std=c++17 -Og -ffp-contract=off -fno-trapping-math -fno-math-errno -DTF_COLD_O0 -c -o build/transformer.o transformer.cpp && " +
+                                  compiler + " -o transformer " + main_o + " build/transformer.o";
+        REQUIRE_MESSAGE(std::system((build + " > " + dir + "/build.log 2>&1").c_str()) == 0, m_read(dir + "/build.log"));
+        const int st = std::system(("cd " + dir + " && ./transformer explain --preset tiny-gpt2 --tokens 3,1,4 --html page.html > explain.out 2>&1").c_str());
+        const std::string out = m_read(dir + "/explain.out");
+        CAPTURE(out);
+        CHECK(WIFEXITED(st));
+        CHECK(WEXITSTATUS(st) == 1);  // a box fails
+        CHECK(m_contains(out, "the run stops at " + m.stop + ": not implemented: " + m.stop + " (assignment "));
+        const std::string html = m_read(dir + "/page.html");
+        CHECK(m_contains(html, "The run stops at " + m.stop + ": not implemented: " + m.stop));
+        const Json j = m_page_json(html);
+        CHECK(j.get("stopped")->str.rfind("not implemented: " + m.stop, 0) == 0);
+        std::set<std::string> failing;
+        int checked = 0, missing = 0, random = 0;
+        for (const Json& box : j.get("boxes")->arr) {
+            const Json* ck = box.get("check");
+            if (!ck) continue;
+            CAPTURE(box.get("box")->str);
+            const std::string f = ck->get("function")->str;
+            random += ck->get("random")->b;
+            if (!ck->get("missing")->str.empty()) {
+                missing++;
+                CHECK(ck->get("missing")->str.rfind("not implemented: ", 0) == 0);
+                continue;
+            }
+            checked++;
+            CHECK(ck->get("pass")->b == !m.failing.count(f));  // every box of the wrong function fails, none of another
+            if (!ck->get("pass")->b) failing.insert(f);
+        }
+        CHECK(failing == m.failing);
+        CHECK(missing > 0);      // the later assignments' boxes: not implemented yet
+        CHECK(checked >= 9);
+        if (m.assignment == 2) CHECK(random > 0);  // past the masks, on inputs drawn at random
+        else CHECK(random == 0);                   // the forward ran whole
+        CHECK(m_contains(html, "not implemented yet"));
+        CHECK(m_contains(out, "failing: "));
     }
 }
 

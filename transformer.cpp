@@ -8659,6 +8659,7 @@ struct ExplainWalk {
     int n, values;
     std::vector<ExplainStep> steps;
     const ExplainDetail* detail = nullptr;
+    bool mute = false;  // past a handout's stub: boxes without values
     void step(int depth, const std::string& box, const std::string& formula, const std::string& function) {
         ExplainStep s;
         s.depth = depth, s.box = box, s.formula = formula, s.function = function;
@@ -8685,9 +8686,11 @@ struct ExplainWalk {
         return t;
     }
     void in(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+        if (mute) return;
         steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0, t.size()));
     }
     void out(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+        if (mute) return;
         steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size(), t.size()));
     }
 };
@@ -8874,6 +8877,30 @@ static ExplainCheck check_mhsa(const Tensor<T>& X, const Tensor<T>& Mask, const 
                     8.0 * (double)X.size() * AD + 4.0 * n * n * AD, seed);
 }
 
+// One head's Softmax alone: P = Softmax(S) on its masked scores S (the masked entries -inf stay so).
+template <typename T>
+static ExplainCheck check_softmax(const Tensor<T>& S, uint64_t seed) {
+    Tensor<double> Sd = to_f64(S);
+    const Tensor<double> R = random_like(S.shape, seed);
+    const Tensor<double> dS = Softmax_backward(Softmax(Sd), R);
+    return fd_check("Softmax_backward", [&] { return contract(R, Softmax(Sd)); }, {{"dS", &Sd, dS}}, 10.0 * (double)S.size(), seed);
+}
+
+// One head's Attention alone: head_i = Attention(Q, K, V, Mask) on the head's Q, K, V.
+template <typename T>
+static ExplainCheck check_attention(const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V, const Tensor<T>& Mask, uint64_t seed) {
+    Tensor<double> Qd = to_f64(Q), Kd = to_f64(K), Vd = to_f64(V);
+    const Tensor<double> M = to_f64(Mask);
+    const Tensor<double> R = random_like(Q.shape, seed);
+    AttentionCache<double> kc;
+    Attention(Qd, Kd, Vd, M, &kc);
+    Tensor<double> dQ, dK, dV;
+    Attention_backward(Qd, Kd, Vd, kc, R, dQ, dK, dV);
+    const double n = (double)Q.rows(), D = (double)Q.cols();
+    return fd_check("Attention_backward", [&] { return contract(R, Attention(Qd, Kd, Vd, M)); },
+                    {{"dQ", &Qd, dQ}, {"dK", &Kd, dK}, {"dV", &Vd, dV}}, 6.0 * n * n * D, seed);
+}
+
 template <typename T>
 static ExplainCheck check_loss(const Tensor<T>& Z, const std::vector<int>& targets, uint64_t seed) {
     Tensor<double> Zd = to_f64(Z), dZ;
@@ -8944,7 +8971,47 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     ForwardCache<T> k;
     ForwardOptions keep;
     keep.keep_sublayers = true;
-    r.Z = model_forward(c, p, batch, &k, keep);
+    // A handout's stub ("not implemented: NAME (assignment N)"), with ExplainDetail::stubs: the
+    // walk stops there and r.stopped says so.
+    auto stub = [&](const Error& e) { return detail && detail->stubs && std::string(e.what()).rfind("not implemented: ", 0) == 0; };
+    // How far the forward got: X^(0), the masks and blocks done, the de-embedding.
+    bool x0_done = true, head_done = true;
+    int masks_done = c.L, blocks_done = c.L;
+    try {
+        r.Z = model_forward(c, p, batch, &k, keep);
+    } catch (const Error& e) {
+        if (!stub(e)) throw;
+        // model_forward's steps again, one at a time, as far as the stubs let them go.
+        r.stopped = e.what();
+        k = ForwardCache<T>();
+        k.batch = batch;
+        k.blocks.resize(c.L), k.masks.resize(c.L);
+        x0_done = head_done = false, masks_done = blocks_done = 0;
+        try {
+            Tensor<T> X = embed_forward(c, p, batch);
+            if (c.emb_ln) X = LayerNorm(X, p.gamma_e, p.beta_e, c.eps, &k.ln_e);
+            (pre ? k.blocks[0].X : k.blocks[0].attn_in) = X;
+            x0_done = true;
+            for (; masks_done < c.L; masks_done++) k.masks[masks_done] = layer_mask<T>(c, masks_done, n);
+            for (; blocks_done < c.L; blocks_done++)
+                X = block_forward(c, p.layers[blocks_done], X, k.masks[blocks_done], k.blocks[blocks_done], keep, (KVLayer<T>*)nullptr);
+            if (pre) {
+                k.X_L_in = X;
+                X = LayerNorm(k.X_L_in, p.ln_f_gamma, p.ln_f_beta, c.eps, &k.ln_f);
+            }
+            k.X_L = X;
+            k.all_rows = true;
+            r.Z = c.mlm_head ? MLMHead(c, p, k.X_L, &k.mlm) : matmul_nt(k.X_L, p.W_e);
+            head_done = true;
+        } catch (const Error& e2) {
+            if (!stub(e2)) throw;
+            r.stopped = e2.what();
+        }
+    }
+    const std::string stopped = r.stopped;
+    auto reach = [&](bool done) {  // past the forward's stop: the walk's forward ends there
+        if (!done) throw Error(stopped);
+    };
     auto X_of = [&](int l) -> const Tensor<T>& {  // X^(l), l = 0..L
         if (l == c.L) return pre ? k.X_L_in : k.X_L;
         return pre ? k.blocks[l].X : k.blocks[l].attn_in;
@@ -8979,6 +9046,11 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         sum = add(E, Wp);
         if (seg) sum = add(sum, add(matmul(diag(t0), Stack(p.w_A, n)), matmul(diag(t1), Stack(p.w_B, n))));
     }
+    const std::string XL = "X^(" + std::to_string(c.L) + ")";
+    Tensor<T> dZ;
+    r.loss = stopped.empty() ? 0.0 : NAN;
+    try {  // the forward walk: to a handout's stub at most
+    reach(x0_done);
     const Tensor<T>& X0_value = c.emb_ln ? sum : X_of(0);
     if (!seg) {
         w.step(0, "Embedding", X0 + " = OneHot(x) W_e + W_p", "embed_forward");
@@ -9006,6 +9078,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         w.out("X^(0)", "n x H", X_of(0));
     }
     for (int l = 0; l < c.L; l++) {
+        reach(l < masks_done);
         const std::string L1 = std::to_string(l + 1), L0 = std::to_string(l), box = "Layers, l = " + L1;
         const std::string Xp = "X^(" + L0 + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")", M = mask_name(c, l);
         const BlockCache<T>& b = k.blocks[l];
@@ -9019,6 +9092,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
             w.steps.back().picture.push_back(row);
         }
+        reach(l < blocks_done);
         if (!pre) {  // X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1)), X^(l) = LayerNorm(FFN(X'^(l)) + X'^(l))
             explain_attention(w, box, Xp, X_of(l), Mask, b.attn, b.attn_out);
             w.step(0, box, Xq + " = LayerNorm(MultiHeadSA(" + Xp + ", " + M + ") + " + Xp + "), " + ln_box, "add, LayerNorm");
@@ -9039,7 +9113,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             w.out(Xl, "n x H", X_of(l + 1));
         }
     }
-    const std::string XL = "X^(" + std::to_string(c.L) + ")";
+    reach(head_done);
     if (pre) {
         w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
         w.out(XL, "n x H", k.X_L);
@@ -9072,7 +9146,6 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
     Y_row.shape = {c.V};
     w.out("Y_" + j + ",:", "V", Y_row);
-    Tensor<T> dZ;
     r.loss = CrossEntropy_logits(r.Z, batch.targets, &dZ);
     w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (formulas §25)"
                                            : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
@@ -9086,26 +9159,70 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
                "CrossEntropy");
         w.out("CrossEntropy of row " + std::to_string(first + 1), "1", Tensor<T>::vector({CrossEntropy(y, yhat)}));
     }
+    } catch (const Error& e) {
+        if (!stub(e)) throw;
+        if (r.stopped.empty()) r.stopped = e.what();
+    }
+    const bool forward_whole = r.stopped.empty();
 
     // ---- Backward: model_backward's steps, one at a time ----------------------------------------
     r.g = make_params<T>(c);
     Params<T>& g = r.g;
+    // Past a handout's stub every box is still emitted, without values (w.mute), and checked alone:
+    // on the run's input of it where the forward reached it, else on inputs drawn at random.
+    w.mute = !forward_whole;
+    auto chain = [&](const std::function<void()>& f) {  // a step of the gradient's way down
+        if (w.mute) return;
+        try {
+            f();
+        } catch (const Error& e) {
+            if (!stub(e)) throw;
+            if (r.stopped.empty()) r.stopped = e.what();
+            w.mute = true;
+        }
+    };
+    auto check = [&](bool reached, const std::function<ExplainCheck()>& f) {
+        if (!checking) return;
+        ExplainCheck ck;
+        try {
+            ck = f();
+        } catch (const Error& e) {
+            if (!stub(e)) throw;
+            ck = ExplainCheck();
+            ck.done = true, ck.missing = e.what();
+            const std::string& fn = w.steps.back().function;
+            ck.function = fn.substr(0, fn.find_first_of(" ,("));
+        }
+        ck.random = !reached;
+        w.steps.back().check = ck;
+    };
+    uint64_t drawn_seed = 0xda7a;
+    auto drawn = [&](const std::vector<int>& shape) {  // inputs the run did not reach, N(0, 1)
+        Rng rr(++drawn_seed);
+        Tensor<T> t(shape);
+        for (std::size_t a = 0; a < t.size(); a++) t[a] = (T)rr.normal();
+        return t;
+    };
+    auto either = [&](bool reached, const Tensor<T>& t, const std::vector<int>& shape) { return reached ? t : drawn(shape); };
+    const std::vector<int> nH = {n, c.H}, nD = {n, c.D};
     w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
-    if (checking) w.steps.back().check = check_loss(r.Z, batch.targets, ++seed);
+    check(head_done, [&] { return check_loss(either(head_done, r.Z, {n, c.V}), batch.targets, ++seed); });
     w.out("dZ", "n x V", dZ);
     Tensor<T> dX;
     if (!c.mlm_head) {
-        matmul_tn_acc(dZ, k.X_L, g.W_e);
-        dX = matmul(dZ, p.W_e);
+        chain([&] {
+            matmul_tn_acc(dZ, k.X_L, g.W_e);
+            dX = matmul(dZ, p.W_e);
+        });
         w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
-        if (checking) w.steps.back().check = check_output(k.X_L, p.W_e, ++seed);
+        check(head_done, [&] { return check_output(either(head_done, k.X_L, nH), p.W_e, ++seed); });
     } else {
-        dX = MLMHead_backward(c, p, k.mlm, dZ, g);
+        chain([&] { dX = MLMHead_backward(c, p, k.mlm, dZ, g); });
         w.step(0, "Backward: masked-LM head",
                "Z = MLMHead(" + XL + "): db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t), "
                "dU = dA * GELU'(U), dW_t = " + XL + "^T dU, db_t = colsum(dU), d" + XL + " = dU W_t^T",
                "MLMHead_backward (model_backward)");
-        if (checking) w.steps.back().check = check_mlm_head(c, p, k.X_L, ++seed);
+        check(head_done, [&] { return check_mlm_head(c, p, either(head_done, k.X_L, nH), ++seed); });
         w.out("db_z", "V", g.b_z);
         w.out("dgamma_t", "H", g.gamma_t);
         w.out("dbeta_t", "H", g.beta_t);
@@ -9117,9 +9234,9 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     const std::string ln_grad = "dgamma = sum_i dY Xhat, dbeta = sum_i dY";
     const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; " + ln_grad;
     if (pre) {
-        dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
+        chain([&] { dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta); });
         w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
-        if (checking) w.steps.back().check = check_layernorm(k.X_L_in, p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed);
+        check(blocks_done == c.L, [&] { return check_layernorm(either(blocks_done == c.L, k.X_L_in, nH), p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed); });
         w.out("d" + XL + " (before ln_f)", "n x H", dX);
         w.out("dgamma (ln_f)", "H", g.ln_f_gamma);
         w.out("dbeta (ln_f)", "H", g.ln_f_beta);
@@ -9130,7 +9247,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         const std::string L1 = std::to_string(l + 1), box = "Backward, l = " + L1;
         const std::string Xp = "X^(" + std::to_string(l) + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")";
         const Layer<T>& gl = g.layers[l];
-        dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);  // d X^(l) -> d X^(l-1); the layer's gradients
+        chain([&] { dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]); });  // d X^(l) -> d X^(l-1); the layer's gradients
         const std::string in_block = std::string(" (") + (pre ? "pre_ln_block_backward" : "post_ln_block_backward") + ")";
         auto ln_grads = [&](const char* which, const Tensor<T>& dgamma, const Tensor<T>& dbeta) {
             w.out(std::string("dgamma (") + which + ")", "H", dgamma);
@@ -9154,60 +9271,84 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         // Each box's check: its own forward on the run's input of it (the caches keep every one).
         const BlockCache<T>& kb = k.blocks[l];
         const Layer<T>& pl = p.layers[l];
+        const bool at = l < blocks_done;  // the forward reached the layer
+        auto mask = [&] { return l < masks_done ? k.masks[l] : layer_mask<T>(c, l, n); };
+        // Each head's Softmax and Attention alone, inside MultiHeadSA's box.
+        auto heads = [&]() {
+            for (int i = 0; i < c.A; i++) {
+                const std::string h = std::to_string(i + 1);
+                w.step(1, box, "P = Softmax(S), S = Mask (.) Q K^T / sqrt(D): dS = P * (dP - rowsum(dP * P))", "Softmax_backward (head " + h + ")");
+                check(at, [&] {
+                    if (!at) return check_softmax(drawn({n, n}), ++seed);
+                    Tensor<T> S = matmul_nt(kb.attn.Q[i], kb.attn.K[i]);
+                    for (auto& v : S.data) v /= std::sqrt(T(c.D));
+                    return check_softmax(apply_mask(k.masks[l], S), ++seed);
+                });
+                w.step(1, box, "head_i = Attention(Q, K, V, Mask) = P V, P = Softmax(Mask (.) Q K^T / sqrt(D)): dV = P^T dO, dP = dO V^T, "
+                               "dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)",
+                       "Attention_backward (head " + h + ", Softmax_backward)");
+                check(at, [&] {
+                    return check_attention(either(at, at ? kb.attn.Q[i] : Tensor<T>(), nD), either(at, at ? kb.attn.K[i] : Tensor<T>(), nD),
+                                           either(at, at ? kb.attn.V[i] : Tensor<T>(), nD), mask(), ++seed);
+                });
+            }
+        };
         if (!pre) {
             w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward" + in_block);
-            if (checking) w.steps.back().check = check_layernorm(add(kb.ffn_out, kb.ffn_in), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed);
+            check(at, [&] { return check_layernorm(at ? add(kb.ffn_out, kb.ffn_in) : drawn(nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
             ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
             w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block);
-            if (checking) w.steps.back().check = check_ffn(kb.ffn_in, pl.ffn, c.activation, bw, ++seed);
+            check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
             ffn_grads();
             w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + "); " + ln_grad, "LayerNorm_backward" + in_block);
-            if (checking) w.steps.back().check = check_layernorm(add(kb.attn_out, kb.attn_in), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed);
+            check(at, [&] { return check_layernorm(at ? add(kb.attn_out, kb.attn_in) : drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
             ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
             w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
                    "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block);
-            if (checking) w.steps.back().check = check_mhsa(kb.attn_in, k.masks[l], pl.attn, bw, ++seed);
+            check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask(), pl.attn, bw, ++seed); });
             attention_grads();
         } else {
             w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
                    "FFN_backward" + in_block);
-            if (checking) w.steps.back().check = check_ffn(kb.ffn_in, pl.ffn, c.activation, bw, ++seed);
+            check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
             ffn_grads();
             w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block);
-            if (checking) w.steps.back().check = check_layernorm(kb.X_mid, pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed);
+            check(at, [&] { return check_layernorm(either(at, kb.X_mid, nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
             ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
             w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
                    "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block);
-            if (checking) w.steps.back().check = check_mhsa(kb.attn_in, k.masks[l], pl.attn, bw, ++seed);
+            check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask(), pl.attn, bw, ++seed); });
             attention_grads();
+            heads();
             w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block);
-            if (checking) w.steps.back().check = check_layernorm(kb.X, pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed);
+            check(at, [&] { return check_layernorm(either(at, kb.X, nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
             ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
         }
         w.out("d" + Xp, "n x H", dX);
+        if (!pre) heads();
     }
     if (c.emb_ln) {
-        dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e);
+        chain([&] { dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e); });
         w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
                "LayerNorm_backward (emb_ln, model_backward)");
-        if (checking) w.steps.back().check = check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed);
+        check(true, [&] { return check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed); });
         w.out("dE", "n x H", dX);
         w.out("dgamma_e", "H", g.gamma_e);
         w.out("dbeta_e", "H", g.beta_e);
     }
-    embed_backward(c, batch, dX, g);
+    chain([&] { embed_backward(c, batch, dX, g); });
     const std::string dX0 = "d" + X0;
     w.step(0, "Backward: Embedding", pads ? X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), each row of " + dX0 + " into the W_p row (or w_pad) it read"
                                           : X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), dW_p[1..n] += " + dX0,
            "embed_backward (Embedding_backward)");
-    if (checking) w.steps.back().check = check_embedding(c, p, batch, false, ++seed);
+    check(true, [&] { return check_embedding(c, p, batch, false, ++seed); });
     w.out("dW_e", "V x H", g.W_e);
     w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
     if (pads) w.out("dw_pad", "H", g.w_pad);
     if (seg) {
         w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) " + dX0 + "), dw_B likewise with t",
                "embed_backward (the segments' rows)");
-        if (checking) w.steps.back().check = check_embedding(c, p, batch, true, ++seed);
+        check(true, [&] { return check_embedding(c, p, batch, true, ++seed); });
         w.out("dw_A", "H", g.w_A);
         w.out("dw_B", "H", g.w_B);
     }
@@ -9482,7 +9623,7 @@ main{padding:0 1.5em 4em;min-width:0}header{padding:0 1.5em;grid-column:1/3;bord
 section{border:1px solid var(--line);border-radius:6px;padding:.3em 1em .8em;margin:1em 0;background:var(--box)}
 section:focus,section:target{outline:3px solid #4c8bf5}
 section.d1{margin-left:2.5em}h3{margin:.4em 0;font-size:16px}
-.fail{color:var(--fail)}.pass{color:var(--pass)}section.bad{border-color:var(--fail);border-width:2px}
+.fail{color:var(--fail)}.pass{color:var(--pass)}.missing{color:var(--muted)}section.bad{border-color:var(--fail);border-width:2px}
 .tag{font-size:12px;border:1px solid currentColor;border-radius:3px;padding:0 .3em;margin-left:.4em;white-space:nowrap}
 math{font-size:1.15em;overflow-x:auto;max-width:100%}.plain,.code,.note{color:var(--muted);font-size:13px;margin:.2em 0}
 code{font-size:12.5px}figure{margin:.6em 0;overflow-x:auto}figcaption{font-size:13px;margin-bottom:.2em}
@@ -9629,10 +9770,12 @@ static std::string read_source(const std::string& given, std::string& used) {
 
 ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& batch, const ExplainHtml& o) {
     ExplainDetail d;
-    d.fold = o.fold, d.backwards = o.backwards;
+    d.fold = o.fold, d.backwards = o.backwards, d.stubs = true;
     Explained<float> e = explain(c, p, batch, o.values, &d);
     ExplainPage page;
-    page.loss = e.loss;
+    page.loss = e.loss, page.stopped = e.stopped;
+    // Where a handout's stub stopped the run: "Mask_AR", from "not implemented: Mask_AR (assignment 3)".
+    const std::string stop_fn = e.stopped.empty() ? "" : e.stopped.substr(17, e.stopped.find_first_of(" (", 17) - 17);
     const std::string source = read_source(o.source, page.source);
     // The fold shrinks until the page's heat maps hold at most o.cells cells.
     int fold = o.fold;
@@ -9657,8 +9800,12 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
     std::vector<int> failing;
     for (std::size_t k = 0; k < e.steps.size(); k++) {
         const ExplainCheck& ck = e.steps[k].check;
-        if (ck.done) page.checked++;
-        if (ck.done && !ck.pass) failing.push_back((int)k);
+        if (ck.done && ck.missing.empty()) page.checked++;
+        if (ck.done && !ck.missing.empty()) page.missing++;
+        if (ck.done && !ck.pass) {
+            failing.push_back((int)k);
+            page.failing_boxes.push_back("[" + std::to_string(k + 1) + "] " + e.steps[k].box + " (" + ck.function + ")");
+        }
     }
     page.failing = (int)failing.size();
     page.boxes = (int)e.steps.size();
@@ -9671,9 +9818,17 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
       << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << "</style></head>\n<body>\n";
     h << "<header><h1>explain: " << html_text(o.title) << "</h1><p>" << html_text(what) << "; tokens x = ";
     for (int i = 0; i < n; i++) h << (i ? ", " : "") << html_text(labels[i]);
-    h << "; loss " << num(e.loss, "%.9g") << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
-      << "formula indices count from 1.</p><p>";
+    h << "; loss " << (std::isnan(e.loss) ? std::string("not reached") : num(e.loss, "%.9g")) << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
+      << "formula indices count from 1.</p>";
+    if (!e.stopped.empty())
+        h << "<p class=\"stop\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b> "
+          << "The forward boxes are those the run reached; every backward box is still checked alone: on the run's own input of it where the "
+             "forward reached the box, else on inputs drawn at random (fixed seed) with the model's shapes, marked <i>random inputs</i>. "
+             "A box whose backward, or a function it needs, is not written yet is marked <span class=\"missing\">not implemented yet</span> "
+             "(" << page.missing << " boxes): neither pass nor fail. Boxes past the stop show no values.</p>";
+    h << "<p>";
     if (failing.empty()) h << "<span class=\"pass\">All " << page.checked << " backward boxes pass their gradient check.</span>";
+    if (page.missing) h << " <span class=\"missing\">" << page.missing << " more are not implemented yet.</span>";
     else {
         h << "<span class=\"fail\"><b>" << failing.size() << " of " << page.checked << " backward boxes fail their gradient check:</b></span> ";
         for (std::size_t k = 0; k < failing.size(); k++)
@@ -9703,9 +9858,12 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
         for (std::size_t j = k; j < end; j++) {
             const ExplainStep& s = e.steps[j];
             std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
-            if (s.depth) label = s.box;
+            if (s.depth) label = s.box.rfind("Backward", 0) != 0 ? s.box
+                                 : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
             h << "<li value=\"" << j + 1 << "\"" << (s.depth ? " class=\"d1\"" : "") << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
-            if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
+            if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
+            else if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
+            if (s.check.done && s.check.random) h << " <span class=\"note\">(random inputs)</span>";
             h << "</li>";
         }
         h << "</ol></li>\n";
@@ -9716,19 +9874,22 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
     json << "{\"title\":" << json_escape(o.title) << ",\"model\":" << json_escape(what) << ",\"variant\":" << json_escape(variant_name(c.variant))
          << ",\"tokens\":[";
     for (int i = 0; i < n; i++) json << (i ? "," : "") << batch.tokens[i];
-    json << "],\"loss\":" << json_num(e.loss) << ",\"fold\":" << fold << ",\"source\":" << json_escape(page.source) << ",\"boxes\":[";
+    json << "],\"loss\":" << json_num(e.loss) << ",\"stopped\":" << json_escape(e.stopped) << ",\"fold\":" << fold << ",\"source\":" << json_escape(page.source) << ",\"boxes\":[";
     bool backward = false;
     for (std::size_t k = 0; k < e.steps.size(); k++) {
         const ExplainStep& s = e.steps[k];
         const int sec = section_of(c, s);
         if (k == 0 || (!backward && s.box.rfind("Backward", 0) == 0)) {
             backward = k > 0;
+            if (backward && !e.stopped.empty())
+                h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b></p>\n";
             h << "<h2>" << (backward ? "Backward: d loss / d &theta;, from the loss down" : "Forward") << "</h2>\n";
         }
         const bool bad = s.check.done && !s.check.pass;
         h << "<section id=\"b" << k + 1 << "\" class=\"box" << (s.depth ? " d1" : "") << (bad ? " bad" : "") << "\" tabindex=\"-1\" aria-labelledby=\"h" << k + 1 << "\">\n";
         h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << html_text(s.box);
-        if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
+        if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
+        else if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
         h << "</h3>\n" << to_mathml(s.formula) << "\n";
         h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code> &middot; <a href=\"" << html_text(o.formulas) << "#s" << sec
           << "\">formulas &sect;" << sec << "</a></p>\n";
@@ -9764,15 +9925,21 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
                 entry = ck.shape.size() == 2 ? "(" + std::to_string(ck.at / C + 1) + ", " + std::to_string(ck.at % C + 1) + ")"
                                              : "(" + std::to_string(ck.at + 1) + ")";
             }
-            h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
-              << "</b> (" << html_text(ck.function) << " against central differences of its forward): " << ck.entries << " entries compared; ";
+            const std::string on = ck.random ? " on inputs drawn at random (fixed seed; the run did not reach this box)" : "";
+            if (!ck.missing.empty())
+                h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << html_text(ck.function) << " is not checked" << on
+                  << ", the run meets a stub (" << html_text(ck.missing) << ")";
+            else
+                h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
+                  << "</b> (" << html_text(ck.function) << " against central differences of its forward" << on << "): " << ck.entries << " entries compared; ";
             if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
             if (!ck.tensor.empty())
                 h << "worst: " << html_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
                   << ", backward " << num(ck.ana, "%.9g") << ", |num &minus; g| / max(1, |g|) = " << num(ck.err, "%.3g") << " against the tolerance "
                   << num(ck.tol) << " (h = " << num(ck.h) << ")";
             h << "</div>\n";
-            json << ",\"check\":{\"pass\":" << (ck.pass ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
+            json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
+                 << ",\"random\":" << (ck.random ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
                  << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
                  << ",\"ana\":" << json_num(ck.ana) << ",\"err\":" << json_num(ck.err) << ",\"tol\":" << json_num(ck.tol)
                  << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem) << "}";

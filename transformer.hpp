@@ -1745,6 +1745,10 @@ struct ExplainCheck {
     double tol = 1e-6, h = 1e-6;
     int entries = 0;                  // entries compared, over every gradient of the box
     std::string problem;              // a gradient of the wrong shape, or not finite
+    // ExplainDetail::stubs: the check could not run, its backward (or a function it needs) being a
+    // handout's stub: "not implemented: Mask_AR (assignment 3)". Neither pass nor fail (pass stays true).
+    std::string missing;
+    bool random = false;              // its inputs drawn at random (the run did not reach the box)
 };
 struct ExplainStep {
     int depth = 0;                    // 1: a box inside the one above (a head inside MultiHeadSA)
@@ -1770,6 +1774,11 @@ struct ExplainBackwards {
 struct ExplainDetail {
     int fold = 64;
     bool check = true;
+    // A handout's stubs (an Error "not implemented: ..."): the walk stops there (Explained::stopped)
+    // instead of throwing; every backward box is still emitted and checked alone, on the run's input
+    // of it where the forward reached it, else on inputs drawn at random (fixed seed) with the
+    // model's shapes; a check that meets a stub is ExplainCheck::missing.
+    bool stubs = false;
     ExplainBackwards backwards;
 };
 template <typename T>
@@ -1778,6 +1787,10 @@ struct Explained {
     Tensor<T> Z;                     // the logits X^(L) W_e^T, n x V
     double loss = 0;                 // as model_loss
     Params<T> g;                     // d loss / d theta, as model_loss's g
+    // With ExplainDetail::stubs: the stub's message where the run stopped ("": it ran whole). The
+    // forward boxes are those it reached (the loss NaN if it did not reach it); the backward boxes
+    // after the stop carry no values, only their checks.
+    std::string stopped;
 };
 // batch: one sequence (B = 1) with targets (GPT: next_token_targets; BERT/RoBERTa: the masked
 // positions' ids, the tokens there replaced by the mask id). values: how many first values to keep.
@@ -1802,9 +1815,13 @@ struct ExplainHtml {
     std::string formulas = "docs/formulas.md";  // the § links' target
     ExplainBackwards backwards;
 };
+// In a handout the page survives the stubs (ExplainDetail::stubs): it says where the run stopped
+// and marks the boxes whose check met a stub "not implemented yet".
 struct ExplainPage {
     std::string html;
-    int boxes = 0, checked = 0, failing = 0, maths = 0;
+    int boxes = 0, checked = 0, failing = 0, maths = 0, missing = 0;
+    std::string stopped;                // Explained::stopped
+    std::vector<std::string> failing_boxes;  // "[17] Backward, l = 2 (LayerNorm_backward)"
     double loss = 0;
     std::string source;                 // the transformer.cpp whose lines the page cites ("": none found)
 };
