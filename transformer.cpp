@@ -9827,14 +9827,15 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
              "A box whose backward, or a function it needs, is not written yet is marked <span class=\"missing\">not implemented yet</span> "
              "(" << page.missing << " boxes): neither pass nor fail. Boxes past the stop show no values.</p>";
     h << "<p>";
-    if (failing.empty()) h << "<span class=\"pass\">All " << page.checked << " backward boxes pass their gradient check.</span>";
-    if (page.missing) h << " <span class=\"missing\">" << page.missing << " more are not implemented yet.</span>";
-    else {
+    if (failing.empty()) {
+        h << "<span class=\"pass\">All " << page.checked << " backward boxes pass their gradient check.</span>";
+    } else {
         h << "<span class=\"fail\"><b>" << failing.size() << " of " << page.checked << " backward boxes fail their gradient check:</b></span> ";
         for (std::size_t k = 0; k < failing.size(); k++)
             h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
               << " (" << html_text(e.steps[failing[k]].check.function) << ")</a>";
     }
+    if (page.missing) h << " <span class=\"missing\">" << page.missing << " more are not implemented yet.</span>";
     h << "</p><p class=\"note\">Each backward box is checked alone: its own forward, in double, on this run's input of it, "
          "contracted with a fixed random R of its output's shape (s = sum(R &#8857; f)); its backward's gradient of s is compared "
          "with central finite differences (s(x + h) &minus; s(x &minus; h)) / 2h, h = 1e-6, at every entry of a small gradient "
