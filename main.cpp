@@ -958,8 +958,10 @@ static int cmd_attention(Flags& f) {
 }
 
 static int cmd_explain(Flags& f) {
-    const std::string path = f.str("checkpoint"), name = f.str("preset");
-    const std::vector<int> tokens = parse_ids(f.need("tokens"), "--tokens");
+    const std::string path = f.str("checkpoint"), name = f.str("preset"), text = f.str("text");
+    if (f.has("tokens") == f.has("text")) throw Error("explain: give exactly one of --tokens and --text");
+    if (f.has("text") && !f.has("checkpoint")) throw Error("explain: --text needs --checkpoint (a preset has no tokenizer; give --tokens)");
+    std::vector<int> tokens = f.has("tokens") ? parse_ids(f.str("tokens"), "--tokens") : std::vector<int>{};
     const std::string seg = f.str("segments"), masked = f.str("masked");
     const uint64_t seed = f.seed("seed", 1);
     const int values = f.int32("values", 4);
@@ -977,6 +979,27 @@ static int cmd_explain(Flags& f) {
         lm.params = make_params<float>(lm.config);
         init_params(lm.config, lm.params, seed);
     }
+    // The tokens' text for the page's labels, where the checkpoint records a tokenizer (else their ids).
+    std::vector<std::string> labels;
+    if (f.has("checkpoint")) {
+        Tokenizer codec;
+        bool have = true;
+        try {
+            codec = codec_of(lm, path, "", "");
+        } catch (const Error&) {
+            if (f.has("text")) throw;
+            have = false;
+        }
+        if (f.has("text")) tokens = codec.encode(text, "--text");
+        for (int id : tokens) {
+            std::string label = std::to_string(id);
+            if (have) try {
+                    label = token_label(codec.decode({id}));
+                } catch (const Error&) {
+                }  // a special token outside the tokenizer's ids: its id
+            labels.push_back(label);
+        }
+    }
     const Batch b = loss_batch(lm.config, tokens, seg, masked);
     try {
         const Explained<float> e = explain(lm.config, lm.params, b, values);
@@ -992,6 +1015,7 @@ static int cmd_explain(Flags& f) {
         ExplainHtml o;
         o.title = f.has("checkpoint") ? "checkpoint " + path : "preset " + name + " (seed " + std::to_string(seed) + ")";
         o.values = values;
+        o.labels = labels;
         // The § links: formulas.md beside the page (docs/), else the repository's, by its full path.
         const std::size_t slash = html.rfind('/');
         const std::string dir = slash == std::string::npos ? "." : html.substr(0, slash + 1);
@@ -1438,7 +1462,8 @@ static const std::vector<CommandDoc>& command_docs() {
          {{"preset", "NAME  a preset model, freshly initialised (or --checkpoint)"},
           {"checkpoint", "FILE  a model file (or --preset)"},
           {"seed", "S  initialisation seed with --preset, 0..2^64-1 (default: 1)"},
-          {"tokens", "IDS  token ids, comma-separated (required)"},
+          {"tokens", "IDS  token ids, comma-separated (or --text)"},
+          {"text", "TEXT  the input through the checkpoint's tokenizer (or --tokens); with a tokenizer the page labels the tokens with their text"},
           {"segments", "IDS  bert: segment of each token, 0 or 1"},
           {"masked", "POSITIONS  bert/roberta: positions to predict, comma-separated, from 1 (required for them)"},
           {"values", "K  first values shown per tensor, 0..64 (default: 4)"},

@@ -10637,6 +10637,34 @@ TEST_CASE("explain --html: a wrong LayerNorm_backward or a wrong dW^K fails exac
     }
 }
 
+TEST_CASE("explain --text: the checkpoint's tokenizer encodes the text, and the page labels the tokens with their text") {
+    const std::string dir = m_path("explain-text");
+    REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
+    std::string text;
+    for (int k = 0; k < 20; k++) text += "hello world, the cat sat on the mat\n";
+    m_write(dir + "/tiny.txt", text);
+    const std::string ck = dir + "/tiny.st";
+    m_run_ok("train --data " + dir + "/tiny.txt --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --warmup 0 --eval-every 0 --quiet --out " + ck);
+    // --text "cat" is the same run as --tokens of its characters' ids.
+    const m_Run by_text = m_run_ok("explain --checkpoint " + ck + " --text cat --html " + dir + "/text.html");
+    const CharVocab v = CharVocab::from_text(text);
+    const std::string ids = std::to_string(v.id['c']) + "," + std::to_string(v.id['a']) + "," + std::to_string(v.id['t']);
+    const m_Run by_ids = m_run_ok("explain --checkpoint " + ck + " --tokens " + ids + " --html " + dir + "/ids.html");
+    const auto text_part = [](const std::string& out) { return out.substr(0, out.find("\nwrote ")); };
+    CHECK(text_part(by_text.out) == text_part(by_ids.out));
+    // Both pages name the tokens by their text, in the header and on the attention pictures' axes.
+    for (const char* page : {"text.html", "ids.html"}) {
+        CAPTURE(page);
+        const std::string html = m_read(dir + "/" + page);
+        CHECK(m_contains(html, "tokens x = c, a, t;"));
+        CHECK(m_contains(html, "text-anchor='middle'>a</text>"));
+    }
+    // Without a checkpoint there is no tokenizer: an error naming --text; one of the two is needed.
+    CHECK(m_contains(m_run("explain --preset tiny-gpt --text cat").err, "--text needs --checkpoint"));
+    CHECK(m_contains(m_run("explain --preset tiny-gpt").err, "give exactly one of --tokens and --text"));
+    CHECK(m_contains(m_run("explain --checkpoint " + ck + " --text cat --tokens 1").err, "give exactly one of --tokens and --text"));
+}
+
 TEST_CASE("explain --html FILE: the text unchanged, one page written whole; a bad --html is an error naming it and writes nothing") {
     const std::string dir = m_path("explain_html");
     ::mkdir(dir.c_str(), 0755);
