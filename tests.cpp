@@ -10912,7 +10912,7 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
     CHECK(seeded == r.out);
     m_cli_fails("explain --tokens 3,1,4", "exactly one of --preset and --checkpoint");
     m_cli_fails("explain --preset tiny-gpt --checkpoint " + ck + " --tokens 3,1,4", "exactly one of --preset and --checkpoint");
-    m_cli_fails("explain --preset tiny-gpt", "missing flag --tokens");
+    m_cli_fails("explain --preset tiny-gpt", "give exactly one of --tokens and --text");
     m_cli_fails("explain --preset gpt9 --tokens 3,1", "unknown preset 'gpt9'");
     m_cli_fails("explain --preset tiny-gpt --tokens 3,13", "token id 13");
     m_cli_fails("explain --preset tiny-gpt --tokens 3,x", "'x' is not an integer");
