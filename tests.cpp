@@ -292,6 +292,19 @@ std::string first_difference(const std::vector<int>& got, const std::vector<int>
     return "equal";
 }
 
+// (L(x + h e_k) - L(x - h e_k)) / 2h: the central finite difference of loss() in entry k of x, which
+// is restored.
+template <class F>
+double central_difference(F&& loss, TD& x, std::size_t k, double h) {
+    const double x0 = x[k];
+    x[k] = x0 + h;
+    const double lp = loss();
+    x[k] = x0 - h;
+    const double lm = loss();
+    x[k] = x0;
+    return (lp - lm) / (2 * h);
+}
+
 // The entry where the analytic gradient is furthest from the central finite difference.
 struct GradWorst {
     std::size_t k = 0;  // 0-based index into x's entries
@@ -303,13 +316,7 @@ template <class F>
 GradWorst grad_worst(F&& loss, TD& x, const TD& ana, double h) {
     GradWorst w;
     for (std::size_t k = 0; k < x.size(); k++) {
-        const double x0 = x[k];
-        x[k] = x0 + h;
-        const double lp = loss();
-        x[k] = x0 - h;
-        const double lm = loss();
-        x[k] = x0;
-        const double num = (lp - lm) / (2 * h);
+        const double num = central_difference(loss, x, k, h);
         const double err = std::fabs(num - ana[k]) / std::max(1.0, std::fabs(ana[k]));
         if (!(err <= w.err)) {  // also catches NaN
             w.err = std::isnan(err) ? INF : err;
@@ -800,13 +807,7 @@ m_Diff m_diff(const std::function<double()>& f, TD& x, const TD& ana, Rng& r, do
         for (int s = 0; s < 8; s++) idx.insert((std::size_t)r.below((int)x.size()));
     }
     for (std::size_t j : idx) {
-        const double x0 = x[j];
-        x[j] = x0 + h;
-        const double lp = f();
-        x[j] = x0 - h;
-        const double lm = f();
-        x[j] = x0;
-        const double num = (lp - lm) / (2 * h);
+        const double num = central_difference(f, x, j, h);
         const double ratio = std::fabs(num - ana[j]) / (1e-6 * std::max(1.0, std::fabs(ana[j])));
         if (!(ratio <= d.worst)) d.worst = std::isnan(ratio) ? INF : ratio, d.at = j, d.num = num, d.ana = ana[j];
     }
@@ -1079,13 +1080,7 @@ m_GradReport m_grad_report(const Config& c, Params<double>& p, Params<double>& g
         }
         expected += (int)std::min<std::size_t>(5, x.size());
         for (std::size_t j : idx) {
-            const double x0 = x[j];
-            x[j] = x0 + h;
-            const double lp = loss(nullptr);
-            x[j] = x0 - h;
-            const double lm = loss(nullptr);
-            x[j] = x0;
-            const double num = (lp - lm) / (2 * h);
+            const double num = central_difference([&] { return loss(nullptr); }, x, j, h);
             const double err = std::fabs(num - ana[j]);
             const double ratio = err / (1e-6 * std::max(1.0, std::fabs(ana[j])));
             if (!(ratio <= gw.first)) {
