@@ -22,21 +22,45 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <dirent.h>
 #include <string>
+#include <vector>
 #include <unistd.h>
 
 using namespace tf;
 
 namespace {
 
+// A directory of the fuzzer's own under $TMPDIR (or /tmp), emptied and removed when the fuzzer
+// exits (libFuzzer ends a timed run with exit(), which runs the atexit handlers).
+std::vector<std::string>& temp_dirs() {
+    static std::vector<std::string> dirs;
+    return dirs;
+}
+void remove_temp_dirs() {
+    for (const std::string& d : temp_dirs()) {
+        if (DIR* h = ::opendir(d.c_str())) {
+            while (const dirent* e = ::readdir(h)) {
+                const std::string name = e->d_name;
+                if (name != "." && name != "..") std::remove((d + "/" + name).c_str());
+            }
+            ::closedir(h);
+        }
+        ::rmdir(d.c_str());
+    }
+}
+std::string temp_dir(const char* prefix) {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "XXXXXX";
+    if (!::mkdtemp(&tmpl[0])) std::abort();
+    if (temp_dirs().empty()) std::atexit(remove_temp_dirs);
+    temp_dirs().push_back(tmpl);
+    return tmpl;
+}
+
 // The input as a file of its own (the readers of checkpoints take a path).
 std::string as_file(const std::string& bytes, const std::string& name) {
-    static const std::string dir = [] {
-        char tmpl[] = "/tmp/tf-fuzz-XXXXXX";
-        const char* d = ::mkdtemp(tmpl);
-        if (!d) std::abort();
-        return std::string(d);
-    }();
+    static const std::string dir = temp_dir("tf-fuzz-");
     const std::string path = dir + "/" + name;
     std::FILE* f = std::fopen(path.c_str(), "wb");
     if (!f) std::abort();
@@ -126,16 +150,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
             const Config c = preset("tiny-gpt2");
             Params<float> p = make_params<float>(c);
             init_params(c, p, 1);
-            char tmpl[] = "/tmp/tf-fuzz-hf-XXXXXX";
-            const char* d = ::mkdtemp(tmpl);
-            if (!d) std::abort();
+            const std::string d = temp_dir("tf-fuzz-hf-");
             Config e = c;
             e.activation = Activation::gelu_tanh;
             e.attn_bias = true;
             Params<float> q = make_params<float>(e);
             init_params(e, q, 1);
             export_hf(d, e, q);
-            return std::string(d) + "/model.safetensors";
+            return d + "/model.safetensors";
         }();
         std::FILE* f = std::fopen((model.substr(0, model.rfind('/')) + "/config.json").c_str(), "wb");
         if (!f) std::abort();
