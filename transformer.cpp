@@ -2578,9 +2578,11 @@ void pool_trim() {
 //     AVX-512 (32 x 16):    6 x 64: 24 accumulators + 4 B + 1 broadcast = 29
 //                          12 x 32 for N <= 32 (one head): 24 + 2 + 1, no zero-padded columns
 //     AVX2 + FMA (16 x 8):  clang 6 x 16: 12 accumulators + 2 B + 1 broadcast = 15
-//                          g++   3 x 24:  9 accumulators + 3 B + 3 broadcasts = 15 (g++ loads
-//                          all MR broadcasts of a step before the FMAs, so 6 x 16 would need 20
-//                          registers and spill; 4 x 16 has 8 accumulators, just at the limit)
+//                          g++   4 x 24: 12 accumulators + 3 B + 1 broadcast = 16: 7 loads for
+//                          12 FMAs (TF_KERNEL_SCHEDULE has g++ broadcast one row at a time;
+//                          without it g++ loaded all MR broadcasts first and spilled). 3 x 24
+//                          ran at 0.82-0.97 of OpenBLAS; 6 x 16 was level with 4 x 24 on the
+//                          language-model head and a few percent slower on the weight shapes
 //     ARM NEON (32 x 4):    6 x 16 and 12 x 8 as for AVX-512, with A read as vectors (fmla by
 //                          element): 24 + 4 + 2 and 24 + 2 + 3 (not measured for speed)
 //     other (16 x 4, SSE2): 4 x 8: 8 accumulators + 2 B + 4 broadcasts, multiply then add
@@ -2642,7 +2644,7 @@ template <typename T> struct Blocking {
 #elif defined(__AVX__) && defined(__clang__)
     static constexpr int MR = 6, NR = 2 * L, MR2 = 6, NR2 = 2 * L;
 #elif defined(__AVX__)
-    static constexpr int MR = 3, NR = 3 * L, MR2 = 4, NR2 = 2 * L;
+    static constexpr int MR = 4, NR = 3 * L, MR2 = 4, NR2 = 2 * L;
 #else
     static constexpr int MR = 4, NR = 2 * L, MR2 = 4, NR2 = 2 * L;
 #endif
