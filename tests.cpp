@@ -6852,6 +6852,12 @@ TEST_CASE("checkpoint: malformed safetensors files give a tf::Error naming the p
         load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2147483647,2147483647],\"data_offsets\":[0,18446744056529682436]}}",
                         std::string(8, '\0'))),
         "'a'");
+    // A shape whose size is beyond any integer type is named as a number, not converted to one
+    // (converting 4 x (2^31 - 1)^3 to long long is undefined; the fuzzer found it).
+    M_CHECK_TF_ERROR(
+        load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2147483647,2147483647,2147483647],\"data_offsets\":[0,4]}}",
+                        std::string(4, '\0'))),
+        "'a' of shape 2147483647x2147483647x2147483647 needs 3.96e+28 bytes but data_offsets give 4");
     M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                                      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                                      std::string(12, '\0'))),
@@ -8140,6 +8146,9 @@ TEST_CASE("train: a tampered training checkpoint is a tf::Error naming the probl
     M_CHECK_TF_ERROR(train(rewrite("train.step", "two")), "train.step");
     M_CHECK_TF_ERROR(train(rewrite("vocab", "")), "vocab");
     M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\nabc,def,,\n")), "train.log");
+    M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\n1e300,2.5,,\n")), "train.log", "step 1e300",
+                     "whole number");
+    M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\n-1,2.5,,\n")), "train.log", "step -1");
 }
 
 TEST_CASE("train: attn_bias trains the attention biases, saves them, and a resumed run keeps them") {

@@ -3924,6 +3924,14 @@ std::string read_file(const std::string& path) {
 TF_COLD_END
 
 // ---- safetensors ---------------------------------------------------------------------------------
+// A count read from a file for an error message: whole digits up to 1e18, beyond that 3 digits and
+// an exponent (a shape's product or an offset may be any number a JSON file can hold).
+static std::string whole_number(double v) {
+    char text[64];
+    std::snprintf(text, sizeof text, std::fabs(v) < 1e18 ? "%.0f" : "%.3g", v);
+    return text;
+}
+
 const Tensor<float>* SafeTensors::find(const std::string& name) const {
     for (auto& kv : tensors)
         if (kv.first == name) return &kv.second;
@@ -4076,10 +4084,10 @@ SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
             const double begin = offs->arr[0].num, end = offs->arr[1].num;
             const double width = int_buffer ? 8 : 4;
             if (end < begin || end - begin != count * width)
-                throw bad("tensor '" + name + "' of shape " + shape_str(dims) + " needs " + std::to_string((long long)(count * width)) +
-                          " bytes but data_offsets give " + std::to_string((long long)(end - begin)));
+                throw bad("tensor '" + name + "' of shape " + shape_str(dims) + " needs " + whole_number(count * width) +
+                          " bytes but data_offsets give " + whole_number(end - begin));
             if (end > (double)data_size)
-                throw bad("truncated: tensor '" + name + "' ends at byte " + std::to_string((long long)end) + " of the data but the file holds " +
+                throw bad("truncated: tensor '" + name + "' ends at byte " + whole_number(end) + " of the data but the file holds " +
                           std::to_string(data_size));
             if (find(name) || std::count(int_buffers.begin(), int_buffers.end(), name)) throw bad("tensor '" + name + "' appears twice");
             ranges.push_back({(std::size_t)begin, (std::size_t)end});
@@ -6004,7 +6012,10 @@ static void parse_log(const std::string& csv, std::vector<std::pair<long long, d
         std::stringstream ls(line);
         std::string f[4];
         for (auto& x : f) std::getline(ls, x, ',');
-        const long long step = (long long)parse_double(f[0], "train.log step");
+        const double step_read = parse_double(f[0], "train.log step");
+        if (!(step_read >= 0 && step_read <= 9e15 && step_read == std::floor(step_read)))
+            throw Error("train.log: step " + f[0] + " is not a whole number from 0 to 9e15");
+        const long long step = (long long)step_read;
         train.push_back({step, parse_double(f[1], "train.log loss")});
         if (!f[2].empty()) val.push_back({step, parse_double(f[2], "train.log val loss")});
     }
