@@ -1142,8 +1142,8 @@ static int cmd_bench(Flags& f) {
                           gemm_gflops(M, c.H, c.F, false), gemm_gflops(M, c.V, c.H, true)};
     double mm_min = mm[0];
     for (double v : mm) mm_min = std::min(mm_min, v);
-    const double peak = fma_peak_gflops(), gbps = ms.mem_read_gbps > 0 ? ms.mem_read_gbps : mem_read_gbps();
     const double weight_bytes = 4.0 * (double)count_params(c).actual;
+    const double peak = fma_peak_gflops(), gbps = ms.mem_read_gbps > 0 ? ms.mem_read_gbps : mem_read_gbps(weight_bytes);
     if (json) {
         std::printf("{\"preset\": %s, \"batch\": %d, \"block\": %d, \"steps\": %d, \"loss\": %.6f, \"step_ms\": %.2f, "
                     "\"forward_ms\": %.2f, \"backward_ms\": %.2f, \"update_ms\": %.2f, \"tokens_per_s\": %.1f, "

@@ -3000,8 +3000,11 @@ bool products_fused_by_compiler() {
     return r != 0.0f;
 }
 
-// Streaming read speed of one core: sum a 256 MiB buffer (written first, so its pages exist) with
-// lane_sum; the best of 5 passes, in GB/s.
+// Streaming read speed of one core: sum a buffer (written first, so its pages exist) with lane_sum;
+// the best of 5 passes, in GB/s. The buffer holds 4x the model's weights, at least 32 MiB and at
+// most 256 MiB: the yardstick of a token, which reads each weight once, from where a model of that
+// size lives (GPT-2 124M's 498 MB: memory; a tiny model's few KB: the caches), in a fraction of a
+// second.
 // One pass of the streaming read over buf, in GB/s.
 double read_pass_gbps(const std::vector<float>& buf) {
     using Clock = std::chrono::steady_clock;
@@ -3010,10 +3013,13 @@ double read_pass_gbps(const std::vector<float>& buf) {
     const double sec = std::chrono::duration<double>(Clock::now() - t).count();
     return sum > 0 ? (double)buf.size() * sizeof(float) / sec * 1e-9 : 0;  // the sum is used: not optimised away
 }
-std::vector<float> read_buffer() { return std::vector<float>((std::size_t)(256 << 20) / sizeof(float), 1.0f); }
+std::vector<float> read_buffer(double weight_bytes) {
+    const double bytes = std::min(std::max(4 * weight_bytes, double(32 << 20)), double(256 << 20));
+    return std::vector<float>((std::size_t)(bytes / sizeof(float)), 1.0f);
+}
 
-double mem_read_gbps() {
-    const std::vector<float> buf = read_buffer();
+double mem_read_gbps(double weight_bytes) {
+    const std::vector<float> buf = read_buffer(weight_bytes);
     double best = 0;
     for (int pass = 0; pass < 5; pass++) best = std::max(best, read_pass_gbps(buf));
     return best;
@@ -3264,7 +3270,7 @@ template <typename T>
 Tensor<T> xlnet_forward(const Config& c, const Params<T>& p, const Tensor<T>& w, const std::vector<int>& tokens,
                         int B, const std::vector<int>& z, ForwardCache<T>& k);
 double read_pass_gbps(const std::vector<float>& buf);
-std::vector<float> read_buffer();
+std::vector<float> read_buffer(double weight_bytes);
 
 TF_COLD_BEGIN
 // ================================================================================================
@@ -5536,7 +5542,7 @@ ModelSpeed model_speed(const Config& c, Params<float>& p) {
     r.token_ms = 1e30;
     // The yardstick's passes alternate with the tokens' passes, so both see the machine in the same
     // state (one core's read speed drifts by 10-15% from one second to the next on a shared host).
-    const std::vector<float> buf = read_buffer();
+    const std::vector<float> buf = read_buffer(4.0 * (double)count_params(c).actual);
     for (int pass = 0; pass < 6; pass++) {  // the first warms the pool and the caches; then the best of 5
         kv_init(c, k);
         for (int t = 0; t < r.context_from; t++) model_step(c, p, rng.below(c.V), k);

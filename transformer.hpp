@@ -232,9 +232,10 @@ double fma_peak_gflops();
 // Whether transformer.cpp was compiled to fuse a*b + c into one rounding on its own (g++'s default);
 // the Makefile's builds say -ffp-contract=off, so that every target rounds as the source says.
 bool products_fused_by_compiler();
-// One core's streaming read speed in GB/s: the best of a few passes summing a 256 MiB buffer
-// (far larger than the caches). The yardstick for generating a token, which reads every weight.
-double mem_read_gbps();
+// One core's streaming read speed in GB/s: the best of a few passes summing a buffer of 4x
+// weight_bytes, at least 32 MiB and at most 256 MiB. The yardstick for generating a token of a
+// model with that many bytes of weights, which reads every weight once.
+double mem_read_gbps(double weight_bytes);
 
 template <typename T>
 Tensor<T> matmul(const Tensor<T>& A, const Tensor<T>& B);  // A B:    (m x k)(k x n) -> m x n
@@ -1189,7 +1190,7 @@ double addition_accuracy(const Config& c, const Params<float>& p, const CharVoca
 // whole file into fresh memory, the reference; the file is removed. token_ms: the mean time of
 // one token from model_step with a warm cache at contexts context_from..context_to-1 (64..127
 // when n_ctx allows), the best of 5 such runs; -1 for a model that does not generate.
-// mem_read_gbps: the yardstick of mem_read_gbps(), its passes taken between those runs.
+// mem_read_gbps: the yardstick of mem_read_gbps(weight bytes), its passes taken between those runs.
 struct ModelSpeed {
     double file_bytes = 0, load_ms = 0, fread_ms = 0, token_ms = -1;
     int context_from = 0, context_to = 0;
