@@ -9403,23 +9403,28 @@ std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps)
 }
 
 // ---- explain --html: the run as one self-contained page -------------------------------------------
+// Each occurrence of "name(" in turn (one pass over the source, not one per line): its line counts
+// when the line starts in column 0 with code (not a comment, a preprocessor line or a closing
+// brace), the name stands alone (a space, * or & before it) and a { comes before the next ;.
+// Only the first such occurrence on a line is looked at, as grep -n would show the line.
 int definition_line(const std::string& source, const std::string& name) {
     if (name.empty()) return 0;
-    std::size_t start = 0;
-    for (int line = 1; start < source.size(); line++) {
-        std::size_t end = source.find('\n', start);
-        if (end == std::string::npos) end = source.size();
+    const std::string call = name + "(";
+    std::size_t decided = std::string::npos;  // the start of a line already looked at
+    for (std::size_t at = source.find(call); at != std::string::npos; at = source.find(call, at + 1)) {
+        const std::size_t newline = at == 0 ? std::string::npos : source.rfind('\n', at - 1);
+        const std::size_t start = newline == std::string::npos ? 0 : newline + 1;
+        if (start == decided) continue;
         const char first = source[start];
-        if (end > start && first != ' ' && first != '\t' && first != '/' && first != '#' && first != '}' && first != '*') {
-            for (std::size_t at = source.find(name + "(", start); at != std::string::npos && at < end; at = source.find(name + "(", at + 1)) {
-                const char before = at == start ? ' ' : source[at - 1];
-                if (before != ' ' && before != '*' && before != '&') continue;
-                const std::size_t brace = source.find('{', at), semi = source.find(';', at);
-                if (brace != std::string::npos && brace < semi) return line;
-                break;
-            }
+        if (first == ' ' || first == '\t' || first == '/' || first == '#' || first == '}' || first == '*') {
+            decided = start;
+            continue;
         }
-        start = end + 1;
+        const char before = at == start ? ' ' : source[at - 1];
+        if (before != ' ' && before != '*' && before != '&') continue;
+        const std::size_t brace = source.find('{', at), semi = source.find(';', at);
+        if (brace != std::string::npos && brace < semi) return 1 + (int)std::count(source.begin(), source.begin() + (long)start, '\n');
+        decided = start;
     }
     return 0;
 }
