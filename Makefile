@@ -290,7 +290,8 @@ MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$
 .PHONY: mutants mutants-all mutants-assignments
 mutants-assignments:
 	@$(MAKE) --no-print-directory mutants-all FUNCS='$(MUTANT_ASSIGNMENT_FUNCS)' MAX='$(if $(filter-out 0,$(MAX)),$(MAX),3)'
-mutants mutants-all: | doctest
+# The cases of some functions also run ./transformer (its CLI): the copies the mutants run in have it.
+mutants mutants-all: transformer | doctest
 	@$(MAKE) --no-print-directory BUILD=$(MUT_BUILD) OPT="$(MUT_OPT)" $(MUT_BUILD)/tests.o >/dev/null
 	@if [ $@ = mutants ] && [ -z '$(FUNC)' ]; then echo "make mutants: give FUNC=name (a function defined in transformer.cpp)" >&2; exit 1; fi
 	@sh tools/mutants --tests-o $(MUT_BUILD)/tests.o --timeout '$(or $(TIMEOUT),auto)' --jobs '$(or $(JOBS),1)' \
