@@ -276,9 +276,9 @@ fuzz: $(addprefix $(FUZZ_BUILD)/fuzz-,$(FUZZ))
 	@sh tools/fuzz --seconds '$(SECONDS)' --build $(FUZZ_BUILD) $(FUZZ)
 
 # ---- make mutants: mutation testing of the formula functions -----------------------------------
-# make mutants FUNC=name [TESTS="pattern"] [MAX=n] [TIMEOUT=s] [JOBS=n] [BEFORE=tests.o] [SAN=1];
-# make mutants-all [FUNCS="name[:tests] ..."] [MAX=25] (tools/mutant-funcs.txt); make
-# mutants-assignments [MAX=3]. tools/mutants (--help) does the work; docs/mutation.md.
+# make mutants FUNC=name [TESTS="pattern"] [MAX=n] [TIMEOUT=s] [JOBS=n] [BEFORE=tests.o] [SAN=1]; make
+# mutants-all [FUNCS="name[:tests] ..."] [MAX=25] (tools/mutant-funcs.txt); make mutants-assignments
+# [MAX=3]. tools/mutants (--help); docs/mutation.md. ./transformer first: some cases run it.
 MUT_OPT   ?= -O0
 MUT_BUILD ?= build-mutants
 MUT_SAN    = $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS)
@@ -290,7 +290,6 @@ MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$
 .PHONY: mutants mutants-all mutants-assignments
 mutants-assignments:
 	@$(MAKE) --no-print-directory mutants-all FUNCS='$(MUTANT_ASSIGNMENT_FUNCS)' MAX='$(if $(filter-out 0,$(MAX)),$(MAX),3)'
-# The cases of some functions also run ./transformer (its CLI): the copies the mutants run in have it.
 mutants mutants-all: transformer | doctest
 	@$(MAKE) --no-print-directory BUILD=$(MUT_BUILD) OPT="$(MUT_OPT)" $(MUT_BUILD)/tests.o >/dev/null
 	@if [ $@ = mutants ] && [ -z '$(FUNC)' ]; then echo "make mutants: give FUNC=name (a function defined in transformer.cpp)" >&2; exit 1; fi
