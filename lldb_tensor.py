@@ -235,6 +235,9 @@ def tensor_view(debugger, command, result, internal_dict):
         result.SetError("tensor-view takes lines (the rows in p's output) or tree (shape and rows as children), not '%s'" % choice)
         return
     VIEW["tree"] = choice == "tree"
+    if not run_quietly(debugger, summary_command(VIEW["tree"])):
+        result.SetError("tensor-view: the summary could not be added again")
+        return
     result.AppendMessage("tensors: the %s view" % choice)
 
 
@@ -245,11 +248,17 @@ def run_quietly(debugger, command):
     return result.Succeeded()
 
 
+def summary_command(tree):
+    """The command that adds the summary: -e in the tree view (p lists the children too); -h: no
+    empty {} after a summary in the lines view."""
+    expand = "-e " if tree else ""
+    return 'type summary add -w transformer %s-h -x "%s" -F %s.tensor_summary' % (expand, TYPE_REGEX, __name__)
+
+
 def __lldb_init_module(debugger, internal_dict):
     # Importing the file a second time (again by hand, or by an IDE's setup) replaces the formatters.
-    # -e: the children (in the tree view) are listed by p too; -h: not an empty {} (the lines view).
     module = __name__
-    for command in ('type summary add -w transformer -e -h -x "%s" -F %s.tensor_summary' % (TYPE_REGEX, module),
+    for command in (summary_command(VIEW["tree"]),
                     'type synthetic add -w transformer -x "%s" -l %s.TensorChildren' % (TYPE_REGEX, module),
                     "type category enable transformer"):
         if not run_quietly(debugger, command):

@@ -11316,12 +11316,39 @@ TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 an
         // VS Code: the commands of launch.json's first lldb configuration, then what its Variables
         // pane asks for: X as its header with the children shape and the rows [0] [1] [2] of 8
         // values each; a vector as one row; garbage without children.
-        const std::string tree = "lldb --batch --no-lldbinit" + vscode_commands + " -o 'break set -n look' -o run -o 'p X' -o up -o 'p v' -o 'p garbage[0]' " +
-                                 bdir + "/tensors < /dev/null > " + bdir + "/tree.out 2> " + bdir + "/tree.err";
+        // The front ends read X through lldb's API, as the line "vscode: ..." does here: its summary,
+        // its children's count and names, and each row's type and values.
+        const std::string api = "script X = lldb.frame.FindVariable(\"X\"); rows = [X.GetChildAtIndex(i) for i in range(1, X.GetNumChildren())]; "
+                                "print(\"vscode:\", X.GetSummary(), \"|\", X.GetNumChildren(), \"|\", X.GetChildAtIndex(0).GetName(), \"|\", "
+                                "rows[0].GetTypeName(), \"|\", \" \".join(r.GetChildAtIndex(j).GetValue() for r in rows for j in range(r.GetNumChildren())))";
+        const std::string tree = "lldb --batch --no-lldbinit" + vscode_commands + " -o 'break set -n look' -o run -o '" + api + "' -o 'p X' -o up -o 'p v'" +
+                                 " -o 'p garbage[0]' " + bdir + "/tensors < /dev/null > " + bdir + "/tree.out 2> " + bdir + "/tree.err";
         CHECK(std::system(tree.c_str()) == 0);
         const std::string tout = m_read(bdir + "/tree.out");
         INFO("lldb's output in the tree view:\n" << tout << "\nlldb's errors:\n" << m_read(bdir + "/tree.err"));
         CHECK_FALSE(m_contains(tout, "Traceback"));
+        {
+            const std::size_t at = tout.find("\nvscode: ");
+            REQUIRE_MESSAGE(at != std::string::npos, "expected the line vscode: ... of the script");
+            std::istringstream line(tout.substr(at + 9, tout.find('\n', at + 1) - at - 9));
+            std::string summary, count, first, type, values;
+            std::getline(line, summary, '|');
+            std::getline(line, count, '|');
+            std::getline(line, first, '|');
+            std::getline(line, type, '|');
+            std::getline(line, values);
+            CHECK(summary == "Tensor<float> 3x8 ");
+            CHECK(count == " 4 ");  // shape and the 3 rows
+            CHECK(first == " shape ");
+            CHECK(type == " float[8] ");
+            std::istringstream numbers(values);
+            std::vector<double> got;
+            for (double x; numbers >> x;) got.push_back(x);
+            REQUIRE(got.size() == X0.data.size());
+            for (std::size_t k = 0; k < got.size(); k++)  // lldb prints a float with 9 significant digits
+                CHECK_MESSAGE(std::fabs(got[k] - X0.data[k]) <= 1e-7 * std::fabs(X0.data[k]),
+                              "value " << k << " of X's rows: expected " << X0.data[k] << ", lldb's API gave " << got[k]);
+        }
         const std::vector<std::string> t = m_lldb_values(tout);
         REQUIRE(t.size() == 3);
         CHECK(t[0].rfind("Tensor<float> 3x8 {\n  shape = size=2 {\n    [0] = 3\n    [1] = 8\n  }\n", 0) == 0);
@@ -11335,6 +11362,22 @@ TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 an
         CHECK(m_contains(t[1], "Tensor<float> 4 {\n  shape = size=1 {\n    [0] = 4\n  }\n  [0] = (0.5, -2, "));
         CHECK(t[2] == "Tensor<float> (invalid shape)");
     }
+
+#ifdef TF_TESTS_DEBUG
+    {  // The README's recipe in lldb (docs/teaching.md), on ./transformer-debug.
+        const std::string recipe = "lldb --batch --no-lldbinit -o 'command script import " + root + "/lldb_tensor.py' -o 'settings set target.env-vars " +
+                                   "ASAN_OPTIONS=detect_leaks=0' -o 'break set -n tf::LayerNorm<float>' -o run -o 'p X' -o 'p X.shape' -- " +
+                                   "./transformer-debug explain --preset tiny-gpt2 --tokens 3,1,4 < /dev/null > " + dir + "/recipe.out 2> " + dir + "/recipe.err";
+        CHECK(std::system(recipe.c_str()) == 0);
+        const std::string rout = m_read(dir + "/recipe.out");
+        INFO("lldb's output on ./transformer-debug:\n" << rout << "\nlldb's errors:\n" << m_read(dir + "/recipe.err"));
+        CHECK(m_contains(rout, "LayerNorm<float>(X=Tensor<float> 3x8, gamma=Tensor<float> 8, beta=Tensor<float> 8, eps="));
+        const std::vector<std::string> rv = m_lldb_values(rout);
+        REQUIRE(rv.size() == 2);
+        m_check_gdb_tensor(rv[0], X0, "lldb");
+        CHECK((m_contains(rv[1], "[0] = 3") && m_contains(rv[1], "[1] = 8")));
+    }
+#endif
 }
 
 // A line of `make run`'s output with what changes from run to run (times, speeds, memory) taken
