@@ -160,7 +160,8 @@ def header_and_lines(valobj):
         return header, []
     shown = min(cols, MAX_COLS)
     try:
-        values = [["%.4g" % v for v in read_values(valobj.GetProcess(), data + i * cols * element.GetByteSize(), element, shown)]
+        row_bytes = cols * element.GetByteSize()
+        values = [["%.4g" % v for v in read_values(valobj.GetProcess(), data + i * row_bytes, element, shown)]
                   for i in range(min(rows, MAX_ROWS))]
     except Garbage:
         return header + " (values unreadable)", []
@@ -232,7 +233,8 @@ def tensor_view(debugger, command, result, internal_dict):
     A value lldb has shown already keeps its children until the next stop."""
     choice = command.strip()
     if choice not in ("lines", "tree"):
-        result.SetError("tensor-view takes lines (the rows in p's output) or tree (shape and rows as children), not '%s'" % choice)
+        result.SetError("tensor-view takes lines (the rows in p's output) or tree (shape and rows as "
+                        "children), not '%s'" % choice)
         return
     VIEW["tree"] = choice == "tree"
     if not run_quietly(debugger, summary_command(VIEW["tree"])):
@@ -252,7 +254,8 @@ def summary_command(tree):
     """The command that adds the summary: -e in the tree view (p lists the children too); -h: no
     empty {} after a summary in the lines view."""
     expand = "-e " if tree else ""
-    return 'type summary add -w transformer %s-h -x "%s" -F %s.tensor_summary' % (expand, TYPE_REGEX, __name__)
+    return 'type summary add -w transformer %s-h -x "%s" -F %s.tensor_summary' % (
+        expand, TYPE_REGEX, __name__)
 
 
 def __lldb_init_module(debugger, internal_dict):
@@ -263,6 +266,7 @@ def __lldb_init_module(debugger, internal_dict):
                     "type category enable transformer"):
         if not run_quietly(debugger, command):
             print("lldb_tensor.py: '%s' failed" % command)
-    add = "command script add -h 'tensor-view lines|tree: how Tensor<T> is shown' -f %s.tensor_view tensor-view" % module
+    add = ("command script add -h 'tensor-view lines|tree: how Tensor<T> is shown' "
+           "-f %s.tensor_view tensor-view" % module)
     if not run_quietly(debugger, add.replace("add ", "add -o ", 1)):  # -o (replace) is newer than lldb 14
         run_quietly(debugger, add)
