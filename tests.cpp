@@ -10945,6 +10945,7 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
 }
 
 // ---- the debugger: gdb_tensor.py ------------------------------------------------------------------
+// and lldb_tensor.py, lldb's counterpart: the two cases run the same small program.
 // The values a gdb -batch run printed, in order: each from after "$N = " up to the next line
 // that does not start with a space (a value's rows start with one; "$", "#", a source line do not).
 std::vector<std::string> m_gdb_values(const std::string& out) {
@@ -10985,10 +10986,10 @@ std::vector<std::vector<double>> m_gdb_rows(const std::string& printed) {
 }
 
 // `printed` is "Tensor<float> RxC = {" and the first rows of `want` (columns 1..8, rows 1..6) with
-// 4 significant digits.
-void m_check_gdb_tensor(const std::string& printed, const Tensor<float>& want) {
+// 4 significant digits, as gdb_tensor.py and lldb_tensor.py print them (`who`: the debugger).
+void m_check_gdb_tensor(const std::string& printed, const Tensor<float>& want, const std::string& who = "gdb") {
     const std::string header = "Tensor<float> " + shape_str(want) + " = {";
-    INFO("gdb printed:\n" << printed);
+    INFO(who << " printed:\n" << printed);
     REQUIRE_MESSAGE(printed.rfind(header + "\n", 0) == 0, "expected the header line '" << header << "'");
     const std::vector<std::vector<double>> rows = m_gdb_rows(printed);
     REQUIRE(rows.size() == (std::size_t)std::min(want.rows(), 6));
@@ -10998,38 +10999,33 @@ void m_check_gdb_tensor(const std::string& printed, const Tensor<float>& want) {
         for (int j = 0; j < (int)rows[i].size(); j++) {
             const double w = want.row(i)[j];
             if (!(std::fabs(rows[i][j] - w) <= 6e-4 * std::fabs(w)))  // 4 digits: within 5e-4 of w
-                wrong << "\nrow " << i << ", column " << j << ": expected " << w << ", gdb printed " << rows[i][j];
+                wrong << "\nrow " << i << ", column " << j << ": expected " << w << ", " << who << " printed " << rows[i][j];
         }
     }
     CHECK_MESSAGE(wrong.str().empty(), "values other than X's (to 4 significant digits):" << wrong.str());
 }
 
-TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and its first rows, garbage as an invalid shape") {
-    // docs/teaching.md, "Stepping through in a debugger". gdb needs debug information, which ./tests
-    // lacks (tests.cpp at -O0 without -g, transformer.cpp at -O2): the tensors are in a small program
-    // built here with -O0 -g (transformer.hpp, with the pool as plain new and delete instead of
-    // transformer.cpp), and gdb prints them where it stops in a function that takes X by reference,
-    // as LayerNorm does. X holds what `p X` shows at the README's breakpoint (tf::LayerNorm<float> in
-    // `explain --preset tiny-gpt2 --tokens 3,1,4`): the first LayerNorm's input X^(0) = OneHot(x) W_e
-    // + W_p (rows 1..3) of explain's model, computed here. In tests-debug (make debug) gdb also runs
-    // that recipe on ./transformer-debug. The VS Code launch file loads the printer for both recipes.
-    const bool at_root = m_exists("gdb_tensor.py") && m_exists("transformer.hpp");
-    REQUIRE_MESSAGE(at_root, "run the tests from the project's root (make test does)");
-    REQUIRE_MESSAGE(std::system("gdb --version > /dev/null 2>&1") == 0,
-                    "gdb is not installed: install it (Debian and Ubuntu: apt-get install gdb) to check gdb_tensor.py");
-    char cwd[4096];
-    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
-    const std::string root = cwd, gdb = "gdb -batch -nx -x '" + root + "/gdb_tensor.py' ";
-
+// X^(0) = OneHot(x) W_e + W_p (rows 1..3) of explain's model (explain --preset tiny-gpt2 --tokens
+// 3,1,4, --seed 1): what `p X` shows at the README's breakpoint tf::LayerNorm<float>.
+Tensor<float> m_debugger_X0() {
     const Config c = preset("tiny-gpt2");
     Params<float> p = make_params<float>(c);
-    init_params(c, p, 1);  // explain --preset's model (--seed 1)
+    init_params(c, p, 1);
     Tensor<float> X0 = Embedding<float>({3, 1, 4}, p.W_e);
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < c.H; j++) X0(i, j) += p.W_p(i, j);
     REQUIRE(X0.shape == std::vector<int>{3, 8});
+    return X0;
+}
 
-    const std::string dir = m_path("gdb");
+// The small program the debugger cases run: built from transformer.hpp in `dir` (dir/tensors.cpp to
+// dir/tensors) with `cxx` (a compiler and its flags) at -O0 -g, with the pool as plain new and delete
+// instead of transformer.cpp. It stops in look(X), which takes X (= X0) by reference as LayerNorm
+// does; main holds odd tensors (10x12 double, a vector, empty ones, garbage). Returns "" or the
+// compiler's messages.
+std::string m_debugger_program(const std::string& dir, const std::string& cxx, const Tensor<float>& X0) {
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
     ::mkdir(dir.c_str(), 0755);
     std::string values;
     for (float v : X0.data) {
@@ -11050,7 +11046,11 @@ tf::Tensor<T> make(std::vector<int> shape, std::vector<T> values) {
     t.data.assign(values.begin(), values.end());
     return t;
 }
-void look(const tf::Tensor<float>& X) { (void)X; }  // the breakpoint: X by reference, as LayerNorm takes it
+// The breakpoint: X by reference, as LayerNorm takes it. The body is on lines of its own: on a
+// function of one line, lldb's `break look` stops before X is stored and reads it from elsewhere.
+void look(const tf::Tensor<float>& X) {
+    (void)X;
+}
 int main() {
     const tf::Tensor<float> X = make<float>({3, 8}, {)" + values + R"(});
     std::vector<double> b;  // 10x12, entry (i, j) = i + j / 100
@@ -11075,15 +11075,52 @@ int main() {
     static_assert(sizeof(tf::Tensor<float>) == sizeof bad[0], "a tensor is two vectors of three pointers");
     alignas(tf::Tensor<float>) unsigned char junk[6][sizeof(tf::Tensor<float>)];
     std::memcpy(junk, bad, sizeof junk);
+    // garbage[k] is junk[k] as a tensor (lldb's expressions cannot name tf::Tensor<float> in a cast).
+    const tf::Tensor<float>* garbage = reinterpret_cast<const tf::Tensor<float>*>(junk);
+    (void)garbage;
     look(X);
     return (int)(big.size() + v.size() + none.size() + fresh.size()) + junk[0][0];
 }
 )");
+    const std::string build = cxx + " -std=c++17 -O0 -g -I'" + std::string(cwd) + "' -o " + dir + "/tensors " + dir +
+                              "/tensors.cpp > " + dir + "/build.log 2>&1";
+    return std::system(build.c_str()) == 0 ? "" : "`" + cxx + "` failed: " + m_read(dir + "/build.log");
+}
+
+// What the debuggers print for the program's 10x12 tensor `big`, its rows separated by `between`
+// (gdb: ", \n  "; lldb: ",\n  "): the first 6 rows and 8 columns, ", ..." after each row and a last
+// line "...".
+std::string m_debugger_big(const std::string& between) {
+    std::string want = "Tensor<double> 10x12 = {\n  ";
+    for (int i = 0; i < 6; i++) {
+        want += "[" + std::to_string(i);
+        for (int j = 1; j < 8; j++) want += ", " + std::to_string(i) + ".0" + std::to_string(j);
+        want += ", ...]" + between;
+    }
+    return want + "...}";
+}
+
+TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and its first rows, garbage as an invalid shape") {
+    // docs/teaching.md, "Stepping through in a debugger". gdb needs debug information, which ./tests
+    // lacks (tests.cpp at -O0 without -g, transformer.cpp at -O2): the tensors are in a small program
+    // built here with -O0 -g (m_debugger_program), and gdb prints them where it stops in a function
+    // that takes X by reference, as LayerNorm does. X holds what `p X` shows at the README's
+    // breakpoint (tf::LayerNorm<float> in `explain --preset tiny-gpt2 --tokens 3,1,4`): the first
+    // LayerNorm's input X^(0) of explain's model, computed here (m_debugger_X0). In tests-debug (make
+    // debug) gdb also runs that recipe on ./transformer-debug. The VS Code launch file loads the
+    // printer for both recipes.
+    const bool at_root = m_exists("gdb_tensor.py") && m_exists("transformer.hpp");
+    REQUIRE_MESSAGE(at_root, "run the tests from the project's root (make test does)");
+    REQUIRE_MESSAGE(std::system("gdb --version > /dev/null 2>&1") == 0,
+                    "gdb is not installed: install it (Debian and Ubuntu: apt-get install gdb) to check gdb_tensor.py");
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    const std::string root = cwd, gdb = "gdb -batch -nx -x '" + root + "/gdb_tensor.py' ";
+    const Tensor<float> X0 = m_debugger_X0();
+    const std::string dir = m_path("gdb");
     const char* env_cxx = std::getenv("CXX");
-    const std::string cxx = env_cxx && *env_cxx ? env_cxx : "g++";
-    const std::string build = cxx + " -std=c++17 -O0 -g -I'" + root + "' -o " + dir + "/tensors " + dir + "/tensors.cpp > " +
-                              dir + "/build.log 2>&1";
-    REQUIRE_MESSAGE(std::system(build.c_str()) == 0, "the small program did not build: " << m_read(dir + "/build.log"));
+    const std::string built = m_debugger_program(dir, env_cxx && *env_cxx ? env_cxx : "g++", X0);
+    REQUIRE_MESSAGE(built.empty(), "the small program did not build: " << built);
 
     std::string gdb_command = gdb + "-ex 'break look' -ex run -ex 'p X' -ex 'p X.shape' -ex up -ex 'p big' -ex 'p v' -ex 'p none' -ex 'p fresh'";
     for (int k = 0; k < 6; k++) gdb_command += " -ex 'p *(tf::Tensor<float>*)junk[" + std::to_string(k) + "]'";
@@ -11098,15 +11135,7 @@ int main() {
     REQUIRE(v.size() == 13);
     m_check_gdb_tensor(v[0], X0);
     CHECK_MESSAGE(m_contains(v[1], "{3, 8}"), "p X.shape: expected {3, 8}, gdb printed " << v[1]);
-    {  // 10x12: the first 6 rows and 8 columns, ", ..." after each row and a last line "..."
-        std::string want = "Tensor<double> 10x12 = {";
-        for (int i = 0; i < 6; i++) {
-            want += std::string(i ? ", " : "") + "\n  [" + std::to_string(i);
-            for (int j = 1; j < 8; j++) want += ", " + std::to_string(i) + ".0" + std::to_string(j);
-            want += ", ...]";
-        }
-        CHECK(v[2] == want + ", \n  ...}");
-    }
+    CHECK(v[2] == m_debugger_big(", \n  "));
     CHECK(v[3] == "Tensor<float> 4 = {\n  [0.5, -2, 1e-06, 1.235e+07]}");
     CHECK(v[4] == "Tensor<float> 0x8");
     CHECK(v[5] == "Tensor<float> (empty, no shape)");
@@ -11136,6 +11165,219 @@ int main() {
                              "\"program\": \"${workspaceFolder}/tests-debug\"", "\"args\": [\"-tc=Attention*\"]",
                              "\"cwd\": \"${workspaceFolder}\"", "\"MIMode\": \"gdb\"", "\"text\": \"source ${workspaceFolder}/gdb_tensor.py\""})
         CHECK_MESSAGE(m_contains(launch, part), ".vscode/launch.json lacks " << part);
+}
+
+// The values an lldb --batch run printed, in order: each from after "($TYPE) $N = " up to the next
+// line that does not start with a space (a value's rows start with one; "(lldb)", "}" do not).
+std::vector<std::string> m_lldb_values(const std::string& out) {
+    std::vector<std::string> values;
+    std::istringstream in(out);
+    bool inside = false;
+    for (std::string line; std::getline(in, line);) {
+        const std::size_t dollar = line.find(") $"), eq = line.find(" = ", dollar == std::string::npos ? 0 : dollar);
+        if (!line.empty() && line[0] == '(' && dollar != std::string::npos && eq != std::string::npos &&
+            std::isdigit((unsigned char)line[dollar + 3])) {
+            values.push_back(line.substr(eq + 3));
+            inside = true;
+        } else if (inside && !line.empty() && line[0] == ' ') {
+            values.back() += "\n" + line;
+        } else {
+            inside = false;
+        }
+    }
+    return values;
+}
+
+// The lldb configurations of .vscode/launch.json (the text of each "{ ... }" whose "type" is "lldb"
+// or whose "MIMode" is "lldb") and, in `commands`, the lldb commands each runs before the program
+// (CodeLLDB's "initCommands", the C/C++ extension's "setupCommands" texts), in order.
+std::vector<std::string> m_launch_lldb_configs(const std::string& launch, std::vector<std::vector<std::string>>& commands) {
+    std::vector<std::string> configs;
+    for (std::size_t at = launch.find("{\n            \"name\": "); at != std::string::npos;
+         at = launch.find("{\n            \"name\": ", at + 1)) {
+        const std::string config = launch.substr(at, launch.find("\n        }", at) - at);
+        const bool codelldb = m_contains(config, "\"type\": \"lldb\""), mi = m_contains(config, "\"MIMode\": \"lldb\"");
+        if (!codelldb && !mi) continue;
+        configs.push_back(config);
+        std::vector<std::string> cs;
+        std::string list = config.substr(config.find(codelldb ? "\"initCommands\": [" : "\"setupCommands\": ["));
+        list = list.substr(0, list.find(']'));
+        const std::string key = codelldb ? "\"" : "\"text\": \"";
+        for (std::size_t k = list.find('[') + 1; (k = list.find(key, k)) != std::string::npos;) {
+            const std::size_t from = k + key.size(), to = list.find('"', from);
+            cs.push_back(list.substr(from, to - from));
+            k = to + 1;
+            if (!codelldb) continue;
+            k = list.find(',', k);  // the next string of the list
+            if (k == std::string::npos) break;
+        }
+        commands.push_back(cs);
+    }
+    return configs;
+}
+
+TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 and its first rows, garbage as an invalid shape") {
+    // docs/teaching.md, "Stepping through in a debugger": lldb_tensor.py, gdb_tensor.py's counterpart
+    // (macOS on Apple Silicon has no gdb), on the gdb case's small program, built twice: with $CXX
+    // or g++ (libstdc++'s vectors) and with clang++ -stdlib=libc++ (libc++'s, as on macOS). lldb
+    // prints what gdb does (m_check_gdb_tensor), the header alone for a reference, and in the tree
+    // view of VS Code's lldb configurations, run here with the commands launch.json gives them, the
+    // shape and the rows as children. Where lldb is missing or its Python does not start, the case
+    // says so and stops, except in CI (CI set), which installs lldb and mends its Python (.ci/run).
+    const bool at_root = m_exists("lldb_tensor.py") && m_exists("transformer.hpp");
+    REQUIRE_MESSAGE(at_root, "run the tests from the project's root (make test does)");
+    const bool ci = std::getenv("CI") != nullptr && *std::getenv("CI") != '\0';
+    const std::string dir = m_path("lldb");
+    ::mkdir(dir.c_str(), 0755);
+    const int started = std::system(("lldb --batch --no-lldbinit -o 'script print(6 * 7)' > " + dir + "/python.out 2>&1 < /dev/null").c_str());
+    const std::string python = m_read(dir + "/python.out");
+    std::string unusable;
+    if (started != 0 && !m_contains(python, "lldb"))
+        unusable = "lldb is not installed (Debian and Ubuntu: apt-get install lldb; macOS: xcode-select --install)";
+    else if (!m_contains(python, "\n42") || m_contains(python, "Traceback"))
+        unusable = "lldb's Python does not start (Debian and Ubuntu's lldb 14: docs/teaching.md, \"Stepping through in a "
+                   "debugger\", says how to mend it); lldb printed:\n" + python;
+    if (!unusable.empty()) {
+        if (ci) FAIL(unusable << "\nCI installs lldb and mends its Python (.ci/run)");
+        MESSAGE("the lldb case is not run: " << unusable);
+        return;
+    }
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    const std::string root = cwd;
+    const Tensor<float> X0 = m_debugger_X0();
+
+    // VS Code's launch file: the two recipes in lldb for CodeLLDB and for the C/C++ extension, each
+    // importing lldb_tensor.py from the workspace folder and choosing the tree view.
+    const std::string launch = m_read(".vscode/launch.json");
+    std::vector<std::vector<std::string>> init;
+    const std::vector<std::string> configs = m_launch_lldb_configs(launch, init);
+    REQUIRE_MESSAGE(configs.size() == 4, ".vscode/launch.json: expected 4 lldb configurations (2 recipes x CodeLLDB, C/C++), found " << configs.size());
+    const std::string makefile = m_read("Makefile");
+    for (std::size_t k = 0; k < configs.size(); k++) {
+        INFO("lldb configuration of .vscode/launch.json:\n" << configs[k]);
+        const bool explain = m_contains(configs[k], "\"program\": \"${workspaceFolder}/transformer-debug\""),
+                   tests = m_contains(configs[k], "\"program\": \"${workspaceFolder}/tests-debug\"");
+        CHECK_MESSAGE(explain != tests, "expected the program transformer-debug or tests-debug, the binaries of make debug");
+        CHECK(m_contains(makefile, "\ndebug: transformer-debug tests-debug"));
+        CHECK(m_contains(configs[k], explain ? "\"args\": [\"explain\", \"--preset\", \"tiny-gpt2\", \"--tokens\", \"3,1,4\"]" : "\"args\": [\"-tc=Attention*\"]"));
+        CHECK(m_contains(configs[k], "\"cwd\": \"${workspaceFolder}\""));
+        CHECK(m_contains(configs[k], "detect_leaks=0"));
+        CHECK(init[k] == std::vector<std::string>{"command script import ${workspaceFolder}/lldb_tensor.py", "tensor-view tree"});
+    }
+    REQUIRE_FALSE(init.empty());
+    std::string vscode_commands;  // the configuration's commands, ${workspaceFolder} the project's root
+    for (std::string command : init[0]) {
+        const std::size_t at = command.find("${workspaceFolder}");
+        if (at != std::string::npos) command.replace(at, std::string("${workspaceFolder}").size(), root);
+        vscode_commands += " -o '" + command + "'";
+    }
+
+    const char* env_cxx = std::getenv("CXX");
+    std::vector<std::pair<std::string, std::string>> builds = {{"libstdc++", env_cxx && *env_cxx ? env_cxx : "g++"}};
+    if (std::system("clang++ --version > /dev/null 2>&1") == 0)
+        builds.push_back({"libc++", "clang++ -stdlib=libc++"});
+    for (const auto& build : builds) {
+        INFO("the small program with " << build.first << " (" << build.second << ")");
+        const std::string bdir = dir + "/" + build.first, built = m_debugger_program(bdir, build.second, X0);
+        if (build.first == "libc++" && !built.empty() && !ci) {
+            MESSAGE("libc++'s vectors are not checked: clang++ -stdlib=libc++ does not build here (Debian: apt-get install libc++-dev)");
+            continue;
+        }
+        REQUIRE_MESSAGE(built.empty(), "the small program did not build: " << built);
+
+        // The command line: p prints the header and the rows; a reference (the stop line, frame
+        // variable) the header alone; members print as before.
+        std::string lldb = "lldb --batch --no-lldbinit -o 'command script import " + root + "/lldb_tensor.py' -o 'break set -n look' -o run" +
+                           " -o 'p X' -o 'p X.shape' -o 'frame variable X' -o up -o 'p big' -o 'p v' -o 'p none' -o 'p fresh'";
+        for (int k = 0; k < 6; k++) lldb += " -o 'p garbage[" + std::to_string(k) + "]'";
+        lldb += " -o 'frame variable --raw v' " + bdir + "/tensors < /dev/null > " + bdir + "/lldb.out 2> " + bdir + "/lldb.err";
+        const int status = std::system(lldb.c_str());
+        const std::string out = m_read(bdir + "/lldb.out"), err = m_read(bdir + "/lldb.err");
+        INFO("lldb's output:\n" << out << "\nlldb's errors:\n" << err);
+        CHECK(status == 0);
+        CHECK_FALSE(m_contains(out + err, "Traceback"));  // no Python exception
+        CHECK_FALSE(m_contains(out + err, "error:"));
+        CHECK_MESSAGE(m_contains(out, "look(X=Tensor<float> 3x8) at"), "expected the stop line to give X's shape");
+        CHECK_MESSAGE((m_contains(out, "(const tf::Tensor<float> &) X = 0x") && m_contains(out, " Tensor<float> 3x8\n(lldb) up")),
+                      "frame variable X (a reference): expected its address and the header alone");
+        const std::vector<std::string> v = m_lldb_values(out);
+        REQUIRE(v.size() == 12);
+        m_check_gdb_tensor(v[0], X0, "lldb");
+        CHECK_MESSAGE((m_contains(v[1], "[0] = 3") && m_contains(v[1], "[1] = 8")), "p X.shape: expected 3 and 8, lldb printed " << v[1]);
+        CHECK(v[2] == m_debugger_big(",\n  "));
+        CHECK(v[3] == "Tensor<float> 4 = {\n  [0.5, -2, 1e-06, 1.235e+07]}");
+        CHECK(v[4] == "Tensor<float> 0x8");
+        CHECK(v[5] == "Tensor<float> (empty, no shape)");
+        for (int k = 6; k < 11; k++) CHECK_MESSAGE(v[k] == "Tensor<float> (invalid shape)", "garbage " << k - 6 << ": lldb printed " << v[k]);
+        CHECK(v[11] == "Tensor<float> 1x3 (values unreadable)");
+        CHECK_MESSAGE(m_contains(out, "(const tf::Tensor<float>) v = {\n  shape = {"), "frame variable --raw v: expected the raw struct");
+
+        // VS Code: the commands of launch.json's first lldb configuration, then what its Variables
+        // pane asks for: X as its header with the children shape and the rows [0] [1] [2] of 8
+        // values each; a vector as one row; garbage without children.
+        // The front ends read X through lldb's API, as the line "vscode: ..." does here: its summary,
+        // its children's count and names, and each row's type and values.
+        const std::string api = "script X = lldb.frame.FindVariable(\"X\"); rows = [X.GetChildAtIndex(i) for i in range(1, X.GetNumChildren())]; "
+                                "print(\"vscode:\", X.GetSummary(), \"|\", X.GetNumChildren(), \"|\", X.GetChildAtIndex(0).GetName(), \"|\", "
+                                "rows[0].GetTypeName(), \"|\", \" \".join(r.GetChildAtIndex(j).GetValue() for r in rows for j in range(r.GetNumChildren())))";
+        const std::string tree = "lldb --batch --no-lldbinit" + vscode_commands + " -o 'break set -n look' -o run -o '" + api + "' -o 'p X' -o up -o 'p v'" +
+                                 " -o 'p garbage[0]' " + bdir + "/tensors < /dev/null > " + bdir + "/tree.out 2> " + bdir + "/tree.err";
+        CHECK(std::system(tree.c_str()) == 0);
+        const std::string tout = m_read(bdir + "/tree.out");
+        INFO("lldb's output in the tree view:\n" << tout << "\nlldb's errors:\n" << m_read(bdir + "/tree.err"));
+        CHECK_FALSE(m_contains(tout, "Traceback"));
+        {
+            const std::size_t at = tout.find("\nvscode: ");
+            REQUIRE_MESSAGE(at != std::string::npos, "expected the line vscode: ... of the script");
+            std::istringstream line(tout.substr(at + 9, tout.find('\n', at + 1) - at - 9));
+            std::string summary, count, first, type, values;
+            std::getline(line, summary, '|');
+            std::getline(line, count, '|');
+            std::getline(line, first, '|');
+            std::getline(line, type, '|');
+            std::getline(line, values);
+            CHECK(summary == "Tensor<float> 3x8 ");
+            CHECK(count == " 4 ");  // shape and the 3 rows
+            CHECK(first == " shape ");
+            CHECK(type == " float[8] ");
+            std::istringstream numbers(values);
+            std::vector<double> got;
+            for (double x; numbers >> x;) got.push_back(x);
+            REQUIRE(got.size() == X0.data.size());
+            for (std::size_t k = 0; k < got.size(); k++)  // lldb prints a float with 9 significant digits
+                CHECK_MESSAGE(std::fabs(got[k] - X0.data[k]) <= 1e-7 * std::fabs(X0.data[k]),
+                              "value " << k << " of X's rows: expected " << X0.data[k] << ", lldb's API gave " << got[k]);
+        }
+        const std::vector<std::string> t = m_lldb_values(tout);
+        REQUIRE(t.size() == 3);
+        CHECK(t[0].rfind("Tensor<float> 3x8 {\n  shape = size=2 {\n    [0] = 3\n    [1] = 8\n  }\n", 0) == 0);
+        for (int i = 0; i < 4; i++) {
+            const std::size_t row = t[0].find("\n  [" + std::to_string(i) + "] = (");
+            CHECK_MESSAGE((row != std::string::npos) == (i < 3), "row " << i << (i < 3 ? " missing" : " is one too many"));
+            if (row == std::string::npos || i == 3) continue;
+            const std::string line = t[0].substr(row + 1, t[0].find('\n', row + 1) - row - 1);
+            CHECK_MESSAGE(std::count(line.begin(), line.end(), '=') == 9, "row " << i << ": expected 8 values, lldb printed " << line);
+        }
+        CHECK(m_contains(t[1], "Tensor<float> 4 {\n  shape = size=1 {\n    [0] = 4\n  }\n  [0] = (0.5, -2, "));
+        CHECK(t[2] == "Tensor<float> (invalid shape)");
+    }
+
+#ifdef TF_TESTS_DEBUG
+    {  // The README's recipe in lldb (docs/teaching.md), on ./transformer-debug.
+        const std::string recipe = "lldb --batch --no-lldbinit -o 'command script import " + root + "/lldb_tensor.py' -o 'settings set target.env-vars " +
+                                   "ASAN_OPTIONS=detect_leaks=0' -o 'break set -n tf::LayerNorm<float>' -o run -o 'p X' -o 'p X.shape' -- " +
+                                   "./transformer-debug explain --preset tiny-gpt2 --tokens 3,1,4 < /dev/null > " + dir + "/recipe.out 2> " + dir + "/recipe.err";
+        CHECK(std::system(recipe.c_str()) == 0);
+        const std::string rout = m_read(dir + "/recipe.out");
+        INFO("lldb's output on ./transformer-debug:\n" << rout << "\nlldb's errors:\n" << m_read(dir + "/recipe.err"));
+        CHECK(m_contains(rout, "LayerNorm<float>(X=Tensor<float> 3x8, gamma=Tensor<float> 8, beta=Tensor<float> 8, eps="));
+        const std::vector<std::string> rv = m_lldb_values(rout);
+        REQUIRE(rv.size() == 2);
+        m_check_gdb_tensor(rv[0], X0, "lldb");
+        CHECK((m_contains(rv[1], "[0] = 3") && m_contains(rv[1], "[1] = 8")));
+    }
+#endif
 }
 
 // A line of `make run`'s output with what changes from run to run (times, speeds, memory) taken
