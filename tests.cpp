@@ -11683,7 +11683,7 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     REQUIRE_MESSAGE(made == 0, m_read(dir + ".log"));
     CHECK_FALSE(m_exists(dir + "/.git"));
     for (const char* f : {"transformer.hpp", "main.cpp", "Makefile", "README.md", ".gitignore", ".ci/run",
-                          "gdb_tensor.py", ".vscode/launch.json", "tools/finetune-demo"}) {
+                          "gdb_tensor.py", "lldb_tensor.py", ".vscode/launch.json", "tools/finetune-demo"}) {
         INFO("file " << f);
         CHECK(m_read(dir + "/" + f) == m_read(f));
     }
