@@ -147,6 +147,7 @@ build-times: | doctest
 
 # What the targets write, and masks.svg (masks' help example); never a path git tracks, DIR only if a handout.
 GENERATED := transformer tests transformer-debug tests-debug build build-avx2 build-clang build-clang-avx2 \
+             build-v4 build-libcxx build-aarch64 build-aarch64-clang build-aarch64-tests \
              addition.safetensors addition.csv addition.svg demo masks.svg build-fast build-mutants build-fuzz mutants.log \
              results.json results.xml
 clean:

@@ -11449,39 +11449,104 @@ TEST_CASE("readme: make run prints what README.md and docs/training.md quote") {
 #endif
 }
 
+// One build of the program for the identical: cases: its name, the program, the make arguments that
+// build it (empty: ./transformer, built already) and what runs it ("qemu-aarch64 ": another CPU's
+// program under qemu's user-mode emulator).
+struct m_Build {
+    std::string name, program, make_args, runner;
+};
+
+// Builds each of `builds` with the Makefile into its own directory (as make bench-portable does),
+// runs `runs` with it in one scratch directory (outN.txt: what run N printed on standard output)
+// and checks that each file of `compared` is the same bytes as the first build's; a difference names
+// the build, the command that wrote the file, the file and its first differing byte. `each(b, dir)`,
+// when given, is called after build b's runs, with their directory, before the next build empties it.
+[[maybe_unused]] static void m_identical_builds(const std::vector<m_Build>& builds, const std::vector<std::string>& runs,
+                                                const std::vector<std::string>& compared,
+                                                const std::function<void(std::size_t, const std::string&)>& each = nullptr) {
+    const std::string root = m_project_root(), make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+    // The command that wrote a compared file: run N for outN.txt, else the run that names it after --out.
+    auto writer = [&runs](const std::string& f) {
+        for (std::size_t r = 0; r < runs.size(); r++)
+            if (f == "out" + std::to_string(r) + ".txt" || runs[r].find("--out " + f) != std::string::npos) return runs[r];
+        return std::string("(no run names it)");
+    };
+    std::vector<std::string> first;
+    for (std::size_t bi = 0; bi < builds.size(); bi++) {
+        const m_Build& b = builds[bi];
+        CAPTURE(b.name);
+        if (!b.make_args.empty()) {
+            const std::string log = m_path("identical-make.log");
+            const std::string target = b.program.substr(root.size() + 1);
+            const int made = std::system((make + " " + b.make_args + " " + target + " > " + log + " 2>&1").c_str());
+            REQUIRE_MESSAGE(made == 0, "make " << b.make_args << " " << target << " failed:\n" << m_read(log));
+        }
+        // One directory for every build, emptied first: a checkpoint records the path of its data.
+        const std::string dir = m_path("identical");
+        REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
+        // Each build runs as ./transformer (a link to it): the commands it prints name the program as it was run.
+        REQUIRE(::symlink(b.program.c_str(), (dir + "/transformer").c_str()) == 0);
+        for (std::size_t r = 0; r < runs.size(); r++) {
+            const std::string cmd = "cd " + dir + " && " + b.runner + "./transformer " + runs[r] + " > out" + std::to_string(r) + ".txt 2> err.txt";
+            REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, b.name << ": " << b.runner << "./transformer " << runs[r] << " failed: " << m_read(dir + "/err.txt"));
+        }
+        if (each) each(bi, dir);
+        std::vector<std::string> got;
+        for (const std::string& f : compared) got.push_back(m_read(dir + "/" + f));
+        if (first.empty()) {
+            first = got;
+            for (std::size_t k = 0; k < got.size(); k++) CHECK_MESSAGE(got[k].size() > 0, compared[k] << " is empty");
+            continue;
+        }
+        for (std::size_t k = 0; k < compared.size(); k++) {
+            std::size_t at = 0;
+            while (at < got[k].size() && at < first[k].size() && got[k][at] == first[k][at]) at++;
+            const bool same = got[k] == first[k];
+            CHECK_MESSAGE(same, b.name << " (" << b.runner << "./transformer " << writer(compared[k]) << ") wrote " << compared[k]
+                                       << " (" << got[k].size() << " bytes) other than " << builds[0].name << " ("
+                                       << first[k].size() << " bytes): the first difference at byte " << at
+                                       << " (docs/performance.md: the same numbers on every machine)");
+        }
+    }
+}
+
 TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang++ give the same bytes") {
     // docs/performance.md, "The same numbers on every machine": the rounding of every result is fixed
     // by the source, so the program built for AVX2 + FMA (x86-64-v3: most laptops), for this CPU
     // (-march=native, ./transformer) and, where the CPU runs them, for AVX-512 (x86-64-v4) and with
-    // clang++, trains, fine-tunes, samples and explains to the same bytes. Each other build is made
-    // with the Makefile into its own directory (as make bench-portable does).
+    // clang++ (with libstdc++, and with libc++, the Mac's library, where installed), trains,
+    // fine-tunes, samples and explains to the same bytes.
 #ifdef TF_TESTS_DEBUG
     MESSAGE("the other builds take minutes: run by ./tests, not ./tests-debug");
 #else
-    const std::string root = m_project_root(), make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
-    struct Build {
-        std::string name, program, make_args;
-    };
-    std::vector<Build> builds = {{"g++ -march=native", root + "/transformer", ""}};
+    const std::string root = m_project_root();
+    std::vector<m_Build> builds = {{"g++ -march=native", root + "/transformer", "", ""}};
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    builds.push_back({"g++ -march=x86-64-v3", root + "/build-avx2/transformer", "BUILD=build-avx2 CXX=g++ ARCH=-march=x86-64-v3"});
+    builds.push_back({"g++ -march=x86-64-v3", root + "/build-avx2/transformer", "BUILD=build-avx2 CXX=g++ ARCH=-march=x86-64-v3", ""});
     const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     if (v4)
-        builds.push_back({"g++ -march=x86-64-v4", root + "/build-v4/transformer", "BUILD=build-v4 CXX=g++ ARCH=-march=x86-64-v4"});
+        builds.push_back({"g++ -march=x86-64-v4", root + "/build-v4/transformer", "BUILD=build-v4 CXX=g++ ARCH=-march=x86-64-v4", ""});
     else
         MESSAGE("this CPU has no AVX-512: the x86-64-v4 build is not run");
 #else
     WARN_MESSAGE(false, "the other targets compared here are x86-64's: only the native build runs");
 #endif
-    if (std::system("command -v clang++ > /dev/null 2>&1") == 0)
-        builds.push_back({"clang++ -march=native", root + "/build-clang/transformer", "BUILD=build-clang CXX=clang++"});
-    else
+    if (std::system("command -v clang++ > /dev/null 2>&1") == 0) {
+        builds.push_back({"clang++ -march=native", root + "/build-clang/transformer", "BUILD=build-clang CXX=clang++", ""});
+        // libc++ (Debian's libc++-dev): does a program that includes <vector> link with it?
+        const std::string probe = m_path("libcxx-probe");
+        m_write(probe + ".cpp", "#include <vector>\nint main() { return (int)std::vector<int>(1).size() - 1; }\n");
+        if (std::system(("clang++ -stdlib=libc++ -o " + probe + " " + probe + ".cpp > /dev/null 2>&1 && " + probe).c_str()) == 0)
+            builds.push_back({"clang++ -stdlib=libc++ -march=native", root + "/build-libcxx/transformer",
+                              "BUILD=build-libcxx CXX='clang++ -stdlib=libc++'", ""});
+        else
+            MESSAGE("clang++ -stdlib=libc++ does not link a program (apt-get install libc++-dev): its build is not compared");
+    } else {
         MESSAGE("clang++ is not installed: its build is not compared");
-    // What each build runs, in a directory of its own; the files and outputs named in `compared`
-    // (outN.txt: what run N printed; these runs print no time, and of bench's line only the loss is
-    // kept) must be the same bytes as the first build's.
+    }
+    // What each build runs (these runs print no time, and of bench's line only the loss is kept).
     const std::vector<std::string> runs = {
         "train --steps 300 --quiet --out add.safetensors",  // GPT-2, gelu_sigmoid, dropout 0.1
         "train --model bert --activation gelu_erf --emb-ln --mlm-head --steps 100 --quiet --out bert.safetensors",
@@ -11496,43 +11561,90 @@ TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang+
         "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
         "explain --preset tiny-gpt2 --tokens 3,1,4",
         "bench --preset tiny-gpt2 --embd 128 --heads 4 --vocab 1000 --block 16 --batch 8 --steps 1 --json > bench.json 2> bench.err && sed -nE 's/.*(\"loss\": [-0-9.e]+).*/\\1/p' bench.json"};
-    const std::vector<std::string> compared = {"add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors",
-                                               "pre.safetensors", "ft.safetensors",   "out8.txt",         "out9.txt",
-                                               "out10.txt",       "out11.txt"};
-    std::vector<std::string> first;
-    for (const Build& b : builds) {
-        CAPTURE(b.name);
-        if (!b.make_args.empty()) {
-            const std::string log = m_path("identical-make.log");
-            const std::string target = b.program.substr(root.size() + 1);
-            const int made = std::system((make + " " + b.make_args + " " + target + " > " + log + " 2>&1").c_str());
-            REQUIRE_MESSAGE(made == 0, "make " << b.make_args << " " << target << " failed:\n" << m_read(log));
+    m_identical_builds(builds, runs,
+                       {"add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors", "pre.safetensors",
+                        "ft.safetensors", "out8.txt", "out9.txt", "out10.txt", "out11.txt"});
+#endif
+}
+
+TEST_CASE("identical: aarch64 builds (g++ and clang++) under qemu give the x86 bytes") {
+    // docs/performance.md, "ARM": on aarch64 (Apple's M-series, Graviton, a Raspberry Pi 4) every
+    // multiply-add the source fuses (madd) is one IEEE fused multiply-add, as with FMA on x86-64, and
+    // no other is fused (-ffp-contract=off holds for both compilers there too), so the program built
+    // for armv8-a by g++ and by clang++, statically linked and run under qemu-aarch64, trains,
+    // fine-tunes, samples and explains to the bytes of ./transformer. The one exception is glibc's
+    // erff: its aarch64 build fuses its own multiply-adds, so a few results of std::erf(float) differ
+    // in the last bit from x86-64's, and a gelu_erf run is compared within 1e-6, not bit for bit.
+    // qemu runs the program about 100 times slower: the runs are tens of steps of small batches.
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("the aarch64 builds take minutes: run by ./tests, not ./tests-debug");
+#elif !defined(__x86_64__)
+    WARN_MESSAGE(false, "./transformer is not an x86-64 program here: the x86 bytes the aarch64 builds are compared with are not made");
+#else
+    if (std::system("command -v aarch64-linux-gnu-g++ > /dev/null 2>&1") != 0 || std::system("command -v qemu-aarch64 > /dev/null 2>&1") != 0) {
+        WARN_MESSAGE(false, "aarch64-linux-gnu-g++ or qemu-aarch64 is missing (apt-get install g++-aarch64-linux-gnu qemu-user): "
+                            "the aarch64 builds are not compared");
+        return;
+    }
+    const std::string root = m_project_root();
+    // -static: qemu-aarch64 runs the program without the aarch64 C library's directory (-L).
+    std::vector<m_Build> builds = {
+        {"g++ -march=native (x86-64)", root + "/transformer", "", ""},
+        {"aarch64-linux-gnu-g++ -march=armv8-a", root + "/build-aarch64/transformer",
+         "BUILD=build-aarch64 CXX=aarch64-linux-gnu-g++ ARCH='-march=armv8-a -static'", "qemu-aarch64 "}};
+    // clang++ links for aarch64 with the GNU cross tools' linker, C library and libstdc++.
+    if (std::system("command -v clang++ > /dev/null 2>&1") == 0)
+        builds.push_back({"clang++ --target=aarch64-linux-gnu -march=armv8-a", root + "/build-aarch64-clang/transformer",
+                          "BUILD=build-aarch64-clang CXX='clang++ --target=aarch64-linux-gnu' ARCH='-march=armv8-a -static'",
+                          "qemu-aarch64 "});
+    else
+        MESSAGE("clang++ is not installed: its aarch64 build is not compared");
+    const std::vector<std::string> runs = {
+        "train --batch 8 --steps 8 --warmup 4 --eval-every 4 --eval-steps 1 --quiet --out add.safetensors",  // GPT-2, dropout 0.1
+        "train --model bert --emb-ln --mlm-head --batch 4 --steps 10 --eval-every 0 --quiet --out bert.safetensors",
+        "train --model bert --activation gelu_erf --batch 4 --steps 10 --eval-every 0 --quiet --out erf.safetensors",
+        "train --model gpt3 --activation gelu_tanh --batch 4 --steps 4 --eval-every 0 --quiet --out gpt3.safetensors",
+        "task --task text --examples 200 --seed 1 --out sums.txt",
+        "train --model gpt --activation relu --objective xlnet --data sums.txt --block 24 --batch 4 --steps 6 --eval-every 0 --quiet "
+        "--out xlnet.safetensors",
+        // 16 windows of 32 tokens: the weight gradients' products sum over 512 > KC = 384 rows, in two chunks.
+        "train --data sums.txt --line-windows --block 32 --batch 16 --steps 4 --eval-every 0 --quiet --out pre.safetensors",
+        "task --task entailment --examples 100 --seed 1 --out ent.tsv",
+        "task --task entailment --examples 40 --seed 2 --held-out --out val.tsv",
+        "finetune --checkpoint pre.safetensors --task entailment --train ent.tsv --val val.tsv --batch 4 --steps 6 --warmup 2 "
+        "--quiet --out ft.safetensors",
+        "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
+        "explain --preset tiny-gpt --tokens 3,1,4",
+        "explain --preset tiny-gpt2 --tokens 3,1,4",
+        "explain --preset tiny-gpt3 --tokens 3,1,4",
+        "explain --preset tiny-bert --tokens 3,1,4 --masked 2",  // gelu_erf: the printed digits agree
+        "explain --preset tiny-roberta --tokens 3,1,4 --masked 2"};
+    // The gelu_erf run's training losses (erf.csv: step,train_loss,val_loss,lr), per build.
+    std::vector<std::vector<double>> erf_losses;
+    auto losses = [&erf_losses](std::size_t, const std::string& dir) {
+        std::stringstream csv(m_read(dir + "/erf.csv"));
+        std::vector<double> l;
+        std::string line;
+        std::getline(csv, line);
+        while (std::getline(csv, line)) {
+            const std::size_t comma = line.find(',');
+            l.push_back(std::strtod(line.c_str() + comma + 1, nullptr));
         }
-        // One directory for every build, emptied first: a checkpoint records the path of its data.
-        const std::string dir = m_path("identical");
-        REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
-        // Each build runs as ./transformer (a link to it): the commands it prints name the program as it was run.
-        REQUIRE(::symlink(b.program.c_str(), (dir + "/transformer").c_str()) == 0);
-        for (std::size_t r = 0; r < runs.size(); r++) {
-            const std::string cmd = "cd " + dir + " && ./transformer " + runs[r] + " > out" + std::to_string(r) + ".txt 2> err.txt";
-            REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, b.name << ": " << runs[r] << " failed: " << m_read(dir + "/err.txt"));
-        }
-        std::vector<std::string> got;
-        for (const std::string& f : compared) got.push_back(m_read(dir + "/" + f));
-        if (first.empty()) {
-            first = got;
-            for (std::size_t k = 0; k < got.size(); k++) CHECK_MESSAGE(got[k].size() > 0, compared[k] << " is empty");
-            continue;
-        }
-        for (std::size_t k = 0; k < compared.size(); k++) {
-            std::size_t at = 0;
-            while (at < got[k].size() && at < first[k].size() && got[k][at] == first[k][at]) at++;
-            const bool same = got[k] == first[k];
-            CHECK_MESSAGE(same, b.name << " wrote " << compared[k] << " (" << got[k].size() << " bytes) other than "
-                                                     << builds[0].name << " (" << first[k].size()
-                                                     << " bytes): the first difference at byte " << at
-                                                     << " (docs/performance.md: the same numbers on every machine)");
-        }
+        erf_losses.push_back(l);
+    };
+    m_identical_builds(builds, runs,
+                       {"add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors", "pre.safetensors",
+                        "ft.safetensors", "out10.txt", "out11.txt", "out12.txt", "out13.txt", "out14.txt", "out15.txt"},
+                       losses);
+    REQUIRE(erf_losses.size() == builds.size());
+    REQUIRE(erf_losses[0].size() == 10);
+    for (std::size_t b = 1; b < builds.size(); b++) {
+        REQUIRE(erf_losses[b].size() == erf_losses[0].size());
+        for (std::size_t s = 0; s < erf_losses[0].size(); s++)
+            CHECK_MESSAGE(std::fabs(erf_losses[b][s] - erf_losses[0][s]) <= 1e-6 * erf_losses[0][s],
+                          builds[b].name << ": the gelu_erf run's loss at step " << s + 1 << " is " << erf_losses[b][s] << ", "
+                                         << builds[0].name << "'s " << erf_losses[0][s] << ": more than 1e-6 apart (glibc's erff "
+                                         << "gives another last bit for a few inputs; docs/performance.md, \"ARM\")");
     }
 #endif
 }
