@@ -11,7 +11,25 @@ ifeq ($(IS_CLANG),)
 else
   LEVEL  := -O2 -DTF_COLD_O1
 endif
-ARCH     ?= -march=native
+# The CPU's own instructions: -march=native on x86-64; on arm64, -mcpu=apple-m1 with Apple's clang
+# (up to 14 it refuses native) and -mcpu=native on aarch64 Linux (clang 14 refuses -march=native).
+# A compiler for another machine (--target, a cross g++) gets none; ARCH=... chooses.
+MACHINE  := $(shell $(CXX) -dumpmachine 2>/dev/null)
+HOST_CPU := $(subst amd64,x86_64,$(subst arm64,aarch64,$(shell uname -m 2>/dev/null)))
+TARGET_CPU := $(subst amd64,x86_64,$(subst arm64,aarch64,$(firstword $(subst -, ,$(MACHINE)))))
+ifneq ($(findstring -apple-darwin,$(MACHINE)),)
+  ifeq ($(TARGET_CPU),aarch64)
+    ARCH ?= $(if $(IS_CLANG),-mcpu=apple-m1)
+  endif
+endif
+ifeq ($(TARGET_CPU),$(HOST_CPU))
+  ifeq ($(TARGET_CPU),x86_64)
+    ARCH ?= -march=native
+  else ifeq ($(TARGET_CPU),aarch64)
+    ARCH ?= -mcpu=native
+  endif
+endif
+ARCH     ?=
 # a*b + c is a product and a sum, each rounded, unless the source calls std::fma: every x86-64 build
 # with AVX2 and FMA, with either compiler, gives the same bits (docs/performance.md, "The same
 # numbers on every machine"). -fno-trapping-math lets g++ vectorise vexp's clamps on AVX2.
@@ -25,10 +43,23 @@ ifeq ($(IS_CLANG),)
 endif
 # -D_GLIBCXX_ASSERTIONS: an index past a tensor's end aborts (AddressSanitizer misses it inside a pool block).
 DBG      := -O0 -g3 -ffp-contract=off -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS
-DOCTEST_CHECK := printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) -fsyntax-only -x c++ - 2>/dev/null
-# As many jobs as cores (unless -j is given); a short line per object (V=1 shows the commands).
-ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
-  MAKEFLAGS += -j$(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+# doctest: on the compiler's own include path (Debian's doctest-dev), else DOCTEST_INCLUDE=DIR (the
+# directory holding doctest/doctest.h), else Homebrew's (brew install doctest: /opt/homebrew on
+# arm64, /usr/local on x86-64, or where `brew --prefix` says).
+DOCTEST_INCLUDE ?= $(patsubst %/doctest/doctest.h,%,$(firstword $(wildcard $(addsuffix /include/doctest/doctest.h,\
+                   /opt/homebrew /usr/local $(shell command -v brew >/dev/null 2>&1 && brew --prefix 2>/dev/null)))))
+DOCTEST_CFLAGS = $(if $(strip $(DOCTEST_INCLUDE)),-I$(strip $(DOCTEST_INCLUDE)))
+DOCTEST_CHECK = printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) $(DOCTEST_CFLAGS) -fsyntax-only -x c++ - 2>/dev/null
+# As many jobs as cores unless -j is given; a short line per object (V=1 shows the commands). GNU
+# make before 4.3 (macOS's /usr/bin/make is 3.81) hides the command line's -j from the makefile and
+# lets the makefile's override it: there it is looked for in make's own command line (ps).
+ifeq ($(MAKELEVEL),0)
+  ifneq ($(filter 3.% 4.0% 4.1% 4.2%,$(MAKE_VERSION)),)
+    GIVEN_JOBS := $(filter -j% --jobs%,$(shell echo "$$MAKEFLAGS"; ps -o args= -p $$PPID 2>/dev/null))
+  endif
+  ifeq ($(filter -j% --jobs%,$(MAKEFLAGS))$(GIVEN_JOBS),)
+    MAKEFLAGS += -j$(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 1)
+  endif
 endif
 ifeq ($(V),1)
   Q :=
@@ -68,11 +99,11 @@ transformer $(BUILD)/transformer: $(BUILD)/main.o $(TRANSFORMER_O)
 CHECKED   := -D_GLIBCXX_ASSERTIONS
 TESTS_OPT := $(TESTS_LEVEL) $(FP)
 $(BUILD)/toolchain.key: FORCE | $(BUILD)
-	$(Q){ $(CXX) --version; $(CXX) -dumpmachine; echo '$(STD) $(WARN) $(TESTS_OPT) $(CHECKED)'; } | cksum > $@.new
+	$(Q){ $(CXX) --version; $(CXX) -dumpmachine; echo '$(STD) $(WARN) $(TESTS_OPT) $(CHECKED) $(DOCTEST_CFLAGS)'; } | cksum > $@.new
 	$(Q)if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 $(BUILD)/tests.o: tests.cpp transformer.hpp $(BUILD)/toolchain.key | $(BUILD)
 	@$(say) CXX $@
-	$(Q)$(CXX) $(STD) $(WARN) $(TESTS_OPT) $(GCFLAGS) $(CHECKED) -c -o $@ $<
+	$(Q)$(CXX) $(STD) $(WARN) $(TESTS_OPT) $(GCFLAGS) $(CHECKED) $(DOCTEST_CFLAGS) -c -o $@ $<
 $(BUILD)/checked-mathematics.o $(BUILD)/checked-machinery.o: transformer.cpp transformer.hpp | $(BUILD)
 	@$(say) CXX $@
 	$(Q)$(CXX) $(STD) $(WARN) $(OPT) $(GCFLAGS) $(CHECKED) $(PART_FLAG) -c -o $@ transformer.cpp
@@ -82,11 +113,13 @@ tests $(BUILD)/tests: $(BUILD)/tests.o $(CHECKED_O)
 	$(Q)$(CXX) $(OPT) -o $@ $^
 $(BUILD)/tests.o $(BUILD)/debug-tests.o: | doctest
 
-# doctest comes from Debian's doctest-dev; installed when missing and we are root.
+# doctest (DOCTEST_INCLUDE above); Debian's doctest-dev is installed when missing and we are root.
 doctest:
 	@$(DOCTEST_CHECK) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo "doctest missing: installing Debian package doctest-dev" && \
 	  { apt-get install -y doctest-dev || { apt-get update && apt-get install -y doctest-dev; }; } >/dev/null; $(DOCTEST_CHECK); } || \
-	  { echo "error: <doctest/doctest.h> not found; install the Debian package doctest-dev (apt-get install doctest-dev)"; exit 1; }
+	  { echo "error: <doctest/doctest.h> not found$(if $(strip $(DOCTEST_INCLUDE)), in DOCTEST_INCLUDE=$(strip $(DOCTEST_INCLUDE)),) (README.md, \"Set-up\"):"; \
+	    echo "  macOS: brew install doctest (Homebrew), or make DOCTEST_INCLUDE=DIR, DIR holding doctest/doctest.h"; \
+	    echo "  Debian, Ubuntu, and Windows in WSL: sudo apt-get install doctest-dev"; exit 1; } >&2
 
 # The CLI tests call ./transformer, so it is built too. The long cases (handouts, the README's
 # quoted runs, the other builds' bytes, shellcheck, the browser) run in `make test-long`.
@@ -116,11 +149,13 @@ finetune-demo: transformer
 	tools/finetune-demo --program ./transformer --out demo$(if $(filter-out 0,$(QUICK)), --quick)
 
 # One `bench --json` line per build (its name on standard error): this one, g++ for AVX2 + FMA
-# (x86-64-v3: most laptops), clang++ native and AVX2.
+# (x86-64-v3: most laptops), clang++ native and AVX2 (elsewhere than x86-64: clang++ native).
 PORTABLE_ARCH := -march=x86-64-v3
+PORTABLE_BUILDS := $(if $(filter x86_64,$(TARGET_CPU)),"build-avx2 g++ $(PORTABLE_ARCH)") "build-clang clang++ $(ARCH)" \
+                   $(if $(filter x86_64,$(TARGET_CPU)),"build-clang-avx2 clang++ $(PORTABLE_ARCH)")
 bench-portable: transformer
 	@echo "$(CXX) $(OPT):" >&2; ./transformer bench --json
-	@for b in "build-avx2 g++ $(PORTABLE_ARCH)" "build-clang clang++ $(ARCH)" "build-clang-avx2 clang++ $(PORTABLE_ARCH)"; do set -- $$b; \
+	@for b in $(PORTABLE_BUILDS); do set -- $$b; \
 	  $(MAKE) --no-print-directory BUILD=$$1 CXX=$$2 ARCH="$$3" $$1/transformer >/dev/null || exit 1; \
 	  echo "$$2 $$([ $$2 = clang++ ] && echo '-O2 ')$$3$$([ $$2 = clang++ ] && [ "$$3" = '$(ARCH)' ] && echo ' $(FP)'):" >&2; $$1/transformer bench --json; done
 
@@ -130,7 +165,7 @@ debug: transformer-debug tests-debug
 DBG_TESTS := -O0 -g -D_GLIBCXX_ASSERTIONS -DTF_TESTS_DEBUG
 $(BUILD)/debug-tests.o: tests.cpp transformer.hpp | $(BUILD)
 	@$(say) CXX $@
-	$(Q)$(CXX) $(STD) $(WARN) $(DBG_TESTS) $(GCFLAGS) -c -o $@ $<
+	$(Q)$(CXX) $(STD) $(WARN) $(DBG_TESTS) $(GCFLAGS) $(DOCTEST_CFLAGS) -c -o $@ $<
 transformer-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-main.o
 	@$(say) LINK $@
 	$(Q)$(CXX) $(DBG) -o $@ $^
@@ -141,7 +176,7 @@ tests-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-tests.o
 # make build-times: tools/build-times measures each build in a fresh copy (docs/performance.md, "Build time").
 BT_CHECK := LayerNorm*
 build-times: | doctest
-	@CXX='$(CXX)' STD='$(STD)' WARN='$(WARN)' OPT='$(OPT)' CHECKED='$(CHECKED)' TESTS_OPT='$(TESTS_OPT)' FAST_OPT='$(FAST_OPT)' \
+	@CXX='$(CXX)' STD='$(STD)' WARN='$(WARN)' OPT='$(OPT)' CHECKED='$(CHECKED)' TESTS_OPT='$(TESTS_OPT) $(DOCTEST_CFLAGS)' FAST_OPT='$(FAST_OPT)' \
 	  FAST_MACHINERY_OPT='$(FAST_MACHINERY_OPT)' GCFLAGS='$(GCFLAGS)' MAKE='$(MAKE)' LONG_CASES='$(LONG_CASES)' BT_CHECK='$(BT_CHECK)' \
 	  sh tools/build-times
 

@@ -5859,7 +5859,10 @@ TEST_CASE("embed_backward: a BERT row's gradient goes to w_A when t_i = 0 or the
         const std::pair<const char*, const char*> eqs[] = {
             {"W_e", "§18 dW_e = OneHot(x)^T dX^(0)"}, {"W_p", "§18 dW_p[i] = sum over sequences of dX^(0)_i"},
             {"w_A", "§21 dw_A = sum of dX^(0)_i over the rows with t_i = 0"}, {"w_B", "§21 dw_B = sum of dX^(0)_i over the rows with t_i = 1"}};
-        for (const auto& [tn, eq] : eqs) {
+        for (const auto& named : eqs) {
+            // Plain names, not a structured binding: CHECK_MESSAGE's lambda captures them (C++17).
+            const char* const tn = named.first;
+            const char* const eq = named.second;
             TD& x = std::string(tn) == "W_e" ? p.W_e : std::string(tn) == "W_p" ? p.W_p : std::string(tn) == "w_A" ? p.w_A : p.w_B;
             const TD& ana = std::string(tn) == "W_e" ? g.W_e : std::string(tn) == "W_p" ? g.W_p : std::string(tn) == "w_A" ? g.w_A : g.w_B;
             const m_Diff d = m_diff([&] { return sum_prod(embed_forward(c, p, bb), dX); }, x, ana, r);
@@ -10664,7 +10667,7 @@ TEST_CASE("explain --text: the checkpoint's tokenizer encodes the text, and the 
     // --text "cat" is the same run as --tokens of its characters' ids.
     const m_Run by_text = m_run_ok("explain --checkpoint " + ck + " --text cat --html " + dir + "/text.html");
     const CharVocab v = CharVocab::from_text(text);
-    const std::string ids = std::to_string(v.id['c']) + "," + std::to_string(v.id['a']) + "," + std::to_string(v.id['t']);
+    const std::string ids = std::to_string(v.id[(unsigned char)'c']) + "," + std::to_string(v.id[(unsigned char)'a']) + "," + std::to_string(v.id[(unsigned char)'t']);
     const m_Run by_ids = m_run_ok("explain --checkpoint " + ck + " --tokens " + ids + " --html " + dir + "/ids.html");
     const auto text_part = [](const std::string& out) { return out.substr(0, out.find("\nwrote ")); };
     CHECK(text_part(by_text.out) == text_part(by_ids.out));

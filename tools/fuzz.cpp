@@ -59,7 +59,7 @@ std::string temp_dir(const char* prefix) {
 }
 
 // The input as a file of its own (the readers of checkpoints take a path).
-std::string as_file(const std::string& bytes, const std::string& name) {
+[[maybe_unused]] std::string as_file(const std::string& bytes, const std::string& name) {
     static const std::string dir = temp_dir("tf-fuzz-");
     const std::string path = dir + "/" + name;
     std::FILE* f = std::fopen(path.c_str(), "wb");
@@ -70,7 +70,7 @@ std::string as_file(const std::string& bytes, const std::string& name) {
 }
 
 // Whether text is valid UTF-8 (the tokenizers' input contract).
-bool valid_utf8(const std::string& text) {
+[[maybe_unused]] bool valid_utf8(const std::string& text) {
     uint32_t cp = 0;
     for (std::size_t i = 0; i < text.size();) {
         const int n = utf8_next(text, i, cp);
@@ -81,7 +81,7 @@ bool valid_utf8(const std::string& text) {
 }
 
 // A byte-level BPE learnt from a small text (kind gpt2-bpe, or roberta-bpe with RoBERTa's specials).
-Tokenizer learnt_bpe(const std::string& kind) {
+[[maybe_unused]] Tokenizer learnt_bpe(const std::string& kind) {
     BpePieces pieces;
     const std::vector<std::string> specials =
         kind == "roberta-bpe" ? std::vector<std::string>{"<s>", "<pad>", "</s>", "<unk>", "<mask>"} : std::vector<std::string>{};
@@ -96,7 +96,7 @@ Tokenizer learnt_bpe(const std::string& kind) {
 // What decode(encode(x)) gives for RoBERTa: x, but the white space (' ', '\t', '\n', '\r') just
 // before each "<mask>" is gone, which <mask> takes along (Hugging Face's lstrip), up to the end of
 // the special token before it. Its special tokens are matched left to right as they appear.
-std::string roberta_round_trip(const std::string& x) {
+[[maybe_unused]] std::string roberta_round_trip(const std::string& x) {
     static const char* const specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
     std::string out;
     std::size_t kept = 0;  // out's length at the end of the last special token
@@ -121,7 +121,7 @@ std::string roberta_round_trip(const std::string& x) {
     return out;
 }
 
-[[noreturn]] void property_broken(const char* what) {
+[[noreturn, maybe_unused]] void property_broken(const char* what) {
     std::fprintf(stderr, "property broken: %s\n", what);
     std::abort();
 }
