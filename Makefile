@@ -285,7 +285,7 @@ grade: export GRADE_VISIBILITY := $(GRADE_VISIBILITY)
 grade: | doctest
 	@if [ -z '$(strip $(ASSIGNMENT))' ]; then \
 	  echo "make grade: give ASSIGNMENT=N (N in $(ASSIGNMENTS)); a handout knows its own" >&2; exit 1; fi
-	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; failed=; \
+	@log=$$(mktemp "$${TMPDIR:-/tmp}/tf-grade-build.XXXXXX"); trap 'rm -f "$$log"' EXIT; failed=; \
 	$(MAKE) --no-print-directory $(FAST_BUILD)/tests > "$$log" 2>&1 || failed="$$log"; cat "$$log"; \
 	sh tools/grade ./$(FAST_BUILD)/tests '$(call SUITES_OF,$(ASSIGNMENT))' \
 	  '$(GRADE_DIR)' '$(GRADE_TIMEOUT)' 'assignment $(strip $(ASSIGNMENT))' "$$failed"
@@ -328,7 +328,7 @@ fuzz: $(addprefix $(FUZZ_BUILD)/fuzz-,$(FUZZ))
 MUT_OPT   ?= -O0
 MUT_BUILD ?= build-mutants
 MUT_SAN    = $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS)
-MUTANT_FUNCS := $(shell grep -v '^\#' tools/mutant-funcs.txt)
+MUTANT_FUNCS := $(shell grep '^[A-Za-z_]' tools/mutant-funcs.txt)
 # Each assignment's functions against its own test suites (a space in a suite's name matched by ?).
 space := $(subst ,, )
 MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(n)_FUNCS),$(f):-ts=$(subst $(space),?,$(call SUITES_OF,$(n)))))
