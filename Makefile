@@ -1,5 +1,7 @@
 # The transformer: the README's table lists the targets. Programs of more than a few lines are
 # files in tools/ (docs/code.md, "Tools"); a recipe here calls one with the Makefile's settings.
+# Another compiler: make test CXX=clang++ BUILD=build-clang (its objects apart; ./tests and
+# ./transformer are linked from them); CXX="clang++ -stdlib=libc++" for LLVM's library, macOS's.
 CXX      ?= g++
 STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
