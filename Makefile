@@ -177,12 +177,14 @@ tests-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-tests.o
 	@$(say) LINK $@
 	$(Q)$(CXX) $(DBG) -o $@ $^
 
-# make build-times: tools/build-times measures each build in a fresh copy (docs/performance.md, "Build time").
+# make build-times [CHECK=1]: tools/build-times measures each build in a fresh copy and prints
+# docs/performance.md's table ("Build time"); CHECK=1: only make and make test, failing when over
+# their targets scaled by a reference compile.
 BT_CHECK := LayerNorm*
 build-times: | doctest
 	@CXX='$(CXX)' STD='$(STD)' WARN='$(WARN)' OPT='$(OPT)' CHECKED='$(CHECKED)' TESTS_OPT='$(TESTS_OPT) $(DOCTEST_CFLAGS)' FAST_OPT='$(FAST_OPT)' \
 	  FAST_MACHINERY_OPT='$(FAST_MACHINERY_OPT)' GCFLAGS='$(GCFLAGS)' MAKE='$(MAKE)' LONG_CASES='$(LONG_CASES)' BT_CHECK='$(BT_CHECK)' \
-	  sh tools/build-times
+	  sh tools/build-times $(if $(filter 1,$(CHECK)),--check)
 
 # What the targets write, and masks.svg (masks' help example); never a path git tracks, DIR only if a handout.
 GENERATED := transformer tests transformer-debug tests-debug build build-avx2 build-clang build-clang-avx2 \
