@@ -127,7 +127,7 @@ doctest:
 # quoted runs, the other builds' bytes, shellcheck, the browser, the debuggers, the cases that
 # compile or train for seconds) run in `make test-long`.
 LONG_CASES := handout: *,readme: *,identical: *,shellcheck: *,browser: *,debugger: *,teaching: Part I calls only itself*
-LONG_CASES := $(LONG_CASES),train: BERT on WordPiece and RoBERTa*,export: SIGINT or SIGTERM*
+LONG_CASES := $(LONG_CASES),train: BERT on WordPiece and RoBERTa*,export: SIGINT or SIGTERM*,build times: *
 # The objects are listed longest build first, so that the two cores finish together.
 test: $(BUILD)/tests.o $(BUILD)/checked-machinery.o $(BUILD)/transformer-machinery.o $(CHECKED_O) $(TRANSFORMER_O) $(BUILD)/main.o tests transformer
 	./tests -tce='$(LONG_CASES)'

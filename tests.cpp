@@ -11748,6 +11748,32 @@ TEST_CASE("tools: every program in tools/ answers --help, refuses an unknown arg
     CHECK(m_exists(scratch + "/h/tools/handout"));
 }
 
+TEST_CASE("build times: make and make test from a fresh copy within docs/performance.md's targets, scaled by a reference compile") {
+    // docs/performance.md, "Build time": tools/build-times --check (make build-times CHECK=1) times a
+    // fixed reference compile, then `make` and `make test` in a fresh copy of the sources, and fails
+    // when one is more than its margin over its target scaled by the reference's time against the
+    // documented computer's. A slow computer scales its targets; a slower build fails.
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("the builds take minutes: run by ./tests, not ./tests-debug");
+#else
+    const std::string root = m_project_root(), log = m_path("build-times.log");
+    const std::string cmd = "cd '" + root + "' && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory build-times CHECK=1 > " + log + " 2>&1";
+    const int st = std::system(cmd.c_str());
+    const std::string out = m_read(log);
+    INFO("make build-times CHECK=1 printed:\n" << out);
+    CHECK_MESSAGE(st == 0, "expected every figure within its target scaled by the reference (docs/performance.md, Build time); the rows above say which is not");
+    for (const char* row : {"| `make` from a fresh copy |", "| `make test` from a fresh copy |", "| its run of the cases |"})
+        CHECK_MESSAGE(out.find(row) != std::string::npos, "expected the row " << row);
+    // The reference time the script scales by is the one docs/performance.md states.
+    const std::string script = m_read(root + "/tools/build-times");
+    const std::size_t at = script.find("\nREFERENCE_SECONDS=");
+    REQUIRE(at != std::string::npos);
+    const std::string seconds = script.substr(at + 19, script.find('\n', at + 1) - at - 19);
+    CHECK_MESSAGE(m_read(root + "/docs/performance.md").find("reference compile took " + seconds + " s") != std::string::npos,
+                  "docs/performance.md should say \"reference compile took " << seconds << " s\", as tools/build-times's REFERENCE_SECONDS");
+#endif
+}
+
 TEST_CASE("shellcheck: the sh programs of tools/ are clean") {
     REQUIRE_MESSAGE(std::system("command -v shellcheck > /dev/null 2>&1") == 0,
                     "shellcheck is not installed (Debian: apt-get install shellcheck; .ci/run installs it)");
