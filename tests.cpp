@@ -3519,7 +3519,10 @@ TEST_CASE("Rng: same seed same sequence, known splitmix64 values") {
     Rng g(0);
     const double u1 = (double)(0xE220A8397B1DCDAFull >> 11) / 9007199254740992.0;
     const double u2 = (double)(0x6E789E6AA1B965F4ull >> 11) / 9007199254740992.0;
-    CHECK(g.normal() == std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * 3.141592653589793 * u2));
+    // Box-Muller with the program's own log and cos(pi t) (math::), within 1e-15 of the C library's.
+    const double z = g.normal();
+    CHECK(z == std::sqrt(-2.0 * math::log(u1)) * math::cos_pi(2.0 * u2));
+    CHECK(z == doctest::Approx(std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * 3.141592653589793 * u2)).epsilon(1e-15));
     CHECK(g.next() == 0x06C45D188009454Full);  // two draws, no more
     // The solved states: draw k is the asked value (state 0 gives splitmix64's first output).
     CHECK(m_rng_drawing(0, 0xE220A8397B1DCDAFull).state == 0);
@@ -3535,7 +3538,8 @@ TEST_CASE("Rng: same seed same sequence, known splitmix64 values") {
     const double v2 = h2.uniform();
     const double v = h.normal();
     CHECK(std::isfinite(v));
-    CHECK(v == std::sqrt(-2.0 * std::log(1e-300)) * std::cos(2 * 3.141592653589793 * v2));
+    CHECK(v == std::sqrt(-2.0 * math::log(1e-300)) * math::cos_pi(2.0 * v2));
+    CHECK(v == doctest::Approx(std::sqrt(-2.0 * std::log(1e-300)) * std::cos(2 * 3.141592653589793 * v2)).epsilon(1e-15));
 }
 
 TEST_CASE("Rng: known mean and variance of uniform() and normal(), range of below()") {
@@ -6059,8 +6063,8 @@ TEST_CASE("math: erf against the C library's long double erf, double and float, 
     const size_t positive = xs.size();
     for (size_t i = 0; i < positive; i++) xs.push_back(-xs[i]);
     const auto wd = m_worst_ulps<double>(xs, [](double x) { return math::erf(x); }, [](long double x) { return std::erf(x); });
-    CHECK_MESSAGE(wd.first <= 1.5 + m_ref_slack, "math::erf(double): " << wd.first << " ulp from std::erf(long double) at x = "
-                                                     << std::setprecision(17) << wd.second << "; documented: under 1.5 ulp");
+    CHECK_MESSAGE(wd.first <= 1.3 + m_ref_slack, "math::erf(double): " << wd.first << " ulp from std::erf(long double) at x = "
+                                                     << std::setprecision(17) << wd.second << "; documented: under 1.3 ulp");
     MESSAGE("math::erf(double): at most " << wd.first << " ulp over " << xs.size() << " numbers");
     std::vector<float> fs;
     for (uint32_t b = 0; b < 0x40e00000u; b += 997) {  // every 997th float from 0 to 7, and its negative
@@ -6180,12 +6184,12 @@ TEST_CASE("math: exp is vexp, and its error in ulp over the whole normal range")
     for (int i = 0; i < 300000; i++) xs.push_back(u(g)), fs.push_back(uf(g));
     for (int i = 0; i < 100000; i++) xs.push_back(std::ldexp(u(g), -(int)(g.next() % 60))), fs.push_back(std::ldexp(uf(g), -(int)(g.next() % 30)));
     const auto wd = m_worst_ulps<double>(xs, [](double x) { return math::exp(x); }, [](long double x) { return std::exp(x); });
-    CHECK_MESSAGE(wd.first <= 1.5 + m_ref_slack, "math::exp(double): " << wd.first << " ulp from std::exp(long double) at x = "
-                                                     << std::setprecision(17) << wd.second << "; documented: under 1.5 ulp");
+    CHECK_MESSAGE(wd.first <= 1.2 + m_ref_slack, "math::exp(double): " << wd.first << " ulp from std::exp(long double) at x = "
+                                                     << std::setprecision(17) << wd.second << "; documented: under 1.2 ulp");
     MESSAGE("math::exp(double): at most " << wd.first << " ulp over " << xs.size() << " numbers");
     const auto wf = m_worst_ulps<float>(fs, [](float x) { return math::exp(x); }, [](long double x) { return std::exp(x); });
-    CHECK_MESSAGE(wf.first <= 1.5 + m_ref_slack, "math::exp(float): " << wf.first << " ulp at x = " << std::setprecision(9) << wf.second
-                                                     << "; documented: under 1.5 ulp");
+    CHECK_MESSAGE(wf.first <= 1.2 + m_ref_slack, "math::exp(float): " << wf.first << " ulp at x = " << std::setprecision(9) << wf.second
+                                                     << "; documented: under 1.2 ulp");
     MESSAGE("math::exp(float): at most " << wf.first << " ulp over " << fs.size() << " numbers");
     for (double x : {-700.5, -1.0, 0.0, 0.25, 1.0, 700.25}) CHECK(math::exp(x) == vexp(x));
     for (float x : {-80.5f, -1.0f, 0.0f, 0.25f, 1.0f, 80.25f}) CHECK(math::exp(x) == vexp(x));
@@ -6301,7 +6305,7 @@ TEST_CASE("Reductions: softmax_row, CrossEntropy_logits, A B^T and LayerNorm add
     const double ulp = std::numeric_limits<double>::epsilon();
     TD Z(1, 32, std::log(0.6 * ulp));
     Z(0, 0) = 0;
-    CHECK(CrossEntropy_logits(Z, {0}) == std::log(1 + 16 * ulp));
+    CHECK(CrossEntropy_logits(Z, {0}) == math::log(1 + 16 * ulp));  // the program's log, as CrossEntropy_logits takes it
     // LayerNorm's mean in 8 lanes: x_4 = 1, x_7 = 2^53, x_13 = -2^53, the rest 0 (H = 16). Lanes
     // 4, 5, 7 hold 1, -2^53, 2^53; added in order, 1 - 2^53 + 2^53 = 1 exactly, so mu = 1/16. One
     // running sum (or 9 lanes) adds 1 + 2^53 first, which rounds to 2^53, and gives mu = 0.

@@ -3099,8 +3099,8 @@ static T lane_dot(const T* __restrict x, const T* __restrict y, int n) {
 //   exp(x) = 2^k exp(r),  k = round(x / ln 2),  r = x - k ln 2 in [-ln2/2, ln2/2]
 // (ln 2 in two parts, so k ln 2 is exact to the last bit of r), exp(r) by its Taylor series to
 // degree 7 (float) or 13 (double), 2^k from its exponent bits (in two halves, so that every
-// factor is a normal number). Accuracy, measured against double std::exp over the whole range:
-// relative error below 8e-8 for float (under one unit in the last place), 3.2e-16 for double.
+// factor is a normal number). Accuracy, measured against long double std::exp over the whole range:
+// relative error below 1.01e-7 for float (1.19 ulp), 1.76e-16 for double (1.16 ulp).
 // Results below the smallest normal number are 0 (float: x < -87.3; std::exp gives < 1.2e-38
 // there), above the largest finite one inf; exp(-inf) = 0 exactly and NaN stays NaN.
 template <typename T> struct ExpParts;
