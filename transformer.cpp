@@ -92,6 +92,13 @@
 #else
 #define TF_IVDEP_VEXP TF_IVDEP
 #endif
+// TF_ALWAYS_INLINE: a function whose body must be inlined into the loops that call it for them to
+// vectorise (verf: g++'s -O2 size limits keep it a call otherwise).
+#if defined(__GNUC__)
+#define TF_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define TF_ALWAYS_INLINE inline
+#endif
 // TF_STREAM_WIDTH: on a function whose loops only stream memory (one token's x W), g++'s AVX-512
 // builds vectorise with 256-bit registers there. Such a loop is bound by memory bandwidth, not by the
 // FMA units; on the Zen 4 this was measured on, the same loops with 512-bit registers took 5-15%
@@ -3162,10 +3169,48 @@ inline T vexp(T x) {
 // few results, and a training run carries such a bit on through every later step. These are plain
 // IEEE operations (+ - * /, exact splits of a number's bits) in an order the source fixes, so every
 // platform computes the same bits (docs/performance.md, "The same numbers on every machine").
-// float's log and erf are computed in double and rounded once. The polynomials' coefficients are
+// float's log and erf are computed in double and rounded once (erf: verf above). The polynomials' coefficients are
 // the Taylor series' (exact rationals of pi and sqrt(pi)) or, for erf's tail, Chebyshev fits,
 // rounded from 60-digit arithmetic (mpmath's chebyfit on [a, b] in u = (x - c) / h, rewritten in
 // powers of x - c). The tests measure each against the C library's long double function.
+// erf as plain arithmetic that vectorises, for gelu_erf's loops (as vexp is for exp). float: in
+// double, erf(x) = x sum_n (-1)^n 2 / (sqrt(pi) n! (2n + 1)) x^2n to x^22 for |x| < 1 (an error
+// under 1e-10), and 1 - erfc(x) with erfc by a polynomial in |x| - 2.5 on [1, 4] (a Chebyshev fit
+// of degree 17, error under 1.4e-10; float's erf is +-1 from |x| = 3.92), rounded to float once.
+// Both forms are computed and one is kept: no branch, no table lookup, no exp (vexp<double> needs a
+// conversion to 64-bit integers that AVX2 lacks). double: math::erf (the gradient checks' precision;
+// no loop of doubles needs the speed).
+static constexpr double erf_taylor_float[12] = {
+    1.1283791670955126,     -0.37612638903183754,  0.11283791670955126,    -0.026866170645131252,
+    0.005223977625442188,   -0.0008548327023450853, 0.00012055332981789664, -1.492565035840625e-05,
+    1.6462114365889248e-06, -1.6365844691234924e-07, 1.4807192815879218e-08, -1.2290555301717928e-09};
+static constexpr double erfc_1_to_4[18] = {
+    0.00040695214860950527, -0.002178284230102943,  0.005445701119222516,   -0.008350089564336456,
+    0.008622487928327666,   -0.006117348240709793,  0.002797968482814732,   -0.0005424081646991613,
+    -0.00025945266908571307, 0.0002502743287885237, -8.041534432093938e-05, -5.108798022442378e-06,
+    1.5359386286426237e-05, -4.730107063912276e-06, -7.9170270535196e-07,   6.732363791577049e-07,
+    -1.0937593684177202e-08, -3.3670660638149515e-08};  // erfc(x) = sum_d c[d] (x - 2.5)^d on [1, 4]
+static TF_ALWAYS_INLINE float verf(float x_float) {
+    const double x = x_float;
+    const double a_exact = x < 0 ? -x : x;
+    const double a = a_exact < 4.0 ? a_exact : 4.0;  // NaN too: its NaN is put back at the end
+    const double z = a * a;                           // exact: a has float's 24 bits
+    double p = erf_taylor_float[11];
+    TF_UNROLL(16)
+    for (int n = 10; n >= 0; n--) p = erf_taylor_float[n] + z * p;
+    const double s = a - 2.5;
+    double q = erfc_1_to_4[17];
+    TF_UNROLL(32)
+    for (int d = 16; d >= 0; d--) q = erfc_1_to_4[d] + s * q;
+    const double y = a_exact < 1.0 ? a * p : 1.0 - q;
+    const float r = (float)(x < 0 ? -y : y);
+    return x_float != x_float ? x_float : r;
+}
+namespace math {
+double erf(double x);
+}
+static inline double verf(double x) { return math::erf(x); }
+
 namespace math {
 float exp(float x) { return vexp(x); }
 double exp(double x) { return vexp(x); }
@@ -3217,7 +3262,7 @@ float log(float x) { return (float)math::log((double)x); }
 // with erfc(x) = exp(-x^2) erfcx(x): erfcx (the scaled complementary function, smooth and slowly
 // varying) by a polynomial in x - c on [1, 2), [2, 3), [3, 4), [4, 6), and x^2 = hi + lo exactly (x
 // split into two 26-bit halves), exp(-x^2) = exp(-hi) (1 - lo). erf(x) rounds to 1 from x = 5.93.
-static const double erf_taylor[19] = {
+static constexpr double erf_taylor[19] = {
     1.1283791670955126,     -0.37612638903183754,   0.11283791670955126,    -0.026866170645131252,
     0.005223977625442188,   -0.0008548327023450853, 0.00012055332981789664, -1.492565035840625e-05,
     1.6462114365889248e-06, -1.6365844691234924e-07, 1.4807192815879218e-08, -1.2290555301717928e-09,
@@ -3264,7 +3309,7 @@ double erf(double x) {
     const double erfc = (e - e * lo) * g;
     return x > 0 ? 1.0 - erfc : erfc - 1.0;
 }
-float erf(float x) { return (float)math::erf((double)x); }
+float erf(float x) { return verf(x); }
 
 // t - 2 round(t / 2) = r in [-1, 1] (exact); cos(pi r) = cos(pi |r|) = -cos(pi (1 - |r|)), so b in
 // [0, 1/2]; cos(pi b) by its Taylor series for b <= 1/4, sin(pi (1/2 - b)) by its series above
@@ -3362,8 +3407,8 @@ TF_IVDEP_VEXP
 // activation and activation_derivative over a whole array, in loops the compiler vectorises: vexp instead of
 // std::exp and std::tanh, with 0.5 (1 + tanh u) = sigmoid(2u) = 1 / (1 + exp(-2u)) for the tanh
 // form (which also avoids the cancellation in 1 + tanh u for u << 0), and with 1 - t^2 =
-// 4 s (1 - s) in its derivative. gelu_erf calls math::erf and vexp in a plain loop. Tests compare
-// both with activation and activation_derivative.
+// 4 s (1 - s) in its derivative; gelu_erf calls verf and vexp.
+// Tests compare both with activation and activation_derivative.
 template <typename T>
 void activation_array(Activation a, const T* __restrict z, T* __restrict y, std::size_t n) {
     const T sqrt_2_over_pi = T(0.7978845608028654);  // sqrt(2/pi)
@@ -3384,7 +3429,8 @@ TF_IVDEP_VEXP
             }
             return;
         case Activation::gelu_erf:
-            for (std::size_t k = 0; k < n; k++) y[k] = T(0.5) * z[k] * (T(1) + math::erf(z[k] * T(0.7071067811865476)));
+TF_IVDEP_VEXP
+            for (std::size_t k = 0; k < n; k++) y[k] = T(0.5) * z[k] * (T(1) + verf(z[k] * T(0.7071067811865476)));
             return;
     }
 }
@@ -3414,9 +3460,10 @@ TF_IVDEP_VEXP
             }
             return;
         case Activation::gelu_erf:
+TF_IVDEP_VEXP
             for (std::size_t k = 0; k < n; k++) {
                 const T x = z[k];
-                dz[k] *= T(0.5) * (T(1) + math::erf(x * T(0.7071067811865476))) + x * vexp(T(-0.5) * x * x) * T(0.3989422804014327);
+                dz[k] *= T(0.5) * (T(1) + verf(x * T(0.7071067811865476))) + x * vexp(T(-0.5) * x * x) * T(0.3989422804014327);
             }
             return;
     }
