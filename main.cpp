@@ -862,7 +862,7 @@ static int cmd_eval(Flags& f) {
     if (is_causal(c.variant)) {  // bits per byte compare models whose tokenizers differ
         const double text_bytes = is_token_file(bytes) ? (double)codec.decode(ids).size() : (double)bytes.size();
         std::printf("bits per byte of text: %.4f (%.4f nats per token x %zu tokens / %.0f bytes / ln 2)\n",
-                    loss * (double)ids.size() / text_bytes / std::log(2.0), loss, ids.size(), text_bytes);
+                    loss * (double)ids.size() / text_bytes / math::log(2.0), loss, ids.size(), text_bytes);
     }
     return 0;
 }

@@ -100,6 +100,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iomanip>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -3518,7 +3519,10 @@ TEST_CASE("Rng: same seed same sequence, known splitmix64 values") {
     Rng g(0);
     const double u1 = (double)(0xE220A8397B1DCDAFull >> 11) / 9007199254740992.0;
     const double u2 = (double)(0x6E789E6AA1B965F4ull >> 11) / 9007199254740992.0;
-    CHECK(g.normal() == std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * 3.141592653589793 * u2));
+    // Box-Muller with the program's own log and cos(pi t) (math::), within 1e-15 of the C library's.
+    const double z = g.normal();
+    CHECK(z == std::sqrt(-2.0 * math::log(u1)) * math::cos_pi(2.0 * u2));
+    CHECK(z == doctest::Approx(std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * 3.141592653589793 * u2)).epsilon(1e-15));
     CHECK(g.next() == 0x06C45D188009454Full);  // two draws, no more
     // The solved states: draw k is the asked value (state 0 gives splitmix64's first output).
     CHECK(m_rng_drawing(0, 0xE220A8397B1DCDAFull).state == 0);
@@ -3534,7 +3538,8 @@ TEST_CASE("Rng: same seed same sequence, known splitmix64 values") {
     const double v2 = h2.uniform();
     const double v = h.normal();
     CHECK(std::isfinite(v));
-    CHECK(v == std::sqrt(-2.0 * std::log(1e-300)) * std::cos(2 * 3.141592653589793 * v2));
+    CHECK(v == std::sqrt(-2.0 * math::log(1e-300)) * math::cos_pi(2.0 * v2));
+    CHECK(v == doctest::Approx(std::sqrt(-2.0 * std::log(1e-300)) * std::cos(2 * 3.141592653589793 * v2)).epsilon(1e-15));
 }
 
 TEST_CASE("Rng: known mean and variance of uniform() and normal(), range of below()") {
@@ -5973,6 +5978,233 @@ TEST_CASE("Softmax: vexp matches std::exp (float to under one ulp, double to 3.2
     CHECK(std::isnan(vexp(std::numeric_limits<double>::quiet_NaN())));
 }
 
+// ================================================================================================
+// The C library's functions, the program's own (math::): against the C library's long double ones
+// ================================================================================================
+
+// |got - ref| in units in the last place of T at ref (the spacing of T's numbers there; below the
+// normal range, the subnormal spacing). ref is the C library's long double function: with 64
+// significant bits (x86) or 113 (aarch64 Linux) its own error is far below T's ulp. Where long double
+// is double (macOS on ARM, MSVC) the reference is the double function itself, and m_ref_slack adds
+// the half ulp that reference may be off by.
+template <typename T>
+static double m_ulps(T got, long double ref) {
+    if (got != got || ref != ref) return got != got && ref != ref ? 0 : HUGE_VAL;
+    if (std::isinf(ref) || std::isinf(got)) return (long double)got == ref ? 0 : HUGE_VAL;
+    int e = 0;
+    std::frexp(ref, &e);  // ref = f 2^e, f in [0.5, 1)
+    e = std::max(e, std::numeric_limits<T>::min_exponent);
+    return (double)(std::fabs((long double)got - ref) / std::ldexp(1.0L, e - std::numeric_limits<T>::digits));
+}
+static const double m_ref_slack = std::numeric_limits<long double>::digits >= 64 ? 0.0 : 0.5;
+// The largest error of f against ref over xs, and where.
+template <typename T, typename F, typename R>
+static std::pair<double, T> m_worst_ulps(const std::vector<T>& xs, F f, R ref) {
+    std::pair<double, T> worst{0.0, T(0)};
+    for (T x : xs) {
+        const double u = m_ulps<T>(f(x), ref((long double)x));
+        if (!(u <= worst.first)) worst = {u, x};
+    }
+    return worst;
+}
+// n numbers of every binade of the positive doubles (random significands) or floats: the whole range.
+template <typename T>
+static std::vector<T> m_every_binade(int per_binade, uint64_t seed) {
+    Rng g(seed);
+    std::vector<T> xs;
+    const int digits = std::numeric_limits<T>::digits;
+    for (int e = std::numeric_limits<T>::min_exponent - digits; e <= std::numeric_limits<T>::max_exponent; e++)
+        for (int i = 0; i < per_binade; i++) {
+            const T x = std::ldexp(T(1) + T(g.next() >> 11) * T(1.0 / 9007199254740992.0), e - 1);  // [2^(e-1), 2^e)
+            if (std::isfinite(x) && x > 0) xs.push_back(x);
+        }
+    return xs;
+}
+
+TEST_CASE("math: log against the C library's long double log, double and float, over the whole range, and its special values") {
+    std::vector<double> xs = m_every_binade<double>(200, 1);
+    Rng g(2);
+    for (int i = 0; i < 100000; i++) xs.push_back(1 + std::ldexp((double)(int64_t)(g.next() >> 12) - 2251799813685248.0, -52 - (int)(g.next() % 50)));  // near 1
+    for (double x = 0.5; x < 2; x += 1.0 / 4096) xs.push_back(x);
+    const auto wd = m_worst_ulps<double>(xs, [](double x) { return math::log(x); }, [](long double x) { return std::log(x); });
+    CHECK_MESSAGE(wd.first <= 1.0 + m_ref_slack, "math::log(double): " << wd.first << " ulp from std::log(long double) at x = "
+                                                     << std::setprecision(17) << wd.second << "; documented: under 1 ulp");
+    MESSAGE("math::log(double): at most " << wd.first << " ulp over " << xs.size() << " numbers");
+    std::vector<float> fs = m_every_binade<float>(2000, 3);
+    for (float x = 0.5f; x < 2; x += 1.0f / 65536) fs.push_back(x);
+    const auto wf = m_worst_ulps<float>(fs, [](float x) { return math::log(x); }, [](long double x) { return std::log(x); });
+    CHECK_MESSAGE(wf.first <= 0.51 + m_ref_slack, "math::log(float): " << wf.first << " ulp at x = " << std::setprecision(9) << wf.second
+                                                      << "; documented: under 0.51 ulp (computed in double, rounded once)");
+    MESSAGE("math::log(float): at most " << wf.first << " ulp over " << fs.size() << " numbers");
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    CHECK(math::log(1.0) == 0.0);
+    CHECK_FALSE(std::signbit(math::log(1.0)));
+    CHECK(math::log(2.0) == 0.6931471805599453);  // ln 2 rounded to double
+    CHECK(math::log(0.0) == -inf);
+    CHECK(math::log(-0.0) == -inf);
+    CHECK(std::isnan(math::log(-1.0)));
+    CHECK(std::isnan(math::log(-inf)));
+    CHECK(math::log(inf) == inf);
+    CHECK(std::isnan(math::log(nan)));
+    CHECK(m_ulps(math::log(std::numeric_limits<double>::denorm_min()), std::log((long double)std::numeric_limits<double>::denorm_min())) <= 1);
+    CHECK(m_ulps(math::log(std::numeric_limits<double>::max()), std::log((long double)std::numeric_limits<double>::max())) <= 1);
+    CHECK(math::log(1.0f) == 0.0f);
+    CHECK(math::log(0.0f) == -std::numeric_limits<float>::infinity());
+    CHECK(std::isnan(math::log(-1.0f)));
+    CHECK(math::log(std::numeric_limits<float>::infinity()) == std::numeric_limits<float>::infinity());
+    CHECK(std::isnan(math::log(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST_CASE("math: erf against the C library's long double erf, double and float, over [-7, 7] and the tiny numbers, and its special values") {
+    std::vector<double> xs = m_every_binade<double>(20, 4);
+    xs.erase(std::remove_if(xs.begin(), xs.end(), [](double x) { return x > 8; }), xs.end());
+    Rng g(5);
+    auto u = [&](Rng& r) { return -7 + 14 * r.uniform(); };
+    for (int i = 0; i < 200000; i++) xs.push_back(u(g));
+    for (double edge : {1.0, 2.0, 3.0, 4.0, 6.0})  // the ends of the pieces
+        for (int k = -200; k <= 200; k++) xs.push_back(edge + k * std::ldexp(edge, -52));
+    const size_t positive = xs.size();
+    for (size_t i = 0; i < positive; i++) xs.push_back(-xs[i]);
+    const auto wd = m_worst_ulps<double>(xs, [](double x) { return math::erf(x); }, [](long double x) { return std::erf(x); });
+    CHECK_MESSAGE(wd.first <= 1.3 + m_ref_slack, "math::erf(double): " << wd.first << " ulp from std::erf(long double) at x = "
+                                                     << std::setprecision(17) << wd.second << "; documented: under 1.3 ulp");
+    MESSAGE("math::erf(double): at most " << wd.first << " ulp over " << xs.size() << " numbers");
+    std::vector<float> fs;
+    for (uint32_t b = 0; b < 0x40e00000u; b += 1999) {  // every 1999th float from 0 to 7, and its negative
+        float x;
+        std::memcpy(&x, &b, sizeof x);
+        fs.push_back(x);
+        fs.push_back(-x);
+    }
+    const auto wf = m_worst_ulps<float>(fs, [](float x) { return math::erf(x); }, [](long double x) { return std::erf(x); });
+    CHECK_MESSAGE(wf.first <= 0.51 + m_ref_slack, "math::erf(float): " << wf.first << " ulp at x = " << std::setprecision(9) << wf.second
+                                                      << "; documented: under 0.51 ulp (computed in double, rounded once)");
+    MESSAGE("math::erf(float): at most " << wf.first << " ulp over " << fs.size() << " numbers");
+    const double inf = std::numeric_limits<double>::infinity();
+    CHECK(math::erf(0.0) == 0.0);
+    CHECK_FALSE(std::signbit(math::erf(0.0)));
+    CHECK(std::signbit(math::erf(-0.0)));  // erf is odd: -0 stays -0
+    CHECK(math::erf(inf) == 1.0);
+    CHECK(math::erf(-inf) == -1.0);
+    CHECK(math::erf(6.0) == 1.0);  // the clamp: erf(x) rounds to 1 from x = 5.93
+    CHECK(math::erf(-6.0) == -1.0);
+    CHECK(math::erf(5.99) == 1.0);
+    CHECK(std::isnan(math::erf(std::numeric_limits<double>::quiet_NaN())));
+    CHECK(math::erf(0.0f) == 0.0f);
+    CHECK(std::signbit(math::erf(-0.0f)));
+    CHECK(math::erf(std::numeric_limits<float>::infinity()) == 1.0f);
+    CHECK(std::isnan(math::erf(std::numeric_limits<float>::quiet_NaN())));
+    // Monotone across the ends of the pieces (1, 2, 3, 4) and the clamp (6).
+    for (double edge : {1.0, 2.0, 3.0, 4.0, 6.0}) {
+        CAPTURE(edge);
+        CHECK(math::erf(std::nextafter(edge, 0.0)) <= math::erf(edge));
+        CHECK(math::erf(edge) <= math::erf(std::nextafter(edge, 7.0)));
+    }
+}
+
+TEST_CASE("math: cos_pi against the C library's long double cos and sin, and its exact values") {
+    // The reference reduces t as cos_pi does (exact arithmetic in long double), then takes cosl on
+    // [0, pi/4] or sinl on the rest, where its argument is known to a relative 1e-19.
+    const long double pi = 3.14159265358979323846264338327950288L;
+    auto ref = [&](long double t) {
+        long double a = std::fabs(t);
+        a = std::fabs(a - 2 * std::nearbyint(a / 2));
+        const long double sign = a > 0.5L ? -1 : 1;
+        if (a > 0.5L) a = 1 - a;
+        return a <= 0.25L ? sign * std::cos(pi * a) : sign * std::sin(pi * (0.5L - a));
+    };
+    std::vector<double> ts;
+    Rng g(6);
+    auto u = [&](Rng& r) { return -4 + 8 * r.uniform(); };
+    for (int i = 0; i < 400000; i++) ts.push_back(u(g));
+    for (int i = 0; i < 100000; i++) ts.push_back(0.5 + std::ldexp(u(g), -(int)(g.next() % 50)));  // near the zero at 1/2
+    for (int i = 0; i < 1000; i++) ts.push_back(std::ldexp(u(g), (int)(g.next() % 50)));             // large t
+    const auto w = m_worst_ulps<double>(ts, [](double t) { return math::cos_pi(t); }, ref);
+    CHECK_MESSAGE(w.first <= 1.0 + m_ref_slack, "math::cos_pi: " << w.first << " ulp from cos(pi t) at t = " << std::setprecision(17)
+                                                    << w.second << "; documented: under 1 ulp");
+    MESSAGE("math::cos_pi: at most " << w.first << " ulp over " << ts.size() << " numbers");
+    CHECK(math::cos_pi(0.0) == 1.0);
+    CHECK(math::cos_pi(-0.0) == 1.0);
+    CHECK(math::cos_pi(0.5) == 0.0);
+    CHECK(math::cos_pi(-0.5) == 0.0);
+    CHECK(math::cos_pi(1.0) == -1.0);
+    CHECK(math::cos_pi(1.5) == 0.0);
+    CHECK(math::cos_pi(2.0) == 1.0);
+    CHECK(math::cos_pi(-3.0) == -1.0);
+    CHECK(math::cos_pi(1.0 / 3) == doctest::Approx(0.5).epsilon(1e-15));
+    CHECK(math::cos_pi(4503599627370497.0) == -1.0);  // 2^52 + 1, odd
+    CHECK(math::cos_pi(9007199254740994.0) == 1.0);   // 2^53 + 2 and above: even integers
+    CHECK(math::cos_pi(1e300) == 1.0);
+    CHECK(std::isnan(math::cos_pi(std::numeric_limits<double>::infinity())));
+    CHECK(std::isnan(math::cos_pi(-std::numeric_limits<double>::infinity())));
+    CHECK(std::isnan(math::cos_pi(std::numeric_limits<double>::quiet_NaN())));
+}
+
+TEST_CASE("math: pow_int against the C library's long double pow, AdamW's bias corrections, and its special values") {
+    Rng g(7);
+    auto near1 = [](Rng& r) { return 0.9 + 0.1 * r.uniform(); };
+    auto wide = [](Rng& r) { return 0.25 + 3.75 * r.uniform(); };
+    double worst = 0, worst_b = 0;
+    long long worst_n = 0;
+    int counted = 0;
+    auto check = [&](double b, long long n) {
+        const long double ref = std::pow((long double)b, (long double)n);
+        if (!(std::fabs(ref) > 1e-280L && std::fabs(ref) < 1e300L)) return;  // the double-double range
+        const double e = m_ulps(math::pow_int(b, n), ref);
+        counted++;
+        if (!(e <= worst)) worst = e, worst_b = b, worst_n = n;
+    };
+    for (int i = 0; i < 50000; i++) check(i % 2 ? near1(g) : wide(g), (long long)(g.next() % 1000000));
+    for (double beta : {0.9, 0.95, 0.98, 0.99, 0.999})  // AdamW's bias corrections: beta^t for every step t
+        for (long long t = 1; t <= 20000; t++) check(beta, t);
+    for (int i = 0; i < 10000; i++) check(-wide(g), (long long)(g.next() % 400));  // negative bases, odd and even powers
+    CHECK_MESSAGE(worst <= 0.51 + m_ref_slack, "math::pow_int: " << worst << " ulp from std::pow(long double) at "
+                                                  << std::setprecision(17) << worst_b << "^" << worst_n << "; documented: under 0.51 ulp");
+    MESSAGE("math::pow_int: at most " << worst << " ulp over " << counted << " powers");
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    CHECK(math::pow_int(0.999, 0) == 1.0);
+    CHECK(math::pow_int(nan, 0) == 1.0);  // as std::pow
+    CHECK(math::pow_int(0.999, 1) == 0.999);
+    CHECK(math::pow_int(3.0, 4) == 81.0);
+    CHECK(math::pow_int(-2.0, 3) == -8.0);
+    CHECK(math::pow_int(-1.0, 1000000000001LL) == -1.0);
+    CHECK(math::pow_int(2.0, -2) == 0.25);
+    CHECK(math::pow_int(0.0, 5) == 0.0);
+    CHECK(math::pow_int(2.0, 1023) == std::ldexp(1.0, 1023));
+    CHECK(math::pow_int(2.0, 1024) == inf);                                   // overflow
+    CHECK(math::pow_int(0.5, 1074) == std::numeric_limits<double>::denorm_min());  // down to the last subnormal
+    CHECK(math::pow_int(0.5, 1076) == 0.0);
+    CHECK(math::pow_int(inf, 2) == inf);
+    CHECK(std::isnan(math::pow_int(nan, 3)));
+}
+
+TEST_CASE("math: exp is vexp, and its error in ulp over the whole normal range") {
+    std::vector<double> xs;
+    std::vector<float> fs;
+    Rng g(8);
+    auto u = [](Rng& r) { return -708 + 1417.78 * r.uniform(); };
+    auto uf = [](Rng& r) { return (float)(-87.3 + 176.02 * r.uniform()); };
+    for (int i = 0; i < 300000; i++) xs.push_back(u(g)), fs.push_back(uf(g));
+    for (int i = 0; i < 100000; i++) xs.push_back(std::ldexp(u(g), -(int)(g.next() % 60))), fs.push_back(std::ldexp(uf(g), -(int)(g.next() % 30)));
+    const auto wd = m_worst_ulps<double>(xs, [](double x) { return math::exp(x); }, [](long double x) { return std::exp(x); });
+    CHECK_MESSAGE(wd.first <= 1.2 + m_ref_slack, "math::exp(double): " << wd.first << " ulp from std::exp(long double) at x = "
+                                                     << std::setprecision(17) << wd.second << "; documented: under 1.2 ulp");
+    MESSAGE("math::exp(double): at most " << wd.first << " ulp over " << xs.size() << " numbers");
+    const auto wf = m_worst_ulps<float>(fs, [](float x) { return math::exp(x); }, [](long double x) { return std::exp(x); });
+    CHECK_MESSAGE(wf.first <= 1.2 + m_ref_slack, "math::exp(float): " << wf.first << " ulp at x = " << std::setprecision(9) << wf.second
+                                                     << "; documented: under 1.2 ulp");
+    MESSAGE("math::exp(float): at most " << wf.first << " ulp over " << fs.size() << " numbers");
+    for (double x : {-700.5, -1.0, 0.0, 0.25, 1.0, 700.25}) CHECK(math::exp(x) == vexp(x));
+    for (float x : {-80.5f, -1.0f, 0.0f, 0.25f, 1.0f, 80.25f}) CHECK(math::exp(x) == vexp(x));
+    CHECK(math::exp(0.0) == 1.0);
+    CHECK(math::exp(-std::numeric_limits<double>::infinity()) == 0.0);
+    CHECK(math::exp(std::numeric_limits<double>::infinity()) == std::numeric_limits<double>::infinity());
+    CHECK(math::exp(-709.0) == 0.0);  // below the normal range: 0, as documented
+    CHECK(std::isnan(math::exp(std::numeric_limits<double>::quiet_NaN())));
+    CHECK(math::exp(-88.0f) == 0.0f);
+    CHECK(std::isnan(math::exp(std::numeric_limits<float>::quiet_NaN())));
+}
+
 // The largest gap between softmax_row and softmax_row_reference on a random row (NaN if either gives
 // a NaN). The rows are tensors (a write past the end stops the program) filled with 7 first, so a
 // zero that is never written shows.
@@ -6076,7 +6308,7 @@ TEST_CASE("Reductions: softmax_row, CrossEntropy_logits, A B^T and LayerNorm add
     const double ulp = std::numeric_limits<double>::epsilon();
     TD Z(1, 32, std::log(0.6 * ulp));
     Z(0, 0) = 0;
-    CHECK(CrossEntropy_logits(Z, {0}) == std::log(1 + 16 * ulp));
+    CHECK(CrossEntropy_logits(Z, {0}) == math::log(1 + 16 * ulp));  // the program's log, as CrossEntropy_logits takes it
     // LayerNorm's mean in 8 lanes: x_4 = 1, x_7 = 2^53, x_13 = -2^53, the rest 0 (H = 16). Lanes
     // 4, 5, 7 hold 1, -2^53, 2^53; added in order, 1 - 2^53 + 2^53 = 1 exactly, so mu = 1/16. One
     // running sum (or 9 lanes) adds 1 + 2^53 first, which rounds to 2^53, and gives mu = 0.
@@ -11460,28 +11692,86 @@ TEST_CASE("readme: make run prints what README.md and docs/training.md quote") {
 #endif
 }
 
+// The commands of the identical: cases, each run as ./transformer RUN in a directory of its own,
+// and the files and outputs they compare (outN.txt: what run N printed; these runs print no time,
+// and of bench's line only the loss is kept).
+[[maybe_unused]] static const std::vector<std::string> m_identical_runs = {
+    "train --steps 300 --quiet --out add.safetensors",  // GPT-2, gelu_sigmoid, dropout 0.1
+    "train --model bert --activation gelu_erf --emb-ln --mlm-head --steps 100 --quiet --out bert.safetensors",
+    "train --model gpt3 --activation gelu_tanh --steps 100 --quiet --out gpt3.safetensors",
+    "task --task text --examples 400 --seed 1 --out sums.txt",
+    "train --model gpt --activation relu --objective xlnet --data sums.txt --steps 60 --quiet --out xlnet.safetensors",
+    "train --data sums.txt --line-windows --block 32 --batch 8 --steps 100 --quiet --out pre.safetensors",
+    "task --task entailment --examples 300 --seed 1 --out ent.tsv",
+    "task --task entailment --examples 100 --seed 2 --held-out --out val.tsv",
+    "finetune --checkpoint pre.safetensors --task entailment --train ent.tsv --val val.tsv --batch 8 --steps 40 --warmup 10 "
+    "--quiet --out ft.safetensors",
+    "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
+    "explain --preset tiny-gpt2 --tokens 3,1,4",
+    "bench --preset tiny-gpt2 --embd 128 --heads 4 --vocab 1000 --block 16 --batch 8 --steps 1 --json > bench.json 2> bench.err && sed -nE 's/.*(\"loss\": [-0-9.e]+).*/\\1/p' bench.json"};
+[[maybe_unused]] static const std::vector<std::string> m_identical_compared = {
+    "add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors", "pre.safetensors", "ft.safetensors",
+    "out8.txt",        "out9.txt",         "out10.txt",        "out11.txt"};
+
 // One build of the program for the identical: cases: its name, the program, the make arguments that
-// build it (empty: ./transformer, built already) and what runs it ("qemu-aarch64 ": another CPU's
-// program under qemu's user-mode emulator).
+// build it (empty: ./transformer, built already) and what runs it ("qemu-aarch64": another CPU's
+// program under qemu's user-mode emulator; "LD_PRELOAD=...": variables for the run; empty: nothing).
 struct m_Build {
     std::string name, program, make_args, runner;
 };
 
+// `runs` run by `program` (named `name` in a failure), each command preceded by `runner`, in one
+// directory emptied first (a checkpoint records the path of its data; each_dir, when given, is
+// set to it): the contents of `compared` (outN.txt: what run N printed on standard output), none empty.
+[[maybe_unused]] static std::vector<std::string> m_identical_outputs(const std::string& name, const std::string& program,
+                                                                      const std::string& runner,
+                                                                      const std::vector<std::string>& runs = m_identical_runs,
+                                                                      const std::vector<std::string>& compared = m_identical_compared) {
+    const std::string dir = m_path("identical");
+    REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
+    // Each build runs as ./transformer (a link to it): the commands it prints name the program as it was run.
+    REQUIRE(::symlink(program.c_str(), (dir + "/transformer").c_str()) == 0);
+    const std::string prefix = runner.empty() ? "" : runner + " ";
+    for (std::size_t r = 0; r < runs.size(); r++) {
+        const std::string cmd = "cd " + dir + " && " + prefix + "./transformer " + runs[r] + " > out" + std::to_string(r) + ".txt 2> err.txt";
+        REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, name << ": " << prefix << "./transformer " << runs[r] << " failed: " << m_read(dir + "/err.txt"));
+    }
+    std::vector<std::string> got;
+    for (const std::string& f : compared) {
+        got.push_back(m_read(dir + "/" + f));
+        CHECK_MESSAGE(got.back().size() > 0, name << ": " << f << " is empty");
+    }
+    return got;
+}
+
+// Each file of `compared` the same bytes in `got` (by `name`) as in `want` (by `want_name`); a
+// difference names the command that wrote the file (run N for outN.txt, else the run naming it
+// after --out) and its first differing byte.
+[[maybe_unused]] static void m_identical_compare(const std::vector<std::string>& got, const std::string& name,
+                                                 const std::vector<std::string>& want, const std::string& want_name,
+                                                 const std::vector<std::string>& runs = m_identical_runs,
+                                                 const std::vector<std::string>& compared = m_identical_compared) {
+    for (std::size_t k = 0; k < compared.size(); k++) {
+        const std::string& f = compared[k];
+        std::string writer = "(no run names it)";
+        for (std::size_t r = 0; r < runs.size(); r++)
+            if (f == "out" + std::to_string(r) + ".txt" || runs[r].find("--out " + f) != std::string::npos) writer = runs[r];
+        std::size_t at = 0;
+        while (at < got[k].size() && at < want[k].size() && got[k][at] == want[k][at]) at++;
+        const bool same = got[k] == want[k];  // not CHECK(got[k] == want[k]): doctest would print both files
+        CHECK_MESSAGE(same, name << " wrote " << f << " (" << got[k].size() << " bytes) other than " << want_name << " ("
+                                 << want[k].size() << " bytes): the first difference at byte " << at << "; the command: ./transformer "
+                                 << writer << " (docs/performance.md: the same numbers on every machine)");
+    }
+}
+
 // Builds each of `builds` with the Makefile into its own directory (as make bench-portable does),
-// runs `runs` with it in one scratch directory (outN.txt: what run N printed on standard output)
-// and checks that each file of `compared` is the same bytes as the first build's; a difference names
-// the build, the command that wrote the file, the file and its first differing byte. `each(b, dir)`,
-// when given, is called after build b's runs, with their directory, before the next build empties it.
+// runs `runs` with it and checks that each file of `compared` is the same bytes as the first
+// build's. `each(b, dir)`, when given, is called after build b's runs, with their directory.
 [[maybe_unused]] static void m_identical_builds(const std::vector<m_Build>& builds, const std::vector<std::string>& runs,
                                                 const std::vector<std::string>& compared,
                                                 const std::function<void(std::size_t, const std::string&)>& each = nullptr) {
     const std::string root = m_project_root(), make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
-    // The command that wrote a compared file: run N for outN.txt, else the run that names it after --out.
-    auto writer = [&runs](const std::string& f) {
-        for (std::size_t r = 0; r < runs.size(); r++)
-            if (f == "out" + std::to_string(r) + ".txt" || runs[r].find("--out " + f) != std::string::npos) return runs[r];
-        return std::string("(no run names it)");
-    };
     std::vector<std::string> first;
     for (std::size_t bi = 0; bi < builds.size(); bi++) {
         const m_Build& b = builds[bi];
@@ -11492,32 +11782,12 @@ struct m_Build {
             const int made = std::system((make + " " + b.make_args + " " + target + " > " + log + " 2>&1").c_str());
             REQUIRE_MESSAGE(made == 0, "make " << b.make_args << " " << target << " failed:\n" << m_read(log));
         }
-        // One directory for every build, emptied first: a checkpoint records the path of its data.
-        const std::string dir = m_path("identical");
-        REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
-        // Each build runs as ./transformer (a link to it): the commands it prints name the program as it was run.
-        REQUIRE(::symlink(b.program.c_str(), (dir + "/transformer").c_str()) == 0);
-        for (std::size_t r = 0; r < runs.size(); r++) {
-            const std::string cmd = "cd " + dir + " && " + b.runner + "./transformer " + runs[r] + " > out" + std::to_string(r) + ".txt 2> err.txt";
-            REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, b.name << ": " << b.runner << "./transformer " << runs[r] << " failed: " << m_read(dir + "/err.txt"));
-        }
-        if (each) each(bi, dir);
-        std::vector<std::string> got;
-        for (const std::string& f : compared) got.push_back(m_read(dir + "/" + f));
-        if (first.empty()) {
+        const std::vector<std::string> got = m_identical_outputs(b.name, b.program, b.runner, runs, compared);
+        if (each) each(bi, m_path("identical"));
+        if (first.empty())
             first = got;
-            for (std::size_t k = 0; k < got.size(); k++) CHECK_MESSAGE(got[k].size() > 0, compared[k] << " is empty");
-            continue;
-        }
-        for (std::size_t k = 0; k < compared.size(); k++) {
-            std::size_t at = 0;
-            while (at < got[k].size() && at < first[k].size() && got[k][at] == first[k][at]) at++;
-            const bool same = got[k] == first[k];
-            CHECK_MESSAGE(same, b.name << " (" << b.runner << "./transformer " << writer(compared[k]) << ") wrote " << compared[k]
-                                       << " (" << got[k].size() << " bytes) other than " << builds[0].name << " ("
-                                       << first[k].size() << " bytes): the first difference at byte " << at
-                                       << " (docs/performance.md: the same numbers on every machine)");
-        }
+        else
+            m_identical_compare(got, b.name, first, builds[0].name, runs, compared);
     }
 }
 
@@ -11557,24 +11827,7 @@ TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang+
     } else {
         MESSAGE("clang++ is not installed: its build is not compared");
     }
-    // What each build runs (these runs print no time, and of bench's line only the loss is kept).
-    const std::vector<std::string> runs = {
-        "train --steps 300 --quiet --out add.safetensors",  // GPT-2, gelu_sigmoid, dropout 0.1
-        "train --model bert --activation gelu_erf --emb-ln --mlm-head --steps 100 --quiet --out bert.safetensors",
-        "train --model gpt3 --activation gelu_tanh --steps 100 --quiet --out gpt3.safetensors",
-        "task --task text --examples 400 --seed 1 --out sums.txt",
-        "train --model gpt --activation relu --objective xlnet --data sums.txt --steps 60 --quiet --out xlnet.safetensors",
-        "train --data sums.txt --line-windows --block 32 --batch 8 --steps 100 --quiet --out pre.safetensors",
-        "task --task entailment --examples 300 --seed 1 --out ent.tsv",
-        "task --task entailment --examples 100 --seed 2 --held-out --out val.tsv",
-        "finetune --checkpoint pre.safetensors --task entailment --train ent.tsv --val val.tsv --batch 8 --steps 40 --warmup 10 "
-        "--quiet --out ft.safetensors",
-        "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
-        "explain --preset tiny-gpt2 --tokens 3,1,4",
-        "bench --preset tiny-gpt2 --embd 128 --heads 4 --vocab 1000 --block 16 --batch 8 --steps 1 --json > bench.json 2> bench.err && sed -nE 's/.*(\"loss\": [-0-9.e]+).*/\\1/p' bench.json"};
-    m_identical_builds(builds, runs,
-                       {"add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors", "pre.safetensors",
-                        "ft.safetensors", "out8.txt", "out9.txt", "out10.txt", "out11.txt"});
+    m_identical_builds(builds, m_identical_runs, m_identical_compared);
 #endif
 }
 
@@ -11583,9 +11836,9 @@ TEST_CASE("identical: aarch64 builds (g++ and clang++) under qemu give the x86 b
     // multiply-add the source fuses (madd) is one IEEE fused multiply-add, as with FMA on x86-64, and
     // no other is fused (-ffp-contract=off holds for both compilers there too), so the program built
     // for armv8-a by g++ and by clang++, statically linked and run under qemu-aarch64, trains,
-    // fine-tunes, samples and explains to the bytes of ./transformer. The one exception is glibc's
-    // erff: its aarch64 build fuses its own multiply-adds, so a few results of std::erf(float) differ
-    // in the last bit from x86-64's, and a gelu_erf run is compared within 1e-6, not bit for bit.
+    // fine-tunes, samples and explains to the bytes of ./transformer. That includes gelu_erf, whose
+    // erf is the program's own (verf): glibc's aarch64 erff fuses its own multiply-adds and differs
+    // from x86-64's in the last bit of a few results.
     // qemu runs the program about 100 times slower: the runs are tens of steps of small batches.
 #ifdef TF_TESTS_DEBUG
     MESSAGE("the aarch64 builds take minutes: run by ./tests, not ./tests-debug");
@@ -11602,12 +11855,12 @@ TEST_CASE("identical: aarch64 builds (g++ and clang++) under qemu give the x86 b
     std::vector<m_Build> builds = {
         {"g++ -march=native (x86-64)", root + "/transformer", "", ""},
         {"aarch64-linux-gnu-g++ -march=armv8-a", root + "/build-aarch64/transformer",
-         "BUILD=build-aarch64 CXX=aarch64-linux-gnu-g++ ARCH='-march=armv8-a -static'", "qemu-aarch64 "}};
+         "BUILD=build-aarch64 CXX=aarch64-linux-gnu-g++ ARCH='-march=armv8-a -static'", "qemu-aarch64"}};
     // clang++ links for aarch64 with the GNU cross tools' linker, C library and libstdc++.
     if (std::system("command -v clang++ > /dev/null 2>&1") == 0)
         builds.push_back({"clang++ --target=aarch64-linux-gnu -march=armv8-a", root + "/build-aarch64-clang/transformer",
                           "BUILD=build-aarch64-clang CXX='clang++ --target=aarch64-linux-gnu' ARCH='-march=armv8-a -static'",
-                          "qemu-aarch64 "});
+                          "qemu-aarch64"});
     else
         MESSAGE("clang++ is not installed: its aarch64 build is not compared");
     const std::vector<std::string> runs = {
@@ -11630,33 +11883,140 @@ TEST_CASE("identical: aarch64 builds (g++ and clang++) under qemu give the x86 b
         "explain --preset tiny-gpt3 --tokens 3,1,4",
         "explain --preset tiny-bert --tokens 3,1,4 --masked 2",  // gelu_erf: the printed digits agree
         "explain --preset tiny-roberta --tokens 3,1,4 --masked 2"};
-    // The gelu_erf run's training losses (erf.csv: step,train_loss,val_loss,lr), per build.
-    std::vector<std::vector<double>> erf_losses;
-    auto losses = [&erf_losses](std::size_t, const std::string& dir) {
-        std::stringstream csv(m_read(dir + "/erf.csv"));
-        std::vector<double> l;
-        std::string line;
-        std::getline(csv, line);
-        while (std::getline(csv, line)) {
-            const std::size_t comma = line.find(',');
-            l.push_back(std::strtod(line.c_str() + comma + 1, nullptr));
-        }
-        erf_losses.push_back(l);
-    };
     m_identical_builds(builds, runs,
-                       {"add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors", "pre.safetensors",
-                        "ft.safetensors", "out10.txt", "out11.txt", "out12.txt", "out13.txt", "out14.txt", "out15.txt"},
-                       losses);
-    REQUIRE(erf_losses.size() == builds.size());
-    REQUIRE(erf_losses[0].size() == 10);
-    for (std::size_t b = 1; b < builds.size(); b++) {
-        REQUIRE(erf_losses[b].size() == erf_losses[0].size());
-        for (std::size_t s = 0; s < erf_losses[0].size(); s++)
-            CHECK_MESSAGE(std::fabs(erf_losses[b][s] - erf_losses[0][s]) <= 1e-6 * erf_losses[0][s],
-                          builds[b].name << ": the gelu_erf run's loss at step " << s + 1 << " is " << erf_losses[b][s] << ", "
-                                         << builds[0].name << "'s " << erf_losses[0][s] << ": more than 1e-6 apart (glibc's erff "
-                                         << "gives another last bit for a few inputs; docs/performance.md, \"ARM\")");
+                       {"add.safetensors", "bert.safetensors", "erf.safetensors", "erf.csv", "gpt3.safetensors", "xlnet.safetensors",
+                        "pre.safetensors", "ft.safetensors", "out10.txt", "out11.txt", "out12.txt", "out13.txt", "out14.txt", "out15.txt"});
+#endif
+}
+
+TEST_CASE("identical: the C library's exp, log, tanh, erf, cos, sin and pow moved by one ulp change no byte of a run") {
+    // docs/performance.md, "The same numbers on every machine": every result of a run goes through the
+    // program's own math:: functions, so a C library that rounds exp, log, ... otherwise (macOS's,
+    // musl) gives the same bytes. An LD_PRELOAD shim written here stands in for such a library: it
+    // calls the real function (dlsym(RTLD_NEXT)) and moves the result up by one ulp for half of the
+    // arguments (the low bit of a hash of the argument's bits). The identical: commands are run with
+    // and without it by ./transformer and must write the same bytes.
+#if defined(TF_TESTS_DEBUG)
+    MESSAGE("the sanitized transformer-debug takes no LD_PRELOAD shim before its sanitizer runtime: run by ./tests, not ./tests-debug");
+#elif !defined(__linux__) || !defined(__GLIBC__)
+    MESSAGE("skipped: the LD_PRELOAD shim needs Linux's dynamic linker and glibc's dlsym(RTLD_NEXT) (this is not Linux with glibc)");
+#else
+    if (std::system("command -v cc > /dev/null 2>&1") != 0) {
+        MESSAGE("skipped: no C compiler `cc` to build the LD_PRELOAD shim with");
+        return;
     }
+    const std::string root = m_project_root(), dir = m_path("libm-shim");
+    REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
+    const char* const moved[] = {"exp", "expf", "log", "logf", "tanh", "tanhf", "erf", "erff",
+                                 "cos", "cosf", "sin", "sinf", "pow", "powf"};
+    {
+        std::ofstream c(dir + "/shim.c");
+        c << "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+             "static unsigned long long calls, moved;\n"
+             "static int odd(uint64_t h) { h ^= h >> 33; h *= 0xff51afd7ed558ccdULL; h ^= h >> 33; return (int)(h & 1); }\n"
+             "static double up_d(double y, uint64_t h) {\n"
+             "    uint64_t u; memcpy(&u, &y, 8); calls++;\n"
+             "    if (odd(h) && y == y && y != 0 && y - y == 0) { u++; moved++; memcpy(&y, &u, 8); }\n"
+             "    return y;\n}\n"
+             "static float up_f(float y, uint64_t h) {\n"
+             "    uint32_t u; memcpy(&u, &y, 4); calls++;\n"
+             "    if (odd(h) && y == y && y != 0 && y - y == 0) { u++; moved++; memcpy(&y, &u, 4); }\n"
+             "    return y;\n}\n"
+             "static uint64_t bits_d(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }\n"
+             "static uint64_t bits_f(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }\n"
+             "static void *real(const char *name) {\n"
+             "    void *f = dlsym(RTLD_NEXT, name);\n"
+             "    if (!f) { fprintf(stderr, \"libm shim: no %s after the shim\\n\", name); abort(); }\n"
+             "    return f;\n}\n"
+             "#define ONE(T, name, up, bits) T name(T x) { static T (*f)(T); if (!f) f = (T (*)(T))real(#name); return up(f(x), bits(x)); }\n"
+             "#define TWO(T, name, up, bits) T name(T x, T y) { static T (*f)(T, T); if (!f) f = (T (*)(T, T))real(#name); \\\n"
+             "    return up(f(x, y), bits(x) * 31 + bits(y)); }\n";
+        for (const char* f : moved) {
+            const std::string name = f;
+            const bool flt = name.back() == 'f' && name != "erf";
+            c << (name.rfind("pow", 0) == 0 ? "TWO" : "ONE") << (flt ? "(float, " : "(double, ") << name
+              << (flt ? ", up_f, bits_f)\n" : ", up_d, bits_d)\n");
+        }
+        // What the shim did, written where TF_SHIM_LOG says when the program ends.
+        c << "__attribute__((destructor)) static void report(void) {\n"
+             "    const char *p = getenv(\"TF_SHIM_LOG\"); FILE *f = p ? fopen(p, \"a\") : 0;\n"
+             "    if (f) { fprintf(f, \"%llu %llu\\n\", calls, moved); fclose(f); }\n}\n";
+    }
+    const std::string log = dir + "/cc.log";
+    REQUIRE_MESSAGE(std::system(("cc -O2 -shared -fPIC -o " + dir + "/shim.so " + dir + "/shim.c -ldl > " + log + " 2>&1").c_str()) == 0,
+                    "cc could not build the shim " << dir << "/shim.c:\n" << m_read(log));
+    // The shim reaches a program: a probe that prints each function over 32 arguments prints other
+    // digits with it, for every function.
+    {
+        std::ofstream c(dir + "/probe.c");
+        c << "#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\nint main(int argc, char **argv) {\n"
+             "    double x0 = argc > 1 ? atof(argv[1]) : 0;\n"
+             "    for (int i = 0; i < 32; i++) {\n        double x = x0 + 0.0123 * i; float y = (float)x;\n";
+        for (const char* f : moved) {
+            const std::string name = f;
+            const bool flt = name.back() == 'f' && name != "erf";
+            const std::string arg = flt ? "y" : "x", fmt = flt ? "(double)" : "";
+            c << "        printf(\"" << name << " %a\\n\", " << fmt << name << "(" << arg << (name.rfind("pow", 0) == 0 ? ", " + arg : "")
+              << "));\n";
+        }
+        c << "    }\n    return 0;\n}\n";
+    }
+    REQUIRE_MESSAGE(std::system(("cc -O0 -o " + dir + "/probe " + dir + "/probe.c -lm > " + log + " 2>&1").c_str()) == 0,
+                    "cc could not build the probe:\n" << m_read(log));
+    REQUIRE(std::system((dir + "/probe 0.37 > " + dir + "/plain.txt").c_str()) == 0);
+    REQUIRE(std::system(("LD_PRELOAD=" + dir + "/shim.so " + dir + "/probe 0.37 > " + dir + "/shim.txt").c_str()) == 0);
+    {
+        std::map<std::string, int> lines, differ;
+        std::istringstream plain(m_read(dir + "/plain.txt")), shim(m_read(dir + "/shim.txt"));
+        for (std::string a, b; std::getline(plain, a) && std::getline(shim, b);) {
+            const std::string name = a.substr(0, a.find(' '));
+            lines[name]++;
+            differ[name] += a != b;
+        }
+        for (const char* f : moved) {
+            CAPTURE(f);
+            CHECK_MESSAGE(lines[f] == 32, "the probe printed " << lines[f] << " results of " << f << ", not 32");
+            CHECK_MESSAGE(differ[f] > 0, "the shim moved none of 32 results of " << f << ": it does not reach the probe");
+        }
+    }
+    // Every function of the C library's libm that ./transformer calls is one the shim moves, or an
+    // exact one (its result is the same in every C library).
+    const std::string program = root + "/transformer";
+    if (std::system("command -v nm > /dev/null 2>&1 && command -v ldd > /dev/null 2>&1") == 0) {
+        const std::string libm_path = dir + "/libm.txt", calls_path = dir + "/calls.txt";
+        REQUIRE(std::system(("nm -D --defined-only \"$(ldd " + program + " | sed -nE 's/.*libm\\.so[^ ]* => ([^ ]+).*/\\1/p')\" 2> /dev/null"
+                             " | awk '{ print $3 }' | sed 's/@.*//' | sort -u > " + libm_path + "; nm -D --undefined-only " + program +
+                             " | awk '{ print $2 }' | sed 's/@.*//' | sort -u > " + calls_path).c_str()) == 0);
+        std::set<std::string> libm;
+        std::istringstream ls(m_read(libm_path));
+        for (std::string w; ls >> w;) libm.insert(w);
+        if (libm.empty()) MESSAGE("ldd names no libm of ./transformer (the C library holds it): the list of its calls is not checked");
+        const std::set<std::string> exact = {"sqrt", "sqrtf", "fabs", "fabsf", "floor", "floorf", "ceil", "ceilf", "trunc", "truncf",
+                                             "round", "roundf", "lround", "lroundf", "llround", "rint", "nearbyint", "lrint",
+                                             "ldexp", "ldexpf", "frexp", "frexpf", "fmod", "fmodf", "nextafter", "nextafterf",
+                                             "copysign", "copysignf", "fmin", "fmax", "fminf", "fmaxf", "scalbn", "scalbnf", "modf"};
+        std::istringstream cs(m_read(calls_path));
+        int counted = 0;
+        for (std::string w; cs >> w;) {
+            if (!libm.count(w) || exact.count(w)) continue;
+            counted++;
+            CHECK_MESSAGE(std::find(std::begin(moved), std::end(moved), w) != std::end(moved),
+                          "./transformer calls " << w << " of the C library's libm, which the shim does not move: add it to the shim's list");
+        }
+        MESSAGE("./transformer links " << counted << " functions of libm, each moved by the shim");
+    } else
+        MESSAGE("nm or ldd is not installed: the libm functions ./transformer links are not listed");
+    // The runs, without and with the shim.
+    const std::vector<std::string> want = m_identical_outputs("./transformer", program, "");
+    const std::string shim_log = dir + "/moved.txt";
+    const std::vector<std::string> got =
+        m_identical_outputs("./transformer with the shim", program, "LD_PRELOAD=" + dir + "/shim.so TF_SHIM_LOG=" + shim_log);
+    m_identical_compare(got, "./transformer with the libm shim", want, "./transformer");
+    unsigned long long calls = 0, moved_results = 0, runs = 0;
+    std::istringstream ms(m_read(shim_log));
+    for (unsigned long long c = 0, m = 0; ms >> c >> m; runs++) calls += c, moved_results += m;
+    CHECK_MESSAGE(runs >= m_identical_runs.size(), "the shim reported from " << runs << " programs, not every run's ./transformer: it was not loaded");
+    MESSAGE("under the shim, " << runs << " programs called its functions " << calls << " times and it moved " << moved_results << " results");
 #endif
 }
 

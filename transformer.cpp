@@ -51,6 +51,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__APPLE__)
+#include <mach-o/dyld.h>  // _NSGetExecutablePath
+#endif
 
 // Every a*b + c is rounded twice (a product, then a sum) unless the code calls std::fma: the
 // rounding of a result is the source's, not the compiler's choice, so builds for other targets give
@@ -88,6 +91,13 @@
 #define TF_IVDEP_VEXP
 #else
 #define TF_IVDEP_VEXP TF_IVDEP
+#endif
+// TF_ALWAYS_INLINE: a function whose body must be inlined into the loops that call it for them to
+// vectorise (verf: g++'s -O2 size limits keep it a call otherwise).
+#if defined(__GNUC__)
+#define TF_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define TF_ALWAYS_INLINE inline
 #endif
 // TF_STREAM_WIDTH: on a function whose loops only stream memory (one token's x W), g++'s AVX-512
 // builds vectorise with 256-bit registers there. Such a loop is bound by memory bandwidth, not by the
@@ -154,8 +164,9 @@ namespace tf {
 
 // What Part I calls of Part II, one call each: gemm (transformer.hpp), the product below
 // gemm_reference computes; the row kernels, in loops the compiler vectorises, each tested against
-// the formula written here (softmax_row_reference, activation, activation_derivative); and the
-// block of memory the parameters live in.
+// the formula written here (softmax_row_reference, activation, activation_derivative); the
+// block of memory the parameters live in; and math::exp, log, cos_pi, pow_int (transformer.hpp),
+// the C library's functions computed the same way on every platform.
 template <typename T>
 void softmax_row(const T* x, T* y, int H);
 template <typename T>
@@ -964,7 +975,7 @@ T CrossEntropy(const Tensor<T>& y, const Tensor<T>& yhat) {
     require_same_shape(y, yhat, "CrossEntropy", "y", "yhat");
     T loss = 0;
     for (std::size_t j = 0; j < y.size(); j++)
-        if (y[j] != T(0)) loss -= y[j] * std::log(yhat[j]);
+        if (y[j] != T(0)) loss -= y[j] * math::log(yhat[j]);
     return loss;
 }
 // d/dyhat_j (- y_j log yhat_j) = - y_j / yhat_j.
@@ -1005,7 +1016,7 @@ double CrossEntropy_logits(const Tensor<T>& Z, const std::vector<int>& targets, 
         T* e = dZ ? dZ->row(i) : row.data();
         T mx = 0;
         const double sum = softmax_numerators(z, e, V, mx);  // e_j = exp(z_j - mx), mx = max_j z_j
-        const double lse = (double)mx + std::log(sum);
+        const double lse = (double)mx + math::log(sum);
         loss += lse - (double)z[targets[i]];
         if (dZ) {
             const T inv = T(1.0 / (sum * count));
@@ -1027,7 +1038,7 @@ double Rng::uniform() { return (double)(next() >> 11) * (1.0 / 9007199254740992.
 double Rng::normal() {
     double u1 = uniform(), u2 = uniform();
     if (u1 < 1e-300) u1 = 1e-300;
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    return std::sqrt(-2.0 * math::log(u1)) * math::cos_pi(2.0 * u2);  // cos(2 pi u2)
 }
 int Rng::below(int n) {
     if (n <= 0) throw Error("Rng::below: empty range 0.." + std::to_string(n - 1));
@@ -2118,8 +2129,8 @@ void adamw_step(const Config& c, Params<float>& p, Params<float>& grad, AdamW& o
     const float b1 = (float)opt.beta1;
     const float b2 = (float)opt.beta2;
     const float eps = (float)opt.eps;
-    const float c1 = (float)(1.0 / (1.0 - std::pow(opt.beta1, (double)opt.t)));  // bias corrections
-    const float c2 = (float)(1.0 / (1.0 - std::pow(opt.beta2, (double)opt.t)));
+    const float c1 = (float)(1.0 / (1.0 - math::pow_int(opt.beta1, opt.t)));  // bias corrections
+    const float c2 = (float)(1.0 / (1.0 - math::pow_int(opt.beta2, opt.t)));
     const std::vector<Named<float>> P = named_tensors(c, p);
     const std::vector<Named<float>> G = named_tensors(c, grad);
     const std::vector<Named<float>> M = named_tensors(c, opt.m);
@@ -2147,7 +2158,7 @@ double lr_schedule(long long s, long long steps, long long warmup, double lr, do
     if (s < warmup) return lr * (double)(s + 1) / (double)warmup;
     const long long span = std::max(1LL, steps - 1 - warmup);
     const double ratio = std::min(1.0, (double)(s - warmup) / (double)span);
-    return min_lr + 0.5 * (1.0 + std::cos(3.141592653589793 * ratio)) * (lr - min_lr);
+    return min_lr + 0.5 * (1.0 + math::cos_pi(ratio)) * (lr - min_lr);  // cos(pi ratio)
 }
 
 double lr_linear(long long s, long long steps, long long warmup, double lr, double min_lr) {
@@ -2206,12 +2217,12 @@ int sample_logits(const std::vector<float>& z, double temperature, int top_k, Rn
     for (int j = 1; j < k; j++) z_max = std::max(z_max, z[order[j]]);
     std::vector<double> w(k);
     double sum = 0;
-    for (int j = 0; j < k; j++) sum += w[j] = std::exp((z[order[j]] - z_max) / temperature);
+    for (int j = 0; j < k; j++) sum += w[j] = math::exp((z[order[j]] - z_max) / temperature);
     if (top_p < 1) {  // the nucleus: the fewest most likely ids whose probabilities add up to top_p or more
         if (!(top_p > 0)) throw Error("sample_logits: top_p must be in (0, 1], got " + std::to_string(top_p));
         if (k == V)  // not sorted by partial_sort: sort now (ties: lower id first)
             std::sort(order.begin(), order.end(), [&](int a, int b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-        for (int j = 0; j < k; j++) w[j] = std::exp((z[order[j]] - z_max) / temperature);
+        for (int j = 0; j < k; j++) w[j] = math::exp((z[order[j]] - z_max) / temperature);
         double kept = 0;
         int m = 0;
         while (m < k && kept < top_p * sum) kept += w[m++];
@@ -2345,7 +2356,7 @@ std::vector<TokenProb> next_token_probs(const Config& c, const Params<T>& p, con
     }
     std::vector<TokenProb> all(c.V);
     double sum = 0;
-    for (int j = 0; j < c.V; j++) sum += all[j].p = std::exp((double)z[j] - m), all[j].id = j;
+    for (int j = 0; j < c.V; j++) sum += all[j].p = math::exp((double)z[j] - m), all[j].id = j;
     for (TokenProb& t : all) t.p /= sum;
     const int kept = std::min(k, c.V);
     std::partial_sort(all.begin(), all.begin() + kept, all.end(),
@@ -3094,9 +3105,9 @@ static T lane_dot(const T* __restrict x, const T* __restrict y, int n) {
 // -fopt-info-vec / -Rpass=loop-vectorize, g++ and clang++, AVX-512 and AVX2):
 //   exp(x) = 2^k exp(r),  k = round(x / ln 2),  r = x - k ln 2 in [-ln2/2, ln2/2]
 // (ln 2 in two parts, so k ln 2 is exact to the last bit of r), exp(r) by its Taylor series to
-// degree 7 (float) or 12 (double), 2^k from its exponent bits (in two halves, so that every
-// factor is a normal number). Accuracy, measured against double std::exp over the whole range:
-// relative error below 8e-8 for float (under one unit in the last place), 3.2e-16 for double.
+// degree 7 (float) or 13 (double), 2^k from its exponent bits (in two halves, so that every
+// factor is a normal number). Accuracy, measured against long double std::exp over the whole range:
+// relative error below 1.01e-7 for float (1.19 ulp), 1.76e-16 for double (1.16 ulp).
 // Results below the smallest normal number are 0 (float: x < -87.3; std::exp gives < 1.2e-38
 // there), above the largest finite one inf; exp(-inf) = 0 exactly and NaN stays NaN.
 template <typename T> struct ExpParts;
@@ -3122,7 +3133,7 @@ template <> struct ExpParts<float> {
 };
 template <> struct ExpParts<double> {
     using Int = int64_t;
-    static constexpr int mantissa = 52, bias = 1023, degree = 12;
+    static constexpr int mantissa = 52, bias = 1023, degree = 13;
     static constexpr double lo = -708.0, hi = 709.78, round = 6755399441055744.0;  // 1.5 * 2^52
     static constexpr double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
 };
@@ -3153,6 +3164,221 @@ inline T vexp(T x) {
     return x != x ? x : y;
 }
 
+// ---- The C library's functions, the program's own: exp, log, erf, cos(pi t), b^n ------------------
+// The C libraries (glibc, macOS's, musl) round log, erf, cos, pow differently in the last bit of a
+// few results, and a training run carries such a bit on through every later step. These are plain
+// IEEE operations (+ - * /, exact splits of a number's bits) in an order the source fixes, so every
+// platform computes the same bits (docs/performance.md, "The same numbers on every machine").
+// float's log and erf are computed in double and rounded once (erf: verf above). The polynomials' coefficients are
+// the Taylor series' (exact rationals of pi and sqrt(pi)) or, for erf's tail, Chebyshev fits,
+// rounded from 60-digit arithmetic (mpmath's chebyfit on [a, b] in u = (x - c) / h, rewritten in
+// powers of x - c). The tests measure each against the C library's long double function.
+// erf as plain arithmetic that vectorises, for gelu_erf's loops (as vexp is for exp). float: in
+// double, erf(x) = x sum_n (-1)^n 2 / (sqrt(pi) n! (2n + 1)) x^2n to x^22 for |x| < 1 (an error
+// under 1e-10), and 1 - erfc(x) with erfc by a polynomial in |x| - 2.5 on [1, 4] (a Chebyshev fit
+// of degree 17, error under 1.4e-10; float's erf is +-1 from |x| = 3.92), rounded to float once.
+// Both forms are computed and one is kept: no branch, no table lookup, no exp (vexp<double> needs a
+// conversion to 64-bit integers that AVX2 lacks). double: math::erf (the gradient checks' precision;
+// no loop of doubles needs the speed).
+static constexpr double erf_taylor_float[12] = {
+    1.1283791670955126,     -0.37612638903183754,  0.11283791670955126,    -0.026866170645131252,
+    0.005223977625442188,   -0.0008548327023450853, 0.00012055332981789664, -1.492565035840625e-05,
+    1.6462114365889248e-06, -1.6365844691234924e-07, 1.4807192815879218e-08, -1.2290555301717928e-09};
+static constexpr double erfc_1_to_4[18] = {
+    0.00040695214860950527, -0.002178284230102943,  0.005445701119222516,   -0.008350089564336456,
+    0.008622487928327666,   -0.006117348240709793,  0.002797968482814732,   -0.0005424081646991613,
+    -0.00025945266908571307, 0.0002502743287885237, -8.041534432093938e-05, -5.108798022442378e-06,
+    1.5359386286426237e-05, -4.730107063912276e-06, -7.9170270535196e-07,   6.732363791577049e-07,
+    -1.0937593684177202e-08, -3.3670660638149515e-08};  // erfc(x) = sum_d c[d] (x - 2.5)^d on [1, 4]
+static TF_ALWAYS_INLINE float verf(float x_float) {
+    const double x = x_float;
+    const double a_exact = x < 0 ? -x : x;
+    const double a = a_exact < 4.0 ? a_exact : 4.0;  // NaN too: its NaN is put back at the end
+    const double z = a * a;                           // exact: a has float's 24 bits
+    double p = erf_taylor_float[11];
+    TF_UNROLL(16)
+    for (int n = 10; n >= 0; n--) p = erf_taylor_float[n] + z * p;
+    const double s = a - 2.5;
+    double q = erfc_1_to_4[17];
+    TF_UNROLL(32)
+    for (int d = 16; d >= 0; d--) q = erfc_1_to_4[d] + s * q;
+    const double y = a_exact < 1.0 ? a * p : 1.0 - q;
+    const float r = (float)(x < 0 ? -y : y);
+    return x_float != x_float ? x_float : r;
+}
+namespace math {
+double erf(double x);
+}
+static inline double verf(double x) { return math::erf(x); }
+
+namespace math {
+float exp(float x) { return vexp(x); }
+double exp(double x) { return vexp(x); }
+
+// a * b = p + e exactly (Dekker): p the rounded product, e its error, from a and b split into two
+// 26-bit halves each (exact while a * b stays inside the normal range).
+static void two_product(double a, double b, double& p, double& e) {
+    p = a * b;
+    const double sa = 134217729.0 * a, sb = 134217729.0 * b;  // 2^27 + 1
+    const double a1 = sa - (sa - a), a2 = a - a1, b1 = sb - (sb - b), b2 = b - b1;
+    e = ((a1 * b1 - p) + a1 * b2 + a2 * b1) + a2 * b2;
+}
+
+// x = 2^k m, m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact), s = f / (2 + f). Then
+//   log(1 + f) = 2 atanh(s) = 2s + 2s^3/3 + 2s^5/5 + ... = f - s (f - R),  R = 2s^2/3 + 2s^4/5 + ...
+// using 2s = f - s f; |s| <= 0.1716, so R to s^20 leaves a relative error under 1e-18. k ln 2 is
+// ln2_hi k (exact: ln2_hi has 32 significant bits) + ln2_lo k.
+double log(double x) {
+    if (x != x) return x;
+    if (x <= 0) return x == 0 ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+    if (x == std::numeric_limits<double>::infinity()) return x;
+    int k = 0;
+    if (x < std::numeric_limits<double>::min()) {  // subnormal: scale by 2^54 (exact)
+        x *= 18014398509481984.0;
+        k = -54;
+    }
+    uint64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    k += (int)(bits >> 52) - 1023;
+    bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;  // m in [1, 2)
+    double m;
+    std::memcpy(&m, &bits, sizeof m);
+    if (m > 1.4142135623730951) {
+        m *= 0.5;
+        k++;
+    }
+    const double f = m - 1.0;
+    const double s = f / (2.0 + f);
+    const double z = s * s;
+    double R = 2.0 / 21;
+    for (int d = 19; d >= 3; d -= 2) R = 2.0 / d + z * R;  // 2/19, 2/17, ..., 2/3
+    R *= z;
+    const double kd = k;
+    return kd * ExpParts<double>::ln2_hi + (f - (s * (f - R) - kd * ExpParts<double>::ln2_lo));
+}
+float log(float x) { return (float)math::log((double)x); }
+
+// erf(x) = x sum_n (-1)^n 2 / (sqrt(pi) n! (2n + 1)) x^2n for |x| < 1; above, erf(x) = 1 - erfc(x)
+// with erfc(x) = exp(-x^2) erfcx(x): erfcx (the scaled complementary function, smooth and slowly
+// varying) by a polynomial in x - c on [1, 2), [2, 3), [3, 4), [4, 6), and x^2 = hi + lo exactly (x
+// split into two 26-bit halves), exp(-x^2) = exp(-hi) (1 - lo). erf(x) rounds to 1 from x = 5.93.
+static constexpr double erf_taylor[19] = {
+    1.1283791670955126,     -0.37612638903183754,   0.11283791670955126,    -0.026866170645131252,
+    0.005223977625442188,   -0.0008548327023450853, 0.00012055332981789664, -1.492565035840625e-05,
+    1.6462114365889248e-06, -1.6365844691234924e-07, 1.4807192815879218e-08, -1.2290555301717928e-09,
+    9.422759064650411e-11,  -6.7113668551641105e-12, 4.4632242632864775e-13, -2.7835162072109215e-14,
+    1.6342614095367152e-15, -9.063970842808673e-17, 4.763348040515068e-18};
+struct ErfcxPiece {
+    double center;
+    int degree;
+    double c[16];  // erfcx(x) = sum_d c[d] (x - center)^d
+};
+static const ErfcxPiece erfcx_pieces[4] = {
+    {1.5, 15, {0.3215854164543175, -0.16362291773256007, 0.07615103985548055, -0.03293090529956347,
+               0.013377340952802835, -0.005145957547915988, 0.0018861348854630824, -0.0006619300686179933,
+               0.00022330981211640024, -7.265888759557882e-05, 2.286543658874603e-05, -6.975285854904505e-06,
+               2.061689065129881e-06, -5.946998373950516e-07, 1.8038197652346406e-07, -4.932844202000261e-08}},
+    {2.5, 13, {0.21080636406114361, -0.07434734678979468, 0.024937997086645233, -0.008001569382098908,
+               0.0024670368164479654, -0.0007335909373117802, 0.00021101980639242626, -5.886896055724396e-05,
+               1.596205712687532e-05, -4.214343130963489e-06, 1.0840311055681113e-06, -2.726770726930534e-07,
+               7.05750661898197e-08, -1.696411408635626e-08}},
+    {3.5, 11, {0.15529365560889383, -0.0413235778332524, 0.010661133192643927, -0.002673074439670815,
+               0.0006526863206603701, -0.00015546891696033679, 3.618181032990639e-05, -8.238008146585704e-06,
+               1.8363727483095443e-06, -4.01573744038909e-07, 8.90999400567085e-08, -1.8763381407389433e-08}},
+    {5.0, 9, {0.11070463774125715, -0.021332789766191164, 0.004040688499736073, -0.0007528967452212313,
+              0.00013810568506979497, -2.49544276810777e-05, 4.435252862215888e-06, -7.791179192739018e-07,
+              1.4552545520418797e-07, -2.4853846318629353e-08}}};
+double erf(double x) {
+    if (x != x) return x;
+    const double a = x < 0 ? -x : x;
+    if (a < 1) {  // x + x (c_0 - 1 + c_1 x^2 + ...): x itself is exact, the sum after it is small
+        double z, z_lo;
+        two_product(x, x, z, z_lo);  // x^2 = z + z_lo exactly
+        double p = erf_taylor[18];
+        for (int n = 17; n >= 1; n--) p = erf_taylor[n] + z * p;
+        return x + x * (0.1283791670955126 + (z * p + z_lo * erf_taylor[1]));  // 0.128... = c_0 - 1 = 2 / sqrt(pi) - 1
+    }
+    if (a >= 6) return x > 0 ? 1.0 : -1.0;
+    const ErfcxPiece& piece = erfcx_pieces[a < 2 ? 0 : a < 3 ? 1 : a < 4 ? 2 : 3];
+    const double s = a - piece.center;  // exact
+    double g = piece.c[piece.degree];
+    for (int d = piece.degree - 1; d >= 0; d--) g = piece.c[d] + s * g;
+    double hi, lo;
+    two_product(a, a, hi, lo);  // a^2 = hi + lo exactly
+    const double e = vexp(-hi);
+    const double erfc = (e - e * lo) * g;
+    return x > 0 ? 1.0 - erfc : erfc - 1.0;
+}
+float erf(float x) { return verf(x); }
+
+// t - 2 round(t / 2) = r in [-1, 1] (exact); cos(pi r) = cos(pi |r|) = -cos(pi (1 - |r|)), so b in
+// [0, 1/2]; cos(pi b) by its Taylor series for b <= 1/4, sin(pi (1/2 - b)) by its series above
+// (both to a relative error under 1e-18 at |pi b| <= pi/4).
+static const double cos_pi_taylor[10] = {1.0, -4.934802200544679, 4.0587121264167685, -1.3352627688545895,
+                                         0.2353306303588932, -0.02580689139001406, 0.0019295743094039231,
+                                         -0.0001046381049248457, 4.303069587032947e-06, -1.3878952462213771e-07};
+static const double sin_pi_taylor[9] = {3.141592653589793, -5.16771278004997, 2.5501640398773455,
+                                        -0.5992645293207921, 0.08214588661112823, -0.0073704309457143504,
+                                        0.00046630280576761255, -2.1915353447830217e-05, 7.952054001475513e-07};
+double cos_pi(double t) {
+    double a = t < 0 ? -t : t;
+    if (!(a < std::numeric_limits<double>::infinity())) return t - t;  // inf, NaN: NaN
+    if (a >= 9007199254740992.0) return 1.0;                            // 2^53 and above: even integers
+    const double half_round = (a * 0.5 + 6755399441055744.0) - 6755399441055744.0;  // round(a / 2), no library call
+    double r = a - 2.0 * half_round;
+    r = r < 0 ? -r : r;
+    const double sign = r > 0.5 ? -1.0 : 1.0;
+    if (r > 0.5) r = 1.0 - r;
+    if (r <= 0.25) {  // 1 + c_1 r^2 + r^4 (c_2 + ...), with r^2 and c_1 r^2 exact as two doubles each
+        double z, z_lo, q, q_lo;
+        two_product(r, r, z, z_lo);
+        two_product(cos_pi_taylor[1], z, q, q_lo);
+        double p = cos_pi_taylor[9];
+        for (int n = 8; n >= 2; n--) p = cos_pi_taylor[n] + z * p;
+        const double tail = q_lo + (cos_pi_taylor[1] * z_lo + -3.1326477543698557e-16 * z) + z * z * p;  // -3.13e-16: -pi^2/2 - c_1
+        const double one_plus_q = 1.0 + q, lost = (1.0 - one_plus_q) + q;                                 // 1 + q exactly
+        return sign * (one_plus_q + (lost + tail));
+    }
+    const double b = 0.5 - r, z = b * b;  // sin(pi b) = b pi + b (pi^3 b^2 / 6 - ...), b pi = hi + lo exactly
+    double p = sin_pi_taylor[8];
+    for (int n = 7; n >= 1; n--) p = sin_pi_taylor[n] + z * p;
+    double hi, lo;
+    two_product(b, 3.141592653589793, hi, lo);
+    return sign * (hi + (lo + b * (1.2246467991473532e-16 + z * p)));  // 1.22e-16 = pi - 3.141592653589793
+}
+
+// A double-double number hi + lo (|lo| <= ulp(hi) / 2) times another: the exact product of the two
+// highs plus the cross terms, renormalised.
+static void dd_mul(double& hi, double& lo, double y_hi, double y_lo) {
+    double p, e;
+    two_product(hi, y_hi, p, e);
+    e = e + (hi * y_lo + lo * y_hi);
+    hi = p + e;
+    lo = e - (hi - p);
+}
+// b^n: squaring and multiplying in double-double (about 100 bits), rounded once at the end. Where an
+// intermediate leaves the normal range (b = 0, inf, NaN, overflow, underflow), the plain double
+// products give IEEE's answer instead.
+double pow_int(double b, long long n) {
+    unsigned long long m = n < 0 ? 0ull - (unsigned long long)n : (unsigned long long)n;
+    double r_hi = 1, r_lo = 0, b_hi = b, b_lo = 0, plain = 1, b_plain = b;
+    for (; m; m >>= 1) {
+        if (m & 1) {
+            dd_mul(r_hi, r_lo, b_hi, b_lo);
+            plain *= b_plain;
+        }
+        if (m > 1) {
+            dd_mul(b_hi, b_lo, b_hi, b_lo);
+            b_plain *= b_plain;
+        }
+    }
+    const double limit = 1e300, small = 1e-280;  // Dekker's splits stay exact well inside these
+    const double mag = plain < 0 ? -plain : plain;
+    const double r = mag < limit && mag > small && r_hi == r_hi ? r_hi : plain;
+    return n < 0 ? 1.0 / r : r;
+}
+}  // namespace math
+
 // softmax_row_reference in loops the compiler vectorises: lane_max, vexp, lane_sum.
 template <typename T>
 void softmax_row(const T* __restrict x, T* __restrict y, int H) {
@@ -3181,8 +3407,8 @@ TF_IVDEP_VEXP
 // activation and activation_derivative over a whole array, in loops the compiler vectorises: vexp instead of
 // std::exp and std::tanh, with 0.5 (1 + tanh u) = sigmoid(2u) = 1 / (1 + exp(-2u)) for the tanh
 // form (which also avoids the cancellation in 1 + tanh u for u << 0), and with 1 - t^2 =
-// 4 s (1 - s) in its derivative. gelu_erf keeps std::erf (a plain loop). Tests compare both with
-// activation and activation_derivative.
+// 4 s (1 - s) in its derivative; gelu_erf calls verf and vexp.
+// Tests compare both with activation and activation_derivative.
 template <typename T>
 void activation_array(Activation a, const T* __restrict z, T* __restrict y, std::size_t n) {
     const T sqrt_2_over_pi = T(0.7978845608028654);  // sqrt(2/pi)
@@ -3203,7 +3429,8 @@ TF_IVDEP_VEXP
             }
             return;
         case Activation::gelu_erf:
-            for (std::size_t k = 0; k < n; k++) y[k] = activation(a, z[k]);
+TF_IVDEP_VEXP
+            for (std::size_t k = 0; k < n; k++) y[k] = T(0.5) * z[k] * (T(1) + verf(z[k] * T(0.7071067811865476)));
             return;
     }
 }
@@ -3233,7 +3460,11 @@ TF_IVDEP_VEXP
             }
             return;
         case Activation::gelu_erf:
-            for (std::size_t k = 0; k < n; k++) dz[k] *= activation_derivative(a, z[k]);
+TF_IVDEP_VEXP
+            for (std::size_t k = 0; k < n; k++) {
+                const T x = z[k];
+                dz[k] *= T(0.5) * (T(1) + verf(x * T(0.7071067811865476))) + x * vexp(T(-0.5) * x * x) * T(0.3989422804014327);
+            }
             return;
     }
 }
@@ -3644,8 +3875,9 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
             if (!S_ISREG(st.st_mode)) throw Error("cannot write " + what + ": it is not a regular file");
         };
         struct stat st;
-        // The kernel's own view first: /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]" is a link
-        // whose text names no file, so only stat through it sees the pipe or terminal.
+        // The kernel's own view first: on Linux /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]" is a
+        // link whose text names no file, so only stat through it sees the pipe or terminal; on macOS
+        // /dev/stdout -> /dev/fd/1, whose stat is the open file's as well.
         if (::stat(o.path.c_str(), &st) == 0) check_type(st);
         const std::string p = resolve_output_path(o.path);
         const std::string dir = dir_of(p);
@@ -3674,6 +3906,15 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
             throw Error("refusing to replace " + o.role + " '" + o.path + "': it exists and is not " + kind_name(o.kind) +
                         " (only files this program wrote are replaced; remove it or choose another name)");
     }
+}
+
+// The peak resident set of getrusage in MiB: ru_maxrss counts bytes on macOS, KiB on Linux and the BSDs.
+static double max_rss_mib(const struct rusage& ru) {
+#if defined(__APPLE__)
+    return (double)ru.ru_maxrss / (1024.0 * 1024.0);
+#else
+    return (double)ru.ru_maxrss / 1024.0;
+#endif
 }
 
 // The temporary file being written, so that Ctrl-C (SIGINT), SIGTERM or SIGHUP removes it before
@@ -6545,7 +6786,7 @@ TrainResult train(const TrainOptions& opt_in) {
                         o.eval_steps, r.val_loss);
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
         struct rusage ru;
-        if (::getrusage(RUSAGE_SELF, &ru) == 0) std::printf("peak memory (max resident set): %.1f MB\n", (double)ru.ru_maxrss / 1024.0);
+        if (::getrusage(RUSAGE_SELF, &ru) == 0) std::printf("peak memory (max resident set): %.1f MB\n", max_rss_mib(ru));
     }
     return r;
 }
@@ -6883,7 +7124,7 @@ std::vector<int> finetune_predict(const Config& c, const Params<float>& p, const
             pred[i + e] = best;
             if (probs)
                 for (int y = 0; y < P.cols(); y++) (*probs)[i + e].push_back(P(e, y));
-            if (labels[e] >= 0) L2 -= std::log(std::max(1e-30, (double)P(e, labels[e]))), counted++;
+            if (labels[e] >= 0) L2 -= math::log(std::max(1e-30, (double)P(e, labels[e]))), counted++;
         }
         i = j;
     }
@@ -9769,17 +10010,34 @@ static std::string inline_svg(const std::string& svg) {
     return at == std::string::npos ? svg : svg.substr(at);
 }
 
+// The absolute path of the running program: /proc/self/exe on Linux, _NSGetExecutablePath (made
+// absolute by realpath) on macOS; empty elsewhere, where explain --html looks for the source at the
+// path it was compiled from alone.
+static std::string executable_path() {
+#if defined(__APPLE__)
+    char exe[4096];
+    uint32_t size = sizeof exe;
+    if (_NSGetExecutablePath(exe, &size) != 0) return "";
+    char* real = ::realpath(exe, nullptr);
+    const std::string e = real ? real : "";
+    std::free(real);
+    return e;
+#elif defined(__linux__)
+    char exe[4096];
+    const ssize_t k = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    return k > 0 ? std::string(exe, (std::size_t)k) : std::string();
+#else
+    return "";
+#endif
+}
+
 static std::string read_source(const std::string& given, std::string& used) {
     std::vector<std::string> tries;
     if (!given.empty()) tries.push_back(given);
     else {
         tries.push_back(__FILE__);
-        char exe[4096];
-        const ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (k > 0) {
-            std::string e(exe, (std::size_t)k);
-            tries.push_back(e.substr(0, e.rfind('/') + 1) + "transformer.cpp");
-        }
+        const std::string e = executable_path();
+        if (!e.empty()) tries.push_back(e.substr(0, e.rfind('/') + 1) + "transformer.cpp");
     }
     for (const std::string& p : tries) {
         struct stat st;

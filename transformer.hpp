@@ -392,9 +392,25 @@ template <typename T>
 void activation_derivative_array(Activation a, const T* z, T* dz, std::size_t n);
 
 // exp(x) as plain arithmetic that vectorises (std::exp is a library call): relative error below
-// 8e-8 for float, 3.2e-16 for double; 0 below the normal range, exp(-inf) = 0, NaN stays NaN.
+// 1.01e-7 for float, 1.76e-16 for double; 0 below the normal range, exp(-inf) = 0, NaN stays NaN.
 template <typename T>
 T vexp(T x);
+// The C library's transcendental functions, computed by the program: range reduction and a
+// polynomial in plain IEEE arithmetic, in a fixed order, so that a run writes the same bits whichever
+// C library (glibc, macOS's, musl) the program is linked with (docs/performance.md, "The same numbers
+// on every machine"). Every result of a run goes through these; the plain reference loops
+// (softmax_row_reference, activation, activation_derivative) keep std::. Measured against the C
+// library's long double functions (the "math: ..." tests): the largest errors in units in the last place.
+namespace math {
+float exp(float x);    // vexp: under 1.2 ulp; 0 below the normal range (x < -87.3), inf above 88.72
+double exp(double x);  // vexp: under 1.2 ulp; 0 for x < -708, inf above 709.78
+float log(float x);    // under 0.51 ulp (computed in double); log(0) = -inf, log(x < 0) = NaN
+double log(double x);  // under 1 ulp, subnormal x included
+float erf(float x);    // under 0.51 ulp (computed in double)
+double erf(double x);  // under 1.3 ulp; erf(x) = +-1 for |x| >= 6
+double cos_pi(double t);  // cos(pi t), under 1 ulp; exact at the multiples of 1/2; inf and NaN give NaN
+double pow_int(double b, long long n);  // b^n by squaring in double-double: under 0.51 ulp in the normal range
+}  // namespace math
 // One row of Softmax: the plain loop with std::exp, and the vectorised form (vexp) used by Softmax.
 template <typename T>
 void softmax_row_reference(const T* x, T* y, int H);
