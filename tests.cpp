@@ -597,6 +597,7 @@ const Activation kGelus[] = {Activation::gelu_sigmoid, Activation::gelu_tanh, Ac
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -11080,6 +11081,224 @@ TEST_CASE("banners: transformer.hpp, transformer.cpp and tests.cpp list the same
             if (at == heads.size()) break;
         }
     }
+}
+
+// ---- reading: the code's shape, read as text ----------------------------------------------------
+// The source with every comment, string literal, character literal and preprocessor line blanked
+// (newlines kept, so offsets and line numbers stay the source's): what the scans below read.
+static std::string m_code_only(const std::string& s) {
+    std::string o = s;
+    std::size_t i = 0;
+    auto blank = [&](std::size_t from, std::size_t to) {
+        for (std::size_t a = from; a < to && a < o.size(); a++)
+            if (o[a] != '\n') o[a] = ' ';
+    };
+    bool line_start = true;
+    while (i < s.size()) {
+        const char ch = s[i];
+        if (line_start && ch == '#') {  // a preprocessor line, with its continuations
+            std::size_t e = i;
+            while (e < s.size() && !(s[e] == '\n' && s[e - 1] != '\\')) e++;
+            blank(i, e);
+            i = e;
+            continue;
+        }
+        if (ch == '\n') line_start = true;
+        else if (ch != ' ' && ch != '\t') line_start = false;
+        if (ch == '/' && i + 1 < s.size() && s[i + 1] == '/') {
+            const std::size_t e = s.find('\n', i);
+            blank(i, e == std::string::npos ? s.size() : e);
+            i = e == std::string::npos ? s.size() : e;
+        } else if (ch == '/' && i + 1 < s.size() && s[i + 1] == '*') {
+            const std::size_t e = s.find("*/", i + 2);
+            const std::size_t end = e == std::string::npos ? s.size() : e + 2;
+            blank(i, end);
+            i = end;
+        } else if (ch == 'R' && i + 1 < s.size() && s[i + 1] == '"' && (i == 0 || !(std::isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) {
+            const std::size_t open = s.find('(', i + 2);  // R"delim( ... )delim"
+            const std::string close = ")" + s.substr(i + 2, open - i - 2) + "\"";
+            const std::size_t e = s.find(close, open);
+            const std::size_t end = e == std::string::npos ? s.size() : e + close.size();
+            blank(i + 2, end - 1);
+            i = end;
+        } else if (ch == '"' || (ch == '\'' && !(i > 0 && std::isxdigit((unsigned char)s[i - 1]) && i + 1 < s.size() && std::isxdigit((unsigned char)s[i + 1])))) {
+            std::size_t e = i + 1;  // a literal; a ' between two digits is a digit separator
+            while (e < s.size() && s[e] != ch && s[e] != '\n') e += s[e] == '\\' ? 2 : 1;
+            blank(i + 1, e);
+            i = e + 1;
+        } else {
+            i++;
+        }
+    }
+    return o;
+}
+
+static int m_line_at(const std::string& s, std::size_t at) { return 1 + (int)std::count(s.begin(), s.begin() + (long)at, '\n'); }
+
+struct MFunctionLength {
+    std::string name;
+    int line = 0, lines = 0;  // the line of its name, and the lines from there to its closing brace
+};
+
+// The functions defined in a source: each { at namespace or class level whose head (the text since the
+// last ;, { or } there) has a parameter list and is not an initializer (= {...}). Lambdas and the
+// blocks inside a function count as the function's lines; doctest's TEST_CASE and SUBCASE bodies are
+// not functions here.
+static std::vector<MFunctionLength> m_function_lengths(const std::string& source) {
+    const std::string s = m_code_only(source);
+    std::vector<MFunctionLength> found;
+    std::vector<char> scopes;  // per open brace: 'n' a namespace, class or extern block, 'f' a function, 'h' a
+                               // default argument in a head, 'o' anything else
+    std::size_t head = 0;  // where the current head at namespace level starts
+    auto open_level = [&] { return std::all_of(scopes.begin(), scopes.end(), [](char k) { return k == 'n'; }); };
+    for (std::size_t i = 0; i < s.size(); i++) {
+        const char ch = s[i];
+        if (ch == ';' && open_level()) head = i + 1;
+        if (ch == '{') {
+            char kind = 'o';
+            if (open_level()) {
+                const std::string h = s.substr(head, i - head);
+                int depth = 0;
+                bool eq = false, paren = false;
+                std::size_t name_end = std::string::npos;
+                for (std::size_t a = 0; a < h.size(); a++) {
+                    if (h[a] == '(' && depth++ == 0 && !paren) {
+                        std::size_t e = a;
+                        while (e > 0 && std::isspace((unsigned char)h[e - 1])) e--;
+                        std::size_t b = e;
+                        while (b > 0 && (std::isalnum((unsigned char)h[b - 1]) || h[b - 1] == '_' || h[b - 1] == ':' || h[b - 1] == '~')) b--;
+                        const std::string word = h.substr(b, e - b);
+                        if (!word.empty() && word != "decltype" && word != "alignas" && word != "__attribute__") paren = true, name_end = e;
+                    } else if (h[a] == ')') {
+                        depth--;
+                    } else if (h[a] == '=' && depth == 0 && h.find("operator") == std::string::npos) {
+                        eq = true;
+                    }
+                }
+                static const std::regex type_head(R"(^\s*(template\s*<[^{]*>\s*)?(struct|class|union|namespace|enum|extern)\b)");
+                if (depth > 0) {  // a default argument's {}, inside the parameter list: part of the head
+                    kind = 'h';
+                } else if (std::regex_search(h, type_head) || h.find_first_not_of(" \t\n") == std::string::npos) {
+                    kind = 'n';
+                } else if (paren && !eq) {
+                    std::size_t b = name_end;
+                    while (b > 0 && (std::isalnum((unsigned char)h[b - 1]) || h[b - 1] == '_' || h[b - 1] == ':' || h[b - 1] == '~')) b--;
+                    const std::string name = h.substr(b, name_end - b);
+                    if (name != "TEST_CASE" && name != "SUBCASE" && name != "TEST_CASE_TEMPLATE") {
+                        kind = 'f';
+                        found.push_back({name, m_line_at(s, head + b), 0});
+                    }
+                }
+            }
+            scopes.push_back(kind);
+            if (kind == 'n') head = i + 1;
+        } else if (ch == '}' && !scopes.empty()) {
+            const char kind = scopes.back();
+            scopes.pop_back();
+            if (kind == 'f') found.back().lines = m_line_at(s, i) - found.back().line + 1;
+            if (open_level() && kind != 'h') head = i + 1;
+        }
+    }
+    return found;
+}
+
+// Part I's statements that use the comma operator: a , outside every (), [], template <> and braced
+// initializer, in a statement that is not a declaration. A declaration of several variables
+// (double m = 0, s = 0;) is one statement, and Part I writes them; a, b; joining two expressions is two.
+// Returns "LINE: the statement" per comma statement.
+static std::vector<std::string> m_comma_statements(const std::string& source, std::size_t from, std::size_t to) {
+    const std::string s = m_code_only(source);
+    std::vector<std::string> found;
+    std::vector<char> open;  // 'b' a block, 'i' a braced initializer, '(' and '['
+    std::size_t start = from;  // the current statement's start
+    auto prev_char = [&](std::size_t i) {
+        while (i > from && std::isspace((unsigned char)s[i - 1])) i--;
+        return i;  // one past the last non-space before i
+    };
+    auto word_before = [&](std::size_t e) {
+        std::size_t b = e;
+        while (b > from && (std::isalnum((unsigned char)s[b - 1]) || s[b - 1] == '_')) b--;
+        return s.substr(b, e - b);
+    };
+    static const std::regex declaration(
+        R"(^\s*(?:(?:const|static|constexpr|thread_local|volatile|unsigned|signed|long|short|inline)\s+)*[A-Za-z_][\w:]*(?:\s*<[^;{}]*>)?(?:\s*[*&]+)*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:=|,|\(|\{|\[|;))");
+    static const std::set<std::string> not_types = {"return", "throw", "else", "if", "for", "while", "do", "case", "goto", "delete", "new", "switch"};
+    for (std::size_t i = from; i < to; i++) {
+        const char ch = s[i];
+        const bool top = !open.empty() && open.back() == 'b';
+        if (ch == '{') {
+            const std::size_t p = prev_char(i);
+            const char before = p > from ? s[p - 1] : ';';
+            const std::string word = word_before(p);
+            const bool block = before == ')' || before == ']' || before == ';' || before == '}' || (before == '{' && (open.empty() || open.back() == 'b')) ||
+                               word == "else" || word == "do" || word == "try" || word == "const" || word == "noexcept" || word == "override" || word == "mutable";
+            open.push_back(block ? 'b' : 'i');
+            start = i + 1;
+        } else if (ch == '}') {
+            if (!open.empty()) open.pop_back();
+            start = i + 1;
+        } else if (ch == '(' || ch == '[') {
+            open.push_back(ch);
+        } else if ((ch == ')' || ch == ']') && !open.empty()) {
+            open.pop_back();
+        } else if (ch == ';' && top) {
+            start = i + 1;
+        } else if (ch == '<' && top && i > from && (std::isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_')) {
+            int depth = 0;  // a template's arguments: skip to the matching >, if there is one before the statement ends
+            std::size_t e = i;
+            for (; e < to; e++) {
+                const char c2 = s[e];
+                if (c2 == '<' || c2 == '(' || c2 == '[') depth++;
+                else if (c2 == '>' || c2 == ')' || c2 == ']') depth--;
+                else if (c2 == ';' || c2 == '{' || c2 == '}') break;
+                if (depth == 0) break;
+            }
+            if (e < to && depth == 0 && s[e] == '>') i = e;
+        } else if (ch == ',' && top) {
+            const std::string stmt = s.substr(start, s.find(';', i) - start);
+            std::smatch m;
+            const std::size_t first = stmt.find_first_not_of(" \t\n");
+            const std::size_t first_end = stmt.find_first_of(" \t\n(<:;", first);
+            const std::string first_word = first == std::string::npos ? "" : stmt.substr(first, first_end - first);
+            if (!std::regex_search(stmt, m, declaration) || not_types.count(first_word)) {
+                const std::size_t from_text = s.find_first_not_of(" \t\n", start);  // the source's text, from the statement's first word
+                found.push_back(std::to_string(m_line_at(s, i)) + ": " + source.substr(from_text, s.find(';', i) + 1 - from_text));
+            }
+            i = s.find(';', i);  // one report per statement
+            start = i + 1;
+        }
+    }
+    return found;
+}
+TEST_CASE("reading: no function of transformer.cpp, main.cpp or tests.cpp is over 100 lines; Part I has no comma statements") {
+    // A function is read from its name to its closing brace: over 100 lines it no longer reads at
+    // once. Tables of data written as a function are allowed (main.cpp's command_docs: the flags' docs).
+    const std::set<std::string> tables = {"command_docs"};
+    for (const char* file : {"transformer.cpp", "main.cpp", "tests.cpp"}) {
+        const std::vector<MFunctionLength> fs = m_function_lengths(m_read(file));
+        CHECK_MESSAGE(fs.size() > 50, file << ": the scan should find the file's functions, found " << fs.size());
+        for (const MFunctionLength& f : fs)
+            CHECK_MESSAGE((f.lines <= 100 || tables.count(f.name)),
+                          file << ":" << f.line << ": " << f.name << " is " << f.lines << " lines, expected at most 100 (split it into named steps)");
+    }
+    // The guide's "one statement per line" in Part I: a, b; is two statements on a line.
+    const std::string cpp = m_read("transformer.cpp");
+    const std::size_t part1 = cpp.find("\n// PART I. "), part2 = cpp.find("\n// PART II. ");
+    REQUIRE_MESSAGE((part1 != std::string::npos && part2 != std::string::npos && part1 < part2),
+                    "transformer.cpp should have the banners // PART I. and // PART II., in that order");
+    for (const std::string& s : m_comma_statements(cpp, part1, part2))
+        CHECK_MESSAGE(false, "transformer.cpp:" << s << "\n  joins statements with the comma operator in Part I: write one statement per line");
+    // The scans themselves, on a hand-made source: what they must find and what they must let pass.
+    const std::string sample = "// PART I. \nstruct S { int f(int a = {}) const {\n return a; } };\n"
+                               "template <typename T>\nT g(T x) {\n    int a = 0, b = 1;\n    std::map<int, int> m;\n"
+                               "    for (int i = 0, j = 0; i < 2; i++, j++) a += i, b += j;\n    std::vector<int> v = {1, 2};\n"
+                               "    const char* s = \"a, b\";  // a, b\n    a = 1, b = 2;\n    return {a, b};\n}\n// PART II. \n";
+    const std::vector<MFunctionLength> fs = m_function_lengths(sample);
+    REQUIRE(fs.size() == 2);
+    CHECK((fs[0].name == "f" && fs[0].line == 2 && fs[0].lines == 2));
+    CHECK((fs[1].name == "g" && fs[1].line == 5 && fs[1].lines == 9));
+    CHECK(m_comma_statements(sample, 0, sample.size()) ==
+          std::vector<std::string>{"8: for (int i = 0, j = 0; i < 2; i++, j++) a += i, b += j;", "11: a = 1, b = 2;"});
 }
 
 TEST_CASE("teaching: Part I calls only itself and the entry points declared at its top (make part-one-check)") {

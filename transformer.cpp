@@ -2356,7 +2356,11 @@ std::vector<TokenProb> next_token_probs(const Config& c, const Params<T>& p, con
     }
     std::vector<TokenProb> all(c.V);
     double sum = 0;
-    for (int j = 0; j < c.V; j++) sum += all[j].p = math::exp((double)z[j] - m), all[j].id = j;
+    for (int j = 0; j < c.V; j++) {
+        all[j].p = math::exp((double)z[j] - m);
+        all[j].id = j;
+        sum += all[j].p;
+    }
     for (TokenProb& t : all) t.p /= sum;
     const int kept = std::min(k, c.V);
     std::partial_sort(all.begin(), all.begin() + kept, all.end(),
