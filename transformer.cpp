@@ -9217,36 +9217,77 @@ static ExplainCheck check_embedding(const Config& c, const Params<T>& p, const B
     return fd_check("embed_backward", [&] { return contract(R, embed_forward(c, q, batch)); }, t, 4.0 * batch.n * c.H, seed);
 }
 
+// One run of explain: the model and its input, the forward's cache, the walk of boxes written so far
+// and how far a handout's stubs let the forward go. Each member writes one kind of box, in the walk's order.
 template <typename T>
-Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values, const ExplainDetail* detail) {
-    check_batch(c, batch);
-    if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
-    if (batch.targets.empty()) throw Error("explain: the batch has no targets");
-    if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
-    const int n = batch.n;
-    const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
-    const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
-    ExplainWalk<T> w{c, n, values, {}, detail};
-    const bool checking = detail && detail->check;
+struct ExplainRun {
+    const Config& c;
+    const Params<T>& p;
+    const Batch& batch;
+    const ExplainDetail* detail;
+    const int n;
+    const bool pre, seg;
+    const std::string ffn;  // FFN_ReLU or FFN_GELU, as the formulas name the block's FFN
+    ExplainWalk<T> w;
+    const bool checking;
     const ExplainBackwards no_replacements;
-    const ExplainBackwards& bw = detail ? detail->backwards : no_replacements;
-    uint64_t seed = 0x5eed;  // each checked box draws its R from the next seed
+    const ExplainBackwards& bw;
+    uint64_t seed = 0x5eed;        // each checked box draws its R from the next seed
+    uint64_t drawn_seed = 0xda7a;  // inputs the run did not reach are drawn from the next one
     Explained<T> r;
     ForwardCache<T> k;
     ForwardOptions keep;
-    keep.keep_sublayers = true;
-    // A handout's stub ("not implemented: NAME (assignment N)"), with ExplainDetail::stubs: the
-    // walk stops there and r.stopped says so.
-    auto stub = [&](const Error& e) { return detail && detail->stubs && std::string(e.what()).rfind("not implemented: ", 0) == 0; };
     // How far the forward got: X^(0), the masks and blocks done, the de-embedding.
     bool x0_done = true, head_done = true;
-    int masks_done = c.L, blocks_done = c.L;
-    try {
-        r.Z = model_forward(c, p, batch, &k, keep);
-    } catch (const Error& e) {
-        if (!stub(e)) throw;
-        // model_forward's steps again, one at a time, as far as the stubs let them go.
-        r.stopped = e.what();
+    int masks_done, blocks_done;
+    std::string stopped;  // where the forward stopped ("": it ran whole)
+    // The embedding's terms as the boxes show them.
+    Tensor<T> E, Wp, t0, t1, sum;  // OneHot(x) W_e; the position rows; 1 - t and t; E with emb_ln
+    std::vector<int> pos;
+    bool pads = false;
+    std::string Wp_name, X0, XL;
+    Tensor<T> dZ, dX;  // the gradient on its way down
+    const std::vector<int> nH, nD;
+    const std::string ln_box = "LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j";
+    const std::string ln_grad = "dgamma = sum_i dY Xhat, dbeta = sum_i dY";
+    const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; " + ln_grad;
+    const std::string ffn_bwd = "dW_2 = A^T dY, db_2 = colsum(dY), dZ = dY W_2^T * act'(Z), dW_1 = X^T dZ, db_1 = colsum(dZ), dX = dZ W_1^T";
+    const std::string mhsa_bwd = "per head: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D); dW^O = Concat^T dY";
+
+    ExplainRun(const Config& c_, const Params<T>& p_, const Batch& batch_, int values, const ExplainDetail* detail_)
+        : c(c_), p(p_), batch(batch_), detail(detail_), n(batch_.n), pre(is_pre_ln(c_.variant)), seg(has_segments(c_.variant)),
+          ffn(c_.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU"), w{c_, batch_.n, values, {}, detail_},
+          checking(detail_ && detail_->check), bw(detail_ ? detail_->backwards : no_replacements), masks_done(c_.L),
+          blocks_done(c_.L), nH{batch_.n, c_.H}, nD{batch_.n, c_.D} {
+        keep.keep_sublayers = true;
+    }
+
+    // A handout's stub ("not implemented: NAME (assignment N)"), with ExplainDetail::stubs: the
+    // walk stops there and r.stopped says so.
+    bool stub(const Error& e) const { return detail && detail->stubs && std::string(e.what()).rfind("not implemented: ", 0) == 0; }
+    // Past the forward's stop: the walk's forward ends there.
+    void reach(bool done) const {
+        if (!done) throw Error(stopped);
+    }
+    // X^(l), l = 0..L, from the forward's cache.
+    const Tensor<T>& X_of(int l) const {
+        if (l == c.L) return pre ? k.X_L_in : k.X_L;
+        return pre ? k.blocks[l].X : k.blocks[l].attn_in;
+    }
+
+    // The forward pass with every sublayer's values kept; at a stub, model_forward's steps again.
+    void run_forward() {
+        try {
+            r.Z = model_forward(c, p, batch, &k, keep);
+        } catch (const Error& e) {
+            if (!stub(e)) throw;
+            r.stopped = e.what();
+            run_forward_to_stub();
+        }
+        stopped = r.stopped;
+    }
+    // model_forward's steps one at a time, as far as the stubs let them go.
+    void run_forward_to_stub() {
         k = ForwardCache<T>();
         k.batch = batch;
         k.blocks.resize(c.L), k.masks.resize(c.L);
@@ -9272,80 +9313,73 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             r.stopped = e2.what();
         }
     }
-    const std::string stopped = r.stopped;
-    auto reach = [&](bool done) {  // past the forward's stop: the walk's forward ends there
-        if (!done) throw Error(stopped);
-    };
-    auto X_of = [&](int l) -> const Tensor<T>& {  // X^(l), l = 0..L
-        if (l == c.L) return pre ? k.X_L_in : k.X_L;
-        return pre ? k.blocks[l].X : k.blocks[l].attn_in;
-    };
 
-    // ---- Forward --------------------------------------------------------------------------------
-    ExplainWalk<double> ids{c, n, values, {}, detail};
-    ids.step(0, "Input", std::string(seg ? "x' in {1..V}^n, t in {0, 1}^n" : is_causal(c.variant) ? "x = (x_1, ..., x_n) in {1, 2, ..., V}^n" : "x' = (x'_1, ..., x'_n) in {1, 2, ..., V}^n"),
-             "Batch::tokens (code id = formula id - 1)");
-    ids.out("x", "n", ids_tensor(batch.tokens));
-    if (seg) ids.out("t", "n", ids_tensor(batch.segments.empty() ? std::vector<int>(n, 0) : batch.segments));
-    w.steps = ids.steps;
-    const Tensor<T> E = Embedding(batch.tokens, p.W_e);
-    w.step(0, "Embedding", "OneHot(x) W_e, OneHot(x)_{i,j} = 1 if j = x_i (so row i is row x_i of W_e)", "Embedding");
-    w.in("W_e", "V x H", p.W_e);
-    w.out("OneHot(x) W_e", "n x H", E);
-    const std::vector<int> pos = position_rows(c, batch.tokens, n);  // 0..n-1 but for RoBERTa's <pad>
-    const bool pads = std::count(pos.begin(), pos.end(), -1) > 0;
-    Tensor<T> Wp = Tensor<T>::uninit(n, c.H);
-    for (int i = 0; i < n; i++) std::copy(position_vector(p, pos[i]), position_vector(p, pos[i]) + c.H, Wp.row(i));
-    const std::string Wp_name = pads ? "W_p (the rows of position_rows: a <pad> gets w_pad, the others rows 1, 2, ... in order)" : "W_p (rows 1..n)";
-    Tensor<T> t0({n}), t1({n});  // 1 - t and t
-    for (int i = 0; i < n; i++) {
-        t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]);
-        t0[i] = T(1) - t1[i];
+    // The input box and OneHot(x) W_e; the embedding's other terms, for the boxes after them.
+    void input_boxes() {
+        ExplainWalk<double> ids{c, n, w.values, {}, detail};
+        ids.step(0, "Input", std::string(seg ? "x' in {1..V}^n, t in {0, 1}^n" : is_causal(c.variant) ? "x = (x_1, ..., x_n) in {1, 2, ..., V}^n" : "x' = (x'_1, ..., x'_n) in {1, 2, ..., V}^n"),
+                 "Batch::tokens (code id = formula id - 1)");
+        ids.out("x", "n", ids_tensor(batch.tokens));
+        if (seg) ids.out("t", "n", ids_tensor(batch.segments.empty() ? std::vector<int>(n, 0) : batch.segments));
+        w.steps = ids.steps;
+        E = Embedding(batch.tokens, p.W_e);
+        w.step(0, "Embedding", "OneHot(x) W_e, OneHot(x)_{i,j} = 1 if j = x_i (so row i is row x_i of W_e)", "Embedding");
+        w.in("W_e", "V x H", p.W_e);
+        w.out("OneHot(x) W_e", "n x H", E);
+        pos = position_rows(c, batch.tokens, n);  // 0..n-1 but for RoBERTa's <pad>
+        pads = std::count(pos.begin(), pos.end(), -1) > 0;
+        Wp = Tensor<T>::uninit(n, c.H);
+        for (int i = 0; i < n; i++) std::copy(position_vector(p, pos[i]), position_vector(p, pos[i]) + c.H, Wp.row(i));
+        Wp_name = pads ? "W_p (the rows of position_rows: a <pad> gets w_pad, the others rows 1, 2, ... in order)" : "W_p (rows 1..n)";
+        t0 = Tensor<T>({n}), t1 = Tensor<T>({n});
+        for (int i = 0; i < n; i++) {
+            t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]);
+            t0[i] = T(1) - t1[i];
+        }
+        // With the released BERT's embedding LayerNorm (formulas §23) the sum is E, and X^(0) = LayerNorm_e(E).
+        // model_forward keeps only the normalised rows: E is the sum of the terms shown here.
+        X0 = c.emb_ln ? "E" : "X^(0)";
+        if (c.emb_ln) {
+            sum = add(E, Wp);
+            if (seg) sum = add(sum, add(matmul(diag(t0), Stack(p.w_A, n)), matmul(diag(t1), Stack(p.w_B, n))));
+        }
+        XL = "X^(" + std::to_string(c.L) + ")";
     }
-    // With the released BERT's embedding LayerNorm (formulas §23) the sum is E, and X^(0) = LayerNorm_e(E).
-    // model_forward keeps only the normalised rows: E is the sum of the terms shown here.
-    const std::string X0 = c.emb_ln ? "E" : "X^(0)";
-    Tensor<T> sum;
-    if (c.emb_ln) {
-        sum = add(E, Wp);
-        if (seg) sum = add(sum, add(matmul(diag(t0), Stack(p.w_A, n)), matmul(diag(t1), Stack(p.w_B, n))));
+
+    // X^(0): the token and position rows, BERT's segment rows, the released BERT's embedding LayerNorm.
+    void embedding_boxes() {
+        reach(x0_done);
+        const Tensor<T>& X0_value = c.emb_ln ? sum : X_of(0);
+        if (!seg) {
+            w.step(0, "Embedding", X0 + " = OneHot(x) W_e + W_p", "embed_forward");
+            w.in(Wp_name, "n x H", Wp);
+            w.out(X0, "n x H", X0_value);
+        } else {  // the sheet's terms, each shown; X^(0) is embed_forward's
+            w.step(0, "Embedding", "X'^(0) = OneHot(x') W_e + W_p", "add");
+            w.in(Wp_name, "n x H", Wp);
+            w.out("X'^(0)", "n x H", add(E, Wp));
+            const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n));
+            const Tensor<T> B = matmul(diag(t1), Stack(p.w_B, n));
+            w.step(0, "Embedding", X0 + " = X'^(0) + diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)  [t_i = 0 gets w_A: formulas §21]",
+                   "embed_forward (" + X0 + "); the term shown: diag, Stack, matmul");
+            w.in("diag(1 - t)", "n x n", diag(t0));
+            w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
+            w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
+            w.out(X0, "n x H", X0_value);
+        }
+        if (c.emb_ln) {
+            w.step(0, "Embedding LayerNorm", "X^(0) = LayerNorm_e(E) with gamma_e, beta_e (the released BERT's, formulas §23), " + ln_box,
+                   "LayerNorm (emb_ln, model_forward)");
+            w.in("gamma_e", "H", p.gamma_e);
+            w.in("beta_e", "H", p.beta_e);
+            w.out("X^(0)", "n x H", X_of(0));
+        }
     }
-    const std::string XL = "X^(" + std::to_string(c.L) + ")";
-    Tensor<T> dZ;
-    r.loss = stopped.empty() ? 0.0 : NAN;
-    try {  // the forward walk: to a handout's stub at most
-    reach(x0_done);
-    const Tensor<T>& X0_value = c.emb_ln ? sum : X_of(0);
-    if (!seg) {
-        w.step(0, "Embedding", X0 + " = OneHot(x) W_e + W_p", "embed_forward");
-        w.in(Wp_name, "n x H", Wp);
-        w.out(X0, "n x H", X0_value);
-    } else {  // the sheet's terms, each shown; X^(0) is embed_forward's
-        w.step(0, "Embedding", "X'^(0) = OneHot(x') W_e + W_p", "add");
-        w.in(Wp_name, "n x H", Wp);
-        w.out("X'^(0)", "n x H", add(E, Wp));
-        const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n));
-        const Tensor<T> B = matmul(diag(t1), Stack(p.w_B, n));
-        w.step(0, "Embedding", X0 + " = X'^(0) + diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)  [t_i = 0 gets w_A: formulas §21]",
-               "embed_forward (" + X0 + "); the term shown: diag, Stack, matmul");
-        w.in("diag(1 - t)", "n x n", diag(t0));
-        w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
-        w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
-        w.out(X0, "n x H", X0_value);
-    }
-    const std::string ln_box = "LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j";
-    if (c.emb_ln) {
-        w.step(0, "Embedding LayerNorm", "X^(0) = LayerNorm_e(E) with gamma_e, beta_e (the released BERT's, formulas §23), " + ln_box,
-               "LayerNorm (emb_ln, model_forward)");
-        w.in("gamma_e", "H", p.gamma_e);
-        w.in("beta_e", "H", p.beta_e);
-        w.out("X^(0)", "n x H", X_of(0));
-    }
-    for (int l = 0; l < c.L; l++) {
+
+    // Layer l's mask, with its picture of 1s and dots.
+    void mask_box(int l) {
         reach(l < masks_done);
-        const std::string L1 = std::to_string(l + 1), L0 = std::to_string(l), box = "Layers, l = " + L1;
-        const std::string Xp = "X^(" + L0 + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")", M = mask_name(c, l);
-        const BlockCache<T>& b = k.blocks[l];
+        const std::string L1 = std::to_string(l + 1), box = "Layers, l = " + L1, M = mask_name(c, l);
         const Tensor<T>& Mask = k.masks[l];
         const std::string block = pre ? "pre_ln_block_forward" : "post_ln_block_forward";
         w.step(0, box, c.variant == Variant::gpt3 ? "Mask^(l) = Mask^AR if l is even, Mask^ST if l is odd: " + M : "Mask: " + M,
@@ -9356,7 +9390,15 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
             w.steps.back().picture.push_back(row);
         }
+    }
+
+    // Layer l's block: MultiHeadSA, FFN, the residual sums and LayerNorms, post-LN or pre-LN.
+    void block_boxes(int l) {
         reach(l < blocks_done);
+        const std::string L1 = std::to_string(l + 1), L0 = std::to_string(l), box = "Layers, l = " + L1;
+        const std::string Xp = "X^(" + L0 + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")", M = mask_name(c, l);
+        const BlockCache<T>& b = k.blocks[l];
+        const Tensor<T>& Mask = k.masks[l];
         if (!pre) {  // X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1)), X^(l) = LayerNorm(FFN(X'^(l)) + X'^(l))
             explain_attention(w, box, Xp, X_of(l), Mask, b.attn, b.attn_out);
             w.step(0, box, Xq + " = LayerNorm(MultiHeadSA(" + Xp + ", " + M + ") + " + Xp + "), " + ln_box, "add, LayerNorm");
@@ -9377,45 +9419,51 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             w.out(Xl, "n x H", X_of(l + 1));
         }
     }
-    reach(head_done);
-    if (pre) {
-        w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
-        w.out(XL, "n x H", k.X_L);
+
+    // The final LayerNorm (pre-LN) and the logits Z: the de-embedding, or the released BERT's masked-LM head.
+    void output_boxes() {
+        reach(head_done);
+        if (pre) {
+            w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
+            w.out(XL, "n x H", k.X_L);
+        }
+        if (!c.mlm_head) {
+            w.step(0, "Output", "Z = " + XL + " W_e^T (the de-embedding, formulas §17; Y = Softmax(Z))", "matmul_nt");
+        } else {  // the released BERT's masked-LM head in its steps (formulas §23), read from its cache
+            w.step(0, "Masked-LM head", "U = " + XL + " W_t + Stack_n(b_t) (formulas §23)", "MLMHead (Linear)");
+            w.in("W_t", "H x H", p.W_t);
+            w.out("U", "n x H", k.mlm.U);
+            w.step(0, "Masked-LM head", "X_t = LayerNorm_t(GELU(U)) with gamma_t, beta_t (GELU: BERT's activation, RoBERTa's erf form)",
+                   std::string("MLMHead (activation_array: ") +
+                       activation_name(c.variant == Variant::roberta ? Activation::gelu_erf : c.activation) + "; LayerNorm)");
+            w.out("X_t", "n x H", k.mlm.X_t);
+            w.step(0, "Output", "Z = MLMHead(" + XL + ") = X_t W_e^T + Stack_n(b_z) (the tied de-embedding, formulas §23; Y = Softmax(Z))",
+                   "MLMHead (matmul_nt, the bias b_z)");
+            w.in("b_z", "V", p.b_z);
+        }
+        w.out("Z", "n x V", r.Z);
     }
-    if (!c.mlm_head) {
-        w.step(0, "Output", "Z = " + XL + " W_e^T (the de-embedding, formulas §17; Y = Softmax(Z))", "matmul_nt");
-    } else {  // the released BERT's masked-LM head in its steps (formulas §23), read from its cache
-        w.step(0, "Masked-LM head", "U = " + XL + " W_t + Stack_n(b_t) (formulas §23)", "MLMHead (Linear)");
-        w.in("W_t", "H x H", p.W_t);
-        w.out("U", "n x H", k.mlm.U);
-        w.step(0, "Masked-LM head", "X_t = LayerNorm_t(GELU(U)) with gamma_t, beta_t (GELU: BERT's activation, RoBERTa's erf form)",
-               std::string("MLMHead (activation_array: ") +
-                   activation_name(c.variant == Variant::roberta ? Activation::gelu_erf : c.activation) + "; LayerNorm)");
-        w.out("X_t", "n x H", k.mlm.X_t);
-        w.step(0, "Output", "Z = MLMHead(" + XL + ") = X_t W_e^T + Stack_n(b_z) (the tied de-embedding, formulas §23; Y = Softmax(Z))",
-               "MLMHead (matmul_nt, the bias b_z)");
-        w.in("b_z", "V", p.b_z);
-    }
-    w.out("Z", "n x V", r.Z);
-    const Tensor<T> Y = Softmax(r.Z);
-    int first = 0;  // the first row with a target
-    while (batch.targets[first] < 0) first++;
-    const int row = is_causal(c.variant) ? n - 1 : first;
-    const std::string j = std::to_string(row + 1);
-    const std::string logits_j = c.mlm_head ? "MLMHead(" + XL + ")_{j,:}" : XL + "_{j,:} W_e^T";
-    w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XL + "_{n,:} W_e^T) = Y_{n,:}"
-                        : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + logits_j + ") = Y_{j,:}",
-           "Softmax");
-    w.out("Y = Softmax(Z)", "n x V", Y);
-    Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
-    Y_row.shape = {c.V};
-    w.out("Y_" + j + ",:", "V", Y_row);
-    r.loss = CrossEntropy_logits(r.Z, batch.targets, &dZ);
-    w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (formulas §25)"
-                                           : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
-           "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
-    w.out("loss", "1", Tensor<T>::vector({(T)r.loss}));
-    {
+
+    // Y = Softmax(Z), the model's output row, the loss and one row's CrossEntropy.
+    void loss_boxes() {
+        const Tensor<T> Y = Softmax(r.Z);
+        int first = 0;  // the first row with a target
+        while (batch.targets[first] < 0) first++;
+        const int row = is_causal(c.variant) ? n - 1 : first;
+        const std::string j = std::to_string(row + 1);
+        const std::string logits_j = c.mlm_head ? "MLMHead(" + XL + ")_{j,:}" : XL + "_{j,:} W_e^T";
+        w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XL + "_{n,:} W_e^T) = Y_{n,:}"
+                            : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + logits_j + ") = Y_{j,:}",
+               "Softmax");
+        w.out("Y = Softmax(Z)", "n x V", Y);
+        Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
+        Y_row.shape = {c.V};
+        w.out("Y_" + j + ",:", "V", Y_row);
+        r.loss = CrossEntropy_logits(r.Z, batch.targets, &dZ);
+        w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (formulas §25)"
+                                               : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
+               "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
+        w.out("loss", "1", Tensor<T>::vector({(T)r.loss}));
         Tensor<T> y({c.V}), yhat = rows_of(Y, first, 1);
         yhat.shape = {c.V};
         y[batch.targets[first]] = T(1);
@@ -9423,19 +9471,27 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
                "CrossEntropy");
         w.out("CrossEntropy of row " + std::to_string(first + 1), "1", Tensor<T>::vector({CrossEntropy(y, yhat)}));
     }
-    } catch (const Error& e) {
-        if (!stub(e)) throw;
-        if (r.stopped.empty()) r.stopped = e.what();
-    }
-    const bool forward_whole = r.stopped.empty();
 
-    // ---- Backward: model_backward's steps, one at a time ----------------------------------------
-    r.g = make_params<T>(c);
-    Params<T>& g = r.g;
-    // Past a handout's stub every box is still emitted, without values (w.mute), and checked alone:
-    // on the run's input of it where the forward reached it, else on inputs drawn at random.
-    w.mute = !forward_whole;
-    auto chain = [&](const std::function<void()>& f) {  // a step of the gradient's way down
+    // The forward's boxes in order, to a handout's stub at most.
+    void forward_walk() {
+        input_boxes();
+        r.loss = stopped.empty() ? 0.0 : NAN;
+        try {
+            embedding_boxes();
+            for (int l = 0; l < c.L; l++) {
+                mask_box(l);
+                block_boxes(l);
+            }
+            output_boxes();
+            loss_boxes();
+        } catch (const Error& e) {
+            if (!stub(e)) throw;
+            if (r.stopped.empty()) r.stopped = e.what();
+        }
+    }
+
+    // A step of the gradient's way down; past a stub the walk goes on without values (w.mute).
+    void chain(const std::function<void()>& f) {
         if (w.mute) return;
         try {
             f();
@@ -9444,8 +9500,9 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             if (r.stopped.empty()) r.stopped = e.what();
             w.mute = true;
         }
-    };
-    auto check = [&](bool reached, const std::function<ExplainCheck()>& f) {
+    }
+    // The last box's gradient check, on the run's input of it (reached) or on drawn inputs.
+    void check(bool reached, const std::function<ExplainCheck()>& f) {
         if (!checking) return;
         ExplainCheck ck;
         try {
@@ -9459,165 +9516,217 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         }
         ck.random = !reached;
         w.steps.back().check = ck;
-    };
-    uint64_t drawn_seed = 0xda7a;
-    auto drawn = [&](const std::vector<int>& shape) {  // inputs the run did not reach, N(0, 1)
+    }
+    // Inputs the run did not reach, N(0, 1).
+    Tensor<T> drawn(const std::vector<int>& shape) {
         Rng rr(++drawn_seed);
         Tensor<T> t(shape);
         for (std::size_t a = 0; a < t.size(); a++) t[a] = (T)rr.normal();
         return t;
-    };
-    auto either = [&](bool reached, const Tensor<T>& t, const std::vector<int>& shape) { return reached ? t : drawn(shape); };
-    const std::vector<int> nH = {n, c.H}, nD = {n, c.D};
-    w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
-    check(head_done, [&] { return check_loss(either(head_done, r.Z, {n, c.V}), batch.targets, ++seed); });
-    w.out("dZ", "n x V", dZ);
-    Tensor<T> dX;
-    if (!c.mlm_head) {
-        chain([&] {
-            matmul_tn_acc(dZ, k.X_L, g.W_e);
-            dX = matmul(dZ, p.W_e);
-        });
-        w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
-        check(head_done, [&] { return check_output(either(head_done, k.X_L, nH), p.W_e, ++seed); });
-    } else {
-        chain([&] { dX = MLMHead_backward(c, p, k.mlm, dZ, g); });
-        w.step(0, "Backward: masked-LM head",
-               "Z = MLMHead(" + XL + "): db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t), "
-               "dU = dA * GELU'(U), dW_t = " + XL + "^T dU, db_t = colsum(dU), d" + XL + " = dU W_t^T",
-               "MLMHead_backward (model_backward)");
-        check(head_done, [&] { return check_mlm_head(c, p, either(head_done, k.X_L, nH), ++seed); });
-        w.out("db_z", "V", g.b_z);
-        w.out("dgamma_t", "H", g.gamma_t);
-        w.out("dbeta_t", "H", g.beta_t);
-        w.out("dW_t", "H x H", g.W_t);
-        w.out("db_t", "H", g.b_t);
     }
-    w.out("d" + XL, "n x H", dX);
-    w.out("dW_e (so far)", "V x H", g.W_e);
-    const std::string ln_grad = "dgamma = sum_i dY Xhat, dbeta = sum_i dY";
-    const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; " + ln_grad;
-    if (pre) {
-        chain([&] { dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta); });
-        w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
-        check(blocks_done == c.L, [&] { return check_layernorm(either(blocks_done == c.L, k.X_L_in, nH), p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed); });
-        w.out("d" + XL + " (before ln_f)", "n x H", dX);
-        w.out("dgamma (ln_f)", "H", g.ln_f_gamma);
-        w.out("dbeta (ln_f)", "H", g.ln_f_beta);
+    Tensor<T> either(bool reached, const Tensor<T>& t, const std::vector<int>& shape) { return reached ? t : drawn(shape); }
+
+    // dZ from the loss, then back through the de-embedding or the masked-LM head to dX^(L).
+    void backward_head_boxes() {
+        Params<T>& g = r.g;
+        w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
+        check(head_done, [&] { return check_loss(either(head_done, r.Z, {n, c.V}), batch.targets, ++seed); });
+        w.out("dZ", "n x V", dZ);
+        if (!c.mlm_head) {
+            chain([&] {
+                matmul_tn_acc(dZ, k.X_L, g.W_e);
+                dX = matmul(dZ, p.W_e);
+            });
+            w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
+            check(head_done, [&] { return check_output(either(head_done, k.X_L, nH), p.W_e, ++seed); });
+        } else {
+            chain([&] { dX = MLMHead_backward(c, p, k.mlm, dZ, g); });
+            w.step(0, "Backward: masked-LM head",
+                   "Z = MLMHead(" + XL + "): db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t), "
+                   "dU = dA * GELU'(U), dW_t = " + XL + "^T dU, db_t = colsum(dU), d" + XL + " = dU W_t^T",
+                   "MLMHead_backward (model_backward)");
+            check(head_done, [&] { return check_mlm_head(c, p, either(head_done, k.X_L, nH), ++seed); });
+            w.out("db_z", "V", g.b_z);
+            w.out("dgamma_t", "H", g.gamma_t);
+            w.out("dbeta_t", "H", g.beta_t);
+            w.out("dW_t", "H x H", g.W_t);
+            w.out("db_t", "H", g.b_t);
+        }
+        w.out("d" + XL, "n x H", dX);
+        w.out("dW_e (so far)", "V x H", g.W_e);
+        if (pre) {
+            chain([&] { dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta); });
+            w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
+            check(blocks_done == c.L, [&] { return check_layernorm(either(blocks_done == c.L, k.X_L_in, nH), p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed); });
+            w.out("d" + XL + " (before ln_f)", "n x H", dX);
+            w.out("dgamma (ln_f)", "H", g.ln_f_gamma);
+            w.out("dbeta (ln_f)", "H", g.ln_f_beta);
+        }
     }
-    const std::string ffn_bwd = "dW_2 = A^T dY, db_2 = colsum(dY), dZ = dY W_2^T * act'(Z), dW_1 = X^T dZ, db_1 = colsum(dZ), dX = dZ W_1^T";
-    const std::string mhsa_bwd = "per head: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D); dW^O = Concat^T dY";
-    for (int l = c.L - 1; l >= 0; l--) {
-        const std::string L1 = std::to_string(l + 1), box = "Backward, l = " + L1;
+
+    // A LayerNorm's, the FFN's and MultiHeadSA's gradients of layer l, as the backward boxes show them.
+    void ln_grads(const char* which, const Tensor<T>& dgamma, const Tensor<T>& dbeta) {
+        w.out(std::string("dgamma (") + which + ")", "H", dgamma);
+        w.out(std::string("dbeta (") + which + ")", "H", dbeta);
+    }
+    void ffn_grads(const Layer<T>& gl) {
+        w.out("dW_1", "H x F", gl.ffn.W_1);
+        w.out("db_1", "F", gl.ffn.b_1);
+        w.out("dW_2", "F x H", gl.ffn.W_2);
+        w.out("db_2", "H", gl.ffn.b_2);
+    }
+    void attention_grads(const Layer<T>& gl) {
+        w.out("dW^O", "AD x H", gl.attn.W_O);
+        for (int i = 0; i < c.A; i++) {
+            const std::string h = std::to_string(i + 1);
+            w.out("dW_" + h + "^Q", "H x D", gl.attn.W_Q[i]);
+            w.out("dW_" + h + "^K", "H x D", gl.attn.W_K[i]);
+            w.out("dW_" + h + "^V", "H x D", gl.attn.W_V[i]);
+        }
+    }
+    // Layer l's mask: the cache's, or made again where the forward did not reach it.
+    Tensor<T> mask_of(int l) { return l < masks_done ? k.masks[l] : layer_mask<T>(c, l, n); }
+
+    // Each head's Softmax and Attention alone, inside MultiHeadSA's box of layer l.
+    void backward_head_attention_boxes(int l, const std::string& box) {
+        const BlockCache<T>& kb = k.blocks[l];
+        const bool at = l < blocks_done;  // the forward reached the layer
+        for (int i = 0; i < c.A; i++) {
+            const std::string h = std::to_string(i + 1);
+            w.step(1, box, "P = Softmax(S), S = Mask (.) Q K^T / sqrt(D): dS = P * (dP - rowsum(dP * P))", "Softmax_backward (head " + h + ")");
+            check(at, [&] {
+                if (!at) return check_softmax(drawn({n, n}), ++seed);
+                Tensor<T> S = matmul_nt(kb.attn.Q[i], kb.attn.K[i]);
+                for (auto& v : S.data) v /= std::sqrt(T(c.D));
+                return check_softmax(apply_mask(k.masks[l], S), ++seed);
+            });
+            w.step(1, box, "head_i = Attention(Q, K, V, Mask) = P V, P = Softmax(Mask (.) Q K^T / sqrt(D)): dV = P^T dO, dP = dO V^T, "
+                           "dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)",
+                   "Attention_backward (head " + h + ", Softmax_backward)");
+            check(at, [&] {
+                return check_attention(either(at, at ? kb.attn.Q[i] : Tensor<T>(), nD), either(at, at ? kb.attn.K[i] : Tensor<T>(), nD),
+                                       either(at, at ? kb.attn.V[i] : Tensor<T>(), nD), mask_of(l), ++seed);
+            });
+        }
+    }
+
+    // Layer l's backward boxes, post-LN (GPT, BERT, RoBERTa): LayerNorm, FFN, LayerNorm, MultiHeadSA.
+    void backward_post_ln_boxes(int l, const std::string& box, const std::string& in_block) {
+        const std::string L1 = std::to_string(l + 1);
         const std::string Xp = "X^(" + std::to_string(l) + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")";
-        const Layer<T>& gl = g.layers[l];
-        chain([&] { dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]); });  // d X^(l) -> d X^(l-1); the layer's gradients
-        const std::string in_block = std::string(" (") + (pre ? "pre_ln_block_backward" : "post_ln_block_backward") + ")";
-        auto ln_grads = [&](const char* which, const Tensor<T>& dgamma, const Tensor<T>& dbeta) {
-            w.out(std::string("dgamma (") + which + ")", "H", dgamma);
-            w.out(std::string("dbeta (") + which + ")", "H", dbeta);
-        };
-        auto ffn_grads = [&]() {
-            w.out("dW_1", "H x F", gl.ffn.W_1);
-            w.out("db_1", "F", gl.ffn.b_1);
-            w.out("dW_2", "F x H", gl.ffn.W_2);
-            w.out("db_2", "H", gl.ffn.b_2);
-        };
-        auto attention_grads = [&]() {
-            w.out("dW^O", "AD x H", gl.attn.W_O);
-            for (int i = 0; i < c.A; i++) {
-                const std::string h = std::to_string(i + 1);
-                w.out("dW_" + h + "^Q", "H x D", gl.attn.W_Q[i]);
-                w.out("dW_" + h + "^K", "H x D", gl.attn.W_K[i]);
-                w.out("dW_" + h + "^V", "H x D", gl.attn.W_V[i]);
-            }
-        };
-        // Each box's check: its own forward on the run's input of it (the caches keep every one).
+        const Layer<T>& gl = r.g.layers[l];
         const BlockCache<T>& kb = k.blocks[l];
         const Layer<T>& pl = p.layers[l];
-        const bool at = l < blocks_done;  // the forward reached the layer
-        auto mask = [&] { return l < masks_done ? k.masks[l] : layer_mask<T>(c, l, n); };
-        // Each head's Softmax and Attention alone, inside MultiHeadSA's box.
-        auto heads = [&]() {
-            for (int i = 0; i < c.A; i++) {
-                const std::string h = std::to_string(i + 1);
-                w.step(1, box, "P = Softmax(S), S = Mask (.) Q K^T / sqrt(D): dS = P * (dP - rowsum(dP * P))", "Softmax_backward (head " + h + ")");
-                check(at, [&] {
-                    if (!at) return check_softmax(drawn({n, n}), ++seed);
-                    Tensor<T> S = matmul_nt(kb.attn.Q[i], kb.attn.K[i]);
-                    for (auto& v : S.data) v /= std::sqrt(T(c.D));
-                    return check_softmax(apply_mask(k.masks[l], S), ++seed);
-                });
-                w.step(1, box, "head_i = Attention(Q, K, V, Mask) = P V, P = Softmax(Mask (.) Q K^T / sqrt(D)): dV = P^T dO, dP = dO V^T, "
-                               "dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)",
-                       "Attention_backward (head " + h + ", Softmax_backward)");
-                check(at, [&] {
-                    return check_attention(either(at, at ? kb.attn.Q[i] : Tensor<T>(), nD), either(at, at ? kb.attn.K[i] : Tensor<T>(), nD),
-                                           either(at, at ? kb.attn.V[i] : Tensor<T>(), nD), mask(), ++seed);
-                });
-            }
-        };
-        if (!pre) {
-            w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward" + in_block);
-            check(at, [&] { return check_layernorm(at ? add(kb.ffn_out, kb.ffn_in) : drawn(nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
-            ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
-            w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block);
-            check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
-            ffn_grads();
-            w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + "); " + ln_grad, "LayerNorm_backward" + in_block);
-            check(at, [&] { return check_layernorm(at ? add(kb.attn_out, kb.attn_in) : drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
-            ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
-            w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
-                   "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block);
-            check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask(), pl.attn, bw, ++seed); });
-            attention_grads();
-        } else {
-            w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
-                   "FFN_backward" + in_block);
-            check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
-            ffn_grads();
-            w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block);
-            check(at, [&] { return check_layernorm(either(at, kb.X_mid, nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
-            ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
-            w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
-                   "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block);
-            check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask(), pl.attn, bw, ++seed); });
-            attention_grads();
-            heads();
-            w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block);
-            check(at, [&] { return check_layernorm(either(at, kb.X, nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
-            ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
-        }
+        const bool at = l < blocks_done;
+        w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward" + in_block);
+        check(at, [&] { return check_layernorm(at ? add(kb.ffn_out, kb.ffn_in) : drawn(nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
+        ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
+        w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block);
+        check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
+        ffn_grads(gl);
+        w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + "); " + ln_grad, "LayerNorm_backward" + in_block);
+        check(at, [&] { return check_layernorm(at ? add(kb.attn_out, kb.attn_in) : drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
+        ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
+        w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
+               "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block);
+        check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask_of(l), pl.attn, bw, ++seed); });
+        attention_grads(gl);
         w.out("d" + Xp, "n x H", dX);
-        if (!pre) heads();
+        backward_head_attention_boxes(l, box);
     }
-    if (c.emb_ln) {
-        chain([&] { dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e); });
-        w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
-               "LayerNorm_backward (emb_ln, model_backward)");
-        check(true, [&] { return check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed); });
-        w.out("dE", "n x H", dX);
-        w.out("dgamma_e", "H", g.gamma_e);
-        w.out("dbeta_e", "H", g.beta_e);
+
+    // Layer l's backward boxes, pre-LN (GPT-2, GPT-3): FFN, LayerNorm, MultiHeadSA and its heads, LayerNorm.
+    void backward_pre_ln_boxes(int l, const std::string& box, const std::string& in_block) {
+        const std::string L1 = std::to_string(l + 1);
+        const std::string Xp = "X^(" + std::to_string(l) + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")";
+        const Layer<T>& gl = r.g.layers[l];
+        const BlockCache<T>& kb = k.blocks[l];
+        const Layer<T>& pl = p.layers[l];
+        const bool at = l < blocks_done;
+        w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
+               "FFN_backward" + in_block);
+        check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
+        ffn_grads(gl);
+        w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block);
+        check(at, [&] { return check_layernorm(either(at, kb.X_mid, nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
+        ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
+        w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
+               "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block);
+        check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask_of(l), pl.attn, bw, ++seed); });
+        attention_grads(gl);
+        backward_head_attention_boxes(l, box);
+        w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block);
+        check(at, [&] { return check_layernorm(either(at, kb.X, nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
+        ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
+        w.out("d" + Xp, "n x H", dX);
     }
-    chain([&] { embed_backward(c, batch, dX, g); });
-    const std::string dX0 = "d" + X0;
-    w.step(0, "Backward: Embedding", pads ? X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), each row of " + dX0 + " into the W_p row (or w_pad) it read"
-                                          : X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), dW_p[1..n] += " + dX0,
-           "embed_backward (Embedding_backward)");
-    check(true, [&] { return check_embedding(c, p, batch, false, ++seed); });
-    w.out("dW_e", "V x H", g.W_e);
-    w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
-    if (pads) w.out("dw_pad", "H", g.w_pad);
-    if (seg) {
-        w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) " + dX0 + "), dw_B likewise with t",
-               "embed_backward (the segments' rows)");
-        check(true, [&] { return check_embedding(c, p, batch, true, ++seed); });
-        w.out("dw_A", "H", g.w_A);
-        w.out("dw_B", "H", g.w_B);
+
+    // The layers from L down to 1: each block_backward, then its boxes.
+    void backward_block_boxes() {
+        for (int l = c.L - 1; l >= 0; l--) {
+            const std::string box = "Backward, l = " + std::to_string(l + 1);
+            chain([&] { dX = block_backward(c, p.layers[l], k.blocks[l], dX, r.g.layers[l]); });  // d X^(l) -> d X^(l-1); the layer's gradients
+            const std::string in_block = std::string(" (") + (pre ? "pre_ln_block_backward" : "post_ln_block_backward") + ")";
+            if (!pre) backward_post_ln_boxes(l, box, in_block);
+            else backward_pre_ln_boxes(l, box, in_block);
+        }
     }
-    r.steps = std::move(w.steps);
-    return r;
+
+    // The embedding LayerNorm's gradient (the released BERT's), then the embedding rows' and BERT's segment rows'.
+    void backward_embedding_boxes() {
+        Params<T>& g = r.g;
+        if (c.emb_ln) {
+            chain([&] { dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e); });
+            w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
+                   "LayerNorm_backward (emb_ln, model_backward)");
+            check(true, [&] { return check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed); });
+            w.out("dE", "n x H", dX);
+            w.out("dgamma_e", "H", g.gamma_e);
+            w.out("dbeta_e", "H", g.beta_e);
+        }
+        chain([&] { embed_backward(c, batch, dX, g); });
+        const std::string dX0 = "d" + X0;
+        w.step(0, "Backward: Embedding", pads ? X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), each row of " + dX0 + " into the W_p row (or w_pad) it read"
+                                              : X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), dW_p[1..n] += " + dX0,
+               "embed_backward (Embedding_backward)");
+        check(true, [&] { return check_embedding(c, p, batch, false, ++seed); });
+        w.out("dW_e", "V x H", g.W_e);
+        w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
+        if (pads) w.out("dw_pad", "H", g.w_pad);
+        if (seg) {
+            w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) " + dX0 + "), dw_B likewise with t",
+                   "embed_backward (the segments' rows)");
+            check(true, [&] { return check_embedding(c, p, batch, true, ++seed); });
+            w.out("dw_A", "H", g.w_A);
+            w.out("dw_B", "H", g.w_B);
+        }
+    }
+
+    // model_backward's steps, one at a time. Past a handout's stub every box is still emitted, without
+    // values (w.mute), and checked alone: on the run's input of it where the forward reached it, else
+    // on inputs drawn at random.
+    void backward_walk() {
+        const bool forward_whole = r.stopped.empty();
+        r.g = make_params<T>(c);
+        w.mute = !forward_whole;
+        backward_head_boxes();
+        backward_block_boxes();
+        backward_embedding_boxes();
+    }
+};
+
+template <typename T>
+Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values, const ExplainDetail* detail) {
+    check_batch(c, batch);
+    if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
+    if (batch.targets.empty()) throw Error("explain: the batch has no targets");
+    if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
+    ExplainRun<T> run(c, p, batch, values, detail);
+    run.run_forward();
+    run.forward_walk();
+    run.backward_walk();
+    run.r.steps = std::move(run.w.steps);
+    return std::move(run.r);
 }
 
 std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps) {
