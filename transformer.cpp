@@ -10163,184 +10163,179 @@ static std::string read_source(const std::string& given, std::string& used) {
     return "";
 }
 
-ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& batch, const ExplainHtml& o) {
-    ExplainDetail d;
-    d.fold = o.fold, d.backwards = o.backwards, d.stubs = true;
-    Explained<float> e = explain(c, p, batch, o.values, &d);
-    ExplainPage page;
-    page.loss = e.loss, page.stopped = e.stopped;
-    // Where a handout's stub stopped the run: "Mask_AR", from "not implemented: Mask_AR (assignment 3)".
-    const std::string stop_fn = e.stopped.empty() ? "" : e.stopped.substr(17, e.stopped.find_first_of(" (", 17) - 17);
-    const std::string source = read_source(o.source, page.source);
-    // The fold shrinks until the page's heat maps hold at most o.cells cells.
-    int fold = o.fold;
-    for (;;) {
-        std::size_t cells = 0;
-        for (const ExplainStep& s : e.steps) {
-            for (const ExplainTensor& t : s.in) cells += t.cells.size();
-            for (const ExplainTensor& t : s.out) cells += t.cells.size();
-        }
-        if (cells <= o.cells || fold <= 4) break;
-        fold /= 2;
-        for (ExplainStep& s : e.steps) {
-            for (ExplainTensor& t : s.in) refold(t, fold);
-            for (ExplainTensor& t : s.out) refold(t, fold);
-        }
-    }
-    const int n = batch.n;
-    std::vector<std::string> labels = o.labels;
-    for (int i = (int)labels.size(); i < n; i++) labels.push_back(std::to_string(batch.tokens[i]));
-    // The table of contents' groups: consecutive boxes with the same heading; a group (a block, the
-    // backward of a layer) with a failing box is marked, as is the model.
-    std::vector<int> failing;
-    for (std::size_t k = 0; k < e.steps.size(); k++) {
-        const ExplainCheck& ck = e.steps[k].check;
-        if (ck.done && ck.missing.empty()) page.checked++;
-        if (ck.done && !ck.missing.empty()) page.missing++;
-        if (ck.done && !ck.pass) {
-            failing.push_back((int)k);
-            page.failing_boxes.push_back("[" + std::to_string(k + 1) + "] " + e.steps[k].box + " (" + ck.function + ")");
-        }
-    }
-    page.failing = (int)failing.size();
-    page.boxes = (int)e.steps.size();
-    const std::string what = std::string(variant_name(c.variant)) + " (V=" + std::to_string(c.V) + " H=" + std::to_string(c.H) +
-                             " F=" + std::to_string(c.F) + " D=" + std::to_string(c.D) + " L=" + std::to_string(c.L) +
-                             " A=" + std::to_string(c.A) + ", " + activation_name(c.activation) + ")";
+// explain --html's page being written: the run, its labels and source, and the page's HTML and JSON
+// streams. Each member writes one part of the page, in the page's order.
+struct ExplainPageWriter {
+    const Config& c;
+    const Batch& batch;
+    const ExplainHtml& o;
+    Explained<float>& e;
+    ExplainPage& page;
+    std::string stop_fn;  // where a handout's stub stopped the run: "Mask_AR", from "not implemented: Mask_AR (assignment 3)"
+    std::string source;   // transformer.cpp's text, for the functions' lines ("": not found)
+    std::vector<std::string> labels;  // one per token
+    std::vector<int> failing;         // the boxes whose gradient check fails
+    int fold = 0;
+    std::string what;  // the model: variant and sizes
     std::ostringstream h, json;
-    h << "<!DOCTYPE html>\n" << SVG_MARK << "\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-      << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-      << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << "</style></head>\n<body>\n";
-    h << "<header><h1>explain: " << html_text(o.title) << "</h1><p>" << html_text(what) << "; tokens x = ";
-    for (int i = 0; i < n; i++) h << (i ? ", " : "") << html_text(labels[i]);
-    h << "; loss " << (std::isnan(e.loss) ? std::string("not reached") : num(e.loss, "%.9g")) << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
-      << "formula indices count from 1.</p>";
-    if (!e.stopped.empty())
-        h << "<p class=\"stop\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b> "
-          << "The forward boxes are those the run reached; every backward box is still checked alone: on the run's own input of it where the "
-             "forward reached the box, else on inputs drawn at random (fixed seed) with the model's shapes, marked <i>random inputs</i>. "
-             "A box whose backward, or a function it needs, is not written yet is marked <span class=\"missing\">not implemented yet</span> "
-             "(" << page.missing << " boxes): neither pass nor fail. Boxes past the stop show no values.</p>";
-    h << "<p>";
-    if (failing.empty()) {
-        h << "<span class=\"pass\">All " << page.checked << " backward boxes pass their gradient check.</span>";
-    } else {
-        h << "<span class=\"fail\"><b>" << failing.size() << " of " << page.checked << " backward boxes fail their gradient check:</b></span> ";
-        for (std::size_t k = 0; k < failing.size(); k++)
-            h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
-              << " (" << html_text(e.steps[failing[k]].check.function) << ")</a>";
-    }
-    if (page.missing) h << " <span class=\"missing\">" << page.missing << " more are not implemented yet.</span>";
-    h << "</p><p class=\"note\">Each backward box is checked alone: its own forward, in double, on this run's input of it, "
-         "contracted with a fixed random R of its output's shape (s = sum(R &#8857; f)); its backward's gradient of s is compared "
-         "with central finite differences (s(x + h) &minus; s(x &minus; h)) / 2h, h = 1e-6, at every entry of a small gradient "
-         "(of a large one, the entry of largest |g| and entries drawn at random); an entry passes if |num &minus; g| &le; 1e-6 max(1, |g|). "
-         "Heat maps: red positive, blue negative, white 0, scaled to each tensor's largest |value|; "
-         "a cell's title (or focus the map and use the arrow keys) gives its (i, j) and value. Keys n / p: next / previous box.";
-    if (fold < o.fold) h << " To keep the page small, tensors are folded beyond " << fold << " x " << fold << " (the first and last " << fold / 2 << " rows and columns).";
-    else h << " Tensors beyond " << fold << " x " << fold << " are folded (the first and last " << fold / 2 << " rows and columns).";
-    h << (page.source.empty() ? " (transformer.cpp was not found: no line numbers.)" : "") << "</p></header>\n";
 
-    // Table of contents.
-    h << "<nav aria-label=\"Formula boxes\"><h2>Boxes</h2><ol>\n";
-    for (std::size_t k = 0; k < e.steps.size();) {
-        std::size_t end = k;
-        bool bad = false;
-        while (end < e.steps.size() && e.steps[end].box == e.steps[k].box) bad |= e.steps[end].check.done && !e.steps[end].check.pass, end++;
-        const bool backward_start = e.steps[k].box.rfind("Backward", 0) == 0 && (k == 0 || e.steps[k - 1].box.rfind("Backward", 0) != 0);
-        if (backward_start) h << "</ol><h2>Backward</h2><ol>\n";
-        h << "<li class=\"group" << (bad ? " fail" : "") << "\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
-          << (bad ? " <span class=\"tag fail\">contains a failing box</span>" : "") << "<ol>";
-        for (std::size_t j = k; j < end; j++) {
-            const ExplainStep& s = e.steps[j];
-            std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
-            if (s.depth) label = s.box.rfind("Backward", 0) != 0 ? s.box
-                                 : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
-            h << "<li value=\"" << j + 1 << "\"" << (s.depth ? " class=\"d1\"" : "") << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
-            if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
-            else if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
-            if (s.check.done && s.check.random) h << " <span class=\"note\">(random inputs)</span>";
-            h << "</li>";
-        }
-        h << "</ol></li>\n";
-        k = end;
-    }
-    h << "</ol></nav>\n<main>\n";
+    ExplainPageWriter(const Config& c_, const Batch& batch_, const ExplainHtml& o_, Explained<float>& e_, ExplainPage& page_)
+        : c(c_), batch(batch_), o(o_), e(e_), page(page_), labels(o_.labels) {}
 
-    json << "{\"title\":" << json_escape(o.title) << ",\"model\":" << json_escape(what) << ",\"variant\":" << json_escape(variant_name(c.variant))
-         << ",\"tokens\":[";
-    for (int i = 0; i < n; i++) json << (i ? "," : "") << batch.tokens[i];
-    json << "],\"loss\":" << json_num(e.loss) << ",\"stopped\":" << json_escape(e.stopped) << ",\"fold\":" << fold << ",\"source\":" << json_escape(page.source) << ",\"boxes\":[";
-    bool backward = false;
-    for (std::size_t k = 0; k < e.steps.size(); k++) {
-        const ExplainStep& s = e.steps[k];
-        const int sec = section_of(c, s);
-        if (k == 0 || (!backward && s.box.rfind("Backward", 0) == 0)) {
-            backward = k > 0;
-            if (backward && !e.stopped.empty())
-                h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b></p>\n";
-            h << "<h2>" << (backward ? "Backward: d loss / d &theta;, from the loss down" : "Forward") << "</h2>\n";
+    // The fold shrinks until the page's heat maps hold at most o.cells cells.
+    void refold_to_budget() {
+        fold = o.fold;
+        for (;;) {
+            std::size_t cells = 0;
+            for (const ExplainStep& s : e.steps) {
+                for (const ExplainTensor& t : s.in) cells += t.cells.size();
+                for (const ExplainTensor& t : s.out) cells += t.cells.size();
+            }
+            if (cells <= o.cells || fold <= 4) break;
+            fold /= 2;
+            for (ExplainStep& s : e.steps) {
+                for (ExplainTensor& t : s.in) refold(t, fold);
+                for (ExplainTensor& t : s.out) refold(t, fold);
+            }
         }
-        const bool bad = s.check.done && !s.check.pass;
-        h << "<section id=\"b" << k + 1 << "\" class=\"box" << (s.depth ? " d1" : "") << (bad ? " bad" : "") << "\" tabindex=\"-1\" aria-labelledby=\"h" << k + 1 << "\">\n";
-        h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << html_text(s.box);
-        if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
-        else if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
-        h << "</h3>\n" << to_mathml(s.formula) << "\n";
-        h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code> &middot; <a href=\"" << html_text(o.formulas) << "#s" << sec
-          << "\">formulas &sect;" << sec << "</a></p>\n";
-        // The function(s), each with its line.
+    }
+
+    // The checks' tally: boxes checked, not implemented and failing.
+    void count_checks() {
+        for (std::size_t k = 0; k < e.steps.size(); k++) {
+            const ExplainCheck& ck = e.steps[k].check;
+            if (ck.done && ck.missing.empty()) page.checked++;
+            if (ck.done && !ck.missing.empty()) page.missing++;
+            if (ck.done && !ck.pass) {
+                failing.push_back((int)k);
+                page.failing_boxes.push_back("[" + std::to_string(k + 1) + "] " + e.steps[k].box + " (" + ck.function + ")");
+            }
+        }
+        page.failing = (int)failing.size();
+        page.boxes = (int)e.steps.size();
+    }
+
+    // The page's head and its header: the model, the tokens, the loss, where a stub stopped the run,
+    // the checks' summary and how to read the page.
+    void header_html() {
+        const int n = batch.n;
+        h << "<!DOCTYPE html>\n" << SVG_MARK << "\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+          << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+          << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << "</style></head>\n<body>\n";
+        h << "<header><h1>explain: " << html_text(o.title) << "</h1><p>" << html_text(what) << "; tokens x = ";
+        for (int i = 0; i < n; i++) h << (i ? ", " : "") << html_text(labels[i]);
+        h << "; loss " << (std::isnan(e.loss) ? std::string("not reached") : num(e.loss, "%.9g")) << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
+          << "formula indices count from 1.</p>";
+        if (!e.stopped.empty())
+            h << "<p class=\"stop\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b> "
+              << "The forward boxes are those the run reached; every backward box is still checked alone: on the run's own input of it where the "
+                 "forward reached the box, else on inputs drawn at random (fixed seed) with the model's shapes, marked <i>random inputs</i>. "
+                 "A box whose backward, or a function it needs, is not written yet is marked <span class=\"missing\">not implemented yet</span> "
+                 "(" << page.missing << " boxes): neither pass nor fail. Boxes past the stop show no values.</p>";
+        h << "<p>";
+        if (failing.empty()) {
+            h << "<span class=\"pass\">All " << page.checked << " backward boxes pass their gradient check.</span>";
+        } else {
+            h << "<span class=\"fail\"><b>" << failing.size() << " of " << page.checked << " backward boxes fail their gradient check:</b></span> ";
+            for (std::size_t k = 0; k < failing.size(); k++)
+                h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
+                  << " (" << html_text(e.steps[failing[k]].check.function) << ")</a>";
+        }
+        if (page.missing) h << " <span class=\"missing\">" << page.missing << " more are not implemented yet.</span>";
+        h << "</p><p class=\"note\">Each backward box is checked alone: its own forward, in double, on this run's input of it, "
+             "contracted with a fixed random R of its output's shape (s = sum(R &#8857; f)); its backward's gradient of s is compared "
+             "with central finite differences (s(x + h) &minus; s(x &minus; h)) / 2h, h = 1e-6, at every entry of a small gradient "
+             "(of a large one, the entry of largest |g| and entries drawn at random); an entry passes if |num &minus; g| &le; 1e-6 max(1, |g|). "
+             "Heat maps: red positive, blue negative, white 0, scaled to each tensor's largest |value|; "
+             "a cell's title (or focus the map and use the arrow keys) gives its (i, j) and value. Keys n / p: next / previous box.";
+        if (fold < o.fold) h << " To keep the page small, tensors are folded beyond " << fold << " x " << fold << " (the first and last " << fold / 2 << " rows and columns).";
+        else h << " Tensors beyond " << fold << " x " << fold << " are folded (the first and last " << fold / 2 << " rows and columns).";
+        h << (page.source.empty() ? " (transformer.cpp was not found: no line numbers.)" : "") << "</p></header>\n";
+    }
+
+    // The table of contents: consecutive boxes with the same heading form a group; a group (a block,
+    // the backward of a layer) with a failing box is marked.
+    void contents_html() {
+        h << "<nav aria-label=\"Formula boxes\"><h2>Boxes</h2><ol>\n";
+        for (std::size_t k = 0; k < e.steps.size();) {
+            std::size_t end = k;
+            bool bad = false;
+            while (end < e.steps.size() && e.steps[end].box == e.steps[k].box) bad |= e.steps[end].check.done && !e.steps[end].check.pass, end++;
+            const bool backward_start = e.steps[k].box.rfind("Backward", 0) == 0 && (k == 0 || e.steps[k - 1].box.rfind("Backward", 0) != 0);
+            if (backward_start) h << "</ol><h2>Backward</h2><ol>\n";
+            h << "<li class=\"group" << (bad ? " fail" : "") << "\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
+              << (bad ? " <span class=\"tag fail\">contains a failing box</span>" : "") << "<ol>";
+            for (std::size_t j = k; j < end; j++) {
+                const ExplainStep& s = e.steps[j];
+                std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
+                if (s.depth) label = s.box.rfind("Backward", 0) != 0 ? s.box
+                                     : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
+                h << "<li value=\"" << j + 1 << "\"" << (s.depth ? " class=\"d1\"" : "") << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
+                if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
+                else if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
+                if (s.check.done && s.check.random) h << " <span class=\"note\">(random inputs)</span>";
+                h << "</li>";
+            }
+            h << "</ol></li>\n";
+            k = end;
+        }
+        h << "</ol></nav>\n<main>\n";
+    }
+
+    // A box's function(s), each with its line in transformer.cpp; returns them as JSON members.
+    std::string code_html(const ExplainStep& s) {
         h << "<p class=\"code\">code: ";
         std::string lines_json;
-        {
-            const std::string& f = s.function;
-            std::size_t i = 0;
-            while (i < f.size()) {
-                if (std::isalpha((unsigned char)f[i]) || f[i] == '_') {
-                    std::size_t j = i;
-                    while (j < f.size() && (std::isalnum((unsigned char)f[j]) || f[j] == '_' || f[j] == ':')) j++;
-                    const std::string w = f.substr(i, j - i);
-                    const int line = w.find(':') == std::string::npos && w.size() > 2 ? definition_line(source, w) : 0;
-                    if (line) {
-                        h << "<code>" << html_text(w) << "</code> <span class=\"note\">(transformer.cpp:" << line << ")</span>";
-                        lines_json += std::string(lines_json.empty() ? "" : ",") + json_escape(w) + ":" + std::to_string(line);
-                    } else h << html_text(w);
-                    i = j;
-                } else h << html_text(std::string(1, f[i++]));
-            }
+        const std::string& f = s.function;
+        std::size_t i = 0;
+        while (i < f.size()) {
+            if (std::isalpha((unsigned char)f[i]) || f[i] == '_') {
+                std::size_t j = i;
+                while (j < f.size() && (std::isalnum((unsigned char)f[j]) || f[j] == '_' || f[j] == ':')) j++;
+                const std::string w = f.substr(i, j - i);
+                const int line = w.find(':') == std::string::npos && w.size() > 2 ? definition_line(source, w) : 0;
+                if (line) {
+                    h << "<code>" << html_text(w) << "</code> <span class=\"note\">(transformer.cpp:" << line << ")</span>";
+                    lines_json += std::string(lines_json.empty() ? "" : ",") + json_escape(w) + ":" + std::to_string(line);
+                } else h << html_text(w);
+                i = j;
+            } else h << html_text(std::string(1, f[i++]));
         }
         h << "</p>\n";
-        json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"box\":" << json_escape(s.box)
-             << ",\"formula\":" << json_escape(s.formula) << ",\"section\":" << sec << ",\"function\":" << json_escape(s.function)
-             << ",\"lines\":{" << lines_json << "}";
-        if (s.check.done) {
-            const ExplainCheck& ck = s.check;
-            std::string entry;
-            if (!ck.shape.empty()) {
-                const int C = ck.shape.back();
-                entry = ck.shape.size() == 2 ? "(" + std::to_string(ck.at / C + 1) + ", " + std::to_string(ck.at % C + 1) + ")"
-                                             : "(" + std::to_string(ck.at + 1) + ")";
-            }
-            const std::string on = ck.random ? " on inputs drawn at random (fixed seed; the run did not reach this box)" : "";
-            if (!ck.missing.empty())
-                h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << html_text(ck.function) << " is not checked" << on
-                  << ", the run meets a stub (" << html_text(ck.missing) << ")";
-            else
-                h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
-                  << "</b> (" << html_text(ck.function) << " against central differences of its forward" << on << "): " << ck.entries << " entries compared; ";
-            if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
-            if (!ck.tensor.empty())
-                h << "worst: " << html_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
-                  << ", backward " << num(ck.ana, "%.9g") << ", |num &minus; g| / max(1, |g|) = " << num(ck.err, "%.3g") << " against the tolerance "
-                  << num(ck.tol) << " (h = " << num(ck.h) << ")";
-            h << "</div>\n";
-            json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
-                 << ",\"random\":" << (ck.random ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
-                 << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
-                 << ",\"ana\":" << json_num(ck.ana) << ",\"err\":" << json_num(ck.err) << ",\"tol\":" << json_num(ck.tol)
-                 << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem) << "}";
+        return lines_json;
+    }
+
+    // A backward box's gradient check: its verdict, the worst entry, and the same as JSON.
+    void check_html(const ExplainCheck& ck) {
+        std::string entry;
+        if (!ck.shape.empty()) {
+            const int C = ck.shape.back();
+            entry = ck.shape.size() == 2 ? "(" + std::to_string(ck.at / C + 1) + ", " + std::to_string(ck.at % C + 1) + ")"
+                                         : "(" + std::to_string(ck.at + 1) + ")";
         }
-        // Pictures: a layer's mask, and each head's P with the tokens as labels.
+        const std::string on = ck.random ? " on inputs drawn at random (fixed seed; the run did not reach this box)" : "";
+        if (!ck.missing.empty())
+            h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << html_text(ck.function) << " is not checked" << on
+              << ", the run meets a stub (" << html_text(ck.missing) << ")";
+        else
+            h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
+              << "</b> (" << html_text(ck.function) << " against central differences of its forward" << on << "): " << ck.entries << " entries compared; ";
+        if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
+        if (!ck.tensor.empty())
+            h << "worst: " << html_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
+              << ", backward " << num(ck.ana, "%.9g") << ", |num &minus; g| / max(1, |g|) = " << num(ck.err, "%.3g") << " against the tolerance "
+              << num(ck.tol) << " (h = " << num(ck.h) << ")";
+        h << "</div>\n";
+        json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
+             << ",\"random\":" << (ck.random ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
+             << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
+             << ",\"ana\":" << json_num(ck.ana) << ",\"err\":" << json_num(ck.err) << ",\"tol\":" << json_num(ck.tol)
+             << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem) << "}";
+    }
+
+    // Box k's pictures: a layer's mask, and each head's P with the tokens as labels.
+    void pictures_html(std::size_t k) {
+        const ExplainStep& s = e.steps[k];
         if (s.function.rfind("layer_mask", 0) == 0 && !s.out.empty() && !s.out[0].cells.empty())
             h << "<div class=\"pics\">" << inline_svg(heatmap_svg({panel_of(s.out[0], labels, s.out[0].name)}, 1, "The mask of " + s.box, {}, false)) << "</div>\n";
         if (s.function == "MultiHeadSA") {
@@ -10353,6 +10348,10 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
                                                                       {"Row i: the query token, column j: the key token."}, true))
                   << "</div>\n";
         }
+    }
+
+    // A box's tensors: a heat map each, and their values as JSON.
+    void tensors_html(const ExplainStep& s) {
         json << ",\"tensors\":[";
         bool first = true;
         for (int io = 0; io < 2; io++)
@@ -10375,14 +10374,73 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
         json << "],\"picture\":[";
         for (std::size_t a = 0; a < s.picture.size(); a++) json << (a ? "," : "") << json_escape(s.picture[a]);
         json << "]}";
+    }
+
+    // Box k: its heading, formula, code, check, pictures and tensors.
+    void box_html(std::size_t k) {
+        const ExplainStep& s = e.steps[k];
+        const int sec = section_of(c, s);
+        const bool bad = s.check.done && !s.check.pass;
+        h << "<section id=\"b" << k + 1 << "\" class=\"box" << (s.depth ? " d1" : "") << (bad ? " bad" : "") << "\" tabindex=\"-1\" aria-labelledby=\"h" << k + 1 << "\">\n";
+        h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << html_text(s.box);
+        if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
+        else if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
+        h << "</h3>\n" << to_mathml(s.formula) << "\n";
+        h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code> &middot; <a href=\"" << html_text(o.formulas) << "#s" << sec
+          << "\">formulas &sect;" << sec << "</a></p>\n";
+        const std::string lines_json = code_html(s);
+        json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"box\":" << json_escape(s.box)
+             << ",\"formula\":" << json_escape(s.formula) << ",\"section\":" << sec << ",\"function\":" << json_escape(s.function)
+             << ",\"lines\":{" << lines_json << "}";
+        if (s.check.done) check_html(s.check);
+        pictures_html(k);
+        tensors_html(s);
         h << "</section>\n";
         page.maths++;
     }
-    json << "]}";
-    std::string js = json.str();
+
+    // The boxes in order under the headings Forward and Backward, and the JSON of the run around them.
+    void boxes_html() {
+        json << "{\"title\":" << json_escape(o.title) << ",\"model\":" << json_escape(what) << ",\"variant\":" << json_escape(variant_name(c.variant))
+             << ",\"tokens\":[";
+        for (int i = 0; i < batch.n; i++) json << (i ? "," : "") << batch.tokens[i];
+        json << "],\"loss\":" << json_num(e.loss) << ",\"stopped\":" << json_escape(e.stopped) << ",\"fold\":" << fold << ",\"source\":" << json_escape(page.source) << ",\"boxes\":[";
+        bool backward = false;
+        for (std::size_t k = 0; k < e.steps.size(); k++) {
+            if (k == 0 || (!backward && e.steps[k].box.rfind("Backward", 0) == 0)) {
+                backward = k > 0;
+                if (backward && !e.stopped.empty())
+                    h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b></p>\n";
+                h << "<h2>" << (backward ? "Backward: d loss / d &theta;, from the loss down" : "Forward") << "</h2>\n";
+            }
+            box_html(k);
+        }
+        json << "]}";
+    }
+};
+
+ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& batch, const ExplainHtml& o) {
+    ExplainDetail d;
+    d.fold = o.fold, d.backwards = o.backwards, d.stubs = true;
+    Explained<float> e = explain(c, p, batch, o.values, &d);
+    ExplainPage page;
+    page.loss = e.loss, page.stopped = e.stopped;
+    ExplainPageWriter pw(c, batch, o, e, page);
+    pw.stop_fn = e.stopped.empty() ? "" : e.stopped.substr(17, e.stopped.find_first_of(" (", 17) - 17);
+    pw.source = read_source(o.source, page.source);
+    pw.refold_to_budget();
+    for (int i = (int)pw.labels.size(); i < batch.n; i++) pw.labels.push_back(std::to_string(batch.tokens[i]));
+    pw.count_checks();
+    pw.what = std::string(variant_name(c.variant)) + " (V=" + std::to_string(c.V) + " H=" + std::to_string(c.H) +
+              " F=" + std::to_string(c.F) + " D=" + std::to_string(c.D) + " L=" + std::to_string(c.L) +
+              " A=" + std::to_string(c.A) + ", " + activation_name(c.activation) + ")";
+    pw.header_html();
+    pw.contents_html();
+    pw.boxes_html();
+    std::string js = pw.json.str();
     for (std::size_t at = js.find("</"); at != std::string::npos; at = js.find("</", at + 2)) js.replace(at, 2, "<\\/");
-    h << "</main>\n<script type=\"application/json\" id=\"explain-data\">" << js << "</script>\n<script>" << PAGE_SCRIPT << "</script>\n</body></html>\n";
-    page.html = h.str();
+    pw.h << "</main>\n<script type=\"application/json\" id=\"explain-data\">" << js << "</script>\n<script>" << PAGE_SCRIPT << "</script>\n</body></html>\n";
+    page.html = pw.h.str();
     return page;
 }
 
