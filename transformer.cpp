@@ -6579,6 +6579,176 @@ static void require_train_memory(const Config& c, const TrainOptions& o, int n) 
                    memory_limit(), o.memory_check);
 }
 
+// train --resume: the checkpoint's model, AdamW's state, options, rng and tokenizer, with the flags a
+// resumed run may give anew (--data, --val, --steps, --stop-at, --out, --quiet, --no-memory-check).
+// False: the checkpoint is already at --steps, nothing to train.
+static bool resume_from_checkpoint(TrainOptions& o, RunState& s, Tokenizer& tok, CharVocab& saved_vocab,
+                                  std::map<std::string, std::string>& resume_md) {
+    LoadedModel lm = load_model(o.resume, {"adam."});
+    if (lm.file.metadata.count("weights_only"))
+        throw Error("'" + o.resume + "' holds the weights only (written by strip, without AdamW's state): it cannot be resumed; "
+                    "start a new run from its weights with --init-from " + o.resume);
+    const std::string data_given = o.data, val_given = o.val_data;  // on resume: moved copies of the same texts
+    s.c = lm.config;
+    s.p = std::move(lm.params);
+    const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
+    const std::string out = o.out.empty() ? o.resume : o.out;
+    const bool quiet = o.quiet, memory_check = o.memory_check;
+    try {
+        options_from_metadata(lm.file.metadata, o);
+    } catch (const Error& e) {
+        throw Error("'" + o.resume + "': " + e.what());
+    }
+    if (steps > 0) o.steps = steps;
+    o.stop_at = stop_at, o.out = out, o.quiet = quiet, o.memory_check = memory_check;
+    o.data = resume_data_path(lm.file.metadata, data_given, o.resume);
+    o.val_data = resume_data_path(lm.file.metadata, val_given, o.resume, VAL_RECORD);
+    resume_md = lm.file.metadata;
+    adamw_init(s.c, s.adam);
+    auto M = named_tensors(s.c, s.adam.m), S = named_tensors(s.c, s.adam.v);
+    for (std::size_t j = 0; j < M.size(); j++) {
+        const Tensor<float>* m = lm.file.find("adam.m." + M[j].name);
+        const Tensor<float>* v = lm.file.find("adam.v." + M[j].name);
+        if (!m || !v || m->shape != M[j].tensor->shape || v->shape != S[j].tensor->shape)
+            throw Error("'" + o.resume + "': optimiser state for '" + M[j].name + "' is missing or misshaped");
+        *M[j].tensor = *m, *S[j].tensor = *v;
+    }
+    const auto& md = lm.file.metadata;
+    if (!md.count("train.step") || !md.count("train.rng") || (!md.count("vocab") && !md.count("tokenizer")) || !md.count("adam.t"))
+        throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
+    if (md.count("finetune.task")) throw Error("'" + o.resume + "' is a fine-tuned checkpoint: continue it with finetune --checkpoint");
+    s.step0 = parse_i64(md.at("train.step"), "train.step");
+    s.adam.t = parse_i64(md.at("adam.t"), "adam.t");
+    if (s.step0 < 0 || s.adam.t != s.step0)
+        throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(s.step0) + " and adam.t " + std::to_string(s.adam.t));
+    if (s.step0 >= o.steps) {  // before any work: say so now, not after loading the data; nothing is written
+        std::fprintf(stderr, "warning: '%s' is already at step %lld and --steps is %lld: nothing to train, no file written "
+                             "(give --steps above %lld to train further)\n", o.resume.c_str(), (long long)s.step0, (long long)o.steps,
+                     (long long)s.step0);
+        return false;
+    }
+    if (o.stop_at > 0 && o.stop_at <= s.step0)  // before the plan is printed
+        throw Error("train: --stop-at " + std::to_string(o.stop_at) + " is not after the checkpoint's step " + std::to_string(s.step0) +
+                    ": nothing to do (give --stop-at above " + std::to_string(s.step0) + ")");
+    s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
+    tok = tokenizer_of(md, o.resume);
+    if (tok.kind == "char") saved_vocab = tok.chars;
+    if (md.count("train.log")) s.log_csv = md.at("train.log");
+    if (resolve_output_path(o.out) == resolve_output_path(o.resume)) s.on_disk = s.step0;
+    return true;
+}
+
+// A new model of o's shape for the corpus k (n tokens a window): its Config, freshly initialised
+// weights and AdamW's state.
+static void start_fresh_model(const TrainOptions& o, RunState& s, const Tokenizer& tok, const Corpus& k, Variant variant, int n,
+                              bool subword, bool xlnet) {
+    Config& c = s.c;
+    c.variant = variant;
+    c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
+    c.n_ctx = n;
+    c.V = subword ? tok.size() : k.vocab.size();
+    if (subword && !is_causal(variant)) subword_special_ids(tok, c);  // in the vocabulary already
+    else if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
+    if (variant == Variant::bert) c.eps = 1e-12;
+    if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
+    if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
+    c.attn_bias = o.attn_bias;
+    if ((o.emb_ln || o.mlm_head) && is_causal(variant))
+        throw Error(std::string("train: --emb-ln and --mlm-head (the released BERT's additions) apply to bert and roberta, not ") +
+                    variant_name(variant));
+    c.emb_ln = o.emb_ln || o.mlm_head, c.mlm_head = o.mlm_head;
+    c.xlnet = xlnet;
+    require_train_memory(c, o, n);  // before the model is allocated
+    s.p = make_params<float>(c);
+    init_params(c, s.p, o.seed);
+    if (o.gpt2_init) scale_residual_init(c, s.p);
+    adamw_init(c, s.adam);
+}
+
+// What a step of train minimises and its validation estimate: XLNet's permutation LM (formulas §27),
+// or the next token (GPT variants) / the masked tokens (BERT, RoBERTa).
+static Objective train_objective(const TrainOptions& o, RunState& s, const Corpus& k, int n, int predict, bool xlnet) {
+    const Config& c = s.c;
+    Objective obj;
+    obj.tokens_per_step = (long long)o.batch * n;
+    obj.title = std::string(variant_name(c.variant)) + (xlnet ? " XLNet permutation loss" : " training loss");
+    if (xlnet) {  // XLNet's permutation objective (formulas §27): one z per batch, the last `predict` ranks predicted
+        obj.step = [&o, &s, &k, n, predict](Params<float>& g, Rng& rng, std::vector<double>&) {
+            const Batch b = make_batch(s.c, k, false, o.batch, n, rng);
+            return xlnet_loss(s.c, s.p, s.p.w, b.tokens, o.batch, random_permutation(n, rng), predict, &g, &g.w);
+        };
+        obj.validate = [&o, &s, &k, n, predict](const Params<float>& p, std::string&) {
+            Rng rng(o.seed ^ 0x5EED5EEDull);
+            double sum = 0;
+            for (long long j = 0; j < o.eval_steps; j++) {
+                const Batch b = make_batch(s.c, k, true, o.batch, n, rng);
+                sum += xlnet_loss(s.c, p, p.w, b.tokens, o.batch, random_permutation(n, rng), predict);
+            }
+            return sum / (double)o.eval_steps;
+        };
+    } else {  // next token (GPT variants) or masked tokens (BERT, RoBERTa)
+        obj.step = [&o, &s, &k, n](Params<float>& g, Rng& rng, std::vector<double>&) {
+            const Batch b = make_batch(s.c, k, false, o.batch, n, rng);
+            ForwardOptions fo;
+            fo.dropout = o.dropout, fo.rng = &rng;
+            return model_loss(s.c, s.p, b, &g, fo);
+        };
+        obj.validate = [&o, &s, &k, n](const Params<float>& p, std::string&) { return evaluate(s.c, p, k, o.batch, n, o.eval_steps, o.seed); };
+    }
+    return obj;
+}
+
+// The run's plan on stdout: the model, the data and its schedule, the objective, the memory it takes,
+// the tokenizer and where the weights come from.
+static void print_train_plan(const TrainOptions& o, const RunState& s, const Tokenizer& tok, const Corpus& k, int n, int predict,
+                             bool xlnet, bool subword, long long last, const ParamCount& count, const TrainMemory& mem) {
+    const Config& c = s.c;
+    std::printf("model %s: L=%d H=%d A=%d D=%d F=%d n=%d V=%d, %lld parameters, %s\n", variant_name(c.variant), c.L, c.H,
+                c.A, c.D, c.F, c.n_ctx, c.V, count.actual, activation_name(c.activation));
+    std::printf("data: %s, batch %d x %d tokens%s, steps %lld..%lld of %lld, lr %g -> %g, warmup %lld, dropout %g\n",
+                k.task ? "built-in task: 3-digit addition (answer digits reversed)" : o.data.c_str(), o.batch, n,
+                accumulated(o.accum).c_str(), s.step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
+    if (xlnet)
+        std::printf("objective: XLNet's permutation language model, two-stream attention, one permutation z per batch, "
+                    "the last %d of %d positions in z predicted\n", predict, n);
+    const TrainMemory& m = mem;
+    std::printf("memory: parameters %.1f MB, gradients %.1f MB, AdamW m and v %.1f MB, activations of a step ~%.1f MB "
+                "(B=%d, n=%d): ~%.2f GB\n", mb(m.params), mb(m.grads), mb(m.adam), mb(m.activations), o.batch, n,
+                (m.params + m.grads + m.adam + m.activations) / (1024.0 * 1024.0 * 1024.0));
+    if (subword)
+        std::printf("tokenizer: %s, %d tokens; the text is %zu + %zu tokens (train + validation)%s\n", tokenizer_title(tok.kind),
+                    tok.size(), k.train.size(), k.val.size(),
+                    k.cls_sep ? ("; windows of " + std::to_string(n - 2) + " tokens as [CLS] window [SEP]").c_str() : "");
+    if (!o.init_from.empty()) std::printf("weights: from %s (optimiser state fresh)\n", o.init_from.c_str());
+    std::fflush(stdout);
+}
+
+// After the loop: the addition task's held-out accuracy, the whole validation split's loss once, and
+// what the run wrote.
+static void finish_training(TrainResult& r, const TrainOptions& o, RunState& s, const Tokenizer& tok, const Corpus& k, int n,
+                            int predict, bool xlnet, const std::string& base) {
+    const Config& c = s.c;
+    const bool subword = !tok.kind.empty() && tok.kind != "char";
+    if (k.task && is_causal(c.variant) && !r.signal) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
+    // The whole validation split once at the end, unless --eval-every 0 (never validate).
+    const bool whole_split = !k.task && !r.signal && o.eval_every > 0;
+    if (whole_split)
+        r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
+    if (whole_split && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
+    if (!o.quiet) {
+        if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
+        if (r.val_loss_split >= 0)
+            std::printf("val loss over the whole validation split: %.4f (%zu %s%s%s; the %lld-batch estimate above: %.4f)\n",
+                        r.val_loss_split, k.val.size(), subword ? "tokens" : "characters", xlnet ? ", 4 permutations per window" : "",
+                        o.line_windows ? ", read in consecutive windows of the whole text, not starting at newlines as "
+                                         "--line-windows' training and estimate windows do" : "",
+                        o.eval_steps, r.val_loss);
+        std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
+        struct rusage ru;
+        if (::getrusage(RUSAGE_SELF, &ru) == 0) std::printf("peak memory (max resident set): %.1f MB\n", max_rss_mib(ru));
+    }
+}
+
 TrainResult train(const TrainOptions& opt_in) {
     TrainOptions o = opt_in;
     RunState s;
@@ -6594,59 +6764,7 @@ TrainResult train(const TrainOptions& opt_in) {
     }
     if (!o.init_from.empty()) start_from_checkpoint(o, s, tok);
     else if (!o.bpe_vocab.empty()) tok = load_tokenizer("", o.encoder, o.bpe_vocab);
-    if (!o.resume.empty()) {
-        LoadedModel lm = load_model(o.resume, {"adam."});
-        if (lm.file.metadata.count("weights_only"))
-            throw Error("'" + o.resume + "' holds the weights only (written by strip, without AdamW's state): it cannot be resumed; "
-                        "start a new run from its weights with --init-from " + o.resume);
-        const std::string data_given = o.data, val_given = o.val_data;  // on resume: moved copies of the same texts
-        s.c = lm.config;
-        s.p = std::move(lm.params);
-        const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
-        const std::string out = o.out.empty() ? o.resume : o.out;
-        const bool quiet = o.quiet, memory_check = o.memory_check;
-        try {
-            options_from_metadata(lm.file.metadata, o);
-        } catch (const Error& e) {
-            throw Error("'" + o.resume + "': " + e.what());
-        }
-        if (steps > 0) o.steps = steps;
-        o.stop_at = stop_at, o.out = out, o.quiet = quiet, o.memory_check = memory_check;
-        o.data = resume_data_path(lm.file.metadata, data_given, o.resume);
-        o.val_data = resume_data_path(lm.file.metadata, val_given, o.resume, VAL_RECORD);
-        resume_md = lm.file.metadata;
-        adamw_init(s.c, s.adam);
-        auto M = named_tensors(s.c, s.adam.m), S = named_tensors(s.c, s.adam.v);
-        for (std::size_t j = 0; j < M.size(); j++) {
-            const Tensor<float>* m = lm.file.find("adam.m." + M[j].name);
-            const Tensor<float>* v = lm.file.find("adam.v." + M[j].name);
-            if (!m || !v || m->shape != M[j].tensor->shape || v->shape != S[j].tensor->shape)
-                throw Error("'" + o.resume + "': optimiser state for '" + M[j].name + "' is missing or misshaped");
-            *M[j].tensor = *m, *S[j].tensor = *v;
-        }
-        const auto& md = lm.file.metadata;
-        if (!md.count("train.step") || !md.count("train.rng") || (!md.count("vocab") && !md.count("tokenizer")) || !md.count("adam.t"))
-            throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
-        if (md.count("finetune.task")) throw Error("'" + o.resume + "' is a fine-tuned checkpoint: continue it with finetune --checkpoint");
-        s.step0 = parse_i64(md.at("train.step"), "train.step");
-        s.adam.t = parse_i64(md.at("adam.t"), "adam.t");
-        if (s.step0 < 0 || s.adam.t != s.step0)
-            throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(s.step0) + " and adam.t " + std::to_string(s.adam.t));
-        if (s.step0 >= o.steps) {  // before any work: say so now, not after loading the data; nothing is written
-            std::fprintf(stderr, "warning: '%s' is already at step %lld and --steps is %lld: nothing to train, no file written "
-                                 "(give --steps above %lld to train further)\n", o.resume.c_str(), (long long)s.step0, (long long)o.steps,
-                         (long long)s.step0);
-            return TrainResult{};
-        }
-        if (o.stop_at > 0 && o.stop_at <= s.step0)  // before the plan is printed
-            throw Error("train: --stop-at " + std::to_string(o.stop_at) + " is not after the checkpoint's step " + std::to_string(s.step0) +
-                        ": nothing to do (give --stop-at above " + std::to_string(s.step0) + ")");
-        s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
-        tok = tokenizer_of(md, o.resume);
-        if (tok.kind == "char") saved_vocab = tok.chars;
-        if (md.count("train.log")) s.log_csv = md.at("train.log");
-        if (resolve_output_path(o.out) == resolve_output_path(o.resume)) s.on_disk = s.step0;
-    }
+    if (!o.resume.empty() && !resume_from_checkpoint(o, s, tok, saved_vocab, resume_md)) return TrainResult{};
     const bool xlnet = o.objective == "xlnet";
     if (o.objective != "lm" && !xlnet) throw Error("train: --objective must be lm or xlnet, got '" + o.objective + "'");
     if (xlnet && o.data.empty()) throw Error("train: --objective xlnet needs --data (a text; the built-in task is for next-token models)");
@@ -6685,84 +6803,19 @@ TrainResult train(const TrainOptions& opt_in) {
     if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k.bytes, k.hash, o.data, o.resume);
     if (!o.resume.empty() && !o.val_data.empty()) check_resume_data(resume_md, k.val_bytes, k.val_hash, o.val_data, o.resume, VAL_RECORD);
     const bool fresh = o.resume.empty() && o.init_from.empty();  // a new model, not one from a file
-    if (fresh) {
-        c.variant = variant;
-        c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
-        c.n_ctx = n;
-        c.V = subword ? tok.size() : k.vocab.size();
-        if (subword && !is_causal(variant)) subword_special_ids(tok, c);  // in the vocabulary already
-        else if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
-        if (variant == Variant::bert) c.eps = 1e-12;
-        if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
-        if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
-        c.attn_bias = o.attn_bias;
-        if ((o.emb_ln || o.mlm_head) && is_causal(variant))
-            throw Error(std::string("train: --emb-ln and --mlm-head (the released BERT's additions) apply to bert and roberta, not ") +
-                        variant_name(variant));
-        c.emb_ln = o.emb_ln || o.mlm_head, c.mlm_head = o.mlm_head;
-        c.xlnet = xlnet;
-        require_train_memory(c, o, n);  // before the model is allocated
-        s.p = make_params<float>(c);
-        init_params(c, s.p, o.seed);
-        if (o.gpt2_init) scale_residual_init(c, s.p);
-        adamw_init(c, s.adam);
-    }
+    if (fresh) start_fresh_model(o, s, tok, k, variant, n, subword, xlnet);
     // What the checkpoint records beyond the loop's state: the vocabulary and the data's identity.
     if (subword) s.meta = tok.metadata();
     else s.meta["vocab"] = k.vocab.to_metadata();
     if (!o.init_from.empty()) s.meta["train.init_from"] = o.init_from;
     if (!k.task) record_data(s.meta, o.data, k.bytes, k.hash, DATA_RECORD);
     if (!o.val_data.empty()) record_data(s.meta, o.val_data, k.val_bytes, k.val_hash, VAL_RECORD);
-    Objective obj;
-    obj.tokens_per_step = (long long)o.batch * n;
-    obj.title = std::string(variant_name(c.variant)) + (xlnet ? " XLNet permutation loss" : " training loss");
-    if (xlnet) {  // XLNet's permutation objective (formulas §27): one z per batch, the last `predict` ranks predicted
-        obj.step = [&](Params<float>& g, Rng& rng, std::vector<double>&) {
-            const Batch b = make_batch(c, k, false, o.batch, n, rng);
-            return xlnet_loss(c, s.p, s.p.w, b.tokens, o.batch, random_permutation(n, rng), predict, &g, &g.w);
-        };
-        obj.validate = [&](const Params<float>& p, std::string&) {
-            Rng rng(o.seed ^ 0x5EED5EEDull);
-            double sum = 0;
-            for (long long j = 0; j < o.eval_steps; j++) {
-                const Batch b = make_batch(c, k, true, o.batch, n, rng);
-                sum += xlnet_loss(c, p, p.w, b.tokens, o.batch, random_permutation(n, rng), predict);
-            }
-            return sum / (double)o.eval_steps;
-        };
-    } else {  // next token (GPT variants) or masked tokens (BERT, RoBERTa)
-        obj.step = [&](Params<float>& g, Rng& rng, std::vector<double>&) {
-            const Batch b = make_batch(c, k, false, o.batch, n, rng);
-            ForwardOptions fo;
-            fo.dropout = o.dropout, fo.rng = &rng;
-            return model_loss(c, s.p, b, &g, fo);
-        };
-        obj.validate = [&](const Params<float>& p, std::string&) { return evaluate(c, p, k, o.batch, n, o.eval_steps, o.seed); };
-    }
+    const Objective obj = train_objective(o, s, k, n, predict, xlnet);
     const ParamCount count = count_params(c);
     const long long last = o.stop_at ? std::min(o.stop_at, o.steps) : o.steps;
     const TrainMemory mem = train_memory(c, o.batch, n);
     if (!fresh) require_train_memory(c, o, n);
-    if (!o.quiet) {
-        std::printf("model %s: L=%d H=%d A=%d D=%d F=%d n=%d V=%d, %lld parameters, %s\n", variant_name(c.variant), c.L, c.H,
-                    c.A, c.D, c.F, c.n_ctx, c.V, count.actual, activation_name(c.activation));
-        std::printf("data: %s, batch %d x %d tokens%s, steps %lld..%lld of %lld, lr %g -> %g, warmup %lld, dropout %g\n",
-                    k.task ? "built-in task: 3-digit addition (answer digits reversed)" : o.data.c_str(), o.batch, n,
-                    accumulated(o.accum).c_str(), s.step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
-        if (xlnet)
-            std::printf("objective: XLNet's permutation language model, two-stream attention, one permutation z per batch, "
-                        "the last %d of %d positions in z predicted\n", predict, n);
-        const TrainMemory& m = mem;
-        std::printf("memory: parameters %.1f MB, gradients %.1f MB, AdamW m and v %.1f MB, activations of a step ~%.1f MB "
-                    "(B=%d, n=%d): ~%.2f GB\n", mb(m.params), mb(m.grads), mb(m.adam), mb(m.activations), o.batch, n,
-                    (m.params + m.grads + m.adam + m.activations) / (1024.0 * 1024.0 * 1024.0));
-        if (subword)
-            std::printf("tokenizer: %s, %d tokens; the text is %zu + %zu tokens (train + validation)%s\n", tokenizer_title(tok.kind),
-                        tok.size(), k.train.size(), k.val.size(),
-                        k.cls_sep ? ("; windows of " + std::to_string(n - 2) + " tokens as [CLS] window [SEP]").c_str() : "");
-        if (!o.init_from.empty()) std::printf("weights: from %s (optimiser state fresh)\n", o.init_from.c_str());
-        std::fflush(stdout);
-    }
+    if (!o.quiet) print_train_plan(o, s, tok, k, n, predict, xlnet, subword, last, count, mem);
     double val_before = -1;
     if (!o.init_from.empty()) {  // where fine-tuning starts, on the same batches as every later evaluation
         std::string shown;
@@ -6774,24 +6827,7 @@ TrainResult train(const TrainOptions& opt_in) {
         warn_same_file(o.val_data, "--data", o.data, "the model trains on all of it and the validation loss is measured on text it trained on");
     TrainResult r = run_training(o, s, obj);
     r.val_loss_before = val_before;
-    if (k.task && is_causal(c.variant) && !r.signal) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
-    // The whole validation split once at the end, unless --eval-every 0 (never validate).
-    const bool whole_split = !k.task && !r.signal && o.eval_every > 0;
-    if (whole_split)
-        r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
-    if (whole_split && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
-    if (!o.quiet) {
-        if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
-        if (r.val_loss_split >= 0)
-            std::printf("val loss over the whole validation split: %.4f (%zu %s%s%s; the %lld-batch estimate above: %.4f)\n",
-                        r.val_loss_split, k.val.size(), subword ? "tokens" : "characters", xlnet ? ", 4 permutations per window" : "",
-                        o.line_windows ? ", read in consecutive windows of the whole text, not starting at newlines as "
-                                         "--line-windows' training and estimate windows do" : "",
-                        o.eval_steps, r.val_loss);
-        std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
-        struct rusage ru;
-        if (::getrusage(RUSAGE_SELF, &ru) == 0) std::printf("peak memory (max resident set): %.1f MB\n", max_rss_mib(ru));
-    }
+    finish_training(r, o, s, tok, k, n, predict, xlnet, base);
     return r;
 }
 
