@@ -7266,23 +7266,13 @@ FinetuneSpec finetune_spec_of(const LoadedModel& lm, const std::string& path) {
     return s;
 }
 
-FinetuneResult finetune(const FinetuneOptions& fo) {
-    TrainOptions o = fo.loop;
-    const FinetuneKind kind = finetune_kind_from_name(fo.task);
-    if (!(fo.lambda >= 0) || !std::isfinite(fo.lambda)) throw Error("finetune: --lambda must be a number >= 0");
-    const std::string base = strip_ext(o.out);
-    check_outputs({{o.out, "--out", OutputKind::checkpoint},
-                   {base + ".csv", "the loss log", OutputKind::csv_log},
-                   {base + ".svg", "the loss plot", OutputKind::svg_plot}},
-                  {{fo.checkpoint, "--checkpoint"}, {fo.train_file, "--train"}, {fo.val_file, "--val"}});
-    LoadedModel lm = load_model(fo.checkpoint, {"adam."});
-    // The tokenizer: the one the flags name (released GPT-1/GPT-2/BERT weights), else the
-    // one the checkpoint records (characters, or the BPE `train --encoder` used).
+// finetune's tokenizer: the one the flags name (released GPT-1/GPT-2/BERT weights), else the one the
+// checkpoint records (characters, then in vocab, or the BPE `train --encoder` used), checked against the model.
+static Tokenizer finetune_tokenizer(const FinetuneOptions& fo, const LoadedModel& lm, CharVocab& vocab) {
     const Tokenizer recorded = tokenizer_of(lm.file.metadata, fo.checkpoint);
     const bool given = !fo.vocab.empty() || !fo.encoder.empty() || !fo.tokenizer.empty();
     Tokenizer tok = given ? load_tokenizer(fo.tokenizer, fo.encoder, fo.vocab) : recorded;
     const bool subword = !tok.kind.empty() && tok.kind != "char";
-    CharVocab vocab;
     if (given && !recorded.kind.empty() && (recorded.kind != tok.kind || recorded.vocab != tok.vocab || recorded.encoder_json != tok.encoder_json))
         throw Error("'" + fo.checkpoint + "' records its own tokenizer (" + (recorded.kind == "char" ? std::string("characters") : recorded.kind) +
                     "); the tokenizer flags name another one (leave them out)");
@@ -7299,6 +7289,135 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
         vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
     }
     if (lm.config.xlnet) throw Error("'" + fo.checkpoint + "' was trained with --objective xlnet; fine-tune a gpt, gpt2, gpt3, bert or roberta checkpoint");
+    return tok;
+}
+
+// A model fine-tuned the first time: GPT's start, delimiter and extract tokens (new rows of W_e,
+// formulas §28; BERT and RoBERTa reuse [CLS] and [SEP]) and the head W_y's shape for the task.
+static void add_finetune_head(Config& c, FinetuneSpec& spec, FinetuneKind kind) {
+    if (is_causal(c.variant)) {  // start, delimiter, extract: new rows of W_e (formulas §28), N(0, 0.02)
+        spec.specials = {c.V, c.V + 1, c.V + 2};
+        c.V += 3;
+    } else {
+        spec.specials = {c.cls_id, c.sep_id, c.sep_id};
+    }
+    c.W_y_rows = kind == FinetuneKind::similarity ? 2 * c.H : c.H;
+    c.W_y_cols = kind == FinetuneKind::choice ? 1 : (int)spec.classes.size();
+}
+
+// The pre-trained weights into the fine-tuned model's: every tensor as it was, W_e's new rows and
+// W_y drawn from N(0, 0.02).
+static void carry_over_weights(LoadedModel& lm, const Config& c, Params<float>& p, Rng& init) {
+    auto from = named_tensors(lm.config, lm.params);
+    auto to = named_tensors(c, p);
+    std::map<std::string, const Tensor<float>*> from_name;  // by name: W_y comes before the released BERT's tensors
+    for (auto& nt : from) from_name[nt.name] = nt.tensor;
+    for (std::size_t j = 0; j < to.size(); j++) {
+        Tensor<float>& t = *to[j].tensor;
+        const Tensor<float>* f = from_name.count(to[j].name) ? from_name[to[j].name] : nullptr;
+        if (f && f->shape == t.shape) t = *f;
+        else if (to[j].name == "W_e") {  // the pre-trained rows, then the new ones
+            std::copy(f->data.begin(), f->data.end(), t.data.begin());
+            for (std::size_t k = f->size(); k < t.size(); k++) t.data[k] = (float)(0.02 * init.normal());
+        } else if (to[j].name == "W_y") {
+            for (float& v : t.data) v = (float)(0.02 * init.normal());
+        } else throw Error("finetune: cannot carry over '" + to[j].name + "'");
+    }
+}
+
+// A labelled file's examples as token sequences through the input transformation (formulas §28).
+static std::vector<EncodedExample> encode_examples(const Config& c, const FinetuneSpec& spec, const Tokenizer& tok, const CharVocab& vocab,
+                                                   const std::vector<LabelledExample>& raw, const std::string& text,
+                                                   const std::string& file, Truncation truncate) {
+    const bool subword = !tok.kind.empty() && tok.kind != "char";
+    std::vector<EncodedExample> ex;
+    for (auto& e : raw)
+        ex.push_back(subword ? encode_example(c, spec, tok, e, file, truncate) : encode_example(c, spec, vocab, e, text, file, truncate));
+    return ex;
+}
+
+// finetune's defaults that depend on the data (3 epochs, 0.2% warm-up, a validation per epoch), the
+// options' checks, and the memory a step of the largest examples takes.
+static void plan_finetune_steps(TrainOptions& o, const Config& c, const std::vector<EncodedExample>& train_ex) {
+    const long long N = (long long)train_ex.size();
+    const long long per_step = (long long)o.batch * std::max(1, o.accum);  // examples a step sees
+    if (o.steps <= 0) o.steps = std::max(1LL, (3 * N + per_step - 1) / per_step);  // 3 epochs, as the GPT-1 paper
+    if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                       // 0.2% of the steps
+    if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + per_step - 1) / per_step);  // every epoch
+    check_options(o);
+    // A batch holds o.batch examples of up to `seqs` sequences of up to `longest` tokens.
+    int longest = 1, seqs = 1;
+    for (const auto& e : train_ex) {
+        seqs = std::max(seqs, (int)e.seqs.size());
+        for (const auto& q : e.seqs) longest = std::max(longest, (int)q.size());
+    }
+    const TrainMemory m = train_memory(c, (long long)o.batch * seqs, longest);
+    require_memory("finetune", m.params + m.grads + m.adam + m.activations,
+                   "the model, its gradient and AdamW's m and v, and the activations of " + std::to_string(o.batch) +
+                       " examples of up to " + std::to_string(seqs) + " x " + std::to_string(longest) + " tokens",
+                   "--batch", memory_limit(), o.memory_check);
+}
+
+// What the fine-tuned checkpoint records beyond the loop's state: the tokenizer predict reads its
+// input with, the task and its tokens, lambda, and where the model came from.
+static void finetune_metadata(RunState& s, const FinetuneOptions& fo, const FinetuneSpec& spec, const Tokenizer& tok, const CharVocab& vocab) {
+    const bool subword = !tok.kind.empty() && tok.kind != "char";
+    if (subword) {  // what predict needs to read its input: the tokenizer, its files whole
+        for (const auto& kv : tok.metadata()) s.meta[kv.first] = kv.second;
+    } else {
+        s.meta["vocab"] = vocab.to_metadata();
+    }
+    spec_to_metadata(spec, s.meta);
+    s.meta["finetune.lambda"] = num_str(fo.lambda);
+    s.meta["finetune.from"] = fo.scratch ? "(scratch)" : fo.checkpoint;
+    s.meta["finetune.train"] = fo.train_file;
+    s.meta["train.data"] = "";
+}
+
+// The fine-tuning run's plan on stdout: the model, the task and its classes or answers, the data and schedule.
+static void print_finetune_plan(const FinetuneOptions& fo, const TrainOptions& o, const Config& c, const FinetuneSpec& spec,
+                                const std::map<std::size_t, std::vector<int>>& by_K, long long N, std::size_t val_count) {
+    const FinetuneKind kind = spec.kind;
+    std::string heads = std::to_string(spec.classes.size()) + " classes";
+    if (kind == FinetuneKind::choice) {  // K answers per example, from the data
+        heads = by_K.size() == 1 ? std::to_string(by_K.begin()->first) : std::to_string(by_K.begin()->first) + ".." + std::to_string(by_K.rbegin()->first);
+        heads += " answers per example";
+    }
+    std::printf("fine-tune %s (%s%s): L=%d H=%d V=%d, task %s, %s, lambda %g\n", variant_name(c.variant),
+                fo.scratch ? "from scratch, " : "pre-trained ", fo.scratch ? "same shapes" : fo.checkpoint.c_str(), c.L, c.H,
+                c.V, fo.task.c_str(), heads.c_str(), fo.lambda);
+    std::printf("data: %s (%lld examples), %s (%zu), batch %d%s, steps %lld, lr %g, %s, warmup %lld, dropout %g\n",
+                fo.train_file.c_str(), N, fo.val_file.c_str(), val_count, o.batch, accumulated(o.accum).c_str(), o.steps,
+                o.lr, o.schedule.c_str(), o.warmup, o.dropout);
+    std::fflush(stdout);
+}
+
+// A run at chance is what a small model gets at the GPT-1 paper's rate and 3 epochs: a note says so.
+static void note_chance_accuracy(FinetuneResult& r, const std::vector<EncodedExample>& val_ex, const FinetuneSpec& spec, const TrainOptions& o) {
+    const FinetuneKind kind = spec.kind;
+    r.chance = majority_share(val_ex, &r.majority);
+    if (r.total > 0 && r.accuracy < r.chance + 2 * std::sqrt(r.chance * (1 - r.chance) / r.total)) {
+        std::fflush(stdout);
+        const std::string label = kind == FinetuneKind::choice ? std::to_string(r.majority) : spec.classes[r.majority];
+        std::fprintf(stderr, "note: that is within two standard errors of always answering '%s' (%.1f%% of the validation examples): "
+                             "the model has not learnt the task%s (docs/finetuning.md, \"Defaults\")\n", label.c_str(), 100.0 * r.chance,
+                     o.lr < 2e-4 ? "; a small model needs a larger --lr than the GPT-1 paper's 6.25e-5 (about 1e-3) and more --steps"
+                                 : "; try more --steps");
+    }
+}
+
+FinetuneResult finetune(const FinetuneOptions& fo) {
+    TrainOptions o = fo.loop;
+    const FinetuneKind kind = finetune_kind_from_name(fo.task);
+    if (!(fo.lambda >= 0) || !std::isfinite(fo.lambda)) throw Error("finetune: --lambda must be a number >= 0");
+    const std::string base = strip_ext(o.out);
+    check_outputs({{o.out, "--out", OutputKind::checkpoint},
+                   {base + ".csv", "the loss log", OutputKind::csv_log},
+                   {base + ".svg", "the loss plot", OutputKind::svg_plot}},
+                  {{fo.checkpoint, "--checkpoint"}, {fo.train_file, "--train"}, {fo.val_file, "--val"}});
+    LoadedModel lm = load_model(fo.checkpoint, {"adam."});
+    CharVocab vocab;
+    const Tokenizer tok = finetune_tokenizer(fo, lm, vocab);
     RunState s;
     s.rng = Rng(o.seed);
     FinetuneSpec spec;
@@ -7314,45 +7433,17 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     const std::vector<LabelledExample> val_raw = parse_labelled(val_text, fo.val_file, kind, spec.classes, false, true);
     c = lm.config;
     Rng init(o.seed ^ 0xF17E7u);
-    if (!again) {
-        if (is_causal(c.variant)) {  // start, delimiter, extract: new rows of W_e (formulas §28), N(0, 0.02)
-            spec.specials = {c.V, c.V + 1, c.V + 2};
-            c.V += 3;
-        } else {
-            spec.specials = {c.cls_id, c.sep_id, c.sep_id};
-        }
-        c.W_y_rows = kind == FinetuneKind::similarity ? 2 * c.H : c.H;
-        c.W_y_cols = kind == FinetuneKind::choice ? 1 : (int)spec.classes.size();
-    }
+    if (!again) add_finetune_head(c, spec, kind);
     s.p = make_params<float>(c);
     if (fo.scratch) {
         init_params(c, s.p, o.seed);  // the ablation's "no pre-training": same shapes, fresh numbers
     } else {
-        auto from = named_tensors(lm.config, lm.params);
-        auto to = named_tensors(c, s.p);
-        std::map<std::string, const Tensor<float>*> from_name;  // by name: W_y comes before the released BERT's tensors
-        for (auto& nt : from) from_name[nt.name] = nt.tensor;
-        for (std::size_t j = 0; j < to.size(); j++) {
-            Tensor<float>& t = *to[j].tensor;
-            const Tensor<float>* f = from_name.count(to[j].name) ? from_name[to[j].name] : nullptr;
-            if (f && f->shape == t.shape) t = *f;
-            else if (to[j].name == "W_e") {  // the pre-trained rows, then the new ones
-                std::copy(f->data.begin(), f->data.end(), t.data.begin());
-                for (std::size_t k = f->size(); k < t.size(); k++) t.data[k] = (float)(0.02 * init.normal());
-            } else if (to[j].name == "W_y") {
-                for (float& v : t.data) v = (float)(0.02 * init.normal());
-            } else throw Error("finetune: cannot carry over '" + to[j].name + "'");
-        }
+        carry_over_weights(lm, c, s.p, init);
     }
     adamw_init(c, s.adam);
     s.adam.beta1 = o.beta1, s.adam.beta2 = o.beta2, s.adam.weight_decay = o.weight_decay;
-    std::vector<EncodedExample> train_ex, val_ex;
-    for (auto& e : train_raw)
-        train_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.train_file, fo.truncate)
-                                   : encode_example(c, spec, vocab, e, train_text, fo.train_file, fo.truncate));
-    for (auto& e : val_raw)
-        val_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.val_file, fo.truncate)
-                                 : encode_example(c, spec, vocab, e, val_text, fo.val_file, fo.truncate));
+    const std::vector<EncodedExample> train_ex = encode_examples(c, spec, tok, vocab, train_raw, train_text, fo.train_file, fo.truncate);
+    const std::vector<EncodedExample> val_ex = encode_examples(c, spec, tok, vocab, val_raw, val_text, fo.val_file, fo.truncate);
     for (const auto& file_ex : {std::make_pair(&fo.train_file, &train_ex), std::make_pair(&fo.val_file, &val_ex)}) {
         const std::string note = check_example_lengths(*file_ex.second, c, *file_ex.first, fo.truncate);
         if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
@@ -7360,33 +7451,8 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     std::map<std::size_t, std::vector<int>> by_K;  // multiple choice: a batch holds examples with the same K
     for (std::size_t i = 0; i < train_ex.size(); i++) by_K[train_ex[i].seqs.size()].push_back((int)i);
     const long long N = (long long)train_ex.size();
-    const long long per_step = (long long)o.batch * std::max(1, o.accum);  // examples a step sees
-    if (o.steps <= 0) o.steps = std::max(1LL, (3 * N + per_step - 1) / per_step);  // 3 epochs, as the GPT-1 paper
-    if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                       // 0.2% of the steps
-    if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + per_step - 1) / per_step);  // every epoch
-    check_options(o);
-    {  // a batch holds o.batch examples of up to `seqs` sequences of up to `longest` tokens
-        int longest = 1, seqs = 1;
-        for (const auto& e : train_ex) {
-            seqs = std::max(seqs, (int)e.seqs.size());
-            for (const auto& q : e.seqs) longest = std::max(longest, (int)q.size());
-        }
-        const TrainMemory m = train_memory(c, (long long)o.batch * seqs, longest);
-        require_memory("finetune", m.params + m.grads + m.adam + m.activations,
-                       "the model, its gradient and AdamW's m and v, and the activations of " + std::to_string(o.batch) +
-                           " examples of up to " + std::to_string(seqs) + " x " + std::to_string(longest) + " tokens",
-                       "--batch", memory_limit(), o.memory_check);
-    }
-    if (subword) {  // what predict needs to read its input: the tokenizer, its files whole
-        for (const auto& kv : tok.metadata()) s.meta[kv.first] = kv.second;
-    } else {
-        s.meta["vocab"] = vocab.to_metadata();
-    }
-    spec_to_metadata(spec, s.meta);
-    s.meta["finetune.lambda"] = num_str(fo.lambda);
-    s.meta["finetune.from"] = fo.scratch ? "(scratch)" : fo.checkpoint;
-    s.meta["finetune.train"] = fo.train_file;
-    s.meta["train.data"] = "";
+    plan_finetune_steps(o, c, train_ex);
+    finetune_metadata(s, fo, spec, tok, vocab);
     Objective obj;
     obj.part_names = {"L1", "L2"};
     obj.title = std::string(variant_name(c.variant)) + " fine-tuning (" + fo.task + "): L3 = L2 + " + num_str(fo.lambda) + " L1";
@@ -7422,20 +7488,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
         shown = buf;
         return L2;
     };
-    if (!o.quiet) {
-        std::string heads = std::to_string(spec.classes.size()) + " classes";
-        if (kind == FinetuneKind::choice) {  // K answers per example, from the data
-            heads = by_K.size() == 1 ? std::to_string(by_K.begin()->first) : std::to_string(by_K.begin()->first) + ".." + std::to_string(by_K.rbegin()->first);
-            heads += " answers per example";
-        }
-        std::printf("fine-tune %s (%s%s): L=%d H=%d V=%d, task %s, %s, lambda %g\n", variant_name(c.variant),
-                    fo.scratch ? "from scratch, " : "pre-trained ", fo.scratch ? "same shapes" : fo.checkpoint.c_str(), c.L, c.H,
-                    c.V, fo.task.c_str(), heads.c_str(), fo.lambda);
-        std::printf("data: %s (%lld examples), %s (%zu), batch %d%s, steps %lld, lr %g, %s, warmup %lld, dropout %g\n",
-                    fo.train_file.c_str(), N, fo.val_file.c_str(), val_ex.size(), o.batch, accumulated(o.accum).c_str(), o.steps,
-                    o.lr, o.schedule.c_str(), o.warmup, o.dropout);
-        std::fflush(stdout);
-    }
+    if (!o.quiet) print_finetune_plan(fo, o, c, spec, by_K, N, val_ex.size());
     warn_warmup(o.warmup, o.steps);
     warn_same_file(fo.val_file, "--train", fo.train_file, "the validation accuracy is measured on the examples the head trains on");
     const TrainResult tr = run_training(o, s, obj);
@@ -7443,16 +7496,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     if (validations == 0) r.accuracy = accuracy(s.p, nullptr);
     // The result line even with --quiet (which silences the progress): it is what the run is for.
     std::printf("val accuracy: %.1f%% (%d of %d)\n", 100.0 * r.accuracy, r.correct, r.total);
-    // A run at chance is what a small model gets at the GPT-1 paper's rate and 3 epochs: say so.
-    r.chance = majority_share(val_ex, &r.majority);
-    if (r.total > 0 && r.accuracy < r.chance + 2 * std::sqrt(r.chance * (1 - r.chance) / r.total)) {
-        std::fflush(stdout);
-        const std::string label = kind == FinetuneKind::choice ? std::to_string(r.majority) : spec.classes[r.majority];
-        std::fprintf(stderr, "note: that is within two standard errors of always answering '%s' (%.1f%% of the validation examples): "
-                             "the model has not learnt the task%s (docs/finetuning.md, \"Defaults\")\n", label.c_str(), 100.0 * r.chance,
-                     o.lr < 2e-4 ? "; a small model needs a larger --lr than the GPT-1 paper's 6.25e-5 (about 1e-3) and more --steps"
-                                 : "; try more --steps");
-    }
+    note_chance_accuracy(r, val_ex, spec, o);
     if (!o.quiet) std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
     return r;
 }
