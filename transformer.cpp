@@ -4507,6 +4507,57 @@ static bool is_hf_gpt2(const SafeTensorsReader& st) {
     return !st.metadata.count("variant") && (st.find("wte.weight") || st.find("transformer.wte.weight"));
 }
 
+// GPT-2's config.json beside the model file, if there is one: the heads (n_head), layer_norm_epsilon and
+// the activation, and the sizes, which must match the weights'.
+static void read_gpt2_config(const std::string& path, Config& c) {
+    const std::size_t slash = path.find_last_of('/');
+    const std::string config_json = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
+    std::FILE* probe = std::fopen(config_json.c_str(), "rb");
+    if (!probe) return;
+    std::fclose(probe);
+    auto bad = [&](const std::string& what) { return Error("'" + config_json + "': " + what); };
+    const Json j = parse_json(read_file(config_json));
+    const Json* heads = j.get("n_head");
+    if (!heads || heads->type != Json::number || heads->num < 1 || heads->num > c.H || heads->num != std::floor(heads->num) ||
+        c.H % (int)heads->num != 0)
+        throw bad("needs n_head, a whole number that divides n_embd = " + std::to_string(c.H));
+    c.A = (int)heads->num;
+    if (const Json* e = j.get("layer_norm_epsilon")) {
+        if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
+        c.eps = e->num;
+    }
+    if (const Json* a = j.get("activation_function")) {  // Hugging Face's names
+        const std::string f = a->type == Json::string ? a->str : "";
+        if (f == "gelu_new" || f == "gelu_pytorch_tanh" || f == "gelu_fast") c.activation = Activation::gelu_tanh;
+        else if (f == "gelu") c.activation = Activation::gelu_erf;
+        else if (f == "relu") c.activation = Activation::relu;
+        else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
+        else throw bad("activation_function '" + f + "' is not one of gelu_new, gelu, relu, quick_gelu");
+    }
+    const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
+    for (const auto& kv : sizes)
+        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+}
+
+// GPT-2's c_attn (H x 3H, and its bias 3H) split into each head's W_Q, W_K, W_V (H x D) and biases:
+// head i of Q, K, V is column block part*H + i*D. The weight is read one row at a time, never whole.
+static void split_gpt2_c_attn(const SafeTensorsReader& st, const SafeTensorsReader::Entry& W, const Tensor<float>& b, const Config& c,
+                              MultiHeadSAParams<float>& attn) {
+    const int H = c.H, D = c.D, A = c.A;
+    std::vector<Tensor<float>*> Wi, bi;  // Q, K, V: head i is column block part*H + i*D
+    for (auto* heads : {&attn.W_Q, &attn.W_K, &attn.W_V})
+        for (int i = 0; i < A; i++) Wi.push_back(&(*heads)[i]), *Wi.back() = Tensor<float>::uninit(H, D);
+    for (auto* heads : {&attn.b_Q, &attn.b_K, &attn.b_V})
+        for (int i = 0; i < A; i++) bi.push_back(&(*heads)[i]), *bi.back() = Tensor<float>::uninit({D});
+    std::vector<float> row(3 * (std::size_t)H);  // one row of c_attn at a time: never the whole of it
+    for (int r = 0; r < H; r++) {
+        st.read(W, row.data(), (std::size_t)r * 3 * H, row.size());
+        for (int k = 0; k < 3 * A; k++) std::copy(row.begin() + k * D, row.begin() + (k + 1) * D, Wi[k]->row(r));
+    }
+    for (int k = 0; k < 3 * A; k++) std::copy(b.data.begin() + k * D, b.data.begin() + (k + 1) * D, bi[k]->ptr());
+}
+
 // Each tensor is read from the file straight into its place; c_attn one row at a time.
 static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsReader& st) {
     using Entry = SafeTensorsReader::Entry;
@@ -4544,34 +4595,7 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
     c.variant = Variant::gpt2, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
     c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
     c.A = c.H % 64 == 0 ? c.H / 64 : 0;
-    const std::size_t slash = path.find_last_of('/');
-    const std::string config_json = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
-    if (std::FILE* probe = std::fopen(config_json.c_str(), "rb")) {
-        std::fclose(probe);
-        auto bad = [&](const std::string& what) { return Error("'" + config_json + "': " + what); };
-        const Json j = parse_json(read_file(config_json));
-        const Json* heads = j.get("n_head");
-        if (!heads || heads->type != Json::number || heads->num < 1 || heads->num > c.H || heads->num != std::floor(heads->num) ||
-            c.H % (int)heads->num != 0)
-            throw bad("needs n_head, a whole number that divides n_embd = " + std::to_string(c.H));
-        c.A = (int)heads->num;
-        if (const Json* e = j.get("layer_norm_epsilon")) {
-            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
-            c.eps = e->num;
-        }
-        if (const Json* a = j.get("activation_function")) {  // Hugging Face's names
-            const std::string f = a->type == Json::string ? a->str : "";
-            if (f == "gelu_new" || f == "gelu_pytorch_tanh" || f == "gelu_fast") c.activation = Activation::gelu_tanh;
-            else if (f == "gelu") c.activation = Activation::gelu_erf;
-            else if (f == "relu") c.activation = Activation::relu;
-            else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
-            else throw bad("activation_function '" + f + "' is not one of gelu_new, gelu, relu, quick_gelu");
-        }
-        const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
-        for (const auto& kv : sizes)
-            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
-    }
+    read_gpt2_config(path, c);
     if (c.A == 0)
         throw fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
                    " is not a multiple of 64 and there is no config.json with n_head beside the file");
@@ -4593,18 +4617,7 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
         y.ln_1_gamma = grab(h + "ln_1.weight", {H}), y.ln_1_beta = grab(h + "ln_1.bias", {H});
         y.ln_2_gamma = grab(h + "ln_2.weight", {H}), y.ln_2_beta = grab(h + "ln_2.bias", {H});
         const Entry& W = take(h + "attn.c_attn.weight", {H, 3 * H});
-        const Tensor<float> b = grab(h + "attn.c_attn.bias", {3 * H});
-        std::vector<Tensor<float>*> Wi, bi;  // Q, K, V: head i is column block part*H + i*D
-        for (auto* heads : {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V})
-            for (int i = 0; i < A; i++) Wi.push_back(&(*heads)[i]), *Wi.back() = Tensor<float>::uninit(H, D);
-        for (auto* heads : {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V})
-            for (int i = 0; i < A; i++) bi.push_back(&(*heads)[i]), *bi.back() = Tensor<float>::uninit({D});
-        std::vector<float> row(3 * (std::size_t)H);  // one row of c_attn at a time: never the whole of it
-        for (int r = 0; r < H; r++) {
-            st.read(W, row.data(), (std::size_t)r * 3 * H, row.size());
-            for (int k = 0; k < 3 * A; k++) std::copy(row.begin() + k * D, row.begin() + (k + 1) * D, Wi[k]->row(r));
-        }
-        for (int k = 0; k < 3 * A; k++) std::copy(b.data.begin() + k * D, b.data.begin() + (k + 1) * D, bi[k]->ptr());
+        split_gpt2_c_attn(st, W, grab(h + "attn.c_attn.bias", {3 * H}), c, y.attn);
         y.attn.W_O = grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = grab(h + "attn.c_proj.bias", {H});
         y.ffn.W_1 = grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = grab(h + "mlp.c_fc.bias", {c.F});
         y.ffn.W_2 = grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = grab(h + "mlp.c_proj.bias", {H});
@@ -4975,6 +4988,93 @@ static void roberta_special_ids(const std::string& vocab_json_path, Config& c) {
     }
 }
 
+// BERT's or RoBERTa's config.json (j, read from cj): the heads, layer_norm_eps, hidden_act, and the
+// sizes, which must match the weights' (skipped: the position rows before a sequence's first; types:
+// the rows of token_type_embeddings).
+static void read_bert_config(const Json& j, const std::string& cj, Config& c, int skipped, int types) {
+    auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
+    c.A = hf_config_int(j, "num_attention_heads", c.A, cj);
+    if (c.A == 0 || c.H % c.A != 0) throw bad("num_attention_heads must divide hidden_size = " + std::to_string(c.H));
+    if (const Json* e = j.get("layer_norm_eps")) {
+        if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_eps must be a positive number");
+        c.eps = e->num;
+    }
+    if (const Json* a = j.get("hidden_act")) {
+        const std::string f = a->type == Json::string ? a->str : "";
+        if (f == "gelu") c.activation = Activation::gelu_erf;
+        else if (f == "gelu_new" || f == "gelu_pytorch_tanh") c.activation = Activation::gelu_tanh;
+        else if (f == "relu") c.activation = Activation::relu;
+        else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
+        else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu, quick_gelu");
+    }
+    if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
+        throw bad("position_embedding_type must be absolute (W_p of formulas §18)");
+    const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
+                                                 {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V},
+                                                 {"type_vocab_size", types}};
+    for (const auto& kv : sizes)
+        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+}
+
+// BERT's [CLS], [SEP], [MASK] (RoBERTa's <s>, </s>, <mask>): from the tokenizer the file's metadata
+// records (export writes it there), else from vocab.txt (RoBERTa: vocab.json) beside the file, else
+// the released vocabulary's ids.
+static void bert_special_ids(const HfTensors& t, const std::string& path, const std::string& cj, bool roberta, Config& c) {
+    const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + (roberta ? "vocab.json" : "vocab.txt");
+    const Tokenizer recorded = tokenizer_of(t.st.metadata, path);
+    std::FILE* probe = recorded.kind.empty() ? std::fopen(vocab_path.c_str(), "rb") : nullptr;
+    if (probe) std::fclose(probe);
+    if (recorded.kind == "char") {
+        if (recorded.size() + 3 != c.V)
+            throw t.fail("its recorded characters are " + std::to_string(recorded.size()) + ", and with the three special tokens " +
+                         "after them they do not make the model's V = " + std::to_string(c.V));
+        c.cls_id = recorded.size(), c.sep_id = recorded.size() + 1, c.mask_id = recorded.size() + 2;
+    } else if (!recorded.kind.empty()) {
+        if (recorded.size() != c.V)
+            throw t.fail("its recorded tokenizer has " + std::to_string(recorded.size()) + " tokens but the model's V = " + std::to_string(c.V));
+        const int pad = c.pad_id;  // config.json's: the positions were numbered with it
+        subword_special_ids(recorded, c);
+        c.pad_id = pad;
+    } else if (roberta) {
+        if (probe) roberta_special_ids(vocab_path, c);
+        else if (c.V == 50265) c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264;
+        else throw t.fail("cannot tell the ids of <s>, </s>, <mask>: no vocab.json beside the file and V = " + std::to_string(c.V));
+    } else if (probe) {
+        const WordPiece w = load_wordpiece(vocab_path);
+        if (w.size() != c.V)
+            throw Error("'" + vocab_path + "' has " + std::to_string(w.size()) + " tokens but the model's V = " + std::to_string(c.V));
+        c.cls_id = w.cls, c.sep_id = w.sep, c.mask_id = w.mask;
+        if (c.cls_id < 0 || c.sep_id < 0 || c.mask_id < 0) throw Error("'" + vocab_path + "' lacks [CLS], [SEP] or [MASK]");
+    } else if (c.V > 103) {
+        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103;
+    } else {
+        throw t.fail("cannot tell the ids of [CLS], [SEP], [MASK]: no vocab.txt beside the file and V = " + std::to_string(c.V));
+    }
+}
+
+// BERT's position rows and its token-type rows w_A, w_B; RoBERTa's position rows from padding_idx + 1
+// on and w_pad (row padding_idx), each plus its one token type.
+static void read_bert_position_rows(HfTensors& t, const Config& c, Params<float>& p, bool roberta, int padding_idx, int skipped,
+                                    int types) {
+    const int H = c.H;
+    const Tensor<float> wp = t.grab("embeddings.position_embeddings.weight", {c.n_ctx + skipped, H});
+    const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {types, H});
+    if (roberta) {  // W_p[i] = position row i + padding_idx + 1, w_pad = row padding_idx, each plus the one token type
+        p.W_p = Tensor<float>::uninit(c.n_ctx, H);
+        for (int i = 0; i < c.n_ctx; i++)
+            for (int h = 0; h < H; h++) p.W_p(i, h) = wp(i + skipped, h) + tt(0, h);
+        if (padding_idx >= 0) {
+            p.w_pad = Tensor<float>::uninit({H});
+            for (int h = 0; h < H; h++) p.w_pad[h] = wp(padding_idx, h) + tt(0, h);
+        }
+    } else {
+        p.W_p = wp;
+        p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
+        p.w_B = Tensor<float>::vector(std::vector<float>(tt.row(1), tt.row(1) + H));
+    }
+}
+
 static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsReader& st, bool roberta) {
     HfTensors t(st, path, roberta ? "RoBERTa weights" : "BERT weights", roberta ? "roberta." : "bert.");
     const auto* wte = t.peek("embeddings.word_embeddings.weight");
@@ -5008,67 +5108,12 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     c.pooler = t.peek("pooler.dense.weight") || t.peek("pooler.dense.bias");
     c.pad_id = padding_idx;
     const int types = roberta ? 1 : 2;  // rows of token_type_embeddings
-    if (j.type == Json::object) {
-        auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
-        c.A = hf_config_int(j, "num_attention_heads", c.A, cj);
-        if (c.A == 0 || c.H % c.A != 0) throw bad("num_attention_heads must divide hidden_size = " + std::to_string(c.H));
-        if (const Json* e = j.get("layer_norm_eps")) {
-            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_eps must be a positive number");
-            c.eps = e->num;
-        }
-        if (const Json* a = j.get("hidden_act")) {
-            const std::string f = a->type == Json::string ? a->str : "";
-            if (f == "gelu") c.activation = Activation::gelu_erf;
-            else if (f == "gelu_new" || f == "gelu_pytorch_tanh") c.activation = Activation::gelu_tanh;
-            else if (f == "relu") c.activation = Activation::relu;
-            else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
-            else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu, quick_gelu");
-        }
-        if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
-            throw bad("position_embedding_type must be absolute (W_p of formulas §18)");
-        const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
-                                                     {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V},
-                                                     {"type_vocab_size", types}};
-        for (const auto& kv : sizes)
-            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
-    }
+    if (j.type == Json::object) read_bert_config(j, cj, c, skipped, types);
     if (c.A == 0)
         throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
                      " is not a multiple of 64 and there is no config.json with num_attention_heads beside the file");
     c.D = c.H / c.A;
-    // The special tokens: from the tokenizer the file's metadata records (export writes it there), else
-    // from vocab.txt (RoBERTa: vocab.json) beside the file, else the released vocabulary's ids.
-    const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + (roberta ? "vocab.json" : "vocab.txt");
-    const Tokenizer recorded = tokenizer_of(st.metadata, path);
-    std::FILE* probe = recorded.kind.empty() ? std::fopen(vocab_path.c_str(), "rb") : nullptr;
-    if (probe) std::fclose(probe);
-    if (recorded.kind == "char") {
-        if (recorded.size() + 3 != c.V)
-            throw t.fail("its recorded characters are " + std::to_string(recorded.size()) + ", and with the three special tokens " +
-                         "after them they do not make the model's V = " + std::to_string(c.V));
-        c.cls_id = recorded.size(), c.sep_id = recorded.size() + 1, c.mask_id = recorded.size() + 2;
-    } else if (!recorded.kind.empty()) {
-        if (recorded.size() != c.V)
-            throw t.fail("its recorded tokenizer has " + std::to_string(recorded.size()) + " tokens but the model's V = " + std::to_string(c.V));
-        const int pad = c.pad_id;  // config.json's: the positions were numbered with it
-        subword_special_ids(recorded, c);
-        c.pad_id = pad;
-    } else if (roberta) {
-        if (probe) roberta_special_ids(vocab_path, c);
-        else if (c.V == 50265) c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264;
-        else throw t.fail("cannot tell the ids of <s>, </s>, <mask>: no vocab.json beside the file and V = " + std::to_string(c.V));
-    } else if (probe) {
-        const WordPiece w = load_wordpiece(vocab_path);
-        if (w.size() != c.V)
-            throw Error("'" + vocab_path + "' has " + std::to_string(w.size()) + " tokens but the model's V = " + std::to_string(c.V));
-        c.cls_id = w.cls, c.sep_id = w.sep, c.mask_id = w.mask;
-        if (c.cls_id < 0 || c.sep_id < 0 || c.mask_id < 0) throw Error("'" + vocab_path + "' lacks [CLS], [SEP] or [MASK]");
-    } else if (c.V > 103) {
-        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103;
-    } else {
-        throw t.fail("cannot tell the ids of [CLS], [SEP], [MASK]: no vocab.txt beside the file and V = " + std::to_string(c.V));
-    }
+    bert_special_ids(t, path, cj, roberta, c);
     validate(c);
     LoadedModel lm;
     lm.config = c;
@@ -5078,21 +5123,7 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     Params<float>& p = lm.params;
     const int H = c.H;
     read_slots(t, bert_slots(c, p));
-    const Tensor<float> wp = t.grab("embeddings.position_embeddings.weight", {c.n_ctx + skipped, H});
-    const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {types, H});
-    if (roberta) {  // W_p[i] = position row i + padding_idx + 1, w_pad = row padding_idx, each plus the one token type
-        p.W_p = Tensor<float>::uninit(c.n_ctx, H);
-        for (int i = 0; i < c.n_ctx; i++)
-            for (int h = 0; h < H; h++) p.W_p(i, h) = wp(i + skipped, h) + tt(0, h);
-        if (padding_idx >= 0) {
-            p.w_pad = Tensor<float>::uninit({H});
-            for (int h = 0; h < H; h++) p.w_pad[h] = wp(padding_idx, h) + tt(0, h);
-        }
-    } else {
-        p.W_p = wp;
-        p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
-        p.w_B = Tensor<float>::vector(std::vector<float>(tt.row(1), tt.row(1) + H));
-    }
+    read_bert_position_rows(t, c, p, roberta, padding_idx, skipped, types);
     for (int l = 0; l < c.L; l++) {
         const std::string e = "encoder.layer." + std::to_string(l) + ".attention.self.";
         Layer<float>& y = p.layers[l];
