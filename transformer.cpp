@@ -5502,6 +5502,76 @@ static Params<float> with_attention_biases(const Config& c, const Params<float>&
     return q;
 }
 
+// The tensors an export writes, in order, by their Hugging Face names: ours in place, or made on the
+// way (joined, split or transposed) and kept here until the file is written.
+struct HfTensorList {
+    std::deque<Tensor<float>> made;
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    void put(const std::string& name, Tensor<float> t) {
+        made.push_back(std::move(t));
+        list.push_back({name, &made.back()});
+    }
+    // A table's slots under prefix (the heads' names have none); a Linear's weight transposed to out x in.
+    void put_slots(const std::vector<HfSlot>& slots, const std::string& prefix) {
+        for (const HfSlot& s : slots) {
+            const bool head = s.name.rfind("cls.", 0) == 0 || s.name.rfind("lm_head.", 0) == 0;  // the heads' names have no prefix
+            const std::string name = (head ? "" : prefix) + s.name;
+            if (s.linear) put(name, transpose(*s.ours));
+            else list.push_back({name, s.ours});
+        }
+    }
+};
+
+// GPT-2's tensors as import_hf_gpt2 reads them: each layer's c_attn joined from the heads' W_Q, W_K, W_V.
+static void gpt2_export_tensors(HfTensorList& out, const Config& e, Params<float>& q) {
+    out.list = {{"wte.weight", &q.W_e}, {"wpe.weight", &q.W_p}};
+    for (int l = 0; l < e.L; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        Layer<float>& y = q.layers[l];
+        Tensor<float> W, b;
+        join_c_attn(e, y.attn, W, b);
+        out.list.insert(out.list.end(), {{h + "ln_1.weight", &y.ln_1_gamma}, {h + "ln_1.bias", &y.ln_1_beta}});
+        out.put(h + "attn.c_attn.weight", std::move(W)), out.put(h + "attn.c_attn.bias", std::move(b));
+        out.list.insert(out.list.end(), {{h + "attn.c_proj.weight", &y.attn.W_O},
+                                         {h + "attn.c_proj.bias", &y.attn.b_O},
+                                         {h + "ln_2.weight", &y.ln_2_gamma},
+                                         {h + "ln_2.bias", &y.ln_2_beta},
+                                         {h + "mlp.c_fc.weight", &y.ffn.W_1},
+                                         {h + "mlp.c_fc.bias", &y.ffn.b_1},
+                                         {h + "mlp.c_proj.weight", &y.ffn.W_2},
+                                         {h + "mlp.c_proj.bias", &y.ffn.b_2}});
+    }
+    out.list.insert(out.list.end(), {{"ln_f.weight", &q.ln_f_gamma}, {"ln_f.bias", &q.ln_f_beta}});
+}
+
+// BERT's and RoBERTa's tensors: the body under "bert." / "roberta." beside a head, bare without one
+// (BertModel); the position and token-type rows and each layer's query, key, value joined from the heads.
+static void bert_export_tensors(HfTensorList& out, const Config& c, const Config& e, Params<float>& q) {
+    const bool roberta = c.variant == Variant::roberta;
+    const std::string prefix = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
+    out.put_slots(bert_slots(e, q), prefix);
+    const int H = c.H, skipped = roberta_skipped_rows(c);
+    Tensor<float> wp(c.n_ctx + skipped, H);  // RoBERTa: zeros before <pad>'s row (never read), w_pad, then W_p
+    for (int i = 0; i < c.n_ctx; i++) std::copy(q.W_p.row(i), q.W_p.row(i) + H, wp.row(i + skipped));
+    if (roberta && c.pad_id >= 0) std::copy(q.w_pad.ptr(), q.w_pad.ptr() + H, wp.row(c.pad_id));
+    out.put(prefix + "embeddings.position_embeddings.weight", std::move(wp));
+    Tensor<float> tt(roberta ? 1 : 2, H);  // BERT: t_i = 0 -> w_A, 1 -> w_B; RoBERTa: one type, zeros
+    if (!roberta) std::copy(q.w_A.ptr(), q.w_A.ptr() + H, tt.row(0)), std::copy(q.w_B.ptr(), q.w_B.ptr() + H, tt.row(1));
+    out.put(prefix + "embeddings.token_type_embeddings.weight", std::move(tt));
+    for (int l = 0; l < c.L; l++) {
+        const std::string s = prefix + "encoder.layer." + std::to_string(l) + ".attention.self.";
+        const MultiHeadSAParams<float>& a = q.layers[l].attn;
+        const char* names[3] = {"query", "key", "value"};
+        const std::vector<Tensor<float>>* Ws[3] = {&a.W_Q, &a.W_K, &a.W_V};
+        const std::vector<Tensor<float>>* bs[3] = {&a.b_Q, &a.b_K, &a.b_V};
+        for (int part = 0; part < 3; part++) {
+            Tensor<float> W, b;
+            join_linear_heads(e, *Ws[part], *bs[part], W, b);
+            out.put(s + names[part] + ".weight", std::move(W)), out.put(s + names[part] + ".bias", std::move(b));
+        }
+    }
+}
+
 HfExport export_hf(const std::string& dir, const Config& c, const Params<float>& p,
                    const std::map<std::string, std::string>& extra_metadata, const std::string& input) {
     const std::string problem = hf_export_problem(c);
@@ -5523,69 +5593,21 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
     StagedDir staged(dir);
     Config e;
     Params<float> q = with_attention_biases(c, p, e);
-    std::deque<Tensor<float>> made;  // joined, split or transposed tensors, kept until the file is written
-    std::vector<std::pair<std::string, const Tensor<float>*>> list;
-    auto put = [&](const std::string& name, Tensor<float> t) { made.push_back(std::move(t)), list.push_back({name, &made.back()}); };
-    auto put_slots = [&](const std::vector<HfSlot>& slots, const std::string& prefix) {
-        for (const HfSlot& s : slots) {
-            const bool head = s.name.rfind("cls.", 0) == 0 || s.name.rfind("lm_head.", 0) == 0;  // the heads' names have no prefix
-            const std::string name = (head ? "" : prefix) + s.name;
-            if (s.linear) put(name, transpose(*s.ours));
-            else list.push_back({name, s.ours});
-        }
-    };
-    if (c.variant == Variant::gpt2) {  // as import_hf_gpt2 reads it
-        list = {{"wte.weight", &q.W_e}, {"wpe.weight", &q.W_p}};
-        for (int l = 0; l < c.L; l++) {
-            const std::string h = "h." + std::to_string(l) + ".";
-            Layer<float>& y = q.layers[l];
-            Tensor<float> W, b;
-            join_c_attn(e, y.attn, W, b);
-            list.insert(list.end(), {{h + "ln_1.weight", &y.ln_1_gamma}, {h + "ln_1.bias", &y.ln_1_beta}});
-            put(h + "attn.c_attn.weight", std::move(W)), put(h + "attn.c_attn.bias", std::move(b));
-            list.insert(list.end(), {{h + "attn.c_proj.weight", &y.attn.W_O},
-                                     {h + "attn.c_proj.bias", &y.attn.b_O},
-                                     {h + "ln_2.weight", &y.ln_2_gamma},
-                                     {h + "ln_2.bias", &y.ln_2_beta},
-                                     {h + "mlp.c_fc.weight", &y.ffn.W_1},
-                                     {h + "mlp.c_fc.bias", &y.ffn.b_1},
-                                     {h + "mlp.c_proj.weight", &y.ffn.W_2},
-                                     {h + "mlp.c_proj.bias", &y.ffn.b_2}});
-        }
-        list.insert(list.end(), {{"ln_f.weight", &q.ln_f_gamma}, {"ln_f.bias", &q.ln_f_beta}});
+    HfTensorList out;
+    if (c.variant == Variant::gpt2) {
+        gpt2_export_tensors(out, e, q);
     } else if (c.variant == Variant::gpt) {  // OpenAIGPTLMHeadModel saves its body under "transformer."
-        put_slots(openai_gpt_slots(e, q), "transformer.");
+        out.put_slots(openai_gpt_slots(e, q), "transformer.");
         for (int l = 0; l < c.L; l++) {
             Tensor<float> W, b;
             join_c_attn(e, q.layers[l].attn, W, b);
             const std::string h = "transformer.h." + std::to_string(l) + ".attn.c_attn.";
-            put(h + "weight", std::move(W)), put(h + "bias", std::move(b));
+            out.put(h + "weight", std::move(W)), out.put(h + "bias", std::move(b));
         }
-    } else {  // bert, roberta: the body under "bert." / "roberta." beside a head, bare without one (BertModel)
-        const bool roberta = c.variant == Variant::roberta;
-        const std::string prefix = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
-        put_slots(bert_slots(e, q), prefix);
-        const int H = c.H, skipped = roberta_skipped_rows(c);
-        Tensor<float> wp(c.n_ctx + skipped, H);  // RoBERTa: zeros before <pad>'s row (never read), w_pad, then W_p
-        for (int i = 0; i < c.n_ctx; i++) std::copy(q.W_p.row(i), q.W_p.row(i) + H, wp.row(i + skipped));
-        if (roberta && c.pad_id >= 0) std::copy(q.w_pad.ptr(), q.w_pad.ptr() + H, wp.row(c.pad_id));
-        put(prefix + "embeddings.position_embeddings.weight", std::move(wp));
-        Tensor<float> tt(roberta ? 1 : 2, H);  // BERT: t_i = 0 -> w_A, 1 -> w_B; RoBERTa: one type, zeros
-        if (!roberta) std::copy(q.w_A.ptr(), q.w_A.ptr() + H, tt.row(0)), std::copy(q.w_B.ptr(), q.w_B.ptr() + H, tt.row(1));
-        put(prefix + "embeddings.token_type_embeddings.weight", std::move(tt));
-        for (int l = 0; l < c.L; l++) {
-            const std::string s = prefix + "encoder.layer." + std::to_string(l) + ".attention.self.";
-            const MultiHeadSAParams<float>& a = q.layers[l].attn;
-            const char* names[3] = {"query", "key", "value"};
-            const std::vector<Tensor<float>>* Ws[3] = {&a.W_Q, &a.W_K, &a.W_V};
-            const std::vector<Tensor<float>>* bs[3] = {&a.b_Q, &a.b_K, &a.b_V};
-            for (int part = 0; part < 3; part++) {
-                Tensor<float> W, b;
-                join_linear_heads(e, *Ws[part], *bs[part], W, b);
-                put(s + names[part] + ".weight", std::move(W)), put(s + names[part] + ".bias", std::move(b));
-            }
-        }
+    } else {
+        bert_export_tensors(out, c, e, q);
     }
+    const std::vector<std::pair<std::string, const Tensor<float>*>>& list = out.list;
     std::map<std::string, std::string> meta = extra_metadata;
     meta["format"] = "pt";  // transformers refuses a safetensors file without it
     HfExport done;
