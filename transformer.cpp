@@ -8050,36 +8050,32 @@ struct BpeHeapEntry {
 };
 }  // namespace
 
-BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
-    if (o.merges < 1) throw Error("bpe: the number of merges must be positive, got " + std::to_string(o.merges));
-    if (o.min_count < 1) throw Error("bpe: the minimum count must be at least 1, got " + std::to_string(o.min_count));
-    BpeLearnt b;
-    std::unordered_map<std::string, int> id_of;
-    const std::vector<int>& byte_id = bpe_byte_ids();
-    b.tokens.assign(256, std::string());
-    for (int x = 0; x < 256; x++) b.tokens[byte_id[x]] = std::string(1, (char)x);
-    for (int k = 0; k < 256; k++) id_of.emplace(b.tokens[k], k);
-
-    // The words: symbol ids in one array.
+// bpe_learn's state: the words as symbol ids in one array, each pair's count and the words it occurs
+// in (listed when its count grew since the pair was last taken from the heap), and the heap of pairs.
+struct BpeLearner {
     std::vector<int32_t> sym;
     std::vector<std::size_t> start;
     std::vector<int32_t> len;
     std::vector<long long> wcount;
-    std::size_t total = 0;
-    for (const auto& kv : pieces.count) total += kv.first.size();
-    sym.reserve(total), start.reserve(pieces.count.size()), len.reserve(pieces.count.size()), wcount.reserve(pieces.count.size());
-    for (const auto& kv : pieces.count) {
-        start.push_back(sym.size()), len.push_back((int32_t)kv.first.size()), wcount.push_back(kv.second);
-        for (unsigned char ch : kv.first) sym.push_back(byte_id[ch]);
-    }
-
     BpePairIndex index;
     std::vector<BpePairRecord> rec;
     std::vector<std::vector<int32_t>> lists;
     std::vector<int> free_lists;
     std::vector<int> touched;  // records given a list in this step
     long long step = 0;
-    auto new_list = [&]() {
+    std::priority_queue<BpeHeapEntry> heap;
+
+    // The words of the pieces, each piece's bytes as the byte symbols' ids.
+    BpeLearner(const BpePieces& pieces, const std::vector<int>& byte_id) {
+        std::size_t total = 0;
+        for (const auto& kv : pieces.count) total += kv.first.size();
+        sym.reserve(total), start.reserve(pieces.count.size()), len.reserve(pieces.count.size()), wcount.reserve(pieces.count.size());
+        for (const auto& kv : pieces.count) {
+            start.push_back(sym.size()), len.push_back((int32_t)kv.first.size()), wcount.push_back(kv.second);
+            for (unsigned char ch : kv.first) sym.push_back(byte_id[ch]);
+        }
+    }
+    int new_list() {
         if (!free_lists.empty()) {
             const int l = free_lists.back();
             free_lists.pop_back();
@@ -8087,13 +8083,13 @@ BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
         }
         lists.emplace_back();
         return (int)lists.size() - 1;
-    };
-    auto release = [&](int l) {
+    }
+    void release(int l) {
         std::vector<int32_t>().swap(lists[l]);
         free_lists.push_back(l);
-    };
+    }
     // The count of pair (x, y) changes by delta in word w; a gain lists w with the pair.
-    auto add = [&](int32_t x, int32_t y, long long delta, int32_t w) {
+    void add(int32_t x, int32_t y, long long delta, int32_t w) {
         const uint64_t key = (uint64_t)(uint32_t)x << 32 | (uint32_t)y;
         int32_t& v = index.at(key);
         if (v < 0) {
@@ -8106,11 +8102,9 @@ BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
         if (r.step != step) r.step = step, r.list = new_list(), touched.push_back(v);
         std::vector<int32_t>& l = lists[r.list];
         if (l.empty() || l.back() != w) l.push_back(w);
-    };
-    for (int32_t w = 0; w < (int32_t)start.size(); w++)
-        for (int32_t k = 0; k + 1 < len[w]; k++) add(sym[start[w] + k], sym[start[w] + k + 1], wcount[w], w);
-    std::priority_queue<BpeHeapEntry> heap;
-    auto push_touched = [&]() {
+    }
+    // The pairs whose count grew in this step onto the heap, with their lists of words.
+    void push_touched() {
         for (int v : touched) {
             BpePairRecord& r = rec[v];
             if (r.count > 0) heap.push({r.count, r.key, r.list});
@@ -8118,18 +8112,60 @@ BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
             r.list = -1;
         }
         touched.clear();
-    };
-    push_touched();
-
-    while ((long long)b.merges.size() < o.merges && !heap.empty()) {
-        BpeHeapEntry top = heap.top();
-        heap.pop();
-        const long long now = rec[index.at(top.key)].count;
-        if (top.count != now) {  // out of date
-            if (now > 0) top.count = now, heap.push(top);
-            else release(top.list);  // the pair is gone everywhere
-            continue;
+    }
+    // Every pair of every word counted once, then on the heap.
+    void count_pairs() {
+        for (int32_t w = 0; w < (int32_t)start.size(); w++)
+            for (int32_t k = 0; k + 1 < len[w]; k++) add(sym[start[w] + k], sym[start[w] + k + 1], wcount[w], w);
+        push_touched();
+    }
+    // The most frequent pair whose count is current, popped from the heap; false when none is left.
+    bool pop_best(BpeHeapEntry& top) {
+        while (!heap.empty()) {
+            top = heap.top();
+            heap.pop();
+            const long long now = rec[index.at(top.key)].count;
+            if (top.count == now) return true;
+            if (now > 0) top.count = now, heap.push(top);  // out of date
+            else release(top.list);                       // the pair is gone everywhere
         }
+        return false;
+    }
+    // Pair (A, B) merged into R in word w, left to right without overlap; the counts of its neighbours' pairs follow.
+    void merge_in_word(int32_t w, int32_t A, int32_t B, int32_t R) {
+        int32_t* s = sym.data() + start[w];
+        const int32_t n = len[w];
+        const long long c = wcount[w];
+        int32_t r = 0;
+        while (r + 1 < n && !(s[r] == A && s[r + 1] == B)) r++;
+        if (r + 1 >= n) return;  // merged already (a pair listed twice) or never here
+        int32_t out = r;
+        while (r < n) {
+            if (r + 1 < n && s[r] == A && s[r + 1] == B) {
+                if (out > 0) add(s[out - 1], A, -c, w), add(s[out - 1], R, c, w);
+                if (r + 2 < n) add(B, s[r + 2], -c, w), add(R, s[r + 2], c, w);
+                s[out++] = R, r += 2;
+            } else {
+                s[out++] = s[r++];
+            }
+        }
+        len[w] = out;
+    }
+};
+
+BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
+    if (o.merges < 1) throw Error("bpe: the number of merges must be positive, got " + std::to_string(o.merges));
+    if (o.min_count < 1) throw Error("bpe: the minimum count must be at least 1, got " + std::to_string(o.min_count));
+    BpeLearnt b;
+    std::unordered_map<std::string, int> id_of;
+    const std::vector<int>& byte_id = bpe_byte_ids();
+    b.tokens.assign(256, std::string());
+    for (int x = 0; x < 256; x++) b.tokens[byte_id[x]] = std::string(1, (char)x);
+    for (int k = 0; k < 256; k++) id_of.emplace(b.tokens[k], k);
+    BpeLearner m(pieces, byte_id);
+    m.count_pairs();
+    BpeHeapEntry top;
+    while ((long long)b.merges.size() < o.merges && m.pop_best(top)) {
         if (top.count < o.min_count) break;
         const int32_t A = (int32_t)(top.key >> 32), B = (int32_t)(top.key & 0xFFFFFFFFu);
         const std::string made = b.tokens[A] + b.tokens[B];
@@ -8137,30 +8173,12 @@ BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
         const int32_t R = it != id_of.end() ? it->second : (int32_t)b.tokens.size();
         if (it == id_of.end()) id_of.emplace(made, R), b.tokens.push_back(made);
         b.merges.push_back({A, B, R, top.count});
-        step++;
+        m.step++;
         std::vector<int32_t> words;
-        words.swap(lists[top.list]);
-        release(top.list);
-        for (int32_t w : words) {
-            int32_t* s = sym.data() + start[w];
-            const int32_t n = len[w];
-            const long long c = wcount[w];
-            int32_t r = 0;
-            while (r + 1 < n && !(s[r] == A && s[r + 1] == B)) r++;
-            if (r + 1 >= n) continue;  // merged already (a pair listed twice) or never here
-            int32_t out = r;
-            while (r < n) {
-                if (r + 1 < n && s[r] == A && s[r + 1] == B) {
-                    if (out > 0) add(s[out - 1], A, -c, w), add(s[out - 1], R, c, w);
-                    if (r + 2 < n) add(B, s[r + 2], -c, w), add(R, s[r + 2], c, w);
-                    s[out++] = R, r += 2;
-                } else {
-                    s[out++] = s[r++];
-                }
-            }
-            len[w] = out;
-        }
-        push_touched();
+        words.swap(m.lists[top.list]);
+        m.release(top.list);
+        for (int32_t w : words) m.merge_in_word(w, A, B, R);
+        m.push_touched();
         if (o.progress) o.progress(b);
     }
     for (const std::string& s : o.specials) {
