@@ -8850,6 +8850,67 @@ static std::string blue(double v) {
     return o;
 }
 
+// Room for a panel's labels: its row labels on the left, its column labels on top, upright when long.
+struct HeatMargins {
+    double lab, colh;  // room for the row labels on the left, the column labels on top
+    bool upright;      // long column labels are written upwards
+};
+static HeatMargins heat_margins(const HeatPanel& q, double cs, double font) {
+    std::size_t r = 1, c = 1;
+    for (const std::string& s : q.rows) r = std::max(r, code_points(s));
+    for (const std::string& s : q.cols) c = std::max(c, code_points(s));
+    const bool up = (double)c * font * 0.62 > cs - 3;
+    return HeatMargins{6 + font * 0.62 * (double)r, up ? 6 + font * 0.62 * (double)c : font + 6, up};
+}
+
+// One panel of heatmap_svg at (x0, y0): its title, the keys across the top, the queries down the side,
+// a cell per entry (hatched where masked), and its notes below. cs: the cell size.
+static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0, double y0, double cs, double font, bool probability) {
+    const int R = (int)q.rows.size(), C = (int)q.cols.size();
+    const HeatMargins m = heat_margins(q, cs, font);
+    const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
+    o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
+    o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
+    for (int j = 0; j < C; j++) {  // keys j across the top
+        const double cx = gx + (j + 0.5) * cs;
+        if (m.upright)
+            o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
+        else
+            o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
+    }
+    for (int i = 0; i < R; i++)  // queries i down the side
+        o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) {
+            const std::size_t at = (std::size_t)i * C + j;
+            o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
+            if (q.masked[at])  // a picture of P: the probability, 0; of a mask: its entry
+                o << "class='masked' fill='url(#hatch)'><title>" << (probability ? "0 (masked: Mask_ij = -inf)" : "-inf") << "</title></rect>\n";
+            else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
+        }
+    o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
+    for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
+        o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
+    o << "</g>\n";
+}
+
+// heatmap_svg's legend at height ly: the colour scale of P (or a mask's kept entry) and the hatching of -inf.
+static void heat_legend_svg(std::ostringstream& o, double margin, double ly, bool probability) {
+    if (probability) {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#scale)' stroke='#666'/>\n";
+        for (int k = 0; k <= 4; k++)
+            o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
+        o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
+    } else {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
+        o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
+    }
+    const double mx = margin + (probability ? 280 : 300);
+    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#hatch)' stroke='#666'/>\n";
+    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>-inf: masked (probability exactly 0"
+      << (probability ? "; white: P near 0, not masked)" : ")") << "</text>\n";
+}
+
 std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
                         const std::vector<std::string>& caption, bool probability) {
     if (panels.empty()) throw Error("heatmap_svg: no panels");
@@ -8862,17 +8923,6 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
     per_row = std::max(1, std::min(per_row, (int)panels.size()));
     const double cs = std::max(9.0, std::min(22.0, std::floor(264.0 / most)));  // cell size
     const double font = std::min(12.0, cs - 1);
-    struct Margins {
-        double lab, colh;  // room for the row labels on the left, the column labels on top
-        bool upright;      // long column labels are written upwards
-    };
-    auto margins = [&](const HeatPanel& q) {
-        std::size_t r = 1, c = 1;
-        for (const std::string& s : q.rows) r = std::max(r, code_points(s));
-        for (const std::string& s : q.cols) c = std::max(c, code_points(s));
-        const bool up = (double)c * font * 0.62 > cs - 3;
-        return Margins{6 + font * 0.62 * (double)r, up ? 6 + font * 0.62 * (double)c : font + 6, up};
-    };
     const double gap = 28, margin = 16, head = 34 + 16.0 * (double)caption.size();
     // Each grid column is as wide as its widest panel, each grid row as high as its highest.
     const int grid_rows = ((int)panels.size() + per_row - 1) / per_row;
@@ -8881,7 +8931,7 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
         const HeatPanel& q = panels[k];
         std::size_t note = 0;
         for (const std::string& s : q.notes) note = std::max(note, code_points(s));
-        const Margins m = margins(q);
+        const HeatMargins m = heat_margins(q, cs, font);
         const double w = std::max(m.lab + (double)q.cols.size() * cs, std::max(6.2 * (double)note, 8.4 * (double)code_points(q.title)));
         const double h = 20 + m.colh + (double)q.rows.size() * cs + 6 + 14.0 * (double)q.notes.size();
         colw[k % per_row] = std::max(colw[k % per_row], w);
@@ -8908,49 +8958,9 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
     for (std::size_t k = 0; k < caption.size(); k++)
         o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << xml_text(caption[k]) << "</text>\n";
     for (std::size_t k = 0; k < panels.size(); k++) {
-        const HeatPanel& q = panels[k];
-        const int R = (int)q.rows.size(), C = (int)q.cols.size();
-        const double x0 = col_x[k % per_row], y0 = row_y[k / per_row];
-        const Margins m = margins(q);
-        const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
-        o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
-        o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
-        for (int j = 0; j < C; j++) {  // keys j across the top
-            const double cx = gx + (j + 0.5) * cs;
-            if (m.upright)
-                o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
-            else
-                o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
-        }
-        for (int i = 0; i < R; i++)  // queries i down the side
-            o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
-        for (int i = 0; i < R; i++)
-            for (int j = 0; j < C; j++) {
-                const std::size_t at = (std::size_t)i * C + j;
-                o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
-                if (q.masked[at])  // a picture of P: the probability, 0; of a mask: its entry
-                    o << "class='masked' fill='url(#hatch)'><title>" << (probability ? "0 (masked: Mask_ij = -inf)" : "-inf") << "</title></rect>\n";
-                else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
-            }
-        o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
-        for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
-            o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
-        o << "</g>\n";
+        heat_panel_svg(o, panels[k], col_x[k % per_row], row_y[k / per_row], cs, font, probability);
     }
-    const double ly = H - 44;  // the legend
-    if (probability) {
-        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#scale)' stroke='#666'/>\n";
-        for (int k = 0; k <= 4; k++)
-            o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
-        o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
-    } else {
-        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
-        o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
-    }
-    const double mx = margin + (probability ? 280 : 300);
-    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#hatch)' stroke='#666'/>\n";
-    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>-inf: masked (probability exactly 0"
-      << (probability ? "; white: P near 0, not masked)" : ")") << "</text>\n";
+    heat_legend_svg(o, margin, H - 44, probability);
     o << "</svg>\n";
     return o.str();
 }
