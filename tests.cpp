@@ -597,6 +597,7 @@ const Activation kGelus[] = {Activation::gelu_sigmoid, Activation::gelu_tanh, Ac
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -840,139 +841,161 @@ struct m_Backwards {
         blocks_backward<double>;
     std::function<void(const Config&, const Batch&, const TD&, Params<double>&)> embed = embed_backward<double>;
 };
-std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p, const Batch& b, double dropout,
-                                             uint64_t seed, const m_Backwards& bw = {}) {
+// The walk's state: the forward replayed stage by stage (each stage's input, cache and dropout
+// generator kept), then the gradients found right so far. Each member checks one stage; false: the
+// stage is wrong, and out says so.
+struct m_LossWalk {
+    const Config& c;
+    Params<double>& p;
+    const Batch& b;
+    const double dropout;
+    const uint64_t seed;
+    const m_Backwards& bw;
     std::vector<std::string> out;
     const std::string fd = "central finite difference of the stage's forward, h = 1e-5";
-    Rng rng(seed), rs(1234);
+    Rng rng, rs;
     ForwardOptions o;
-    o.dropout = dropout, o.rng = dropout > 0 ? &rng : nullptr;
-    // The forward, stage by stage, as model_forward runs it.
-    const TD E = embed_forward(c, p, b);
-    LayerNormCache<double> ln_e;
-    TD X = c.emb_ln ? LayerNorm(E, p.gamma_e, p.beta_e, c.eps, &ln_e) : E;
-    const TD drop_emb = dropout_mask<double>(X.shape, dropout, o.rng);
-    multiply_inplace(X, drop_emb);
-    const bool padded = !is_causal(c.variant) && std::any_of(b.lengths.begin(), b.lengths.end(), [&](int len) { return len < b.n; });
-    std::vector<TD> masks(c.L), Xs(c.L + 1);
+    TD E, X, drop_emb, X_L, Z, dZ, dX_L;
+    LayerNormCache<double> ln_e, ln_f;
+    std::vector<TD> masks, Xs, dXs;
     std::vector<Rng> states;
-    std::vector<BlockCache<double>> caches(c.L);
-    Xs[0] = X;
-    for (int l = 0; l < c.L; l++) {
-        masks[l] = layer_mask<double>(c, l, b.n);
-        if (padded) masks[l] = key_padding_mask(masks[l], b.lengths);
-        states.push_back(rng);
-        Xs[l + 1] = block_forward(c, p.layers[l], Xs[l], masks[l], caches[l], o);
-    }
-    LayerNormCache<double> ln_f;
-    const TD X_L = is_pre_ln(c.variant) ? LayerNorm(Xs[c.L], p.ln_f_gamma, p.ln_f_beta, c.eps, &ln_f) : Xs[c.L];
+    std::vector<BlockCache<double>> caches;
     std::vector<int> rows, targets;
-    for (int i = 0; i < (int)b.targets.size(); i++)
-        if (is_causal(c.variant) || b.targets[i] >= 0) rows.push_back(i), targets.push_back(b.targets[i]);
-    auto head = [&](const TD& XL, MLMHeadCache<double>* k) {
+    MLMHeadCache<double> mlm;
+    double loss = 0;
+    Params<double> g_walk;
+
+    // The forward, stage by stage, as model_forward runs it.
+    m_LossWalk(const Config& c_, Params<double>& p_, const Batch& b_, double dropout_, uint64_t seed_, const m_Backwards& bw_)
+        : c(c_), p(p_), b(b_), dropout(dropout_), seed(seed_), bw(bw_), rng(seed_), rs(1234) {
+        o.dropout = dropout, o.rng = dropout > 0 ? &rng : nullptr;
+        E = embed_forward(c, p, b);
+        X = c.emb_ln ? LayerNorm(E, p.gamma_e, p.beta_e, c.eps, &ln_e) : E;
+        drop_emb = dropout_mask<double>(X.shape, dropout, o.rng);
+        multiply_inplace(X, drop_emb);
+        const bool padded = !is_causal(c.variant) && std::any_of(b.lengths.begin(), b.lengths.end(), [&](int len) { return len < b.n; });
+        masks.resize(c.L), Xs.resize(c.L + 1), caches.resize(c.L);
+        Xs[0] = X;
+        for (int l = 0; l < c.L; l++) {
+            masks[l] = layer_mask<double>(c, l, b.n);
+            if (padded) masks[l] = key_padding_mask(masks[l], b.lengths);
+            states.push_back(rng);
+            Xs[l + 1] = block_forward(c, p.layers[l], Xs[l], masks[l], caches[l], o);
+        }
+        X_L = is_pre_ln(c.variant) ? LayerNorm(Xs[c.L], p.ln_f_gamma, p.ln_f_beta, c.eps, &ln_f) : Xs[c.L];
+        for (int i = 0; i < (int)b.targets.size(); i++)
+            if (is_causal(c.variant) || b.targets[i] >= 0) rows.push_back(i), targets.push_back(b.targets[i]);
+        Z = head(X_L, &mlm);
+        loss = CrossEntropy_logits(Z, targets, &dZ);
+    }
+    // The logits of the rows with a target: the de-embedding or the masked-LM head.
+    TD head(const TD& XL, MLMHeadCache<double>* k) const {
         TD R((int)rows.size(), c.H);
         for (std::size_t r = 0; r < rows.size(); r++)
             for (int j = 0; j < c.H; j++) R(r, j) = XL(rows[r], j);
         return c.mlm_head ? MLMHead(c, p, R, k) : matmul_nt(R, p.W_e);
-    };
-    MLMHeadCache<double> mlm;
-    const TD Z = head(X_L, &mlm);
-    TD dZ;
-    const double loss = CrossEntropy_logits(Z, targets, &dZ);
-    Rng fresh(seed);
-    ForwardOptions of = o;
-    of.rng = dropout > 0 ? &fresh : nullptr;
-    const double model = model_loss<double>(c, p, b, nullptr, of);
-    if (!(std::fabs(loss - model) <= 1e-12 * std::max(1.0, std::fabs(model)))) {
+    }
+    // The stages replayed must give model_loss's loss, or nothing can be localised.
+    bool replay_matches() {
+        Rng fresh(seed);
+        ForwardOptions of = o;
+        of.rng = dropout > 0 ? &fresh : nullptr;
+        const double model = model_loss<double>(c, p, b, nullptr, of);
+        if (std::fabs(loss - model) <= 1e-12 * std::max(1.0, std::fabs(model))) return true;
         out.push_back("(the stages replayed one by one give the loss " + std::to_string(loss) + ", model_loss " +
                       std::to_string(model) + ": not localised)");
-        return out;
+        return false;
     }
-    out.push_back("The backward from the loss down, each stage against finite differences of its own forward:");
     // One stage: its gradient ana of x against the forward f; on a disagreement, the summary's end.
-    auto stage = [&](const std::string& name, const std::string& of_what, const std::function<double()>& f, TD& x,
-                     const TD& ana) {
+    bool stage(const std::string& name, const std::string& of_what, const std::function<double()>& f, TD& x, const TD& ana) {
         const m_Diff d = m_diff(f, x, ana, rs);
         if (d.right()) return true;
         out.push_back("first wrong: " + name + ", " + of_what + "; the stages above it are right");
         out.push_back("  " + m_diff_text(d, x.shape, fd));
         return false;
-    };
-    auto right = [&](const std::string& name) { out.push_back("  right  " + name); };
-    {
+    }
+    void right(const std::string& name) { out.push_back("  right  " + name); }
+
+    // The loss's dZ (§17).
+    bool loss_stage() {
         TD Zx = Z;
-        if (!stage("the loss's dZ, CrossEntropy_logits (§17)", "dZ", [&] { return CrossEntropy_logits(Zx, targets); }, Zx,
-                   dZ))
-            return out;
+        if (!stage("the loss's dZ, CrossEntropy_logits (§17)", "dZ", [&] { return CrossEntropy_logits(Zx, targets); }, Zx, dZ)) return false;
         right("the loss's dZ, CrossEntropy_logits (§17)");
+        return true;
     }
     // The de-embedding Z = X^(L) W_e^T (§17) or the masked-LM head (§23): dX^(L), zero on rows without a target.
-    TD dX_L(X_L.rows(), c.H);
-    {
+    bool head_stage() {
+        dX_L = TD(X_L.rows(), c.H);
         Params<double> scratch = make_params<double>(c);
         const TD dR = c.mlm_head ? MLMHead_backward(c, p, mlm, dZ, scratch) : matmul(dZ, p.W_e);
         for (std::size_t r = 0; r < rows.size(); r++)
             for (int j = 0; j < c.H; j++) dX_L(rows[r], j) = dR(r, j);
         TD Xx = X_L;
         const std::string name = c.mlm_head ? "MLMHead_backward (§23)" : "the de-embedding Z = X^(L) W_e^T (§17), in model_backward";
-        if (!stage(name, "dX^(L)", [&] { return sum_prod(head(Xx, nullptr), dZ); }, Xx, dX_L)) return out;
+        if (!stage(name, "dX^(L)", [&] { return sum_prod(head(Xx, nullptr), dZ); }, Xx, dX_L)) return false;
         right(name);
+        return true;
     }
-    Params<double> g_walk = make_params<double>(c);
-    TD dX = dX_L;
-    if (is_pre_ln(c.variant)) {
+    // Pre-LN: the final LayerNorm (§15, §19); dXs[L] is the gradient arriving at the last block.
+    bool ln_f_stage() {
+        g_walk = make_params<double>(c);
+        dXs.assign(c.L + 1, TD());
+        dXs[c.L] = dX_L;
+        if (!is_pre_ln(c.variant)) return true;
         TD Xx = Xs[c.L];
-        dX = LayerNorm_backward(p.ln_f_gamma, ln_f, dX_L, g_walk.ln_f_gamma, g_walk.ln_f_beta);
+        dXs[c.L] = LayerNorm_backward(p.ln_f_gamma, ln_f, dX_L, g_walk.ln_f_gamma, g_walk.ln_f_beta);
         const std::string name = "LayerNorm_backward of ln_f (§15, §19), in blocks_backward";
-        if (!stage(name, "dX^(L) before it", [&] { return sum_prod(LayerNorm(Xx, p.ln_f_gamma, p.ln_f_beta, c.eps), dX_L); }, Xx, dX))
-            return out;
+        if (!stage(name, "dX^(L) before it", [&] { return sum_prod(LayerNorm(Xx, p.ln_f_gamma, p.ln_f_beta, c.eps), dX_L); }, Xx, dXs[c.L]))
+            return false;
         right(name);
+        return true;
     }
     // The blocks from layer L down: each block's dX and its layer's gradients.
-    const std::string block_name = is_pre_ln(c.variant) ? "pre_ln_block_backward" : "post_ln_block_backward";
-    const std::string block_sec = is_pre_ln(c.variant) ? "§19" : (c.variant == Variant::gpt ? "§18" : "§18, §21");
-    std::vector<TD> dXs(c.L + 1);
-    dXs[c.L] = dX;
-    for (int l = c.L - 1; l >= 0; l--) {
-        const std::string name = block_name + " of layer " + std::to_string(l + 1) + " (" + block_sec + ")";
-        const TD dY = dXs[l + 1];
-        TD dXl;
-        try {
-            dXl = bw.block(c, p.layers[l], caches[l], dY, g_walk.layers[l]);
-        } catch (const Error& e) {
-            out.push_back("first wrong: " + name + ": it throws " + e.what());
-            return out;
+    bool block_stages() {
+        const std::string block_name = is_pre_ln(c.variant) ? "pre_ln_block_backward" : "post_ln_block_backward";
+        const std::string block_sec = is_pre_ln(c.variant) ? "§19" : (c.variant == Variant::gpt ? "§18" : "§18, §21");
+        for (int l = c.L - 1; l >= 0; l--) {
+            const std::string name = block_name + " of layer " + std::to_string(l + 1) + " (" + block_sec + ")";
+            const TD dY = dXs[l + 1];
+            TD dXl;
+            try {
+                dXl = bw.block(c, p.layers[l], caches[l], dY, g_walk.layers[l]);
+            } catch (const Error& e) {
+                out.push_back("first wrong: " + name + ": it throws " + e.what());
+                return false;
+            }
+            auto forward = [&] {
+                BlockCache<double> k;
+                Rng r = states[l];
+                ForwardOptions ol = o;
+                ol.rng = dropout > 0 ? &r : nullptr;
+                return sum_prod(block_forward(c, p.layers[l], Xs[l], masks[l], k, ol), dY);
+            };
+            if (!stage(name, "its dX", forward, Xs[l], dXl)) return false;
+            auto P = named_tensors(c, p), G = named_tensors(c, g_walk);
+            const std::string prefix = "layers." + std::to_string(l) + ".";
+            for (std::size_t t = 0; t < P.size(); t++)
+                if (P[t].name.rfind(prefix, 0) == 0 &&
+                    !stage(name, "its gradient of " + P[t].name.substr(prefix.size()), forward, *P[t].tensor, *G[t].tensor))
+                    return false;
+            right(name + ": dX and the layer's gradients");
+            dXs[l] = dXl;
         }
-        auto forward = [&] {
-            BlockCache<double> k;
-            Rng r = states[l];
-            ForwardOptions ol = o;
-            ol.rng = dropout > 0 ? &r : nullptr;
-            return sum_prod(block_forward(c, p.layers[l], Xs[l], masks[l], k, ol), dY);
-        };
-        if (!stage(name, "its dX", forward, Xs[l], dXl)) return out;
-        auto P = named_tensors(c, p), G = named_tensors(c, g_walk);
-        const std::string prefix = "layers." + std::to_string(l) + ".";
-        for (std::size_t t = 0; t < P.size(); t++)
-            if (P[t].name.rfind(prefix, 0) == 0 &&
-                !stage(name, "its gradient of " + P[t].name.substr(prefix.size()), forward, *P[t].tensor, *G[t].tensor))
-                return out;
-        right(name + ": dX and the layer's gradients");
-        dXs[l] = dXl;
+        return true;
     }
     // The embedding: its dropout, its LayerNorm (§23), embed_backward.
-    TD dE = dXs[0];
-    multiply_inplace(dE, drop_emb);
-    if (c.emb_ln) {
-        TD Ex = E;
-        const TD dY = dE;
-        dE = LayerNorm_backward(p.gamma_e, ln_e, dY, g_walk.gamma_e, g_walk.beta_e);
-        const std::string name = "LayerNorm_backward of the embedding LayerNorm (§15, §23)";
-        if (!stage(name, "dX^(0) before it", [&] { return sum_prod(LayerNorm(Ex, p.gamma_e, p.beta_e, c.eps), dY); }, Ex, dE))
-            return out;
-        right(name);
-    }
-    {
+    bool embedding_stages() {
+        TD dE = dXs[0];
+        multiply_inplace(dE, drop_emb);
+        if (c.emb_ln) {
+            TD Ex = E;
+            const TD dY = dE;
+            dE = LayerNorm_backward(p.gamma_e, ln_e, dY, g_walk.gamma_e, g_walk.beta_e);
+            const std::string name = "LayerNorm_backward of the embedding LayerNorm (§15, §23)";
+            if (!stage(name, "dX^(0) before it", [&] { return sum_prod(LayerNorm(Ex, p.gamma_e, p.beta_e, c.eps), dY); }, Ex, dE))
+                return false;
+            right(name);
+        }
         const std::string name = std::string("embed_backward (§18") + (has_segments(c.variant) ? ", §21" : "") +
                                  (c.pad_id >= 0 ? ", §22" : "") + ")";
         Params<double> ge = make_params<double>(c);
@@ -980,48 +1003,58 @@ std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p,
             bw.embed(c, b, dE, ge);
         } catch (const Error& e) {
             out.push_back("first wrong: " + name + ": it throws " + e.what());
-            return out;
+            return false;
         }
         for (Tensor<double>* t : {&p.W_e, &p.W_p, &p.w_pad, &p.w_A, &p.w_B}) {
             if (t->empty()) continue;
             const std::string tn = t == &p.W_e ? "W_e" : t == &p.W_p ? "W_p" : t == &p.w_pad ? "w_pad" : t == &p.w_A ? "w_A" : "w_B";
             const TD& gt = t == &p.W_e ? ge.W_e : t == &p.W_p ? ge.W_p : t == &p.w_pad ? ge.w_pad : t == &p.w_A ? ge.w_A : ge.w_B;
-            if (!stage(name, "its gradient of " + tn, [&] { return sum_prod(embed_forward(c, p, b), dE); }, *t, gt)) return out;
+            if (!stage(name, "its gradient of " + tn, [&] { return sum_prod(embed_forward(c, p, b), dE); }, *t, gt)) return false;
         }
         right(name);
+        return true;
     }
     // Every stage is right: blocks_backward walks them, model_backward joins them.
-    ForwardCache<double> k;
-    Rng again(seed);
-    ForwardOptions ok = o;
-    ok.rng = dropout > 0 ? &again : nullptr;
-    ForwardOptions okr = ok;
-    if (!is_causal(c.variant)) okr.logit_rows = &rows;
-    model_forward(c, p, b, &k, okr);
-    Params<double> g_blocks = make_params<double>(c);
-    TD dX0;
-    try {
-        dX0 = bw.blocks(c, p, k, dX_L, g_blocks);
-    } catch (const Error& e) {
-        out.push_back("first wrong: blocks_backward (§18, §19): it throws " + std::string(e.what()));
-        return out;
-    }
-    if (dX0.shape != dXs[0].shape || max_abs_diff(dX0, dXs[0]) > 1e-9) {
-        out.push_back("first wrong: blocks_backward (§18, §19), its dX^(0): each block's backward is right, but walked "
-                      "from dX^(L) it does not give the dX^(0) of the blocks taken from layer L down to 1");
-        return out;
-    }
-    auto Gb = named_tensors(c, g_blocks), Gw = named_tensors(c, g_walk);
-    for (std::size_t t = 0; t < Gb.size(); t++)
-        if ((Gb[t].name.rfind("layers.", 0) == 0 || Gb[t].name.rfind("ln_f", 0) == 0) &&
-            (Gb[t].tensor->shape != Gw[t].tensor->shape || max_abs_diff(*Gb[t].tensor, *Gw[t].tensor) > 1e-9)) {
-            out.push_back("first wrong: blocks_backward (§18, §19), its gradient of " + Gb[t].name +
-                          ": each block's backward is right, but blocks_backward does not give what they give from layer L down to 1");
-            return out;
+    void joining_stages() {
+        ForwardCache<double> k;
+        Rng again(seed);
+        ForwardOptions ok = o;
+        ok.rng = dropout > 0 ? &again : nullptr;
+        ForwardOptions okr = ok;
+        if (!is_causal(c.variant)) okr.logit_rows = &rows;
+        model_forward(c, p, b, &k, okr);
+        Params<double> g_blocks = make_params<double>(c);
+        TD dX0;
+        try {
+            dX0 = bw.blocks(c, p, k, dX_L, g_blocks);
+        } catch (const Error& e) {
+            out.push_back("first wrong: blocks_backward (§18, §19): it throws " + std::string(e.what()));
+            return;
         }
-    out.push_back("first wrong: model_backward (§17, §18), which joins the stages above: each is right, so look at how it "
-                  "joins them (the tied W_e's two gradients, the rows it passes on, the embedding's dropout and LayerNorm)");
-    return out;
+        if (dX0.shape != dXs[0].shape || max_abs_diff(dX0, dXs[0]) > 1e-9) {
+            out.push_back("first wrong: blocks_backward (§18, §19), its dX^(0): each block's backward is right, but walked "
+                          "from dX^(L) it does not give the dX^(0) of the blocks taken from layer L down to 1");
+            return;
+        }
+        auto Gb = named_tensors(c, g_blocks), Gw = named_tensors(c, g_walk);
+        for (std::size_t t = 0; t < Gb.size(); t++)
+            if ((Gb[t].name.rfind("layers.", 0) == 0 || Gb[t].name.rfind("ln_f", 0) == 0) &&
+                (Gb[t].tensor->shape != Gw[t].tensor->shape || max_abs_diff(*Gb[t].tensor, *Gw[t].tensor) > 1e-9)) {
+                out.push_back("first wrong: blocks_backward (§18, §19), its gradient of " + Gb[t].name +
+                              ": each block's backward is right, but blocks_backward does not give what they give from layer L down to 1");
+                return;
+            }
+        out.push_back("first wrong: model_backward (§17, §18), which joins the stages above: each is right, so look at how it "
+                      "joins them (the tied W_e's two gradients, the rows it passes on, the embedding's dropout and LayerNorm)");
+    }
+};
+std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p, const Batch& b, double dropout,
+                                             uint64_t seed, const m_Backwards& bw = {}) {
+    m_LossWalk w(c, p, b, dropout, seed, bw);
+    if (!w.replay_matches()) return w.out;
+    w.out.push_back("The backward from the loss down, each stage against finite differences of its own forward:");
+    if (w.loss_stage() && w.head_stage() && w.ln_f_stage() && w.block_stages() && w.embedding_stages()) w.joining_stages();
+    return w.out;
 }
 
 // A wrong gradient of xlnet_loss: the functions it calls (embed_backward, blocks_backward, the
@@ -11080,6 +11113,234 @@ TEST_CASE("banners: transformer.hpp, transformer.cpp and tests.cpp list the same
             if (at == heads.size()) break;
         }
     }
+}
+
+// ---- reading: the code's shape, read as text ----------------------------------------------------
+// The source with every comment, string literal, character literal and preprocessor line blanked
+// (newlines kept, so offsets and line numbers stay the source's): what the scans below read.
+static std::string m_code_only(const std::string& s) {
+    std::string o = s;
+    std::size_t i = 0;
+    auto blank = [&](std::size_t from, std::size_t to) {
+        for (std::size_t a = from; a < to && a < o.size(); a++)
+            if (o[a] != '\n') o[a] = ' ';
+    };
+    bool line_start = true;
+    while (i < s.size()) {
+        const char ch = s[i];
+        if (line_start && ch == '#') {  // a preprocessor line, with its continuations
+            std::size_t e = i;
+            while (e < s.size() && !(s[e] == '\n' && s[e - 1] != '\\')) e++;
+            blank(i, e);
+            i = e;
+            continue;
+        }
+        if (ch == '\n') line_start = true;
+        else if (ch != ' ' && ch != '\t') line_start = false;
+        if (ch == '/' && i + 1 < s.size() && s[i + 1] == '/') {
+            const std::size_t e = s.find('\n', i);
+            blank(i, e == std::string::npos ? s.size() : e);
+            i = e == std::string::npos ? s.size() : e;
+        } else if (ch == '/' && i + 1 < s.size() && s[i + 1] == '*') {
+            const std::size_t e = s.find("*/", i + 2);
+            const std::size_t end = e == std::string::npos ? s.size() : e + 2;
+            blank(i, end);
+            i = end;
+        } else if (ch == 'R' && i + 1 < s.size() && s[i + 1] == '"' && (i == 0 || !(std::isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) {
+            const std::size_t open = s.find('(', i + 2);  // R"delim( ... )delim"
+            const std::string close = ")" + s.substr(i + 2, open - i - 2) + "\"";
+            const std::size_t e = s.find(close, open);
+            const std::size_t end = e == std::string::npos ? s.size() : e + close.size();
+            blank(i + 2, end - 1);
+            i = end;
+        } else if (ch == '"' || (ch == '\'' && !(i > 0 && std::isxdigit((unsigned char)s[i - 1]) && i + 1 < s.size() && std::isxdigit((unsigned char)s[i + 1])))) {
+            std::size_t e = i + 1;  // a literal; a ' between two digits is a digit separator
+            while (e < s.size() && s[e] != ch && s[e] != '\n') e += s[e] == '\\' ? 2 : 1;
+            blank(i + 1, e);
+            i = e + 1;
+        } else {
+            i++;
+        }
+    }
+    return o;
+}
+
+// The line of an offset in a text, from the offsets of its newlines.
+struct MLineIndex {
+    std::vector<std::size_t> newlines;
+    explicit MLineIndex(const std::string& s) {
+        for (std::size_t i = 0; i < s.size(); i++)
+            if (s[i] == '\n') newlines.push_back(i);
+    }
+    int line_at(std::size_t at) const { return 1 + (int)(std::lower_bound(newlines.begin(), newlines.end(), at) - newlines.begin()); }
+};
+
+struct MFunctionLength {
+    std::string name;
+    int line = 0, lines = 0;  // the line of its name, and the lines from there to its closing brace
+};
+
+// The functions defined in a source: each { at namespace or class level whose head (the text since the
+// last ;, { or } there) has a parameter list and is not an initializer (= {...}). Lambdas and the
+// blocks inside a function count as the function's lines; doctest's TEST_CASE and SUBCASE bodies are
+// not functions here.
+static std::vector<MFunctionLength> m_function_lengths(const std::string& source) {
+    const std::string s = m_code_only(source);
+    const MLineIndex lines(s);
+    std::vector<MFunctionLength> found;
+    std::vector<char> scopes;  // per open brace: 'n' a namespace, class or extern block, 'f' a function, 'h' a
+                               // default argument in a head, 'o' anything else
+    std::size_t head = 0;  // where the current head at namespace level starts
+    auto open_level = [&] { return std::all_of(scopes.begin(), scopes.end(), [](char k) { return k == 'n'; }); };
+    for (std::size_t i = 0; i < s.size(); i++) {
+        const char ch = s[i];
+        if (ch == ';' && open_level()) head = i + 1;
+        if (ch == '{') {
+            char kind = 'o';
+            if (open_level()) {
+                const std::string h = s.substr(head, i - head);
+                int depth = 0;
+                bool eq = false, paren = false;
+                std::size_t name_end = std::string::npos;
+                for (std::size_t a = 0; a < h.size(); a++) {
+                    if (h[a] == '(' && depth++ == 0 && !paren) {
+                        std::size_t e = a;
+                        while (e > 0 && std::isspace((unsigned char)h[e - 1])) e--;
+                        std::size_t b = e;
+                        while (b > 0 && (std::isalnum((unsigned char)h[b - 1]) || h[b - 1] == '_' || h[b - 1] == ':' || h[b - 1] == '~')) b--;
+                        const std::string word = h.substr(b, e - b);
+                        if (!word.empty() && word != "decltype" && word != "alignas" && word != "__attribute__") paren = true, name_end = e;
+                    } else if (h[a] == ')') {
+                        depth--;
+                    } else if (h[a] == '=' && depth == 0 && h.find("operator") == std::string::npos) {
+                        eq = true;
+                    }
+                }
+                static const std::regex type_head(R"(^\s*(template\s*<[^{]*>\s*)?(struct|class|union|namespace|enum|extern)\b)");
+                if (depth > 0) {  // a default argument's {}, inside the parameter list: part of the head
+                    kind = 'h';
+                } else if (std::regex_search(h, type_head) || h.find_first_not_of(" \t\n") == std::string::npos) {
+                    kind = 'n';
+                } else if (paren && !eq) {
+                    std::size_t b = name_end;
+                    while (b > 0 && (std::isalnum((unsigned char)h[b - 1]) || h[b - 1] == '_' || h[b - 1] == ':' || h[b - 1] == '~')) b--;
+                    const std::string name = h.substr(b, name_end - b);
+                    if (name != "TEST_CASE" && name != "SUBCASE" && name != "TEST_CASE_TEMPLATE") {
+                        kind = 'f';
+                        found.push_back({name, lines.line_at(head + b), 0});
+                    }
+                }
+            }
+            scopes.push_back(kind);
+            if (kind == 'n') head = i + 1;
+        } else if (ch == '}' && !scopes.empty()) {
+            const char kind = scopes.back();
+            scopes.pop_back();
+            if (kind == 'f') found.back().lines = lines.line_at(i) - found.back().line + 1;
+            if (open_level() && kind != 'h') head = i + 1;
+        }
+    }
+    return found;
+}
+
+// Part I's statements that use the comma operator: a , outside every (), [], template <> and braced
+// initializer, in a statement that is not a declaration. A declaration of several variables
+// (double m = 0, s = 0;) is one statement, and Part I writes them; a, b; joining two expressions is two.
+// Returns "LINE: the statement" per comma statement.
+static std::vector<std::string> m_comma_statements(const std::string& source, std::size_t from, std::size_t to) {
+    const std::string s = m_code_only(source);
+    const MLineIndex lines(s);
+    std::vector<std::string> found;
+    std::vector<char> open;  // 'b' a block, 'i' a braced initializer, '(' and '['
+    std::size_t start = from;  // the current statement's start
+    auto prev_char = [&](std::size_t i) {
+        while (i > from && std::isspace((unsigned char)s[i - 1])) i--;
+        return i;  // one past the last non-space before i
+    };
+    auto word_before = [&](std::size_t e) {
+        std::size_t b = e;
+        while (b > from && (std::isalnum((unsigned char)s[b - 1]) || s[b - 1] == '_')) b--;
+        return s.substr(b, e - b);
+    };
+    static const std::regex declaration(
+        R"(^\s*(?:(?:const|static|constexpr|thread_local|volatile|unsigned|signed|long|short|inline)\s+)*[A-Za-z_][\w:]*(?:\s*<[^;{}]*>)?(?:\s*[*&]+)*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:=|,|\(|\{|\[|;))");
+    static const std::set<std::string> not_types = {"return", "throw", "else", "if", "for", "while", "do", "case", "goto", "delete", "new", "switch"};
+    for (std::size_t i = from; i < to; i++) {
+        const char ch = s[i];
+        const bool top = !open.empty() && open.back() == 'b';
+        if (ch == '{') {
+            const std::size_t p = prev_char(i);
+            const char before = p > from ? s[p - 1] : ';';
+            const std::string word = word_before(p);
+            const bool block = before == ')' || before == ']' || before == ';' || before == '}' || (before == '{' && (open.empty() || open.back() == 'b')) ||
+                               word == "else" || word == "do" || word == "try" || word == "const" || word == "noexcept" || word == "override" || word == "mutable";
+            open.push_back(block ? 'b' : 'i');
+            start = i + 1;
+        } else if (ch == '}') {
+            if (!open.empty()) open.pop_back();
+            start = i + 1;
+        } else if (ch == '(' || ch == '[') {
+            open.push_back(ch);
+        } else if ((ch == ')' || ch == ']') && !open.empty()) {
+            open.pop_back();
+        } else if (ch == ';' && top) {
+            start = i + 1;
+        } else if (ch == '<' && top && i > from && (std::isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_')) {
+            int depth = 0;  // a template's arguments: skip to the matching >, if there is one before the statement ends
+            std::size_t e = i;
+            for (; e < to; e++) {
+                const char c2 = s[e];
+                if (c2 == '<' || c2 == '(' || c2 == '[') depth++;
+                else if (c2 == '>' || c2 == ')' || c2 == ']') depth--;
+                else if (c2 == ';' || c2 == '{' || c2 == '}') break;
+                if (depth == 0) break;
+            }
+            if (e < to && depth == 0 && s[e] == '>') i = e;
+        } else if (ch == ',' && top) {
+            const std::string stmt = s.substr(start, s.find(';', i) - start);
+            std::smatch m;
+            const std::size_t first = stmt.find_first_not_of(" \t\n");
+            const std::size_t first_end = stmt.find_first_of(" \t\n(<:;", first);
+            const std::string first_word = first == std::string::npos ? "" : stmt.substr(first, first_end - first);
+            if (!std::regex_search(stmt, m, declaration) || not_types.count(first_word)) {
+                const std::size_t from_text = s.find_first_not_of(" \t\n", start);  // the source's text, from the statement's first word
+                found.push_back(std::to_string(lines.line_at(i)) + ": " + source.substr(from_text, s.find(';', i) + 1 - from_text));
+            }
+            i = s.find(';', i);  // one report per statement
+            start = i + 1;
+        }
+    }
+    return found;
+}
+TEST_CASE("reading: no function of transformer.cpp, main.cpp or tests.cpp is over 100 lines; Part I has no comma statements") {
+    // A function is read from its name to its closing brace: over 100 lines it no longer reads at
+    // once. Tables of data written as a function are allowed (main.cpp's command_docs: the flags' docs).
+    const std::set<std::string> tables = {"command_docs"};
+    for (const char* file : {"transformer.cpp", "main.cpp", "tests.cpp"}) {
+        const std::vector<MFunctionLength> fs = m_function_lengths(m_read(file));
+        CHECK_MESSAGE(fs.size() > 50, std::string(file) << ": the scan should find the file's functions, found " << fs.size());
+        for (const MFunctionLength& f : fs)
+            CHECK_MESSAGE((f.lines <= 100 || tables.count(f.name)),
+                          std::string(file) << ":" << f.line << ": " << f.name << " is " << f.lines << " lines, expected at most 100 (split it into named steps)");
+    }
+    // The guide's "one statement per line" in Part I: a, b; is two statements on a line.
+    const std::string cpp = m_read("transformer.cpp");
+    const std::size_t part1 = cpp.find("\n// PART I. "), part2 = cpp.find("\n// PART II. ");
+    REQUIRE_MESSAGE((part1 != std::string::npos && part2 != std::string::npos && part1 < part2),
+                    "transformer.cpp should have the banners // PART I. and // PART II., in that order");
+    for (const std::string& s : m_comma_statements(cpp, part1, part2))
+        CHECK_MESSAGE(false, "transformer.cpp:" << s << "\n  joins statements with the comma operator in Part I: write one statement per line");
+    // The scans themselves, on a hand-made source: what they must find and what they must let pass.
+    const std::string sample = "// PART I. \nstruct S { int f(int a = {}) const {\n return a; } };\n"
+                               "template <typename T>\nT g(T x) {\n    int a = 0, b = 1;\n    std::map<int, int> m;\n"
+                               "    for (int i = 0, j = 0; i < 2; i++, j++) a += i, b += j;\n    std::vector<int> v = {1, 2};\n"
+                               "    const char* s = \"a, b\";  // a, b\n    a = 1, b = 2;\n    return {a, b};\n}\n// PART II. \n";
+    const std::vector<MFunctionLength> fs = m_function_lengths(sample);
+    REQUIRE(fs.size() == 2);
+    CHECK((fs[0].name == "f" && fs[0].line == 2 && fs[0].lines == 2));
+    CHECK((fs[1].name == "g" && fs[1].line == 5 && fs[1].lines == 9));
+    CHECK(m_comma_statements(sample, 0, sample.size()) ==
+          std::vector<std::string>{"8: for (int i = 0, j = 0; i < 2; i++, j++) a += i, b += j;", "11: a = 1, b = 2;"});
 }
 
 TEST_CASE("teaching: Part I calls only itself and the entry points declared at its top (make part-one-check)") {

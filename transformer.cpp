@@ -2356,7 +2356,11 @@ std::vector<TokenProb> next_token_probs(const Config& c, const Params<T>& p, con
     }
     std::vector<TokenProb> all(c.V);
     double sum = 0;
-    for (int j = 0; j < c.V; j++) sum += all[j].p = math::exp((double)z[j] - m), all[j].id = j;
+    for (int j = 0; j < c.V; j++) {
+        all[j].p = math::exp((double)z[j] - m);
+        all[j].id = j;
+        sum += all[j].p;
+    }
     for (TokenProb& t : all) t.p /= sum;
     const int kept = std::min(k, c.V);
     std::partial_sort(all.begin(), all.begin() + kept, all.end(),
@@ -4503,6 +4507,57 @@ static bool is_hf_gpt2(const SafeTensorsReader& st) {
     return !st.metadata.count("variant") && (st.find("wte.weight") || st.find("transformer.wte.weight"));
 }
 
+// GPT-2's config.json beside the model file, if there is one: the heads (n_head), layer_norm_epsilon and
+// the activation, and the sizes, which must match the weights'.
+static void read_gpt2_config(const std::string& path, Config& c) {
+    const std::size_t slash = path.find_last_of('/');
+    const std::string config_json = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
+    std::FILE* probe = std::fopen(config_json.c_str(), "rb");
+    if (!probe) return;
+    std::fclose(probe);
+    auto bad = [&](const std::string& what) { return Error("'" + config_json + "': " + what); };
+    const Json j = parse_json(read_file(config_json));
+    const Json* heads = j.get("n_head");
+    if (!heads || heads->type != Json::number || heads->num < 1 || heads->num > c.H || heads->num != std::floor(heads->num) ||
+        c.H % (int)heads->num != 0)
+        throw bad("needs n_head, a whole number that divides n_embd = " + std::to_string(c.H));
+    c.A = (int)heads->num;
+    if (const Json* e = j.get("layer_norm_epsilon")) {
+        if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
+        c.eps = e->num;
+    }
+    if (const Json* a = j.get("activation_function")) {  // Hugging Face's names
+        const std::string f = a->type == Json::string ? a->str : "";
+        if (f == "gelu_new" || f == "gelu_pytorch_tanh" || f == "gelu_fast") c.activation = Activation::gelu_tanh;
+        else if (f == "gelu") c.activation = Activation::gelu_erf;
+        else if (f == "relu") c.activation = Activation::relu;
+        else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
+        else throw bad("activation_function '" + f + "' is not one of gelu_new, gelu, relu, quick_gelu");
+    }
+    const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
+    for (const auto& kv : sizes)
+        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+}
+
+// GPT-2's c_attn (H x 3H, and its bias 3H) split into each head's W_Q, W_K, W_V (H x D) and biases:
+// head i of Q, K, V is column block part*H + i*D. The weight is read one row at a time, never whole.
+static void split_gpt2_c_attn(const SafeTensorsReader& st, const SafeTensorsReader::Entry& W, const Tensor<float>& b, const Config& c,
+                              MultiHeadSAParams<float>& attn) {
+    const int H = c.H, D = c.D, A = c.A;
+    std::vector<Tensor<float>*> Wi, bi;  // Q, K, V: head i is column block part*H + i*D
+    for (auto* heads : {&attn.W_Q, &attn.W_K, &attn.W_V})
+        for (int i = 0; i < A; i++) Wi.push_back(&(*heads)[i]), *Wi.back() = Tensor<float>::uninit(H, D);
+    for (auto* heads : {&attn.b_Q, &attn.b_K, &attn.b_V})
+        for (int i = 0; i < A; i++) bi.push_back(&(*heads)[i]), *bi.back() = Tensor<float>::uninit({D});
+    std::vector<float> row(3 * (std::size_t)H);  // one row of c_attn at a time: never the whole of it
+    for (int r = 0; r < H; r++) {
+        st.read(W, row.data(), (std::size_t)r * 3 * H, row.size());
+        for (int k = 0; k < 3 * A; k++) std::copy(row.begin() + k * D, row.begin() + (k + 1) * D, Wi[k]->row(r));
+    }
+    for (int k = 0; k < 3 * A; k++) std::copy(b.data.begin() + k * D, b.data.begin() + (k + 1) * D, bi[k]->ptr());
+}
+
 // Each tensor is read from the file straight into its place; c_attn one row at a time.
 static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsReader& st) {
     using Entry = SafeTensorsReader::Entry;
@@ -4540,34 +4595,7 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
     c.variant = Variant::gpt2, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
     c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
     c.A = c.H % 64 == 0 ? c.H / 64 : 0;
-    const std::size_t slash = path.find_last_of('/');
-    const std::string config_json = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
-    if (std::FILE* probe = std::fopen(config_json.c_str(), "rb")) {
-        std::fclose(probe);
-        auto bad = [&](const std::string& what) { return Error("'" + config_json + "': " + what); };
-        const Json j = parse_json(read_file(config_json));
-        const Json* heads = j.get("n_head");
-        if (!heads || heads->type != Json::number || heads->num < 1 || heads->num > c.H || heads->num != std::floor(heads->num) ||
-            c.H % (int)heads->num != 0)
-            throw bad("needs n_head, a whole number that divides n_embd = " + std::to_string(c.H));
-        c.A = (int)heads->num;
-        if (const Json* e = j.get("layer_norm_epsilon")) {
-            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
-            c.eps = e->num;
-        }
-        if (const Json* a = j.get("activation_function")) {  // Hugging Face's names
-            const std::string f = a->type == Json::string ? a->str : "";
-            if (f == "gelu_new" || f == "gelu_pytorch_tanh" || f == "gelu_fast") c.activation = Activation::gelu_tanh;
-            else if (f == "gelu") c.activation = Activation::gelu_erf;
-            else if (f == "relu") c.activation = Activation::relu;
-            else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
-            else throw bad("activation_function '" + f + "' is not one of gelu_new, gelu, relu, quick_gelu");
-        }
-        const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
-        for (const auto& kv : sizes)
-            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
-    }
+    read_gpt2_config(path, c);
     if (c.A == 0)
         throw fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
                    " is not a multiple of 64 and there is no config.json with n_head beside the file");
@@ -4589,18 +4617,7 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
         y.ln_1_gamma = grab(h + "ln_1.weight", {H}), y.ln_1_beta = grab(h + "ln_1.bias", {H});
         y.ln_2_gamma = grab(h + "ln_2.weight", {H}), y.ln_2_beta = grab(h + "ln_2.bias", {H});
         const Entry& W = take(h + "attn.c_attn.weight", {H, 3 * H});
-        const Tensor<float> b = grab(h + "attn.c_attn.bias", {3 * H});
-        std::vector<Tensor<float>*> Wi, bi;  // Q, K, V: head i is column block part*H + i*D
-        for (auto* heads : {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V})
-            for (int i = 0; i < A; i++) Wi.push_back(&(*heads)[i]), *Wi.back() = Tensor<float>::uninit(H, D);
-        for (auto* heads : {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V})
-            for (int i = 0; i < A; i++) bi.push_back(&(*heads)[i]), *bi.back() = Tensor<float>::uninit({D});
-        std::vector<float> row(3 * (std::size_t)H);  // one row of c_attn at a time: never the whole of it
-        for (int r = 0; r < H; r++) {
-            st.read(W, row.data(), (std::size_t)r * 3 * H, row.size());
-            for (int k = 0; k < 3 * A; k++) std::copy(row.begin() + k * D, row.begin() + (k + 1) * D, Wi[k]->row(r));
-        }
-        for (int k = 0; k < 3 * A; k++) std::copy(b.data.begin() + k * D, b.data.begin() + (k + 1) * D, bi[k]->ptr());
+        split_gpt2_c_attn(st, W, grab(h + "attn.c_attn.bias", {3 * H}), c, y.attn);
         y.attn.W_O = grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = grab(h + "attn.c_proj.bias", {H});
         y.ffn.W_1 = grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = grab(h + "mlp.c_fc.bias", {c.F});
         y.ffn.W_2 = grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = grab(h + "mlp.c_proj.bias", {H});
@@ -4971,6 +4988,93 @@ static void roberta_special_ids(const std::string& vocab_json_path, Config& c) {
     }
 }
 
+// BERT's or RoBERTa's config.json (j, read from cj): the heads, layer_norm_eps, hidden_act, and the
+// sizes, which must match the weights' (skipped: the position rows before a sequence's first; types:
+// the rows of token_type_embeddings).
+static void read_bert_config(const Json& j, const std::string& cj, Config& c, int skipped, int types) {
+    auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
+    c.A = hf_config_int(j, "num_attention_heads", c.A, cj);
+    if (c.A == 0 || c.H % c.A != 0) throw bad("num_attention_heads must divide hidden_size = " + std::to_string(c.H));
+    if (const Json* e = j.get("layer_norm_eps")) {
+        if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_eps must be a positive number");
+        c.eps = e->num;
+    }
+    if (const Json* a = j.get("hidden_act")) {
+        const std::string f = a->type == Json::string ? a->str : "";
+        if (f == "gelu") c.activation = Activation::gelu_erf;
+        else if (f == "gelu_new" || f == "gelu_pytorch_tanh") c.activation = Activation::gelu_tanh;
+        else if (f == "relu") c.activation = Activation::relu;
+        else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
+        else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu, quick_gelu");
+    }
+    if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
+        throw bad("position_embedding_type must be absolute (W_p of formulas §18)");
+    const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
+                                                 {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V},
+                                                 {"type_vocab_size", types}};
+    for (const auto& kv : sizes)
+        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+}
+
+// BERT's [CLS], [SEP], [MASK] (RoBERTa's <s>, </s>, <mask>): from the tokenizer the file's metadata
+// records (export writes it there), else from vocab.txt (RoBERTa: vocab.json) beside the file, else
+// the released vocabulary's ids.
+static void bert_special_ids(const HfTensors& t, const std::string& path, const std::string& cj, bool roberta, Config& c) {
+    const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + (roberta ? "vocab.json" : "vocab.txt");
+    const Tokenizer recorded = tokenizer_of(t.st.metadata, path);
+    std::FILE* probe = recorded.kind.empty() ? std::fopen(vocab_path.c_str(), "rb") : nullptr;
+    if (probe) std::fclose(probe);
+    if (recorded.kind == "char") {
+        if (recorded.size() + 3 != c.V)
+            throw t.fail("its recorded characters are " + std::to_string(recorded.size()) + ", and with the three special tokens " +
+                         "after them they do not make the model's V = " + std::to_string(c.V));
+        c.cls_id = recorded.size(), c.sep_id = recorded.size() + 1, c.mask_id = recorded.size() + 2;
+    } else if (!recorded.kind.empty()) {
+        if (recorded.size() != c.V)
+            throw t.fail("its recorded tokenizer has " + std::to_string(recorded.size()) + " tokens but the model's V = " + std::to_string(c.V));
+        const int pad = c.pad_id;  // config.json's: the positions were numbered with it
+        subword_special_ids(recorded, c);
+        c.pad_id = pad;
+    } else if (roberta) {
+        if (probe) roberta_special_ids(vocab_path, c);
+        else if (c.V == 50265) c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264;
+        else throw t.fail("cannot tell the ids of <s>, </s>, <mask>: no vocab.json beside the file and V = " + std::to_string(c.V));
+    } else if (probe) {
+        const WordPiece w = load_wordpiece(vocab_path);
+        if (w.size() != c.V)
+            throw Error("'" + vocab_path + "' has " + std::to_string(w.size()) + " tokens but the model's V = " + std::to_string(c.V));
+        c.cls_id = w.cls, c.sep_id = w.sep, c.mask_id = w.mask;
+        if (c.cls_id < 0 || c.sep_id < 0 || c.mask_id < 0) throw Error("'" + vocab_path + "' lacks [CLS], [SEP] or [MASK]");
+    } else if (c.V > 103) {
+        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103;
+    } else {
+        throw t.fail("cannot tell the ids of [CLS], [SEP], [MASK]: no vocab.txt beside the file and V = " + std::to_string(c.V));
+    }
+}
+
+// BERT's position rows and its token-type rows w_A, w_B; RoBERTa's position rows from padding_idx + 1
+// on and w_pad (row padding_idx), each plus its one token type.
+static void read_bert_position_rows(HfTensors& t, const Config& c, Params<float>& p, bool roberta, int padding_idx, int skipped,
+                                    int types) {
+    const int H = c.H;
+    const Tensor<float> wp = t.grab("embeddings.position_embeddings.weight", {c.n_ctx + skipped, H});
+    const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {types, H});
+    if (roberta) {  // W_p[i] = position row i + padding_idx + 1, w_pad = row padding_idx, each plus the one token type
+        p.W_p = Tensor<float>::uninit(c.n_ctx, H);
+        for (int i = 0; i < c.n_ctx; i++)
+            for (int h = 0; h < H; h++) p.W_p(i, h) = wp(i + skipped, h) + tt(0, h);
+        if (padding_idx >= 0) {
+            p.w_pad = Tensor<float>::uninit({H});
+            for (int h = 0; h < H; h++) p.w_pad[h] = wp(padding_idx, h) + tt(0, h);
+        }
+    } else {
+        p.W_p = wp;
+        p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
+        p.w_B = Tensor<float>::vector(std::vector<float>(tt.row(1), tt.row(1) + H));
+    }
+}
+
 static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsReader& st, bool roberta) {
     HfTensors t(st, path, roberta ? "RoBERTa weights" : "BERT weights", roberta ? "roberta." : "bert.");
     const auto* wte = t.peek("embeddings.word_embeddings.weight");
@@ -5004,67 +5108,12 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     c.pooler = t.peek("pooler.dense.weight") || t.peek("pooler.dense.bias");
     c.pad_id = padding_idx;
     const int types = roberta ? 1 : 2;  // rows of token_type_embeddings
-    if (j.type == Json::object) {
-        auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
-        c.A = hf_config_int(j, "num_attention_heads", c.A, cj);
-        if (c.A == 0 || c.H % c.A != 0) throw bad("num_attention_heads must divide hidden_size = " + std::to_string(c.H));
-        if (const Json* e = j.get("layer_norm_eps")) {
-            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_eps must be a positive number");
-            c.eps = e->num;
-        }
-        if (const Json* a = j.get("hidden_act")) {
-            const std::string f = a->type == Json::string ? a->str : "";
-            if (f == "gelu") c.activation = Activation::gelu_erf;
-            else if (f == "gelu_new" || f == "gelu_pytorch_tanh") c.activation = Activation::gelu_tanh;
-            else if (f == "relu") c.activation = Activation::relu;
-            else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
-            else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu, quick_gelu");
-        }
-        if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
-            throw bad("position_embedding_type must be absolute (W_p of formulas §18)");
-        const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
-                                                     {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V},
-                                                     {"type_vocab_size", types}};
-        for (const auto& kv : sizes)
-            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
-    }
+    if (j.type == Json::object) read_bert_config(j, cj, c, skipped, types);
     if (c.A == 0)
         throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
                      " is not a multiple of 64 and there is no config.json with num_attention_heads beside the file");
     c.D = c.H / c.A;
-    // The special tokens: from the tokenizer the file's metadata records (export writes it there), else
-    // from vocab.txt (RoBERTa: vocab.json) beside the file, else the released vocabulary's ids.
-    const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + (roberta ? "vocab.json" : "vocab.txt");
-    const Tokenizer recorded = tokenizer_of(st.metadata, path);
-    std::FILE* probe = recorded.kind.empty() ? std::fopen(vocab_path.c_str(), "rb") : nullptr;
-    if (probe) std::fclose(probe);
-    if (recorded.kind == "char") {
-        if (recorded.size() + 3 != c.V)
-            throw t.fail("its recorded characters are " + std::to_string(recorded.size()) + ", and with the three special tokens " +
-                         "after them they do not make the model's V = " + std::to_string(c.V));
-        c.cls_id = recorded.size(), c.sep_id = recorded.size() + 1, c.mask_id = recorded.size() + 2;
-    } else if (!recorded.kind.empty()) {
-        if (recorded.size() != c.V)
-            throw t.fail("its recorded tokenizer has " + std::to_string(recorded.size()) + " tokens but the model's V = " + std::to_string(c.V));
-        const int pad = c.pad_id;  // config.json's: the positions were numbered with it
-        subword_special_ids(recorded, c);
-        c.pad_id = pad;
-    } else if (roberta) {
-        if (probe) roberta_special_ids(vocab_path, c);
-        else if (c.V == 50265) c.cls_id = 0, c.sep_id = 2, c.mask_id = 50264;
-        else throw t.fail("cannot tell the ids of <s>, </s>, <mask>: no vocab.json beside the file and V = " + std::to_string(c.V));
-    } else if (probe) {
-        const WordPiece w = load_wordpiece(vocab_path);
-        if (w.size() != c.V)
-            throw Error("'" + vocab_path + "' has " + std::to_string(w.size()) + " tokens but the model's V = " + std::to_string(c.V));
-        c.cls_id = w.cls, c.sep_id = w.sep, c.mask_id = w.mask;
-        if (c.cls_id < 0 || c.sep_id < 0 || c.mask_id < 0) throw Error("'" + vocab_path + "' lacks [CLS], [SEP] or [MASK]");
-    } else if (c.V > 103) {
-        c.cls_id = 101, c.sep_id = 102, c.mask_id = 103;
-    } else {
-        throw t.fail("cannot tell the ids of [CLS], [SEP], [MASK]: no vocab.txt beside the file and V = " + std::to_string(c.V));
-    }
+    bert_special_ids(t, path, cj, roberta, c);
     validate(c);
     LoadedModel lm;
     lm.config = c;
@@ -5074,21 +5123,7 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     Params<float>& p = lm.params;
     const int H = c.H;
     read_slots(t, bert_slots(c, p));
-    const Tensor<float> wp = t.grab("embeddings.position_embeddings.weight", {c.n_ctx + skipped, H});
-    const Tensor<float> tt = t.grab("embeddings.token_type_embeddings.weight", {types, H});
-    if (roberta) {  // W_p[i] = position row i + padding_idx + 1, w_pad = row padding_idx, each plus the one token type
-        p.W_p = Tensor<float>::uninit(c.n_ctx, H);
-        for (int i = 0; i < c.n_ctx; i++)
-            for (int h = 0; h < H; h++) p.W_p(i, h) = wp(i + skipped, h) + tt(0, h);
-        if (padding_idx >= 0) {
-            p.w_pad = Tensor<float>::uninit({H});
-            for (int h = 0; h < H; h++) p.w_pad[h] = wp(padding_idx, h) + tt(0, h);
-        }
-    } else {
-        p.W_p = wp;
-        p.w_A = Tensor<float>::vector(std::vector<float>(tt.row(0), tt.row(0) + H));
-        p.w_B = Tensor<float>::vector(std::vector<float>(tt.row(1), tt.row(1) + H));
-    }
+    read_bert_position_rows(t, c, p, roberta, padding_idx, skipped, types);
     for (int l = 0; l < c.L; l++) {
         const std::string e = "encoder.layer." + std::to_string(l) + ".attention.self.";
         Layer<float>& y = p.layers[l];
@@ -5467,6 +5502,76 @@ static Params<float> with_attention_biases(const Config& c, const Params<float>&
     return q;
 }
 
+// The tensors an export writes, in order, by their Hugging Face names: ours in place, or made on the
+// way (joined, split or transposed) and kept here until the file is written.
+struct HfTensorList {
+    std::deque<Tensor<float>> made;
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    void put(const std::string& name, Tensor<float> t) {
+        made.push_back(std::move(t));
+        list.push_back({name, &made.back()});
+    }
+    // A table's slots under prefix (the heads' names have none); a Linear's weight transposed to out x in.
+    void put_slots(const std::vector<HfSlot>& slots, const std::string& prefix) {
+        for (const HfSlot& s : slots) {
+            const bool head = s.name.rfind("cls.", 0) == 0 || s.name.rfind("lm_head.", 0) == 0;  // the heads' names have no prefix
+            const std::string name = (head ? "" : prefix) + s.name;
+            if (s.linear) put(name, transpose(*s.ours));
+            else list.push_back({name, s.ours});
+        }
+    }
+};
+
+// GPT-2's tensors as import_hf_gpt2 reads them: each layer's c_attn joined from the heads' W_Q, W_K, W_V.
+static void gpt2_export_tensors(HfTensorList& out, const Config& e, Params<float>& q) {
+    out.list = {{"wte.weight", &q.W_e}, {"wpe.weight", &q.W_p}};
+    for (int l = 0; l < e.L; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        Layer<float>& y = q.layers[l];
+        Tensor<float> W, b;
+        join_c_attn(e, y.attn, W, b);
+        out.list.insert(out.list.end(), {{h + "ln_1.weight", &y.ln_1_gamma}, {h + "ln_1.bias", &y.ln_1_beta}});
+        out.put(h + "attn.c_attn.weight", std::move(W)), out.put(h + "attn.c_attn.bias", std::move(b));
+        out.list.insert(out.list.end(), {{h + "attn.c_proj.weight", &y.attn.W_O},
+                                         {h + "attn.c_proj.bias", &y.attn.b_O},
+                                         {h + "ln_2.weight", &y.ln_2_gamma},
+                                         {h + "ln_2.bias", &y.ln_2_beta},
+                                         {h + "mlp.c_fc.weight", &y.ffn.W_1},
+                                         {h + "mlp.c_fc.bias", &y.ffn.b_1},
+                                         {h + "mlp.c_proj.weight", &y.ffn.W_2},
+                                         {h + "mlp.c_proj.bias", &y.ffn.b_2}});
+    }
+    out.list.insert(out.list.end(), {{"ln_f.weight", &q.ln_f_gamma}, {"ln_f.bias", &q.ln_f_beta}});
+}
+
+// BERT's and RoBERTa's tensors: the body under "bert." / "roberta." beside a head, bare without one
+// (BertModel); the position and token-type rows and each layer's query, key, value joined from the heads.
+static void bert_export_tensors(HfTensorList& out, const Config& c, const Config& e, Params<float>& q) {
+    const bool roberta = c.variant == Variant::roberta;
+    const std::string prefix = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
+    out.put_slots(bert_slots(e, q), prefix);
+    const int H = c.H, skipped = roberta_skipped_rows(c);
+    Tensor<float> wp(c.n_ctx + skipped, H);  // RoBERTa: zeros before <pad>'s row (never read), w_pad, then W_p
+    for (int i = 0; i < c.n_ctx; i++) std::copy(q.W_p.row(i), q.W_p.row(i) + H, wp.row(i + skipped));
+    if (roberta && c.pad_id >= 0) std::copy(q.w_pad.ptr(), q.w_pad.ptr() + H, wp.row(c.pad_id));
+    out.put(prefix + "embeddings.position_embeddings.weight", std::move(wp));
+    Tensor<float> tt(roberta ? 1 : 2, H);  // BERT: t_i = 0 -> w_A, 1 -> w_B; RoBERTa: one type, zeros
+    if (!roberta) std::copy(q.w_A.ptr(), q.w_A.ptr() + H, tt.row(0)), std::copy(q.w_B.ptr(), q.w_B.ptr() + H, tt.row(1));
+    out.put(prefix + "embeddings.token_type_embeddings.weight", std::move(tt));
+    for (int l = 0; l < c.L; l++) {
+        const std::string s = prefix + "encoder.layer." + std::to_string(l) + ".attention.self.";
+        const MultiHeadSAParams<float>& a = q.layers[l].attn;
+        const char* names[3] = {"query", "key", "value"};
+        const std::vector<Tensor<float>>* Ws[3] = {&a.W_Q, &a.W_K, &a.W_V};
+        const std::vector<Tensor<float>>* bs[3] = {&a.b_Q, &a.b_K, &a.b_V};
+        for (int part = 0; part < 3; part++) {
+            Tensor<float> W, b;
+            join_linear_heads(e, *Ws[part], *bs[part], W, b);
+            out.put(s + names[part] + ".weight", std::move(W)), out.put(s + names[part] + ".bias", std::move(b));
+        }
+    }
+}
+
 HfExport export_hf(const std::string& dir, const Config& c, const Params<float>& p,
                    const std::map<std::string, std::string>& extra_metadata, const std::string& input) {
     const std::string problem = hf_export_problem(c);
@@ -5488,69 +5593,21 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
     StagedDir staged(dir);
     Config e;
     Params<float> q = with_attention_biases(c, p, e);
-    std::deque<Tensor<float>> made;  // joined, split or transposed tensors, kept until the file is written
-    std::vector<std::pair<std::string, const Tensor<float>*>> list;
-    auto put = [&](const std::string& name, Tensor<float> t) { made.push_back(std::move(t)), list.push_back({name, &made.back()}); };
-    auto put_slots = [&](const std::vector<HfSlot>& slots, const std::string& prefix) {
-        for (const HfSlot& s : slots) {
-            const bool head = s.name.rfind("cls.", 0) == 0 || s.name.rfind("lm_head.", 0) == 0;  // the heads' names have no prefix
-            const std::string name = (head ? "" : prefix) + s.name;
-            if (s.linear) put(name, transpose(*s.ours));
-            else list.push_back({name, s.ours});
-        }
-    };
-    if (c.variant == Variant::gpt2) {  // as import_hf_gpt2 reads it
-        list = {{"wte.weight", &q.W_e}, {"wpe.weight", &q.W_p}};
-        for (int l = 0; l < c.L; l++) {
-            const std::string h = "h." + std::to_string(l) + ".";
-            Layer<float>& y = q.layers[l];
-            Tensor<float> W, b;
-            join_c_attn(e, y.attn, W, b);
-            list.insert(list.end(), {{h + "ln_1.weight", &y.ln_1_gamma}, {h + "ln_1.bias", &y.ln_1_beta}});
-            put(h + "attn.c_attn.weight", std::move(W)), put(h + "attn.c_attn.bias", std::move(b));
-            list.insert(list.end(), {{h + "attn.c_proj.weight", &y.attn.W_O},
-                                     {h + "attn.c_proj.bias", &y.attn.b_O},
-                                     {h + "ln_2.weight", &y.ln_2_gamma},
-                                     {h + "ln_2.bias", &y.ln_2_beta},
-                                     {h + "mlp.c_fc.weight", &y.ffn.W_1},
-                                     {h + "mlp.c_fc.bias", &y.ffn.b_1},
-                                     {h + "mlp.c_proj.weight", &y.ffn.W_2},
-                                     {h + "mlp.c_proj.bias", &y.ffn.b_2}});
-        }
-        list.insert(list.end(), {{"ln_f.weight", &q.ln_f_gamma}, {"ln_f.bias", &q.ln_f_beta}});
+    HfTensorList out;
+    if (c.variant == Variant::gpt2) {
+        gpt2_export_tensors(out, e, q);
     } else if (c.variant == Variant::gpt) {  // OpenAIGPTLMHeadModel saves its body under "transformer."
-        put_slots(openai_gpt_slots(e, q), "transformer.");
+        out.put_slots(openai_gpt_slots(e, q), "transformer.");
         for (int l = 0; l < c.L; l++) {
             Tensor<float> W, b;
             join_c_attn(e, q.layers[l].attn, W, b);
             const std::string h = "transformer.h." + std::to_string(l) + ".attn.c_attn.";
-            put(h + "weight", std::move(W)), put(h + "bias", std::move(b));
+            out.put(h + "weight", std::move(W)), out.put(h + "bias", std::move(b));
         }
-    } else {  // bert, roberta: the body under "bert." / "roberta." beside a head, bare without one (BertModel)
-        const bool roberta = c.variant == Variant::roberta;
-        const std::string prefix = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
-        put_slots(bert_slots(e, q), prefix);
-        const int H = c.H, skipped = roberta_skipped_rows(c);
-        Tensor<float> wp(c.n_ctx + skipped, H);  // RoBERTa: zeros before <pad>'s row (never read), w_pad, then W_p
-        for (int i = 0; i < c.n_ctx; i++) std::copy(q.W_p.row(i), q.W_p.row(i) + H, wp.row(i + skipped));
-        if (roberta && c.pad_id >= 0) std::copy(q.w_pad.ptr(), q.w_pad.ptr() + H, wp.row(c.pad_id));
-        put(prefix + "embeddings.position_embeddings.weight", std::move(wp));
-        Tensor<float> tt(roberta ? 1 : 2, H);  // BERT: t_i = 0 -> w_A, 1 -> w_B; RoBERTa: one type, zeros
-        if (!roberta) std::copy(q.w_A.ptr(), q.w_A.ptr() + H, tt.row(0)), std::copy(q.w_B.ptr(), q.w_B.ptr() + H, tt.row(1));
-        put(prefix + "embeddings.token_type_embeddings.weight", std::move(tt));
-        for (int l = 0; l < c.L; l++) {
-            const std::string s = prefix + "encoder.layer." + std::to_string(l) + ".attention.self.";
-            const MultiHeadSAParams<float>& a = q.layers[l].attn;
-            const char* names[3] = {"query", "key", "value"};
-            const std::vector<Tensor<float>>* Ws[3] = {&a.W_Q, &a.W_K, &a.W_V};
-            const std::vector<Tensor<float>>* bs[3] = {&a.b_Q, &a.b_K, &a.b_V};
-            for (int part = 0; part < 3; part++) {
-                Tensor<float> W, b;
-                join_linear_heads(e, *Ws[part], *bs[part], W, b);
-                put(s + names[part] + ".weight", std::move(W)), put(s + names[part] + ".bias", std::move(b));
-            }
-        }
+    } else {
+        bert_export_tensors(out, c, e, q);
     }
+    const std::vector<std::pair<std::string, const Tensor<float>*>>& list = out.list;
     std::map<std::string, std::string> meta = extra_metadata;
     meta["format"] = "pt";  // transformers refuses a safetensors file without it
     HfExport done;
@@ -6575,6 +6632,176 @@ static void require_train_memory(const Config& c, const TrainOptions& o, int n) 
                    memory_limit(), o.memory_check);
 }
 
+// train --resume: the checkpoint's model, AdamW's state, options, rng and tokenizer, with the flags a
+// resumed run may give anew (--data, --val, --steps, --stop-at, --out, --quiet, --no-memory-check).
+// False: the checkpoint is already at --steps, nothing to train.
+static bool resume_from_checkpoint(TrainOptions& o, RunState& s, Tokenizer& tok, CharVocab& saved_vocab,
+                                  std::map<std::string, std::string>& resume_md) {
+    LoadedModel lm = load_model(o.resume, {"adam."});
+    if (lm.file.metadata.count("weights_only"))
+        throw Error("'" + o.resume + "' holds the weights only (written by strip, without AdamW's state): it cannot be resumed; "
+                    "start a new run from its weights with --init-from " + o.resume);
+    const std::string data_given = o.data, val_given = o.val_data;  // on resume: moved copies of the same texts
+    s.c = lm.config;
+    s.p = std::move(lm.params);
+    const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
+    const std::string out = o.out.empty() ? o.resume : o.out;
+    const bool quiet = o.quiet, memory_check = o.memory_check;
+    try {
+        options_from_metadata(lm.file.metadata, o);
+    } catch (const Error& e) {
+        throw Error("'" + o.resume + "': " + e.what());
+    }
+    if (steps > 0) o.steps = steps;
+    o.stop_at = stop_at, o.out = out, o.quiet = quiet, o.memory_check = memory_check;
+    o.data = resume_data_path(lm.file.metadata, data_given, o.resume);
+    o.val_data = resume_data_path(lm.file.metadata, val_given, o.resume, VAL_RECORD);
+    resume_md = lm.file.metadata;
+    adamw_init(s.c, s.adam);
+    auto M = named_tensors(s.c, s.adam.m), S = named_tensors(s.c, s.adam.v);
+    for (std::size_t j = 0; j < M.size(); j++) {
+        const Tensor<float>* m = lm.file.find("adam.m." + M[j].name);
+        const Tensor<float>* v = lm.file.find("adam.v." + M[j].name);
+        if (!m || !v || m->shape != M[j].tensor->shape || v->shape != S[j].tensor->shape)
+            throw Error("'" + o.resume + "': optimiser state for '" + M[j].name + "' is missing or misshaped");
+        *M[j].tensor = *m, *S[j].tensor = *v;
+    }
+    const auto& md = lm.file.metadata;
+    if (!md.count("train.step") || !md.count("train.rng") || (!md.count("vocab") && !md.count("tokenizer")) || !md.count("adam.t"))
+        throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
+    if (md.count("finetune.task")) throw Error("'" + o.resume + "' is a fine-tuned checkpoint: continue it with finetune --checkpoint");
+    s.step0 = parse_i64(md.at("train.step"), "train.step");
+    s.adam.t = parse_i64(md.at("adam.t"), "adam.t");
+    if (s.step0 < 0 || s.adam.t != s.step0)
+        throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(s.step0) + " and adam.t " + std::to_string(s.adam.t));
+    if (s.step0 >= o.steps) {  // before any work: say so now, not after loading the data; nothing is written
+        std::fprintf(stderr, "warning: '%s' is already at step %lld and --steps is %lld: nothing to train, no file written "
+                             "(give --steps above %lld to train further)\n", o.resume.c_str(), (long long)s.step0, (long long)o.steps,
+                     (long long)s.step0);
+        return false;
+    }
+    if (o.stop_at > 0 && o.stop_at <= s.step0)  // before the plan is printed
+        throw Error("train: --stop-at " + std::to_string(o.stop_at) + " is not after the checkpoint's step " + std::to_string(s.step0) +
+                    ": nothing to do (give --stop-at above " + std::to_string(s.step0) + ")");
+    s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
+    tok = tokenizer_of(md, o.resume);
+    if (tok.kind == "char") saved_vocab = tok.chars;
+    if (md.count("train.log")) s.log_csv = md.at("train.log");
+    if (resolve_output_path(o.out) == resolve_output_path(o.resume)) s.on_disk = s.step0;
+    return true;
+}
+
+// A new model of o's shape for the corpus k (n tokens a window): its Config, freshly initialised
+// weights and AdamW's state.
+static void start_fresh_model(const TrainOptions& o, RunState& s, const Tokenizer& tok, const Corpus& k, Variant variant, int n,
+                              bool subword, bool xlnet) {
+    Config& c = s.c;
+    c.variant = variant;
+    c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
+    c.n_ctx = n;
+    c.V = subword ? tok.size() : k.vocab.size();
+    if (subword && !is_causal(variant)) subword_special_ids(tok, c);  // in the vocabulary already
+    else if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
+    if (variant == Variant::bert) c.eps = 1e-12;
+    if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
+    if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
+    c.attn_bias = o.attn_bias;
+    if ((o.emb_ln || o.mlm_head) && is_causal(variant))
+        throw Error(std::string("train: --emb-ln and --mlm-head (the released BERT's additions) apply to bert and roberta, not ") +
+                    variant_name(variant));
+    c.emb_ln = o.emb_ln || o.mlm_head, c.mlm_head = o.mlm_head;
+    c.xlnet = xlnet;
+    require_train_memory(c, o, n);  // before the model is allocated
+    s.p = make_params<float>(c);
+    init_params(c, s.p, o.seed);
+    if (o.gpt2_init) scale_residual_init(c, s.p);
+    adamw_init(c, s.adam);
+}
+
+// What a step of train minimises and its validation estimate: XLNet's permutation LM (formulas §27),
+// or the next token (GPT variants) / the masked tokens (BERT, RoBERTa).
+static Objective train_objective(const TrainOptions& o, RunState& s, const Corpus& k, int n, int predict, bool xlnet) {
+    const Config& c = s.c;
+    Objective obj;
+    obj.tokens_per_step = (long long)o.batch * n;
+    obj.title = std::string(variant_name(c.variant)) + (xlnet ? " XLNet permutation loss" : " training loss");
+    if (xlnet) {  // XLNet's permutation objective (formulas §27): one z per batch, the last `predict` ranks predicted
+        obj.step = [&o, &s, &k, n, predict](Params<float>& g, Rng& rng, std::vector<double>&) {
+            const Batch b = make_batch(s.c, k, false, o.batch, n, rng);
+            return xlnet_loss(s.c, s.p, s.p.w, b.tokens, o.batch, random_permutation(n, rng), predict, &g, &g.w);
+        };
+        obj.validate = [&o, &s, &k, n, predict](const Params<float>& p, std::string&) {
+            Rng rng(o.seed ^ 0x5EED5EEDull);
+            double sum = 0;
+            for (long long j = 0; j < o.eval_steps; j++) {
+                const Batch b = make_batch(s.c, k, true, o.batch, n, rng);
+                sum += xlnet_loss(s.c, p, p.w, b.tokens, o.batch, random_permutation(n, rng), predict);
+            }
+            return sum / (double)o.eval_steps;
+        };
+    } else {  // next token (GPT variants) or masked tokens (BERT, RoBERTa)
+        obj.step = [&o, &s, &k, n](Params<float>& g, Rng& rng, std::vector<double>&) {
+            const Batch b = make_batch(s.c, k, false, o.batch, n, rng);
+            ForwardOptions fo;
+            fo.dropout = o.dropout, fo.rng = &rng;
+            return model_loss(s.c, s.p, b, &g, fo);
+        };
+        obj.validate = [&o, &s, &k, n](const Params<float>& p, std::string&) { return evaluate(s.c, p, k, o.batch, n, o.eval_steps, o.seed); };
+    }
+    return obj;
+}
+
+// The run's plan on stdout: the model, the data and its schedule, the objective, the memory it takes,
+// the tokenizer and where the weights come from.
+static void print_train_plan(const TrainOptions& o, const RunState& s, const Tokenizer& tok, const Corpus& k, int n, int predict,
+                             bool xlnet, bool subword, long long last, const ParamCount& count, const TrainMemory& mem) {
+    const Config& c = s.c;
+    std::printf("model %s: L=%d H=%d A=%d D=%d F=%d n=%d V=%d, %lld parameters, %s\n", variant_name(c.variant), c.L, c.H,
+                c.A, c.D, c.F, c.n_ctx, c.V, count.actual, activation_name(c.activation));
+    std::printf("data: %s, batch %d x %d tokens%s, steps %lld..%lld of %lld, lr %g -> %g, warmup %lld, dropout %g\n",
+                k.task ? "built-in task: 3-digit addition (answer digits reversed)" : o.data.c_str(), o.batch, n,
+                accumulated(o.accum).c_str(), s.step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
+    if (xlnet)
+        std::printf("objective: XLNet's permutation language model, two-stream attention, one permutation z per batch, "
+                    "the last %d of %d positions in z predicted\n", predict, n);
+    const TrainMemory& m = mem;
+    std::printf("memory: parameters %.1f MB, gradients %.1f MB, AdamW m and v %.1f MB, activations of a step ~%.1f MB "
+                "(B=%d, n=%d): ~%.2f GB\n", mb(m.params), mb(m.grads), mb(m.adam), mb(m.activations), o.batch, n,
+                (m.params + m.grads + m.adam + m.activations) / (1024.0 * 1024.0 * 1024.0));
+    if (subword)
+        std::printf("tokenizer: %s, %d tokens; the text is %zu + %zu tokens (train + validation)%s\n", tokenizer_title(tok.kind),
+                    tok.size(), k.train.size(), k.val.size(),
+                    k.cls_sep ? ("; windows of " + std::to_string(n - 2) + " tokens as [CLS] window [SEP]").c_str() : "");
+    if (!o.init_from.empty()) std::printf("weights: from %s (optimiser state fresh)\n", o.init_from.c_str());
+    std::fflush(stdout);
+}
+
+// After the loop: the addition task's held-out accuracy, the whole validation split's loss once, and
+// what the run wrote.
+static void finish_training(TrainResult& r, const TrainOptions& o, RunState& s, const Tokenizer& tok, const Corpus& k, int n,
+                            int predict, bool xlnet, const std::string& base) {
+    const Config& c = s.c;
+    const bool subword = !tok.kind.empty() && tok.kind != "char";
+    if (k.task && is_causal(c.variant) && !r.signal) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
+    // The whole validation split once at the end, unless --eval-every 0 (never validate).
+    const bool whole_split = !k.task && !r.signal && o.eval_every > 0;
+    if (whole_split)
+        r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
+    if (whole_split && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
+    if (!o.quiet) {
+        if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
+        if (r.val_loss_split >= 0)
+            std::printf("val loss over the whole validation split: %.4f (%zu %s%s%s; the %lld-batch estimate above: %.4f)\n",
+                        r.val_loss_split, k.val.size(), subword ? "tokens" : "characters", xlnet ? ", 4 permutations per window" : "",
+                        o.line_windows ? ", read in consecutive windows of the whole text, not starting at newlines as "
+                                         "--line-windows' training and estimate windows do" : "",
+                        o.eval_steps, r.val_loss);
+        std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
+        struct rusage ru;
+        if (::getrusage(RUSAGE_SELF, &ru) == 0) std::printf("peak memory (max resident set): %.1f MB\n", max_rss_mib(ru));
+    }
+}
+
 TrainResult train(const TrainOptions& opt_in) {
     TrainOptions o = opt_in;
     RunState s;
@@ -6590,59 +6817,7 @@ TrainResult train(const TrainOptions& opt_in) {
     }
     if (!o.init_from.empty()) start_from_checkpoint(o, s, tok);
     else if (!o.bpe_vocab.empty()) tok = load_tokenizer("", o.encoder, o.bpe_vocab);
-    if (!o.resume.empty()) {
-        LoadedModel lm = load_model(o.resume, {"adam."});
-        if (lm.file.metadata.count("weights_only"))
-            throw Error("'" + o.resume + "' holds the weights only (written by strip, without AdamW's state): it cannot be resumed; "
-                        "start a new run from its weights with --init-from " + o.resume);
-        const std::string data_given = o.data, val_given = o.val_data;  // on resume: moved copies of the same texts
-        s.c = lm.config;
-        s.p = std::move(lm.params);
-        const long long steps = o.steps, stop_at = o.stop_at;  // steps 0: keep the checkpoint's
-        const std::string out = o.out.empty() ? o.resume : o.out;
-        const bool quiet = o.quiet, memory_check = o.memory_check;
-        try {
-            options_from_metadata(lm.file.metadata, o);
-        } catch (const Error& e) {
-            throw Error("'" + o.resume + "': " + e.what());
-        }
-        if (steps > 0) o.steps = steps;
-        o.stop_at = stop_at, o.out = out, o.quiet = quiet, o.memory_check = memory_check;
-        o.data = resume_data_path(lm.file.metadata, data_given, o.resume);
-        o.val_data = resume_data_path(lm.file.metadata, val_given, o.resume, VAL_RECORD);
-        resume_md = lm.file.metadata;
-        adamw_init(s.c, s.adam);
-        auto M = named_tensors(s.c, s.adam.m), S = named_tensors(s.c, s.adam.v);
-        for (std::size_t j = 0; j < M.size(); j++) {
-            const Tensor<float>* m = lm.file.find("adam.m." + M[j].name);
-            const Tensor<float>* v = lm.file.find("adam.v." + M[j].name);
-            if (!m || !v || m->shape != M[j].tensor->shape || v->shape != S[j].tensor->shape)
-                throw Error("'" + o.resume + "': optimiser state for '" + M[j].name + "' is missing or misshaped");
-            *M[j].tensor = *m, *S[j].tensor = *v;
-        }
-        const auto& md = lm.file.metadata;
-        if (!md.count("train.step") || !md.count("train.rng") || (!md.count("vocab") && !md.count("tokenizer")) || !md.count("adam.t"))
-            throw Error("'" + o.resume + "' is not a training checkpoint (no train.step / train.rng / vocab / adam.t)");
-        if (md.count("finetune.task")) throw Error("'" + o.resume + "' is a fine-tuned checkpoint: continue it with finetune --checkpoint");
-        s.step0 = parse_i64(md.at("train.step"), "train.step");
-        s.adam.t = parse_i64(md.at("adam.t"), "adam.t");
-        if (s.step0 < 0 || s.adam.t != s.step0)
-            throw Error("'" + o.resume + "': inconsistent train.step " + std::to_string(s.step0) + " and adam.t " + std::to_string(s.adam.t));
-        if (s.step0 >= o.steps) {  // before any work: say so now, not after loading the data; nothing is written
-            std::fprintf(stderr, "warning: '%s' is already at step %lld and --steps is %lld: nothing to train, no file written "
-                                 "(give --steps above %lld to train further)\n", o.resume.c_str(), (long long)s.step0, (long long)o.steps,
-                         (long long)s.step0);
-            return TrainResult{};
-        }
-        if (o.stop_at > 0 && o.stop_at <= s.step0)  // before the plan is printed
-            throw Error("train: --stop-at " + std::to_string(o.stop_at) + " is not after the checkpoint's step " + std::to_string(s.step0) +
-                        ": nothing to do (give --stop-at above " + std::to_string(s.step0) + ")");
-        s.rng.state = parse_u64(md.at("train.rng"), "train.rng");
-        tok = tokenizer_of(md, o.resume);
-        if (tok.kind == "char") saved_vocab = tok.chars;
-        if (md.count("train.log")) s.log_csv = md.at("train.log");
-        if (resolve_output_path(o.out) == resolve_output_path(o.resume)) s.on_disk = s.step0;
-    }
+    if (!o.resume.empty() && !resume_from_checkpoint(o, s, tok, saved_vocab, resume_md)) return TrainResult{};
     const bool xlnet = o.objective == "xlnet";
     if (o.objective != "lm" && !xlnet) throw Error("train: --objective must be lm or xlnet, got '" + o.objective + "'");
     if (xlnet && o.data.empty()) throw Error("train: --objective xlnet needs --data (a text; the built-in task is for next-token models)");
@@ -6681,84 +6856,19 @@ TrainResult train(const TrainOptions& opt_in) {
     if (!o.resume.empty() && !k.task) check_resume_data(resume_md, k.bytes, k.hash, o.data, o.resume);
     if (!o.resume.empty() && !o.val_data.empty()) check_resume_data(resume_md, k.val_bytes, k.val_hash, o.val_data, o.resume, VAL_RECORD);
     const bool fresh = o.resume.empty() && o.init_from.empty();  // a new model, not one from a file
-    if (fresh) {
-        c.variant = variant;
-        c.H = o.embd, c.A = o.heads, c.D = o.embd / o.heads, c.L = o.layers, c.F = o.ffn ? o.ffn : 4 * o.embd;
-        c.n_ctx = n;
-        c.V = subword ? tok.size() : k.vocab.size();
-        if (subword && !is_causal(variant)) subword_special_ids(tok, c);  // in the vocabulary already
-        else if (!is_causal(variant)) c.cls_id = c.V, c.sep_id = c.V + 1, c.mask_id = c.V + 2, c.V += 3;
-        if (variant == Variant::bert) c.eps = 1e-12;
-        if (variant == Variant::gpt3) c.st_window = std::max(1, (int)std::sqrt((double)n)), c.st_stride = c.st_window;
-        if (!o.activation.empty()) c.activation = activation_from_name(o.activation);
-        c.attn_bias = o.attn_bias;
-        if ((o.emb_ln || o.mlm_head) && is_causal(variant))
-            throw Error(std::string("train: --emb-ln and --mlm-head (the released BERT's additions) apply to bert and roberta, not ") +
-                        variant_name(variant));
-        c.emb_ln = o.emb_ln || o.mlm_head, c.mlm_head = o.mlm_head;
-        c.xlnet = xlnet;
-        require_train_memory(c, o, n);  // before the model is allocated
-        s.p = make_params<float>(c);
-        init_params(c, s.p, o.seed);
-        if (o.gpt2_init) scale_residual_init(c, s.p);
-        adamw_init(c, s.adam);
-    }
+    if (fresh) start_fresh_model(o, s, tok, k, variant, n, subword, xlnet);
     // What the checkpoint records beyond the loop's state: the vocabulary and the data's identity.
     if (subword) s.meta = tok.metadata();
     else s.meta["vocab"] = k.vocab.to_metadata();
     if (!o.init_from.empty()) s.meta["train.init_from"] = o.init_from;
     if (!k.task) record_data(s.meta, o.data, k.bytes, k.hash, DATA_RECORD);
     if (!o.val_data.empty()) record_data(s.meta, o.val_data, k.val_bytes, k.val_hash, VAL_RECORD);
-    Objective obj;
-    obj.tokens_per_step = (long long)o.batch * n;
-    obj.title = std::string(variant_name(c.variant)) + (xlnet ? " XLNet permutation loss" : " training loss");
-    if (xlnet) {  // XLNet's permutation objective (formulas §27): one z per batch, the last `predict` ranks predicted
-        obj.step = [&](Params<float>& g, Rng& rng, std::vector<double>&) {
-            const Batch b = make_batch(c, k, false, o.batch, n, rng);
-            return xlnet_loss(c, s.p, s.p.w, b.tokens, o.batch, random_permutation(n, rng), predict, &g, &g.w);
-        };
-        obj.validate = [&](const Params<float>& p, std::string&) {
-            Rng rng(o.seed ^ 0x5EED5EEDull);
-            double sum = 0;
-            for (long long j = 0; j < o.eval_steps; j++) {
-                const Batch b = make_batch(c, k, true, o.batch, n, rng);
-                sum += xlnet_loss(c, p, p.w, b.tokens, o.batch, random_permutation(n, rng), predict);
-            }
-            return sum / (double)o.eval_steps;
-        };
-    } else {  // next token (GPT variants) or masked tokens (BERT, RoBERTa)
-        obj.step = [&](Params<float>& g, Rng& rng, std::vector<double>&) {
-            const Batch b = make_batch(c, k, false, o.batch, n, rng);
-            ForwardOptions fo;
-            fo.dropout = o.dropout, fo.rng = &rng;
-            return model_loss(c, s.p, b, &g, fo);
-        };
-        obj.validate = [&](const Params<float>& p, std::string&) { return evaluate(c, p, k, o.batch, n, o.eval_steps, o.seed); };
-    }
+    const Objective obj = train_objective(o, s, k, n, predict, xlnet);
     const ParamCount count = count_params(c);
     const long long last = o.stop_at ? std::min(o.stop_at, o.steps) : o.steps;
     const TrainMemory mem = train_memory(c, o.batch, n);
     if (!fresh) require_train_memory(c, o, n);
-    if (!o.quiet) {
-        std::printf("model %s: L=%d H=%d A=%d D=%d F=%d n=%d V=%d, %lld parameters, %s\n", variant_name(c.variant), c.L, c.H,
-                    c.A, c.D, c.F, c.n_ctx, c.V, count.actual, activation_name(c.activation));
-        std::printf("data: %s, batch %d x %d tokens%s, steps %lld..%lld of %lld, lr %g -> %g, warmup %lld, dropout %g\n",
-                    k.task ? "built-in task: 3-digit addition (answer digits reversed)" : o.data.c_str(), o.batch, n,
-                    accumulated(o.accum).c_str(), s.step0 + 1, last, o.steps, o.lr, o.min_lr, o.warmup, o.dropout);
-        if (xlnet)
-            std::printf("objective: XLNet's permutation language model, two-stream attention, one permutation z per batch, "
-                        "the last %d of %d positions in z predicted\n", predict, n);
-        const TrainMemory& m = mem;
-        std::printf("memory: parameters %.1f MB, gradients %.1f MB, AdamW m and v %.1f MB, activations of a step ~%.1f MB "
-                    "(B=%d, n=%d): ~%.2f GB\n", mb(m.params), mb(m.grads), mb(m.adam), mb(m.activations), o.batch, n,
-                    (m.params + m.grads + m.adam + m.activations) / (1024.0 * 1024.0 * 1024.0));
-        if (subword)
-            std::printf("tokenizer: %s, %d tokens; the text is %zu + %zu tokens (train + validation)%s\n", tokenizer_title(tok.kind),
-                        tok.size(), k.train.size(), k.val.size(),
-                        k.cls_sep ? ("; windows of " + std::to_string(n - 2) + " tokens as [CLS] window [SEP]").c_str() : "");
-        if (!o.init_from.empty()) std::printf("weights: from %s (optimiser state fresh)\n", o.init_from.c_str());
-        std::fflush(stdout);
-    }
+    if (!o.quiet) print_train_plan(o, s, tok, k, n, predict, xlnet, subword, last, count, mem);
     double val_before = -1;
     if (!o.init_from.empty()) {  // where fine-tuning starts, on the same batches as every later evaluation
         std::string shown;
@@ -6770,24 +6880,7 @@ TrainResult train(const TrainOptions& opt_in) {
         warn_same_file(o.val_data, "--data", o.data, "the model trains on all of it and the validation loss is measured on text it trained on");
     TrainResult r = run_training(o, s, obj);
     r.val_loss_before = val_before;
-    if (k.task && is_causal(c.variant) && !r.signal) r.accuracy = addition_accuracy(c, s.p, k.vocab, 500, 4242);
-    // The whole validation split once at the end, unless --eval-every 0 (never validate).
-    const bool whole_split = !k.task && !r.signal && o.eval_every > 0;
-    if (whole_split)
-        r.val_loss_split = xlnet ? xlnet_corpus_loss(c, s.p, k.val, predict, 4, 1234) : corpus_loss(c, s.p, k.val, 1234, nullptr, n, k.cls_sep);
-    if (whole_split && !std::isfinite(r.val_loss_split)) throw Error("train: the validation loss over the whole split is not finite");
-    if (!o.quiet) {
-        if (r.accuracy >= 0) std::printf("held-out addition accuracy: %.1f%% of 500 unseen problems\n", 100.0 * r.accuracy);
-        if (r.val_loss_split >= 0)
-            std::printf("val loss over the whole validation split: %.4f (%zu %s%s%s; the %lld-batch estimate above: %.4f)\n",
-                        r.val_loss_split, k.val.size(), subword ? "tokens" : "characters", xlnet ? ", 4 permutations per window" : "",
-                        o.line_windows ? ", read in consecutive windows of the whole text, not starting at newlines as "
-                                         "--line-windows' training and estimate windows do" : "",
-                        o.eval_steps, r.val_loss);
-        std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
-        struct rusage ru;
-        if (::getrusage(RUSAGE_SELF, &ru) == 0) std::printf("peak memory (max resident set): %.1f MB\n", max_rss_mib(ru));
-    }
+    finish_training(r, o, s, tok, k, n, predict, xlnet, base);
     return r;
 }
 
@@ -7226,23 +7319,13 @@ FinetuneSpec finetune_spec_of(const LoadedModel& lm, const std::string& path) {
     return s;
 }
 
-FinetuneResult finetune(const FinetuneOptions& fo) {
-    TrainOptions o = fo.loop;
-    const FinetuneKind kind = finetune_kind_from_name(fo.task);
-    if (!(fo.lambda >= 0) || !std::isfinite(fo.lambda)) throw Error("finetune: --lambda must be a number >= 0");
-    const std::string base = strip_ext(o.out);
-    check_outputs({{o.out, "--out", OutputKind::checkpoint},
-                   {base + ".csv", "the loss log", OutputKind::csv_log},
-                   {base + ".svg", "the loss plot", OutputKind::svg_plot}},
-                  {{fo.checkpoint, "--checkpoint"}, {fo.train_file, "--train"}, {fo.val_file, "--val"}});
-    LoadedModel lm = load_model(fo.checkpoint, {"adam."});
-    // The tokenizer: the one the flags name (released GPT-1/GPT-2/BERT weights), else the
-    // one the checkpoint records (characters, or the BPE `train --encoder` used).
+// finetune's tokenizer: the one the flags name (released GPT-1/GPT-2/BERT weights), else the one the
+// checkpoint records (characters, then in vocab, or the BPE `train --encoder` used), checked against the model.
+static Tokenizer finetune_tokenizer(const FinetuneOptions& fo, const LoadedModel& lm, CharVocab& vocab) {
     const Tokenizer recorded = tokenizer_of(lm.file.metadata, fo.checkpoint);
     const bool given = !fo.vocab.empty() || !fo.encoder.empty() || !fo.tokenizer.empty();
     Tokenizer tok = given ? load_tokenizer(fo.tokenizer, fo.encoder, fo.vocab) : recorded;
     const bool subword = !tok.kind.empty() && tok.kind != "char";
-    CharVocab vocab;
     if (given && !recorded.kind.empty() && (recorded.kind != tok.kind || recorded.vocab != tok.vocab || recorded.encoder_json != tok.encoder_json))
         throw Error("'" + fo.checkpoint + "' records its own tokenizer (" + (recorded.kind == "char" ? std::string("characters") : recorded.kind) +
                     "); the tokenizer flags name another one (leave them out)");
@@ -7259,6 +7342,135 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
         vocab = CharVocab::from_metadata(lm.file.metadata.at("vocab"));
     }
     if (lm.config.xlnet) throw Error("'" + fo.checkpoint + "' was trained with --objective xlnet; fine-tune a gpt, gpt2, gpt3, bert or roberta checkpoint");
+    return tok;
+}
+
+// A model fine-tuned the first time: GPT's start, delimiter and extract tokens (new rows of W_e,
+// formulas §28; BERT and RoBERTa reuse [CLS] and [SEP]) and the head W_y's shape for the task.
+static void add_finetune_head(Config& c, FinetuneSpec& spec, FinetuneKind kind) {
+    if (is_causal(c.variant)) {  // start, delimiter, extract: new rows of W_e (formulas §28), N(0, 0.02)
+        spec.specials = {c.V, c.V + 1, c.V + 2};
+        c.V += 3;
+    } else {
+        spec.specials = {c.cls_id, c.sep_id, c.sep_id};
+    }
+    c.W_y_rows = kind == FinetuneKind::similarity ? 2 * c.H : c.H;
+    c.W_y_cols = kind == FinetuneKind::choice ? 1 : (int)spec.classes.size();
+}
+
+// The pre-trained weights into the fine-tuned model's: every tensor as it was, W_e's new rows and
+// W_y drawn from N(0, 0.02).
+static void carry_over_weights(LoadedModel& lm, const Config& c, Params<float>& p, Rng& init) {
+    auto from = named_tensors(lm.config, lm.params);
+    auto to = named_tensors(c, p);
+    std::map<std::string, const Tensor<float>*> from_name;  // by name: W_y comes before the released BERT's tensors
+    for (auto& nt : from) from_name[nt.name] = nt.tensor;
+    for (std::size_t j = 0; j < to.size(); j++) {
+        Tensor<float>& t = *to[j].tensor;
+        const Tensor<float>* f = from_name.count(to[j].name) ? from_name[to[j].name] : nullptr;
+        if (f && f->shape == t.shape) t = *f;
+        else if (to[j].name == "W_e") {  // the pre-trained rows, then the new ones
+            std::copy(f->data.begin(), f->data.end(), t.data.begin());
+            for (std::size_t k = f->size(); k < t.size(); k++) t.data[k] = (float)(0.02 * init.normal());
+        } else if (to[j].name == "W_y") {
+            for (float& v : t.data) v = (float)(0.02 * init.normal());
+        } else throw Error("finetune: cannot carry over '" + to[j].name + "'");
+    }
+}
+
+// A labelled file's examples as token sequences through the input transformation (formulas §28).
+static std::vector<EncodedExample> encode_examples(const Config& c, const FinetuneSpec& spec, const Tokenizer& tok, const CharVocab& vocab,
+                                                   const std::vector<LabelledExample>& raw, const std::string& text,
+                                                   const std::string& file, Truncation truncate) {
+    const bool subword = !tok.kind.empty() && tok.kind != "char";
+    std::vector<EncodedExample> ex;
+    for (auto& e : raw)
+        ex.push_back(subword ? encode_example(c, spec, tok, e, file, truncate) : encode_example(c, spec, vocab, e, text, file, truncate));
+    return ex;
+}
+
+// finetune's defaults that depend on the data (3 epochs, 0.2% warm-up, a validation per epoch), the
+// options' checks, and the memory a step of the largest examples takes.
+static void plan_finetune_steps(TrainOptions& o, const Config& c, const std::vector<EncodedExample>& train_ex) {
+    const long long N = (long long)train_ex.size();
+    const long long per_step = (long long)o.batch * std::max(1, o.accum);  // examples a step sees
+    if (o.steps <= 0) o.steps = std::max(1LL, (3 * N + per_step - 1) / per_step);  // 3 epochs, as the GPT-1 paper
+    if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                       // 0.2% of the steps
+    if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + per_step - 1) / per_step);  // every epoch
+    check_options(o);
+    // A batch holds o.batch examples of up to `seqs` sequences of up to `longest` tokens.
+    int longest = 1, seqs = 1;
+    for (const auto& e : train_ex) {
+        seqs = std::max(seqs, (int)e.seqs.size());
+        for (const auto& q : e.seqs) longest = std::max(longest, (int)q.size());
+    }
+    const TrainMemory m = train_memory(c, (long long)o.batch * seqs, longest);
+    require_memory("finetune", m.params + m.grads + m.adam + m.activations,
+                   "the model, its gradient and AdamW's m and v, and the activations of " + std::to_string(o.batch) +
+                       " examples of up to " + std::to_string(seqs) + " x " + std::to_string(longest) + " tokens",
+                   "--batch", memory_limit(), o.memory_check);
+}
+
+// What the fine-tuned checkpoint records beyond the loop's state: the tokenizer predict reads its
+// input with, the task and its tokens, lambda, and where the model came from.
+static void finetune_metadata(RunState& s, const FinetuneOptions& fo, const FinetuneSpec& spec, const Tokenizer& tok, const CharVocab& vocab) {
+    const bool subword = !tok.kind.empty() && tok.kind != "char";
+    if (subword) {  // what predict needs to read its input: the tokenizer, its files whole
+        for (const auto& kv : tok.metadata()) s.meta[kv.first] = kv.second;
+    } else {
+        s.meta["vocab"] = vocab.to_metadata();
+    }
+    spec_to_metadata(spec, s.meta);
+    s.meta["finetune.lambda"] = num_str(fo.lambda);
+    s.meta["finetune.from"] = fo.scratch ? "(scratch)" : fo.checkpoint;
+    s.meta["finetune.train"] = fo.train_file;
+    s.meta["train.data"] = "";
+}
+
+// The fine-tuning run's plan on stdout: the model, the task and its classes or answers, the data and schedule.
+static void print_finetune_plan(const FinetuneOptions& fo, const TrainOptions& o, const Config& c, const FinetuneSpec& spec,
+                                const std::map<std::size_t, std::vector<int>>& by_K, long long N, std::size_t val_count) {
+    const FinetuneKind kind = spec.kind;
+    std::string heads = std::to_string(spec.classes.size()) + " classes";
+    if (kind == FinetuneKind::choice) {  // K answers per example, from the data
+        heads = by_K.size() == 1 ? std::to_string(by_K.begin()->first) : std::to_string(by_K.begin()->first) + ".." + std::to_string(by_K.rbegin()->first);
+        heads += " answers per example";
+    }
+    std::printf("fine-tune %s (%s%s): L=%d H=%d V=%d, task %s, %s, lambda %g\n", variant_name(c.variant),
+                fo.scratch ? "from scratch, " : "pre-trained ", fo.scratch ? "same shapes" : fo.checkpoint.c_str(), c.L, c.H,
+                c.V, fo.task.c_str(), heads.c_str(), fo.lambda);
+    std::printf("data: %s (%lld examples), %s (%zu), batch %d%s, steps %lld, lr %g, %s, warmup %lld, dropout %g\n",
+                fo.train_file.c_str(), N, fo.val_file.c_str(), val_count, o.batch, accumulated(o.accum).c_str(), o.steps,
+                o.lr, o.schedule.c_str(), o.warmup, o.dropout);
+    std::fflush(stdout);
+}
+
+// A run at chance is what a small model gets at the GPT-1 paper's rate and 3 epochs: a note says so.
+static void note_chance_accuracy(FinetuneResult& r, const std::vector<EncodedExample>& val_ex, const FinetuneSpec& spec, const TrainOptions& o) {
+    const FinetuneKind kind = spec.kind;
+    r.chance = majority_share(val_ex, &r.majority);
+    if (r.total > 0 && r.accuracy < r.chance + 2 * std::sqrt(r.chance * (1 - r.chance) / r.total)) {
+        std::fflush(stdout);
+        const std::string label = kind == FinetuneKind::choice ? std::to_string(r.majority) : spec.classes[r.majority];
+        std::fprintf(stderr, "note: that is within two standard errors of always answering '%s' (%.1f%% of the validation examples): "
+                             "the model has not learnt the task%s (docs/finetuning.md, \"Defaults\")\n", label.c_str(), 100.0 * r.chance,
+                     o.lr < 2e-4 ? "; a small model needs a larger --lr than the GPT-1 paper's 6.25e-5 (about 1e-3) and more --steps"
+                                 : "; try more --steps");
+    }
+}
+
+FinetuneResult finetune(const FinetuneOptions& fo) {
+    TrainOptions o = fo.loop;
+    const FinetuneKind kind = finetune_kind_from_name(fo.task);
+    if (!(fo.lambda >= 0) || !std::isfinite(fo.lambda)) throw Error("finetune: --lambda must be a number >= 0");
+    const std::string base = strip_ext(o.out);
+    check_outputs({{o.out, "--out", OutputKind::checkpoint},
+                   {base + ".csv", "the loss log", OutputKind::csv_log},
+                   {base + ".svg", "the loss plot", OutputKind::svg_plot}},
+                  {{fo.checkpoint, "--checkpoint"}, {fo.train_file, "--train"}, {fo.val_file, "--val"}});
+    LoadedModel lm = load_model(fo.checkpoint, {"adam."});
+    CharVocab vocab;
+    const Tokenizer tok = finetune_tokenizer(fo, lm, vocab);
     RunState s;
     s.rng = Rng(o.seed);
     FinetuneSpec spec;
@@ -7274,45 +7486,17 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     const std::vector<LabelledExample> val_raw = parse_labelled(val_text, fo.val_file, kind, spec.classes, false, true);
     c = lm.config;
     Rng init(o.seed ^ 0xF17E7u);
-    if (!again) {
-        if (is_causal(c.variant)) {  // start, delimiter, extract: new rows of W_e (formulas §28), N(0, 0.02)
-            spec.specials = {c.V, c.V + 1, c.V + 2};
-            c.V += 3;
-        } else {
-            spec.specials = {c.cls_id, c.sep_id, c.sep_id};
-        }
-        c.W_y_rows = kind == FinetuneKind::similarity ? 2 * c.H : c.H;
-        c.W_y_cols = kind == FinetuneKind::choice ? 1 : (int)spec.classes.size();
-    }
+    if (!again) add_finetune_head(c, spec, kind);
     s.p = make_params<float>(c);
     if (fo.scratch) {
         init_params(c, s.p, o.seed);  // the ablation's "no pre-training": same shapes, fresh numbers
     } else {
-        auto from = named_tensors(lm.config, lm.params);
-        auto to = named_tensors(c, s.p);
-        std::map<std::string, const Tensor<float>*> from_name;  // by name: W_y comes before the released BERT's tensors
-        for (auto& nt : from) from_name[nt.name] = nt.tensor;
-        for (std::size_t j = 0; j < to.size(); j++) {
-            Tensor<float>& t = *to[j].tensor;
-            const Tensor<float>* f = from_name.count(to[j].name) ? from_name[to[j].name] : nullptr;
-            if (f && f->shape == t.shape) t = *f;
-            else if (to[j].name == "W_e") {  // the pre-trained rows, then the new ones
-                std::copy(f->data.begin(), f->data.end(), t.data.begin());
-                for (std::size_t k = f->size(); k < t.size(); k++) t.data[k] = (float)(0.02 * init.normal());
-            } else if (to[j].name == "W_y") {
-                for (float& v : t.data) v = (float)(0.02 * init.normal());
-            } else throw Error("finetune: cannot carry over '" + to[j].name + "'");
-        }
+        carry_over_weights(lm, c, s.p, init);
     }
     adamw_init(c, s.adam);
     s.adam.beta1 = o.beta1, s.adam.beta2 = o.beta2, s.adam.weight_decay = o.weight_decay;
-    std::vector<EncodedExample> train_ex, val_ex;
-    for (auto& e : train_raw)
-        train_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.train_file, fo.truncate)
-                                   : encode_example(c, spec, vocab, e, train_text, fo.train_file, fo.truncate));
-    for (auto& e : val_raw)
-        val_ex.push_back(subword ? encode_example(c, spec, tok, e, fo.val_file, fo.truncate)
-                                 : encode_example(c, spec, vocab, e, val_text, fo.val_file, fo.truncate));
+    const std::vector<EncodedExample> train_ex = encode_examples(c, spec, tok, vocab, train_raw, train_text, fo.train_file, fo.truncate);
+    const std::vector<EncodedExample> val_ex = encode_examples(c, spec, tok, vocab, val_raw, val_text, fo.val_file, fo.truncate);
     for (const auto& file_ex : {std::make_pair(&fo.train_file, &train_ex), std::make_pair(&fo.val_file, &val_ex)}) {
         const std::string note = check_example_lengths(*file_ex.second, c, *file_ex.first, fo.truncate);
         if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
@@ -7320,33 +7504,8 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     std::map<std::size_t, std::vector<int>> by_K;  // multiple choice: a batch holds examples with the same K
     for (std::size_t i = 0; i < train_ex.size(); i++) by_K[train_ex[i].seqs.size()].push_back((int)i);
     const long long N = (long long)train_ex.size();
-    const long long per_step = (long long)o.batch * std::max(1, o.accum);  // examples a step sees
-    if (o.steps <= 0) o.steps = std::max(1LL, (3 * N + per_step - 1) / per_step);  // 3 epochs, as the GPT-1 paper
-    if (o.warmup < 0) o.warmup = (o.steps * 2 + 999) / 1000;                       // 0.2% of the steps
-    if (o.eval_every < 0) o.eval_every = std::max(1LL, (N + per_step - 1) / per_step);  // every epoch
-    check_options(o);
-    {  // a batch holds o.batch examples of up to `seqs` sequences of up to `longest` tokens
-        int longest = 1, seqs = 1;
-        for (const auto& e : train_ex) {
-            seqs = std::max(seqs, (int)e.seqs.size());
-            for (const auto& q : e.seqs) longest = std::max(longest, (int)q.size());
-        }
-        const TrainMemory m = train_memory(c, (long long)o.batch * seqs, longest);
-        require_memory("finetune", m.params + m.grads + m.adam + m.activations,
-                       "the model, its gradient and AdamW's m and v, and the activations of " + std::to_string(o.batch) +
-                           " examples of up to " + std::to_string(seqs) + " x " + std::to_string(longest) + " tokens",
-                       "--batch", memory_limit(), o.memory_check);
-    }
-    if (subword) {  // what predict needs to read its input: the tokenizer, its files whole
-        for (const auto& kv : tok.metadata()) s.meta[kv.first] = kv.second;
-    } else {
-        s.meta["vocab"] = vocab.to_metadata();
-    }
-    spec_to_metadata(spec, s.meta);
-    s.meta["finetune.lambda"] = num_str(fo.lambda);
-    s.meta["finetune.from"] = fo.scratch ? "(scratch)" : fo.checkpoint;
-    s.meta["finetune.train"] = fo.train_file;
-    s.meta["train.data"] = "";
+    plan_finetune_steps(o, c, train_ex);
+    finetune_metadata(s, fo, spec, tok, vocab);
     Objective obj;
     obj.part_names = {"L1", "L2"};
     obj.title = std::string(variant_name(c.variant)) + " fine-tuning (" + fo.task + "): L3 = L2 + " + num_str(fo.lambda) + " L1";
@@ -7382,20 +7541,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
         shown = buf;
         return L2;
     };
-    if (!o.quiet) {
-        std::string heads = std::to_string(spec.classes.size()) + " classes";
-        if (kind == FinetuneKind::choice) {  // K answers per example, from the data
-            heads = by_K.size() == 1 ? std::to_string(by_K.begin()->first) : std::to_string(by_K.begin()->first) + ".." + std::to_string(by_K.rbegin()->first);
-            heads += " answers per example";
-        }
-        std::printf("fine-tune %s (%s%s): L=%d H=%d V=%d, task %s, %s, lambda %g\n", variant_name(c.variant),
-                    fo.scratch ? "from scratch, " : "pre-trained ", fo.scratch ? "same shapes" : fo.checkpoint.c_str(), c.L, c.H,
-                    c.V, fo.task.c_str(), heads.c_str(), fo.lambda);
-        std::printf("data: %s (%lld examples), %s (%zu), batch %d%s, steps %lld, lr %g, %s, warmup %lld, dropout %g\n",
-                    fo.train_file.c_str(), N, fo.val_file.c_str(), val_ex.size(), o.batch, accumulated(o.accum).c_str(), o.steps,
-                    o.lr, o.schedule.c_str(), o.warmup, o.dropout);
-        std::fflush(stdout);
-    }
+    if (!o.quiet) print_finetune_plan(fo, o, c, spec, by_K, N, val_ex.size());
     warn_warmup(o.warmup, o.steps);
     warn_same_file(fo.val_file, "--train", fo.train_file, "the validation accuracy is measured on the examples the head trains on");
     const TrainResult tr = run_training(o, s, obj);
@@ -7403,16 +7549,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     if (validations == 0) r.accuracy = accuracy(s.p, nullptr);
     // The result line even with --quiet (which silences the progress): it is what the run is for.
     std::printf("val accuracy: %.1f%% (%d of %d)\n", 100.0 * r.accuracy, r.correct, r.total);
-    // A run at chance is what a small model gets at the GPT-1 paper's rate and 3 epochs: say so.
-    r.chance = majority_share(val_ex, &r.majority);
-    if (r.total > 0 && r.accuracy < r.chance + 2 * std::sqrt(r.chance * (1 - r.chance) / r.total)) {
-        std::fflush(stdout);
-        const std::string label = kind == FinetuneKind::choice ? std::to_string(r.majority) : spec.classes[r.majority];
-        std::fprintf(stderr, "note: that is within two standard errors of always answering '%s' (%.1f%% of the validation examples): "
-                             "the model has not learnt the task%s (docs/finetuning.md, \"Defaults\")\n", label.c_str(), 100.0 * r.chance,
-                     o.lr < 2e-4 ? "; a small model needs a larger --lr than the GPT-1 paper's 6.25e-5 (about 1e-3) and more --steps"
-                                 : "; try more --steps");
-    }
+    note_chance_accuracy(r, val_ex, spec, o);
     if (!o.quiet) std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
     return r;
 }
@@ -7913,36 +8050,32 @@ struct BpeHeapEntry {
 };
 }  // namespace
 
-BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
-    if (o.merges < 1) throw Error("bpe: the number of merges must be positive, got " + std::to_string(o.merges));
-    if (o.min_count < 1) throw Error("bpe: the minimum count must be at least 1, got " + std::to_string(o.min_count));
-    BpeLearnt b;
-    std::unordered_map<std::string, int> id_of;
-    const std::vector<int>& byte_id = bpe_byte_ids();
-    b.tokens.assign(256, std::string());
-    for (int x = 0; x < 256; x++) b.tokens[byte_id[x]] = std::string(1, (char)x);
-    for (int k = 0; k < 256; k++) id_of.emplace(b.tokens[k], k);
-
-    // The words: symbol ids in one array.
+// bpe_learn's state: the words as symbol ids in one array, each pair's count and the words it occurs
+// in (listed when its count grew since the pair was last taken from the heap), and the heap of pairs.
+struct BpeLearner {
     std::vector<int32_t> sym;
     std::vector<std::size_t> start;
     std::vector<int32_t> len;
     std::vector<long long> wcount;
-    std::size_t total = 0;
-    for (const auto& kv : pieces.count) total += kv.first.size();
-    sym.reserve(total), start.reserve(pieces.count.size()), len.reserve(pieces.count.size()), wcount.reserve(pieces.count.size());
-    for (const auto& kv : pieces.count) {
-        start.push_back(sym.size()), len.push_back((int32_t)kv.first.size()), wcount.push_back(kv.second);
-        for (unsigned char ch : kv.first) sym.push_back(byte_id[ch]);
-    }
-
     BpePairIndex index;
     std::vector<BpePairRecord> rec;
     std::vector<std::vector<int32_t>> lists;
     std::vector<int> free_lists;
     std::vector<int> touched;  // records given a list in this step
     long long step = 0;
-    auto new_list = [&]() {
+    std::priority_queue<BpeHeapEntry> heap;
+
+    // The words of the pieces, each piece's bytes as the byte symbols' ids.
+    BpeLearner(const BpePieces& pieces, const std::vector<int>& byte_id) {
+        std::size_t total = 0;
+        for (const auto& kv : pieces.count) total += kv.first.size();
+        sym.reserve(total), start.reserve(pieces.count.size()), len.reserve(pieces.count.size()), wcount.reserve(pieces.count.size());
+        for (const auto& kv : pieces.count) {
+            start.push_back(sym.size()), len.push_back((int32_t)kv.first.size()), wcount.push_back(kv.second);
+            for (unsigned char ch : kv.first) sym.push_back(byte_id[ch]);
+        }
+    }
+    int new_list() {
         if (!free_lists.empty()) {
             const int l = free_lists.back();
             free_lists.pop_back();
@@ -7950,13 +8083,13 @@ BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
         }
         lists.emplace_back();
         return (int)lists.size() - 1;
-    };
-    auto release = [&](int l) {
+    }
+    void release(int l) {
         std::vector<int32_t>().swap(lists[l]);
         free_lists.push_back(l);
-    };
+    }
     // The count of pair (x, y) changes by delta in word w; a gain lists w with the pair.
-    auto add = [&](int32_t x, int32_t y, long long delta, int32_t w) {
+    void add(int32_t x, int32_t y, long long delta, int32_t w) {
         const uint64_t key = (uint64_t)(uint32_t)x << 32 | (uint32_t)y;
         int32_t& v = index.at(key);
         if (v < 0) {
@@ -7969,11 +8102,9 @@ BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
         if (r.step != step) r.step = step, r.list = new_list(), touched.push_back(v);
         std::vector<int32_t>& l = lists[r.list];
         if (l.empty() || l.back() != w) l.push_back(w);
-    };
-    for (int32_t w = 0; w < (int32_t)start.size(); w++)
-        for (int32_t k = 0; k + 1 < len[w]; k++) add(sym[start[w] + k], sym[start[w] + k + 1], wcount[w], w);
-    std::priority_queue<BpeHeapEntry> heap;
-    auto push_touched = [&]() {
+    }
+    // The pairs whose count grew in this step onto the heap, with their lists of words.
+    void push_touched() {
         for (int v : touched) {
             BpePairRecord& r = rec[v];
             if (r.count > 0) heap.push({r.count, r.key, r.list});
@@ -7981,18 +8112,60 @@ BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
             r.list = -1;
         }
         touched.clear();
-    };
-    push_touched();
-
-    while ((long long)b.merges.size() < o.merges && !heap.empty()) {
-        BpeHeapEntry top = heap.top();
-        heap.pop();
-        const long long now = rec[index.at(top.key)].count;
-        if (top.count != now) {  // out of date
-            if (now > 0) top.count = now, heap.push(top);
-            else release(top.list);  // the pair is gone everywhere
-            continue;
+    }
+    // Every pair of every word counted once, then on the heap.
+    void count_pairs() {
+        for (int32_t w = 0; w < (int32_t)start.size(); w++)
+            for (int32_t k = 0; k + 1 < len[w]; k++) add(sym[start[w] + k], sym[start[w] + k + 1], wcount[w], w);
+        push_touched();
+    }
+    // The most frequent pair whose count is current, popped from the heap; false when none is left.
+    bool pop_best(BpeHeapEntry& top) {
+        while (!heap.empty()) {
+            top = heap.top();
+            heap.pop();
+            const long long now = rec[index.at(top.key)].count;
+            if (top.count == now) return true;
+            if (now > 0) top.count = now, heap.push(top);  // out of date
+            else release(top.list);                       // the pair is gone everywhere
         }
+        return false;
+    }
+    // Pair (A, B) merged into R in word w, left to right without overlap; the counts of its neighbours' pairs follow.
+    void merge_in_word(int32_t w, int32_t A, int32_t B, int32_t R) {
+        int32_t* s = sym.data() + start[w];
+        const int32_t n = len[w];
+        const long long c = wcount[w];
+        int32_t r = 0;
+        while (r + 1 < n && !(s[r] == A && s[r + 1] == B)) r++;
+        if (r + 1 >= n) return;  // merged already (a pair listed twice) or never here
+        int32_t out = r;
+        while (r < n) {
+            if (r + 1 < n && s[r] == A && s[r + 1] == B) {
+                if (out > 0) add(s[out - 1], A, -c, w), add(s[out - 1], R, c, w);
+                if (r + 2 < n) add(B, s[r + 2], -c, w), add(R, s[r + 2], c, w);
+                s[out++] = R, r += 2;
+            } else {
+                s[out++] = s[r++];
+            }
+        }
+        len[w] = out;
+    }
+};
+
+BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
+    if (o.merges < 1) throw Error("bpe: the number of merges must be positive, got " + std::to_string(o.merges));
+    if (o.min_count < 1) throw Error("bpe: the minimum count must be at least 1, got " + std::to_string(o.min_count));
+    BpeLearnt b;
+    std::unordered_map<std::string, int> id_of;
+    const std::vector<int>& byte_id = bpe_byte_ids();
+    b.tokens.assign(256, std::string());
+    for (int x = 0; x < 256; x++) b.tokens[byte_id[x]] = std::string(1, (char)x);
+    for (int k = 0; k < 256; k++) id_of.emplace(b.tokens[k], k);
+    BpeLearner m(pieces, byte_id);
+    m.count_pairs();
+    BpeHeapEntry top;
+    while ((long long)b.merges.size() < o.merges && m.pop_best(top)) {
         if (top.count < o.min_count) break;
         const int32_t A = (int32_t)(top.key >> 32), B = (int32_t)(top.key & 0xFFFFFFFFu);
         const std::string made = b.tokens[A] + b.tokens[B];
@@ -8000,30 +8173,12 @@ BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
         const int32_t R = it != id_of.end() ? it->second : (int32_t)b.tokens.size();
         if (it == id_of.end()) id_of.emplace(made, R), b.tokens.push_back(made);
         b.merges.push_back({A, B, R, top.count});
-        step++;
+        m.step++;
         std::vector<int32_t> words;
-        words.swap(lists[top.list]);
-        release(top.list);
-        for (int32_t w : words) {
-            int32_t* s = sym.data() + start[w];
-            const int32_t n = len[w];
-            const long long c = wcount[w];
-            int32_t r = 0;
-            while (r + 1 < n && !(s[r] == A && s[r + 1] == B)) r++;
-            if (r + 1 >= n) continue;  // merged already (a pair listed twice) or never here
-            int32_t out = r;
-            while (r < n) {
-                if (r + 1 < n && s[r] == A && s[r + 1] == B) {
-                    if (out > 0) add(s[out - 1], A, -c, w), add(s[out - 1], R, c, w);
-                    if (r + 2 < n) add(B, s[r + 2], -c, w), add(R, s[r + 2], c, w);
-                    s[out++] = R, r += 2;
-                } else {
-                    s[out++] = s[r++];
-                }
-            }
-            len[w] = out;
-        }
-        push_touched();
+        words.swap(m.lists[top.list]);
+        m.release(top.list);
+        for (int32_t w : words) m.merge_in_word(w, A, B, R);
+        m.push_touched();
         if (o.progress) o.progress(b);
     }
     for (const std::string& s : o.specials) {
@@ -8695,6 +8850,67 @@ static std::string blue(double v) {
     return o;
 }
 
+// Room for a panel's labels: its row labels on the left, its column labels on top, upright when long.
+struct HeatMargins {
+    double lab, colh;  // room for the row labels on the left, the column labels on top
+    bool upright;      // long column labels are written upwards
+};
+static HeatMargins heat_margins(const HeatPanel& q, double cs, double font) {
+    std::size_t r = 1, c = 1;
+    for (const std::string& s : q.rows) r = std::max(r, code_points(s));
+    for (const std::string& s : q.cols) c = std::max(c, code_points(s));
+    const bool up = (double)c * font * 0.62 > cs - 3;
+    return HeatMargins{6 + font * 0.62 * (double)r, up ? 6 + font * 0.62 * (double)c : font + 6, up};
+}
+
+// One panel of heatmap_svg at (x0, y0): its title, the keys across the top, the queries down the side,
+// a cell per entry (hatched where masked), and its notes below. cs: the cell size.
+static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0, double y0, double cs, double font, bool probability) {
+    const int R = (int)q.rows.size(), C = (int)q.cols.size();
+    const HeatMargins m = heat_margins(q, cs, font);
+    const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
+    o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
+    o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
+    for (int j = 0; j < C; j++) {  // keys j across the top
+        const double cx = gx + (j + 0.5) * cs;
+        if (m.upright)
+            o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
+        else
+            o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
+    }
+    for (int i = 0; i < R; i++)  // queries i down the side
+        o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) {
+            const std::size_t at = (std::size_t)i * C + j;
+            o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
+            if (q.masked[at])  // a picture of P: the probability, 0; of a mask: its entry
+                o << "class='masked' fill='url(#hatch)'><title>" << (probability ? "0 (masked: Mask_ij = -inf)" : "-inf") << "</title></rect>\n";
+            else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
+        }
+    o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
+    for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
+        o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
+    o << "</g>\n";
+}
+
+// heatmap_svg's legend at height ly: the colour scale of P (or a mask's kept entry) and the hatching of -inf.
+static void heat_legend_svg(std::ostringstream& o, double margin, double ly, bool probability) {
+    if (probability) {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#scale)' stroke='#666'/>\n";
+        for (int k = 0; k <= 4; k++)
+            o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
+        o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
+    } else {
+        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
+        o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
+    }
+    const double mx = margin + (probability ? 280 : 300);
+    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#hatch)' stroke='#666'/>\n";
+    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>-inf: masked (probability exactly 0"
+      << (probability ? "; white: P near 0, not masked)" : ")") << "</text>\n";
+}
+
 std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
                         const std::vector<std::string>& caption, bool probability) {
     if (panels.empty()) throw Error("heatmap_svg: no panels");
@@ -8707,17 +8923,6 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
     per_row = std::max(1, std::min(per_row, (int)panels.size()));
     const double cs = std::max(9.0, std::min(22.0, std::floor(264.0 / most)));  // cell size
     const double font = std::min(12.0, cs - 1);
-    struct Margins {
-        double lab, colh;  // room for the row labels on the left, the column labels on top
-        bool upright;      // long column labels are written upwards
-    };
-    auto margins = [&](const HeatPanel& q) {
-        std::size_t r = 1, c = 1;
-        for (const std::string& s : q.rows) r = std::max(r, code_points(s));
-        for (const std::string& s : q.cols) c = std::max(c, code_points(s));
-        const bool up = (double)c * font * 0.62 > cs - 3;
-        return Margins{6 + font * 0.62 * (double)r, up ? 6 + font * 0.62 * (double)c : font + 6, up};
-    };
     const double gap = 28, margin = 16, head = 34 + 16.0 * (double)caption.size();
     // Each grid column is as wide as its widest panel, each grid row as high as its highest.
     const int grid_rows = ((int)panels.size() + per_row - 1) / per_row;
@@ -8726,7 +8931,7 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
         const HeatPanel& q = panels[k];
         std::size_t note = 0;
         for (const std::string& s : q.notes) note = std::max(note, code_points(s));
-        const Margins m = margins(q);
+        const HeatMargins m = heat_margins(q, cs, font);
         const double w = std::max(m.lab + (double)q.cols.size() * cs, std::max(6.2 * (double)note, 8.4 * (double)code_points(q.title)));
         const double h = 20 + m.colh + (double)q.rows.size() * cs + 6 + 14.0 * (double)q.notes.size();
         colw[k % per_row] = std::max(colw[k % per_row], w);
@@ -8753,49 +8958,9 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
     for (std::size_t k = 0; k < caption.size(); k++)
         o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << xml_text(caption[k]) << "</text>\n";
     for (std::size_t k = 0; k < panels.size(); k++) {
-        const HeatPanel& q = panels[k];
-        const int R = (int)q.rows.size(), C = (int)q.cols.size();
-        const double x0 = col_x[k % per_row], y0 = row_y[k / per_row];
-        const Margins m = margins(q);
-        const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
-        o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
-        o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
-        for (int j = 0; j < C; j++) {  // keys j across the top
-            const double cx = gx + (j + 0.5) * cs;
-            if (m.upright)
-                o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
-            else
-                o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
-        }
-        for (int i = 0; i < R; i++)  // queries i down the side
-            o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
-        for (int i = 0; i < R; i++)
-            for (int j = 0; j < C; j++) {
-                const std::size_t at = (std::size_t)i * C + j;
-                o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
-                if (q.masked[at])  // a picture of P: the probability, 0; of a mask: its entry
-                    o << "class='masked' fill='url(#hatch)'><title>" << (probability ? "0 (masked: Mask_ij = -inf)" : "-inf") << "</title></rect>\n";
-                else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
-            }
-        o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
-        for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
-            o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
-        o << "</g>\n";
+        heat_panel_svg(o, panels[k], col_x[k % per_row], row_y[k / per_row], cs, font, probability);
     }
-    const double ly = H - 44;  // the legend
-    if (probability) {
-        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#scale)' stroke='#666'/>\n";
-        for (int k = 0; k <= 4; k++)
-            o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
-        o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
-    } else {
-        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
-        o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
-    }
-    const double mx = margin + (probability ? 280 : 300);
-    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#hatch)' stroke='#666'/>\n";
-    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>-inf: masked (probability exactly 0"
-      << (probability ? "; white: P near 0, not masked)" : ")") << "</text>\n";
+    heat_legend_svg(o, margin, H - 44, probability);
     o << "</svg>\n";
     return o.str();
 }
@@ -9213,36 +9378,77 @@ static ExplainCheck check_embedding(const Config& c, const Params<T>& p, const B
     return fd_check("embed_backward", [&] { return contract(R, embed_forward(c, q, batch)); }, t, 4.0 * batch.n * c.H, seed);
 }
 
+// One run of explain: the model and its input, the forward's cache, the walk of boxes written so far
+// and how far a handout's stubs let the forward go. Each member writes one kind of box, in the walk's order.
 template <typename T>
-Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values, const ExplainDetail* detail) {
-    check_batch(c, batch);
-    if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
-    if (batch.targets.empty()) throw Error("explain: the batch has no targets");
-    if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
-    const int n = batch.n;
-    const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
-    const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
-    ExplainWalk<T> w{c, n, values, {}, detail};
-    const bool checking = detail && detail->check;
+struct ExplainRun {
+    const Config& c;
+    const Params<T>& p;
+    const Batch& batch;
+    const ExplainDetail* detail;
+    const int n;
+    const bool pre, seg;
+    const std::string ffn;  // FFN_ReLU or FFN_GELU, as the formulas name the block's FFN
+    ExplainWalk<T> w;
+    const bool checking;
     const ExplainBackwards no_replacements;
-    const ExplainBackwards& bw = detail ? detail->backwards : no_replacements;
-    uint64_t seed = 0x5eed;  // each checked box draws its R from the next seed
+    const ExplainBackwards& bw;
+    uint64_t seed = 0x5eed;        // each checked box draws its R from the next seed
+    uint64_t drawn_seed = 0xda7a;  // inputs the run did not reach are drawn from the next one
     Explained<T> r;
     ForwardCache<T> k;
     ForwardOptions keep;
-    keep.keep_sublayers = true;
-    // A handout's stub ("not implemented: NAME (assignment N)"), with ExplainDetail::stubs: the
-    // walk stops there and r.stopped says so.
-    auto stub = [&](const Error& e) { return detail && detail->stubs && std::string(e.what()).rfind("not implemented: ", 0) == 0; };
     // How far the forward got: X^(0), the masks and blocks done, the de-embedding.
     bool x0_done = true, head_done = true;
-    int masks_done = c.L, blocks_done = c.L;
-    try {
-        r.Z = model_forward(c, p, batch, &k, keep);
-    } catch (const Error& e) {
-        if (!stub(e)) throw;
-        // model_forward's steps again, one at a time, as far as the stubs let them go.
-        r.stopped = e.what();
+    int masks_done, blocks_done;
+    std::string stopped;  // where the forward stopped ("": it ran whole)
+    // The embedding's terms as the boxes show them.
+    Tensor<T> E, Wp, t0, t1, sum;  // OneHot(x) W_e; the position rows; 1 - t and t; E with emb_ln
+    std::vector<int> pos;
+    bool pads = false;
+    std::string Wp_name, X0, XL;
+    Tensor<T> dZ, dX;  // the gradient on its way down
+    const std::vector<int> nH, nD;
+    const std::string ln_box = "LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j";
+    const std::string ln_grad = "dgamma = sum_i dY Xhat, dbeta = sum_i dY";
+    const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; " + ln_grad;
+    const std::string ffn_bwd = "dW_2 = A^T dY, db_2 = colsum(dY), dZ = dY W_2^T * act'(Z), dW_1 = X^T dZ, db_1 = colsum(dZ), dX = dZ W_1^T";
+    const std::string mhsa_bwd = "per head: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D); dW^O = Concat^T dY";
+
+    ExplainRun(const Config& c_, const Params<T>& p_, const Batch& batch_, int values, const ExplainDetail* detail_)
+        : c(c_), p(p_), batch(batch_), detail(detail_), n(batch_.n), pre(is_pre_ln(c_.variant)), seg(has_segments(c_.variant)),
+          ffn(c_.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU"), w{c_, batch_.n, values, {}, detail_},
+          checking(detail_ && detail_->check), bw(detail_ ? detail_->backwards : no_replacements), masks_done(c_.L),
+          blocks_done(c_.L), nH{batch_.n, c_.H}, nD{batch_.n, c_.D} {
+        keep.keep_sublayers = true;
+    }
+
+    // A handout's stub ("not implemented: NAME (assignment N)"), with ExplainDetail::stubs: the
+    // walk stops there and r.stopped says so.
+    bool stub(const Error& e) const { return detail && detail->stubs && std::string(e.what()).rfind("not implemented: ", 0) == 0; }
+    // Past the forward's stop: the walk's forward ends there.
+    void reach(bool done) const {
+        if (!done) throw Error(stopped);
+    }
+    // X^(l), l = 0..L, from the forward's cache.
+    const Tensor<T>& X_of(int l) const {
+        if (l == c.L) return pre ? k.X_L_in : k.X_L;
+        return pre ? k.blocks[l].X : k.blocks[l].attn_in;
+    }
+
+    // The forward pass with every sublayer's values kept; at a stub, model_forward's steps again.
+    void run_forward() {
+        try {
+            r.Z = model_forward(c, p, batch, &k, keep);
+        } catch (const Error& e) {
+            if (!stub(e)) throw;
+            r.stopped = e.what();
+            run_forward_to_stub();
+        }
+        stopped = r.stopped;
+    }
+    // model_forward's steps one at a time, as far as the stubs let them go.
+    void run_forward_to_stub() {
         k = ForwardCache<T>();
         k.batch = batch;
         k.blocks.resize(c.L), k.masks.resize(c.L);
@@ -9268,80 +9474,73 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             r.stopped = e2.what();
         }
     }
-    const std::string stopped = r.stopped;
-    auto reach = [&](bool done) {  // past the forward's stop: the walk's forward ends there
-        if (!done) throw Error(stopped);
-    };
-    auto X_of = [&](int l) -> const Tensor<T>& {  // X^(l), l = 0..L
-        if (l == c.L) return pre ? k.X_L_in : k.X_L;
-        return pre ? k.blocks[l].X : k.blocks[l].attn_in;
-    };
 
-    // ---- Forward --------------------------------------------------------------------------------
-    ExplainWalk<double> ids{c, n, values, {}, detail};
-    ids.step(0, "Input", std::string(seg ? "x' in {1..V}^n, t in {0, 1}^n" : is_causal(c.variant) ? "x = (x_1, ..., x_n) in {1, 2, ..., V}^n" : "x' = (x'_1, ..., x'_n) in {1, 2, ..., V}^n"),
-             "Batch::tokens (code id = formula id - 1)");
-    ids.out("x", "n", ids_tensor(batch.tokens));
-    if (seg) ids.out("t", "n", ids_tensor(batch.segments.empty() ? std::vector<int>(n, 0) : batch.segments));
-    w.steps = ids.steps;
-    const Tensor<T> E = Embedding(batch.tokens, p.W_e);
-    w.step(0, "Embedding", "OneHot(x) W_e, OneHot(x)_{i,j} = 1 if j = x_i (so row i is row x_i of W_e)", "Embedding");
-    w.in("W_e", "V x H", p.W_e);
-    w.out("OneHot(x) W_e", "n x H", E);
-    const std::vector<int> pos = position_rows(c, batch.tokens, n);  // 0..n-1 but for RoBERTa's <pad>
-    const bool pads = std::count(pos.begin(), pos.end(), -1) > 0;
-    Tensor<T> Wp = Tensor<T>::uninit(n, c.H);
-    for (int i = 0; i < n; i++) std::copy(position_vector(p, pos[i]), position_vector(p, pos[i]) + c.H, Wp.row(i));
-    const std::string Wp_name = pads ? "W_p (the rows of position_rows: a <pad> gets w_pad, the others rows 1, 2, ... in order)" : "W_p (rows 1..n)";
-    Tensor<T> t0({n}), t1({n});  // 1 - t and t
-    for (int i = 0; i < n; i++) {
-        t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]);
-        t0[i] = T(1) - t1[i];
+    // The input box and OneHot(x) W_e; the embedding's other terms, for the boxes after them.
+    void input_boxes() {
+        ExplainWalk<double> ids{c, n, w.values, {}, detail};
+        ids.step(0, "Input", std::string(seg ? "x' in {1..V}^n, t in {0, 1}^n" : is_causal(c.variant) ? "x = (x_1, ..., x_n) in {1, 2, ..., V}^n" : "x' = (x'_1, ..., x'_n) in {1, 2, ..., V}^n"),
+                 "Batch::tokens (code id = formula id - 1)");
+        ids.out("x", "n", ids_tensor(batch.tokens));
+        if (seg) ids.out("t", "n", ids_tensor(batch.segments.empty() ? std::vector<int>(n, 0) : batch.segments));
+        w.steps = ids.steps;
+        E = Embedding(batch.tokens, p.W_e);
+        w.step(0, "Embedding", "OneHot(x) W_e, OneHot(x)_{i,j} = 1 if j = x_i (so row i is row x_i of W_e)", "Embedding");
+        w.in("W_e", "V x H", p.W_e);
+        w.out("OneHot(x) W_e", "n x H", E);
+        pos = position_rows(c, batch.tokens, n);  // 0..n-1 but for RoBERTa's <pad>
+        pads = std::count(pos.begin(), pos.end(), -1) > 0;
+        Wp = Tensor<T>::uninit(n, c.H);
+        for (int i = 0; i < n; i++) std::copy(position_vector(p, pos[i]), position_vector(p, pos[i]) + c.H, Wp.row(i));
+        Wp_name = pads ? "W_p (the rows of position_rows: a <pad> gets w_pad, the others rows 1, 2, ... in order)" : "W_p (rows 1..n)";
+        t0 = Tensor<T>({n}), t1 = Tensor<T>({n});
+        for (int i = 0; i < n; i++) {
+            t1[i] = T(batch.segments.empty() ? 0 : batch.segments[i]);
+            t0[i] = T(1) - t1[i];
+        }
+        // With the released BERT's embedding LayerNorm (formulas §23) the sum is E, and X^(0) = LayerNorm_e(E).
+        // model_forward keeps only the normalised rows: E is the sum of the terms shown here.
+        X0 = c.emb_ln ? "E" : "X^(0)";
+        if (c.emb_ln) {
+            sum = add(E, Wp);
+            if (seg) sum = add(sum, add(matmul(diag(t0), Stack(p.w_A, n)), matmul(diag(t1), Stack(p.w_B, n))));
+        }
+        XL = "X^(" + std::to_string(c.L) + ")";
     }
-    // With the released BERT's embedding LayerNorm (formulas §23) the sum is E, and X^(0) = LayerNorm_e(E).
-    // model_forward keeps only the normalised rows: E is the sum of the terms shown here.
-    const std::string X0 = c.emb_ln ? "E" : "X^(0)";
-    Tensor<T> sum;
-    if (c.emb_ln) {
-        sum = add(E, Wp);
-        if (seg) sum = add(sum, add(matmul(diag(t0), Stack(p.w_A, n)), matmul(diag(t1), Stack(p.w_B, n))));
+
+    // X^(0): the token and position rows, BERT's segment rows, the released BERT's embedding LayerNorm.
+    void embedding_boxes() {
+        reach(x0_done);
+        const Tensor<T>& X0_value = c.emb_ln ? sum : X_of(0);
+        if (!seg) {
+            w.step(0, "Embedding", X0 + " = OneHot(x) W_e + W_p", "embed_forward");
+            w.in(Wp_name, "n x H", Wp);
+            w.out(X0, "n x H", X0_value);
+        } else {  // the sheet's terms, each shown; X^(0) is embed_forward's
+            w.step(0, "Embedding", "X'^(0) = OneHot(x') W_e + W_p", "add");
+            w.in(Wp_name, "n x H", Wp);
+            w.out("X'^(0)", "n x H", add(E, Wp));
+            const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n));
+            const Tensor<T> B = matmul(diag(t1), Stack(p.w_B, n));
+            w.step(0, "Embedding", X0 + " = X'^(0) + diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)  [t_i = 0 gets w_A: formulas §21]",
+                   "embed_forward (" + X0 + "); the term shown: diag, Stack, matmul");
+            w.in("diag(1 - t)", "n x n", diag(t0));
+            w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
+            w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
+            w.out(X0, "n x H", X0_value);
+        }
+        if (c.emb_ln) {
+            w.step(0, "Embedding LayerNorm", "X^(0) = LayerNorm_e(E) with gamma_e, beta_e (the released BERT's, formulas §23), " + ln_box,
+                   "LayerNorm (emb_ln, model_forward)");
+            w.in("gamma_e", "H", p.gamma_e);
+            w.in("beta_e", "H", p.beta_e);
+            w.out("X^(0)", "n x H", X_of(0));
+        }
     }
-    const std::string XL = "X^(" + std::to_string(c.L) + ")";
-    Tensor<T> dZ;
-    r.loss = stopped.empty() ? 0.0 : NAN;
-    try {  // the forward walk: to a handout's stub at most
-    reach(x0_done);
-    const Tensor<T>& X0_value = c.emb_ln ? sum : X_of(0);
-    if (!seg) {
-        w.step(0, "Embedding", X0 + " = OneHot(x) W_e + W_p", "embed_forward");
-        w.in(Wp_name, "n x H", Wp);
-        w.out(X0, "n x H", X0_value);
-    } else {  // the sheet's terms, each shown; X^(0) is embed_forward's
-        w.step(0, "Embedding", "X'^(0) = OneHot(x') W_e + W_p", "add");
-        w.in(Wp_name, "n x H", Wp);
-        w.out("X'^(0)", "n x H", add(E, Wp));
-        const Tensor<T> A = matmul(diag(t0), Stack(p.w_A, n));
-        const Tensor<T> B = matmul(diag(t1), Stack(p.w_B, n));
-        w.step(0, "Embedding", X0 + " = X'^(0) + diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)  [t_i = 0 gets w_A: formulas §21]",
-               "embed_forward (" + X0 + "); the term shown: diag, Stack, matmul");
-        w.in("diag(1 - t)", "n x n", diag(t0));
-        w.in("Stack_n(w_A)", "n x H", Stack(p.w_A, n));
-        w.out("diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)", "n x H", add(A, B));
-        w.out(X0, "n x H", X0_value);
-    }
-    const std::string ln_box = "LayerNorm(X)_{i,j} = gamma_j (X_{i,j} - mu_i) / sqrt(sigma_i^2 + eps) + beta_j";
-    if (c.emb_ln) {
-        w.step(0, "Embedding LayerNorm", "X^(0) = LayerNorm_e(E) with gamma_e, beta_e (the released BERT's, formulas §23), " + ln_box,
-               "LayerNorm (emb_ln, model_forward)");
-        w.in("gamma_e", "H", p.gamma_e);
-        w.in("beta_e", "H", p.beta_e);
-        w.out("X^(0)", "n x H", X_of(0));
-    }
-    for (int l = 0; l < c.L; l++) {
+
+    // Layer l's mask, with its picture of 1s and dots.
+    void mask_box(int l) {
         reach(l < masks_done);
-        const std::string L1 = std::to_string(l + 1), L0 = std::to_string(l), box = "Layers, l = " + L1;
-        const std::string Xp = "X^(" + L0 + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")", M = mask_name(c, l);
-        const BlockCache<T>& b = k.blocks[l];
+        const std::string L1 = std::to_string(l + 1), box = "Layers, l = " + L1, M = mask_name(c, l);
         const Tensor<T>& Mask = k.masks[l];
         const std::string block = pre ? "pre_ln_block_forward" : "post_ln_block_forward";
         w.step(0, box, c.variant == Variant::gpt3 ? "Mask^(l) = Mask^AR if l is even, Mask^ST if l is odd: " + M : "Mask: " + M,
@@ -9352,7 +9551,15 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
             w.steps.back().picture.push_back(row);
         }
+    }
+
+    // Layer l's block: MultiHeadSA, FFN, the residual sums and LayerNorms, post-LN or pre-LN.
+    void block_boxes(int l) {
         reach(l < blocks_done);
+        const std::string L1 = std::to_string(l + 1), L0 = std::to_string(l), box = "Layers, l = " + L1;
+        const std::string Xp = "X^(" + L0 + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")", M = mask_name(c, l);
+        const BlockCache<T>& b = k.blocks[l];
+        const Tensor<T>& Mask = k.masks[l];
         if (!pre) {  // X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1)), X^(l) = LayerNorm(FFN(X'^(l)) + X'^(l))
             explain_attention(w, box, Xp, X_of(l), Mask, b.attn, b.attn_out);
             w.step(0, box, Xq + " = LayerNorm(MultiHeadSA(" + Xp + ", " + M + ") + " + Xp + "), " + ln_box, "add, LayerNorm");
@@ -9373,45 +9580,51 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             w.out(Xl, "n x H", X_of(l + 1));
         }
     }
-    reach(head_done);
-    if (pre) {
-        w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
-        w.out(XL, "n x H", k.X_L);
+
+    // The final LayerNorm (pre-LN) and the logits Z: the de-embedding, or the released BERT's masked-LM head.
+    void output_boxes() {
+        reach(head_done);
+        if (pre) {
+            w.step(0, "Layers", XL + " = LayerNorm(" + XL + ")", "LayerNorm (ln_f)");
+            w.out(XL, "n x H", k.X_L);
+        }
+        if (!c.mlm_head) {
+            w.step(0, "Output", "Z = " + XL + " W_e^T (the de-embedding, formulas §17; Y = Softmax(Z))", "matmul_nt");
+        } else {  // the released BERT's masked-LM head in its steps (formulas §23), read from its cache
+            w.step(0, "Masked-LM head", "U = " + XL + " W_t + Stack_n(b_t) (formulas §23)", "MLMHead (Linear)");
+            w.in("W_t", "H x H", p.W_t);
+            w.out("U", "n x H", k.mlm.U);
+            w.step(0, "Masked-LM head", "X_t = LayerNorm_t(GELU(U)) with gamma_t, beta_t (GELU: BERT's activation, RoBERTa's erf form)",
+                   std::string("MLMHead (activation_array: ") +
+                       activation_name(c.variant == Variant::roberta ? Activation::gelu_erf : c.activation) + "; LayerNorm)");
+            w.out("X_t", "n x H", k.mlm.X_t);
+            w.step(0, "Output", "Z = MLMHead(" + XL + ") = X_t W_e^T + Stack_n(b_z) (the tied de-embedding, formulas §23; Y = Softmax(Z))",
+                   "MLMHead (matmul_nt, the bias b_z)");
+            w.in("b_z", "V", p.b_z);
+        }
+        w.out("Z", "n x V", r.Z);
     }
-    if (!c.mlm_head) {
-        w.step(0, "Output", "Z = " + XL + " W_e^T (the de-embedding, formulas §17; Y = Softmax(Z))", "matmul_nt");
-    } else {  // the released BERT's masked-LM head in its steps (formulas §23), read from its cache
-        w.step(0, "Masked-LM head", "U = " + XL + " W_t + Stack_n(b_t) (formulas §23)", "MLMHead (Linear)");
-        w.in("W_t", "H x H", p.W_t);
-        w.out("U", "n x H", k.mlm.U);
-        w.step(0, "Masked-LM head", "X_t = LayerNorm_t(GELU(U)) with gamma_t, beta_t (GELU: BERT's activation, RoBERTa's erf form)",
-               std::string("MLMHead (activation_array: ") +
-                   activation_name(c.variant == Variant::roberta ? Activation::gelu_erf : c.activation) + "; LayerNorm)");
-        w.out("X_t", "n x H", k.mlm.X_t);
-        w.step(0, "Output", "Z = MLMHead(" + XL + ") = X_t W_e^T + Stack_n(b_z) (the tied de-embedding, formulas §23; Y = Softmax(Z))",
-               "MLMHead (matmul_nt, the bias b_z)");
-        w.in("b_z", "V", p.b_z);
-    }
-    w.out("Z", "n x V", r.Z);
-    const Tensor<T> Y = Softmax(r.Z);
-    int first = 0;  // the first row with a target
-    while (batch.targets[first] < 0) first++;
-    const int row = is_causal(c.variant) ? n - 1 : first;
-    const std::string j = std::to_string(row + 1);
-    const std::string logits_j = c.mlm_head ? "MLMHead(" + XL + ")_{j,:}" : XL + "_{j,:} W_e^T";
-    w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XL + "_{n,:} W_e^T) = Y_{n,:}"
-                        : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + logits_j + ") = Y_{j,:}",
-           "Softmax");
-    w.out("Y = Softmax(Z)", "n x V", Y);
-    Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
-    Y_row.shape = {c.V};
-    w.out("Y_" + j + ",:", "V", Y_row);
-    r.loss = CrossEntropy_logits(r.Z, batch.targets, &dZ);
-    w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (formulas §25)"
-                                           : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
-           "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
-    w.out("loss", "1", Tensor<T>::vector({(T)r.loss}));
-    {
+
+    // Y = Softmax(Z), the model's output row, the loss and one row's CrossEntropy.
+    void loss_boxes() {
+        const Tensor<T> Y = Softmax(r.Z);
+        int first = 0;  // the first row with a target
+        while (batch.targets[first] < 0) first++;
+        const int row = is_causal(c.variant) ? n - 1 : first;
+        const std::string j = std::to_string(row + 1);
+        const std::string logits_j = c.mlm_head ? "MLMHead(" + XL + ")_{j,:}" : XL + "_{j,:} W_e^T";
+        w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XL + "_{n,:} W_e^T) = Y_{n,:}"
+                            : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + logits_j + ") = Y_{j,:}",
+               "Softmax");
+        w.out("Y = Softmax(Z)", "n x V", Y);
+        Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
+        Y_row.shape = {c.V};
+        w.out("Y_" + j + ",:", "V", Y_row);
+        r.loss = CrossEntropy_logits(r.Z, batch.targets, &dZ);
+        w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (formulas §25)"
+                                               : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
+               "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
+        w.out("loss", "1", Tensor<T>::vector({(T)r.loss}));
         Tensor<T> y({c.V}), yhat = rows_of(Y, first, 1);
         yhat.shape = {c.V};
         y[batch.targets[first]] = T(1);
@@ -9419,19 +9632,27 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
                "CrossEntropy");
         w.out("CrossEntropy of row " + std::to_string(first + 1), "1", Tensor<T>::vector({CrossEntropy(y, yhat)}));
     }
-    } catch (const Error& e) {
-        if (!stub(e)) throw;
-        if (r.stopped.empty()) r.stopped = e.what();
-    }
-    const bool forward_whole = r.stopped.empty();
 
-    // ---- Backward: model_backward's steps, one at a time ----------------------------------------
-    r.g = make_params<T>(c);
-    Params<T>& g = r.g;
-    // Past a handout's stub every box is still emitted, without values (w.mute), and checked alone:
-    // on the run's input of it where the forward reached it, else on inputs drawn at random.
-    w.mute = !forward_whole;
-    auto chain = [&](const std::function<void()>& f) {  // a step of the gradient's way down
+    // The forward's boxes in order, to a handout's stub at most.
+    void forward_walk() {
+        input_boxes();
+        r.loss = stopped.empty() ? 0.0 : NAN;
+        try {
+            embedding_boxes();
+            for (int l = 0; l < c.L; l++) {
+                mask_box(l);
+                block_boxes(l);
+            }
+            output_boxes();
+            loss_boxes();
+        } catch (const Error& e) {
+            if (!stub(e)) throw;
+            if (r.stopped.empty()) r.stopped = e.what();
+        }
+    }
+
+    // A step of the gradient's way down; past a stub the walk goes on without values (w.mute).
+    void chain(const std::function<void()>& f) {
         if (w.mute) return;
         try {
             f();
@@ -9440,8 +9661,9 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
             if (r.stopped.empty()) r.stopped = e.what();
             w.mute = true;
         }
-    };
-    auto check = [&](bool reached, const std::function<ExplainCheck()>& f) {
+    }
+    // The last box's gradient check, on the run's input of it (reached) or on drawn inputs.
+    void check(bool reached, const std::function<ExplainCheck()>& f) {
         if (!checking) return;
         ExplainCheck ck;
         try {
@@ -9455,165 +9677,217 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
         }
         ck.random = !reached;
         w.steps.back().check = ck;
-    };
-    uint64_t drawn_seed = 0xda7a;
-    auto drawn = [&](const std::vector<int>& shape) {  // inputs the run did not reach, N(0, 1)
+    }
+    // Inputs the run did not reach, N(0, 1).
+    Tensor<T> drawn(const std::vector<int>& shape) {
         Rng rr(++drawn_seed);
         Tensor<T> t(shape);
         for (std::size_t a = 0; a < t.size(); a++) t[a] = (T)rr.normal();
         return t;
-    };
-    auto either = [&](bool reached, const Tensor<T>& t, const std::vector<int>& shape) { return reached ? t : drawn(shape); };
-    const std::vector<int> nH = {n, c.H}, nD = {n, c.D};
-    w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
-    check(head_done, [&] { return check_loss(either(head_done, r.Z, {n, c.V}), batch.targets, ++seed); });
-    w.out("dZ", "n x V", dZ);
-    Tensor<T> dX;
-    if (!c.mlm_head) {
-        chain([&] {
-            matmul_tn_acc(dZ, k.X_L, g.W_e);
-            dX = matmul(dZ, p.W_e);
-        });
-        w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
-        check(head_done, [&] { return check_output(either(head_done, k.X_L, nH), p.W_e, ++seed); });
-    } else {
-        chain([&] { dX = MLMHead_backward(c, p, k.mlm, dZ, g); });
-        w.step(0, "Backward: masked-LM head",
-               "Z = MLMHead(" + XL + "): db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t), "
-               "dU = dA * GELU'(U), dW_t = " + XL + "^T dU, db_t = colsum(dU), d" + XL + " = dU W_t^T",
-               "MLMHead_backward (model_backward)");
-        check(head_done, [&] { return check_mlm_head(c, p, either(head_done, k.X_L, nH), ++seed); });
-        w.out("db_z", "V", g.b_z);
-        w.out("dgamma_t", "H", g.gamma_t);
-        w.out("dbeta_t", "H", g.beta_t);
-        w.out("dW_t", "H x H", g.W_t);
-        w.out("db_t", "H", g.b_t);
     }
-    w.out("d" + XL, "n x H", dX);
-    w.out("dW_e (so far)", "V x H", g.W_e);
-    const std::string ln_grad = "dgamma = sum_i dY Xhat, dbeta = sum_i dY";
-    const std::string ln_bwd = "dX = rstd (G - mean(G) - Xhat mean(G Xhat)), G = dY gamma; " + ln_grad;
-    if (pre) {
-        chain([&] { dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta); });
-        w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
-        check(blocks_done == c.L, [&] { return check_layernorm(either(blocks_done == c.L, k.X_L_in, nH), p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed); });
-        w.out("d" + XL + " (before ln_f)", "n x H", dX);
-        w.out("dgamma (ln_f)", "H", g.ln_f_gamma);
-        w.out("dbeta (ln_f)", "H", g.ln_f_beta);
+    Tensor<T> either(bool reached, const Tensor<T>& t, const std::vector<int>& shape) { return reached ? t : drawn(shape); }
+
+    // dZ from the loss, then back through the de-embedding or the masked-LM head to dX^(L).
+    void backward_head_boxes() {
+        Params<T>& g = r.g;
+        w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
+        check(head_done, [&] { return check_loss(either(head_done, r.Z, {n, c.V}), batch.targets, ++seed); });
+        w.out("dZ", "n x V", dZ);
+        if (!c.mlm_head) {
+            chain([&] {
+                matmul_tn_acc(dZ, k.X_L, g.W_e);
+                dX = matmul(dZ, p.W_e);
+            });
+            w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
+            check(head_done, [&] { return check_output(either(head_done, k.X_L, nH), p.W_e, ++seed); });
+        } else {
+            chain([&] { dX = MLMHead_backward(c, p, k.mlm, dZ, g); });
+            w.step(0, "Backward: masked-LM head",
+                   "Z = MLMHead(" + XL + "): db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t), "
+                   "dU = dA * GELU'(U), dW_t = " + XL + "^T dU, db_t = colsum(dU), d" + XL + " = dU W_t^T",
+                   "MLMHead_backward (model_backward)");
+            check(head_done, [&] { return check_mlm_head(c, p, either(head_done, k.X_L, nH), ++seed); });
+            w.out("db_z", "V", g.b_z);
+            w.out("dgamma_t", "H", g.gamma_t);
+            w.out("dbeta_t", "H", g.beta_t);
+            w.out("dW_t", "H x H", g.W_t);
+            w.out("db_t", "H", g.b_t);
+        }
+        w.out("d" + XL, "n x H", dX);
+        w.out("dW_e (so far)", "V x H", g.W_e);
+        if (pre) {
+            chain([&] { dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta); });
+            w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
+            check(blocks_done == c.L, [&] { return check_layernorm(either(blocks_done == c.L, k.X_L_in, nH), p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed); });
+            w.out("d" + XL + " (before ln_f)", "n x H", dX);
+            w.out("dgamma (ln_f)", "H", g.ln_f_gamma);
+            w.out("dbeta (ln_f)", "H", g.ln_f_beta);
+        }
     }
-    const std::string ffn_bwd = "dW_2 = A^T dY, db_2 = colsum(dY), dZ = dY W_2^T * act'(Z), dW_1 = X^T dZ, db_1 = colsum(dZ), dX = dZ W_1^T";
-    const std::string mhsa_bwd = "per head: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D); dW^O = Concat^T dY";
-    for (int l = c.L - 1; l >= 0; l--) {
-        const std::string L1 = std::to_string(l + 1), box = "Backward, l = " + L1;
+
+    // A LayerNorm's, the FFN's and MultiHeadSA's gradients of layer l, as the backward boxes show them.
+    void ln_grads(const char* which, const Tensor<T>& dgamma, const Tensor<T>& dbeta) {
+        w.out(std::string("dgamma (") + which + ")", "H", dgamma);
+        w.out(std::string("dbeta (") + which + ")", "H", dbeta);
+    }
+    void ffn_grads(const Layer<T>& gl) {
+        w.out("dW_1", "H x F", gl.ffn.W_1);
+        w.out("db_1", "F", gl.ffn.b_1);
+        w.out("dW_2", "F x H", gl.ffn.W_2);
+        w.out("db_2", "H", gl.ffn.b_2);
+    }
+    void attention_grads(const Layer<T>& gl) {
+        w.out("dW^O", "AD x H", gl.attn.W_O);
+        for (int i = 0; i < c.A; i++) {
+            const std::string h = std::to_string(i + 1);
+            w.out("dW_" + h + "^Q", "H x D", gl.attn.W_Q[i]);
+            w.out("dW_" + h + "^K", "H x D", gl.attn.W_K[i]);
+            w.out("dW_" + h + "^V", "H x D", gl.attn.W_V[i]);
+        }
+    }
+    // Layer l's mask: the cache's, or made again where the forward did not reach it.
+    Tensor<T> mask_of(int l) { return l < masks_done ? k.masks[l] : layer_mask<T>(c, l, n); }
+
+    // Each head's Softmax and Attention alone, inside MultiHeadSA's box of layer l.
+    void backward_head_attention_boxes(int l, const std::string& box) {
+        const BlockCache<T>& kb = k.blocks[l];
+        const bool at = l < blocks_done;  // the forward reached the layer
+        for (int i = 0; i < c.A; i++) {
+            const std::string h = std::to_string(i + 1);
+            w.step(1, box, "P = Softmax(S), S = Mask (.) Q K^T / sqrt(D): dS = P * (dP - rowsum(dP * P))", "Softmax_backward (head " + h + ")");
+            check(at, [&] {
+                if (!at) return check_softmax(drawn({n, n}), ++seed);
+                Tensor<T> S = matmul_nt(kb.attn.Q[i], kb.attn.K[i]);
+                for (auto& v : S.data) v /= std::sqrt(T(c.D));
+                return check_softmax(apply_mask(k.masks[l], S), ++seed);
+            });
+            w.step(1, box, "head_i = Attention(Q, K, V, Mask) = P V, P = Softmax(Mask (.) Q K^T / sqrt(D)): dV = P^T dO, dP = dO V^T, "
+                           "dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)",
+                   "Attention_backward (head " + h + ", Softmax_backward)");
+            check(at, [&] {
+                return check_attention(either(at, at ? kb.attn.Q[i] : Tensor<T>(), nD), either(at, at ? kb.attn.K[i] : Tensor<T>(), nD),
+                                       either(at, at ? kb.attn.V[i] : Tensor<T>(), nD), mask_of(l), ++seed);
+            });
+        }
+    }
+
+    // Layer l's backward boxes, post-LN (GPT, BERT, RoBERTa): LayerNorm, FFN, LayerNorm, MultiHeadSA.
+    void backward_post_ln_boxes(int l, const std::string& box, const std::string& in_block) {
+        const std::string L1 = std::to_string(l + 1);
         const std::string Xp = "X^(" + std::to_string(l) + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")";
-        const Layer<T>& gl = g.layers[l];
-        chain([&] { dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]); });  // d X^(l) -> d X^(l-1); the layer's gradients
-        const std::string in_block = std::string(" (") + (pre ? "pre_ln_block_backward" : "post_ln_block_backward") + ")";
-        auto ln_grads = [&](const char* which, const Tensor<T>& dgamma, const Tensor<T>& dbeta) {
-            w.out(std::string("dgamma (") + which + ")", "H", dgamma);
-            w.out(std::string("dbeta (") + which + ")", "H", dbeta);
-        };
-        auto ffn_grads = [&]() {
-            w.out("dW_1", "H x F", gl.ffn.W_1);
-            w.out("db_1", "F", gl.ffn.b_1);
-            w.out("dW_2", "F x H", gl.ffn.W_2);
-            w.out("db_2", "H", gl.ffn.b_2);
-        };
-        auto attention_grads = [&]() {
-            w.out("dW^O", "AD x H", gl.attn.W_O);
-            for (int i = 0; i < c.A; i++) {
-                const std::string h = std::to_string(i + 1);
-                w.out("dW_" + h + "^Q", "H x D", gl.attn.W_Q[i]);
-                w.out("dW_" + h + "^K", "H x D", gl.attn.W_K[i]);
-                w.out("dW_" + h + "^V", "H x D", gl.attn.W_V[i]);
-            }
-        };
-        // Each box's check: its own forward on the run's input of it (the caches keep every one).
+        const Layer<T>& gl = r.g.layers[l];
         const BlockCache<T>& kb = k.blocks[l];
         const Layer<T>& pl = p.layers[l];
-        const bool at = l < blocks_done;  // the forward reached the layer
-        auto mask = [&] { return l < masks_done ? k.masks[l] : layer_mask<T>(c, l, n); };
-        // Each head's Softmax and Attention alone, inside MultiHeadSA's box.
-        auto heads = [&]() {
-            for (int i = 0; i < c.A; i++) {
-                const std::string h = std::to_string(i + 1);
-                w.step(1, box, "P = Softmax(S), S = Mask (.) Q K^T / sqrt(D): dS = P * (dP - rowsum(dP * P))", "Softmax_backward (head " + h + ")");
-                check(at, [&] {
-                    if (!at) return check_softmax(drawn({n, n}), ++seed);
-                    Tensor<T> S = matmul_nt(kb.attn.Q[i], kb.attn.K[i]);
-                    for (auto& v : S.data) v /= std::sqrt(T(c.D));
-                    return check_softmax(apply_mask(k.masks[l], S), ++seed);
-                });
-                w.step(1, box, "head_i = Attention(Q, K, V, Mask) = P V, P = Softmax(Mask (.) Q K^T / sqrt(D)): dV = P^T dO, dP = dO V^T, "
-                               "dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)",
-                       "Attention_backward (head " + h + ", Softmax_backward)");
-                check(at, [&] {
-                    return check_attention(either(at, at ? kb.attn.Q[i] : Tensor<T>(), nD), either(at, at ? kb.attn.K[i] : Tensor<T>(), nD),
-                                           either(at, at ? kb.attn.V[i] : Tensor<T>(), nD), mask(), ++seed);
-                });
-            }
-        };
-        if (!pre) {
-            w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward" + in_block);
-            check(at, [&] { return check_layernorm(at ? add(kb.ffn_out, kb.ffn_in) : drawn(nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
-            ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
-            w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block);
-            check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
-            ffn_grads();
-            w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + "); " + ln_grad, "LayerNorm_backward" + in_block);
-            check(at, [&] { return check_layernorm(at ? add(kb.attn_out, kb.attn_in) : drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
-            ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
-            w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
-                   "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block);
-            check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask(), pl.attn, bw, ++seed); });
-            attention_grads();
-        } else {
-            w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
-                   "FFN_backward" + in_block);
-            check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
-            ffn_grads();
-            w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block);
-            check(at, [&] { return check_layernorm(either(at, kb.X_mid, nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
-            ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
-            w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
-                   "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block);
-            check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask(), pl.attn, bw, ++seed); });
-            attention_grads();
-            heads();
-            w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block);
-            check(at, [&] { return check_layernorm(either(at, kb.X, nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
-            ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
-        }
+        const bool at = l < blocks_done;
+        w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward" + in_block);
+        check(at, [&] { return check_layernorm(at ? add(kb.ffn_out, kb.ffn_in) : drawn(nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
+        ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
+        w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block);
+        check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
+        ffn_grads(gl);
+        w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + "); " + ln_grad, "LayerNorm_backward" + in_block);
+        check(at, [&] { return check_layernorm(at ? add(kb.attn_out, kb.attn_in) : drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
+        ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
+        w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
+               "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block);
+        check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask_of(l), pl.attn, bw, ++seed); });
+        attention_grads(gl);
         w.out("d" + Xp, "n x H", dX);
-        if (!pre) heads();
+        backward_head_attention_boxes(l, box);
     }
-    if (c.emb_ln) {
-        chain([&] { dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e); });
-        w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
-               "LayerNorm_backward (emb_ln, model_backward)");
-        check(true, [&] { return check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed); });
-        w.out("dE", "n x H", dX);
-        w.out("dgamma_e", "H", g.gamma_e);
-        w.out("dbeta_e", "H", g.beta_e);
+
+    // Layer l's backward boxes, pre-LN (GPT-2, GPT-3): FFN, LayerNorm, MultiHeadSA and its heads, LayerNorm.
+    void backward_pre_ln_boxes(int l, const std::string& box, const std::string& in_block) {
+        const std::string L1 = std::to_string(l + 1);
+        const std::string Xp = "X^(" + std::to_string(l) + ")", Xq = "X'^(" + L1 + ")", Xl = "X^(" + L1 + ")";
+        const Layer<T>& gl = r.g.layers[l];
+        const BlockCache<T>& kb = k.blocks[l];
+        const Layer<T>& pl = p.layers[l];
+        const bool at = l < blocks_done;
+        w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
+               "FFN_backward" + in_block);
+        check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
+        ffn_grads(gl);
+        w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block);
+        check(at, [&] { return check_layernorm(either(at, kb.X_mid, nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
+        ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
+        w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
+               "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block);
+        check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask_of(l), pl.attn, bw, ++seed); });
+        attention_grads(gl);
+        backward_head_attention_boxes(l, box);
+        w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block);
+        check(at, [&] { return check_layernorm(either(at, kb.X, nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
+        ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
+        w.out("d" + Xp, "n x H", dX);
     }
-    chain([&] { embed_backward(c, batch, dX, g); });
-    const std::string dX0 = "d" + X0;
-    w.step(0, "Backward: Embedding", pads ? X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), each row of " + dX0 + " into the W_p row (or w_pad) it read"
-                                          : X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), dW_p[1..n] += " + dX0,
-           "embed_backward (Embedding_backward)");
-    check(true, [&] { return check_embedding(c, p, batch, false, ++seed); });
-    w.out("dW_e", "V x H", g.W_e);
-    w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
-    if (pads) w.out("dw_pad", "H", g.w_pad);
-    if (seg) {
-        w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) " + dX0 + "), dw_B likewise with t",
-               "embed_backward (the segments' rows)");
-        check(true, [&] { return check_embedding(c, p, batch, true, ++seed); });
-        w.out("dw_A", "H", g.w_A);
-        w.out("dw_B", "H", g.w_B);
+
+    // The layers from L down to 1: each block_backward, then its boxes.
+    void backward_block_boxes() {
+        for (int l = c.L - 1; l >= 0; l--) {
+            const std::string box = "Backward, l = " + std::to_string(l + 1);
+            chain([&] { dX = block_backward(c, p.layers[l], k.blocks[l], dX, r.g.layers[l]); });  // d X^(l) -> d X^(l-1); the layer's gradients
+            const std::string in_block = std::string(" (") + (pre ? "pre_ln_block_backward" : "post_ln_block_backward") + ")";
+            if (!pre) backward_post_ln_boxes(l, box, in_block);
+            else backward_pre_ln_boxes(l, box, in_block);
+        }
     }
-    r.steps = std::move(w.steps);
-    return r;
+
+    // The embedding LayerNorm's gradient (the released BERT's), then the embedding rows' and BERT's segment rows'.
+    void backward_embedding_boxes() {
+        Params<T>& g = r.g;
+        if (c.emb_ln) {
+            chain([&] { dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e); });
+            w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
+                   "LayerNorm_backward (emb_ln, model_backward)");
+            check(true, [&] { return check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed); });
+            w.out("dE", "n x H", dX);
+            w.out("dgamma_e", "H", g.gamma_e);
+            w.out("dbeta_e", "H", g.beta_e);
+        }
+        chain([&] { embed_backward(c, batch, dX, g); });
+        const std::string dX0 = "d" + X0;
+        w.step(0, "Backward: Embedding", pads ? X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), each row of " + dX0 + " into the W_p row (or w_pad) it read"
+                                              : X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), dW_p[1..n] += " + dX0,
+               "embed_backward (Embedding_backward)");
+        check(true, [&] { return check_embedding(c, p, batch, false, ++seed); });
+        w.out("dW_e", "V x H", g.W_e);
+        w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
+        if (pads) w.out("dw_pad", "H", g.w_pad);
+        if (seg) {
+            w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) " + dX0 + "), dw_B likewise with t",
+                   "embed_backward (the segments' rows)");
+            check(true, [&] { return check_embedding(c, p, batch, true, ++seed); });
+            w.out("dw_A", "H", g.w_A);
+            w.out("dw_B", "H", g.w_B);
+        }
+    }
+
+    // model_backward's steps, one at a time. Past a handout's stub every box is still emitted, without
+    // values (w.mute), and checked alone: on the run's input of it where the forward reached it, else
+    // on inputs drawn at random.
+    void backward_walk() {
+        const bool forward_whole = r.stopped.empty();
+        r.g = make_params<T>(c);
+        w.mute = !forward_whole;
+        backward_head_boxes();
+        backward_block_boxes();
+        backward_embedding_boxes();
+    }
+};
+
+template <typename T>
+Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, int values, const ExplainDetail* detail) {
+    check_batch(c, batch);
+    if (batch.B != 1) throw Error("explain: one sequence (B = 1), got B = " + std::to_string(batch.B));
+    if (batch.targets.empty()) throw Error("explain: the batch has no targets");
+    if (values < 0 || values > 64) throw Error("explain: values must be in 0..64, got " + std::to_string(values));
+    ExplainRun<T> run(c, p, batch, values, detail);
+    run.run_forward();
+    run.forward_walk();
+    run.backward_walk();
+    run.r.steps = std::move(run.w.steps);
+    return std::move(run.r);
 }
 
 std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps) {
@@ -10050,184 +10324,179 @@ static std::string read_source(const std::string& given, std::string& used) {
     return "";
 }
 
-ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& batch, const ExplainHtml& o) {
-    ExplainDetail d;
-    d.fold = o.fold, d.backwards = o.backwards, d.stubs = true;
-    Explained<float> e = explain(c, p, batch, o.values, &d);
-    ExplainPage page;
-    page.loss = e.loss, page.stopped = e.stopped;
-    // Where a handout's stub stopped the run: "Mask_AR", from "not implemented: Mask_AR (assignment 3)".
-    const std::string stop_fn = e.stopped.empty() ? "" : e.stopped.substr(17, e.stopped.find_first_of(" (", 17) - 17);
-    const std::string source = read_source(o.source, page.source);
-    // The fold shrinks until the page's heat maps hold at most o.cells cells.
-    int fold = o.fold;
-    for (;;) {
-        std::size_t cells = 0;
-        for (const ExplainStep& s : e.steps) {
-            for (const ExplainTensor& t : s.in) cells += t.cells.size();
-            for (const ExplainTensor& t : s.out) cells += t.cells.size();
-        }
-        if (cells <= o.cells || fold <= 4) break;
-        fold /= 2;
-        for (ExplainStep& s : e.steps) {
-            for (ExplainTensor& t : s.in) refold(t, fold);
-            for (ExplainTensor& t : s.out) refold(t, fold);
-        }
-    }
-    const int n = batch.n;
-    std::vector<std::string> labels = o.labels;
-    for (int i = (int)labels.size(); i < n; i++) labels.push_back(std::to_string(batch.tokens[i]));
-    // The table of contents' groups: consecutive boxes with the same heading; a group (a block, the
-    // backward of a layer) with a failing box is marked, as is the model.
-    std::vector<int> failing;
-    for (std::size_t k = 0; k < e.steps.size(); k++) {
-        const ExplainCheck& ck = e.steps[k].check;
-        if (ck.done && ck.missing.empty()) page.checked++;
-        if (ck.done && !ck.missing.empty()) page.missing++;
-        if (ck.done && !ck.pass) {
-            failing.push_back((int)k);
-            page.failing_boxes.push_back("[" + std::to_string(k + 1) + "] " + e.steps[k].box + " (" + ck.function + ")");
-        }
-    }
-    page.failing = (int)failing.size();
-    page.boxes = (int)e.steps.size();
-    const std::string what = std::string(variant_name(c.variant)) + " (V=" + std::to_string(c.V) + " H=" + std::to_string(c.H) +
-                             " F=" + std::to_string(c.F) + " D=" + std::to_string(c.D) + " L=" + std::to_string(c.L) +
-                             " A=" + std::to_string(c.A) + ", " + activation_name(c.activation) + ")";
+// explain --html's page being written: the run, its labels and source, and the page's HTML and JSON
+// streams. Each member writes one part of the page, in the page's order.
+struct ExplainPageWriter {
+    const Config& c;
+    const Batch& batch;
+    const ExplainHtml& o;
+    Explained<float>& e;
+    ExplainPage& page;
+    std::string stop_fn;  // where a handout's stub stopped the run: "Mask_AR", from "not implemented: Mask_AR (assignment 3)"
+    std::string source;   // transformer.cpp's text, for the functions' lines ("": not found)
+    std::vector<std::string> labels;  // one per token
+    std::vector<int> failing;         // the boxes whose gradient check fails
+    int fold = 0;
+    std::string what;  // the model: variant and sizes
     std::ostringstream h, json;
-    h << "<!DOCTYPE html>\n" << SVG_MARK << "\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-      << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-      << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << "</style></head>\n<body>\n";
-    h << "<header><h1>explain: " << html_text(o.title) << "</h1><p>" << html_text(what) << "; tokens x = ";
-    for (int i = 0; i < n; i++) h << (i ? ", " : "") << html_text(labels[i]);
-    h << "; loss " << (std::isnan(e.loss) ? std::string("not reached") : num(e.loss, "%.9g")) << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
-      << "formula indices count from 1.</p>";
-    if (!e.stopped.empty())
-        h << "<p class=\"stop\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b> "
-          << "The forward boxes are those the run reached; every backward box is still checked alone: on the run's own input of it where the "
-             "forward reached the box, else on inputs drawn at random (fixed seed) with the model's shapes, marked <i>random inputs</i>. "
-             "A box whose backward, or a function it needs, is not written yet is marked <span class=\"missing\">not implemented yet</span> "
-             "(" << page.missing << " boxes): neither pass nor fail. Boxes past the stop show no values.</p>";
-    h << "<p>";
-    if (failing.empty()) {
-        h << "<span class=\"pass\">All " << page.checked << " backward boxes pass their gradient check.</span>";
-    } else {
-        h << "<span class=\"fail\"><b>" << failing.size() << " of " << page.checked << " backward boxes fail their gradient check:</b></span> ";
-        for (std::size_t k = 0; k < failing.size(); k++)
-            h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
-              << " (" << html_text(e.steps[failing[k]].check.function) << ")</a>";
-    }
-    if (page.missing) h << " <span class=\"missing\">" << page.missing << " more are not implemented yet.</span>";
-    h << "</p><p class=\"note\">Each backward box is checked alone: its own forward, in double, on this run's input of it, "
-         "contracted with a fixed random R of its output's shape (s = sum(R &#8857; f)); its backward's gradient of s is compared "
-         "with central finite differences (s(x + h) &minus; s(x &minus; h)) / 2h, h = 1e-6, at every entry of a small gradient "
-         "(of a large one, the entry of largest |g| and entries drawn at random); an entry passes if |num &minus; g| &le; 1e-6 max(1, |g|). "
-         "Heat maps: red positive, blue negative, white 0, scaled to each tensor's largest |value|; "
-         "a cell's title (or focus the map and use the arrow keys) gives its (i, j) and value. Keys n / p: next / previous box.";
-    if (fold < o.fold) h << " To keep the page small, tensors are folded beyond " << fold << " x " << fold << " (the first and last " << fold / 2 << " rows and columns).";
-    else h << " Tensors beyond " << fold << " x " << fold << " are folded (the first and last " << fold / 2 << " rows and columns).";
-    h << (page.source.empty() ? " (transformer.cpp was not found: no line numbers.)" : "") << "</p></header>\n";
 
-    // Table of contents.
-    h << "<nav aria-label=\"Formula boxes\"><h2>Boxes</h2><ol>\n";
-    for (std::size_t k = 0; k < e.steps.size();) {
-        std::size_t end = k;
-        bool bad = false;
-        while (end < e.steps.size() && e.steps[end].box == e.steps[k].box) bad |= e.steps[end].check.done && !e.steps[end].check.pass, end++;
-        const bool backward_start = e.steps[k].box.rfind("Backward", 0) == 0 && (k == 0 || e.steps[k - 1].box.rfind("Backward", 0) != 0);
-        if (backward_start) h << "</ol><h2>Backward</h2><ol>\n";
-        h << "<li class=\"group" << (bad ? " fail" : "") << "\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
-          << (bad ? " <span class=\"tag fail\">contains a failing box</span>" : "") << "<ol>";
-        for (std::size_t j = k; j < end; j++) {
-            const ExplainStep& s = e.steps[j];
-            std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
-            if (s.depth) label = s.box.rfind("Backward", 0) != 0 ? s.box
-                                 : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
-            h << "<li value=\"" << j + 1 << "\"" << (s.depth ? " class=\"d1\"" : "") << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
-            if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
-            else if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
-            if (s.check.done && s.check.random) h << " <span class=\"note\">(random inputs)</span>";
-            h << "</li>";
-        }
-        h << "</ol></li>\n";
-        k = end;
-    }
-    h << "</ol></nav>\n<main>\n";
+    ExplainPageWriter(const Config& c_, const Batch& batch_, const ExplainHtml& o_, Explained<float>& e_, ExplainPage& page_)
+        : c(c_), batch(batch_), o(o_), e(e_), page(page_), labels(o_.labels) {}
 
-    json << "{\"title\":" << json_escape(o.title) << ",\"model\":" << json_escape(what) << ",\"variant\":" << json_escape(variant_name(c.variant))
-         << ",\"tokens\":[";
-    for (int i = 0; i < n; i++) json << (i ? "," : "") << batch.tokens[i];
-    json << "],\"loss\":" << json_num(e.loss) << ",\"stopped\":" << json_escape(e.stopped) << ",\"fold\":" << fold << ",\"source\":" << json_escape(page.source) << ",\"boxes\":[";
-    bool backward = false;
-    for (std::size_t k = 0; k < e.steps.size(); k++) {
-        const ExplainStep& s = e.steps[k];
-        const int sec = section_of(c, s);
-        if (k == 0 || (!backward && s.box.rfind("Backward", 0) == 0)) {
-            backward = k > 0;
-            if (backward && !e.stopped.empty())
-                h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b></p>\n";
-            h << "<h2>" << (backward ? "Backward: d loss / d &theta;, from the loss down" : "Forward") << "</h2>\n";
+    // The fold shrinks until the page's heat maps hold at most o.cells cells.
+    void refold_to_budget() {
+        fold = o.fold;
+        for (;;) {
+            std::size_t cells = 0;
+            for (const ExplainStep& s : e.steps) {
+                for (const ExplainTensor& t : s.in) cells += t.cells.size();
+                for (const ExplainTensor& t : s.out) cells += t.cells.size();
+            }
+            if (cells <= o.cells || fold <= 4) break;
+            fold /= 2;
+            for (ExplainStep& s : e.steps) {
+                for (ExplainTensor& t : s.in) refold(t, fold);
+                for (ExplainTensor& t : s.out) refold(t, fold);
+            }
         }
-        const bool bad = s.check.done && !s.check.pass;
-        h << "<section id=\"b" << k + 1 << "\" class=\"box" << (s.depth ? " d1" : "") << (bad ? " bad" : "") << "\" tabindex=\"-1\" aria-labelledby=\"h" << k + 1 << "\">\n";
-        h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << html_text(s.box);
-        if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
-        else if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
-        h << "</h3>\n" << to_mathml(s.formula) << "\n";
-        h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code> &middot; <a href=\"" << html_text(o.formulas) << "#s" << sec
-          << "\">formulas &sect;" << sec << "</a></p>\n";
-        // The function(s), each with its line.
+    }
+
+    // The checks' tally: boxes checked, not implemented and failing.
+    void count_checks() {
+        for (std::size_t k = 0; k < e.steps.size(); k++) {
+            const ExplainCheck& ck = e.steps[k].check;
+            if (ck.done && ck.missing.empty()) page.checked++;
+            if (ck.done && !ck.missing.empty()) page.missing++;
+            if (ck.done && !ck.pass) {
+                failing.push_back((int)k);
+                page.failing_boxes.push_back("[" + std::to_string(k + 1) + "] " + e.steps[k].box + " (" + ck.function + ")");
+            }
+        }
+        page.failing = (int)failing.size();
+        page.boxes = (int)e.steps.size();
+    }
+
+    // The page's head and its header: the model, the tokens, the loss, where a stub stopped the run,
+    // the checks' summary and how to read the page.
+    void header_html() {
+        const int n = batch.n;
+        h << "<!DOCTYPE html>\n" << SVG_MARK << "\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+          << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+          << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << "</style></head>\n<body>\n";
+        h << "<header><h1>explain: " << html_text(o.title) << "</h1><p>" << html_text(what) << "; tokens x = ";
+        for (int i = 0; i < n; i++) h << (i ? ", " : "") << html_text(labels[i]);
+        h << "; loss " << (std::isnan(e.loss) ? std::string("not reached") : num(e.loss, "%.9g")) << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
+          << "formula indices count from 1.</p>";
+        if (!e.stopped.empty())
+            h << "<p class=\"stop\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b> "
+              << "The forward boxes are those the run reached; every backward box is still checked alone: on the run's own input of it where the "
+                 "forward reached the box, else on inputs drawn at random (fixed seed) with the model's shapes, marked <i>random inputs</i>. "
+                 "A box whose backward, or a function it needs, is not written yet is marked <span class=\"missing\">not implemented yet</span> "
+                 "(" << page.missing << " boxes): neither pass nor fail. Boxes past the stop show no values.</p>";
+        h << "<p>";
+        if (failing.empty()) {
+            h << "<span class=\"pass\">All " << page.checked << " backward boxes pass their gradient check.</span>";
+        } else {
+            h << "<span class=\"fail\"><b>" << failing.size() << " of " << page.checked << " backward boxes fail their gradient check:</b></span> ";
+            for (std::size_t k = 0; k < failing.size(); k++)
+                h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
+                  << " (" << html_text(e.steps[failing[k]].check.function) << ")</a>";
+        }
+        if (page.missing) h << " <span class=\"missing\">" << page.missing << " more are not implemented yet.</span>";
+        h << "</p><p class=\"note\">Each backward box is checked alone: its own forward, in double, on this run's input of it, "
+             "contracted with a fixed random R of its output's shape (s = sum(R &#8857; f)); its backward's gradient of s is compared "
+             "with central finite differences (s(x + h) &minus; s(x &minus; h)) / 2h, h = 1e-6, at every entry of a small gradient "
+             "(of a large one, the entry of largest |g| and entries drawn at random); an entry passes if |num &minus; g| &le; 1e-6 max(1, |g|). "
+             "Heat maps: red positive, blue negative, white 0, scaled to each tensor's largest |value|; "
+             "a cell's title (or focus the map and use the arrow keys) gives its (i, j) and value. Keys n / p: next / previous box.";
+        if (fold < o.fold) h << " To keep the page small, tensors are folded beyond " << fold << " x " << fold << " (the first and last " << fold / 2 << " rows and columns).";
+        else h << " Tensors beyond " << fold << " x " << fold << " are folded (the first and last " << fold / 2 << " rows and columns).";
+        h << (page.source.empty() ? " (transformer.cpp was not found: no line numbers.)" : "") << "</p></header>\n";
+    }
+
+    // The table of contents: consecutive boxes with the same heading form a group; a group (a block,
+    // the backward of a layer) with a failing box is marked.
+    void contents_html() {
+        h << "<nav aria-label=\"Formula boxes\"><h2>Boxes</h2><ol>\n";
+        for (std::size_t k = 0; k < e.steps.size();) {
+            std::size_t end = k;
+            bool bad = false;
+            while (end < e.steps.size() && e.steps[end].box == e.steps[k].box) bad |= e.steps[end].check.done && !e.steps[end].check.pass, end++;
+            const bool backward_start = e.steps[k].box.rfind("Backward", 0) == 0 && (k == 0 || e.steps[k - 1].box.rfind("Backward", 0) != 0);
+            if (backward_start) h << "</ol><h2>Backward</h2><ol>\n";
+            h << "<li class=\"group" << (bad ? " fail" : "") << "\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
+              << (bad ? " <span class=\"tag fail\">contains a failing box</span>" : "") << "<ol>";
+            for (std::size_t j = k; j < end; j++) {
+                const ExplainStep& s = e.steps[j];
+                std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
+                if (s.depth) label = s.box.rfind("Backward", 0) != 0 ? s.box
+                                     : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
+                h << "<li value=\"" << j + 1 << "\"" << (s.depth ? " class=\"d1\"" : "") << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
+                if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
+                else if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
+                if (s.check.done && s.check.random) h << " <span class=\"note\">(random inputs)</span>";
+                h << "</li>";
+            }
+            h << "</ol></li>\n";
+            k = end;
+        }
+        h << "</ol></nav>\n<main>\n";
+    }
+
+    // A box's function(s), each with its line in transformer.cpp; returns them as JSON members.
+    std::string code_html(const ExplainStep& s) {
         h << "<p class=\"code\">code: ";
         std::string lines_json;
-        {
-            const std::string& f = s.function;
-            std::size_t i = 0;
-            while (i < f.size()) {
-                if (std::isalpha((unsigned char)f[i]) || f[i] == '_') {
-                    std::size_t j = i;
-                    while (j < f.size() && (std::isalnum((unsigned char)f[j]) || f[j] == '_' || f[j] == ':')) j++;
-                    const std::string w = f.substr(i, j - i);
-                    const int line = w.find(':') == std::string::npos && w.size() > 2 ? definition_line(source, w) : 0;
-                    if (line) {
-                        h << "<code>" << html_text(w) << "</code> <span class=\"note\">(transformer.cpp:" << line << ")</span>";
-                        lines_json += std::string(lines_json.empty() ? "" : ",") + json_escape(w) + ":" + std::to_string(line);
-                    } else h << html_text(w);
-                    i = j;
-                } else h << html_text(std::string(1, f[i++]));
-            }
+        const std::string& f = s.function;
+        std::size_t i = 0;
+        while (i < f.size()) {
+            if (std::isalpha((unsigned char)f[i]) || f[i] == '_') {
+                std::size_t j = i;
+                while (j < f.size() && (std::isalnum((unsigned char)f[j]) || f[j] == '_' || f[j] == ':')) j++;
+                const std::string w = f.substr(i, j - i);
+                const int line = w.find(':') == std::string::npos && w.size() > 2 ? definition_line(source, w) : 0;
+                if (line) {
+                    h << "<code>" << html_text(w) << "</code> <span class=\"note\">(transformer.cpp:" << line << ")</span>";
+                    lines_json += std::string(lines_json.empty() ? "" : ",") + json_escape(w) + ":" + std::to_string(line);
+                } else h << html_text(w);
+                i = j;
+            } else h << html_text(std::string(1, f[i++]));
         }
         h << "</p>\n";
-        json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"box\":" << json_escape(s.box)
-             << ",\"formula\":" << json_escape(s.formula) << ",\"section\":" << sec << ",\"function\":" << json_escape(s.function)
-             << ",\"lines\":{" << lines_json << "}";
-        if (s.check.done) {
-            const ExplainCheck& ck = s.check;
-            std::string entry;
-            if (!ck.shape.empty()) {
-                const int C = ck.shape.back();
-                entry = ck.shape.size() == 2 ? "(" + std::to_string(ck.at / C + 1) + ", " + std::to_string(ck.at % C + 1) + ")"
-                                             : "(" + std::to_string(ck.at + 1) + ")";
-            }
-            const std::string on = ck.random ? " on inputs drawn at random (fixed seed; the run did not reach this box)" : "";
-            if (!ck.missing.empty())
-                h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << html_text(ck.function) << " is not checked" << on
-                  << ", the run meets a stub (" << html_text(ck.missing) << ")";
-            else
-                h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
-                  << "</b> (" << html_text(ck.function) << " against central differences of its forward" << on << "): " << ck.entries << " entries compared; ";
-            if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
-            if (!ck.tensor.empty())
-                h << "worst: " << html_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
-                  << ", backward " << num(ck.ana, "%.9g") << ", |num &minus; g| / max(1, |g|) = " << num(ck.err, "%.3g") << " against the tolerance "
-                  << num(ck.tol) << " (h = " << num(ck.h) << ")";
-            h << "</div>\n";
-            json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
-                 << ",\"random\":" << (ck.random ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
-                 << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
-                 << ",\"ana\":" << json_num(ck.ana) << ",\"err\":" << json_num(ck.err) << ",\"tol\":" << json_num(ck.tol)
-                 << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem) << "}";
+        return lines_json;
+    }
+
+    // A backward box's gradient check: its verdict, the worst entry, and the same as JSON.
+    void check_html(const ExplainCheck& ck) {
+        std::string entry;
+        if (!ck.shape.empty()) {
+            const int C = ck.shape.back();
+            entry = ck.shape.size() == 2 ? "(" + std::to_string(ck.at / C + 1) + ", " + std::to_string(ck.at % C + 1) + ")"
+                                         : "(" + std::to_string(ck.at + 1) + ")";
         }
-        // Pictures: a layer's mask, and each head's P with the tokens as labels.
+        const std::string on = ck.random ? " on inputs drawn at random (fixed seed; the run did not reach this box)" : "";
+        if (!ck.missing.empty())
+            h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << html_text(ck.function) << " is not checked" << on
+              << ", the run meets a stub (" << html_text(ck.missing) << ")";
+        else
+            h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
+              << "</b> (" << html_text(ck.function) << " against central differences of its forward" << on << "): " << ck.entries << " entries compared; ";
+        if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
+        if (!ck.tensor.empty())
+            h << "worst: " << html_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
+              << ", backward " << num(ck.ana, "%.9g") << ", |num &minus; g| / max(1, |g|) = " << num(ck.err, "%.3g") << " against the tolerance "
+              << num(ck.tol) << " (h = " << num(ck.h) << ")";
+        h << "</div>\n";
+        json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
+             << ",\"random\":" << (ck.random ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
+             << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
+             << ",\"ana\":" << json_num(ck.ana) << ",\"err\":" << json_num(ck.err) << ",\"tol\":" << json_num(ck.tol)
+             << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem) << "}";
+    }
+
+    // Box k's pictures: a layer's mask, and each head's P with the tokens as labels.
+    void pictures_html(std::size_t k) {
+        const ExplainStep& s = e.steps[k];
         if (s.function.rfind("layer_mask", 0) == 0 && !s.out.empty() && !s.out[0].cells.empty())
             h << "<div class=\"pics\">" << inline_svg(heatmap_svg({panel_of(s.out[0], labels, s.out[0].name)}, 1, "The mask of " + s.box, {}, false)) << "</div>\n";
         if (s.function == "MultiHeadSA") {
@@ -10240,6 +10509,10 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
                                                                       {"Row i: the query token, column j: the key token."}, true))
                   << "</div>\n";
         }
+    }
+
+    // A box's tensors: a heat map each, and their values as JSON.
+    void tensors_html(const ExplainStep& s) {
         json << ",\"tensors\":[";
         bool first = true;
         for (int io = 0; io < 2; io++)
@@ -10262,14 +10535,73 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
         json << "],\"picture\":[";
         for (std::size_t a = 0; a < s.picture.size(); a++) json << (a ? "," : "") << json_escape(s.picture[a]);
         json << "]}";
+    }
+
+    // Box k: its heading, formula, code, check, pictures and tensors.
+    void box_html(std::size_t k) {
+        const ExplainStep& s = e.steps[k];
+        const int sec = section_of(c, s);
+        const bool bad = s.check.done && !s.check.pass;
+        h << "<section id=\"b" << k + 1 << "\" class=\"box" << (s.depth ? " d1" : "") << (bad ? " bad" : "") << "\" tabindex=\"-1\" aria-labelledby=\"h" << k + 1 << "\">\n";
+        h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << html_text(s.box);
+        if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
+        else if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
+        h << "</h3>\n" << to_mathml(s.formula) << "\n";
+        h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code> &middot; <a href=\"" << html_text(o.formulas) << "#s" << sec
+          << "\">formulas &sect;" << sec << "</a></p>\n";
+        const std::string lines_json = code_html(s);
+        json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"box\":" << json_escape(s.box)
+             << ",\"formula\":" << json_escape(s.formula) << ",\"section\":" << sec << ",\"function\":" << json_escape(s.function)
+             << ",\"lines\":{" << lines_json << "}";
+        if (s.check.done) check_html(s.check);
+        pictures_html(k);
+        tensors_html(s);
         h << "</section>\n";
         page.maths++;
     }
-    json << "]}";
-    std::string js = json.str();
+
+    // The boxes in order under the headings Forward and Backward, and the JSON of the run around them.
+    void boxes_html() {
+        json << "{\"title\":" << json_escape(o.title) << ",\"model\":" << json_escape(what) << ",\"variant\":" << json_escape(variant_name(c.variant))
+             << ",\"tokens\":[";
+        for (int i = 0; i < batch.n; i++) json << (i ? "," : "") << batch.tokens[i];
+        json << "],\"loss\":" << json_num(e.loss) << ",\"stopped\":" << json_escape(e.stopped) << ",\"fold\":" << fold << ",\"source\":" << json_escape(page.source) << ",\"boxes\":[";
+        bool backward = false;
+        for (std::size_t k = 0; k < e.steps.size(); k++) {
+            if (k == 0 || (!backward && e.steps[k].box.rfind("Backward", 0) == 0)) {
+                backward = k > 0;
+                if (backward && !e.stopped.empty())
+                    h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b></p>\n";
+                h << "<h2>" << (backward ? "Backward: d loss / d &theta;, from the loss down" : "Forward") << "</h2>\n";
+            }
+            box_html(k);
+        }
+        json << "]}";
+    }
+};
+
+ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& batch, const ExplainHtml& o) {
+    ExplainDetail d;
+    d.fold = o.fold, d.backwards = o.backwards, d.stubs = true;
+    Explained<float> e = explain(c, p, batch, o.values, &d);
+    ExplainPage page;
+    page.loss = e.loss, page.stopped = e.stopped;
+    ExplainPageWriter pw(c, batch, o, e, page);
+    pw.stop_fn = e.stopped.empty() ? "" : e.stopped.substr(17, e.stopped.find_first_of(" (", 17) - 17);
+    pw.source = read_source(o.source, page.source);
+    pw.refold_to_budget();
+    for (int i = (int)pw.labels.size(); i < batch.n; i++) pw.labels.push_back(std::to_string(batch.tokens[i]));
+    pw.count_checks();
+    pw.what = std::string(variant_name(c.variant)) + " (V=" + std::to_string(c.V) + " H=" + std::to_string(c.H) +
+              " F=" + std::to_string(c.F) + " D=" + std::to_string(c.D) + " L=" + std::to_string(c.L) +
+              " A=" + std::to_string(c.A) + ", " + activation_name(c.activation) + ")";
+    pw.header_html();
+    pw.contents_html();
+    pw.boxes_html();
+    std::string js = pw.json.str();
     for (std::size_t at = js.find("</"); at != std::string::npos; at = js.find("</", at + 2)) js.replace(at, 2, "<\\/");
-    h << "</main>\n<script type=\"application/json\" id=\"explain-data\">" << js << "</script>\n<script>" << PAGE_SCRIPT << "</script>\n</body></html>\n";
-    page.html = h.str();
+    pw.h << "</main>\n<script type=\"application/json\" id=\"explain-data\">" << js << "</script>\n<script>" << PAGE_SCRIPT << "</script>\n</body></html>\n";
+    page.html = pw.h.str();
     return page;
 }
 
