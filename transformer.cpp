@@ -10167,7 +10167,7 @@ section.d1{margin-left:2.5em}h3{margin:.4em 0;font-size:16px}
 math{font-size:1.15em;overflow-x:auto;max-width:100%}.plain,.code,.note{color:var(--muted);font-size:13px;margin:.2em 0}
 code{font-size:12.5px}figure{margin:.6em 0;overflow-x:auto}figcaption{font-size:13px;margin-bottom:.2em}
 .hm{display:inline-grid;gap:0;border:1px solid var(--line);line-height:0}.hm i{display:block;width:9px;height:9px}
-.hm i.x{background:repeating-linear-gradient(45deg,#bbb 0 2px,#eee 2px 4px)}
+.hm i.x{background:repeating-linear-gradient(45deg,#bbb 0 2px,#eee 2px 4px)}.hm i.u{background:#d0d0d0}
 .hm:focus{outline:2px solid #4c8bf5}.hm i.cur{outline:2px solid #000;position:relative}
 .legend{display:inline-block;vertical-align:middle;width:120px;height:10px;margin:0 .4em;border:1px solid var(--line);
  background:linear-gradient(90deg,#2166ac,#fff,#b2182b)}
@@ -10232,20 +10232,24 @@ static std::string left_out(const ExplainTensor& t) {
     return o;
 }
 
-static std::string heat_map(const ExplainTensor& t, const std::string& role) {
+// scale: the |value| of the colour scale's ends (0: the tensor's own largest |value|); maps drawn
+// side by side for comparison share one.
+static std::string heat_map(const ExplainTensor& t, const std::string& role, double scale = 0) {
     const bool vec = t.dims.size() < 2;
     double m = 0;
-    bool inf = false;
+    bool inf = false, unknown = false;
     for (double v : t.cells) {
         if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+        else if (std::isnan(v)) unknown = true;
         else inf = true;
     }
+    if (scale > 0) m = scale;
     std::ostringstream o;
     const std::string out = left_out(t);
     o << "<figure><figcaption><b>" << html_text(t.name) << "</b> (" << role << ") " << html_text(t.symbol) << " = " << t.shape;
     if (!out.empty()) o << " &middot; <span class=\"note\">folded: " << out << "</span>";
     o << " &middot; <span class=\"legend\" aria-hidden=\"true\"></span>" << "&minus;" << num(m) << " .. 0 .. " << num(m)
-      << (inf ? " &middot; hatched: &minus;inf" : "") << "</figcaption>";
+      << (inf ? " &middot; hatched: &minus;inf" : "") << (unknown ? " &middot; grey: not compared" : "") << "</figcaption>";
     o << "<div class=\"hm\" tabindex=\"0\" data-cols=\"" << t.cols.size() << "\" style=\"grid-template-columns:repeat(" << t.cols.size()
       << ",9px)\" aria-label=\"" << html_text(t.name) << ": " << t.rows.size() * t.cols.size()
       << " values; each cell's title holds its (i, j), counted from 1, and its value\">";
@@ -10253,7 +10257,8 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role) {
         for (std::size_t b = 0; b < t.cols.size(); b++) {
             const double v = t.cells[a * t.cols.size() + b];
             std::string cls = "z";
-            if (!std::isfinite(v)) cls = "x";
+            if (std::isnan(v)) cls = "u";
+            else if (!std::isfinite(v)) cls = "x";
             else if (m > 0) {
                 const int k = (int)std::lround(std::fabs(v) / m * 8);
                 if (k > 0) cls = (v > 0 ? "p" : "n") + std::to_string(k);
@@ -10261,7 +10266,7 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role) {
             o << "<i class=" << cls << " title=\"(";
             if (vec) o << t.cols[b] + 1;
             else o << t.rows[a] + 1 << "," << t.cols[b] + 1;
-            o << ") " << num(v) << "\"></i>";
+            o << ") " << (std::isnan(v) ? std::string("not compared") : num(v)) << "\"></i>";
         }
     o << "</div><output class=\"cell\"></output></figure>\n";
     return o.str();

@@ -1752,6 +1752,21 @@ struct ExplainTensor {
 // tests' checks do), against central finite differences of s (step h) at the compared entries
 // (all of a small gradient; of a large one the entry of largest |g| and a few drawn at random).
 // An entry passes if |num - g| <= tol max(1, |g|).
+// One gradient of a backward box, checked on its own: its verdict, its worst entry, a relation that
+// explains a failure, and its values to draw (the finite difference where compared, the backward's
+// value, their difference), kept as ExplainTensor::rows and cols keep a tensor's.
+struct ExplainGradient {
+    std::string name;                 // "dW_1"
+    std::string formula;              // its line of the backward: "dW_1 = X^T dZ"
+    std::vector<int> shape;
+    bool pass = true;
+    int entries = 0;                  // entries compared
+    std::size_t at = 0;               // the worst entry, row-major (0-based)
+    double num = 0, ana = 0, err = 0;  // at the worst entry: finite difference, backward, relative error
+    std::string relation;             // a failure explained: "backward = 4.00 x finite difference everywhere: a factor of D?"
+    std::string problem;              // of the wrong shape, or not finite
+    ExplainTensor fd, backward, diff;  // the drawn values: fd and diff NaN where no entry was compared
+};
 struct ExplainCheck {
     bool done = false, pass = true;
     std::string function;             // the backward checked: "LayerNorm_backward"
@@ -1766,6 +1781,11 @@ struct ExplainCheck {
     // handout's stub: "not implemented: Mask_AR (assignment 3)". Neither pass nor fail (pass stays true).
     std::string missing;
     bool random = false;              // its inputs drawn at random (the run did not reach the box)
+    std::vector<ExplainGradient> gradients;  // each gradient the backward returns, in the backward's order
+    std::string first_failing;        // the first gradient in that order that fails, those before it passing: a note
+    // The box of a function this box's backward calls whose own check fails (a step index, 0-based;
+    // -1: none): this box fails through it, and the page says to fix that one first.
+    int callee = -1;
 };
 struct ExplainStep {
     int depth = 0;                    // 1: a box inside the one above (a head inside MultiHeadSA)
