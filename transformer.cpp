@@ -9192,59 +9192,115 @@ static int entries_per_gradient(double flops, std::size_t gradients) {
 }
 struct FdTarget {
     std::string name;
-    Tensor<double>* x;   // the input or parameter, perturbed in place
-    Tensor<double> ana;  // the backward's gradient of it
+    Tensor<double>* x;    // the input or parameter, perturbed in place
+    Tensor<double> ana;   // the backward's gradient of it
+    std::string formula;  // its line of the backward, as the box's formula writes it
 };
+// A gradient's values as a heat map draws them: value(k) at each kept entry k (row-major) of a
+// tensor of `shape`, the first and last fold/2 rows and columns beyond fold.
+static ExplainTensor gradient_view(const std::string& name, const std::vector<int>& shape, int fold,
+                                   const std::function<double(std::size_t)>& value) {
+    ExplainTensor t;
+    t.name = name, t.shape = shape_str(shape), t.dims = shape;
+    const int R = shape.size() == 2 ? shape[0] : 1, C = shape.empty() ? 1 : shape.back();
+    t.rows = kept_indices(R, fold), t.cols = kept_indices(C, fold);
+    for (int i : t.rows)
+        for (int j : t.cols) t.cells.push_back(value((std::size_t)i * C + j));
+    return t;
+}
+// The entries of a gradient of N entries that a check compares: all of a small one; of a large one
+// the entry of largest |g| and entries drawn at random.
+static std::set<std::size_t> compared_entries(const Tensor<double>& ana, int per, Rng& r) {
+    const std::size_t N = ana.size();
+    std::set<std::size_t> idx;
+    if (N <= (std::size_t)per) {
+        for (std::size_t j = 0; j < N; j++) idx.insert(j);
+        return idx;
+    }
+    std::size_t arg = 0;
+    for (std::size_t j = 0; j < N; j++)
+        if (!(std::fabs(ana[j]) <= std::fabs(ana[arg]))) arg = j;
+    idx.insert(arg);
+    while ((int)idx.size() < per) idx.insert((std::size_t)r.below((int)N));
+    return idx;
+}
+// One gradient against central differences of f at its compared entries.
+static ExplainGradient fd_gradient(const std::function<double()>& f, FdTarget& t, int per, Rng& r, double h, double tol, int fold) {
+    ExplainGradient g;
+    g.name = t.name, g.formula = t.formula, g.shape = t.x->shape;
+    if (t.ana.shape != t.x->shape) {
+        g.pass = false;
+        g.problem = t.name + " is " + shape_str(t.ana.shape) + ", expected " + shape_str(t.x->shape);
+        return g;
+    }
+    std::map<std::size_t, double> fd;
+    for (std::size_t j : compared_entries(t.ana, per, r)) {
+        double& x = (*t.x)[j];
+        const double x0 = x;
+        x = x0 + h;
+        const double lp = f();
+        x = x0 - h;
+        const double lm = f();
+        x = x0;
+        const double num = (lp - lm) / (2 * h), ana = t.ana[j];
+        double err = std::fabs(num - ana) / std::max(1.0, std::fabs(ana));
+        if (std::isnan(err)) err = INFINITY;
+        if (g.entries == 0 || err > g.err) g.err = err, g.num = num, g.ana = ana, g.at = j;
+        g.entries++;
+        if (!(err <= tol)) g.pass = false;
+        fd[j] = num;
+        g.compared.push_back(j);
+        g.nums.push_back(num);
+        g.anas.push_back(ana);
+    }
+    auto at = [&](std::size_t k) {
+        const auto it = fd.find(k);
+        return it == fd.end() ? NAN : it->second;
+    };
+    g.fd = gradient_view("finite difference", g.shape, fold, at);
+    g.backward = gradient_view("backward", g.shape, fold, [&](std::size_t k) { return t.ana[k]; });
+    g.diff = gradient_view("backward \u2212 finite difference", g.shape, fold, [&](std::size_t k) { return t.ana[k] - at(k); });
+    return g;
+}
+// The box's check: each gradient in the backward's order; the box's worst entry over all of them;
+// where the first failing gradient follows passing ones, a note that the mistake comes after those.
 static ExplainCheck fd_check(const std::string& function, const std::function<double()>& f, std::vector<FdTarget> targets,
-                             double flops, uint64_t seed) {
+                             double flops, uint64_t seed, int fold) {
     ExplainCheck k;
     k.done = true, k.function = function;
     std::size_t live = 0;
     for (const FdTarget& t : targets) live += t.x->shape.empty() ? 0 : 1;
     const int per = entries_per_gradient(flops, live);
     Rng r(seed);
-    bool first = true;
     for (FdTarget& t : targets) {
         if (t.x->shape.empty()) continue;
-        if (t.ana.shape != t.x->shape) {
-            k.pass = false, k.tensor = t.name, k.shape = t.x->shape;
-            k.problem = t.name + " is " + shape_str(t.ana.shape) + ", expected " + shape_str(t.x->shape);
-            continue;
-        }
-        const std::size_t N = t.x->size();
-        std::set<std::size_t> idx;
-        if (N <= (std::size_t)per) {
-            for (std::size_t j = 0; j < N; j++) idx.insert(j);
-        } else {
-            std::size_t arg = 0;
-            for (std::size_t j = 0; j < N; j++)
-                if (!(std::fabs(t.ana[j]) <= std::fabs(t.ana[arg]))) arg = j;
-            idx.insert(arg);
-            while ((int)idx.size() < per) idx.insert((std::size_t)r.below((int)N));
-        }
-        for (std::size_t j : idx) {
-            double& x = (*t.x)[j];
-            const double x0 = x;
-            x = x0 + k.h;
-            const double lp = f();
-            x = x0 - k.h;
-            const double lm = f();
-            x = x0;
-            const double num = (lp - lm) / (2 * k.h), ana = t.ana[j];
-            double err = std::fabs(num - ana) / std::max(1.0, std::fabs(ana));
-            if (std::isnan(err)) err = INFINITY;
-            k.entries++;
-            if (first || err > k.err) k.err = err, k.num = num, k.ana = ana, k.at = j, k.tensor = t.name, k.shape = t.x->shape;
-            first = false;
-            if (!(err <= k.tol)) k.pass = false;
-        }
+        k.gradients.push_back(fd_gradient(f, t, per, r, k.h, k.tol, fold));
+        const ExplainGradient& g = k.gradients.back();
+        k.entries += g.entries;
+        if (g.pass) continue;
+        if (k.pass || (k.problem.empty() && (!g.problem.empty() || g.err > k.err)))
+            k.tensor = g.name, k.shape = g.shape, k.at = g.at, k.num = g.num, k.ana = g.ana, k.err = g.err, k.problem = g.problem;
+        k.pass = false;
+    }
+    if (k.pass)  // the worst entry of a passing box
+        for (const ExplainGradient& g : k.gradients)
+            if (k.tensor.empty() || g.err > k.err) k.tensor = g.name, k.shape = g.shape, k.at = g.at, k.num = g.num, k.ana = g.ana, k.err = g.err;
+    std::size_t first = 0;
+    while (first < k.gradients.size() && k.gradients[first].pass) first++;
+    if (first > 0 && first < k.gradients.size()) {
+        std::string before;
+        for (std::size_t a = 0; a < first; a++) before += (a ? (a + 1 == first ? " and " : ", ") : "") + k.gradients[a].name;
+        const ExplainGradient& g = k.gradients[first];
+        k.first_failing = before + (first == 1 ? " passes" : " pass") + "; " + g.name + " is the first gradient in the backward's order to fail (" +
+                          g.formula + "): the mistake is in its line or in what it uses that " + (first == 1 ? "the one" : "those") + " before it " +
+                          (first == 1 ? "does" : "do") + " not.";
     }
     return k;
 }
 
 template <typename T>
 static ExplainCheck check_layernorm(const Tensor<T>& X, const Tensor<T>& gamma, const Tensor<T>& beta, double eps,
-                                    const ExplainBackwards& bw, uint64_t seed) {
+                                    const ExplainBackwards& bw, uint64_t seed, int fold) {
     Tensor<double> Xd = to_f64(X), g = to_f64(gamma), b = to_f64(beta);
     const Tensor<double> R = random_like(X.shape, seed);
     LayerNormCache<double> kc;
@@ -9252,11 +9308,13 @@ static ExplainCheck check_layernorm(const Tensor<T>& X, const Tensor<T>& gamma, 
     Tensor<double> dg = zeros_like(g), db = zeros_like(b);
     Tensor<double> dX = bw.LayerNorm_backward ? bw.LayerNorm_backward(g, kc, R, dg, db) : LayerNorm_backward(g, kc, R, dg, db);
     return fd_check("LayerNorm_backward", [&] { return contract(R, LayerNorm(Xd, g, b, eps)); },
-                    {{"dX", &Xd, dX}, {"dgamma", &g, dg}, {"dbeta", &b, db}}, 10.0 * (double)X.size(), seed);
+                    {{"dgamma", &g, dg, "dgamma = sum_i dY (.) Xhat"}, {"dbeta", &b, db, "dbeta = sum_i dY"},
+                     {"dX", &Xd, dX, "dX = rstd (G - mean(G) - Xhat mean(G (.) Xhat)), G = dY (.) gamma"}},
+                    10.0 * (double)X.size(), seed, fold);
 }
 
 template <typename T>
-static ExplainCheck check_ffn(const Tensor<T>& X, const FFNParams<T>& p, Activation act, const ExplainBackwards& bw, uint64_t seed) {
+static ExplainCheck check_ffn(const Tensor<T>& X, const FFNParams<T>& p, Activation act, const ExplainBackwards& bw, uint64_t seed, int fold) {
     Tensor<double> Xd = to_f64(X);
     FFNParams<double> q{to_f64(p.W_1), to_f64(p.b_1), to_f64(p.W_2), to_f64(p.b_2)};
     const Tensor<double> R = random_like(X.shape, seed);
@@ -9265,13 +9323,15 @@ static ExplainCheck check_ffn(const Tensor<T>& X, const FFNParams<T>& p, Activat
     FFNParams<double> g{zeros_like(q.W_1), zeros_like(q.b_1), zeros_like(q.W_2), zeros_like(q.b_2)};
     Tensor<double> dX = bw.FFN_backward ? bw.FFN_backward(Xd, q, act, kc, R, g) : FFN_backward(Xd, q, act, kc, R, g);
     return fd_check("FFN_backward", [&] { return contract(R, FFN(Xd, q, act)); },
-                    {{"dX", &Xd, dX}, {"dW_1", &q.W_1, g.W_1}, {"db_1", &q.b_1, g.b_1}, {"dW_2", &q.W_2, g.W_2}, {"db_2", &q.b_2, g.b_2}},
-                    4.0 * (double)X.size() * (double)p.W_1.shape.back(), seed);
+                    {{"dW_2", &q.W_2, g.W_2, "dW_2 = A^T dY"}, {"db_2", &q.b_2, g.b_2, "db_2 = colsum(dY)"},
+                     {"dW_1", &q.W_1, g.W_1, "dW_1 = X^T dZ, dZ = dY W_2^T (.) act'(Z)"}, {"db_1", &q.b_1, g.b_1, "db_1 = colsum(dZ)"},
+                     {"dX", &Xd, dX, "dX = dZ W_1^T"}},
+                    4.0 * (double)X.size() * (double)p.W_1.shape.back(), seed, fold);
 }
 
 template <typename T>
 static ExplainCheck check_mhsa(const Tensor<T>& X, const Tensor<T>& Mask, const MultiHeadSAParams<T>& p, const ExplainBackwards& bw,
-                               uint64_t seed) {
+                               uint64_t seed, int fold) {
     Tensor<double> Xd = to_f64(X);
     const Tensor<double> M = to_f64(Mask);
     MultiHeadSAParams<double> q, g;
@@ -9285,35 +9345,37 @@ static ExplainCheck check_mhsa(const Tensor<T>& X, const Tensor<T>& Mask, const 
     MultiHeadSACache<double> kc;
     MultiHeadSA(Xd, M, q, &kc);
     Tensor<double> dX = bw.MultiHeadSA_backward ? bw.MultiHeadSA_backward(Xd, q, kc, R, g) : MultiHeadSA_backward(Xd, q, kc, R, g);
-    std::vector<FdTarget> t = {{"dX", &Xd, dX}, {"dW^O", &q.W_O, g.W_O}, {"db^O", &q.b_O, g.b_O}};
+    std::vector<FdTarget> t = {{"dW^O", &q.W_O, g.W_O, "dW^O = Concat^T dY"}, {"db^O", &q.b_O, g.b_O, "db^O = colsum(dY)"}};
     for (std::size_t i = 0; i < q.W_Q.size(); i++) {
         const std::string h = std::to_string(i + 1);
-        t.push_back({"dW_" + h + "^Q", &q.W_Q[i], g.W_Q[i]});
-        t.push_back({"dW_" + h + "^K", &q.W_K[i], g.W_K[i]});
-        t.push_back({"dW_" + h + "^V", &q.W_V[i], g.W_V[i]});
+        t.push_back({"dW_" + h + "^V", &q.W_V[i], g.W_V[i], "dW_" + h + "^V = X^T dV_" + h + ", dV_" + h + " = P_" + h + "^T dhead_" + h});
+        t.push_back({"dW_" + h + "^Q", &q.W_Q[i], g.W_Q[i], "dW_" + h + "^Q = X^T dQ_" + h + ", dQ_" + h + " = dS_" + h + " K_" + h + " / sqrt(D)"});
+        t.push_back({"dW_" + h + "^K", &q.W_K[i], g.W_K[i], "dW_" + h + "^K = X^T dK_" + h + ", dK_" + h + " = dS_" + h + "^T Q_" + h + " / sqrt(D)"});
         if (i < q.b_Q.size()) {
-            t.push_back({"db_" + h + "^Q", &q.b_Q[i], g.b_Q[i]});
-            t.push_back({"db_" + h + "^K", &q.b_K[i], g.b_K[i]});
-            t.push_back({"db_" + h + "^V", &q.b_V[i], g.b_V[i]});
+            t.push_back({"db_" + h + "^V", &q.b_V[i], g.b_V[i], "db_" + h + "^V = colsum(dV_" + h + ")"});
+            t.push_back({"db_" + h + "^Q", &q.b_Q[i], g.b_Q[i], "db_" + h + "^Q = colsum(dQ_" + h + ")"});
+            t.push_back({"db_" + h + "^K", &q.b_K[i], g.b_K[i], "db_" + h + "^K = colsum(dK_" + h + ")"});
         }
     }
+    t.push_back({"dX", &Xd, dX, "dX = sum_i (dQ_i W_i^Q^T + dK_i W_i^K^T + dV_i W_i^V^T)"});
     const double AD = (double)p.W_O.shape[0], n = (double)X.rows();
     return fd_check("MultiHeadSA_backward", [&] { return contract(R, MultiHeadSA(Xd, M, q)); }, t,
-                    8.0 * (double)X.size() * AD + 4.0 * n * n * AD, seed);
+                    8.0 * (double)X.size() * AD + 4.0 * n * n * AD, seed, fold);
 }
 
 // One head's Softmax alone: P = Softmax(S) on its masked scores S (the masked entries -inf stay so).
 template <typename T>
-static ExplainCheck check_softmax(const Tensor<T>& S, uint64_t seed) {
+static ExplainCheck check_softmax(const Tensor<T>& S, uint64_t seed, int fold) {
     Tensor<double> Sd = to_f64(S);
     const Tensor<double> R = random_like(S.shape, seed);
     const Tensor<double> dS = Softmax_backward(Softmax(Sd), R);
-    return fd_check("Softmax_backward", [&] { return contract(R, Softmax(Sd)); }, {{"dS", &Sd, dS}}, 10.0 * (double)S.size(), seed);
+    return fd_check("Softmax_backward", [&] { return contract(R, Softmax(Sd)); }, {{"dS", &Sd, dS, "dS = P (.) (dP - rowsum(dP (.) P))"}},
+                    10.0 * (double)S.size(), seed, fold);
 }
 
 // One head's Attention alone: head_i = Attention(Q, K, V, Mask) on the head's Q, K, V.
 template <typename T>
-static ExplainCheck check_attention(const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V, const Tensor<T>& Mask, uint64_t seed) {
+static ExplainCheck check_attention(const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V, const Tensor<T>& Mask, uint64_t seed, int fold) {
     Tensor<double> Qd = to_f64(Q), Kd = to_f64(K), Vd = to_f64(V);
     const Tensor<double> M = to_f64(Mask);
     const Tensor<double> R = random_like(Q.shape, seed);
@@ -9323,31 +9385,34 @@ static ExplainCheck check_attention(const Tensor<T>& Q, const Tensor<T>& K, cons
     Attention_backward(Qd, Kd, Vd, kc, R, dQ, dK, dV);
     const double n = (double)Q.rows(), D = (double)Q.cols();
     return fd_check("Attention_backward", [&] { return contract(R, Attention(Qd, Kd, Vd, M)); },
-                    {{"dQ", &Qd, dQ}, {"dK", &Kd, dK}, {"dV", &Vd, dV}}, 6.0 * n * n * D, seed);
+                    {{"dV", &Vd, dV, "dV = P^T dO"}, {"dQ", &Qd, dQ, "dQ = dS K / sqrt(D), dS = Softmax_backward(dP), dP = dO V^T"},
+                     {"dK", &Kd, dK, "dK = dS^T Q / sqrt(D)"}},
+                    6.0 * n * n * D, seed, fold);
 }
 
 template <typename T>
-static ExplainCheck check_loss(const Tensor<T>& Z, const std::vector<int>& targets, uint64_t seed) {
+static ExplainCheck check_loss(const Tensor<T>& Z, const std::vector<int>& targets, uint64_t seed, int fold) {
     Tensor<double> Zd = to_f64(Z), dZ;
     CrossEntropy_logits(Zd, targets, &dZ);
-    return fd_check("CrossEntropy_logits", [&] { return CrossEntropy_logits(Zd, targets); }, {{"dZ", &Zd, dZ}},
-                    20.0 * (double)Z.size(), seed);
+    return fd_check("CrossEntropy_logits", [&] { return CrossEntropy_logits(Zd, targets); },
+                    {{"dZ", &Zd, dZ, "dZ = (Softmax(Z) - OneHot(targets)) / count"}}, 20.0 * (double)Z.size(), seed, fold);
 }
 
 // Z = X W_e^T: dW_e += dZ^T X (matmul_tn_acc), dX = dZ W_e (matmul), as model_backward writes it.
 template <typename T>
-static ExplainCheck check_output(const Tensor<T>& X, const Tensor<T>& W_e, uint64_t seed) {
+static ExplainCheck check_output(const Tensor<T>& X, const Tensor<T>& W_e, uint64_t seed, int fold) {
     Tensor<double> Xd = to_f64(X), W = to_f64(W_e);
     const Tensor<double> R = random_like({X.rows(), W_e.rows()}, seed);
     Tensor<double> gW = zeros_like(W);
     matmul_tn_acc(R, Xd, gW);
     Tensor<double> dX = matmul(R, W);
-    return fd_check("matmul_tn_acc, matmul", [&] { return contract(R, matmul_nt(Xd, W)); }, {{"dX^(L)", &Xd, dX}, {"dW_e", &W, gW}},
-                    2.0 * (double)X.size() * (double)W_e.rows(), seed);
+    return fd_check("matmul_tn_acc, matmul", [&] { return contract(R, matmul_nt(Xd, W)); },
+                    {{"dW_e", &W, gW, "dW_e += dZ^T X^(L)"}, {"dX^(L)", &Xd, dX, "dX^(L) = dZ W_e"}},
+                    2.0 * (double)X.size() * (double)W_e.rows(), seed, fold);
 }
 
 template <typename T>
-static ExplainCheck check_mlm_head(const Config& c, const Params<T>& p, const Tensor<T>& X, uint64_t seed) {
+static ExplainCheck check_mlm_head(const Config& c, const Params<T>& p, const Tensor<T>& X, uint64_t seed, int fold) {
     Tensor<double> Xd = to_f64(X);
     Params<double> q, g;
     q.W_t = to_f64(p.W_t), q.b_t = to_f64(p.b_t), q.gamma_t = to_f64(p.gamma_t), q.beta_t = to_f64(p.beta_t);
@@ -9359,23 +9424,143 @@ static ExplainCheck check_mlm_head(const Config& c, const Params<T>& p, const Te
     MLMHead(c, q, Xd, &kc);
     Tensor<double> dX = MLMHead_backward(c, q, kc, R, g);
     return fd_check("MLMHead_backward", [&] { return contract(R, MLMHead(c, q, Xd)); },
-                    {{"dX^(L)", &Xd, dX}, {"dW_t", &q.W_t, g.W_t}, {"db_t", &q.b_t, g.b_t}, {"dgamma_t", &q.gamma_t, g.gamma_t},
-                     {"dbeta_t", &q.beta_t, g.beta_t}, {"dW_e", &q.W_e, g.W_e}, {"db_z", &q.b_z, g.b_z}},
-                    2.0 * (double)X.size() * ((double)p.W_e.rows() + (double)c.H), seed);
+                    {{"db_z", &q.b_z, g.b_z, "db_z = colsum(dZ)"}, {"dW_e", &q.W_e, g.W_e, "dW_e += dZ^T X_t"},
+                     {"dgamma_t", &q.gamma_t, g.gamma_t, "dgamma_t = sum_i dX_t (.) Xhat, dX_t = dZ W_e"},
+                     {"dbeta_t", &q.beta_t, g.beta_t, "dbeta_t = sum_i dX_t"},
+                     {"dW_t", &q.W_t, g.W_t, "dW_t = X^(L)^T dU, dU = LayerNorm_backward(dX_t) (.) GELU'(U)"},
+                     {"db_t", &q.b_t, g.b_t, "db_t = colsum(dU)"}, {"dX^(L)", &Xd, dX, "dX^(L) = dU W_t^T"}},
+                    2.0 * (double)X.size() * ((double)p.W_e.rows() + (double)c.H), seed, fold);
 }
 
 // embed_forward's gradients: the token and position rows (segments = false) or BERT's segment rows.
 template <typename T>
-static ExplainCheck check_embedding(const Config& c, const Params<T>& p, const Batch& batch, bool segments, uint64_t seed) {
+static ExplainCheck check_embedding(const Config& c, const Params<T>& p, const Batch& batch, bool segments, uint64_t seed, int fold) {
     Params<double> q, g;
     q.W_e = to_f64(p.W_e), q.W_p = to_f64(p.W_p), q.w_pad = to_f64(p.w_pad), q.w_A = to_f64(p.w_A), q.w_B = to_f64(p.w_B);
     g.W_e = zeros_like(q.W_e), g.W_p = zeros_like(q.W_p), g.w_pad = zeros_like(q.w_pad), g.w_A = zeros_like(q.w_A), g.w_B = zeros_like(q.w_B);
     const Tensor<double> R = random_like({batch.n, c.H}, seed);
     embed_backward(c, batch, R, g);
     std::vector<FdTarget> t;
-    if (!segments) t = {{"dW_e", &q.W_e, g.W_e}, {"dW_p", &q.W_p, g.W_p}, {"dw_pad", &q.w_pad, g.w_pad}};
-    else t = {{"dw_A", &q.w_A, g.w_A}, {"dw_B", &q.w_B, g.w_B}};
-    return fd_check("embed_backward", [&] { return contract(R, embed_forward(c, q, batch)); }, t, 4.0 * batch.n * c.H, seed);
+    if (!segments)
+        t = {{"dW_e", &q.W_e, g.W_e, "dW_e += OneHot(x)^T dX^(0)"}, {"dW_p", &q.W_p, g.W_p, "dW_p[1..n] += dX^(0)"},
+             {"dw_pad", &q.w_pad, g.w_pad, "dw_pad += the rows of dX^(0) at a <pad>"}};
+    else
+        t = {{"dw_A", &q.w_A, g.w_A, "dw_A = Stack_backward(diag(1 - t) dX^(0))"}, {"dw_B", &q.w_B, g.w_B, "dw_B = Stack_backward(diag(t) dX^(0))"}};
+    return fd_check("embed_backward", [&] { return contract(R, embed_forward(c, q, batch)); }, t, 4.0 * batch.n * c.H, seed, fold);
+}
+
+// ---- explain's reading of a failing check: a relation between the backward and the finite difference --
+// The sizes of the model a wrong constant factor is likely made of, by name: "D", "sqrt(D)", "1/n", ...
+static std::vector<std::pair<std::string, double>> likely_factors(const Config& c, int n) {
+    std::vector<std::pair<std::string, double>> f;
+    for (const auto& s : std::vector<std::pair<std::string, double>>{{"D", c.D}, {"n", n}, {"H", c.H}, {"A", c.A}, {"n - 1", n - 1}}) {
+        if (s.second <= 1) continue;
+        f.push_back(s);
+        f.push_back({"sqrt(" + s.first + ")", std::sqrt(s.second)});
+        f.push_back({"1/" + (s.first == "n - 1" ? "(n - 1)" : s.first), 1 / s.second});
+        f.push_back({"1/sqrt(" + s.first + ")", 1 / std::sqrt(s.second)});
+    }
+    f.push_back({"2", 2.0});
+    f.push_back({"1/2", 0.5});
+    return f;
+}
+// 1-based row or column numbers as a list: "2, 3 and 5".
+static std::string index_list(const std::vector<int>& k) {
+    std::string o;
+    for (std::size_t a = 0; a < k.size(); a++) o += (a ? (a + 1 == k.size() ? " and " : ", ") : "") + std::to_string(k[a] + 1);
+    return o;
+}
+// backward = c x finite difference at every compared entry (c != 1): "a sign?", "a factor of D?".
+static std::string constant_ratio(const ExplainGradient& g, const std::vector<std::pair<std::string, double>>& factors) {
+    double nn = 0, an = 0, amax = 0;
+    for (std::size_t k = 0; k < g.compared.size(); k++) {
+        nn += g.nums[k] * g.nums[k];
+        an += g.anas[k] * g.nums[k];
+        amax = std::max(amax, std::fabs(g.anas[k]));
+    }
+    if (nn == 0 || g.compared.size() < 2) return "";
+    const double ratio = an / nn;
+    for (std::size_t k = 0; k < g.compared.size(); k++)
+        if (!(std::fabs(g.anas[k] - ratio * g.nums[k]) <= 1e-5 * amax)) return "";
+    char b[80];
+    std::snprintf(b, sizeof b, "%.4g", ratio);
+    const std::string head = "backward = " + std::string(b) + " \u00d7 finite difference at every entry compared: ";
+    if (std::fabs(ratio + 1) < 1e-4) return head + "a sign?";
+    std::string names;
+    for (const auto& f : factors)
+        if (std::fabs(ratio / f.second - 1) < 1e-4 || std::fabs(-ratio / f.second - 1) < 1e-4)
+            names += (names.empty() ? "" : " or ") + std::string(ratio < 0 ? "-" : "") + f.first;
+    return head + (names.empty() ? "a constant factor?" : "a factor of " + names + "?");
+}
+// A square gradient that is the finite difference transposed, every entry compared.
+static std::string transposed(const ExplainGradient& g) {
+    if (g.shape.size() != 2 || g.shape[0] != g.shape[1] || g.compared.size() != (std::size_t)g.shape[0] * g.shape[1]) return "";
+    const std::size_t C = (std::size_t)g.shape[1];
+    double amax = 0;
+    for (double a : g.anas) amax = std::max(amax, std::fabs(a));
+    for (std::size_t k = 0; k < g.compared.size(); k++) {
+        const std::size_t t = (g.compared[k] % C) * C + g.compared[k] / C;  // compared holds every entry, in order
+        if (!(std::fabs(g.anas[k] - g.nums[t]) <= 1e-5 * std::max(1.0, amax))) return "";
+    }
+    return "backward = the finite difference transposed: a transpose?";
+}
+// The rows (columns) where the two differ, when that is some of them only, and those that should be 0.
+static std::string where_they_differ(const ExplainGradient& g, double tol) {
+    if (g.shape.size() != 2 || g.compared.size() != (std::size_t)g.shape[0] * g.shape[1]) return "";
+    const int R = g.shape[0], C = g.shape[1];
+    for (int axis = 0; axis < 2; axis++) {
+        const int count = axis == 0 ? R : C;
+        std::vector<int> bad, zero;  // differing lines; differing lines whose finite difference is 0
+        for (int a = 0; a < count; a++) {
+            bool differs = false, fd_zero = true;
+            for (int b = 0; b < (axis == 0 ? C : R); b++) {
+                const std::size_t k = axis == 0 ? (std::size_t)a * C + b : (std::size_t)b * C + a;
+                differs |= !(std::fabs(g.nums[k] - g.anas[k]) <= tol * std::max(1.0, std::fabs(g.anas[k])));
+                fd_zero &= std::fabs(g.nums[k]) <= tol;
+            }
+            if (differs) bad.push_back(a);
+            if (differs && fd_zero) zero.push_back(a);
+        }
+        const std::string what = axis == 0 ? (bad.size() == 1 ? "row " : "rows ") : (bad.size() == 1 ? "column " : "columns ");
+        if (!zero.empty() && zero.size() == bad.size())
+            return what + index_list(zero) + " should be 0 (the finite difference is 0 there) and the backward's " +
+                   (zero.size() == 1 ? "is" : "are") + " not";
+        if (!bad.empty() && bad.size() * 2 <= (std::size_t)count)
+            return "only " + what + index_list(bad) + " differ; the others agree";
+    }
+    return "";
+}
+// What explains a failing gradient, from its compared entries: a missing gradient, a constant
+// factor or a sign, a transpose, the rows or columns where it differs; "" when none fits.
+static std::string explain_relation(const ExplainGradient& g, const std::vector<std::pair<std::string, double>>& factors, double tol) {
+    if (g.pass || !g.problem.empty() || g.compared.empty()) return "";
+    double amax = 0, nmax = 0;
+    for (std::size_t k = 0; k < g.compared.size(); k++) {
+        amax = std::max(amax, std::fabs(g.anas[k]));
+        nmax = std::max(nmax, std::fabs(g.nums[k]));
+    }
+    if (!std::isfinite(amax)) return "the backward is not finite";
+    if (amax == 0) return "the backward is 0 at every entry compared and the finite difference is not: the gradient is never written?";
+    if (nmax <= tol) return "the finite difference is 0 at every entry compared (this input does not reach the output) and the backward is not";
+    for (const std::string& r : {constant_ratio(g, factors), transposed(g), where_they_differ(g, tol)})
+        if (!r.empty()) return r;
+    return "";
+}
+
+// The boxes a failing box calls whose own checks fail: MultiHeadSA_backward calls each head's
+// Attention_backward (the depth-1 boxes after it), Attention_backward calls the head's
+// Softmax_backward (the box before it). ExplainCheck::callee names the first.
+static void link_callees(std::vector<ExplainStep>& steps) {
+    auto fails = [&](std::size_t j) { return steps[j].check.done && !steps[j].check.pass && steps[j].check.missing.empty(); };
+    for (std::size_t k = 0; k < steps.size(); k++) {
+        ExplainCheck& ck = steps[k].check;
+        if (!fails(k)) continue;
+        if (ck.function == "MultiHeadSA_backward")
+            for (std::size_t j = k + 1; j < steps.size() && steps[j].depth == 1 && ck.callee < 0; j++)
+                if (steps[j].check.function == "Attention_backward" && fails(j)) ck.callee = (int)j;
+        if (ck.function == "Attention_backward" && k > 0 && steps[k - 1].check.function == "Softmax_backward" && fails(k - 1))
+            ck.callee = (int)k - 1;
+    }
 }
 
 // One run of explain: the model and its input, the forward's cache, the walk of boxes written so far
@@ -9391,6 +9576,8 @@ struct ExplainRun {
     const std::string ffn;  // FFN_ReLU or FFN_GELU, as the formulas name the block's FFN
     ExplainWalk<T> w;
     const bool checking;
+    const int fold;  // the gradients' heat maps: kept whole up to fold x fold
+    const std::vector<std::pair<std::string, double>> factors;  // likely_factors of the model
     const ExplainBackwards no_replacements;
     const ExplainBackwards& bw;
     uint64_t seed = 0x5eed;        // each checked box draws its R from the next seed
@@ -9418,7 +9605,7 @@ struct ExplainRun {
     ExplainRun(const Config& c_, const Params<T>& p_, const Batch& batch_, int values, const ExplainDetail* detail_)
         : c(c_), p(p_), batch(batch_), detail(detail_), n(batch_.n), pre(is_pre_ln(c_.variant)), seg(has_segments(c_.variant)),
           ffn(c_.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU"), w{c_, batch_.n, values, {}, detail_},
-          checking(detail_ && detail_->check), bw(detail_ ? detail_->backwards : no_replacements), masks_done(c_.L),
+          checking(detail_ && detail_->check), fold(detail_ ? detail_->fold : 64), factors(likely_factors(c_, batch_.n)), bw(detail_ ? detail_->backwards : no_replacements), masks_done(c_.L),
           blocks_done(c_.L), nH{batch_.n, c_.H}, nD{batch_.n, c_.D} {
         keep.keep_sublayers = true;
     }
@@ -9676,6 +9863,7 @@ struct ExplainRun {
             ck.function = fn.substr(0, fn.find_first_of(" ,("));
         }
         ck.random = !reached;
+        for (ExplainGradient& g : ck.gradients) g.relation = explain_relation(g, factors, ck.tol);
         w.steps.back().check = ck;
     }
     // Inputs the run did not reach, N(0, 1).
@@ -9691,7 +9879,7 @@ struct ExplainRun {
     void backward_head_boxes() {
         Params<T>& g = r.g;
         w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
-        check(head_done, [&] { return check_loss(either(head_done, r.Z, {n, c.V}), batch.targets, ++seed); });
+        check(head_done, [&] { return check_loss(either(head_done, r.Z, {n, c.V}), batch.targets, ++seed, fold); });
         w.out("dZ", "n x V", dZ);
         if (!c.mlm_head) {
             chain([&] {
@@ -9699,14 +9887,14 @@ struct ExplainRun {
                 dX = matmul(dZ, p.W_e);
             });
             w.step(0, "Backward: output", "Z = " + XL + " W_e^T: dW_e += dZ^T " + XL + ", d" + XL + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
-            check(head_done, [&] { return check_output(either(head_done, k.X_L, nH), p.W_e, ++seed); });
+            check(head_done, [&] { return check_output(either(head_done, k.X_L, nH), p.W_e, ++seed, fold); });
         } else {
             chain([&] { dX = MLMHead_backward(c, p, k.mlm, dZ, g); });
             w.step(0, "Backward: masked-LM head",
                    "Z = MLMHead(" + XL + "): db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t), "
                    "dU = dA * GELU'(U), dW_t = " + XL + "^T dU, db_t = colsum(dU), d" + XL + " = dU W_t^T",
                    "MLMHead_backward (model_backward)");
-            check(head_done, [&] { return check_mlm_head(c, p, either(head_done, k.X_L, nH), ++seed); });
+            check(head_done, [&] { return check_mlm_head(c, p, either(head_done, k.X_L, nH), ++seed, fold); });
             w.out("db_z", "V", g.b_z);
             w.out("dgamma_t", "H", g.gamma_t);
             w.out("dbeta_t", "H", g.beta_t);
@@ -9718,7 +9906,7 @@ struct ExplainRun {
         if (pre) {
             chain([&] { dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta); });
             w.step(0, "Backward: Layers", XL + " = LayerNorm(" + XL + "): " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
-            check(blocks_done == c.L, [&] { return check_layernorm(either(blocks_done == c.L, k.X_L_in, nH), p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed); });
+            check(blocks_done == c.L, [&] { return check_layernorm(either(blocks_done == c.L, k.X_L_in, nH), p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed, fold); });
             w.out("d" + XL + " (before ln_f)", "n x H", dX);
             w.out("dgamma (ln_f)", "H", g.ln_f_gamma);
             w.out("dbeta (ln_f)", "H", g.ln_f_beta);
@@ -9756,17 +9944,17 @@ struct ExplainRun {
             const std::string h = std::to_string(i + 1);
             w.step(1, box, "P = Softmax(S), S = Mask (.) Q K^T / sqrt(D): dS = P * (dP - rowsum(dP * P))", "Softmax_backward (head " + h + ")");
             check(at, [&] {
-                if (!at) return check_softmax(drawn({n, n}), ++seed);
+                if (!at) return check_softmax(drawn({n, n}), ++seed, fold);
                 Tensor<T> S = matmul_nt(kb.attn.Q[i], kb.attn.K[i]);
                 for (auto& v : S.data) v /= std::sqrt(T(c.D));
-                return check_softmax(apply_mask(k.masks[l], S), ++seed);
+                return check_softmax(apply_mask(k.masks[l], S), ++seed, fold);
             });
             w.step(1, box, "head_i = Attention(Q, K, V, Mask) = P V, P = Softmax(Mask (.) Q K^T / sqrt(D)): dV = P^T dO, dP = dO V^T, "
                            "dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)",
                    "Attention_backward (head " + h + ", Softmax_backward)");
             check(at, [&] {
                 return check_attention(either(at, at ? kb.attn.Q[i] : Tensor<T>(), nD), either(at, at ? kb.attn.K[i] : Tensor<T>(), nD),
-                                       either(at, at ? kb.attn.V[i] : Tensor<T>(), nD), mask_of(l), ++seed);
+                                       either(at, at ? kb.attn.V[i] : Tensor<T>(), nD), mask_of(l), ++seed, fold);
             });
         }
     }
@@ -9780,17 +9968,17 @@ struct ExplainRun {
         const Layer<T>& pl = p.layers[l];
         const bool at = l < blocks_done;
         w.step(0, box, Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward" + in_block);
-        check(at, [&] { return check_layernorm(at ? add(kb.ffn_out, kb.ffn_in) : drawn(nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
+        check(at, [&] { return check_layernorm(at ? add(kb.ffn_out, kb.ffn_in) : drawn(nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed, fold); });
         ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
         w.step(0, box, "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block);
-        check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
+        check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed, fold); });
         ffn_grads(gl);
         w.step(0, box, Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + "); " + ln_grad, "LayerNorm_backward" + in_block);
-        check(at, [&] { return check_layernorm(at ? add(kb.attn_out, kb.attn_in) : drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
+        check(at, [&] { return check_layernorm(at ? add(kb.attn_out, kb.attn_in) : drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed, fold); });
         ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
         w.step(0, box, "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
                "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block);
-        check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask_of(l), pl.attn, bw, ++seed); });
+        check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask_of(l), pl.attn, bw, ++seed, fold); });
         attention_grads(gl);
         w.out("d" + Xp, "n x H", dX);
         backward_head_attention_boxes(l, box);
@@ -9806,18 +9994,18 @@ struct ExplainRun {
         const bool at = l < blocks_done;
         w.step(0, box, Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
                "FFN_backward" + in_block);
-        check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed); });
+        check(at, [&] { return check_ffn(either(at, kb.ffn_in, nH), pl.ffn, c.activation, bw, ++seed, fold); });
         ffn_grads(gl);
         w.step(0, box, "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block);
-        check(at, [&] { return check_layernorm(either(at, kb.X_mid, nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed); });
+        check(at, [&] { return check_layernorm(either(at, kb.X_mid, nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed, fold); });
         ln_grads("ln_2", gl.ln_2_gamma, gl.ln_2_beta);
         w.step(0, box, Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
                "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block);
-        check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask_of(l), pl.attn, bw, ++seed); });
+        check(at, [&] { return check_mhsa(either(at, kb.attn_in, nH), mask_of(l), pl.attn, bw, ++seed, fold); });
         attention_grads(gl);
         backward_head_attention_boxes(l, box);
         w.step(0, box, "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block);
-        check(at, [&] { return check_layernorm(either(at, kb.X, nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed); });
+        check(at, [&] { return check_layernorm(either(at, kb.X, nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed, fold); });
         ln_grads("ln_1", gl.ln_1_gamma, gl.ln_1_beta);
         w.out("d" + Xp, "n x H", dX);
     }
@@ -9840,7 +10028,7 @@ struct ExplainRun {
             chain([&] { dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e); });
             w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
                    "LayerNorm_backward (emb_ln, model_backward)");
-            check(true, [&] { return check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed); });
+            check(true, [&] { return check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed, fold); });
             w.out("dE", "n x H", dX);
             w.out("dgamma_e", "H", g.gamma_e);
             w.out("dbeta_e", "H", g.beta_e);
@@ -9850,14 +10038,14 @@ struct ExplainRun {
         w.step(0, "Backward: Embedding", pads ? X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), each row of " + dX0 + " into the W_p row (or w_pad) it read"
                                               : X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), dW_p[1..n] += " + dX0,
                "embed_backward (Embedding_backward)");
-        check(true, [&] { return check_embedding(c, p, batch, false, ++seed); });
+        check(true, [&] { return check_embedding(c, p, batch, false, ++seed, fold); });
         w.out("dW_e", "V x H", g.W_e);
         w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
         if (pads) w.out("dw_pad", "H", g.w_pad);
         if (seg) {
             w.step(0, "Backward: Embedding", "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) " + dX0 + "), dw_B likewise with t",
                    "embed_backward (the segments' rows)");
-            check(true, [&] { return check_embedding(c, p, batch, true, ++seed); });
+            check(true, [&] { return check_embedding(c, p, batch, true, ++seed, fold); });
             w.out("dw_A", "H", g.w_A);
             w.out("dw_B", "H", g.w_B);
         }
@@ -9886,6 +10074,7 @@ Explained<T> explain(const Config& c, const Params<T>& p, const Batch& batch, in
     run.run_forward();
     run.forward_walk();
     run.backward_walk();
+    link_callees(run.w.steps);
     run.r.steps = std::move(run.w.steps);
     return std::move(run.r);
 }
@@ -10366,17 +10555,19 @@ struct ExplainPageWriter {
         }
     }
 
-    // The checks' tally: boxes checked, not implemented and failing.
+    // The checks' tally: boxes checked, not implemented and failing; the failing boxes innermost
+    // first: those failing on their own, then those failing through a box they call (ExplainCheck::callee).
     void count_checks() {
-        for (std::size_t k = 0; k < e.steps.size(); k++) {
-            const ExplainCheck& ck = e.steps[k].check;
-            if (ck.done && ck.missing.empty()) page.checked++;
-            if (ck.done && !ck.missing.empty()) page.missing++;
-            if (ck.done && !ck.pass) {
+        for (int through = 0; through < 2; through++)
+            for (std::size_t k = 0; k < e.steps.size(); k++) {
+                const ExplainCheck& ck = e.steps[k].check;
+                if (through == 0 && ck.done && ck.missing.empty()) page.checked++;
+                if (through == 0 && ck.done && !ck.missing.empty()) page.missing++;
+                if (!ck.done || ck.pass || (ck.callee >= 0) != (through == 1)) continue;
                 failing.push_back((int)k);
-                page.failing_boxes.push_back("[" + std::to_string(k + 1) + "] " + e.steps[k].box + " (" + ck.function + ")");
+                page.failing_boxes.push_back("[" + std::to_string(k + 1) + "] " + e.steps[k].box + " (" + ck.function + ")" +
+                                             (ck.callee >= 0 ? ", through [" + std::to_string(ck.callee + 1) + "] (" + e.steps[(std::size_t)ck.callee].check.function + ")" : ""));
             }
-        }
         page.failing = (int)failing.size();
         page.boxes = (int)e.steps.size();
     }
@@ -10471,14 +10662,17 @@ struct ExplainPageWriter {
         return lines_json;
     }
 
-    // A backward box's gradient check: its verdict, the worst entry, and the same as JSON.
-    void check_html(const ExplainCheck& ck) {
-        std::string entry;
-        if (!ck.shape.empty()) {
-            const int C = ck.shape.back();
-            entry = ck.shape.size() == 2 ? "(" + std::to_string(ck.at / C + 1) + ", " + std::to_string(ck.at % C + 1) + ")"
-                                         : "(" + std::to_string(ck.at + 1) + ")";
-        }
+    // An entry of a tensor of `shape` (row-major k, 0-based) as the formulas count it: "(2, 3)", "(5)".
+    static std::string entry_of(const std::vector<int>& shape, std::size_t k) {
+        if (shape.empty()) return "";
+        const std::size_t C = (std::size_t)shape.back();
+        return shape.size() == 2 ? "(" + std::to_string(k / C + 1) + ", " + std::to_string(k % C + 1) + ")" : "(" + std::to_string(k + 1) + ")";
+    }
+
+    // A backward box's gradient check: its verdict, the worst entry, the callee it fails through,
+    // then each gradient on its own; the same as JSON.
+    void check_html(std::size_t box, const ExplainCheck& ck) {
+        const std::string entry = entry_of(ck.shape, ck.at);
         const std::string on = ck.random ? " on inputs drawn at random (fixed seed; the run did not reach this box)" : "";
         if (!ck.missing.empty())
             h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << html_text(ck.function) << " is not checked" << on
@@ -10492,11 +10686,54 @@ struct ExplainPageWriter {
               << ", backward " << num(ck.ana, "%.9g") << ", |num &minus; g| / max(1, |g|) = " << num(ck.err, "%.3g") << " against the tolerance "
               << num(ck.tol) << " (h = " << num(ck.h) << ")";
         h << "</div>\n";
+        if (ck.callee >= 0) {
+            const ExplainStep& callee = e.steps[(std::size_t)ck.callee];
+            h << "<p class=\"callee fail\" data-callee=\"b" << ck.callee + 1 << "\">This box fails through <a href=\"#b" << ck.callee + 1 << "\">["
+              << ck.callee + 1 << "] " << html_text(callee.function.substr(0, callee.function.find(','))) << (callee.function.find(',') == std::string::npos ? "" : ")")
+              << "</a>, which " << html_text(ck.function) << " calls and whose own check fails: fix that first.</p>\n";
+        }
+        if (!ck.first_failing.empty()) h << "<p class=\"first-failing\">" << html_text(ck.first_failing) << "</p>\n";
         json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
              << ",\"random\":" << (ck.random ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
              << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
              << ",\"ana\":" << json_num(ck.ana) << ",\"err\":" << json_num(ck.err) << ",\"tol\":" << json_num(ck.tol)
-             << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem) << "}";
+             << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem)
+             << ",\"callee\":" << (ck.callee >= 0 ? std::to_string(ck.callee + 1) : "null") << ",\"first_failing\":" << json_escape(ck.first_failing)
+             << ",\"gradients\":[";
+        for (std::size_t i = 0; i < ck.gradients.size(); i++) gradient_html(box, i, ck);
+        json << "]}";
+    }
+
+    // Gradient i of box's check: its formula line, verdict, worst entry and relation, and three heat
+    // maps on one colour scale (the finite difference, the backward, their difference); a passing
+    // gradient's maps folded away.
+    void gradient_html(std::size_t box, std::size_t i, const ExplainCheck& ck) {
+        const ExplainGradient& g = ck.gradients[i];
+        const char* verdict = g.pass ? "passes" : "fails";
+        const std::string entry = entry_of(g.shape, g.at);
+        h << "<div class=\"grad " << (g.pass ? "pass" : "fail") << "\" id=\"b" << box + 1 << "-g" << i + 1 << "\" data-gradient=\"" << html_text(g.name)
+          << "\" data-verdict=\"" << verdict << "\"><p><b>" << html_text(g.name) << "</b> <code>" << html_text(g.formula) << "</code> &middot; <span class=\"verdict "
+          << (g.pass ? "pass" : "fail") << "\">" << verdict << "</span>: ";
+        if (!g.problem.empty()) h << html_text(g.problem);
+        else
+            h << g.entries << (g.entries == 1 ? " entry" : " entries") << " compared; worst " << entry << ": finite difference " << num(g.num, "%.9g")
+              << ", backward " << num(g.ana, "%.9g") << ", error " << num(g.err, "%.3g");
+        if (!g.relation.empty()) h << ". <span class=\"relation\">" << html_text(g.relation) << "</span>";
+        h << "</p>\n";
+        json << (i ? "," : "") << "{\"name\":" << json_escape(g.name) << ",\"formula\":" << json_escape(g.formula) << ",\"pass\":" << (g.pass ? "true" : "false")
+             << ",\"entries\":" << g.entries << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(g.num) << ",\"ana\":" << json_num(g.ana)
+             << ",\"err\":" << json_num(g.err) << ",\"relation\":" << json_escape(g.relation) << ",\"problem\":" << json_escape(g.problem) << "}";
+        if (!g.problem.empty()) {
+            h << "</div>\n";
+            return;
+        }
+        double scale = 0;
+        for (const ExplainTensor* t : {&g.fd, &g.backward})
+            for (double v : t->cells)
+                if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+        h << (g.pass ? "<details><summary>its heat maps</summary>" : "") << "<div class=\"maps\">";
+        for (const ExplainTensor* t : {&g.fd, &g.backward, &g.diff}) h << heat_map(*t, html_text(g.name), scale);
+        h << "</div>" << (g.pass ? "</details>" : "") << "</div>\n";
     }
 
     // Box k's pictures: a layer's mask, and each head's P with the tokens as labels.
@@ -10558,7 +10795,7 @@ struct ExplainPageWriter {
         json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"box\":" << json_escape(s.box)
              << ",\"formula\":" << json_escape(s.formula) << ",\"section\":" << sec << ",\"function\":" << json_escape(s.function)
              << ",\"lines\":{" << lines_json << "}";
-        if (s.check.done) check_html(s.check);
+        if (s.check.done) check_html(k, s.check);
         pictures_html(k);
         tensors_html(s);
         h << "</section>\n";

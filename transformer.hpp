@@ -1766,6 +1766,8 @@ struct ExplainGradient {
     std::string relation;             // a failure explained: "backward = 4.00 x finite difference everywhere: a factor of D?"
     std::string problem;              // of the wrong shape, or not finite
     ExplainTensor fd, backward, diff;  // the drawn values: fd and diff NaN where no entry was compared
+    std::vector<std::size_t> compared;  // the entries compared (row-major), with their values:
+    std::vector<double> nums, anas;      // finite difference and backward
 };
 struct ExplainCheck {
     bool done = false, pass = true;
