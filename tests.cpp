@@ -10877,6 +10877,107 @@ Tensor<double> m_wrong_layernorm_backward(const Tensor<double>& gamma, const Lay
     return dX;
 }
 
+TEST_CASE("explain --html: each gradient of a backward box has its own verdict, and a constant factor, a sign or a transpose is named") {
+    // Wrong backwards a student writes, injected through ExplainBackwards, on tiny-gpt2 (D = 4):
+    // each gradient row of the failing boxes says passes or fails on its own (the finite differences of
+    // the box's forward decide it, formulas §14/§15), and the relation that explains the failure.
+    const Config c = preset("tiny-gpt2");
+    const Batch b = m_explain_batch(c);
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    REQUIRE(c.D == 4);
+    struct Wrong {
+        std::string what, function;
+        ExplainBackwards bw;
+        std::map<std::string, bool> pass;  // each gradient's expected verdict
+        std::string relation_of, relation;  // a gradient and the words its relation holds
+        std::string first_failing;          // the box's note: the first gradient in the backward's order to fail
+    };
+    std::vector<Wrong> wrongs;
+    {  // FFN_backward with the activation's derivative taken at A = act(Z), not at Z
+        Wrong w{"act'(A) for act'(Z)", "FFN_backward", {}, {{"dW_2", true}, {"db_2", true}, {"dW_1", false}, {"db_1", false}, {"dX", false}}, "", "", "dW_1"};
+        w.bw.FFN_backward = [](const Tensor<double>& X, const FFNParams<double>& q, Activation act, const FFNCache<double>& k, const Tensor<double>& dY,
+                               FFNParams<double>& g) {
+            FFNCache<double> at_A = k;  // FFN_backward's own steps, with Z replaced by A
+            at_A.Z = k.A;
+            return FFN_backward(X, q, act, at_A, dY, g);
+        };
+        wrongs.push_back(w);
+    }
+    {  // LayerNorm_backward without dX's term - Xhat mean(G Xhat)
+        Wrong w{"a term left out", "LayerNorm_backward", {}, {{"dgamma", true}, {"dbeta", true}, {"dX", false}}, "", "", "dX"};
+        w.bw.LayerNorm_backward = m_wrong_layernorm_backward;
+        wrongs.push_back(w);
+    }
+    {  // LayerNorm_backward with dgamma times 1.5 and dbeta of the wrong sign
+        Wrong w{"dgamma x 1.5, -dbeta", "LayerNorm_backward", {}, {{"dgamma", false}, {"dbeta", false}, {"dX", true}}, "dgamma",
+                "backward = 1.5 \u00d7 finite difference at every entry compared: a constant factor?", ""};
+        w.bw.LayerNorm_backward = [](const Tensor<double>& gamma, const LayerNormCache<double>& k, const Tensor<double>& dY, Tensor<double>& dgamma,
+                                     Tensor<double>& dbeta) {
+            Tensor<double> dX = LayerNorm_backward(gamma, k, dY, dgamma, dbeta);
+            for (std::size_t a = 0; a < dgamma.size(); a++) dgamma[a] *= 1.5, dbeta[a] = -dbeta[a];
+            return dX;
+        };
+        wrongs.push_back(w);
+    }
+    {  // MultiHeadSA_backward whose dW_i^K is D times too large (sqrt(D) for 1/sqrt(D) in dK)
+        Wrong w{"dW^K x D", "MultiHeadSA_backward", {}, {{"dW^O", true}, {"dW_1^V", true}, {"dW_1^Q", true}, {"dW_1^K", false}, {"dW_2^K", false}, {"dX", true}},
+                "dW_1^K", "backward = 4 \u00d7 finite difference at every entry compared: a factor of D", "dW_1^K"};
+        w.bw.MultiHeadSA_backward = [](const Tensor<double>& X, const MultiHeadSAParams<double>& q, const MultiHeadSACache<double>& k, const Tensor<double>& dY,
+                                       MultiHeadSAParams<double>& g) {
+            Tensor<double> dX = MultiHeadSA_backward(X, q, k, dY, g);
+            for (Tensor<double>& t : g.W_K)
+                for (std::size_t a = 0; a < t.size(); a++) t[a] *= 4;
+            return dX;
+        };
+        wrongs.push_back(w);
+    }
+    for (const Wrong& w : wrongs) {
+        CAPTURE(w.what);
+        ExplainHtml o;
+        o.source = "transformer.cpp";
+        o.backwards = w.bw;
+        const ExplainPage page = explain_html(c, p, b, o);
+        const Json j = m_page_json(page.html);
+        int boxes = 0;
+        for (const Json& box : j.get("boxes")->arr) {
+            const Json* ck = box.get("check");
+            if (!ck || ck->get("function")->str != w.function) continue;
+            boxes++;
+            CAPTURE(box.get("number")->num);
+            CHECK(ck->get("pass")->b == false);
+            std::map<std::string, bool> got;
+            std::vector<std::string> order;
+            for (const Json& g : ck->get("gradients")->arr) {
+                got[g.get("name")->str] = g.get("pass")->b;
+                order.push_back(g.get("name")->str);
+                CHECK_MESSAGE(g.get("entries")->num > 0, g.get("name")->str << ": no entry compared");
+                if (g.get("name")->str == w.relation_of)
+                    CHECK_MESSAGE(m_contains(g.get("relation")->str, w.relation), w.relation_of << "'s relation: expected \"" << w.relation << "\", got \"" << g.get("relation")->str << "\"");
+                if (g.get("name")->str == "dbeta" && w.relation_of == "dgamma")
+                    CHECK(m_contains(g.get("relation")->str, "backward = -1 \u00d7 finite difference at every entry compared: a sign?"));
+            }
+            for (const auto& kv : w.pass) {
+                CAPTURE(kv.first);
+                REQUIRE_MESSAGE(got.count(kv.first), "no gradient row " << kv.first << " in the " << w.function << " box");
+                CHECK_MESSAGE(got[kv.first] == kv.second, kv.first << ": expected " << (kv.second ? "passes" : "fails")
+                              << " (finite differences of the box's forward), got " << (got[kv.first] ? "passes" : "fails"));
+                // The page's row says the same as the JSON.
+                CHECK(m_contains(page.html, "data-gradient=\"" + kv.first + "\" data-verdict=\"" + (kv.second ? "passes" : "fails") + "\""));
+            }
+            if (w.first_failing.empty()) CHECK(ck->get("first_failing")->str.empty());  // the first gradient fails: no note
+            else CHECK(m_contains(ck->get("first_failing")->str, w.first_failing + " is the first gradient in the backward's order to fail"));
+        }
+        CHECK(boxes > 0);
+        // The other boxes pass, gradient by gradient.
+        for (const Json& box : j.get("boxes")->arr) {
+            const Json* ck = box.get("check");
+            if (!ck || ck->get("function")->str == w.function) continue;
+            CHECK(ck->get("pass")->b);
+            for (const Json& g : ck->get("gradients")->arr) CHECK_MESSAGE(g.get("pass")->b, box.get("number")->num << " " << g.get("name")->str);
+        }
+    }
+}
+
 TEST_CASE("explain --html: a wrong LayerNorm_backward or a wrong dW^K fails exactly its boxes, and marks the blocks holding them") {
     for (const std::string name : m_TINY) {
         CAPTURE(name);
