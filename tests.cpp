@@ -10734,6 +10734,45 @@ std::size_t m_count(const std::string& s, const std::string& part) {
     for (std::size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) k++;
     return k;
 }
+// The page as headless Chromium lays it out at `width` px, read by a probe script appended to a copy
+// of it: the probe writes what it measured, as JSON, into <pre id="probe"> of the DOM Chromium
+// dumps. "" with a failed check when there is no Chromium or it fails.
+std::string m_browser_probe(const std::string& page, const std::string& probe_js, int width, const std::string& name) {
+    std::string browser;
+    for (const char* b : {"chromium", "chromium-browser", "google-chrome"})
+        if (browser.empty() && std::system((std::string("command -v ") + b + " > /dev/null 2>&1").c_str()) == 0) browser = b;
+    if (browser.empty()) {
+        FAIL_CHECK("no browser: this case needs headless Chromium (Debian: apt-get install chromium; .ci/run installs it)");
+        return "";
+    }
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd));
+    const std::string dir = m_path("probe-" + name), abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
+    ::mkdir(dir.c_str(), 0755);
+    std::string html = m_read(page);
+    const std::size_t end = html.rfind("</body>");
+    REQUIRE(end != std::string::npos);
+    html.insert(end, "<pre id=\"probe\"></pre><script>\n(function(){var out={};\n" + probe_js + "\ndocument.getElementById('probe').textContent=JSON.stringify(out);})();\n</script>\n");
+    m_write(dir + "/page.html", html);
+    const std::string cmd = "timeout 120 " + browser + " --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking "
+                            "--disable-component-update --disable-sync --host-resolver-rules='MAP * ~NOTFOUND' --user-data-dir=" + abs + "/profile " +
+                            "--window-size=" + std::to_string(width) + ",1000 --dump-dom file://" + abs + "/page.html > " + abs + "/dom.html 2> " + abs + "/log.txt";
+    if (std::system(cmd.c_str()) != 0) {
+        FAIL_CHECK("Chromium failed: " << cmd << "\n" << m_read(dir + "/log.txt"));
+        return "";
+    }
+    const std::string dom = m_read(dir + "/dom.html");
+    const std::size_t a = dom.find("<pre id=\"probe\">"), b = dom.find("</pre>", a);
+    if (a == std::string::npos || b == std::string::npos || b == a + 16) {
+        FAIL_CHECK("the probe wrote nothing into the page Chromium laid out: " << dir << "/dom.html, " << dir << "/log.txt");
+        return "";
+    }
+    std::string js = dom.substr(a + 16, b - a - 16);
+    for (const auto& e : std::vector<std::pair<std::string, std::string>>{{"&lt;", "<"}, {"&gt;", ">"}, {"&nbsp;", "\u00a0"}, {"&amp;", "&"}})
+        for (std::size_t at = js.find(e.first); at != std::string::npos; at = js.find(e.first, at + e.second.size())) js.replace(at, e.first.size(), e.second);
+    return js;
+}
+
 // The steps as the page's JSON holds them, for explain_text: the text printed from the page's
 // numbers must be explain's text, byte for byte.
 std::vector<ExplainStep> m_steps_of_page(const Json& j) {
@@ -12769,23 +12808,43 @@ TEST_CASE("handout: five wrong solutions of assignment 4 each fail in at most 40
     }
 }
 
-TEST_CASE("handout: explain --html in handouts 2 and 3 with a planted mistake fails exactly the wrong function's boxes") {
+TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in Chromium each gradient row's verdict, a factor named, the callee first") {
     // A student's handout N: the solution with the functions of the later assignments blanked (as
-    // make handout writes them) and one mistake planted in a function of assignment N. explain --html
-    // stops at the first stub but still writes the page: it says where the run stopped, checks every
-    // backward box alone (on random inputs where the run did not reach it) and fails the boxes of the
-    // wrong function and no other (MultiHeadSA_backward calls Attention_backward: its boxes contain
-    // the mistake). transformer.cpp is compiled at -Og and linked with this build's main.o.
+    // make handout writes them) and mistakes planted in functions of assignment N, of four kinds: a
+    // term left out (LayerNorm_backward's dX), a derivative taken at the wrong point (FFN_backward's
+    // act'(A) for act'(Z)), a wrong factor (Attention_backward's sqrt(D) for 1/sqrt(D)), and so a
+    // callee's mistake (MultiHeadSA_backward calls Attention_backward). explain --html stops at the
+    // first stub but still writes the page: it checks every backward box alone (on random inputs
+    // where the run did not reach it) and fails the boxes of the wrong functions and no other. In the
+    // page headless Chromium lays out (1400 px), each gradient row of a failing box shows its own
+    // verdict (formulas §10/§12/§14/§15: the finite differences decide), the wrong factor's row names
+    // D, and MultiHeadSA_backward's boxes send the reader to Attention_backward's first.
+    // transformer.cpp is compiled at -Og and linked with this build's main.o.
+    struct Mistake {
+        std::string function, right, wrong;
+    };
     struct Planted {
         int assignment;
-        std::string function, right, wrong, stop;
-        std::set<std::string> failing;  // the check functions whose boxes fail
+        std::vector<Mistake> mistakes;
+        std::string stop;
+        // Each failing function's gradients and their verdicts (a head's i for its number).
+        std::map<std::string, std::map<std::string, bool>> verdicts;
     };
     const std::vector<Planted> planted = {
-        {2, "LayerNorm_backward", "dx[j] = cache.rstd[i] * (dy[j] * gamma[j] - mean_g - xh[j] * mean_gx);",
-         "dx[j] = cache.rstd[i] * (dy[j] * gamma[j] - mean_g);", "Mask_AR", {"LayerNorm_backward"}},
-        {3, "Attention_backward", "    dK = matmul_tn(dS, Q);\n", "    dK = matmul(dS, Q);\n", "pre_ln_block_backward",
-         {"Attention_backward", "MultiHeadSA_backward"}}};
+        {2,
+         {{"LayerNorm_backward", "dx[j] = cache.rstd[i] * (dy[j] * gamma[j] - mean_g - xh[j] * mean_gx);",
+           "dx[j] = cache.rstd[i] * (dy[j] * gamma[j] - mean_g);"},
+          {"FFN_backward", "activation_derivative_array(act, cache.Z.ptr(), dZ.ptr(), dZ.size());",
+           "activation_derivative_array(act, cache.A.ptr(), dZ.ptr(), dZ.size());"}},
+         "Mask_AR",
+         {{"LayerNorm_backward", {{"dgamma", true}, {"dbeta", true}, {"dX", false}}},
+          {"FFN_backward", {{"dW_2", true}, {"db_2", true}, {"dW_1", false}, {"db_1", false}, {"dX", false}}}}},
+        {3,
+         {{"Attention_backward", "Softmax_backward(cache.P, dP);\n    const T scale = T(1) / std::sqrt(T(D));\n",
+           "Softmax_backward(cache.P, dP);\n    const T scale = std::sqrt(T(D));\n"}},
+         "pre_ln_block_backward",
+         {{"Attention_backward", {{"dV", true}, {"dQ", false}, {"dK", false}}},
+          {"MultiHeadSA_backward", {{"dW^O", true}, {"dW_i^V", true}, {"dW_i^Q", false}, {"dW_i^K", false}, {"dX", false}}}}}};
     for (const char* f : {"Makefile", "transformer.cpp", "tools/blank.awk", "build/main.o"})
         REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make (build/main.o): no " << f);
     const std::string makefile = m_read("Makefile");
@@ -12813,23 +12872,34 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with a planted mistake fa
     };
     const char* cxx = std::getenv("CXX");
     const std::string compiler = cxx && *cxx ? cxx : "g++";
+    // The probe: every gradient row as laid out (its box, name, verdict, relation, whether it shows),
+    // and every callee message with the box its link reaches.
+    const std::string probe =
+        "out.rows=[].map.call(document.querySelectorAll('section .grad'),function(g){var v=g.querySelector('.verdict'),r=g.querySelector('.relation');"
+        "return {box:g.closest('section').id,name:g.getAttribute('data-gradient'),verdict:v?v.innerText:'',relation:r?r.innerText:'',"
+        "shown:g.getBoundingClientRect().height>0&&!!v&&v.getBoundingClientRect().width>0};});"
+        "out.callees=[].map.call(document.querySelectorAll('section .callee'),function(c){var a=c.querySelector('a'),t=a?document.getElementById(a.getAttribute('href').slice(1)):null;"
+        "return {box:c.closest('section').id,text:c.innerText,to:t?t.id:'',to_fails:!!(t&&t.querySelector('.check.fail')),shown:c.getBoundingClientRect().height>0};});";
     for (const Planted& m : planted) {
-        CAPTURE(m.function);
+        CAPTURE(m.assignment);
         const std::string dir = m_path("explain-handout-" + std::to_string(m.assignment));
         const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
         REQUIRE(std::system(("rm -rf " + dir + " && " + make + " handout ASSIGNMENT=" + std::to_string(m.assignment) + " DIR=" + dir +
                              " HANDOUT_OBJECTS=0 > /dev/null 2>&1").c_str()) == 0);
-        REQUIRE(m_contains(m_read(dir + "/transformer.cpp"), "not implemented: " + m.function));
-        // The student's answer: the solution, the later assignments blanked, one mistake planted.
+        // The student's answer: the solution, the later assignments blanked, the mistakes planted.
         std::string funcs, labels;
         for (int n = m.assignment + 1; n <= 6; n++)
             for (const std::string& f : funcs_of(n)) funcs += f + " ", labels += f + "=assignment+" + std::to_string(n) + " ";
         const std::string blanked = dir + "/blanked.cpp";
         REQUIRE(std::system(("awk -v funcs='" + funcs + "' -v labels='" + labels + "' -f tools/blank.awk transformer.cpp > " + blanked).c_str()) == 0);
         std::string answer = m_read(blanked);
-        const std::size_t at = answer.find(m.right);
-        REQUIRE_MESSAGE(at != std::string::npos, "the code to plant the mistake in is not in transformer.cpp: " << m.right);
-        answer.replace(at, m.right.size(), m.wrong);
+        for (const Mistake& k : m.mistakes) {
+            REQUIRE(m_contains(m_read(dir + "/transformer.cpp"), "not implemented: " + k.function));
+            const std::size_t at = answer.find(k.right);
+            REQUIRE_MESSAGE(at != std::string::npos, "the code to plant the mistake in is not in transformer.cpp: " << k.right);
+            REQUIRE_MESSAGE(answer.find(k.right, at + 1) == std::string::npos, "the code to plant the mistake in is not unique: " << k.right);
+            answer.replace(at, k.right.size(), k.wrong);
+        }
         m_write(dir + "/transformer.cpp", answer);
         const std::string build = "cd " + dir + " && mkdir -p build && " + compiler +
                                   " -std=c++17 -Og -ffp-contract=off -fno-trapping-math -fno-math-errno -DTF_COLD_O0 -c -o build/transformer.o transformer.cpp && " +
@@ -12845,6 +12915,7 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with a planted mistake fa
         CHECK(m_contains(html, "The run stops at " + m.stop + ": not implemented: " + m.stop));
         const Json j = m_page_json(html);
         CHECK(j.get("stopped")->str.rfind("not implemented: " + m.stop, 0) == 0);
+        std::map<std::string, std::string> function_of;  // "b17" -> its check's function
         std::set<std::string> failing;
         int checked = 0, missing = 0, random = 0;
         for (const Json& box : j.get("boxes")->arr) {
@@ -12852,6 +12923,7 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with a planted mistake fa
             if (!ck) continue;
             CAPTURE(box.get("box")->str);
             const std::string f = ck->get("function")->str;
+            function_of["b" + std::to_string((int)box.get("number")->num)] = f;
             random += ck->get("random")->b;
             if (!ck->get("missing")->str.empty()) {
                 missing++;
@@ -12859,16 +12931,68 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with a planted mistake fa
                 continue;
             }
             checked++;
-            CHECK(ck->get("pass")->b == !m.failing.count(f));  // every box of the wrong function fails, none of another
+            CHECK(ck->get("pass")->b == !m.verdicts.count(f));  // every box of a wrong function fails, none of another
             if (!ck->get("pass")->b) failing.insert(f);
         }
-        CHECK(failing == m.failing);
-        CHECK(missing > 0);      // the later assignments' boxes: not implemented yet
+        CHECK(failing.size() == m.verdicts.size());
+        CHECK(missing > 0);  // the later assignments' boxes: not implemented yet
         CHECK(checked >= 9);
         if (m.assignment == 2) CHECK(random > 0);  // past the masks, on inputs drawn at random
         else CHECK(random == 0);                   // the forward ran whole
         CHECK(m_contains(html, "not implemented yet"));
-        CHECK(m_contains(out, "failing: "));
+        // The text names the innermost failing boxes first: Attention_backward's before MultiHeadSA_backward's,
+        // which fail through them.
+        std::vector<std::string> said;
+        std::istringstream lines(out);
+        for (std::string l; std::getline(lines, l);)
+            if (l.rfind("failing: ", 0) == 0) said.push_back(l);
+        CHECK(!said.empty());
+        bool through = false;
+        for (const std::string& l : said) {
+            CAPTURE(l);
+            if (m_contains(l, ", through [")) through = true;
+            else CHECK_MESSAGE(!through, "a box failing on its own is listed after one failing through a box it calls");
+            CHECK(m_contains(l, "(MultiHeadSA_backward)") == m_contains(l, ", through ["));
+        }
+        // The page as Chromium lays it out.
+        const std::string js = m_browser_probe(dir + "/page.html", probe, 1400, "handout-" + std::to_string(m.assignment));
+        if (js.empty()) continue;
+        const Json seen = parse_json(js);
+        std::map<std::string, int> rows_of;  // failing function -> gradient rows seen
+        for (const Json& r : seen.get("rows")->arr) {
+            const std::string box = r.get("box")->str, f = function_of[box];
+            CAPTURE(box);
+            CAPTURE(f);
+            const std::string name = std::regex_replace(r.get("name")->str, std::regex("_[0-9]+\\^"), "_i^");
+            CAPTURE(name);
+            CHECK(r.get("shown")->b);
+            if (!m.verdicts.count(f)) {
+                CHECK_MESSAGE(r.get("verdict")->str == "passes", "a gradient of a right function: expected passes, got " << r.get("verdict")->str);
+                continue;
+            }
+            const auto& want = m.verdicts.at(f);
+            if (!want.count(name)) continue;  // biases: none in tiny-gpt2
+            rows_of[f]++;
+            CHECK_MESSAGE(r.get("verdict")->str == (want.at(name) ? "passes" : "fails"), "expected " << (want.at(name) ? "passes" : "fails")
+                          << " (the finite differences of the planted mistake), the page shows " << r.get("verdict")->str);
+            if (f == "Attention_backward" && !want.at(name))  // dQ and dK are D = 4 times too large
+                CHECK_MESSAGE(m_contains(r.get("relation")->str, "backward = 4 \u00d7 finite difference at every entry compared: a factor of D"),
+                              "the relation shown: " << r.get("relation")->str);
+        }
+        for (const auto& kv : m.verdicts) CHECK_MESSAGE(rows_of[kv.first] >= (int)kv.second.size(), kv.first << ": " << rows_of[kv.first] << " gradient rows shown");
+        // The callee first: each MultiHeadSA_backward box says it fails through a failing Attention_backward box, and links it.
+        int callees = 0;
+        for (const Json& cm : seen.get("callees")->arr) {
+            CAPTURE(cm.get("text")->str);
+            CHECK(function_of[cm.get("box")->str] == "MultiHeadSA_backward");
+            CHECK(function_of[cm.get("to")->str] == "Attention_backward");
+            CHECK(cm.get("to_fails")->b);
+            CHECK(cm.get("shown")->b);
+            CHECK(m_contains(cm.get("text")->str, "This box fails through ["));
+            CHECK(m_contains(cm.get("text")->str, "Attention_backward (head 1), which MultiHeadSA_backward calls and whose own check fails: fix that first."));
+            callees++;
+        }
+        CHECK(callees == (m.assignment == 3 ? 2 : 0));  // one MultiHeadSA box per layer of tiny-gpt2
     }
 }
 
