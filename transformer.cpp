@@ -10578,7 +10578,7 @@ struct ExplainPageWriter {
         const int n = batch.n;
         h << "<!DOCTYPE html>\n" << SVG_MARK << "\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
           << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-          << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << "</style></head>\n<body>\n";
+          << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << GRADIENT_CSS << "</style></head>\n<body>\n";
         h << "<header><h1>explain: " << html_text(o.title) << "</h1><p>" << html_text(what) << "; tokens x = ";
         for (int i = 0; i < n; i++) h << (i ? ", " : "") << html_text(labels[i]);
         h << "; loss " << (std::isnan(e.loss) ? std::string("not reached") : num(e.loss, "%.9g")) << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
@@ -10661,6 +10661,11 @@ struct ExplainPageWriter {
         h << "</p>\n";
         return lines_json;
     }
+
+    // The gradient rows of a backward box: the three heat maps side by side.
+    static constexpr const char* GRADIENT_CSS =
+        ".grad{margin:.6em 0}.grad>p{margin:.2em 0}.maps{display:flex;flex-wrap:wrap;gap:0 1.5em;align-items:flex-start}"
+        ".maps figure{margin:.2em 0}.relation,.callee{font-weight:600}.first-failing{margin:.3em 0}details>summary{cursor:pointer;font-size:13px}\n";
 
     // An entry of a tensor of `shape` (row-major k, 0-based) as the formulas count it: "(2, 3)", "(5)".
     static std::string entry_of(const std::vector<int>& shape, std::size_t k) {
