@@ -10970,6 +10970,27 @@ TEST_CASE("explain --html: each gradient of a backward box has its own verdict, 
         };
         wrongs.push_back(w);
     }
+    {  // MultiHeadSA_backward whose dW^O (AD x H = 8 x 8) is transposed
+        Wrong w{"dW^O transposed", "MultiHeadSA_backward", {}, {{"dW^O", false}, {"dW_1^V", true}, {"dW_1^Q", true}, {"dW_1^K", true}, {"dX", true}},
+                "dW^O", "backward = the finite difference transposed: a transpose?", ""};
+        w.bw.MultiHeadSA_backward = [](const Tensor<double>& X, const MultiHeadSAParams<double>& q, const MultiHeadSACache<double>& k, const Tensor<double>& dY,
+                                       MultiHeadSAParams<double>& g) {
+            Tensor<double> dX = MultiHeadSA_backward(X, q, k, dY, g);
+            g.W_O = transpose(g.W_O);
+            return dX;
+        };
+        wrongs.push_back(w);
+    }
+    {  // LayerNorm_backward whose dX is wrong in row 2 alone
+        Wrong w{"dX's row 2", "LayerNorm_backward", {}, {{"dgamma", true}, {"dbeta", true}, {"dX", false}}, "dX", "only row 2 differs; the others agree", "dX"};
+        w.bw.LayerNorm_backward = [](const Tensor<double>& gamma, const LayerNormCache<double>& k, const Tensor<double>& dY, Tensor<double>& dgamma,
+                                     Tensor<double>& dbeta) {
+            Tensor<double> dX = LayerNorm_backward(gamma, k, dY, dgamma, dbeta);
+            dX(1, 0) += 0.5;
+            return dX;
+        };
+        wrongs.push_back(w);
+    }
     for (const Wrong& w : wrongs) {
         CAPTURE(w.what);
         ExplainHtml o;

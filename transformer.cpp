@@ -9526,7 +9526,7 @@ static std::string where_they_differ(const ExplainGradient& g, double tol) {
             return what + index_list(zero) + " should be 0 (the finite difference is 0 there) and the backward's " +
                    (zero.size() == 1 ? "is" : "are") + " not";
         if (!bad.empty() && bad.size() * 2 <= (std::size_t)count)
-            return "only " + what + index_list(bad) + " differ; the others agree";
+            return "only " + what + index_list(bad) + (bad.size() == 1 ? " differs" : " differ") + "; the others agree";
     }
     return "";
 }
