@@ -10530,6 +10530,7 @@ struct ExplainPageWriter {
     std::string source;   // transformer.cpp's text, for the functions' lines ("": not found)
     std::vector<std::string> labels;  // one per token
     std::vector<int> failing;         // the boxes whose gradient check fails
+    bool passing_maps = true;         // passing gradients drawn too (all gradients' maps fit a third of the page's cells)
     int fold = 0;
     std::string what;  // the model: variant and sizes
     std::ostringstream h, json;
@@ -10569,6 +10570,10 @@ struct ExplainPageWriter {
                                              (ck.callee >= 0 ? ", through [" + std::to_string(ck.callee + 1) + "] (" + e.steps[(std::size_t)ck.callee].check.function + ")" : ""));
             }
         page.failing = (int)failing.size();
+        std::size_t cells = 0;
+        for (const ExplainStep& s : e.steps)
+            for (const ExplainGradient& g : s.check.gradients) cells += 3 * g.backward.cells.size();
+        passing_maps = cells <= o.cells / 3;
         page.boxes = (int)e.steps.size();
     }
 
@@ -10728,8 +10733,8 @@ struct ExplainPageWriter {
         json << (i ? "," : "") << "{\"name\":" << json_escape(g.name) << ",\"formula\":" << json_escape(g.formula) << ",\"pass\":" << (g.pass ? "true" : "false")
              << ",\"entries\":" << g.entries << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(g.num) << ",\"ana\":" << json_num(g.ana)
              << ",\"err\":" << json_num(g.err) << ",\"relation\":" << json_escape(g.relation) << ",\"problem\":" << json_escape(g.problem) << "}";
-        if (!g.problem.empty()) {
-            h << "</div>\n";
+        if (!g.problem.empty() || (g.pass && !passing_maps)) {
+            h << (g.problem.empty() ? "<p class=\"note\">(Its heat maps are left out: a page of this size draws the failing gradients only.)</p>" : "") << "</div>\n";
             return;
         }
         double scale = 0;
