@@ -10780,8 +10780,8 @@ TEST_CASE("explain --html: a section and a <math> per box, the JSON's numbers ex
         CHECK(page.html.rfind("<!DOCTYPE html>\n<!-- written by transformer -->", 0) == 0);
         CHECK(page.boxes == (int)e.steps.size());
         CHECK(m_count(page.html, "<section id=\"b") == e.steps.size());
-        CHECK(m_count(page.html, "<math display=\"block\">") == e.steps.size());
-        CHECK(m_count(page.html, "</math>") == e.steps.size());
+        CHECK(m_count(page.html, "<div class=\"formula\"><math>") == e.steps.size());  // a formula: one <math> per piece
+        CHECK(m_count(page.html, "</math></div>") == e.steps.size());
         // Every backward box is checked, and passes; no forward box is.
         int backward = 0;
         for (const ExplainStep& s : e.steps) backward += s.box.rfind("Backward", 0) == 0;
@@ -10857,6 +10857,163 @@ TEST_CASE("explain --html: a folded heat map keeps the first and last rows and s
     o.fold = 64, o.cells = 3000;
     const Json small = m_page_json(explain_html(c, p, b, o).html);
     CHECK(small.get("fold")->num < 64);
+}
+
+// The part of a page from box k's <section> (k counted from 1) to its end.
+std::string m_box_html(const std::string& html, int k) {
+    const std::size_t a = html.find("<section id=\"b" + std::to_string(k) + "\"");
+    REQUIRE_MESSAGE(a != std::string::npos, "no box " << k << " on the page");
+    return html.substr(a, html.find("</section>", a) - a);
+}
+
+// The part of a box's HTML from the heat map whose caption names `name` to its </figure>.
+std::string m_figure_of(const std::string& box, const std::string& name) {
+    const std::size_t a = box.find("<figure><figcaption><b>" + name + "</b>");
+    REQUIRE_MESSAGE(a != std::string::npos, "no heat map of " << name << " in the box");
+    return box.substr(a, box.find("</figure>", a) - a);
+}
+
+TEST_CASE("explain --html: a small tensor's cells print their values, the tokens are labelled cells, P and the masks on the 0..1 scale with masked cells hatched") {
+    const Config c = preset("tiny-gpt2");
+    const Batch b = m_explain_batch(c);  // 3, 1, 4, 1, 5: n = 5
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    const Explained<float> e = explain(c, p, b, 4);
+    ExplainHtml o;
+    o.source = "transformer.cpp", o.labels = {"c", "a", "t", "a", "s"};
+    const ExplainPage page = explain_html(c, p, b, o);
+    REQUIRE_MESSAGE(page.stopped.empty(), "the run stopped at a function not written yet: " << page.stopped);
+    // Box 5, LayerNorm(X^(0)) (n x H = 5 x 8): each cell holds its value to 3 significant digits after its title's 4.
+    REQUIRE(e.steps[4].function == "LayerNorm");
+    const std::string ln = m_figure_of(m_box_html(page.html, 5), "LayerNorm(X^(0))");
+    CHECK(m_contains(ln, "<div class=\"hm num\""));
+    const double v = e.steps[4].out[0].first[1];  // (1, 2)
+    char want[96];
+    std::snprintf(want, sizeof want, "title=\"(1,2) %.4g\">%s%.3g</i>", v, v < 0 ? "\u2212" : "", std::fabs(v));
+    CHECK_MESSAGE(m_contains(ln, want), "expected the cell " << want << " (explain's value of LayerNorm(X^(0))_{1,2}) in\n" << ln.substr(0, 600));
+    CHECK(m_count(ln, "</i>") == (std::size_t)(b.n * c.H));
+    // The input box: x as a row of labelled cells (position, token text, id), no heat map.
+    const std::string input = m_box_html(page.html, 1);
+    CHECK_FALSE(m_contains(input, "class=\"hm"));
+    CHECK(m_contains(input, "<div class=\"tok\"><span title=\"x_1 = 3\"><small>1</small><b>c</b><small>3</small></span>"));
+    CHECK(m_count(input, "<span title=\"x_") == (std::size_t)b.n);
+    // P of head 1 of layer 1 (box 7): row 1 is (1, 0, 0, 0, 0) under Mask^AR. Its 1 is the darkest
+    // blue of the 0..1 scale; the four entries j > 1 are masked: hatched, their title says so.
+    REQUIRE(e.steps[6].box == "head i = 1");
+    const std::string P = m_figure_of(m_box_html(page.html, 7), "P = Softmax(Mask (.) Q K^T / sqrt(D))");
+    CHECK(m_contains(P, "<i class=b8 title=\"(1,1) 1\">1</i>"));
+    CHECK(m_contains(P, "<i class=x title=\"(1,2) 0 (masked)\">0</i>"));
+    CHECK(m_count(P, "<i class=x ") == (std::size_t)(b.n * (b.n - 1) / 2));  // j > i
+    CHECK(m_contains(P, "hatched: masked"));
+    for (const char* red_blue : {"<i class=p", "<i class=n", "legend\" "}) CHECK_FALSE(m_contains(P, red_blue));
+    // The mask (box 4): its kept entries 1 at the dark end, -inf hatched; Y = Softmax(Z) on the 0..1 scale too.
+    const std::string M = m_figure_of(m_box_html(page.html, 4), "Mask^(1)");
+    CHECK(m_contains(M, "<i class=b8 title=\"(2,1) 1\">1</i>"));
+    CHECK(m_contains(M, "<i class=x title=\"(1,2) -inf\">\u2212\u221e</i>"));
+    CHECK(m_contains(m_figure_of(m_box_html(page.html, 26), "Y = Softmax(Z)"), "legend prob"));
+    // The attention picture of the MultiHeadSA box hatches P's masked cells with its own pattern;
+    // every id on the page is its own.
+    const std::string sa = m_box_html(page.html, 6);
+    CHECK(m_count(sa, "class='masked' fill='url(#f6-hatch)'") == (std::size_t)(c.A * b.n * (b.n - 1) / 2));
+    CHECK(m_contains(sa, "<pattern id='f6-hatch'"));
+    std::set<std::string> ids;
+    for (std::size_t at = page.html.find(" id="); at != std::string::npos; at = page.html.find(" id=", at + 1)) {
+        const char q = page.html[at + 4];
+        const std::string id = page.html.substr(at + 5, page.html.find(q, at + 5) - at - 5);
+        CHECK_MESSAGE(ids.insert(id).second, "the id " << id << " is on the page twice");
+    }
+    CHECK(ids.count("f4-scale") + ids.count("f4-hatch") == 2);
+    // A formula wraps at its relations: one <math> per piece; code names upright and whole.
+    const std::string ffn = m_box_html(page.html, 32);
+    CHECK(m_contains(ffn, "<mi mathvariant=\"normal\">FFN_GELU_backward</mi>"));
+    CHECK(m_count(ffn, "<math>") >= 8);
+    CHECK_FALSE(m_contains(page.html, "<mi>backward</mi>"));
+}
+
+TEST_CASE("explain --html: the tokens, the masks and P are never folded, while the V x H tensors are; each box carries its § of formulas.md") {
+    Config c = preset("tiny-gpt2");
+    Batch b;
+    b.n = 6, b.tokens = {3, 1, 4, 1, 5, 9}, b.targets = next_token_targets(b.tokens, 1, 6);
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    ExplainHtml o;
+    o.source = "transformer.cpp", o.sheet = "docs/formulas.md";
+    o.cells = 500;  // far below the page's cells: the fold halves down to 4
+    const ExplainPage page = explain_html(c, p, b, o);
+    REQUIRE_MESSAGE(page.stopped.empty(), "the run stopped at a function not written yet: " << page.stopped);
+    const Json j = m_page_json(page.html);
+    REQUIRE(j.get("fold")->num == 4);
+    std::map<std::string, std::pair<std::size_t, std::size_t>> shown;  // first tensor of each name: rows, cols kept
+    for (const Json& box : j.get("boxes")->arr)
+        for (const Json& t : box.get("tensors")->arr)
+            shown.insert({t.get("name")->str, {t.get("rows")->arr.size(), t.get("cols")->arr.size()}});
+    CHECK(shown.at("W_e") == std::make_pair<std::size_t, std::size_t>(4, 4));  // V x H = 13 x 8, folded
+    CHECK(shown.at("X^(0)") == std::make_pair<std::size_t, std::size_t>(4, 4));
+    CHECK(shown.at("x") == std::make_pair<std::size_t, std::size_t>(1, 6));
+    CHECK(shown.at("Mask^(1)") == std::make_pair<std::size_t, std::size_t>(6, 6));
+    CHECK(shown.at("Mask") == std::make_pair<std::size_t, std::size_t>(6, 6));
+    CHECK(shown.at("P = Softmax(Mask (.) Q K^T / sqrt(D))") == std::make_pair<std::size_t, std::size_t>(6, 6));
+    CHECK(m_contains(page.html, "the tokens, the masks and P are never folded"));
+    // The § of each box: Softmax (§5) for the output's Softmax, §10 for a head's Softmax_backward,
+    // §15 for LayerNorm; each § once on the page, with the sheet's text.
+    CHECK(page.sheet == "docs/formulas.md");
+    const std::string sheet = m_read("docs/formulas.md");
+    for (const Json& box : j.get("boxes")->arr) {
+        const std::string f = box.get("function")->str;
+        CAPTURE(f);
+        const int sec = (int)box.get("section")->num;
+        if (f == "Softmax") CHECK(sec == 5);
+        if (f.rfind("Softmax_backward", 0) == 0) CHECK(sec == 10);
+        if (f == "LayerNorm") CHECK(sec == 15);
+        const std::string head = "## \u00a7" + std::to_string(sec) + " ";
+        const std::size_t at = sheet.find(head);
+        REQUIRE_MESSAGE(at != std::string::npos, "formulas.md has no heading " << head);
+        const std::string title = sheet.substr(at + head.size(), sheet.find('\n', at) - at - head.size());
+        CHECK(m_contains(m_box_html(page.html, (int)box.get("number")->num), "<summary>formulas &sect;" + std::to_string(sec) + " "));
+        CHECK(m_count(page.html, "<template id=\"s" + std::to_string(sec) + "\">") == 1);
+        (void)title;
+    }
+    CHECK(m_contains(page.html, "<template id=\"s15\"><pre>"));
+    CHECK(m_contains(page.html, "Layer normalisation") );
+    // Without the sheet the page says so; a sheet that cannot be read is an error naming it.
+    ExplainHtml none = o;
+    none.sheet = "no/such/formulas.md";
+    CHECK_THROWS_WITH(explain_html(c, p, b, none), doctest::Contains("no/such/formulas.md"));
+}
+
+TEST_CASE("explain --html: one failing box is \"1 of N backward boxes fails its gradient check\", in the contents only it is red") {
+    Config c = preset("tiny-gpt2");
+    c.L = 1;  // one FFN: one FFN_backward box
+    const Batch b = m_explain_batch(c);
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    ExplainHtml o;
+    o.source = "transformer.cpp";
+    o.backwards.FFN_backward = [](const Tensor<double>& X, const FFNParams<double>& q, Activation act, const FFNCache<double>& k,
+                                  const Tensor<double>& dY, FFNParams<double>& g) {
+        Tensor<double> dX = FFN_backward(X, q, act, k, dY, g);
+        for (std::size_t a = 0; a < g.W_1.size(); a++) g.W_1[a] *= 2;
+        return dX;
+    };
+    const ExplainPage page = explain_html(c, p, b, o);
+    REQUIRE(page.failing == 1);
+    CHECK(m_contains(page.html, "1 of " + std::to_string(page.checked) + " backward boxes fails its gradient check:"));
+    // The contents: the failing item's <li> is red (class fail), its group's is not.
+    CHECK(m_count(page.html, "<li value=\"") > 20);
+    std::size_t red = 0;
+    for (std::size_t at = page.html.find("<li "); at != std::string::npos && at < page.html.find("</nav>"); at = page.html.find("<li ", at + 1)) {
+        const std::string li = page.html.substr(at, page.html.find('>', at) - at);
+        if (m_contains(li, "fail")) {
+            red++;
+            CHECK_MESSAGE(m_contains(li, "<li value=\""), "a group is marked red: " << li);
+        }
+    }
+    CHECK(red == 1);
+    CHECK(m_contains(page.html, "f / F next / previous failing box"));
+    // A stub in place of FFN_backward: its one box is not implemented yet, "1 more is".
+    o.backwards.FFN_backward = [](const Tensor<double>&, const FFNParams<double>&, Activation, const FFNCache<double>&, const Tensor<double>&,
+                                  FFNParams<double>&) -> Tensor<double> { throw Error("not implemented: FFN_backward (assignment 5)"); };
+    const ExplainPage stub = explain_html(c, p, b, o);
+    REQUIRE(stub.missing == 1);
+    CHECK(m_contains(stub.html, "<span class=\"missing\">1 more is not implemented yet.</span>"));
+    CHECK_FALSE(m_contains(stub.html, "more are not"));
 }
 
 // A LayerNorm_backward with one term left out (the - Xhat mean(G Xhat) of dX): what a student's
