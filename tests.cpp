@@ -11163,7 +11163,7 @@ TEST_CASE("browser: explain --html's page of every variant renders in headless C
         const std::string cmd = "timeout 120 " + browser + " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
                                 "--disable-background-networking --disable-component-update --disable-sync --host-resolver-rules='MAP * ~NOTFOUND' "
                                 "--user-data-dir=" + profile + " --enable-logging=stderr --v=0 --log-net-log=" + net +
-                                " --dump-dom file://" + page + " > " + abs + "/dom-" + v + ".html 2> " + abs + "/log-" + v + ".txt";
+                                " --dump-dom 'file://" + page + "?rendered' > " + abs + "/dom-" + v + ".html 2> " + abs + "/log-" + v + ".txt";
         INFO("command: " << cmd);
         REQUIRE(std::system(cmd.c_str()) == 0);
         const std::string dom = m_read(dir + "/dom-" + v + ".html"), log = m_read(dir + "/log-" + v + ".txt");
@@ -11186,6 +11186,82 @@ TEST_CASE("browser: explain --html's page of every variant renders in headless C
             const Json* url = e.get("params")->get("url");
             CHECK_MESSAGE((!initiator || initiator->str == "not an origin"), "the page requested " << (url ? url->str : "?"));
         }
+    }
+}
+
+// The page's layout at 1400 px, measured by a script the test appends to a copy of the page: every
+// <math> inside its box's content box and scrolled by nothing (no scroll bar of its own), each id
+// once on the page, and every url(#id) or href="#id" of a figure (an inline <svg>) an element of the
+// same figure. Its findings go to <body data-probe="..."> for --dump-dom.
+static const char* const m_PAGE_PROBE = R"(<script>(function(){var over=[],n=0;
+[].forEach.call(document.querySelectorAll('main section'),function(sec){var cs=getComputedStyle(sec),r=sec.getBoundingClientRect();
+ var left=r.left+parseFloat(cs.borderLeftWidth)+parseFloat(cs.paddingLeft),right=r.right-parseFloat(cs.borderRightWidth)-parseFloat(cs.paddingRight);
+ [].forEach.call(sec.querySelectorAll('math'),function(m){n++;var b=m.getBoundingClientRect(),st=getComputedStyle(m);
+  if(b.left<left-0.5||b.right>right+0.5)over.push(sec.id+' by '+Math.round(Math.max(left-b.left,b.right-right))+' px');
+  if(st.overflowX!='visible'||st.overflowY!='visible')over.push(sec.id+' scrolls ('+st.overflowX+')');});
+ [].forEach.call(sec.querySelectorAll('.formula'),function(f){if(f.scrollWidth>f.clientWidth+1)over.push(sec.id+' formula wider than its box');});});
+var seen={},dup=[];[].forEach.call(document.querySelectorAll('[id]'),function(e){if(seen[e.id])dup.push(e.id);seen[e.id]=1;});
+var bad=[];[].forEach.call(document.querySelectorAll('svg'),function(svg,k){[].forEach.call(svg.querySelectorAll('*'),function(e){
+ [].forEach.call(e.attributes,function(a){var m=/url\(#([^)]+)\)/.exec(a.value)||(/href$/.test(a.name)&&/^#(.+)/.exec(a.value));
+  if(m){var t=document.getElementById(m[1]);if(!t||t.closest('svg')!==svg)bad.push('figure '+(k+1)+' #'+m[1]);}});});});
+function say(a){return a.length+(a.length?' ('+a.slice(0,4).join(', ')+')':'');}
+document.body.setAttribute('data-probe','maths '+n+'; overflowing: '+say(over)+'; ids twice: '+say(dup)+'; references outside their figure: '+say(bad));})();</script>)";
+
+// Headless Chromium at width x 1000 px, offline: the DOM of url after its scripts ran, in out.
+static int m_chromium_dom(const std::string& browser, const std::string& url, const std::string& out, const std::string& profile, int width) {
+    const std::string cmd = "timeout 120 " + browser + " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+                            "--disable-background-networking --disable-component-update --disable-sync --host-resolver-rules='MAP * ~NOTFOUND' "
+                            "--user-data-dir=" + profile + " --window-size=" + std::to_string(width) + ",1000 --dump-dom '" + url + "' > " + out +
+                            " 2> " + out + ".log";
+    return std::system(cmd.c_str());
+}
+
+TEST_CASE("browser: explain --html's page at 1400 px: no formula overflows its box or scrolls, each id once, every figure renders alone") {
+    std::string browser;
+    for (const char* b : {"chromium", "chromium-browser", "google-chrome"})
+        if (browser.empty() && std::system((std::string("command -v ") + b + " > /dev/null 2>&1").c_str()) == 0) browser = b;
+    if (browser.empty()) {
+        FAIL_CHECK("no browser: this case needs headless Chromium (Debian: apt-get install chromium; .ci/run installs it)");
+        return;
+    }
+    const std::string dir = m_path("browser-layout");
+    ::mkdir(dir.c_str(), 0755);
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd));
+    const std::string abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
+    for (const std::string v : {"gpt2", "bert"}) {
+        CAPTURE(v);
+        const std::string page = abs + "/" + v + ".html";
+        m_run_ok("explain --preset tiny-" + v + " --tokens 3,1,4,1,5" + (v == "bert" ? " --masked 2" : "") + " --html " + page);
+        std::string html = m_read(page);
+        const std::size_t boxes = m_count(html, "<section id=\"b");
+        REQUIRE(boxes > 30);
+        // The page with the probe: the boxes' maths measured at 1400 px.
+        const std::size_t body = html.rfind("</body>");
+        REQUIRE(body != std::string::npos);
+        m_write(abs + "/probe-" + v + ".html", html.substr(0, body) + m_PAGE_PROBE + html.substr(body));
+        REQUIRE(m_chromium_dom(browser, "file://" + abs + "/probe-" + v + ".html", abs + "/probe-dom-" + v + ".html", abs + "/profile-" + v, 1400) == 0);
+        const std::string dom = m_read(abs + "/probe-dom-" + v + ".html");
+        const std::size_t at = dom.find("data-probe=\"");
+        REQUIRE_MESSAGE(at != std::string::npos, "the probe did not run: " << m_read(abs + "/probe-dom-" + v + ".html.log"));
+        const std::string probe = dom.substr(at + 12, dom.find('"', at + 12) - at - 12);
+        INFO("the probe found: " << probe);
+        CHECK(m_contains(probe, "; overflowing: 0; ids twice: 0; references outside their figure: 0"));
+        CHECK(std::atoi(probe.c_str() + 6) > (int)boxes);  // a <math> per piece of each formula
+        // Each figure alone, in a file of its own: what it refers to, it holds.
+        std::size_t figures = 0;
+        for (std::size_t a = html.find("<svg"); a != std::string::npos; a = html.find("<svg", a + 1), figures++) {
+            const std::string svg = html.substr(a, html.find("</svg>", a) + 6 - a);
+            const std::string alone = abs + "/figure-" + v + "-" + std::to_string(figures + 1) + ".html";
+            m_write(alone, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"></head><body><main></main>" + svg + m_PAGE_PROBE + "</body></html>\n");
+            if (figures > 1) continue;  // Chromium opens the first two, the mask's and the heads' P; the others the probe above checked in place
+            REQUIRE(m_chromium_dom(browser, "file://" + alone, alone + ".dom", abs + "/profile-" + v, 1400) == 0);
+            const std::string fig = m_read(alone + ".dom");
+            CAPTURE(alone);
+            CHECK(m_contains(fig, "data-probe=\"maths 0; overflowing: 0; ids twice: 0; references outside their figure: 0\""));
+            CHECK(m_count(svg, "url(#") > 0);
+        }
+        CHECK(figures >= 4);  // two layers' masks and P of their heads
     }
 }
 

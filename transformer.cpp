@@ -10207,7 +10207,7 @@ nav ol{padding-left:1.6em;margin:.2em 0}nav>ol{list-style:none;padding-left:0}na
 main{padding:0 1.5em 4em;min-width:0}header{padding:0 1.5em;grid-column:1/3;border-bottom:1px solid var(--line)}
 section{border:1px solid var(--line);border-radius:6px;padding:.3em 1em .8em;margin:1em 0;background:var(--box)}
 section:focus,section:target{outline:3px solid #4c8bf5}
-section.d1{margin-left:2.5em}h3{margin:.4em 0;font-size:16px}
+section.d1{margin-left:2.5em}section.box{content-visibility:auto;contain-intrinsic-size:auto 30em}h3{margin:.4em 0;font-size:16px}
 .fail{color:var(--fail)}.pass{color:var(--pass)}nav .tag.inside{color:var(--muted)}.missing{color:var(--muted)}section.bad{border-color:var(--fail);border-width:2px}
 .tag{font-size:12px;border:1px solid currentColor;border-radius:3px;padding:0 .3em;margin-left:.4em;white-space:nowrap}
 .formula{text-align:center;margin:.3em 0;font-size:1.15em;line-height:1.9}.formula math{display:inline math}
@@ -10234,14 +10234,16 @@ output.cell{font:12px monospace;margin-left:.5em}
 
 // Keyboard: n / p (or j / k) move to the next / previous box, f / F to the next / previous failing
 // box; on a focused heat map the arrow keys move a marked cell whose (i, j) and value show beside
-// it; a box's § of the formula sheet opens with its text. On load, <body data-rendered="boxes B, math M"> counts the sections and the formulas (each
-// <math> of it) the browser laid out (the browser test reads it).
+// it; a box's § of the formula sheet opens with its text. Opened with ?rendered after its URL,
+// <body data-rendered="boxes B, math M"> counts the sections and the formulas (each <math> of it)
+// the browser laid out (the browser tests read it; it lays out the whole page, which a reader's
+// browser does box by box as they come into view: content-visibility).
 static const char* const PAGE_SCRIPT = R"(
 (function(){var s=[].slice.call(document.querySelectorAll('main section'));
-var r=0,m=0;s.forEach(function(x){if(x.getBoundingClientRect().height>0)r++;});
-[].forEach.call(document.querySelectorAll('.formula'),function(f){var ms=f.querySelectorAll('math'),ok=ms.length>0;
- [].forEach.call(ms,function(x){if(!(x.getBoundingClientRect().width>0))ok=false;});if(ok)m++;});
-document.body.setAttribute('data-rendered','boxes '+r+', math '+m);
+if(/[?&]rendered\b/.test(location.search)){var r=0,m=0;s.forEach(function(x){if(x.getBoundingClientRect().height>0)r++;});
+ [].forEach.call(document.querySelectorAll('.formula'),function(f){var ms=f.querySelectorAll('math'),ok=ms.length>0;
+  [].forEach.call(ms,function(x){if(!(x.getBoundingClientRect().width>0))ok=false;});if(ok)m++;});
+ document.body.setAttribute('data-rendered','boxes '+r+', math '+m);}
 function at(){var y=window.scrollY+10,k=0;for(var i=0;i<s.length;i++)if(s[i].offsetTop<=y)k=i;return k;}
 document.addEventListener('keydown',function(e){if(e.target.closest&&e.target.closest('.hm'))return;
  var d={n:1,j:1,p:-1,k:-1,f:1,F:-1}[e.key];if(!d||e.ctrlKey||e.metaKey||e.altKey)return;
