@@ -11170,7 +11170,7 @@ TEST_CASE("browser: explain --html's page of every variant renders in headless C
         // The page's script ran and counted what the browser laid out.
         CHECK(m_contains(dom, "data-rendered=\"boxes " + std::to_string(boxes) + ", math " + std::to_string(boxes) + "\""));
         CHECK(m_count(dom, "<section id=\"b") == boxes);
-        CHECK(m_count(dom, "<math display=\"block\">") == boxes);
+        CHECK(m_count(dom, "<div class=\"formula\"><math>") == boxes);
         // No console message (an error in the script, a refused resource).
         std::istringstream ls(log);
         for (std::string line; std::getline(ls, line);) CHECK_MESSAGE(!m_contains(line, ":CONSOLE"), line);

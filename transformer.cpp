@@ -10228,7 +10228,7 @@ details.sheet{font-size:13px;margin:.2em 0}details.sheet pre{white-space:pre-wra
 output.cell{font:12px monospace;margin-left:.5em}
 .check{font-size:13.5px;margin:.4em 0;padding:.3em .6em;border-left:4px solid currentColor}
 .pics svg{max-width:100%;height:auto}
-@media print{body{display:block}nav{display:none}section{break-inside:avoid;background:none}header{border:0}
+@media print{body{display:block}nav{display:none}section{break-inside:avoid;background:none}section.box{content-visibility:visible}header{border:0}
  .hm i{print-color-adjust:exact;-webkit-print-color-adjust:exact}}
 )";
 
