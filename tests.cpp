@@ -10758,7 +10758,7 @@ std::vector<ExplainStep> m_steps_of_page(const Json& j) {
     return steps;
 }
 
-TEST_CASE("explain --html: a section and a <math> per box, the JSON's numbers explain_text's, each cited line its function's") {
+TEST_CASE("explain --html: a section and a formula per box, the JSON's numbers explain_text's, each cited line its function's") {
     const std::string source = m_read("transformer.cpp");
     std::vector<std::string> lines = {""};
     for (std::size_t a = 0, b; a < source.size(); a = b + 1) {
@@ -10967,12 +10967,20 @@ TEST_CASE("explain --html: the tokens, the masks and P are never folded, while t
         const std::size_t at = sheet.find(head);
         REQUIRE_MESSAGE(at != std::string::npos, "formulas.md has no heading " << head);
         const std::string title = sheet.substr(at + head.size(), sheet.find('\n', at) - at - head.size());
-        CHECK(m_contains(m_box_html(page.html, (int)box.get("number")->num), "<summary>formulas &sect;" + std::to_string(sec) + " "));
+        CHECK(m_contains(m_box_html(page.html, (int)box.get("number")->num), "<summary>formulas &sect;" + std::to_string(sec) + " " + title + "</summary>"));
         CHECK(m_count(page.html, "<template id=\"s" + std::to_string(sec) + "\">") == 1);
-        (void)title;
     }
-    CHECK(m_contains(page.html, "<template id=\"s15\"><pre>"));
-    CHECK(m_contains(page.html, "Layer normalisation") );
+    // The text of §15 is the sheet's, from its heading's next line to the next heading.
+    const std::size_t s15 = sheet.find("\n## \u00a715 "), s16 = sheet.find("\n## \u00a716 ");
+    REQUIRE(s15 != std::string::npos);
+    REQUIRE(s16 != std::string::npos);
+    const std::size_t body = sheet.find('\n', s15 + 1) + 1;
+    std::string text = sheet.substr(body, s16 - body);
+    for (std::size_t at = text.find('&'); at != std::string::npos; at = text.find('&', at + 1)) text.replace(at, 1, "&amp;");
+    for (std::size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) text.replace(at, 1, "&lt;");
+    for (std::size_t at = text.find('>'); at != std::string::npos; at = text.find('>', at + 1)) text.replace(at, 1, "&gt;");
+    for (std::size_t at = text.find('"'); at != std::string::npos; at = text.find('"', at + 1)) text.replace(at, 1, "&quot;");
+    CHECK(m_contains(page.html, "<template id=\"s15\"><pre>" + text + "</pre></template>"));
     // Without the sheet the page says so; a sheet that cannot be read is an error naming it.
     ExplainHtml none = o;
     none.sheet = "no/such/formulas.md";
