@@ -10115,24 +10115,36 @@ struct Parser {
 };
 }  // namespace mathml
 
-// The formula as a <div class="formula"> of one <math> per piece, the pieces cut outside brackets
-// before each " = " and after each ", ", "; " and ": ", a zero-width space between them: a long
-// formula wraps there, at its relations and between its equations, and nowhere else.
+// The formula as a <div class="formula"> of one <math> per piece, a space or a zero-width space
+// between them: a long formula wraps there, and nowhere else. The pieces are cut outside brackets (but those of a
+// remark, opened after a space) before each " = ", after each ", ", "; " and ": " (at its relations
+// and between its equations), and before the prose of " for ", " if ", " as ", " with " and a remark.
 static std::string to_mathml(const std::string& plain) {
     std::vector<std::string> pieces(1);
-    int depth = 0;
+    std::vector<bool> open;  // the brackets open at i: true for a remark's, one after a space ("(so row i is ...)")
+    int depth = 0;           // the brackets open at i but remarks'
+    auto word_at = [&](std::size_t i, const char* w) { return plain.compare(i, std::strlen(w), w) == 0; };
     for (std::size_t i = 0; i < plain.size(); i++) {
         const char ch = plain[i];
-        depth += (ch == '(' || ch == '{' || ch == '[') - (ch == ')' || ch == '}' || ch == ']');
-        const bool top = depth <= 0 && !pieces.back().empty();
-        if (top && ch == ' ' && plain.compare(i, 3, " = ") == 0) pieces.emplace_back();
+        const bool top = depth == 0 && !pieces.back().empty();
+        if (top && ch == ' ' && (word_at(i, " = ") || word_at(i, " for ") || word_at(i, " if ") || word_at(i, " as ") || word_at(i, " with ") ||
+                                 word_at(i, " (") || word_at(i, " ["))) pieces.emplace_back();
         pieces.back() += ch;
+        if (ch == '(' || ch == '{' || ch == '[') {
+            open.push_back(i > 0 && plain[i - 1] == ' ' && ch != '{');
+            depth += !open.back();
+        } else if ((ch == ')' || ch == '}' || ch == ']') && !open.empty()) {
+            depth -= !open.back();
+            open.pop_back();
+        }
         if (top && (ch == ',' || ch == ';' || ch == ':') && i + 1 < plain.size() && plain[i + 1] == ' ') pieces.emplace_back();
     }
     std::string o = "<div class=\"formula\">";
     for (std::size_t k = 0; k < pieces.size(); k++) {
         mathml::Parser p{pieces[k]};
-        o += std::string(k ? "&#8203;" : "") + "<math><mrow>" + p.seq(0) + "</mrow></math>";  // a zero-width space: where a line may break
+        // Where a line may break: a space where the text has one, a zero-width space before " = " (its <mo> is spaced).
+        if (k) o += pieces[k].compare(0, 3, " = ") == 0 || pieces[k][0] != ' ' ? "&#8203;" : " ";
+        o += "<math><mrow>" + p.seq(0) + "</mrow></math>";
     }
     return o + "</div>";
 }
