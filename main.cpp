@@ -1025,8 +1025,9 @@ static int cmd_explain(Flags& f) {
         else if (realpath("docs/formulas.md", full)) o.formulas = std::string("file://") + full;
         const ExplainPage page = explain_html(lm.config, lm.params, b, o);
         write_file_atomic(html, page.html);
-        std::printf("wrote %s: %d boxes, %d backward boxes checked against finite differences, %d failing, %zu bytes\n", html.c_str(),
-                    page.boxes, page.checked, page.failing, page.html.size());
+        auto boxes = [](int k, const char* what) { return std::to_string(k) + " " + what + (k == 1 ? "box" : "boxes"); };
+        std::printf("wrote %s: %s, %s checked against finite differences, %d failing, %zu bytes\n", html.c_str(), boxes(page.boxes, "").c_str(),
+                    boxes(page.checked, "backward ").c_str(), page.failing, page.html.size());
         if (!page.stopped.empty())
             std::printf("the run stops at %s: %s; backward boxes not implemented yet: %d\n",
                         page.stopped.substr(17, page.stopped.find_first_of(" (", 17) - 17).c_str(), page.stopped.c_str(), page.missing);

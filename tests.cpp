@@ -10797,7 +10797,7 @@ std::vector<ExplainStep> m_steps_of_page(const Json& j) {
     return steps;
 }
 
-TEST_CASE("explain --html: a section and a <math> per box, the JSON's numbers explain_text's, each cited line its function's") {
+TEST_CASE("explain --html: a section and a formula per box, the JSON's numbers explain_text's, each cited line its function's") {
     const std::string source = m_read("transformer.cpp");
     std::vector<std::string> lines = {""};
     for (std::size_t a = 0, b; a < source.size(); a = b + 1) {
@@ -10819,8 +10819,8 @@ TEST_CASE("explain --html: a section and a <math> per box, the JSON's numbers ex
         CHECK(page.html.rfind("<!DOCTYPE html>\n<!-- written by transformer -->", 0) == 0);
         CHECK(page.boxes == (int)e.steps.size());
         CHECK(m_count(page.html, "<section id=\"b") == e.steps.size());
-        CHECK(m_count(page.html, "<math display=\"block\">") == e.steps.size());
-        CHECK(m_count(page.html, "</math>") == e.steps.size());
+        CHECK(m_count(page.html, "<div class=\"formula\"><math>") == e.steps.size());  // a formula: one <math> per piece
+        CHECK(m_count(page.html, "</math></div>") == e.steps.size());
         // Every backward box is checked, and passes; no forward box is.
         int backward = 0;
         for (const ExplainStep& s : e.steps) backward += s.box.rfind("Backward", 0) == 0;
@@ -10896,6 +10896,171 @@ TEST_CASE("explain --html: a folded heat map keeps the first and last rows and s
     o.fold = 64, o.cells = 3000;
     const Json small = m_page_json(explain_html(c, p, b, o).html);
     CHECK(small.get("fold")->num < 64);
+}
+
+// The part of a page from box k's <section> (k counted from 1) to its end.
+std::string m_box_html(const std::string& html, int k) {
+    const std::size_t a = html.find("<section id=\"b" + std::to_string(k) + "\"");
+    REQUIRE_MESSAGE(a != std::string::npos, "no box " << k << " on the page");
+    return html.substr(a, html.find("</section>", a) - a);
+}
+
+// The part of a box's HTML from the heat map whose caption names `name` to its </figure>.
+std::string m_figure_of(const std::string& box, const std::string& name) {
+    const std::size_t a = box.find("<figure><figcaption><b>" + name + "</b>");
+    REQUIRE_MESSAGE(a != std::string::npos, "no heat map of " << name << " in the box");
+    return box.substr(a, box.find("</figure>", a) - a);
+}
+
+TEST_CASE("explain --html: a small tensor's cells print their values, the tokens are labelled cells, P and the masks on the 0..1 scale with masked cells hatched") {
+    const Config c = preset("tiny-gpt2");
+    const Batch b = m_explain_batch(c);  // 3, 1, 4, 1, 5: n = 5
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    const Explained<float> e = explain(c, p, b, 4);
+    ExplainHtml o;
+    o.source = "transformer.cpp", o.labels = {"c", "a", "t", "a", "s"};
+    const ExplainPage page = explain_html(c, p, b, o);
+    REQUIRE_MESSAGE(page.stopped.empty(), "the run stopped at a function not written yet: " << page.stopped);
+    // Box 5, LayerNorm(X^(0)) (n x H = 5 x 8): each cell holds its value to 3 significant digits after its title's 4.
+    REQUIRE(e.steps[4].function == "LayerNorm");
+    const std::string ln = m_figure_of(m_box_html(page.html, 5), "LayerNorm(X^(0))");
+    CHECK(m_contains(ln, "<div class=\"hm num\""));
+    const double v = e.steps[4].out[0].first[1];  // (1, 2)
+    char want[96];
+    std::snprintf(want, sizeof want, "title=\"(1,2) %.4g\">%s%.3g</i>", v, v < 0 ? "\u2212" : "", std::fabs(v));
+    CHECK_MESSAGE(m_contains(ln, want), "expected the cell " << want << " (explain's value of LayerNorm(X^(0))_{1,2}) in\n" << ln.substr(0, 600));
+    CHECK(m_count(ln, "</i>") == (std::size_t)(b.n * c.H));
+    // The input box: x as a row of labelled cells (position, token text, id), no heat map.
+    const std::string input = m_box_html(page.html, 1);
+    CHECK_FALSE(m_contains(input, "class=\"hm"));
+    CHECK(m_contains(input, "<div class=\"tok\"><span title=\"x_1 = 3\"><small>1</small><b>c</b><small>3</small></span>"));
+    CHECK(m_count(input, "<span title=\"x_") == (std::size_t)b.n);
+    // P of head 1 of layer 1 (box 7): row 1 is (1, 0, 0, 0, 0) under Mask^AR. Its 1 is the darkest
+    // blue of the 0..1 scale; the four entries j > 1 are masked: hatched, their title says so.
+    REQUIRE(e.steps[6].box == "head i = 1");
+    const std::string P = m_figure_of(m_box_html(page.html, 7), "P = Softmax(Mask (.) Q K^T / sqrt(D))");
+    CHECK(m_contains(P, "<i class=b8 title=\"(1,1) 1\">1</i>"));
+    CHECK(m_contains(P, "<i class=x title=\"(1,2) 0 (masked)\">0</i>"));
+    CHECK(m_count(P, "<i class=x ") == (std::size_t)(b.n * (b.n - 1) / 2));  // j > i
+    CHECK(m_contains(P, "hatched: masked"));
+    for (const char* red_blue : {"<i class=p", "<i class=n", "legend\" "}) CHECK_FALSE(m_contains(P, red_blue));
+    // The mask (box 4): its kept entries 1 at the dark end, -inf hatched; Y = Softmax(Z) on the 0..1 scale too.
+    const std::string M = m_figure_of(m_box_html(page.html, 4), "Mask^(1)");
+    CHECK(m_contains(M, "<i class=b8 title=\"(2,1) 1\">1</i>"));
+    CHECK(m_contains(M, "<i class=x title=\"(1,2) -inf\">\u2212\u221e</i>"));
+    CHECK(m_contains(m_figure_of(m_box_html(page.html, 26), "Y = Softmax(Z)"), "legend prob"));
+    // The attention picture of the MultiHeadSA box hatches P's masked cells with its own pattern;
+    // every id on the page is its own.
+    const std::string sa = m_box_html(page.html, 6);
+    CHECK(m_count(sa, "class='masked' fill='url(#f6-hatch)'") == (std::size_t)(c.A * b.n * (b.n - 1) / 2));
+    CHECK(m_contains(sa, "<pattern id='f6-hatch'"));
+    std::set<std::string> ids;
+    for (std::size_t at = page.html.find(" id="); at != std::string::npos; at = page.html.find(" id=", at + 1)) {
+        const char q = page.html[at + 4];
+        const std::string id = page.html.substr(at + 5, page.html.find(q, at + 5) - at - 5);
+        CHECK_MESSAGE(ids.insert(id).second, "the id " << id << " is on the page twice");
+    }
+    CHECK(ids.count("f4-scale") + ids.count("f4-hatch") == 2);
+    // A formula wraps at its relations: one <math> per piece; code names upright and whole.
+    const std::string ffn = m_box_html(page.html, 32);
+    CHECK(m_contains(ffn, "<mi mathvariant=\"normal\">FFN_GELU_backward</mi>"));
+    CHECK(m_count(ffn, "<math>") >= 8);
+    CHECK_FALSE(m_contains(page.html, "<mi>backward</mi>"));
+}
+
+TEST_CASE("explain --html: the tokens, the masks and P are never folded, while the V x H tensors are; each box carries its § of formulas.md") {
+    Config c = preset("tiny-gpt2");
+    Batch b;
+    b.n = 6, b.tokens = {3, 1, 4, 1, 5, 9}, b.targets = next_token_targets(b.tokens, 1, 6);
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    ExplainHtml o;
+    o.source = "transformer.cpp", o.sheet = "docs/formulas.md";
+    o.cells = 500;  // far below the page's cells: the fold halves down to 4
+    const ExplainPage page = explain_html(c, p, b, o);
+    REQUIRE_MESSAGE(page.stopped.empty(), "the run stopped at a function not written yet: " << page.stopped);
+    const Json j = m_page_json(page.html);
+    REQUIRE(j.get("fold")->num == 4);
+    std::map<std::string, std::pair<std::size_t, std::size_t>> shown;  // first tensor of each name: rows, cols kept
+    for (const Json& box : j.get("boxes")->arr)
+        for (const Json& t : box.get("tensors")->arr)
+            shown.insert({t.get("name")->str, {t.get("rows")->arr.size(), t.get("cols")->arr.size()}});
+    CHECK(shown.at("W_e") == std::make_pair<std::size_t, std::size_t>(4, 4));  // V x H = 13 x 8, folded
+    CHECK(shown.at("X^(0)") == std::make_pair<std::size_t, std::size_t>(4, 4));
+    CHECK(shown.at("x") == std::make_pair<std::size_t, std::size_t>(1, 6));
+    CHECK(shown.at("Mask^(1)") == std::make_pair<std::size_t, std::size_t>(6, 6));
+    CHECK(shown.at("Mask") == std::make_pair<std::size_t, std::size_t>(6, 6));
+    CHECK(shown.at("P = Softmax(Mask (.) Q K^T / sqrt(D))") == std::make_pair<std::size_t, std::size_t>(6, 6));
+    CHECK(m_contains(page.html, "the tokens, the masks and P are never folded"));
+    // The § of each box: Softmax (§5) for the output's Softmax, §10 for a head's Softmax_backward,
+    // §15 for LayerNorm; each § once on the page, with the sheet's text.
+    CHECK(page.sheet == "docs/formulas.md");
+    const std::string sheet = m_read("docs/formulas.md");
+    for (const Json& box : j.get("boxes")->arr) {
+        const std::string f = box.get("function")->str;
+        CAPTURE(f);
+        const int sec = (int)box.get("section")->num;
+        if (f == "Softmax") CHECK(sec == 5);
+        if (f.rfind("Softmax_backward", 0) == 0) CHECK(sec == 10);
+        if (f == "LayerNorm") CHECK(sec == 15);
+        const std::string head = "## \u00a7" + std::to_string(sec) + " ";
+        const std::size_t at = sheet.find(head);
+        REQUIRE_MESSAGE(at != std::string::npos, "formulas.md has no heading " << head);
+        const std::string title = sheet.substr(at + head.size(), sheet.find('\n', at) - at - head.size());
+        CHECK(m_contains(m_box_html(page.html, (int)box.get("number")->num), "<summary>formulas &sect;" + std::to_string(sec) + " " + title + "</summary>"));
+        CHECK(m_count(page.html, "<template id=\"s" + std::to_string(sec) + "\">") == 1);
+    }
+    // The text of §15 is the sheet's, from its heading's next line to the next heading.
+    const std::size_t s15 = sheet.find("\n## \u00a715 "), s16 = sheet.find("\n## \u00a716 ");
+    REQUIRE(s15 != std::string::npos);
+    REQUIRE(s16 != std::string::npos);
+    const std::size_t body = sheet.find('\n', s15 + 1) + 1;
+    std::string text = sheet.substr(body, s16 - body);
+    for (std::size_t at = text.find('&'); at != std::string::npos; at = text.find('&', at + 1)) text.replace(at, 1, "&amp;");
+    for (std::size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) text.replace(at, 1, "&lt;");
+    for (std::size_t at = text.find('>'); at != std::string::npos; at = text.find('>', at + 1)) text.replace(at, 1, "&gt;");
+    for (std::size_t at = text.find('"'); at != std::string::npos; at = text.find('"', at + 1)) text.replace(at, 1, "&quot;");
+    CHECK(m_contains(page.html, "<template id=\"s15\"><pre>" + text + "</pre></template>"));
+    // Without the sheet the page says so; a sheet that cannot be read is an error naming it.
+    ExplainHtml none = o;
+    none.sheet = "no/such/formulas.md";
+    CHECK_THROWS_WITH(explain_html(c, p, b, none), doctest::Contains("no/such/formulas.md"));
+}
+
+TEST_CASE("explain --html: one failing box is \"1 of N backward boxes fails its gradient check\", in the contents only it is red") {
+    Config c = preset("tiny-gpt2");
+    c.L = 1;  // one FFN: one FFN_backward box
+    const Batch b = m_explain_batch(c);
+    const Params<float> p = m_model<float>(c, 4, 0.1);
+    ExplainHtml o;
+    o.source = "transformer.cpp";
+    o.backwards.FFN_backward = [](const Tensor<double>& X, const FFNParams<double>& q, Activation act, const FFNCache<double>& k,
+                                  const Tensor<double>& dY, FFNParams<double>& g) {
+        Tensor<double> dX = FFN_backward(X, q, act, k, dY, g);
+        for (std::size_t a = 0; a < g.W_1.size(); a++) g.W_1[a] *= 2;
+        return dX;
+    };
+    const ExplainPage page = explain_html(c, p, b, o);
+    REQUIRE(page.failing == 1);
+    CHECK(m_contains(page.html, "1 of " + std::to_string(page.checked) + " backward boxes fails its gradient check:"));
+    // The contents: the failing item's <li> is red (class fail), its group's is not.
+    CHECK(m_count(page.html, "<li value=\"") > 20);
+    std::size_t red = 0;
+    for (std::size_t at = page.html.find("<li "); at != std::string::npos && at < page.html.find("</nav>"); at = page.html.find("<li ", at + 1)) {
+        const std::string li = page.html.substr(at, page.html.find('>', at) - at);
+        if (m_contains(li, "fail")) {
+            red++;
+            CHECK_MESSAGE(m_contains(li, "<li value=\""), "a group is marked red: " << li);
+        }
+    }
+    CHECK(red == 1);
+    CHECK(m_contains(page.html, "f / F next / previous failing box"));
+    // A stub in place of FFN_backward: its one box is not implemented yet, "1 more is".
+    o.backwards.FFN_backward = [](const Tensor<double>&, const FFNParams<double>&, Activation, const FFNCache<double>&, const Tensor<double>&,
+                                  FFNParams<double>&) -> Tensor<double> { throw Error("not implemented: FFN_backward (assignment 5)"); };
+    const ExplainPage stub = explain_html(c, p, b, o);
+    REQUIRE(stub.missing == 1);
+    CHECK(m_contains(stub.html, "<span class=\"missing\">1 more is not implemented yet.</span>"));
+    CHECK_FALSE(m_contains(stub.html, "more are not"));
 }
 
 // A LayerNorm_backward with one term left out (the - Xhat mean(G Xhat) of dX): what a student's
@@ -11167,14 +11332,14 @@ TEST_CASE("browser: explain --html's page of every variant renders in headless C
         const std::string cmd = "timeout 120 " + browser + " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
                                 "--disable-background-networking --disable-component-update --disable-sync --host-resolver-rules='MAP * ~NOTFOUND' "
                                 "--user-data-dir=" + profile + " --enable-logging=stderr --v=0 --log-net-log=" + net +
-                                " --dump-dom file://" + page + " > " + abs + "/dom-" + v + ".html 2> " + abs + "/log-" + v + ".txt";
+                                " --dump-dom 'file://" + page + "?rendered' > " + abs + "/dom-" + v + ".html 2> " + abs + "/log-" + v + ".txt";
         INFO("command: " << cmd);
         REQUIRE(std::system(cmd.c_str()) == 0);
         const std::string dom = m_read(dir + "/dom-" + v + ".html"), log = m_read(dir + "/log-" + v + ".txt");
         // The page's script ran and counted what the browser laid out.
         CHECK(m_contains(dom, "data-rendered=\"boxes " + std::to_string(boxes) + ", math " + std::to_string(boxes) + "\""));
         CHECK(m_count(dom, "<section id=\"b") == boxes);
-        CHECK(m_count(dom, "<math display=\"block\">") == boxes);
+        CHECK(m_count(dom, "<div class=\"formula\"><math>") == boxes);
         // No console message (an error in the script, a refused resource).
         std::istringstream ls(log);
         for (std::string line; std::getline(ls, line);) CHECK_MESSAGE(!m_contains(line, ":CONSOLE"), line);
@@ -11190,6 +11355,82 @@ TEST_CASE("browser: explain --html's page of every variant renders in headless C
             const Json* url = e.get("params")->get("url");
             CHECK_MESSAGE((!initiator || initiator->str == "not an origin"), "the page requested " << (url ? url->str : "?"));
         }
+    }
+}
+
+// The page's layout at 1400 px, measured by a script the test appends to a copy of the page: every
+// <math> inside its box's content box and scrolled by nothing (no scroll bar of its own), each id
+// once on the page, and every url(#id) or href="#id" of a figure (an inline <svg>) an element of the
+// same figure. Its findings go to <body data-probe="..."> for --dump-dom.
+static const char* const m_PAGE_PROBE = R"(<script>(function(){var over=[],n=0;
+[].forEach.call(document.querySelectorAll('main section'),function(sec){var cs=getComputedStyle(sec),r=sec.getBoundingClientRect();
+ var left=r.left+parseFloat(cs.borderLeftWidth)+parseFloat(cs.paddingLeft),right=r.right-parseFloat(cs.borderRightWidth)-parseFloat(cs.paddingRight);
+ [].forEach.call(sec.querySelectorAll('math'),function(m){n++;var b=m.getBoundingClientRect(),st=getComputedStyle(m);
+  if(b.left<left-0.5||b.right>right+0.5)over.push(sec.id+' by '+Math.round(Math.max(left-b.left,b.right-right))+' px');
+  if(st.overflowX!='visible'||st.overflowY!='visible')over.push(sec.id+' scrolls ('+st.overflowX+')');});
+ [].forEach.call(sec.querySelectorAll('.formula'),function(f){if(f.scrollWidth>f.clientWidth+1)over.push(sec.id+' formula wider than its box');});});
+var seen={},dup=[];[].forEach.call(document.querySelectorAll('[id]'),function(e){if(seen[e.id])dup.push(e.id);seen[e.id]=1;});
+var bad=[];[].forEach.call(document.querySelectorAll('svg'),function(svg,k){[].forEach.call(svg.querySelectorAll('*'),function(e){
+ [].forEach.call(e.attributes,function(a){var m=/url\(#([^)]+)\)/.exec(a.value)||(/href$/.test(a.name)&&/^#(.+)/.exec(a.value));
+  if(m){var t=document.getElementById(m[1]);if(!t||t.closest('svg')!==svg)bad.push('figure '+(k+1)+' #'+m[1]);}});});});
+function say(a){return a.length+(a.length?' ('+a.slice(0,4).join(', ')+')':'');}
+document.body.setAttribute('data-probe','maths '+n+'; overflowing: '+say(over)+'; ids twice: '+say(dup)+'; references outside their figure: '+say(bad));})();</script>)";
+
+// Headless Chromium at width x 1000 px, offline: the DOM of url after its scripts ran, in out.
+static int m_chromium_dom(const std::string& browser, const std::string& url, const std::string& out, const std::string& profile, int width) {
+    const std::string cmd = "timeout 120 " + browser + " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+                            "--disable-background-networking --disable-component-update --disable-sync --host-resolver-rules='MAP * ~NOTFOUND' "
+                            "--user-data-dir=" + profile + " --window-size=" + std::to_string(width) + ",1000 --dump-dom '" + url + "' > " + out +
+                            " 2> " + out + ".log";
+    return std::system(cmd.c_str());
+}
+
+TEST_CASE("browser: explain --html's page at 1400 px: no formula overflows its box or scrolls, each id once, every figure renders alone") {
+    std::string browser;
+    for (const char* b : {"chromium", "chromium-browser", "google-chrome"})
+        if (browser.empty() && std::system((std::string("command -v ") + b + " > /dev/null 2>&1").c_str()) == 0) browser = b;
+    if (browser.empty()) {
+        FAIL_CHECK("no browser: this case needs headless Chromium (Debian: apt-get install chromium; .ci/run installs it)");
+        return;
+    }
+    const std::string dir = m_path("browser-layout");
+    ::mkdir(dir.c_str(), 0755);
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd));
+    const std::string abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
+    for (const std::string v : {"gpt2", "bert"}) {
+        CAPTURE(v);
+        const std::string page = abs + "/" + v + ".html";
+        m_run_ok("explain --preset tiny-" + v + " --tokens 3,1,4,1,5" + (v == "bert" ? " --masked 2" : "") + " --html " + page);
+        std::string html = m_read(page);
+        const std::size_t boxes = m_count(html, "<section id=\"b");
+        REQUIRE(boxes > 30);
+        // The page with the probe: the boxes' maths measured at 1400 px.
+        const std::size_t body = html.rfind("</body>");
+        REQUIRE(body != std::string::npos);
+        m_write(abs + "/probe-" + v + ".html", html.substr(0, body) + m_PAGE_PROBE + html.substr(body));
+        REQUIRE(m_chromium_dom(browser, "file://" + abs + "/probe-" + v + ".html", abs + "/probe-dom-" + v + ".html", abs + "/profile-" + v, 1400) == 0);
+        const std::string dom = m_read(abs + "/probe-dom-" + v + ".html");
+        const std::size_t at = dom.find("data-probe=\"");
+        REQUIRE_MESSAGE(at != std::string::npos, "the probe did not run: " << m_read(abs + "/probe-dom-" + v + ".html.log"));
+        const std::string probe = dom.substr(at + 12, dom.find('"', at + 12) - at - 12);
+        INFO("the probe found: " << probe);
+        CHECK(m_contains(probe, "; overflowing: 0; ids twice: 0; references outside their figure: 0"));
+        CHECK(std::atoi(probe.c_str() + 6) > (int)boxes);  // a <math> per piece of each formula
+        // Each figure alone, in a file of its own: what it refers to, it holds.
+        std::size_t figures = 0;
+        for (std::size_t a = html.find("<svg"); a != std::string::npos; a = html.find("<svg", a + 1), figures++) {
+            const std::string svg = html.substr(a, html.find("</svg>", a) + 6 - a);
+            const std::string alone = abs + "/figure-" + v + "-" + std::to_string(figures + 1) + ".html";
+            m_write(alone, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"></head><body><main></main>" + svg + m_PAGE_PROBE + "</body></html>\n");
+            if (figures > 1) continue;  // Chromium opens the first two, the mask's and the heads' P; the others the probe above checked in place
+            REQUIRE(m_chromium_dom(browser, "file://" + alone, alone + ".dom", abs + "/profile-" + v, 1400) == 0);
+            const std::string fig = m_read(alone + ".dom");
+            CAPTURE(alone);
+            CHECK(m_contains(fig, "data-probe=\"maths 0; overflowing: 0; ids twice: 0; references outside their figure: 0\""));
+            CHECK(m_count(svg, "url(#") > 0);
+        }
+        CHECK(figures >= 4);  // two layers' masks and P of their heads
     }
 }
 

@@ -8865,7 +8865,8 @@ static HeatMargins heat_margins(const HeatPanel& q, double cs, double font) {
 
 // One panel of heatmap_svg at (x0, y0): its title, the keys across the top, the queries down the side,
 // a cell per entry (hatched where masked), and its notes below. cs: the cell size.
-static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0, double y0, double cs, double font, bool probability) {
+static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0, double y0, double cs, double font, bool probability,
+                           const std::string& ids) {
     const int R = (int)q.rows.size(), C = (int)q.cols.size();
     const HeatMargins m = heat_margins(q, cs, font);
     const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
@@ -8885,7 +8886,7 @@ static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0,
             const std::size_t at = (std::size_t)i * C + j;
             o << "<rect x='" << gx + j * cs << "' y='" << gy + i * cs << "' width='" << cs << "' height='" << cs << "' ";
             if (q.masked[at])  // a picture of P: the probability, 0; of a mask: its entry
-                o << "class='masked' fill='url(#hatch)'><title>" << (probability ? "0 (masked: Mask_ij = -inf)" : "-inf") << "</title></rect>\n";
+                o << "class='masked' fill='url(#" << ids << "hatch)'><title>" << (probability ? "0 (masked: Mask_ij = -inf)" : "-inf") << "</title></rect>\n";
             else o << "class='p' fill='" << blue(q.values[at]) << "'><title>" << num(q.values[at]) << "</title></rect>\n";
         }
     o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
@@ -8895,9 +8896,9 @@ static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0,
 }
 
 // heatmap_svg's legend at height ly: the colour scale of P (or a mask's kept entry) and the hatching of -inf.
-static void heat_legend_svg(std::ostringstream& o, double margin, double ly, bool probability) {
+static void heat_legend_svg(std::ostringstream& o, double margin, double ly, bool probability, const std::string& ids) {
     if (probability) {
-        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#scale)' stroke='#666'/>\n";
+        o << "<rect x='" << margin << "' y='" << ly << "' width='240' height='12' fill='url(#" << ids << "scale)' stroke='#666'/>\n";
         for (int k = 0; k <= 4; k++)
             o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
         o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
@@ -8906,13 +8907,14 @@ static void heat_legend_svg(std::ostringstream& o, double margin, double ly, boo
         o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
     }
     const double mx = margin + (probability ? 280 : 300);
-    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#hatch)' stroke='#666'/>\n";
-    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>-inf: masked (probability exactly 0"
-      << (probability ? "; white: P near 0, not masked)" : ")") << "</text>\n";
+    o << "<rect x='" << mx << "' y='" << ly << "' width='14' height='14' fill='url(#" << ids << "hatch)' stroke='#666'/>\n";
+    o << "<text x='" << mx + 20 << "' y='" << ly + 11 << "'>"
+      << (probability ? "hatched: masked (Mask_ij = -inf, so P_ij = 0)" : "hatched: -inf, masked (probability exactly 0)")
+      << "</text>\n";
 }
 
 std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
-                        const std::vector<std::string>& caption, bool probability) {
+                        const std::vector<std::string>& caption, bool probability, const std::string& ids) {
     if (panels.empty()) throw Error("heatmap_svg: no panels");
     int most = 1;
     for (const HeatPanel& q : panels) {
@@ -8949,18 +8951,18 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
     o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
       << "' font-family='sans-serif' font-size='12'>\n";
     o << SVG_MARK << "\n";
-    o << "<defs><pattern id='hatch' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
+    o << "<defs><pattern id='" << ids << "hatch' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
          "<rect width='4' height='4' fill='#e4e4e4'/><line x1='0' y1='0' x2='0' y2='4' stroke='#a0a0a0' stroke-width='1.6'/></pattern>\n";
-    o << "<linearGradient id='scale'>";
+    o << "<linearGradient id='" << ids << "scale'>";
     for (int k = 0; k < 5; k++) o << "<stop offset='" << k * 25 << "%' stop-color='" << BLUES[k] << "'/>";
     o << "</linearGradient></defs>\n<rect width='100%' height='100%' fill='white'/>\n";
     o << "<text x='" << margin << "' y='22' font-size='15'>" << xml_text(title) << "</text>\n";
     for (std::size_t k = 0; k < caption.size(); k++)
         o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << xml_text(caption[k]) << "</text>\n";
     for (std::size_t k = 0; k < panels.size(); k++) {
-        heat_panel_svg(o, panels[k], col_x[k % per_row], row_y[k / per_row], cs, font, probability);
+        heat_panel_svg(o, panels[k], col_x[k % per_row], row_y[k / per_row], cs, font, probability, ids);
     }
-    heat_legend_svg(o, margin, H - 44, probability);
+    heat_legend_svg(o, margin, H - 44, probability, ids);
     o << "</svg>\n";
     return o.str();
 }
@@ -10161,6 +10163,19 @@ struct Parser {
         const auto it = g.find(w);
         return it == g.end() ? w : it->second;
     }
+    // A name of the code, as FFN_GELU_backward, matmul_tn_acc: the word ending at j continued by
+    // _word parts one of which is a suffix of the code's names. Returns the end of the name, or 0.
+    std::size_t code_name(std::size_t j) const {
+        static const std::set<std::string> suffixes = {"backward", "forward", "logits", "acc", "tn", "nt"};
+        bool code = false;
+        while (j + 1 < s.size() && s[j] == '_' && alpha(s[j + 1])) {
+            std::size_t k = j + 1;
+            while (k < s.size() && alnum(s[k])) k++;
+            code |= suffixes.count(s.substr(j + 1, k - j - 1)) > 0;
+            j = k;
+        }
+        return code ? j : 0;
+    }
     // One atom at i: a group, a token; then its scripts.
     Atom atom() {
         Atom a = base();
@@ -10222,6 +10237,12 @@ struct Parser {
         if (alpha(ch)) {
             std::size_t j = i;
             while (j < s.size() && alnum(s[j])) j++;
+            const std::size_t code = code_name(j);
+            if (code) {  // a function of the code: its name whole, upright
+                const std::string w = s.substr(i, code - i);
+                i = code;
+                return Atom{"<mi mathvariant=\"normal\">" + html_text(w) + "</mi>", true};
+            }
             const std::string w = s.substr(i, j - i);
             i = j;
             std::string primes;
@@ -10283,9 +10304,38 @@ struct Parser {
 };
 }  // namespace mathml
 
+// The formula as a <div class="formula"> of one <math> per piece, a space or a zero-width space
+// between them: a long formula wraps there, and nowhere else. The pieces are cut outside brackets (but those of a
+// remark, opened after a space) before each " = ", after each ", ", "; " and ": " (at its relations
+// and between its equations), and before the prose of " for ", " if ", " as ", " with " and a remark.
 static std::string to_mathml(const std::string& plain) {
-    mathml::Parser p{plain};
-    return "<math display=\"block\"><mrow>" + p.seq(0) + "</mrow></math>";
+    std::vector<std::string> pieces(1);
+    std::vector<bool> open;  // the brackets open at i: true for a remark's, one after a space ("(so row i is ...)")
+    int depth = 0;           // the brackets open at i but remarks'
+    auto word_at = [&](std::size_t i, const char* w) { return plain.compare(i, std::strlen(w), w) == 0; };
+    for (std::size_t i = 0; i < plain.size(); i++) {
+        const char ch = plain[i];
+        const bool top = depth == 0 && !pieces.back().empty();
+        if (top && ch == ' ' && (word_at(i, " = ") || word_at(i, " for ") || word_at(i, " if ") || word_at(i, " as ") || word_at(i, " with ") ||
+                                 word_at(i, " (") || word_at(i, " ["))) pieces.emplace_back();
+        pieces.back() += ch;
+        if (ch == '(' || ch == '{' || ch == '[') {
+            open.push_back(i > 0 && plain[i - 1] == ' ' && ch != '{');
+            depth += !open.back();
+        } else if ((ch == ')' || ch == '}' || ch == ']') && !open.empty()) {
+            depth -= !open.back();
+            open.pop_back();
+        }
+        if (top && (ch == ',' || ch == ';' || ch == ':') && i + 1 < plain.size() && plain[i + 1] == ' ') pieces.emplace_back();
+    }
+    std::string o = "<div class=\"formula\">";
+    for (std::size_t k = 0; k < pieces.size(); k++) {
+        mathml::Parser p{pieces[k]};
+        // Where a line may break: a space where the text has one, a zero-width space before " = " (its <mo> is spaced).
+        if (k) o += pieces[k].compare(0, 3, " = ") == 0 || pieces[k][0] != ' ' ? "&#8203;" : " ";
+        o += "<math><mrow>" + p.seq(0) + "</mrow></math>";
+    }
+    return o + "</div>";
 }
 
 // The § of docs/formulas.md a box stands in: the one its formula names, else by its function.
@@ -10305,7 +10355,9 @@ static int section_of(const Config& c, const ExplainStep& s) {
     if (starts("LayerNorm")) return s.box.find("Embedding") != std::string::npos || s.box.find("Masked-LM") != std::string::npos ? 23 : 15;
     if (starts("Embedding") || starts("embed_")) return has("segments") ? 21 : 4;
     if (starts("CrossEntropy_logits")) return s.box == "Loss" ? (is_causal(c.variant) ? 25 : 26) : 17;
-    if (starts("CrossEntropy") || starts("matmul") || starts("Softmax")) return 17;
+    if (starts("Softmax_backward")) return 10;  // P = Softmax(S) of a head
+    if (starts("Softmax")) return 5;
+    if (starts("CrossEntropy") || starts("matmul")) return 17;
     if (starts("MLMHead")) return 23;
     if (starts("add")) return model;
     return model;
@@ -10321,7 +10373,8 @@ static std::string json_num(double v, const char* format = "%.9g") {
 }
 
 // The colours of the heat maps: 8 steps from white (0) to red (positive) and to blue (negative),
-// of the largest |value| of the tensor; dark mode from near black.
+// of the largest |value| of the tensor, and (b1..b8) from white (0) to dark blue (1), of a
+// probability; dark mode from near black.
 static std::string heat_css() {
     auto mix = [](const unsigned a, const unsigned b, double t) {
         char o[8];
@@ -10336,8 +10389,13 @@ static std::string heat_css() {
                  mix(0xffffff, 0x2166ac, t) + "}";
         dark += ".p" + std::to_string(k) + "{background:" + mix(0x202124, 0xff6b5b, t) + "}.n" + std::to_string(k) + "{background:" +
                 mix(0x202124, 0x5fa8ff, t) + "}";
+        light += ".b" + std::to_string(k) + "{background:" + mix(0xffffff, 0x08306b, t) + "}";
+        dark += ".b" + std::to_string(k) + "{background:" + mix(0x202124, 0x9ecae1, t) + "}";
     }
-    return light + ".z{background:#fff}\n@media (prefers-color-scheme: dark){" + dark + ".z{background:#202124}}\n";
+    // The numbers in the cells: light on the darker half of the scale, dark on a dark page's bright cells.
+    const std::string strong = ".hm .p5,.hm .p6,.hm .p7,.hm .p8,.hm .n5,.hm .n6,.hm .n7,.hm .n8,.hm .b5,.hm .b6,.hm .b7,.hm .b8";
+    return light + ".z{background:#fff}" + strong + "{color:#fff}\n@media (prefers-color-scheme: dark){" + dark + ".z{background:#202124}" + strong +
+           "{color:#000}}\n";
 }
 
 static const char* const PAGE_CSS = R"(
@@ -10350,42 +10408,57 @@ nav ol{padding-left:1.6em;margin:.2em 0}nav>ol{list-style:none;padding-left:0}na
 main{padding:0 1.5em 4em;min-width:0}header{padding:0 1.5em;grid-column:1/3;border-bottom:1px solid var(--line)}
 section{border:1px solid var(--line);border-radius:6px;padding:.3em 1em .8em;margin:1em 0;background:var(--box)}
 section:focus,section:target{outline:3px solid #4c8bf5}
-section.d1{margin-left:2.5em}h3{margin:.4em 0;font-size:16px}
-.fail{color:var(--fail)}.pass{color:var(--pass)}.missing{color:var(--muted)}section.bad{border-color:var(--fail);border-width:2px}
+section.d1{margin-left:2.5em}section.box{content-visibility:auto;contain-intrinsic-size:auto 30em}h3{margin:.4em 0;font-size:16px}
+.fail{color:var(--fail)}.pass{color:var(--pass)}nav .tag.inside{color:var(--muted)}.missing{color:var(--muted)}section.bad{border-color:var(--fail);border-width:2px}
 .tag{font-size:12px;border:1px solid currentColor;border-radius:3px;padding:0 .3em;margin-left:.4em;white-space:nowrap}
-math{font-size:1.15em;overflow-x:auto;max-width:100%}.plain,.code,.note{color:var(--muted);font-size:13px;margin:.2em 0}
+.formula{text-align:center;margin:.3em 0;font-size:1.15em;line-height:1.9}.formula math{display:inline math}
+.plain,.code,.note{color:var(--muted);font-size:13px;margin:.2em 0}
 code{font-size:12.5px}figure{margin:.6em 0;overflow-x:auto}figcaption{font-size:13px;margin-bottom:.2em}
-.hm{display:inline-grid;gap:0;border:1px solid var(--line);line-height:0}.hm i{display:block;width:9px;height:9px}
-.hm i.x{background:repeating-linear-gradient(45deg,#bbb 0 2px,#eee 2px 4px)}.hm i.u{background:#d0d0d0}
+details.sheet{font-size:13px;margin:.2em 0}details.sheet pre{white-space:pre-wrap;font-size:12.5px;max-height:30em;overflow:auto;
+ background:var(--bg);border:1px solid var(--line);padding:.4em .6em}
+.hm{display:inline-grid;gap:0;border:1px solid var(--line);line-height:0}.hm i{display:block;width:12px;height:12px;font-style:normal}
+.hm.num i{width:5.4em;height:auto;font:10.5px/1.9 monospace;text-align:center;white-space:nowrap;overflow:hidden}
+.hm i.x{background:repeating-linear-gradient(45deg,#bbb 0 2px,#eee 2px 4px);color:#333}.hm i.u{background:#d0d0d0}
 .hm:focus{outline:2px solid #4c8bf5}.hm i.cur{outline:2px solid #000;position:relative}
+.tok{display:flex;flex-wrap:wrap;gap:3px}.tok span{border:1px solid var(--line);border-radius:3px;padding:0 .4em;background:var(--bg);
+ font:13px/1.5 monospace;display:inline-flex;gap:.4em;align-items:baseline}.tok small{color:var(--muted);font-size:10.5px}
 .legend{display:inline-block;vertical-align:middle;width:120px;height:10px;margin:0 .4em;border:1px solid var(--line);
- background:linear-gradient(90deg,#2166ac,#fff,#b2182b)}
-@media (prefers-color-scheme: dark){.legend{background:linear-gradient(90deg,#5fa8ff,#202124,#ff6b5b)}}
+ background:linear-gradient(90deg,#2166ac,#fff,#b2182b)}.legend.prob{background:linear-gradient(90deg,#fff,#08306b)}
+@media (prefers-color-scheme: dark){.legend{background:linear-gradient(90deg,#5fa8ff,#202124,#ff6b5b)}
+ .legend.prob{background:linear-gradient(90deg,#202124,#9ecae1)}}
 output.cell{font:12px monospace;margin-left:.5em}
 .check{font-size:13.5px;margin:.4em 0;padding:.3em .6em;border-left:4px solid currentColor}
 .pics svg{max-width:100%;height:auto}
-@media print{body{display:block}nav{display:none}section{break-inside:avoid;background:none}header{border:0}
+@media print{body{display:block}nav{display:none}section{break-inside:avoid;background:none}section.box{content-visibility:visible}header{border:0}
  .hm i{print-color-adjust:exact;-webkit-print-color-adjust:exact}}
 )";
 
-// Keyboard: n / p (or j / k) move to the next / previous box; on a focused heat map the arrow keys
-// move a marked cell whose (i, j) and value show beside it. On load, <body data-rendered="boxes B,
-// math M"> counts the sections and <math> elements the browser laid out (the browser test reads it).
+// Keyboard: n / p (or j / k) move to the next / previous box, f / F to the next / previous failing
+// box; on a focused heat map the arrow keys move a marked cell whose (i, j) and value show beside
+// it; a box's § of the formula sheet opens with its text. Opened with ?rendered after its URL,
+// <body data-rendered="boxes B, math M"> counts the sections and the formulas (each <math> of it)
+// the browser laid out (the browser tests read it; it lays out the whole page, which a reader's
+// browser does box by box as they come into view: content-visibility).
 static const char* const PAGE_SCRIPT = R"(
 (function(){var s=[].slice.call(document.querySelectorAll('main section'));
-var r=0,m=0;s.forEach(function(x){if(x.getBoundingClientRect().height>0)r++;});
-[].forEach.call(document.querySelectorAll('math'),function(x){if(x.getBoundingClientRect().width>0)m++;});
-document.body.setAttribute('data-rendered','boxes '+r+', math '+m);
+if(/[?&]rendered\b/.test(location.search)){var r=0,m=0;s.forEach(function(x){if(x.getBoundingClientRect().height>0)r++;});
+ [].forEach.call(document.querySelectorAll('.formula'),function(f){var ms=f.querySelectorAll('math'),ok=ms.length>0;
+  [].forEach.call(ms,function(x){if(!(x.getBoundingClientRect().width>0))ok=false;});if(ok)m++;});
+ document.body.setAttribute('data-rendered','boxes '+r+', math '+m);}
 function at(){var y=window.scrollY+10,k=0;for(var i=0;i<s.length;i++)if(s[i].offsetTop<=y)k=i;return k;}
 document.addEventListener('keydown',function(e){if(e.target.closest&&e.target.closest('.hm'))return;
- var d={n:1,j:1,p:-1,k:-1}[e.key];if(!d||e.ctrlKey||e.metaKey||e.altKey)return;
+ var d={n:1,j:1,p:-1,k:-1,f:1,F:-1}[e.key];if(!d||e.ctrlKey||e.metaKey||e.altKey)return;
  var c=document.activeElement&&document.activeElement.closest?document.activeElement.closest('main section'):null;
- var i=c?s.indexOf(c):at();var t=s[Math.max(0,Math.min(s.length-1,i+d))];if(t){t.focus();t.scrollIntoView();}});
+ var i=c?s.indexOf(c):at(),t=null;
+ if(e.key==='f'||e.key==='F'){for(var j=i+d;j>=0&&j<s.length;j+=d)if(s[j].classList.contains('bad')){t=s[j];break;}}
+ else t=s[Math.max(0,Math.min(s.length-1,i+d))];if(t){t.focus();t.scrollIntoView();}});
 [].forEach.call(document.querySelectorAll('.hm'),function(h){var cs=h.children,n=cs.length,w=+h.dataset.cols,k=0,o=h.nextElementSibling;
  function show(){for(var i=0;i<n;i++)cs[i].classList.remove('cur');cs[k].classList.add('cur');if(o)o.textContent=cs[k].title;}
  h.addEventListener('keydown',function(e){var d={ArrowRight:1,ArrowLeft:-1,ArrowDown:w,ArrowUp:-w}[e.key];if(d===undefined)return;
   e.preventDefault();k=Math.max(0,Math.min(n-1,k+d));show();});
  h.addEventListener('focus',show);h.addEventListener('mouseover',function(e){var i=[].indexOf.call(cs,e.target);if(i>=0){k=i;if(o)o.textContent=cs[k].title;}});});
+[].forEach.call(document.querySelectorAll('details.sheet'),function(d){d.addEventListener('toggle',function(){
+ var t=document.getElementById('s'+d.dataset.s);if(d.open&&t&&!d.querySelector('pre'))d.appendChild(t.content.cloneNode(true));});});
 })();
 )";
 
@@ -10421,54 +10494,112 @@ static std::string left_out(const ExplainTensor& t) {
     return o;
 }
 
-// scale: the |value| of the colour scale's ends (0: the tensor's own largest |value|); maps drawn
-// side by side for comparison share one.
-static std::string heat_map(const ExplainTensor& t, const std::string& role, double scale = 0) {
-    const bool vec = t.dims.size() < 2;
+// A tensor drawn on the probability scale, 0 (white) to 1 (blue): P of a head, Y = Softmax(Z) and
+// its row, a mask (its kept entry 1; -inf hatched).
+static bool probability_tensor(const ExplainTensor& t) {
+    const std::string& w = t.name;
+    return w.rfind("P = ", 0) == 0 || w.rfind("Y = Softmax", 0) == 0 || w.rfind("Y_", 0) == 0 || w.rfind("Mask", 0) == 0;
+}
+
+// A cell's number: 3 significant digits, short ("−5.65e-4", a minus sign, no zero in the exponent).
+static std::string cell_num(double v) {
+    if (std::isinf(v)) return v < 0 ? "\u2212\u221e" : "\u221e";
+    const double a = std::fabs(v);
+    std::string o = num(v, a != 0 && (a < 1e-3 || a >= 1e5) ? "%.2e" : "%.3g");
+    const std::size_t e = o.find('e');
+    if (e != std::string::npos && e + 2 < o.size() && o[e + 2] == '0') o.erase(e + 2, 1);
+    if (o[0] == '-') o = "\u2212" + o.substr(1);
+    return o;
+}
+
+// The cells shown with their numbers in them: a tensor of up to NUMBERED x NUMBERED shown values.
+static const std::size_t NUMBERED = 16;
+
+// A tensor's heat map: a cell per value shown, its (i, j) and value in its title. On the probability
+// scale (probability_tensor) white 0 to blue 1; else red positive, blue negative, white 0, with
+// scale the |value| of the colour scale's ends (0: the tensor's own largest |value|; maps drawn side
+// by side for comparison share one). NaN: not compared (grey); -inf, and the entries where mask (a
+// mask of the same rows and columns, for P) is -inf: masked, hatched. Up to NUMBERED x NUMBERED
+// values the cells print their numbers.
+static std::string heat_map(const ExplainTensor& t, const std::string& role, double scale = 0, const ExplainTensor* mask = nullptr) {
+    const bool vec = t.dims.size() < 2, prob = probability_tensor(t);
+    const bool fits = mask && mask->rows == t.rows && mask->cols == t.cols && mask->cells.size() == t.cells.size();
+    auto masked_at = [&](std::size_t at) { return fits && mask->cells[at] == -INFINITY; };
     double m = 0;
     bool inf = false, unknown = false;
-    for (double v : t.cells) {
+    for (std::size_t a = 0; a < t.cells.size(); a++) {
+        const double v = t.cells[a];
         if (std::isfinite(v)) m = std::max(m, std::fabs(v));
         else if (std::isnan(v)) unknown = true;
         else inf = true;
+        inf |= masked_at(a);
     }
     if (scale > 0) m = scale;
+    if (prob) m = 1;
+    const bool numbers = t.rows.size() <= NUMBERED && t.cols.size() <= NUMBERED;
     std::ostringstream o;
     const std::string out = left_out(t);
     o << "<figure><figcaption><b>" << html_text(t.name) << "</b> (" << role << ") " << html_text(t.symbol) << " = " << t.shape;
     if (!out.empty()) o << " &middot; <span class=\"note\">folded: " << out << "</span>";
-    o << " &middot; <span class=\"legend\" aria-hidden=\"true\"></span>" << "&minus;" << num(m) << " .. 0 .. " << num(m)
-      << (inf ? " &middot; hatched: &minus;inf" : "") << (unknown ? " &middot; grey: not compared" : "") << "</figcaption>";
-    o << "<div class=\"hm\" tabindex=\"0\" data-cols=\"" << t.cols.size() << "\" style=\"grid-template-columns:repeat(" << t.cols.size()
-      << ",9px)\" aria-label=\"" << html_text(t.name) << ": " << t.rows.size() * t.cols.size()
+    if (prob) o << " &middot; 0 <span class=\"legend prob\" aria-hidden=\"true\"></span> 1";
+    else o << " &middot; <span class=\"legend\" aria-hidden=\"true\"></span>" << "&minus;" << num(m) << " .. 0 .. " << num(m);
+    o << (inf ? " &middot; hatched: masked (&minus;inf" + std::string(prob && !t.cells.empty() && t.name.rfind("Mask", 0) != 0 ? ", so 0" : "") + ")" : "")
+      << (unknown ? " &middot; grey: not compared" : "") << "</figcaption>";
+    o << "<div class=\"hm" << (numbers ? " num" : "") << "\" tabindex=\"0\" data-cols=\"" << t.cols.size() << "\" style=\"grid-template-columns:repeat("
+      << t.cols.size() << ",auto)\" aria-label=\"" << html_text(t.name) << ": " << t.rows.size() * t.cols.size()
       << " values; each cell's title holds its (i, j), counted from 1, and its value\">";
     for (std::size_t a = 0; a < t.rows.size(); a++)
         for (std::size_t b = 0; b < t.cols.size(); b++) {
-            const double v = t.cells[a * t.cols.size() + b];
+            const std::size_t at = a * t.cols.size() + b;
+            const double v = t.cells[at];
             std::string cls = "z";
             if (std::isnan(v)) cls = "u";
-            else if (!std::isfinite(v)) cls = "x";
+            else if (!std::isfinite(v) || masked_at(at)) cls = "x";
             else if (m > 0) {
-                const int k = (int)std::lround(std::fabs(v) / m * 8);
-                if (k > 0) cls = (v > 0 ? "p" : "n") + std::to_string(k);
+                const int k = std::min(8, (int)std::lround(std::fabs(v) / m * 8));
+                if (k > 0) cls = (prob ? "b" : v > 0 ? "p" : "n") + std::to_string(k);
             }
             o << "<i class=" << cls << " title=\"(";
             if (vec) o << t.cols[b] + 1;
             else o << t.rows[a] + 1 << "," << t.cols[b] + 1;
-            o << ") " << (std::isnan(v) ? std::string("not compared") : num(v)) << "\"></i>";
+            o << ") " << (std::isnan(v) ? std::string("not compared") : num(v)) << (masked_at(at) ? " (masked)" : "") << "\">";
+            if (numbers && !std::isnan(v)) o << cell_num(v);
+            o << "</i>";
         }
     o << "</div><output class=\"cell\"></output></figure>\n";
     return o.str();
 }
 
-// The tensor's picture as a HeatPanel (token labels), for heatmap_svg: P of a head, or a mask.
-static HeatPanel panel_of(const ExplainTensor& t, const std::vector<std::string>& labels, const std::string& title) {
+// The tokens (the input box's x, and BERT's segments t) as a row of labelled cells: position i, then
+// the token's text (or its id) and, if that differs, its id.
+static std::string token_row(const ExplainTensor& t, const std::vector<std::string>& labels, const std::string& role) {
+    const bool ids = t.name == "x" || t.name == "x'";
+    std::ostringstream o;
+    o << "<figure><figcaption><b>" << html_text(t.name) << "</b> (" << role << ") " << html_text(t.symbol) << " = " << t.shape
+      << (ids ? " &middot; the tokens: position i, the token, its id" : " &middot; the segment of each position") << "</figcaption><div class=\"tok\">";
+    for (std::size_t b = 0; b < t.cols.size(); b++) {
+        const int i = t.cols[b];
+        const std::string v = num(t.cells[b], "%.0f");
+        const std::string label = ids && i < (int)labels.size() ? labels[i] : v;
+        o << "<span title=\"" << html_text(t.name) << "_" << i + 1 << " = " << v << "\"><small>" << i + 1 << "</small><b>" << html_text(label) << "</b>";
+        if (label != v) o << "<small>" << v << "</small>";
+        o << "</span>";
+    }
+    o << "</div></figure>\n";
+    return o.str();
+}
+
+// The tensor's picture as a HeatPanel (token labels), for heatmap_svg: P of a head (masked where
+// mask, of the same rows and columns, is -inf), or a mask.
+static HeatPanel panel_of(const ExplainTensor& t, const std::vector<std::string>& labels, const std::string& title, const ExplainTensor* mask = nullptr) {
     HeatPanel q;
     q.title = title;
     for (int i : t.rows) q.rows.push_back(i < (int)labels.size() ? labels[i] : std::to_string(i + 1));
     for (int j : t.cols) q.cols.push_back(j < (int)labels.size() ? labels[j] : std::to_string(j + 1));
-    for (double v : t.cells) {
-        q.masked.push_back(v == -INFINITY);
+    const bool fits = mask && mask->rows == t.rows && mask->cols == t.cols && mask->cells.size() == t.cells.size();
+    for (std::size_t a = 0; a < t.cells.size(); a++) {
+        const double v = t.cells[a];
+        q.masked.push_back(v == -INFINITY || (fits && mask->cells[a] == -INFINITY));
         q.values.push_back(q.masked.back() ? 0.0 : v);
     }
     return q;
@@ -10518,6 +10649,43 @@ static std::string read_source(const std::string& given, std::string& used) {
     return "";
 }
 
+// The formula sheet, docs/formulas.md, for the § texts: the given path, else docs/formulas.md beside
+// the executable, else where the program was built; "" (used "") if none is found.
+static std::string read_sheet(const std::string& given, std::string& used) {
+    std::vector<std::string> tries;
+    if (!given.empty()) tries.push_back(given);
+    else {
+        const std::string e = executable_path();
+        if (!e.empty()) tries.push_back(e.substr(0, e.rfind('/') + 1) + "docs/formulas.md");
+        const std::string built = __FILE__;
+        tries.push_back(built.substr(0, built.rfind('/') + 1) + "docs/formulas.md");
+    }
+    for (const std::string& p : tries) {
+        struct stat st;
+        if (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        used = p;
+        return read_file(p);
+    }
+    if (!given.empty()) throw Error("explain --html: cannot read the formula sheet '" + given + "'");
+    used.clear();
+    return "";
+}
+
+// § n of the sheet: its heading's title and its text up to the next heading ("" if it has none).
+static std::string sheet_section(const std::string& sheet, int n, std::string& title) {
+    const std::string head = "\n## \u00a7" + std::to_string(n) + " ";
+    const std::size_t at = sheet.find(head);
+    if (at == std::string::npos) return "";
+    const std::size_t eol = sheet.find('\n', at + 1), end = sheet.find("\n## ", at + 1);
+    title = sheet.substr(at + head.size(), eol - at - head.size());
+    return sheet.substr(eol + 1, end == std::string::npos ? std::string::npos : end - eol - 1);
+}
+
+// A count and its noun: "1 box", "3 boxes".
+static std::string count_of(std::size_t k, const char* one, const char* many) {
+    return std::to_string(k) + " " + (k == 1 ? one : many);
+}
+
 // explain --html's page being written: the run, its labels and source, and the page's HTML and JSON
 // streams. Each member writes one part of the page, in the page's order.
 struct ExplainPageWriter {
@@ -10528,31 +10696,45 @@ struct ExplainPageWriter {
     ExplainPage& page;
     std::string stop_fn;  // where a handout's stub stopped the run: "Mask_AR", from "not implemented: Mask_AR (assignment 3)"
     std::string source;   // transformer.cpp's text, for the functions' lines ("": not found)
+    std::string sheet;    // docs/formulas.md's text, for the boxes' § ("": not found)
     std::vector<std::string> labels;  // one per token
     std::vector<int> failing;         // the boxes whose gradient check fails
     bool passing_maps = true;         // passing gradients drawn too (all gradients' maps fit a third of the page's cells)
     int fold = 0;
     std::string what;  // the model: variant and sizes
     std::ostringstream h, json;
+    std::ostringstream tail;   // the § texts, after the boxes
+    std::set<int> sections;    // the § whose text tail holds
 
     ExplainPageWriter(const Config& c_, const Batch& batch_, const ExplainHtml& o_, Explained<float>& e_, ExplainPage& page_)
         : c(c_), batch(batch_), o(o_), e(e_), page(page_), labels(o_.labels) {}
 
-    // The fold shrinks until the page's heat maps hold at most o.cells cells.
+    // Every tensor of the page: each box's inputs and outputs, and its check's gradients drawn.
+    template <class F> void each_tensor(F f) {
+        for (ExplainStep& s : e.steps) {
+            for (ExplainTensor& t : s.in) f(t);
+            for (ExplainTensor& t : s.out) f(t);
+            for (ExplainGradient& g : s.check.gradients) f(g.fd), f(g.backward), f(g.diff);
+        }
+    }
+    // A tensor kept whole: no dimension beyond the tokens n (the tokens, a mask, P), n <= 64.
+    bool small(const ExplainTensor& t) const {
+        if (batch.n > 64) return false;
+        for (int d : t.dims)
+            if (d > batch.n) return false;
+        return true;
+    }
+    // The fold of the large tensors shrinks until the page's heat maps hold at most o.cells cells.
     void refold_to_budget() {
         fold = o.fold;
         for (;;) {
             std::size_t cells = 0;
-            for (const ExplainStep& s : e.steps) {
-                for (const ExplainTensor& t : s.in) cells += t.cells.size();
-                for (const ExplainTensor& t : s.out) cells += t.cells.size();
-            }
+            each_tensor([&](ExplainTensor& t) { cells += t.cells.size(); });
             if (cells <= o.cells || fold <= 4) break;
             fold /= 2;
-            for (ExplainStep& s : e.steps) {
-                for (ExplainTensor& t : s.in) refold(t, fold);
-                for (ExplainTensor& t : s.out) refold(t, fold);
-            }
+            each_tensor([&](ExplainTensor& t) {
+                if (!small(t)) refold(t, fold);
+            });
         }
     }
 
@@ -10593,26 +10775,33 @@ struct ExplainPageWriter {
               << "The forward boxes are those the run reached; every backward box is still checked alone: on the run's own input of it where the "
                  "forward reached the box, else on inputs drawn at random (fixed seed) with the model's shapes, marked <i>random inputs</i>. "
                  "A box whose backward, or a function it needs, is not written yet is marked <span class=\"missing\">not implemented yet</span> "
-                 "(" << page.missing << " boxes): neither pass nor fail. Boxes past the stop show no values.</p>";
+                 "(" << count_of((std::size_t)page.missing, "box", "boxes") << "): neither pass nor fail. Boxes past the stop show no values.</p>";
         h << "<p>";
-        if (failing.empty()) {
+        if (failing.empty() && page.checked == 1) {
+            h << "<span class=\"pass\">The one backward box checked passes its gradient check.</span>";
+        } else if (failing.empty()) {
             h << "<span class=\"pass\">All " << page.checked << " backward boxes pass their gradient check.</span>";
         } else {
-            h << "<span class=\"fail\"><b>" << failing.size() << " of " << page.checked << " backward boxes fail their gradient check:</b></span> ";
+            h << "<span class=\"fail\"><b>" << failing.size() << " of " << count_of((std::size_t)page.checked, "backward box", "backward boxes")
+              << (failing.size() == 1 ? " fails its" : " fail their") << " gradient check:</b></span> ";
             for (std::size_t k = 0; k < failing.size(); k++)
                 h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
                   << " (" << html_text(e.steps[failing[k]].check.function) << ")</a>";
         }
-        if (page.missing) h << " <span class=\"missing\">" << page.missing << " more are not implemented yet.</span>";
+        if (page.missing) h << " <span class=\"missing\">" << page.missing << (page.missing == 1 ? " more is" : " more are") << " not implemented yet.</span>";
         h << "</p><p class=\"note\">Each backward box is checked alone: its own forward, in double, on this run's input of it, "
              "contracted with a fixed random R of its output's shape (s = sum(R &#8857; f)); its backward's gradient of s is compared "
              "with central finite differences (s(x + h) &minus; s(x &minus; h)) / 2h, h = 1e-6, at every entry of a small gradient "
              "(of a large one, the entry of largest |g| and entries drawn at random); an entry passes if |num &minus; g| &le; 1e-6 max(1, |g|). "
-             "Heat maps: red positive, blue negative, white 0, scaled to each tensor's largest |value|; "
-             "a cell's title (or focus the map and use the arrow keys) gives its (i, j) and value. Keys n / p: next / previous box.";
-        if (fold < o.fold) h << " To keep the page small, tensors are folded beyond " << fold << " x " << fold << " (the first and last " << fold / 2 << " rows and columns).";
-        else h << " Tensors beyond " << fold << " x " << fold << " are folded (the first and last " << fold / 2 << " rows and columns).";
-        h << (page.source.empty() ? " (transformer.cpp was not found: no line numbers.)" : "") << "</p></header>\n";
+             "Heat maps: red positive, blue negative, white 0, scaled to each tensor's largest |value|; probabilities (P, Y = Softmax(Z), "
+             "the masks) white 0 to blue 1; hatched: masked; tensors of up to " << NUMBERED << " x " << NUMBERED << " values print them in their cells; "
+             "a cell's title (or focus the map and use the arrow keys) gives its (i, j) and value. Keys: n / p next / previous box, "
+             "f / F next / previous failing box.";
+        if (fold < o.fold) h << " To keep the page small, tensors are folded beyond " << fold << " x " << fold << " (the first and last " << fold / 2 << " rows and columns)";
+        else h << " Tensors beyond " << fold << " x " << fold << " are folded (the first and last " << fold / 2 << " rows and columns)";
+        h << (batch.n <= 64 ? "; the tokens, the masks and P are never folded." : ".");
+        h << (page.source.empty() ? " (transformer.cpp was not found: no line numbers.)" : "")
+          << (page.sheet.empty() ? " (docs/formulas.md was not found: the boxes name their &sect; without its text.)" : "") << "</p></header>\n";
     }
 
     // The table of contents: consecutive boxes with the same heading form a group; a group (a block,
@@ -10625,14 +10814,16 @@ struct ExplainPageWriter {
             while (end < e.steps.size() && e.steps[end].box == e.steps[k].box) bad |= e.steps[end].check.done && !e.steps[end].check.pass, end++;
             const bool backward_start = e.steps[k].box.rfind("Backward", 0) == 0 && (k == 0 || e.steps[k - 1].box.rfind("Backward", 0) != 0);
             if (backward_start) h << "</ol><h2>Backward</h2><ol>\n";
-            h << "<li class=\"group" << (bad ? " fail" : "") << "\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
-              << (bad ? " <span class=\"tag fail\">contains a failing box</span>" : "") << "<ol>";
+            h << "<li class=\"group\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
+              << (bad ? " <span class=\"tag inside\">contains a failing box</span>" : "") << "<ol>";
             for (std::size_t j = k; j < end; j++) {
                 const ExplainStep& s = e.steps[j];
                 std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
                 if (s.depth) label = s.box.rfind("Backward", 0) != 0 ? s.box
                                      : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
-                h << "<li value=\"" << j + 1 << "\"" << (s.depth ? " class=\"d1\"" : "") << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
+                const bool fails = s.check.done && s.check.missing.empty() && !s.check.pass;
+                h << "<li value=\"" << j + 1 << "\"" << (s.depth || fails ? std::string(" class=\"") + (s.depth ? "d1" : "") + (s.depth && fails ? " " : "") + (fails ? "fail" : "") + "\"" : "")
+                  << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
                 if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
                 else if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
                 if (s.check.done && s.check.random) h << " <span class=\"note\">(random inputs)</span>";
@@ -10746,30 +10937,48 @@ struct ExplainPageWriter {
         h << "</div>" << (g.pass ? "</details>" : "") << "</div>\n";
     }
 
+    // The prefix of the ids of box k's figure: its own, so that each figure renders alone.
+    static std::string figure_ids(std::size_t k) { return "f" + std::to_string(k + 1) + "-"; }
+    // The mask a P of box k (a MultiHeadSA box, or a head inside one) stands under: the box's input
+    // "Mask" (null if none is shown).
+    const ExplainTensor* mask_of(std::size_t k) const {
+        for (std::size_t j = k + 1; j-- > 0;) {
+            if (e.steps[j].function == "MultiHeadSA") {
+                for (const ExplainTensor& t : e.steps[j].in)
+                    if (t.name == "Mask") return &t;
+                return nullptr;
+            }
+            if (e.steps[j].depth == 0) return nullptr;
+        }
+        return nullptr;
+    }
     // Box k's pictures: a layer's mask, and each head's P with the tokens as labels.
     void pictures_html(std::size_t k) {
         const ExplainStep& s = e.steps[k];
         if (s.function.rfind("layer_mask", 0) == 0 && !s.out.empty() && !s.out[0].cells.empty())
-            h << "<div class=\"pics\">" << inline_svg(heatmap_svg({panel_of(s.out[0], labels, s.out[0].name)}, 1, "The mask of " + s.box, {}, false)) << "</div>\n";
+            h << "<div class=\"pics\">" << inline_svg(heatmap_svg({panel_of(s.out[0], labels, s.out[0].name)}, 1, "The mask of " + s.box, {}, false, figure_ids(k)))
+              << "</div>\n";
         if (s.function == "MultiHeadSA") {
             std::vector<HeatPanel> heads;
             for (std::size_t j = k + 1; j < e.steps.size() && e.steps[j].depth == 1; j++)
                 for (const ExplainTensor& t : e.steps[j].out)
-                    if (t.name.rfind("P = ", 0) == 0) heads.push_back(panel_of(t, labels, e.steps[j].box));
+                    if (t.name.rfind("P = ", 0) == 0) heads.push_back(panel_of(t, labels, e.steps[j].box, mask_of(k)));
             if (!heads.empty())
                 h << "<div class=\"pics\">" << inline_svg(heatmap_svg(heads, std::min<int>(4, (int)heads.size()), "Attention P of each head, " + s.box,
-                                                                      {"Row i: the query token, column j: the key token."}, true))
+                                                                      {"Row i: the query token, column j: the key token."}, true, figure_ids(k)))
                   << "</div>\n";
         }
     }
 
-    // A box's tensors: a heat map each, and their values as JSON.
-    void tensors_html(const ExplainStep& s) {
+    // Box k's tensors: a heat map each (the tokens a row of labelled cells), and their values as JSON.
+    void tensors_html(std::size_t k) {
+        const ExplainStep& s = e.steps[k];
         json << ",\"tensors\":[";
         bool first = true;
         for (int io = 0; io < 2; io++)
             for (const ExplainTensor& t : io ? s.out : s.in) {
-                h << heat_map(t, io ? "out" : "in");
+                if (k == 0 && s.box == "Input" && t.dims.size() == 1) h << token_row(t, labels, io ? "out" : "in");
+                else h << heat_map(t, io ? "out" : "in", 0, t.name.rfind("P = ", 0) == 0 ? mask_of(k) : nullptr);
                 json << (first ? "" : ",") << "{\"role\":\"" << (io ? "out" : "in") << "\",\"name\":" << json_escape(t.name) << ",\"symbol\":"
                      << json_escape(t.symbol) << ",\"shape\":[";
                 for (std::size_t a = 0; a < t.dims.size(); a++) json << (a ? "," : "") << t.dims[a];
@@ -10789,6 +10998,20 @@ struct ExplainPageWriter {
         json << "]}";
     }
 
+    // The box's § of the formula sheet: a <details> whose text (the sheet's Markdown as it is), once
+    // per § at the page's end in a <template id="sN">, the page's script puts in when it opens.
+    void sheet_html(int sec) {
+        std::string title;
+        const std::string text = sheet_section(sheet, sec, title);
+        if (text.empty()) {
+            h << "<p class=\"note\">formulas &sect;" << sec << " (" << (sheet.empty() ? "docs/formulas.md was not found" : "not in docs/formulas.md")
+              << ": its text is not in the page)</p>\n";
+            return;
+        }
+        h << "<details class=\"sheet\" data-s=\"" << sec << "\"><summary>formulas &sect;" << sec << " " << html_text(title) << "</summary></details>\n";
+        if (sections.insert(sec).second) tail << "<template id=\"s" << sec << "\"><pre>" << html_text(text) << "</pre></template>\n";
+    }
+
     // Box k: its heading, formula, code, check, pictures and tensors.
     void box_html(std::size_t k) {
         const ExplainStep& s = e.steps[k];
@@ -10799,15 +11022,15 @@ struct ExplainPageWriter {
         if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
         else if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
         h << "</h3>\n" << to_mathml(s.formula) << "\n";
-        h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code> &middot; <a href=\"" << html_text(o.formulas) << "#s" << sec
-          << "\">formulas &sect;" << sec << "</a></p>\n";
+        h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code></p>\n";
+        sheet_html(sec);
         const std::string lines_json = code_html(s);
         json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"box\":" << json_escape(s.box)
              << ",\"formula\":" << json_escape(s.formula) << ",\"section\":" << sec << ",\"function\":" << json_escape(s.function)
              << ",\"lines\":{" << lines_json << "}";
         if (s.check.done) check_html(k, s.check);
         pictures_html(k);
-        tensors_html(s);
+        tensors_html(k);
         h << "</section>\n";
         page.maths++;
     }
@@ -10841,6 +11064,7 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
     ExplainPageWriter pw(c, batch, o, e, page);
     pw.stop_fn = e.stopped.empty() ? "" : e.stopped.substr(17, e.stopped.find_first_of(" (", 17) - 17);
     pw.source = read_source(o.source, page.source);
+    pw.sheet = read_sheet(o.sheet, page.sheet);
     pw.refold_to_budget();
     for (int i = (int)pw.labels.size(); i < batch.n; i++) pw.labels.push_back(std::to_string(batch.tokens[i]));
     pw.count_checks();
@@ -10852,7 +11076,7 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
     pw.boxes_html();
     std::string js = pw.json.str();
     for (std::size_t at = js.find("</"); at != std::string::npos; at = js.find("</", at + 2)) js.replace(at, 2, "<\\/");
-    pw.h << "</main>\n<script type=\"application/json\" id=\"explain-data\">" << js << "</script>\n<script>" << PAGE_SCRIPT << "</script>\n</body></html>\n";
+    pw.h << "</main>\n" << pw.tail.str() << "<script type=\"application/json\" id=\"explain-data\">" << js << "</script>\n<script>" << PAGE_SCRIPT << "</script>\n</body></html>\n";
     page.html = pw.h.str();
     return page;
 }

@@ -1715,9 +1715,11 @@ struct HeatPanel {
 // colour scale of P from 0 to 1 (probability) or the two mask entries 1 and -inf (masks). Each
 // panel is a <g class='panel'>, each cell a <rect> of class 'p' or 'masked' in row-major order
 // with its value in a <title> (a masked cell: "-inf", the mask's entry, in a picture of masks;
-// "0 (masked: Mask_ij = -inf)", the probability, in a picture of P).
+// "0 (masked: Mask_ij = -inf)", the probability, in a picture of P). ids: the prefix of the
+// figure's own ids (its hatching ids + "hatch", its colour bar ids + "scale"), so that figures
+// inlined in one page each keep theirs.
 std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const std::string& title,
-                        const std::vector<std::string>& caption, bool probability);
+                        const std::vector<std::string>& caption, bool probability, const std::string& ids = "");
 // A token as an SVG label: printable UTF-8 as it is, a space "␣", a newline "⏎", other bytes \xNN.
 std::string token_label(const std::string& bytes);
 // Mask^BD, Mask^AR, Mask^ST (window, stride) and Mask^XL(z) (z: a permutation of 0..n-1, code
@@ -1852,6 +1854,7 @@ struct ExplainHtml {
     std::size_t cells = 150000;         // the page's budget of heat-map cells
     std::string source;                 // transformer.cpp to read the lines from ("": where it was built)
     std::string formulas = "docs/formulas.md";  // the § links' target
+    std::string sheet;                  // docs/formulas.md to copy each box's § from ("": beside the program, then where it was built)
     ExplainBackwards backwards;
 };
 // In a handout the page survives the stubs (ExplainDetail::stubs): it says where the run stopped
@@ -1863,6 +1866,7 @@ struct ExplainPage {
     std::vector<std::string> failing_boxes;  // "[17] Backward, l = 2 (LayerNorm_backward)"
     double loss = 0;
     std::string source;                 // the transformer.cpp whose lines the page cites ("": none found)
+    std::string sheet;                  // the formulas.md whose sections the page holds ("": none found)
 };
 ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& batch, const ExplainHtml& o);
 // The line of transformer.cpp (its text: source) where the function `name` is defined, as
