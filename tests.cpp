@@ -10888,10 +10888,11 @@ TEST_CASE("explain --html: a folded heat map keeps the first and last rows and s
     CHECK(We.get("values")->arr[4 * 3 + 3].num == doctest::Approx(p.W_e(c.V - 1, c.H - 1)).epsilon(1e-7));
     CHECK(m_contains(page.html, "folded: rows 3.." + std::to_string(c.V - 2) + " (" + std::to_string(c.V - 4) + ") left out; columns 3.." +
                                     std::to_string(c.H - 2) + " (" + std::to_string(c.H - 4) + ") left out"));
-    // A cell's title: the formula's (i, j), counted from 1, and the value to 4 significant digits.
-    char want[64];
-    std::snprintf(want, sizeof want, "title=\"(%d,%d) %.4g\"", c.V, c.H, (double)p.W_e(c.V - 1, c.H - 1));
-    CHECK(m_contains(page.html, want));
+    // A cell's title: the formula's (i, j), counted from 1; the cell (4 x 4 shown: numbered) the value to 3 significant digits.
+    const double v = p.W_e(c.V - 1, c.H - 1);
+    char want[96];
+    std::snprintf(want, sizeof want, "title=\"(%d,%d)\">%s%.3g</i>", c.V, c.H, v < 0 ? "\u2212" : "", std::fabs(v));
+    CHECK_MESSAGE(m_contains(page.html, want), "no cell " << want);
     // A budget of cells too small for 64 x 64 halves the fold until it fits.
     o.fold = 64, o.cells = 3000;
     const Json small = m_page_json(explain_html(c, p, b, o).html);
@@ -10927,7 +10928,7 @@ TEST_CASE("explain --html: a small tensor's cells print their values, the tokens
     CHECK(m_contains(ln, "<div class=\"hm num\""));
     const double v = e.steps[4].out[0].first[1];  // (1, 2)
     char want[96];
-    std::snprintf(want, sizeof want, "title=\"(1,2) %.4g\">%s%.3g</i>", v, v < 0 ? "\u2212" : "", std::fabs(v));
+    std::snprintf(want, sizeof want, "title=\"(1,2)\">%s%.3g</i>", v < 0 ? "\u2212" : "", std::fabs(v));  // the place in the title, the value in the cell
     CHECK_MESSAGE(m_contains(ln, want), "expected the cell " << want << " (explain's value of LayerNorm(X^(0))_{1,2}) in\n" << ln.substr(0, 600));
     CHECK(m_count(ln, "</i>") == (std::size_t)(b.n * c.H));
     // The input box: x as a row of labelled cells (position, token text, id), no heat map.
@@ -10939,15 +10940,15 @@ TEST_CASE("explain --html: a small tensor's cells print their values, the tokens
     // blue of the 0..1 scale; the four entries j > 1 are masked: hatched, their title says so.
     REQUIRE(e.steps[6].box == "head i = 1");
     const std::string P = m_figure_of(m_box_html(page.html, 7), "P = Softmax(Mask (.) Q K^T / sqrt(D))");
-    CHECK(m_contains(P, "<i class=b8 title=\"(1,1) 1\">1</i>"));
-    CHECK(m_contains(P, "<i class=x title=\"(1,2) 0 (masked)\">0</i>"));
+    CHECK(m_contains(P, "<i class=b8 title=\"(1,1)\">1</i>"));
+    CHECK(m_contains(P, "<i class=x title=\"(1,2) masked\">0</i>"));
     CHECK(m_count(P, "<i class=x ") == (std::size_t)(b.n * (b.n - 1) / 2));  // j > i
     CHECK(m_contains(P, "hatched: masked"));
     for (const char* red_blue : {"<i class=p", "<i class=n", "legend\" "}) CHECK_FALSE(m_contains(P, red_blue));
     // The mask (box 4): its kept entries 1 at the dark end, -inf hatched; Y = Softmax(Z) on the 0..1 scale too.
     const std::string M = m_figure_of(m_box_html(page.html, 4), "Mask^(1)");
-    CHECK(m_contains(M, "<i class=b8 title=\"(2,1) 1\">1</i>"));
-    CHECK(m_contains(M, "<i class=x title=\"(1,2) -inf\">\u2212\u221e</i>"));
+    CHECK(m_contains(M, "<i class=b8 title=\"(2,1)\">1</i>"));
+    CHECK(m_contains(M, "<i class=x title=\"(1,2)\">\u2212\u221e</i>"));
     CHECK(m_contains(m_figure_of(m_box_html(page.html, 26), "Y = Softmax(Z)"), "legend prob"));
     // The attention picture of the MultiHeadSA box hatches P's masked cells with its own pattern;
     // every id on the page is its own.
@@ -13136,7 +13137,8 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in
     const std::string compiler = cxx && *cxx ? cxx : "g++";
     // The probe: every gradient row as laid out (its box, name, verdict, relation, whether it shows),
     // and every callee message with the box its link reaches.
-    const std::string probe =
+    const std::string probe =  // every box laid out, not only those in view (the page's content-visibility: auto)
+        "[].forEach.call(document.querySelectorAll('section.box'),function(s){s.style.contentVisibility='visible';});"
         "out.rows=[].map.call(document.querySelectorAll('section .grad'),function(g){var v=g.querySelector('.verdict'),r=g.querySelector('.relation');"
         "return {box:g.closest('section').id,name:g.getAttribute('data-gradient'),verdict:v?v.innerText:'',relation:r?r.innerText:'',"
         "shown:g.getBoundingClientRect().height>0&&!!v&&v.getBoundingClientRect().width>0};});"

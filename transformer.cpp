@@ -10453,10 +10453,11 @@ document.addEventListener('keydown',function(e){if(e.target.closest&&e.target.cl
  if(e.key==='f'||e.key==='F'){for(var j=i+d;j>=0&&j<s.length;j+=d)if(s[j].classList.contains('bad')){t=s[j];break;}}
  else t=s[Math.max(0,Math.min(s.length-1,i+d))];if(t){t.focus();t.scrollIntoView();}});
 [].forEach.call(document.querySelectorAll('.hm'),function(h){var cs=h.children,n=cs.length,w=+h.dataset.cols,k=0,o=h.nextElementSibling;
- function show(){for(var i=0;i<n;i++)cs[i].classList.remove('cur');cs[k].classList.add('cur');if(o)o.textContent=cs[k].title;}
+ function show(){for(var i=0;i<n;i++)cs[i].classList.remove('cur');cs[k].classList.add('cur');if(o)o.textContent=say(cs[k]);}
  h.addEventListener('keydown',function(e){var d={ArrowRight:1,ArrowLeft:-1,ArrowDown:w,ArrowUp:-w}[e.key];if(d===undefined)return;
   e.preventDefault();k=Math.max(0,Math.min(n-1,k+d));show();});
- h.addEventListener('focus',show);h.addEventListener('mouseover',function(e){var i=[].indexOf.call(cs,e.target);if(i>=0){k=i;if(o)o.textContent=cs[k].title;}});});
+ h.addEventListener('focus',show);h.addEventListener('mouseover',function(e){var i=[].indexOf.call(cs,e.target);if(i>=0){k=i;if(o)o.textContent=say(cs[k]);}});});
+function say(c){return c.title+(c.textContent?' '+c.textContent:'');}
 [].forEach.call(document.querySelectorAll('details.sheet'),function(d){d.addEventListener('toggle',function(){
  var t=document.getElementById('s'+d.dataset.s);if(d.open&&t&&!d.querySelector('pre'))d.appendChild(t.content.cloneNode(true));});});
 })();
@@ -10547,7 +10548,7 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role, dou
       << (unknown ? " &middot; grey: not compared" : "") << "</figcaption>";
     o << "<div class=\"hm" << (numbers ? " num" : "") << "\" tabindex=\"0\" data-cols=\"" << t.cols.size() << "\" style=\"grid-template-columns:repeat("
       << t.cols.size() << ",auto)\" aria-label=\"" << html_text(t.name) << ": " << t.rows.size() * t.cols.size()
-      << " values; each cell's title holds its (i, j), counted from 1, and its value\">";
+      << (numbers ? " values; each cell holds its value, its title its (i, j), counted from 1\">" : " values; each cell's title holds its (i, j), counted from 1, and its value\">");
     for (std::size_t a = 0; a < t.rows.size(); a++)
         for (std::size_t b = 0; b < t.cols.size(); b++) {
             const std::size_t at = a * t.cols.size() + b;
@@ -10562,7 +10563,9 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role, dou
             o << "<i class=" << cls << " title=\"(";
             if (vec) o << t.cols[b] + 1;
             else o << t.rows[a] + 1 << "," << t.cols[b] + 1;
-            o << ") " << (std::isnan(v) ? std::string("not compared") : num(v)) << (masked_at(at) ? " (masked)" : "") << "\">";
+            o << ")";  // a cell printing its number: the number is its value, the title its place
+            if (!numbers || std::isnan(v)) o << " " << (std::isnan(v) ? std::string("not compared") : num(v));
+            o << (masked_at(at) ? " masked" : "") << "\">";
             if (numbers && !std::isnan(v)) o << cell_num(v);
             o << "</i>";
         }
@@ -10709,12 +10712,14 @@ struct ExplainPageWriter {
     ExplainPageWriter(const Config& c_, const Batch& batch_, const ExplainHtml& o_, Explained<float>& e_, ExplainPage& page_)
         : c(c_), batch(batch_), o(o_), e(e_), page(page_), labels(o_.labels) {}
 
-    // Every tensor of the page: each box's inputs and outputs, and its check's gradients drawn.
+    // Every tensor of the page: each box's inputs and outputs, and its check's gradients drawn
+    // (the failing ones, and the passing ones with passing_maps).
     template <class F> void each_tensor(F f) {
         for (ExplainStep& s : e.steps) {
             for (ExplainTensor& t : s.in) f(t);
             for (ExplainTensor& t : s.out) f(t);
-            for (ExplainGradient& g : s.check.gradients) f(g.fd), f(g.backward), f(g.diff);
+            for (ExplainGradient& g : s.check.gradients)
+                if (!g.pass || passing_maps) f(g.fd), f(g.backward), f(g.diff);
         }
     }
     // A tensor kept whole: no dimension beyond the tokens n (the tokens, a mask, P), n <= 64.
@@ -10725,7 +10730,12 @@ struct ExplainPageWriter {
         return true;
     }
     // The fold of the large tensors shrinks until the page's heat maps hold at most o.cells cells.
+    // Passing gradients are drawn when all gradients' maps fit in a third of the budget.
     void refold_to_budget() {
+        std::size_t gradient_cells = 0;
+        for (const ExplainStep& s : e.steps)
+            for (const ExplainGradient& g : s.check.gradients) gradient_cells += 3 * g.backward.cells.size();
+        passing_maps = gradient_cells <= o.cells / 3;
         fold = o.fold;
         for (;;) {
             std::size_t cells = 0;
@@ -10752,10 +10762,6 @@ struct ExplainPageWriter {
                                              (ck.callee >= 0 ? ", through [" + std::to_string(ck.callee + 1) + "] (" + e.steps[(std::size_t)ck.callee].check.function + ")" : ""));
             }
         page.failing = (int)failing.size();
-        std::size_t cells = 0;
-        for (const ExplainStep& s : e.steps)
-            for (const ExplainGradient& g : s.check.gradients) cells += 3 * g.backward.cells.size();
-        passing_maps = cells <= o.cells / 3;
         page.boxes = (int)e.steps.size();
     }
 
@@ -10795,8 +10801,11 @@ struct ExplainPageWriter {
              "(of a large one, the entry of largest |g| and entries drawn at random); an entry passes if |num &minus; g| &le; 1e-6 max(1, |g|). "
              "Heat maps: red positive, blue negative, white 0, scaled to each tensor's largest |value|; probabilities (P, Y = Softmax(Z), "
              "the masks) white 0 to blue 1; hatched: masked; tensors of up to " << NUMBERED << " x " << NUMBERED << " values print them in their cells; "
-             "a cell's title (or focus the map and use the arrow keys) gives its (i, j) and value. Keys: n / p next / previous box, "
-             "f / F next / previous failing box.";
+             "a cell's title gives its (i, j) and, where the cell does not print it, its value (or focus the map and use the arrow keys). Keys: n / p next / previous box, "
+             "f / F next / previous failing box. A backward box lists each gradient on its own, in the backward's order, with its verdict, "
+             "its worst entry and, where one fits, the relation that explains a failure; a failing gradient is drawn three times on one scale "
+             "(finite difference, backward, their difference)";
+        h << (passing_maps ? "; a passing one under \"its heat maps\"." : "; on a page this large the passing ones take one line each.");
         if (fold < o.fold) h << " To keep the page small, tensors are folded beyond " << fold << " x " << fold << " (the first and last " << fold / 2 << " rows and columns)";
         else h << " Tensors beyond " << fold << " x " << fold << " are folded (the first and last " << fold / 2 << " rows and columns)";
         h << (batch.n <= 64 ? "; the tokens, the masks and P are never folded." : ".");
@@ -10912,11 +10921,14 @@ struct ExplainPageWriter {
         const ExplainGradient& g = ck.gradients[i];
         const char* verdict = g.pass ? "passes" : "fails";
         const std::string entry = entry_of(g.shape, g.at);
+        const bool brief = g.pass && !passing_maps;  // one line: a page too large to draw every gradient
         h << "<div class=\"grad " << (g.pass ? "pass" : "fail") << "\" id=\"b" << box + 1 << "-g" << i + 1 << "\" data-gradient=\"" << html_text(g.name)
-          << "\" data-verdict=\"" << verdict << "\"><p><b>" << html_text(g.name) << "</b> <code>" << html_text(g.formula) << "</code> &middot; <span class=\"verdict "
-          << (g.pass ? "pass" : "fail") << "\">" << verdict << "</span>: ";
-        if (!g.problem.empty()) h << html_text(g.problem);
-        else
+          << "\" data-verdict=\"" << verdict << "\"><p><b>" << html_text(g.name) << "</b> ";
+        if (!brief) h << "<code>" << html_text(g.formula) << "</code> &middot; ";
+        h << "<span class=\"verdict " << (g.pass ? "pass" : "fail") << "\">" << verdict << "</span>: ";
+        if (brief) h << g.entries << (g.entries == 1 ? " entry" : " entries") << ", error &le; " << num(g.err, "%.3g");
+        else if (!g.problem.empty()) h << html_text(g.problem);
+        else if (!brief)
             h << g.entries << (g.entries == 1 ? " entry" : " entries") << " compared; worst " << entry << ": finite difference " << num(g.num, "%.9g")
               << ", backward " << num(g.ana, "%.9g") << ", error " << num(g.err, "%.3g");
         if (!g.relation.empty()) h << ". <span class=\"relation\">" << html_text(g.relation) << "</span>";
@@ -10924,8 +10936,8 @@ struct ExplainPageWriter {
         json << (i ? "," : "") << "{\"name\":" << json_escape(g.name) << ",\"formula\":" << json_escape(g.formula) << ",\"pass\":" << (g.pass ? "true" : "false")
              << ",\"entries\":" << g.entries << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(g.num) << ",\"ana\":" << json_num(g.ana)
              << ",\"err\":" << json_num(g.err) << ",\"relation\":" << json_escape(g.relation) << ",\"problem\":" << json_escape(g.problem) << "}";
-        if (!g.problem.empty() || (g.pass && !passing_maps)) {
-            h << (g.problem.empty() ? "<p class=\"note\">(Its heat maps are left out: a page of this size draws the failing gradients only.)</p>" : "") << "</div>\n";
+        if (!g.problem.empty() || brief) {
+            h << "</div>\n";
             return;
         }
         double scale = 0;
