@@ -10308,7 +10308,7 @@ struct Parser {
 // between them: a long formula wraps there, and nowhere else. The pieces are cut outside brackets (but those of a
 // remark, opened after a space) before each " = ", after each ", ", "; " and ": " (at its relations
 // and between its equations), and before the prose of " for ", " if ", " as ", " with " and a remark.
-static std::string to_mathml(const std::string& plain) {
+static std::string to_mathml(const std::string& plain, const std::string& open_tag = "<div class=\"formula\">", const std::string& close_tag = "</div>") {
     std::vector<std::string> pieces(1);
     std::vector<bool> open;  // the brackets open at i: true for a remark's, one after a space ("(so row i is ...)")
     int depth = 0;           // the brackets open at i but remarks'
@@ -10328,14 +10328,14 @@ static std::string to_mathml(const std::string& plain) {
         }
         if (top && (ch == ',' || ch == ';' || ch == ':') && i + 1 < plain.size() && plain[i + 1] == ' ') pieces.emplace_back();
     }
-    std::string o = "<div class=\"formula\">";
+    std::string o = open_tag;
     for (std::size_t k = 0; k < pieces.size(); k++) {
         mathml::Parser p{pieces[k]};
         // Where a line may break: a space where the text has one, a zero-width space before " = " (its <mo> is spaced).
         if (k) o += pieces[k].compare(0, 3, " = ") == 0 || pieces[k][0] != ' ' ? "&#8203;" : " ";
         o += "<math><mrow>" + p.seq(0) + "</mrow></math>";
     }
-    return o + "</div>";
+    return o + close_tag;
 }
 
 // The § of docs/formulas.md a box stands in: the one its formula names, else by its function.
@@ -10870,7 +10870,7 @@ struct ExplainPageWriter {
     // The gradient rows of a backward box: the three heat maps side by side.
     static constexpr const char* GRADIENT_CSS =
         ".grad{margin:.6em 0}.grad>p{margin:.2em 0}.maps{display:flex;flex-wrap:wrap;gap:0 1.5em;align-items:flex-start}"
-        ".maps figure{margin:.2em 0}.relation,.callee{font-weight:600}.first-failing{margin:.3em 0}details>summary{cursor:pointer;font-size:13px}\n";
+        ".maps figure{margin:.2em 0}.maps figcaption{max-width:24em}.gf math{display:inline math}.relation,.callee{font-weight:600}.first-failing{margin:.3em 0}details>summary{cursor:pointer;font-size:13px}\n";
 
     // An entry of a tensor of `shape` (row-major k, 0-based) as the formulas count it: "(2, 3)", "(5)".
     static std::string entry_of(const std::vector<int>& shape, std::size_t k) {
@@ -10924,7 +10924,7 @@ struct ExplainPageWriter {
         const bool brief = g.pass && !passing_maps;  // one line: a page too large to draw every gradient
         h << "<div class=\"grad " << (g.pass ? "pass" : "fail") << "\" id=\"b" << box + 1 << "-g" << i + 1 << "\" data-gradient=\"" << html_text(g.name)
           << "\" data-verdict=\"" << verdict << "\"><p><b>" << html_text(g.name) << "</b> ";
-        if (!brief) h << "<code>" << html_text(g.formula) << "</code> &middot; ";
+        if (!brief) h << to_mathml(g.formula, "<span class=\"gf\" title=\"" + html_text(g.formula) + "\">", "</span>") << " &middot; ";
         h << "<span class=\"verdict " << (g.pass ? "pass" : "fail") << "\">" << verdict << "</span>: ";
         if (brief) h << g.entries << (g.entries == 1 ? " entry" : " entries") << ", error &le; " << num(g.err, "%.3g");
         else if (!g.problem.empty()) h << html_text(g.problem);
