@@ -10790,9 +10790,13 @@ struct ExplainPageWriter {
         } else {
             h << "<span class=\"fail\"><b>" << failing.size() << " of " << count_of((std::size_t)page.checked, "backward box", "backward boxes")
               << (failing.size() == 1 ? " fails its" : " fail their") << " gradient check:</b></span> ";
-            for (std::size_t k = 0; k < failing.size(); k++)
+            for (std::size_t k = 0; k < failing.size(); k++) {  // innermost first: those failing through a box they call last
+                const ExplainCheck& ck = e.steps[failing[k]].check;
                 h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
-                  << " (" << html_text(e.steps[failing[k]].check.function) << ")</a>";
+                  << " (" << html_text(ck.function) << ")</a>";
+                if (ck.callee >= 0) h << " through <a href=\"#b" << ck.callee + 1 << "\">[" << ck.callee + 1 << "]</a>";
+            }
+            if (e.steps[failing.back()].check.callee >= 0) h << ". Fix the boxes failing on their own first: the others fail through a box they call.";
         }
         if (page.missing) h << " <span class=\"missing\">" << page.missing << (page.missing == 1 ? " more is" : " more are") << " not implemented yet.</span>";
         h << "</p><p class=\"note\">Each backward box is checked alone: its own forward, in double, on this run's input of it, "
