@@ -10633,6 +10633,20 @@ static std::string executable_path() {
 #endif
 }
 
+// The first of `tries` that is a regular file, read, and its path in used. None: an error naming the
+// file if it was `given` (what it is: "the source"), else "" and used "".
+static std::string read_first(const std::vector<std::string>& tries, const std::string& given, const char* what, std::string& used) {
+    for (const std::string& p : tries) {
+        struct stat st;
+        if (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        used = p;
+        return read_file(p);
+    }
+    if (!given.empty()) throw Error(std::string("explain --html: cannot read ") + what + " '" + given + "'");
+    used.clear();
+    return "";
+}
+
 static std::string read_source(const std::string& given, std::string& used) {
     std::vector<std::string> tries;
     if (!given.empty()) tries.push_back(given);
@@ -10641,15 +10655,7 @@ static std::string read_source(const std::string& given, std::string& used) {
         const std::string e = executable_path();
         if (!e.empty()) tries.push_back(e.substr(0, e.rfind('/') + 1) + "transformer.cpp");
     }
-    for (const std::string& p : tries) {
-        struct stat st;
-        if (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        used = p;
-        return read_file(p);
-    }
-    if (!given.empty()) throw Error("explain --html: cannot read the source '" + given + "'");
-    used.clear();
-    return "";
+    return read_first(tries, given, "the source", used);
 }
 
 // The formula sheet, docs/formulas.md, for the § texts: the given path, else docs/formulas.md beside
@@ -10663,15 +10669,7 @@ static std::string read_sheet(const std::string& given, std::string& used) {
         const std::string built = __FILE__;
         tries.push_back(built.substr(0, built.rfind('/') + 1) + "docs/formulas.md");
     }
-    for (const std::string& p : tries) {
-        struct stat st;
-        if (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        used = p;
-        return read_file(p);
-    }
-    if (!given.empty()) throw Error("explain --html: cannot read the formula sheet '" + given + "'");
-    used.clear();
-    return "";
+    return read_first(tries, given, "the formula sheet", used);
 }
 
 // § n of the sheet: its heading's title and its text up to the next heading ("" if it has none).
