@@ -11002,6 +11002,7 @@ TEST_CASE("explain --html: one failing box is \"1 of N backward boxes fails its 
         return dX;
     };
     const ExplainPage page = explain_html(c, p, b, o);
+    REQUIRE_MESSAGE(page.stopped.empty(), "the run stopped at a function not written yet: " << page.stopped);
     REQUIRE(page.failing == 1);
     CHECK(m_contains(page.html, "1 of " + std::to_string(page.checked) + " backward boxes fails its gradient check:"));
     // The contents: the failing item's <li> is red (class fail), its group's is not.
@@ -11124,6 +11125,7 @@ TEST_CASE("explain --html: each gradient of a backward box has its own verdict, 
         o.source = "transformer.cpp";
         o.backwards = w.bw;
         const ExplainPage page = explain_html(c, p, b, o);
+        REQUIRE_MESSAGE(page.stopped.empty(), "the run stopped at a function not written yet: " << page.stopped);
         const Json j = m_page_json(page.html);
         int boxes = 0;
         for (const Json& box : j.get("boxes")->arr) {
@@ -11440,6 +11442,7 @@ TEST_CASE("browser: the gpt2-124m page of 10 tokens is under 10 MB, keeps its to
     // time to lay it out is printed (a measurement, not a check: docs/teaching.md gives it).
     const std::string page = m_path("gpt2-124m.html");
     const m_Run r = m_run_ok("explain --preset gpt2-124m --tokens 1,2,3,4,5,6,7,8,9,10 --html " + page);
+    REQUIRE_MESSAGE(!m_contains(r.out + r.err, "not implemented"), "the run stopped at a function not written yet:\n" << r.out << r.err);
     const std::string html = m_read(page);
     CHECK_MESSAGE(html.size() < 10000000, "the page is " << html.size() << " bytes, over 10 MB");
     const Json j = m_page_json(html);
