@@ -1445,6 +1445,17 @@ Tensor<T> layer_mask(const Config& c, int l, int n) {
     }
 }
 
+// A stage of the walk shown to the trace, if one was given (transformer.hpp, Trace): the forward's
+// value (the trace may change it) or the gradient of the loss with respect to it.
+template <typename T>
+static void trace_forward(Trace* trace, Stage s, int l, Tensor<T>& value) {
+    if (trace) trace->forward(s, l, value);
+}
+template <typename T>
+static void trace_backward(Trace* trace, Stage s, int l, Tensor<T>& gradient) {
+    if (trace) trace->backward(s, l, gradient);
+}
+
 // ---- Post-LN block (GPT, BERT, RoBERTa) --------------------------------------------------------
 //   X'^(l) = LayerNorm(MultiHeadSA(X^(l-1), Mask) + X^(l-1))
 //   X^(l)  = LayerNorm(FFN(X'^(l)) + X'^(l))
@@ -1454,16 +1465,21 @@ static Tensor<T> post_ln_block_forward(const Config& c, const Layer<T>& w, const
                                        BlockCache<T>& k, const ForwardOptions& o, KVLayer<T>* kv) {
     k.attn_in = X;                           // X^(l-1)
     Tensor<T> a = kv ? MultiHeadSA_cached(X, Mask, w.attn, *kv) : MultiHeadSA(X, Mask, w.attn, &k.attn, o.dropout, o.rng);
+    trace_forward(o.trace, Stage::attention, k.l, a);
     if (o.keep_sublayers) k.attn_out = a;
     k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng);
     multiply_inplace(a, k.drop_attn);
-    add_inplace(a, X);
+    add_inplace(a, X);  // a = S
+    trace_forward(o.trace, Stage::attn_sum, k.l, a);
     k.ffn_in = LayerNorm(a, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);  // X'^(l)
+    trace_forward(o.trace, Stage::X_mid, k.l, k.ffn_in);
     Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
+    trace_forward(o.trace, Stage::ffn, k.l, f);
     if (o.keep_sublayers) k.ffn_out = f;
     k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng);
     multiply_inplace(f, k.drop_ffn);
-    add_inplace(f, k.ffn_in);
+    add_inplace(f, k.ffn_in);  // f = U
+    trace_forward(o.trace, Stage::ffn_sum, k.l, f);
     return LayerNorm(f, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
 }
 // Backward of u = LN(branch(x) + x): du = LN_backward(dy); dx = du + branch_backward(du).
@@ -1471,13 +1487,18 @@ template <typename T>
 static Tensor<T> post_ln_block_backward(const Config& c, const Layer<T>& w, const BlockCache<T>& k, const Tensor<T>& dY,
                                         Layer<T>& g) {
     Tensor<T> du = LayerNorm_backward(w.ln_2_gamma, k.ln_2, dY, g.ln_2_gamma, g.ln_2_beta);
+    trace_backward(k.trace, Stage::ffn_sum, k.l, du);
     Tensor<T> df = du;
     multiply_inplace(df, k.drop_ffn);
+    trace_backward(k.trace, Stage::ffn, k.l, df);
     Tensor<T> dX_mid = FFN_backward(k.ffn_in, w.ffn, c.activation, k.ffn, df, g.ffn);
     add_inplace(dX_mid, du);
+    trace_backward(k.trace, Stage::X_mid, k.l, dX_mid);
     Tensor<T> dv = LayerNorm_backward(w.ln_1_gamma, k.ln_1, dX_mid, g.ln_1_gamma, g.ln_1_beta);
+    trace_backward(k.trace, Stage::attn_sum, k.l, dv);
     Tensor<T> da = dv;
     multiply_inplace(da, k.drop_attn);
+    trace_backward(k.trace, Stage::attention, k.l, da);
     Tensor<T> dX = MultiHeadSA_backward(k.attn_in, w.attn, k.attn, da, g.attn);
     add_inplace(dX, dv);
     return dX;
@@ -1491,14 +1512,19 @@ static Tensor<T> pre_ln_block_forward(const Config& c, const Layer<T>& w, const 
                                       BlockCache<T>& k, const ForwardOptions& o, KVLayer<T>* kv) {
     if (o.keep_sublayers) k.X = X;
     k.attn_in = LayerNorm(X, w.ln_1_gamma, w.ln_1_beta, c.eps, &k.ln_1);
+    trace_forward(o.trace, Stage::ln_1, k.l, k.attn_in);
     Tensor<T> a = kv ? MultiHeadSA_cached(k.attn_in, Mask, w.attn, *kv) : MultiHeadSA(k.attn_in, Mask, w.attn, &k.attn, o.dropout, o.rng);
+    trace_forward(o.trace, Stage::attention, k.l, a);
     if (o.keep_sublayers) k.attn_out = a;
     k.drop_attn = dropout_mask<T>(a.shape, o.dropout, o.rng);
     multiply_inplace(a, k.drop_attn);
     add_inplace(a, X);  // a = X'^(l)
+    trace_forward(o.trace, Stage::X_mid, k.l, a);
     if (o.keep_sublayers) k.X_mid = a;
     k.ffn_in = LayerNorm(a, w.ln_2_gamma, w.ln_2_beta, c.eps, &k.ln_2);
+    trace_forward(o.trace, Stage::ln_2, k.l, k.ffn_in);
     Tensor<T> f = FFN(k.ffn_in, w.ffn, c.activation, &k.ffn);
+    trace_forward(o.trace, Stage::ffn, k.l, f);
     if (o.keep_sublayers) k.ffn_out = f;
     k.drop_ffn = dropout_mask<T>(f.shape, o.dropout, o.rng);
     multiply_inplace(f, k.drop_ffn);
@@ -1511,12 +1537,17 @@ static Tensor<T> pre_ln_block_backward(const Config& c, const Layer<T>& w, const
                                        Layer<T>& g) {
     Tensor<T> df = dY;
     multiply_inplace(df, k.drop_ffn);
+    trace_backward(k.trace, Stage::ffn, k.l, df);
     Tensor<T> d_ffn_in = FFN_backward(k.ffn_in, w.ffn, c.activation, k.ffn, df, g.ffn);
+    trace_backward(k.trace, Stage::ln_2, k.l, d_ffn_in);
     Tensor<T> dX_mid = LayerNorm_backward(w.ln_2_gamma, k.ln_2, d_ffn_in, g.ln_2_gamma, g.ln_2_beta);
     add_inplace(dX_mid, dY);
+    trace_backward(k.trace, Stage::X_mid, k.l, dX_mid);
     Tensor<T> da = dX_mid;
     multiply_inplace(da, k.drop_attn);
+    trace_backward(k.trace, Stage::attention, k.l, da);
     Tensor<T> d_attn_in = MultiHeadSA_backward(k.attn_in, w.attn, k.attn, da, g.attn);
+    trace_backward(k.trace, Stage::ln_1, k.l, d_attn_in);
     Tensor<T> dX = LayerNorm_backward(w.ln_1_gamma, k.ln_1, d_attn_in, g.ln_1_gamma, g.ln_1_beta);
     add_inplace(dX, dX_mid);
     return dX;
@@ -1542,11 +1573,16 @@ template <typename T>
 static Tensor<T> blocks_forward(const Config& c, const Params<T>& p, Tensor<T> X, ForwardCache<T>& k,
                                 const ForwardOptions& opt, KVCache<T>* kv = nullptr) {
     k.blocks.resize(c.L);
-    for (int l = 0; l < c.L; l++)
+    for (int l = 0; l < c.L; l++) {
+        k.blocks[l].trace = opt.trace;
+        k.blocks[l].l = l + 1;
         X = block_forward(c, p.layers[l], X, k.masks[l], k.blocks[l], opt, kv ? &kv->layers[l] : nullptr);
+        trace_forward(opt.trace, Stage::X, l + 1, X);
+    }
     if (is_pre_ln(c.variant)) {
         k.X_L_in = std::move(X);
         X = LayerNorm(k.X_L_in, p.ln_f_gamma, p.ln_f_beta, c.eps, &k.ln_f);
+        trace_forward(opt.trace, Stage::final_ln, c.L, X);
     }
     return X;
 }
@@ -1554,9 +1590,15 @@ static Tensor<T> blocks_forward(const Config& c, const Params<T>& p, Tensor<T> X
 template <typename T>
 Tensor<T> blocks_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& k, Tensor<T> dX,
                           Params<T>& g) {
-    if (is_pre_ln(c.variant)) dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
-    for (int l = c.L - 1; l >= 0; l--)
+    if (is_pre_ln(c.variant)) {
+        trace_backward(k.trace, Stage::final_ln, c.L, dX);
+        dX = LayerNorm_backward(p.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
+    }
+    for (int l = c.L - 1; l >= 0; l--) {
+        trace_backward(k.trace, Stage::X, l + 1, dX);
         dX = block_backward(c, p.layers[l], k.blocks[l], dX, g.layers[l]);
+    }
+    trace_backward(k.trace, Stage::X, 0, dX);
     return dX;
 }
 
@@ -1679,24 +1721,32 @@ Tensor<T> model_forward(const Config& c, const Params<T>& p, const Batch& batch,
     ForwardCache<T> local;
     ForwardCache<T>& k = cache ? *cache : local;
     k.batch = batch;
+    k.trace = opt.trace;
     Tensor<T> X = embed_forward(c, p, batch);
-    if (c.emb_ln) X = LayerNorm(X, p.gamma_e, p.beta_e, c.eps, &k.ln_e);  // the released BERT's embedding LayerNorm
+    if (c.emb_ln) {  // the released BERT's embedding LayerNorm
+        trace_forward(opt.trace, Stage::embedding, 0, X);
+        X = LayerNorm(X, p.gamma_e, p.beta_e, c.eps, &k.ln_e);
+    }
     k.drop_emb = dropout_mask<T>(X.shape, opt.dropout, opt.rng);
     multiply_inplace(X, k.drop_emb);
+    trace_forward(opt.trace, Stage::X, 0, X);
     k.masks.resize(c.L);
     const bool padded = !is_causal(c.variant) &&
                         std::any_of(batch.lengths.begin(), batch.lengths.end(), [&](int len) { return len < batch.n; });
     for (int l = 0; l < c.L; l++) {
         k.masks[l] = layer_mask<T>(c, l, batch.n);
         if (padded) k.masks[l] = key_padding_mask(k.masks[l], batch.lengths);
+        trace_forward(opt.trace, Stage::mask, l + 1, k.masks[l]);
     }
     k.X_L = blocks_forward(c, p, std::move(X), k, opt);
     k.all_rows = !opt.logit_rows;
     k.logit_rows = opt.logit_rows ? *opt.logit_rows : std::vector<int>();
     k.X_L_rows = k.all_rows ? Tensor<T>() : gather_rows(k.X_L, k.logit_rows);  // m x H
     const Tensor<T>& X_L = k.all_rows ? k.X_L : k.X_L_rows;                     // (B*n) x H or m x H
-    if (c.mlm_head) return MLMHead(c, p, X_L, &k.mlm);  // the released BERT's head, (B*n) x V (m x V)
-    return matmul_nt(X_L, p.W_e);  // Z = X^(L) W_e^T, (B*n) x V (m x V)
+    Tensor<T> Z = c.mlm_head ? MLMHead(c, p, X_L, &k.mlm)  // the released BERT's head, (B*n) x V (m x V)
+                             : matmul_nt(X_L, p.W_e);       // Z = X^(L) W_e^T, (B*n) x V (m x V)
+    trace_forward(opt.trace, Stage::logits, c.L, Z);
+    return Z;
 }
 
 // Z = X^(L) W_e^T: dX^(L) = dZ W_e, dW_e += dZ^T X^(L) (W_e's second use; the first is the
@@ -1724,7 +1774,10 @@ void model_backward(const Config& c, const Params<T>& p, const ForwardCache<T>& 
     }
     dX = blocks_backward(c, p, k, std::move(dX), g);
     multiply_inplace(dX, k.drop_emb);
-    if (c.emb_ln) dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e);
+    if (c.emb_ln) {
+        dX = LayerNorm_backward(p.gamma_e, k.ln_e, dX, g.gamma_e, g.beta_e);
+        trace_backward(k.trace, Stage::embedding, 0, dX);
+    }
     embed_backward(c, k.batch, dX, g);
 }
 
@@ -1752,7 +1805,13 @@ double model_loss(const Config& c, const Params<T>& p, const Batch& batch, Param
     Tensor<T> Z = model_forward(c, p, batch, g ? &cache : nullptr, opt);
     Tensor<T> dZ;
     const double loss = CrossEntropy_logits(Z, targets, g ? &dZ : nullptr);
-    if (g) model_backward(c, p, cache, dZ, *g);
+    if (opt.trace) {
+        Tensor<T> L = Tensor<T>::vector({(T)loss});
+        opt.trace->forward(Stage::loss, c.L, L);
+    }
+    if (!g) return loss;
+    trace_backward(opt.trace, Stage::logits, c.L, dZ);
+    model_backward(c, p, cache, dZ, *g);
     return loss;
 }
 

@@ -647,6 +647,40 @@ template <typename T>
 Tensor<T> MLMHead_backward(const Config& c, const Params<T>& p, const MLMHeadCache<T>& cache, const Tensor<T>& dZ,
                            Params<T>& g);
 
+// ---- The walk observed: one pass's intermediates, as model_forward and model_backward reach them ----
+// Each value the formulas name, with l the formula's layer (1..L; X^(0) is Stage::X with l = 0; the
+// stages after the layers have l = L). Post-LN (GPT, BERT, RoBERTa; formulas §18):
+//   S = MultiHeadSA(X^(l-1)) + X^(l-1), X'^(l) = LayerNorm(S), U = FFN(X'^(l)) + X'^(l), X^(l) = LayerNorm(U).
+// Pre-LN (GPT-2, GPT-3; formulas §19):
+//   X'^(l) = MultiHeadSA(LayerNorm(X^(l-1))) + X^(l-1), X^(l) = FFN(LayerNorm(X'^(l))) + X'^(l).
+// A branch's output (attention, ffn) is reported before its residual dropout.
+enum class Stage {
+    embedding,  // E = OneHot(x) W_e + W_p (+ segments), the embedding LayerNorm's input (Config::emb_ln only)
+    X,          // X^(l), l = 0..L: layer l's output (X^(0): the embedding's, after its dropout)
+    mask,       // Mask^(l), n x n (forward only)
+    ln_1,       // pre-LN: LayerNorm(X^(l-1)), MultiHeadSA's input
+    attention,  // MultiHeadSA(...) of layer l
+    attn_sum,   // post-LN: S, LayerNorm's input
+    X_mid,      // X'^(l)
+    ln_2,       // pre-LN: LayerNorm(X'^(l)), the FFN's input
+    ffn,        // FFN(...) of layer l
+    ffn_sum,    // post-LN: U, LayerNorm's input
+    final_ln,   // pre-LN: X_f = LayerNorm_f(X^(L)), the rows that are de-embedded
+    logits,     // Z (rows: ForwardOptions::logit_rows)
+    loss,       // the loss (1 entry; model_loss)
+};
+// Sees each stage once per pass, in the walk's order: forward() as the forward computes it (it may
+// change the value in place: a finite difference perturbs one entry), backward() with the gradient
+// of the loss with respect to it as the backward computes it (the loss's own gradient is not
+// reported; the logits' is, by model_loss). explain draws its boxes from these, and the checks
+// compare each gradient with finite differences of the loss through the same forward.
+struct Trace {
+    virtual ~Trace() = default;
+    virtual void forward(Stage, int /*l*/, Tensor<float>& /*value*/) {}
+    virtual void forward(Stage, int /*l*/, Tensor<double>& /*value*/) {}
+    virtual void backward(Stage, int /*l*/, Tensor<float>& /*gradient*/) {}
+    virtual void backward(Stage, int /*l*/, Tensor<double>& /*gradient*/) {}
+};
 // Everything the forward pass keeps for the backward pass.
 template <typename T>
 struct BlockCache {
@@ -661,6 +695,8 @@ struct BlockCache {
     // backward pass does not need: each branch's output before its dropout and residual sum and,
     // pre-LN, the block's input X^(l-1) and X'^(l) (post-LN they are attn_in and ffn_in).
     Tensor<T> attn_out, ffn_out, X, X_mid;
+    Trace* trace = nullptr;        // ForwardOptions::trace, for the backward to report to
+    int l = 0;                     // the formula's layer (1..L), as the trace names it
 };
 template <typename T>
 struct ForwardCache {
@@ -676,6 +712,7 @@ struct ForwardCache {
     std::vector<int> logit_rows;   // ForwardOptions::logit_rows: the rows of X_L that were de-embedded
     bool all_rows = true;          // false: Z holds only those rows
     Tensor<T> X_L_rows;            // m x H, those rows of X_L (when not all_rows)
+    Trace* trace = nullptr;        // ForwardOptions::trace, for the backward to report to
 };
 // Training-time switches: dropout (formulas §16) on embeddings, residual branches and attention
 // probabilities, drawn from rng. dropout = 0 (evaluation) switches all of it off.
@@ -687,6 +724,7 @@ struct ForwardOptions {
     // gathers the masked positions the same way); null = every row.
     const std::vector<int>* logit_rows = nullptr;
     bool keep_sublayers = false;  // keep what BlockCache lists for explain
+    Trace* trace = nullptr;       // sees every stage of the forward and (through the cache) the backward
 };
 // The mask of layer l (0-based code index; formula l = code l + 1):
 //   GPT, GPT-2: Mask^AR; BERT, RoBERTa: Mask^BD;
