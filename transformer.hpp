@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <stdexcept>
 #include <string>
@@ -777,10 +778,11 @@ void embed_backward(const Config& c, const Batch& batch, const Tensor<T>& dX, Pa
 // Forward, mean cross-entropy over the batch's targets (nats per predicted token), and, if g is
 // given, backward into g. The one function training and the grad command call. BERT and RoBERTa
 // de-embed only the rows with a target (logit_rows): the same loss and gradients, up to rounding,
-// for about 15% of the de-embedding's work.
+// for about 15% of the de-embedding's work. cache, if given, keeps the forward's cache (explain
+// shows its sublayers).
 template <typename T>
 double model_loss(const Config& c, const Params<T>& p, const Batch& batch, Params<T>* g = nullptr,
-                  ForwardOptions opt = {});
+                  ForwardOptions opt = {}, ForwardCache<T>* cache = nullptr);
 
 // The formula boxes' outputs, one sequence at a time (ids 0-based):
 //   GPT(x) = GPT2(x) = GPT3(x) = Softmax(X^(L)_{n,:} W_e^T)              (V)
@@ -1792,6 +1794,32 @@ struct ExplainTensor {
 // tests' checks do), against central finite differences of s (step h) at the compared entries
 // (all of a small gradient; of a large one the entry of largest |g| and a few drawn at random).
 // An entry passes if |num - g| <= tol max(1, |g|).
+// ---- The walk's stages checked (explain's boxes, make check's stage walk) ----
+// One stage as a pass reported it: its value (forward) and the gradient of the loss (backward).
+template <typename T>
+struct StageSeen {
+    Stage s;
+    int l;
+    Tensor<T> value, gradient;
+};
+// The loss of the walk in double: model_loss with its gradient into g (if given) and trace (if
+// given) seeing the walk, the same dropout draws at every call.
+using WalkLoss = std::function<double(Params<double>* g, Trace* trace)>;
+// A stage's gradient as the formulas write it: "dX'^(2)", "dS", "dLayerNorm(X^(1))", "dX_f".
+std::string stage_gradient_name(const Config& c, Stage s, int l);
+// The function whose code line computes stage (s, l)'s gradient (composer: the one joining it into
+// the walk), the module it calls there ("" for a line of its own), and the line.
+struct StageSource {
+    std::string composer, module, line;
+};
+StageSource stage_source(const Config& c, Stage s, int l);
+// make check's stage walk of model_loss (loss; p: the parameters it reads, moved in place for the
+// parameters' differences), from the loss down: the backward must report the forward's stages in
+// reverse; then each stage's gradient against central differences (h = 1e-5, tolerance 1e-6
+// max(1, |g|)) of the loss with that stage moved in the walk; then each parameter's. Lines
+// "right ..." up to "first wrong: FUNCTION ...", with the entry, the two values and a relation.
+std::vector<std::string> locate_backward(const Config& c, Params<double>& p, const Batch& b, const WalkLoss& loss, uint64_t seed);
+
 // One gradient of a backward box, checked on its own: its verdict, its worst entry, a relation that
 // explains a failure, and its values to draw (the finite difference where compared, the backward's
 // value, their difference), kept as ExplainTensor::rows and cols keep a tensor's.
@@ -1808,7 +1836,16 @@ struct ExplainGradient {
     ExplainTensor fd, backward, diff;  // the drawn values: fd and diff NaN where no entry was compared
     std::vector<std::size_t> compared;  // the entries compared (row-major), with their values:
     std::vector<double> nums, anas;      // finite difference and backward
+    std::vector<double> values;          // the backward's every entry (row-major)
+    bool model = false;                  // of the loss through the whole walk (model_loss), not of the box's forward alone
 };
+// The one finite-difference sampler of explain, its stage walk and the tests: the gradient ana of a
+// scalar s against central differences (s(x + h e_j) - s(x - h e_j)) / 2h at the entries that
+// compared_entries chooses; moved(j, d) is s with entry j moved by d. An entry passes if
+// |num - ana| <= tol max(1, |ana|). fold: the drawn views' rows and columns (ExplainTensor).
+std::set<std::size_t> compared_entries(const Tensor<double>& ana, int per, Rng& r);  // all of a small gradient (<= per); else the largest |g| and per - 1 drawn
+ExplainGradient fd_gradient(const std::function<double(std::size_t, double)>& moved, const std::string& name, const std::string& formula,
+                            const std::vector<int>& shape, const Tensor<double>& ana, int per, Rng& r, double h, double tol, int fold = 64);
 struct ExplainCheck {
     bool done = false, pass = true;
     std::string function;             // the backward checked: "LayerNorm_backward"
@@ -1828,6 +1865,12 @@ struct ExplainCheck {
     // The box of a function this box's backward calls whose own check fails (a step index, 0-based;
     // -1: none): this box fails through it, and the page says to fix that one first.
     int callee = -1;
+    // The box before it in the walk whose gradient of the walk fails first (a step index; -1: none):
+    // the gradient this box receives is already wrong, and the page says to fix that one first.
+    int input = -1;
+    // Where the box's own function passes and a gradient of the walk does not: a note naming the
+    // function that joins it into the walk (function is then that one).
+    std::string composition;
 };
 struct ExplainStep {
     int depth = 0;                    // 1: a box inside the one above (a head inside MultiHeadSA)
@@ -1859,6 +1902,9 @@ struct ExplainDetail {
     // model's shapes; a check that meets a stub is ExplainCheck::missing.
     bool stubs = false;
     ExplainBackwards backwards;
+    // Sees each gradient the walk reports before explain does and may change it: a test plants a
+    // mistake of a composing function (a path dropped, a term doubled) in the walk itself.
+    Trace* plant = nullptr;
 };
 template <typename T>
 struct Explained {
