@@ -10055,6 +10055,8 @@ struct ExplainRun : Trace {
     WalkLoss loss;                 // model_loss in double with a trace
     int stage_entries = 1;         // entries compared per stage gradient
     bool backward_started = false;
+    bool alone = false;            // past a stub: the boxes are checked alone, without the walk's gradients
+    int lowest_started;            // the lowest layer whose backward boxes the walk wrote (L + 1: none)
     int masks_shown = 0, masks_seen = 0, blocks_shown = 0;
     std::vector<std::pair<Stage, int>> pending;  // stages reported since the last backward box
     int input_box = -1;            // the last box with a gradient of the walk, and whether it passed
@@ -10078,7 +10080,7 @@ struct ExplainRun : Trace {
         : c(c_), p(p_), batch(batch_), detail(detail_), n(batch_.n), pre(is_pre_ln(c_.variant)), seg(has_segments(c_.variant)),
           ffn(c_.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU"), w{c_, batch_.n, values, {}, detail_},
           checking(detail_ && detail_->check), fold(detail_ ? detail_->fold : 64), factors(likely_factors(c_, batch_.n)),
-          bw(detail_ ? detail_->backwards : no_replacements), nH{batch_.n, c_.H}, nD{batch_.n, c_.D} {
+          bw(detail_ ? detail_->backwards : no_replacements), lowest_started(c_.L + 1), nH{batch_.n, c_.H}, nD{batch_.n, c_.D} {
         for (int i = 0; i < n; i++) rows.push_back(i);
         XL = "X^(" + std::to_string(c.L) + ")";
         XF = pre ? "X_f" : XL;
@@ -10118,10 +10120,11 @@ struct ExplainRun : Trace {
         shown.plant = detail ? detail->plant : nullptr;
         r.loss = NAN;
         try {
-            model_loss(c, p, batch, &r.g, options(this), &k);
+            r.loss = model_loss(c, p, batch, &r.g, options(this), &k);  // the loss event showed it in T; here as model_loss returns it
         } catch (const Error& e) {
             if (!stub(e)) throw;
             r.stopped = e.what();
+            if (!std::isnan(r.loss)) r.loss = CrossEntropy_logits(r.Z, batch.targets);  // the backward stopped: the loss as model_loss computed it
             if (masks_shown < masks_seen && blocks_shown == masks_shown) mask_box(masks_shown);
         }
         if (r.stopped.empty()) backward_embedding_boxes();
@@ -10267,7 +10270,7 @@ struct ExplainRun : Trace {
 
     // The final LayerNorm of the pre-LN variants: X_f, the rows that are de-embedded.
     void final_ln_box(const Tensor<T>& X_f) {
-        w.step(0, "Layers", "X_f = LayerNorm_f(" + XL + ") (formulas §19: the sheet writes X^(L) <- LayerNorm_f(X^(L)))", "LayerNorm (ln_f)");
+        w.step(0, "Layers", "X_f = LayerNorm_f(" + XL + ")", "LayerNorm (ln_f)");
         w.in(XL, "n x H", k.X_L_in);
         w.out("X_f", "n x H", X_f);
     }
@@ -10300,8 +10303,9 @@ struct ExplainRun : Trace {
         while (batch.targets[first] < 0) first++;
         const int row = is_causal(c.variant) ? n - 1 : first;
         const std::string j = std::to_string(row + 1);
-        const std::string logits_j = c.mlm_head ? "MLMHead(" + XL + ")_{j,:}" : XF + "_{j,:} W_e^T";
-        w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + XF + "_{n,:} W_e^T) = Y_{n,:}"
+        const std::string rows_of_X = pre ? "(X_f)" : XL;
+        const std::string logits_j = c.mlm_head ? "MLMHead(" + XL + ")_{j,:}" : rows_of_X + "_{j,:} W_e^T";
+        w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + rows_of_X + "_{n,:} W_e^T) = Y_{n,:}"
                             : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + logits_j + ") = Y_{j,:}",
                "Softmax");
         w.out("Y = Softmax(Z)", "n x V", Y);
@@ -10341,10 +10345,11 @@ struct ExplainRun : Trace {
     // gradient of the walk fails, the box fails in composer (the function that joins the module's
     // result into the walk), or through the box before it whose gradient of the walk failed first.
     void check_box(bool reached, const std::function<ExplainCheck()>& module, const std::string& composer,
-                   const std::vector<std::string>& parameters = {}) {
+                   const std::vector<std::string>& named = {}) {
         std::vector<std::pair<Stage, int>> stages;
         stages.swap(pending);
         if (!checking) return;
+        std::vector<std::string> parameters = alone ? std::vector<std::string>() : named;
         ExplainCheck ck;
         if (module) {
             ck = module_check(module);
@@ -10419,6 +10424,10 @@ struct ExplainRun : Trace {
         }
         w.steps.back().check = ck;
     }
+    // The forward reached layer l (formula) and the logits; layer l's mask, made again where the forward did not reach it.
+    bool at_layer(int l) const { return l <= blocks_shown; }
+    bool at_logits() const { return !r.Z.empty(); }
+    Tensor<T> mask_of(int l) const { return l <= masks_seen ? k.masks[l - 1] : layer_mask<T>(c, l - 1, n); }
     // Inputs the run did not reach, N(0, 1).
     Tensor<T> drawn(const std::vector<int>& shape) {
         Rng rr(++drawn_seed);
@@ -10431,7 +10440,7 @@ struct ExplainRun : Trace {
         backward_started = true;
         dZ = gradient;
         w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
-        check_box(true, [&] { return check_loss(r.Z, batch.targets, ++seed, fold); }, "model_loss");
+        check_box(at_logits(), [&] { return check_loss(at_logits() ? r.Z : drawn({n, c.V}), batch.targets, ++seed, fold); }, "model_loss");
         w.out("dZ", "n x V", gradient);
     }
     // dZ back through the de-embedding or the masked-LM head to the rows that were de-embedded.
@@ -10439,13 +10448,13 @@ struct ExplainRun : Trace {
         Params<T>& g = r.g;
         if (!c.mlm_head) {
             w.step(0, "Backward: output", "Z = " + XF + " W_e^T: dW_e += dZ^T " + XF + ", d" + XF + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
-            check_box(true, [&] { return check_output(k.X_L, p.W_e, ++seed, fold); }, "model_backward");
+            check_box(at_logits(), [&] { return check_output(at_logits() ? k.X_L : drawn(nH), p.W_e, ++seed, fold); }, "model_backward");
         } else {
             w.step(0, "Backward: masked-LM head",
                    "Z = MLMHead(" + XL + "): db_z = colsum(dZ), dW_e += dZ^T X_t, dX_t = dZ W_e, dA = LayerNorm_backward(dX_t), "
                    "dU = dA * GELU'(U), dW_t = " + XL + "^T dU, db_t = colsum(dU), d" + XL + " = dU W_t^T",
                    "MLMHead_backward (model_backward)");
-            check_box(true, [&] { return check_mlm_head(c, p, k.X_L, ++seed, fold); }, "model_backward",
+            check_box(at_logits(), [&] { return check_mlm_head(c, p, at_logits() ? k.X_L : drawn(nH), ++seed, fold); }, "model_backward",
                       {"mlm.W_t", "mlm.b_t", "mlm.ln.gamma", "mlm.ln.beta", "mlm.b_z"});
             w.out("db_z", "V", g.b_z);
             w.out("dgamma_t", "H", g.gamma_t);
@@ -10458,7 +10467,7 @@ struct ExplainRun : Trace {
     }
     void backward_ln_f_box(const Tensor<T>& gradient) {
         w.step(0, "Backward: Layers", "X_f = LayerNorm_f(" + XL + "): d" + XL + " = LayerNorm_backward(dX_f); " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
-        check_box(true, [&] { return check_layernorm(k.X_L_in, p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed, fold); }, "blocks_backward",
+        check_box(at_logits(), [&] { return check_layernorm(at_logits() ? k.X_L_in : drawn(nH), p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed, fold); }, "blocks_backward",
                   {"ln_f.gamma", "ln_f.beta"});
         w.out("d" + XL, "n x H", gradient);
         w.out("dgamma (ln_f)", "H", r.g.ln_f_gamma);
@@ -10486,28 +10495,32 @@ struct ExplainRun : Trace {
         }
     }
 
-    // Each head's Softmax and Attention alone, inside MultiHeadSA's box (layer l, code), on the
-    // run's values where reached, else on drawn ones with Mask.
-    void head_boxes(int l, const std::string& box, bool reached, const Tensor<T>& Mask) {
+    // Each head's Softmax and Attention alone, inside MultiHeadSA's box of layer l (formula), on the
+    // run's values where the forward reached the layer, else on drawn ones.
+    void head_boxes(int l, const std::string& box) {
+        const bool at = at_layer(l);
         for (int i = 0; i < c.A; i++) {
             const std::string h = std::to_string(i + 1);
             w.step(1, box, "P = Softmax(S), S = Mask (.) Q K^T / sqrt(D): dS = P * (dP - rowsum(dP * P))", "Softmax_backward (head " + h + ")");
-            check_box(reached, [&] {
-                if (!reached) return check_softmax(drawn({n, n}), ++seed, fold);
-                const BlockCache<T>& kb = k.blocks[l];
+            check_box(at, [&] {
+                if (!at) return check_softmax(drawn({n, n}), ++seed, fold);
+                const BlockCache<T>& kb = k.blocks[l - 1];
                 Tensor<T> S = matmul_nt(kb.attn.Q[i], kb.attn.K[i]);
                 for (auto& v : S.data) v /= std::sqrt(T(c.D));
-                return check_softmax(apply_mask(Mask, S), ++seed, fold);
+                return check_softmax(apply_mask(k.masks[l - 1], S), ++seed, fold);
             }, "MultiHeadSA_backward");
             w.step(1, box, "head_i = Attention(Q, K, V, Mask) = P V, P = Softmax(Mask (.) Q K^T / sqrt(D)): dV = P^T dO, dP = dO V^T, "
                            "dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)",
                    "Attention_backward (head " + h + ", Softmax_backward)");
-            check_box(reached, [&] {
-                if (!reached) return check_attention(drawn(nD), drawn(nD), drawn(nD), Mask, ++seed, fold);
-                const BlockCache<T>& kb = k.blocks[l];
-                return check_attention(kb.attn.Q[i], kb.attn.K[i], kb.attn.V[i], Mask, ++seed, fold);
+            check_box(at, [&] {
+                if (!at) return check_attention(drawn(nD), drawn(nD), drawn(nD), mask_of(l), ++seed, fold);
+                const BlockCache<T>& kb = k.blocks[l - 1];
+                return check_attention(kb.attn.Q[i], kb.attn.K[i], kb.attn.V[i], k.masks[l - 1], ++seed, fold);
             }, "MultiHeadSA_backward");
         }
+    }
+    void started(int l) {
+        if (!alone) lowest_started = std::min(lowest_started, l);
     }
 
     std::string in_block() const { return std::string(" (") + (pre ? "pre_ln_block_backward" : "post_ln_block_backward") + ")"; }
@@ -10520,7 +10533,8 @@ struct ExplainRun : Trace {
         const BlockCache<T>& kb = k.blocks[l - 1];
         const Layer<T>& pl = p.layers[l - 1];
         w.step(0, layer_box(l), Xl + " = LayerNorm(U): dU = LayerNorm_backward(d" + Xl + "), " + ln_bwd, "LayerNorm_backward" + in_block());
-        check_box(true, [&] { return check_layernorm(add(kb.ffn_out, kb.ffn_in), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed, fold); }, composer());
+        started(l);
+        check_box(at_layer(l), [&] { return check_layernorm(at_layer(l) ? add(kb.ffn_out, kb.ffn_in) : drawn(nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed, fold); }, composer());
         ln_grads("ln_2", r.g.layers[l - 1].ln_2_gamma, r.g.layers[l - 1].ln_2_beta);
         w.out("dU", "n x H", gradient);
     }
@@ -10528,7 +10542,7 @@ struct ExplainRun : Trace {
         const std::string Xq = "X'^(" + std::to_string(l) + ")";
         const BlockCache<T>& kb = k.blocks[l - 1];
         w.step(0, layer_box(l), "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block());
-        check_box(true, [&] { return check_ffn(kb.ffn_in, p.layers[l - 1].ffn, c.activation, bw, ++seed, fold); }, composer());
+        check_box(at_layer(l), [&] { return check_ffn(at_layer(l) ? kb.ffn_in : drawn(nH), p.layers[l - 1].ffn, c.activation, bw, ++seed, fold); }, composer());
         ffn_grads(r.g.layers[l - 1]);
         w.out("d" + Xq, "n x H", gradient);
     }
@@ -10537,7 +10551,7 @@ struct ExplainRun : Trace {
         const BlockCache<T>& kb = k.blocks[l - 1];
         const Layer<T>& pl = p.layers[l - 1];
         w.step(0, layer_box(l), Xq + " = LayerNorm(S): dS = LayerNorm_backward(d" + Xq + "); " + ln_grad, "LayerNorm_backward" + in_block());
-        check_box(true, [&] { return check_layernorm(add(kb.attn_out, kb.attn_in), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed, fold); }, composer());
+        check_box(at_layer(l), [&] { return check_layernorm(at_layer(l) ? add(kb.attn_out, kb.attn_in) : drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed, fold); }, composer());
         ln_grads("ln_1", r.g.layers[l - 1].ln_1_gamma, r.g.layers[l - 1].ln_1_beta);
         w.out("dS", "n x H", gradient);
     }
@@ -10546,10 +10560,10 @@ struct ExplainRun : Trace {
         const BlockCache<T>& kb = k.blocks[l - 1];
         w.step(0, layer_box(l), "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
                "MultiHeadSA_backward (Concat_backward, Attention_backward), add" + in_block());
-        check_box(true, [&] { return check_mhsa(kb.attn_in, k.masks[l - 1], p.layers[l - 1].attn, bw, ++seed, fold); }, composer());
+        check_box(at_layer(l), [&] { return check_mhsa(at_layer(l) ? kb.attn_in : drawn(nH), mask_of(l), p.layers[l - 1].attn, bw, ++seed, fold); }, composer());
         attention_grads(r.g.layers[l - 1]);
         w.out("d" + Xp, "n x H", gradient);
-        head_boxes(l - 1, layer_box(l), true, k.masks[l - 1]);
+        head_boxes(l, layer_box(l));
     }
 
     // Pre-LN (GPT-2, GPT-3), layer l (formula): FFN, LayerNorm, MultiHeadSA and its heads, LayerNorm.
@@ -10557,7 +10571,8 @@ struct ExplainRun : Trace {
         const std::string Xq = "X'^(" + std::to_string(l) + ")", Xl = "X^(" + std::to_string(l) + ")";
         w.step(0, layer_box(l), Xl + " = " + ffn + "(LayerNorm(" + Xq + ")) + " + Xq + ": dLayerNorm(" + Xq + ") = " + ffn + "_backward(d" + Xl + "); " + ffn_bwd,
                "FFN_backward" + in_block());
-        check_box(true, [&] { return check_ffn(k.blocks[l - 1].ffn_in, p.layers[l - 1].ffn, c.activation, bw, ++seed, fold); }, composer());
+        started(l);
+        check_box(at_layer(l), [&] { return check_ffn(at_layer(l) ? k.blocks[l - 1].ffn_in : drawn(nH), p.layers[l - 1].ffn, c.activation, bw, ++seed, fold); }, composer());
         ffn_grads(r.g.layers[l - 1]);
         w.out("dLayerNorm(" + Xq + ")", "n x H", gradient);
     }
@@ -10565,7 +10580,7 @@ struct ExplainRun : Trace {
         const std::string Xq = "X'^(" + std::to_string(l) + ")", Xl = "X^(" + std::to_string(l) + ")";
         const Layer<T>& pl = p.layers[l - 1];
         w.step(0, layer_box(l), "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block());
-        check_box(true, [&] { return check_layernorm(k.blocks[l - 1].X_mid, pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed, fold); }, composer());
+        check_box(at_layer(l), [&] { return check_layernorm(at_layer(l) ? k.blocks[l - 1].X_mid : drawn(nH), pl.ln_2_gamma, pl.ln_2_beta, c.eps, bw, ++seed, fold); }, composer());
         ln_grads("ln_2", r.g.layers[l - 1].ln_2_gamma, r.g.layers[l - 1].ln_2_beta);
         w.out("d" + Xq, "n x H", gradient);
     }
@@ -10573,16 +10588,16 @@ struct ExplainRun : Trace {
         const std::string Xq = "X'^(" + std::to_string(l) + ")", Xp = "X^(" + std::to_string(l - 1) + ")";
         w.step(0, layer_box(l), Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
                "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block());
-        check_box(true, [&] { return check_mhsa(k.blocks[l - 1].attn_in, k.masks[l - 1], p.layers[l - 1].attn, bw, ++seed, fold); }, composer());
+        check_box(at_layer(l), [&] { return check_mhsa(at_layer(l) ? k.blocks[l - 1].attn_in : drawn(nH), mask_of(l), p.layers[l - 1].attn, bw, ++seed, fold); }, composer());
         attention_grads(r.g.layers[l - 1]);
         w.out("dLayerNorm(" + Xp + ")", "n x H", gradient);
-        head_boxes(l - 1, layer_box(l), true, k.masks[l - 1]);
+        head_boxes(l, layer_box(l));
     }
     void backward_pre_ln_input_box(int l, const Tensor<T>& gradient) {
         const std::string Xq = "X'^(" + std::to_string(l) + ")", Xp = "X^(" + std::to_string(l - 1) + ")";
         const Layer<T>& pl = p.layers[l - 1];
         w.step(0, layer_box(l), "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block());
-        check_box(true, [&] { return check_layernorm(k.blocks[l - 1].X, pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed, fold); }, composer());
+        check_box(at_layer(l), [&] { return check_layernorm(at_layer(l) ? k.blocks[l - 1].X : drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed, fold); }, composer());
         ln_grads("ln_1", r.g.layers[l - 1].ln_1_gamma, r.g.layers[l - 1].ln_1_beta);
         w.out("d" + Xp, "n x H", gradient);
     }
@@ -10592,7 +10607,7 @@ struct ExplainRun : Trace {
         const std::string prefix = "layers." + std::to_string(l - 1) + ".";
         for (const auto& t : named_tensors(c, const_cast<Params<T>&>(p)))
             if (t.name.rfind(prefix, 0) == 0) names.push_back(t.name);
-        w.step(0, layer_box(l), "d theta_l: each gradient of layer " + std::to_string(l) + "'s parameters, as " + composer() + " accumulates it",
+        w.step(0, layer_box(l), "d theta_l: each gradient of the layer's parameters, as " + composer() + " accumulates it",
                composer() + " (the layer's gradients)");
         check_box(true, nullptr, composer(), names);
     }
@@ -10601,7 +10616,8 @@ struct ExplainRun : Trace {
     void backward_embedding_ln_box(const Tensor<T>& gradient) {
         w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
                "LayerNorm_backward (emb_ln, model_backward)");
-        check_box(true, [&] { return check_layernorm(sum, p.gamma_e, p.beta_e, c.eps, bw, ++seed, fold); }, "model_backward", {"emb_ln.gamma", "emb_ln.beta"});
+        check_box(!sum.empty(), [&] { return check_layernorm(!sum.empty() ? sum : drawn(nH), p.gamma_e, p.beta_e, c.eps, bw, ++seed, fold); }, "model_backward",
+                  {"emb_ln.gamma", "emb_ln.beta"});
         w.out("dE", "n x H", gradient);
         w.out("dgamma_e", "H", r.g.gamma_e);
         w.out("dbeta_e", "H", r.g.beta_e);
@@ -10614,7 +10630,7 @@ struct ExplainRun : Trace {
         w.step(0, "Backward: Embedding", pads ? X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), each row of " + dX0 + " into the W_p row (or w_pad) it read"
                                               : X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T " + dX0 + " (scatter-add), dW_p[1..n] += " + dX0,
                "embed_backward (Embedding_backward)");
-        check_box(true, [&] { return check_embedding(c, p, batch, false, ++seed, fold); }, "model_backward", rows_of_embedding);
+        check_box(true, [&] { return check_embedding(c, p, batch, false, ++seed, fold); }, "model_backward", rows_of_embedding);  // its own R: no input to reach
         w.out("dW_e", "V x H", g.W_e);
         w.out("dW_p", "n x H", rows_of(g.W_p, 0, n));
         if (pads) w.out("dw_pad", "H", g.w_pad);
@@ -10627,41 +10643,34 @@ struct ExplainRun : Trace {
         }
     }
 
-    // Past a handout's stub: every backward the walk did not reach, checked alone on inputs drawn at
-    // random (fixed seeds) with the model's shapes; one that meets a stub is not implemented yet.
+    // Past a handout's stub: every backward box the walk did not reach, each checked alone, without
+    // values (w.mute): on the run's inputs of it where the forward reached it, else on inputs drawn
+    // at random (fixed seeds) with the model's shapes; one that meets a stub is not implemented yet.
     void unreached_boxes() {
-        const std::string box = "Backward (not reached)";
-        const Tensor<T> Mask = masks_seen > 0 ? k.masks[0] : Tensor<T>();
-        auto mask = [&] { return Mask.empty() ? layer_mask<T>(c, 0, n) : Mask; };
-        const Layer<T>& pl = p.layers[0];
-        if (!checked_functions.count("CrossEntropy_logits")) {
-            w.step(0, box, "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
-            check_box(false, [&] { return check_loss(drawn({n, c.V}), batch.targets, ++seed, fold); }, "model_loss");
+        pending.clear();
+        w.mute = true;
+        alone = true;
+        const Tensor<T> none;
+        if (!backward_started) {
+            backward_loss_box(none);
+            backward_output_box(none);
+            if (pre) backward_ln_f_box(none);
         }
-        if (!checked_functions.count("LayerNorm_backward")) {
-            w.step(0, box, "Y = LayerNorm(X): " + ln_bwd, "LayerNorm_backward");
-            check_box(false, [&] { return check_layernorm(drawn(nH), pl.ln_1_gamma, pl.ln_1_beta, c.eps, bw, ++seed, fold); }, composer());
+        for (int l = lowest_started - 1; l >= 1; l--) {
+            if (pre) {
+                backward_pre_ln_ffn_box(l, none);
+                backward_pre_ln_ln2_box(l, none);
+                backward_pre_ln_attention_box(l, none);
+                backward_pre_ln_input_box(l, none);
+            } else {
+                backward_post_ln_ln2_box(l, none);
+                backward_post_ln_ffn_box(l, none);
+                backward_post_ln_ln1_box(l, none);
+                backward_post_ln_attention_box(l, none);
+            }
         }
-        if (!checked_functions.count("FFN_backward")) {
-            w.step(0, box, "Y = " + ffn + "(X): " + ffn_bwd, "FFN_backward");
-            check_box(false, [&] { return check_ffn(drawn(nH), pl.ffn, c.activation, bw, ++seed, fold); }, composer());
-        }
-        if (!checked_functions.count("MultiHeadSA_backward")) {
-            w.step(0, box, "Y = MultiHeadSA(X, Mask): " + mhsa_bwd, "MultiHeadSA_backward (Concat_backward, Attention_backward)");
-            check_box(false, [&] { return check_mhsa(drawn(nH), mask(), pl.attn, bw, ++seed, fold); }, composer());
-            w.step(1, box, "P = Softmax(S): dS = P * (dP - rowsum(dP * P))", "Softmax_backward (head 1)");
-            check_box(false, [&] { return check_softmax(drawn({n, n}), ++seed, fold); }, "MultiHeadSA_backward");
-            w.step(1, box, "head_i = Attention(Q, K, V, Mask) = P V: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)",
-                   "Attention_backward (head 1, Softmax_backward)");
-            check_box(false, [&] { return check_attention(drawn(nD), drawn(nD), drawn(nD), mask(), ++seed, fold); }, "MultiHeadSA_backward");
-        }
-        w.step(0, box, X0 + " = OneHot(x) W_e + W_p: dW_e += OneHot(x)^T d" + X0 + " (scatter-add), dW_p[1..n] += d" + X0, "embed_backward (Embedding_backward)");
-        check_box(false, [&] { return check_embedding(c, p, batch, false, ++seed, fold); }, "model_backward");
-        if (seg) {
-            w.step(0, box, "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B): dw_A = Stack_backward(diag(1 - t) d" + X0 + "), dw_B likewise with t",
-                   "embed_backward (the segments' rows)");
-            check_box(false, [&] { return check_embedding(c, p, batch, true, ++seed, fold); }, "embed_backward");
-        }
+        if (c.emb_ln) backward_embedding_ln_box(none);
+        backward_embedding_boxes();
     }
 };
 
@@ -11308,13 +11317,15 @@ struct ExplainPageWriter {
         : c(c_), batch(batch_), o(o_), e(e_), page(page_), labels(o_.labels) {}
 
     // Every tensor of the page: each box's inputs and outputs, and its check's gradients drawn
-    // (the failing ones, and the passing ones with passing_maps).
+    // (the failing ones, and the passing ones of a box's own check with passing_maps; a passing
+    // gradient of the whole walk takes one line: the box's output shows its values).
+    bool drawn(const ExplainGradient& g) const { return !g.pass || (passing_maps && !g.model); }
     template <class F> void each_tensor(F f) {
         for (ExplainStep& s : e.steps) {
             for (ExplainTensor& t : s.in) f(t);
             for (ExplainTensor& t : s.out) f(t);
             for (ExplainGradient& g : s.check.gradients)
-                if (!g.pass || passing_maps) f(g.fd), f(g.backward), f(g.diff);
+                if (drawn(g)) f(g.fd), f(g.backward), f(g.diff);
         }
     }
     // A tensor kept whole: no dimension beyond the tokens n (the tokens, a mask, P), n <= 64.
@@ -11329,7 +11340,7 @@ struct ExplainPageWriter {
     void refold_to_budget() {
         std::size_t gradient_cells = 0;
         for (const ExplainStep& s : e.steps)
-            for (const ExplainGradient& g : s.check.gradients) gradient_cells += 3 * g.backward.cells.size();
+            for (const ExplainGradient& g : s.check.gradients) gradient_cells += g.model && g.pass ? 0 : 3 * g.backward.cells.size();
         passing_maps = gradient_cells <= o.cells / 3;
         fold = o.fold;
         for (;;) {
@@ -11531,7 +11542,7 @@ struct ExplainPageWriter {
         const ExplainGradient& g = ck.gradients[i];
         const char* verdict = g.pass ? "passes" : "fails";
         const std::string entry = entry_of(g.shape, g.at);
-        const bool brief = g.pass && !passing_maps;  // one line: a page too large to draw every gradient
+        const bool brief = !drawn(g);  // one line: a passing gradient of the walk, or a page too large to draw every gradient
         h << "<div class=\"grad " << (g.pass ? "pass" : "fail") << "\" id=\"b" << box + 1 << "-g" << i + 1 << "\" data-gradient=\"" << html_text(g.name)
           << "\" data-verdict=\"" << verdict << "\"><p><b>" << html_text(g.name) << "</b> ";
         if (!brief) h << to_mathml(g.formula, "<span class=\"gf\" title=\"" + html_text(g.formula) + "\">", "</span>") << " &middot; ";
