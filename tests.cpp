@@ -11265,6 +11265,76 @@ TEST_CASE("explain --html FILE: the text unchanged, one page written whole; a ba
     CHECK_FALSE(m_exists(dir + "/b.html"));
 }
 
+// The <math> pieces of to_mathml's formula, joined: what a reader sees, without the wrapper.
+static std::string m_mathml(const std::string& plain) { return to_mathml(plain, "", ""); }
+
+TEST_CASE("explain --html: a compound operator (+=, <=, ...) is one <mo>, a hyphenated word (scatter-add, pre-LN) one word, no script is lost") {
+    // Compound operators: one <mo> each, never two operators side by side.
+    const std::vector<std::pair<std::string, std::string>> ops = {{"+=", "+="}, {"-=", "\u2212="}, {":=", "\u2254"}, {"==", "=="},
+                                                                  {"<=", "\u2264"}, {">=", "\u2265"}, {"!=", "\u2260"}, {"->", "\u2192"}};
+    for (const auto& op : ops) {
+        const std::string ml = m_mathml("dW_e " + op.first + " dZ^T X");
+        INFO(op.first << " set as " << ml);
+        CHECK(m_contains(ml, "<mo>" + op.second + "</mo>"));
+        CHECK(m_count(ml, "<mo>") == 1);
+    }
+    CHECK(m_contains(m_mathml("dW_p[1..n] += dX^(0)"), "<mn>1</mn><mo lspace=\"0\" rspace=\"0\">..</mo><mi>n</mi>"));
+    // Hyphenated words: one <mtext>, the hyphen a hyphen, not a minus between two words.
+    for (const std::string w : {"scatter-add", "pre-LN", "post-LN", "key-padding", "de-embedding", "Masked-LM", "right-to-left"}) {
+        const std::string ml = m_mathml("dW_e += OneHot(x)^T dX^(0) (" + w + "), the " + w + " of it");
+        INFO(w << " set as " << ml);
+        CHECK(m_count(ml, "<mtext>" + w + "</mtext>") == 2);
+        CHECK_FALSE(m_contains(ml, "\u2212"));
+    }
+    // Single letters or numbers around a - are a difference.
+    CHECK(m_contains(m_mathml("Y_{j-1, x_j}"), "<mi>j</mi><mo>\u2212</mo><mn>1</mn>"));
+    CHECK(m_contains(m_mathml("(k-1)D+1"), "<mi>k</mi><mo>\u2212</mo><mn>1</mn>"));
+    CHECK(m_contains(m_mathml("1 - t"), "<mn>1</mn><mo>\u2212</mo><mi>t</mi>"));
+    CHECK(m_contains(m_mathml("-inf"), "<mo>\u2212</mo><mi>\u221e</mi>"));
+    // A second script of the same kind scripts the whole: (X^(L))^T and (W_i^Q)^T keep (L) and Q.
+    CHECK(m_mathml("X^(L)^T") == "<math><mrow><msup><msup><mi>X</mi><mrow><mo>(</mo><mi>L</mi><mo>)</mo></mrow></msup><mi>T</mi></msup></mrow></math>");
+    CHECK(m_contains(m_mathml("dQ_i W_i^Q^T"), "<msup><msubsup><mi>W</mi><mi>i</mi><mi>Q</mi></msubsup><mi>T</mi></msup>"));
+    // Words: a possessive, a token in angle brackets, Greek gradients, hats.
+    CHECK(m_contains(m_mathml("GELU: BERT's activation"), "<mtext>BERT\u2019s</mtext>"));
+    CHECK_FALSE(m_contains(m_mathml("GELU: BERT's activation"), "\u2032"));
+    CHECK(m_contains(m_mathml("X'^(l)"), "<mi>X\u2032</mi>"));  // a prime stays a prime
+    CHECK(m_contains(m_mathml("dw_pad += the rows of dX^(0) at a <pad>"), "<mtext>&lt;pad&gt;</mtext>"));
+    CHECK(m_contains(m_mathml("dgamma = sum_i dY Xhat"), "<mi>d\u03b3</mi>"));
+    CHECK(m_contains(m_mathml("dgamma = sum_i dY Xhat"), "<mover accent=\"true\"><mi>X</mi><mo>^</mo></mover>"));
+    CHECK(m_contains(m_mathml("that"), "<mi>that</mi>"));
+    // Every formula the pages of the five variants hold (box and gradient lines): each compound
+    // operator one <mo>, each hyphenated word one <mtext>, no two <mo> for one operator.
+    std::set<std::string> formulas;
+    for (const std::string name : m_TINY) {
+        const Config c = preset(name);
+        ExplainHtml o;
+        o.source = "transformer.cpp";
+        const ExplainPage page = explain_html(c, m_model<float>(c, 4, 0.1), m_explain_batch(c), o);
+        const Json j = m_page_json(page.html);
+        for (const Json& box : j.get("boxes")->arr) {
+            formulas.insert(box.get("formula")->str);
+            if (const Json* ck = box.get("check"))
+                for (const Json& g : ck->get("gradients")->arr) formulas.insert(g.get("formula")->str);
+        }
+    }
+    CHECK(formulas.size() > 60);
+    const std::regex hyphenated(R"([A-Za-z]{2,}(-[A-Za-z]{2,})+)");
+    std::size_t compounds = 0, words = 0;
+    for (const std::string& f : formulas) {
+        const std::string ml = m_mathml(f);
+        INFO("the formula " << f << "\nset as " << ml);
+        for (const auto& op : ops)
+            for (std::size_t at = f.find(op.first); at != std::string::npos; at = f.find(op.first, at + 1), compounds++)
+                CHECK(m_contains(ml, "<mo>" + op.second + "</mo>"));
+        for (auto it = std::sregex_iterator(f.begin(), f.end(), hyphenated); it != std::sregex_iterator(); ++it, words++)
+            CHECK(m_contains(ml, "<mtext>" + it->str() + "</mtext>"));
+        for (const char* twice : {"<mo>+</mo><mo>=</mo>", "<mo>\u2212</mo><mo>=</mo>", "<mo>&lt;</mo><mo>=</mo>", "<mo>.</mo><mo>.</mo>", "\u2032</mi><mi>s</mi>"})
+            CHECK_FALSE(m_contains(ml, twice));
+    }
+    CHECK(compounds >= 3);  // dW_e += in the embedding's and the output's backward
+    CHECK(words >= 2);      // scatter-add, de-embedding
+}
+
 // ---- browser: explain --html in a real browser ---------------------------------------------------
 // Headless Chromium opens the page of every variant: no console message, no request made by the
 // page (the net log's requests with an initiator: the browser's own have none), and the page's
@@ -11343,11 +11413,13 @@ var bad=[];[].forEach.call(document.querySelectorAll('svg'),function(svg,k){[].f
 function say(a){return a.length+(a.length?' ('+a.slice(0,4).join(', ')+')':'');}
 document.body.setAttribute('data-probe','maths '+n+'; overflowing: '+say(over)+'; ids twice: '+say(dup)+'; references outside their figure: '+say(bad));})();</script>)";
 
-// Headless Chromium at width x 1000 px, offline: the DOM of url after its scripts ran, in out.
-static int m_chromium_dom(const std::string& browser, const std::string& url, const std::string& out, const std::string& profile, int width) {
+// Headless Chromium at width x 1000 px, offline: the DOM of url after its scripts ran, in out;
+// flags: more of Chromium's (--force-dark-mode, --screenshot=FILE).
+static int m_chromium_dom(const std::string& browser, const std::string& url, const std::string& out, const std::string& profile, int width,
+                          const std::string& flags = "") {
     const std::string cmd = "timeout 120 " + browser + " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
                             "--disable-background-networking --disable-component-update --disable-sync --host-resolver-rules='MAP * ~NOTFOUND' "
-                            "--user-data-dir=" + profile + " --window-size=" + std::to_string(width) + ",1000 --dump-dom '" + url + "' > " + out +
+                            "--user-data-dir=" + profile + " --window-size=" + std::to_string(width) + ",1000 " + flags + " --dump-dom '" + url + "' > " + out +
                             " 2> " + out + ".log";
     return std::system(cmd.c_str());
 }
@@ -11364,7 +11436,8 @@ static std::string m_browser() {
 // The page as headless Chromium lays it out at `width` px, every box laid out (not only those in
 // view), read by a probe script appended to a copy of it: the probe writes what it measured, as
 // JSON, into <pre id="probe"> of the DOM Chromium dumps. "" with a failed check when that fails.
-std::string m_browser_probe(const std::string& page, const std::string& probe_js, int width, const std::string& name) {
+// flags: more of Chromium's, as --force-dark-mode.
+std::string m_browser_probe(const std::string& page, const std::string& probe_js, int width, const std::string& name, const std::string& flags = "") {
     const std::string browser = m_browser();
     if (browser.empty()) return "";
     char cwd[4096];
@@ -11378,7 +11451,7 @@ std::string m_browser_probe(const std::string& page, const std::string& probe_js
                      "[].forEach.call(document.querySelectorAll('section.box'),function(s){s.style.contentVisibility='visible';});\n" +
                          probe_js + "\ndocument.getElementById('probe').textContent=JSON.stringify(out);})();\n</script>\n");
     m_write(dir + "/page.html", html);
-    if (m_chromium_dom(browser, "file://" + abs + "/page.html", abs + "/dom.html", abs + "/profile", width) != 0) {
+    if (m_chromium_dom(browser, "file://" + abs + "/page.html", abs + "/dom.html", abs + "/profile", width, flags) != 0) {
         FAIL_CHECK("Chromium failed on " << abs << "/page.html: " << m_read(dir + "/dom.html.log"));
         return "";
     }
@@ -11436,6 +11509,295 @@ TEST_CASE("browser: explain --html's page at 1400 px: no formula overflows its b
         }
         CHECK(figures >= 4);  // two layers' masks and P of their heads
     }
+}
+
+// A page whose backward boxes fail: tiny-gpt2 with dW_1 of FFN_backward twice too large and
+// LayerNorm_backward's dX missing a term, so that failing gradient rows (red around them) draw
+// their heat maps with numbers in the cells. Returns its path.
+static std::string m_failing_page(const std::string& name) {
+    const Config c = preset("tiny-gpt2");
+    ExplainHtml o;
+    o.source = "transformer.cpp";
+    o.backwards.FFN_backward = [](const Tensor<double>& X, const FFNParams<double>& q, Activation act, const FFNCache<double>& k,
+                                  const Tensor<double>& dY, FFNParams<double>& g) {
+        Tensor<double> dX = FFN_backward(X, q, act, k, dY, g);
+        for (std::size_t a = 0; a < g.W_1.size(); a++) g.W_1[a] *= 2;
+        return dX;
+    };
+    o.backwards.LayerNorm_backward = m_wrong_layernorm_backward;
+    const ExplainPage page = explain_html(c, m_model<float>(c, 4, 0.1), m_explain_batch(c), o);
+    REQUIRE(page.failing >= 2);
+    const std::string path = m_path(name + ".html");
+    m_write(path, page.html);
+    return path;
+}
+
+// The probe of the heat-map cells' contrast (WCAG 2): each cell printing a number, and one cell of
+// every colour of the ramps added to the page (.ramp), against its fill (the cell's background
+// colour, or each colour of its hatching); out.worst the cell of the lowest ratio.
+static const char* const m_CONTRAST_PROBE = R"(
+var ramp='<div class="hm num" id="ramp">',cls=['z','x','u'];for(var k=1;k<=8;k++)cls.push('p'+k,'n'+k,'b'+k);
+cls.forEach(function(c){ramp+='<i class='+c+' title="ramp '+c+'">\u22120.123</i>';});
+document.querySelector('main section').insertAdjacentHTML('beforeend',ramp+'</div>');
+function rgb(s){var m=String(s).match(/[\d.]+/g);return m?m.map(Number):null;}
+function lum(c){function f(v){v/=255;return v<=0.04045?v/12.92:Math.pow((v+0.055)/1.055,2.4);}return 0.2126*f(c[0])+0.7152*f(c[1])+0.0722*f(c[2]);}
+function ratio(a,b){var x=lum(a),y=lum(b);return (Math.max(x,y)+0.05)/(Math.min(x,y)+0.05);}
+out.dark=matchMedia('(prefers-color-scheme: dark)').matches;out.cells=0;out.failing=0;out.below=0;out.classes={};out.worst=null;
+[].forEach.call(document.querySelectorAll('.hm i'),function(c){if(!c.textContent)return;out.cells++;
+ if(c.closest('.grad.fail'))out.failing++;out.classes[c.className]=1;
+ var st=getComputedStyle(c),fg=rgb(st.color),fills=[],bg=rgb(st.backgroundColor);
+ if(bg&&(bg.length<4||bg[3]>0))fills.push(bg);
+ (st.backgroundImage.match(/rgba?\([^)]*\)/g)||[]).forEach(function(s){fills.push(rgb(s));});
+ for(var e=c.parentElement;!fills.length&&e;e=e.parentElement){var b=rgb(getComputedStyle(e).backgroundColor);if(b&&(b.length<4||b[3]>0))fills.push(b);}
+ fills.forEach(function(f){var r=ratio(fg,f);if(r<4.5)out.below++;
+  if(!out.worst||r<out.worst.ratio)out.worst={ratio:r,where:(c.closest('section')||{}).id+' '+c.title,cls:c.className,text:c.textContent,
+   color:st.color,fill:'rgb('+f.slice(0,3).join(', ')+')'};});});
+)";
+
+// Chromium measures the contrast of every number on a heat-map cell of the failing page, light or dark.
+static void m_check_cell_contrast(bool dark) {
+    const std::string page = m_failing_page(dark ? "contrast-dark" : "contrast-light");
+    const std::string js = m_browser_probe(page, m_CONTRAST_PROBE, 1400, dark ? "contrast-dark" : "contrast-light", dark ? "--force-dark-mode" : "");
+    if (js.empty()) return;
+    const Json j = parse_json(js);
+    CHECK(j.get("dark")->b == dark);
+    CHECK(j.get("cells")->num > 500);
+    CHECK(j.get("failing")->num > 50);  // cells of failing gradient rows, where the text around is red
+    for (const char* c : {"p8", "n8", "b8", "x", "z", "p1", "n1"}) CHECK_MESSAGE(j.get("classes")->get(c), "no cell of class " << c << " measured");
+    const Json* w = j.get("worst");
+    REQUIRE(w);
+    INFO("the cell of the lowest contrast: " << w->get("where")->str << " (class " << w->get("cls")->str << ", \"" << w->get("text")->str << "\"): text "
+                                            << w->get("color")->str << " on " << w->get("fill")->str << ", " << w->get("ratio")->num << ":1; "
+                                            << j.get("below")->num << " cell fills below 4.5:1");
+    CHECK(w->get("ratio")->num >= 4.5);
+    MESSAGE(std::string(dark ? "dark" : "light") << " mode: " << j.get("cells")->num << " numbered cells, the lowest contrast " << w->get("ratio")->num << ":1");
+}
+
+TEST_CASE("browser: explain --html's numbers on heat-map cells contrast at least 4.5:1 with their cell, light mode, failing rows too") {
+    m_check_cell_contrast(false);
+}
+
+TEST_CASE("browser: explain --html's numbers on heat-map cells contrast at least 4.5:1 with their cell, dark mode (--force-dark-mode)") {
+    m_check_cell_contrast(true);
+}
+
+TEST_CASE("browser: explain --html's legends at 1400 px: each colour scale with its ends, and each note, on the line of its caption's title") {
+    // Every .key of a figure caption (the scale and its two ends, "hatched: ...", "grey: ...")
+    // lays out on one line, the line of the caption's title (the tensor's name in <b>): the middles
+    // of its parts (text and bar, from a Range's client rects) within 3 px of each other and of the
+    // title's, and it ends inside its caption.
+    const std::string page = m_failing_page("legends");
+    const std::string js = m_browser_probe(page, R"(
+var bad=[];out.keys=0;
+function mid(x){return (x.top+x.bottom)/2;}
+[].forEach.call(document.querySelectorAll('figcaption .key'),function(k){out.keys++;var r=document.createRange();r.selectNodeContents(k);
+ var mids=[].filter.call(r.getClientRects(),function(x){return x.width>0&&x.height>0;}).map(mid);
+ var cap=k.closest('figcaption'),c=cap.getBoundingClientRect(),b=k.getBoundingClientRect();
+ mids.push(mid(cap.querySelector('b').getClientRects()[0]));
+ var spread=Math.max.apply(null,mids)-Math.min.apply(null,mids);
+ if(!(spread<=3)||b.right>c.right+1)bad.push((k.closest('section')||{}).id+' "'+k.textContent+'": parts and title '+Math.round(spread)+' px apart, '+
+  Math.round(b.right-c.right)+' px past its caption');});
+out.bad=bad.length;out.first=bad.slice(0,5).join('; ');)", 1400, "legends");
+    if (js.empty()) return;
+    const Json j = parse_json(js);
+    CHECK(j.get("keys")->num > 100);
+    INFO("legends not on one line: " << j.get("first")->str);
+    CHECK(j.get("bad")->num == 0);
+}
+
+// The data of a zlib stream (RFC 1950, 1951: stored, fixed and dynamic Huffman blocks), for
+// m_png_rgb; an error past its end.
+static std::string m_inflate(const std::string& z) {
+    std::size_t pos = 2;  // past the zlib header
+    uint32_t buf = 0;
+    int have = 0;
+    auto bits = [&](int n) {
+        while (have < n) {
+            if (pos >= z.size()) throw std::runtime_error("inflate: the stream ends early");
+            buf |= (uint32_t)(unsigned char)z[pos++] << have, have += 8;
+        }
+        const int v = (int)(buf & ((1u << n) - 1));
+        buf >>= n, have -= n;
+        return v;
+    };
+    struct Code {
+        std::vector<int> count = std::vector<int>(16, 0), symbol;
+    };
+    auto code_of = [](const std::vector<int>& lengths) {  // canonical Huffman: counts per length, symbols in order
+        Code h;
+        for (int l : lengths) h.count[l]++;
+        h.count[0] = 0;
+        std::vector<int> offs(16, 0);
+        for (int l = 1; l < 15; l++) offs[l + 1] = offs[l] + h.count[l];
+        h.symbol.assign(lengths.size(), 0);
+        for (std::size_t s = 0; s < lengths.size(); s++)
+            if (lengths[s]) h.symbol[offs[lengths[s]]++] = (int)s;
+        return h;
+    };
+    auto decode = [&](const Code& h) {
+        int code = 0, first = 0, index = 0;
+        for (int l = 1; l < 16; l++) {
+            code |= bits(1);
+            const int count = h.count[l];
+            if (code - count < first) return h.symbol[index + (code - first)];
+            index += count, first += count, first <<= 1, code <<= 1;
+        }
+        throw std::runtime_error("inflate: a bad code");
+    };
+    static const int lbase[] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
+    static const int lext[] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
+    static const int dbase[] = {1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097,
+                                6145, 8193, 12289, 16385, 24577};
+    static const int dext[] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
+    std::string out;
+    for (int last = 0; !last;) {
+        last = bits(1);
+        const int type = bits(2);
+        if (type == 0) {  // stored: the rest of the byte dropped, then LEN, NLEN and the bytes
+            buf = 0, have = 0;
+            if (pos + 4 > z.size()) throw std::runtime_error("inflate: the stream ends early");
+            const std::size_t len = (unsigned char)z[pos] | (std::size_t)(unsigned char)z[pos + 1] << 8;
+            pos += 4;
+            if (pos + len > z.size()) throw std::runtime_error("inflate: the stream ends early");
+            out.append(z, pos, len), pos += len;
+            continue;
+        }
+        if (type == 3) throw std::runtime_error("inflate: a bad block type");
+        std::vector<int> lit(288, 0), dist(30, 5);
+        if (type == 1) {
+            for (int s = 0; s < 288; s++) lit[s] = s < 144 ? 8 : s < 256 ? 9 : s < 280 ? 7 : 8;
+        } else {
+            const int nlit = bits(5) + 257, ndist = bits(5) + 1, nclen = bits(4) + 4;
+            static const int order[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
+            std::vector<int> cl(19, 0), lengths;
+            for (int k = 0; k < nclen; k++) cl[order[k]] = bits(3);
+            const Code clc = code_of(cl);
+            while ((int)lengths.size() < nlit + ndist) {
+                const int s = decode(clc);
+                if (s < 16) lengths.push_back(s);
+                else {
+                    const int n = s == 16 ? 3 + bits(2) : s == 17 ? 3 + bits(3) : 11 + bits(7);
+                    const int v = s == 16 ? (lengths.empty() ? throw std::runtime_error("inflate: a repeat first") : lengths.back()) : 0;
+                    lengths.insert(lengths.end(), (std::size_t)n, v);
+                }
+            }
+            lit.assign(lengths.begin(), lengths.begin() + nlit), dist.assign(lengths.begin() + nlit, lengths.begin() + nlit + ndist);
+        }
+        const Code lc = code_of(lit), dc = code_of(dist);
+        for (;;) {
+            const int s = decode(lc);
+            if (s < 256) out += (char)s;
+            else if (s == 256) break;
+            else {
+                if (s - 257 >= 29) throw std::runtime_error("inflate: a bad length");
+                const int len = lbase[s - 257] + bits(lext[s - 257]), d = decode(dc);
+                if (d >= 30) throw std::runtime_error("inflate: a bad distance");
+                const std::size_t back = (std::size_t)(dbase[d] + bits(dext[d]));
+                if (back > out.size()) throw std::runtime_error("inflate: a distance before the start");
+                for (int k = 0; k < len; k++) out += out[out.size() - back];
+            }
+        }
+    }
+    return out;
+}
+
+// A PNG of 8-bit RGB or RGBA, not interlaced (what Chromium's --screenshot writes): its width,
+// height and pixels as 0xRRGGBB, row by row. An error for any other PNG.
+struct MImage {
+    int w = 0, h = 0;
+    std::vector<uint32_t> px;
+};
+static MImage m_png_rgb(const std::string& png) {
+    if (png.size() < 8 || png.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) throw std::runtime_error("not a PNG");
+    auto u32 = [&](std::size_t at) { return (uint32_t)(unsigned char)png[at] << 24 | (uint32_t)(unsigned char)png[at + 1] << 16 |
+                                            (uint32_t)(unsigned char)png[at + 2] << 8 | (uint32_t)(unsigned char)png[at + 3]; };
+    MImage im;
+    int bpp = 0;
+    std::string idat;
+    for (std::size_t at = 8; at + 12 <= png.size();) {
+        const std::size_t n = u32(at);
+        const std::string type = png.substr(at + 4, 4);
+        if (type == "IHDR") {
+            im.w = (int)u32(at + 8), im.h = (int)u32(at + 12);
+            const int depth = (unsigned char)png[at + 16], colour = (unsigned char)png[at + 17], interlace = (unsigned char)png[at + 20];
+            if (depth != 8 || (colour != 2 && colour != 6) || interlace) throw std::runtime_error("a PNG other than 8-bit RGB(A)");
+            bpp = colour == 6 ? 4 : 3;
+        } else if (type == "IDAT") idat += png.substr(at + 8, n);
+        at += 12 + n;
+    }
+    const std::string raw = m_inflate(idat);
+    const std::size_t stride = (std::size_t)im.w * bpp;
+    if (!bpp || raw.size() < (stride + 1) * (std::size_t)im.h) throw std::runtime_error("a PNG's pixels are short");
+    std::vector<unsigned char> prev(stride, 0), line(stride);
+    for (int y = 0; y < im.h; y++) {  // undo each row's filter: none, sub, up, average, Paeth
+        const unsigned char f = (unsigned char)raw[y * (stride + 1)];
+        for (std::size_t x = 0; x < stride; x++) {
+            const int a = x >= (std::size_t)bpp ? line[x - bpp] : 0, b = prev[x], c = x >= (std::size_t)bpp ? prev[x - bpp] : 0;
+            const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
+            const int pred = f == 1 ? a : f == 2 ? b : f == 3 ? (a + b) / 2 : f == 4 ? (pa <= pb && pa <= pc ? a : pb <= pc ? b : c) : 0;
+            line[x] = (unsigned char)((unsigned char)raw[y * (stride + 1) + 1 + x] + pred);
+        }
+        for (int x = 0; x < im.w; x++) im.px.push_back((uint32_t)line[x * bpp] << 16 | (uint32_t)line[x * bpp + 1] << 8 | line[x * bpp + 2]);
+        prev = line;
+    }
+    return im;
+}
+
+TEST_CASE("browser: explain --html's page#bN in headless Chromium: box N at the top and focused, and the screenshot shows it") {
+    // page.html#b40 (of 48 boxes): the page scrolls <body> to the box, as the browser's own
+    // fragment scroll does, and keeps it there while the boxes around it are laid out. Chromium's
+    // --screenshot draws the window's first screen of the document (blank when the document itself
+    // is scrolled); the page scrolls inside <body>, so the picture shows box 40: its focus outline
+    // (#4c8bf5) from the picture's top, and text and heat maps right of the contents.
+    const std::string browser = m_browser();
+    if (browser.empty()) return;
+    const std::string dir = m_path("browser-fragment");
+    ::mkdir(dir.c_str(), 0755);
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd));
+    const std::string abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
+    m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4,1,5 --html " + abs + "/page.html");
+    std::string html = m_read(abs + "/page.html");
+    REQUIRE(m_count(html, "<section id=\"b") == 48);
+    const std::size_t body = html.rfind("</body>");
+    REQUIRE(body != std::string::npos);
+    html.insert(body, "<pre id=\"probe\"></pre><script>window.addEventListener('load',function(){var t=document.getElementById('b40').getBoundingClientRect();"
+                      "document.getElementById('probe').textContent=JSON.stringify({top:t.top,height:t.height,scrolled:document.body.scrollTop,"
+                      "window:window.scrollY,focus:document.activeElement.id});});</script>\n");
+    m_write(abs + "/probe.html", html);
+    const std::string shot = abs + "/b40.png";
+    std::remove(shot.c_str());
+    REQUIRE(m_chromium_dom(browser, "file://" + abs + "/probe.html#b40", abs + "/dom.html", abs + "/profile", 1400, "--screenshot=" + shot) == 0);
+    const std::string dom = m_read(abs + "/dom.html");
+    const std::size_t a = dom.find("<pre id=\"probe\">"), b = dom.find("</pre>", a);
+    REQUIRE_MESSAGE((a != std::string::npos && b > a + 16), "the probe wrote nothing: " << abs << "/dom.html");
+    const Json j = parse_json(dom.substr(a + 16, b - a - 16));
+    INFO("box 40 after load: " << dom.substr(a + 16, b - a - 16));
+    CHECK(std::fabs(j.get("top")->num) <= 2);
+    CHECK(j.get("height")->num > 100);
+    CHECK(j.get("scrolled")->num > 5000);
+    CHECK(j.get("window")->num == 0);  // the document itself stays at its top
+    CHECK(j.get("focus")->str == "b40");
+    // The picture: decoded, 1400 x 1000; right of the contents (x >= 400) not blank, and box 40's
+    // outline there from its first rows.
+    REQUIRE(m_exists(shot));
+    const MImage im = m_png_rgb(m_read(shot));
+    REQUIRE(im.w == 1400);
+    REQUIRE(im.h == 1000);
+    std::size_t ink = 0, outline = 0, area = 0;
+    int outline_top = im.h;
+    for (int y = 0; y < im.h; y++)
+        for (int x = 400; x < im.w; x++, area++) {
+            const uint32_t p = im.px[(std::size_t)y * im.w + x];
+            const int r = p >> 16, g = p >> 8 & 255, bl = p & 255;
+            ink += p != 0xffffff;
+            if (std::abs(r - 0x4c) < 16 && std::abs(g - 0x8b) < 16 && std::abs(bl - 0xf5) < 16) outline++, outline_top = std::min(outline_top, y);
+        }
+    INFO("the screenshot " << shot << ": " << ink << " of " << area << " pixels right of the contents not white, " << outline
+                           << " of box 40's outline, the first in row " << outline_top);
+    CHECK(ink > area / 10);
+    CHECK(outline > 1000);
+    CHECK(outline_top <= 10);
 }
 
 TEST_CASE("browser: the gpt2-124m page of 10 tokens is under 10 MB, keeps its tokens, masks and P whole, and lays out in Chromium") {

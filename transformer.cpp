@@ -10748,9 +10748,12 @@ static std::string html_text(const std::string& s) {
 }
 
 // The project's plain-text notation (docs/formulas.md, explain_text) as MathML: identifiers with
-// ^ and _ scripts (an argument in {} loses its braces, one in () keeps them: X^(0)), sqrt(...),
-// sum_{..}^{..}, (.) as ⊙, * as ⊙ (elementwise), Greek names as letters, -inf as −∞; words of
-// prose stay words, spaced.
+// ^ and _ scripts (an argument in {} loses its braces, one in () keeps them: X^(0); a second script
+// of the same kind scripts the whole: W_i^Q^T is (W_i^Q)^T), sqrt(...), sum_{..}^{..}, (.) as ⊙,
+// * as ⊙ (elementwise), Greek names as letters (dgamma as dγ), Xhat as X̂, -inf as −∞; the
+// compound operators += -= := == <= >= != -> .. each one operator; words of prose stay words,
+// spaced, and a hyphenated word (scatter-add, pre-LN), a possessive (BERT's) and a token
+// (<pad>) one word each.
 namespace mathml {
 struct Parser {
     const std::string& s;
@@ -10762,12 +10765,40 @@ struct Parser {
     bool space_before() const { return i > 0 && (s[i - 1] == ' '); }
     static bool alpha(char ch) { return std::isalpha((unsigned char)ch) != 0; }
     static bool alnum(char ch) { return std::isalnum((unsigned char)ch) != 0; }
+    // A Greek letter's name as the letter, and d before one (a gradient: dgamma) as d and the letter.
     static std::string greek(const std::string& w) {
         static const std::map<std::string, std::string> g = {
             {"gamma", "\u03b3"}, {"beta", "\u03b2"}, {"mu", "\u03bc"}, {"sigma", "\u03c3"}, {"eps", "\u03b5"},
             {"pi", "\u03c0"}, {"theta", "\u03b8"}, {"lambda", "\u03bb"}, {"inf", "\u221e"}};
         const auto it = g.find(w);
-        return it == g.end() ? w : it->second;
+        if (it != g.end()) return it->second;
+        const auto d = w.size() > 1 && w[0] == 'd' && w != "dinf" ? g.find(w.substr(1)) : g.end();
+        return d == g.end() ? w : "d" + d->second;
+    }
+    // The length of a hyphenated word at j (a word of two letters or more, then -word of two letters
+    // or more, once or more: scatter-add, pre-LN, key-padding) not followed by a script or an
+    // argument list; 0 if none starts there. Single letters around a - are a difference (k-1, j-i).
+    std::size_t hyphenated(std::size_t j) const {
+        auto letters = [&](std::size_t k) {
+            std::size_t e = k;
+            while (e < s.size() && alpha(s[e])) e++;
+            return e - k;
+        };
+        std::size_t e = j + letters(j);
+        if (e - j < 2) return 0;
+        bool hyphen = false;
+        while (e + 2 < s.size() && s[e] == '-' && letters(e + 1) >= 2) e += 1 + letters(e + 1), hyphen = true;
+        if (!hyphen || (e < s.size() && (alnum(s[e]) || s[e] == '_' || s[e] == '^' || s[e] == '(' || s[e] == '\''))) return 0;
+        return e - j;
+    }
+    // The compound operators, each one <mo>: (the text, the <mo> set for it). A range's .. (1..n)
+    // stands close to its ends.
+    static const std::vector<std::pair<std::string, std::string>>& compounds() {
+        static const std::vector<std::pair<std::string, std::string>> ops = {
+            {"...", "<mo>\u2026</mo>"}, {"+=", "<mo>+=</mo>"}, {"-=", "<mo>\u2212=</mo>"}, {":=", "<mo>\u2254</mo>"},
+            {"==", "<mo>==</mo>"}, {"<=", "<mo>\u2264</mo>"}, {">=", "<mo>\u2265</mo>"}, {"!=", "<mo>\u2260</mo>"},
+            {"->", "<mo>\u2192</mo>"}, {"..", "<mo lspace=\"0\" rspace=\"0\">..</mo>"}};
+        return ops;
     }
     // A name of the code, as FFN_GELU_backward, matmul_tn_acc: the word ending at j continued by
     // _word parts one of which is a suffix of the code's names. Returns the end of the name, or 0.
@@ -10782,15 +10813,16 @@ struct Parser {
         }
         return code ? j : 0;
     }
-    // One atom at i: a group, a token; then its scripts.
+    // One atom at i: a group, a token; then its scripts, a sub- and a superscript at a time.
     Atom atom() {
         Atom a = base();
         while (i < s.size() && (s[i] == '^' || s[i] == '_')) {
             std::string sub, sup;
             while (i < s.size() && (s[i] == '^' || s[i] == '_')) {
-                const char k = s[i++];
-                const std::string arg = script();
-                (k == '_' ? sub : sup) = arg;
+                std::string& slot = s[i] == '_' ? sub : sup;
+                if (!slot.empty()) break;  // X^(L)^T: the T scripts X^(L)
+                i++;
+                slot = script();
             }
             const bool big = a.ml.find("\u2211") != std::string::npos;
             if (!sub.empty() && !sup.empty()) a.ml = std::string(big ? "<munderover>" : "<msubsup>") + a.ml + sub + sup + (big ? "</munderover>" : "</msubsup>");
@@ -10818,13 +10850,21 @@ struct Parser {
         if (s[i] == '-' && i + 1 < s.size() && s[i + 1] == '1') return i += 2, "<mrow><mo>\u2212</mo><mn>1</mn></mrow>";
         return "<mo>" + html_text(std::string(1, s[i++])) + "</mo>";
     }
+    // The token at i: a bracketed group, an operator, an identifier, a word, a number.
     Atom base() {
         const char ch = s[i];
         if (s.compare(i, 3, "(.)") == 0) return i += 3, Atom{"<mo>\u2299</mo>"};
-        if (s.compare(i, 3, "...") == 0) return i += 3, Atom{"<mo>\u2026</mo>"};
-        if (s.compare(i, 2, "<=") == 0) return i += 2, Atom{"<mo>\u2264</mo>"};
-        if (s.compare(i, 2, ">=") == 0) return i += 2, Atom{"<mo>\u2265</mo>"};
-        if (s.compare(i, 2, "!=") == 0) return i += 2, Atom{"<mo>\u2260</mo>"};
+        for (const auto& op : compounds())
+            if (s.compare(i, op.first.size(), op.first) == 0) return i += op.first.size(), Atom{op.second};
+        if (ch == '<' && i + 1 < s.size() && alpha(s[i + 1])) {  // a token as <pad>: one word
+            std::size_t j = i + 1;
+            while (j < s.size() && (alnum(s[j]) || s[j] == '_')) j++;
+            if (j < s.size() && s[j] == '>') {
+                const std::string t = s.substr(i, j + 1 - i);
+                i = j + 1;
+                return Atom{"<mtext>" + html_text(t) + "</mtext>", true};
+            }
+        }
         if (s.compare(i, 2, "\u00a7") == 0) {  // § and its number: text
             std::size_t j = i + 2;
             while (j < s.size() && std::isdigit((unsigned char)s[j])) j++;
@@ -10841,8 +10881,18 @@ struct Parser {
             return Atom{"<mrow><mo>" + std::string(1, ch) + "</mo>" + in + (closed ? "<mo>" + std::string(1, close) + "</mo>" : "") + "</mrow>"};
         }
         if (alpha(ch)) {
+            if (const std::size_t h = hyphenated(i)) {  // scatter-add: one word, its hyphen a hyphen
+                const std::string w = s.substr(i, h);
+                i += h;
+                return Atom{"<mtext>" + w + "</mtext>", true};
+            }
             std::size_t j = i;
             while (j < s.size() && alnum(s[j])) j++;
+            if (j + 1 < s.size() && s[j] == '\'' && s[j + 1] == 's' && (j + 2 == s.size() || !alnum(s[j + 2]))) {  // BERT's: a word
+                const std::string w = s.substr(i, j - i);
+                i = j + 2;
+                return Atom{"<mtext>" + w + "\u2019s</mtext>", true};
+            }
             const std::size_t code = code_name(j);
             if (code) {  // a function of the code: its name whole, upright
                 const std::string w = s.substr(i, code - i);
@@ -10860,6 +10910,8 @@ struct Parser {
                 return Atom{"<msqrt>" + in + "</msqrt>", true};
             }
             if (w == "sum") return Atom{"<mo largeop=\"true\">\u2211</mo>"};
+            if (w.size() == 4 && w.compare(1, 3, "hat") == 0 && (std::isupper((unsigned char)w[0]) || std::strchr("xyz", w[0])))  // Xhat, yhat: a hat
+                return Atom{"<mover accent=\"true\"><mi>" + w.substr(0, 1) + "</mi><mo>^</mo></mover>" + (primes.empty() ? "" : "<mo>" + primes + "</mo>"), true};
             if (w == "in" && i + 1 < s.size() && s[i] == ' ' && s[i + 1] == '{') return Atom{"<mo>\u2208</mo>"};
             return Atom{"<mi>" + greek(w) + primes + "</mi>", true};
         }
@@ -10914,7 +10966,7 @@ struct Parser {
 // between them: a long formula wraps there, and nowhere else. The pieces are cut outside brackets (but those of a
 // remark, opened after a space) before each " = ", after each ", ", "; " and ": " (at its relations
 // and between its equations), and before the prose of " for ", " if ", " as ", " with " and a remark.
-static std::string to_mathml(const std::string& plain, const std::string& open_tag = "<div class=\"formula\">", const std::string& close_tag = "</div>") {
+std::string to_mathml(const std::string& plain, const std::string& open_tag, const std::string& close_tag) {
     std::vector<std::string> pieces(1);
     std::vector<bool> open;  // the brackets open at i: true for a remark's, one after a space ("(so row i is ...)")
     int depth = 0;           // the brackets open at i but remarks'
@@ -10978,37 +11030,61 @@ static std::string json_num(double v, const char* format = "%.9g") {
     return b;
 }
 
+// WCAG 2's relative luminance of a colour 0xRRGGBB: each channel linearised from sRGB, weighted.
+static double luminance(unsigned rgb) {
+    auto lin = [&](int shift) {
+        const double c = ((rgb >> shift) & 255) / 255.0;
+        return c <= 0.04045 ? c / 12.92 : std::pow((c + 0.055) / 1.055, 2.4);
+    };
+    return 0.2126 * lin(16) + 0.7152 * lin(8) + 0.0722 * lin(0);
+}
+
+// WCAG 2's contrast ratio of two colours, 1 to 21 (text needs 4.5).
+static double contrast(unsigned a, unsigned b) {
+    const double la = luminance(a), lb = luminance(b);
+    return (std::max(la, lb) + 0.05) / (std::min(la, lb) + 0.05);
+}
+
+// The colour a cell's number is printed in on a fill: black or white, whichever contrasts more
+// (at least 4.58:1 on any fill, so every step of every ramp reads).
+static unsigned ink(unsigned fill) { return contrast(fill, 0x000000) >= contrast(fill, 0xffffff) ? 0x000000 : 0xffffff; }
+
 // The colours of the heat maps: 8 steps from white (0) to red (positive) and to blue (negative),
 // of the largest |value| of the tensor, and (b1..b8) from white (0) to dark blue (1), of a
-// probability; dark mode from near black.
+// probability; dark mode from near black. Each step prints its numbers in its own ink(), so a
+// number never takes the colour of the text around the map (a failing gradient's red).
 static std::string heat_css() {
-    auto mix = [](const unsigned a, const unsigned b, double t) {
+    auto hex = [](unsigned c) {
         char o[8];
-        auto ch = [&](int sh) { return (int)std::lround(((a >> sh) & 255) * (1 - t) + ((b >> sh) & 255) * t); };
-        std::snprintf(o, sizeof o, "#%02x%02x%02x", ch(16), ch(8), ch(0));
+        std::snprintf(o, sizeof o, "#%06x", c & 0xffffff);
         return std::string(o);
     };
+    auto mix = [](const unsigned a, const unsigned b, double t) {
+        auto ch = [&](int sh) { return (unsigned)std::lround(((a >> sh) & 255) * (1 - t) + ((b >> sh) & 255) * t); };
+        return ch(16) << 16 | ch(8) << 8 | ch(0);
+    };
+    auto cell = [&](const std::string& cls, unsigned fill) { return ".hm i." + cls + "{background:" + hex(fill) + ";color:" + hex(ink(fill)) + "}"; };
     std::string light, dark;
     for (int k = 1; k <= 8; k++) {
         const double t = k / 8.0;
-        light += ".p" + std::to_string(k) + "{background:" + mix(0xffffff, 0xb2182b, t) + "}.n" + std::to_string(k) + "{background:" +
-                 mix(0xffffff, 0x2166ac, t) + "}";
-        dark += ".p" + std::to_string(k) + "{background:" + mix(0x202124, 0xff6b5b, t) + "}.n" + std::to_string(k) + "{background:" +
-                mix(0x202124, 0x5fa8ff, t) + "}";
-        light += ".b" + std::to_string(k) + "{background:" + mix(0xffffff, 0x08306b, t) + "}";
-        dark += ".b" + std::to_string(k) + "{background:" + mix(0x202124, 0x9ecae1, t) + "}";
+        const std::string n = std::to_string(k);
+        light += cell("p" + n, mix(0xffffff, 0xb2182b, t)) + cell("n" + n, mix(0xffffff, 0x2166ac, t)) + cell("b" + n, mix(0xffffff, 0x08306b, t));
+        dark += cell("p" + n, mix(0x202124, 0xff6b5b, t)) + cell("n" + n, mix(0x202124, 0x5fa8ff, t)) + cell("b" + n, mix(0x202124, 0x9ecae1, t));
     }
-    // The numbers in the cells: light on the darker half of the scale, dark on a dark page's bright cells.
-    const std::string strong = ".hm .p5,.hm .p6,.hm .p7,.hm .p8,.hm .n5,.hm .n6,.hm .n7,.hm .n8,.hm .b5,.hm .b6,.hm .b7,.hm .b8";
-    return light + ".z{background:#fff}" + strong + "{color:#fff}\n@media (prefers-color-scheme: dark){" + dark + ".z{background:#202124}" + strong +
-           "{color:#000}}\n";
+    return light + cell("z", 0xffffff) + cell("u", 0xd0d0d0) + "\n@media (prefers-color-scheme: dark){" + dark + cell("z", 0x202124) + "}\n";
 }
 
+// The page's style: the contents beside the boxes, light and dark. The page scrolls inside <body>,
+// not the window (html does not scroll): a browser asked for page.html#b35 scrolls <body> to the
+// box, and a picture of the window (headless Chromium's --screenshot, which draws the window's
+// first screen of the document, blank once the document itself is scrolled) shows the box.
 static const char* const PAGE_CSS = R"(
 :root{color-scheme:light dark;--fg:#1b1b1b;--bg:#fff;--muted:#555;--line:#ccc;--pass:#1a7f37;--fail:#c62828;--box:#f6f8fa}
 @media (prefers-color-scheme: dark){:root{--fg:#e6e6e6;--bg:#16171a;--muted:#a8a8a8;--line:#444;--pass:#4cc26a;--fail:#ff6b6b;--box:#1e2024}
  svg{background:#fff}}
-body{font:15px/1.45 system-ui,sans-serif;color:var(--fg);background:var(--bg);margin:0;display:grid;grid-template-columns:22em 1fr}
+html{height:100%;overflow:hidden}body:focus{outline:none}
+body{font:15px/1.45 system-ui,sans-serif;color:var(--fg);background:var(--bg);margin:0;display:grid;grid-template-columns:22em 1fr;
+ height:100%;overflow:auto;box-sizing:border-box}
 nav{position:sticky;top:0;height:100vh;overflow:auto;border-right:1px solid var(--line);padding:.5em 1em;font-size:13px;box-sizing:border-box}
 nav ol{padding-left:1.6em;margin:.2em 0}nav>ol{list-style:none;padding-left:0}nav a{color:inherit}
 main{padding:0 1.5em 4em;min-width:0}header{padding:0 1.5em;grid-column:1/3;border-bottom:1px solid var(--line)}
@@ -11024,24 +11100,30 @@ details.sheet{font-size:13px;margin:.2em 0}details.sheet pre{white-space:pre-wra
  background:var(--bg);border:1px solid var(--line);padding:.4em .6em}
 .hm{display:inline-grid;gap:0;border:1px solid var(--line);line-height:0}.hm i{display:block;width:12px;height:12px;font-style:normal}
 .hm.num i{width:5.4em;height:auto;font:10.5px/1.9 monospace;text-align:center;white-space:nowrap;overflow:hidden}
-.hm i.x{background:repeating-linear-gradient(45deg,#bbb 0 2px,#eee 2px 4px);color:#333}.hm i.u{background:#d0d0d0}
+.hm i.x{background:repeating-linear-gradient(45deg,#bbb 0 2px,#eee 2px 4px);color:#333}
 .hm:focus{outline:2px solid #4c8bf5}.hm i.cur{outline:2px solid #000;position:relative}
 .tok{display:flex;flex-wrap:wrap;gap:3px}.tok span{border:1px solid var(--line);border-radius:3px;padding:0 .4em;background:var(--bg);
  font:13px/1.5 monospace;display:inline-flex;gap:.4em;align-items:baseline}.tok small{color:var(--muted);font-size:10.5px}
-.legend{display:inline-block;vertical-align:middle;width:120px;height:10px;margin:0 .4em;border:1px solid var(--line);
+.key{display:inline-flex;align-items:center;gap:.4em;white-space:nowrap;vertical-align:bottom}
+.legend{display:inline-block;width:120px;height:10px;border:1px solid var(--line);flex:none;
  background:linear-gradient(90deg,#2166ac,#fff,#b2182b)}.legend.prob{background:linear-gradient(90deg,#fff,#08306b)}
 @media (prefers-color-scheme: dark){.legend{background:linear-gradient(90deg,#5fa8ff,#202124,#ff6b5b)}
  .legend.prob{background:linear-gradient(90deg,#202124,#9ecae1)}}
 output.cell{font:12px monospace;margin-left:.5em}
 .check{font-size:13.5px;margin:.4em 0;padding:.3em .6em;border-left:4px solid currentColor}
 .pics svg{max-width:100%;height:auto}
-@media print{body{display:block}nav{display:none}section{break-inside:avoid;background:none}section.box{content-visibility:visible}header{border:0}
+@media print{html,body{height:auto;overflow:visible}body{display:block}nav{display:none}section{break-inside:avoid;background:none}section.box{content-visibility:visible}header{border:0}
  .hm i{print-color-adjust:exact;-webkit-print-color-adjust:exact}}
 )";
 
 // Keyboard: n / p (or j / k) move to the next / previous box, f / F to the next / previous failing
 // box; on a focused heat map the arrow keys move a marked cell whose (i, j) and value show beside
-// it; a box's § of the formula sheet opens with its text. Opened with ?rendered after its URL,
+// it; a box's § of the formula sheet opens with its text. Opened with #bN (or any id), the page
+// lays the box out and scrolls <body> to it, then focuses it, when its script runs and again on
+// load, and keeps it at the top for 90 frames while the boxes above it, laid out as they come near
+// the view (content-visibility), take their height, unless the reader scrolls first (a reload or
+// a step back returns to where the reader was instead); without one it focuses <body>, so that
+// the keys scroll it from the start. Opened with ?rendered after its URL,
 // <body data-rendered="boxes B, math M"> counts the sections and the formulas (each <math> of it)
 // the browser laid out (the browser tests read it; it lays out the whole page, which a reader's
 // browser does box by box as they come into view: content-visibility).
@@ -11051,7 +11133,20 @@ if(/[?&]rendered\b/.test(location.search)){var r=0,m=0;s.forEach(function(x){if(
  [].forEach.call(document.querySelectorAll('.formula'),function(f){var ms=f.querySelectorAll('math'),ok=ms.length>0;
   [].forEach.call(ms,function(x){if(!(x.getBoundingClientRect().width>0))ok=false;});if(ok)m++;});
  document.body.setAttribute('data-rendered','boxes '+r+', math '+m);}
-function at(){var y=window.scrollY+10,k=0;for(var i=0;i<s.length;i++)if(s[i].offsetTop<=y)k=i;return k;}
+var sc=document.body,key='explain-scroll:'+location.pathname;
+function land(){var id=decodeURIComponent(location.hash.slice(1)),t=id&&document.getElementById(id);if(!t)return false;
+ var b=t.closest('section')||t;b.style.contentVisibility='visible';t.scrollIntoView();if(b.hasAttribute('tabindex'))b.focus({preventScroll:true});
+ var k=0,moved=false,evs=['wheel','keydown','mousedown','touchstart'];function off(){moved=true;}
+ evs.forEach(function(e){window.addEventListener(e,off,{capture:true,once:true});});
+ (function keep(){var d=t.getBoundingClientRect().top;if(!moved&&k++<90){if(Math.abs(d)>1)sc.scrollTop+=d;requestAnimationFrame(keep);}
+  else evs.forEach(function(e){window.removeEventListener(e,off,{capture:true});});})();return true;}
+function start(){var nv=performance.getEntriesByType?performance.getEntriesByType('navigation')[0]:null,y=null;
+ try{y=sessionStorage.getItem(key);}catch(e){}
+ if(nv&&(nv.type==='reload'||nv.type==='back_forward')&&y!==null){sc.scrollTop=+y;return;}
+ if(!land()&&document.activeElement===sc){sc.tabIndex=-1;sc.focus({preventScroll:true});}}
+start();window.addEventListener('load',start);window.addEventListener('hashchange',land);
+window.addEventListener('pagehide',function(){try{sessionStorage.setItem(key,String(sc.scrollTop));}catch(e){}});
+function at(){var k=0;for(var i=0;i<s.length;i++)if(s[i].getBoundingClientRect().top<=10)k=i;return k;}
 document.addEventListener('keydown',function(e){if(e.target.closest&&e.target.closest('.hm'))return;
  var d={n:1,j:1,p:-1,k:-1,f:1,F:-1}[e.key];if(!d||e.ctrlKey||e.metaKey||e.altKey)return;
  var c=document.activeElement&&document.activeElement.closest?document.activeElement.closest('main section'):null;
@@ -11148,10 +11243,12 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role, dou
     const std::string out = left_out(t);
     o << "<figure><figcaption><b>" << html_text(t.name) << "</b> (" << role << ") " << html_text(t.symbol) << " = " << t.shape;
     if (!out.empty()) o << " &middot; <span class=\"note\">folded: " << out << "</span>";
-    if (prob) o << " &middot; 0 <span class=\"legend prob\" aria-hidden=\"true\"></span> 1";
-    else o << " &middot; <span class=\"legend\" aria-hidden=\"true\"></span>" << "&minus;" << num(m) << " .. 0 .. " << num(m);
-    o << (inf ? " &middot; hatched: masked (&minus;inf" + std::string(prob && !t.cells.empty() && t.name.rfind("Mask", 0) != 0 ? ", so 0" : "") + ")" : "")
-      << (unknown ? " &middot; grey: not compared" : "") << "</figcaption>";
+    // The legend: the colour scale between its ends, and what hatching and grey mean; each a
+    // .key that stays on one line.
+    if (prob) o << " &middot; <span class=\"key\">0 <span class=\"legend prob\" aria-hidden=\"true\"></span> 1</span>";
+    else o << " &middot; <span class=\"key\">&minus;" << num(m) << " <span class=\"legend\" aria-hidden=\"true\"></span> " << num(m) << "</span>";
+    o << (inf ? " &middot; <span class=\"key\">hatched: masked (&minus;inf" + std::string(prob && !t.cells.empty() && t.name.rfind("Mask", 0) != 0 ? ", so 0" : "") + ")</span>" : "")
+      << (unknown ? " &middot; <span class=\"key\">grey: not compared</span>" : "") << "</figcaption>";
     o << "<div class=\"hm" << (numbers ? " num" : "") << "\" tabindex=\"0\" data-cols=\"" << t.cols.size() << "\" style=\"grid-template-columns:repeat("
       << t.cols.size() << ",auto)\" aria-label=\"" << html_text(t.name) << ": " << t.rows.size() * t.cols.size()
       << (numbers ? " values; each cell holds its value, its title its (i, j), counted from 1\">" : " values; each cell's title holds its (i, j), counted from 1, and its value\">");
@@ -11481,10 +11578,11 @@ struct ExplainPageWriter {
         return lines_json;
     }
 
-    // The gradient rows of a backward box: the three heat maps side by side.
+    // The gradient rows of a backward box: the three heat maps side by side; the row's text takes
+    // its verdict's colour, its maps' captions the page's.
     static constexpr const char* GRADIENT_CSS =
         ".grad{margin:.6em 0}.grad>p{margin:.2em 0}.maps{display:flex;flex-wrap:wrap;gap:0 1.5em;align-items:flex-start}"
-        ".maps figure{margin:.2em 0}.maps figcaption{max-width:24em}.gf math{display:inline math}.relation,.callee{font-weight:600}.first-failing{margin:.3em 0}details>summary{cursor:pointer;font-size:13px}\n";
+        ".maps figure{margin:.2em 0}.grad .maps{color:var(--fg)}.gf math{display:inline math}.relation,.callee{font-weight:600}.first-failing{margin:.3em 0}details>summary{cursor:pointer;font-size:13px}\n";
 
     // An entry of a tensor of `shape` (row-major k, 0-based) as the formulas count it: "(2, 3)", "(5)".
     static std::string entry_of(const std::vector<int>& shape, std::size_t k) {

@@ -1957,6 +1957,10 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
 // `grep -n` finds it: the first line, not indented and not a comment, holding "name(" after a
 // return type, whose declaration reaches "{" before ";". 0: none.
 int definition_line(const std::string& source, const std::string& name);
+// A formula of the project's plain-text notation (docs/formulas.md) as explain --html sets it: open_tag,
+// one <math> per piece (it wraps between them, at its relations and commas), close_tag.
+std::string to_mathml(const std::string& plain, const std::string& open_tag = "<div class=\"formula\">",
+                      const std::string& close_tag = "</div>");
 
 // ================================================================================================
 // GENERATED TABLES: the Unicode classes of the tokenizers, internal to transformer.cpp (nothing
