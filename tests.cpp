@@ -293,17 +293,16 @@ std::string first_difference(const std::vector<int>& got, const std::vector<int>
     return "equal";
 }
 
-// (L(x + h e_k) - L(x - h e_k)) / 2h: the central finite difference of loss() in entry k of x, which
-// is restored.
+// loss() with entry j of x moved by d (x0 + d, then x0 again): what fd_gradient differences.
 template <class F>
-double central_difference(F&& loss, TD& x, std::size_t k, double h) {
-    const double x0 = x[k];
-    x[k] = x0 + h;
-    const double lp = loss();
-    x[k] = x0 - h;
-    const double lm = loss();
-    x[k] = x0;
-    return (lp - lm) / (2 * h);
+std::function<double(std::size_t, double)> m_moved(F& loss, TD& x) {
+    return [&loss, &x](std::size_t j, double d) {
+        const double x0 = x[j];
+        x[j] = x0 + d;
+        const double v = loss();
+        x[j] = x0;
+        return v;
+    };
 }
 
 // The entry where the analytic gradient is furthest from the central finite difference.
@@ -313,18 +312,13 @@ struct GradWorst {
     double ana = 0;     // the backward's entry k
     double err = 0;     // |num - ana| / max(1, |ana|); infinity for a NaN
 };
+// Every entry compared, by the library's one sampler (fd_gradient, which explain and make check's
+// stage walk use too); x is moved in place and restored.
 template <class F>
 GradWorst grad_worst(F&& loss, TD& x, const TD& ana, double h) {
-    GradWorst w;
-    for (std::size_t k = 0; k < x.size(); k++) {
-        const double num = central_difference(loss, x, k, h);
-        const double err = std::fabs(num - ana[k]) / std::max(1.0, std::fabs(ana[k]));
-        if (!(err <= w.err)) {  // also catches NaN
-            w.err = std::isnan(err) ? INF : err;
-            w.k = k, w.num = num, w.ana = ana[k];
-        }
-    }
-    return w;
+    Rng r(0);
+    const ExplainGradient g = fd_gradient(m_moved(loss, x), "", "", x.shape, ana, (int)x.size(), r, h, INF, 1);
+    return {g.at, g.num, g.ana, g.err};
 }
 
 // Whether a grad_check equation starts with its section of docs/formulas.md and then is an
@@ -798,21 +792,8 @@ m_Diff m_diff(const std::function<double()>& f, TD& x, const TD& ana, Rng& r, do
         d.shape_error = "its shape is " + shape_str(ana.shape) + ", expected " + shape_str(x.shape);
         return d;
     }
-    std::set<std::size_t> idx;
-    if (x.size() <= 400) {
-        for (std::size_t j = 0; j < x.size(); j++) idx.insert(j);
-    } else {
-        std::size_t arg = 0;
-        for (std::size_t j = 0; j < ana.size(); j++)
-            if (std::fabs(ana[j]) > std::fabs(ana[arg])) arg = j;
-        idx.insert(arg);
-        for (int s = 0; s < 8; s++) idx.insert((std::size_t)r.below((int)x.size()));
-    }
-    for (std::size_t j : idx) {
-        const double num = central_difference(f, x, j, h);
-        const double ratio = std::fabs(num - ana[j]) / (1e-6 * std::max(1.0, std::fabs(ana[j])));
-        if (!(ratio <= d.worst)) d.worst = std::isnan(ratio) ? INF : ratio, d.at = j, d.num = num, d.ana = ana[j];
-    }
+    const ExplainGradient g = fd_gradient(m_moved(f, x), "", "", x.shape, ana, x.size() <= 400 ? 400 : 9, r, h, 1e-6, 1);
+    d.worst = g.err / 1e-6, d.at = g.at, d.num = g.num, d.ana = g.ana;
     return d;
 }
 // "entry (3, 2) of 12x8 (counted from 1): expected 0.12 (SOURCE), got 0.5".
@@ -824,237 +805,36 @@ std::string m_diff_text(const m_Diff& d, const std::vector<int>& shape, const st
     return s.str();
 }
 
-// Where a wrong gradient of model_loss(c, p, b) (dropout > 0: with Rng(seed) as the generator)
-// comes from. The forward is replayed stage by stage (embedding, each layer's block, ln_f, the
-// de-embedding or masked-LM head, the loss) and must give model_loss's loss. Then the backward is
-// walked from the loss down: each stage's gradient (dZ, each block's dX and its layer's gradients,
-// the embedding's) is compared with central differences of that stage's own forward, contracted
-// with the gradient arriving from the stage above (which was found right). The first stage that
-// disagrees is named with its function and §. If every stage is right, blocks_backward is run on
-// the stages' caches and compared with the walk; if it agrees too, model_backward, which joins
-// the stages, is the one left.
-// The functions the walk calls, replaceable so that a test can plant a wrong one.
-struct m_Backwards {
-    std::function<TD(const Config&, const Layer<double>&, const BlockCache<double>&, const TD&, Layer<double>&)> block =
-        block_backward<double>;
-    std::function<TD(const Config&, const Params<double>&, const ForwardCache<double>&, TD, Params<double>&)> blocks =
-        blocks_backward<double>;
-    std::function<void(const Config&, const Batch&, const TD&, Params<double>&)> embed = embed_backward<double>;
+// A Trace that shows each gradient of the walk to plant first (a test's planted mistake, which may
+// change it in place) and then passes every stage on to next.
+struct m_Chain : Trace {
+    using Trace::backward;
+    using Trace::forward;
+    Trace* plant = nullptr;
+    Trace* next = nullptr;
+    void forward(Stage s, int l, TD& v) override {
+        if (next) next->forward(s, l, v);
+    }
+    void backward(Stage s, int l, TD& d) override {
+        if (plant) plant->backward(s, l, d);
+        if (next) next->backward(s, l, d);
+    }
 };
-// The walk's state: the forward replayed stage by stage (each stage's input, cache and dropout
-// generator kept), then the gradients found right so far. Each member checks one stage; false: the
-// stage is wrong, and out says so.
-struct m_LossWalk {
-    const Config& c;
-    Params<double>& p;
-    const Batch& b;
-    const double dropout;
-    const uint64_t seed;
-    const m_Backwards& bw;
-    std::vector<std::string> out;
-    const std::string fd = "central finite difference of the stage's forward, h = 1e-5";
-    Rng rng, rs;
-    ForwardOptions o;
-    TD E, X, drop_emb, X_L, Z, dZ, dX_L;
-    LayerNormCache<double> ln_e, ln_f;
-    std::vector<TD> masks, Xs, dXs;
-    std::vector<Rng> states;
-    std::vector<BlockCache<double>> caches;
-    std::vector<int> rows, targets;
-    MLMHeadCache<double> mlm;
-    double loss = 0;
-    Params<double> g_walk;
-
-    // The forward, stage by stage, as model_forward runs it.
-    m_LossWalk(const Config& c_, Params<double>& p_, const Batch& b_, double dropout_, uint64_t seed_, const m_Backwards& bw_)
-        : c(c_), p(p_), b(b_), dropout(dropout_), seed(seed_), bw(bw_), rng(seed_), rs(1234) {
+// Where a wrong gradient of model_loss(c, p, b) (dropout > 0: drawn from Rng(seed) afresh at every
+// call) comes from: the library's stage walk (locate_backward), which observes model_loss itself
+// through a Trace. plant, if given, changes the walk's gradients as a mistake would.
+std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p, const Batch& b, double dropout, uint64_t seed,
+                                             Trace* plant = nullptr) {
+    WalkLoss loss = [&](Params<double>* g, Trace* t) {
+        Rng rng(seed);
+        ForwardOptions o;
         o.dropout = dropout, o.rng = dropout > 0 ? &rng : nullptr;
-        E = embed_forward(c, p, b);
-        X = c.emb_ln ? LayerNorm(E, p.gamma_e, p.beta_e, c.eps, &ln_e) : E;
-        drop_emb = dropout_mask<double>(X.shape, dropout, o.rng);
-        multiply_inplace(X, drop_emb);
-        const bool padded = !is_causal(c.variant) && std::any_of(b.lengths.begin(), b.lengths.end(), [&](int len) { return len < b.n; });
-        masks.resize(c.L), Xs.resize(c.L + 1), caches.resize(c.L);
-        Xs[0] = X;
-        for (int l = 0; l < c.L; l++) {
-            masks[l] = layer_mask<double>(c, l, b.n);
-            if (padded) masks[l] = key_padding_mask(masks[l], b.lengths);
-            states.push_back(rng);
-            Xs[l + 1] = block_forward(c, p.layers[l], Xs[l], masks[l], caches[l], o);
-        }
-        X_L = is_pre_ln(c.variant) ? LayerNorm(Xs[c.L], p.ln_f_gamma, p.ln_f_beta, c.eps, &ln_f) : Xs[c.L];
-        for (int i = 0; i < (int)b.targets.size(); i++)
-            if (is_causal(c.variant) || b.targets[i] >= 0) rows.push_back(i), targets.push_back(b.targets[i]);
-        Z = head(X_L, &mlm);
-        loss = CrossEntropy_logits(Z, targets, &dZ);
-    }
-    // The logits of the rows with a target: the de-embedding or the masked-LM head.
-    TD head(const TD& XL, MLMHeadCache<double>* k) const {
-        TD R((int)rows.size(), c.H);
-        for (std::size_t r = 0; r < rows.size(); r++)
-            for (int j = 0; j < c.H; j++) R(r, j) = XL(rows[r], j);
-        return c.mlm_head ? MLMHead(c, p, R, k) : matmul_nt(R, p.W_e);
-    }
-    // The stages replayed must give model_loss's loss, or nothing can be localised.
-    bool replay_matches() {
-        Rng fresh(seed);
-        ForwardOptions of = o;
-        of.rng = dropout > 0 ? &fresh : nullptr;
-        const double model = model_loss<double>(c, p, b, nullptr, of);
-        if (std::fabs(loss - model) <= 1e-12 * std::max(1.0, std::fabs(model))) return true;
-        out.push_back("(the stages replayed one by one give the loss " + std::to_string(loss) + ", model_loss " +
-                      std::to_string(model) + ": not localised)");
-        return false;
-    }
-    // One stage: its gradient ana of x against the forward f; on a disagreement, the summary's end.
-    bool stage(const std::string& name, const std::string& of_what, const std::function<double()>& f, TD& x, const TD& ana) {
-        const m_Diff d = m_diff(f, x, ana, rs);
-        if (d.right()) return true;
-        out.push_back("first wrong: " + name + ", " + of_what + "; the stages above it are right");
-        out.push_back("  " + m_diff_text(d, x.shape, fd));
-        return false;
-    }
-    void right(const std::string& name) { out.push_back("  right  " + name); }
-
-    // The loss's dZ (§17).
-    bool loss_stage() {
-        TD Zx = Z;
-        if (!stage("the loss's dZ, CrossEntropy_logits (§17)", "dZ", [&] { return CrossEntropy_logits(Zx, targets); }, Zx, dZ)) return false;
-        right("the loss's dZ, CrossEntropy_logits (§17)");
-        return true;
-    }
-    // The de-embedding Z = X^(L) W_e^T (§17) or the masked-LM head (§23): dX^(L), zero on rows without a target.
-    bool head_stage() {
-        dX_L = TD(X_L.rows(), c.H);
-        Params<double> scratch = make_params<double>(c);
-        const TD dR = c.mlm_head ? MLMHead_backward(c, p, mlm, dZ, scratch) : matmul(dZ, p.W_e);
-        for (std::size_t r = 0; r < rows.size(); r++)
-            for (int j = 0; j < c.H; j++) dX_L(rows[r], j) = dR(r, j);
-        TD Xx = X_L;
-        const std::string name = c.mlm_head ? "MLMHead_backward (§23)" : "the de-embedding Z = X^(L) W_e^T (§17), in model_backward";
-        if (!stage(name, "dX^(L)", [&] { return sum_prod(head(Xx, nullptr), dZ); }, Xx, dX_L)) return false;
-        right(name);
-        return true;
-    }
-    // Pre-LN: the final LayerNorm (§15, §19); dXs[L] is the gradient arriving at the last block.
-    bool ln_f_stage() {
-        g_walk = make_params<double>(c);
-        dXs.assign(c.L + 1, TD());
-        dXs[c.L] = dX_L;
-        if (!is_pre_ln(c.variant)) return true;
-        TD Xx = Xs[c.L];
-        dXs[c.L] = LayerNorm_backward(p.ln_f_gamma, ln_f, dX_L, g_walk.ln_f_gamma, g_walk.ln_f_beta);
-        const std::string name = "LayerNorm_backward of ln_f (§15, §19), in blocks_backward";
-        if (!stage(name, "dX^(L) before it", [&] { return sum_prod(LayerNorm(Xx, p.ln_f_gamma, p.ln_f_beta, c.eps), dX_L); }, Xx, dXs[c.L]))
-            return false;
-        right(name);
-        return true;
-    }
-    // The blocks from layer L down: each block's dX and its layer's gradients.
-    bool block_stages() {
-        const std::string block_name = is_pre_ln(c.variant) ? "pre_ln_block_backward" : "post_ln_block_backward";
-        const std::string block_sec = is_pre_ln(c.variant) ? "§19" : (c.variant == Variant::gpt ? "§18" : "§18, §21");
-        for (int l = c.L - 1; l >= 0; l--) {
-            const std::string name = block_name + " of layer " + std::to_string(l + 1) + " (" + block_sec + ")";
-            const TD dY = dXs[l + 1];
-            TD dXl;
-            try {
-                dXl = bw.block(c, p.layers[l], caches[l], dY, g_walk.layers[l]);
-            } catch (const Error& e) {
-                out.push_back("first wrong: " + name + ": it throws " + e.what());
-                return false;
-            }
-            auto forward = [&] {
-                BlockCache<double> k;
-                Rng r = states[l];
-                ForwardOptions ol = o;
-                ol.rng = dropout > 0 ? &r : nullptr;
-                return sum_prod(block_forward(c, p.layers[l], Xs[l], masks[l], k, ol), dY);
-            };
-            if (!stage(name, "its dX", forward, Xs[l], dXl)) return false;
-            auto P = named_tensors(c, p), G = named_tensors(c, g_walk);
-            const std::string prefix = "layers." + std::to_string(l) + ".";
-            for (std::size_t t = 0; t < P.size(); t++)
-                if (P[t].name.rfind(prefix, 0) == 0 &&
-                    !stage(name, "its gradient of " + P[t].name.substr(prefix.size()), forward, *P[t].tensor, *G[t].tensor))
-                    return false;
-            right(name + ": dX and the layer's gradients");
-            dXs[l] = dXl;
-        }
-        return true;
-    }
-    // The embedding: its dropout, its LayerNorm (§23), embed_backward.
-    bool embedding_stages() {
-        TD dE = dXs[0];
-        multiply_inplace(dE, drop_emb);
-        if (c.emb_ln) {
-            TD Ex = E;
-            const TD dY = dE;
-            dE = LayerNorm_backward(p.gamma_e, ln_e, dY, g_walk.gamma_e, g_walk.beta_e);
-            const std::string name = "LayerNorm_backward of the embedding LayerNorm (§15, §23)";
-            if (!stage(name, "dX^(0) before it", [&] { return sum_prod(LayerNorm(Ex, p.gamma_e, p.beta_e, c.eps), dY); }, Ex, dE))
-                return false;
-            right(name);
-        }
-        const std::string name = std::string("embed_backward (§18") + (has_segments(c.variant) ? ", §21" : "") +
-                                 (c.pad_id >= 0 ? ", §22" : "") + ")";
-        Params<double> ge = make_params<double>(c);
-        try {
-            bw.embed(c, b, dE, ge);
-        } catch (const Error& e) {
-            out.push_back("first wrong: " + name + ": it throws " + e.what());
-            return false;
-        }
-        for (Tensor<double>* t : {&p.W_e, &p.W_p, &p.w_pad, &p.w_A, &p.w_B}) {
-            if (t->empty()) continue;
-            const std::string tn = t == &p.W_e ? "W_e" : t == &p.W_p ? "W_p" : t == &p.w_pad ? "w_pad" : t == &p.w_A ? "w_A" : "w_B";
-            const TD& gt = t == &p.W_e ? ge.W_e : t == &p.W_p ? ge.W_p : t == &p.w_pad ? ge.w_pad : t == &p.w_A ? ge.w_A : ge.w_B;
-            if (!stage(name, "its gradient of " + tn, [&] { return sum_prod(embed_forward(c, p, b), dE); }, *t, gt)) return false;
-        }
-        right(name);
-        return true;
-    }
-    // Every stage is right: blocks_backward walks them, model_backward joins them.
-    void joining_stages() {
-        ForwardCache<double> k;
-        Rng again(seed);
-        ForwardOptions ok = o;
-        ok.rng = dropout > 0 ? &again : nullptr;
-        ForwardOptions okr = ok;
-        if (!is_causal(c.variant)) okr.logit_rows = &rows;
-        model_forward(c, p, b, &k, okr);
-        Params<double> g_blocks = make_params<double>(c);
-        TD dX0;
-        try {
-            dX0 = bw.blocks(c, p, k, dX_L, g_blocks);
-        } catch (const Error& e) {
-            out.push_back("first wrong: blocks_backward (§18, §19): it throws " + std::string(e.what()));
-            return;
-        }
-        if (dX0.shape != dXs[0].shape || max_abs_diff(dX0, dXs[0]) > 1e-9) {
-            out.push_back("first wrong: blocks_backward (§18, §19), its dX^(0): each block's backward is right, but walked "
-                          "from dX^(L) it does not give the dX^(0) of the blocks taken from layer L down to 1");
-            return;
-        }
-        auto Gb = named_tensors(c, g_blocks), Gw = named_tensors(c, g_walk);
-        for (std::size_t t = 0; t < Gb.size(); t++)
-            if ((Gb[t].name.rfind("layers.", 0) == 0 || Gb[t].name.rfind("ln_f", 0) == 0) &&
-                (Gb[t].tensor->shape != Gw[t].tensor->shape || max_abs_diff(*Gb[t].tensor, *Gw[t].tensor) > 1e-9)) {
-                out.push_back("first wrong: blocks_backward (§18, §19), its gradient of " + Gb[t].name +
-                              ": each block's backward is right, but blocks_backward does not give what they give from layer L down to 1");
-                return;
-            }
-        out.push_back("first wrong: model_backward (§17, §18), which joins the stages above: each is right, so look at how it "
-                      "joins them (the tied W_e's two gradients, the rows it passes on, the embedding's dropout and LayerNorm)");
-    }
-};
-std::vector<std::string> m_locate_model_loss(const Config& c, Params<double>& p, const Batch& b, double dropout,
-                                             uint64_t seed, const m_Backwards& bw = {}) {
-    m_LossWalk w(c, p, b, dropout, seed, bw);
-    if (!w.replay_matches()) return w.out;
-    w.out.push_back("The backward from the loss down, each stage against finite differences of its own forward:");
-    if (w.loss_stage() && w.head_stage() && w.ln_f_stage() && w.block_stages() && w.embedding_stages()) w.joining_stages();
-    return w.out;
+        m_Chain chain;
+        chain.plant = plant, chain.next = t;
+        o.trace = &chain;
+        return model_loss(c, p, b, g, o);
+    };
+    return locate_backward(c, p, b, loss, seed + 17);
 }
 
 // A wrong gradient of xlnet_loss: the functions it calls (embed_backward, blocks_backward, the
@@ -1096,14 +876,9 @@ m_GradReport m_grad_report(const Config& c, Params<double>& p, Params<double>& g
         const std::string group = m_group_of(P[k].name);
         if (!group_worst.count(group)) groups.push_back(group), group_worst[group] = {0.0, ""};
         auto& gw = group_worst[group];
-        std::set<std::size_t> idx;
         std::size_t arg = 0;
         for (std::size_t j = 0; j < ana.size(); j++)
             if (std::fabs(ana[j]) > std::fabs(ana[arg])) arg = j;
-        idx.insert(arg);
-        for (int s = 0; s < 5; s++) idx.insert((std::size_t)r.below((int)x.size()));
-        if (x.size() <= 8)  // small vectors (biases of a tiny model): every entry
-            for (std::size_t j = 0; j < x.size(); j++) idx.insert(j);
         // Every tensor really receives a gradient, but a key bias: it adds q_i . b^K to the whole
         // score row i, which the softmax ignores, so its gradient is 0 (checked numerically below).
         if (P[k].name.find(".b_K.") == std::string::npos && !(std::fabs(ana[arg]) > 1e-7) && gw.first <= 1.0) {
@@ -1113,10 +888,14 @@ m_GradReport m_grad_report(const Config& c, Params<double>& p, Params<double>& g
             gw = {INF, s.str()};
         }
         expected += (int)std::min<std::size_t>(5, x.size());
-        for (std::size_t j : idx) {
-            const double num = central_difference([&] { return loss(nullptr); }, x, j, h);
-            const double err = std::fabs(num - ana[j]);
-            const double ratio = err / (1e-6 * std::max(1.0, std::fabs(ana[j])));
+        // The largest-gradient entry and 5 drawn (every entry of a small vector: a tiny model's biases),
+        // by the library's one sampler.
+        auto L = [&] { return loss(nullptr); };
+        const ExplainGradient eg = fd_gradient(m_moved(L, x), P[k].name, "", x.shape, ana, x.size() <= 8 ? 8 : 6, r, h, 1e-6, 1);
+        for (std::size_t e = 0; e < eg.compared.size(); e++) {
+            const std::size_t j = eg.compared[e];
+            const double num = eg.nums[e];
+            const double ratio = std::fabs(num - ana[j]) / (1e-6 * std::max(1.0, std::fabs(ana[j])));
             if (!(ratio <= gw.first)) {
                 std::ostringstream s;
                 if (P[k].name != group) s << P[k].name << ", ";
@@ -3818,25 +3597,34 @@ TEST_CASE("BERT: whole-model gradient check of every parameter tensor (segments,
 TEST_CASE("RoBERTa: whole-model gradient check of every parameter tensor (masked targets)" * doctest::test_suite("assignment 4")) {
     m_model_grad_check("tiny-roberta", 505);
 }
+// A mistake planted in the walk itself: change(s, l, d) may rewrite the gradient of stage (s, l) as the
+// backward reports it, and so as it flows on.
+struct m_Plant : Trace {
+    using Trace::backward;
+    std::function<void(Stage, int, TD&)> change;
+    void backward(Stage s, int l, TD& d) override { change(s, l, d); }
+};
 TEST_CASE("localising: a wrong whole-model gradient is summed up per group and located at its function and layer") {
-    // Mistakes planted in the functions the walk calls (m_Backwards) and in the gradient model_loss
-    // returns; each report must stay short and name the stage where the mistake is.
+    // Mistakes planted in the walk (m_Plant: the gradient a block passes down, as its code would
+    // compute it wrongly) and in the gradient model_loss returns; each report must stay short and
+    // name the function and the stage where the mistake is (locate_backward, make check's walk).
     auto lines = [](const std::string& s) { return (int)std::count(s.begin(), s.end(), '\n'); };
     const Config c = preset("tiny-gpt2");
     Params<double> p = m_model<double>(c, 202, 0.2);
     const Batch b = m_batch(c, 203);
-    auto locate_with = [&](const m_Backwards& bw) {
+    auto locate_with = [&](Trace* plant) {
         std::string s;
-        for (const std::string& line : m_locate_model_loss(c, p, b, 0, 0, bw)) s += line + "\n";
+        for (const std::string& line : m_locate_model_loss(c, p, b, 0, 0, plant)) s += line + "\n";
         return s;
     };
-    {  // The right gradient: no stage disagrees.
+    {  // The right gradient: no stage and no parameter disagrees.
         Params<double> g = make_params<double>(c);
         model_loss(c, p, b, &g);
         const m_GradReport r = m_grad_report(c, p, g, [&](Params<double>* q) { return model_loss(c, p, b, q); }, 1, "right", {});
         CHECK_MESSAGE(r.right, r.text);
-        const std::string s = locate_with({});
-        CHECK_MESSAGE(m_contains(s, "first wrong: model_backward"), "with every stage right the walk names model_backward, got:\n" << s);
+        const std::string s = locate_with(nullptr);
+        CHECK_MESSAGE(m_contains(s, "(every stage and every parameter agrees"), "a right walk: expected every stage to agree, got:\n" << s);
+        CHECK_MESSAGE(!m_contains(s, "first wrong"), "a right walk names no function, got:\n" << s);
     }
     {  // model_loss's W_e gradient halved (the tied W_e's second use forgotten, say): one group wrong.
         auto loss = [&](Params<double>* q) {
@@ -3846,56 +3634,77 @@ TEST_CASE("localising: a wrong whole-model gradient is summed up per group and l
         };
         Params<double> g = make_params<double>(c);
         loss(&g);
-        const m_GradReport r = m_grad_report(c, p, g, loss, 1, "halved W_e", [&] { return m_locate_model_loss(c, p, b, 0, 0); });
+        WalkLoss walk = [&](Params<double>* q, Trace* t) {
+            ForwardOptions o;
+            o.trace = t;
+            const double L = model_loss(c, p, b, q, o);
+            if (q) multiply_inplace(q->W_e, TD(q->W_e.shape, 0.5));
+            return L;
+        };
+        const m_GradReport r = m_grad_report(c, p, g, loss, 1, "halved W_e", [&] { return locate_backward(c, p, b, walk, 3); });
         CHECK_FALSE(r.right);
         INFO(r.text);
         CHECK(m_contains(r.text, "halved W_e: the gradient of 1 of 5 parameter groups disagrees"));
         CHECK(m_contains(r.text, "  WRONG  W_e: entry ("));
         CHECK(m_contains(r.text, "  right  layer 1\n"));
-        CHECK(m_contains(r.text, "first wrong: model_backward"));
+        CHECK(m_contains(r.text, "first wrong: model_backward (§17), its gradient of W_e; every stage's gradient is right"));
         CHECK(lines(r.text) <= 30);
     }
-    for (int l : {0, 1}) {  // layer l+1's block backward: half its dX, or no gradient for its W_1
+    for (int l : {1, 2}) {  // layer l's block backward: half its dX^(l-1), or no gradient for its W_1
         for (bool dX_wrong : {true, false}) {
-            m_Backwards bw;
-            bw.block = [&](const Config& cc, const Layer<double>& w, const BlockCache<double>& k, const TD& dY, Layer<double>& g) {
-                TD dX = block_backward(cc, w, k, dY, g);
-                if (&w != &p.layers[l]) return dX;
-                if (dX_wrong) multiply_inplace(dX, TD(dX.shape, 0.5));
-                else g.ffn.W_1 = TD(g.ffn.W_1.shape, 0.0);
-                return dX;
+            m_Plant half;
+            half.change = [&](Stage s, int at, TD& d) {
+                if (dX_wrong && s == Stage::X && at == l - 1) multiply_inplace(d, TD(d.shape, 0.5));
             };
-            const std::string s = locate_with(bw);
+            WalkLoss walk = [&](Params<double>* q, Trace* t) {
+                m_Chain chain;
+                chain.plant = &half, chain.next = t;
+                ForwardOptions o;
+                o.trace = &chain;
+                const double L = model_loss(c, p, b, q, o);
+                if (q && !dX_wrong) q->layers[l - 1].ffn.W_1 = TD(q->layers[l - 1].ffn.W_1.shape, 0.0);
+                return L;
+            };
+            std::string s;
+            for (const std::string& line : locate_backward(c, p, b, walk, 5)) s += line + "\n";
             INFO(s);
-            const std::string layer = "pre_ln_block_backward of layer " + std::to_string(l + 1) + " (§19)";
-            CHECK(m_contains(s, "first wrong: " + layer + (dX_wrong ? ", its dX;" : ", its gradient of ffn.W_1;")));
-            if (l == 0) CHECK(m_contains(s, "  right  pre_ln_block_backward of layer 2 (§19): dX and the layer's gradients"));
+            const std::string layer = "pre_ln_block_backward of layer " + std::to_string(l) + " (§19)";
+            const std::string dX = "dX^(" + std::to_string(l - 1) + ")";
+            CHECK(m_contains(s, "first wrong: " + layer + (dX_wrong ? ", its " + dX + " = dX'^(" + std::to_string(l) + ") + LayerNorm_backward(" : ", its gradient of layers." + std::to_string(l - 1) + ".ffn.W_1")));
+            if (dX_wrong) CHECK(m_contains(s, "backward = 0.5 \u00d7 finite difference at every entry compared: a factor of "));
+            if (l == 1 && dX_wrong) CHECK(m_contains(s, "  right  layer 2: "));
             CHECK(m_contains(s, "(counted from 1): expected "));
             CHECK(lines(s) <= 12);
         }
     }
-    {  // blocks_backward walking the layers from 1 up: every block right, their walk wrong.
-        m_Backwards bw;
-        bw.blocks = [](const Config& cc, const Params<double>& q, const ForwardCache<double>& k, TD dX, Params<double>& g) {
-            dX = LayerNorm_backward(q.ln_f_gamma, k.ln_f, dX, g.ln_f_gamma, g.ln_f_beta);
-            for (int l = 0; l < cc.L; l++) dX = block_backward(cc, q.layers[l], k.blocks[l], dX, g.layers[l]);
-            return dX;
+    {  // pre_ln_block_backward of layer 2 dropping its residual path: dX^(1) without the dX'^(2) term.
+        TD dX_mid;
+        m_Plant drop;
+        drop.change = [&](Stage s, int at, TD& d) {
+            if (s == Stage::X_mid && at == 2) dX_mid = d;
+            if (s != Stage::X || at != 1) return;
+            multiply_inplace(dX_mid, TD(d.shape, -1.0));
+            add_inplace(d, dX_mid);
         };
-        const std::string s = locate_with(bw);
-        CHECK_MESSAGE(m_contains(s, "first wrong: blocks_backward (§18, §19)"), s);
+        const std::string s = locate_with(&drop);
+        INFO(s);
+        CHECK(m_contains(s, "first wrong: pre_ln_block_backward of layer 2 (§19), its dX^(1) = dX'^(2) + LayerNorm_backward(dLayerNorm(X^(1)))"));
+        CHECK(m_contains(s, "backward \u2212 finite difference = \u2212dX'^(2) at every entry compared: the term dX'^(2) left out (a path dropped)?"));
     }
-    {  // BERT: embed_backward with the segment vectors swapped.
+    {  // BERT: w_A's and w_B's gradients swapped after the walk: every stage right, model_backward named.
         const Config cb = preset("tiny-bert");
         Params<double> pb = m_model<double>(cb, 404, 0.2);
         const Batch bb = m_batch(cb, 405);
-        m_Backwards bw;
-        bw.embed = [](const Config& cc, const Batch& x, const TD& dX, Params<double>& g) {
-            embed_backward(cc, x, dX, g);
-            std::swap(g.w_A, g.w_B);
+        WalkLoss walk = [&](Params<double>* q, Trace* t) {
+            ForwardOptions o;
+            o.trace = t;
+            const double L = model_loss(cb, pb, bb, q, o);
+            if (q) std::swap(q->w_A, q->w_B);
+            return L;
         };
         std::string s;
-        for (const std::string& line : m_locate_model_loss(cb, pb, bb, 0, 0, bw)) s += line + "\n";
-        CHECK_MESSAGE(m_contains(s, "first wrong: embed_backward (§18, §21), its gradient of w_A"), s);
+        for (const std::string& line : locate_backward(cb, pb, bb, walk, 7)) s += line + "\n";
+        CHECK_MESSAGE(m_contains(s, "first wrong: model_backward (§17), its gradient of w_A; every stage's gradient is right"), s);
     }
 }
 

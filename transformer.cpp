@@ -9899,19 +9899,17 @@ static std::string entry_at(const std::vector<int>& shape, std::size_t k) {
     return "(" + std::to_string(k / C + 1) + ", " + std::to_string(k % C + 1) + ")";
 }
 
-// make check's stage walk (transformer.hpp).
-std::vector<std::string> locate_backward(const Config& c, Params<double>& p, const Batch& b, const WalkLoss& loss, uint64_t seed) {
-    std::vector<std::string> out;
-    StageRecord<double> rec;
-    Params<double> g = make_params<double>(c);
-    try {
-        loss(&g, &rec);
-    } catch (const Error& e) {
-        out.push_back(std::string("first wrong: the walk throws: ") + e.what());
-        return out;
-    }
-    auto layer = [&](int l) { return l >= 1 && l <= c.L ? " of layer " + std::to_string(l) : std::string(); };
-    // The backward reports the forward's stages in reverse (the masks and the loss have no gradient).
+// The layer a stage's gradient belongs to in make check's lines: the one whose backward computes it
+// (X^(l-1) is layer l's output, going down); 0 for the head (dZ, dX_f, dX^(L)).
+static int walk_layer(const Config& c, Stage s, int l) {
+    if (s == Stage::logits || s == Stage::final_ln || (s == Stage::X && l == c.L)) return 0;
+    return s == Stage::X ? l + 1 : l;
+}
+static std::string of_layer(const Config& c, int l) { return l >= 1 && l <= c.L ? " of layer " + std::to_string(l) : std::string(); }
+
+// The backward must report the forward's stages in reverse (the masks and the loss have no
+// gradient): "" when it does, else make check's line naming the function that does not.
+static std::string walk_order(const Config& c, const StageRecord<double>& rec) {
     std::vector<std::size_t> expected;
     for (std::size_t k = rec.seen.size(); k-- > 0;)
         if (rec.seen[k].s != Stage::mask && rec.seen[k].s != Stage::loss) expected.push_back(k);
@@ -9919,59 +9917,67 @@ std::vector<std::string> locate_backward(const Config& c, Params<double>& p, con
         if (a < rec.backward_order.size() && rec.backward_order[a] == expected[a]) continue;
         const StageSeen<double>& want = rec.seen[expected[a]];
         const StageSource src = stage_source(c, want.s, want.l);
-        const std::string wanted = stage_gradient_name(c, want.s, want.l) + layer(want.l);
-        if (a >= rec.backward_order.size()) {
-            out.push_back("first wrong: " + src.composer + " (" + composer_section(c, src.composer) + "): the backward never reports " + wanted +
-                          " (" + src.line + "); the stages above it arrive in order");
-            return out;
-        }
+        const std::string wanted = stage_gradient_name(c, want.s, want.l) + of_layer(c, walk_layer(c, want.s, want.l));
+        if (a >= rec.backward_order.size())
+            return "first wrong: " + src.composer + " (" + composer_section(c, src.composer) + "): the backward never reports " + wanted + " (" +
+                   src.line + "); the stages above it arrive in order";
         const StageSeen<double>& got = rec.seen[rec.backward_order[a]];
-        const std::string arrived = stage_gradient_name(c, got.s, got.l) + layer(got.l);
+        const std::string arrived = stage_gradient_name(c, got.s, got.l) + of_layer(c, walk_layer(c, got.s, got.l));
         if (got.l != want.l)
-            out.push_back("first wrong: blocks_backward (§18, §19): the layers' gradients arrive out of order: " + arrived + " comes where " + wanted +
-                          " was due (blocks_backward walks from layer L down to 1, each block taking the gradient of the one above)");
-        else
-            out.push_back("first wrong: " + src.composer + layer(want.l) + " (" + composer_section(c, src.composer) + "): " + arrived + " comes where " +
-                          wanted + " was due (" + src.line + ")");
-        return out;
+            return "first wrong: blocks_backward (§18, §19): the layers' gradients arrive out of order: " + arrived + " comes where " + wanted +
+                   " was due (blocks_backward walks from layer L down to 1, each block taking the gradient of the one above)";
+        return "first wrong: " + src.composer + of_layer(c, walk_layer(c, want.s, want.l)) + " (" + composer_section(c, src.composer) + "): " +
+               arrived + " comes where " + wanted + " was due (" + src.line + ")";
     }
-    out.push_back("The backward from the loss down, each stage against central differences of the loss through the walk (h = 1e-5):");
-    Rng r(seed);
+    return "";
+}
+
+// Each stage's gradient from the loss down against the loss's finite differences: "right" lines,
+// a line per layer, up to the first wrong one; true when every stage is right.
+static bool walk_stages(const Config& c, const Batch& b, const WalkLoss& loss, const StageRecord<double>& rec, Rng& r,
+                        std::vector<std::string>& out) {
     const double h = 1e-5, tol = 1e-6;
     const int per = std::max(1, entries_per_gradient(walk_flops(c, b.B * b.n, b.n), 1));
     std::vector<RelatedGradient> before;  // the gradients found right, for the relations
     std::string right;
     int right_layer = -1;
-    auto flush = [&] {
-        if (!right.empty()) out.push_back("  right  " + right);
-        right.clear();
-    };
     for (std::size_t k : rec.backward_order) {
         const StageSeen<double>& st = rec.seen[k];
         const StageSource src = stage_source(c, st.s, st.l);
         const std::string name = stage_gradient_name(c, st.s, st.l);
+        const int layer = walk_layer(c, st.s, st.l);
         const ExplainGradient eg = stage_check(loss, st, name, src.line, per, r, h, tol, 8);
+        if (layer != right_layer && !right.empty()) out.push_back("  right  " + right);
+        if (layer != right_layer) right = layer ? "layer " + std::to_string(layer) + ": " : "";
         if (eg.pass) {
-            if (st.l != right_layer) flush();
-            right += (right.empty() ? (st.l >= 1 && st.l <= c.L && st.s != Stage::final_ln && st.s != Stage::logits ? "layer " + std::to_string(st.l) + ": " : "") : ", ") + name;
-            right_layer = st.l;
+            right += (layer != right_layer || right.back() == ' ' ? "" : ", ") + name;
+            right_layer = layer;
             before.push_back({name, "of the walk", st.gradient.shape, st.gradient.ptr(), st.gradient.size()});
             continue;
         }
-        flush();
-        std::vector<int> shape = st.value.shape;
-        out.push_back("first wrong: " + src.composer + layer(st.s == Stage::X ? st.l + 1 : st.l) + " (" + composer_section(c, src.composer) + "), its " + src.line +
+        if (layer == right_layer && right.back() != ' ') out.push_back("  right  " + right);
+        const std::vector<int>& shape = st.value.shape;
+        out.push_back("first wrong: " + src.composer + of_layer(c, layer) + " (" + composer_section(c, src.composer) + "), its " + src.line +
                       (src.module.empty() ? "" : " (" + src.module + " is checked on its own by its cases)") + "; the stages above it are right");
         out.push_back("  " + name + ", entry " + entry_at(shape, eg.at) + " of " + shape_str(shape) + " (counted from 1): expected " + num(eg.num, "%.6g") +
                       " (central finite difference of the loss through the walk), got " + num(eg.ana, "%.6g"));
-        std::vector<RelatedGradient> others(before.end() - std::min<std::size_t>(before.size(), 8), before.end());
+        const std::vector<RelatedGradient> others(before.end() - std::min<std::size_t>(before.size(), 8), before.end());
         const std::string why = explain_relation(eg, others, likely_factors(c, b.n), tol);
         if (!why.empty()) out.push_back("  " + why);
-        return out;
+        return false;
     }
-    flush();
-    // Every stage is right: the parameters, each with the function that accumulates its gradient.
-    auto P = named_tensors(c, p), G = named_tensors(c, g);
+    if (!right.empty()) out.push_back("  right  " + right);
+    return true;
+}
+
+// Every stage right: each parameter's gradient, with the function that accumulates it (for the
+// embedding rows, embed_backward checked alone on the walk's dX^(0) tells it from model_backward).
+static void walk_parameters(const Config& c, Params<double>& p, const Batch& b, const WalkLoss& loss, const StageRecord<double>& rec,
+                            const Params<double>& g, Rng& r, std::vector<std::string>& out) {
+    const double h = 1e-5, tol = 1e-6;
+    const int per = std::max(1, entries_per_gradient(walk_flops(c, b.B * b.n, b.n), 1));
+    auto P = named_tensors(c, p);
+    auto G = named_tensors(c, const_cast<Params<double>&>(g));
     for (std::size_t t = 0; t < P.size(); t++) {
         const std::string& name = P[t].name;
         const ExplainGradient eg = parameter_check(loss, *P[t].tensor, *G[t].tensor, name, "", per, r, h, tol, 8);
@@ -9981,10 +9987,7 @@ std::vector<std::string> locate_backward(const Config& c, Params<double>& p, con
         else if (name.rfind("ln_f.", 0) == 0) f = "blocks_backward";
         else if (name.rfind("mlm.", 0) == 0) f = "MLMHead_backward";
         else if (name == "W_e" || name == "W_p" || name == "w_pad" || name == "w_A" || name == "w_B") {
-            // embed_backward alone, on the gradient the walk gives X^(0) (E with the embedding LayerNorm):
-            // if it is right, what is left of W_e's gradient is model_backward's tied de-embedding.
-            const int at = rec.find(c.emb_ln ? Stage::embedding : Stage::X, 0);
-            Tensor<double> dX0 = rec.seen[(std::size_t)at].gradient;
+            Tensor<double> dX0 = rec.seen[(std::size_t)rec.find(c.emb_ln ? Stage::embedding : Stage::X, 0)].gradient;
             if (!c.emb_ln) {
                 ForwardCache<double> k;
                 model_forward(c, p, b, &k);
@@ -10000,16 +10003,31 @@ std::vector<std::string> locate_backward(const Config& c, Params<double>& p, con
                 (*P[t].tensor)[j] = x0;
                 return v;
             };
-            const bool own = fd_gradient(moved, name, "", P[t].tensor->shape, *GE[t].tensor, per, r, h, tol, 8).pass;
-            f = !own ? "embed_backward" : "model_backward";
+            f = fd_gradient(moved, name, "", P[t].tensor->shape, *GE[t].tensor, per, r, h, tol, 8).pass ? "model_backward" : "embed_backward";
         }
-        out.push_back("first wrong: " + f + layer(name.rfind("layers.", 0) == 0 ? std::atoi(name.c_str() + 7) + 1 : 0) + " (" + composer_section(c, f) +
+        out.push_back("first wrong: " + f + of_layer(c, name.rfind("layers.", 0) == 0 ? std::atoi(name.c_str() + 7) + 1 : 0) + " (" + composer_section(c, f) +
                       "), its gradient of " + name + "; every stage's gradient is right");
         out.push_back("  entry " + entry_at(P[t].tensor->shape, eg.at) + " of " + shape_str(P[t].tensor->shape) + " (counted from 1): expected " +
                       num(eg.num, "%.6g") + " (central finite difference of the loss through the walk), got " + num(eg.ana, "%.6g"));
-        return out;
+        return;
     }
     out.push_back("(every stage and every parameter agrees with the finite differences here)");
+}
+
+// make check's stage walk (transformer.hpp): the order, the stages, the parameters.
+std::vector<std::string> locate_backward(const Config& c, Params<double>& p, const Batch& b, const WalkLoss& loss, uint64_t seed) {
+    StageRecord<double> rec;
+    Params<double> g = make_params<double>(c);
+    try {
+        loss(&g, &rec);
+    } catch (const Error& e) {
+        return {std::string("first wrong: the walk throws: ") + e.what()};
+    }
+    const std::string order = walk_order(c, rec);
+    if (!order.empty()) return {order};
+    std::vector<std::string> out = {"The backward from the loss down, each stage against central differences of the loss through the walk (h = 1e-5):"};
+    Rng r(seed);
+    if (walk_stages(c, b, loss, rec, r, out)) walk_parameters(c, p, b, loss, rec, g, r, out);
     return out;
 }
 
