@@ -278,7 +278,7 @@ check: | doctest
 	@if [ -z '$(strip $(TESTS))$(strip $(ASSIGNMENT))' ]; then \
 	  echo "make check: give TESTS=\"pattern\" (a doctest -tc pattern) or ASSIGNMENT=N (N in $(ASSIGNMENTS))" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory $(FAST_BUILD)/tests
-	./$(FAST_BUILD)/tests $(if $(strip $(TESTS)),-tc="$(TESTS)",-ts="$(call SUITES_OF,$(ASSIGNMENT))")
+	./$(FAST_BUILD)/tests -r=student $(if $(strip $(TESTS)),-tc="$(TESTS)",-ts="$(call SUITES_OF,$(ASSIGNMENT))")
 
 # ---- make grade: the score of a course platform's autograder -------------------------------------
 # make grade [ASSIGNMENT=N] [GRADE_DIR=.] [GRADE_TIMEOUT=30] [GRADE_VISIBILITY=...]: builds as make
