@@ -1472,11 +1472,12 @@ static const std::vector<CommandDoc>& command_docs() {
                    "per backward box, its own gradient check"}},
          "explain --preset tiny-bert --tokens 3,1,4 --masked 2",
          "Positions count from 1, as in the formulas. With --html, a backward box whose gradient disagrees with finite "
-         "differences of its own forward is marked failing on the page (and listed on stdout); the exit status is then 1. "
+         "differences of its own forward, or whose gradients of the model's walk disagree with finite differences of the "
+         "loss through model_forward, is marked failing on the page (and listed on stdout); the exit status is then 1. "
          "In a handout the run stops at the first function not written yet (\"not implemented: ...\"): the text stops "
-         "there, but the page is still written, saying where the run stopped, checking every backward box alone (on "
-         "random inputs where the run did not reach it) and marking those that need a stub \"not implemented yet\"; "
-         "exit status 0 when no box fails, 1 when one does.", cmd_explain},
+         "there, but the page is still written, saying where the run stopped, checking every backward box the walk did "
+         "not reach alone (on random inputs where the forward did not reach it) and marking those that need a stub "
+         "\"not implemented yet\"; exit status 0 when no box fails, 1 when one does.", cmd_explain},
         {"grad", "inspect", "write the gradient of the loss on a few tokens to a safetensors file",
          {{"checkpoint", "FILE  the model (required)"},
           {"tokens", "IDS  token ids, comma-separated (required)"},
