@@ -11629,7 +11629,9 @@ struct ExplainPageWriter {
               << ", the run meets a stub (" << html_text(ck.missing) << ")";
         else
             h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
-              << "</b> (" << html_text(ck.function) << " against central differences of its forward" << on << "): " << ck.entries << " entries compared; ";
+              << "</b> (" << html_text(ck.function)
+              << (ck.composition.empty() && ck.input < 0 ? " against central differences of its forward" : ": the walk's gradients against central differences of the loss")
+              << on << "): " << ck.entries << " entries compared; ";
         if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
         if (!ck.tensor.empty())
             h << "worst: " << html_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
