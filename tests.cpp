@@ -11736,7 +11736,7 @@ TEST_CASE("browser: explain --html's page#bN in headless Chromium: box N at the 
     const std::string abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
     m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4,1,5 --html " + abs + "/page.html");
     std::string html = m_read(abs + "/page.html");
-    REQUIRE(m_count(html, "<section id=\"b") == 48);
+    REQUIRE(m_count(html, "<section id=\"b") == 50);  // b40 is far down: its box must be scrolled to
     const std::size_t body = html.rfind("</body>");
     REQUIRE(body != std::string::npos);
     html.insert(body, "<pre id=\"probe\"></pre><script>window.addEventListener('load',function(){var t=document.getElementById('b40').getBoundingClientRect();"
@@ -13395,6 +13395,7 @@ TEST_CASE("handout: a wrong solution of every assignment fails make check in at 
     struct Planted {
         int assignment;
         std::string function, mistake, right, wrong;
+        std::string preset = "";  // also explain --html on this preset: the page fails in the function's box first
     };
     const std::vector<Planted> planted = {
         {1, "Embedding_backward", "an add written as an assignment", "j < H; j++) w[j] += d[j];", "j < H; j++) w[j] = d[j];"},
@@ -13403,10 +13404,11 @@ TEST_CASE("handout: a wrong solution of every assignment fails make check in at 
         {3, "Attention_backward", "an operand not transposed", "    dK = matmul_tn(dS, Q);\n}", "    dK = matmul(dS, Q);\n}"},
         {4, "post_ln_block_backward", "the residual's gradient dropped",
          "    Tensor<T> dX = MultiHeadSA_backward(k.attn_in, w.attn, k.attn, da, g.attn);\n    add_inplace(dX, dv);\n",
-         "    Tensor<T> dX = MultiHeadSA_backward(k.attn_in, w.attn, k.attn, da, g.attn);\n"},
+         "    Tensor<T> dX = MultiHeadSA_backward(k.attn_in, w.attn, k.attn, da, g.attn);\n", "tiny-bert"},
         {4, "blocks_backward", "the layers walked forwards", "    for (int l = c.L - 1; l >= 0; l--) {\n        trace_backward(k.trace, Stage::X, l + 1, dX);",
-         "    for (int l = 0; l < c.L; l++) {\n        trace_backward(k.trace, Stage::X, l + 1, dX);"},
-        {4, "embed_backward", "the segment rows swapped", "T* w = t == 0 ? g.w_A.ptr() : g.w_B.ptr();", "T* w = t == 0 ? g.w_B.ptr() : g.w_A.ptr();"},
+         "    for (int l = 0; l < c.L; l++) {\n        trace_backward(k.trace, Stage::X, l + 1, dX);", "tiny-gpt2"},
+        {4, "embed_backward", "the segment rows swapped", "T* w = t == 0 ? g.w_A.ptr() : g.w_B.ptr();", "T* w = t == 0 ? g.w_B.ptr() : g.w_A.ptr();",
+         "tiny-bert"},
         {5, "xlnet_loss", "a gradient never written", "                (*dw)[j] += dq[j];\n", ""},
         {6, "adamw_step", "a constant computed like its neighbour's", "const float c2 = (float)(1.0 / (1.0 - math::pow_int(opt.beta2, opt.t)));",
          "const float c2 = (float)(1.0 / (1.0 - math::pow_int(opt.beta1, opt.t)));"}};
@@ -13417,6 +13419,11 @@ TEST_CASE("handout: a wrong solution of every assignment fails make check in at 
                          " && cp build/toolchain.key build/tests.o " + dir + "/build/").c_str()) == 0);
     const std::string solution = m_read("transformer.cpp");
     const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C " + dir;
+    char path[PATH_MAX];
+    REQUIRE(realpath("build/main.o", path));
+    const std::string main_o = path;
+    REQUIRE(realpath("build/transformer-machinery.o", path));
+    const std::string machinery = path;
     for (const Planted& m : planted) {
         CAPTURE(m.assignment);
         CAPTURE(m.function);
@@ -13445,6 +13452,34 @@ TEST_CASE("handout: a wrong solution of every assignment fails make check in at 
         CHECK_MESSAGE(m_contains(first_case, m.function), "the first failing case, shown first, does not name " << m.function << ":\n" << report);
         if (m.assignment == 4)
             CHECK_MESSAGE(m_contains(first_case, "first wrong: " + m.function), "the first case does not say \"first wrong: " << m.function << "\":\n" << report);
+        if (m.preset.empty()) continue;
+        // The page of the same answer: Part I (where the mistake is) compiled at -Og, linked with this
+        // build's machinery and main.o; the first box failing on its own is the function's.
+        const std::string build = "cd " + dir + " && g++ -std=c++17 -Og -ffp-contract=off -fno-trapping-math -fno-math-errno -DTF_COLD_O0 "
+                                  "-DTF_ONLY_MATHEMATICS -c -o mathematics.o transformer.cpp && g++ -o transformer mathematics.o " + machinery + " " + main_o;
+        REQUIRE_MESSAGE(std::system((build + " > build.log 2>&1").c_str()) == 0, m_read(dir + "/build.log"));
+        const Config c = preset(m.preset);
+        const Batch b = m_explain_batch(c);
+        std::string ids, masked;
+        for (int t : b.tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+        for (int i = 0; i < b.n; i++)
+            if (!is_causal(c.variant) && b.targets[i] >= 0) masked += (masked.empty() ? "" : ",") + std::to_string(i + 1);
+        const std::string cmd = "cd " + dir + " && ./transformer explain --preset " + m.preset + " --tokens " + ids +
+                                (c.variant == Variant::bert ? " --segments 0,0,0,0,1,1" : "") + (masked.empty() ? "" : " --masked " + masked) +
+                                " --html page.html > explain.out 2>&1";
+        CHECK(WEXITSTATUS(std::system(cmd.c_str())) == 1);
+        const Json j = m_page_json(m_read(dir + "/page.html"));
+        std::string own;  // the first box failing on its own: not through a callee or the gradient it receives
+        for (const Json& box : j.get("boxes")->arr) {
+            const Json* ck = box.get("check");
+            if (!ck || ck->get("pass")->type != Json::boolean || ck->get("pass")->b) continue;
+            if (ck->get("callee")->type == Json::null && ck->get("input")->type == Json::null) {
+                own = ck->get("function")->str;
+                break;
+            }
+        }
+        CHECK_MESSAGE(own == m.function, "explain --html on " << m.preset << ": the first box failing on its own is " << own << "'s, expected "
+                                                               << m.function << "'s:\n" << m_read(dir + "/explain.out"));
     }
 }
 

@@ -9740,11 +9740,16 @@ static void link_callees(std::vector<ExplainStep>& steps) {
     }
 }
 
-// ---- The walk's stages: each gradient the backward reports, against the loss's finite differences ----
+// ---- The walk's stages: each gradient the backward reports, against finite differences of its line ----
 // explain and make check's stage walk observe model_loss through a Trace (transformer.hpp): a
 // StageRecord keeps every stage's value in the forward's order and the gradient the backward
-// reports for it; a StageNudge moves one entry of one stage as the forward passes it, so that a
-// central difference of the loss through the same walk checks that gradient.
+// reports for it. A StageNudge then checks one stage's gradient on its own line of the backward: it
+// moves one entry of that stage as the forward passes it and, at every later stage, adds <reported
+// gradient, value - recorded value> and puts the recorded value back, so that nothing beyond a
+// later stage moves. Its central difference is the chain rule through the stages the moved one
+// feeds directly, with the gradients the backward reported for them (the loss's own gradient is 1):
+// what that stage's line must compute. A wrong line fails there alone; the lines below it, given
+// the wrong gradient, still pass.
 template <typename T>
 struct StageRecord : Trace {
     using Trace::backward;
@@ -9768,12 +9773,31 @@ struct StageRecord : Trace {
 };
 struct StageNudge : Trace {
     using Trace::forward;
-    Stage s = Stage::X;
-    int l = 0;
-    std::size_t j = 0;
+    const StageRecord<double>& rec;
+    int target = -1;     // the stage moved (an index into rec.seen); -1: a parameter is moved instead
+    std::size_t j = 0;   // its entry moved by d
     double d = 0;
-    void forward(Stage seen_s, int seen_l, Tensor<double>& value) override {
-        if (seen_s == s && seen_l == l) value[j] += d;
+    bool past = false;   // the walk has passed the moved stage (a parameter: from the start)
+    double sum = 0;      // over the later stages: <reported gradient, value - recorded value>
+    std::size_t at = 0;  // the next stage of rec.seen, as the forward reports them in the same order
+    explicit StageNudge(const StageRecord<double>& r) : rec(r) {}
+    void forward(Stage s, int l, Tensor<double>& value) override {
+        const std::size_t k = at++;
+        if (k >= rec.seen.size() || rec.seen[k].s != s || rec.seen[k].l != l) throw Error("explain: the walk's stages came in another order than recorded");
+        if ((int)k == target) {
+            value[j] += d;
+            past = true;
+            return;
+        }
+        const StageSeen<double>& st = rec.seen[k];
+        if (!past) return;
+        if (s == Stage::loss) {
+            sum += value[0] - st.value[0];
+            return;
+        }
+        if (st.gradient.empty() || st.gradient.shape != value.shape) return;  // no gradient of its own (a mask): it passes unchanged
+        for (std::size_t i = 0; i < value.size(); i++) sum += st.gradient[i] * (value[i] - st.value[i]);
+        value = st.value;
     }
 };
 
@@ -9829,29 +9853,33 @@ StageSource stage_source(const Config& c, Stage s, int l) {
     return {"model_backward", "", ""};
 }
 
-// The gradient stage st reports (st.gradient) against central differences of the loss with that
-// stage's value moved in the forward: loss(nullptr, &nudge) runs the walk again.
-ExplainGradient stage_check(const WalkLoss& loss, const StageSeen<double>& st, const std::string& name, const std::string& formula, int per,
-                            Rng& r, double h, double tol, int fold) {
-    StageNudge nudge;
-    nudge.s = st.s, nudge.l = st.l;
+// Stage k's gradient (as rec holds it) against central differences of its line (StageNudge):
+// loss(nullptr, &nudge) runs the walk again.
+ExplainGradient stage_check(const WalkLoss& loss, const StageRecord<double>& rec, std::size_t k, const std::string& name,
+                            const std::string& formula, int per, Rng& r, double h, double tol, int fold) {
+    const StageSeen<double>& st = rec.seen[k];
     auto moved = [&](std::size_t j, double d) {
-        nudge.j = j, nudge.d = d;
-        return loss(nullptr, &nudge);
+        StageNudge nudge(rec);
+        nudge.target = (int)k, nudge.j = j, nudge.d = d;
+        loss(nullptr, &nudge);
+        return nudge.sum;
     };
     ExplainGradient g = fd_gradient(moved, name, formula, st.value.shape, st.gradient, per, r, h, tol, fold);
     g.model = true;
     return g;
 }
-// A parameter's gradient ana (of the whole walk) against central differences of the loss with x moved.
-ExplainGradient parameter_check(const WalkLoss& loss, Tensor<double>& x, const Tensor<double>& ana, const std::string& name,
-                                const std::string& formula, int per, Rng& r, double h, double tol, int fold) {
+// A parameter's gradient ana (of the whole walk) against central differences of the stages it
+// feeds directly, with their reported gradients (StageNudge), x moved in place.
+ExplainGradient parameter_check(const WalkLoss& loss, const StageRecord<double>& rec, Tensor<double>& x, const Tensor<double>& ana,
+                                const std::string& name, const std::string& formula, int per, Rng& r, double h, double tol, int fold) {
     auto moved = [&](std::size_t j, double d) {
         const double x0 = x[j];
         x[j] = x0 + d;
-        const double v = loss(nullptr, nullptr);
+        StageNudge nudge(rec);
+        nudge.past = true;
+        loss(nullptr, &nudge);
         x[j] = x0;
-        return v;
+        return nudge.sum;
     };
     ExplainGradient g = fd_gradient(moved, name, formula, x.shape, ana, per, r, h, tol, fold);
     g.model = true;
@@ -9946,7 +9974,7 @@ static bool walk_stages(const Config& c, const Batch& b, const WalkLoss& loss, c
         const StageSource src = stage_source(c, st.s, st.l);
         const std::string name = stage_gradient_name(c, st.s, st.l);
         const int layer = walk_layer(c, st.s, st.l);
-        const ExplainGradient eg = stage_check(loss, st, name, src.line, per, r, h, tol, 8);
+        const ExplainGradient eg = stage_check(loss, rec, k, name, src.line, per, r, h, tol, 8);
         if (layer != right_layer && !right.empty()) out.push_back("  right  " + right);
         if (layer != right_layer) right = layer ? "layer " + std::to_string(layer) + ": " : "";
         if (eg.pass) {
@@ -9960,7 +9988,7 @@ static bool walk_stages(const Config& c, const Batch& b, const WalkLoss& loss, c
         out.push_back("first wrong: " + src.composer + of_layer(c, layer) + " (" + composer_section(c, src.composer) + "), its " + src.line +
                       (src.module.empty() ? "" : " (" + src.module + " is checked on its own by its cases)") + "; the stages above it are right");
         out.push_back("  " + name + ", entry " + entry_at(shape, eg.at) + " of " + shape_str(shape) + " (counted from 1): expected " + num(eg.num, "%.6g") +
-                      " (central finite difference of the loss through the walk), got " + num(eg.ana, "%.6g"));
+                      " (central finite difference of its line), got " + num(eg.ana, "%.6g"));
         const std::vector<RelatedGradient> others(before.end() - std::min<std::size_t>(before.size(), 8), before.end());
         const std::string why = explain_relation(eg, others, likely_factors(c, b.n), tol);
         if (!why.empty()) out.push_back("  " + why);
@@ -9980,7 +10008,7 @@ static void walk_parameters(const Config& c, Params<double>& p, const Batch& b, 
     auto G = named_tensors(c, const_cast<Params<double>&>(g));
     for (std::size_t t = 0; t < P.size(); t++) {
         const std::string& name = P[t].name;
-        const ExplainGradient eg = parameter_check(loss, *P[t].tensor, *G[t].tensor, name, "", per, r, h, tol, 8);
+        const ExplainGradient eg = parameter_check(loss, rec, *P[t].tensor, *G[t].tensor, name, "", per, r, h, tol, 8);
         if (eg.pass) continue;
         std::string f = "model_backward";
         if (name.rfind("layers.", 0) == 0) f = is_pre_ln(c.variant) ? "pre_ln_block_backward" : "post_ln_block_backward";
@@ -10008,7 +10036,7 @@ static void walk_parameters(const Config& c, Params<double>& p, const Batch& b, 
         out.push_back("first wrong: " + f + of_layer(c, name.rfind("layers.", 0) == 0 ? std::atoi(name.c_str() + 7) + 1 : 0) + " (" + composer_section(c, f) +
                       "), its gradient of " + name + "; every stage's gradient is right");
         out.push_back("  entry " + entry_at(P[t].tensor->shape, eg.at) + " of " + shape_str(P[t].tensor->shape) + " (counted from 1): expected " +
-                      num(eg.num, "%.6g") + " (central finite difference of the loss through the walk), got " + num(eg.ana, "%.6g"));
+                      num(eg.num, "%.6g") + " (central finite difference of the stages it feeds), got " + num(eg.ana, "%.6g"));
         return;
     }
     out.push_back("(every stage and every parameter agrees with the finite differences here)");
@@ -10025,7 +10053,8 @@ std::vector<std::string> locate_backward(const Config& c, Params<double>& p, con
     }
     const std::string order = walk_order(c, rec);
     if (!order.empty()) return {order};
-    std::vector<std::string> out = {"The backward from the loss down, each stage against central differences of the loss through the walk (h = 1e-5):"};
+    std::vector<std::string> out = {"The backward from the loss down, each stage's gradient against central differences of its line (the stage moved in "
+                                    "the walk's forward, the stages it feeds taken with their reported gradients; h = 1e-5):"};
     Rng r(seed);
     if (walk_stages(c, b, loss, rec, r, out)) walk_parameters(c, p, b, loss, rec, g, r, out);
     return out;
@@ -10085,6 +10114,9 @@ struct ExplainRun : Trace {
     bool input_pass = true;
     std::set<std::string> checked_functions;  // the module backwards some box checked
     std::vector<RelatedGradient> walk_before;  // the walk's gradients checked so far, for the relations
+    std::vector<std::size_t> due;  // the forward's stages in reverse, as the backward must report them
+    std::size_t next_due = 0;
+    std::string out_of_order, out_of_order_function;  // the first stage reported out of that order, and who reports it
     // The embedding's terms as the boxes show them.
     Tensor<T> E, Wp, t0, t1, sum;  // OneHot(x) W_e; the position rows; 1 - t and t; E with emb_ln
     std::vector<int> pos;
@@ -10167,6 +10199,7 @@ struct ExplainRun : Trace {
     }
     void backward(Stage s, int l, Tensor<T>& gradient) override {
         shown.backward(s, l, gradient);
+        due_order(s, l);
         pending.push_back({s, l});
         const bool last = l == c.L;
         switch (s) {
@@ -10190,6 +10223,25 @@ struct ExplainRun : Trace {
             case Stage::embedding: backward_embedding_ln_box(gradient); break;
             default: break;  // a branch's dropout: its gradient is checked in the box after it
         }
+    }
+
+    // The backward reports the forward's stages in reverse (as locate_backward checks it); the first
+    // one out of that order is named, with the function that walks them.
+    void due_order(Stage s, int l) {
+        if (due.empty())
+            for (std::size_t k = shown.seen.size(); k-- > 0;)
+                if (shown.seen[k].s != Stage::mask && shown.seen[k].s != Stage::loss) due.push_back(k);
+        if (!out_of_order.empty() || next_due >= due.size()) return;
+        const StageSeen<T>& want = shown.seen[due[next_due]];
+        if (want.s == s && want.l == l) {
+            next_due++;
+            return;
+        }
+        const std::string got = stage_gradient_name(c, s, l), wanted = stage_gradient_name(c, want.s, want.l);
+        out_of_order_function = want.l != l ? "blocks_backward" : stage_source(c, want.s, want.l).composer;
+        out_of_order = want.l != l ? "the layers' gradients arrive out of order: " + got + " comes where " + wanted +
+                                         " was due (blocks_backward walks from layer L down to 1, each block taking the gradient of the one above)"
+                                   : got + " comes where " + wanted + " was due (" + stage_source(c, want.s, want.l).line + ")";
     }
 
     // The input box and OneHot(x) W_e; the embedding's other terms, for the boxes after them.
@@ -10392,7 +10444,7 @@ struct ExplainRun : Trace {
             const int at = record.find(sl.first, sl.second);
             if (at < 0 || record.seen[(std::size_t)at].gradient.empty()) continue;
             const StageSource src = stage_source(c, sl.first, sl.second);
-            walked.push_back(stage_check(loss, record.seen[(std::size_t)at], stage_gradient_name(c, sl.first, sl.second) + " (the loss's)",
+            walked.push_back(stage_check(loss, record, (std::size_t)at, stage_gradient_name(c, sl.first, sl.second) + " (its line's)",
                                          src.line, stage_entries, rr, ck.h, ck.tol, fold));
             stages_pass &= walked.back().pass;
             any_stage = true;
@@ -10403,7 +10455,7 @@ struct ExplainRun : Trace {
         for (const std::string& name : parameters)
             for (std::size_t t = 0; t < P.size(); t++)
                 if (P[t].name == name)
-                    walked.push_back(parameter_check(loss, *P[t].tensor, *G[t].tensor, "d" + parameter_symbol(name) + " (the loss's)",
+                    walked.push_back(parameter_check(loss, record, *P[t].tensor, *G[t].tensor, "d" + parameter_symbol(name) + " (its line's)",
                                                      "d" + parameter_symbol(name) + " accumulated by " + composer, per, rr, ck.h, ck.tol, fold));
         bool walk_pass = true;
         for (const ExplainGradient& g : walked) {
@@ -10421,22 +10473,29 @@ struct ExplainRun : Trace {
                 walk_before.push_back({stage_gradient_name(c, sl.first, sl.second), "of the walk", record.seen[(std::size_t)at].gradient.shape,
                                        record.seen[(std::size_t)at].gradient.ptr(), record.seen[(std::size_t)at].gradient.size()});
         }
-        if (!walk_pass && ck.missing.empty()) {
+        if (!out_of_order.empty() && !out_of_order_function.empty() && ck.missing.empty()) {  // the first box after the walk left its order
+            ck.function = out_of_order_function;
+            ck.composition = "The backward reports its stages out of the forward's order: " + out_of_order;
+            ck.problem = out_of_order;
+            ck.pass = false;
+            out_of_order_function.clear();
+            walk_pass = false;
+            stages_pass = false;
+        } else if (!walk_pass && ck.missing.empty()) {
             if (module_pass) {
                 for (const ExplainGradient& g : ck.gradients)
                     if (!g.pass && (ck.pass || g.err > ck.err)) {
                         ck.tensor = g.name, ck.shape = g.shape, ck.at = g.at, ck.num = g.num, ck.ana = g.ana, ck.err = g.err, ck.problem = g.problem;
                         ck.pass = false;
                     }
-                if (input_box >= 0 && !input_pass) {
-                    ck.input = input_box;
-                } else {
+                {
                     std::string failing;
                     for (const ExplainGradient& g : ck.gradients)
                         if (!g.pass) failing += (failing.empty() ? "" : ", ") + g.name.substr(0, g.name.find(' '));
-                    ck.composition = (module ? ck.function + " passes on its own, and the gradient coming in passes; " : std::string("The gradient coming in passes; ")) +
-                                     failing + " of the walk " + (failing.find(',') == std::string::npos ? "does" : "do") + " not: the mistake is in how " +
-                                     composer + " joins its parts (a term, a path or a factor of its line)";
+                    ck.composition = (module ? ck.function + " passes on its own; " : std::string()) + failing + " of the walk " +
+                                     (failing.find(',') == std::string::npos ? "does" : "do") + " not agree with " +
+                                     (failing.find(',') == std::string::npos ? "its line" : "their lines") + ": the mistake is in how " + composer +
+                                     " joins its parts (a term, a path or a factor of its line)";
                     ck.function = composer;
                 }
             }
@@ -11535,9 +11594,10 @@ struct ExplainPageWriter {
              "with central finite differences (s(x + h) &minus; s(x &minus; h)) / 2h, h = 1e-6, at every entry of a small gradient "
              "(of a large one, the entry of largest |g| and entries drawn at random); an entry passes if |num &minus; g| &le; 1e-6 max(1, |g|). "
              "And the walk: each gradient the model's own backward (model_backward) reports since the box before, and the parameters the box names, "
-             "marked <i>(the loss's)</i>, against central differences of the loss with that intermediate or parameter moved in the model's own forward "
-             "(model_forward, in double). Where the function passes alone and a gradient of the walk fails, the box fails in the function that "
-             "joins the parts (pre_ln_block_backward, model_backward, ...); where the gradient it receives already failed, it fails through that box. "
+             "marked <i>(its line's)</i>, against central differences of its line: that intermediate (or parameter) moved in the model's own forward "
+             "(model_forward, in double), the stages it feeds directly taken with the gradients the backward reported for them, nothing beyond them moving. "
+             "Where the function passes alone and a gradient of the walk fails, the box fails in the function that joins the parts "
+             "(pre_ln_block_backward, model_backward, ...); a wrong line fails in its box alone. "
              "Heat maps: red positive, blue negative, white 0, scaled to each tensor's largest |value|; probabilities (P, Y = Softmax(Z), "
              "the masks) white 0 to blue 1; hatched: masked; tensors of up to " << NUMBERED << " x " << NUMBERED << " values print them in their cells; "
              "a cell's title gives its (i, j) and, where the cell does not print it, its value (or focus the map and use the arrow keys). Keys: n / p next / previous box, "
@@ -11630,7 +11690,7 @@ struct ExplainPageWriter {
         else
             h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
               << "</b> (" << html_text(ck.function)
-              << (ck.composition.empty() && ck.input < 0 ? " against central differences of its forward" : ": the walk's gradients against central differences of the loss")
+              << (ck.composition.empty() && ck.input < 0 ? " against central differences of its forward" : ": the walk's gradients against central differences of their lines")
               << on << "): " << ck.entries << " entries compared; ";
         if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
         if (!ck.tensor.empty())
