@@ -11317,6 +11317,15 @@ TEST_CASE("explain --html: a compound operator (+=, <=, ...) is one <mo>, a hyph
 // Headless Chromium opens the page of every variant: no console message, no request made by the
 // page (the net log's requests with an initiator: the browser's own have none), and the page's
 // script reports as many laid-out boxes and <math> elements as explain prints boxes.
+// The test directory m_path(name), made, as an absolute path (Chromium opens file:// URLs).
+std::string m_abs_dir(const std::string& name) {
+    const std::string dir = m_path(name);
+    ::mkdir(dir.c_str(), 0755);
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd));
+    return dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
+}
+
 TEST_CASE("browser: explain --html's page of every variant renders in headless Chromium, each box and its MathML, offline") {
     std::string browser;
     for (const char* b : {"chromium", "chromium-browser", "google-chrome"})
@@ -11325,11 +11334,7 @@ TEST_CASE("browser: explain --html's page of every variant renders in headless C
         FAIL_CHECK("no browser: this case needs headless Chromium (Debian: apt-get install chromium; .ci/run installs it)");
         return;
     }
-    const std::string dir = m_path("browser");
-    ::mkdir(dir.c_str(), 0755);
-    char cwd[4096];
-    REQUIRE(::getcwd(cwd, sizeof cwd));
-    const std::string abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
+    const std::string abs = m_abs_dir("browser");
     for (const std::string v : {"gpt", "gpt2", "gpt3", "bert", "roberta"}) {
         CAPTURE(v);
         const std::string page = abs + "/" + v + ".html", profile = abs + "/profile-" + v, net = abs + "/net-" + v + ".json";
@@ -11349,7 +11354,7 @@ TEST_CASE("browser: explain --html's page of every variant renders in headless C
                                 " --dump-dom 'file://" + page + "?rendered' > " + abs + "/dom-" + v + ".html 2> " + abs + "/log-" + v + ".txt";
         INFO("command: " << cmd);
         REQUIRE(std::system(cmd.c_str()) == 0);
-        const std::string dom = m_read(dir + "/dom-" + v + ".html"), log = m_read(dir + "/log-" + v + ".txt");
+        const std::string dom = m_read(abs + "/dom-" + v + ".html"), log = m_read(abs + "/log-" + v + ".txt");
         // The page's script ran and counted what the browser laid out.
         CHECK(m_contains(dom, "data-rendered=\"boxes " + std::to_string(boxes) + ", math " + std::to_string(boxes) + "\""));
         CHECK(m_count(dom, "<section id=\"b") == boxes);
@@ -11418,25 +11423,22 @@ static std::string m_browser() {
 std::string m_browser_probe(const std::string& page, const std::string& probe_js, int width, const std::string& name, const std::string& flags = "") {
     const std::string browser = m_browser();
     if (browser.empty()) return "";
-    char cwd[4096];
-    REQUIRE(::getcwd(cwd, sizeof cwd));
-    const std::string dir = m_path("probe-" + name), abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
-    ::mkdir(dir.c_str(), 0755);
+    const std::string abs = m_abs_dir("probe-" + name);
     std::string html = m_read(page);
     const std::size_t end = html.rfind("</body>");
     REQUIRE(end != std::string::npos);
     html.insert(end, "<pre id=\"probe\"></pre><script>\n(function(){var out={};\n"
                      "[].forEach.call(document.querySelectorAll('section.box'),function(s){s.style.contentVisibility='visible';});\n" +
                          probe_js + "\ndocument.getElementById('probe').textContent=JSON.stringify(out);})();\n</script>\n");
-    m_write(dir + "/page.html", html);
+    m_write(abs + "/page.html", html);
     if (m_chromium_dom(browser, "file://" + abs + "/page.html", abs + "/dom.html", abs + "/profile", width, flags) != 0) {
-        FAIL_CHECK("Chromium failed on " << abs << "/page.html: " << m_read(dir + "/dom.html.log"));
+        FAIL_CHECK("Chromium failed on " << abs << "/page.html: " << m_read(abs + "/dom.html.log"));
         return "";
     }
-    const std::string dom = m_read(dir + "/dom.html");
+    const std::string dom = m_read(abs + "/dom.html");
     const std::size_t a = dom.find("<pre id=\"probe\">"), b = dom.find("</pre>", a);
     if (a == std::string::npos || b == std::string::npos || b == a + 16) {
-        FAIL_CHECK("the probe wrote nothing into the page Chromium laid out: " << dir << "/dom.html, " << dir << "/dom.html.log");
+        FAIL_CHECK("the probe wrote nothing into the page Chromium laid out: " << abs << "/dom.html, " << abs << "/dom.html.log");
         return "";
     }
     std::string js = dom.substr(a + 16, b - a - 16);
@@ -11448,11 +11450,7 @@ std::string m_browser_probe(const std::string& page, const std::string& probe_js
 TEST_CASE("browser: explain --html's page at 1400 px: no formula overflows its box or scrolls, each id once, every figure renders alone") {
     const std::string browser = m_browser();
     if (browser.empty()) return;
-    const std::string dir = m_path("browser-layout");
-    ::mkdir(dir.c_str(), 0755);
-    char cwd[4096];
-    REQUIRE(::getcwd(cwd, sizeof cwd));
-    const std::string abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
+    const std::string abs = m_abs_dir("browser-layout");
     for (const std::string v : {"gpt2", "bert"}) {
         CAPTURE(v);
         const std::string page = abs + "/" + v + ".html";
@@ -11729,11 +11727,7 @@ TEST_CASE("browser: explain --html's page#bN in headless Chromium: box N at the 
     // (#4c8bf5) from the picture's top, and text and heat maps right of the contents.
     const std::string browser = m_browser();
     if (browser.empty()) return;
-    const std::string dir = m_path("browser-fragment");
-    ::mkdir(dir.c_str(), 0755);
-    char cwd[4096];
-    REQUIRE(::getcwd(cwd, sizeof cwd));
-    const std::string abs = dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
+    const std::string abs = m_abs_dir("browser-fragment");
     m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4,1,5 --html " + abs + "/page.html");
     std::string html = m_read(abs + "/page.html");
     REQUIRE(m_count(html, "<section id=\"b") == 50);  // b40 is far down: its box must be scrolled to
