@@ -9936,20 +9936,26 @@ static int walk_layer(const Config& c, Stage s, int l) {
 static std::string of_layer(const Config& c, int l) { return l >= 1 && l <= c.L ? " of layer " + std::to_string(l) : std::string(); }
 
 // The backward must report the forward's stages in reverse (the masks and the loss have no
-// gradient): "" when it does, else make check's line naming the function that does not.
+// gradient; a stage it does not report, as a backward written without its trace_backward lines, is
+// passed over): "" when it does, else make check's line naming the function that does not.
 static std::string walk_order(const Config& c, const StageRecord<double>& rec) {
     std::vector<std::size_t> expected;
     for (std::size_t k = rec.seen.size(); k-- > 0;)
         if (rec.seen[k].s != Stage::mask && rec.seen[k].s != Stage::loss) expected.push_back(k);
-    for (std::size_t a = 0; a < expected.size(); a++) {
-        if (a < rec.backward_order.size() && rec.backward_order[a] == expected[a]) continue;
-        const StageSeen<double>& want = rec.seen[expected[a]];
+    std::vector<bool> reported(rec.seen.size(), false);
+    for (std::size_t k : rec.backward_order) reported[k] = true;
+    std::size_t next = 0;
+    for (std::size_t got_k : rec.backward_order) {
+        std::size_t k = next;
+        while (k < expected.size() && expected[k] != got_k && !reported[expected[k]]) k++;  // passed over: never reported
+        if (k < expected.size() && expected[k] == got_k) {
+            next = k + 1;
+            continue;
+        }
+        const StageSeen<double>& got = rec.seen[got_k];
+        const StageSeen<double>& want = rec.seen[expected[std::min(next, expected.size() - 1)]];
         const StageSource src = stage_source(c, want.s, want.l);
         const std::string wanted = stage_gradient_name(c, want.s, want.l) + of_layer(c, walk_layer(c, want.s, want.l));
-        if (a >= rec.backward_order.size())
-            return "first wrong: " + src.composer + " (" + composer_section(c, src.composer) + "): the backward never reports " + wanted + " (" +
-                   src.line + "); the stages above it arrive in order";
-        const StageSeen<double>& got = rec.seen[rec.backward_order[a]];
         const std::string arrived = stage_gradient_name(c, got.s, got.l) + of_layer(c, walk_layer(c, got.s, got.l));
         if (got.l != want.l)
             return "first wrong: blocks_backward (§18, §19): the layers' gradients arrive out of order: " + arrived + " comes where " + wanted +
@@ -10107,7 +10113,8 @@ struct ExplainRun : Trace {
     bool boundaries_only = false;
     bool backward_started = false;
     bool alone = false;            // past a stub: the boxes are checked alone, without the walk's gradients
-    int lowest_started;            // the lowest layer whose backward boxes the walk wrote (L + 1: none)
+    bool boxed_loss = false, boxed_output = false, boxed_ln_f = false, boxed_emb_ln = false;  // written by the walk
+    std::set<int> layers_boxed;    // the layers whose backward boxes the walk began to write
     int masks_shown = 0, masks_seen = 0, blocks_shown = 0;
     std::vector<std::pair<Stage, int>> pending;  // stages reported since the last backward box
     int input_box = -1;            // the last box with a gradient of the walk, and whether it passed
@@ -10134,7 +10141,7 @@ struct ExplainRun : Trace {
         : c(c_), p(p_), batch(batch_), detail(detail_), n(batch_.n), pre(is_pre_ln(c_.variant)), seg(has_segments(c_.variant)),
           ffn(c_.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU"), w{c_, batch_.n, values, {}, detail_},
           checking(detail_ && detail_->check), fold(detail_ ? detail_->fold : 64), factors(likely_factors(c_, batch_.n)),
-          bw(detail_ ? detail_->backwards : no_replacements), lowest_started(c_.L + 1), nH{batch_.n, c_.H}, nD{batch_.n, c_.D} {
+          bw(detail_ ? detail_->backwards : no_replacements), nH{batch_.n, c_.H}, nD{batch_.n, c_.D} {
         for (int i = 0; i < n; i++) rows.push_back(i);
         XL = "X^(" + std::to_string(c.L) + ")";
         XF = pre ? "X_f" : XL;
@@ -10182,8 +10189,7 @@ struct ExplainRun : Trace {
             if (!std::isnan(r.loss)) r.loss = CrossEntropy_logits(r.Z, batch.targets);  // the backward stopped: the loss as model_loss computed it
             if (masks_shown < masks_seen && blocks_shown == masks_shown) mask_box(masks_shown);
         }
-        if (r.stopped.empty()) backward_embedding_boxes();
-        else unreached_boxes();
+        boxes_not_walked();
     }
 
     void forward(Stage s, int l, Tensor<T>& value) override {
@@ -10232,11 +10238,18 @@ struct ExplainRun : Trace {
             for (std::size_t k = shown.seen.size(); k-- > 0;)
                 if (shown.seen[k].s != Stage::mask && shown.seen[k].s != Stage::loss) due.push_back(k);
         if (!out_of_order.empty() || next_due >= due.size()) return;
-        const StageSeen<T>& want = shown.seen[due[next_due]];
-        if (want.s == s && want.l == l) {
-            next_due++;
-            return;
+        // A stage the backward never reports (a backward written without its trace_backward lines;
+        // the walk in double, done first, says which) is passed over; one it reports later is due first.
+        auto reported = [&](const StageSeen<T>& st) { return !checking || record.find(st.s, st.l) < 0 || !record.seen[(std::size_t)record.find(st.s, st.l)].gradient.empty(); };
+        for (std::size_t k = next_due; k < due.size(); k++) {
+            const StageSeen<T>& st = shown.seen[due[k]];
+            if (st.s == s && st.l == l) {
+                next_due = k + 1;
+                return;
+            }
+            if (reported(st)) break;
         }
+        const StageSeen<T>& want = shown.seen[due[next_due]];
         const std::string got = stage_gradient_name(c, s, l), wanted = stage_gradient_name(c, want.s, want.l);
         out_of_order_function = want.l != l ? "blocks_backward" : stage_source(c, want.s, want.l).composer;
         out_of_order = want.l != l ? "the layers' gradients arrive out of order: " + got + " comes where " + wanted +
@@ -10521,6 +10534,7 @@ struct ExplainRun : Trace {
 
     void backward_loss_box(const Tensor<T>& gradient) {
         backward_started = true;
+        boxed_loss = true;
         dZ = gradient;
         w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
         check_box(at_logits(), [&] { return check_loss(at_logits() ? r.Z : drawn({n, c.V}), batch.targets, ++seed, fold); }, "model_loss");
@@ -10528,6 +10542,7 @@ struct ExplainRun : Trace {
     }
     // dZ back through the de-embedding or the masked-LM head to the rows that were de-embedded.
     void backward_output_box(const Tensor<T>& gradient) {
+        boxed_output = true;
         Params<T>& g = r.g;
         if (!c.mlm_head) {
             w.step(0, "Backward: output", "Z = " + XF + " W_e^T: dW_e += dZ^T " + XF + ", d" + XF + " = dZ W_e", "matmul_tn_acc, matmul (model_backward)");
@@ -10549,6 +10564,7 @@ struct ExplainRun : Trace {
         w.out("dW_e (so far)", "V x H", g.W_e);
     }
     void backward_ln_f_box(const Tensor<T>& gradient) {
+        boxed_ln_f = true;
         w.step(0, "Backward: Layers", "X_f = LayerNorm_f(" + XL + "): d" + XL + " = LayerNorm_backward(dX_f); " + ln_bwd, "LayerNorm_backward (ln_f, blocks_backward)");
         check_box(at_logits(), [&] { return check_layernorm(at_logits() ? k.X_L_in : drawn(nH), p.ln_f_gamma, p.ln_f_beta, c.eps, bw, ++seed, fold); }, "blocks_backward",
                   {"ln_f.gamma", "ln_f.beta"});
@@ -10602,9 +10618,7 @@ struct ExplainRun : Trace {
             }, "MultiHeadSA_backward");
         }
     }
-    void started(int l) {
-        if (!alone) lowest_started = std::min(lowest_started, l);
-    }
+    void started(int l) { layers_boxed.insert(l); }
 
     std::string in_block() const { return std::string(" (") + (pre ? "pre_ln_block_backward" : "post_ln_block_backward") + ")"; }
     std::string composer() const { return pre ? "pre_ln_block_backward" : "post_ln_block_backward"; }
@@ -10622,6 +10636,7 @@ struct ExplainRun : Trace {
         w.out("dU", "n x H", gradient);
     }
     void backward_post_ln_ffn_box(int l, const Tensor<T>& gradient) {
+        started(l);
         const std::string Xq = "X'^(" + std::to_string(l) + ")";
         const BlockCache<T>& kb = k.blocks[l - 1];
         w.step(0, layer_box(l), "U = " + ffn + "(" + Xq + ") + " + Xq + ": d" + Xq + " = " + ffn + "_backward(dU) + dU; " + ffn_bwd, "FFN_backward, add" + in_block());
@@ -10630,6 +10645,7 @@ struct ExplainRun : Trace {
         w.out("d" + Xq, "n x H", gradient);
     }
     void backward_post_ln_ln1_box(int l, const Tensor<T>& gradient) {
+        started(l);
         const std::string Xq = "X'^(" + std::to_string(l) + ")";
         const BlockCache<T>& kb = k.blocks[l - 1];
         const Layer<T>& pl = p.layers[l - 1];
@@ -10639,6 +10655,7 @@ struct ExplainRun : Trace {
         w.out("dS", "n x H", gradient);
     }
     void backward_post_ln_attention_box(int l, const Tensor<T>& gradient) {
+        started(l);
         const std::string Xp = "X^(" + std::to_string(l - 1) + ")";
         const BlockCache<T>& kb = k.blocks[l - 1];
         w.step(0, layer_box(l), "S = MultiHeadSA(" + Xp + ", Mask) + " + Xp + ": d" + Xp + " = MultiHeadSA_backward(dS) + dS; " + mhsa_bwd,
@@ -10660,6 +10677,7 @@ struct ExplainRun : Trace {
         w.out("dLayerNorm(" + Xq + ")", "n x H", gradient);
     }
     void backward_pre_ln_ln2_box(int l, const Tensor<T>& gradient) {
+        started(l);
         const std::string Xq = "X'^(" + std::to_string(l) + ")", Xl = "X^(" + std::to_string(l) + ")";
         const Layer<T>& pl = p.layers[l - 1];
         w.step(0, layer_box(l), "d" + Xq + " = d" + Xl + " + LayerNorm_backward(dLayerNorm(" + Xq + ")); " + ln_bwd, "LayerNorm_backward, add" + in_block());
@@ -10668,6 +10686,7 @@ struct ExplainRun : Trace {
         w.out("d" + Xq, "n x H", gradient);
     }
     void backward_pre_ln_attention_box(int l, const Tensor<T>& gradient) {
+        started(l);
         const std::string Xq = "X'^(" + std::to_string(l) + ")", Xp = "X^(" + std::to_string(l - 1) + ")";
         w.step(0, layer_box(l), Xq + " = MultiHeadSA(LayerNorm(" + Xp + "), Mask) + " + Xp + ": dLayerNorm(" + Xp + ") = MultiHeadSA_backward(d" + Xq + "); " + mhsa_bwd,
                "MultiHeadSA_backward (Concat_backward, Attention_backward)" + in_block());
@@ -10677,6 +10696,7 @@ struct ExplainRun : Trace {
         head_boxes(l, layer_box(l));
     }
     void backward_pre_ln_input_box(int l, const Tensor<T>& gradient) {
+        started(l);
         const std::string Xq = "X'^(" + std::to_string(l) + ")", Xp = "X^(" + std::to_string(l - 1) + ")";
         const Layer<T>& pl = p.layers[l - 1];
         w.step(0, layer_box(l), "d" + Xp + " = d" + Xq + " + LayerNorm_backward(dLayerNorm(" + Xp + ")); " + ln_grad, "LayerNorm_backward, add" + in_block());
@@ -10697,6 +10717,7 @@ struct ExplainRun : Trace {
 
     // The embedding LayerNorm's gradient (the released BERT's), then the embedding rows' and BERT's segment rows'.
     void backward_embedding_ln_box(const Tensor<T>& gradient) {
+        boxed_emb_ln = true;
         w.step(0, "Backward: Embedding LayerNorm", "X^(0) = LayerNorm_e(E): dE = LayerNorm_backward(dX^(0)), " + ln_bwd,
                "LayerNorm_backward (emb_ln, model_backward)");
         check_box(!sum.empty(), [&] { return check_layernorm(!sum.empty() ? sum : drawn(nH), p.gamma_e, p.beta_e, c.eps, bw, ++seed, fold); }, "model_backward",
@@ -10726,20 +10747,23 @@ struct ExplainRun : Trace {
         }
     }
 
-    // Past a handout's stub: every backward box the walk did not reach, each checked alone, without
-    // values (w.mute): on the run's inputs of it where the forward reached it, else on inputs drawn
-    // at random (fixed seeds) with the model's shapes; one that meets a stub is not implemented yet.
-    void unreached_boxes() {
+    // The backward boxes the walk did not write: past a handout's stub, or where a backward written
+    // without its trace_backward lines reports fewer stages (a student's own pre_ln_block_backward,
+    // say). Each is checked alone, without values (w.mute): on the run's inputs of it where the
+    // forward reached it, else on inputs drawn at random (fixed seeds) with the model's shapes; one
+    // that meets a stub is not implemented yet. Where the walk ran whole, a layer's parameters are
+    // still checked through it (on the stages it did report).
+    void boxes_not_walked() {
         pending.clear();
+        const bool whole = r.stopped.empty();
+        alone = !whole;
         w.mute = true;
-        alone = true;
         const Tensor<T> none;
-        if (!backward_started) {
-            backward_loss_box(none);
-            backward_output_box(none);
-            if (pre) backward_ln_f_box(none);
-        }
-        for (int l = lowest_started - 1; l >= 1; l--) {
+        if (!boxed_loss) backward_loss_box(none);
+        if (!boxed_output) backward_output_box(none);
+        if (pre && !boxed_ln_f) backward_ln_f_box(none);
+        for (int l = c.L; l >= 1; l--) {
+            if (layers_boxed.count(l)) continue;
             if (pre) {
                 backward_pre_ln_ffn_box(l, none);
                 backward_pre_ln_ln2_box(l, none);
@@ -10751,8 +10775,10 @@ struct ExplainRun : Trace {
                 backward_post_ln_ln1_box(l, none);
                 backward_post_ln_attention_box(l, none);
             }
+            if (whole) backward_layer_parameters_box(l);
         }
-        if (c.emb_ln) backward_embedding_ln_box(none);
+        if (c.emb_ln && !boxed_emb_ln) backward_embedding_ln_box(none);
+        w.mute = !whole;
         backward_embedding_boxes();
     }
 };
