@@ -13476,6 +13476,45 @@ TEST_CASE("handout: a wrong solution of every assignment fails make check in at 
         CHECK_MESSAGE(own == m.function, "explain --html on " << m.preset << ": the first box failing on its own is " << own << "'s, expected "
                                                                << m.function << "'s:\n" << m_read(dir + "/explain.out"));
     }
+    // A student's pre_ln_block_backward and blocks_backward written without their trace_backward lines
+    // (the handout's stubs have none): right, the page passes; with the residual's path dropped, it
+    // fails first in pre_ln_block_backward's box (its layer's parameters, through the stages reported).
+    auto without_trace = [&](const std::string& code, const std::string& function) {
+        const std::size_t a = code.find(function + "(");
+        const std::size_t b = code.find("\n}\n", a);
+        std::string body = code.substr(a, b - a), kept;
+        std::istringstream in(body);
+        for (std::string line; std::getline(in, line);)
+            if (!m_contains(line, "trace_backward(")) kept += line + "\n";
+        return code.substr(0, a) + kept.substr(0, kept.size() - 1) + code.substr(b);
+    };
+    const std::string untraced = without_trace(without_trace(solution, "static Tensor<T> pre_ln_block_backward"), "Tensor<T> blocks_backward");
+    const std::string dropped = "    add_inplace(dX, dX_mid);\n    return dX;";
+    REQUIRE(m_count(untraced, dropped) == 1);
+    for (const bool wrong : {false, true}) {
+        CAPTURE(wrong);
+        std::string code = untraced;
+        if (wrong) code.replace(code.find(dropped), dropped.size(), "    return dX;");
+        m_write(dir + "/transformer.cpp", code);
+        const std::string build = "cd " + dir + " && g++ -std=c++17 -Og -ffp-contract=off -fno-trapping-math -fno-math-errno -DTF_COLD_O0 "
+                                  "-DTF_ONLY_MATHEMATICS -c -o mathematics.o transformer.cpp && g++ -o transformer mathematics.o " + machinery + " " + main_o;
+        REQUIRE_MESSAGE(std::system((build + " > build.log 2>&1").c_str()) == 0, m_read(dir + "/build.log"));
+        const int st = std::system(("cd " + dir + " && ./transformer explain --preset tiny-gpt2 --tokens 3,1,4 --html page.html > explain.out 2>&1").c_str());
+        const std::string out = m_read(dir + "/explain.out");
+        CHECK_MESSAGE(WEXITSTATUS(st) == (wrong ? 1 : 0), out);
+        const Json j = m_page_json(m_read(dir + "/page.html"));
+        std::string own;
+        int checked = 0;
+        for (const Json& box : j.get("boxes")->arr) {
+            const Json* ck = box.get("check");
+            if (!ck) continue;
+            checked++;
+            if (own.empty() && ck->get("pass")->type == Json::boolean && !ck->get("pass")->b && ck->get("callee")->type == Json::null)
+                own = ck->get("function")->str;
+        }
+        CHECK_MESSAGE(checked == 22, "every backward box of tiny-gpt2 is still checked: expected 22, got " << checked << "\n" << out);
+        CHECK_MESSAGE(own == (wrong ? "pre_ln_block_backward" : ""), "the first box failing on its own: " << own << "\n" << out);
+    }
 }
 
 TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in Chromium each gradient row's verdict, a factor named, the callee first") {
