@@ -11721,7 +11721,7 @@ static MImage m_png_rgb(const std::string& png) {
 }
 
 TEST_CASE("browser: explain --html's page#bN in headless Chromium: box N at the top and focused, and the screenshot shows it") {
-    // page.html#b40 (of 48 boxes): the page scrolls <body> to the box, as the browser's own
+    // page.html#b40 (of 50 boxes): the page scrolls <body> to the box, as the browser's own
     // fragment scroll does, and keeps it there while the boxes around it are laid out. Chromium's
     // --screenshot draws the window's first screen of the document (blank when the document itself
     // is scrolled); the page scrolls inside <body>, so the picture shows box 40: its focus outline
@@ -11731,7 +11731,7 @@ TEST_CASE("browser: explain --html's page#bN in headless Chromium: box N at the 
     const std::string abs = m_abs_dir("browser-fragment");
     m_run_ok("explain --preset tiny-gpt2 --tokens 3,1,4,1,5 --html " + abs + "/page.html");
     std::string html = m_read(abs + "/page.html");
-    REQUIRE(m_count(html, "<section id=\"b") == 50);  // b40 is far down: its box must be scrolled to
+    REQUIRE(m_count(html, "<section id=\"b") >= 40);  // b40 is far down (of 50; fewer in a handout past its stub): its box must be scrolled to
     const std::size_t body = html.rfind("</body>");
     REQUIRE(body != std::string::npos);
     html.insert(body, "<pre id=\"probe\"></pre><script>window.addEventListener('load',function(){var t=document.getElementById('b40').getBoundingClientRect();"
