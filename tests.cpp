@@ -11025,7 +11025,7 @@ TEST_CASE("explain: a mistake in how a block's backward joins its parts fails in
     }
 }
 
-TEST_CASE("explain --html: each gradient of a backward box has its own verdict, and a constant factor, a sign or a transpose is named") {
+TEST_CASE("explain --html: each gradient of a backward box has its own verdict, and a factor, a sign, a transpose, another gradient or a term per row is named") {
     // Wrong backwards a student writes, injected through ExplainBackwards, on tiny-gpt2 (D = 4):
     // each gradient row of the failing boxes says passes or fails on its own (the finite differences of
     // the box's forward decide it, formulas §14/§15), and the relation that explains the failure.
@@ -11096,6 +11096,32 @@ TEST_CASE("explain --html: each gradient of a backward box has its own verdict, 
                                      Tensor<double>& dbeta) {
             Tensor<double> dX = LayerNorm_backward(gamma, k, dY, dgamma, dbeta);
             dX(1, 0) += 0.5;
+            return dX;
+        };
+        wrongs.push_back(w);
+    }
+    {  // MultiHeadSA_backward whose dW_i^K is computed as its neighbour dW_i^Q is
+        Wrong w{"dW^K as dW^Q", "MultiHeadSA_backward", {}, {{"dW^O", true}, {"dW_1^V", true}, {"dW_1^Q", true}, {"dW_1^K", false}, {"dW_2^K", false}, {"dX", true}},
+                "dW_1^K", "backward = dW_1^Q (another gradient of this box) at every entry compared: computed as dW_1^Q is?", "dW_1^K"};
+        w.bw.MultiHeadSA_backward = [](const Tensor<double>& X, const MultiHeadSAParams<double>& q, const MultiHeadSACache<double>& k, const Tensor<double>& dY,
+                                       MultiHeadSAParams<double>& g) {
+            Tensor<double> dX = MultiHeadSA_backward(X, q, k, dY, g);
+            for (std::size_t i = 0; i < g.W_K.size(); i++) g.W_K[i] = g.W_Q[i];
+            return dX;
+        };
+        wrongs.push_back(w);
+    }
+    {  // LayerNorm_backward without dX's term - mean(G): a number per row left out, rstd_i mean_j G_ij
+        Wrong w{"a row mean left out", "LayerNorm_backward", {}, {{"dgamma", true}, {"dbeta", true}, {"dX", false}}, "dX",
+                "backward \u2212 finite difference is one number per row, the same along it: a term per row left out", "dX"};
+        w.bw.LayerNorm_backward = [](const Tensor<double>& gamma, const LayerNormCache<double>& k, const Tensor<double>& dY, Tensor<double>& dgamma,
+                                     Tensor<double>& dbeta) {
+            Tensor<double> dX = LayerNorm_backward(gamma, k, dY, dgamma, dbeta);
+            for (int i = 0; i < dX.rows(); i++) {
+                double mean_g = 0;
+                for (int j = 0; j < dX.cols(); j++) mean_g += dY(i, j) * gamma[j] / dX.cols();
+                for (int j = 0; j < dX.cols(); j++) dX(i, j) += k.rstd[i] * mean_g;
+            }
             return dX;
         };
         wrongs.push_back(w);
