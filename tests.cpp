@@ -10859,6 +10859,13 @@ TEST_CASE("explain --html: the tokens, the masks and P are never folded, while t
     CHECK_THROWS_WITH(explain_html(c, p, b, none), doctest::Contains("no/such/formulas.md"));
 }
 
+// A wrong FFN_backward of the page cases: dW_1 twice what it should be (formulas §14), the rest right.
+Tensor<double> m_ffn_backward_dW1_doubled(const Tensor<double>& X, const FFNParams<double>& q, Activation act, const FFNCache<double>& k,
+                                          const Tensor<double>& dY, FFNParams<double>& g) {
+    Tensor<double> dX = FFN_backward(X, q, act, k, dY, g);
+    for (std::size_t a = 0; a < g.W_1.size(); a++) g.W_1[a] *= 2;
+    return dX;
+}
 TEST_CASE("explain --html: one failing box is \"1 of N backward boxes fails its gradient check\", in the contents only it is red") {
     Config c = preset("tiny-gpt2");
     c.L = 1;  // one FFN: one FFN_backward box
@@ -10866,12 +10873,7 @@ TEST_CASE("explain --html: one failing box is \"1 of N backward boxes fails its 
     const Params<float> p = m_model<float>(c, 4, 0.1);
     ExplainHtml o;
     o.source = "transformer.cpp";
-    o.backwards.FFN_backward = [](const Tensor<double>& X, const FFNParams<double>& q, Activation act, const FFNCache<double>& k,
-                                  const Tensor<double>& dY, FFNParams<double>& g) {
-        Tensor<double> dX = FFN_backward(X, q, act, k, dY, g);
-        for (std::size_t a = 0; a < g.W_1.size(); a++) g.W_1[a] *= 2;
-        return dX;
-    };
+    o.backwards.FFN_backward = m_ffn_backward_dW1_doubled;
     const ExplainPage page = explain_html(c, p, b, o);
     REQUIRE_MESSAGE(page.stopped.empty(), "the run stopped at a function not written yet: " << page.stopped);
     REQUIRE(page.failing == 1);
@@ -11521,12 +11523,7 @@ static std::string m_failing_page(const std::string& name) {
     const Config c = preset("tiny-gpt2");
     ExplainHtml o;
     o.source = "transformer.cpp";
-    o.backwards.FFN_backward = [](const Tensor<double>& X, const FFNParams<double>& q, Activation act, const FFNCache<double>& k,
-                                  const Tensor<double>& dY, FFNParams<double>& g) {
-        Tensor<double> dX = FFN_backward(X, q, act, k, dY, g);
-        for (std::size_t a = 0; a < g.W_1.size(); a++) g.W_1[a] *= 2;
-        return dX;
-    };
+    o.backwards.FFN_backward = m_ffn_backward_dW1_doubled;
     o.backwards.LayerNorm_backward = m_wrong_layernorm_backward;
     const ExplainPage page = explain_html(c, m_model<float>(c, 4, 0.1), m_explain_batch(c), o);
     REQUIRE(page.failing >= 2);
