@@ -123,22 +123,19 @@ doctest:
 	    echo "  macOS: brew install doctest (Homebrew), or make DOCTEST_INCLUDE=DIR, DIR holding doctest/doctest.h"; \
 	    echo "  Debian, Ubuntu, and Windows in WSL: sudo apt-get install doctest-dev"; exit 1; } >&2
 
-# The CLI tests call ./transformer, so it is built too. The long cases (handouts, the README's
-# quoted runs, the other builds' bytes, shellcheck, the browser, the debuggers, the cases that
-# compile or train for seconds) run in `make test-long`.
-LONG_CASES := handout: *,readme: *,identical: *,shellcheck: *,browser: *,debugger: *,teaching: Part I calls only itself*
-LONG_CASES := $(LONG_CASES),train: BERT on WordPiece and RoBERTa*,export: SIGINT or SIGTERM*,build times: *
+# The CLI tests call ./transformer, so it is built too. Every case is in a doctest test suite of its
+# topic (./tests -lts); the long ones (handouts, the browser, the debuggers, the README's quoted runs,
+# the other builds' bytes, the build times), in the suites "... (long)", are skipped unless asked
+# for (--no-skip): make test-long runs them.
 # The objects are listed longest build first, so that the two cores finish together.
 test: $(BUILD)/tests.o $(BUILD)/checked-machinery.o $(BUILD)/transformer-machinery.o $(CHECKED_O) $(TRANSFORMER_O) $(BUILD)/main.o tests transformer
-	./tests -tce='$(LONG_CASES)'
+	./tests
 test-long: tests transformer
-	./tests -tc='$(LONG_CASES)'
-# The formula and module cases under AddressSanitizer and UBSan (make debug's flags).
-SANITIZED_CASES := diag:*,Stack:*,Embedding:*,Softmax:*,Mask_*,apply_mask:*,Attention:*,Concat:*,MultiHeadSA:*,\
-                   FFN_*,LayerNorm:*,OneHot:*,CrossEntropy*,lr_schedule:*,AdamW:*,dropout*,embed_backward:*,\
-                   key_padding_mask:*,model_loss:*,sample: model_step equals*,BERT: rows with*,Tensor:*,matmul*,gemm:*
+	./tests --no-skip -ts='*(long)'
+# Part I's cases under AddressSanitizer and UBSan (make debug's flags).
+SANITIZED_SUITES := tensor,matrix products,modules,models,objectives,training,assignment*
 test-sanitized: tests-debug
-	./tests-debug -tc='$(subst $(comma) ,$(comma),$(strip $(SANITIZED_CASES)))'
+	./tests-debug -ts='$(SANITIZED_SUITES)'
 
 # The main job: train a small GPT-2 on 3-digit addition, then answer a few unseen problems.
 run: transformer
@@ -183,7 +180,7 @@ tests-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-tests.o
 BT_CHECK := LayerNorm*
 build-times: | doctest
 	@CXX='$(CXX)' STD='$(STD)' WARN='$(WARN)' OPT='$(OPT)' CHECKED='$(CHECKED)' TESTS_OPT='$(TESTS_OPT) $(DOCTEST_CFLAGS)' FAST_OPT='$(FAST_OPT)' \
-	  FAST_MACHINERY_OPT='$(FAST_MACHINERY_OPT)' GCFLAGS='$(GCFLAGS)' MAKE='$(MAKE)' LONG_CASES='$(LONG_CASES)' BT_CHECK='$(BT_CHECK)' \
+	  FAST_MACHINERY_OPT='$(FAST_MACHINERY_OPT)' GCFLAGS='$(GCFLAGS)' MAKE='$(MAKE)' BT_CHECK='$(BT_CHECK)' \
 	  sh tools/build-times $(if $(filter 1,$(CHECK)),--check)
 
 # What the targets write, and masks.svg (masks' help example); never a path git tracks, DIR only if a handout.

@@ -30,15 +30,18 @@
 //     TEACHING                       heat maps, attention pictures, explain
 //     GENERATED TABLES               Unicode classes
 //
-// The sections follow those parts (right: the banner each group belongs to). Search for a
-// section's title to jump to it:
+// The sections follow those parts (middle: the banner each group belongs to; right: the doctest
+// test suite its section opens, which `./tests -ts=...` selects). Every case is in one suite: its
+// section's, or the assignment's that grades it ("assignment N"), or its topic's long suite ("...
+// (long)": the cases that build, run handouts, start a browser or a debugger), which ./tests and
+// ./tests-debug skip unless --no-skip asks (make test-long). Search for a section's title to jump to it:
 //
 //   Helpers                                           grad_check, CHECK_THROWS_NAMING, random modules
 //   Helpers of the model, file and command tests      m_*: the program under test, tiny models, files
 //   PART I. THE MATHEMATICS
-//     Tensor basics                                   Tensor
-//     Matrix products                                 Matrix products
-//     diag                                            MODULES
+//     Tensor basics                                   Tensor                           tensor
+//     Matrix products                                 Matrix products                  matrix products
+//     diag                                            MODULES                          modules
 //     Stack
 //     OneHot
 //     Embedding
@@ -54,37 +57,41 @@
 //     CrossEntropy_logits
 //     dropout_mask
 //     Rng
-//     Parameters                                      MODELS
+//     Parameters                                      MODELS                           models
 //     Whole-model gradient checks
 //     Causality and the masks of each layer
 //     The formula boxes' outputs
 //     Dropout
 //     The released BERT's additions
 //     RoBERTa as Hugging Face's RobertaForMaskedLM
-//     Objectives                                      OBJECTIVES
+//     Objectives                                      OBJECTIVES                       objectives
 //     GPT-1 fine-tuning
 //     XLNet
-//     AdamW, learning-rate schedule                   TRAINING
+//     AdamW, learning-rate schedule                   TRAINING                         training
 //     Sampling
-//     Mistakes a student makes                        (Part I functions; docs/mutation.md)
+//     Mistakes a student makes                        (Part I; docs/mutation.md)       modules
 //   PART II. THE MACHINERY
-//     The vectorised forms                            THE FAST MATRIX PRODUCT
-//     Files and failures                              FILES
-//     Checkpoints
+//     The vectorised forms                            THE FAST MATRIX PRODUCT          fast paths
+//     The C library's functions
+//     Files and failures                              FILES                            platform
+//     Checkpoints                                                                      model files
 //     Released GPT-2 weights
 //     Released GPT-1, BERT and RoBERTa weights
 //     Export to Hugging Face's layout
-//     Generation with a key/value cache               TRAINING (generation)
-//     Training                                        THE TRAINING LOOP
+//     Generation with a key/value cache               TRAINING (generation)            training
+//     Training                                        THE TRAINING LOOP                runs
 //     Starting from a checkpoint's weights
 //     Fine-tuning and XLNet as commands               FINE-TUNING
-//     Tokenizer: GPT-2's byte-level BPE               TOKENIZER: GPT-2's
+//     Tokenizer: GPT-2's byte-level BPE               TOKENIZER: GPT-2's               text
 //     bpe: learning a byte-level BPE vocabulary
 //     Tokenizers of the released GPT-1 and BERT       TOKENIZERS of the released
 //     The tokenizer of a checkpoint                   THE TOKENIZER OF A CHECKPOINT
-//     Teaching                                        TEACHING
-//     The command-line program                        main.cpp
-//     Help, flag checks                               main.cpp
+//     Teaching                                        TEACHING                         teaching
+//     The command-line program                        main.cpp                         command line
+//     Help, flag checks
+//     Export to the Hugging Face classes              FILES (export)                   model files
+//     What a new user's bad inputs and exports showed
+//   The project itself                                the sources, the tools, builds   the project
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -424,7 +431,7 @@ void grad_check(F&& loss, TD& x, const TD& ana, const std::string& what, const s
 
 // A gradient check must be able to fail, and its failure must say where to look. The wrong backward
 // here is a common one: an embedding backward that assigns where §4 adds.
-TEST_CASE("grad_check: a wrong gradient's message names the § and its equation, the entry, both values") {
+TEST_CASE("grad_check: a wrong gradient's message names the § and its equation, the entry, both values" * doctest::test_suite("the project")) {
     // L = sum(OneHot(x) W_e .* R), written out here, so dW_e = OneHot(x)^T R (formulas §4): row x_i
     // of dW_e receives row i of R. Code id 1 (formula id 2) occurs at positions 1 and 3.
     const std::vector<int> x = {1, 3, 1};
@@ -1231,6 +1238,7 @@ void m11_strip_metadata(const std::string& from, const std::string& to) {
 // ================================================================================================
 // Tensor basics (used by every module)
 // ================================================================================================
+TEST_SUITE_BEGIN("tensor");
 TEST_CASE("Tensor: construction, from, vector, shape_str") {
     TD a(2, 3, 1.5);
     CHECK(a.shape == shp(2, 3));
@@ -1336,10 +1344,12 @@ TEST_CASE("Tensor: Tensor<float>({5}, 2.0f) is the 5-vector of 2s (compile-time 
     CHECK(m.data == std::vector<float>(6, 1.5f));
     CHECK(Tensor<float>(2, 3).shape == std::vector<int>{2, 3});
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Matrix products: matmul, matmul_nt, matmul_tn, gemm against gemm_reference
 // ================================================================================================
+TEST_SUITE_BEGIN("matrix products");
 namespace {
 struct Dims {
     int M, N, K;
@@ -1602,10 +1612,12 @@ TEST_CASE("matmul_tn: wrong shape") {
     CHECK_THROWS_NAMING(ShapeError, matmul_tn(TD(3, 4), TD::vector({1, 2, 3})), "B", "3");
     CHECK_THROWS_NAMING(ShapeError, matmul_tn_acc(TD(3, 4), TD(3, 5), C), "3x4", "3x5", "3x3");
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // diag
 // ================================================================================================
+TEST_SUITE_BEGIN("modules");
 TEST_CASE("diag: hand-computed case" * doctest::test_suite("assignment 1")) {
     // diag((2, -1, 3)) = [[2, 0, 0], [0, -1, 0], [0, 0, 3]]
     TD Y = diag(TD::vector({2, -1, 3}));
@@ -3450,10 +3462,12 @@ TEST_CASE("Rng: known mean and variance of uniform() and normal(), range of belo
     CHECK_THROWS_NAMING(Error, rng.below(0), "empty range 0..-1");
     CHECK_THROWS_NAMING(Error, rng.below(-3), "empty range 0..-4");
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Parameters
 // ================================================================================================
+TEST_SUITE_BEGIN("models");
 TEST_CASE("parameters: the formulas' lambda for GPT-1 is 116,497,920") {
     const ParamCount k = count_params(preset("gpt1"));
     CHECK(k.seed_lambda == 116497920LL);
@@ -4587,10 +4601,12 @@ TEST_CASE("RoBERTa: the masked-LM head's GELU is the erf form whatever hidden_ac
     const Batch b = m_batch(c, 1252);
     m_model_loss_grad_check(c, p, b, 1253, "model_loss's backward (tiny-roberta, relu FFNs, erf GELU head)");
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Objectives
 // ================================================================================================
+TEST_SUITE_BEGIN("objectives");
 TEST_CASE("objective: next_token_targets shifts each sequence by one, last position -1") {
     CHECK(next_token_targets({5, 6, 7, 8, 1, 2, 3, 4}, 2, 4) == std::vector<int>{6, 7, 8, -1, 2, 3, 4, -1});
     CHECK(next_token_targets({5}, 1, 1) == std::vector<int>{-1});
@@ -5276,10 +5292,12 @@ TEST_CASE("xlnet: gradient descent on random permutations lowers the loss of a r
     CHECK(first > 2.0);  // about log 13 at the start
     CHECK(last < first - 1.0);
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // AdamW, learning-rate schedule, gradient clipping
 // ================================================================================================
+TEST_SUITE_BEGIN("training");
 TEST_CASE("AdamW: decays() is true for matrices only, never for gains, biases, w_A, w_B" * doctest::test_suite("assignment 6 (0 points)")) {
     CHECK(decays("W_e", Tensor<float>(3, 2)));
     CHECK(decays("layers.0.attn.W_Q.0", Tensor<float>(3, 2)));
@@ -5644,10 +5662,12 @@ TEST_CASE("sample: sample_logits draws exactly the id whose cumulative weight pa
     CHECK(sample_logits(padded, 0.0, 0, r) == 1);
     CHECK(sample_logits(padded, 1.0, 3, r) >= 0);
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Mistakes a student makes: cases that fail for wrong versions `make mutants` found passing (docs/mutation.md)
 // ================================================================================================
+TEST_SUITE_BEGIN("modules");
 namespace {
 // FFN_backward in float (training's path, activation_derivative_array) against double
 // (activation_derivative): dX and every parameter gradient, relative tolerance 1e-4.
@@ -5844,9 +5864,11 @@ TEST_CASE("apply_mask: the first entry is masked too (Mask(0, 0) = -inf), double
 // PART II. THE MACHINERY, in transformer.cpp's order: the fast forms and the pool, files,
 // training drivers, tokenizers, teaching; then the command-line program (main.cpp)
 // ################################################################################################
+TEST_SUITE_END();
 // ================================================================================================
 // The vectorised forms against their references, and no memory per warm step
 // ================================================================================================
+TEST_SUITE_BEGIN("fast paths");
 
 TEST_CASE("Softmax: vexp matches std::exp (float to under one ulp, double to 3.2e-16), -inf, inf, NaN" * doctest::test_suite("assignment 2 (0 points)")) {
     double worst_f = 0, worst_d = 0;
@@ -6405,11 +6427,13 @@ TEST_CASE("ArenaScope: a model's parameters lie in one block, in order; the bloc
     CHECK(span_of(lm.params, bytes).second < bytes + (pool_guard_bytes + 64) * named_tensors(c, lm.params).size());
     CHECK(lm.params.W_e.data == q.W_e.data);
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Files and failures: outputs checked before work, one durable writer, no non-finite
 // model, resume knows its data, stdout checked, strict flags, errors that point at the place.
 // ================================================================================================
+TEST_SUITE_BEGIN("platform");
 // A command that must succeed; on failure its stderr is the message (in a handout it names the
 // function to implement).
 m_Run m_run_ok(const std::string& args) {
@@ -6842,10 +6866,12 @@ TEST_CASE("files: no command replaces a file it did not write (every writing com
         m_run_ok(w.args + " --out " + out);
     }
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Checkpoints
 // ================================================================================================
+TEST_SUITE_BEGIN("model files");
 TEST_CASE("checkpoint: save_model / load_model round trip bit for bit for every tiny variant") {
     for (const std::string name : m_TINY) {
         CAPTURE(name);
@@ -7921,10 +7947,12 @@ TEST_CASE("export: unfit models and bad outputs are refused; the command writes 
     REQUIRE(std::system(("ls -A " + dir + " > " + listing).c_str()) == 0);
     CHECK(m_read(listing) == "config.json\nmodel.safetensors\n");
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Generation with a key/value cache
 // ================================================================================================
+TEST_SUITE_BEGIN("training");
 TEST_CASE("sample: generate is reproducible, keeps the prompt, greedy follows GPT(x), slides the context") {
     const Config c = preset("tiny-gpt");
     const Params<float> p = m_model<float>(c, 51, 0.5);
@@ -8057,10 +8085,12 @@ TEST_CASE("sample: generate with the cache gives the tokens of full forward pass
     }
     CHECK(cached == plain);
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Training
 // ================================================================================================
+TEST_SUITE_BEGIN("runs");
 TEST_CASE("corpus_loss: consecutive windows of n_ctx + 1 ids, each weighted by its predicted tokens") {
     const Config c = preset("tiny-gpt2");
     const int n = c.n_ctx;
@@ -8414,6 +8444,10 @@ TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 o
     // task (no data file) from about log 13 = 2.56 nats per answer token to below the stated loss in
     // 300 steps (about 1.39: the units digit, the thousands digit and the newline learnt; the other
     // digits need the carry and some 1000 steps of a 2-layer model, too slow for a student's check).
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("300 training steps take half a minute under the sanitizers: run by ./tests; the cases of adamw_step, "
+            "lr_schedule and clip_grad_norm run here");
+#else
     TrainOptions o;  // o.data empty: the built-in task
     o.model = "gpt2";
     o.layers = 1, o.heads = 2, o.embd = 32, o.batch = 16, o.steps = 300, o.warmup = 20;
@@ -8434,6 +8468,7 @@ TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 o
     CHECK_MESSAGE(last < 1.6, "the mean training loss of the last 20 steps must fall below 1.6 (a correct AdamW, schedule "
                               "and clipping reach about 1.39)");
     CHECK_MESSAGE(r.val_loss < 1.6, "the validation loss must fall below 1.6 (a correct solution reaches about 1.39)");
+#endif
 }
 
 // ================================================================================================
@@ -8965,11 +9000,13 @@ TEST_CASE("xlnet: train --objective xlnet lowers the loss, keeps w in the checkp
     m_cli_fails("train --objective xlnet --steps 2 --out " + dir + "/t.st", "needs --data");
     m_cli_fails("train --predict 3 --data " + m_text_file() + " --out " + dir + "/t.st", "--predict applies to --objective xlnet");
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Tokenizer: GPT-2's byte-level BPE (on a small hand-made vocabulary; the real files are not
 // part of the repository)
 // ================================================================================================
+TEST_SUITE_BEGIN("text");
 TEST_CASE("tokenizer: bytes_to_unicode maps printable bytes to themselves and the 68 others to U+0100...") {
     CHECK(bytes_to_unicode('A') == "A");
     CHECK(bytes_to_unicode('~') == "~");
@@ -9817,7 +9854,7 @@ TEST_CASE("CLI: released RoBERTa files with their tokenizer: fill, eval, tokeniz
     m_cli_fails("sample --checkpoint " + dir + "gpt.safetensors" + tok + " --prompt hell", "the tokenizer is roberta-bpe but");
 }
 
-TEST_CASE("train: BERT on WordPiece and RoBERTa on its BPE, [CLS] window [SEP], from scratch and from released weights") {
+TEST_CASE("train: BERT on WordPiece and RoBERTa on its BPE, [CLS] window [SEP], from scratch and from released weights" * doctest::test_suite("runs (long)") * doctest::skip()) {
     const std::string dir = m_mkdir("train_subword");
     m_write(dir + "vocab.txt", m_WP_VOCAB);
     std::string text;
@@ -10128,10 +10165,12 @@ TEST_CASE("train: prints the memory of the model, its gradients and AdamW at the
     CHECK(m_contains(r.out, "AdamW m and v"));
     CHECK(m_contains(r.out, "peak memory"));
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Teaching: token labels, the mask and attention pictures, explain, handouts.
 // ================================================================================================
+TEST_SUITE_BEGIN("teaching");
 TEST_CASE("token_label: printable UTF-8 as it is, a space as an open box, a newline as a return sign, other bytes as \\xNN") {
     CHECK(token_label("a b") == "a\u2423b");
     CHECK(token_label("\n") == "\u23CE");
@@ -11355,7 +11394,7 @@ std::string m_abs_dir(const std::string& name) {
     return dir[0] == '/' ? dir : std::string(cwd) + "/" + dir;
 }
 
-TEST_CASE("browser: explain --html's page of every variant renders in headless Chromium, each box and its MathML, offline") {
+TEST_CASE("browser: explain --html's page of every variant renders in headless Chromium, each box and its MathML, offline" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     std::string browser;
     for (const char* b : {"chromium", "chromium-browser", "google-chrome"})
         if (browser.empty() && std::system((std::string("command -v ") + b + " > /dev/null 2>&1").c_str()) == 0) browser = b;
@@ -11476,7 +11515,7 @@ std::string m_browser_probe(const std::string& page, const std::string& probe_js
     return js;
 }
 
-TEST_CASE("browser: explain --html's page at 1400 px: no formula overflows its box or scrolls, each id once, every figure renders alone") {
+TEST_CASE("browser: explain --html's page at 1400 px: no formula overflows its box or scrolls, each id once, every figure renders alone" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     const std::string browser = m_browser();
     if (browser.empty()) return;
     const std::string abs = m_abs_dir("browser-layout");
@@ -11573,15 +11612,15 @@ static void m_check_cell_contrast(bool dark) {
     MESSAGE(std::string(dark ? "dark" : "light") << " mode: " << j.get("cells")->num << " numbered cells, the lowest contrast " << w->get("ratio")->num << ":1");
 }
 
-TEST_CASE("browser: explain --html's numbers on heat-map cells contrast at least 4.5:1 with their cell, light mode, failing rows too") {
+TEST_CASE("browser: explain --html's numbers on heat-map cells contrast at least 4.5:1 with their cell, light mode, failing rows too" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     m_check_cell_contrast(false);
 }
 
-TEST_CASE("browser: explain --html's numbers on heat-map cells contrast at least 4.5:1 with their cell, dark mode (--force-dark-mode)") {
+TEST_CASE("browser: explain --html's numbers on heat-map cells contrast at least 4.5:1 with their cell, dark mode (--force-dark-mode)" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     m_check_cell_contrast(true);
 }
 
-TEST_CASE("browser: explain --html's legends at 1400 px: each colour scale with its ends, and each note, on the line of its caption's title") {
+TEST_CASE("browser: explain --html's legends at 1400 px: each colour scale with its ends, and each note, on the line of its caption's title" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // Every .key of a figure caption (the scale and its two ends, "hatched: ...", "grey: ...")
     // lays out on one line, the line of the caption's title (the tensor's name in <b>): the middles
     // of its parts (text and bar, from a Range's client rects) within 3 px of each other and of the
@@ -11743,7 +11782,7 @@ static MImage m_png_rgb(const std::string& png) {
     return im;
 }
 
-TEST_CASE("browser: explain --html's page#bN in headless Chromium: box N at the top and focused, and the screenshot shows it") {
+TEST_CASE("browser: explain --html's page#bN in headless Chromium: box N at the top and focused, and the screenshot shows it" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // page.html#b40 (of 50 boxes): the page scrolls <body> to the box, as the browser's own
     // fragment scroll does, and keeps it there while the boxes around it are laid out. Chromium's
     // --screenshot draws the window's first screen of the document (blank when the document itself
@@ -11796,7 +11835,7 @@ TEST_CASE("browser: explain --html's page#bN in headless Chromium: box N at the 
     CHECK(outline_top <= 10);
 }
 
-TEST_CASE("browser: the gpt2-124m page of 10 tokens is under 10 MB, keeps its tokens, masks and P whole, and lays out in Chromium") {
+TEST_CASE("browser: the gpt2-124m page of 10 tokens is under 10 MB, keeps its tokens, masks and P whole, and lays out in Chromium" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // A real model's page: every tensor of V x H or H x F folded to the page's budget, the tokens,
     // the 10 x 10 masks and each head's P never; the passing gradients one line each. Chromium's
     // time to lay it out is printed (a measurement, not a check: docs/teaching.md gives it).
@@ -11867,334 +11906,6 @@ TEST_CASE("explain: every box's formula is one docs/formulas.md lists (section 1
         INFO("docs/formulas.md lists a box that no variant of explain prints:\n" << line);
         CHECK(printed.count(line) == 1);
     }
-}
-
-TEST_CASE("banners: transformer.hpp, transformer.cpp and tests.cpp list the same banners, and the first two follow them") {
-    // The list at the top of each file, from "PART I. THE MATHEMATICS" to "GENERATED TABLES", is the
-    // same text; in transformer.hpp and transformer.cpp every title of it heads a section (a line
-    // "// TITLE..." right after a "// ====" or "// ----" line, or the PART banners), in its order.
-    auto index_of = [](const std::string& text) {
-        const std::size_t a = text.find("//   PART I. THE MATHEMATICS\n");
-        const std::size_t b = text.find("GENERATED TABLES", a);
-        return a == std::string::npos || b == std::string::npos ? std::string() : text.substr(a, text.find('\n', b) - a);
-    };
-    const std::string cpp = m_read("transformer.cpp"), hpp = m_read("transformer.hpp"), tests = m_read("tests.cpp");
-    const std::string list = index_of(cpp);
-    REQUIRE_MESSAGE(!list.empty(), "transformer.cpp should list its banners from PART I. THE MATHEMATICS to GENERATED TABLES");
-    CHECK_MESSAGE(index_of(hpp) == list, "transformer.hpp's banner list should be transformer.cpp's:\n" << list);
-    CHECK_MESSAGE(index_of(tests) == list, "tests.cpp's banner list should be transformer.cpp's:\n" << list);
-    std::vector<std::string> titles;  // the first column of the list, "PART I. ..." and "PART II. ..." included
-    {
-        std::istringstream in(list);
-        for (std::string line; std::getline(in, line);) {
-            const std::string t = line.substr(std::min(line.size(), line.find_first_not_of("/ ")));
-            const std::size_t gap = t.find("  ");
-            titles.push_back(t.substr(0, gap));
-        }
-    }
-    CHECK(titles.size() >= 15);
-    for (const std::pair<const char*, const std::string*>& file : {std::make_pair("transformer.cpp", &cpp), std::make_pair("transformer.hpp", &hpp)}) {
-        std::vector<std::string> heads;  // the title line of every banner, in order
-        std::istringstream in(*file.second);
-        std::string prev;
-        for (std::string line; std::getline(in, line); prev = line) {
-            const bool after_rule = prev.rfind("// ====", 0) == 0 || prev.rfind("// ----", 0) == 0 || prev.rfind("// ####", 0) == 0;
-            if (after_rule && line.rfind("// ", 0) == 0 && line.rfind("// ====", 0) != 0 && line.rfind("// ----", 0) != 0)
-                heads.push_back(line.substr(3));
-        }
-        std::size_t at = 0;
-        for (const std::string& title : titles) {
-            while (at < heads.size() && heads[at].rfind(title, 0) != 0) at++;
-            INFO(std::string(file.first) << ": the banner \"" << title << "\" of the list should head a section, after the ones before it in the list");
-            CHECK(at < heads.size());
-            if (at == heads.size()) break;
-        }
-    }
-}
-
-// ---- reading: the code's shape, read as text ----------------------------------------------------
-// The source with every comment, string literal, character literal and preprocessor line blanked
-// (newlines kept, so offsets and line numbers stay the source's): what the scans below read.
-static std::string m_code_only(const std::string& s) {
-    std::string o = s;
-    std::size_t i = 0;
-    auto blank = [&](std::size_t from, std::size_t to) {
-        for (std::size_t a = from; a < to && a < o.size(); a++)
-            if (o[a] != '\n') o[a] = ' ';
-    };
-    bool line_start = true;
-    while (i < s.size()) {
-        const char ch = s[i];
-        if (line_start && ch == '#') {  // a preprocessor line, with its continuations
-            std::size_t e = i;
-            while (e < s.size() && !(s[e] == '\n' && s[e - 1] != '\\')) e++;
-            blank(i, e);
-            i = e;
-            continue;
-        }
-        if (ch == '\n') line_start = true;
-        else if (ch != ' ' && ch != '\t') line_start = false;
-        if (ch == '/' && i + 1 < s.size() && s[i + 1] == '/') {
-            const std::size_t e = s.find('\n', i);
-            blank(i, e == std::string::npos ? s.size() : e);
-            i = e == std::string::npos ? s.size() : e;
-        } else if (ch == '/' && i + 1 < s.size() && s[i + 1] == '*') {
-            const std::size_t e = s.find("*/", i + 2);
-            const std::size_t end = e == std::string::npos ? s.size() : e + 2;
-            blank(i, end);
-            i = end;
-        } else if (ch == 'R' && i + 1 < s.size() && s[i + 1] == '"' && (i == 0 || !(std::isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) {
-            const std::size_t open = s.find('(', i + 2);  // R"delim( ... )delim"
-            const std::string close = ")" + s.substr(i + 2, open - i - 2) + "\"";
-            const std::size_t e = s.find(close, open);
-            const std::size_t end = e == std::string::npos ? s.size() : e + close.size();
-            blank(i + 2, end - 1);
-            i = end;
-        } else if (ch == '"' || (ch == '\'' && !(i > 0 && std::isxdigit((unsigned char)s[i - 1]) && i + 1 < s.size() && std::isxdigit((unsigned char)s[i + 1])))) {
-            std::size_t e = i + 1;  // a literal; a ' between two digits is a digit separator
-            while (e < s.size() && s[e] != ch && s[e] != '\n') e += s[e] == '\\' ? 2 : 1;
-            blank(i + 1, e);
-            i = e + 1;
-        } else {
-            i++;
-        }
-    }
-    return o;
-}
-
-// The line of an offset in a text, from the offsets of its newlines.
-struct MLineIndex {
-    std::vector<std::size_t> newlines;
-    explicit MLineIndex(const std::string& s) {
-        for (std::size_t i = 0; i < s.size(); i++)
-            if (s[i] == '\n') newlines.push_back(i);
-    }
-    int line_at(std::size_t at) const { return 1 + (int)(std::lower_bound(newlines.begin(), newlines.end(), at) - newlines.begin()); }
-};
-
-struct MFunctionLength {
-    std::string name;
-    int line = 0, lines = 0;  // the line of its name, and the lines from there to its closing brace
-};
-
-// The functions defined in a source: each { at namespace or class level whose head (the text since the
-// last ;, { or } there) has a parameter list and is not an initializer (= {...}). Lambdas and the
-// blocks inside a function count as the function's lines; doctest's TEST_CASE and SUBCASE bodies are
-// not functions here.
-static std::vector<MFunctionLength> m_function_lengths(const std::string& source) {
-    const std::string s = m_code_only(source);
-    const MLineIndex lines(s);
-    std::vector<MFunctionLength> found;
-    std::vector<char> scopes;  // per open brace: 'n' a namespace, class or extern block, 'f' a function, 'h' a
-                               // default argument in a head, 'o' anything else
-    std::size_t head = 0;  // where the current head at namespace level starts
-    auto open_level = [&] { return std::all_of(scopes.begin(), scopes.end(), [](char k) { return k == 'n'; }); };
-    for (std::size_t i = 0; i < s.size(); i++) {
-        const char ch = s[i];
-        if (ch == ';' && open_level()) head = i + 1;
-        if (ch == '{') {
-            char kind = 'o';
-            if (open_level()) {
-                const std::string h = s.substr(head, i - head);
-                int depth = 0;
-                bool eq = false, paren = false;
-                std::size_t name_end = std::string::npos;
-                for (std::size_t a = 0; a < h.size(); a++) {
-                    if (h[a] == '(' && depth++ == 0 && !paren) {
-                        std::size_t e = a;
-                        while (e > 0 && std::isspace((unsigned char)h[e - 1])) e--;
-                        std::size_t b = e;
-                        while (b > 0 && (std::isalnum((unsigned char)h[b - 1]) || h[b - 1] == '_' || h[b - 1] == ':' || h[b - 1] == '~')) b--;
-                        const std::string word = h.substr(b, e - b);
-                        if (!word.empty() && word != "decltype" && word != "alignas" && word != "__attribute__") paren = true, name_end = e;
-                    } else if (h[a] == ')') {
-                        depth--;
-                    } else if (h[a] == '=' && depth == 0 && h.find("operator") == std::string::npos) {
-                        eq = true;
-                    }
-                }
-                static const std::regex type_head(R"(^\s*(template\s*<[^{]*>\s*)?(struct|class|union|namespace|enum|extern)\b)");
-                if (depth > 0) {  // a default argument's {}, inside the parameter list: part of the head
-                    kind = 'h';
-                } else if (std::regex_search(h, type_head) || h.find_first_not_of(" \t\n") == std::string::npos) {
-                    kind = 'n';
-                } else if (paren && !eq) {
-                    std::size_t b = name_end;
-                    while (b > 0 && (std::isalnum((unsigned char)h[b - 1]) || h[b - 1] == '_' || h[b - 1] == ':' || h[b - 1] == '~')) b--;
-                    const std::string name = h.substr(b, name_end - b);
-                    if (name != "TEST_CASE" && name != "SUBCASE" && name != "TEST_CASE_TEMPLATE") {
-                        kind = 'f';
-                        found.push_back({name, lines.line_at(head + b), 0});
-                    }
-                }
-            }
-            scopes.push_back(kind);
-            if (kind == 'n') head = i + 1;
-        } else if (ch == '}' && !scopes.empty()) {
-            const char kind = scopes.back();
-            scopes.pop_back();
-            if (kind == 'f') found.back().lines = lines.line_at(i) - found.back().line + 1;
-            if (open_level() && kind != 'h') head = i + 1;
-        }
-    }
-    return found;
-}
-
-// Part I's statements that use the comma operator: a , outside every (), [], template <> and braced
-// initializer, in a statement that is not a declaration. A declaration of several variables
-// (double m = 0, s = 0;) is one statement, and Part I writes them; a, b; joining two expressions is two.
-// Returns "LINE: the statement" per comma statement.
-static std::vector<std::string> m_comma_statements(const std::string& source, std::size_t from, std::size_t to) {
-    const std::string s = m_code_only(source);
-    const MLineIndex lines(s);
-    std::vector<std::string> found;
-    std::vector<char> open;  // 'b' a block, 'i' a braced initializer, '(' and '['
-    std::size_t start = from;  // the current statement's start
-    auto prev_char = [&](std::size_t i) {
-        while (i > from && std::isspace((unsigned char)s[i - 1])) i--;
-        return i;  // one past the last non-space before i
-    };
-    auto word_before = [&](std::size_t e) {
-        std::size_t b = e;
-        while (b > from && (std::isalnum((unsigned char)s[b - 1]) || s[b - 1] == '_')) b--;
-        return s.substr(b, e - b);
-    };
-    static const std::regex declaration(
-        R"(^\s*(?:(?:const|static|constexpr|thread_local|volatile|unsigned|signed|long|short|inline)\s+)*[A-Za-z_][\w:]*(?:\s*<[^;{}]*>)?(?:\s*[*&]+)*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:=|,|\(|\{|\[|;))");
-    static const std::set<std::string> not_types = {"return", "throw", "else", "if", "for", "while", "do", "case", "goto", "delete", "new", "switch"};
-    for (std::size_t i = from; i < to; i++) {
-        const char ch = s[i];
-        const bool top = !open.empty() && open.back() == 'b';
-        if (ch == '{') {
-            const std::size_t p = prev_char(i);
-            const char before = p > from ? s[p - 1] : ';';
-            const std::string word = word_before(p);
-            const bool block = before == ')' || before == ']' || before == ';' || before == '}' || (before == '{' && (open.empty() || open.back() == 'b')) ||
-                               word == "else" || word == "do" || word == "try" || word == "const" || word == "noexcept" || word == "override" || word == "mutable";
-            open.push_back(block ? 'b' : 'i');
-            start = i + 1;
-        } else if (ch == '}') {
-            if (!open.empty()) open.pop_back();
-            start = i + 1;
-        } else if (ch == '(' || ch == '[') {
-            open.push_back(ch);
-        } else if ((ch == ')' || ch == ']') && !open.empty()) {
-            open.pop_back();
-        } else if (ch == ';' && top) {
-            start = i + 1;
-        } else if (ch == '<' && top && i > from && (std::isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_')) {
-            int depth = 0;  // a template's arguments: skip to the matching >, if there is one before the statement ends
-            std::size_t e = i;
-            for (; e < to; e++) {
-                const char c2 = s[e];
-                if (c2 == '<' || c2 == '(' || c2 == '[') depth++;
-                else if (c2 == '>' || c2 == ')' || c2 == ']') depth--;
-                else if (c2 == ';' || c2 == '{' || c2 == '}') break;
-                if (depth == 0) break;
-            }
-            if (e < to && depth == 0 && s[e] == '>') i = e;
-        } else if (ch == ',' && top) {
-            const std::string stmt = s.substr(start, s.find(';', i) - start);
-            std::smatch m;
-            const std::size_t first = stmt.find_first_not_of(" \t\n");
-            const std::size_t first_end = stmt.find_first_of(" \t\n(<:;", first);
-            const std::string first_word = first == std::string::npos ? "" : stmt.substr(first, first_end - first);
-            if (!std::regex_search(stmt, m, declaration) || not_types.count(first_word)) {
-                const std::size_t from_text = s.find_first_not_of(" \t\n", start);  // the source's text, from the statement's first word
-                found.push_back(std::to_string(lines.line_at(i)) + ": " + source.substr(from_text, s.find(';', i) + 1 - from_text));
-            }
-            i = s.find(';', i);  // one report per statement
-            start = i + 1;
-        }
-    }
-    return found;
-}
-TEST_CASE("reading: no function of transformer.cpp, main.cpp or tests.cpp is over 100 lines; Part I has no comma statements") {
-    // A function is read from its name to its closing brace: over 100 lines it no longer reads at
-    // once. Tables of data written as a function are allowed (main.cpp's command_docs: the flags' docs).
-    const std::set<std::string> tables = {"command_docs"};
-    for (const char* file : {"transformer.cpp", "main.cpp", "tests.cpp"}) {
-        const std::vector<MFunctionLength> fs = m_function_lengths(m_read(file));
-        CHECK_MESSAGE(fs.size() > 50, std::string(file) << ": the scan should find the file's functions, found " << fs.size());
-        for (const MFunctionLength& f : fs)
-            CHECK_MESSAGE((f.lines <= 100 || tables.count(f.name)),
-                          std::string(file) << ":" << f.line << ": " << f.name << " is " << f.lines << " lines, expected at most 100 (split it into named steps)");
-    }
-    // The guide's "one statement per line" in Part I: a, b; is two statements on a line.
-    const std::string cpp = m_read("transformer.cpp");
-    const std::size_t part1 = cpp.find("\n// PART I. "), part2 = cpp.find("\n// PART II. ");
-    REQUIRE_MESSAGE((part1 != std::string::npos && part2 != std::string::npos && part1 < part2),
-                    "transformer.cpp should have the banners // PART I. and // PART II., in that order");
-    for (const std::string& s : m_comma_statements(cpp, part1, part2))
-        CHECK_MESSAGE(false, "transformer.cpp:" << s << "\n  joins statements with the comma operator in Part I: write one statement per line");
-    // The scans themselves, on a hand-made source: what they must find and what they must let pass.
-    const std::string sample = "// PART I. \nstruct S { int f(int a = {}) const {\n return a; } };\n"
-                               "template <typename T>\nT g(T x) {\n    int a = 0, b = 1;\n    std::map<int, int> m;\n"
-                               "    for (int i = 0, j = 0; i < 2; i++, j++) a += i, b += j;\n    std::vector<int> v = {1, 2};\n"
-                               "    const char* s = \"a, b\";  // a, b\n    a = 1, b = 2;\n    return {a, b};\n}\n// PART II. \n";
-    const std::vector<MFunctionLength> fs = m_function_lengths(sample);
-    REQUIRE(fs.size() == 2);
-    CHECK((fs[0].name == "f" && fs[0].line == 2 && fs[0].lines == 2));
-    CHECK((fs[1].name == "g" && fs[1].line == 5 && fs[1].lines == 9));
-    CHECK(m_comma_statements(sample, 0, sample.size()) ==
-          std::vector<std::string>{"8: for (int i = 0, j = 0; i < 2; i++, j++) a += i, b += j;", "11: a = 1, b = 2;"});
-}
-
-TEST_CASE("teaching: Part I calls only itself and the entry points declared at its top (make part-one-check)") {
-    // The compiler's view: transformer.cpp built with Part I alone leaves undefined only gemm, the
-    // row kernels and the parameters' memory (the Makefile's PART_ONE_CALLS); anything else that a
-    // formula function calls would take the reader who steps through it out of Part I.
-    const std::string log = m_path("part-one-check.log");
-    const int st = std::system(("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory part-one-check > " + log +
-                                " 2>&1").c_str());
-    INFO("make part-one-check said:\n" << m_read(log));
-    CHECK(st == 0);
-    CHECK(m_contains(m_read(log), "Part I calls only itself and"));
-}
-
-TEST_CASE("teaching: every pointer the program prints leads somewhere: formulas §N exists, docs/NAME.md exists, no README item") {
-    // The string literals of transformer.cpp and main.cpp (what the program can print): each
-    // "formulas §N" is a section of docs/formulas.md, each "docs/NAME.md" a file, and no text points
-    // at the README by an item number or a heading (the README is a guide that changes; docs/ hold
-    // the reference).
-    const std::string sheet = m_read("docs/formulas.md");
-    int pointers = 0;
-    for (const char* file : {"transformer.cpp", "main.cpp"}) {
-        std::istringstream in(m_read(file));
-        int line_no = 0;
-        for (std::string line; std::getline(in, line);) {
-            line_no++;
-            std::string literals;  // the text inside "..." on this line, outside // comments
-            bool in_string = false;
-            for (std::size_t k = 0; k < line.size(); k++) {
-                const char ch = line[k];
-                if (!in_string && ch == '/' && k + 1 < line.size() && line[k + 1] == '/') break;
-                if (!in_string && ch == '\'' && k + 2 < line.size() && line[k + 2] == '\'') { k += 2; continue; }
-                if (in_string && ch == '\\') { literals += line[++k]; continue; }
-                if (ch == '"') { in_string = !in_string; literals += ' '; continue; }
-                if (in_string) literals += ch;
-            }
-            INFO(std::string(file) << ":" << line_no << ": " << literals);
-            CHECK_MESSAGE(literals.find("README") == std::string::npos,
-                          "a printed text points at the README; point at formulas §N or a docs/ file instead");
-            for (std::size_t at = literals.find("formulas §"); at != std::string::npos; at = literals.find("formulas §", at + 1)) {
-                const std::size_t d = at + std::string("formulas §").size();
-                if (d >= literals.size() || !std::isdigit((unsigned char)literals[d])) continue;  // "formulas §N" as a pattern
-                const std::string n = literals.substr(d, literals.find_first_not_of("0123456789", d) - d);
-                CHECK_MESSAGE(m_contains(sheet, "\n## §" + n + " "), "formulas §" << n << " is not a section of docs/formulas.md");
-                pointers++;
-            }
-            for (std::size_t at = literals.find("docs/"); at != std::string::npos; at = literals.find("docs/", at + 1)) {
-                const std::size_t e = literals.find(".md", at);
-                if (e == std::string::npos) continue;
-                const std::string path = literals.substr(at, e + 3 - at);
-                if (path.find(' ') != std::string::npos) continue;
-                CHECK_MESSAGE(m_exists(path), path << " does not exist");
-                pointers++;
-            }
-        }
-    }
-    CHECK(pointers > 10);  // the scan sees the pointers the program has
 }
 
 TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a checkpoint; bad input is an error") {
@@ -12397,7 +12108,7 @@ std::string m_debugger_big(const std::string& between) {
     return want + "...}";
 }
 
-TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and its first rows, garbage as an invalid shape") {
+TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and its first rows, garbage as an invalid shape" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // docs/teaching.md, "Stepping through in a debugger". gdb needs debug information, which ./tests
     // lacks (tests.cpp at -O0 without -g, transformer.cpp at -O2): the tensors are in a small program
     // built here with -O0 -g (m_debugger_program), and gdb prints them where it stops in a function
@@ -12517,7 +12228,7 @@ std::vector<std::string> m_launch_lldb_configs(const std::string& launch, std::v
     return configs;
 }
 
-TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 and its first rows, garbage as an invalid shape") {
+TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 and its first rows, garbage as an invalid shape" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // docs/teaching.md, "Stepping through in a debugger": lldb_tensor.py, gdb_tensor.py's counterpart
     // (macOS on Apple Silicon has no gdb), on the gdb case's small program, built twice: with $CXX
     // or g++ (libstdc++'s vectors) and with clang++ -stdlib=libc++ (libc++'s, as on macOS). lldb
@@ -12681,527 +12392,7 @@ TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 an
 #endif
 }
 
-// A line of `make run`'s output with what changes from run to run (times, speeds, memory) taken
-// out: the step lines keep their step, loss and validation loss; the done line its steps and losses.
-[[maybe_unused]] static std::string m_steady_part(const std::string& line) {  // unused in tests-debug
-    if (line.rfind("peak memory", 0) == 0) return "peak memory";
-    if (line.rfind("step ", 0) == 0) {
-        const std::size_t lr = line.find(" | lr "), val = line.find(" | val ");
-        return line.substr(0, lr) + (val == std::string::npos ? "" : line.substr(val));
-    }
-    if (line.rfind("done: ", 0) == 0) {
-        const std::size_t in = line.find(" in "), loss = line.find(", train loss");
-        if (in != std::string::npos && loss != std::string::npos) return line.substr(0, in) + line.substr(loss);
-    }
-    return line;
-}
-
-// The project's root, where the tests run (make test runs them there): the absolute path of the
-// working directory, which must hold README.md and the Makefile.
-[[maybe_unused]] static std::string m_project_root() {  // unused in tests-debug
-    REQUIRE_MESSAGE((m_exists("README.md") && m_exists("Makefile")), "run the tests from the project's root (make test does)");
-    char cwd[4096];
-    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
-    return cwd;
-}
-
-TEST_CASE("readme: make run prints what README.md and docs/training.md quote") {
-    // make run's commands, run in a scratch directory (its files are written there), and its
-    // output against the blocks that the README and docs/training.md quote, line by line.
-#ifdef TF_TESTS_DEBUG
-    MESSAGE("the 3000 steps of make run take minutes in the sanitized build: run by ./tests, not ./tests-debug");
-#else
-    const std::string dir = m_path("makerun"), program = m_project_root() + "/transformer";
-    ::mkdir(dir.c_str(), 0755);
-    std::string cmd = "cd " + dir + " && { echo './transformer train --dropout 0 --out addition.safetensors'; " + program +
-                      " train --dropout 0 --out addition.safetensors && echo 'greedy answers to held-out problems (the sum is written "
-                      "least significant digit first: 106+752=8580 means 858):'";
-    for (const char* p : {"106+752=", "439+039=", "866+363=", "539+585="})
-        cmd += std::string(" && ") + program + " sample --checkpoint addition.safetensors --prompt " + p + " --tokens 4 --temperature 0";
-    cmd += "; } > out.txt 2> err.txt";
-    const int status = std::system(cmd.c_str());
-    const std::string out = m_read(dir + "/out.txt");
-    INFO("make run printed:\n" << out << m_read(dir + "/err.txt"));
-    REQUIRE(status == 0);
-    std::set<std::string> printed;
-    std::stringstream ps(out);
-    for (std::string l; std::getline(ps, l);) printed.insert(m_steady_part(l));
-    // The first ``` block after `after` in `file`: its lines.
-    auto block = [](const std::string& file, const std::string& after) {
-        const std::string text = m_read(file);
-        const std::size_t at = text.find(after);
-        REQUIRE_MESSAGE(at != std::string::npos, file << " no longer says '" << after << "'");
-        const std::size_t open = text.find("```\n", at), close = text.find("\n```", open + 4);
-        std::vector<std::string> lines;
-        std::stringstream bs(text.substr(open + 4, close - open - 4));
-        for (std::string l; std::getline(bs, l);) lines.push_back(l);
-        return lines;
-    };
-    for (const auto& quoted : {std::make_pair(std::string("README.md"), std::string("`make run` takes about")),
-                               std::make_pair(std::string("docs/training.md"), std::string("`make run` on a fresh clone"))}) {
-        const std::vector<std::string> lines = block(quoted.first, quoted.second);
-        CHECK(lines.size() >= 9);
-        for (const std::string& l : lines) {
-            if (l == "...") continue;
-            CAPTURE(quoted.first);
-            CHECK_MESSAGE(printed.count(m_steady_part(l)), quoted.first << " quotes a line make run does not print: " << l);
-        }
-    }
-#endif
-}
-
-// The commands of the identical: cases, each run as ./transformer RUN in a directory of its own,
-// and the files and outputs they compare (outN.txt: what run N printed; these runs print no time,
-// and of bench's line only the loss is kept).
-[[maybe_unused]] static const std::vector<std::string> m_identical_runs = {
-    "train --steps 300 --quiet --out add.safetensors",  // GPT-2, gelu_sigmoid, dropout 0.1
-    "train --model bert --activation gelu_erf --emb-ln --mlm-head --steps 100 --quiet --out bert.safetensors",
-    "train --model gpt3 --activation gelu_tanh --steps 100 --quiet --out gpt3.safetensors",
-    "task --task text --examples 400 --seed 1 --out sums.txt",
-    "train --model gpt --activation relu --objective xlnet --data sums.txt --steps 60 --quiet --out xlnet.safetensors",
-    "train --data sums.txt --line-windows --block 32 --batch 8 --steps 100 --quiet --out pre.safetensors",
-    "task --task entailment --examples 300 --seed 1 --out ent.tsv",
-    "task --task entailment --examples 100 --seed 2 --held-out --out val.tsv",
-    "finetune --checkpoint pre.safetensors --task entailment --train ent.tsv --val val.tsv --batch 8 --steps 40 --warmup 10 "
-    "--quiet --out ft.safetensors",
-    "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
-    "explain --preset tiny-gpt2 --tokens 3,1,4",
-    "bench --preset tiny-gpt2 --embd 128 --heads 4 --vocab 1000 --block 16 --batch 8 --steps 1 --json > bench.json 2> bench.err && sed -nE 's/.*(\"loss\": [-0-9.e]+).*/\\1/p' bench.json"};
-[[maybe_unused]] static const std::vector<std::string> m_identical_compared = {
-    "add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors", "pre.safetensors", "ft.safetensors",
-    "out8.txt",        "out9.txt",         "out10.txt",        "out11.txt"};
-
-// One build of the program for the identical: cases: its name, the program, the make arguments that
-// build it (empty: ./transformer, built already) and what runs it ("qemu-aarch64": another CPU's
-// program under qemu's user-mode emulator; "LD_PRELOAD=...": variables for the run; empty: nothing).
-struct m_Build {
-    std::string name, program, make_args, runner;
-};
-
-// `runs` run by `program` (named `name` in a failure), each command preceded by `runner`, in one
-// directory emptied first (a checkpoint records the path of its data; each_dir, when given, is
-// set to it): the contents of `compared` (outN.txt: what run N printed on standard output), none empty.
-[[maybe_unused]] static std::vector<std::string> m_identical_outputs(const std::string& name, const std::string& program,
-                                                                      const std::string& runner,
-                                                                      const std::vector<std::string>& runs = m_identical_runs,
-                                                                      const std::vector<std::string>& compared = m_identical_compared) {
-    const std::string dir = m_path("identical");
-    REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
-    // Each build runs as ./transformer (a link to it): the commands it prints name the program as it was run.
-    REQUIRE(::symlink(program.c_str(), (dir + "/transformer").c_str()) == 0);
-    const std::string prefix = runner.empty() ? "" : runner + " ";
-    for (std::size_t r = 0; r < runs.size(); r++) {
-        const std::string cmd = "cd " + dir + " && " + prefix + "./transformer " + runs[r] + " > out" + std::to_string(r) + ".txt 2> err.txt";
-        REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, name << ": " << prefix << "./transformer " << runs[r] << " failed: " << m_read(dir + "/err.txt"));
-    }
-    std::vector<std::string> got;
-    for (const std::string& f : compared) {
-        got.push_back(m_read(dir + "/" + f));
-        CHECK_MESSAGE(got.back().size() > 0, name << ": " << f << " is empty");
-    }
-    return got;
-}
-
-// Each file of `compared` the same bytes in `got` (by `name`) as in `want` (by `want_name`); a
-// difference names the command that wrote the file (run N for outN.txt, else the run naming it
-// after --out) and its first differing byte.
-[[maybe_unused]] static void m_identical_compare(const std::vector<std::string>& got, const std::string& name,
-                                                 const std::vector<std::string>& want, const std::string& want_name,
-                                                 const std::vector<std::string>& runs = m_identical_runs,
-                                                 const std::vector<std::string>& compared = m_identical_compared) {
-    for (std::size_t k = 0; k < compared.size(); k++) {
-        const std::string& f = compared[k];
-        std::string writer = "(no run names it)";
-        for (std::size_t r = 0; r < runs.size(); r++)
-            if (f == "out" + std::to_string(r) + ".txt" || runs[r].find("--out " + f) != std::string::npos) writer = runs[r];
-        std::size_t at = 0;
-        while (at < got[k].size() && at < want[k].size() && got[k][at] == want[k][at]) at++;
-        const bool same = got[k] == want[k];  // not CHECK(got[k] == want[k]): doctest would print both files
-        CHECK_MESSAGE(same, name << " wrote " << f << " (" << got[k].size() << " bytes) other than " << want_name << " ("
-                                 << want[k].size() << " bytes): the first difference at byte " << at << "; the command: ./transformer "
-                                 << writer << " (docs/performance.md: the same numbers on every machine)");
-    }
-}
-
-// Builds each of `builds` with the Makefile into its own directory (as make bench-portable does),
-// runs `runs` with it and checks that each file of `compared` is the same bytes as the first
-// build's. `each(b, dir)`, when given, is called after build b's runs, with their directory.
-[[maybe_unused]] static void m_identical_builds(const std::vector<m_Build>& builds, const std::vector<std::string>& runs,
-                                                const std::vector<std::string>& compared,
-                                                const std::function<void(std::size_t, const std::string&)>& each = nullptr) {
-    const std::string root = m_project_root(), make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
-    std::vector<std::string> first;
-    for (std::size_t bi = 0; bi < builds.size(); bi++) {
-        const m_Build& b = builds[bi];
-        CAPTURE(b.name);
-        if (!b.make_args.empty()) {
-            const std::string log = m_path("identical-make.log");
-            const std::string target = b.program.substr(root.size() + 1);
-            const int made = std::system((make + " " + b.make_args + " " + target + " > " + log + " 2>&1").c_str());
-            REQUIRE_MESSAGE(made == 0, "make " << b.make_args << " " << target << " failed:\n" << m_read(log));
-        }
-        const std::vector<std::string> got = m_identical_outputs(b.name, b.program, b.runner, runs, compared);
-        if (each) each(bi, m_path("identical"));
-        if (first.empty())
-            first = got;
-        else
-            m_identical_compare(got, b.name, first, builds[0].name, runs, compared);
-    }
-}
-
-TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang++ give the same bytes") {
-    // docs/performance.md, "The same numbers on every machine": the rounding of every result is fixed
-    // by the source, so the program built for AVX2 + FMA (x86-64-v3: most laptops), for this CPU
-    // (-march=native, ./transformer) and, where the CPU runs them, for AVX-512 (x86-64-v4) and with
-    // clang++ (with libstdc++, and with libc++, the Mac's library, where installed), trains,
-    // fine-tunes, samples and explains to the same bytes.
-#ifdef TF_TESTS_DEBUG
-    MESSAGE("the other builds take minutes: run by ./tests, not ./tests-debug");
-#else
-    const std::string root = m_project_root();
-    std::vector<m_Build> builds = {{"g++ -march=native", root + "/transformer", "", ""}};
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    builds.push_back({"g++ -march=x86-64-v3", root + "/build-avx2/transformer", "BUILD=build-avx2 CXX=g++ ARCH=-march=x86-64-v3", ""});
-    const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    if (v4)
-        builds.push_back({"g++ -march=x86-64-v4", root + "/build-v4/transformer", "BUILD=build-v4 CXX=g++ ARCH=-march=x86-64-v4", ""});
-    else
-        MESSAGE("this CPU has no AVX-512: the x86-64-v4 build is not run");
-#else
-    WARN_MESSAGE(false, "the other targets compared here are x86-64's: only the native build runs");
-#endif
-    if (std::system("command -v clang++ > /dev/null 2>&1") == 0) {
-        builds.push_back({"clang++ -march=native", root + "/build-clang/transformer", "BUILD=build-clang CXX=clang++", ""});
-        // libc++ (Debian's libc++-dev): does a program that includes <vector> link with it?
-        const std::string probe = m_path("libcxx-probe");
-        m_write(probe + ".cpp", "#include <vector>\nint main() { return (int)std::vector<int>(1).size() - 1; }\n");
-        if (std::system(("clang++ -stdlib=libc++ -o " + probe + " " + probe + ".cpp > /dev/null 2>&1 && " + probe).c_str()) == 0)
-            builds.push_back({"clang++ -stdlib=libc++ -march=native", root + "/build-libcxx/transformer",
-                              "BUILD=build-libcxx CXX='clang++ -stdlib=libc++'", ""});
-        else
-            MESSAGE("clang++ -stdlib=libc++ does not link a program (apt-get install libc++-dev): its build is not compared");
-    } else {
-        MESSAGE("clang++ is not installed: its build is not compared");
-    }
-    m_identical_builds(builds, m_identical_runs, m_identical_compared);
-#endif
-}
-
-TEST_CASE("identical: aarch64 builds (g++ and clang++) under qemu give the x86 bytes") {
-    // docs/performance.md, "ARM": on aarch64 (Apple's M-series, Graviton, a Raspberry Pi 4) every
-    // multiply-add the source fuses (madd) is one IEEE fused multiply-add, as with FMA on x86-64, and
-    // no other is fused (-ffp-contract=off holds for both compilers there too), so the program built
-    // for armv8-a by g++ and by clang++, statically linked and run under qemu-aarch64, trains,
-    // fine-tunes, samples and explains to the bytes of ./transformer. That includes gelu_erf, whose
-    // erf is the program's own (verf): glibc's aarch64 erff fuses its own multiply-adds and differs
-    // from x86-64's in the last bit of a few results.
-    // qemu runs the program about 100 times slower: the runs are tens of steps of small batches.
-#ifdef TF_TESTS_DEBUG
-    MESSAGE("the aarch64 builds take minutes: run by ./tests, not ./tests-debug");
-#elif !defined(__x86_64__)
-    WARN_MESSAGE(false, "./transformer is not an x86-64 program here: the x86 bytes the aarch64 builds are compared with are not made");
-#else
-    if (std::system("command -v aarch64-linux-gnu-g++ > /dev/null 2>&1") != 0 || std::system("command -v qemu-aarch64 > /dev/null 2>&1") != 0) {
-        WARN_MESSAGE(false, "aarch64-linux-gnu-g++ or qemu-aarch64 is missing (apt-get install g++-aarch64-linux-gnu qemu-user): "
-                            "the aarch64 builds are not compared");
-        return;
-    }
-    const std::string root = m_project_root();
-    // -static: qemu-aarch64 runs the program without the aarch64 C library's directory (-L).
-    std::vector<m_Build> builds = {
-        {"g++ -march=native (x86-64)", root + "/transformer", "", ""},
-        {"aarch64-linux-gnu-g++ -march=armv8-a", root + "/build-aarch64/transformer",
-         "BUILD=build-aarch64 CXX=aarch64-linux-gnu-g++ ARCH='-march=armv8-a -static'", "qemu-aarch64"}};
-    // clang++ links for aarch64 with the GNU cross tools' linker, C library and libstdc++.
-    if (std::system("command -v clang++ > /dev/null 2>&1") == 0)
-        builds.push_back({"clang++ --target=aarch64-linux-gnu -march=armv8-a", root + "/build-aarch64-clang/transformer",
-                          "BUILD=build-aarch64-clang CXX='clang++ --target=aarch64-linux-gnu' ARCH='-march=armv8-a -static'",
-                          "qemu-aarch64"});
-    else
-        MESSAGE("clang++ is not installed: its aarch64 build is not compared");
-    const std::vector<std::string> runs = {
-        "train --batch 8 --steps 8 --warmup 4 --eval-every 4 --eval-steps 1 --quiet --out add.safetensors",  // GPT-2, dropout 0.1
-        "train --model bert --emb-ln --mlm-head --batch 4 --steps 10 --eval-every 0 --quiet --out bert.safetensors",
-        "train --model bert --activation gelu_erf --batch 4 --steps 10 --eval-every 0 --quiet --out erf.safetensors",
-        "train --model gpt3 --activation gelu_tanh --batch 4 --steps 4 --eval-every 0 --quiet --out gpt3.safetensors",
-        "task --task text --examples 200 --seed 1 --out sums.txt",
-        "train --model gpt --activation relu --objective xlnet --data sums.txt --block 24 --batch 4 --steps 6 --eval-every 0 --quiet "
-        "--out xlnet.safetensors",
-        // 16 windows of 32 tokens: the weight gradients' products sum over 512 > KC = 384 rows, in two chunks.
-        "train --data sums.txt --line-windows --block 32 --batch 16 --steps 4 --eval-every 0 --quiet --out pre.safetensors",
-        "task --task entailment --examples 100 --seed 1 --out ent.tsv",
-        "task --task entailment --examples 40 --seed 2 --held-out --out val.tsv",
-        "finetune --checkpoint pre.safetensors --task entailment --train ent.tsv --val val.tsv --batch 4 --steps 6 --warmup 2 "
-        "--quiet --out ft.safetensors",
-        "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
-        "explain --preset tiny-gpt --tokens 3,1,4",
-        "explain --preset tiny-gpt2 --tokens 3,1,4",
-        "explain --preset tiny-gpt3 --tokens 3,1,4",
-        "explain --preset tiny-bert --tokens 3,1,4 --masked 2",  // gelu_erf: the printed digits agree
-        "explain --preset tiny-roberta --tokens 3,1,4 --masked 2"};
-    m_identical_builds(builds, runs,
-                       {"add.safetensors", "bert.safetensors", "erf.safetensors", "erf.csv", "gpt3.safetensors", "xlnet.safetensors",
-                        "pre.safetensors", "ft.safetensors", "out10.txt", "out11.txt", "out12.txt", "out13.txt", "out14.txt", "out15.txt"});
-#endif
-}
-
-TEST_CASE("identical: the C library's exp, log, tanh, erf, cos, sin and pow moved by one ulp change no byte of a run") {
-    // docs/performance.md, "The same numbers on every machine": every result of a run goes through the
-    // program's own math:: functions, so a C library that rounds exp, log, ... otherwise (macOS's,
-    // musl) gives the same bytes. An LD_PRELOAD shim written here stands in for such a library: it
-    // calls the real function (dlsym(RTLD_NEXT)) and moves the result up by one ulp for half of the
-    // arguments (the low bit of a hash of the argument's bits). The identical: commands are run with
-    // and without it by ./transformer and must write the same bytes.
-#if defined(TF_TESTS_DEBUG)
-    MESSAGE("the sanitized transformer-debug takes no LD_PRELOAD shim before its sanitizer runtime: run by ./tests, not ./tests-debug");
-#elif !defined(__linux__) || !defined(__GLIBC__)
-    MESSAGE("skipped: the LD_PRELOAD shim needs Linux's dynamic linker and glibc's dlsym(RTLD_NEXT) (this is not Linux with glibc)");
-#else
-    if (std::system("command -v cc > /dev/null 2>&1") != 0) {
-        MESSAGE("skipped: no C compiler `cc` to build the LD_PRELOAD shim with");
-        return;
-    }
-    const std::string root = m_project_root(), dir = m_path("libm-shim");
-    REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
-    const char* const moved[] = {"exp", "expf", "log", "logf", "tanh", "tanhf", "erf", "erff",
-                                 "cos", "cosf", "sin", "sinf", "pow", "powf"};
-    {
-        std::ofstream c(dir + "/shim.c");
-        c << "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
-             "static unsigned long long calls, moved;\n"
-             "static int odd(uint64_t h) { h ^= h >> 33; h *= 0xff51afd7ed558ccdULL; h ^= h >> 33; return (int)(h & 1); }\n"
-             "static double up_d(double y, uint64_t h) {\n"
-             "    uint64_t u; memcpy(&u, &y, 8); calls++;\n"
-             "    if (odd(h) && y == y && y != 0 && y - y == 0) { u++; moved++; memcpy(&y, &u, 8); }\n"
-             "    return y;\n}\n"
-             "static float up_f(float y, uint64_t h) {\n"
-             "    uint32_t u; memcpy(&u, &y, 4); calls++;\n"
-             "    if (odd(h) && y == y && y != 0 && y - y == 0) { u++; moved++; memcpy(&y, &u, 4); }\n"
-             "    return y;\n}\n"
-             "static uint64_t bits_d(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }\n"
-             "static uint64_t bits_f(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }\n"
-             "static void *real(const char *name) {\n"
-             "    void *f = dlsym(RTLD_NEXT, name);\n"
-             "    if (!f) { fprintf(stderr, \"libm shim: no %s after the shim\\n\", name); abort(); }\n"
-             "    return f;\n}\n"
-             "#define ONE(T, name, up, bits) T name(T x) { static T (*f)(T); if (!f) f = (T (*)(T))real(#name); return up(f(x), bits(x)); }\n"
-             "#define TWO(T, name, up, bits) T name(T x, T y) { static T (*f)(T, T); if (!f) f = (T (*)(T, T))real(#name); \\\n"
-             "    return up(f(x, y), bits(x) * 31 + bits(y)); }\n";
-        for (const char* f : moved) {
-            const std::string name = f;
-            const bool flt = name.back() == 'f' && name != "erf";
-            c << (name.rfind("pow", 0) == 0 ? "TWO" : "ONE") << (flt ? "(float, " : "(double, ") << name
-              << (flt ? ", up_f, bits_f)\n" : ", up_d, bits_d)\n");
-        }
-        // What the shim did, written where TF_SHIM_LOG says when the program ends.
-        c << "__attribute__((destructor)) static void report(void) {\n"
-             "    const char *p = getenv(\"TF_SHIM_LOG\"); FILE *f = p ? fopen(p, \"a\") : 0;\n"
-             "    if (f) { fprintf(f, \"%llu %llu\\n\", calls, moved); fclose(f); }\n}\n";
-    }
-    const std::string log = dir + "/cc.log";
-    REQUIRE_MESSAGE(std::system(("cc -O2 -shared -fPIC -o " + dir + "/shim.so " + dir + "/shim.c -ldl > " + log + " 2>&1").c_str()) == 0,
-                    "cc could not build the shim " << dir << "/shim.c:\n" << m_read(log));
-    // The shim reaches a program: a probe that prints each function over 32 arguments prints other
-    // digits with it, for every function.
-    {
-        std::ofstream c(dir + "/probe.c");
-        c << "#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\nint main(int argc, char **argv) {\n"
-             "    double x0 = argc > 1 ? atof(argv[1]) : 0;\n"
-             "    for (int i = 0; i < 32; i++) {\n        double x = x0 + 0.0123 * i; float y = (float)x;\n";
-        for (const char* f : moved) {
-            const std::string name = f;
-            const bool flt = name.back() == 'f' && name != "erf";
-            const std::string arg = flt ? "y" : "x", fmt = flt ? "(double)" : "";
-            c << "        printf(\"" << name << " %a\\n\", " << fmt << name << "(" << arg << (name.rfind("pow", 0) == 0 ? ", " + arg : "")
-              << "));\n";
-        }
-        c << "    }\n    return 0;\n}\n";
-    }
-    REQUIRE_MESSAGE(std::system(("cc -O0 -o " + dir + "/probe " + dir + "/probe.c -lm > " + log + " 2>&1").c_str()) == 0,
-                    "cc could not build the probe:\n" << m_read(log));
-    REQUIRE(std::system((dir + "/probe 0.37 > " + dir + "/plain.txt").c_str()) == 0);
-    REQUIRE(std::system(("LD_PRELOAD=" + dir + "/shim.so " + dir + "/probe 0.37 > " + dir + "/shim.txt").c_str()) == 0);
-    {
-        std::map<std::string, int> lines, differ;
-        std::istringstream plain(m_read(dir + "/plain.txt")), shim(m_read(dir + "/shim.txt"));
-        for (std::string a, b; std::getline(plain, a) && std::getline(shim, b);) {
-            const std::string name = a.substr(0, a.find(' '));
-            lines[name]++;
-            differ[name] += a != b;
-        }
-        for (const char* f : moved) {
-            CAPTURE(f);
-            CHECK_MESSAGE(lines[f] == 32, "the probe printed " << lines[f] << " results of " << f << ", not 32");
-            CHECK_MESSAGE(differ[f] > 0, "the shim moved none of 32 results of " << f << ": it does not reach the probe");
-        }
-    }
-    // Every function of the C library's libm that ./transformer calls is one the shim moves, or an
-    // exact one (its result is the same in every C library).
-    const std::string program = root + "/transformer";
-    if (std::system("command -v nm > /dev/null 2>&1 && command -v ldd > /dev/null 2>&1") == 0) {
-        const std::string libm_path = dir + "/libm.txt", calls_path = dir + "/calls.txt";
-        REQUIRE(std::system(("nm -D --defined-only \"$(ldd " + program + " | sed -nE 's/.*libm\\.so[^ ]* => ([^ ]+).*/\\1/p')\" 2> /dev/null"
-                             " | awk '{ print $3 }' | sed 's/@.*//' | sort -u > " + libm_path + "; nm -D --undefined-only " + program +
-                             " | awk '{ print $2 }' | sed 's/@.*//' | sort -u > " + calls_path).c_str()) == 0);
-        std::set<std::string> libm;
-        std::istringstream ls(m_read(libm_path));
-        for (std::string w; ls >> w;) libm.insert(w);
-        if (libm.empty()) MESSAGE("ldd names no libm of ./transformer (the C library holds it): the list of its calls is not checked");
-        const std::set<std::string> exact = {"sqrt", "sqrtf", "fabs", "fabsf", "floor", "floorf", "ceil", "ceilf", "trunc", "truncf",
-                                             "round", "roundf", "lround", "lroundf", "llround", "rint", "nearbyint", "lrint",
-                                             "ldexp", "ldexpf", "frexp", "frexpf", "fmod", "fmodf", "nextafter", "nextafterf",
-                                             "copysign", "copysignf", "fmin", "fmax", "fminf", "fmaxf", "scalbn", "scalbnf", "modf"};
-        std::istringstream cs(m_read(calls_path));
-        int counted = 0;
-        for (std::string w; cs >> w;) {
-            if (!libm.count(w) || exact.count(w)) continue;
-            counted++;
-            CHECK_MESSAGE(std::find(std::begin(moved), std::end(moved), w) != std::end(moved),
-                          "./transformer calls " << w << " of the C library's libm, which the shim does not move: add it to the shim's list");
-        }
-        MESSAGE("./transformer links " << counted << " functions of libm, each moved by the shim");
-    } else
-        MESSAGE("nm or ldd is not installed: the libm functions ./transformer links are not listed");
-    // The runs, without and with the shim.
-    const std::vector<std::string> want = m_identical_outputs("./transformer", program, "");
-    const std::string shim_log = dir + "/moved.txt";
-    const std::vector<std::string> got =
-        m_identical_outputs("./transformer with the shim", program, "LD_PRELOAD=" + dir + "/shim.so TF_SHIM_LOG=" + shim_log);
-    m_identical_compare(got, "./transformer with the libm shim", want, "./transformer");
-    unsigned long long calls = 0, moved_results = 0, runs = 0;
-    std::istringstream ms(m_read(shim_log));
-    for (unsigned long long c = 0, m = 0; ms >> c >> m; runs++) calls += c, moved_results += m;
-    CHECK_MESSAGE(runs >= m_identical_runs.size(), "the shim reported from " << runs << " programs, not every run's ./transformer: it was not loaded");
-    MESSAGE("under the shim, " << runs << " programs called its functions " << calls << " times and it moved " << moved_results << " results");
-#endif
-}
-
-TEST_CASE("tools: the blanker and the mutant generator find a body written in other styles") {
-    // tools/blank.awk (make handout, make mutants) finds a definition by its name in column 0 and its
-    // body by counting braces outside comments and literals: a one-line body, a signature over three
-    // lines with the brace on a line of its own, a lambda and braces in strings, characters and a
-    // comment inside the body, a comment after the closing brace. tools/mutant-gen.awk mutates the
-    // lines of a body's range alone.
-    for (const char* f : {"tools/blank.awk", "tools/mutant-gen.awk"}) REQUIRE_MESSAGE(m_exists(f), "run from the project's root: no " << f);
-    const std::string src =
-        "#include <stdexcept>\n"
-        "#include <string>\n"
-        "namespace tf { struct Error : std::runtime_error { using std::runtime_error::runtime_error; }; }\n"
-        "int one_line(int x) { return x + 1; }\n"
-        "static double\n"
-        "three_lines(const double* v,\n"
-        "            int n)\n"
-        "{\n"
-        "    double s = 0;\n"
-        "    for (int i = 0; i < n; i++) s += v[i];\n"
-        "    return s;\n"
-        "}\n"
-        "int with_lambda(int x) {\n"
-        "    auto f = [](int y) { return y * 2; };\n"
-        "    const std::string s = \"}{ \\\"}\\\" '}'\";\n"
-        "    const char c = '}';\n"
-        "    /* } a brace\n"
-        "}   in a comment */\n"
-        "    return f(x) + (int)s.size() + c + 1'000;\n"
-        "}  // with_lambda\n"
-        "int after(int x) {\n"
-        "    return x - 1;\n"
-        "}\n";
-    const std::string in = m_path("styles.cpp"), out = m_path("styles-blanked.cpp"), ranges = m_path("styles.ranges");
-    m_write(in, src);
-    const std::string blank = "awk -v funcs='one_line three_lines with_lambda' -v ranges=" + ranges + " -f tools/blank.awk " + in;
-    REQUIRE_MESSAGE(std::system((blank + " > " + out + " 2> " + out + ".err").c_str()) == 0, m_read(out + ".err"));
-    const std::string got = m_read(out);
-    INFO("tools/blank.awk wrote:\n" << got);
-    for (const char* f : {"one_line", "three_lines", "with_lambda"})
-        CHECK(m_contains(got, std::string("throw tf::Error(\"not implemented: ") + f + "\");"));
-    CHECK(m_contains(got, "int one_line(int x) {\n"));
-    CHECK(m_contains(got, "            int n)\n{\n    (void)v; (void)n;\n"));
-    CHECK(m_contains(got, "}  // with_lambda\nint after(int x) {\n    return x - 1;\n}\n"));
-    for (const char* gone : {"return x + 1", "s += v[i]", "y * 2", "a brace", "1'000"}) CHECK_MESSAGE(!m_contains(got, gone), gone);
-    CHECK_MESSAGE(std::system(("g++ -std=c++17 -fsyntax-only -x c++ " + out + " 2> " + out + ".cc").c_str()) == 0,
-                  "the blanked file does not compile:\n" << m_read(out + ".cc"));
-    // The ranges: the lines strictly between each body's "{" and "}" (1-based).
-    const std::string r = m_read(ranges);
-    CHECK_MESSAGE(m_contains(r, "three_lines 9 11\n"), r);
-    CHECK_MESSAGE(m_contains(r, "with_lambda 14 19\n"), r);
-    // The mutants of with_lambda: inside lines 14..19 only, none inside a string literal.
-    const std::string mut = m_path("styles.mutants");
-    REQUIRE(std::system(("awk -v from=14 -v to=19 -f tools/mutant-gen.awk " + in + " > " + mut).c_str()) == 0);
-    std::istringstream lines(m_read(mut));
-    int count = 0;
-    for (std::string l; std::getline(lines, l); count++) {
-        const int at = std::stoi(l);
-        CHECK_MESSAGE((at >= 14 && at <= 19), "a mutant of line " << at << ": " << l);
-        CHECK_MESSAGE(m_contains(l, "\"}{ \\\"}\\\" '}'\"") == (at == 15), "a mutant changed the string literal: " << l);
-    }
-    CHECK_MESSAGE(count >= 5, "tools/mutant-gen.awk made " << count << " mutants of with_lambda, expected at least 5");
-}
-
-TEST_CASE("tools: every program in tools/ answers --help, refuses an unknown argument, and works from another directory") {
-    const std::vector<std::string> programs = {"tools/handout",         "tools/grade",      "tools/mutants",        "tools/assignments-check",
-                                               "tools/build-times",     "tools/part-one-check", "tools/fuzz",
-                                               "tools/finetune-demo",   "tools/time-limit"};
-    char cwd[4096];
-    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
-    const std::string root = cwd, scratch = m_path("tools-elsewhere");
-    REQUIRE(std::system(("mkdir -p " + scratch).c_str()) == 0);
-    for (const std::string& p : programs) {
-        CAPTURE(p);
-        REQUIRE(m_exists(p));
-        const std::string log = m_path("tool.log");
-        CHECK(std::system(("cd " + scratch + " && sh " + root + "/" + p + " --help > " + log + " 2>&1").c_str()) == 0);
-        CHECK_MESSAGE(m_contains(m_read(log), "usage: "), p << " --help printed: " << m_read(log));
-        const int st = std::system(("cd " + scratch + " && sh " + root + "/" + p + " --no-such-flag > " + log + " 2>&1").c_str());
-        CHECK(st != 0);
-        const bool named = m_contains(m_read(log), "--no-such-flag") || m_contains(m_read(log), "usage");
-        CHECK_MESSAGE(named, p << " said: " << m_read(log));
-    }
-    // tools/handout from another directory: DIR is the caller's, the files the project's.
-    const int made = std::system(("cd " + scratch + " && sh " + root + "/tools/handout --dir h --funcs diag_backward > hand.log 2>&1").c_str());
-    CHECK_MESSAGE(made == 0, m_read(scratch + "/hand.log"));
-    CHECK(m_contains(m_read(scratch + "/h/transformer.cpp"), "not implemented: diag_backward"));
-    CHECK(m_exists(scratch + "/h/tools/handout"));
-}
-
-TEST_CASE("build times: make and make test from a fresh copy within docs/performance.md's targets, scaled by a reference compile") {
-    // docs/performance.md, "Build time": tools/build-times --check (make build-times CHECK=1) times a
-    // fixed reference compile, then `make` and `make test` in a fresh copy of the sources, and fails
-    // when one is more than its margin over its target scaled by the reference's time against the
-    // documented computer's. A slow computer scales its targets; a slower build fails.
-#ifdef TF_TESTS_DEBUG
-    MESSAGE("the builds take minutes: run by ./tests, not ./tests-debug");
-#else
-    const std::string root = m_project_root(), log = m_path("build-times.log");
-    const std::string cmd = "cd '" + root + "' && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory build-times CHECK=1 > " + log + " 2>&1";
-    const int st = std::system(cmd.c_str());
-    const std::string out = m_read(log);
-    INFO("make build-times CHECK=1 printed:\n" << out);
-    CHECK_MESSAGE(st == 0, "expected every figure within its target scaled by the reference (docs/performance.md, Build time); the rows above say which is not");
-    for (const char* row : {"| `make` from a fresh copy |", "| `make test` from a fresh copy |", "| its run of the cases |"})
-        CHECK_MESSAGE(out.find(row) != std::string::npos, "expected the row " << row);
-    // The reference time the script scales by is the one docs/performance.md states.
-    const std::string script = m_read(root + "/tools/build-times");
-    const std::size_t at = script.find("\nREFERENCE_SECONDS=");
-    REQUIRE(at != std::string::npos);
-    const std::string seconds = script.substr(at + 19, script.find('\n', at + 1) - at - 19);
-    CHECK_MESSAGE(m_read(root + "/docs/performance.md").find("reference compile took " + seconds + " s") != std::string::npos,
-                  "docs/performance.md should say \"reference compile took " << seconds << " s\", as tools/build-times's REFERENCE_SECONDS");
-#endif
-}
-
-TEST_CASE("shellcheck: the sh programs of tools/ are clean") {
-    REQUIRE_MESSAGE(std::system("command -v shellcheck > /dev/null 2>&1") == 0,
-                    "shellcheck is not installed (Debian: apt-get install shellcheck; .ci/run installs it)");
-    const std::string log = m_path("shellcheck.log");
-    const int st = std::system(("shellcheck tools/handout tools/grade tools/mutants tools/assignments-check tools/build-times "
-                                "tools/part-one-check tools/fuzz tools/finetune-demo tools/time-limit .ci/run > " + log + " 2>&1").c_str());
-    CHECK_MESSAGE(st == 0, "shellcheck said:\n" << m_read(log));
-}
-
-TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" fails exactly the cases needing them") {
+TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" fails exactly the cases needing them" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // Teaching: `make handout` copies the project into DIR with the bodies of FUNCS replaced by
     // a stub throwing tf::Error("not implemented: NAME"). Checked here on a handout in the scratch
     // directory: an unknown name is an error; only the two bodies change (and the "handout: ..." cases
@@ -13360,9 +12551,12 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
                          << failed.size() << " fail:" << failed_names);
     CHECK(!failed.empty());
     CHECK(passed.size() > failed.size());
-    for (const std::string& s : skipped) {  // only the handout cases are left out
-        INFO("skipped: " << s);
-        CHECK(starts(s, "handout: "));
+    // Only the long cases are left out (their suites "... (long)" skip them unless asked for).
+    sh("cd " + dir + " && ./tests -nc -ltc --no-skip '-ts=*(long)'", dir + "/long.log");
+    const std::string long_cases = m_read(dir + "/long.log");
+    for (const std::string& s : skipped) {
+        INFO("skipped: " << s << "; the long cases are:\n" << long_cases);
+        CHECK(m_contains(long_cases, "\n" + s + "\n"));
     }
     for (const auto& f : failed) {  // each failure names a blanked function, and only those
         INFO("failing case: " << f.first);
@@ -13401,7 +12595,7 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     }
 }
 
-TEST_CASE("handout: a wrong solution of every assignment fails make check in at most 40 lines, its function named first") {
+TEST_CASE("handout: a wrong solution of every assignment fails make check in at most 40 lines, its function named first" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // A student's wrong answer to assignment N is the solution with one mistake in a function of N,
     // of the kinds students make (an add written as an assignment, a term left out, an operand not
     // transposed, a path dropped, the layers walked the wrong way, rows swapped, a gradient never
@@ -13540,7 +12734,7 @@ TEST_CASE("handout: a wrong solution of every assignment fails make check in at 
     }
 }
 
-TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in Chromium each gradient row's verdict, a factor named, the callee first") {
+TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in Chromium each gradient row's verdict, a factor named, the callee first" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // A student's handout N: the solution with the functions of the later assignments blanked (as
     // make handout writes them) and mistakes planted in functions of assignment N, of four kinds: a
     // term left out (LayerNorm_backward's dX), a derivative taken at the wrong point (FFN_backward's
@@ -13794,7 +12988,7 @@ TEST_CASE("assignments: each assignment's text reads every § and names every ru
     }
 }
 
-TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.md says, the solution none") {
+TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.md says, the solution none" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // The assignments of docs/assignments.md (Makefile: ASSIGNMENT_N_FUNCS; tests.cpp: the test
     // suites "assignment N" and "assignment N (0 points)").
     // make assignments-check writes each one's handout, compiles its transformer.cpp with the fast
@@ -13813,7 +13007,7 @@ TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.
 #endif
 }
 
-TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full marks, in results.json and results.xml") {
+TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full marks, in results.json and results.xml" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // make grade (docs/assignments.md, "Grading") on assignment 1, as a course platform runs it: in
     // a fresh handout every case fails and the score is 0; in a copy of the handout holding the
     // solution's transformer.cpp (the autograder copies the student's file in) full marks, written
@@ -14021,7 +13215,7 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
 #endif
 }
 
-TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, no nproc) gives the same handout, counts and grade") {
+TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, no nproc) gives the same handout, counts and grade" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // A Mac's awk is BSD's (Debian packages it as original-awk), and it has no timeout or nproc (GNU
     // coreutils). With a PATH of links to every program but those, awk being BSD's, make handout
     // ASSIGNMENT=1 writes the same handout as with the usual tools, and in it make check prints the
@@ -14113,10 +13307,12 @@ TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, 
     }
 #endif
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // The command-line program
 // ================================================================================================
+TEST_SUITE_BEGIN("command line");
 TEST_CASE("CLI: params --preset gpt1 prints 116497920") {
     const m_Run r = m_run("params --preset gpt1");
     INFO(r.out << r.err);
@@ -14805,132 +14001,6 @@ TEST_CASE("finetune: SIGINT stops after the step; the command it prints goes on 
     CHECK(m_read(dir + "/log2.out").find("error") == std::string::npos);
 }
 
-TEST_CASE("tests: the scratch directory is in $TMPDIR; directories of killed runs are removed") {
-    CHECK(m_dir().rfind(m_temp_root() + "/tfm_tests_", 0) == 0);
-    const std::string root = m_path("tmproot");
-    ::mkdir(root.c_str(), 0755);
-    const pid_t child = fork();
-    if (child == 0) _exit(0);
-    REQUIRE(child > 0);
-    ::waitpid(child, nullptr, 0);  // its pid no longer runs
-    const std::string dead = root + "/tfm_tests_" + std::to_string((long long)child);
-    const std::string alive = root + "/tfm_tests_" + std::to_string((long long)getppid());
-    const std::string other = root + "/tfm_other_1";
-    for (const std::string& d : {dead, alive, other}) ::mkdir(d.c_str(), 0755);
-    m_write(dead + "/big.bin", "x");
-    m_remove_stale_dirs(root);
-    CHECK_FALSE(m_exists(dead));
-    CHECK(m_exists(alive));
-    CHECK(m_exists(other));
-}
-
-TEST_CASE("make clean: removes what the Makefile's targets write, never a file git tracks") {
-    if (std::system("command -v git >/dev/null 2>&1 && command -v make >/dev/null 2>&1") != 0) {
-        WARN_MESSAGE(false, "skipped: git or make is not installed");
-        return;
-    }
-    const std::string dir = m_path("clean");
-    ::mkdir(dir.c_str(), 0755);
-    m_write(dir + "/Makefile", m_read("Makefile"));
-    const std::string setup = "cd " + dir + " && git init -q . && mkdir -p demo handout build && touch addition.safetensors addition.svg "
-                              "masks.svg demo/x handout/HANDOUT.md build/main.o transformer notes.txt addition.csv && "
-                              "git add addition.csv Makefile && git -c user.email=t@t -c user.name=t commit -qm t";
-    REQUIRE(std::system(setup.c_str()) == 0);
-    const m_Run r = [&] {
-        m_Run x;
-        x.status = std::system(("make -C " + dir + " clean > " + dir + "/clean.log 2>&1").c_str());
-        x.out = m_read(dir + "/clean.log");
-        return x;
-    }();
-    INFO(r.out);
-    CHECK(r.status == 0);
-    for (const char* gone : {"demo", "handout", "build", "addition.safetensors", "addition.svg", "masks.svg", "transformer"})
-        CHECK_FALSE(m_exists(dir + "/" + gone));
-    CHECK(m_exists(dir + "/addition.csv"));  // tracked: kept
-    CHECK(m_contains(r.out, "keeping addition.csv"));
-    CHECK(m_exists(dir + "/notes.txt"));
-    CHECK(m_exists(dir + "/Makefile"));
-}
-
-// tools/finetune-demo (make finetune-demo) without its training runs: the usage, the errors, and the
-// statistics of its table on a results file made by hand, whose means, standard deviations and
-// verdicts are worked out below.
-TEST_CASE("tools/finetune-demo: --help, bad arguments name themselves, the table's means, spreads and verdicts") {
-    const std::string tool = "tools/finetune-demo";
-    REQUIRE_MESSAGE(m_exists(tool), "run the tests from the project's root");
-    const auto run = [&](const std::string& args) { return m_run_program(tool, args); };
-    {
-        const m_Run r = run("--help");
-        INFO(r.out << r.err);
-        CHECK(r.status == 0);
-        for (const char* part : {"usage: tools/finetune-demo", "--quick", "--seeds N", "--program PATH", "--out DIR", "--summarize"})
-            CHECK_MESSAGE(m_contains(r.out, part), "the help lacks " << part);
-    }
-    // Bad arguments: a non-zero exit and a message naming the argument; nothing is trained.
-    for (const auto& bad : std::vector<std::pair<std::string, std::string>>{
-             {"--bogus", "unknown argument '--bogus'"},
-             {"--out", "--out needs a value"},
-             {"--seeds 1", "--seeds takes a number of seeds, 2 or more"},
-             {"--seeds five", "--seeds takes a number of seeds, 2 or more; got 'five'"},
-             {"--model gpt3", "--model takes gpt2 or bert; got 'gpt3'"},
-             {"--program " + m_path("no-such-program"), "no program at '" + m_path("no-such-program") + "'"},
-             {"--summarize " + m_path("no-such.tsv"), "cannot read the results file '" + m_path("no-such.tsv") + "'"}}) {
-        const m_Run r = run(bad.first);
-        INFO("tools/finetune-demo " << bad.first << "\nstdout: " << r.out << "\nstderr: " << r.err);
-        CHECK(r.exited);
-        CHECK(r.status != 0);
-        CHECK(m_contains(r.err, "tools/finetune-demo: error: " + bad.second));
-        CHECK(r.out.empty());
-    }
-    // Accuracies (right of 500) by task, way and seed. classify: lambda .5 80, 82, 84% (mean 82.0,
-    // s 2.0), lambda 0 70, 71, 72 (71.0, 1.0), scratch 81, 83, 85 (83.0, 2.0). Twice the standard
-    // error of a difference of means with s 2 and 2 over 3 seeds each: 2 sqrt(8/3) = 3.27; with s 2
-    // and 1: 2 sqrt(5/3) = 2.58. entailment: means 52, 49 and 48 (s 2 each), so +3.0 falls under
-    // 3.27 and +4.0 over it (one standard error would resolve both, three neither).
-    std::string tsv;
-    const auto add = [&](const std::string& task, const std::string& way, std::vector<int> right) {
-        for (std::size_t s = 0; s < right.size(); s++)
-            tsv += task + "\t" + way + "\t" + std::to_string(s + 1) + "\t100\t" + std::to_string(right[s]) + "\t500\n";
-    };
-    add("classify", "lambda0.5", {400, 410, 420});
-    add("classify", "lambda0", {350, 355, 360});
-    add("classify", "scratch", {405, 415, 425});
-    add("entailment", "lambda0.5", {250, 260, 270});
-    add("entailment", "lambda0", {235, 245, 255});
-    add("entailment", "scratch", {230, 240, 250});
-    const std::string results = m_path("demo_results.tsv");
-    m_write(results, tsv);
-    const m_Run r = run("--summarize " + results);
-    INFO(r.out << r.err);
-    CHECK(r.status == 0);
-    CHECK(m_contains(r.out, "fine-tuning seeds 1 2 3:"));
-    CHECK(m_contains(r.out, "500 each"));
-    CHECK(m_contains(r.out, "resolved when larger than 2 standard errors of the difference"));
-    for (const char* cell : {"82.0 ± 2.0 (80.0-84.0)", "71.0 ± 1.0 (70.0-72.0)", "83.0 ± 2.0 (81.0-85.0)",
-                             "52.0 ± 2.0 (50.0-54.0)", "49.0 ± 2.0 (47.0-51.0)", "48.0 ± 2.0 (46.0-50.0)"})
-        CHECK_MESSAGE(m_contains(r.out, cell), "the table lacks " << cell);
-    for (const char* verdict : {"lambda .5 - lambda 0:           +11.0 (2 SE 2.6)  resolved: pre-trained, lambda .5 ahead",
-                                "lambda .5 - no pre-training:     -1.0 (2 SE 3.3)  not resolved",
-                                "lambda 0 - no pre-training:     -12.0 (2 SE 2.6)  resolved: no pre-training ahead",
-                                "lambda .5 - lambda 0:            +3.0 (2 SE 3.3)  not resolved",
-                                "lambda .5 - no pre-training:     +4.0 (2 SE 3.3)  resolved: pre-trained, lambda .5 ahead",
-                                "lambda 0 - no pre-training:      +1.0 (2 SE 3.3)  not resolved"})
-        CHECK_MESSAGE(m_contains(r.out, verdict), "the differences lack " << verdict);
-    // A line that is not a result: an error naming the file and the line.
-    m_write(results, tsv + "choice\tlambda 0.5\t1\t100\t200\t500\n");
-    const m_Run b = run("--summarize " + results);
-    CHECK(b.status != 0);
-    CHECK(m_contains(b.err, "demo_results.tsv line 19"));
-    // POSIX sh, clean under shellcheck where it is installed.
-    if (std::system("command -v shellcheck >/dev/null 2>&1") == 0) {
-        const int st = std::system(("shellcheck --shell=sh " + tool + " > " + m_path("shellcheck.log") + " 2>&1").c_str());
-        INFO(m_read(m_path("shellcheck.log")));
-        CHECK(st == 0);
-    } else {
-        WARN_MESSAGE(false, "shellcheck is not installed: tools/finetune-demo is not checked by it");
-    }
-}
-
 TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how to go on and exits 143") {
     const std::string dir = m_path("sigft");
     ::mkdir(dir.c_str(), 0755);
@@ -14955,10 +14025,12 @@ TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how 
                           m_PROGRAM + " finetune --checkpoint " + ft + " --out " + dir + "/ft-2.st "));
     CHECK(load_model(ft, {"adam."}).file.metadata.count("finetune.task") == 1);
 }
+TEST_SUITE_END();
 
 // ================================================================================================
 // Export to the Hugging Face classes of every variant, with the tokenizer's files
 // ================================================================================================
+TEST_SUITE_BEGIN("model files");
 namespace {
 // The probe text of the tokenizer checks: accents, CJK, a tab, CRLF, runs of spaces.
 const std::string m_PROBE = "Caf\xC3\xA9 na\xC3\xAFve,\t\xE4\xB8\xAD \xE6\x96\x87!\r\nlower  lowest   the capital.\r\n";
@@ -15288,26 +14360,7 @@ TEST_CASE("export: a character model's tokenizer.json refuses a byte outside its
     }
 }
 
-TEST_CASE("docs/hf_check.py reads a probe file's bytes exactly: a CRLF stays a CRLF") {
-    // Text mode would turn "\r\n" into "\n" and report a difference for any CRLF probe.
-    static const bool have_python = std::system("command -v python3 >/dev/null 2>&1") == 0;
-    if (!have_python) {
-        WARN_MESSAGE(false, "skipped: python3 is not installed");
-        return;
-    }
-    const std::string probe = m_path("crlf_probe.txt"), out = m_path("crlf_probe.out");
-    const std::string bytes = "Caf\xC3\xA9\r\nlone CR\rtab\t\r\n";
-    m_write(probe, bytes);
-    // read_text needs neither torch nor transformers (main imports them).
-    const std::string cmd = "python3 -c 'import sys; sys.path.insert(0, \"docs\"); import hf_check; "
-                            "sys.stdout.buffer.write(hf_check.read_text(sys.argv[1]).encode(\"utf-8\"))' " + probe + " > " + out + " 2>&1";
-    const int st = std::system(cmd.c_str());
-    INFO("output: " << m_read(out));
-    CHECK(st == 0);
-    CHECK(m_read(out) == bytes);
-}
-
-TEST_CASE("CLI: help for an unknown command and an unknown flag followed by --help are errors that name them") {
+TEST_CASE("CLI: help for an unknown command and an unknown flag followed by --help are errors that name them" * doctest::test_suite("command line")) {
     m_cli_fails("help nosuch", "unknown command 'nosuch' (the commands: train,");
     m_cli_fails("--help nosuch", "unknown command 'nosuch'");
     m_cli_fails("help train extra", "takes one command, got 'extra' after 'train'");
@@ -15320,7 +14373,7 @@ TEST_CASE("CLI: help for an unknown command and an unknown flag followed by --he
     CHECK(m_run_ok("help").out == m_run_ok("--help").out);
 }
 
-TEST_CASE("CLI: every command line it prints starts with the program as it was run (argv[0], quoted for the shell)") {
+TEST_CASE("CLI: every command line it prints starts with the program as it was run (argv[0], quoted for the shell)" * doctest::test_suite("command line")) {
     char* cwd = ::getcwd(nullptr, 0);
     REQUIRE(cwd);
     const std::string program = std::string(cwd) + "/" + std::string(m_PROGRAM).substr(2);  // m_PROGRAM is ./NAME
@@ -15353,7 +14406,7 @@ TEST_CASE("CLI: every command line it prints starts with the program as it was r
     CHECK_FALSE(m_contains(m_run_ok("--help").out, "usage: transformer "));
 }
 
-TEST_CASE("StagedDir: until commit only staged files exist; without commit a new directory is removed and an existing one is as it was") {
+TEST_CASE("StagedDir: until commit only staged files exist; without commit a new directory is removed and an existing one is as it was" * doctest::test_suite("platform")) {
     const std::string fresh = m_path("staged_new");
     {
         StagedDir s(fresh);
@@ -15435,7 +14488,7 @@ TEST_CASE("export: an error midway (a write that fails) leaves no new directory,
     CHECK(m_names_in(empty, "").empty());
 }
 
-TEST_CASE("export: SIGINT or SIGTERM while it writes leaves no new directory and no file behind") {
+TEST_CASE("export: SIGINT or SIGTERM while it writes leaves no new directory and no file behind" * doctest::test_suite("model files (long)") * doctest::skip()) {
     // A model of some 60 MB, so that the signal arrives while the files are written.
     Config c = preset("tiny-gpt2");
     c.V = 60000, c.H = 256, c.A = 4, c.D = 64, c.F = 1024, c.L = 1;
@@ -15486,7 +14539,7 @@ TEST_CASE("export: SIGINT or SIGTERM while it writes leaves no new directory and
     CHECK_MESSAGE(caught >= 1, "no signal arrived while export ran (each run finished first)");
 }
 
-TEST_CASE("CLI help: train's --init-from names GPT-1, export says what each variant needs, the README lists every command and the build's level") {
+TEST_CASE("CLI help: train's --init-from names GPT-1, export says what each variant needs, the README lists every command and the build's level" * doctest::test_suite("command line")) {
     const std::string train = m_run_ok("train --help").out;
     const std::string init_from = train.substr(train.find("  --init-from "), train.find('\n', train.find("  --init-from ")) - train.find("  --init-from "));
     CHECK(m_contains(init_from, "GPT-1 (openai-gpt), GPT-2, BERT or RoBERTa"));
@@ -15509,7 +14562,7 @@ TEST_CASE("CLI help: train's --init-from names GPT-1, export says what each vari
         if (std::string(other).substr(0, 3) != O) CHECK_MESSAGE(!m_contains(readme, other), "README names " << other << "; the Makefile builds " << O);
 }
 
-TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the masked-LM head, box by box, equals model_forward and model_loss") {
+TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the masked-LM head, box by box, equals model_forward and model_loss" * doctest::test_suite("teaching")) {
     for (const char* name : {"tiny-bert", "tiny-roberta"})
         for (const bool head : {false, true}) {
             CAPTURE(name);
@@ -15557,7 +14610,7 @@ TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the maske
     CHECK(m_contains(r.out, "\n" + loss + " (model_loss"));
 }
 
-TEST_CASE("CLI: wording: numbers as written, singular panels, one slash in paths, a divergence hint that fits --grad-clip, masked cells' P") {
+TEST_CASE("CLI: wording: numbers as written, singular panels, one slash in paths, a divergence hint that fits --grad-clip, masked cells' P" * doctest::test_suite("command line")) {
     // A number in an error as it was written, not std::to_string's "-1.000000".
     const std::string ck = m_path("wording.st");
     m_run_ok("train --data " + m_text_file() + " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
@@ -15602,7 +14655,7 @@ TEST_CASE("CLI: wording: numbers as written, singular panels, one slash in paths
     CHECK(m_contains(masks_svg(4, 2, 2, {0, 1, 2, 3}), "<title>-inf</title>"));
 }
 
-TEST_CASE("sample --top-probs: the K most likely next tokens with Softmax(z) of model_forward's last row, sorted, summing to at most 1") {
+TEST_CASE("sample --top-probs: the K most likely next tokens with Softmax(z) of model_forward's last row, sorted, summing to at most 1" * doctest::test_suite("runs")) {
     Config c = preset("tiny-gpt2");
     const CharVocab v = CharVocab::from_text("the cat sat on a mat\n");
     c.V = v.size();
@@ -15667,3 +14720,1005 @@ TEST_CASE("sample --top-probs: the K most likely next tokens with Softmax(z) of 
     m_cli_fails("sample --checkpoint " + bert + " --prompt x --top-probs 3", "sample needs a gpt, gpt2 or gpt3 model");
     M_CHECK_TF_ERROR(next_token_probs(preset("tiny-bert"), m_model<float>(preset("tiny-bert"), 1, 0.1), {1, 2}, 3), "does not predict");
 }
+TEST_SUITE_END();
+
+// ================================================================================================
+// The project itself: the sources' shape, the README's quoted output, the other builds' bytes, the
+// tools, the build times, the scratch directory
+// ================================================================================================
+TEST_SUITE_BEGIN("the project");
+
+TEST_CASE("banners: transformer.hpp, transformer.cpp and tests.cpp list the same banners, and the first two follow them") {
+    // The list at the top of each file, from "PART I. THE MATHEMATICS" to "GENERATED TABLES", is the
+    // same text; in transformer.hpp and transformer.cpp every title of it heads a section (a line
+    // "// TITLE..." right after a "// ====" or "// ----" line, or the PART banners), in its order.
+    auto index_of = [](const std::string& text) {
+        const std::size_t a = text.find("//   PART I. THE MATHEMATICS\n");
+        const std::size_t b = text.find("GENERATED TABLES", a);
+        return a == std::string::npos || b == std::string::npos ? std::string() : text.substr(a, text.find('\n', b) - a);
+    };
+    const std::string cpp = m_read("transformer.cpp"), hpp = m_read("transformer.hpp"), tests = m_read("tests.cpp");
+    const std::string list = index_of(cpp);
+    REQUIRE_MESSAGE(!list.empty(), "transformer.cpp should list its banners from PART I. THE MATHEMATICS to GENERATED TABLES");
+    CHECK_MESSAGE(index_of(hpp) == list, "transformer.hpp's banner list should be transformer.cpp's:\n" << list);
+    CHECK_MESSAGE(index_of(tests) == list, "tests.cpp's banner list should be transformer.cpp's:\n" << list);
+    std::vector<std::string> titles;  // the first column of the list, "PART I. ..." and "PART II. ..." included
+    {
+        std::istringstream in(list);
+        for (std::string line; std::getline(in, line);) {
+            const std::string t = line.substr(std::min(line.size(), line.find_first_not_of("/ ")));
+            const std::size_t gap = t.find("  ");
+            titles.push_back(t.substr(0, gap));
+        }
+    }
+    CHECK(titles.size() >= 15);
+    for (const std::pair<const char*, const std::string*>& file : {std::make_pair("transformer.cpp", &cpp), std::make_pair("transformer.hpp", &hpp)}) {
+        std::vector<std::string> heads;  // the title line of every banner, in order
+        std::istringstream in(*file.second);
+        std::string prev;
+        for (std::string line; std::getline(in, line); prev = line) {
+            const bool after_rule = prev.rfind("// ====", 0) == 0 || prev.rfind("// ----", 0) == 0 || prev.rfind("// ####", 0) == 0;
+            if (after_rule && line.rfind("// ", 0) == 0 && line.rfind("// ====", 0) != 0 && line.rfind("// ----", 0) != 0)
+                heads.push_back(line.substr(3));
+        }
+        std::size_t at = 0;
+        for (const std::string& title : titles) {
+            while (at < heads.size() && heads[at].rfind(title, 0) != 0) at++;
+            INFO(std::string(file.first) << ": the banner \"" << title << "\" of the list should head a section, after the ones before it in the list");
+            CHECK(at < heads.size());
+            if (at == heads.size()) break;
+        }
+    }
+}
+
+// ---- reading: the code's shape, read as text ----------------------------------------------------
+// The source with every comment, string literal, character literal and preprocessor line blanked
+// (newlines kept, so offsets and line numbers stay the source's): what the scans below read.
+static std::string m_code_only(const std::string& s) {
+    std::string o = s;
+    std::size_t i = 0;
+    auto blank = [&](std::size_t from, std::size_t to) {
+        for (std::size_t a = from; a < to && a < o.size(); a++)
+            if (o[a] != '\n') o[a] = ' ';
+    };
+    bool line_start = true;
+    while (i < s.size()) {
+        const char ch = s[i];
+        if (line_start && ch == '#') {  // a preprocessor line, with its continuations
+            std::size_t e = i;
+            while (e < s.size() && !(s[e] == '\n' && s[e - 1] != '\\')) e++;
+            blank(i, e);
+            i = e;
+            continue;
+        }
+        if (ch == '\n') line_start = true;
+        else if (ch != ' ' && ch != '\t') line_start = false;
+        if (ch == '/' && i + 1 < s.size() && s[i + 1] == '/') {
+            const std::size_t e = s.find('\n', i);
+            blank(i, e == std::string::npos ? s.size() : e);
+            i = e == std::string::npos ? s.size() : e;
+        } else if (ch == '/' && i + 1 < s.size() && s[i + 1] == '*') {
+            const std::size_t e = s.find("*/", i + 2);
+            const std::size_t end = e == std::string::npos ? s.size() : e + 2;
+            blank(i, end);
+            i = end;
+        } else if (ch == 'R' && i + 1 < s.size() && s[i + 1] == '"' && (i == 0 || !(std::isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) {
+            const std::size_t open = s.find('(', i + 2);  // R"delim( ... )delim"
+            const std::string close = ")" + s.substr(i + 2, open - i - 2) + "\"";
+            const std::size_t e = s.find(close, open);
+            const std::size_t end = e == std::string::npos ? s.size() : e + close.size();
+            blank(i + 2, end - 1);
+            i = end;
+        } else if (ch == '"' || (ch == '\'' && !(i > 0 && std::isxdigit((unsigned char)s[i - 1]) && i + 1 < s.size() && std::isxdigit((unsigned char)s[i + 1])))) {
+            std::size_t e = i + 1;  // a literal; a ' between two digits is a digit separator
+            while (e < s.size() && s[e] != ch && s[e] != '\n') e += s[e] == '\\' ? 2 : 1;
+            blank(i + 1, e);
+            i = e + 1;
+        } else {
+            i++;
+        }
+    }
+    return o;
+}
+
+// The line of an offset in a text, from the offsets of its newlines.
+struct MLineIndex {
+    std::vector<std::size_t> newlines;
+    explicit MLineIndex(const std::string& s) {
+        for (std::size_t i = 0; i < s.size(); i++)
+            if (s[i] == '\n') newlines.push_back(i);
+    }
+    int line_at(std::size_t at) const { return 1 + (int)(std::lower_bound(newlines.begin(), newlines.end(), at) - newlines.begin()); }
+};
+
+struct MFunctionLength {
+    std::string name;
+    int line = 0, lines = 0;  // the line of its name, and the lines from there to its closing brace
+};
+
+// The functions defined in a source: each { at namespace or class level whose head (the text since the
+// last ;, { or } there) has a parameter list and is not an initializer (= {...}). Lambdas and the
+// blocks inside a function count as the function's lines; doctest's TEST_CASE and SUBCASE bodies are
+// not functions here.
+static std::vector<MFunctionLength> m_function_lengths(const std::string& source) {
+    const std::string s = m_code_only(source);
+    const MLineIndex lines(s);
+    std::vector<MFunctionLength> found;
+    std::vector<char> scopes;  // per open brace: 'n' a namespace, class or extern block, 'f' a function, 'h' a
+                               // default argument in a head, 'o' anything else
+    std::size_t head = 0;  // where the current head at namespace level starts
+    auto open_level = [&] { return std::all_of(scopes.begin(), scopes.end(), [](char k) { return k == 'n'; }); };
+    for (std::size_t i = 0; i < s.size(); i++) {
+        const char ch = s[i];
+        if (ch == ';' && open_level()) head = i + 1;
+        if (ch == '{') {
+            char kind = 'o';
+            if (open_level()) {
+                const std::string h = s.substr(head, i - head);
+                int depth = 0;
+                bool eq = false, paren = false;
+                std::size_t name_end = std::string::npos;
+                for (std::size_t a = 0; a < h.size(); a++) {
+                    if (h[a] == '(' && depth++ == 0 && !paren) {
+                        std::size_t e = a;
+                        while (e > 0 && std::isspace((unsigned char)h[e - 1])) e--;
+                        std::size_t b = e;
+                        while (b > 0 && (std::isalnum((unsigned char)h[b - 1]) || h[b - 1] == '_' || h[b - 1] == ':' || h[b - 1] == '~')) b--;
+                        const std::string word = h.substr(b, e - b);
+                        if (!word.empty() && word != "decltype" && word != "alignas" && word != "__attribute__") paren = true, name_end = e;
+                    } else if (h[a] == ')') {
+                        depth--;
+                    } else if (h[a] == '=' && depth == 0 && h.find("operator") == std::string::npos) {
+                        eq = true;
+                    }
+                }
+                static const std::regex type_head(R"(^\s*(template\s*<[^{]*>\s*)?(struct|class|union|namespace|enum|extern)\b)");
+                if (depth > 0) {  // a default argument's {}, inside the parameter list: part of the head
+                    kind = 'h';
+                } else if (std::regex_search(h, type_head) || h.find_first_not_of(" \t\n") == std::string::npos) {
+                    kind = 'n';
+                } else if (paren && !eq) {
+                    std::size_t b = name_end;
+                    while (b > 0 && (std::isalnum((unsigned char)h[b - 1]) || h[b - 1] == '_' || h[b - 1] == ':' || h[b - 1] == '~')) b--;
+                    const std::string name = h.substr(b, name_end - b);
+                    if (name != "TEST_CASE" && name != "SUBCASE" && name != "TEST_CASE_TEMPLATE") {
+                        kind = 'f';
+                        found.push_back({name, lines.line_at(head + b), 0});
+                    }
+                }
+            }
+            scopes.push_back(kind);
+            if (kind == 'n') head = i + 1;
+        } else if (ch == '}' && !scopes.empty()) {
+            const char kind = scopes.back();
+            scopes.pop_back();
+            if (kind == 'f') found.back().lines = lines.line_at(i) - found.back().line + 1;
+            if (open_level() && kind != 'h') head = i + 1;
+        }
+    }
+    return found;
+}
+
+// Part I's statements that use the comma operator: a , outside every (), [], template <> and braced
+// initializer, in a statement that is not a declaration. A declaration of several variables
+// (double m = 0, s = 0;) is one statement, and Part I writes them; a, b; joining two expressions is two.
+// Returns "LINE: the statement" per comma statement.
+static std::vector<std::string> m_comma_statements(const std::string& source, std::size_t from, std::size_t to) {
+    const std::string s = m_code_only(source);
+    const MLineIndex lines(s);
+    std::vector<std::string> found;
+    std::vector<char> open;  // 'b' a block, 'i' a braced initializer, '(' and '['
+    std::size_t start = from;  // the current statement's start
+    auto prev_char = [&](std::size_t i) {
+        while (i > from && std::isspace((unsigned char)s[i - 1])) i--;
+        return i;  // one past the last non-space before i
+    };
+    auto word_before = [&](std::size_t e) {
+        std::size_t b = e;
+        while (b > from && (std::isalnum((unsigned char)s[b - 1]) || s[b - 1] == '_')) b--;
+        return s.substr(b, e - b);
+    };
+    static const std::regex declaration(
+        R"(^\s*(?:(?:const|static|constexpr|thread_local|volatile|unsigned|signed|long|short|inline)\s+)*[A-Za-z_][\w:]*(?:\s*<[^;{}]*>)?(?:\s*[*&]+)*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:=|,|\(|\{|\[|;))");
+    static const std::set<std::string> not_types = {"return", "throw", "else", "if", "for", "while", "do", "case", "goto", "delete", "new", "switch"};
+    for (std::size_t i = from; i < to; i++) {
+        const char ch = s[i];
+        const bool top = !open.empty() && open.back() == 'b';
+        if (ch == '{') {
+            const std::size_t p = prev_char(i);
+            const char before = p > from ? s[p - 1] : ';';
+            const std::string word = word_before(p);
+            const bool block = before == ')' || before == ']' || before == ';' || before == '}' || (before == '{' && (open.empty() || open.back() == 'b')) ||
+                               word == "else" || word == "do" || word == "try" || word == "const" || word == "noexcept" || word == "override" || word == "mutable";
+            open.push_back(block ? 'b' : 'i');
+            start = i + 1;
+        } else if (ch == '}') {
+            if (!open.empty()) open.pop_back();
+            start = i + 1;
+        } else if (ch == '(' || ch == '[') {
+            open.push_back(ch);
+        } else if ((ch == ')' || ch == ']') && !open.empty()) {
+            open.pop_back();
+        } else if (ch == ';' && top) {
+            start = i + 1;
+        } else if (ch == '<' && top && i > from && (std::isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_')) {
+            int depth = 0;  // a template's arguments: skip to the matching >, if there is one before the statement ends
+            std::size_t e = i;
+            for (; e < to; e++) {
+                const char c2 = s[e];
+                if (c2 == '<' || c2 == '(' || c2 == '[') depth++;
+                else if (c2 == '>' || c2 == ')' || c2 == ']') depth--;
+                else if (c2 == ';' || c2 == '{' || c2 == '}') break;
+                if (depth == 0) break;
+            }
+            if (e < to && depth == 0 && s[e] == '>') i = e;
+        } else if (ch == ',' && top) {
+            const std::string stmt = s.substr(start, s.find(';', i) - start);
+            std::smatch m;
+            const std::size_t first = stmt.find_first_not_of(" \t\n");
+            const std::size_t first_end = stmt.find_first_of(" \t\n(<:;", first);
+            const std::string first_word = first == std::string::npos ? "" : stmt.substr(first, first_end - first);
+            if (!std::regex_search(stmt, m, declaration) || not_types.count(first_word)) {
+                const std::size_t from_text = s.find_first_not_of(" \t\n", start);  // the source's text, from the statement's first word
+                found.push_back(std::to_string(lines.line_at(i)) + ": " + source.substr(from_text, s.find(';', i) + 1 - from_text));
+            }
+            i = s.find(';', i);  // one report per statement
+            start = i + 1;
+        }
+    }
+    return found;
+}
+TEST_CASE("reading: no function of transformer.cpp, main.cpp or tests.cpp is over 100 lines; Part I has no comma statements") {
+    // A function is read from its name to its closing brace: over 100 lines it no longer reads at
+    // once. Tables of data written as a function are allowed (main.cpp's command_docs: the flags' docs).
+    const std::set<std::string> tables = {"command_docs"};
+    for (const char* file : {"transformer.cpp", "main.cpp", "tests.cpp"}) {
+        const std::vector<MFunctionLength> fs = m_function_lengths(m_read(file));
+        CHECK_MESSAGE(fs.size() > 50, std::string(file) << ": the scan should find the file's functions, found " << fs.size());
+        for (const MFunctionLength& f : fs)
+            CHECK_MESSAGE((f.lines <= 100 || tables.count(f.name)),
+                          std::string(file) << ":" << f.line << ": " << f.name << " is " << f.lines << " lines, expected at most 100 (split it into named steps)");
+    }
+    // The guide's "one statement per line" in Part I: a, b; is two statements on a line.
+    const std::string cpp = m_read("transformer.cpp");
+    const std::size_t part1 = cpp.find("\n// PART I. "), part2 = cpp.find("\n// PART II. ");
+    REQUIRE_MESSAGE((part1 != std::string::npos && part2 != std::string::npos && part1 < part2),
+                    "transformer.cpp should have the banners // PART I. and // PART II., in that order");
+    for (const std::string& s : m_comma_statements(cpp, part1, part2))
+        CHECK_MESSAGE(false, "transformer.cpp:" << s << "\n  joins statements with the comma operator in Part I: write one statement per line");
+    // The scans themselves, on a hand-made source: what they must find and what they must let pass.
+    const std::string sample = "// PART I. \nstruct S { int f(int a = {}) const {\n return a; } };\n"
+                               "template <typename T>\nT g(T x) {\n    int a = 0, b = 1;\n    std::map<int, int> m;\n"
+                               "    for (int i = 0, j = 0; i < 2; i++, j++) a += i, b += j;\n    std::vector<int> v = {1, 2};\n"
+                               "    const char* s = \"a, b\";  // a, b\n    a = 1, b = 2;\n    return {a, b};\n}\n// PART II. \n";
+    const std::vector<MFunctionLength> fs = m_function_lengths(sample);
+    REQUIRE(fs.size() == 2);
+    CHECK((fs[0].name == "f" && fs[0].line == 2 && fs[0].lines == 2));
+    CHECK((fs[1].name == "g" && fs[1].line == 5 && fs[1].lines == 9));
+    CHECK(m_comma_statements(sample, 0, sample.size()) ==
+          std::vector<std::string>{"8: for (int i = 0, j = 0; i < 2; i++, j++) a += i, b += j;", "11: a = 1, b = 2;"});
+}
+
+TEST_CASE("teaching: Part I calls only itself and the entry points declared at its top (make part-one-check)" * doctest::test_suite("the project (long)") * doctest::skip()) {
+    // The compiler's view: transformer.cpp built with Part I alone leaves undefined only gemm, the
+    // row kernels and the parameters' memory (the Makefile's PART_ONE_CALLS); anything else that a
+    // formula function calls would take the reader who steps through it out of Part I.
+    const std::string log = m_path("part-one-check.log");
+    const int st = std::system(("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory part-one-check > " + log +
+                                " 2>&1").c_str());
+    INFO("make part-one-check said:\n" << m_read(log));
+    CHECK(st == 0);
+    CHECK(m_contains(m_read(log), "Part I calls only itself and"));
+}
+
+TEST_CASE("teaching: every pointer the program prints leads somewhere: formulas §N exists, docs/NAME.md exists, no README item") {
+    // The string literals of transformer.cpp and main.cpp (what the program can print): each
+    // "formulas §N" is a section of docs/formulas.md, each "docs/NAME.md" a file, and no text points
+    // at the README by an item number or a heading (the README is a guide that changes; docs/ hold
+    // the reference).
+    const std::string sheet = m_read("docs/formulas.md");
+    int pointers = 0;
+    for (const char* file : {"transformer.cpp", "main.cpp"}) {
+        std::istringstream in(m_read(file));
+        int line_no = 0;
+        for (std::string line; std::getline(in, line);) {
+            line_no++;
+            std::string literals;  // the text inside "..." on this line, outside // comments
+            bool in_string = false;
+            for (std::size_t k = 0; k < line.size(); k++) {
+                const char ch = line[k];
+                if (!in_string && ch == '/' && k + 1 < line.size() && line[k + 1] == '/') break;
+                if (!in_string && ch == '\'' && k + 2 < line.size() && line[k + 2] == '\'') { k += 2; continue; }
+                if (in_string && ch == '\\') { literals += line[++k]; continue; }
+                if (ch == '"') { in_string = !in_string; literals += ' '; continue; }
+                if (in_string) literals += ch;
+            }
+            INFO(std::string(file) << ":" << line_no << ": " << literals);
+            CHECK_MESSAGE(literals.find("README") == std::string::npos,
+                          "a printed text points at the README; point at formulas §N or a docs/ file instead");
+            for (std::size_t at = literals.find("formulas §"); at != std::string::npos; at = literals.find("formulas §", at + 1)) {
+                const std::size_t d = at + std::string("formulas §").size();
+                if (d >= literals.size() || !std::isdigit((unsigned char)literals[d])) continue;  // "formulas §N" as a pattern
+                const std::string n = literals.substr(d, literals.find_first_not_of("0123456789", d) - d);
+                CHECK_MESSAGE(m_contains(sheet, "\n## §" + n + " "), "formulas §" << n << " is not a section of docs/formulas.md");
+                pointers++;
+            }
+            for (std::size_t at = literals.find("docs/"); at != std::string::npos; at = literals.find("docs/", at + 1)) {
+                const std::size_t e = literals.find(".md", at);
+                if (e == std::string::npos) continue;
+                const std::string path = literals.substr(at, e + 3 - at);
+                if (path.find(' ') != std::string::npos) continue;
+                CHECK_MESSAGE(m_exists(path), path << " does not exist");
+                pointers++;
+            }
+        }
+    }
+    CHECK(pointers > 10);  // the scan sees the pointers the program has
+}
+
+// A line of `make run`'s output with what changes from run to run (times, speeds, memory) taken
+// out: the step lines keep their step, loss and validation loss; the done line its steps and losses.
+[[maybe_unused]] static std::string m_steady_part(const std::string& line) {  // unused in tests-debug
+    if (line.rfind("peak memory", 0) == 0) return "peak memory";
+    if (line.rfind("step ", 0) == 0) {
+        const std::size_t lr = line.find(" | lr "), val = line.find(" | val ");
+        return line.substr(0, lr) + (val == std::string::npos ? "" : line.substr(val));
+    }
+    if (line.rfind("done: ", 0) == 0) {
+        const std::size_t in = line.find(" in "), loss = line.find(", train loss");
+        if (in != std::string::npos && loss != std::string::npos) return line.substr(0, in) + line.substr(loss);
+    }
+    return line;
+}
+
+// The project's root, where the tests run (make test runs them there): the absolute path of the
+// working directory, which must hold README.md and the Makefile.
+[[maybe_unused]] static std::string m_project_root() {  // unused in tests-debug
+    REQUIRE_MESSAGE((m_exists("README.md") && m_exists("Makefile")), "run the tests from the project's root (make test does)");
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    return cwd;
+}
+
+TEST_CASE("readme: make run prints what README.md and docs/training.md quote" * doctest::test_suite("the project (long)") * doctest::skip()) {
+    // make run's commands, run in a scratch directory (its files are written there), and its
+    // output against the blocks that the README and docs/training.md quote, line by line.
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("the 3000 steps of make run take minutes in the sanitized build: run by ./tests, not ./tests-debug");
+#else
+    const std::string dir = m_path("makerun"), program = m_project_root() + "/transformer";
+    ::mkdir(dir.c_str(), 0755);
+    std::string cmd = "cd " + dir + " && { echo './transformer train --dropout 0 --out addition.safetensors'; " + program +
+                      " train --dropout 0 --out addition.safetensors && echo 'greedy answers to held-out problems (the sum is written "
+                      "least significant digit first: 106+752=8580 means 858):'";
+    for (const char* p : {"106+752=", "439+039=", "866+363=", "539+585="})
+        cmd += std::string(" && ") + program + " sample --checkpoint addition.safetensors --prompt " + p + " --tokens 4 --temperature 0";
+    cmd += "; } > out.txt 2> err.txt";
+    const int status = std::system(cmd.c_str());
+    const std::string out = m_read(dir + "/out.txt");
+    INFO("make run printed:\n" << out << m_read(dir + "/err.txt"));
+    REQUIRE(status == 0);
+    std::set<std::string> printed;
+    std::stringstream ps(out);
+    for (std::string l; std::getline(ps, l);) printed.insert(m_steady_part(l));
+    // The first ``` block after `after` in `file`: its lines.
+    auto block = [](const std::string& file, const std::string& after) {
+        const std::string text = m_read(file);
+        const std::size_t at = text.find(after);
+        REQUIRE_MESSAGE(at != std::string::npos, file << " no longer says '" << after << "'");
+        const std::size_t open = text.find("```\n", at), close = text.find("\n```", open + 4);
+        std::vector<std::string> lines;
+        std::stringstream bs(text.substr(open + 4, close - open - 4));
+        for (std::string l; std::getline(bs, l);) lines.push_back(l);
+        return lines;
+    };
+    for (const auto& quoted : {std::make_pair(std::string("README.md"), std::string("`make run` takes about")),
+                               std::make_pair(std::string("docs/training.md"), std::string("`make run` on a fresh clone"))}) {
+        const std::vector<std::string> lines = block(quoted.first, quoted.second);
+        CHECK(lines.size() >= 9);
+        for (const std::string& l : lines) {
+            if (l == "...") continue;
+            CAPTURE(quoted.first);
+            CHECK_MESSAGE(printed.count(m_steady_part(l)), quoted.first << " quotes a line make run does not print: " << l);
+        }
+    }
+#endif
+}
+
+// The commands of the identical: cases, each run as ./transformer RUN in a directory of its own,
+// and the files and outputs they compare (outN.txt: what run N printed; these runs print no time,
+// and of bench's line only the loss is kept).
+[[maybe_unused]] static const std::vector<std::string> m_identical_runs = {
+    "train --steps 300 --quiet --out add.safetensors",  // GPT-2, gelu_sigmoid, dropout 0.1
+    "train --model bert --activation gelu_erf --emb-ln --mlm-head --steps 100 --quiet --out bert.safetensors",
+    "train --model gpt3 --activation gelu_tanh --steps 100 --quiet --out gpt3.safetensors",
+    "task --task text --examples 400 --seed 1 --out sums.txt",
+    "train --model gpt --activation relu --objective xlnet --data sums.txt --steps 60 --quiet --out xlnet.safetensors",
+    "train --data sums.txt --line-windows --block 32 --batch 8 --steps 100 --quiet --out pre.safetensors",
+    "task --task entailment --examples 300 --seed 1 --out ent.tsv",
+    "task --task entailment --examples 100 --seed 2 --held-out --out val.tsv",
+    "finetune --checkpoint pre.safetensors --task entailment --train ent.tsv --val val.tsv --batch 8 --steps 40 --warmup 10 "
+    "--quiet --out ft.safetensors",
+    "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
+    "explain --preset tiny-gpt2 --tokens 3,1,4",
+    "bench --preset tiny-gpt2 --embd 128 --heads 4 --vocab 1000 --block 16 --batch 8 --steps 1 --json > bench.json 2> bench.err && sed -nE 's/.*(\"loss\": [-0-9.e]+).*/\\1/p' bench.json"};
+[[maybe_unused]] static const std::vector<std::string> m_identical_compared = {
+    "add.safetensors", "bert.safetensors", "gpt3.safetensors", "xlnet.safetensors", "pre.safetensors", "ft.safetensors",
+    "out8.txt",        "out9.txt",         "out10.txt",        "out11.txt"};
+
+// One build of the program for the identical: cases: its name, the program, the make arguments that
+// build it (empty: ./transformer, built already) and what runs it ("qemu-aarch64": another CPU's
+// program under qemu's user-mode emulator; "LD_PRELOAD=...": variables for the run; empty: nothing).
+struct m_Build {
+    std::string name, program, make_args, runner;
+};
+
+// `runs` run by `program` (named `name` in a failure), each command preceded by `runner`, in one
+// directory emptied first (a checkpoint records the path of its data; each_dir, when given, is
+// set to it): the contents of `compared` (outN.txt: what run N printed on standard output), none empty.
+[[maybe_unused]] static std::vector<std::string> m_identical_outputs(const std::string& name, const std::string& program,
+                                                                      const std::string& runner,
+                                                                      const std::vector<std::string>& runs = m_identical_runs,
+                                                                      const std::vector<std::string>& compared = m_identical_compared) {
+    const std::string dir = m_path("identical");
+    REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
+    // Each build runs as ./transformer (a link to it): the commands it prints name the program as it was run.
+    REQUIRE(::symlink(program.c_str(), (dir + "/transformer").c_str()) == 0);
+    const std::string prefix = runner.empty() ? "" : runner + " ";
+    for (std::size_t r = 0; r < runs.size(); r++) {
+        const std::string cmd = "cd " + dir + " && " + prefix + "./transformer " + runs[r] + " > out" + std::to_string(r) + ".txt 2> err.txt";
+        REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, name << ": " << prefix << "./transformer " << runs[r] << " failed: " << m_read(dir + "/err.txt"));
+    }
+    std::vector<std::string> got;
+    for (const std::string& f : compared) {
+        got.push_back(m_read(dir + "/" + f));
+        CHECK_MESSAGE(got.back().size() > 0, name << ": " << f << " is empty");
+    }
+    return got;
+}
+
+// Each file of `compared` the same bytes in `got` (by `name`) as in `want` (by `want_name`); a
+// difference names the command that wrote the file (run N for outN.txt, else the run naming it
+// after --out) and its first differing byte.
+[[maybe_unused]] static void m_identical_compare(const std::vector<std::string>& got, const std::string& name,
+                                                 const std::vector<std::string>& want, const std::string& want_name,
+                                                 const std::vector<std::string>& runs = m_identical_runs,
+                                                 const std::vector<std::string>& compared = m_identical_compared) {
+    for (std::size_t k = 0; k < compared.size(); k++) {
+        const std::string& f = compared[k];
+        std::string writer = "(no run names it)";
+        for (std::size_t r = 0; r < runs.size(); r++)
+            if (f == "out" + std::to_string(r) + ".txt" || runs[r].find("--out " + f) != std::string::npos) writer = runs[r];
+        std::size_t at = 0;
+        while (at < got[k].size() && at < want[k].size() && got[k][at] == want[k][at]) at++;
+        const bool same = got[k] == want[k];  // not CHECK(got[k] == want[k]): doctest would print both files
+        CHECK_MESSAGE(same, name << " wrote " << f << " (" << got[k].size() << " bytes) other than " << want_name << " ("
+                                 << want[k].size() << " bytes): the first difference at byte " << at << "; the command: ./transformer "
+                                 << writer << " (docs/performance.md: the same numbers on every machine)");
+    }
+}
+
+// Builds each of `builds` with the Makefile into its own directory (as make bench-portable does),
+// runs `runs` with it and checks that each file of `compared` is the same bytes as the first
+// build's. `each(b, dir)`, when given, is called after build b's runs, with their directory.
+[[maybe_unused]] static void m_identical_builds(const std::vector<m_Build>& builds, const std::vector<std::string>& runs,
+                                                const std::vector<std::string>& compared,
+                                                const std::function<void(std::size_t, const std::string&)>& each = nullptr) {
+    const std::string root = m_project_root(), make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+    std::vector<std::string> first;
+    for (std::size_t bi = 0; bi < builds.size(); bi++) {
+        const m_Build& b = builds[bi];
+        CAPTURE(b.name);
+        if (!b.make_args.empty()) {
+            const std::string log = m_path("identical-make.log");
+            const std::string target = b.program.substr(root.size() + 1);
+            const int made = std::system((make + " " + b.make_args + " " + target + " > " + log + " 2>&1").c_str());
+            REQUIRE_MESSAGE(made == 0, "make " << b.make_args << " " << target << " failed:\n" << m_read(log));
+        }
+        const std::vector<std::string> got = m_identical_outputs(b.name, b.program, b.runner, runs, compared);
+        if (each) each(bi, m_path("identical"));
+        if (first.empty())
+            first = got;
+        else
+            m_identical_compare(got, b.name, first, builds[0].name, runs, compared);
+    }
+}
+
+TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang++ give the same bytes" * doctest::test_suite("the project (long)") * doctest::skip()) {
+    // docs/performance.md, "The same numbers on every machine": the rounding of every result is fixed
+    // by the source, so the program built for AVX2 + FMA (x86-64-v3: most laptops), for this CPU
+    // (-march=native, ./transformer) and, where the CPU runs them, for AVX-512 (x86-64-v4) and with
+    // clang++ (with libstdc++, and with libc++, the Mac's library, where installed), trains,
+    // fine-tunes, samples and explains to the same bytes.
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("the other builds take minutes: run by ./tests, not ./tests-debug");
+#else
+    const std::string root = m_project_root();
+    std::vector<m_Build> builds = {{"g++ -march=native", root + "/transformer", "", ""}};
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    builds.push_back({"g++ -march=x86-64-v3", root + "/build-avx2/transformer", "BUILD=build-avx2 CXX=g++ ARCH=-march=x86-64-v3", ""});
+    const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    if (v4)
+        builds.push_back({"g++ -march=x86-64-v4", root + "/build-v4/transformer", "BUILD=build-v4 CXX=g++ ARCH=-march=x86-64-v4", ""});
+    else
+        MESSAGE("this CPU has no AVX-512: the x86-64-v4 build is not run");
+#else
+    WARN_MESSAGE(false, "the other targets compared here are x86-64's: only the native build runs");
+#endif
+    if (std::system("command -v clang++ > /dev/null 2>&1") == 0) {
+        builds.push_back({"clang++ -march=native", root + "/build-clang/transformer", "BUILD=build-clang CXX=clang++", ""});
+        // libc++ (Debian's libc++-dev): does a program that includes <vector> link with it?
+        const std::string probe = m_path("libcxx-probe");
+        m_write(probe + ".cpp", "#include <vector>\nint main() { return (int)std::vector<int>(1).size() - 1; }\n");
+        if (std::system(("clang++ -stdlib=libc++ -o " + probe + " " + probe + ".cpp > /dev/null 2>&1 && " + probe).c_str()) == 0)
+            builds.push_back({"clang++ -stdlib=libc++ -march=native", root + "/build-libcxx/transformer",
+                              "BUILD=build-libcxx CXX='clang++ -stdlib=libc++'", ""});
+        else
+            MESSAGE("clang++ -stdlib=libc++ does not link a program (apt-get install libc++-dev): its build is not compared");
+    } else {
+        MESSAGE("clang++ is not installed: its build is not compared");
+    }
+    m_identical_builds(builds, m_identical_runs, m_identical_compared);
+#endif
+}
+
+TEST_CASE("identical: aarch64 builds (g++ and clang++) under qemu give the x86 bytes" * doctest::test_suite("the project (long)") * doctest::skip()) {
+    // docs/performance.md, "ARM": on aarch64 (Apple's M-series, Graviton, a Raspberry Pi 4) every
+    // multiply-add the source fuses (madd) is one IEEE fused multiply-add, as with FMA on x86-64, and
+    // no other is fused (-ffp-contract=off holds for both compilers there too), so the program built
+    // for armv8-a by g++ and by clang++, statically linked and run under qemu-aarch64, trains,
+    // fine-tunes, samples and explains to the bytes of ./transformer. That includes gelu_erf, whose
+    // erf is the program's own (verf): glibc's aarch64 erff fuses its own multiply-adds and differs
+    // from x86-64's in the last bit of a few results.
+    // qemu runs the program about 100 times slower: the runs are tens of steps of small batches.
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("the aarch64 builds take minutes: run by ./tests, not ./tests-debug");
+#elif !defined(__x86_64__)
+    WARN_MESSAGE(false, "./transformer is not an x86-64 program here: the x86 bytes the aarch64 builds are compared with are not made");
+#else
+    if (std::system("command -v aarch64-linux-gnu-g++ > /dev/null 2>&1") != 0 || std::system("command -v qemu-aarch64 > /dev/null 2>&1") != 0) {
+        WARN_MESSAGE(false, "aarch64-linux-gnu-g++ or qemu-aarch64 is missing (apt-get install g++-aarch64-linux-gnu qemu-user): "
+                            "the aarch64 builds are not compared");
+        return;
+    }
+    const std::string root = m_project_root();
+    // -static: qemu-aarch64 runs the program without the aarch64 C library's directory (-L).
+    std::vector<m_Build> builds = {
+        {"g++ -march=native (x86-64)", root + "/transformer", "", ""},
+        {"aarch64-linux-gnu-g++ -march=armv8-a", root + "/build-aarch64/transformer",
+         "BUILD=build-aarch64 CXX=aarch64-linux-gnu-g++ ARCH='-march=armv8-a -static'", "qemu-aarch64"}};
+    // clang++ links for aarch64 with the GNU cross tools' linker, C library and libstdc++.
+    if (std::system("command -v clang++ > /dev/null 2>&1") == 0)
+        builds.push_back({"clang++ --target=aarch64-linux-gnu -march=armv8-a", root + "/build-aarch64-clang/transformer",
+                          "BUILD=build-aarch64-clang CXX='clang++ --target=aarch64-linux-gnu' ARCH='-march=armv8-a -static'",
+                          "qemu-aarch64"});
+    else
+        MESSAGE("clang++ is not installed: its aarch64 build is not compared");
+    const std::vector<std::string> runs = {
+        "train --batch 8 --steps 8 --warmup 4 --eval-every 4 --eval-steps 1 --quiet --out add.safetensors",  // GPT-2, dropout 0.1
+        "train --model bert --emb-ln --mlm-head --batch 4 --steps 10 --eval-every 0 --quiet --out bert.safetensors",
+        "train --model bert --activation gelu_erf --batch 4 --steps 10 --eval-every 0 --quiet --out erf.safetensors",
+        "train --model gpt3 --activation gelu_tanh --batch 4 --steps 4 --eval-every 0 --quiet --out gpt3.safetensors",
+        "task --task text --examples 200 --seed 1 --out sums.txt",
+        "train --model gpt --activation relu --objective xlnet --data sums.txt --block 24 --batch 4 --steps 6 --eval-every 0 --quiet "
+        "--out xlnet.safetensors",
+        // 16 windows of 32 tokens: the weight gradients' products sum over 512 > KC = 384 rows, in two chunks.
+        "train --data sums.txt --line-windows --block 32 --batch 16 --steps 4 --eval-every 0 --quiet --out pre.safetensors",
+        "task --task entailment --examples 100 --seed 1 --out ent.tsv",
+        "task --task entailment --examples 40 --seed 2 --held-out --out val.tsv",
+        "finetune --checkpoint pre.safetensors --task entailment --train ent.tsv --val val.tsv --batch 4 --steps 6 --warmup 2 "
+        "--quiet --out ft.safetensors",
+        "sample --checkpoint add.safetensors --prompt 123+456= --tokens 8 --temperature 0.9 --seed 5",
+        "explain --preset tiny-gpt --tokens 3,1,4",
+        "explain --preset tiny-gpt2 --tokens 3,1,4",
+        "explain --preset tiny-gpt3 --tokens 3,1,4",
+        "explain --preset tiny-bert --tokens 3,1,4 --masked 2",  // gelu_erf: the printed digits agree
+        "explain --preset tiny-roberta --tokens 3,1,4 --masked 2"};
+    m_identical_builds(builds, runs,
+                       {"add.safetensors", "bert.safetensors", "erf.safetensors", "erf.csv", "gpt3.safetensors", "xlnet.safetensors",
+                        "pre.safetensors", "ft.safetensors", "out10.txt", "out11.txt", "out12.txt", "out13.txt", "out14.txt", "out15.txt"});
+#endif
+}
+
+TEST_CASE("identical: the C library's exp, log, tanh, erf, cos, sin and pow moved by one ulp change no byte of a run" * doctest::test_suite("the project (long)") * doctest::skip()) {
+    // docs/performance.md, "The same numbers on every machine": every result of a run goes through the
+    // program's own math:: functions, so a C library that rounds exp, log, ... otherwise (macOS's,
+    // musl) gives the same bytes. An LD_PRELOAD shim written here stands in for such a library: it
+    // calls the real function (dlsym(RTLD_NEXT)) and moves the result up by one ulp for half of the
+    // arguments (the low bit of a hash of the argument's bits). The identical: commands are run with
+    // and without it by ./transformer and must write the same bytes.
+#if defined(TF_TESTS_DEBUG)
+    MESSAGE("the sanitized transformer-debug takes no LD_PRELOAD shim before its sanitizer runtime: run by ./tests, not ./tests-debug");
+#elif !defined(__linux__) || !defined(__GLIBC__)
+    MESSAGE("skipped: the LD_PRELOAD shim needs Linux's dynamic linker and glibc's dlsym(RTLD_NEXT) (this is not Linux with glibc)");
+#else
+    if (std::system("command -v cc > /dev/null 2>&1") != 0) {
+        MESSAGE("skipped: no C compiler `cc` to build the LD_PRELOAD shim with");
+        return;
+    }
+    const std::string root = m_project_root(), dir = m_path("libm-shim");
+    REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
+    const char* const moved[] = {"exp", "expf", "log", "logf", "tanh", "tanhf", "erf", "erff",
+                                 "cos", "cosf", "sin", "sinf", "pow", "powf"};
+    {
+        std::ofstream c(dir + "/shim.c");
+        c << "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+             "static unsigned long long calls, moved;\n"
+             "static int odd(uint64_t h) { h ^= h >> 33; h *= 0xff51afd7ed558ccdULL; h ^= h >> 33; return (int)(h & 1); }\n"
+             "static double up_d(double y, uint64_t h) {\n"
+             "    uint64_t u; memcpy(&u, &y, 8); calls++;\n"
+             "    if (odd(h) && y == y && y != 0 && y - y == 0) { u++; moved++; memcpy(&y, &u, 8); }\n"
+             "    return y;\n}\n"
+             "static float up_f(float y, uint64_t h) {\n"
+             "    uint32_t u; memcpy(&u, &y, 4); calls++;\n"
+             "    if (odd(h) && y == y && y != 0 && y - y == 0) { u++; moved++; memcpy(&y, &u, 4); }\n"
+             "    return y;\n}\n"
+             "static uint64_t bits_d(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }\n"
+             "static uint64_t bits_f(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }\n"
+             "static void *real(const char *name) {\n"
+             "    void *f = dlsym(RTLD_NEXT, name);\n"
+             "    if (!f) { fprintf(stderr, \"libm shim: no %s after the shim\\n\", name); abort(); }\n"
+             "    return f;\n}\n"
+             "#define ONE(T, name, up, bits) T name(T x) { static T (*f)(T); if (!f) f = (T (*)(T))real(#name); return up(f(x), bits(x)); }\n"
+             "#define TWO(T, name, up, bits) T name(T x, T y) { static T (*f)(T, T); if (!f) f = (T (*)(T, T))real(#name); \\\n"
+             "    return up(f(x, y), bits(x) * 31 + bits(y)); }\n";
+        for (const char* f : moved) {
+            const std::string name = f;
+            const bool flt = name.back() == 'f' && name != "erf";
+            c << (name.rfind("pow", 0) == 0 ? "TWO" : "ONE") << (flt ? "(float, " : "(double, ") << name
+              << (flt ? ", up_f, bits_f)\n" : ", up_d, bits_d)\n");
+        }
+        // What the shim did, written where TF_SHIM_LOG says when the program ends.
+        c << "__attribute__((destructor)) static void report(void) {\n"
+             "    const char *p = getenv(\"TF_SHIM_LOG\"); FILE *f = p ? fopen(p, \"a\") : 0;\n"
+             "    if (f) { fprintf(f, \"%llu %llu\\n\", calls, moved); fclose(f); }\n}\n";
+    }
+    const std::string log = dir + "/cc.log";
+    REQUIRE_MESSAGE(std::system(("cc -O2 -shared -fPIC -o " + dir + "/shim.so " + dir + "/shim.c -ldl > " + log + " 2>&1").c_str()) == 0,
+                    "cc could not build the shim " << dir << "/shim.c:\n" << m_read(log));
+    // The shim reaches a program: a probe that prints each function over 32 arguments prints other
+    // digits with it, for every function.
+    {
+        std::ofstream c(dir + "/probe.c");
+        c << "#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\nint main(int argc, char **argv) {\n"
+             "    double x0 = argc > 1 ? atof(argv[1]) : 0;\n"
+             "    for (int i = 0; i < 32; i++) {\n        double x = x0 + 0.0123 * i; float y = (float)x;\n";
+        for (const char* f : moved) {
+            const std::string name = f;
+            const bool flt = name.back() == 'f' && name != "erf";
+            const std::string arg = flt ? "y" : "x", fmt = flt ? "(double)" : "";
+            c << "        printf(\"" << name << " %a\\n\", " << fmt << name << "(" << arg << (name.rfind("pow", 0) == 0 ? ", " + arg : "")
+              << "));\n";
+        }
+        c << "    }\n    return 0;\n}\n";
+    }
+    REQUIRE_MESSAGE(std::system(("cc -O0 -o " + dir + "/probe " + dir + "/probe.c -lm > " + log + " 2>&1").c_str()) == 0,
+                    "cc could not build the probe:\n" << m_read(log));
+    REQUIRE(std::system((dir + "/probe 0.37 > " + dir + "/plain.txt").c_str()) == 0);
+    REQUIRE(std::system(("LD_PRELOAD=" + dir + "/shim.so " + dir + "/probe 0.37 > " + dir + "/shim.txt").c_str()) == 0);
+    {
+        std::map<std::string, int> lines, differ;
+        std::istringstream plain(m_read(dir + "/plain.txt")), shim(m_read(dir + "/shim.txt"));
+        for (std::string a, b; std::getline(plain, a) && std::getline(shim, b);) {
+            const std::string name = a.substr(0, a.find(' '));
+            lines[name]++;
+            differ[name] += a != b;
+        }
+        for (const char* f : moved) {
+            CAPTURE(f);
+            CHECK_MESSAGE(lines[f] == 32, "the probe printed " << lines[f] << " results of " << f << ", not 32");
+            CHECK_MESSAGE(differ[f] > 0, "the shim moved none of 32 results of " << f << ": it does not reach the probe");
+        }
+    }
+    // Every function of the C library's libm that ./transformer calls is one the shim moves, or an
+    // exact one (its result is the same in every C library).
+    const std::string program = root + "/transformer";
+    if (std::system("command -v nm > /dev/null 2>&1 && command -v ldd > /dev/null 2>&1") == 0) {
+        const std::string libm_path = dir + "/libm.txt", calls_path = dir + "/calls.txt";
+        REQUIRE(std::system(("nm -D --defined-only \"$(ldd " + program + " | sed -nE 's/.*libm\\.so[^ ]* => ([^ ]+).*/\\1/p')\" 2> /dev/null"
+                             " | awk '{ print $3 }' | sed 's/@.*//' | sort -u > " + libm_path + "; nm -D --undefined-only " + program +
+                             " | awk '{ print $2 }' | sed 's/@.*//' | sort -u > " + calls_path).c_str()) == 0);
+        std::set<std::string> libm;
+        std::istringstream ls(m_read(libm_path));
+        for (std::string w; ls >> w;) libm.insert(w);
+        if (libm.empty()) MESSAGE("ldd names no libm of ./transformer (the C library holds it): the list of its calls is not checked");
+        const std::set<std::string> exact = {"sqrt", "sqrtf", "fabs", "fabsf", "floor", "floorf", "ceil", "ceilf", "trunc", "truncf",
+                                             "round", "roundf", "lround", "lroundf", "llround", "rint", "nearbyint", "lrint",
+                                             "ldexp", "ldexpf", "frexp", "frexpf", "fmod", "fmodf", "nextafter", "nextafterf",
+                                             "copysign", "copysignf", "fmin", "fmax", "fminf", "fmaxf", "scalbn", "scalbnf", "modf"};
+        std::istringstream cs(m_read(calls_path));
+        int counted = 0;
+        for (std::string w; cs >> w;) {
+            if (!libm.count(w) || exact.count(w)) continue;
+            counted++;
+            CHECK_MESSAGE(std::find(std::begin(moved), std::end(moved), w) != std::end(moved),
+                          "./transformer calls " << w << " of the C library's libm, which the shim does not move: add it to the shim's list");
+        }
+        MESSAGE("./transformer links " << counted << " functions of libm, each moved by the shim");
+    } else
+        MESSAGE("nm or ldd is not installed: the libm functions ./transformer links are not listed");
+    // The runs, without and with the shim.
+    const std::vector<std::string> want = m_identical_outputs("./transformer", program, "");
+    const std::string shim_log = dir + "/moved.txt";
+    const std::vector<std::string> got =
+        m_identical_outputs("./transformer with the shim", program, "LD_PRELOAD=" + dir + "/shim.so TF_SHIM_LOG=" + shim_log);
+    m_identical_compare(got, "./transformer with the libm shim", want, "./transformer");
+    unsigned long long calls = 0, moved_results = 0, runs = 0;
+    std::istringstream ms(m_read(shim_log));
+    for (unsigned long long c = 0, m = 0; ms >> c >> m; runs++) calls += c, moved_results += m;
+    CHECK_MESSAGE(runs >= m_identical_runs.size(), "the shim reported from " << runs << " programs, not every run's ./transformer: it was not loaded");
+    MESSAGE("under the shim, " << runs << " programs called its functions " << calls << " times and it moved " << moved_results << " results");
+#endif
+}
+
+TEST_CASE("tools: the blanker and the mutant generator find a body written in other styles") {
+    // tools/blank.awk (make handout, make mutants) finds a definition by its name in column 0 and its
+    // body by counting braces outside comments and literals: a one-line body, a signature over three
+    // lines with the brace on a line of its own, a lambda and braces in strings, characters and a
+    // comment inside the body, a comment after the closing brace. tools/mutant-gen.awk mutates the
+    // lines of a body's range alone.
+    for (const char* f : {"tools/blank.awk", "tools/mutant-gen.awk"}) REQUIRE_MESSAGE(m_exists(f), "run from the project's root: no " << f);
+    const std::string src =
+        "#include <stdexcept>\n"
+        "#include <string>\n"
+        "namespace tf { struct Error : std::runtime_error { using std::runtime_error::runtime_error; }; }\n"
+        "int one_line(int x) { return x + 1; }\n"
+        "static double\n"
+        "three_lines(const double* v,\n"
+        "            int n)\n"
+        "{\n"
+        "    double s = 0;\n"
+        "    for (int i = 0; i < n; i++) s += v[i];\n"
+        "    return s;\n"
+        "}\n"
+        "int with_lambda(int x) {\n"
+        "    auto f = [](int y) { return y * 2; };\n"
+        "    const std::string s = \"}{ \\\"}\\\" '}'\";\n"
+        "    const char c = '}';\n"
+        "    /* } a brace\n"
+        "}   in a comment */\n"
+        "    return f(x) + (int)s.size() + c + 1'000;\n"
+        "}  // with_lambda\n"
+        "int after(int x) {\n"
+        "    return x - 1;\n"
+        "}\n";
+    const std::string in = m_path("styles.cpp"), out = m_path("styles-blanked.cpp"), ranges = m_path("styles.ranges");
+    m_write(in, src);
+    const std::string blank = "awk -v funcs='one_line three_lines with_lambda' -v ranges=" + ranges + " -f tools/blank.awk " + in;
+    REQUIRE_MESSAGE(std::system((blank + " > " + out + " 2> " + out + ".err").c_str()) == 0, m_read(out + ".err"));
+    const std::string got = m_read(out);
+    INFO("tools/blank.awk wrote:\n" << got);
+    for (const char* f : {"one_line", "three_lines", "with_lambda"})
+        CHECK(m_contains(got, std::string("throw tf::Error(\"not implemented: ") + f + "\");"));
+    CHECK(m_contains(got, "int one_line(int x) {\n"));
+    CHECK(m_contains(got, "            int n)\n{\n    (void)v; (void)n;\n"));
+    CHECK(m_contains(got, "}  // with_lambda\nint after(int x) {\n    return x - 1;\n}\n"));
+    for (const char* gone : {"return x + 1", "s += v[i]", "y * 2", "a brace", "1'000"}) CHECK_MESSAGE(!m_contains(got, gone), gone);
+    CHECK_MESSAGE(std::system(("g++ -std=c++17 -fsyntax-only -x c++ " + out + " 2> " + out + ".cc").c_str()) == 0,
+                  "the blanked file does not compile:\n" << m_read(out + ".cc"));
+    // The ranges: the lines strictly between each body's "{" and "}" (1-based).
+    const std::string r = m_read(ranges);
+    CHECK_MESSAGE(m_contains(r, "three_lines 9 11\n"), r);
+    CHECK_MESSAGE(m_contains(r, "with_lambda 14 19\n"), r);
+    // The mutants of with_lambda: inside lines 14..19 only, none inside a string literal.
+    const std::string mut = m_path("styles.mutants");
+    REQUIRE(std::system(("awk -v from=14 -v to=19 -f tools/mutant-gen.awk " + in + " > " + mut).c_str()) == 0);
+    std::istringstream lines(m_read(mut));
+    int count = 0;
+    for (std::string l; std::getline(lines, l); count++) {
+        const int at = std::stoi(l);
+        CHECK_MESSAGE((at >= 14 && at <= 19), "a mutant of line " << at << ": " << l);
+        CHECK_MESSAGE(m_contains(l, "\"}{ \\\"}\\\" '}'\"") == (at == 15), "a mutant changed the string literal: " << l);
+    }
+    CHECK_MESSAGE(count >= 5, "tools/mutant-gen.awk made " << count << " mutants of with_lambda, expected at least 5");
+}
+
+TEST_CASE("tools: every program in tools/ answers --help, refuses an unknown argument, and works from another directory") {
+    const std::vector<std::string> programs = {"tools/handout",         "tools/grade",      "tools/mutants",        "tools/assignments-check",
+                                               "tools/build-times",     "tools/part-one-check", "tools/fuzz",
+                                               "tools/finetune-demo",   "tools/time-limit"};
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    const std::string root = cwd, scratch = m_path("tools-elsewhere");
+    REQUIRE(std::system(("mkdir -p " + scratch).c_str()) == 0);
+    for (const std::string& p : programs) {
+        CAPTURE(p);
+        REQUIRE(m_exists(p));
+        const std::string log = m_path("tool.log");
+        CHECK(std::system(("cd " + scratch + " && sh " + root + "/" + p + " --help > " + log + " 2>&1").c_str()) == 0);
+        CHECK_MESSAGE(m_contains(m_read(log), "usage: "), p << " --help printed: " << m_read(log));
+        const int st = std::system(("cd " + scratch + " && sh " + root + "/" + p + " --no-such-flag > " + log + " 2>&1").c_str());
+        CHECK(st != 0);
+        const bool named = m_contains(m_read(log), "--no-such-flag") || m_contains(m_read(log), "usage");
+        CHECK_MESSAGE(named, p << " said: " << m_read(log));
+    }
+    // tools/handout from another directory: DIR is the caller's, the files the project's.
+    const int made = std::system(("cd " + scratch + " && sh " + root + "/tools/handout --dir h --funcs diag_backward > hand.log 2>&1").c_str());
+    CHECK_MESSAGE(made == 0, m_read(scratch + "/hand.log"));
+    CHECK(m_contains(m_read(scratch + "/h/transformer.cpp"), "not implemented: diag_backward"));
+    CHECK(m_exists(scratch + "/h/tools/handout"));
+}
+
+TEST_CASE("build times: make and make test from a fresh copy within docs/performance.md's targets, scaled by a reference compile" * doctest::test_suite("the project (long)") * doctest::skip()) {
+    // docs/performance.md, "Build time": tools/build-times --check (make build-times CHECK=1) times a
+    // fixed reference compile, then `make` and `make test` in a fresh copy of the sources, and fails
+    // when one is more than its margin over its target scaled by the reference's time against the
+    // documented computer's. A slow computer scales its targets; a slower build fails.
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("the builds take minutes: run by ./tests, not ./tests-debug");
+#else
+    const std::string root = m_project_root(), log = m_path("build-times.log");
+    const std::string cmd = "cd '" + root + "' && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory build-times CHECK=1 > " + log + " 2>&1";
+    const int st = std::system(cmd.c_str());
+    const std::string out = m_read(log);
+    INFO("make build-times CHECK=1 printed:\n" << out);
+    CHECK_MESSAGE(st == 0, "expected every figure within its target scaled by the reference (docs/performance.md, Build time); the rows above say which is not");
+    for (const char* row : {"| `make` from a fresh copy |", "| `make test` from a fresh copy |", "| its run of the cases |"})
+        CHECK_MESSAGE(out.find(row) != std::string::npos, "expected the row " << row);
+    // The reference time the script scales by is the one docs/performance.md states.
+    const std::string script = m_read(root + "/tools/build-times");
+    const std::size_t at = script.find("\nREFERENCE_SECONDS=");
+    REQUIRE(at != std::string::npos);
+    const std::string seconds = script.substr(at + 19, script.find('\n', at + 1) - at - 19);
+    CHECK_MESSAGE(m_read(root + "/docs/performance.md").find("reference compile took " + seconds + " s") != std::string::npos,
+                  "docs/performance.md should say \"reference compile took " << seconds << " s\", as tools/build-times's REFERENCE_SECONDS");
+#endif
+}
+
+TEST_CASE("shellcheck: the sh programs of tools/ are clean" * doctest::test_suite("the project (long)") * doctest::skip()) {
+    REQUIRE_MESSAGE(std::system("command -v shellcheck > /dev/null 2>&1") == 0,
+                    "shellcheck is not installed (Debian: apt-get install shellcheck; .ci/run installs it)");
+    const std::string log = m_path("shellcheck.log");
+    const int st = std::system(("shellcheck tools/handout tools/grade tools/mutants tools/assignments-check tools/build-times "
+                                "tools/part-one-check tools/fuzz tools/finetune-demo tools/time-limit .ci/run > " + log + " 2>&1").c_str());
+    CHECK_MESSAGE(st == 0, "shellcheck said:\n" << m_read(log));
+}
+
+TEST_CASE("tests: the scratch directory is in $TMPDIR; directories of killed runs are removed") {
+    CHECK(m_dir().rfind(m_temp_root() + "/tfm_tests_", 0) == 0);
+    const std::string root = m_path("tmproot");
+    ::mkdir(root.c_str(), 0755);
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    REQUIRE(child > 0);
+    ::waitpid(child, nullptr, 0);  // its pid no longer runs
+    const std::string dead = root + "/tfm_tests_" + std::to_string((long long)child);
+    const std::string alive = root + "/tfm_tests_" + std::to_string((long long)getppid());
+    const std::string other = root + "/tfm_other_1";
+    for (const std::string& d : {dead, alive, other}) ::mkdir(d.c_str(), 0755);
+    m_write(dead + "/big.bin", "x");
+    m_remove_stale_dirs(root);
+    CHECK_FALSE(m_exists(dead));
+    CHECK(m_exists(alive));
+    CHECK(m_exists(other));
+}
+
+TEST_CASE("make clean: removes what the Makefile's targets write, never a file git tracks") {
+    if (std::system("command -v git >/dev/null 2>&1 && command -v make >/dev/null 2>&1") != 0) {
+        WARN_MESSAGE(false, "skipped: git or make is not installed");
+        return;
+    }
+    const std::string dir = m_path("clean");
+    ::mkdir(dir.c_str(), 0755);
+    m_write(dir + "/Makefile", m_read("Makefile"));
+    const std::string setup = "cd " + dir + " && git init -q . && mkdir -p demo handout build && touch addition.safetensors addition.svg "
+                              "masks.svg demo/x handout/HANDOUT.md build/main.o transformer notes.txt addition.csv && "
+                              "git add addition.csv Makefile && git -c user.email=t@t -c user.name=t commit -qm t";
+    REQUIRE(std::system(setup.c_str()) == 0);
+    const m_Run r = [&] {
+        m_Run x;
+        x.status = std::system(("make -C " + dir + " clean > " + dir + "/clean.log 2>&1").c_str());
+        x.out = m_read(dir + "/clean.log");
+        return x;
+    }();
+    INFO(r.out);
+    CHECK(r.status == 0);
+    for (const char* gone : {"demo", "handout", "build", "addition.safetensors", "addition.svg", "masks.svg", "transformer"})
+        CHECK_FALSE(m_exists(dir + "/" + gone));
+    CHECK(m_exists(dir + "/addition.csv"));  // tracked: kept
+    CHECK(m_contains(r.out, "keeping addition.csv"));
+    CHECK(m_exists(dir + "/notes.txt"));
+    CHECK(m_exists(dir + "/Makefile"));
+}
+
+// tools/finetune-demo (make finetune-demo) without its training runs: the usage, the errors, and the
+// statistics of its table on a results file made by hand, whose means, standard deviations and
+// verdicts are worked out below.
+TEST_CASE("tools/finetune-demo: --help, bad arguments name themselves, the table's means, spreads and verdicts") {
+    const std::string tool = "tools/finetune-demo";
+    REQUIRE_MESSAGE(m_exists(tool), "run the tests from the project's root");
+    const auto run = [&](const std::string& args) { return m_run_program(tool, args); };
+    {
+        const m_Run r = run("--help");
+        INFO(r.out << r.err);
+        CHECK(r.status == 0);
+        for (const char* part : {"usage: tools/finetune-demo", "--quick", "--seeds N", "--program PATH", "--out DIR", "--summarize"})
+            CHECK_MESSAGE(m_contains(r.out, part), "the help lacks " << part);
+    }
+    // Bad arguments: a non-zero exit and a message naming the argument; nothing is trained.
+    for (const auto& bad : std::vector<std::pair<std::string, std::string>>{
+             {"--bogus", "unknown argument '--bogus'"},
+             {"--out", "--out needs a value"},
+             {"--seeds 1", "--seeds takes a number of seeds, 2 or more"},
+             {"--seeds five", "--seeds takes a number of seeds, 2 or more; got 'five'"},
+             {"--model gpt3", "--model takes gpt2 or bert; got 'gpt3'"},
+             {"--program " + m_path("no-such-program"), "no program at '" + m_path("no-such-program") + "'"},
+             {"--summarize " + m_path("no-such.tsv"), "cannot read the results file '" + m_path("no-such.tsv") + "'"}}) {
+        const m_Run r = run(bad.first);
+        INFO("tools/finetune-demo " << bad.first << "\nstdout: " << r.out << "\nstderr: " << r.err);
+        CHECK(r.exited);
+        CHECK(r.status != 0);
+        CHECK(m_contains(r.err, "tools/finetune-demo: error: " + bad.second));
+        CHECK(r.out.empty());
+    }
+    // Accuracies (right of 500) by task, way and seed. classify: lambda .5 80, 82, 84% (mean 82.0,
+    // s 2.0), lambda 0 70, 71, 72 (71.0, 1.0), scratch 81, 83, 85 (83.0, 2.0). Twice the standard
+    // error of a difference of means with s 2 and 2 over 3 seeds each: 2 sqrt(8/3) = 3.27; with s 2
+    // and 1: 2 sqrt(5/3) = 2.58. entailment: means 52, 49 and 48 (s 2 each), so +3.0 falls under
+    // 3.27 and +4.0 over it (one standard error would resolve both, three neither).
+    std::string tsv;
+    const auto add = [&](const std::string& task, const std::string& way, std::vector<int> right) {
+        for (std::size_t s = 0; s < right.size(); s++)
+            tsv += task + "\t" + way + "\t" + std::to_string(s + 1) + "\t100\t" + std::to_string(right[s]) + "\t500\n";
+    };
+    add("classify", "lambda0.5", {400, 410, 420});
+    add("classify", "lambda0", {350, 355, 360});
+    add("classify", "scratch", {405, 415, 425});
+    add("entailment", "lambda0.5", {250, 260, 270});
+    add("entailment", "lambda0", {235, 245, 255});
+    add("entailment", "scratch", {230, 240, 250});
+    const std::string results = m_path("demo_results.tsv");
+    m_write(results, tsv);
+    const m_Run r = run("--summarize " + results);
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(m_contains(r.out, "fine-tuning seeds 1 2 3:"));
+    CHECK(m_contains(r.out, "500 each"));
+    CHECK(m_contains(r.out, "resolved when larger than 2 standard errors of the difference"));
+    for (const char* cell : {"82.0 ± 2.0 (80.0-84.0)", "71.0 ± 1.0 (70.0-72.0)", "83.0 ± 2.0 (81.0-85.0)",
+                             "52.0 ± 2.0 (50.0-54.0)", "49.0 ± 2.0 (47.0-51.0)", "48.0 ± 2.0 (46.0-50.0)"})
+        CHECK_MESSAGE(m_contains(r.out, cell), "the table lacks " << cell);
+    for (const char* verdict : {"lambda .5 - lambda 0:           +11.0 (2 SE 2.6)  resolved: pre-trained, lambda .5 ahead",
+                                "lambda .5 - no pre-training:     -1.0 (2 SE 3.3)  not resolved",
+                                "lambda 0 - no pre-training:     -12.0 (2 SE 2.6)  resolved: no pre-training ahead",
+                                "lambda .5 - lambda 0:            +3.0 (2 SE 3.3)  not resolved",
+                                "lambda .5 - no pre-training:     +4.0 (2 SE 3.3)  resolved: pre-trained, lambda .5 ahead",
+                                "lambda 0 - no pre-training:      +1.0 (2 SE 3.3)  not resolved"})
+        CHECK_MESSAGE(m_contains(r.out, verdict), "the differences lack " << verdict);
+    // A line that is not a result: an error naming the file and the line.
+    m_write(results, tsv + "choice\tlambda 0.5\t1\t100\t200\t500\n");
+    const m_Run b = run("--summarize " + results);
+    CHECK(b.status != 0);
+    CHECK(m_contains(b.err, "demo_results.tsv line 19"));
+    // POSIX sh, clean under shellcheck where it is installed.
+    if (std::system("command -v shellcheck >/dev/null 2>&1") == 0) {
+        const int st = std::system(("shellcheck --shell=sh " + tool + " > " + m_path("shellcheck.log") + " 2>&1").c_str());
+        INFO(m_read(m_path("shellcheck.log")));
+        CHECK(st == 0);
+    } else {
+        WARN_MESSAGE(false, "shellcheck is not installed: tools/finetune-demo is not checked by it");
+    }
+}
+
+TEST_CASE("docs/hf_check.py reads a probe file's bytes exactly: a CRLF stays a CRLF") {
+    // Text mode would turn "\r\n" into "\n" and report a difference for any CRLF probe.
+    static const bool have_python = std::system("command -v python3 >/dev/null 2>&1") == 0;
+    if (!have_python) {
+        WARN_MESSAGE(false, "skipped: python3 is not installed");
+        return;
+    }
+    const std::string probe = m_path("crlf_probe.txt"), out = m_path("crlf_probe.out");
+    const std::string bytes = "Caf\xC3\xA9\r\nlone CR\rtab\t\r\n";
+    m_write(probe, bytes);
+    // read_text needs neither torch nor transformers (main imports them).
+    const std::string cmd = "python3 -c 'import sys; sys.path.insert(0, \"docs\"); import hf_check; "
+                            "sys.stdout.buffer.write(hf_check.read_text(sys.argv[1]).encode(\"utf-8\"))' " + probe + " > " + out + " 2>&1";
+    const int st = std::system(cmd.c_str());
+    INFO("output: " << m_read(out));
+    CHECK(st == 0);
+    CHECK(m_read(out) == bytes);
+}
+
+TEST_SUITE_END();
