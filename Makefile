@@ -8,30 +8,16 @@ WARN     := -Wall -Wextra -Wpedantic
 # g++: -O2 with the vectoriser's full cost model, -O1 where no hot loop runs (-DTF_COLD_O1); clang:
 # -O2, those regions for size. As fast as -O3 in a third of the build (docs/performance.md).
 IS_CLANG := $(findstring clang,$(shell $(CXX) --version 2>/dev/null | head -n 1))
-ifeq ($(IS_CLANG),)
-  LEVEL  := -O2 -fvect-cost-model=dynamic -DTF_COLD_O1
-else
-  LEVEL  := -O2 -DTF_COLD_O1
-endif
+LEVEL    := $(strip -O2 $(if $(IS_CLANG),,-fvect-cost-model=dynamic) -DTF_COLD_O1)
 # The CPU's own instructions: -march=native on x86-64; on arm64, -mcpu=apple-m1 with Apple's clang
 # (up to 14 it refuses native) and -mcpu=native on aarch64 Linux (clang 14 refuses -march=native).
 # A compiler for another machine (--target, a cross g++) gets none; ARCH=... chooses.
 MACHINE  := $(shell $(CXX) -dumpmachine 2>/dev/null)
 HOST_CPU := $(subst amd64,x86_64,$(subst arm64,aarch64,$(shell uname -m 2>/dev/null)))
 TARGET_CPU := $(subst amd64,x86_64,$(subst arm64,aarch64,$(firstword $(subst -, ,$(MACHINE)))))
-ifneq ($(findstring -apple-darwin,$(MACHINE)),)
-  ifeq ($(TARGET_CPU),aarch64)
-    ARCH ?= $(if $(IS_CLANG),-mcpu=apple-m1)
-  endif
-endif
-ifeq ($(TARGET_CPU),$(HOST_CPU))
-  ifeq ($(TARGET_CPU),x86_64)
-    ARCH ?= -march=native
-  else ifeq ($(TARGET_CPU),aarch64)
-    ARCH ?= -mcpu=native
-  endif
-endif
-ARCH     ?=
+APPLE_ARM := $(and $(findstring -apple-darwin,$(MACHINE)),$(filter aarch64,$(TARGET_CPU)))
+NATIVE   := $(if $(filter $(HOST_CPU),$(TARGET_CPU)),$(if $(filter x86_64,$(TARGET_CPU)),-march=native,$(if $(filter aarch64,$(TARGET_CPU)),-mcpu=native)))
+ARCH     ?= $(if $(APPLE_ARM),$(if $(IS_CLANG),-mcpu=apple-m1),$(NATIVE))
 # a*b + c is a product and a sum, each rounded, unless the source calls std::fma: every x86-64 build
 # with AVX2 and FMA, with either compiler, gives the same bits (docs/performance.md, "The same
 # numbers on every machine"). -fno-trapping-math lets g++ vectorise vexp's clamps on AVX2.
@@ -40,9 +26,7 @@ OPT      := $(LEVEL) $(ARCH) $(FP)
 TESTS_LEVEL ?= -O0
 BUILD    ?= build
 # g++'s garbage collector runs less often: less time, about 1 GB more memory.
-ifeq ($(IS_CLANG),)
-  GCFLAGS := --param ggc-min-expand=100 --param ggc-min-heapsize=1048576
-endif
+GCFLAGS  := $(if $(IS_CLANG),,--param ggc-min-expand=100 --param ggc-min-heapsize=1048576)
 # -D_GLIBCXX_ASSERTIONS: an index past a tensor's end aborts (AddressSanitizer misses it inside a pool block).
 DBG      := -O0 -g3 -ffp-contract=off -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS
 # doctest: on the compiler's own include path (Debian's doctest-dev), else DOCTEST_INCLUDE=DIR (the
@@ -63,15 +47,11 @@ ifeq ($(MAKELEVEL),0)
     MAKEFLAGS += -j$(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 1)
   endif
 endif
-ifeq ($(V),1)
-  Q :=
-  say = :
-else
-  Q := @
-  say = printf '  %-5s %s\n'
-endif
+Q        := $(if $(filter 1,$(V)),,@)
+say       = $(if $(filter 1,$(V)),:,printf '  %-5s %s\n')
 
-.PHONY: FORCE fuzz part-one-check all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest handout check assignments-check assignments-text-check grade
+.PHONY: FORCE fuzz part-one-check all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest \
+        handout check assignments-check assignments-text-check grade mutants mutants-all mutants-assignments
 all: transformer
 
 $(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
@@ -335,8 +315,6 @@ MUTANT_FUNCS := $(shell grep '^[A-Za-z_]' tools/mutant-funcs.txt)
 # Each assignment's functions against its own test suites (a space in a suite's name matched by ?).
 space := $(subst ,, )
 MUTANT_ASSIGNMENT_FUNCS := $(foreach n,$(ASSIGNMENTS),$(foreach f,$(ASSIGNMENT_$(n)_FUNCS),$(f):-ts=$(subst $(space),?,$(call SUITES_OF,$(n)))))
-
-.PHONY: mutants mutants-all mutants-assignments
 mutants-assignments:
 	@$(MAKE) --no-print-directory mutants-all FUNCS='$(MUTANT_ASSIGNMENT_FUNCS)' MAX='$(if $(filter-out 0,$(MAX)),$(MAX),3)'
 mutants mutants-all: transformer | doctest
