@@ -14554,9 +14554,10 @@ TEST_CASE("CLI help: train's --init-from names GPT-1, export says what each vari
     CHECK_MESSAGE(m_contains(readme, "| `strip` |"), "README's command table lacks strip");
     // The optimisation level the README names is the Makefile's.
     const std::string makefile = m_read("Makefile");
-    const std::size_t level = makefile.find("LEVEL  := -O");
-    REQUIRE(level != std::string::npos);
-    const std::string O = makefile.substr(level + 10, 3);  // "-O2"
+    const std::size_t defined = makefile.find("\nLEVEL "), level = makefile.find("-O", defined);
+    REQUIRE(defined != std::string::npos);
+    REQUIRE(level < makefile.find('\n', defined + 1));
+    const std::string O = makefile.substr(level, 3);  // "-O2"
     CHECK(m_contains(readme, "`" + O + " "));
     for (const char* other : {"-O0 -march", "-O1 -march", "-O2 -march", "-O3 -march"})
         if (std::string(other).substr(0, 3) != O) CHECK_MESSAGE(!m_contains(readme, other), "README names " << other << "; the Makefile builds " << O);
