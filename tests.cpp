@@ -1107,6 +1107,27 @@ void m_cli_fails(const std::string& args, const std::string& part) {
     CHECK(r.err.rfind("error:", 0) == 0);
     CHECK_MESSAGE(m_contains(r.err, part), "stderr lacks '" << part << "'");
 }
+// The make that the cases which build run: the caller's make's flags and level unset, quiet, and
+// without "Entering directory" lines.
+const std::string m_MAKE = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+// Runs cmd in the shell with its output and errors in the file log; its exit status (-1 when it
+// did not exit).
+int m_sh(const std::string& cmd, const std::string& log) {
+    const int st = std::system(("(" + cmd + ") > " + log + " 2>&1").c_str());
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+// Whether s starts with prefix.
+bool m_starts(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+// Requires every file of files to exist, else fails with why and the file missing.
+void m_require_files(std::initializer_list<const char*> files, const std::string& why) {
+    for (const char* f : files)
+        REQUIRE_MESSAGE(m_exists(f), why << ": no " << f);
+}
+// The C++ compiler the cases that build use: $CXX when set, else g++.
+std::string m_cxx() {
+    const char* env_cxx = std::getenv("CXX");
+    return env_cxx && *env_cxx ? env_cxx : "g++";
+}
 
 // What `run` writes to standard error (file descriptor 2), captured instead of shown: a case that
 // provokes a warning checks it rather than printing it into the suite's output.
@@ -1176,6 +1197,19 @@ std::string m_st_bytes(const std::string& header, const std::string& body = "") 
 }
 
 const char* const m_TINY[] = {"tiny-gpt", "tiny-gpt2", "tiny-gpt3", "tiny-bert", "tiny-roberta"};
+// Runs body on each tiny preset (captured by name) with its model m_model<T>(c, model_seed, noise)
+// and its batch m_batch(c, batch_seed).
+template <typename T>
+void m_each_tiny(uint64_t model_seed, double noise, uint64_t batch_seed,
+                 const std::function<void(const Config&, const Params<T>&, const Batch&)>& body) {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Params<T> p = m_model<T>(c, model_seed, noise);
+        const Batch b = m_batch(c, batch_seed);
+        body(c, p, b);
+    }
+}
 
 }  // namespace
 
@@ -1354,6 +1388,8 @@ namespace {
 struct Dims {
     int M, N, K;
 };
+// A shape as a failing check shows it: "M=3, N=5, K=7".
+std::ostream& operator<<(std::ostream& os, const Dims& d) { return os << "M=" << d.M << ", N=" << d.N << ", K=" << d.K; }
 const Dims kOddShapes[] = {{1, 1, 1},   {1, 7, 3},    {5, 1, 9},     {3, 5, 7},    {17, 13, 29}, {31, 33, 65},
                            {64, 64, 64}, {67, 130, 259}, {129, 5, 300}, {2, 257, 17}, {8, 8, 1}};
 // Edges of the blocked kernel's tiles and blocks on every target (MR in 3..12, NR in 8..64,
@@ -1400,9 +1436,7 @@ void gemm_vs_reference() {
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
                 for (int acc = 0; acc < 2; acc++) {
-                    CAPTURE(d.M);
-                    CAPTURE(d.N);
-                    CAPTURE(d.K);
+                    CAPTURE(d);
                     CAPTURE(ta);
                     CAPTURE(tb);
                     CAPTURE(acc);
@@ -1480,9 +1514,7 @@ void gemv_rows_vs_reference() {
     for (Dims d : shapes)
         for (int ta = 0; ta < 2; ta++)
             for (int acc = 0; acc < 2; acc++) {
-                CAPTURE(d.M);
-                CAPTURE(d.N);
-                CAPTURE(d.K);
+                CAPTURE(d);
                 CAPTURE(ta);
                 CAPTURE(acc);
                 Tensor<T> A = ta ? rand_t<T>(d.K, d.M, rng) : rand_t<T>(d.M, d.K, rng);
@@ -1518,6 +1550,27 @@ TEST_CASE("gemm: a few rows times row-major B (gemv_rows) equal gemm_reference b
     gemv_rows_vs_reference<double>();
 }
 
+namespace {
+// gemm_reference's A B (M x N of shape d, A and B read with the strides given) and the bound
+// |A| |B| of its rounding errors.
+struct m_RefBound {
+    TD ref, bound;
+};
+m_RefBound m_gemm_ref_bound(const Dims& d, const TD& A, long rsA, long csA, const TD& B, long rsB, long csB) {
+    m_RefBound r{TD(d.M, d.N), TD(d.M, d.N)};
+    const TD absA = abs_t(A), absB = abs_t(B);
+    gemm_reference<double>(d.M, d.N, d.K, A.ptr(), rsA, csA, B.ptr(), rsB, csB, r.ref.ptr(), d.N, false);
+    gemm_reference<double>(d.M, d.N, d.K, absA.ptr(), rsA, csA, absB.ptr(), rsB, csB, r.bound.ptr(), d.N, false);
+    return r;
+}
+// Checks a product C (named name) against the reference r and against plain, the same product by
+// matmul and transpose (named plain_name), within r's bound.
+void m_check_product(const TD& C, const m_RefBound& r, const TD& plain, int K, const std::string& name, const std::string& plain_name) {
+    check_close(C, r.ref, r.bound, K, (name + " vs reference").c_str());
+    check_close(C, plain, r.bound, K, (name + " vs " + plain_name).c_str());
+}
+}  // namespace
+
 TEST_CASE("matmul: hand-computed case and agreement with gemm_reference") {
     // [[1, 2, 3], [4, 5, 6]] [[1, 0], [0, 1], [1, 1]] = [[1 + 3, 2 + 3], [4 + 6, 5 + 6]] = [[4, 5], [10, 11]]
     TD C = matmul(TD::from(2, 3, {1, 2, 3, 4, 5, 6}), TD::from(3, 2, {1, 0, 0, 1, 1, 1}));
@@ -1525,20 +1578,15 @@ TEST_CASE("matmul: hand-computed case and agreement with gemm_reference") {
     CHECK(C.data == std::vector<double>{4, 5, 10, 11});
     Rng rng(122);
     for (Dims d : kOddShapes) {
-        CAPTURE(d.M);
-        CAPTURE(d.N);
-        CAPTURE(d.K);
+        CAPTURE(d);
         TD A = randn(d.M, d.K, rng), B = randn(d.K, d.N, rng);
-        TD ref(d.M, d.N), bound(d.M, d.N);
-        gemm_reference<double>(d.M, d.N, d.K, A.ptr(), d.K, 1, B.ptr(), d.N, 1, ref.ptr(), d.N, false);
-        TD absA = abs_t(A), absB = abs_t(B);
-        gemm_reference<double>(d.M, d.N, d.K, absA.ptr(), d.K, 1, absB.ptr(), d.N, 1, bound.ptr(), d.N, false);
-        check_close(matmul(A, B), ref, bound, d.K, "matmul");
+        const m_RefBound r = m_gemm_ref_bound(d, A, d.K, 1, B, d.N, 1);
+        check_close(matmul(A, B), r.ref, r.bound, d.K, "matmul");
         // matmul_acc: C += A B.
         TD C0 = randn(d.M, d.N, rng), Cacc = C0;
         matmul_acc(A, B, Cacc);
-        TD refacc = add(C0, ref);
-        check_close(Cacc, refacc, add(abs_t(C0), bound), d.K, "matmul_acc");
+        TD refacc = add(C0, r.ref);
+        check_close(Cacc, refacc, add(abs_t(C0), r.bound), d.K, "matmul_acc");
     }
 }
 
@@ -1547,17 +1595,10 @@ TEST_CASE("matmul_nt: equals matmul(A, transpose(B)) on odd shapes") {
     CHECK(matmul_nt(TD::from(1, 2, {1, 2}), TD::from(2, 2, {3, 4, 5, 6})).data == std::vector<double>{11, 17});
     Rng rng(123);
     for (Dims d : kOddShapes) {
-        CAPTURE(d.M);
-        CAPTURE(d.N);
-        CAPTURE(d.K);
+        CAPTURE(d);
         TD A = randn(d.M, d.K, rng), B = randn(d.N, d.K, rng);
-        TD ref(d.M, d.N), bound(d.M, d.N);
-        TD absA = abs_t(A), absB = abs_t(B);
-        gemm_reference<double>(d.M, d.N, d.K, A.ptr(), d.K, 1, B.ptr(), 1, d.K, ref.ptr(), d.N, false);
-        gemm_reference<double>(d.M, d.N, d.K, absA.ptr(), d.K, 1, absB.ptr(), 1, d.K, bound.ptr(), d.N, false);
-        TD C = matmul_nt(A, B);
-        check_close(C, ref, bound, d.K, "matmul_nt vs reference");
-        check_close(C, matmul(A, transpose(B)), bound, d.K, "matmul_nt vs matmul(A, B^T)");
+        m_check_product(matmul_nt(A, B), m_gemm_ref_bound(d, A, d.K, 1, B, 1, d.K), matmul(A, transpose(B)), d.K, "matmul_nt",
+                        "matmul(A, B^T)");
     }
 }
 
@@ -1566,20 +1607,13 @@ TEST_CASE("matmul_tn: equals matmul(transpose(A), B) on odd shapes, and matmul_t
     CHECK(matmul_tn(TD::from(2, 2, {1, 2, 3, 4}), TD::from(2, 1, {1, 1})).data == std::vector<double>{4, 6});
     Rng rng(124);
     for (Dims d : kOddShapes) {
-        CAPTURE(d.M);
-        CAPTURE(d.N);
-        CAPTURE(d.K);
+        CAPTURE(d);
         TD A = randn(d.K, d.M, rng), B = randn(d.K, d.N, rng);
-        TD ref(d.M, d.N), bound(d.M, d.N);
-        TD absA = abs_t(A), absB = abs_t(B);
-        gemm_reference<double>(d.M, d.N, d.K, A.ptr(), 1, d.M, B.ptr(), d.N, 1, ref.ptr(), d.N, false);
-        gemm_reference<double>(d.M, d.N, d.K, absA.ptr(), 1, d.M, absB.ptr(), d.N, 1, bound.ptr(), d.N, false);
-        TD C = matmul_tn(A, B);
-        check_close(C, ref, bound, d.K, "matmul_tn vs reference");
-        check_close(C, matmul(transpose(A), B), bound, d.K, "matmul_tn vs matmul(A^T, B)");
+        const m_RefBound r = m_gemm_ref_bound(d, A, 1, d.M, B, d.N, 1);
+        m_check_product(matmul_tn(A, B), r, matmul(transpose(A), B), d.K, "matmul_tn", "matmul(A^T, B)");
         TD C0 = randn(d.M, d.N, rng), Cacc = C0;
         matmul_tn_acc(A, B, Cacc);
-        check_close(Cacc, add(C0, ref), add(abs_t(C0), bound), d.K, "matmul_tn_acc");
+        check_close(Cacc, add(C0, r.ref), add(abs_t(C0), r.bound), d.K, "matmul_tn_acc");
     }
     // Float.
     TF Af = rand_t<float>(9, 4, rng), Bf = rand_t<float>(9, 3, rng);
@@ -2774,13 +2808,10 @@ FFNParams<double> hand_ffn(std::vector<double> b1) {
     return p;
 }
 
-// dX, W_1, b_1, W_2, b_2 of an FFN against finite differences. For relu the points are chosen
-// away from the kink: every pre-activation is at least 1e-3 from 0 (h = 1e-6 cannot cross it).
-void ffn_grad_check(Activation act, bool via_named_entry, uint64_t seed) {
-    const int n = 3, H = 4, F = 6;
+// An FFN p (H -> F -> H) of Rng(seed), an input X (n x H) and an upstream gradient R whose
+// pre-activations are all at least `away` from 0 (away from relu's kink), on both sides of 0.
+void m_ffn_point(Activation act, uint64_t seed, double away, int n, int H, int F, FFNParams<double>& p, TD& X, TD& R) {
     Rng rng(seed);
-    FFNParams<double> p;
-    TD X, R;
     for (int attempt = 0;; attempt++) {
         REQUIRE(attempt < 100);
         p = make_ffn(H, F, rng);
@@ -2791,8 +2822,17 @@ void ffn_grad_check(Activation act, bool via_named_entry, uint64_t seed) {
         double closest = INF;
         int negative = 0;
         for (double z : c.Z.data) closest = std::min(closest, std::fabs(z)), negative += z < 0;
-        if (closest > 1e-3 && negative > 0 && negative < (int)c.Z.size()) break;  // both sides of 0
+        if (closest > away && negative > 0 && negative < (int)c.Z.size()) break;  // both sides of 0
     }
+}
+
+// dX, W_1, b_1, W_2, b_2 of an FFN against finite differences. For relu the points are chosen
+// away from the kink: every pre-activation is at least 1e-3 from 0 (h = 1e-6 cannot cross it).
+void ffn_grad_check(Activation act, bool via_named_entry, uint64_t seed) {
+    const int n = 3, H = 4, F = 6;
+    FFNParams<double> p;
+    TD X, R;
+    m_ffn_point(act, seed, 1e-3, n, H, F, p, X, R);
     auto forward = [&](FFNCache<double>* c) {
         if (!via_named_entry) return FFN(X, p, act, c);
         return act == Activation::relu ? FFN_ReLU(X, p, c) : FFN_GELU(X, p, c, act);
@@ -3040,6 +3080,25 @@ TEST_CASE("LayerNorm: gradient check of dX, dgamma, dbeta" * doctest::test_suite
     }
 }
 
+namespace {
+// Checks that every row of Y has a mean within mean_tol of 0 and a variance of 1 within the
+// relative var_eps.
+template <typename T>
+void m_check_rows_standardized(const Tensor<T>& Y, double mean_tol, double var_eps) {
+    const int n = Y.rows(), H = Y.cols();
+    for (int i = 0; i < n; i++) {
+        CAPTURE(i);
+        double mu = 0, var = 0;
+        for (int j = 0; j < H; j++) mu += Y(i, j);
+        mu /= H;
+        for (int j = 0; j < H; j++) var += (Y(i, j) - mu) * (Y(i, j) - mu);
+        var /= H;
+        CHECK(std::fabs(mu) <= mean_tol);
+        CHECK(var == doctest::Approx(1.0).epsilon(var_eps));
+    }
+}
+}  // namespace
+
 TEST_CASE("LayerNorm: mean 0 variance 1 before gamma and beta" * doctest::test_suite("assignment 2 (0 points)")) {
     Rng rng(92);
     const int n = 5, H = 16;
@@ -3047,26 +3106,10 @@ TEST_CASE("LayerNorm: mean 0 variance 1 before gamma and beta" * doctest::test_s
     for (int i = 0; i < n; i++)
         for (int j = 0; j < H; j++) X(i, j) += 10.0 * i - 20;
     TD Y = LayerNorm(X, TD(std::vector<int>{H}, 1.0), TD(std::vector<int>{H}, 0.0), 1e-12);
-    for (int i = 0; i < n; i++) {
-        double mu = 0, var = 0;
-        for (int j = 0; j < H; j++) mu += Y(i, j);
-        mu /= H;
-        for (int j = 0; j < H; j++) var += (Y(i, j) - mu) * (Y(i, j) - mu);
-        var /= H;
-        CHECK(std::fabs(mu) <= 1e-12);
-        CHECK(var == doctest::Approx(1.0).epsilon(1e-5));
-    }
+    m_check_rows_standardized(Y, 1e-12, 1e-5);
     // Float, eps = 1e-5 as in training: still mean ~0, variance ~1.
     TF Yf = LayerNorm(to_float(X), TF(std::vector<int>{H}, 1.0f), TF(std::vector<int>{H}, 0.0f), 1e-5);
-    for (int i = 0; i < n; i++) {
-        double mu = 0, var = 0;
-        for (int j = 0; j < H; j++) mu += Yf(i, j);
-        mu /= H;
-        for (int j = 0; j < H; j++) var += (Yf(i, j) - mu) * (Yf(i, j) - mu);
-        var /= H;
-        CHECK(std::fabs(mu) <= 1e-5);
-        CHECK(var == doctest::Approx(1.0).epsilon(1e-4));
-    }
+    m_check_rows_standardized(Yf, 1e-5, 1e-4);
     // Shifting and scaling a row does not change the normalized output (eps tiny).
     TD X2 = X;
     for (int j = 0; j < H; j++) X2(2, j) = 4.0 * X2(2, j) + 100;
@@ -3843,11 +3886,7 @@ TEST_CASE("GPT-3: a one-layer model (Mask_ST only) ignores positions outside the
 }
 
 TEST_CASE("GPT-2: a batch of B sequences gives each sequence the logits it gets alone") {
-    for (const std::string name : m_TINY) {
-        CAPTURE(name);
-        const Config c = preset(name);
-        const Params<double> p = m_model<double>(c, 8, 0.2);
-        const Batch b = m_batch(c, 9);
+    m_each_tiny<double>(8, 0.2, 9, [](const Config& c, const Params<double>& p, const Batch& b) {
         const Tensor<double> Z = model_forward(c, p, b);
         for (int s = 0; s < b.B; s++) {
             Batch one;
@@ -3858,7 +3897,7 @@ TEST_CASE("GPT-2: a batch of B sequences gives each sequence the logits it gets 
             for (int i = 0; i < b.n; i++)
                 for (int v = 0; v < c.V; v++) CHECK(Z1(i, v) == doctest::Approx(Z(s * b.n + i, v)).epsilon(1e-12));
         }
-    }
+    });
 }
 
 // ================================================================================================
@@ -4173,11 +4212,7 @@ TEST_CASE("dropout: dropout_mask zeros a fraction p, keeps 1/(1-p), expectation 
 }
 
 TEST_CASE("dropout: 0 is the plain forward; > 0 changes the loss; evaluation is deterministic") {
-    for (const std::string name : m_TINY) {
-        CAPTURE(name);
-        const Config c = preset(name);
-        const Params<float> p = m_model<float>(c, 41, 0.1);
-        const Batch b = m_batch(c, 42);
+    m_each_tiny<float>(41, 0.1, 42, [](const Config& c, const Params<float>& p, const Batch& b) {
         Rng rng(1);
         ForwardOptions off;
         off.dropout = 0, off.rng = &rng;
@@ -4192,17 +4227,13 @@ TEST_CASE("dropout: 0 is the plain forward; > 0 changes the loss; evaluation is 
         CHECK(l1 != l0);
         CHECK(l1 != l2);  // fresh masks from the advancing generator
         CHECK(rng.state != before);
-    }
+    });
 }
 
 // Every dropout site of formulas §16 draws its own mask when dropout > 0: the embedding and, in
 // every layer, both residual branches, each (B*n) x H of 0 and 1/(1-p), about a fraction p zero.
 TEST_CASE("dropout: every site draws a mask: the embedding and both residual branches of every layer") {
-    for (const std::string name : m_TINY) {
-        CAPTURE(name);
-        const Config c = preset(name);
-        const Params<float> p = m_model<float>(c, 43, 0.1);
-        const Batch b = m_batch(c, 44);
+    m_each_tiny<float>(43, 0.1, 44, [](const Config& c, const Params<float>& p, const Batch& b) {
         Rng rng(2);
         ForwardOptions on;
         on.dropout = 0.25, on.rng = &rng;
@@ -4226,7 +4257,7 @@ TEST_CASE("dropout: every site draws a mask: the embedding and both residual bra
             check_mask(k.blocks[l].drop_attn, "the attention branch", l + 1);
             check_mask(k.blocks[l].drop_ffn, "the FFN branch", l + 1);
         }
-    }
+    });
 }
 
 // ================================================================================================
@@ -5673,21 +5704,9 @@ namespace {
 // (activation_derivative): dX and every parameter gradient, relative tolerance 1e-4.
 void ffn_float_vs_double(Activation act, uint64_t seed) {
     const int n = 3, H = 4, F = 6;
-    Rng rng(seed);
     FFNParams<double> p;
     TD X, R;
-    for (int attempt = 0;; attempt++) {  // pre-activations away from relu's kink, on both sides of 0
-        REQUIRE(attempt < 100);
-        p = make_ffn(H, F, rng);
-        X = randn(n, H, rng);
-        R = randn(n, H, rng);
-        FFNCache<double> c;
-        FFN(X, p, act, &c);
-        double closest = INF;
-        int negative = 0;
-        for (double z : c.Z.data) closest = std::min(closest, std::fabs(z)), negative += z < 0;
-        if (closest > 1e-2 && negative > 0 && negative < (int)c.Z.size()) break;
-    }
+    m_ffn_point(act, seed, 1e-2, n, H, F, p, X, R);
     FFNCache<double> cd;
     FFN(X, p, act, &cd);
     FFNParams<double> gd = zeros_like(p);
@@ -6905,21 +6924,16 @@ TEST_CASE("checkpoint: config_metadata round trip for every preset") {
         const Config c = preset(name);
         const Config d = config_from_metadata(config_metadata(c));
         CHECK(d.variant == c.variant);
-        CHECK(d.V == c.V);
-        CHECK(d.H == c.H);
-        CHECK(d.F == c.F);
-        CHECK(d.D == c.D);
-        CHECK(d.L == c.L);
-        CHECK(d.A == c.A);
-        CHECK(d.n_ctx == c.n_ctx);
         CHECK(d.activation == c.activation);
         CHECK(d.eps == c.eps);  // exactly: 17 significant digits
-        CHECK(d.cls_id == c.cls_id);
-        CHECK(d.sep_id == c.sep_id);
-        CHECK(d.mask_id == c.mask_id);
-        CHECK(d.st_window == c.st_window);
-        CHECK(d.st_stride == c.st_stride);
         CHECK(d.attn_bias == c.attn_bias);
+        const struct {
+            const char* field;
+            int got, want;
+        } sizes[] = {{"V", d.V, c.V}, {"H", d.H, c.H}, {"F", d.F, c.F}, {"D", d.D, c.D}, {"L", d.L, c.L}, {"A", d.A, c.A},
+                     {"n_ctx", d.n_ctx, c.n_ctx}, {"cls_id", d.cls_id, c.cls_id}, {"sep_id", d.sep_id, c.sep_id},
+                     {"mask_id", d.mask_id, c.mask_id}, {"st_window", d.st_window, c.st_window}, {"st_stride", d.st_stride, c.st_stride}};
+        for (const auto& f : sizes) CHECK_MESSAGE(f.got == f.want, f.field << ": expected " << f.want << ", got " << f.got);
     }
     CHECK(preset("gpt2-124m").attn_bias);
     CHECK_FALSE(preset("gpt1").attn_bias);
@@ -7210,26 +7224,33 @@ TEST_CASE("checkpoint: a file written by another writer (key order, spaces, no p
 // from a small model so that the test knows every number
 // ================================================================================================
 namespace {
+// The query, key and value weights and biases of layer y packed as GPT-2's and GPT-1's c_attn
+// (Conv1D: in x out): W = [W_Q^1..W_Q^A | W_K^1.. | W_V^1..] (H x 3H), b likewise.
+void m_pack_c_attn(const Config& c, const Layer<float>& y, Tensor<float>& W, Tensor<float>& b) {
+    const int H = c.H, D = c.D;
+    W = Tensor<float>(H, 3 * H);
+    b = Tensor<float>({3 * H});
+    for (int i = 0; i < c.A; i++) {
+        const Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
+        const Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
+        for (int part = 0; part < 3; part++)
+            for (int d = 0; d < D; d++) {
+                for (int r = 0; r < H; r++) W(r, part * H + i * D + d) = (*Wi[part])(r, d);
+                b[part * H + i * D + d] = (*bi[part])[d];
+            }
+    }
+}
 // The tensors of c/p under GPT-2's names: c_attn = [W_Q^1..W_Q^A | W_K^1.. | W_V^1..] and so on.
 std::vector<std::pair<std::string, Tensor<float>>> m_hf_tensors(const Config& c, const Params<float>& p,
                                                                 const std::string& prefix = "") {
     std::vector<std::pair<std::string, Tensor<float>>> t;
-    const int H = c.H, D = c.D;
     t.push_back({prefix + "wte.weight", p.W_e});
     t.push_back({prefix + "wpe.weight", p.W_p});
     for (int l = 0; l < c.L; l++) {
         const Layer<float>& y = p.layers[l];
         const std::string h = prefix + "h." + std::to_string(l) + ".";
-        Tensor<float> W(H, 3 * H), b({3 * H});
-        for (int i = 0; i < c.A; i++) {
-            const Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
-            const Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
-            for (int part = 0; part < 3; part++)
-                for (int d = 0; d < D; d++) {
-                    for (int r = 0; r < H; r++) W(r, part * H + i * D + d) = (*Wi[part])(r, d);
-                    b[part * H + i * D + d] = (*bi[part])[d];
-                }
-        }
+        Tensor<float> W, b;
+        m_pack_c_attn(c, y, W, b);
         t.push_back({h + "ln_1.weight", y.ln_1_gamma});
         t.push_back({h + "ln_1.bias", y.ln_1_beta});
         t.push_back({h + "attn.c_attn.weight", W});
@@ -7259,6 +7280,28 @@ Config m_hf_config(int V) {  // a small GPT-2 as released: gelu_tanh, attention 
     c.activation = Activation::gelu_tanh, c.attn_bias = true;
     return c;
 }
+// Checks a GPT-2 or GPT-1 of 13 tokens as released in small (m_hf_config, m_gpt1_hf_config), made
+// from c and p and loaded as lm: its variant, gelu_tanh and attention biases, its sizes and eps,
+// every number of p and hence the same logits.
+void m_check_hf_gpt_loaded(LoadedModel& lm, Variant variant, const Config& c, const Params<float>& p) {
+    const Config& d = lm.config;
+    CHECK(d.variant == variant);
+    CHECK(d.activation == Activation::gelu_tanh);
+    CHECK(d.attn_bias);
+    CHECK(d.V == 13);
+    CHECK(d.H == 12);
+    CHECK(d.A == 3);
+    CHECK(d.D == 4);
+    CHECK(d.F == 20);
+    CHECK(d.L == 2);
+    CHECK(d.n_ctx == 16);
+    CHECK(d.eps == 1e-5);
+    Params<float> q = p;
+    CHECK(m_params_bits_equal(c, q, lm.params));
+    Batch b;
+    b.n = 6, b.tokens = {1, 5, 2, 12, 0, 7};
+    CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+}
 }  // namespace
 
 TEST_CASE("GPT-2 weights: a Hugging Face model.safetensors loads as a gpt2 model, every number in place") {
@@ -7271,26 +7314,11 @@ TEST_CASE("GPT-2 weights: a Hugging Face model.safetensors loads as a gpt2 model
         CAPTURE(prefix);
         m_write_hf(path, m_hf_tensors(c, p, prefix));
         LoadedModel lm = load_model(path);
-        const Config& d = lm.config;
-        CHECK(d.variant == Variant::gpt2);
-        CHECK(d.activation == Activation::gelu_tanh);
-        CHECK(d.attn_bias);
-        CHECK(d.V == 13);
-        CHECK(d.H == 12);
-        CHECK(d.A == 3);
-        CHECK(d.D == 4);
-        CHECK(d.F == 20);
-        CHECK(d.L == 2);
-        CHECK(d.n_ctx == 16);
-        CHECK(d.eps == 1e-5);
-        Params<float> q = p;
-        CHECK(m_params_bits_equal(c, q, lm.params));
-        // Hence the same logits; and it round trips through this project's own format.
-        Batch b;
-        b.n = 6, b.tokens = {1, 5, 2, 12, 0, 7};
-        CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
-        save_model(m_path("hf_converted.safetensors"), d, lm.params);
+        m_check_hf_gpt_loaded(lm, Variant::gpt2, c, p);
+        // It round trips through this project's own format.
+        save_model(m_path("hf_converted.safetensors"), lm.config, lm.params);
         LoadedModel back = load_model(m_path("hf_converted.safetensors"));
+        Params<float> q = p;
         CHECK(m_params_bits_equal(c, q, back.params));
     }
     // A tied lm_head is accepted; an untied one is an error.
@@ -7384,20 +7412,11 @@ Config m_gpt1_hf_config() {  // GPT-1 as released in small: post-LN, gelu_tanh, 
 // The tensors of a gpt model under Hugging Face's OpenAIGPTModel names (Conv1D: in x out).
 std::vector<m_RawTensor> m_gpt1_hf(const Config& c, const Params<float>& p, const std::string& prefix) {
     std::vector<m_RawTensor> t = {m_raw(prefix + "tokens_embed.weight", p.W_e), m_raw(prefix + "positions_embed.weight", p.W_p)};
-    const int H = c.H, D = c.D;
     for (int l = 0; l < c.L; l++) {
         const Layer<float>& y = p.layers[l];
         const std::string h = prefix + "h." + std::to_string(l) + ".";
-        Tensor<float> W(H, 3 * H), b({3 * H});
-        for (int i = 0; i < c.A; i++) {
-            const Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
-            const Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
-            for (int part = 0; part < 3; part++)
-                for (int d = 0; d < D; d++) {
-                    for (int r = 0; r < H; r++) W(r, part * H + i * D + d) = (*Wi[part])(r, d);
-                    b[part * H + i * D + d] = (*bi[part])[d];
-                }
-        }
+        Tensor<float> W, b;
+        m_pack_c_attn(c, y, W, b);
         for (auto& kv : std::vector<std::pair<std::string, const Tensor<float>*>>{
                  {"attn.c_attn.weight", &W}, {"attn.c_attn.bias", &b}, {"attn.c_proj.weight", &y.attn.W_O},
                  {"attn.c_proj.bias", &y.attn.b_O}, {"ln_1.weight", &y.ln_1_gamma}, {"ln_1.bias", &y.ln_1_beta},
@@ -7474,24 +7493,8 @@ TEST_CASE("GPT-1 weights: a Hugging Face openai-gpt model.safetensors loads as a
         if (!prefix.empty()) t.push_back(m_raw("lm_head.weight", p.W_e));                   // tied
         m_write_raw(dir + "model.safetensors", t);
         LoadedModel lm = load_model(dir + "model.safetensors");
-        const Config& d = lm.config;
-        CHECK(d.variant == Variant::gpt);
-        CHECK(d.activation == Activation::gelu_tanh);
-        CHECK(d.attn_bias);
-        CHECK(d.V == 13);
-        CHECK(d.H == 12);
-        CHECK(d.A == 3);
-        CHECK(d.D == 4);
-        CHECK(d.F == 20);
-        CHECK(d.L == 2);
-        CHECK(d.n_ctx == 16);
-        CHECK(d.eps == 1e-5);
-        Params<float> q = p;
-        CHECK(m_params_bits_equal(c, q, lm.params));
-        Batch b;
-        b.n = 6, b.tokens = {1, 5, 2, 12, 0, 7};
-        CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
-        const ParamCount k = count_params(d);
+        m_check_hf_gpt_loaded(lm, Variant::gpt, c, p);
+        const ParamCount k = count_params(lm.config);
         CHECK(k.actual - k.seed_lambda == k.attn_biases);
         CHECK(k.attn_biases == 2 * (3 * 12 + 12));
     }
@@ -11954,15 +11957,16 @@ TEST_CASE("CLI: explain prints every box and model_loss's loss for a preset or a
 
 // ---- the debugger: gdb_tensor.py ------------------------------------------------------------------
 // and lldb_tensor.py, lldb's counterpart: the two cases run the same small program.
-// The values a gdb -batch run printed, in order: each from after "$N = " up to the next line
-// that does not start with a space (a value's rows start with one; "$", "#", a source line do not).
-std::vector<std::string> m_gdb_values(const std::string& out) {
+// The values a debugger's batch run printed, in order: each from after the " = " of a line where
+// value_at finds one (its position; npos on other lines) up to the next line that does not start
+// with a space (a value's rows start with one).
+std::vector<std::string> m_debugger_values(const std::string& out, const std::function<std::size_t(const std::string&)>& value_at) {
     std::vector<std::string> values;
     std::istringstream in(out);
     bool inside = false;
     for (std::string line; std::getline(in, line);) {
-        const std::size_t eq = line.find(" = ");
-        if (line.size() > 1 && line[0] == '$' && std::isdigit((unsigned char)line[1]) && eq != std::string::npos) {
+        const std::size_t eq = value_at(line);
+        if (eq != std::string::npos) {
             values.push_back(line.substr(eq + 3));
             inside = true;
         } else if (inside && !line.empty() && line[0] == ' ') {
@@ -11972,6 +11976,15 @@ std::vector<std::string> m_gdb_values(const std::string& out) {
         }
     }
     return values;
+}
+
+// The values a gdb -batch run printed, in order: each from after "$N = " up to the next line
+// that does not start with a space (a value's rows start with one; "$", "#", a source line do not).
+std::vector<std::string> m_gdb_values(const std::string& out) {
+    return m_debugger_values(out, [](const std::string& line) {
+        const std::size_t eq = line.find(" = ");
+        return line.size() > 1 && line[0] == '$' && std::isdigit((unsigned char)line[1]) ? eq : std::string::npos;
+    });
 }
 
 // The rows of a printed tensor ("  [a, b, ..., ...], " after the header line), as numbers; a row
@@ -12130,8 +12143,7 @@ TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and 
     const std::string root = cwd, gdb = "gdb -batch -nx -x '" + root + "/gdb_tensor.py' ";
     const Tensor<float> X0 = m_debugger_X0();
     const std::string dir = m_path("gdb");
-    const char* env_cxx = std::getenv("CXX");
-    const std::string built = m_debugger_program(dir, env_cxx && *env_cxx ? env_cxx : "g++", X0);
+    const std::string built = m_debugger_program(dir, m_cxx(), X0);
     REQUIRE_MESSAGE(built.empty(), "the small program did not build: " << built);
 
     std::string gdb_command = gdb + "-ex 'break look' -ex run -ex 'p X' -ex 'p X.shape' -ex up -ex 'p big' -ex 'p v' -ex 'p none' -ex 'p fresh'";
@@ -12159,14 +12171,8 @@ TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and 
     {  // The README's recipe itself.
         const std::string recipe = gdb + "-ex 'break tf::LayerNorm<float>' -ex run -ex 'p X' -ex 'p X.shape' --args ./transformer-debug explain " +
                                    "--preset tiny-gpt2 --tokens 3,1,4 < /dev/null > " + dir + "/recipe.out 2> " + dir + "/recipe.err";
-        CHECK(std::system(recipe.c_str()) == 0);
-        const std::string rout = m_read(dir + "/recipe.out");
-        INFO("gdb's output on ./transformer-debug:\n" << rout << "\ngdb's errors:\n" << m_read(dir + "/recipe.err"));
-        CHECK(m_contains(rout, "(X=Tensor<float> 3x8 = {...}, gamma=Tensor<float> 8 = {...}, beta=Tensor<float> 8 = {...}"));
-        const std::vector<std::string> rv = m_gdb_values(rout);
-        REQUIRE(rv.size() == 2);
-        m_check_gdb_tensor(rv[0], X0);
-        CHECK(m_contains(rv[1], "{3, 8}"));
+        m_check_debugger_recipe(recipe, dir, "gdb", "(X=Tensor<float> 3x8 = {...}, gamma=Tensor<float> 8 = {...}, beta=Tensor<float> 8 = {...}",
+                                m_gdb_values, X0, {"{3, 8}"});
     }
 #endif
 
@@ -12179,25 +12185,31 @@ TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and 
         CHECK_MESSAGE(m_contains(launch, part), ".vscode/launch.json lacks " << part);
 }
 
+// Runs the README's recipe of debugger who (the shell command recipe, its output in dir/recipe.out
+// and recipe.err) and checks it: it succeeds, prints stop (the stop line), and prints two values,
+// X, the tensor X0 as m_check_gdb_tensor wants it, and X.shape, holding every one of shape_parts.
+void m_check_debugger_recipe(const std::string& recipe, const std::string& dir, const std::string& who, const std::string& stop,
+                             std::vector<std::string> (*values_of)(const std::string&), const Tensor<float>& X0,
+                             const std::vector<std::string>& shape_parts) {
+    CHECK(std::system(recipe.c_str()) == 0);
+    const std::string rout = m_read(dir + "/recipe.out");
+    INFO(who << "'s output on ./transformer-debug:\n" << rout << "\n" << who << "'s errors:\n" << m_read(dir + "/recipe.err"));
+    CHECK(m_contains(rout, stop));
+    const std::vector<std::string> rv = values_of(rout);
+    REQUIRE(rv.size() == 2);
+    m_check_gdb_tensor(rv[0], X0, who);
+    for (const std::string& part : shape_parts)
+        CHECK_MESSAGE(m_contains(rv[1], part), "p X.shape: expected " << part << ", " << who << " printed " << rv[1]);
+}
+
 // The values an lldb --batch run printed, in order: each from after "($TYPE) $N = " up to the next
 // line that does not start with a space (a value's rows start with one; "(lldb)", "}" do not).
 std::vector<std::string> m_lldb_values(const std::string& out) {
-    std::vector<std::string> values;
-    std::istringstream in(out);
-    bool inside = false;
-    for (std::string line; std::getline(in, line);) {
+    return m_debugger_values(out, [](const std::string& line) {
         const std::size_t dollar = line.find(") $"), eq = line.find(" = ", dollar == std::string::npos ? 0 : dollar);
-        if (!line.empty() && line[0] == '(' && dollar != std::string::npos && eq != std::string::npos &&
-            std::isdigit((unsigned char)line[dollar + 3])) {
-            values.push_back(line.substr(eq + 3));
-            inside = true;
-        } else if (inside && !line.empty() && line[0] == ' ') {
-            values.back() += "\n" + line;
-        } else {
-            inside = false;
-        }
-    }
-    return values;
+        const bool value = !line.empty() && line[0] == '(' && dollar != std::string::npos && std::isdigit((unsigned char)line[dollar + 3]);
+        return value ? eq : std::string::npos;
+    });
 }
 
 // The lldb configurations of .vscode/launch.json (the text of each "{ ... }" whose "type" is "lldb"
@@ -12285,8 +12297,7 @@ TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 an
         vscode_commands += " -o '" + command + "'";
     }
 
-    const char* env_cxx = std::getenv("CXX");
-    std::vector<std::pair<std::string, std::string>> builds = {{"libstdc++", env_cxx && *env_cxx ? env_cxx : "g++"}};
+    std::vector<std::pair<std::string, std::string>> builds = {{"libstdc++", m_cxx()}};
     if (std::system("clang++ --version > /dev/null 2>&1") == 0)
         builds.push_back({"libc++", "clang++ -stdlib=libc++"});
     for (const auto& build : builds) {
@@ -12380,14 +12391,8 @@ TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 an
         const std::string recipe = "lldb --batch --no-lldbinit -o 'command script import " + root + "/lldb_tensor.py' -o 'settings set target.env-vars " +
                                    "ASAN_OPTIONS=detect_leaks=0' -o 'break set -n tf::LayerNorm<float>' -o run -o 'p X' -o 'p X.shape' -- " +
                                    "./transformer-debug explain --preset tiny-gpt2 --tokens 3,1,4 < /dev/null > " + dir + "/recipe.out 2> " + dir + "/recipe.err";
-        CHECK(std::system(recipe.c_str()) == 0);
-        const std::string rout = m_read(dir + "/recipe.out");
-        INFO("lldb's output on ./transformer-debug:\n" << rout << "\nlldb's errors:\n" << m_read(dir + "/recipe.err"));
-        CHECK(m_contains(rout, "LayerNorm<float>(X=Tensor<float> 3x8, gamma=Tensor<float> 8, beta=Tensor<float> 8, eps="));
-        const std::vector<std::string> rv = m_lldb_values(rout);
-        REQUIRE(rv.size() == 2);
-        m_check_gdb_tensor(rv[0], X0, "lldb");
-        CHECK((m_contains(rv[1], "[0] = 3") && m_contains(rv[1], "[1] = 8")));
+        m_check_debugger_recipe(recipe, dir, "lldb", "LayerNorm<float>(X=Tensor<float> 3x8, gamma=Tensor<float> 8, beta=Tensor<float> 8, eps=",
+                                m_lldb_values, X0, {"[0] = 3", "[1] = 8"});
     }
 #endif
 }
@@ -12409,35 +12414,27 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     const std::string obj = "build/", flags = "-O1 -ffp-contract=off";
 #endif
     const std::vector<std::string> funcs = {"Softmax_backward", "LayerNorm_backward"};
-    const char* env_cxx = std::getenv("CXX");
-    const std::string cxx = env_cxx && *env_cxx ? env_cxx : "g++";
-    const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
-    auto sh = [](const std::string& cmd, const std::string& log) {  // exit status, output in log
-        const int st = std::system(("(" + cmd + ") > " + log + " 2>&1").c_str());
-        return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    };
+    const std::string cxx = m_cxx();
     auto lines_of = [](const std::string& text) {
         std::vector<std::string> v;
         std::istringstream in(text);
         for (std::string l; std::getline(in, l);) v.push_back(l);
         return v;
     };
-    auto starts = [](const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; };
-    for (const char* f : {"Makefile", "transformer.cpp", "tests.cpp", "main.cpp"})
-        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root (make test does): no " << f);
+    m_require_files({"Makefile", "transformer.cpp", "tests.cpp", "main.cpp"}, "run the tests from the project's root (make test does)");
     for (const char* o : {"tests.o", "main.o"})
         REQUIRE_MESSAGE(m_exists(obj + o), obj << o << " is missing: make test (make debug) builds it");
 
     {  // An unknown name: an error naming it, and no directory.
         const std::string bad = m_path("handout-bad");
-        CHECK(sh(make + " handout DIR=" + bad + " FUNCS='Softmax_backward No_such_function'", bad + ".log") != 0);
+        CHECK(m_sh(m_MAKE + " handout DIR=" + bad + " FUNCS='Softmax_backward No_such_function'", bad + ".log") != 0);
         INFO("make handout with an unknown name said: " << m_read(bad + ".log"));
         CHECK(m_contains(m_read(bad + ".log"), "No_such_function"));
         CHECK_FALSE(m_exists(bad));
     }
 
     const std::string dir = m_path("handout");
-    const int made = sh(make + " handout HANDOUT_OBJECTS=0 DIR=" + dir + " FUNCS='" + funcs[0] + " " + funcs[1] + "'", dir + ".log");
+    const int made = m_sh(m_MAKE + " handout HANDOUT_OBJECTS=0 DIR=" + dir + " FUNCS='" + funcs[0] + " " + funcs[1] + "'", dir + ".log");
     REQUIRE_MESSAGE(made == 0, m_read(dir + ".log"));
     CHECK_FALSE(m_exists(dir + "/.git"));
     for (const char* f : {"transformer.hpp", "main.cpp", "Makefile", "README.md", ".gitignore", ".ci/run",
@@ -12453,7 +12450,7 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
         const std::vector<std::string> a = lines_of(m_read("tests.cpp")), b = lines_of(m_read(dir + "/tests.cpp"));
         std::vector<std::string> expect;
         for (std::size_t i = 0; i < a.size(); i++) {
-            if (!starts(a[i], "TEST_CASE(\"handout: ")) {
+            if (!m_starts(a[i], "TEST_CASE(\"handout: ")) {
                 expect.push_back(a[i]);
                 continue;
             }
@@ -12481,9 +12478,9 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
             while (s > 1 && !a[s - 1].empty() && a[s - 1][0] == ' ') s--;
             std::string sig;
             for (std::size_t k = s > 0 ? s - 1 : 0; k < i; k++) sig += a[k];
-            while (j < b.size() && starts(b[j], "    (void)")) j++;
+            while (j < b.size() && m_starts(b[j], "    (void)")) j++;
             const std::string throw_pre = "    throw tf::Error(\"not implemented: ";
-            if (j >= b.size() || !starts(b[j], throw_pre) || b[j].substr(b[j].size() - 3) != "\");") {
+            if (j >= b.size() || !m_starts(b[j], throw_pre) || b[j].substr(b[j].size() - 3) != "\");") {
                 same = false;
                 break;
             }
@@ -12507,19 +12504,19 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     const std::string compile = cxx + " -std=c++17 -Wall -Wextra -Wpedantic " + flags + " -c -o " + dir +
                                 "/transformer.o " + dir + "/transformer.cpp";
     {
-        const int compiled = sh(compile, dir + "/compile.log");
+        const int compiled = m_sh(compile, dir + "/compile.log");
         INFO("compiler output: " << m_read(dir + "/compile.log"));
         REQUIRE(compiled == 0);
         CHECK(m_read(dir + "/compile.log").empty());
     }
     const std::string program = std::string(m_PROGRAM).substr(2);  // transformer or transformer-debug
-    REQUIRE(sh(cxx + " " + flags + " -o " + dir + "/tests " + obj + "tests.o " + dir + "/transformer.o",
+    REQUIRE(m_sh(cxx + " " + flags + " -o " + dir + "/tests " + obj + "tests.o " + dir + "/transformer.o",
                dir + "/link.log") == 0);
-    REQUIRE(sh(cxx + " " + flags + " -o " + dir + "/" + program + " " + obj + "main.o " + dir + "/transformer.o",
+    REQUIRE(m_sh(cxx + " " + flags + " -o " + dir + "/" + program + " " + obj + "main.o " + dir + "/transformer.o",
                dir + "/link.log") == 0);
 
     // Its tests, run in the handout (the CLI cases call its program), as XML.
-    sh("cd " + dir + " && ./tests -r=xml '-tce=handout: *' > results.xml", dir + "/run.log");
+    m_sh("cd " + dir + " && ./tests -r=xml '-tce=handout: *' > results.xml", dir + "/run.log");
     const std::string xml = m_read(dir + "/results.xml");
     REQUIRE_MESSAGE(m_contains(xml, "</doctest>"), m_read(dir + "/run.log"));  // it ran to the end
     auto unescape = [](std::string s) {
@@ -12552,7 +12549,7 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     CHECK(!failed.empty());
     CHECK(passed.size() > failed.size());
     // Only the long cases are left out (their suites "... (long)" skip them unless asked for).
-    sh("cd " + dir + " && ./tests -nc -ltc --no-skip '-ts=*(long)'", dir + "/long.log");
+    m_sh("cd " + dir + " && ./tests -nc -ltc --no-skip '-ts=*(long)'", dir + "/long.log");
     const std::string long_cases = m_read(dir + "/long.log");
     for (const std::string& s : skipped) {
         INFO("skipped: " << s << "; the long cases are:\n" << long_cases);
@@ -12565,15 +12562,15 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
         for (std::size_t p = f.second.find("not implemented: "); p != std::string::npos;
              p = f.second.find("not implemented: ", p + 1)) {
             const std::string rest = f.second.substr(p + 17);
-            CHECK((starts(rest, funcs[0]) || starts(rest, funcs[1])));
+            CHECK((m_starts(rest, funcs[0]) || m_starts(rest, funcs[1])));
         }
     }
     auto cases_starting = [&](const std::string& prefix) {
         std::vector<std::string> v;
         for (const auto& f : failed)
-            if (starts(f.first, prefix)) v.push_back(f.first);
+            if (m_starts(f.first, prefix)) v.push_back(f.first);
         for (const std::string& s : passed)
-            if (starts(s, prefix)) v.push_back(s);
+            if (m_starts(s, prefix)) v.push_back(s);
         return v;
     };
     // The cases that check these backwards fail, directly or through Attention and the models ...
@@ -12624,13 +12621,13 @@ TEST_CASE("handout: a wrong solution of every assignment fails make check in at 
         {5, "xlnet_loss", "a gradient never written", "                (*dw)[j] += dq[j];\n", ""},
         {6, "adamw_step", "a constant computed like its neighbour's", "const float c2 = (float)(1.0 / (1.0 - math::pow_int(opt.beta2, opt.t)));",
          "const float c2 = (float)(1.0 / (1.0 - math::pow_int(opt.beta1, opt.t)));"}};
-    for (const char* f : {"Makefile", "transformer.cpp", "transformer.hpp", "tests.cpp", "main.cpp", "build/tests.o"})
-        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make tests: no " << f);
+    m_require_files({"Makefile", "transformer.cpp", "transformer.hpp", "tests.cpp", "main.cpp", "build/tests.o"},
+                    "run the tests from the project's root after make tests");
     const std::string dir = m_path("planted");
     REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/build && cp Makefile transformer.hpp main.cpp tests.cpp " + dir +
                          " && cp build/toolchain.key build/tests.o " + dir + "/build/").c_str()) == 0);
     const std::string solution = m_read("transformer.cpp");
-    const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C " + dir;
+    const std::string make = m_MAKE + " -C " + dir;
     char path[PATH_MAX];
     REQUIRE(realpath("build/main.o", path));
     const std::string main_o = path;
@@ -12771,8 +12768,8 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in
          "model_backward",
          {{"Attention_backward", {{"dV", true}, {"dQ", false}, {"dK", false}}},
           {"MultiHeadSA_backward", {{"dW^O", true}, {"dW_i^V", true}, {"dW_i^Q", false}, {"dW_i^K", false}, {"dX", false}}}}}};
-    for (const char* f : {"Makefile", "transformer.cpp", "tools/blank.awk", "build/main.o"})
-        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make (build/main.o): no " << f);
+    m_require_files({"Makefile", "transformer.cpp", "tools/blank.awk", "build/main.o"},
+                    "run the tests from the project's root after make (build/main.o)");
     const std::string makefile = m_read("Makefile");
     char main_o[PATH_MAX];
     REQUIRE(realpath("build/main.o", main_o));
@@ -12796,8 +12793,7 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in
         for (std::string w; in >> w;) names.push_back(w);
         return names;
     };
-    const char* cxx = std::getenv("CXX");
-    const std::string compiler = cxx && *cxx ? cxx : "g++";
+    const std::string compiler = m_cxx();
     // The probe: every gradient row as laid out (its box, name, verdict, relation, whether it shows),
     // and every callee message with the box its link reaches.
     const std::string probe =  // every box laid out, not only those in view (the page's content-visibility: auto)
@@ -12810,8 +12806,7 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in
     for (const Planted& m : planted) {
         CAPTURE(m.assignment);
         const std::string dir = m_path("explain-handout-" + std::to_string(m.assignment));
-        const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
-        REQUIRE(std::system(("rm -rf " + dir + " && " + make + " handout ASSIGNMENT=" + std::to_string(m.assignment) + " DIR=" + dir +
+        REQUIRE(std::system(("rm -rf " + dir + " && " + m_MAKE + " handout ASSIGNMENT=" + std::to_string(m.assignment) + " DIR=" + dir +
                              " HANDOUT_OBJECTS=0 > /dev/null 2>&1").c_str()) == 0);
         // The student's answer: the solution, the later assignments blanked, the mistakes planted.
         std::string funcs, labels;
@@ -12932,7 +12927,7 @@ TEST_CASE("assignments: each assignment's text reads every § and names every ru
     // case and what is missing, on copies of the page that lack one § and one rule.
     for (const char* f : {"Makefile", "tests.cpp", "docs/assignments.md", "docs/formulas.md"})
         REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root (make test does): no " << f);
-    const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory assignments-text-check";
+    const std::string make = m_MAKE + " assignments-text-check";
     auto run = [&](const std::string& args, const std::string& log) {
         const int st = std::system((make + args + " > " + log + " 2>&1").c_str());
         return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -13000,8 +12995,7 @@ TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.
 #else
     REQUIRE_MESSAGE(m_exists("docs/assignments.md"), "run the tests from the project's root (make test does)");
     const std::string log = m_path("assignments-check.log");
-    const int st = std::system(("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory "
-                                "assignments-check > " + log + " 2>&1").c_str());
+    const int st = m_sh(m_MAKE + " assignments-check", log);
     INFO("make assignments-check said:\n" << m_read(log));
     CHECK(st == 0);
 #endif
@@ -13021,21 +13015,15 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
 #ifdef TF_TESTS_DEBUG
     MESSAGE("make grade links the -O0 build's tests.o: run by ./tests, not ./tests-debug");
 #else
-    for (const char* f : {"Makefile", "transformer.cpp", "build/tests.o", "tests"})
-        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make tests (make test does): no " << f);
-    const std::string make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
-    auto sh = [](const std::string& cmd, const std::string& log) {  // exit status, output in log
-        const int st = std::system(("(" + cmd + ") > " + log + " 2>&1").c_str());
-        return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    };
-    auto starts = [](const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; };
+    m_require_files({"Makefile", "transformer.cpp", "build/tests.o", "tests"},
+                    "run the tests from the project's root after make tests (make test does)");
 
     // The cases make grade must report, in doctest's order: those of assignment 1's test suites.
     const std::string suites = "assignment 1,assignment 1 (*)";
     std::vector<std::string> names;
     {
         const std::string list = m_path("grade-list.txt");
-        REQUIRE(sh("./tests -nc -ltc '-ts=" + suites + "'", list) == 0);
+        REQUIRE(m_sh("./tests -nc -ltc '-ts=" + suites + "'", list) == 0);
         std::istringstream in(m_read(list));
         int part = 0;
         for (std::string l; std::getline(in, l);) {
@@ -13113,10 +13101,10 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
 
     // The fresh handout: every case fails on a stub, 0 points.
     const std::string h = m_path("grade-handout");
-    REQUIRE_MESSAGE(sh(make + " handout ASSIGNMENT=1 HANDOUT_OBJECTS=0 DIR=" + h, h + ".log") == 0, m_read(h + ".log"));
-    REQUIRE(sh("mkdir -p " + h + "/build && cp build/toolchain.key build/tests.o " + h + "/build/", h + ".log") == 0);
+    REQUIRE_MESSAGE(m_sh(m_MAKE + " handout ASSIGNMENT=1 HANDOUT_OBJECTS=0 DIR=" + h, h + ".log") == 0, m_read(h + ".log"));
+    REQUIRE(m_sh("mkdir -p " + h + "/build && cp build/toolchain.key build/tests.o " + h + "/build/", h + ".log") == 0);
     {
-        const int st = sh("cd " + h + " && " + make + " grade", h + "/grade.log");
+        const int st = m_sh("cd " + h + " && " + m_MAKE + " grade", h + "/grade.log");
         INFO("make grade in the handout said:\n" << m_read(h + "/grade.log"));
         REQUIRE(st == 0);
         CHECK(m_contains(m_read(h + "/grade.log"), "make grade: assignment 1: 0 of "));
@@ -13133,9 +13121,9 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
 
     // The solution in a copy of the handout, results in GRADE_DIR: full marks.
     const std::string s = m_path("grade-solution"), out = m_path("grade-results");
-    REQUIRE(sh("cp -Rp " + h + " " + s + " && rm " + s + "/results.json " + s + "/results.xml && cp transformer.cpp " + s + "/", s + ".log") == 0);
+    REQUIRE(m_sh("cp -Rp " + h + " " + s + " && rm " + s + "/results.json " + s + "/results.xml && cp transformer.cpp " + s + "/", s + ".log") == 0);
     {
-        const int st = sh("cd " + s + " && " + make + " grade GRADE_VISIBILITY=after_due_date GRADE_DIR=" + out, s + "/grade.log");
+        const int st = m_sh("cd " + s + " && " + m_MAKE + " grade GRADE_VISIBILITY=after_due_date GRADE_DIR=" + out, s + "/grade.log");
         INFO("make grade with the solution said:\n" << m_read(s + "/grade.log"));
         REQUIRE(st == 0);
         const auto r = results(out + "/results.json");
@@ -13147,7 +13135,7 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
         for (const auto& kv : r) CHECK_MESSAGE(kv.second.status == "passed", kv.first << ": " << kv.second.output);
         junit(out + "/results.xml");
         CHECK_FALSE(m_exists(s + "/results.json"));
-        CHECK(sh("cd " + s + " && " + make + " grade GRADE_VISIBILITY=later GRADE_DIR=" + out, s + "/bad.log") != 0);
+        CHECK(m_sh("cd " + s + " && " + m_MAKE + " grade GRADE_VISIBILITY=later GRADE_DIR=" + out, s + "/bad.log") != 0);
         CHECK(m_contains(m_read(s + "/bad.log"), "GRADE_VISIBILITY=later"));
     }
 
@@ -13170,10 +13158,10 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
     inject("Stack_backward", R"cpp(    std::fputs("grade \"quote\" back\\slash\ttab ctl\x01 bad\xff euro\xe2\x82\xac\n", stderr); std::abort();)cpp");
     inject("diag_backward", "    for (volatile int spin = 0; spin == 0;) {}");
     const std::string c = m_path("grade-crash");
-    REQUIRE(sh("cp -Rp " + s + " " + c, c + ".log") == 0);
+    REQUIRE(m_sh("cp -Rp " + s + " " + c, c + ".log") == 0);
     m_write(c + "/transformer.cpp", src);
     {
-        const int st = sh("cd " + c + " && " + make + " grade GRADE_TIMEOUT=2", c + "/grade.log");
+        const int st = m_sh("cd " + c + " && " + m_MAKE + " grade GRADE_TIMEOUT=2", c + "/grade.log");
         INFO("make grade with an abort and a hang said:\n" << m_read(c + "/grade.log"));
         REQUIRE(st == 0);
         const auto r = results(c + "/results.json");
@@ -13181,10 +13169,10 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
         for (const auto& kv : r) {
             CAPTURE(kv.first);
             CAPTURE(kv.second.output);
-            if (starts(kv.first, "Embedding:")) {
+            if (m_starts(kv.first, "Embedding:")) {
                 CHECK(kv.second.status == "passed");
                 embedding += kv.second.max_score;
-            } else if (starts(kv.first, "Stack:")) {
+            } else if (m_starts(kv.first, "Stack:")) {
                 CHECK(kv.second.status == "failed");
                 CHECK(m_contains(kv.second.output, "SIGABRT"));
                 // What the program wrote, decoded: the byte 0xFF (not UTF-8) is U+FFFD.
@@ -13202,7 +13190,7 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
     // A transformer.cpp that does not compile: make grade fails, results.json says why, 0 points.
     m_write(c + "/transformer.cpp", m_read("transformer.cpp") + "\nthis is not C++;\n");
     {
-        const int st = sh("cd " + c + " && " + make + " grade GRADE_DIR=broken", c + "/grade.log");
+        const int st = m_sh("cd " + c + " && " + m_MAKE + " grade GRADE_DIR=broken", c + "/grade.log");
         INFO("make grade with a compile error said:\n" << m_read(c + "/grade.log"));
         CHECK(st != 0);
         const Json j = parse_json(m_read(c + "/broken/results.json"));
@@ -13227,16 +13215,12 @@ TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, 
 #ifdef TF_TESTS_DEBUG
     MESSAGE("make grade links the -O0 build's tests.o: run by ./tests, not ./tests-debug");
 #else
-    for (const char* f : {"Makefile", "transformer.cpp", "build/tests.o", "build/toolchain.key"})
-        REQUIRE_MESSAGE(m_exists(f), "run the tests from the project's root after make tests (make test does): no " << f);
+    m_require_files({"Makefile", "transformer.cpp", "build/tests.o", "build/toolchain.key"},
+                    "run the tests from the project's root after make tests (make test does)");
 #ifndef __APPLE__
     REQUIRE_MESSAGE(std::system("command -v original-awk > /dev/null 2>&1") == 0,
                     "original-awk is not installed (BSD's awk, macOS's): apt-get install original-awk");
 #endif
-    auto sh = [](const std::string& cmd, const std::string& log) {  // exit status, output in log
-        const int st = std::system(("(" + cmd + ") > " + log + " 2>&1").c_str());
-        return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    };
     auto line_of = [](const std::string& text, const std::string& start) {  // the last line that starts so, up to " ("
         std::istringstream in(text);
         std::string found;
@@ -13245,31 +13229,31 @@ TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, 
         return found;
     };
     const std::string bin = m_path("bsd-bin");
-    REQUIRE(sh("d='" + bin + "'; a=$(command -v original-awk || command -v awk) && rm -rf \"$d\" && mkdir -p \"$d\" && IFS=: && "
+    REQUIRE(m_sh("d='" + bin + "'; a=$(command -v original-awk || command -v awk) && rm -rf \"$d\" && mkdir -p \"$d\" && IFS=: && "
                "for p in $PATH; do for f in \"$p\"/*; do n=${f##*/}; case $n in awk|gawk|mawk|nawk|original-awk|timeout|nproc) continue;; esac; "
                "[ -f \"$f\" ] && [ -x \"$f\" ] && [ ! -e \"$d/$n\" ] && ln -s \"$f\" \"$d/$n\"; done; done; ln -s \"$a\" \"$d/awk\"",
                bin + ".log") == 0);
     // Where there is a timeout (Linux), a make that hangs (a tools/time-limit that never stops a case) fails.
     const std::string guard = std::system("command -v timeout > /dev/null 2>&1") == 0 ? "timeout 600 " : "";
-    const std::string make = guard + "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+    const std::string make = guard + m_MAKE;
     const std::string bsd = guard + "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PATH=" + bin + " make -s --no-print-directory";
-    sh("env PATH=" + bin + " sh -c 'command -v timeout; command -v nproc; command -v gawk; command -v mawk; awk -version'", bin + ".log");
+    m_sh("env PATH=" + bin + " sh -c 'command -v timeout; command -v nproc; command -v gawk; command -v mawk; awk -version'", bin + ".log");
     const std::string tools = m_read(bin + ".log");
     INFO("in the PATH of BSD's tools: " << tools);
     REQUIRE(m_contains(tools, "awk version"));  // BSD's awk; gawk and mawk name themselves
     REQUIRE(std::count(tools.begin(), tools.end(), '\n') == 1);
 
     const std::string hb = m_path("bsd-handout"), hg = m_path("gnu-handout");
-    REQUIRE_MESSAGE(sh(bsd + " handout ASSIGNMENT=1 HANDOUT_OBJECTS=0 DIR=" + hb, hb + ".log") == 0, m_read(hb + ".log"));
-    REQUIRE_MESSAGE(sh(make + " handout ASSIGNMENT=1 HANDOUT_OBJECTS=0 DIR=" + hg, hg + ".log") == 0, m_read(hg + ".log"));
-    CHECK_MESSAGE(sh("diff -r " + hb + " " + hg, hb + ".diff") == 0, "the handouts differ:\n" << m_read(hb + ".diff"));
+    REQUIRE_MESSAGE(m_sh(bsd + " handout ASSIGNMENT=1 HANDOUT_OBJECTS=0 DIR=" + hb, hb + ".log") == 0, m_read(hb + ".log"));
+    REQUIRE_MESSAGE(m_sh(make + " handout ASSIGNMENT=1 HANDOUT_OBJECTS=0 DIR=" + hg, hg + ".log") == 0, m_read(hg + ".log"));
+    CHECK_MESSAGE(m_sh("diff -r " + hb + " " + hg, hb + ".diff") == 0, "the handouts differ:\n" << m_read(hb + ".diff"));
     const std::string seen = m_path("grade-handout/build-fast");  // the case above's fast build
-    REQUIRE(sh("mkdir -p " + hb + "/build && cp build/toolchain.key build/tests.o " + hb + "/build/ && { [ ! -d " + seen +
+    REQUIRE(m_sh("mkdir -p " + hb + "/build && cp build/toolchain.key build/tests.o " + hb + "/build/ && { [ ! -d " + seen +
                    " ] || cp -Rp " + seen + " " + hb + "/; }", hb + ".log") == 0);
 
     // make check and make grade in the fresh handout: the same counts, score and results.json.
-    const int check_bsd = sh("cd " + hb + " && " + bsd + " check", hb + "/check-bsd.log");
-    const int check_gnu = sh("cd " + hb + " && " + make + " check", hb + "/check-gnu.log");
+    const int check_bsd = m_sh("cd " + hb + " && " + bsd + " check", hb + "/check-bsd.log");
+    const int check_gnu = m_sh("cd " + hb + " && " + make + " check", hb + "/check-gnu.log");
     const std::string counts = line_of(m_read(hb + "/check-bsd.log"), "[doctest] test cases:");
     INFO("make check with BSD's tools said:\n" << m_read(hb + "/check-bsd.log"));
     CHECK(check_bsd == check_gnu);
@@ -13278,7 +13262,7 @@ TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, 
     CHECK_MESSAGE(m_contains(packed, "|0passed|"), "expected every case of a fresh handout to fail, got: " << counts);
     CHECK(counts == line_of(m_read(hb + "/check-gnu.log"), "[doctest] test cases:"));
     auto grade = [&](const std::string& how, const std::string& args, const std::string& out) {  // "make grade: ..." line
-        const int st = sh("cd " + hb + " && " + how + " grade GRADE_DIR=" + out + " " + args, out + ".log");
+        const int st = m_sh("cd " + hb + " && " + how + " grade GRADE_DIR=" + out + " " + args, out + ".log");
         INFO("make grade " << args << " said:\n" << m_read(out + ".log"));
         CHECK(st == 0);
         m_check_xml(out + "/results.xml");
@@ -13830,14 +13814,26 @@ TEST_CASE("CLI: the pictures' --out must end in .svg, naming the flag") {
     m_run_ok("masks --n 4 --out " + m_path("masks.SVG"));
 }
 
+// A fine-tuning set-up in the new directory dir: a text task of 200 examples (pre.txt), a
+// one-layer model trained on it for 2 steps (pre.st), the task's training file of train_examples
+// (tr.tsv) and validation file of 20 (va.tsv, seed 2); ft.st, where the fine-tuned model goes.
+struct m_FinetuneFiles {
+    std::string pre, text, tr, va, ft;
+};
+m_FinetuneFiles m_finetune_files(const std::string& dir, const std::string& task, int train_examples) {
+    ::mkdir(dir.c_str(), 0755);
+    const m_FinetuneFiles f{dir + "/pre.st", dir + "/pre.txt", dir + "/tr.tsv", dir + "/va.tsv", dir + "/ft.st"};
+    m_run_ok("task --task text --examples 200 --out " + f.text);
+    m_run_ok("task --task " + task + " --examples " + std::to_string(train_examples) + " --out " + f.tr);
+    m_run_ok("task --task " + task + " --examples 20 --seed 2 --out " + f.va);
+    m_run_ok("train --data " + f.text + " --layers 1 --heads 2 --embd 8 --block 24 --batch 4 --steps 2 --eval-steps 1 --quiet --out " + f.pre);
+    return f;
+}
+
 TEST_CASE("CLI: predict checks every line's fields against the model's task, naming line and counts; stray bytes are escaped") {
     const std::string dir = m_path("pred");
-    ::mkdir(dir.c_str(), 0755);
-    const std::string pre = dir + "/pre.st", text = dir + "/pre.txt", tr = dir + "/tr.tsv", va = dir + "/va.tsv", ft = dir + "/ft.st";
-    m_run_ok("task --task text --examples 200 --out " + text);
-    m_run_ok("task --task entailment --examples 100 --out " + tr);
-    m_run_ok("task --task entailment --examples 20 --seed 2 --out " + va);
-    m_run_ok("train --data " + text + " --layers 1 --heads 2 --embd 8 --block 24 --batch 4 --steps 2 --eval-steps 1 --quiet --out " + pre);
+    const m_FinetuneFiles f = m_finetune_files(dir, "entailment", 100);
+    const std::string pre = f.pre, tr = f.tr, va = f.va, ft = f.ft;
     m_run_ok("finetune --checkpoint " + pre + " --task entailment --train " + tr + " --val " + va + " --steps 2 --batch 4 --quiet --out " + ft);
     // The labels of the built-in entailment task: the first field of each line of its file.
     const std::string first = m_read(tr).substr(0, m_read(tr).find('\t'));
@@ -13923,22 +13919,30 @@ bool m_wait_for_progress(pid_t pid, const std::string& base) {
     return false;
 }
 
+// Starts the run args in the background (its output in base.out and base.err), sends it sig after
+// its first progress line and requires it to exit with 128 + sig; its stderr.
+std::string m_interrupt(const std::string& args, const std::string& base, int sig) {
+    const pid_t pid = m_start(args, base);
+    REQUIRE(pid > 0);
+    REQUIRE(m_wait_for_progress(pid, base));
+    ::kill(pid, sig);
+    int st = 0;
+    REQUIRE(::waitpid(pid, &st, 0) == pid);
+    const std::string err = m_read(base + ".err");
+    INFO("stderr: " << err);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 128 + sig);
+    return err;
+}
+
 TEST_CASE("train: SIGINT or SIGTERM finishes the step, writes a checkpoint, says how to resume and exits 130 or 143") {
     const std::string dir = m_path("sig");
     ::mkdir(dir.c_str(), 0755);
     for (const int sig : {SIGINT, SIGTERM}) {
         CAPTURE(sig);
         const std::string ck = dir + "/run" + std::to_string(sig) + ".st", base = dir + "/log" + std::to_string(sig);
-        const pid_t pid = m_start("train --steps 1000000 --log-every 1 --eval-every 3 --eval-steps 1 --out " + ck, base);
-        REQUIRE(pid > 0);
-        REQUIRE(m_wait_for_progress(pid, base));
-        ::kill(pid, sig);
-        int st = 0;
-        REQUIRE(::waitpid(pid, &st, 0) == pid);
-        const std::string err = m_read(base + ".err");
+        const std::string err = m_interrupt("train --steps 1000000 --log-every 1 --eval-every 3 --eval-steps 1 --out " + ck, base, sig);
         INFO("stderr: " << err);
-        REQUIRE(WIFEXITED(st));
-        CHECK(WEXITSTATUS(st) == 128 + sig);
         CHECK(m_contains(err, "stopped at step "));
         CHECK(m_contains(err, "; checkpoint " + ck + "; resume with: " + m_PROGRAM + " train --resume " + ck));
         const long long step = std::atoll(err.substr(err.find("stopped at step ") + 16).c_str());
@@ -13968,17 +13972,7 @@ TEST_CASE("finetune: SIGINT stops after the step; the command it prints goes on 
     m_run_ok("task --task classify --examples 200 --seed 1 --out " + tr);
     m_run_ok("task --task classify --examples 50 --seed 2 --held-out --out " + va);
     // Stops the run `args` (in the background) by SIGINT after its first progress line; its stderr.
-    auto interrupt = [](const std::string& args, const std::string& base) {
-        const pid_t pid = m_start(args, base);
-        REQUIRE(pid > 0);
-        REQUIRE(m_wait_for_progress(pid, base));
-        ::kill(pid, SIGINT);
-        int st = 0;
-        REQUIRE(::waitpid(pid, &st, 0) == pid);
-        REQUIRE(WIFEXITED(st));
-        CHECK(WEXITSTATUS(st) == 130);
-        return m_read(base + ".err");
-    };
+    auto interrupt = [](const std::string& args, const std::string& base) { return m_interrupt(args, base, SIGINT); };
     const std::string ck = dir + "/ft.st";
     const std::string err = interrupt("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va +
                                           " --steps 1000000 --log-every 1 --lr 1e-3 --batch 4 --scratch --out " + ck,
@@ -14003,23 +13997,12 @@ TEST_CASE("finetune: SIGINT stops after the step; the command it prints goes on 
 
 TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how to go on and exits 143") {
     const std::string dir = m_path("sigft");
-    ::mkdir(dir.c_str(), 0755);
-    const std::string pre = dir + "/pre.st", text = dir + "/pre.txt", tr = dir + "/tr.tsv", va = dir + "/va.tsv", ft = dir + "/ft.st";
-    m_run_ok("task --task text --examples 200 --out " + text);
-    m_run_ok("task --task classify --examples 200 --out " + tr);
-    m_run_ok("task --task classify --examples 20 --seed 2 --out " + va);
-    m_run_ok("train --data " + text + " --layers 1 --heads 2 --embd 8 --block 24 --batch 4 --steps 2 --eval-steps 1 --quiet --out " + pre);
-    const pid_t pid = m_start("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va +
-                              " --steps 1000000 --batch 4 --log-every 1 --out " + ft, dir + "/log");
-    REQUIRE(pid > 0);
-    REQUIRE(m_wait_for_progress(pid, dir + "/log"));
-    ::kill(pid, SIGTERM);
-    int st = 0;
-    REQUIRE(::waitpid(pid, &st, 0) == pid);
-    const std::string err = m_read(dir + "/log.err");
+    const m_FinetuneFiles f = m_finetune_files(dir, "classify", 200);
+    const std::string ft = f.ft;
+    const std::string err = m_interrupt("finetune --checkpoint " + f.pre + " --task classify --train " + f.tr + " --val " + f.va +
+                                            " --steps 1000000 --batch 4 --log-every 1 --out " + ft,
+                                        dir + "/log", SIGTERM);  // exits 143
     INFO("stderr: " << err);
-    REQUIRE(WIFEXITED(st));
-    CHECK(WEXITSTATUS(st) == 143);
     CHECK(m_contains(err, "stopped at step "));
     CHECK(m_contains(err, "by SIGTERM; checkpoint " + ft + "; fine-tune further from its weights (a new schedule of the same flags) with: " +
                           m_PROGRAM + " finetune --checkpoint " + ft + " --out " + dir + "/ft-2.st "));
@@ -15005,8 +14988,7 @@ TEST_CASE("teaching: Part I calls only itself and the entry points declared at i
     // row kernels and the parameters' memory (the Makefile's PART_ONE_CALLS); anything else that a
     // formula function calls would take the reader who steps through it out of Part I.
     const std::string log = m_path("part-one-check.log");
-    const int st = std::system(("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory part-one-check > " + log +
-                                " 2>&1").c_str());
+    const int st = m_sh(m_MAKE + " part-one-check", log);
     INFO("make part-one-check said:\n" << m_read(log));
     CHECK(st == 0);
     CHECK(m_contains(m_read(log), "Part I calls only itself and"));
@@ -15205,7 +15187,7 @@ struct m_Build {
 [[maybe_unused]] static void m_identical_builds(const std::vector<m_Build>& builds, const std::vector<std::string>& runs,
                                                 const std::vector<std::string>& compared,
                                                 const std::function<void(std::size_t, const std::string&)>& each = nullptr) {
-    const std::string root = m_project_root(), make = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
+    const std::string root = m_project_root(), make = m_MAKE;
     std::vector<std::string> first;
     for (std::size_t bi = 0; bi < builds.size(); bi++) {
         const m_Build& b = builds[bi];
@@ -15551,7 +15533,7 @@ TEST_CASE("build times: make and make test from a fresh copy within docs/perform
     MESSAGE("the builds take minutes: run by ./tests, not ./tests-debug");
 #else
     const std::string root = m_project_root(), log = m_path("build-times.log");
-    const std::string cmd = "cd '" + root + "' && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory build-times CHECK=1 > " + log + " 2>&1";
+    const std::string cmd = "cd '" + root + "' && " + m_MAKE + " build-times CHECK=1 > " + log + " 2>&1";
     const int st = std::system(cmd.c_str());
     const std::string out = m_read(log);
     INFO("make build-times CHECK=1 printed:\n" << out);
