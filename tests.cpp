@@ -1081,18 +1081,21 @@ struct m_Run {
     int status = -1;
     std::string out, err;
 };
-// PROGRAM ARGS run by the shell, its exit and both outputs.
-m_Run m_run_program(const std::string& program, const std::string& args) {
-    static int counter = 0;
-    const std::string base = m_path("run" + std::to_string(counter++));
-    const std::string cmd = program + " " + args + " > " + base + ".out 2> " + base + ".err";
-    const int st = std::system(cmd.c_str());
+// The shell command cmd run with its output in base.out and its errors in base.err: its exit and
+// both outputs.
+m_Run m_run_to(const std::string& cmd, const std::string& base) {
+    const int st = std::system((cmd + " > " + base + ".out 2> " + base + ".err").c_str());
     m_Run r;
     r.exited = st != -1 && WIFEXITED(st);
     r.status = r.exited ? WEXITSTATUS(st) : -1;
     r.out = m_read(base + ".out");
     r.err = m_read(base + ".err");
     return r;
+}
+// PROGRAM ARGS run by the shell, its exit and both outputs.
+m_Run m_run_program(const std::string& program, const std::string& args) {
+    static int counter = 0;
+    return m_run_to(program + " " + args, m_path("run" + std::to_string(counter++)));
 }
 m_Run m_run(const std::string& args) { return m_run_program(m_PROGRAM, args); }
 // The command must fail cleanly: exit status exactly 1 (no signal, no abort) and stderr starting
@@ -7280,6 +7283,9 @@ Config m_hf_config(int V) {  // a small GPT-2 as released: gelu_tanh, attention 
     c.activation = Activation::gelu_tanh, c.attn_bias = true;
     return c;
 }
+// A released model's configuration c in small and its model m_model<float>(c, seed, 0.5), as the
+// weights cases use them.
+std::pair<Config, Params<float>> m_hf_model(const Config& c, uint64_t seed) { return {c, m_model<float>(c, seed, 0.5)}; }
 // Checks a GPT-2 or GPT-1 of 13 tokens as released in small (m_hf_config, m_gpt1_hf_config), made
 // from c and p and loaded as lm: its variant, gelu_tanh and attention biases, its sizes and eps,
 // every number of p and hence the same logits.
@@ -7305,8 +7311,7 @@ void m_check_hf_gpt_loaded(LoadedModel& lm, Variant variant, const Config& c, co
 }  // namespace
 
 TEST_CASE("GPT-2 weights: a Hugging Face model.safetensors loads as a gpt2 model, every number in place") {
-    const Config c = m_hf_config(13);
-    const Params<float> p = m_model<float>(c, 71, 0.5);
+    const auto [c, p] = m_hf_model(m_hf_config(13), 71);
     const std::string dir = m_path("");
     const std::string path = m_path("hf_model.safetensors");
     m_write(dir + "config.json", "{\"n_head\": 3, \"n_embd\": 12, \"layer_norm_epsilon\": 1e-05, \"activation_function\": \"gelu_new\"}");
@@ -7332,8 +7337,7 @@ TEST_CASE("GPT-2 weights: a Hugging Face model.safetensors loads as a gpt2 model
 }
 
 TEST_CASE("GPT-2 weights: missing, misshaped and unexpected tensors, and unknown head counts, are errors") {
-    const Config c = m_hf_config(13);
-    const Params<float> p = m_model<float>(c, 72, 0.5);
+    const auto [c, p] = m_hf_model(m_hf_config(13), 72);
     const std::string path = m_path("hf_bad/model.safetensors");
     REQUIRE(std::system(("mkdir -p " + m_path("hf_bad")).c_str()) == 0);
     m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3}");
@@ -7402,6 +7406,31 @@ void m_write_raw(const std::string& path, const std::vector<m_RawTensor>& ts) {
 std::string m_mkdir(const std::string& name) {
     REQUIRE(std::system(("mkdir -p " + m_path(name)).c_str()) == 0);
     return m_path(name) + "/";
+}
+// Makes the directory name in the scratch directory with a config.json holding config_json; its
+// path, with a "/" after it.
+std::string m_hf_dir(const std::string& name, const std::string& config_json) {
+    const std::string dir = m_mkdir(name);
+    m_write(dir + "config.json", config_json);
+    return dir;
+}
+// Writes the tensors t, changed by change, to path and checks that load_model(path) then fails
+// naming every one of parts.
+void m_check_raw_error(const std::string& path, std::vector<m_RawTensor> t, const std::function<void(std::vector<m_RawTensor>&)>& change,
+                       const std::vector<std::string>& parts) {
+    change(t);
+    m_write_raw(path, t);
+    M_CHECK_TF_ERROR(load_model(path), parts);
+}
+// For each (config.json text, parts) of cases: writes the text to dir/config.json and checks that
+// load_model(path) then fails naming every one of parts.
+void m_check_config_errors(const std::string& dir, const std::string& path,
+                           const std::vector<std::pair<std::string, std::vector<std::string>>>& cases) {
+    for (const auto& k : cases) {
+        CAPTURE(k.first);
+        m_write(dir + "config.json", k.first);
+        M_CHECK_TF_ERROR(load_model(path), k.second);
+    }
 }
 Config m_gpt1_hf_config() {  // GPT-1 as released in small: post-LN, gelu_tanh, attention biases, 3 heads
     Config c = preset("tiny-gpt");
@@ -7481,11 +7510,9 @@ std::vector<m_RawTensor> m_bert_hf(const Config& c, const Params<float>& p, bool
 }  // namespace
 
 TEST_CASE("GPT-1 weights: a Hugging Face openai-gpt model.safetensors loads as a gpt model, every number in place") {
-    const Config c = m_gpt1_hf_config();
-    const Params<float> p = m_model<float>(c, 1240, 0.5);
-    const std::string dir = m_mkdir("hf_gpt1");
-    m_write(dir + "config.json", "{\"afn\": \"gelu\", \"n_head\": 3, \"n_embd\": 12, \"n_layer\": 2, \"n_positions\": 16, "
-                                 "\"vocab_size\": 13, \"layer_norm_epsilon\": 1e-05}");
+    const auto [c, p] = m_hf_model(m_gpt1_hf_config(), 1240);
+    const std::string dir = m_hf_dir("hf_gpt1", "{\"afn\": \"gelu\", \"n_head\": 3, \"n_embd\": 12, \"n_layer\": 2, \"n_positions\": 16, "
+                                      "\"vocab_size\": 13, \"layer_norm_epsilon\": 1e-05}");
     for (const std::string prefix : {"", "transformer."}) {
         CAPTURE(prefix);
         auto t = m_gpt1_hf(c, p, prefix);
@@ -7508,60 +7535,39 @@ TEST_CASE("GPT-1 weights: a Hugging Face openai-gpt model.safetensors loads as a
 }
 
 TEST_CASE("GPT-1 weights: missing, misshaped, unexpected and untied tensors, and a contradicting config, are errors") {
-    const Config c = m_gpt1_hf_config();
-    const Params<float> p = m_model<float>(c, 1241, 0.5);
-    const std::string dir = m_mkdir("hf_gpt1_bad"), path = dir + "model.safetensors";
-    m_write(dir + "config.json", "{\"n_head\": 3}");
-    auto t = m_gpt1_hf(c, p, "transformer.");
-    auto without = t;
-    without.erase(without.begin() + 4);  // h.0.attn.c_proj.weight
-    m_write_raw(path, without);
-    M_CHECK_TF_ERROR(load_model(path), "GPT-1 weights", "missing tensor 'h.0.attn.c_proj.weight'");
-    auto misshaped = t;
-    misshaped[3] = m_raw("transformer.h.0.attn.c_attn.bias", Tensor<float>({35}));
-    m_write_raw(path, misshaped);
-    M_CHECK_TF_ERROR(load_model(path), "tensor 'h.0.attn.c_attn.bias' is 35, expected 36");
-    auto extra = t;
-    extra.push_back(m_raw("transformer.h.1.attn.extra", Tensor<float>({2})));
-    m_write_raw(path, extra);
-    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.1.attn.extra'");
-    auto stray = t;
-    stray.push_back(m_raw("transformer.h.x.ln_1.weight", Tensor<float>({2})));
-    m_write_raw(path, stray);
-    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.x.ln_1.weight'");
-    auto untied = t;
+    const auto [c, p] = m_hf_model(m_gpt1_hf_config(), 1241);
+    const std::string dir = m_hf_dir("hf_gpt1_bad", "{\"n_head\": 3}"), path = dir + "model.safetensors";
+    const auto t = m_gpt1_hf(c, p, "transformer.");
+    m_check_raw_error(path, t, [](auto& x) { x.erase(x.begin() + 4); },  // h.0.attn.c_proj.weight
+                      {"GPT-1 weights", "missing tensor 'h.0.attn.c_proj.weight'"});
+    m_check_raw_error(path, t, [](auto& x) { x[3] = m_raw("transformer.h.0.attn.c_attn.bias", Tensor<float>({35})); },
+                      {"tensor 'h.0.attn.c_attn.bias' is 35, expected 36"});
+    m_check_raw_error(path, t, [](auto& x) { x.push_back(m_raw("transformer.h.1.attn.extra", Tensor<float>({2}))); },
+                      {"unexpected tensor 'h.1.attn.extra'"});
+    m_check_raw_error(path, t, [](auto& x) { x.push_back(m_raw("transformer.h.x.ln_1.weight", Tensor<float>({2}))); },
+                      {"unexpected tensor 'h.x.ln_1.weight'"});
     Tensor<float> other = p.W_e;
     other[7] += 1.f;
-    untied.push_back(m_raw("lm_head.weight", other));
-    m_write_raw(path, untied);
-    M_CHECK_TF_ERROR(load_model(path), "lm_head.weight differs", "tied");
+    m_check_raw_error(path, t, [&](auto& x) { x.push_back(m_raw("lm_head.weight", other)); }, {"lm_head.weight differs", "tied"});
     m_write_raw(path, t);
-    m_write(dir + "config.json", "{\"n_head\": 5}");
-    M_CHECK_TF_ERROR(load_model(path), "n_head must divide n_embd = 12");
-    m_write(dir + "config.json", "{\"n_head\": 3, \"n_layer\": 3}");
-    M_CHECK_TF_ERROR(load_model(path), "n_layer does not match the weights (2)");
-    m_write(dir + "config.json", "{\"n_head\": 3, \"afn\": \"swish\"}");
-    M_CHECK_TF_ERROR(load_model(path), "afn 'swish'");
-    m_write(dir + "config.json", "{\"n_head\": 3");
-    M_CHECK_TF_ERROR(load_model(path), "config.json");
+    m_check_config_errors(dir, path,
+                          {{"{\"n_head\": 5}", {"n_head must divide n_embd = 12"}},
+                           {"{\"n_head\": 3, \"n_layer\": 3}", {"n_layer does not match the weights (2)"}},
+                           {"{\"n_head\": 3, \"afn\": \"swish\"}", {"afn 'swish'"}},
+                           {"{\"n_head\": 3", {"config.json"}}});
     std::remove((dir + "config.json").c_str());
     M_CHECK_TF_ERROR(load_model(path), "cannot tell the number of heads");  // H = 12: no multiple of 64
-    auto nan = t;
     Tensor<float> bad = p.W_p;
     bad[3] = std::nanf("");
-    nan[1] = m_raw("transformer.positions_embed.weight", bad);
     m_write(dir + "config.json", "{\"n_head\": 3}");
-    m_write_raw(path, nan);
-    M_CHECK_TF_ERROR(load_model(path), "W_p", "not finite");
+    m_check_raw_error(path, t, [&](auto& x) { x[1] = m_raw("transformer.positions_embed.weight", bad); }, {"W_p", "not finite"});
 }
 
 TEST_CASE("BERT weights: a Hugging Face bert-base-uncased model.safetensors loads as a bert model, every number in place") {
-    const Config c = m_bert_hf_config();
-    const Params<float> p = m_model<float>(c, 1250, 0.5);
-    const std::string dir = m_mkdir("hf_bert");
-    m_write(dir + "config.json", "{\"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, \"num_hidden_layers\": 2, "
-                                 "\"intermediate_size\": 16, \"max_position_embeddings\": 16, \"vocab_size\": 13, "
-                                 "\"type_vocab_size\": 2, \"layer_norm_eps\": 1e-12, \"position_embedding_type\": \"absolute\"}");
+    const auto [c, p] = m_hf_model(m_bert_hf_config(), 1250);
+    const std::string dir = m_hf_dir("hf_bert", "{\"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, \"num_hidden_layers\": 2, "
+                                      "\"intermediate_size\": 16, \"max_position_embeddings\": 16, \"vocab_size\": 13, "
+                                      "\"type_vocab_size\": 2, \"layer_norm_eps\": 1e-12, \"position_embedding_type\": \"absolute\"}");
     m_write(dir + "vocab.txt", m_BERT_VOCAB);
     Tensor<float> nsp_W(2, 8, 0.25f), nsp_b({2}, 0.5f);
     for (bool legacy : {false, true}) {
@@ -7608,46 +7614,32 @@ TEST_CASE("BERT weights: a Hugging Face bert-base-uncased model.safetensors load
 }
 
 TEST_CASE("BERT weights: missing, misshaped, unexpected and untied tensors, bad vocab.txt and config, are errors") {
-    const Config c = m_bert_hf_config();
-    const Params<float> p = m_model<float>(c, 1251, 0.5);
-    const std::string dir = m_mkdir("hf_bert_bad"), path = dir + "model.safetensors";
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
+    const auto [c, p] = m_hf_model(m_bert_hf_config(), 1251);
+    const std::string dir = m_hf_dir("hf_bert_bad", "{\"num_attention_heads\": 2}"), path = dir + "model.safetensors";
     m_write(dir + "vocab.txt", m_BERT_VOCAB);
     const auto t = m_bert_hf(c, p, false);
-    auto without = t;
-    without.erase(without.begin() + 2);  // token_type_embeddings
-    m_write_raw(path, without);
-    M_CHECK_TF_ERROR(load_model(path), "BERT weights", "missing tensor 'embeddings.token_type_embeddings.weight'");
-    auto misshaped = t;
-    misshaped[5] = m_raw("bert.encoder.layer.0.attention.self.query.weight", Tensor<float>(8, 7));
-    m_write_raw(path, misshaped);
-    M_CHECK_TF_ERROR(load_model(path), "'encoder.layer.0.attention.self.query.weight' is 8x7, expected 8x8");
-    auto extra = t;
-    extra.push_back(m_raw("cls.predictions.extra", Tensor<float>({2})));
-    m_write_raw(path, extra);
-    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'cls.predictions.extra'");
-    auto untied = t;
+    m_check_raw_error(path, t, [](auto& x) { x.erase(x.begin() + 2); },  // token_type_embeddings
+                      {"BERT weights", "missing tensor 'embeddings.token_type_embeddings.weight'"});
+    m_check_raw_error(path, t, [](auto& x) { x[5] = m_raw("bert.encoder.layer.0.attention.self.query.weight", Tensor<float>(8, 7)); },
+                      {"'encoder.layer.0.attention.self.query.weight' is 8x7, expected 8x8"});
+    m_check_raw_error(path, t, [](auto& x) { x.push_back(m_raw("cls.predictions.extra", Tensor<float>({2}))); },
+                      {"unexpected tensor 'cls.predictions.extra'"});
     Tensor<float> bias = p.b_z;
     bias[0] += 1.f;
-    untied.push_back(m_raw("cls.predictions.decoder.bias", bias));
-    m_write_raw(path, untied);
-    M_CHECK_TF_ERROR(load_model(path), "cls.predictions.decoder.bias differs");
-    auto int_buffer = t;
-    int_buffer.push_back({"bert.embeddings.other_ids", "I64", {1, 2}, std::string(16, '\0')});
-    m_write_raw(path, int_buffer);
-    M_CHECK_TF_ERROR(load_model(path), "only F32 is supported");
+    m_check_raw_error(path, t, [&](auto& x) { x.push_back(m_raw("cls.predictions.decoder.bias", bias)); },
+                      {"cls.predictions.decoder.bias differs"});
+    m_check_raw_error(path, t, [](auto& x) { x.push_back({"bert.embeddings.other_ids", "I64", {1, 2}, std::string(16, '\0')}); },
+                      {"only F32 is supported"});
     m_write_raw(path, t);
     m_write(dir + "vocab.txt", "[UNK]\n[CLS]\n");
     M_CHECK_TF_ERROR(load_model(path), "vocab.txt' has 2 tokens but the model's V = 13");
     m_write(dir + "vocab.txt", "[UNK]\nt1\nt2\nt3\nt4\nt5\nt6\nt7\nt8\nt9\n[CLS]\n[SEP]\nmask\n");
     M_CHECK_TF_ERROR(load_model(path), "lacks [CLS], [SEP] or [MASK]");
     m_write(dir + "vocab.txt", m_BERT_VOCAB);
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"type_vocab_size\": 3}");
-    M_CHECK_TF_ERROR(load_model(path), "type_vocab_size does not match the weights (2)");
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"position_embedding_type\": \"relative_key\"}");
-    M_CHECK_TF_ERROR(load_model(path), "position_embedding_type must be absolute");
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"hidden_act\": \"tanh\"}");
-    M_CHECK_TF_ERROR(load_model(path), "hidden_act 'tanh'");
+    m_check_config_errors(dir, path,
+                          {{"{\"num_attention_heads\": 2, \"type_vocab_size\": 3}", {"type_vocab_size does not match the weights (2)"}},
+                           {"{\"num_attention_heads\": 2, \"position_embedding_type\": \"relative_key\"}", {"position_embedding_type must be absolute"}},
+                           {"{\"num_attention_heads\": 2, \"hidden_act\": \"tanh\"}", {"hidden_act 'tanh'"}}});
 }
 
 namespace {
@@ -7694,12 +7686,10 @@ std::vector<m_RawTensor> m_roberta_hf(const Config& c, const Params<float>& p, c
 }  // namespace
 
 TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads as a roberta model, every number in place") {
-    const Config c = m_roberta_hf_config();
-    const Params<float> p = m_model<float>(c, 1255, 0.5);
-    const std::string dir = m_mkdir("hf_roberta");
-    m_write(dir + "config.json", "{\"model_type\": \"roberta\", \"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, "
-                                 "\"num_hidden_layers\": 2, \"intermediate_size\": 16, \"max_position_embeddings\": 18, "
-                                 "\"vocab_size\": 265, \"type_vocab_size\": 1, \"layer_norm_eps\": 1e-05, \"pad_token_id\": 1}");
+    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1255);
+    const std::string dir = m_hf_dir("hf_roberta", "{\"model_type\": \"roberta\", \"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, "
+                                      "\"num_hidden_layers\": 2, \"intermediate_size\": 16, \"max_position_embeddings\": 18, "
+                                      "\"vocab_size\": 265, \"type_vocab_size\": 1, \"layer_norm_eps\": 1e-05, \"pad_token_id\": 1}");
     m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
     const Tensor<float> zero(1, c.H, 0.f);
     auto t = m_roberta_hf(c, p, zero, "roberta.");
@@ -7762,25 +7752,20 @@ TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads 
 }
 
 TEST_CASE("RoBERTa weights: a bad vocab.json or config.json and an untied decoder are errors") {
-    const Config c = m_roberta_hf_config();
-    const Params<float> p = m_model<float>(c, 1256, 0.5);
-    const std::string dir = m_mkdir("hf_roberta_bad"), path = dir + "model.safetensors";
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
+    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1256);
+    const std::string dir = m_hf_dir("hf_roberta_bad", "{\"num_attention_heads\": 2}"), path = dir + "model.safetensors";
     m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
     const auto t = m_roberta_hf(c, p, Tensor<float>(1, c.H, 0.f), "roberta.");
     m_write_raw(path, t);
     CHECK(load_model(path).config.variant == Variant::roberta);
-    auto untied = t;
     Tensor<float> W = p.W_e;
     W[3] += 1.f;
-    untied.push_back(m_raw("lm_head.decoder.weight", W));
-    m_write_raw(path, untied);
-    M_CHECK_TF_ERROR(load_model(path), "RoBERTa weights", "lm_head.decoder.weight differs");
+    m_check_raw_error(path, t, [&](auto& x) { x.push_back(m_raw("lm_head.decoder.weight", W)); },
+                      {"RoBERTa weights", "lm_head.decoder.weight differs"});
     m_write_raw(path, t);
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"max_position_embeddings\": 16}");
-    M_CHECK_TF_ERROR(load_model(path), "max_position_embeddings does not match the weights (18)");
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"type_vocab_size\": 2}");
-    M_CHECK_TF_ERROR(load_model(path), "type_vocab_size does not match the weights (1)");
+    m_check_config_errors(dir, path,
+                          {{"{\"num_attention_heads\": 2, \"max_position_embeddings\": 16}", {"max_position_embeddings does not match the weights (18)"}},
+                           {"{\"num_attention_heads\": 2, \"type_vocab_size\": 2}", {"type_vocab_size does not match the weights (1)"}}});
     m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
     std::vector<std::string> no_mask(m_RB_MERGED.begin(), m_RB_MERGED.end() - 1);
     no_mask.push_back("<masks>");
@@ -9786,8 +9771,7 @@ TEST_CASE("CLI: sample and eval with GPT-2's tokenizer on imported GPT-2 weights
 
 TEST_CASE("CLI: released RoBERTa files with their tokenizer: fill, eval, tokenize, finetune and predict") {
     const std::string dir = m_mkdir("cli_roberta");
-    const Config c = m_roberta_hf_config();
-    const Params<float> p = m_model<float>(c, 1257, 0.5);
+    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1257);
     m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
     m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
     m_write(dir + "merges.txt", m_vocab_bpe(m_RB_MERGES));
@@ -12121,6 +12105,41 @@ std::string m_debugger_big(const std::string& between) {
     return want + "...}";
 }
 
+// Runs the debugger command cmd (input /dev/null, output in base.out, errors in base.err) and
+// checks that it succeeds; its exit status and outputs.
+m_Run m_debugger_run(const std::string& cmd, const std::string& base, const std::string& who) {
+    const m_Run r = m_run_to(cmd + " < /dev/null", base);
+    INFO(who << "'s output:\n" << r.out << "\n" << who << "'s errors:\n" << r.err);
+    CHECK(r.status == 0);
+    return r;
+}
+// Checks the values 2 to 11 of the small program that gdb and lldb print alike: big (its rows
+// joined by sep), v, none, fresh, the garbage (5 times) and the unreadable tensor.
+void m_check_debugger_values_2_to_11(const std::vector<std::string>& v, const std::string& sep, const std::string& who) {
+    CHECK(v[2] == m_debugger_big(sep));
+    CHECK(v[3] == "Tensor<float> 4 = {\n  [0.5, -2, 1e-06, 1.235e+07]}");
+    CHECK(v[4] == "Tensor<float> 0x8");
+    CHECK(v[5] == "Tensor<float> (empty, no shape)");
+    for (int k = 6; k < 11; k++) CHECK_MESSAGE(v[k] == "Tensor<float> (invalid shape)", "garbage " << k - 6 << ": " << who << " printed " << v[k]);
+    CHECK(v[11] == "Tensor<float> 1x3 (values unreadable)");
+}
+// Runs the README's recipe of debugger who (the shell command recipe, its output in dir/recipe.out
+// and recipe.err) and checks it: it succeeds, prints stop (the stop line), and prints two values,
+// X, the tensor X0 as m_check_gdb_tensor wants it, and X.shape, holding every one of shape_parts.
+void m_check_debugger_recipe(const std::string& recipe, const std::string& dir, const std::string& who, const std::string& stop,
+                             std::vector<std::string> (*values_of)(const std::string&), const Tensor<float>& X0,
+                             const std::vector<std::string>& shape_parts) {
+    CHECK(std::system(recipe.c_str()) == 0);
+    const std::string rout = m_read(dir + "/recipe.out");
+    INFO(who << "'s output on ./transformer-debug:\n" << rout << "\n" << who << "'s errors:\n" << m_read(dir + "/recipe.err"));
+    CHECK(m_contains(rout, stop));
+    const std::vector<std::string> rv = values_of(rout);
+    REQUIRE(rv.size() == 2);
+    m_check_gdb_tensor(rv[0], X0, who);
+    for (const std::string& part : shape_parts)
+        CHECK_MESSAGE(m_contains(rv[1], part), "p X.shape: expected " << part << ", " << who << " printed " << rv[1]);
+}
+
 TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and its first rows, garbage as an invalid shape" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // docs/teaching.md, "Stepping through in a debugger". gdb needs debug information, which ./tests
     // lacks (tests.cpp at -O0 without -g, transformer.cpp at -O2): the tensors are in a small program
@@ -12148,23 +12167,17 @@ TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and 
 
     std::string gdb_command = gdb + "-ex 'break look' -ex run -ex 'p X' -ex 'p X.shape' -ex up -ex 'p big' -ex 'p v' -ex 'p none' -ex 'p fresh'";
     for (int k = 0; k < 6; k++) gdb_command += " -ex 'p *(tf::Tensor<float>*)junk[" + std::to_string(k) + "]'";
-    gdb_command += " -ex 'p/r v' " + dir + "/tensors < /dev/null > " + dir + "/gdb.out 2> " + dir + "/gdb.err";
-    const int status = std::system(gdb_command.c_str());
-    const std::string out = m_read(dir + "/gdb.out"), err = m_read(dir + "/gdb.err");
+    gdb_command += " -ex 'p/r v' " + dir + "/tensors";
+    const m_Run run = m_debugger_run(gdb_command, dir + "/gdb", "gdb");
+    const std::string &out = run.out, &err = run.err;
     INFO("gdb's output:\n" << out << "\ngdb's errors:\n" << err);
-    CHECK(status == 0);
     CHECK_FALSE(m_contains(out + err, "Python"));  // no Python exception, no missing Python
     CHECK_MESSAGE(m_contains(out, "look (X=Tensor<float> 3x8 = {...})"), "expected the breakpoint's line to give X's shape");
     const std::vector<std::string> v = m_gdb_values(out);
     REQUIRE(v.size() == 13);
     m_check_gdb_tensor(v[0], X0);
     CHECK_MESSAGE(m_contains(v[1], "{3, 8}"), "p X.shape: expected {3, 8}, gdb printed " << v[1]);
-    CHECK(v[2] == m_debugger_big(", \n  "));
-    CHECK(v[3] == "Tensor<float> 4 = {\n  [0.5, -2, 1e-06, 1.235e+07]}");
-    CHECK(v[4] == "Tensor<float> 0x8");
-    CHECK(v[5] == "Tensor<float> (empty, no shape)");
-    for (int k = 6; k < 11; k++) CHECK_MESSAGE(v[k] == "Tensor<float> (invalid shape)", "garbage " << k - 6 << ": gdb printed " << v[k]);
-    CHECK(v[11] == "Tensor<float> 1x3 (values unreadable)");
+    m_check_debugger_values_2_to_11(v, ", \n  ", "gdb");
     CHECK_MESSAGE(m_contains(v[12], "data = "), "p/r v: expected the raw struct, gdb printed " << v[12]);
 
 #ifdef TF_TESTS_DEBUG
@@ -12183,23 +12196,6 @@ TEST_CASE("debugger: gdb with gdb_tensor.py prints p X as Tensor<float> 3x8 and 
                              "\"program\": \"${workspaceFolder}/tests-debug\"", "\"args\": [\"-tc=Attention*\"]",
                              "\"cwd\": \"${workspaceFolder}\"", "\"MIMode\": \"gdb\"", "\"text\": \"source ${workspaceFolder}/gdb_tensor.py\""})
         CHECK_MESSAGE(m_contains(launch, part), ".vscode/launch.json lacks " << part);
-}
-
-// Runs the README's recipe of debugger who (the shell command recipe, its output in dir/recipe.out
-// and recipe.err) and checks it: it succeeds, prints stop (the stop line), and prints two values,
-// X, the tensor X0 as m_check_gdb_tensor wants it, and X.shape, holding every one of shape_parts.
-void m_check_debugger_recipe(const std::string& recipe, const std::string& dir, const std::string& who, const std::string& stop,
-                             std::vector<std::string> (*values_of)(const std::string&), const Tensor<float>& X0,
-                             const std::vector<std::string>& shape_parts) {
-    CHECK(std::system(recipe.c_str()) == 0);
-    const std::string rout = m_read(dir + "/recipe.out");
-    INFO(who << "'s output on ./transformer-debug:\n" << rout << "\n" << who << "'s errors:\n" << m_read(dir + "/recipe.err"));
-    CHECK(m_contains(rout, stop));
-    const std::vector<std::string> rv = values_of(rout);
-    REQUIRE(rv.size() == 2);
-    m_check_gdb_tensor(rv[0], X0, who);
-    for (const std::string& part : shape_parts)
-        CHECK_MESSAGE(m_contains(rv[1], part), "p X.shape: expected " << part << ", " << who << " printed " << rv[1]);
 }
 
 // The values an lldb --batch run printed, in order: each from after "($TYPE) $N = " up to the next
@@ -12314,11 +12310,10 @@ TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 an
         std::string lldb = "lldb --batch --no-lldbinit -o 'command script import " + root + "/lldb_tensor.py' -o 'break set -n look' -o run" +
                            " -o 'p X' -o 'p X.shape' -o 'frame variable X' -o up -o 'p big' -o 'p v' -o 'p none' -o 'p fresh'";
         for (int k = 0; k < 6; k++) lldb += " -o 'p garbage[" + std::to_string(k) + "]'";
-        lldb += " -o 'frame variable --raw v' " + bdir + "/tensors < /dev/null > " + bdir + "/lldb.out 2> " + bdir + "/lldb.err";
-        const int status = std::system(lldb.c_str());
-        const std::string out = m_read(bdir + "/lldb.out"), err = m_read(bdir + "/lldb.err");
+        lldb += " -o 'frame variable --raw v' " + bdir + "/tensors";
+        const m_Run run = m_debugger_run(lldb, bdir + "/lldb", "lldb");
+        const std::string &out = run.out, &err = run.err;
         INFO("lldb's output:\n" << out << "\nlldb's errors:\n" << err);
-        CHECK(status == 0);
         CHECK_FALSE(m_contains(out + err, "Traceback"));  // no Python exception
         CHECK_FALSE(m_contains(out + err, "error:"));
         CHECK_MESSAGE(m_contains(out, "look(X=Tensor<float> 3x8) at"), "expected the stop line to give X's shape");
@@ -12328,12 +12323,7 @@ TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 an
         REQUIRE(v.size() == 12);
         m_check_gdb_tensor(v[0], X0, "lldb");
         CHECK_MESSAGE((m_contains(v[1], "[0] = 3") && m_contains(v[1], "[1] = 8")), "p X.shape: expected 3 and 8, lldb printed " << v[1]);
-        CHECK(v[2] == m_debugger_big(",\n  "));
-        CHECK(v[3] == "Tensor<float> 4 = {\n  [0.5, -2, 1e-06, 1.235e+07]}");
-        CHECK(v[4] == "Tensor<float> 0x8");
-        CHECK(v[5] == "Tensor<float> (empty, no shape)");
-        for (int k = 6; k < 11; k++) CHECK_MESSAGE(v[k] == "Tensor<float> (invalid shape)", "garbage " << k - 6 << ": lldb printed " << v[k]);
-        CHECK(v[11] == "Tensor<float> 1x3 (values unreadable)");
+        m_check_debugger_values_2_to_11(v, ",\n  ", "lldb");
         CHECK_MESSAGE(m_contains(out, "(const tf::Tensor<float>) v = {\n  shape = {"), "frame variable --raw v: expected the raw struct");
 
         // VS Code: the commands of launch.json's first lldb configuration, then what its Variables
@@ -13001,6 +12991,19 @@ TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.
 #endif
 }
 
+// The make grade cases link this build's tests.o: in ./tests-debug (-O0) a message says to run them
+// by ./tests and this is false; else the files they need must be there, and this is true.
+bool m_grade_can_run(std::initializer_list<const char*> files) {
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("make grade links the -O0 build's tests.o: run by ./tests, not ./tests-debug");
+    (void)files;
+    return false;
+#else
+    m_require_files(files, "run the tests from the project's root after make tests (make test does)");
+    return true;
+#endif
+}
+
 TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full marks, in results.json and results.xml" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // make grade (docs/assignments.md, "Grading") on assignment 1, as a course platform runs it: in
     // a fresh handout every case fails and the score is 0; in a copy of the handout holding the
@@ -13012,11 +13015,7 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
     // against the cases of assignment 1's test suites, and every results.xml must be well-formed XML. To keep
     // it fast the handout links this build's tests.o (make grade compiles transformer.cpp alone)
     // and the copies keep the handout's objects (only what an edit changes is compiled again).
-#ifdef TF_TESTS_DEBUG
-    MESSAGE("make grade links the -O0 build's tests.o: run by ./tests, not ./tests-debug");
-#else
-    m_require_files({"Makefile", "transformer.cpp", "build/tests.o", "tests"},
-                    "run the tests from the project's root after make tests (make test does)");
+    if (!m_grade_can_run({"Makefile", "transformer.cpp", "build/tests.o", "tests"})) return;
 
     // The cases make grade must report, in doctest's order: those of assignment 1's test suites.
     const std::string suites = "assignment 1,assignment 1 (*)";
@@ -13200,7 +13199,6 @@ TEST_CASE("handout: make grade scores a fresh handout 0 and the solution full ma
         CHECK_MESSAGE(m_contains(j.get("output")->str, "error"), "expected the compiler's error, got: " << j.get("output")->str);
         m_check_xml(c + "/broken/results.xml");
     }
-#endif
 }
 
 TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, no nproc) gives the same handout, counts and grade" * doctest::test_suite("teaching (long)") * doctest::skip()) {
@@ -13212,11 +13210,7 @@ TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, 
     // tools/time-limit and scores the others (the case above checks timeout's). To save the fast
     // build, the handout starts from the objects of the case above when it ran in this process
     // (only mathematics.o is compiled again).
-#ifdef TF_TESTS_DEBUG
-    MESSAGE("make grade links the -O0 build's tests.o: run by ./tests, not ./tests-debug");
-#else
-    m_require_files({"Makefile", "transformer.cpp", "build/tests.o", "build/toolchain.key"},
-                    "run the tests from the project's root after make tests (make test does)");
+    if (!m_grade_can_run({"Makefile", "transformer.cpp", "build/tests.o", "build/toolchain.key"})) return;
 #ifndef __APPLE__
     REQUIRE_MESSAGE(std::system("command -v original-awk > /dev/null 2>&1") == 0,
                     "original-awk is not installed (BSD's awk, macOS's): apt-get install original-awk");
@@ -13289,7 +13283,6 @@ TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, 
         CHECK(t.get("status")->str == (diag ? "failed" : "passed"));
         CHECK(m_contains(t.get("output")->str, "stopped after 2 s") == diag);
     }
-#endif
 }
 TEST_SUITE_END();
 
