@@ -9473,18 +9473,17 @@ TEST_CASE("bpe: bad input is an error naming the flag or file, with nothing writ
     m_cli_fails("bpe --data " + data + " --merges 5 --special '<mask>' --out " + dir, "give --special '<s>' too");
     m_cli_fails("bpe --data " + data + " --merges 5 --out " + dir + " --merges 6", "given twice");
     m_cli_fails("bpe --data " + data + " --merges 5 --out " + m_path("no_such_dir") + "/x", "does not exist");
-    const std::string empty = m_path("bpe_empty.txt");
-    m_write(empty, "");
-    m_cli_fails("bpe --data " + empty + " --merges 5 --quiet --out " + dir, "the corpus is empty");
-    const std::string only_special = m_path("bpe_special_only.txt");
-    m_write(only_special, "<|endoftext|>");
-    m_cli_fails("bpe --data " + only_special + " --special '<|endoftext|>' --merges 5 --quiet --out " + dir, "besides --special");
-    const std::string single = m_path("bpe_single.txt");
-    m_write(single, "a b c\n");
-    m_cli_fails("bpe --data " + single + " --merges 5 --min-count 2 --quiet --out " + dir, "nothing written");
-    const std::string bad = m_path("bpe_bad_utf8.txt");
-    m_write(bad, "ok\n\xFF\n");
-    m_cli_fails("bpe --data " + bad + " --merges 5 --out " + dir, "line 2 is not valid UTF-8");
+    // Corpora it refuses: the file's name and text, the flags between --data and --out, the error.
+    const struct {
+        const char *name, *text, *flags, *error;
+    } corpora[] = {{"bpe_empty.txt", "", " --merges 5 --quiet", "the corpus is empty"},
+                   {"bpe_special_only.txt", "<|endoftext|>", " --special '<|endoftext|>' --merges 5 --quiet", "besides --special"},
+                   {"bpe_single.txt", "a b c\n", " --merges 5 --min-count 2 --quiet", "nothing written"},
+                   {"bpe_bad_utf8.txt", "ok\n\xFF\n", " --merges 5", "line 2 is not valid UTF-8"}};
+    for (const auto& k : corpora) {
+        m_write(m_path(k.name), k.text);
+        m_cli_fails("bpe --data " + m_path(k.name) + k.flags + " --out " + dir, k.error);
+    }
     CHECK(!m_exists(dir));  // none of these created the directory
     // An --out holding files this program did not write: GPT-2's own vocab.bpe, or an encoder.json alone.
     const std::string foreign = m_path("bpe_foreign");
@@ -10408,6 +10407,19 @@ Batch m_explain_batch(const Config& c) {
     return b;
 }
 
+// Runs body on the preset name (captured) with its batch m_explain_batch(c), its model
+// m_model<T>(c, seed, noise) and what explain makes of them, showing `values` values a tensor.
+template <typename T>
+void m_with_explained(const std::string& name, uint64_t seed, double noise, int values,
+                      const std::function<void(const Config&, const Batch&, const Params<T>&, const Explained<T>&)>& body) {
+    CAPTURE(name);
+    const Config c = preset(name);
+    const Batch b = m_explain_batch(c);
+    const Params<T> p = m_model<T>(c, seed, noise);
+    const Explained<T> e = explain(c, p, b, values);
+    body(c, b, p, e);
+}
+
 TEST_CASE("explain: its logits, loss and every gradient are model_forward's and model_loss's, for all five variants") {
     for (const std::string name : m_TINY) {
         CAPTURE(name);
@@ -10427,82 +10439,78 @@ TEST_CASE("explain: its logits, loss and every gradient are model_forward's and 
 }
 
 TEST_CASE("explain: every formula box of the variant in order, shapes as in the formula boxes, first values of each output") {
-    for (const std::string name : m_TINY) {
-        CAPTURE(name);
-        const Config c = preset(name);
-        const Batch b = m_explain_batch(c);
-        const int n = b.n;
-        const Params<float> p = m_model<float>(c, 4, 0.1);
-        const Explained<float> e = explain(c, p, b, 3);
-        const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
-        // The function of each box, as the variant's formula box orders them (first word).
-        std::vector<std::string> want = {"Batch::tokens", "Embedding"};
-        if (seg) want.push_back("add");
-        want.push_back("embed_forward");
-        for (int l = 0; l < c.L; l++) {
-            want.push_back("layer_mask");
+    for (const std::string name : m_TINY)
+        m_with_explained<float>(name, 4, 0.1, 3, [&](const Config& c, const Batch& b, const Params<float>&, const Explained<float>& e) {
+            const int n = b.n;
+            const bool pre = is_pre_ln(c.variant), seg = has_segments(c.variant);
+            // The function of each box, as the variant's formula box orders them (first word).
+            std::vector<std::string> want = {"Batch::tokens", "Embedding"};
+            if (seg) want.push_back("add");
+            want.push_back("embed_forward");
+            for (int l = 0; l < c.L; l++) {
+                want.push_back("layer_mask");
+                if (pre) want.push_back("LayerNorm");
+                want.push_back("MultiHeadSA");
+                for (int i = 0; i < c.A; i++) want.push_back("Attention");
+                want.push_back("Concat");
+                for (const char* f : pre ? std::vector<const char*>{"add", "LayerNorm", "FFN", "add"}
+                                         : std::vector<const char*>{"add", "FFN", "add"})
+                    want.push_back(f);
+            }
             if (pre) want.push_back("LayerNorm");
-            want.push_back("MultiHeadSA");
-            for (int i = 0; i < c.A; i++) want.push_back("Attention");
-            want.push_back("Concat");
-            for (const char* f : pre ? std::vector<const char*>{"add", "LayerNorm", "FFN", "add"}
-                                     : std::vector<const char*>{"add", "FFN", "add"})
+            for (const char* f : {"matmul_nt", "Softmax", "CrossEntropy_logits", "CrossEntropy", "CrossEntropy_logits", "matmul_tn_acc"})
                 want.push_back(f);
-        }
-        if (pre) want.push_back("LayerNorm");
-        for (const char* f : {"matmul_nt", "Softmax", "CrossEntropy_logits", "CrossEntropy", "CrossEntropy_logits", "matmul_tn_acc"})
-            want.push_back(f);
-        if (pre) want.push_back("LayerNorm_backward");
-        for (int l = c.L - 1; l >= 0; l--) {
-            for (const char* f : pre ? std::vector<const char*>{"FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward", "LayerNorm_backward"}
-                                     : std::vector<const char*>{"LayerNorm_backward", "FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward"}) {
-                want.push_back(f);
-                if (std::string(f) == "MultiHeadSA_backward")  // each head's Softmax_backward and Attention_backward checked alone
-                    for (int i = 0; i < c.A; i++) want.push_back("Softmax_backward"), want.push_back("Attention_backward");
-            }
-            want.push_back(pre ? "pre_ln_block_backward" : "post_ln_block_backward");  // the layer's parameters, through the walk
-        }
-        want.push_back("embed_backward");
-        if (seg) want.push_back("embed_backward");
-        std::vector<std::string> got;
-        for (const ExplainStep& s : e.steps) got.push_back(s.function.substr(0, s.function.find_first_of(" ,")));
-        CHECK(got == want);
-        // Shapes: the symbols of the formula boxes, with this model's numbers.
-        std::map<std::string, std::string> shape_of;  // output name -> "symbol = shape"
-        for (const ExplainStep& s : e.steps)
-            for (const ExplainTensor& t : s.out) {
-                shape_of[t.name] = t.symbol + " = " + t.shape;
-                CHECK(t.first.size() == std::min<std::size_t>(3, t.first.size() + (t.more ? 3 : 0)));
-            }
-        const std::string nH = "n x H = " + std::to_string(n) + "x8";
-        CHECK(shape_of["X^(0)"] == nH);
-        CHECK(shape_of["X^(2)"] == nH);
-        CHECK(shape_of["X'^(1)"] == nH);
-        CHECK(shape_of["Z"] == "n x V = " + std::to_string(n) + "x13");
-        CHECK(shape_of["Concat(head_1, ..., head_A)"] == "n x AD = " + std::to_string(n) + "x8");
-        CHECK(shape_of["P = Softmax(Mask (.) Q K^T / sqrt(D))"] == "n x n = " + std::to_string(n) + "x" + std::to_string(n));
-        CHECK(shape_of["head_2"] == "n x D = " + std::to_string(n) + "x4");
-        CHECK(shape_of[c.activation == Activation::relu ? "max(0, X W_1 + b_1)" : "GELU(X W_1 + b_1)"] == "n x F = " + std::to_string(n) + "x16");
-        CHECK(shape_of["dW_e"] == "V x H = 13x8");
-        CHECK(shape_of["loss"] == "1 = 1");
-        // The first values are the real ones: the logits' and the masks'.
-        for (const ExplainStep& s : e.steps)
-            for (const ExplainTensor& t : s.out) {
-                if (t.name == "Z")
-                    for (std::size_t k = 0; k < 3; k++) CHECK(t.first[k] == e.Z[k]);
-                if (t.name == "Mask^(1)") {
-                    const Tensor<float> M = layer_mask<float>(c, 0, n);
-                    for (std::size_t k = 0; k < 3; k++) CHECK(t.first[k] == (double)M[k]);
-                    CHECK(s.picture.size() == (std::size_t)n);
+            if (pre) want.push_back("LayerNorm_backward");
+            for (int l = c.L - 1; l >= 0; l--) {
+                for (const char* f : pre ? std::vector<const char*>{"FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward", "LayerNorm_backward"}
+                                         : std::vector<const char*>{"LayerNorm_backward", "FFN_backward", "LayerNorm_backward", "MultiHeadSA_backward"}) {
+                    want.push_back(f);
+                    if (std::string(f) == "MultiHeadSA_backward")  // each head's Softmax_backward and Attention_backward checked alone
+                        for (int i = 0; i < c.A; i++) want.push_back("Softmax_backward"), want.push_back("Attention_backward");
                 }
-                if (t.name == "loss") CHECK(t.first[0] == doctest::Approx(e.loss).epsilon(1e-6));
+                want.push_back(pre ? "pre_ln_block_backward" : "post_ln_block_backward");  // the layer's parameters, through the walk
             }
-        const std::string text = explain_text(c, e.steps);
-        CHECK(m_contains(text, "==== forward ===="));
-        CHECK(m_contains(text, "==== backward"));
-        CHECK(m_contains(text, seg ? "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)" : "X^(0) = OneHot(x) W_e + W_p"));
-        if (c.variant == Variant::gpt3) CHECK(m_contains(text, "Mask^AR if l is even, Mask^ST if l is odd: Mask^ST"));
-    }
+            want.push_back("embed_backward");
+            if (seg) want.push_back("embed_backward");
+            std::vector<std::string> got;
+            for (const ExplainStep& s : e.steps) got.push_back(s.function.substr(0, s.function.find_first_of(" ,")));
+            CHECK(got == want);
+            // Shapes: the symbols of the formula boxes, with this model's numbers.
+            std::map<std::string, std::string> shape_of;  // output name -> "symbol = shape"
+            for (const ExplainStep& s : e.steps)
+                for (const ExplainTensor& t : s.out) {
+                    shape_of[t.name] = t.symbol + " = " + t.shape;
+                    CHECK(t.first.size() == std::min<std::size_t>(3, t.first.size() + (t.more ? 3 : 0)));
+                }
+            const std::string nH = "n x H = " + std::to_string(n) + "x8";
+            CHECK(shape_of["X^(0)"] == nH);
+            CHECK(shape_of["X^(2)"] == nH);
+            CHECK(shape_of["X'^(1)"] == nH);
+            CHECK(shape_of["Z"] == "n x V = " + std::to_string(n) + "x13");
+            CHECK(shape_of["Concat(head_1, ..., head_A)"] == "n x AD = " + std::to_string(n) + "x8");
+            CHECK(shape_of["P = Softmax(Mask (.) Q K^T / sqrt(D))"] == "n x n = " + std::to_string(n) + "x" + std::to_string(n));
+            CHECK(shape_of["head_2"] == "n x D = " + std::to_string(n) + "x4");
+            CHECK(shape_of[c.activation == Activation::relu ? "max(0, X W_1 + b_1)" : "GELU(X W_1 + b_1)"] == "n x F = " + std::to_string(n) + "x16");
+            CHECK(shape_of["dW_e"] == "V x H = 13x8");
+            CHECK(shape_of["loss"] == "1 = 1");
+            // The first values are the real ones: the logits' and the masks'.
+            for (const ExplainStep& s : e.steps)
+                for (const ExplainTensor& t : s.out) {
+                    if (t.name == "Z")
+                        for (std::size_t k = 0; k < 3; k++) CHECK(t.first[k] == e.Z[k]);
+                    if (t.name == "Mask^(1)") {
+                        const Tensor<float> M = layer_mask<float>(c, 0, n);
+                        for (std::size_t k = 0; k < 3; k++) CHECK(t.first[k] == (double)M[k]);
+                        CHECK(s.picture.size() == (std::size_t)n);
+                    }
+                    if (t.name == "loss") CHECK(t.first[0] == doctest::Approx(e.loss).epsilon(1e-6));
+                }
+            const std::string text = explain_text(c, e.steps);
+            CHECK(m_contains(text, "==== forward ===="));
+            CHECK(m_contains(text, "==== backward"));
+            CHECK(m_contains(text, seg ? "diag(1 - t) Stack_n(w_A) + diag(t) Stack_n(w_B)" : "X^(0) = OneHot(x) W_e + W_p"));
+            if (c.variant == Variant::gpt3) CHECK(m_contains(text, "Mask^AR if l is even, Mask^ST if l is odd: Mask^ST"));
+        });
     const Config c = preset("tiny-gpt2");
     const Params<float> p = m_model<float>(c, 4, 0.1);
     Batch b = m_explain_batch(c);
@@ -10518,79 +10526,75 @@ TEST_CASE("explain: the values it shows are the model's: layer 1 recomputed from
     // The forward values explain prints come from model_forward's caches and the backward from
     // block_backward; here layer 1 is computed again from formulas §18 (post-LN, GPT) and §19 (pre-LN, GPT-2)
     // and every printed gradient is compared with model_loss's of the parameter it names.
-    for (const std::string name : {"tiny-gpt", "tiny-gpt2", "tiny-bert"}) {
-        CAPTURE(name);
-        const Config c = preset(name);
-        const Batch b = m_explain_batch(c);
-        const int n = b.n;
-        const Params<double> p = m_model<double>(c, 5, 0.3);
-        const Explained<double> e = explain(c, p, b, 64);
-        auto shown = [&](const std::string& out) {  // the first values explain prints for the output named out
-            for (const ExplainStep& s : e.steps)
-                for (const ExplainTensor& t : s.out)
-                    if (t.name == out) return t.first;
-            FAIL("explain prints no output named " << out);
-            return std::vector<double>();
-        };
-        auto check_shown = [&](const std::string& out, const Tensor<double>& want, const char* from) {
-            const std::vector<double> got = shown(out);
-            REQUIRE(got.size() == std::min<std::size_t>(64, want.size()));
-            for (std::size_t k = 0; k < got.size(); k++) {
-                INFO(out << " entry " << k + 1 << ": expected " << want[k] << " (" << from << "), explain shows " << got[k]);
-                CHECK(got[k] == doctest::Approx(want[k]).epsilon(1e-12));
-            }
-        };
-        // X^(0) = OneHot(x) W_e + W_p (+ BERT's segment vectors), formulas §18, §21.
-        Tensor<double> X0 = Embedding(b.tokens, p.W_e);
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < c.H; j++)
-                X0(i, j) += p.W_p(i, j) + (c.variant == Variant::bert ? (b.segments[i] ? p.w_B[j] : p.w_A[j]) : 0.0);
-        check_shown("X^(0)", X0, "OneHot(x) W_e + W_p, formulas §18");
-        const Layer<double>& w = p.layers[0];
-        const Tensor<double> Mask = c.variant == Variant::bert ? Mask_BD<double>(n) : Mask_AR<double>(n);
-        const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
-        if (!is_pre_ln(c.variant)) {  // §18: X' = LN(MHSA(X) + X), X^(1) = LN(FFN(X') + X')
-            const Tensor<double> a = MultiHeadSA(X0, Mask, w.attn);
-            const Tensor<double> Xq = LayerNorm(add(a, X0), w.ln_1_gamma, w.ln_1_beta, c.eps);
-            const Tensor<double> f = FFN(Xq, w.ffn, c.activation);
-            check_shown("MultiHeadSA(X^(0), Mask)", a, "MultiHeadSA(X^(0), Mask), formulas §12");
-            check_shown("X'^(1)", Xq, "LayerNorm(MultiHeadSA(X^(0)) + X^(0)), formulas §18");
-            check_shown(ffn + "(X'^(1))", f, "FFN(X'^(1)), formulas §14");
-            check_shown("X^(1)", LayerNorm(add(f, Xq), w.ln_2_gamma, w.ln_2_beta, c.eps), "LayerNorm(FFN(X') + X'), formulas §18");
-        } else {  // §19: X' = MHSA(LN(X)) + X, X^(1) = FFN(LN(X')) + X'
-            const Tensor<double> a = MultiHeadSA(LayerNorm(X0, w.ln_1_gamma, w.ln_1_beta, c.eps), Mask, w.attn);
-            const Tensor<double> Xq = add(a, X0);
-            const Tensor<double> f = FFN(LayerNorm(Xq, w.ln_2_gamma, w.ln_2_beta, c.eps), w.ffn, c.activation);
-            check_shown("MultiHeadSA(LayerNorm(X^(0)), Mask)", a, "MultiHeadSA(LayerNorm(X^(0)), Mask), formulas §12");
-            check_shown("X'^(1)", Xq, "MultiHeadSA(LayerNorm(X^(0))) + X^(0), formulas §19");
-            check_shown(ffn + "(LayerNorm(X'^(1)))", f, "FFN(LayerNorm(X'^(1))), formulas §14");
-            check_shown("X^(1)", add(f, Xq), "FFN(LayerNorm(X')) + X', formulas §19");
-        }
-        // Every gradient printed under a layer's box is that layer's; dX^(0) is what W_p's rows receive.
-        Params<double> g = make_params<double>(c);
-        model_loss(c, p, b, &g);
-        for (int l = 0; l < c.L; l++) {
-            std::map<std::string, const Tensor<double>*> of = {
-                {"dW_1", &g.layers[l].ffn.W_1}, {"db_2", &g.layers[l].ffn.b_2}, {"dW^O", &g.layers[l].attn.W_O},
-                {"dW_2^K", &g.layers[l].attn.W_K[1]}, {"dgamma (ln_1)", &g.layers[l].ln_1_gamma}, {"dbeta (ln_2)", &g.layers[l].ln_2_beta}};
-            std::set<std::string> seen;
-            for (const ExplainStep& s : e.steps)
-                if (s.box == "Backward, l = " + std::to_string(l + 1))
+    for (const std::string name : {"tiny-gpt", "tiny-gpt2", "tiny-bert"})
+        m_with_explained<double>(name, 5, 0.3, 64, [&](const Config& c, const Batch& b, const Params<double>& p, const Explained<double>& e) {
+            const int n = b.n;
+            auto shown = [&](const std::string& out) {  // the first values explain prints for the output named out
+                for (const ExplainStep& s : e.steps)
                     for (const ExplainTensor& t : s.out)
-                        if (of.count(t.name)) {
-                            seen.insert(t.name);
-                            for (std::size_t k = 0; k < t.first.size(); k++) {
-                                INFO("layer " << l + 1 << ", " << t.name << " entry " << k + 1 << ": expected " << (*of[t.name])[k]
-                                              << " (model_loss's gradient), explain shows " << t.first[k]);
-                                CHECK(t.first[k] == doctest::Approx((*of[t.name])[k]).epsilon(1e-12));
+                        if (t.name == out) return t.first;
+                FAIL("explain prints no output named " << out);
+                return std::vector<double>();
+            };
+            auto check_shown = [&](const std::string& out, const Tensor<double>& want, const char* from) {
+                const std::vector<double> got = shown(out);
+                REQUIRE(got.size() == std::min<std::size_t>(64, want.size()));
+                for (std::size_t k = 0; k < got.size(); k++) {
+                    INFO(out << " entry " << k + 1 << ": expected " << want[k] << " (" << from << "), explain shows " << got[k]);
+                    CHECK(got[k] == doctest::Approx(want[k]).epsilon(1e-12));
+                }
+            };
+            // X^(0) = OneHot(x) W_e + W_p (+ BERT's segment vectors), formulas §18, §21.
+            Tensor<double> X0 = Embedding(b.tokens, p.W_e);
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < c.H; j++)
+                    X0(i, j) += p.W_p(i, j) + (c.variant == Variant::bert ? (b.segments[i] ? p.w_B[j] : p.w_A[j]) : 0.0);
+            check_shown("X^(0)", X0, "OneHot(x) W_e + W_p, formulas §18");
+            const Layer<double>& w = p.layers[0];
+            const Tensor<double> Mask = c.variant == Variant::bert ? Mask_BD<double>(n) : Mask_AR<double>(n);
+            const std::string ffn = c.activation == Activation::relu ? "FFN_ReLU" : "FFN_GELU";
+            if (!is_pre_ln(c.variant)) {  // §18: X' = LN(MHSA(X) + X), X^(1) = LN(FFN(X') + X')
+                const Tensor<double> a = MultiHeadSA(X0, Mask, w.attn);
+                const Tensor<double> Xq = LayerNorm(add(a, X0), w.ln_1_gamma, w.ln_1_beta, c.eps);
+                const Tensor<double> f = FFN(Xq, w.ffn, c.activation);
+                check_shown("MultiHeadSA(X^(0), Mask)", a, "MultiHeadSA(X^(0), Mask), formulas §12");
+                check_shown("X'^(1)", Xq, "LayerNorm(MultiHeadSA(X^(0)) + X^(0)), formulas §18");
+                check_shown(ffn + "(X'^(1))", f, "FFN(X'^(1)), formulas §14");
+                check_shown("X^(1)", LayerNorm(add(f, Xq), w.ln_2_gamma, w.ln_2_beta, c.eps), "LayerNorm(FFN(X') + X'), formulas §18");
+            } else {  // §19: X' = MHSA(LN(X)) + X, X^(1) = FFN(LN(X')) + X'
+                const Tensor<double> a = MultiHeadSA(LayerNorm(X0, w.ln_1_gamma, w.ln_1_beta, c.eps), Mask, w.attn);
+                const Tensor<double> Xq = add(a, X0);
+                const Tensor<double> f = FFN(LayerNorm(Xq, w.ln_2_gamma, w.ln_2_beta, c.eps), w.ffn, c.activation);
+                check_shown("MultiHeadSA(LayerNorm(X^(0)), Mask)", a, "MultiHeadSA(LayerNorm(X^(0)), Mask), formulas §12");
+                check_shown("X'^(1)", Xq, "MultiHeadSA(LayerNorm(X^(0))) + X^(0), formulas §19");
+                check_shown(ffn + "(LayerNorm(X'^(1)))", f, "FFN(LayerNorm(X'^(1))), formulas §14");
+                check_shown("X^(1)", add(f, Xq), "FFN(LayerNorm(X')) + X', formulas §19");
+            }
+            // Every gradient printed under a layer's box is that layer's; dX^(0) is what W_p's rows receive.
+            Params<double> g = make_params<double>(c);
+            model_loss(c, p, b, &g);
+            for (int l = 0; l < c.L; l++) {
+                std::map<std::string, const Tensor<double>*> of = {
+                    {"dW_1", &g.layers[l].ffn.W_1}, {"db_2", &g.layers[l].ffn.b_2}, {"dW^O", &g.layers[l].attn.W_O},
+                    {"dW_2^K", &g.layers[l].attn.W_K[1]}, {"dgamma (ln_1)", &g.layers[l].ln_1_gamma}, {"dbeta (ln_2)", &g.layers[l].ln_2_beta}};
+                std::set<std::string> seen;
+                for (const ExplainStep& s : e.steps)
+                    if (s.box == "Backward, l = " + std::to_string(l + 1))
+                        for (const ExplainTensor& t : s.out)
+                            if (of.count(t.name)) {
+                                seen.insert(t.name);
+                                for (std::size_t k = 0; k < t.first.size(); k++) {
+                                    INFO("layer " << l + 1 << ", " << t.name << " entry " << k + 1 << ": expected " << (*of[t.name])[k]
+                                                  << " (model_loss's gradient), explain shows " << t.first[k]);
+                                    CHECK(t.first[k] == doctest::Approx((*of[t.name])[k]).epsilon(1e-12));
+                                }
                             }
-                        }
-            CHECK(seen.size() == of.size());
-        }
-        Tensor<double> dW_p_rows(n, c.H);  // rows 0..n-1 of dW_p
-        std::copy(g.W_p.data.begin(), g.W_p.data.begin() + (std::ptrdiff_t)n * c.H, dW_p_rows.data.begin());
-        check_shown("dX^(0)", dW_p_rows, "the rows of dW_p: position i reads W_p row i once, formulas §18");
-    }
+                CHECK(seen.size() == of.size());
+            }
+            Tensor<double> dW_p_rows(n, c.H);  // rows 0..n-1 of dW_p
+            std::copy(g.W_p.data.begin(), g.W_p.data.begin() + (std::ptrdiff_t)n * c.H, dW_p_rows.data.begin());
+            check_shown("dX^(0)", dW_p_rows, "the rows of dW_p: position i reads W_p row i once, formulas §18");
+        });
 }
 
 // A step of explain as docs/formulas.md lists it: its box and formula with the instance numbers of
@@ -13488,21 +13492,15 @@ TEST_CASE("CLI: bad input gives exit status 1 and 'error: ...' on stderr, never 
     m_cli_fails("params --preset gpt9", "unknown preset 'gpt9'");
     m_cli_fails("params --preset gpt1 --preset gpt1", "twice");
     m_cli_fails("params gpt1", "unexpected argument");
-    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,99 --out " + m_path("g.safetensors"), "token id 99");
-    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,-1 --out " + m_path("g.safetensors"), "token id -1");
-    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2,x --out " + m_path("g.safetensors"), "'x' is not an integer");
-    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2,99999999999 --out " + m_path("g.safetensors"), "not an integer");
-    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2,3,4,5,6,7,8,9,1,2,3,4,5,6,7,8 --out " + m_path("g.safetensors"),
-                "n_ctx = 16");
-    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1 --out " + m_path("g.safetensors"), "at least 2 tokens");
-    m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2 --masked 1 --out " + m_path("g.safetensors"), "--masked");
-    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --out " + m_path("g.safetensors"), "--masked");
-    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --masked 4 --out " + m_path("g.safetensors"), "outside 1..3");
-    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,13 --masked 3 --out " + m_path("g.safetensors"), "13");
-    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --segments 0,1 --masked 1 --out " + m_path("g.safetensors"),
-                "segment");
-    m_cli_fails("grad --checkpoint " + bert + " --tokens 1,2,3 --segments 0,1,2 --masked 1 --out " + m_path("g.safetensors"),
-                "segment");
+    // grad on the checkpoint ck with each (flags, part) of cases, writing g.safetensors: an error naming part.
+    auto grad_fails = [](const std::string& ck, const std::vector<std::pair<std::string, std::string>>& cases) {
+        for (const auto& k : cases) m_cli_fails("grad --checkpoint " + ck + " " + k.first + " --out " + m_path("g.safetensors"), k.second);
+    };
+    grad_fails(gpt, {{"--tokens 1,99", "token id 99"}, {"--tokens 1,-1", "token id -1"}, {"--tokens 1,2,x", "'x' is not an integer"},
+                     {"--tokens 1,2,99999999999", "not an integer"}, {"--tokens 1,2,3,4,5,6,7,8,9,1,2,3,4,5,6,7,8", "n_ctx = 16"},
+                     {"--tokens 1", "at least 2 tokens"}, {"--tokens 1,2 --masked 1", "--masked"}});
+    grad_fails(bert, {{"--tokens 1,2,3", "--masked"}, {"--tokens 1,2,3 --masked 4", "outside 1..3"}, {"--tokens 1,2,13 --masked 3", "13"},
+                      {"--tokens 1,2,3 --segments 0,1 --masked 1", "segment"}, {"--tokens 1,2,3 --segments 0,1,2 --masked 1", "segment"}});
     m_cli_fails("grad --checkpoint " + gpt + " --tokens 1,2 --out " + m_path("no/such/dir/g.safetensors"), "no/such/dir");
     m_cli_fails("train --steps abc", "--steps expects an integer, got 'abc'");
     m_cli_fails("train --steps 99999999999999999999", "--steps is out of range (at most 9223372036854775807), got '99999999999999999999'");
