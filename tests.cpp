@@ -13962,12 +13962,10 @@ TEST_CASE("finetune: SIGINT stops after the step; the command it prints goes on 
     m_run_ok("train --data " + dir + "/sums.txt --layers 1 --heads 2 --embd 16 --block 32 --batch 4 --steps 3 --eval-every 0 --quiet --out " + pre);
     m_run_ok("task --task classify --examples 200 --seed 1 --out " + tr);
     m_run_ok("task --task classify --examples 50 --seed 2 --held-out --out " + va);
-    // Stops the run `args` (in the background) by SIGINT after its first progress line; its stderr.
-    auto interrupt = [](const std::string& args, const std::string& base) { return m_interrupt(args, base, SIGINT); };
     const std::string ck = dir + "/ft.st";
-    const std::string err = interrupt("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va +
-                                          " --steps 1000000 --log-every 1 --lr 1e-3 --batch 4 --scratch --out " + ck,
-                                      dir + "/log1");
+    const std::string err = m_interrupt("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va +
+                                            " --steps 1000000 --log-every 1 --lr 1e-3 --batch 4 --scratch --out " + ck,
+                                        dir + "/log1", SIGINT);
     INFO("stderr: " << err);
     const std::string with = "(a new schedule of the same flags) with: " + std::string(m_PROGRAM) + " ";
     REQUIRE(m_contains(err, with));
@@ -13979,7 +13977,7 @@ TEST_CASE("finetune: SIGINT stops after the step; the command it prints goes on 
         CHECK_MESSAGE(m_contains(again, kept), "the command lacks '" << kept << "'");
     CHECK_FALSE(m_contains(again, "--scratch"));  // it goes on from the fine-tuned weights
     // Run as printed: it starts from ft.st, and stopped in turn names the next file of the series.
-    const std::string err2 = interrupt(again, dir + "/log2");
+    const std::string err2 = m_interrupt(again, dir + "/log2", SIGINT);
     INFO("stderr of the printed command: " << err2);
     CHECK(m_contains(err2, "; checkpoint " + dir + "/ft-2.st; "));
     CHECK(m_contains(err2, "with: " + std::string(m_PROGRAM) + " finetune --checkpoint " + dir + "/ft-2.st --out " + dir + "/ft-3.st "));
