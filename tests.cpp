@@ -13697,27 +13697,24 @@ TEST_CASE("flags: a flag's value that is itself a flag is an error, for every co
 
 TEST_CASE("CLI: a size or count given as 0 or less is an error naming the flag and the value") {
     const std::string out = " --out " + m_path("zero.st");
-    m_cli_fails("train --block 0" + out, "--block must be positive, got 0");
-    m_cli_fails("train --ffn 0" + out, "--ffn must be positive, got 0");
-    m_cli_fails("train --layers -2" + out, "--layers must be positive, got -2");
-    m_cli_fails("train --heads 0" + out, "--heads must be positive, got 0");
-    m_cli_fails("train --embd 0" + out, "--embd must be positive, got 0");
-    m_cli_fails("train --batch 0" + out, "--batch must be positive, got 0");
-    m_cli_fails("train --steps 0" + out, "--steps must be positive, got 0");
-    m_cli_fails("train --eval-steps 0" + out, "--eval-steps must be positive, got 0");
-    m_cli_fails("train --log-every 0" + out, "--log-every must be positive, got 0");
+    // command --flag value rest must fail naming the flag and the value.
+    auto must_be_positive = [](const std::string& command, const std::string& flag, const std::string& value, const std::string& rest) {
+        m_cli_fails(command + " --" + flag + " " + value + rest, "--" + flag + " must be positive, got " + value);
+    };
+    for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+             {"block", "0"}, {"ffn", "0"}, {"layers", "-2"}, {"heads", "0"}, {"embd", "0"}, {"batch", "0"}, {"steps", "0"},
+             {"eval-steps", "0"}, {"log-every", "0"}, {"accum", "0"}})
+        must_be_positive("train", flag, value, out);
     m_cli_fails("train --warmup -1" + out, "--warmup must be 0 or more, got -1");
-    m_cli_fails("train --accum 0" + out, "--accum must be positive, got 0");
-    m_cli_fails("finetune --checkpoint a --task classify --train a --val b --batch 0" + out, "--batch must be positive, got 0");
-    m_cli_fails("task --task text --examples 0" + out, "--examples must be positive, got 0");
-    m_cli_fails("sample --checkpoint x.st --prompt a --tokens 0", "--tokens must be positive, got 0");
+    must_be_positive("finetune --checkpoint a --task classify --train a --val b", "batch", "0", out);
+    must_be_positive("task --task text", "examples", "0", out);
+    must_be_positive("sample --checkpoint x.st --prompt a", "tokens", "0", "");
     m_cli_fails("sample --checkpoint x.st --prompt a --top-k -1", "--top-k must be 0 (all tokens) or more, got -1");
-    m_cli_fails("fill --checkpoint x.st --text a --top 0", "--top must be positive, got 0");
+    must_be_positive("fill --checkpoint x.st --text a", "top", "0", "");
     m_cli_fails("masks --n 0 --out " + m_path("m.svg"), "--n must be between 1 and 64, got 0");
-    m_cli_fails("masks --n 4 --window 0 --out " + m_path("m.svg"), "--window must be positive, got 0");
-    m_cli_fails("bench --preset tiny-gpt --layers 0", "--layers must be positive, got 0");
-    m_cli_fails("bench --preset tiny-gpt --heads -1", "--heads must be positive, got -1");
-    m_cli_fails("bench --preset tiny-gpt --steps 0", "--steps must be positive, got 0");
+    must_be_positive("masks --n 4", "window", "0", " --out " + m_path("m.svg"));
+    for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{{"layers", "0"}, {"heads", "-1"}, {"steps", "0"}})
+        must_be_positive("bench --preset tiny-gpt", flag, value, "");
     CHECK_FALSE(m_exists(m_path("zero.st")));
 }
 
