@@ -28,6 +28,7 @@
 //     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
 //     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
 //     TEACHING                       heat maps, attention pictures, explain
+//     PLATFORM                       every call to the operating system: files, signals, memory
 //     GENERATED TABLES               Unicode classes
 //
 // The sections follow those parts (middle: the banner each group belongs to; right: the doctest

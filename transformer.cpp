@@ -21,6 +21,7 @@
 //     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
 //     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
 //     TEACHING                       heat maps, attention pictures, explain
+//     PLATFORM                       every call to the operating system: files, signals, memory
 //     GENERATED TABLES               Unicode classes
 #include "transformer.hpp"
 
@@ -3790,40 +3791,6 @@ std::string json_escape(const std::string& s) {
     return out + "\"";
 }
 
-// ---- Files: outputs checked before the work, one durable writer ----------------------------------
-static std::string dir_of(const std::string& path) {
-    const std::size_t slash = path.rfind('/');
-    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-}
-
-// The file that writing to `path` replaces: symbolic links are followed, so a link stays a link
-// and its target gets the new contents.
-std::string resolve_output_path(const std::string& path) {
-    std::string p = path;
-    for (int hops = 0; hops < 40; hops++) {
-        struct stat st;
-        if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
-        std::vector<char> buf((std::size_t)PATH_MAX + 1);
-        const ssize_t k = ::readlink(p.c_str(), buf.data(), buf.size() - 1);
-        if (k < 0) throw Error("cannot read the symbolic link '" + p + "': " + std::strerror(errno));
-        const std::string target(buf.data(), (std::size_t)k);
-        p = target[0] == '/' ? target : dir_of(p) + "/" + target;
-    }
-    throw Error("'" + path + "': too many levels of symbolic links");
-}
-
-// Two names are the same file if they reach the same inode, or (for files that do not exist yet)
-// the same name in the same real directory.
-static std::string file_identity(const std::string& path) {
-    const std::string p = resolve_output_path(path);
-    struct stat st;
-    if (::stat(p.c_str(), &st) == 0) return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
-    char* real = ::realpath(dir_of(p).c_str(), nullptr);
-    const std::string dir = real ? real : dir_of(p);
-    std::free(real);
-    return "path " + dir + "/" + p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
-}
-
 // ---- Whose file is it? ---------------------------------------------------------------------------
 // Every kind of file this program writes carries a mark it can recognise later: the key
 // "written_by": "transformer" in a safetensors file's metadata and in an exported config.json, a
@@ -3933,24 +3900,24 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
     for (const OutputFile& o : outputs) {
         const std::string what = o.role + " '" + o.path + "'";
         if (o.path.empty()) throw Error(o.role + " is empty");
-        auto check_type = [&](const struct stat& st) {
-            if (S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": it is a directory");
-            if (S_ISFIFO(st.st_mode)) throw Error("cannot write " + what + ": it is a FIFO or pipe, not a regular file");
-            if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) throw Error("cannot write " + what + ": it is a device, not a regular file");
-            if (!S_ISREG(st.st_mode)) throw Error("cannot write " + what + ": it is not a regular file");
+        auto check_kind = [&](PathKind k) {
+            if (k == PathKind::directory) throw Error("cannot write " + what + ": it is a directory");
+            if (k == PathKind::fifo) throw Error("cannot write " + what + ": it is a FIFO or pipe, not a regular file");
+            if (k == PathKind::device) throw Error("cannot write " + what + ": it is a device, not a regular file");
+            if (k != PathKind::regular && k != PathKind::missing) throw Error("cannot write " + what + ": it is not a regular file");
         };
-        struct stat st;
         // The kernel's own view first: on Linux /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]" is a
         // link whose text names no file, so only stat through it sees the pipe or terminal; on macOS
         // /dev/stdout -> /dev/fd/1, whose stat is the open file's as well.
-        if (::stat(o.path.c_str(), &st) == 0) check_type(st);
+        check_kind(path_kind(o.path));
         const std::string p = resolve_output_path(o.path);
         const std::string dir = dir_of(p);
-        if (::stat(dir.c_str(), &st) != 0) throw Error("cannot write " + what + ": directory '" + dir + "' does not exist");
-        if (!S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": '" + dir + "' is not a directory");
-        if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        const PathKind dir_kind = path_kind(dir);
+        if (dir_kind == PathKind::missing) throw Error("cannot write " + what + ": directory '" + dir + "' does not exist");
+        if (dir_kind != PathKind::directory) throw Error("cannot write " + what + ": '" + dir + "' is not a directory");
+        if (!directory_writable(dir))
             throw Error("cannot write " + what + ": directory '" + dir + "' is not writable (" + std::strerror(errno) + ")");
-        if (::stat(p.c_str(), &st) == 0) check_type(st);
+        check_kind(path_kind(p));
         ids.push_back(file_identity(o.path));
         for (std::size_t j = 0; j + 1 < ids.size(); j++)
             if (ids[j] == ids.back())
@@ -3966,241 +3933,16 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
     }
     for (const OutputFile& o : outputs) {  // last: an existing file must be one this program writes
         const std::string p = resolve_output_path(o.path);
-        struct stat st;
-        if (::stat(p.c_str(), &st) == 0 && !holds_kind(p, o.kind))
+        if (path_kind(p) != PathKind::missing && !holds_kind(p, o.kind))
             throw Error("refusing to replace " + o.role + " '" + o.path + "': it exists and is not " + kind_name(o.kind) +
                         " (only files this program wrote are replaced; remove it or choose another name)");
     }
 }
 
-// The peak resident set of getrusage in MiB: ru_maxrss counts bytes on macOS, KiB on Linux and the BSDs.
-static double max_rss_mib(const struct rusage& ru) {
-#if defined(__APPLE__)
-    return (double)ru.ru_maxrss / (1024.0 * 1024.0);
-#else
-    return (double)ru.ru_maxrss / 1024.0;
-#endif
-}
-
-// The temporary file being written, so that Ctrl-C (SIGINT), SIGTERM or SIGHUP removes it before
-// the program ends (unlink is safe in a signal handler). kill -9 cannot be caught: then a hidden
-// ".NAME.tmp.XXXXXX" beside the target may stay behind, and the target is untouched.
-// While a training loop runs (g_loop_stoppable), the first SIGINT or SIGTERM only records itself
-// in g_stop_signal: the loop finishes its step, writes a checkpoint and returns (TrainResult::signal);
-// a second signal ends the program as before.
-static char g_tmp_path[PATH_MAX + 1];
-static volatile std::sig_atomic_t g_tmp_active = 0;
-static volatile std::sig_atomic_t g_loop_stoppable = 0, g_stop_signal = 0;
-// A StagedDir's files and (when it made it) its directory, for the handler to remove: a slot is
-// filled before the count that makes it visible grows.
-static constexpr int STAGED_MAX = 16;
-static char g_staged_paths[STAGED_MAX][PATH_MAX + 1];
-static volatile std::sig_atomic_t g_staged_count = 0;
-static char g_staged_dir[PATH_MAX + 1];
-static volatile std::sig_atomic_t g_staged_dir_active = 0;
-extern "C" void remove_tmp_on_signal(int sig) {
-    if (g_loop_stoppable && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
-        g_stop_signal = sig;
-        return;
-    }
-    if (g_tmp_active) ::unlink(g_tmp_path);
-    for (int k = 0; k < g_staged_count; k++) ::unlink(g_staged_paths[k]);
-    if (g_staged_dir_active) ::rmdir(g_staged_dir);
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-}
-// The handler on SIGINT, SIGTERM and SIGHUP (a signal the shell had ignored stays ignored).
-static void install_removal_handlers() {
-    static bool installed = false;
-    if (installed) return;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP})
-        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
-    installed = true;
-}
-// SIGINT, SIGTERM and SIGHUP held off in a scope (delivered when it ends).
-struct SignalsHeld {
-    sigset_t old;
-    SignalsHeld() {
-        sigset_t set;
-        sigemptyset(&set);
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-        sigprocmask(SIG_BLOCK, &set, &old);
-    }
-    ~SignalsHeld() { sigprocmask(SIG_SETMASK, &old, nullptr); }
-};
-
-AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(path)) {
-    struct stat st;
-    const bool exists = ::stat(target_.c_str(), &st) == 0;
-    if (exists && !S_ISREG(st.st_mode)) throw Error("cannot write '" + path + "': it exists and is not a regular file");
-    std::string base = target_.substr(target_.rfind('/') == std::string::npos ? 0 : target_.rfind('/') + 1);
-    std::string tmpl = dir_of(target_) + "/." + base + ".tmp.XXXXXX";
-    if (tmpl.size() > PATH_MAX) throw Error("cannot write '" + path + "': the path is too long");
-    std::vector<char> name(tmpl.begin(), tmpl.end());
-    name.push_back('\0');
-    fd_ = ::mkstemp(name.data());
-    if (fd_ < 0) throw Error("cannot write '" + path + "': cannot create a temporary file in '" + dir_of(target_) + "': " + std::strerror(errno));
-    tmp_ = name.data();
-    mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::fchmod(fd_, exists ? (st.st_mode & 07777) : (0666 & ~mask));  // the mode a plain fopen would give
-    install_removal_handlers();
-    std::memcpy(g_tmp_path, tmp_.c_str(), tmp_.size() + 1);
-    g_tmp_active = 1;
-    buf_.reserve(1 << 20);
-}
-
-AtomicFile::~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
-    g_tmp_active = 0;
-}
-
-void AtomicFile::fail(const std::string& what) {
-    const std::string reason = std::strerror(errno);
-    if (fd_ >= 0) ::close(fd_), fd_ = -1;
-    ::unlink(tmp_.c_str());
-    tmp_.clear();
-    g_tmp_active = 0;
-    throw Error("cannot write '" + target_ + "': " + what + ": " + reason + " (the previous file, if any, is unchanged)");
-}
-
-void AtomicFile::flush_buffer() {
-    std::size_t done = 0;
-    while (done < buf_.size()) {
-        const ssize_t k = ::write(fd_, buf_.data() + done, buf_.size() - done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            if (k == 0) errno = ENOSPC;
-            fail("write failed");
-        }
-        done += (std::size_t)k;
-    }
-    buf_.clear();
-}
-
-void AtomicFile::write(const void* data, std::size_t n) {
-    if (fd_ < 0) throw Error("AtomicFile: write after commit or failure");
-    const char* p = (const char*)data;
-    if (buf_.size() + n > buf_.capacity()) flush_buffer();
-    if (n >= buf_.capacity()) {  // large blocks go straight to the file
-        buf_.assign(p, p + n);
-        flush_buffer();
-        buf_.shrink_to_fit(), buf_.reserve(1 << 20);
-        return;
-    }
-    buf_.insert(buf_.end(), p, p + n);
-}
-
-void AtomicFile::commit() {
-    if (fd_ < 0) throw Error("AtomicFile: commit twice or after failure");
-    flush_buffer();
-    if (::fsync(fd_) != 0) fail("fsync failed");
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail("close failed");
-    if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file over it");
-    committed_ = true;
-    g_tmp_active = 0;
-    const int dfd = ::open(dir_of(target_).c_str(), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {  // make the rename itself durable; some file systems cannot fsync a directory
-        const int r = ::fsync(dfd);
-        const int e = errno;
-        ::close(dfd);
-        if (r != 0 && e != EINVAL && e != EROFS)
-            throw Error("wrote '" + target_ + "' but could not fsync its directory: " + std::strerror(e));
-    }
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-    AtomicFile f(path);
-    f.write(bytes.data(), bytes.size());
-    f.commit();
-}
-
-std::string path_in_dir(const std::string& dir, const std::string& name) {
-    std::string d = dir;
-    while (d.size() > 1 && d.back() == '/') d.pop_back();
-    return d == "/" ? "/" + name : d + "/" + name;
-}
-
-std::string& program_name() {
-    static std::string name = "transformer";
-    return name;
-}
-
-StagedDir::StagedDir(const std::string& dir) : dir_(dir) {
-    if (g_staged_count > 0 || g_staged_dir_active) throw Error("StagedDir: another staged directory is open");
-    if (path_in_dir(dir, "").size() > PATH_MAX) throw Error("cannot write '" + dir + "': the path is too long");
-    install_removal_handlers();
-    struct stat st;
-    if (::stat(dir.c_str(), &st) == 0) return;
-    const SignalsHeld held;  // the directory and the note that it is ours come into being together
-    if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
-    std::snprintf(g_staged_dir, sizeof g_staged_dir, "%s", dir.c_str());
-    g_staged_dir_active = 1;
-    created_ = true;
-}
-
-std::string StagedDir::stage(const std::string& name) {
-    if (committed_) throw Error("StagedDir: stage after commit");
-    if ((int)staged_.size() >= STAGED_MAX) throw Error("StagedDir: more than " + std::to_string(STAGED_MAX) + " files");
-    const std::string path = path_in_dir(dir_, "." + name + ".staged." + std::to_string((long long)::getpid()));
-    if (path.size() > PATH_MAX) throw Error("cannot write '" + path_in_dir(dir_, name) + "': the path is too long");
-    const int k = (int)g_staged_count;
-    std::snprintf(g_staged_paths[k], sizeof g_staged_paths[k], "%s", path.c_str());
-    g_staged_count = k + 1;
-    staged_.push_back({path, path_in_dir(dir_, name)});
-    return path;
-}
-
-void StagedDir::commit(const std::vector<std::string>& remove) {
-    if (committed_) throw Error("StagedDir: commit twice");
-    const SignalsHeld held;  // all of it, or (on an error) what the destructor leaves
-    for (std::size_t k = 0; k < staged_.size(); k++) {
-        if (::rename(staged_[k].first.c_str(), staged_[k].second.c_str()) != 0)
-            throw Error("cannot rename '" + staged_[k].first + "' to '" + staged_[k].second + "': " + std::strerror(errno));
-        staged_[k].first = staged_[k].second;  // in place now: removed only with a directory this object made
-    }
-    for (const std::string& name : remove) {
-        const std::string path = path_in_dir(dir_, name);
-        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-            throw Error("cannot remove the earlier run's '" + path + "': " + std::strerror(errno));
-    }
-    committed_ = true;
-    g_staged_count = 0, g_staged_dir_active = 0;
-    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {  // the renames durable (some file systems cannot fsync a directory)
-        ::fsync(dfd);
-        ::close(dfd);
-    }
-}
-
-std::string StagedDir::failure(std::string message) const {
-    std::string moved;  // files a failed commit had already renamed into an existing directory
-    for (const auto& f : staged_) {
-        if (f.first == f.second) moved += (moved.empty() ? "" : ", ") + f.second;
-        for (std::size_t at = message.find(f.first); at != std::string::npos; at = message.find(f.first, at + f.second.size()))
-            message.replace(at, f.first.size(), f.second);
-    }
-    if (created_) return message + "; nothing written ('" + dir_ + "' not created)";
-    return message + (moved.empty() ? "; '" + dir_ + "' unchanged" : "; only " + moved + " replaced");
-}
-
-StagedDir::~StagedDir() {
-    if (committed_) return;
-    const SignalsHeld held;
-    g_staged_count = 0, g_staged_dir_active = 0;
-    for (const auto& f : staged_)  // staged files, and files already in place when a commit failed in a new directory
-        if (f.first != f.second || created_) ::unlink(f.first.c_str());
-    if (created_) ::rmdir(dir_.c_str());  // only if empty: a file someone else put there keeps it
-}
-
 std::FILE* open_input(const std::string& path) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
-    struct stat st;
-    if (::fstat(::fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (is_directory(f)) {
         std::fclose(f);
         throw Error("cannot read '" + path + "': it is a directory, not a file");
     }
@@ -4342,9 +4084,9 @@ private:
 SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
     f_ = open_input(path);
     try {
-        struct stat sb;
-        if (::fstat(::fileno(f_), &sb) != 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-        const std::size_t file_size = (std::size_t)sb.st_size;
+        const long long size = file_size(f_);
+        if (size < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+        const std::size_t file_size = (std::size_t)size;
         unsigned char size_le[8];
         if (file_size < 8 || std::fread(size_le, 1, 8, f_) != 8) throw bad("shorter than its 8-byte header size");
         uint64_t n = 0;
@@ -4419,7 +4161,7 @@ bool SafeTensorsReader::read(const Entry& e, float* dst, std::size_t first, std:
     const std::size_t at = data_start_ + e.begin + 4 * first;
     if (count == 0) return true;
     if (4 * (first + count) > e.end - e.begin) throw Error("safetensors: read past the end of tensor '" + e.name + "'");
-    if (std::fseek(f_, (long)at, SEEK_SET) != 0) throw bad("truncated while reading tensor '" + e.name + "'");
+    if (!seek_to(f_, (long long)at)) throw bad("truncated while reading tensor '" + e.name + "'");
     // 256 Ki floats (1 MiB) at a time: each chunk goes straight into dst and is checked while it is
     // in the cache (a check after the whole model would read all of it from memory a second time).
     constexpr std::size_t chunk = std::size_t(1) << 18;
@@ -4548,9 +4290,8 @@ std::pair<long long, long long> strip_checkpoint(const std::string& in, const st
     meta.erase("train.rng");
     meta["weights_only"] = "1";
     save_model(out, lm.config, lm.params, meta);
-    struct stat a, b;
-    const bool sized = ::stat(in.c_str(), &a) == 0 && ::stat(out.c_str(), &b) == 0;
-    return sized ? std::make_pair((long long)a.st_size, (long long)b.st_size) : std::make_pair(-1LL, -1LL);
+    const long long a = file_size(in), b = file_size(out);
+    return a >= 0 && b >= 0 ? std::make_pair(a, b) : std::make_pair(-1LL, -1LL);
 }
 
 // ---- Released GPT-2 weights (a Hugging Face model.safetensors) ---------------------------------
@@ -5346,20 +5087,14 @@ bool file_has_mark(const std::string& path) {
 void check_output_dir(const std::string& dir, const std::string& role, const std::vector<std::string>& names,
                       const std::string& marker) {
     if (dir.empty()) throw Error(role + " is empty");
-    struct stat st;
     const std::string what = role + " '" + dir + "'";
-    if (::stat(dir.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": it exists and is not a directory");
-        if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    const PathKind kind = path_kind(dir);
+    if (kind != PathKind::missing) {
+        if (kind != PathKind::directory) throw Error("cannot write " + what + ": it exists and is not a directory");
+        if (!directory_writable(dir))
             throw Error("cannot write " + what + ": the directory is not writable (" + std::strerror(errno) + ")");
         std::vector<std::string> entries;
-        if (DIR* d = ::opendir(dir.c_str())) {
-            while (const dirent* e = ::readdir(d))
-                if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) entries.push_back(e->d_name);
-            ::closedir(d);
-        } else {
-            throw Error("cannot read the directory " + what + ": " + std::strerror(errno));
-        }
+        if (!directory_entries(dir, entries)) throw Error("cannot read the directory " + what + ": " + std::strerror(errno));
         if (entries.empty()) return;
         std::sort(entries.begin(), entries.end());
         std::string list;
@@ -5377,9 +5112,9 @@ void check_output_dir(const std::string& dir, const std::string& role, const std
     std::string d = dir;
     while (d.size() > 1 && d.back() == '/') d.pop_back();
     const std::string parent = dir_of(d);
-    if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    if (path_kind(parent) != PathKind::directory)
         throw Error("cannot write " + what + ": its parent directory '" + parent + "' does not exist");
-    if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    if (!directory_writable(parent))
         throw Error("cannot write " + what + ": cannot create it in '" + parent + "' (" + std::strerror(errno) + ")");
 }
 
@@ -5647,8 +5382,7 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
     const std::vector<std::pair<std::string, std::string>> tok_files = hf_tokenizer_files(tok, c);
     std::vector<OutputFile> outs;  // the directory is new, empty or ours: its files are ours to replace
     for (const std::string& name : HF_EXPORT_FILES) outs.push_back({path_in_dir(dir, name), "--out/" + name, OutputKind::in_own_dir});
-    struct stat st;
-    if (::stat(dir.c_str(), &st) == 0) check_outputs(outs, {{input, "--checkpoint"}});  // a new directory holds nothing to check
+    if (path_kind(dir) != PathKind::missing) check_outputs(outs, {{input, "--checkpoint"}});  // a new directory holds nothing to check
     // Every file is staged and renamed into place at the end: an error or a signal before that
     // leaves the directory as it was (a new one is removed again).
     StagedDir staged(dir);
@@ -5863,8 +5597,7 @@ ModelSpeed model_speed(const Config& c, Params<float>& p) {
     using Clock = std::chrono::steady_clock;
     auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
     ModelSpeed r;
-    const char* tmp = std::getenv("TMPDIR");
-    const std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/transformer-bench-" + std::to_string(::getpid()) + ".safetensors";
+    const std::string path = temporary_directory() + "/transformer-bench-" + std::to_string(process_id()) + ".safetensors";
     struct Removed {
         std::string path;
         ~Removed() { std::remove(path.c_str()); }
@@ -5932,35 +5665,6 @@ TrainMemory train_memory(const Config& c, long long B, int n) {
     const double rows = (double)B * n;
     const double logit_rows = is_causal(c.variant) ? rows : 0.15 * rows;  // a masked LM de-embeds its targets only
     m.activations = 4 * (rows * (double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + logit_rows * 2.0 * c.V);
-    return m;
-}
-
-// A number from a one-line file of the kernel's (cgroup limits), or -1 when there is none or it
-// says "max".
-static double read_limit_file(const char* path) {
-    std::FILE* f = std::fopen(path, "r");
-    if (!f) return -1;
-    char buf[64] = {0};
-    const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
-    std::fclose(f);
-    if (!got) return -1;
-    char* end = nullptr;
-    const double v = std::strtod(buf, &end);
-    return end == buf || v <= 0 ? -1 : v;
-}
-
-MemoryLimit memory_limit() {
-    MemoryLimit m;
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    m.bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-    m.source = "the machine's physical memory";
-    auto consider = [&](double bytes, const char* source) {
-        if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m.bytes = bytes, m.source = source;
-    };
-    consider(read_limit_file("/sys/fs/cgroup/memory.max"), "the cgroup's memory.max");
-    consider(read_limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "the cgroup's memory.limit_in_bytes");
-    struct rlimit as;
-    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) consider((double)as.rlim_cur, "the address-space limit (ulimit -v)");
     return m;
 }
 
@@ -6236,8 +5940,7 @@ static std::string resume_data_path(const std::map<std::string, std::string>& md
     std::string path = given;
     if (path.empty()) {
         const std::string abs = md.count(key + "_path") ? md.at(key + "_path") : "";
-        struct stat st;
-        path = ::stat(recorded.c_str(), &st) == 0 || abs.empty() || ::stat(abs.c_str(), &st) != 0 ? recorded : abs;
+        path = path_kind(recorded) != PathKind::missing || abs.empty() || path_kind(abs) == PathKind::missing ? recorded : abs;
     }
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f)
@@ -6266,9 +5969,8 @@ static void check_resume_data(const std::map<std::string, std::string>& md, std:
 static void record_data(std::map<std::string, std::string>& meta, const std::string& path, std::size_t bytes, uint64_t hash,
                         const DataRecord& r) {
     const std::string key = r.key;
-    char* abs = ::realpath(path.c_str(), nullptr);
-    meta[key + "_path"] = abs ? abs : path;
-    std::free(abs);
+    const std::string abs = real_path(path);
+    meta[key + "_path"] = abs.empty() ? path : abs;
     meta[key + "_bytes"] = std::to_string(bytes);
     meta[key + "_fnv1a64"] = std::to_string(hash);
 }
@@ -6484,11 +6186,9 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
     long long since_log = 0;
     double loss_sum = 0;
     std::vector<double> parts, part_sums(obj.part_names.size(), 0.0);
-    g_stop_signal = 0, g_loop_stoppable = 1;  // SIGINT/SIGTERM: finish the step, save, return
-    for (int sig : {SIGINT, SIGTERM})
-        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+    loop_stop_begin();  // SIGINT/SIGTERM: finish the step, save, return
     struct LoopEnd {  // the loop may also end by an exception
-        ~LoopEnd() { g_loop_stoppable = 0; }
+        ~LoopEnd() { loop_stop_end(); }
     } loop_end;
     for (long long step_index = s.step0; step_index < last; step_index++) {
         const long long step = step_index + 1;
@@ -6526,14 +6226,14 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
             loss_sum = 0;
             std::fill(part_sums.begin(), part_sums.end(), 0.0);
         }
-        if ((o.save_every > 0 && step % o.save_every == 0) || step == last || g_stop_signal) save(step);
+        if ((o.save_every > 0 && step % o.save_every == 0) || step == last || loop_stop_signal()) save(step);
         r.steps_done = step;
-        if (g_stop_signal) {
-            r.signal = (int)g_stop_signal;
+        if (loop_stop_signal()) {
+            r.signal = loop_stop_signal();
             break;
         }
     }
-    g_loop_stoppable = 0;
+    loop_stop_end();
     r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
     if (r.steps_done == 0) throw Error("train: nothing to do (the checkpoint is already at step " + std::to_string(s.step0) + ")");
     write_file_atomic(base + ".csv", s.log_csv);
@@ -6858,8 +6558,8 @@ static void finish_training(TrainResult& r, const TrainOptions& o, RunState& s, 
                                          "--line-windows' training and estimate windows do" : "",
                         o.eval_steps, r.val_loss);
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
-        struct rusage ru;
-        if (::getrusage(RUSAGE_SELF, &ru) == 0) std::printf("peak memory (max resident set): %.1f MB\n", max_rss_mib(ru));
+        const double peak = peak_memory_mib();
+        if (peak >= 0) std::printf("peak memory (max resident set): %.1f MB\n", peak);
     }
 }
 
@@ -8279,8 +7979,7 @@ std::string bpe_vocab_bpe(const BpeLearnt& b) {
 
 void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& inputs) {
     check_output_dir(dir, "--out", {"encoder.json", "vocab.bpe"}, "vocab.bpe");  // our vocab.bpe's first line is the mark
-    struct stat st;
-    if (::stat(dir.c_str(), &st) != 0) return;  // created later: holds nothing yet
+    if (path_kind(dir) == PathKind::missing) return;  // created later: holds nothing yet
     std::vector<InputFile> in;
     for (const std::string& i : inputs) in.push_back({i, "--data"});
     check_outputs({{path_in_dir(dir, "encoder.json"), "--out encoder.json", OutputKind::in_own_dir},
@@ -11424,33 +11123,11 @@ static std::string inline_svg(const std::string& svg) {
     return at == std::string::npos ? svg : svg.substr(at);
 }
 
-// The absolute path of the running program: /proc/self/exe on Linux, _NSGetExecutablePath (made
-// absolute by realpath) on macOS; empty elsewhere, where explain --html looks for the source at the
-// path it was compiled from alone.
-static std::string executable_path() {
-#if defined(__APPLE__)
-    char exe[4096];
-    uint32_t size = sizeof exe;
-    if (_NSGetExecutablePath(exe, &size) != 0) return "";
-    char* real = ::realpath(exe, nullptr);
-    const std::string e = real ? real : "";
-    std::free(real);
-    return e;
-#elif defined(__linux__)
-    char exe[4096];
-    const ssize_t k = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-    return k > 0 ? std::string(exe, (std::size_t)k) : std::string();
-#else
-    return "";
-#endif
-}
-
 // The first of `tries` that is a regular file, read, and its path in used. None: an error naming the
 // file if it was `given` (what it is: "the source"), else "" and used "".
 static std::string read_first(const std::vector<std::string>& tries, const std::string& given, const char* what, std::string& used) {
     for (const std::string& p : tries) {
-        struct stat st;
-        if (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (path_kind(p) != PathKind::regular) continue;
         used = p;
         return read_file(p);
     }
@@ -11930,6 +11607,403 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
 
 template Explained<float> explain(const Config&, const Params<float>&, const Batch&, int, const ExplainDetail*);
 template Explained<double> explain(const Config&, const Params<double>&, const Batch&, int, const ExplainDetail*);
+
+// ================================================================================================
+// PLATFORM: every call to the operating system, behind the functions transformer.hpp declares
+// under this banner: what a path names, sizes and seeking past 2 GiB, directories, the durable
+// writers (AtomicFile, StagedDir) and the signals that clean up after them, the training loop's
+// stop, the program's own path, the temporary directory, memory. The rest of the program calls
+// these and nothing of the system; a port to another system changes this section alone.
+// ================================================================================================
+
+// ---- Paths and files -----------------------------------------------------------------------------
+PathKind path_kind(const std::string& path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return PathKind::missing;
+    if (S_ISREG(st.st_mode)) return PathKind::regular;
+    if (S_ISDIR(st.st_mode)) return PathKind::directory;
+    if (S_ISFIFO(st.st_mode)) return PathKind::fifo;
+    if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return PathKind::device;
+    return PathKind::other;
+}
+
+long long file_size(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? (long long)st.st_size : -1;
+}
+
+long long file_size(std::FILE* f) {
+    struct stat st;
+    return ::fstat(::fileno(f), &st) == 0 ? (long long)st.st_size : -1;
+}
+
+bool is_directory(std::FILE* f) {
+    struct stat st;
+    return ::fstat(::fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool seek_to(std::FILE* f, long long at) {
+    return ::fseeko(f, (off_t)at, SEEK_SET) == 0;
+}
+
+bool directory_writable(const std::string& dir) {
+    return ::access(dir.c_str(), W_OK | X_OK) == 0;
+}
+
+bool directory_entries(const std::string& dir, std::vector<std::string>& names) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return false;
+    while (const dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
+    ::closedir(d);
+    return true;
+}
+
+std::string real_path(const std::string& path) {
+    char* real = ::realpath(path.c_str(), nullptr);
+    const std::string r = real ? real : "";
+    std::free(real);
+    return r;
+}
+
+std::string dir_of(const std::string& path) {
+    const std::size_t slash = path.rfind('/');
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The file that writing to `path` replaces: symbolic links are followed, so a link stays a link
+// and its target gets the new contents.
+std::string resolve_output_path(const std::string& path) {
+    std::string p = path;
+    for (int hops = 0; hops < 40; hops++) {
+        struct stat st;
+        if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+        std::vector<char> buf((std::size_t)PATH_MAX + 1);
+        const ssize_t k = ::readlink(p.c_str(), buf.data(), buf.size() - 1);
+        if (k < 0) throw Error("cannot read the symbolic link '" + p + "': " + std::strerror(errno));
+        const std::string target(buf.data(), (std::size_t)k);
+        p = target[0] == '/' ? target : dir_of(p) + "/" + target;
+    }
+    throw Error("'" + path + "': too many levels of symbolic links");
+}
+
+// Two names are the same file if they reach the same inode, or (for files that do not exist yet)
+// the same name in the same real directory.
+std::string file_identity(const std::string& path) {
+    const std::string p = resolve_output_path(path);
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0) return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+    char* real = ::realpath(dir_of(p).c_str(), nullptr);
+    const std::string dir = real ? real : dir_of(p);
+    std::free(real);
+    return "path " + dir + "/" + p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
+}
+
+std::string temporary_directory() {
+    const char* tmp = std::getenv("TMPDIR");
+    return tmp && *tmp ? tmp : "/tmp";
+}
+
+long long process_id() {
+    return (long long)::getpid();
+}
+
+bool stdout_is_terminal() {
+    return ::isatty(STDOUT_FILENO) != 0;
+}
+
+// The absolute path of the running program: /proc/self/exe on Linux, _NSGetExecutablePath (made
+// absolute by realpath) on macOS; empty elsewhere, where explain --html looks for the source at the
+// path it was compiled from alone.
+std::string executable_path() {
+#if defined(__APPLE__)
+    char exe[4096];
+    uint32_t size = sizeof exe;
+    if (_NSGetExecutablePath(exe, &size) != 0) return "";
+    char* real = ::realpath(exe, nullptr);
+    const std::string e = real ? real : "";
+    std::free(real);
+    return e;
+#elif defined(__linux__)
+    char exe[4096];
+    const ssize_t k = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    return k > 0 ? std::string(exe, (std::size_t)k) : std::string();
+#else
+    return "";
+#endif
+}
+
+// ---- The durable writers and the signals that clean up after them --------------------------------
+// The temporary file being written, so that Ctrl-C (SIGINT), SIGTERM or SIGHUP removes it before
+// the program ends (unlink is safe in a signal handler). kill -9 cannot be caught: then a hidden
+// ".NAME.tmp.XXXXXX" beside the target may stay behind, and the target is untouched.
+// While a training loop runs (g_loop_stoppable), the first SIGINT or SIGTERM only records itself
+// in g_stop_signal: the loop finishes its step, writes a checkpoint and returns (TrainResult::signal);
+// a second signal ends the program as before.
+static char g_tmp_path[PATH_MAX + 1];
+static volatile std::sig_atomic_t g_tmp_active = 0;
+static volatile std::sig_atomic_t g_loop_stoppable = 0, g_stop_signal = 0;
+// A StagedDir's files and (when it made it) its directory, for the handler to remove: a slot is
+// filled before the count that makes it visible grows.
+static constexpr int STAGED_MAX = 16;
+static char g_staged_paths[STAGED_MAX][PATH_MAX + 1];
+static volatile std::sig_atomic_t g_staged_count = 0;
+static char g_staged_dir[PATH_MAX + 1];
+static volatile std::sig_atomic_t g_staged_dir_active = 0;
+extern "C" void remove_tmp_on_signal(int sig) {
+    if (g_loop_stoppable && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
+        g_stop_signal = sig;
+        return;
+    }
+    if (g_tmp_active) ::unlink(g_tmp_path);
+    for (int k = 0; k < g_staged_count; k++) ::unlink(g_staged_paths[k]);
+    if (g_staged_dir_active) ::rmdir(g_staged_dir);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+// The handler on SIGINT, SIGTERM and SIGHUP (a signal the shell had ignored stays ignored).
+static void install_removal_handlers() {
+    static bool installed = false;
+    if (installed) return;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+    installed = true;
+}
+// SIGINT, SIGTERM and SIGHUP held off in a scope (delivered when it ends).
+struct SignalsHeld {
+    sigset_t old;
+    SignalsHeld() {
+        sigset_t set;
+        sigemptyset(&set);
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+        sigprocmask(SIG_BLOCK, &set, &old);
+    }
+    ~SignalsHeld() { sigprocmask(SIG_SETMASK, &old, nullptr); }
+};
+
+AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(path)) {
+    struct stat st;
+    const bool exists = ::stat(target_.c_str(), &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) throw Error("cannot write '" + path + "': it exists and is not a regular file");
+    std::string base = target_.substr(target_.rfind('/') == std::string::npos ? 0 : target_.rfind('/') + 1);
+    std::string tmpl = dir_of(target_) + "/." + base + ".tmp.XXXXXX";
+    if (tmpl.size() > PATH_MAX) throw Error("cannot write '" + path + "': the path is too long");
+    std::vector<char> name(tmpl.begin(), tmpl.end());
+    name.push_back('\0');
+    fd_ = ::mkstemp(name.data());
+    if (fd_ < 0) throw Error("cannot write '" + path + "': cannot create a temporary file in '" + dir_of(target_) + "': " + std::strerror(errno));
+    tmp_ = name.data();
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd_, exists ? (st.st_mode & 07777) : (0666 & ~mask));  // the mode a plain fopen would give
+    install_removal_handlers();
+    std::memcpy(g_tmp_path, tmp_.c_str(), tmp_.size() + 1);
+    g_tmp_active = 1;
+    buf_.reserve(1 << 20);
+}
+
+AtomicFile::~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+    g_tmp_active = 0;
+}
+
+void AtomicFile::fail(const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_), fd_ = -1;
+    ::unlink(tmp_.c_str());
+    tmp_.clear();
+    g_tmp_active = 0;
+    throw Error("cannot write '" + target_ + "': " + what + ": " + reason + " (the previous file, if any, is unchanged)");
+}
+
+void AtomicFile::flush_buffer() {
+    std::size_t done = 0;
+    while (done < buf_.size()) {
+        const ssize_t k = ::write(fd_, buf_.data() + done, buf_.size() - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            if (k == 0) errno = ENOSPC;
+            fail("write failed");
+        }
+        done += (std::size_t)k;
+    }
+    buf_.clear();
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+    if (fd_ < 0) throw Error("AtomicFile: write after commit or failure");
+    const char* p = (const char*)data;
+    if (buf_.size() + n > buf_.capacity()) flush_buffer();
+    if (n >= buf_.capacity()) {  // large blocks go straight to the file
+        buf_.assign(p, p + n);
+        flush_buffer();
+        buf_.shrink_to_fit(), buf_.reserve(1 << 20);
+        return;
+    }
+    buf_.insert(buf_.end(), p, p + n);
+}
+
+void AtomicFile::commit() {
+    if (fd_ < 0) throw Error("AtomicFile: commit twice or after failure");
+    flush_buffer();
+    if (::fsync(fd_) != 0) fail("fsync failed");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("close failed");
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file over it");
+    committed_ = true;
+    g_tmp_active = 0;
+    const int dfd = ::open(dir_of(target_).c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {  // make the rename itself durable; some file systems cannot fsync a directory
+        const int r = ::fsync(dfd);
+        const int e = errno;
+        ::close(dfd);
+        if (r != 0 && e != EINVAL && e != EROFS)
+            throw Error("wrote '" + target_ + "' but could not fsync its directory: " + std::strerror(e));
+    }
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+    AtomicFile f(path);
+    f.write(bytes.data(), bytes.size());
+    f.commit();
+}
+
+std::string path_in_dir(const std::string& dir, const std::string& name) {
+    std::string d = dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    return d == "/" ? "/" + name : d + "/" + name;
+}
+
+std::string& program_name() {
+    static std::string name = "transformer";
+    return name;
+}
+
+StagedDir::StagedDir(const std::string& dir) : dir_(dir) {
+    if (g_staged_count > 0 || g_staged_dir_active) throw Error("StagedDir: another staged directory is open");
+    if (path_in_dir(dir, "").size() > PATH_MAX) throw Error("cannot write '" + dir + "': the path is too long");
+    install_removal_handlers();
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) return;
+    const SignalsHeld held;  // the directory and the note that it is ours come into being together
+    if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
+    std::snprintf(g_staged_dir, sizeof g_staged_dir, "%s", dir.c_str());
+    g_staged_dir_active = 1;
+    created_ = true;
+}
+
+std::string StagedDir::stage(const std::string& name) {
+    if (committed_) throw Error("StagedDir: stage after commit");
+    if ((int)staged_.size() >= STAGED_MAX) throw Error("StagedDir: more than " + std::to_string(STAGED_MAX) + " files");
+    const std::string path = path_in_dir(dir_, "." + name + ".staged." + std::to_string(process_id()));
+    if (path.size() > PATH_MAX) throw Error("cannot write '" + path_in_dir(dir_, name) + "': the path is too long");
+    const int k = (int)g_staged_count;
+    std::snprintf(g_staged_paths[k], sizeof g_staged_paths[k], "%s", path.c_str());
+    g_staged_count = k + 1;
+    staged_.push_back({path, path_in_dir(dir_, name)});
+    return path;
+}
+
+void StagedDir::commit(const std::vector<std::string>& remove) {
+    if (committed_) throw Error("StagedDir: commit twice");
+    const SignalsHeld held;  // all of it, or (on an error) what the destructor leaves
+    for (std::size_t k = 0; k < staged_.size(); k++) {
+        if (::rename(staged_[k].first.c_str(), staged_[k].second.c_str()) != 0)
+            throw Error("cannot rename '" + staged_[k].first + "' to '" + staged_[k].second + "': " + std::strerror(errno));
+        staged_[k].first = staged_[k].second;  // in place now: removed only with a directory this object made
+    }
+    for (const std::string& name : remove) {
+        const std::string path = path_in_dir(dir_, name);
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+            throw Error("cannot remove the earlier run's '" + path + "': " + std::strerror(errno));
+    }
+    committed_ = true;
+    g_staged_count = 0, g_staged_dir_active = 0;
+    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {  // the renames durable (some file systems cannot fsync a directory)
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+std::string StagedDir::failure(std::string message) const {
+    std::string moved;  // files a failed commit had already renamed into an existing directory
+    for (const auto& f : staged_) {
+        if (f.first == f.second) moved += (moved.empty() ? "" : ", ") + f.second;
+        for (std::size_t at = message.find(f.first); at != std::string::npos; at = message.find(f.first, at + f.second.size()))
+            message.replace(at, f.first.size(), f.second);
+    }
+    if (created_) return message + "; nothing written ('" + dir_ + "' not created)";
+    return message + (moved.empty() ? "; '" + dir_ + "' unchanged" : "; only " + moved + " replaced");
+}
+
+StagedDir::~StagedDir() {
+    if (committed_) return;
+    const SignalsHeld held;
+    g_staged_count = 0, g_staged_dir_active = 0;
+    for (const auto& f : staged_)  // staged files, and files already in place when a commit failed in a new directory
+        if (f.first != f.second || created_) ::unlink(f.first.c_str());
+    if (created_) ::rmdir(dir_.c_str());  // only if empty: a file someone else put there keeps it
+}
+
+// The training loop's stop: the first SIGINT or SIGTERM is recorded instead of ending the program.
+void loop_stop_begin() {
+    g_stop_signal = 0;
+    g_loop_stoppable = 1;
+    for (int sig : {SIGINT, SIGTERM})
+        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+}
+
+int loop_stop_signal() {
+    return (int)g_stop_signal;
+}
+
+void loop_stop_end() {
+    g_loop_stoppable = 0;
+}
+
+// ---- Memory --------------------------------------------------------------------------------------
+// The peak resident set of getrusage in MiB: ru_maxrss counts bytes on macOS, KiB on Linux and the BSDs.
+double peak_memory_mib() {
+    struct rusage ru;
+    if (::getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+#if defined(__APPLE__)
+    return (double)ru.ru_maxrss / (1024.0 * 1024.0);
+#else
+    return (double)ru.ru_maxrss / 1024.0;
+#endif
+}
+
+// A number from a one-line file of the kernel's (cgroup limits), or -1 when there is none or it
+// says "max".
+static double read_limit_file(const char* path) {
+    std::FILE* f = std::fopen(path, "r");
+    if (!f) return -1;
+    char buf[64] = {0};
+    const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
+    std::fclose(f);
+    if (!got) return -1;
+    char* end = nullptr;
+    const double v = std::strtod(buf, &end);
+    return end == buf || v <= 0 ? -1 : v;
+}
+
+MemoryLimit memory_limit() {
+    MemoryLimit m;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    m.bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    m.source = "the machine's physical memory";
+    auto consider = [&](double bytes, const char* source) {
+        if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m.bytes = bytes, m.source = source;
+    };
+    consider(read_limit_file("/sys/fs/cgroup/memory.max"), "the cgroup's memory.max");
+    consider(read_limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "the cgroup's memory.limit_in_bytes");
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) consider((double)as.rlim_cur, "the address-space limit (ulimit -v)");
+    return m;
+}
 
 // ================================================================================================
 // GENERATED TABLES: Unicode classes of the tokenizers
