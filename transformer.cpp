@@ -8819,9 +8819,9 @@ std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p,
 }
 
 // ---- explain: one forward and backward pass, formula box by formula box ---------------------------
-// explain computes no layer itself: the forward values are those model_forward keeps
-// (ForwardOptions::keep_sublayers), the backward runs model_backward's pieces one at a time
-// (block_backward, embed_backward) so that each layer's gradients can be shown as they arrive.
+// explain computes no layer itself: its boxes are written as model_loss's one forward and backward
+// report their stages through a Trace (ExplainRun), so each layer's values and gradients are shown
+// as the model's own walk computes them.
 // The size of one factor of a shape symbol ("n", "H", "AD", ...) in this model.
 static int symbol_size(const std::string& s, const Config& c, int n) {
     const std::map<std::string, int> sizes = {{"n", n}, {"H", c.H}, {"D", c.D}, {"F", c.F}, {"V", c.V},
@@ -9816,8 +9816,6 @@ struct ExplainRun : Trace {
     std::set<int> layers_boxed;    // the layers whose backward boxes the walk began to write
     int masks_shown = 0, masks_seen = 0, blocks_shown = 0;
     std::vector<std::pair<Stage, int>> pending;  // stages reported since the last backward box
-    int input_box = -1;            // the last box with a gradient of the walk, and whether it passed
-    bool input_pass = true;
     std::set<std::string> checked_functions;  // the module backwards some box checked
     std::vector<RelatedGradient> walk_before;  // the walk's gradients checked so far, for the relations
     std::vector<std::size_t> due;  // the forward's stages in reverse, as the backward must report them
@@ -10149,7 +10147,6 @@ struct ExplainRun : Trace {
         const bool module_pass = ck.pass;
         std::vector<ExplainGradient> walked;
         Rng rr(++seed);
-        bool stages_pass = true, any_stage = false;
         for (const auto& sl : stages) {
             if (sl.first == Stage::attention || sl.first == Stage::ffn) continue;  // no dropout in explain: the next stage's gradient
             if (boundaries_only && sl.first != Stage::X && sl.first != Stage::logits && sl.first != Stage::final_ln) continue;
@@ -10158,8 +10155,6 @@ struct ExplainRun : Trace {
             const StageSource src = stage_source(c, sl.first, sl.second);
             walked.push_back(stage_check(loss, record, (std::size_t)at, stage_gradient_name(c, sl.first, sl.second) + " (its line's)",
                                          src.line, stage_entries, rr, ck.h, ck.tol, fold));
-            stages_pass &= walked.back().pass;
-            any_stage = true;
         }
         auto P = named_tensors(c, pd);
         auto G = named_tensors(c, gd);
@@ -10175,7 +10170,6 @@ struct ExplainRun : Trace {
             ck.entries += g.entries;
             walk_pass &= g.pass;
         }
-        const int box = (int)w.steps.size() - 1;
         const std::vector<RelatedGradient> others =
             related(ck.gradients, std::vector<RelatedGradient>(walk_before.end() - std::min<std::size_t>(walk_before.size(), 8), walk_before.end()));
         for (ExplainGradient& g : ck.gradients) g.relation = explain_relation(g, others, factors, ck.tol);
@@ -10192,7 +10186,6 @@ struct ExplainRun : Trace {
             ck.pass = false;
             out_of_order_function.clear();
             walk_pass = false;
-            stages_pass = false;
         } else if (!walk_pass && ck.missing.empty()) {
             if (module_pass) {
                 for (const ExplainGradient& g : ck.gradients)
@@ -10212,10 +10205,6 @@ struct ExplainRun : Trace {
                 }
             }
             ck.pass = false;
-        }
-        if (any_stage) {
-            input_box = box;
-            input_pass = stages_pass;
         }
         w.steps.back().check = ck;
     }
@@ -11245,7 +11234,7 @@ struct ExplainPageWriter {
                 const ExplainCheck& ck = e.steps[k].check;
                 if (through == 0 && ck.done && ck.missing.empty()) page.checked++;
                 if (through == 0 && ck.done && !ck.missing.empty()) page.missing++;
-                const int via = ck.callee >= 0 ? ck.callee : ck.input;
+                const int via = ck.callee;
                 if (!ck.done || ck.pass || (via >= 0) != (through == 1)) continue;
                 failing.push_back((int)k);
                 page.failing_boxes.push_back("[" + std::to_string(k + 1) + "] " + e.steps[k].box + " (" + ck.function + ")" +
@@ -11284,12 +11273,11 @@ struct ExplainPageWriter {
                 const ExplainCheck& ck = e.steps[failing[k]].check;
                 h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
                   << " (" << html_text(ck.function) << ")</a>";
-                const int via = ck.callee >= 0 ? ck.callee : ck.input;
+                const int via = ck.callee;
                 if (via >= 0) h << " through <a href=\"#b" << via + 1 << "\">[" << via + 1 << "]</a>";
             }
             const ExplainCheck& last = e.steps[failing.back()].check;
-            if (last.callee >= 0 || last.input >= 0)
-                h << ". Fix the boxes failing on their own first: the others fail through a box they call or whose gradient they receive.";
+            if (last.callee >= 0) h << ". Fix the boxes failing on their own first: the others fail through a box they call.";
         }
         if (page.missing) h << " <span class=\"missing\">" << page.missing << (page.missing == 1 ? " more is" : " more are") << " not implemented yet.</span>";
         h << "</p><p class=\"note\">Each backward box is checked twice. Its function alone: its own forward, in double, on this run's input of it, "
@@ -11393,7 +11381,7 @@ struct ExplainPageWriter {
         else
             h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
               << "</b> (" << html_text(ck.function)
-              << (ck.composition.empty() && ck.input < 0 ? " against central differences of its forward" : ": the walk's gradients against central differences of their lines")
+              << (ck.composition.empty() ? " against central differences of its forward" : ": the walk's gradients against central differences of their lines")
               << on << "): " << ck.entries << " entries compared; ";
         if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
         if (!ck.tensor.empty())
@@ -11407,11 +11395,6 @@ struct ExplainPageWriter {
               << ck.callee + 1 << "] " << html_text(callee.function.substr(0, callee.function.find(','))) << (callee.function.find(',') == std::string::npos ? "" : ")")
               << "</a>, which " << html_text(ck.function) << " calls and whose own check fails: fix that first.</p>\n";
         }
-        if (ck.input >= 0) {
-            const ExplainStep& from = e.steps[(std::size_t)ck.input];
-            h << "<p class=\"callee fail\" data-input=\"b" << ck.input + 1 << "\">The gradient this box receives is wrong already in <a href=\"#b" << ck.input + 1
-              << "\">[" << ck.input + 1 << "] " << html_text(from.check.function) << "</a>: fix that box first.</p>\n";
-        }
         if (!ck.composition.empty()) h << "<p class=\"composition fail\">" << html_text(ck.composition) << ".</p>\n";
         if (!ck.first_failing.empty()) h << "<p class=\"first-failing\">" << html_text(ck.first_failing) << "</p>\n";
         json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
@@ -11419,7 +11402,7 @@ struct ExplainPageWriter {
              << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
              << ",\"ana\":" << json_num(ck.ana) << ",\"err\":" << json_num(ck.err) << ",\"tol\":" << json_num(ck.tol)
              << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem)
-             << ",\"callee\":" << (ck.callee >= 0 ? std::to_string(ck.callee + 1) : "null") << ",\"input\":" << (ck.input >= 0 ? std::to_string(ck.input + 1) : "null")
+             << ",\"callee\":" << (ck.callee >= 0 ? std::to_string(ck.callee + 1) : "null")
              << ",\"composition\":" << json_escape(ck.composition) << ",\"first_failing\":" << json_escape(ck.first_failing)
              << ",\"gradients\":[";
         for (std::size_t i = 0; i < ck.gradients.size(); i++) gradient_html(box, i, ck);
