@@ -3592,6 +3592,45 @@ int utf8_next(const std::string& text, std::size_t i, uint32_t& cp) {
     return len;
 }
 
+// cp (at most 0x10FFFF, not a surrogate) appended to out as UTF-8: 1 to 4 bytes.
+void utf8_append(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+        out += (char)cp;
+    } else if (cp < 0x800) {
+        out += (char)(0xC0 | (cp >> 6));
+        out += (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += (char)(0xE0 | (cp >> 12));
+        out += (char)(0x80 | ((cp >> 6) & 0x3F));
+        out += (char)(0x80 | (cp & 0x3F));
+    } else {
+        out += (char)(0xF0 | (cp >> 18));
+        out += (char)(0x80 | ((cp >> 12) & 0x3F));
+        out += (char)(0x80 | ((cp >> 6) & 0x3F));
+        out += (char)(0x80 | (cp & 0x3F));
+    }
+}
+
+// The code points as UTF-8.
+static std::string utf8_encode(const std::vector<uint32_t>& cps) {
+    std::string s;
+    for (uint32_t cp : cps) utf8_append(s, cp);
+    return s;
+}
+
+// The code points of a UTF-8 text and the byte offset where each starts (plus text.size() at the
+// end). Overlong forms, surrogates and truncated sequences are errors, as in a strict decoder.
+static void utf8_decode(const std::string& text, std::vector<uint32_t>& cps, std::vector<std::size_t>& at) {
+    for (std::size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(text, i, cp);
+        if (len == 0) throw Error("text is not valid UTF-8 (at byte " + std::to_string(i) + ")");
+        cps.push_back(cp), at.push_back(i);
+        i += (std::size_t)len;
+    }
+    at.push_back(text.size());
+}
+
 // "character '€' (U+20AC) at byte 16 (line 1, column 17) of WHERE": the character that contains
 // byte `offset` of text (a byte that is not UTF-8 is named as a byte), for every "not in the
 // vocabulary" error of every command.
@@ -3642,15 +3681,6 @@ struct JsonParser {
     void expect(char ch) {
         if (!eat(ch)) fail(std::string("expected '") + ch + "'");
     }
-    static void put_utf8(std::string& out, uint32_t cp) {
-        if (cp < 0x80) out += (char)cp;
-        else if (cp < 0x800) out += (char)(0xC0 | (cp >> 6)), out += (char)(0x80 | (cp & 0x3F));
-        else if (cp < 0x10000)
-            out += (char)(0xE0 | (cp >> 12)), out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
-        else
-            out += (char)(0xF0 | (cp >> 18)), out += (char)(0x80 | ((cp >> 12) & 0x3F)),
-                out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
-    }
     uint32_t hex4() {
         if (i + 4 > s.size()) fail("truncated \\u escape");
         uint32_t v = 0;
@@ -3698,7 +3728,7 @@ struct JsonParser {
                         if (lo < 0xDC00 || lo > 0xDFFF) fail("bad surrogate pair");
                         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                     }
-                    put_utf8(out, cp);
+                    utf8_append(out, cp);
                     break;
                 }
                 default: fail("bad escape");
@@ -5137,16 +5167,10 @@ std::string tj_vocab(const std::vector<std::string>& by_id) {
     for (std::size_t i = 0; i < by_id.size(); i++) v += (i ? ",\n      " : "\n      ") + json_escape(by_id[i]) + ": " + std::to_string(i);
     return v + "\n    }";
 }
-// The merges of vocab.bpe / merges.txt in order, as make_bpe and make_gpt1_bpe read them.
-std::vector<std::string> merge_lines(const std::string& vocab_bpe) {
+// The merges of vocab.bpe / merges.txt in order, each "A B", as make_bpe and make_gpt1_bpe read them.
+static std::vector<std::string> merge_lines(const std::string& vocab_bpe) {
     std::vector<std::string> out;
-    std::stringstream ss(vocab_bpe);
-    std::string line;
-    for (int line_no = 1; std::getline(ss, line); line_no++) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-        out.push_back(line);
-    }
+    for (const MergeLine& m : read_merges(vocab_bpe, "merges")) out.push_back(m.a + " " + m.b);
     return out;
 }
 // merges.txt as the slow classes read it: they drop the first line and the last (empty) one.
@@ -7400,19 +7424,6 @@ static bool unicode_space(uint32_t cp) {  // the White_Space property
            cp == 0x3000;
 }
 
-// The code points of a UTF-8 text and the byte offset where each starts (plus text.size() at the
-// end). Overlong forms, surrogates and truncated sequences are errors, as in a strict decoder.
-static void utf8_decode(const std::string& text, std::vector<uint32_t>& cps, std::vector<std::size_t>& at) {
-    for (std::size_t i = 0; i < text.size();) {
-        uint32_t cp = 0;
-        const int len = utf8_next(text, i, cp);
-        if (len == 0) throw Error("text is not valid UTF-8 (at byte " + std::to_string(i) + ")");
-        cps.push_back(cp), at.push_back(i);
-        i += (std::size_t)len;
-    }
-    at.push_back(text.size());
-}
-
 // ---- Step 1: pre-tokenization ------------------------------------------------------------------
 // The pattern's alternatives in order; c[i..j) is the piece found at position i (code points).
 std::vector<std::string> gpt2_pretokenize(const std::string& text) {
@@ -7453,7 +7464,7 @@ static const std::string& byte_symbol(unsigned char b) {
     static const std::vector<std::string> table = [] {
         auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
         std::vector<std::string> t(256);
-        for (int x = 0, next = 0x100; x < 256; x++) JsonParser::put_utf8(t[x], printable(x) ? (uint32_t)x : (uint32_t)next++);
+        for (int x = 0, next = 0x100; x < 256; x++) utf8_append(t[x], printable(x) ? (uint32_t)x : (uint32_t)next++);
         return t;
     }();
     return table[b];
@@ -7461,6 +7472,42 @@ static const std::string& byte_symbol(unsigned char b) {
 std::string bytes_to_unicode(unsigned char b) { return byte_symbol(b); }
 
 // ---- Step 3: merges ----------------------------------------------------------------------------
+std::vector<MergeLine> read_merges(const std::string& text, const std::string& file) {
+    std::vector<MergeLine> out;
+    std::stringstream ss(text);
+    std::string line;
+    for (int line_no = 1; std::getline(ss, line); line_no++) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+        const std::size_t sp = line.find(' ');
+        if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
+            throw Error(file + ": line " + std::to_string(line_no) + " is not two symbols separated by one space");
+        out.push_back({line.substr(0, sp), line.substr(sp + 1), line_no});
+    }
+    return out;
+}
+
+std::vector<std::string> read_encoder(const std::string& json, const std::string& file, const std::string& what,
+                                      std::unordered_map<std::string, int>& encoder) {
+    const Json j = parse_json(json);
+    if (j.type != Json::object || j.obj.empty()) throw Error(file + ": expected an object {\"" + what + "\": id, ...}");
+    const std::size_t N = j.obj.size();
+    std::vector<std::string> symbols(N);
+    std::vector<bool> seen(N, false);
+    for (const auto& kv : j.obj) {
+        const double v = kv.second.num;
+        if (kv.second.type != Json::number || v != std::floor(v) || v < 0 || v >= (double)N)
+            throw Error(file + ": the id of '" + kv.first + "' is not an integer in 0.." + std::to_string(N - 1));
+        const int id = (int)v;
+        if (seen[id]) throw Error(file + ": id " + std::to_string(id) + " is given twice");
+        if (kv.first.empty() || !encoder.emplace(kv.first, id).second)
+            throw Error(file + ": the " + what + " '" + kv.first + "' is empty or given twice");
+        seen[id] = true;
+        symbols[id] = kv.first;
+    }
+    return symbols;
+}
+
 // GPT-2's loop: find the adjacent pair with the lowest rank, merge every occurrence of it left to
 // right, repeat until no pair has a rank. Rescanning the whole piece each time is O(n^2), which a
 // long piece without spaces makes hours, so the same passes run on a linked list of symbols with
@@ -7586,8 +7633,7 @@ std::vector<int> roberta_encode(const BPE& bpe, const std::string& text) {
 
 BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
     BPE t;
-    const Json j = parse_json(encoder_json);
-    if (j.type != Json::object || j.obj.empty()) throw Error("encoder.json: expected an object {\"token\": id, ...}");
+    const std::vector<std::string> symbols = read_encoder(encoder_json, "encoder.json", "token", t.encoder);
     std::map<uint32_t, char> byte_of;  // symbol code point -> the byte it stands for
     for (int b = 0; b < 256; b++) {
         std::vector<uint32_t> cp;
@@ -7595,42 +7641,21 @@ BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
         utf8_decode(byte_symbol((unsigned char)b), cp, at);
         byte_of[cp[0]] = (char)b;
     }
-    const std::size_t N = j.obj.size();
-    t.decoder.assign(N, std::string());
-    std::vector<bool> seen(N, false);
-    for (const auto& kv : j.obj) {
-        const double v = kv.second.num;
-        if (kv.second.type != Json::number || v != std::floor(v) || v < 0 || v >= (double)N)
-            throw Error("encoder.json: the id of '" + kv.first + "' is not an integer in 0.." + std::to_string(N - 1));
-        const int id = (int)v;
-        if (seen[id]) throw Error("encoder.json: id " + std::to_string(id) + " is given twice");
-        if (kv.first.empty() || !t.encoder.emplace(kv.first, id).second)
-            throw Error("encoder.json: the token '" + kv.first + "' is empty or given twice");
-        seen[id] = true;
+    t.decoder.assign(symbols.size(), std::string());
+    for (std::size_t id = 0; id < symbols.size(); id++) {
         std::vector<uint32_t> cps;
         std::vector<std::size_t> at;
-        utf8_decode(kv.first, cps, at);
+        utf8_decode(symbols[id], cps, at);
         for (uint32_t cp : cps) {
             auto b = byte_of.find(cp);
             if (b == byte_of.end())
-                throw Error("encoder.json: the token '" + kv.first + "' has a character outside the 256 byte symbols");
+                throw Error("encoder.json: the token '" + symbols[id] + "' has a character outside the 256 byte symbols");
             t.decoder[id] += b->second;
         }
     }
     auto eot = t.encoder.find("<|endoftext|>");
     t.eot = eot == t.encoder.end() ? -1 : eot->second;
-    std::stringstream ss(vocab_bpe);
-    std::string line;
-    int line_no = 0;
-    while (std::getline(ss, line)) {
-        line_no++;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-        const std::size_t sp = line.find(' ');
-        if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
-            throw Error("vocab.bpe: line " + std::to_string(line_no) + " is not two symbols separated by one space");
-        t.ranks.emplace(line, (int)t.ranks.size());
-    }
+    for (const MergeLine& m : read_merges(vocab_bpe, "vocab.bpe")) t.ranks.emplace(m.a + " " + m.b, (int)t.ranks.size());
     if (t.ranks.empty()) throw Error("vocab.bpe: no merges");
     // Every token beyond the 256 byte symbols and the special ones ("<|endoftext|>") is made by one
     // merge, so fewer merges than those tokens means a cut file (GPT-2's: 50000 merges, 50257 tokens).
@@ -8010,20 +8035,6 @@ static bool unicode_unassigned(uint32_t cp);       // Cn
 static void unicode_lower(uint32_t cp, std::vector<uint32_t>& out);
 static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out);
 
-static std::string utf8_encode(const std::vector<uint32_t>& cps) {
-    std::string s;
-    for (uint32_t cp : cps) {
-        if (cp < 0x80) s += (char)cp;
-        else if (cp < 0x800) s += (char)(0xC0 | (cp >> 6)), s += (char)(0x80 | (cp & 0x3F));
-        else if (cp < 0x10000)
-            s += (char)(0xE0 | (cp >> 12)), s += (char)(0x80 | ((cp >> 6) & 0x3F)), s += (char)(0x80 | (cp & 0x3F));
-        else
-            s += (char)(0xF0 | (cp >> 18)), s += (char)(0x80 | ((cp >> 12) & 0x3F)), s += (char)(0x80 | ((cp >> 6) & 0x3F)),
-                s += (char)(0x80 | (cp & 0x3F));
-    }
-    return s;
-}
-
 // BERT's _is_chinese_char: the CJK Unified Ideographs blocks and their extensions, and the CJK
 // Compatibility Ideographs (not Hangul, Hiragana or Katakana).
 static bool cjk_ideograph(uint32_t cp) {
@@ -8171,43 +8182,22 @@ std::string GPT1BPE::decode(const std::vector<int>& ids) const {
 
 GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
     GPT1BPE t;
-    const Json j = parse_json(encoder_json);
-    if (j.type != Json::object || j.obj.empty()) throw Error("encoder: expected an object {\"symbol\": id, ...}");
-    const std::size_t N = j.obj.size();
-    t.decoder.assign(N, std::string());
-    std::vector<bool> seen(N, false);
-    for (const auto& kv : j.obj) {
-        const double v = kv.second.num;
-        if (kv.second.type != Json::number || v != std::floor(v) || v < 0 || v >= (double)N)
-            throw Error("encoder: the id of '" + kv.first + "' is not an integer in 0.." + std::to_string(N - 1));
-        const int id = (int)v;
-        if (seen[id]) throw Error("encoder: id " + std::to_string(id) + " is given twice");
-        if (kv.first.empty() || !t.encoder.emplace(kv.first, id).second)
-            throw Error("encoder: the symbol '" + kv.first + "' is empty or given twice");
+    t.decoder = read_encoder(encoder_json, "encoder", "symbol", t.encoder);
+    for (std::size_t id = 0; id < t.decoder.size(); id++) {
         uint32_t cp;
-        for (std::size_t i = 0; i < kv.first.size();) {
-            const int len = utf8_next(kv.first, i, cp);
+        for (std::size_t i = 0; i < t.decoder[id].size();) {
+            const int len = utf8_next(t.decoder[id], i, cp);
             if (!len) throw Error("encoder: the symbol of id " + std::to_string(id) + " is not valid UTF-8");
             i += (std::size_t)len;
         }
-        seen[id] = true, t.decoder[id] = kv.first;
     }
     auto unk = t.encoder.find("<unk>");
     t.unk = unk == t.encoder.end() ? -1 : unk->second;
-    std::stringstream ss(vocab_bpe);
-    std::string line;
-    int line_no = 0;
-    while (std::getline(ss, line)) {
-        line_no++;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-        const std::size_t sp = line.find(' ');
-        if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
-            throw Error("merges: line " + std::to_string(line_no) + " is not two symbols separated by one space");
-        const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
-        for (const std::string& s : {a, b, a + b})
+    for (const MergeLine& m : read_merges(vocab_bpe, "merges")) {
+        const std::string line = m.a + " " + m.b;
+        for (const std::string& s : {m.a, m.b, m.a + m.b})
             if (!t.encoder.count(s))
-                throw Error("merges: line " + std::to_string(line_no) + " ('" + line + "'): '" + s + "' is not in the encoder");
+                throw Error("merges: line " + std::to_string(m.line_no) + " ('" + line + "'): '" + s + "' is not in the encoder");
         t.ranks.emplace(line, (int)t.ranks.size());
     }
     if (t.ranks.empty()) throw Error("merges: no merges");

@@ -1048,6 +1048,8 @@ Json parse_json(const std::string& text);  // throws Error with the byte offset
 std::string json_escape(const std::string& s);  // a byte that is not UTF-8 becomes U+FFFD
 // UTF-8: the length (1..4) of the valid sequence at byte i and its code point, or 0 if invalid.
 int utf8_next(const std::string& text, std::size_t i, uint32_t& cp);
+// cp appended to out as UTF-8 (1 to 4 bytes): the one encoder, as utf8_next is the one decoder.
+void utf8_append(std::string& out, uint32_t cp);
 // "character '€' (U+20AC) at byte 16 (line 1, column 17) of WHERE" for the character holding byte
 // `offset` (the one message of every "not in the vocabulary" error).
 std::string describe_char_at(const std::string& text, std::size_t offset, const std::string& where);
@@ -1505,6 +1507,19 @@ FinetuneResult finetune(const FinetuneOptions& o);
 // see transformer.cpp): `examples` lines of the file format above. held_out: only pairs that the
 // pre-training never saw (validation).
 std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t seed, bool held_out);
+
+// The files of a byte-pair encoding, read one way for GPT-2, GPT-1 and RoBERTa: the merges of
+// vocab.bpe / merges.txt in order ("A B" lines; a "#version" first line, empty lines and CR line
+// ends skipped; FILE names the file in the error for a line that is not two symbols), and an
+// encoder (encoder.json, vocab.json: {"symbol": id} with the ids 0..N-1, each once) as the symbol of
+// each id, its pairs added to `encoder` (WHAT names an entry in an error: "token", "symbol").
+struct MergeLine {
+    std::string a, b;
+    int line_no;  // 1-based
+};
+std::vector<MergeLine> read_merges(const std::string& text, const std::string& file);
+std::vector<std::string> read_encoder(const std::string& json, const std::string& file, const std::string& what,
+                                      std::unordered_map<std::string, int>& encoder);
 
 // ================================================================================================
 // TOKENIZER: GPT-2's byte-level BPE (GPT-2 paper, section 2.2), for the released weights and for vocabularies learnt with bpe.
