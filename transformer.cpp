@@ -4324,159 +4324,10 @@ std::pair<long long, long long> strip_checkpoint(const std::string& in, const st
     return a >= 0 && b >= 0 ? std::make_pair(a, b) : std::make_pair(-1LL, -1LL);
 }
 
-// ---- Released GPT-2 weights (a Hugging Face model.safetensors) ---------------------------------
-// GPT-2's names and layouts (its Conv1D computes y = x W + b with W stored in x out, as ours):
-//   wte.weight (V x H) -> W_e            wpe.weight (n_ctx x H) -> W_p
-//   h.l.ln_1.weight, .bias -> layers.l.ln_1.gamma, .beta   (ln_2 and ln_f likewise)
-//   h.l.attn.c_attn.weight (H x 3H) = [W_Q^1 .. W_Q^A | W_K^1 .. W_K^A | W_V^1 .. W_V^A], head i in
-//       columns i*D .. i*D+D-1 of each third; h.l.attn.c_attn.bias (3H) likewise for b_Q, b_K, b_V
-//   h.l.attn.c_proj.weight (AD x H), .bias -> W_O, b_O;  h.l.mlp.c_fc -> W_1, b_1;  h.l.mlp.c_proj -> W_2, b_2
-// Names may start with "transformer."; lm_head.weight must equal wte.weight (tied); the causal-mask
-// buffers h.l.attn.bias and h.l.attn.masked_bias are ignored. The file does not say how many heads:
-// they come from config.json beside it (n_head; also layer_norm_epsilon), else A = H / 64 (every
-// GPT-2 size has heads of 64).
-static bool is_hf_gpt2(const SafeTensorsReader& st) {
-    return !st.metadata.count("variant") && (st.find("wte.weight") || st.find("transformer.wte.weight"));
-}
-
-// GPT-2's config.json beside the model file, if there is one: the heads (n_head), layer_norm_epsilon and
-// the activation, and the sizes, which must match the weights'.
-static void read_gpt2_config(const std::string& path, Config& c) {
-    const std::size_t slash = path.find_last_of('/');
-    const std::string config_json = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
-    std::FILE* probe = std::fopen(config_json.c_str(), "rb");
-    if (!probe) return;
-    std::fclose(probe);
-    auto bad = [&](const std::string& what) { return Error("'" + config_json + "': " + what); };
-    const Json j = parse_json(read_file(config_json));
-    const Json* heads = j.get("n_head");
-    if (!heads || heads->type != Json::number || heads->num < 1 || heads->num > c.H || heads->num != std::floor(heads->num) ||
-        c.H % (int)heads->num != 0)
-        throw bad("needs n_head, a whole number that divides n_embd = " + std::to_string(c.H));
-    c.A = (int)heads->num;
-    if (const Json* e = j.get("layer_norm_epsilon")) {
-        if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
-        c.eps = e->num;
-    }
-    if (const Json* a = j.get("activation_function")) {  // Hugging Face's names
-        const std::string f = a->type == Json::string ? a->str : "";
-        if (f == "gelu_new" || f == "gelu_pytorch_tanh" || f == "gelu_fast") c.activation = Activation::gelu_tanh;
-        else if (f == "gelu") c.activation = Activation::gelu_erf;
-        else if (f == "relu") c.activation = Activation::relu;
-        else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
-        else throw bad("activation_function '" + f + "' is not one of gelu_new, gelu, relu, quick_gelu");
-    }
-    const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
-    for (const auto& kv : sizes)
-        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
-}
-
-// GPT-2's c_attn (H x 3H, and its bias 3H) split into each head's W_Q, W_K, W_V (H x D) and biases:
-// head i of Q, K, V is column block part*H + i*D. The weight is read one row at a time, never whole.
-static void split_gpt2_c_attn(const SafeTensorsReader& st, const SafeTensorsReader::Entry& W, const Tensor<float>& b, const Config& c,
-                              MultiHeadSAParams<float>& attn) {
-    const int H = c.H, D = c.D, A = c.A;
-    std::vector<Tensor<float>*> Wi, bi;  // Q, K, V: head i is column block part*H + i*D
-    for (auto* heads : {&attn.W_Q, &attn.W_K, &attn.W_V})
-        for (int i = 0; i < A; i++) Wi.push_back(&(*heads)[i]), *Wi.back() = Tensor<float>::uninit(H, D);
-    for (auto* heads : {&attn.b_Q, &attn.b_K, &attn.b_V})
-        for (int i = 0; i < A; i++) bi.push_back(&(*heads)[i]), *bi.back() = Tensor<float>::uninit({D});
-    std::vector<float> row(3 * (std::size_t)H);  // one row of c_attn at a time: never the whole of it
-    for (int r = 0; r < H; r++) {
-        st.read(W, row.data(), (std::size_t)r * 3 * H, row.size());
-        for (int k = 0; k < 3 * A; k++) std::copy(row.begin() + k * D, row.begin() + (k + 1) * D, Wi[k]->row(r));
-    }
-    for (int k = 0; k < 3 * A; k++) std::copy(b.data.begin() + k * D, b.data.begin() + (k + 1) * D, bi[k]->ptr());
-}
-
-// Each tensor is read from the file straight into its place; c_attn one row at a time.
-static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsReader& st) {
-    using Entry = SafeTensorsReader::Entry;
-    auto fail = [&](const std::string& what) { return Error("'" + path + "' (GPT-2 weights): " + what); };
-    std::map<std::string, const Entry*> by;  // names without "transformer."
-    int L = 0;
-    for (auto& e : st.entries) {
-        const std::string name = e.name.rfind("transformer.", 0) == 0 ? e.name.substr(12) : e.name;
-        if (!by.emplace(name, &e).second) throw fail("tensor '" + name + "' appears twice");
-        if (name.rfind("h.", 0) == 0) {
-            const std::size_t dot = name.find('.', 2);
-            const std::string l = name.substr(2, dot == std::string::npos ? std::string::npos : dot - 2);
-            if (l.empty() || l.size() > 4 || l.find_first_not_of("0123456789") != std::string::npos)
-                throw fail("unexpected tensor '" + e.name + "'");
-            L = std::max(L, std::stoi(l) + 1);
-        }
-    }
-    auto take = [&](const std::string& name, const std::vector<int>& shape) -> const Entry& {  // checked, then used up
-        auto it = by.find(name);
-        if (it == by.end()) throw fail("missing tensor '" + name + "'");
-        if (it->second->shape != shape)
-            throw fail("tensor '" + name + "' is " + shape_str(it->second->shape) + ", expected " + shape_str(shape));
-        const Entry& e = *it->second;
-        by.erase(it);
-        return e;
-    };
-    auto grab = [&](const std::string& name, const std::vector<int>& shape) { return st.read(take(name, shape)); };
-    const Entry* wte = by.count("wte.weight") ? by["wte.weight"] : nullptr;
-    const Entry* wpe = by.count("wpe.weight") ? by["wpe.weight"] : nullptr;
-    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
-        throw fail("needs wte.weight (V x H), wpe.weight (n_ctx x H) and layers h.0, h.1, ...");
-    const Entry* fc = by.count("h.0.mlp.c_fc.weight") ? by["h.0.mlp.c_fc.weight"] : nullptr;
-    if (!fc || fc->shape.size() != 2) throw fail("missing tensor 'h.0.mlp.c_fc.weight'");
-    Config c;
-    c.variant = Variant::gpt2, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
-    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
-    c.A = c.H % 64 == 0 ? c.H / 64 : 0;
-    read_gpt2_config(path, c);
-    if (c.A == 0)
-        throw fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
-                   " is not a multiple of 64 and there is no config.json with n_head beside the file");
-    c.D = c.H / c.A;
-    validate(c);
-    LoadedModel lm;
-    lm.config = c;
-    lm.file.metadata = st.metadata;
-    lm.params = make_params<float>(c, false);  // shapes only: every tensor is read or split into place
-    ArenaScope arena(arena_bytes(c, lm.params));
-    Params<float>& p = lm.params;
-    const int H = c.H, D = c.D, A = c.A;
-    p.W_e = grab("wte.weight", {c.V, H});
-    p.W_p = grab("wpe.weight", {c.n_ctx, H});
-    p.ln_f_gamma = grab("ln_f.weight", {H}), p.ln_f_beta = grab("ln_f.bias", {H});
-    for (int l = 0; l < c.L; l++) {
-        const std::string h = "h." + std::to_string(l) + ".";
-        Layer<float>& y = p.layers[l];
-        y.ln_1_gamma = grab(h + "ln_1.weight", {H}), y.ln_1_beta = grab(h + "ln_1.bias", {H});
-        y.ln_2_gamma = grab(h + "ln_2.weight", {H}), y.ln_2_beta = grab(h + "ln_2.bias", {H});
-        const Entry& W = take(h + "attn.c_attn.weight", {H, 3 * H});
-        split_gpt2_c_attn(st, W, grab(h + "attn.c_attn.bias", {3 * H}), c, y.attn);
-        y.attn.W_O = grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = grab(h + "attn.c_proj.bias", {H});
-        y.ffn.W_1 = grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = grab(h + "mlp.c_fc.bias", {c.F});
-        y.ffn.W_2 = grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = grab(h + "mlp.c_proj.bias", {H});
-        by.erase(h + "attn.bias"), by.erase(h + "attn.masked_bias");  // causal-mask buffers
-    }
-    if (by.count("lm_head.weight")) {  // compared with W_e a block of rows at a time
-        const Entry& e = *by["lm_head.weight"];
-        bool same = e.shape == p.W_e.shape;
-        std::vector<float> block;
-        for (int r0 = 0; same && r0 < c.V; r0 += 1024) {
-            const std::size_t count = (std::size_t)std::min(1024, c.V - r0) * H;
-            block.resize(count);
-            st.read(e, block.data(), (std::size_t)r0 * H, count);
-            same = std::equal(block.begin(), block.end(), p.W_e.row(r0));
-        }
-        if (!same) throw fail("lm_head.weight differs from wte.weight; this model de-embeds with W_e^T (tied)");
-        by.erase("lm_head.weight");
-    }
-    if (!by.empty()) throw fail("unexpected tensor '" + by.begin()->first + "'");
-    return lm;
-}
-
-// ---- Released GPT-1, BERT and RoBERTa weights (Hugging Face model.safetensors) ----------------
-// What both importers share: the file's tensors by name (a prefix dropped), taken one at a time
-// with their shape checked, so that what is left at the end is unexpected; and config.json beside
-// the file.
 namespace {
+// ---- What the importers of Hugging Face files share ----------------------------------------------
+// The file's tensors by name (a prefix dropped), taken one at a time with their shape checked, so
+// that what is left at the end is unexpected; config.json beside the file, and its keys.
 struct HfTensors {
     using Entry = SafeTensorsReader::Entry;
     const SafeTensorsReader& st;
@@ -4559,6 +4410,153 @@ int hf_config_int(const Json& j, const char* key, int fallback, const std::strin
         throw Error("'" + config_path + "': " + key + " must be a positive whole number");
     return (int)v->num;
 }
+
+// The keys of a config.json that set a Config, as one family of Hugging Face's classes names them
+// (GPT2Config, OpenAIGPTConfig, BertConfig and RobertaConfig): the heads, which must divide the
+// width; the LayerNorm epsilon; the activation, by the names the family takes (`listed`, in an
+// error); the sizes, which must match the weights'.
+struct HfConfigKeys {
+    const char* heads;
+    const char* width;
+    const char* eps;
+    const char* activation;
+    std::vector<std::pair<std::string, Activation>> activations;
+    const char* listed;
+    std::vector<std::pair<const char*, int>> sizes;
+};
+static void read_hf_config(const Json& j, const std::string& cj, const HfConfigKeys& k, Config& c) {
+    auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
+    c.A = hf_config_int(j, k.heads, c.A, cj);
+    if (c.A == 0 || c.H % c.A != 0) throw bad(std::string(k.heads) + " must divide " + k.width + " = " + std::to_string(c.H));
+    if (const Json* e = j.get(k.eps)) {
+        if (e->type != Json::number || !(e->num > 0)) throw bad(std::string(k.eps) + " must be a positive number");
+        c.eps = e->num;
+    }
+    if (const Json* a = j.get(k.activation)) {
+        const std::string f = a->type == Json::string ? a->str : "";
+        bool known = false;
+        for (const auto& name : k.activations)
+            if (f == name.first) {
+                c.activation = name.second;
+                known = true;
+            }
+        if (!known) throw bad(std::string(k.activation) + " '" + f + "' is not one of " + k.listed);
+    }
+    for (const auto& kv : k.sizes)
+        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+}
+
+// ---- Released GPT-2 weights (a Hugging Face model.safetensors) ---------------------------------
+// GPT-2's names and layouts (its Conv1D computes y = x W + b with W stored in x out, as ours):
+//   wte.weight (V x H) -> W_e            wpe.weight (n_ctx x H) -> W_p
+//   h.l.ln_1.weight, .bias -> layers.l.ln_1.gamma, .beta   (ln_2 and ln_f likewise)
+//   h.l.attn.c_attn.weight (H x 3H) = [W_Q^1 .. W_Q^A | W_K^1 .. W_K^A | W_V^1 .. W_V^A], head i in
+//       columns i*D .. i*D+D-1 of each third; h.l.attn.c_attn.bias (3H) likewise for b_Q, b_K, b_V
+//   h.l.attn.c_proj.weight (AD x H), .bias -> W_O, b_O;  h.l.mlp.c_fc -> W_1, b_1;  h.l.mlp.c_proj -> W_2, b_2
+// Names may start with "transformer."; lm_head.weight must equal wte.weight (tied); the causal-mask
+// buffers h.l.attn.bias and h.l.attn.masked_bias are ignored. The file does not say how many heads:
+// they come from config.json beside it (n_head; also layer_norm_epsilon), else A = H / 64 (every
+// GPT-2 size has heads of 64).
+static bool is_hf_gpt2(const SafeTensorsReader& st) {
+    return !st.metadata.count("variant") && (st.find("wte.weight") || st.find("transformer.wte.weight"));
+}
+
+// GPT-2's config.json beside the model file, if there is one: the heads (n_head), layer_norm_epsilon and
+// the activation, and the sizes, which must match the weights'.
+static void read_gpt2_config(const std::string& path, Config& c) {
+    std::string cj;
+    const Json j = hf_config_json(path, cj);
+    if (j.type != Json::object) return;
+    read_hf_config(j, cj,
+                   {"n_head", "n_embd", "layer_norm_epsilon", "activation_function",
+                    {{"gelu_new", Activation::gelu_tanh}, {"gelu_pytorch_tanh", Activation::gelu_tanh}, {"gelu_fast", Activation::gelu_tanh},
+                     {"gelu", Activation::gelu_erf}, {"relu", Activation::relu},
+                     {"quick_gelu", Activation::gelu_sigmoid}},  // x sigmoid(1.702 x): what export writes for it
+                    "gelu_new, gelu, relu, quick_gelu",
+                    {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}}},
+                   c);
+}
+
+// GPT-2's c_attn (H x 3H, and its bias 3H) split into each head's W_Q, W_K, W_V (H x D) and biases:
+// head i of Q, K, V is column block part*H + i*D. The weight is read one row at a time, never whole.
+static void split_gpt2_c_attn(const SafeTensorsReader& st, const SafeTensorsReader::Entry& W, const Tensor<float>& b, const Config& c,
+                              MultiHeadSAParams<float>& attn) {
+    const int H = c.H, D = c.D, A = c.A;
+    std::vector<Tensor<float>*> Wi, bi;  // Q, K, V: head i is column block part*H + i*D
+    for (auto* heads : {&attn.W_Q, &attn.W_K, &attn.W_V})
+        for (int i = 0; i < A; i++) Wi.push_back(&(*heads)[i]), *Wi.back() = Tensor<float>::uninit(H, D);
+    for (auto* heads : {&attn.b_Q, &attn.b_K, &attn.b_V})
+        for (int i = 0; i < A; i++) bi.push_back(&(*heads)[i]), *bi.back() = Tensor<float>::uninit({D});
+    std::vector<float> row(3 * (std::size_t)H);  // one row of c_attn at a time: never the whole of it
+    for (int r = 0; r < H; r++) {
+        st.read(W, row.data(), (std::size_t)r * 3 * H, row.size());
+        for (int k = 0; k < 3 * A; k++) std::copy(row.begin() + k * D, row.begin() + (k + 1) * D, Wi[k]->row(r));
+    }
+    for (int k = 0; k < 3 * A; k++) std::copy(b.data.begin() + k * D, b.data.begin() + (k + 1) * D, bi[k]->ptr());
+}
+
+// Each tensor is read from the file straight into its place; c_attn one row at a time.
+static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsReader& st) {
+    using Entry = SafeTensorsReader::Entry;
+    HfTensors t(st, path, "GPT-2 weights", "transformer.");
+    const int L = t.count_layers("h.");
+    const Entry* wte = t.peek("wte.weight");
+    const Entry* wpe = t.peek("wpe.weight");
+    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
+        throw t.fail("needs wte.weight (V x H), wpe.weight (n_ctx x H) and layers h.0, h.1, ...");
+    const Entry* fc = t.peek("h.0.mlp.c_fc.weight");
+    if (!fc || fc->shape.size() != 2) throw t.fail("missing tensor 'h.0.mlp.c_fc.weight'");
+    Config c;
+    c.variant = Variant::gpt2, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
+    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
+    c.A = c.H % 64 == 0 ? c.H / 64 : 0;
+    read_gpt2_config(path, c);
+    if (c.A == 0)
+        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
+                     " is not a multiple of 64 and there is no config.json with n_head beside the file");
+    c.D = c.H / c.A;
+    validate(c);
+    LoadedModel lm;
+    lm.config = c;
+    lm.file.metadata = st.metadata;
+    lm.params = make_params<float>(c, false);  // shapes only: every tensor is read or split into place
+    ArenaScope arena(arena_bytes(c, lm.params));
+    Params<float>& p = lm.params;
+    const int H = c.H, D = c.D, A = c.A;
+    p.W_e = t.grab("wte.weight", {c.V, H});
+    p.W_p = t.grab("wpe.weight", {c.n_ctx, H});
+    p.ln_f_gamma = t.grab("ln_f.weight", {H}), p.ln_f_beta = t.grab("ln_f.bias", {H});
+    for (int l = 0; l < c.L; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        Layer<float>& y = p.layers[l];
+        y.ln_1_gamma = t.grab(h + "ln_1.weight", {H}), y.ln_1_beta = t.grab(h + "ln_1.bias", {H});
+        y.ln_2_gamma = t.grab(h + "ln_2.weight", {H}), y.ln_2_beta = t.grab(h + "ln_2.bias", {H});
+        const Entry& W = t.take(h + "attn.c_attn.weight", {H, 3 * H});
+        split_gpt2_c_attn(st, W, t.grab(h + "attn.c_attn.bias", {3 * H}), c, y.attn);
+        y.attn.W_O = t.grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = t.grab(h + "attn.c_proj.bias", {H});
+        y.ffn.W_1 = t.grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = t.grab(h + "mlp.c_fc.bias", {c.F});
+        y.ffn.W_2 = t.grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = t.grab(h + "mlp.c_proj.bias", {H});
+        t.by.erase(h + "attn.bias"), t.by.erase(h + "attn.masked_bias");  // causal-mask buffers
+    }
+    if (t.by.count("lm_head.weight")) {  // compared with W_e a block of rows at a time
+        const Entry& e = *t.by["lm_head.weight"];
+        bool same = e.shape == p.W_e.shape;
+        std::vector<float> block;
+        for (int r0 = 0; same && r0 < c.V; r0 += 1024) {
+            const std::size_t count = (std::size_t)std::min(1024, c.V - r0) * H;
+            block.resize(count);
+            st.read(e, block.data(), (std::size_t)r0 * H, count);
+            same = std::equal(block.begin(), block.end(), p.W_e.row(r0));
+        }
+        if (!same) throw t.fail("lm_head.weight differs from wte.weight; this model de-embeds with W_e^T (tied)");
+        t.by.erase("lm_head.weight");
+    }
+    t.check_all_taken();
+    return lm;
+}
+
+// ---- Released GPT-1, BERT and RoBERTa weights (Hugging Face model.safetensors) ----------------
 
 // One tensor of a Hugging Face layout that is one of ours as it is, or transposed (a Linear's
 // weight, stored out x in): the one table of names that each importer reads and export_hf writes.
@@ -4713,23 +4711,12 @@ static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTenso
     std::string cj;
     const Json j = hf_config_json(path, cj);
     if (j.type == Json::object) {
-        auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
-        c.A = hf_config_int(j, "n_head", c.A, cj);
-        if (c.A == 0 || c.H % c.A != 0) throw bad("n_head must divide n_embd = " + std::to_string(c.H));
-        if (const Json* e = j.get("layer_norm_epsilon")) {
-            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
-            c.eps = e->num;
-        }
-        if (const Json* a = j.get("afn")) {
-            const std::string f = a->type == Json::string ? a->str : "";
-            if (f == "gelu") c.activation = Activation::gelu_tanh;  // Hugging Face's GPT-1 "gelu" is gelu_new
-            else if (f == "relu") c.activation = Activation::relu;
-            else throw bad("afn '" + f + "' is not one of gelu, relu");
-        }
-        const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
-        for (const auto& kv : sizes)
-            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+        read_hf_config(j, cj,
+                       {"n_head", "n_embd", "layer_norm_epsilon", "afn",
+                        {{"gelu", Activation::gelu_tanh}, {"relu", Activation::relu}},  // Hugging Face's GPT-1 "gelu" is gelu_new
+                        "gelu, relu",
+                        {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}}},
+                       c);
     }
     if (c.A == 0)
         throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
@@ -4824,29 +4811,17 @@ static void roberta_special_ids(const std::string& vocab_json_path, Config& c) {
 // sizes, which must match the weights' (skipped: the position rows before a sequence's first; types:
 // the rows of token_type_embeddings).
 static void read_bert_config(const Json& j, const std::string& cj, Config& c, int skipped, int types) {
-    auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
-    c.A = hf_config_int(j, "num_attention_heads", c.A, cj);
-    if (c.A == 0 || c.H % c.A != 0) throw bad("num_attention_heads must divide hidden_size = " + std::to_string(c.H));
-    if (const Json* e = j.get("layer_norm_eps")) {
-        if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_eps must be a positive number");
-        c.eps = e->num;
-    }
-    if (const Json* a = j.get("hidden_act")) {
-        const std::string f = a->type == Json::string ? a->str : "";
-        if (f == "gelu") c.activation = Activation::gelu_erf;
-        else if (f == "gelu_new" || f == "gelu_pytorch_tanh") c.activation = Activation::gelu_tanh;
-        else if (f == "relu") c.activation = Activation::relu;
-        else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
-        else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu, quick_gelu");
-    }
     if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
-        throw bad("position_embedding_type must be absolute (W_p of formulas §18)");
-    const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
-                                                 {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V},
-                                                 {"type_vocab_size", types}};
-    for (const auto& kv : sizes)
-        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+        throw Error("'" + cj + "': position_embedding_type must be absolute (W_p of formulas §18)");
+    read_hf_config(j, cj,
+                   {"num_attention_heads", "hidden_size", "layer_norm_eps", "hidden_act",
+                    {{"gelu", Activation::gelu_erf}, {"gelu_new", Activation::gelu_tanh}, {"gelu_pytorch_tanh", Activation::gelu_tanh},
+                     {"relu", Activation::relu},
+                     {"quick_gelu", Activation::gelu_sigmoid}},  // x sigmoid(1.702 x): what export writes for it
+                    "gelu, gelu_new, relu, quick_gelu",
+                    {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
+                     {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V}, {"type_vocab_size", types}}},
+                   c);
 }
 
 // BERT's [CLS], [SEP], [MASK] (RoBERTa's <s>, </s>, <mask>): from the tokenizer the file's metadata
