@@ -19,8 +19,6 @@
 #include <string>
 #include <vector>
 
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "transformer.hpp"
 
@@ -203,7 +201,7 @@ static int cmd_tokenize(Flags& f) {
         // newline after them only on a terminal, where the prompt would follow the text.
         const std::string decoded = bpe.decode(parse_ids(ids, "--ids"));
         std::fwrite(decoded.data(), 1, decoded.size(), stdout);
-        if (isatty(STDOUT_FILENO)) std::printf("\n");
+        if (stdout_is_terminal()) std::printf("\n");
         return 0;
     }
     const std::string input = f.has("file") ? read_file(file) : text;
@@ -1019,10 +1017,9 @@ static int cmd_explain(Flags& f) {
         // The § links: formulas.md beside the page (docs/), else the repository's, by its full path.
         const std::size_t slash = html.rfind('/');
         const std::string dir = slash == std::string::npos ? "." : html.substr(0, slash + 1);
-        char full[PATH_MAX];
-        struct stat st;
-        if (stat((dir + "/formulas.md").c_str(), &st) == 0) o.formulas = "formulas.md";
-        else if (realpath("docs/formulas.md", full)) o.formulas = std::string("file://") + full;
+        const std::string full = real_path("docs/formulas.md");
+        if (path_kind(dir + "/formulas.md") != PathKind::missing) o.formulas = "formulas.md";
+        else if (!full.empty()) o.formulas = "file://" + full;
         const ExplainPage page = explain_html(lm.config, lm.params, b, o);
         write_file_atomic(html, page.html);
         auto boxes = [](int k, const char* what) { return std::to_string(k) + " " + what + (k == 1 ? "box" : "boxes"); };

@@ -28,6 +28,7 @@
 //     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
 //     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
 //     TEACHING                       heat maps, attention pictures, explain
+//     PLATFORM                       every call to the operating system: files, signals, memory
 //     GENERATED TABLES               Unicode classes
 //
 // The sections follow those parts (middle: the banner each group belongs to; right: the doctest
@@ -7361,7 +7362,7 @@ TEST_CASE("GPT-2 weights: missing, misshaped and unexpected tensors, and unknown
     M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.x.ln_1.weight'");
     with([](auto&) {});
     m_write(m_path("hf_bad/config.json"), "{\"n_head\": 5}");  // 12 is not a multiple of 5
-    M_CHECK_TF_ERROR(load_model(path), "config.json", "n_head", "divides n_embd = 12");
+    M_CHECK_TF_ERROR(load_model(path), "config.json", "n_head", "n_head must divide n_embd = 12");
     m_write(m_path("hf_bad/config.json"), "{\"n_head\": 1e12}");
     M_CHECK_TF_ERROR(load_model(path), "n_head");
     m_write(m_path("hf_bad/config.json"), "{\"n_embd\": 12}");

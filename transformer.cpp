@@ -21,6 +21,7 @@
 //     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
 //     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
 //     TEACHING                       heat maps, attention pictures, explain
+//     PLATFORM                       every call to the operating system: files, signals, memory
 //     GENERATED TABLES               Unicode classes
 #include "transformer.hpp"
 
@@ -3591,6 +3592,45 @@ int utf8_next(const std::string& text, std::size_t i, uint32_t& cp) {
     return len;
 }
 
+// cp (at most 0x10FFFF, not a surrogate) appended to out as UTF-8: 1 to 4 bytes.
+void utf8_append(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+        out += (char)cp;
+    } else if (cp < 0x800) {
+        out += (char)(0xC0 | (cp >> 6));
+        out += (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += (char)(0xE0 | (cp >> 12));
+        out += (char)(0x80 | ((cp >> 6) & 0x3F));
+        out += (char)(0x80 | (cp & 0x3F));
+    } else {
+        out += (char)(0xF0 | (cp >> 18));
+        out += (char)(0x80 | ((cp >> 12) & 0x3F));
+        out += (char)(0x80 | ((cp >> 6) & 0x3F));
+        out += (char)(0x80 | (cp & 0x3F));
+    }
+}
+
+// The code points as UTF-8.
+static std::string utf8_encode(const std::vector<uint32_t>& cps) {
+    std::string s;
+    for (uint32_t cp : cps) utf8_append(s, cp);
+    return s;
+}
+
+// The code points of a UTF-8 text and the byte offset where each starts (plus text.size() at the
+// end). Overlong forms, surrogates and truncated sequences are errors, as in a strict decoder.
+static void utf8_decode(const std::string& text, std::vector<uint32_t>& cps, std::vector<std::size_t>& at) {
+    for (std::size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(text, i, cp);
+        if (len == 0) throw Error("text is not valid UTF-8 (at byte " + std::to_string(i) + ")");
+        cps.push_back(cp), at.push_back(i);
+        i += (std::size_t)len;
+    }
+    at.push_back(text.size());
+}
+
 // "character '€' (U+20AC) at byte 16 (line 1, column 17) of WHERE": the character that contains
 // byte `offset` of text (a byte that is not UTF-8 is named as a byte), for every "not in the
 // vocabulary" error of every command.
@@ -3641,15 +3681,6 @@ struct JsonParser {
     void expect(char ch) {
         if (!eat(ch)) fail(std::string("expected '") + ch + "'");
     }
-    static void put_utf8(std::string& out, uint32_t cp) {
-        if (cp < 0x80) out += (char)cp;
-        else if (cp < 0x800) out += (char)(0xC0 | (cp >> 6)), out += (char)(0x80 | (cp & 0x3F));
-        else if (cp < 0x10000)
-            out += (char)(0xE0 | (cp >> 12)), out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
-        else
-            out += (char)(0xF0 | (cp >> 18)), out += (char)(0x80 | ((cp >> 12) & 0x3F)),
-                out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
-    }
     uint32_t hex4() {
         if (i + 4 > s.size()) fail("truncated \\u escape");
         uint32_t v = 0;
@@ -3697,7 +3728,7 @@ struct JsonParser {
                         if (lo < 0xDC00 || lo > 0xDFFF) fail("bad surrogate pair");
                         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                     }
-                    put_utf8(out, cp);
+                    utf8_append(out, cp);
                     break;
                 }
                 default: fail("bad escape");
@@ -3788,40 +3819,6 @@ std::string json_escape(const std::string& s) {
         } else out += (char)ch;
     }
     return out + "\"";
-}
-
-// ---- Files: outputs checked before the work, one durable writer ----------------------------------
-static std::string dir_of(const std::string& path) {
-    const std::size_t slash = path.rfind('/');
-    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-}
-
-// The file that writing to `path` replaces: symbolic links are followed, so a link stays a link
-// and its target gets the new contents.
-std::string resolve_output_path(const std::string& path) {
-    std::string p = path;
-    for (int hops = 0; hops < 40; hops++) {
-        struct stat st;
-        if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
-        std::vector<char> buf((std::size_t)PATH_MAX + 1);
-        const ssize_t k = ::readlink(p.c_str(), buf.data(), buf.size() - 1);
-        if (k < 0) throw Error("cannot read the symbolic link '" + p + "': " + std::strerror(errno));
-        const std::string target(buf.data(), (std::size_t)k);
-        p = target[0] == '/' ? target : dir_of(p) + "/" + target;
-    }
-    throw Error("'" + path + "': too many levels of symbolic links");
-}
-
-// Two names are the same file if they reach the same inode, or (for files that do not exist yet)
-// the same name in the same real directory.
-static std::string file_identity(const std::string& path) {
-    const std::string p = resolve_output_path(path);
-    struct stat st;
-    if (::stat(p.c_str(), &st) == 0) return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
-    char* real = ::realpath(dir_of(p).c_str(), nullptr);
-    const std::string dir = real ? real : dir_of(p);
-    std::free(real);
-    return "path " + dir + "/" + p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
 }
 
 // ---- Whose file is it? ---------------------------------------------------------------------------
@@ -3933,24 +3930,24 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
     for (const OutputFile& o : outputs) {
         const std::string what = o.role + " '" + o.path + "'";
         if (o.path.empty()) throw Error(o.role + " is empty");
-        auto check_type = [&](const struct stat& st) {
-            if (S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": it is a directory");
-            if (S_ISFIFO(st.st_mode)) throw Error("cannot write " + what + ": it is a FIFO or pipe, not a regular file");
-            if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) throw Error("cannot write " + what + ": it is a device, not a regular file");
-            if (!S_ISREG(st.st_mode)) throw Error("cannot write " + what + ": it is not a regular file");
+        auto check_kind = [&](PathKind k) {
+            if (k == PathKind::directory) throw Error("cannot write " + what + ": it is a directory");
+            if (k == PathKind::fifo) throw Error("cannot write " + what + ": it is a FIFO or pipe, not a regular file");
+            if (k == PathKind::device) throw Error("cannot write " + what + ": it is a device, not a regular file");
+            if (k != PathKind::regular && k != PathKind::missing) throw Error("cannot write " + what + ": it is not a regular file");
         };
-        struct stat st;
         // The kernel's own view first: on Linux /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]" is a
         // link whose text names no file, so only stat through it sees the pipe or terminal; on macOS
         // /dev/stdout -> /dev/fd/1, whose stat is the open file's as well.
-        if (::stat(o.path.c_str(), &st) == 0) check_type(st);
+        check_kind(path_kind(o.path));
         const std::string p = resolve_output_path(o.path);
         const std::string dir = dir_of(p);
-        if (::stat(dir.c_str(), &st) != 0) throw Error("cannot write " + what + ": directory '" + dir + "' does not exist");
-        if (!S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": '" + dir + "' is not a directory");
-        if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        const PathKind dir_kind = path_kind(dir);
+        if (dir_kind == PathKind::missing) throw Error("cannot write " + what + ": directory '" + dir + "' does not exist");
+        if (dir_kind != PathKind::directory) throw Error("cannot write " + what + ": '" + dir + "' is not a directory");
+        if (!directory_writable(dir))
             throw Error("cannot write " + what + ": directory '" + dir + "' is not writable (" + std::strerror(errno) + ")");
-        if (::stat(p.c_str(), &st) == 0) check_type(st);
+        check_kind(path_kind(p));
         ids.push_back(file_identity(o.path));
         for (std::size_t j = 0; j + 1 < ids.size(); j++)
             if (ids[j] == ids.back())
@@ -3966,241 +3963,16 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
     }
     for (const OutputFile& o : outputs) {  // last: an existing file must be one this program writes
         const std::string p = resolve_output_path(o.path);
-        struct stat st;
-        if (::stat(p.c_str(), &st) == 0 && !holds_kind(p, o.kind))
+        if (path_kind(p) != PathKind::missing && !holds_kind(p, o.kind))
             throw Error("refusing to replace " + o.role + " '" + o.path + "': it exists and is not " + kind_name(o.kind) +
                         " (only files this program wrote are replaced; remove it or choose another name)");
     }
 }
 
-// The peak resident set of getrusage in MiB: ru_maxrss counts bytes on macOS, KiB on Linux and the BSDs.
-static double max_rss_mib(const struct rusage& ru) {
-#if defined(__APPLE__)
-    return (double)ru.ru_maxrss / (1024.0 * 1024.0);
-#else
-    return (double)ru.ru_maxrss / 1024.0;
-#endif
-}
-
-// The temporary file being written, so that Ctrl-C (SIGINT), SIGTERM or SIGHUP removes it before
-// the program ends (unlink is safe in a signal handler). kill -9 cannot be caught: then a hidden
-// ".NAME.tmp.XXXXXX" beside the target may stay behind, and the target is untouched.
-// While a training loop runs (g_loop_stoppable), the first SIGINT or SIGTERM only records itself
-// in g_stop_signal: the loop finishes its step, writes a checkpoint and returns (TrainResult::signal);
-// a second signal ends the program as before.
-static char g_tmp_path[PATH_MAX + 1];
-static volatile std::sig_atomic_t g_tmp_active = 0;
-static volatile std::sig_atomic_t g_loop_stoppable = 0, g_stop_signal = 0;
-// A StagedDir's files and (when it made it) its directory, for the handler to remove: a slot is
-// filled before the count that makes it visible grows.
-static constexpr int STAGED_MAX = 16;
-static char g_staged_paths[STAGED_MAX][PATH_MAX + 1];
-static volatile std::sig_atomic_t g_staged_count = 0;
-static char g_staged_dir[PATH_MAX + 1];
-static volatile std::sig_atomic_t g_staged_dir_active = 0;
-extern "C" void remove_tmp_on_signal(int sig) {
-    if (g_loop_stoppable && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
-        g_stop_signal = sig;
-        return;
-    }
-    if (g_tmp_active) ::unlink(g_tmp_path);
-    for (int k = 0; k < g_staged_count; k++) ::unlink(g_staged_paths[k]);
-    if (g_staged_dir_active) ::rmdir(g_staged_dir);
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-}
-// The handler on SIGINT, SIGTERM and SIGHUP (a signal the shell had ignored stays ignored).
-static void install_removal_handlers() {
-    static bool installed = false;
-    if (installed) return;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP})
-        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
-    installed = true;
-}
-// SIGINT, SIGTERM and SIGHUP held off in a scope (delivered when it ends).
-struct SignalsHeld {
-    sigset_t old;
-    SignalsHeld() {
-        sigset_t set;
-        sigemptyset(&set);
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-        sigprocmask(SIG_BLOCK, &set, &old);
-    }
-    ~SignalsHeld() { sigprocmask(SIG_SETMASK, &old, nullptr); }
-};
-
-AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(path)) {
-    struct stat st;
-    const bool exists = ::stat(target_.c_str(), &st) == 0;
-    if (exists && !S_ISREG(st.st_mode)) throw Error("cannot write '" + path + "': it exists and is not a regular file");
-    std::string base = target_.substr(target_.rfind('/') == std::string::npos ? 0 : target_.rfind('/') + 1);
-    std::string tmpl = dir_of(target_) + "/." + base + ".tmp.XXXXXX";
-    if (tmpl.size() > PATH_MAX) throw Error("cannot write '" + path + "': the path is too long");
-    std::vector<char> name(tmpl.begin(), tmpl.end());
-    name.push_back('\0');
-    fd_ = ::mkstemp(name.data());
-    if (fd_ < 0) throw Error("cannot write '" + path + "': cannot create a temporary file in '" + dir_of(target_) + "': " + std::strerror(errno));
-    tmp_ = name.data();
-    mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::fchmod(fd_, exists ? (st.st_mode & 07777) : (0666 & ~mask));  // the mode a plain fopen would give
-    install_removal_handlers();
-    std::memcpy(g_tmp_path, tmp_.c_str(), tmp_.size() + 1);
-    g_tmp_active = 1;
-    buf_.reserve(1 << 20);
-}
-
-AtomicFile::~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
-    g_tmp_active = 0;
-}
-
-void AtomicFile::fail(const std::string& what) {
-    const std::string reason = std::strerror(errno);
-    if (fd_ >= 0) ::close(fd_), fd_ = -1;
-    ::unlink(tmp_.c_str());
-    tmp_.clear();
-    g_tmp_active = 0;
-    throw Error("cannot write '" + target_ + "': " + what + ": " + reason + " (the previous file, if any, is unchanged)");
-}
-
-void AtomicFile::flush_buffer() {
-    std::size_t done = 0;
-    while (done < buf_.size()) {
-        const ssize_t k = ::write(fd_, buf_.data() + done, buf_.size() - done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            if (k == 0) errno = ENOSPC;
-            fail("write failed");
-        }
-        done += (std::size_t)k;
-    }
-    buf_.clear();
-}
-
-void AtomicFile::write(const void* data, std::size_t n) {
-    if (fd_ < 0) throw Error("AtomicFile: write after commit or failure");
-    const char* p = (const char*)data;
-    if (buf_.size() + n > buf_.capacity()) flush_buffer();
-    if (n >= buf_.capacity()) {  // large blocks go straight to the file
-        buf_.assign(p, p + n);
-        flush_buffer();
-        buf_.shrink_to_fit(), buf_.reserve(1 << 20);
-        return;
-    }
-    buf_.insert(buf_.end(), p, p + n);
-}
-
-void AtomicFile::commit() {
-    if (fd_ < 0) throw Error("AtomicFile: commit twice or after failure");
-    flush_buffer();
-    if (::fsync(fd_) != 0) fail("fsync failed");
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail("close failed");
-    if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file over it");
-    committed_ = true;
-    g_tmp_active = 0;
-    const int dfd = ::open(dir_of(target_).c_str(), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {  // make the rename itself durable; some file systems cannot fsync a directory
-        const int r = ::fsync(dfd);
-        const int e = errno;
-        ::close(dfd);
-        if (r != 0 && e != EINVAL && e != EROFS)
-            throw Error("wrote '" + target_ + "' but could not fsync its directory: " + std::strerror(e));
-    }
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-    AtomicFile f(path);
-    f.write(bytes.data(), bytes.size());
-    f.commit();
-}
-
-std::string path_in_dir(const std::string& dir, const std::string& name) {
-    std::string d = dir;
-    while (d.size() > 1 && d.back() == '/') d.pop_back();
-    return d == "/" ? "/" + name : d + "/" + name;
-}
-
-std::string& program_name() {
-    static std::string name = "transformer";
-    return name;
-}
-
-StagedDir::StagedDir(const std::string& dir) : dir_(dir) {
-    if (g_staged_count > 0 || g_staged_dir_active) throw Error("StagedDir: another staged directory is open");
-    if (path_in_dir(dir, "").size() > PATH_MAX) throw Error("cannot write '" + dir + "': the path is too long");
-    install_removal_handlers();
-    struct stat st;
-    if (::stat(dir.c_str(), &st) == 0) return;
-    const SignalsHeld held;  // the directory and the note that it is ours come into being together
-    if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
-    std::snprintf(g_staged_dir, sizeof g_staged_dir, "%s", dir.c_str());
-    g_staged_dir_active = 1;
-    created_ = true;
-}
-
-std::string StagedDir::stage(const std::string& name) {
-    if (committed_) throw Error("StagedDir: stage after commit");
-    if ((int)staged_.size() >= STAGED_MAX) throw Error("StagedDir: more than " + std::to_string(STAGED_MAX) + " files");
-    const std::string path = path_in_dir(dir_, "." + name + ".staged." + std::to_string((long long)::getpid()));
-    if (path.size() > PATH_MAX) throw Error("cannot write '" + path_in_dir(dir_, name) + "': the path is too long");
-    const int k = (int)g_staged_count;
-    std::snprintf(g_staged_paths[k], sizeof g_staged_paths[k], "%s", path.c_str());
-    g_staged_count = k + 1;
-    staged_.push_back({path, path_in_dir(dir_, name)});
-    return path;
-}
-
-void StagedDir::commit(const std::vector<std::string>& remove) {
-    if (committed_) throw Error("StagedDir: commit twice");
-    const SignalsHeld held;  // all of it, or (on an error) what the destructor leaves
-    for (std::size_t k = 0; k < staged_.size(); k++) {
-        if (::rename(staged_[k].first.c_str(), staged_[k].second.c_str()) != 0)
-            throw Error("cannot rename '" + staged_[k].first + "' to '" + staged_[k].second + "': " + std::strerror(errno));
-        staged_[k].first = staged_[k].second;  // in place now: removed only with a directory this object made
-    }
-    for (const std::string& name : remove) {
-        const std::string path = path_in_dir(dir_, name);
-        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-            throw Error("cannot remove the earlier run's '" + path + "': " + std::strerror(errno));
-    }
-    committed_ = true;
-    g_staged_count = 0, g_staged_dir_active = 0;
-    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {  // the renames durable (some file systems cannot fsync a directory)
-        ::fsync(dfd);
-        ::close(dfd);
-    }
-}
-
-std::string StagedDir::failure(std::string message) const {
-    std::string moved;  // files a failed commit had already renamed into an existing directory
-    for (const auto& f : staged_) {
-        if (f.first == f.second) moved += (moved.empty() ? "" : ", ") + f.second;
-        for (std::size_t at = message.find(f.first); at != std::string::npos; at = message.find(f.first, at + f.second.size()))
-            message.replace(at, f.first.size(), f.second);
-    }
-    if (created_) return message + "; nothing written ('" + dir_ + "' not created)";
-    return message + (moved.empty() ? "; '" + dir_ + "' unchanged" : "; only " + moved + " replaced");
-}
-
-StagedDir::~StagedDir() {
-    if (committed_) return;
-    const SignalsHeld held;
-    g_staged_count = 0, g_staged_dir_active = 0;
-    for (const auto& f : staged_)  // staged files, and files already in place when a commit failed in a new directory
-        if (f.first != f.second || created_) ::unlink(f.first.c_str());
-    if (created_) ::rmdir(dir_.c_str());  // only if empty: a file someone else put there keeps it
-}
-
 std::FILE* open_input(const std::string& path) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
-    struct stat st;
-    if (::fstat(::fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (is_directory(f)) {
         std::fclose(f);
         throw Error("cannot read '" + path + "': it is a directory, not a file");
     }
@@ -4342,9 +4114,9 @@ private:
 SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
     f_ = open_input(path);
     try {
-        struct stat sb;
-        if (::fstat(::fileno(f_), &sb) != 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-        const std::size_t file_size = (std::size_t)sb.st_size;
+        const long long size = file_size(f_);
+        if (size < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+        const std::size_t file_size = (std::size_t)size;
         unsigned char size_le[8];
         if (file_size < 8 || std::fread(size_le, 1, 8, f_) != 8) throw bad("shorter than its 8-byte header size");
         uint64_t n = 0;
@@ -4419,7 +4191,7 @@ bool SafeTensorsReader::read(const Entry& e, float* dst, std::size_t first, std:
     const std::size_t at = data_start_ + e.begin + 4 * first;
     if (count == 0) return true;
     if (4 * (first + count) > e.end - e.begin) throw Error("safetensors: read past the end of tensor '" + e.name + "'");
-    if (std::fseek(f_, (long)at, SEEK_SET) != 0) throw bad("truncated while reading tensor '" + e.name + "'");
+    if (!seek_to(f_, (long long)at)) throw bad("truncated while reading tensor '" + e.name + "'");
     // 256 Ki floats (1 MiB) at a time: each chunk goes straight into dst and is checked while it is
     // in the cache (a check after the whole model would read all of it from memory a second time).
     constexpr std::size_t chunk = std::size_t(1) << 18;
@@ -4548,164 +4320,14 @@ std::pair<long long, long long> strip_checkpoint(const std::string& in, const st
     meta.erase("train.rng");
     meta["weights_only"] = "1";
     save_model(out, lm.config, lm.params, meta);
-    struct stat a, b;
-    const bool sized = ::stat(in.c_str(), &a) == 0 && ::stat(out.c_str(), &b) == 0;
-    return sized ? std::make_pair((long long)a.st_size, (long long)b.st_size) : std::make_pair(-1LL, -1LL);
+    const long long a = file_size(in), b = file_size(out);
+    return a >= 0 && b >= 0 ? std::make_pair(a, b) : std::make_pair(-1LL, -1LL);
 }
 
-// ---- Released GPT-2 weights (a Hugging Face model.safetensors) ---------------------------------
-// GPT-2's names and layouts (its Conv1D computes y = x W + b with W stored in x out, as ours):
-//   wte.weight (V x H) -> W_e            wpe.weight (n_ctx x H) -> W_p
-//   h.l.ln_1.weight, .bias -> layers.l.ln_1.gamma, .beta   (ln_2 and ln_f likewise)
-//   h.l.attn.c_attn.weight (H x 3H) = [W_Q^1 .. W_Q^A | W_K^1 .. W_K^A | W_V^1 .. W_V^A], head i in
-//       columns i*D .. i*D+D-1 of each third; h.l.attn.c_attn.bias (3H) likewise for b_Q, b_K, b_V
-//   h.l.attn.c_proj.weight (AD x H), .bias -> W_O, b_O;  h.l.mlp.c_fc -> W_1, b_1;  h.l.mlp.c_proj -> W_2, b_2
-// Names may start with "transformer."; lm_head.weight must equal wte.weight (tied); the causal-mask
-// buffers h.l.attn.bias and h.l.attn.masked_bias are ignored. The file does not say how many heads:
-// they come from config.json beside it (n_head; also layer_norm_epsilon), else A = H / 64 (every
-// GPT-2 size has heads of 64).
-static bool is_hf_gpt2(const SafeTensorsReader& st) {
-    return !st.metadata.count("variant") && (st.find("wte.weight") || st.find("transformer.wte.weight"));
-}
-
-// GPT-2's config.json beside the model file, if there is one: the heads (n_head), layer_norm_epsilon and
-// the activation, and the sizes, which must match the weights'.
-static void read_gpt2_config(const std::string& path, Config& c) {
-    const std::size_t slash = path.find_last_of('/');
-    const std::string config_json = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
-    std::FILE* probe = std::fopen(config_json.c_str(), "rb");
-    if (!probe) return;
-    std::fclose(probe);
-    auto bad = [&](const std::string& what) { return Error("'" + config_json + "': " + what); };
-    const Json j = parse_json(read_file(config_json));
-    const Json* heads = j.get("n_head");
-    if (!heads || heads->type != Json::number || heads->num < 1 || heads->num > c.H || heads->num != std::floor(heads->num) ||
-        c.H % (int)heads->num != 0)
-        throw bad("needs n_head, a whole number that divides n_embd = " + std::to_string(c.H));
-    c.A = (int)heads->num;
-    if (const Json* e = j.get("layer_norm_epsilon")) {
-        if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
-        c.eps = e->num;
-    }
-    if (const Json* a = j.get("activation_function")) {  // Hugging Face's names
-        const std::string f = a->type == Json::string ? a->str : "";
-        if (f == "gelu_new" || f == "gelu_pytorch_tanh" || f == "gelu_fast") c.activation = Activation::gelu_tanh;
-        else if (f == "gelu") c.activation = Activation::gelu_erf;
-        else if (f == "relu") c.activation = Activation::relu;
-        else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
-        else throw bad("activation_function '" + f + "' is not one of gelu_new, gelu, relu, quick_gelu");
-    }
-    const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
-    for (const auto& kv : sizes)
-        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
-}
-
-// GPT-2's c_attn (H x 3H, and its bias 3H) split into each head's W_Q, W_K, W_V (H x D) and biases:
-// head i of Q, K, V is column block part*H + i*D. The weight is read one row at a time, never whole.
-static void split_gpt2_c_attn(const SafeTensorsReader& st, const SafeTensorsReader::Entry& W, const Tensor<float>& b, const Config& c,
-                              MultiHeadSAParams<float>& attn) {
-    const int H = c.H, D = c.D, A = c.A;
-    std::vector<Tensor<float>*> Wi, bi;  // Q, K, V: head i is column block part*H + i*D
-    for (auto* heads : {&attn.W_Q, &attn.W_K, &attn.W_V})
-        for (int i = 0; i < A; i++) Wi.push_back(&(*heads)[i]), *Wi.back() = Tensor<float>::uninit(H, D);
-    for (auto* heads : {&attn.b_Q, &attn.b_K, &attn.b_V})
-        for (int i = 0; i < A; i++) bi.push_back(&(*heads)[i]), *bi.back() = Tensor<float>::uninit({D});
-    std::vector<float> row(3 * (std::size_t)H);  // one row of c_attn at a time: never the whole of it
-    for (int r = 0; r < H; r++) {
-        st.read(W, row.data(), (std::size_t)r * 3 * H, row.size());
-        for (int k = 0; k < 3 * A; k++) std::copy(row.begin() + k * D, row.begin() + (k + 1) * D, Wi[k]->row(r));
-    }
-    for (int k = 0; k < 3 * A; k++) std::copy(b.data.begin() + k * D, b.data.begin() + (k + 1) * D, bi[k]->ptr());
-}
-
-// Each tensor is read from the file straight into its place; c_attn one row at a time.
-static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsReader& st) {
-    using Entry = SafeTensorsReader::Entry;
-    auto fail = [&](const std::string& what) { return Error("'" + path + "' (GPT-2 weights): " + what); };
-    std::map<std::string, const Entry*> by;  // names without "transformer."
-    int L = 0;
-    for (auto& e : st.entries) {
-        const std::string name = e.name.rfind("transformer.", 0) == 0 ? e.name.substr(12) : e.name;
-        if (!by.emplace(name, &e).second) throw fail("tensor '" + name + "' appears twice");
-        if (name.rfind("h.", 0) == 0) {
-            const std::size_t dot = name.find('.', 2);
-            const std::string l = name.substr(2, dot == std::string::npos ? std::string::npos : dot - 2);
-            if (l.empty() || l.size() > 4 || l.find_first_not_of("0123456789") != std::string::npos)
-                throw fail("unexpected tensor '" + e.name + "'");
-            L = std::max(L, std::stoi(l) + 1);
-        }
-    }
-    auto take = [&](const std::string& name, const std::vector<int>& shape) -> const Entry& {  // checked, then used up
-        auto it = by.find(name);
-        if (it == by.end()) throw fail("missing tensor '" + name + "'");
-        if (it->second->shape != shape)
-            throw fail("tensor '" + name + "' is " + shape_str(it->second->shape) + ", expected " + shape_str(shape));
-        const Entry& e = *it->second;
-        by.erase(it);
-        return e;
-    };
-    auto grab = [&](const std::string& name, const std::vector<int>& shape) { return st.read(take(name, shape)); };
-    const Entry* wte = by.count("wte.weight") ? by["wte.weight"] : nullptr;
-    const Entry* wpe = by.count("wpe.weight") ? by["wpe.weight"] : nullptr;
-    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
-        throw fail("needs wte.weight (V x H), wpe.weight (n_ctx x H) and layers h.0, h.1, ...");
-    const Entry* fc = by.count("h.0.mlp.c_fc.weight") ? by["h.0.mlp.c_fc.weight"] : nullptr;
-    if (!fc || fc->shape.size() != 2) throw fail("missing tensor 'h.0.mlp.c_fc.weight'");
-    Config c;
-    c.variant = Variant::gpt2, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
-    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
-    c.A = c.H % 64 == 0 ? c.H / 64 : 0;
-    read_gpt2_config(path, c);
-    if (c.A == 0)
-        throw fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
-                   " is not a multiple of 64 and there is no config.json with n_head beside the file");
-    c.D = c.H / c.A;
-    validate(c);
-    LoadedModel lm;
-    lm.config = c;
-    lm.file.metadata = st.metadata;
-    lm.params = make_params<float>(c, false);  // shapes only: every tensor is read or split into place
-    ArenaScope arena(arena_bytes(c, lm.params));
-    Params<float>& p = lm.params;
-    const int H = c.H, D = c.D, A = c.A;
-    p.W_e = grab("wte.weight", {c.V, H});
-    p.W_p = grab("wpe.weight", {c.n_ctx, H});
-    p.ln_f_gamma = grab("ln_f.weight", {H}), p.ln_f_beta = grab("ln_f.bias", {H});
-    for (int l = 0; l < c.L; l++) {
-        const std::string h = "h." + std::to_string(l) + ".";
-        Layer<float>& y = p.layers[l];
-        y.ln_1_gamma = grab(h + "ln_1.weight", {H}), y.ln_1_beta = grab(h + "ln_1.bias", {H});
-        y.ln_2_gamma = grab(h + "ln_2.weight", {H}), y.ln_2_beta = grab(h + "ln_2.bias", {H});
-        const Entry& W = take(h + "attn.c_attn.weight", {H, 3 * H});
-        split_gpt2_c_attn(st, W, grab(h + "attn.c_attn.bias", {3 * H}), c, y.attn);
-        y.attn.W_O = grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = grab(h + "attn.c_proj.bias", {H});
-        y.ffn.W_1 = grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = grab(h + "mlp.c_fc.bias", {c.F});
-        y.ffn.W_2 = grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = grab(h + "mlp.c_proj.bias", {H});
-        by.erase(h + "attn.bias"), by.erase(h + "attn.masked_bias");  // causal-mask buffers
-    }
-    if (by.count("lm_head.weight")) {  // compared with W_e a block of rows at a time
-        const Entry& e = *by["lm_head.weight"];
-        bool same = e.shape == p.W_e.shape;
-        std::vector<float> block;
-        for (int r0 = 0; same && r0 < c.V; r0 += 1024) {
-            const std::size_t count = (std::size_t)std::min(1024, c.V - r0) * H;
-            block.resize(count);
-            st.read(e, block.data(), (std::size_t)r0 * H, count);
-            same = std::equal(block.begin(), block.end(), p.W_e.row(r0));
-        }
-        if (!same) throw fail("lm_head.weight differs from wte.weight; this model de-embeds with W_e^T (tied)");
-        by.erase("lm_head.weight");
-    }
-    if (!by.empty()) throw fail("unexpected tensor '" + by.begin()->first + "'");
-    return lm;
-}
-
-// ---- Released GPT-1, BERT and RoBERTa weights (Hugging Face model.safetensors) ----------------
-// What both importers share: the file's tensors by name (a prefix dropped), taken one at a time
-// with their shape checked, so that what is left at the end is unexpected; and config.json beside
-// the file.
 namespace {
+// ---- What the importers of Hugging Face files share ----------------------------------------------
+// The file's tensors by name (a prefix dropped), taken one at a time with their shape checked, so
+// that what is left at the end is unexpected; config.json beside the file, and its keys.
 struct HfTensors {
     using Entry = SafeTensorsReader::Entry;
     const SafeTensorsReader& st;
@@ -4788,6 +4410,153 @@ int hf_config_int(const Json& j, const char* key, int fallback, const std::strin
         throw Error("'" + config_path + "': " + key + " must be a positive whole number");
     return (int)v->num;
 }
+
+// The keys of a config.json that set a Config, as one family of Hugging Face's classes names them
+// (GPT2Config, OpenAIGPTConfig, BertConfig and RobertaConfig): the heads, which must divide the
+// width; the LayerNorm epsilon; the activation, by the names the family takes (`listed`, in an
+// error); the sizes, which must match the weights'.
+struct HfConfigKeys {
+    const char* heads;
+    const char* width;
+    const char* eps;
+    const char* activation;
+    std::vector<std::pair<std::string, Activation>> activations;
+    const char* listed;
+    std::vector<std::pair<const char*, int>> sizes;
+};
+static void read_hf_config(const Json& j, const std::string& cj, const HfConfigKeys& k, Config& c) {
+    auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
+    c.A = hf_config_int(j, k.heads, c.A, cj);
+    if (c.A == 0 || c.H % c.A != 0) throw bad(std::string(k.heads) + " must divide " + k.width + " = " + std::to_string(c.H));
+    if (const Json* e = j.get(k.eps)) {
+        if (e->type != Json::number || !(e->num > 0)) throw bad(std::string(k.eps) + " must be a positive number");
+        c.eps = e->num;
+    }
+    if (const Json* a = j.get(k.activation)) {
+        const std::string f = a->type == Json::string ? a->str : "";
+        bool known = false;
+        for (const auto& name : k.activations)
+            if (f == name.first) {
+                c.activation = name.second;
+                known = true;
+            }
+        if (!known) throw bad(std::string(k.activation) + " '" + f + "' is not one of " + k.listed);
+    }
+    for (const auto& kv : k.sizes)
+        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
+            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+}
+
+// ---- Released GPT-2 weights (a Hugging Face model.safetensors) ---------------------------------
+// GPT-2's names and layouts (its Conv1D computes y = x W + b with W stored in x out, as ours):
+//   wte.weight (V x H) -> W_e            wpe.weight (n_ctx x H) -> W_p
+//   h.l.ln_1.weight, .bias -> layers.l.ln_1.gamma, .beta   (ln_2 and ln_f likewise)
+//   h.l.attn.c_attn.weight (H x 3H) = [W_Q^1 .. W_Q^A | W_K^1 .. W_K^A | W_V^1 .. W_V^A], head i in
+//       columns i*D .. i*D+D-1 of each third; h.l.attn.c_attn.bias (3H) likewise for b_Q, b_K, b_V
+//   h.l.attn.c_proj.weight (AD x H), .bias -> W_O, b_O;  h.l.mlp.c_fc -> W_1, b_1;  h.l.mlp.c_proj -> W_2, b_2
+// Names may start with "transformer."; lm_head.weight must equal wte.weight (tied); the causal-mask
+// buffers h.l.attn.bias and h.l.attn.masked_bias are ignored. The file does not say how many heads:
+// they come from config.json beside it (n_head; also layer_norm_epsilon), else A = H / 64 (every
+// GPT-2 size has heads of 64).
+static bool is_hf_gpt2(const SafeTensorsReader& st) {
+    return !st.metadata.count("variant") && (st.find("wte.weight") || st.find("transformer.wte.weight"));
+}
+
+// GPT-2's config.json beside the model file, if there is one: the heads (n_head), layer_norm_epsilon and
+// the activation, and the sizes, which must match the weights'.
+static void read_gpt2_config(const std::string& path, Config& c) {
+    std::string cj;
+    const Json j = hf_config_json(path, cj);
+    if (j.type != Json::object) return;
+    read_hf_config(j, cj,
+                   {"n_head", "n_embd", "layer_norm_epsilon", "activation_function",
+                    {{"gelu_new", Activation::gelu_tanh}, {"gelu_pytorch_tanh", Activation::gelu_tanh}, {"gelu_fast", Activation::gelu_tanh},
+                     {"gelu", Activation::gelu_erf}, {"relu", Activation::relu},
+                     {"quick_gelu", Activation::gelu_sigmoid}},  // x sigmoid(1.702 x): what export writes for it
+                    "gelu_new, gelu, relu, quick_gelu",
+                    {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}}},
+                   c);
+}
+
+// GPT-2's c_attn (H x 3H, and its bias 3H) split into each head's W_Q, W_K, W_V (H x D) and biases:
+// head i of Q, K, V is column block part*H + i*D. The weight is read one row at a time, never whole.
+static void split_gpt2_c_attn(const SafeTensorsReader& st, const SafeTensorsReader::Entry& W, const Tensor<float>& b, const Config& c,
+                              MultiHeadSAParams<float>& attn) {
+    const int H = c.H, D = c.D, A = c.A;
+    std::vector<Tensor<float>*> Wi, bi;  // Q, K, V: head i is column block part*H + i*D
+    for (auto* heads : {&attn.W_Q, &attn.W_K, &attn.W_V})
+        for (int i = 0; i < A; i++) Wi.push_back(&(*heads)[i]), *Wi.back() = Tensor<float>::uninit(H, D);
+    for (auto* heads : {&attn.b_Q, &attn.b_K, &attn.b_V})
+        for (int i = 0; i < A; i++) bi.push_back(&(*heads)[i]), *bi.back() = Tensor<float>::uninit({D});
+    std::vector<float> row(3 * (std::size_t)H);  // one row of c_attn at a time: never the whole of it
+    for (int r = 0; r < H; r++) {
+        st.read(W, row.data(), (std::size_t)r * 3 * H, row.size());
+        for (int k = 0; k < 3 * A; k++) std::copy(row.begin() + k * D, row.begin() + (k + 1) * D, Wi[k]->row(r));
+    }
+    for (int k = 0; k < 3 * A; k++) std::copy(b.data.begin() + k * D, b.data.begin() + (k + 1) * D, bi[k]->ptr());
+}
+
+// Each tensor is read from the file straight into its place; c_attn one row at a time.
+static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsReader& st) {
+    using Entry = SafeTensorsReader::Entry;
+    HfTensors t(st, path, "GPT-2 weights", "transformer.");
+    const int L = t.count_layers("h.");
+    const Entry* wte = t.peek("wte.weight");
+    const Entry* wpe = t.peek("wpe.weight");
+    if (!wte || wte->shape.size() != 2 || !wpe || wpe->shape.size() != 2 || L == 0)
+        throw t.fail("needs wte.weight (V x H), wpe.weight (n_ctx x H) and layers h.0, h.1, ...");
+    const Entry* fc = t.peek("h.0.mlp.c_fc.weight");
+    if (!fc || fc->shape.size() != 2) throw t.fail("missing tensor 'h.0.mlp.c_fc.weight'");
+    Config c;
+    c.variant = Variant::gpt2, c.activation = Activation::gelu_tanh, c.eps = 1e-5, c.attn_bias = true;
+    c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
+    c.A = c.H % 64 == 0 ? c.H / 64 : 0;
+    read_gpt2_config(path, c);
+    if (c.A == 0)
+        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
+                     " is not a multiple of 64 and there is no config.json with n_head beside the file");
+    c.D = c.H / c.A;
+    validate(c);
+    LoadedModel lm;
+    lm.config = c;
+    lm.file.metadata = st.metadata;
+    lm.params = make_params<float>(c, false);  // shapes only: every tensor is read or split into place
+    ArenaScope arena(arena_bytes(c, lm.params));
+    Params<float>& p = lm.params;
+    const int H = c.H, D = c.D, A = c.A;
+    p.W_e = t.grab("wte.weight", {c.V, H});
+    p.W_p = t.grab("wpe.weight", {c.n_ctx, H});
+    p.ln_f_gamma = t.grab("ln_f.weight", {H}), p.ln_f_beta = t.grab("ln_f.bias", {H});
+    for (int l = 0; l < c.L; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        Layer<float>& y = p.layers[l];
+        y.ln_1_gamma = t.grab(h + "ln_1.weight", {H}), y.ln_1_beta = t.grab(h + "ln_1.bias", {H});
+        y.ln_2_gamma = t.grab(h + "ln_2.weight", {H}), y.ln_2_beta = t.grab(h + "ln_2.bias", {H});
+        const Entry& W = t.take(h + "attn.c_attn.weight", {H, 3 * H});
+        split_gpt2_c_attn(st, W, t.grab(h + "attn.c_attn.bias", {3 * H}), c, y.attn);
+        y.attn.W_O = t.grab(h + "attn.c_proj.weight", {A * D, H}), y.attn.b_O = t.grab(h + "attn.c_proj.bias", {H});
+        y.ffn.W_1 = t.grab(h + "mlp.c_fc.weight", {H, c.F}), y.ffn.b_1 = t.grab(h + "mlp.c_fc.bias", {c.F});
+        y.ffn.W_2 = t.grab(h + "mlp.c_proj.weight", {c.F, H}), y.ffn.b_2 = t.grab(h + "mlp.c_proj.bias", {H});
+        t.by.erase(h + "attn.bias"), t.by.erase(h + "attn.masked_bias");  // causal-mask buffers
+    }
+    if (t.by.count("lm_head.weight")) {  // compared with W_e a block of rows at a time
+        const Entry& e = *t.by["lm_head.weight"];
+        bool same = e.shape == p.W_e.shape;
+        std::vector<float> block;
+        for (int r0 = 0; same && r0 < c.V; r0 += 1024) {
+            const std::size_t count = (std::size_t)std::min(1024, c.V - r0) * H;
+            block.resize(count);
+            st.read(e, block.data(), (std::size_t)r0 * H, count);
+            same = std::equal(block.begin(), block.end(), p.W_e.row(r0));
+        }
+        if (!same) throw t.fail("lm_head.weight differs from wte.weight; this model de-embeds with W_e^T (tied)");
+        t.by.erase("lm_head.weight");
+    }
+    t.check_all_taken();
+    return lm;
+}
+
+// ---- Released GPT-1, BERT and RoBERTa weights (Hugging Face model.safetensors) ----------------
 
 // One tensor of a Hugging Face layout that is one of ours as it is, or transposed (a Linear's
 // weight, stored out x in): the one table of names that each importer reads and export_hf writes.
@@ -4942,23 +4711,12 @@ static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTenso
     std::string cj;
     const Json j = hf_config_json(path, cj);
     if (j.type == Json::object) {
-        auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
-        c.A = hf_config_int(j, "n_head", c.A, cj);
-        if (c.A == 0 || c.H % c.A != 0) throw bad("n_head must divide n_embd = " + std::to_string(c.H));
-        if (const Json* e = j.get("layer_norm_epsilon")) {
-            if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_epsilon must be a positive number");
-            c.eps = e->num;
-        }
-        if (const Json* a = j.get("afn")) {
-            const std::string f = a->type == Json::string ? a->str : "";
-            if (f == "gelu") c.activation = Activation::gelu_tanh;  // Hugging Face's GPT-1 "gelu" is gelu_new
-            else if (f == "relu") c.activation = Activation::relu;
-            else throw bad("afn '" + f + "' is not one of gelu, relu");
-        }
-        const std::pair<const char*, int> sizes[] = {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}};
-        for (const auto& kv : sizes)
-            if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-                throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+        read_hf_config(j, cj,
+                       {"n_head", "n_embd", "layer_norm_epsilon", "afn",
+                        {{"gelu", Activation::gelu_tanh}, {"relu", Activation::relu}},  // Hugging Face's GPT-1 "gelu" is gelu_new
+                        "gelu, relu",
+                        {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}}},
+                       c);
     }
     if (c.A == 0)
         throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
@@ -5053,29 +4811,17 @@ static void roberta_special_ids(const std::string& vocab_json_path, Config& c) {
 // sizes, which must match the weights' (skipped: the position rows before a sequence's first; types:
 // the rows of token_type_embeddings).
 static void read_bert_config(const Json& j, const std::string& cj, Config& c, int skipped, int types) {
-    auto bad = [&](const std::string& what) { return Error("'" + cj + "': " + what); };
-    c.A = hf_config_int(j, "num_attention_heads", c.A, cj);
-    if (c.A == 0 || c.H % c.A != 0) throw bad("num_attention_heads must divide hidden_size = " + std::to_string(c.H));
-    if (const Json* e = j.get("layer_norm_eps")) {
-        if (e->type != Json::number || !(e->num > 0)) throw bad("layer_norm_eps must be a positive number");
-        c.eps = e->num;
-    }
-    if (const Json* a = j.get("hidden_act")) {
-        const std::string f = a->type == Json::string ? a->str : "";
-        if (f == "gelu") c.activation = Activation::gelu_erf;
-        else if (f == "gelu_new" || f == "gelu_pytorch_tanh") c.activation = Activation::gelu_tanh;
-        else if (f == "relu") c.activation = Activation::relu;
-        else if (f == "quick_gelu") c.activation = Activation::gelu_sigmoid;  // x sigmoid(1.702 x): what export writes for it
-        else throw bad("hidden_act '" + f + "' is not one of gelu, gelu_new, relu, quick_gelu");
-    }
     if (const Json* e = j.get("position_embedding_type"); e && !(e->type == Json::string && e->str == "absolute"))
-        throw bad("position_embedding_type must be absolute (W_p of formulas §18)");
-    const std::pair<const char*, int> sizes[] = {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
-                                                 {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V},
-                                                 {"type_vocab_size", types}};
-    for (const auto& kv : sizes)
-        if (const Json* v = j.get(kv.first); v && (v->type != Json::number || v->num != kv.second))
-            throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
+        throw Error("'" + cj + "': position_embedding_type must be absolute (W_p of formulas §18)");
+    read_hf_config(j, cj,
+                   {"num_attention_heads", "hidden_size", "layer_norm_eps", "hidden_act",
+                    {{"gelu", Activation::gelu_erf}, {"gelu_new", Activation::gelu_tanh}, {"gelu_pytorch_tanh", Activation::gelu_tanh},
+                     {"relu", Activation::relu},
+                     {"quick_gelu", Activation::gelu_sigmoid}},  // x sigmoid(1.702 x): what export writes for it
+                    "gelu, gelu_new, relu, quick_gelu",
+                    {{"hidden_size", c.H}, {"num_hidden_layers", c.L}, {"intermediate_size", c.F},
+                     {"max_position_embeddings", c.n_ctx + skipped}, {"vocab_size", c.V}, {"type_vocab_size", types}}},
+                   c);
 }
 
 // BERT's [CLS], [SEP], [MASK] (RoBERTa's <s>, </s>, <mask>): from the tokenizer the file's metadata
@@ -5346,20 +5092,14 @@ bool file_has_mark(const std::string& path) {
 void check_output_dir(const std::string& dir, const std::string& role, const std::vector<std::string>& names,
                       const std::string& marker) {
     if (dir.empty()) throw Error(role + " is empty");
-    struct stat st;
     const std::string what = role + " '" + dir + "'";
-    if (::stat(dir.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) throw Error("cannot write " + what + ": it exists and is not a directory");
-        if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    const PathKind kind = path_kind(dir);
+    if (kind != PathKind::missing) {
+        if (kind != PathKind::directory) throw Error("cannot write " + what + ": it exists and is not a directory");
+        if (!directory_writable(dir))
             throw Error("cannot write " + what + ": the directory is not writable (" + std::strerror(errno) + ")");
         std::vector<std::string> entries;
-        if (DIR* d = ::opendir(dir.c_str())) {
-            while (const dirent* e = ::readdir(d))
-                if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) entries.push_back(e->d_name);
-            ::closedir(d);
-        } else {
-            throw Error("cannot read the directory " + what + ": " + std::strerror(errno));
-        }
+        if (!directory_entries(dir, entries)) throw Error("cannot read the directory " + what + ": " + std::strerror(errno));
         if (entries.empty()) return;
         std::sort(entries.begin(), entries.end());
         std::string list;
@@ -5377,9 +5117,9 @@ void check_output_dir(const std::string& dir, const std::string& role, const std
     std::string d = dir;
     while (d.size() > 1 && d.back() == '/') d.pop_back();
     const std::string parent = dir_of(d);
-    if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    if (path_kind(parent) != PathKind::directory)
         throw Error("cannot write " + what + ": its parent directory '" + parent + "' does not exist");
-    if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    if (!directory_writable(parent))
         throw Error("cannot write " + what + ": cannot create it in '" + parent + "' (" + std::strerror(errno) + ")");
 }
 
@@ -5402,16 +5142,10 @@ std::string tj_vocab(const std::vector<std::string>& by_id) {
     for (std::size_t i = 0; i < by_id.size(); i++) v += (i ? ",\n      " : "\n      ") + json_escape(by_id[i]) + ": " + std::to_string(i);
     return v + "\n    }";
 }
-// The merges of vocab.bpe / merges.txt in order, as make_bpe and make_gpt1_bpe read them.
-std::vector<std::string> merge_lines(const std::string& vocab_bpe) {
+// The merges of vocab.bpe / merges.txt in order, each "A B", as make_bpe and make_gpt1_bpe read them.
+static std::vector<std::string> merge_lines(const std::string& vocab_bpe) {
     std::vector<std::string> out;
-    std::stringstream ss(vocab_bpe);
-    std::string line;
-    for (int line_no = 1; std::getline(ss, line); line_no++) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-        out.push_back(line);
-    }
+    for (const MergeLine& m : read_merges(vocab_bpe, "merges")) out.push_back(m.a + " " + m.b);
     return out;
 }
 // merges.txt as the slow classes read it: they drop the first line and the last (empty) one.
@@ -5647,8 +5381,7 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
     const std::vector<std::pair<std::string, std::string>> tok_files = hf_tokenizer_files(tok, c);
     std::vector<OutputFile> outs;  // the directory is new, empty or ours: its files are ours to replace
     for (const std::string& name : HF_EXPORT_FILES) outs.push_back({path_in_dir(dir, name), "--out/" + name, OutputKind::in_own_dir});
-    struct stat st;
-    if (::stat(dir.c_str(), &st) == 0) check_outputs(outs, {{input, "--checkpoint"}});  // a new directory holds nothing to check
+    if (path_kind(dir) != PathKind::missing) check_outputs(outs, {{input, "--checkpoint"}});  // a new directory holds nothing to check
     // Every file is staged and renamed into place at the end: an error or a signal before that
     // leaves the directory as it was (a new one is removed again).
     StagedDir staged(dir);
@@ -5863,8 +5596,7 @@ ModelSpeed model_speed(const Config& c, Params<float>& p) {
     using Clock = std::chrono::steady_clock;
     auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
     ModelSpeed r;
-    const char* tmp = std::getenv("TMPDIR");
-    const std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/transformer-bench-" + std::to_string(::getpid()) + ".safetensors";
+    const std::string path = temporary_directory() + "/transformer-bench-" + std::to_string(process_id()) + ".safetensors";
     struct Removed {
         std::string path;
         ~Removed() { std::remove(path.c_str()); }
@@ -5932,35 +5664,6 @@ TrainMemory train_memory(const Config& c, long long B, int n) {
     const double rows = (double)B * n;
     const double logit_rows = is_causal(c.variant) ? rows : 0.15 * rows;  // a masked LM de-embeds its targets only
     m.activations = 4 * (rows * (double)c.L * (12.0 * c.H + 2.0 * c.F + (double)c.A * n) + logit_rows * 2.0 * c.V);
-    return m;
-}
-
-// A number from a one-line file of the kernel's (cgroup limits), or -1 when there is none or it
-// says "max".
-static double read_limit_file(const char* path) {
-    std::FILE* f = std::fopen(path, "r");
-    if (!f) return -1;
-    char buf[64] = {0};
-    const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
-    std::fclose(f);
-    if (!got) return -1;
-    char* end = nullptr;
-    const double v = std::strtod(buf, &end);
-    return end == buf || v <= 0 ? -1 : v;
-}
-
-MemoryLimit memory_limit() {
-    MemoryLimit m;
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    m.bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-    m.source = "the machine's physical memory";
-    auto consider = [&](double bytes, const char* source) {
-        if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m.bytes = bytes, m.source = source;
-    };
-    consider(read_limit_file("/sys/fs/cgroup/memory.max"), "the cgroup's memory.max");
-    consider(read_limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "the cgroup's memory.limit_in_bytes");
-    struct rlimit as;
-    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) consider((double)as.rlim_cur, "the address-space limit (ulimit -v)");
     return m;
 }
 
@@ -6236,8 +5939,7 @@ static std::string resume_data_path(const std::map<std::string, std::string>& md
     std::string path = given;
     if (path.empty()) {
         const std::string abs = md.count(key + "_path") ? md.at(key + "_path") : "";
-        struct stat st;
-        path = ::stat(recorded.c_str(), &st) == 0 || abs.empty() || ::stat(abs.c_str(), &st) != 0 ? recorded : abs;
+        path = path_kind(recorded) != PathKind::missing || abs.empty() || path_kind(abs) == PathKind::missing ? recorded : abs;
     }
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f)
@@ -6266,9 +5968,8 @@ static void check_resume_data(const std::map<std::string, std::string>& md, std:
 static void record_data(std::map<std::string, std::string>& meta, const std::string& path, std::size_t bytes, uint64_t hash,
                         const DataRecord& r) {
     const std::string key = r.key;
-    char* abs = ::realpath(path.c_str(), nullptr);
-    meta[key + "_path"] = abs ? abs : path;
-    std::free(abs);
+    const std::string abs = real_path(path);
+    meta[key + "_path"] = abs.empty() ? path : abs;
     meta[key + "_bytes"] = std::to_string(bytes);
     meta[key + "_fnv1a64"] = std::to_string(hash);
 }
@@ -6484,11 +6185,9 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
     long long since_log = 0;
     double loss_sum = 0;
     std::vector<double> parts, part_sums(obj.part_names.size(), 0.0);
-    g_stop_signal = 0, g_loop_stoppable = 1;  // SIGINT/SIGTERM: finish the step, save, return
-    for (int sig : {SIGINT, SIGTERM})
-        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+    loop_stop_begin();  // SIGINT/SIGTERM: finish the step, save, return
     struct LoopEnd {  // the loop may also end by an exception
-        ~LoopEnd() { g_loop_stoppable = 0; }
+        ~LoopEnd() { loop_stop_end(); }
     } loop_end;
     for (long long step_index = s.step0; step_index < last; step_index++) {
         const long long step = step_index + 1;
@@ -6526,14 +6225,14 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
             loss_sum = 0;
             std::fill(part_sums.begin(), part_sums.end(), 0.0);
         }
-        if ((o.save_every > 0 && step % o.save_every == 0) || step == last || g_stop_signal) save(step);
+        if ((o.save_every > 0 && step % o.save_every == 0) || step == last || loop_stop_signal()) save(step);
         r.steps_done = step;
-        if (g_stop_signal) {
-            r.signal = (int)g_stop_signal;
+        if (loop_stop_signal()) {
+            r.signal = loop_stop_signal();
             break;
         }
     }
-    g_loop_stoppable = 0;
+    loop_stop_end();
     r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
     if (r.steps_done == 0) throw Error("train: nothing to do (the checkpoint is already at step " + std::to_string(s.step0) + ")");
     write_file_atomic(base + ".csv", s.log_csv);
@@ -6858,8 +6557,8 @@ static void finish_training(TrainResult& r, const TrainOptions& o, RunState& s, 
                                          "--line-windows' training and estimate windows do" : "",
                         o.eval_steps, r.val_loss);
         std::printf("wrote %s, %s.csv, %s.svg\n", o.out.c_str(), base.c_str(), base.c_str());
-        struct rusage ru;
-        if (::getrusage(RUSAGE_SELF, &ru) == 0) std::printf("peak memory (max resident set): %.1f MB\n", max_rss_mib(ru));
+        const double peak = peak_memory_mib();
+        if (peak >= 0) std::printf("peak memory (max resident set): %.1f MB\n", peak);
     }
 }
 
@@ -7700,19 +7399,6 @@ static bool unicode_space(uint32_t cp) {  // the White_Space property
            cp == 0x3000;
 }
 
-// The code points of a UTF-8 text and the byte offset where each starts (plus text.size() at the
-// end). Overlong forms, surrogates and truncated sequences are errors, as in a strict decoder.
-static void utf8_decode(const std::string& text, std::vector<uint32_t>& cps, std::vector<std::size_t>& at) {
-    for (std::size_t i = 0; i < text.size();) {
-        uint32_t cp = 0;
-        const int len = utf8_next(text, i, cp);
-        if (len == 0) throw Error("text is not valid UTF-8 (at byte " + std::to_string(i) + ")");
-        cps.push_back(cp), at.push_back(i);
-        i += (std::size_t)len;
-    }
-    at.push_back(text.size());
-}
-
 // ---- Step 1: pre-tokenization ------------------------------------------------------------------
 // The pattern's alternatives in order; c[i..j) is the piece found at position i (code points).
 std::vector<std::string> gpt2_pretokenize(const std::string& text) {
@@ -7753,7 +7439,7 @@ static const std::string& byte_symbol(unsigned char b) {
     static const std::vector<std::string> table = [] {
         auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
         std::vector<std::string> t(256);
-        for (int x = 0, next = 0x100; x < 256; x++) JsonParser::put_utf8(t[x], printable(x) ? (uint32_t)x : (uint32_t)next++);
+        for (int x = 0, next = 0x100; x < 256; x++) utf8_append(t[x], printable(x) ? (uint32_t)x : (uint32_t)next++);
         return t;
     }();
     return table[b];
@@ -7761,6 +7447,42 @@ static const std::string& byte_symbol(unsigned char b) {
 std::string bytes_to_unicode(unsigned char b) { return byte_symbol(b); }
 
 // ---- Step 3: merges ----------------------------------------------------------------------------
+std::vector<MergeLine> read_merges(const std::string& text, const std::string& file) {
+    std::vector<MergeLine> out;
+    std::stringstream ss(text);
+    std::string line;
+    for (int line_no = 1; std::getline(ss, line); line_no++) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+        const std::size_t sp = line.find(' ');
+        if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
+            throw Error(file + ": line " + std::to_string(line_no) + " is not two symbols separated by one space");
+        out.push_back({line.substr(0, sp), line.substr(sp + 1), line_no});
+    }
+    return out;
+}
+
+std::vector<std::string> read_encoder(const std::string& json, const std::string& file, const std::string& what,
+                                      std::unordered_map<std::string, int>& encoder) {
+    const Json j = parse_json(json);
+    if (j.type != Json::object || j.obj.empty()) throw Error(file + ": expected an object {\"" + what + "\": id, ...}");
+    const std::size_t N = j.obj.size();
+    std::vector<std::string> symbols(N);
+    std::vector<bool> seen(N, false);
+    for (const auto& kv : j.obj) {
+        const double v = kv.second.num;
+        if (kv.second.type != Json::number || v != std::floor(v) || v < 0 || v >= (double)N)
+            throw Error(file + ": the id of '" + kv.first + "' is not an integer in 0.." + std::to_string(N - 1));
+        const int id = (int)v;
+        if (seen[id]) throw Error(file + ": id " + std::to_string(id) + " is given twice");
+        if (kv.first.empty() || !encoder.emplace(kv.first, id).second)
+            throw Error(file + ": the " + what + " '" + kv.first + "' is empty or given twice");
+        seen[id] = true;
+        symbols[id] = kv.first;
+    }
+    return symbols;
+}
+
 // GPT-2's loop: find the adjacent pair with the lowest rank, merge every occurrence of it left to
 // right, repeat until no pair has a rank. Rescanning the whole piece each time is O(n^2), which a
 // long piece without spaces makes hours, so the same passes run on a linked list of symbols with
@@ -7886,8 +7608,7 @@ std::vector<int> roberta_encode(const BPE& bpe, const std::string& text) {
 
 BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
     BPE t;
-    const Json j = parse_json(encoder_json);
-    if (j.type != Json::object || j.obj.empty()) throw Error("encoder.json: expected an object {\"token\": id, ...}");
+    const std::vector<std::string> symbols = read_encoder(encoder_json, "encoder.json", "token", t.encoder);
     std::map<uint32_t, char> byte_of;  // symbol code point -> the byte it stands for
     for (int b = 0; b < 256; b++) {
         std::vector<uint32_t> cp;
@@ -7895,42 +7616,21 @@ BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
         utf8_decode(byte_symbol((unsigned char)b), cp, at);
         byte_of[cp[0]] = (char)b;
     }
-    const std::size_t N = j.obj.size();
-    t.decoder.assign(N, std::string());
-    std::vector<bool> seen(N, false);
-    for (const auto& kv : j.obj) {
-        const double v = kv.second.num;
-        if (kv.second.type != Json::number || v != std::floor(v) || v < 0 || v >= (double)N)
-            throw Error("encoder.json: the id of '" + kv.first + "' is not an integer in 0.." + std::to_string(N - 1));
-        const int id = (int)v;
-        if (seen[id]) throw Error("encoder.json: id " + std::to_string(id) + " is given twice");
-        if (kv.first.empty() || !t.encoder.emplace(kv.first, id).second)
-            throw Error("encoder.json: the token '" + kv.first + "' is empty or given twice");
-        seen[id] = true;
+    t.decoder.assign(symbols.size(), std::string());
+    for (std::size_t id = 0; id < symbols.size(); id++) {
         std::vector<uint32_t> cps;
         std::vector<std::size_t> at;
-        utf8_decode(kv.first, cps, at);
+        utf8_decode(symbols[id], cps, at);
         for (uint32_t cp : cps) {
             auto b = byte_of.find(cp);
             if (b == byte_of.end())
-                throw Error("encoder.json: the token '" + kv.first + "' has a character outside the 256 byte symbols");
+                throw Error("encoder.json: the token '" + symbols[id] + "' has a character outside the 256 byte symbols");
             t.decoder[id] += b->second;
         }
     }
     auto eot = t.encoder.find("<|endoftext|>");
     t.eot = eot == t.encoder.end() ? -1 : eot->second;
-    std::stringstream ss(vocab_bpe);
-    std::string line;
-    int line_no = 0;
-    while (std::getline(ss, line)) {
-        line_no++;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-        const std::size_t sp = line.find(' ');
-        if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
-            throw Error("vocab.bpe: line " + std::to_string(line_no) + " is not two symbols separated by one space");
-        t.ranks.emplace(line, (int)t.ranks.size());
-    }
+    for (const MergeLine& m : read_merges(vocab_bpe, "vocab.bpe")) t.ranks.emplace(m.a + " " + m.b, (int)t.ranks.size());
     if (t.ranks.empty()) throw Error("vocab.bpe: no merges");
     // Every token beyond the 256 byte symbols and the special ones ("<|endoftext|>") is made by one
     // merge, so fewer merges than those tokens means a cut file (GPT-2's: 50000 merges, 50257 tokens).
@@ -8279,8 +7979,7 @@ std::string bpe_vocab_bpe(const BpeLearnt& b) {
 
 void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& inputs) {
     check_output_dir(dir, "--out", {"encoder.json", "vocab.bpe"}, "vocab.bpe");  // our vocab.bpe's first line is the mark
-    struct stat st;
-    if (::stat(dir.c_str(), &st) != 0) return;  // created later: holds nothing yet
+    if (path_kind(dir) == PathKind::missing) return;  // created later: holds nothing yet
     std::vector<InputFile> in;
     for (const std::string& i : inputs) in.push_back({i, "--data"});
     check_outputs({{path_in_dir(dir, "encoder.json"), "--out encoder.json", OutputKind::in_own_dir},
@@ -8310,20 +8009,6 @@ static bool unicode_control(uint32_t cp);          // Cc, Cf, Co, Cs
 static bool unicode_unassigned(uint32_t cp);       // Cn
 static void unicode_lower(uint32_t cp, std::vector<uint32_t>& out);
 static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out);
-
-static std::string utf8_encode(const std::vector<uint32_t>& cps) {
-    std::string s;
-    for (uint32_t cp : cps) {
-        if (cp < 0x80) s += (char)cp;
-        else if (cp < 0x800) s += (char)(0xC0 | (cp >> 6)), s += (char)(0x80 | (cp & 0x3F));
-        else if (cp < 0x10000)
-            s += (char)(0xE0 | (cp >> 12)), s += (char)(0x80 | ((cp >> 6) & 0x3F)), s += (char)(0x80 | (cp & 0x3F));
-        else
-            s += (char)(0xF0 | (cp >> 18)), s += (char)(0x80 | ((cp >> 12) & 0x3F)), s += (char)(0x80 | ((cp >> 6) & 0x3F)),
-                s += (char)(0x80 | (cp & 0x3F));
-    }
-    return s;
-}
 
 // BERT's _is_chinese_char: the CJK Unified Ideographs blocks and their extensions, and the CJK
 // Compatibility Ideographs (not Hangul, Hiragana or Katakana).
@@ -8472,43 +8157,22 @@ std::string GPT1BPE::decode(const std::vector<int>& ids) const {
 
 GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
     GPT1BPE t;
-    const Json j = parse_json(encoder_json);
-    if (j.type != Json::object || j.obj.empty()) throw Error("encoder: expected an object {\"symbol\": id, ...}");
-    const std::size_t N = j.obj.size();
-    t.decoder.assign(N, std::string());
-    std::vector<bool> seen(N, false);
-    for (const auto& kv : j.obj) {
-        const double v = kv.second.num;
-        if (kv.second.type != Json::number || v != std::floor(v) || v < 0 || v >= (double)N)
-            throw Error("encoder: the id of '" + kv.first + "' is not an integer in 0.." + std::to_string(N - 1));
-        const int id = (int)v;
-        if (seen[id]) throw Error("encoder: id " + std::to_string(id) + " is given twice");
-        if (kv.first.empty() || !t.encoder.emplace(kv.first, id).second)
-            throw Error("encoder: the symbol '" + kv.first + "' is empty or given twice");
+    t.decoder = read_encoder(encoder_json, "encoder", "symbol", t.encoder);
+    for (std::size_t id = 0; id < t.decoder.size(); id++) {
         uint32_t cp;
-        for (std::size_t i = 0; i < kv.first.size();) {
-            const int len = utf8_next(kv.first, i, cp);
+        for (std::size_t i = 0; i < t.decoder[id].size();) {
+            const int len = utf8_next(t.decoder[id], i, cp);
             if (!len) throw Error("encoder: the symbol of id " + std::to_string(id) + " is not valid UTF-8");
             i += (std::size_t)len;
         }
-        seen[id] = true, t.decoder[id] = kv.first;
     }
     auto unk = t.encoder.find("<unk>");
     t.unk = unk == t.encoder.end() ? -1 : unk->second;
-    std::stringstream ss(vocab_bpe);
-    std::string line;
-    int line_no = 0;
-    while (std::getline(ss, line)) {
-        line_no++;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-        const std::size_t sp = line.find(' ');
-        if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
-            throw Error("merges: line " + std::to_string(line_no) + " is not two symbols separated by one space");
-        const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
-        for (const std::string& s : {a, b, a + b})
+    for (const MergeLine& m : read_merges(vocab_bpe, "merges")) {
+        const std::string line = m.a + " " + m.b;
+        for (const std::string& s : {m.a, m.b, m.a + m.b})
             if (!t.encoder.count(s))
-                throw Error("merges: line " + std::to_string(line_no) + " ('" + line + "'): '" + s + "' is not in the encoder");
+                throw Error("merges: line " + std::to_string(m.line_no) + " ('" + line + "'): '" + s + "' is not in the encoder");
         t.ranks.emplace(line, (int)t.ranks.size());
     }
     if (t.ranks.empty()) throw Error("merges: no merges");
@@ -9120,9 +8784,9 @@ std::vector<HeatPanel> attention_panels(const Config& c, const Params<float>& p,
 }
 
 // ---- explain: one forward and backward pass, formula box by formula box ---------------------------
-// explain computes no layer itself: the forward values are those model_forward keeps
-// (ForwardOptions::keep_sublayers), the backward runs model_backward's pieces one at a time
-// (block_backward, embed_backward) so that each layer's gradients can be shown as they arrive.
+// explain computes no layer itself: its boxes are written as model_loss's one forward and backward
+// report their stages through a Trace (ExplainRun), so each layer's values and gradients are shown
+// as the model's own walk computes them.
 // The size of one factor of a shape symbol ("n", "H", "AD", ...) in this model.
 static int symbol_size(const std::string& s, const Config& c, int n) {
     const std::map<std::string, int> sizes = {{"n", n}, {"H", c.H}, {"D", c.D}, {"F", c.F}, {"V", c.V},
@@ -10117,8 +9781,6 @@ struct ExplainRun : Trace {
     std::set<int> layers_boxed;    // the layers whose backward boxes the walk began to write
     int masks_shown = 0, masks_seen = 0, blocks_shown = 0;
     std::vector<std::pair<Stage, int>> pending;  // stages reported since the last backward box
-    int input_box = -1;            // the last box with a gradient of the walk, and whether it passed
-    bool input_pass = true;
     std::set<std::string> checked_functions;  // the module backwards some box checked
     std::vector<RelatedGradient> walk_before;  // the walk's gradients checked so far, for the relations
     std::vector<std::size_t> due;  // the forward's stages in reverse, as the backward must report them
@@ -10450,7 +10112,6 @@ struct ExplainRun : Trace {
         const bool module_pass = ck.pass;
         std::vector<ExplainGradient> walked;
         Rng rr(++seed);
-        bool stages_pass = true, any_stage = false;
         for (const auto& sl : stages) {
             if (sl.first == Stage::attention || sl.first == Stage::ffn) continue;  // no dropout in explain: the next stage's gradient
             if (boundaries_only && sl.first != Stage::X && sl.first != Stage::logits && sl.first != Stage::final_ln) continue;
@@ -10459,8 +10120,6 @@ struct ExplainRun : Trace {
             const StageSource src = stage_source(c, sl.first, sl.second);
             walked.push_back(stage_check(loss, record, (std::size_t)at, stage_gradient_name(c, sl.first, sl.second) + " (its line's)",
                                          src.line, stage_entries, rr, ck.h, ck.tol, fold));
-            stages_pass &= walked.back().pass;
-            any_stage = true;
         }
         auto P = named_tensors(c, pd);
         auto G = named_tensors(c, gd);
@@ -10476,7 +10135,6 @@ struct ExplainRun : Trace {
             ck.entries += g.entries;
             walk_pass &= g.pass;
         }
-        const int box = (int)w.steps.size() - 1;
         const std::vector<RelatedGradient> others =
             related(ck.gradients, std::vector<RelatedGradient>(walk_before.end() - std::min<std::size_t>(walk_before.size(), 8), walk_before.end()));
         for (ExplainGradient& g : ck.gradients) g.relation = explain_relation(g, others, factors, ck.tol);
@@ -10493,7 +10151,6 @@ struct ExplainRun : Trace {
             ck.pass = false;
             out_of_order_function.clear();
             walk_pass = false;
-            stages_pass = false;
         } else if (!walk_pass && ck.missing.empty()) {
             if (module_pass) {
                 for (const ExplainGradient& g : ck.gradients)
@@ -10513,10 +10170,6 @@ struct ExplainRun : Trace {
                 }
             }
             ck.pass = false;
-        }
-        if (any_stage) {
-            input_box = box;
-            input_pass = stages_pass;
         }
         w.steps.back().check = ck;
     }
@@ -11424,33 +11077,11 @@ static std::string inline_svg(const std::string& svg) {
     return at == std::string::npos ? svg : svg.substr(at);
 }
 
-// The absolute path of the running program: /proc/self/exe on Linux, _NSGetExecutablePath (made
-// absolute by realpath) on macOS; empty elsewhere, where explain --html looks for the source at the
-// path it was compiled from alone.
-static std::string executable_path() {
-#if defined(__APPLE__)
-    char exe[4096];
-    uint32_t size = sizeof exe;
-    if (_NSGetExecutablePath(exe, &size) != 0) return "";
-    char* real = ::realpath(exe, nullptr);
-    const std::string e = real ? real : "";
-    std::free(real);
-    return e;
-#elif defined(__linux__)
-    char exe[4096];
-    const ssize_t k = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-    return k > 0 ? std::string(exe, (std::size_t)k) : std::string();
-#else
-    return "";
-#endif
-}
-
 // The first of `tries` that is a regular file, read, and its path in used. None: an error naming the
 // file if it was `given` (what it is: "the source"), else "" and used "".
 static std::string read_first(const std::vector<std::string>& tries, const std::string& given, const char* what, std::string& used) {
     for (const std::string& p : tries) {
-        struct stat st;
-        if (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (path_kind(p) != PathKind::regular) continue;
         used = p;
         return read_file(p);
     }
@@ -11568,7 +11199,7 @@ struct ExplainPageWriter {
                 const ExplainCheck& ck = e.steps[k].check;
                 if (through == 0 && ck.done && ck.missing.empty()) page.checked++;
                 if (through == 0 && ck.done && !ck.missing.empty()) page.missing++;
-                const int via = ck.callee >= 0 ? ck.callee : ck.input;
+                const int via = ck.callee;
                 if (!ck.done || ck.pass || (via >= 0) != (through == 1)) continue;
                 failing.push_back((int)k);
                 page.failing_boxes.push_back("[" + std::to_string(k + 1) + "] " + e.steps[k].box + " (" + ck.function + ")" +
@@ -11607,12 +11238,11 @@ struct ExplainPageWriter {
                 const ExplainCheck& ck = e.steps[failing[k]].check;
                 h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
                   << " (" << html_text(ck.function) << ")</a>";
-                const int via = ck.callee >= 0 ? ck.callee : ck.input;
+                const int via = ck.callee;
                 if (via >= 0) h << " through <a href=\"#b" << via + 1 << "\">[" << via + 1 << "]</a>";
             }
             const ExplainCheck& last = e.steps[failing.back()].check;
-            if (last.callee >= 0 || last.input >= 0)
-                h << ". Fix the boxes failing on their own first: the others fail through a box they call or whose gradient they receive.";
+            if (last.callee >= 0) h << ". Fix the boxes failing on their own first: the others fail through a box they call.";
         }
         if (page.missing) h << " <span class=\"missing\">" << page.missing << (page.missing == 1 ? " more is" : " more are") << " not implemented yet.</span>";
         h << "</p><p class=\"note\">Each backward box is checked twice. Its function alone: its own forward, in double, on this run's input of it, "
@@ -11716,7 +11346,7 @@ struct ExplainPageWriter {
         else
             h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
               << "</b> (" << html_text(ck.function)
-              << (ck.composition.empty() && ck.input < 0 ? " against central differences of its forward" : ": the walk's gradients against central differences of their lines")
+              << (ck.composition.empty() ? " against central differences of its forward" : ": the walk's gradients against central differences of their lines")
               << on << "): " << ck.entries << " entries compared; ";
         if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
         if (!ck.tensor.empty())
@@ -11730,11 +11360,6 @@ struct ExplainPageWriter {
               << ck.callee + 1 << "] " << html_text(callee.function.substr(0, callee.function.find(','))) << (callee.function.find(',') == std::string::npos ? "" : ")")
               << "</a>, which " << html_text(ck.function) << " calls and whose own check fails: fix that first.</p>\n";
         }
-        if (ck.input >= 0) {
-            const ExplainStep& from = e.steps[(std::size_t)ck.input];
-            h << "<p class=\"callee fail\" data-input=\"b" << ck.input + 1 << "\">The gradient this box receives is wrong already in <a href=\"#b" << ck.input + 1
-              << "\">[" << ck.input + 1 << "] " << html_text(from.check.function) << "</a>: fix that box first.</p>\n";
-        }
         if (!ck.composition.empty()) h << "<p class=\"composition fail\">" << html_text(ck.composition) << ".</p>\n";
         if (!ck.first_failing.empty()) h << "<p class=\"first-failing\">" << html_text(ck.first_failing) << "</p>\n";
         json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
@@ -11742,7 +11367,7 @@ struct ExplainPageWriter {
              << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
              << ",\"ana\":" << json_num(ck.ana) << ",\"err\":" << json_num(ck.err) << ",\"tol\":" << json_num(ck.tol)
              << ",\"h\":" << json_num(ck.h) << ",\"entries\":" << ck.entries << ",\"problem\":" << json_escape(ck.problem)
-             << ",\"callee\":" << (ck.callee >= 0 ? std::to_string(ck.callee + 1) : "null") << ",\"input\":" << (ck.input >= 0 ? std::to_string(ck.input + 1) : "null")
+             << ",\"callee\":" << (ck.callee >= 0 ? std::to_string(ck.callee + 1) : "null")
              << ",\"composition\":" << json_escape(ck.composition) << ",\"first_failing\":" << json_escape(ck.first_failing)
              << ",\"gradients\":[";
         for (std::size_t i = 0; i < ck.gradients.size(); i++) gradient_html(box, i, ck);
@@ -11930,6 +11555,403 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
 
 template Explained<float> explain(const Config&, const Params<float>&, const Batch&, int, const ExplainDetail*);
 template Explained<double> explain(const Config&, const Params<double>&, const Batch&, int, const ExplainDetail*);
+
+// ================================================================================================
+// PLATFORM: every call to the operating system, behind the functions transformer.hpp declares
+// under this banner: what a path names, sizes and seeking past 2 GiB, directories, the durable
+// writers (AtomicFile, StagedDir) and the signals that clean up after them, the training loop's
+// stop, the program's own path, the temporary directory, memory. The rest of the program calls
+// these and nothing of the system; a port to another system changes this section alone.
+// ================================================================================================
+
+// ---- Paths and files -----------------------------------------------------------------------------
+PathKind path_kind(const std::string& path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return PathKind::missing;
+    if (S_ISREG(st.st_mode)) return PathKind::regular;
+    if (S_ISDIR(st.st_mode)) return PathKind::directory;
+    if (S_ISFIFO(st.st_mode)) return PathKind::fifo;
+    if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return PathKind::device;
+    return PathKind::other;
+}
+
+long long file_size(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? (long long)st.st_size : -1;
+}
+
+long long file_size(std::FILE* f) {
+    struct stat st;
+    return ::fstat(::fileno(f), &st) == 0 ? (long long)st.st_size : -1;
+}
+
+bool is_directory(std::FILE* f) {
+    struct stat st;
+    return ::fstat(::fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool seek_to(std::FILE* f, long long at) {
+    return ::fseeko(f, (off_t)at, SEEK_SET) == 0;
+}
+
+bool directory_writable(const std::string& dir) {
+    return ::access(dir.c_str(), W_OK | X_OK) == 0;
+}
+
+bool directory_entries(const std::string& dir, std::vector<std::string>& names) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return false;
+    while (const dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
+    ::closedir(d);
+    return true;
+}
+
+std::string real_path(const std::string& path) {
+    char* real = ::realpath(path.c_str(), nullptr);
+    const std::string r = real ? real : "";
+    std::free(real);
+    return r;
+}
+
+std::string dir_of(const std::string& path) {
+    const std::size_t slash = path.rfind('/');
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The file that writing to `path` replaces: symbolic links are followed, so a link stays a link
+// and its target gets the new contents.
+std::string resolve_output_path(const std::string& path) {
+    std::string p = path;
+    for (int hops = 0; hops < 40; hops++) {
+        struct stat st;
+        if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+        std::vector<char> buf((std::size_t)PATH_MAX + 1);
+        const ssize_t k = ::readlink(p.c_str(), buf.data(), buf.size() - 1);
+        if (k < 0) throw Error("cannot read the symbolic link '" + p + "': " + std::strerror(errno));
+        const std::string target(buf.data(), (std::size_t)k);
+        p = target[0] == '/' ? target : dir_of(p) + "/" + target;
+    }
+    throw Error("'" + path + "': too many levels of symbolic links");
+}
+
+// Two names are the same file if they reach the same inode, or (for files that do not exist yet)
+// the same name in the same real directory.
+std::string file_identity(const std::string& path) {
+    const std::string p = resolve_output_path(path);
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0) return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+    char* real = ::realpath(dir_of(p).c_str(), nullptr);
+    const std::string dir = real ? real : dir_of(p);
+    std::free(real);
+    return "path " + dir + "/" + p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
+}
+
+std::string temporary_directory() {
+    const char* tmp = std::getenv("TMPDIR");
+    return tmp && *tmp ? tmp : "/tmp";
+}
+
+long long process_id() {
+    return (long long)::getpid();
+}
+
+bool stdout_is_terminal() {
+    return ::isatty(STDOUT_FILENO) != 0;
+}
+
+// The absolute path of the running program: /proc/self/exe on Linux, _NSGetExecutablePath (made
+// absolute by realpath) on macOS; empty elsewhere, where explain --html looks for the source at the
+// path it was compiled from alone.
+std::string executable_path() {
+#if defined(__APPLE__)
+    char exe[4096];
+    uint32_t size = sizeof exe;
+    if (_NSGetExecutablePath(exe, &size) != 0) return "";
+    char* real = ::realpath(exe, nullptr);
+    const std::string e = real ? real : "";
+    std::free(real);
+    return e;
+#elif defined(__linux__)
+    char exe[4096];
+    const ssize_t k = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    return k > 0 ? std::string(exe, (std::size_t)k) : std::string();
+#else
+    return "";
+#endif
+}
+
+// ---- The durable writers and the signals that clean up after them --------------------------------
+// The temporary file being written, so that Ctrl-C (SIGINT), SIGTERM or SIGHUP removes it before
+// the program ends (unlink is safe in a signal handler). kill -9 cannot be caught: then a hidden
+// ".NAME.tmp.XXXXXX" beside the target may stay behind, and the target is untouched.
+// While a training loop runs (g_loop_stoppable), the first SIGINT or SIGTERM only records itself
+// in g_stop_signal: the loop finishes its step, writes a checkpoint and returns (TrainResult::signal);
+// a second signal ends the program as before.
+static char g_tmp_path[PATH_MAX + 1];
+static volatile std::sig_atomic_t g_tmp_active = 0;
+static volatile std::sig_atomic_t g_loop_stoppable = 0, g_stop_signal = 0;
+// A StagedDir's files and (when it made it) its directory, for the handler to remove: a slot is
+// filled before the count that makes it visible grows.
+static constexpr int STAGED_MAX = 16;
+static char g_staged_paths[STAGED_MAX][PATH_MAX + 1];
+static volatile std::sig_atomic_t g_staged_count = 0;
+static char g_staged_dir[PATH_MAX + 1];
+static volatile std::sig_atomic_t g_staged_dir_active = 0;
+extern "C" void remove_tmp_on_signal(int sig) {
+    if (g_loop_stoppable && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
+        g_stop_signal = sig;
+        return;
+    }
+    if (g_tmp_active) ::unlink(g_tmp_path);
+    for (int k = 0; k < g_staged_count; k++) ::unlink(g_staged_paths[k]);
+    if (g_staged_dir_active) ::rmdir(g_staged_dir);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+// The handler on SIGINT, SIGTERM and SIGHUP (a signal the shell had ignored stays ignored).
+static void install_removal_handlers() {
+    static bool installed = false;
+    if (installed) return;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+    installed = true;
+}
+// SIGINT, SIGTERM and SIGHUP held off in a scope (delivered when it ends).
+struct SignalsHeld {
+    sigset_t old;
+    SignalsHeld() {
+        sigset_t set;
+        sigemptyset(&set);
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+        sigprocmask(SIG_BLOCK, &set, &old);
+    }
+    ~SignalsHeld() { sigprocmask(SIG_SETMASK, &old, nullptr); }
+};
+
+AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(path)) {
+    struct stat st;
+    const bool exists = ::stat(target_.c_str(), &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) throw Error("cannot write '" + path + "': it exists and is not a regular file");
+    std::string base = target_.substr(target_.rfind('/') == std::string::npos ? 0 : target_.rfind('/') + 1);
+    std::string tmpl = dir_of(target_) + "/." + base + ".tmp.XXXXXX";
+    if (tmpl.size() > PATH_MAX) throw Error("cannot write '" + path + "': the path is too long");
+    std::vector<char> name(tmpl.begin(), tmpl.end());
+    name.push_back('\0');
+    fd_ = ::mkstemp(name.data());
+    if (fd_ < 0) throw Error("cannot write '" + path + "': cannot create a temporary file in '" + dir_of(target_) + "': " + std::strerror(errno));
+    tmp_ = name.data();
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd_, exists ? (st.st_mode & 07777) : (0666 & ~mask));  // the mode a plain fopen would give
+    install_removal_handlers();
+    std::memcpy(g_tmp_path, tmp_.c_str(), tmp_.size() + 1);
+    g_tmp_active = 1;
+    buf_.reserve(1 << 20);
+}
+
+AtomicFile::~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+    g_tmp_active = 0;
+}
+
+void AtomicFile::fail(const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_), fd_ = -1;
+    ::unlink(tmp_.c_str());
+    tmp_.clear();
+    g_tmp_active = 0;
+    throw Error("cannot write '" + target_ + "': " + what + ": " + reason + " (the previous file, if any, is unchanged)");
+}
+
+void AtomicFile::flush_buffer() {
+    std::size_t done = 0;
+    while (done < buf_.size()) {
+        const ssize_t k = ::write(fd_, buf_.data() + done, buf_.size() - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            if (k == 0) errno = ENOSPC;
+            fail("write failed");
+        }
+        done += (std::size_t)k;
+    }
+    buf_.clear();
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+    if (fd_ < 0) throw Error("AtomicFile: write after commit or failure");
+    const char* p = (const char*)data;
+    if (buf_.size() + n > buf_.capacity()) flush_buffer();
+    if (n >= buf_.capacity()) {  // large blocks go straight to the file
+        buf_.assign(p, p + n);
+        flush_buffer();
+        buf_.shrink_to_fit(), buf_.reserve(1 << 20);
+        return;
+    }
+    buf_.insert(buf_.end(), p, p + n);
+}
+
+void AtomicFile::commit() {
+    if (fd_ < 0) throw Error("AtomicFile: commit twice or after failure");
+    flush_buffer();
+    if (::fsync(fd_) != 0) fail("fsync failed");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("close failed");
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file over it");
+    committed_ = true;
+    g_tmp_active = 0;
+    const int dfd = ::open(dir_of(target_).c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {  // make the rename itself durable; some file systems cannot fsync a directory
+        const int r = ::fsync(dfd);
+        const int e = errno;
+        ::close(dfd);
+        if (r != 0 && e != EINVAL && e != EROFS)
+            throw Error("wrote '" + target_ + "' but could not fsync its directory: " + std::strerror(e));
+    }
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+    AtomicFile f(path);
+    f.write(bytes.data(), bytes.size());
+    f.commit();
+}
+
+std::string path_in_dir(const std::string& dir, const std::string& name) {
+    std::string d = dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    return d == "/" ? "/" + name : d + "/" + name;
+}
+
+std::string& program_name() {
+    static std::string name = "transformer";
+    return name;
+}
+
+StagedDir::StagedDir(const std::string& dir) : dir_(dir) {
+    if (g_staged_count > 0 || g_staged_dir_active) throw Error("StagedDir: another staged directory is open");
+    if (path_in_dir(dir, "").size() > PATH_MAX) throw Error("cannot write '" + dir + "': the path is too long");
+    install_removal_handlers();
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) return;
+    const SignalsHeld held;  // the directory and the note that it is ours come into being together
+    if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
+    std::snprintf(g_staged_dir, sizeof g_staged_dir, "%s", dir.c_str());
+    g_staged_dir_active = 1;
+    created_ = true;
+}
+
+std::string StagedDir::stage(const std::string& name) {
+    if (committed_) throw Error("StagedDir: stage after commit");
+    if ((int)staged_.size() >= STAGED_MAX) throw Error("StagedDir: more than " + std::to_string(STAGED_MAX) + " files");
+    const std::string path = path_in_dir(dir_, "." + name + ".staged." + std::to_string(process_id()));
+    if (path.size() > PATH_MAX) throw Error("cannot write '" + path_in_dir(dir_, name) + "': the path is too long");
+    const int k = (int)g_staged_count;
+    std::snprintf(g_staged_paths[k], sizeof g_staged_paths[k], "%s", path.c_str());
+    g_staged_count = k + 1;
+    staged_.push_back({path, path_in_dir(dir_, name)});
+    return path;
+}
+
+void StagedDir::commit(const std::vector<std::string>& remove) {
+    if (committed_) throw Error("StagedDir: commit twice");
+    const SignalsHeld held;  // all of it, or (on an error) what the destructor leaves
+    for (std::size_t k = 0; k < staged_.size(); k++) {
+        if (::rename(staged_[k].first.c_str(), staged_[k].second.c_str()) != 0)
+            throw Error("cannot rename '" + staged_[k].first + "' to '" + staged_[k].second + "': " + std::strerror(errno));
+        staged_[k].first = staged_[k].second;  // in place now: removed only with a directory this object made
+    }
+    for (const std::string& name : remove) {
+        const std::string path = path_in_dir(dir_, name);
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+            throw Error("cannot remove the earlier run's '" + path + "': " + std::strerror(errno));
+    }
+    committed_ = true;
+    g_staged_count = 0, g_staged_dir_active = 0;
+    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {  // the renames durable (some file systems cannot fsync a directory)
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+std::string StagedDir::failure(std::string message) const {
+    std::string moved;  // files a failed commit had already renamed into an existing directory
+    for (const auto& f : staged_) {
+        if (f.first == f.second) moved += (moved.empty() ? "" : ", ") + f.second;
+        for (std::size_t at = message.find(f.first); at != std::string::npos; at = message.find(f.first, at + f.second.size()))
+            message.replace(at, f.first.size(), f.second);
+    }
+    if (created_) return message + "; nothing written ('" + dir_ + "' not created)";
+    return message + (moved.empty() ? "; '" + dir_ + "' unchanged" : "; only " + moved + " replaced");
+}
+
+StagedDir::~StagedDir() {
+    if (committed_) return;
+    const SignalsHeld held;
+    g_staged_count = 0, g_staged_dir_active = 0;
+    for (const auto& f : staged_)  // staged files, and files already in place when a commit failed in a new directory
+        if (f.first != f.second || created_) ::unlink(f.first.c_str());
+    if (created_) ::rmdir(dir_.c_str());  // only if empty: a file someone else put there keeps it
+}
+
+// The training loop's stop: the first SIGINT or SIGTERM is recorded instead of ending the program.
+void loop_stop_begin() {
+    g_stop_signal = 0;
+    g_loop_stoppable = 1;
+    for (int sig : {SIGINT, SIGTERM})
+        if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+}
+
+int loop_stop_signal() {
+    return (int)g_stop_signal;
+}
+
+void loop_stop_end() {
+    g_loop_stoppable = 0;
+}
+
+// ---- Memory --------------------------------------------------------------------------------------
+// The peak resident set of getrusage in MiB: ru_maxrss counts bytes on macOS, KiB on Linux and the BSDs.
+double peak_memory_mib() {
+    struct rusage ru;
+    if (::getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+#if defined(__APPLE__)
+    return (double)ru.ru_maxrss / (1024.0 * 1024.0);
+#else
+    return (double)ru.ru_maxrss / 1024.0;
+#endif
+}
+
+// A number from a one-line file of the kernel's (cgroup limits), or -1 when there is none or it
+// says "max".
+static double read_limit_file(const char* path) {
+    std::FILE* f = std::fopen(path, "r");
+    if (!f) return -1;
+    char buf[64] = {0};
+    const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
+    std::fclose(f);
+    if (!got) return -1;
+    char* end = nullptr;
+    const double v = std::strtod(buf, &end);
+    return end == buf || v <= 0 ? -1 : v;
+}
+
+MemoryLimit memory_limit() {
+    MemoryLimit m;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    m.bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    m.source = "the machine's physical memory";
+    auto consider = [&](double bytes, const char* source) {
+        if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m.bytes = bytes, m.source = source;
+    };
+    consider(read_limit_file("/sys/fs/cgroup/memory.max"), "the cgroup's memory.max");
+    consider(read_limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "the cgroup's memory.limit_in_bytes");
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) consider((double)as.rlim_cur, "the address-space limit (ulimit -v)");
+    return m;
+}
 
 // ================================================================================================
 // GENERATED TABLES: Unicode classes of the tokenizers

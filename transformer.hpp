@@ -23,6 +23,7 @@
 //     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
 //     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
 //     TEACHING                       heat maps, attention pictures, explain
+//     PLATFORM                       every call to the operating system: files, signals, memory
 //     GENERATED TABLES               Unicode classes
 //
 // Conventions used everywhere:
@@ -1047,6 +1048,8 @@ Json parse_json(const std::string& text);  // throws Error with the byte offset
 std::string json_escape(const std::string& s);  // a byte that is not UTF-8 becomes U+FFFD
 // UTF-8: the length (1..4) of the valid sequence at byte i and its code point, or 0 if invalid.
 int utf8_next(const std::string& text, std::size_t i, uint32_t& cp);
+// cp appended to out as UTF-8 (1 to 4 bytes): the one encoder, as utf8_next is the one decoder.
+void utf8_append(std::string& out, uint32_t cp);
 // "character '€' (U+20AC) at byte 16 (line 1, column 17) of WHERE" for the character holding byte
 // `offset` (the one message of every "not in the vocabulary" error).
 std::string describe_char_at(const std::string& text, std::size_t offset, const std::string& where);
@@ -1505,6 +1508,19 @@ FinetuneResult finetune(const FinetuneOptions& o);
 // pre-training never saw (validation).
 std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t seed, bool held_out);
 
+// The files of a byte-pair encoding, read one way for GPT-2, GPT-1 and RoBERTa: the merges of
+// vocab.bpe / merges.txt in order ("A B" lines; a "#version" first line, empty lines and CR line
+// ends skipped; FILE names the file in the error for a line that is not two symbols), and an
+// encoder (encoder.json, vocab.json: {"symbol": id} with the ids 0..N-1, each once) as the symbol of
+// each id, its pairs added to `encoder` (WHAT names an entry in an error: "token", "symbol").
+struct MergeLine {
+    std::string a, b;
+    int line_no;  // 1-based
+};
+std::vector<MergeLine> read_merges(const std::string& text, const std::string& file);
+std::vector<std::string> read_encoder(const std::string& json, const std::string& file, const std::string& what,
+                                      std::unordered_map<std::string, int>& encoder);
+
 // ================================================================================================
 // TOKENIZER: GPT-2's byte-level BPE (GPT-2 paper, section 2.2), for the released weights and for vocabularies learnt with bpe.
 // ================================================================================================
@@ -1961,6 +1977,48 @@ int definition_line(const std::string& source, const std::string& name);
 // one <math> per piece (it wraps between them, at its relations and commas), close_tag.
 std::string to_mathml(const std::string& plain, const std::string& open_tag = "<div class=\"formula\">",
                       const std::string& close_tag = "</div>");
+
+// ================================================================================================
+// PLATFORM: every call to the operating system (transformer.cpp's PLATFORM section holds them all,
+// with AtomicFile's and StagedDir's; a port to another system changes that section alone)
+// ================================================================================================
+// What a path names, symbolic links followed: nothing (or nothing this process may see), a regular
+// file, a directory, a FIFO or pipe, a device, or something else.
+enum class PathKind { missing, regular, directory, fifo, device, other };
+PathKind path_kind(const std::string& path);
+// The size in bytes of the file at a path, or of an open file; -1 when the system does not say.
+long long file_size(const std::string& path);
+long long file_size(std::FILE* f);
+// Whether an open file is a directory (fopen opens one on Linux; reading it then fails).
+bool is_directory(std::FILE* f);
+// f moved to byte `at` from its start, with 64-bit offsets (files over 2 GiB); false on failure.
+bool seek_to(std::FILE* f, long long at);
+// The directory of a path ("." for a bare name, "/" for "/NAME").
+std::string dir_of(const std::string& path);
+// Whether files can be made in the directory (false: errno says why).
+bool directory_writable(const std::string& dir);
+// The names a directory holds but "." and "..", appended to names (false: errno says why not).
+bool directory_entries(const std::string& dir, std::vector<std::string>& names);
+// The absolute path with every link resolved; "" when it cannot be resolved.
+std::string real_path(const std::string& path);
+// A string equal for two paths of the same file: the device and inode of an existing file, else
+// the real directory and the name.
+std::string file_identity(const std::string& path);
+// The directory for temporary files: $TMPDIR, else /tmp.
+std::string temporary_directory();
+// This process's number (in the names of its temporary files).
+long long process_id();
+// Whether standard output is a terminal.
+bool stdout_is_terminal();
+// The running program's absolute path; "" where the system does not say.
+std::string executable_path();
+// The training loop's stop: from loop_stop_begin() to loop_stop_end(), the first SIGINT or SIGTERM
+// is recorded (loop_stop_signal(): its number, else 0) instead of ending the program; a second ends it.
+void loop_stop_begin();
+int loop_stop_signal();
+void loop_stop_end();
+// This process's peak resident memory in MiB; -1 when the system does not say.
+double peak_memory_mib();
 
 // ================================================================================================
 // GENERATED TABLES: the Unicode classes of the tokenizers, internal to transformer.cpp (nothing
