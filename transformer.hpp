@@ -1881,9 +1881,6 @@ struct ExplainCheck {
     // The box of a function this box's backward calls whose own check fails (a step index, 0-based;
     // -1: none): this box fails through it, and the page says to fix that one first.
     int callee = -1;
-    // The box before it in the walk whose gradient of the walk fails first (a step index; -1: none):
-    // the gradient this box receives is already wrong, and the page says to fix that one first.
-    int input = -1;
     // Where the box's own function passes and a gradient of the walk does not: a note naming the
     // function that joins it into the walk (function is then that one).
     std::string composition;
