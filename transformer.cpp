@@ -785,9 +785,8 @@ const char* activation_name(Activation a) {
 }
 
 Activation activation_from_name(const std::string& s) {
-    for (Activation a : {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf})
-        if (s == activation_name(a)) return a;
-    throw Error("unknown activation '" + s + "' (expected relu, gelu_sigmoid, gelu_tanh or gelu_erf)");
+    return enum_from_name(s, {Activation::relu, Activation::gelu_sigmoid, Activation::gelu_tanh, Activation::gelu_erf}, activation_name,
+                          "activation");
 }
 
 template <typename T>
@@ -1089,9 +1088,7 @@ const char* variant_name(Variant v) {
 }
 
 Variant variant_from_name(const std::string& s) {
-    for (Variant v : {Variant::gpt, Variant::gpt2, Variant::gpt3, Variant::bert, Variant::roberta})
-        if (s == variant_name(v)) return v;
-    throw Error("unknown model variant '" + s + "' (expected gpt, gpt2, gpt3, bert or roberta)");
+    return enum_from_name(s, {Variant::gpt, Variant::gpt2, Variant::gpt3, Variant::bert, Variant::roberta}, variant_name, "model variant");
 }
 
 bool is_pre_ln(Variant v) { return v == Variant::gpt2 || v == Variant::gpt3; }
@@ -4447,6 +4444,22 @@ static void read_hf_config(const Json& j, const std::string& cj, const HfConfigK
             throw bad(std::string(kv.first) + " does not match the weights (" + std::to_string(kv.second) + ")");
 }
 
+// The model a Hugging Face file holds, before its tensors are read: the heads known (else an
+// error naming the config.json key that gives them), D = H / A, the Config validated, and
+// make_params's shapes (every tensor is then read or split into place).
+static LoadedModel hf_model_of(const HfTensors& t, Config& c, const char* heads_key) {
+    if (c.A == 0)
+        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
+                     " is not a multiple of 64 and there is no config.json with " + heads_key + " beside the file");
+    c.D = c.H / c.A;
+    validate(c);
+    LoadedModel lm;
+    lm.config = c;
+    lm.file.metadata = t.st.metadata;
+    lm.params = make_params<float>(c, false);
+    return lm;
+}
+
 // ---- Released GPT-2 weights (a Hugging Face model.safetensors) ---------------------------------
 // GPT-2's names and layouts (its Conv1D computes y = x W + b with W stored in x out, as ours):
 //   wte.weight (V x H) -> W_e            wpe.weight (n_ctx x H) -> W_p
@@ -4512,15 +4525,7 @@ static LoadedModel import_hf_gpt2(const std::string& path, const SafeTensorsRead
     c.V = wte->shape[0], c.H = wte->shape[1], c.n_ctx = wpe->shape[0], c.F = fc->shape[1], c.L = L;
     c.A = c.H % 64 == 0 ? c.H / 64 : 0;
     read_gpt2_config(path, c);
-    if (c.A == 0)
-        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
-                     " is not a multiple of 64 and there is no config.json with n_head beside the file");
-    c.D = c.H / c.A;
-    validate(c);
-    LoadedModel lm;
-    lm.config = c;
-    lm.file.metadata = st.metadata;
-    lm.params = make_params<float>(c, false);  // shapes only: every tensor is read or split into place
+    LoadedModel lm = hf_model_of(t, c, "n_head");
     ArenaScope arena(arena_bytes(c, lm.params));
     Params<float>& p = lm.params;
     const int H = c.H, D = c.D, A = c.A;
@@ -4718,15 +4723,7 @@ static LoadedModel import_hf_openai_gpt(const std::string& path, const SafeTenso
                         {{"n_embd", c.H}, {"n_layer", c.L}, {"n_positions", c.n_ctx}, {"vocab_size", c.V}}},
                        c);
     }
-    if (c.A == 0)
-        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
-                     " is not a multiple of 64 and there is no config.json with n_head beside the file");
-    c.D = c.H / c.A;
-    validate(c);
-    LoadedModel lm;
-    lm.config = c;
-    lm.file.metadata = st.metadata;
-    lm.params = make_params<float>(c, false);
+    LoadedModel lm = hf_model_of(t, c, "n_head");
     ArenaScope arena(arena_bytes(c, lm.params));
     Params<float>& p = lm.params;
     const int H = c.H;
@@ -4916,16 +4913,8 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     c.pad_id = padding_idx;
     const int types = roberta ? 1 : 2;  // rows of token_type_embeddings
     if (j.type == Json::object) read_bert_config(j, cj, c, skipped, types);
-    if (c.A == 0)
-        throw t.fail("cannot tell the number of heads: H = " + std::to_string(c.H) +
-                     " is not a multiple of 64 and there is no config.json with num_attention_heads beside the file");
-    c.D = c.H / c.A;
     bert_special_ids(t, path, cj, roberta, c);
-    validate(c);
-    LoadedModel lm;
-    lm.config = c;
-    lm.file.metadata = st.metadata;
-    lm.params = make_params<float>(c, false);
+    LoadedModel lm = hf_model_of(t, c, "num_attention_heads");
     ArenaScope arena(arena_bytes(c, lm.params));
     Params<float>& p = lm.params;
     const int H = c.H;
@@ -6676,9 +6665,8 @@ const char* finetune_kind_name(FinetuneKind k) {
     return "?";
 }
 FinetuneKind finetune_kind_from_name(const std::string& s) {
-    for (FinetuneKind k : {FinetuneKind::classify, FinetuneKind::entailment, FinetuneKind::similarity, FinetuneKind::choice})
-        if (s == finetune_kind_name(k)) return k;
-    throw Error("unknown task '" + s + "' (classify, entailment, similarity, choice)");
+    return enum_from_name(s, {FinetuneKind::classify, FinetuneKind::entailment, FinetuneKind::similarity, FinetuneKind::choice},
+                          finetune_kind_name, "task");
 }
 static FinetuneTask head_task(FinetuneKind k) {
     return k == FinetuneKind::similarity ? FinetuneTask::similarity
@@ -7642,13 +7630,19 @@ BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
     return t;
 }
 
-BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
-    const std::string enc = read_file(encoder_json_path), merges = read_file(vocab_bpe_path);
+// make(encoder, merges) on the two files' texts; an error names both files.
+template <typename Make>
+static auto load_encoder_and_merges(const std::string& encoder_path, const std::string& merges_path, Make make) {
+    const std::string enc = read_file(encoder_path), merges = read_file(merges_path);
     try {
-        return make_bpe(enc, merges);
+        return make(enc, merges);
     } catch (const Error& e) {
-        throw Error("'" + encoder_json_path + "', '" + vocab_bpe_path + "': " + e.what());
+        throw Error("'" + encoder_path + "', '" + merges_path + "': " + e.what());
     }
+}
+
+BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+    return load_encoder_and_merges(encoder_json_path, vocab_bpe_path, make_bpe);
 }
 
 // ---- Learning a byte-level BPE vocabulary (bpe) ----
@@ -8193,12 +8187,7 @@ GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_
 }
 
 GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
-    const std::string enc = read_file(encoder_json_path), merges = read_file(vocab_bpe_path);
-    try {
-        return make_gpt1_bpe(enc, merges);
-    } catch (const Error& e) {
-        throw Error("'" + encoder_json_path + "', '" + vocab_bpe_path + "': " + e.what());
-    }
+    return load_encoder_and_merges(encoder_json_path, vocab_bpe_path, make_gpt1_bpe);
 }
 
 // ---- llm.c's token files ------------------------------------------------------------------------

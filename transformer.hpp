@@ -41,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -61,6 +62,20 @@ namespace tf {
 struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
+// The value of an enum whose name is s, among all of them; else an Error "unknown WHAT 's'
+// (expected a, b or c)".
+template <typename E>
+E enum_from_name(const std::string& s, std::initializer_list<E> all, const char* (*name)(E), const char* what) {
+    std::string expected;
+    std::size_t k = 0;
+    for (E e : all) {
+        if (s == name(e)) return e;
+        expected += std::string(k == 0 ? "" : k + 1 == all.size() ? " or " : ", ") + name(e);
+        k++;
+    }
+    throw Error("unknown " + std::string(what) + " '" + s + "' (expected " + expected + ")");
+}
+
 struct ShapeError : Error {
     using Error::Error;
 };
