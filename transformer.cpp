@@ -2711,8 +2711,9 @@ template <typename T> inline T madd(T a, T b, T c) { return a * b + c; }
 #endif
 
 // Block sizes per element type and target (see the comment above for the register budgets).
-// MR x NR is the wide tile; for products with at most NR2 columns (one attention head) the
-// MR2 x NR2 tile wastes no work on zero padding.
+// MR x NR is the wide tile; for products whose N the narrow NR2 covers with at least a tenth
+// fewer columns (one attention head, N = 32 with AVX2's NR = 24) the MR2 x NR2 tile wastes less
+// work on zero padding (narrow_tile_pays).
 template <typename T> struct Blocking {
     static constexpr int L = kVectorBytes / int(sizeof(T));   // lanes per vector register
 #if defined(__AVX512F__) || defined(__ARM_NEON) || defined(__aarch64__)
@@ -2720,7 +2721,7 @@ template <typename T> struct Blocking {
 #elif defined(__AVX__) && defined(__clang__)
     static constexpr int MR = 6, NR = 2 * L, MR2 = 6, NR2 = 2 * L;
 #elif defined(__AVX__)
-    static constexpr int MR = 4, NR = 3 * L, MR2 = 4, NR2 = 2 * L;
+    static constexpr int MR = 4, NR = 3 * L, MR2 = 6, NR2 = 2 * L;
 #else
     static constexpr int MR = 4, NR = 2 * L, MR2 = 4, NR2 = 2 * L;
 #endif
@@ -2728,6 +2729,13 @@ template <typename T> struct Blocking {
     static constexpr int MC = 48;                            // rows of packed A (a multiple of every MR)
     static constexpr int NC = 63 * 64 * 4 / int(sizeof(T));  // columns of packed B (a multiple of every NR)
 };
+
+// Columns of C that micro-panels w wide compute for n columns, the zero padding included.
+constexpr long padded_columns(int n, int w) { return long(n + w - 1) / w * w; }
+// Whether the narrow tile computes at least a tenth fewer columns of C than the wide one.
+template <typename T> bool narrow_tile_pays(int N) {
+    return padded_columns(N, Blocking<T>::NR2) * 10 <= padded_columns(N, Blocking<T>::NR) * 9;
+}
 
 // When to skip packing and use the simple i-k-j loop instead (measured):
 //  * tiny products (below ~8x16x16), where packing overhead dominates;
@@ -2738,6 +2746,9 @@ template <typename T> struct Blocking {
 //    (lane_dot) per column of B, reading B in its memory order.
 constexpr long kSmallWork = 2048;
 constexpr int kFewRows = 3;
+// A column-major A (A^T X: a weight's gradient) is read in place, not packed, when B's block has
+// at most this many micro-panels (see gemm_blocked).
+constexpr int kColumnPanels = 2;
 
 // Pack the kc x n block X(p, j) = X[p*rsK + j*csN] into micro-panels of W
 // columns: panel q holds X(p, q*W + j) at dst[q*W*kc + p*W + j]. Columns
@@ -2791,7 +2802,8 @@ void pack_panels(int kc, int n, const T* X, long rsK, long csN, T* __restrict ds
 }
 
 // Micro-kernel: acc = Apanel * Bpanel over kc steps, where b[p*NR + j] = B(p,j) and
-// A(i,p) = a[p*MR + i] (a packed micro-panel) or, with DirectA, A(i,p) = a[i*lda + p]: the rows
+// A(i,p) = a[p*lda + i] (a packed micro-panel, lda = MR, or the columns of a column-major A read
+// in place, lda its column stride) or, with DirectA, A(i,p) = a[i*lda + p]: the rows
 // of a row-major A read in place (each A(i,p) is one broadcast either way, and MR rows of kc
 // values stay in L1 while the kernel runs over every B micro-panel, so packing A buys nothing
 // there; it costs a strided copy of A per product, as much as the product itself for one
@@ -2806,14 +2818,14 @@ TF_KERNEL_SCHEDULE void micro_kernel(int kc, const T* __restrict a, long lda, co
 #if defined(__clang__)
         constexpr int L = Blocking<T>::L;
         for (int i = 0; i < MR; ++i) {
-            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];
+            const T ai = DirectA ? a[i * lda + p] : a[p * lda + i];
             TF_PRAGMA(clang loop vectorize_width(L) interleave_count(NR / L))
             for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
         }
 #else
         TF_UNROLL(64)
         for (int i = 0; i < MR; ++i) {
-            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];   // hoisted: GCC's vectoriser needs this
+            const T ai = DirectA ? a[i * lda + p] : a[p * lda + i];   // hoisted: GCC's vectoriser needs this
             TF_UNROLL(64)
             for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
         }
@@ -2898,10 +2910,14 @@ static void gemm_blocked(int M, int N, int K,
 
             for (int ic = 0; ic < M; ic += MC) {
                 const int mc = std::min(MC, M - ic);
-                // Row-major A (csA == 1) is read in place, but for a last, partial micro-panel
-                // (its missing rows must read as zeros); otherwise A is packed.
+                // Row-major A (csA == 1) is read in place, and so is a column-major A (rsA == 1,
+                // A^T X) when B's block has at most kColumnPanels micro-panels, so that each A
+                // micro-panel is used that many times at most: packing it would cost about as
+                // much as the products it feeds. The last, partial micro-panel is packed all the
+                // same (its missing rows must read as zeros), and so is A otherwise.
                 const bool direct = csA == 1;
-                const int packed_from = direct ? mc / MR * MR : 0;
+                const bool columns = !direct && rsA == 1 && nc <= kColumnPanels * NR;
+                const int packed_from = direct || columns ? mc / MR * MR : 0;
                 pack_panels<T, MR>(kc, mc - packed_from, A + (ic + packed_from) * rsA + pc * csA, csA, rsA,
                                    packA + std::size_t(packed_from) * kc);
 
@@ -2911,10 +2927,12 @@ static void gemm_blocked(int M, int N, int K,
                         const long i = ic + ir, j = jc + jr;
                         T* c = TransC ? C + j * ldc + i : C + i * ldc + j;
                         const int mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
-                        if (ir < packed_from)
+                        if (ir < packed_from && direct)
                             micro_kernel<T, MR, NR, true, TransC>(kc, A + i * rsA + pc, rsA, b, c, ldc, mr, nr, overwrite);
+                        else if (ir < packed_from)   // A(i, p) at A[i + p*csA]: MR values of one p side by side
+                            micro_kernel<T, MR, NR, false, TransC>(kc, A + i + pc * csA, csA, b, c, ldc, mr, nr, overwrite);
                         else   // A micro-panel ir/MR
-                            micro_kernel<T, MR, NR, false, TransC>(kc, packA + std::size_t(ir) * kc, 0, b, c, ldc, mr, nr, overwrite);
+                            micro_kernel<T, MR, NR, false, TransC>(kc, packA + std::size_t(ir) * kc, MR, b, c, ldc, mr, nr, overwrite);
                     }
                 }
             }
@@ -3015,7 +3033,7 @@ void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long 
         // in place as the A of the micro-kernel and packs the smaller A instead; the tiles are
         // written back transposed. Each C(i, j) is the same sum in the same order.
         gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR, true>(N, M, K, B, csB, 1, A, 1, rsA, C, ldc, accumulate);
-    else if (N <= Blocking<T>::NR2)
+    else if (narrow_tile_pays<T>(N))
         gemm_blocked<T, Blocking<T>::MR2, Blocking<T>::NR2>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
     else
         gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
