@@ -3027,11 +3027,15 @@ void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long 
                 const T dot = lane_dot(A + (long)i * rsA, B + (long)j * csB, K);
                 C[(long)i * ldc + j] = accumulate ? C[(long)i * ldc + j] + dot : dot;
             }
-    else if (csA == 1 && rsB == 1 && csB != 1 && M < N)
+    else if (csA == 1 && rsB == 1 && csB != 1 && M < N && 2 * K > M)
         // B given transposed (X W_e^T, dY W^T) and fewer rows than columns: packing B would mean a
         // strided copy of all of it (a sixth of the time for X W_e^T). C^T = B^T A^T reads B's rows
         // in place as the A of the micro-kernel and packs the smaller A instead; the tiles are
-        // written back transposed. Each C(i, j) is the same sum in the same order.
+        // written back transposed, one scalar per entry of C and chunk of K. Each C(i, j) is the
+        // same sum in the same order. With K at most M / 2 (one head's dQ_i W_i^Q^T: K = 64, M = 256)
+        // those scattered stores cost more than the strided copy of B (K N values) they save
+        // (measured: 180 against 238 GFLOP/s at K = 64, 217 against 243 at K = 128, and the
+        // transposed product ahead from K = 256 on).
         gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR, true>(N, M, K, B, csB, 1, A, 1, rsA, C, ldc, accumulate);
     else if (narrow_tile_pays<T>(N))
         gemm_blocked<T, Blocking<T>::MR2, Blocking<T>::NR2>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
