@@ -2658,17 +2658,21 @@ void pool_trim() {
 //                          12 FMAs (TF_KERNEL_SCHEDULE has g++ broadcast one row at a time;
 //                          without it g++ loaded all MR broadcasts first and spilled). 3 x 24
 //                          ran at 0.82-0.97 of OpenBLAS; 6 x 16 was level with 4 x 24 on the
-//                          language-model head and a few percent slower on the weight shapes
+//                          language-model head and a few percent slower on the weight shapes,
+//                          so it is g++'s narrow tile: 32 columns (one head of the small
+//                          models) take 2 of its micro-panels against 2 of 24 (48 columns)
 //     ARM NEON (32 x 4):    6 x 16 and 12 x 8 as for AVX-512, with A read as vectors (fmla by
 //                          element): 24 + 4 + 2 and 24 + 2 + 3 (not measured for speed)
 //     other (16 x 4, SSE2): 4 x 8: 8 accumulators + 2 B + 4 broadcasts, multiply then add
 //   double has half the lanes, so the same tiles in registers hold half the columns.
 // * Packing copies B into exactly the order the micro-kernel reads it (sequential, unit stride),
 //   whatever the original strides or transposes were; it costs O(KN) and each packed value is
-//   reused about M/MR times. A is packed only when transposed (A^T B) or for a last partial
-//   micro-panel: a row-major A is read in place (MR rows of kc values, in L1 while the kernel
-//   runs over every micro-panel of B). B transposed with M < N is done as C^T = B^T A^T, so the
-//   larger operand is read in place and the smaller one packed.
+//   reused about M/MR times. A is packed only when transposed (A^T B) with more than
+//   kColumnPanels micro-panels of B, or for a last partial micro-panel: a row-major A is read in
+//   place (MR rows of kc values, in L1 while the kernel runs over every micro-panel of B), and so
+//   is a transposed A that feeds few micro-panels of B (MR adjacent values of each column). B
+//   transposed with M < N and K > M/2 is done as C^T = B^T A^T, so the larger operand is read in
+//   place and the smaller one packed.
 // * Cache levels. The A block MC x KC (48 x 384 floats = 72 KiB) and the current B
 //   micro-panel (at most 384 x 64 floats = 96 KiB) stay in L2 (1 MiB); the current A
 //   micro-panel (MR x 384 floats, at most 18 KiB) is in L1. The packed B panel KC x NC
