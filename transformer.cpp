@@ -2656,17 +2656,21 @@ void pool_trim() {
 //                          12 FMAs (TF_KERNEL_SCHEDULE has g++ broadcast one row at a time;
 //                          without it g++ loaded all MR broadcasts first and spilled). 3 x 24
 //                          ran at 0.82-0.97 of OpenBLAS; 6 x 16 was level with 4 x 24 on the
-//                          language-model head and a few percent slower on the weight shapes
+//                          language-model head and a few percent slower on the weight shapes,
+//                          so it is g++'s narrow tile: 32 columns (one head of the small
+//                          models) take 2 of its micro-panels against 2 of 24 (48 columns)
 //     ARM NEON (32 x 4):    6 x 16 and 12 x 8 as for AVX-512, with A read as vectors (fmla by
 //                          element): 24 + 4 + 2 and 24 + 2 + 3 (not measured for speed)
 //     other (16 x 4, SSE2): 4 x 8: 8 accumulators + 2 B + 4 broadcasts, multiply then add
 //   double has half the lanes, so the same tiles in registers hold half the columns.
 // * Packing copies B into exactly the order the micro-kernel reads it (sequential, unit stride),
 //   whatever the original strides or transposes were; it costs O(KN) and each packed value is
-//   reused about M/MR times. A is packed only when transposed (A^T B) or for a last partial
-//   micro-panel: a row-major A is read in place (MR rows of kc values, in L1 while the kernel
-//   runs over every micro-panel of B). B transposed with M < N is done as C^T = B^T A^T, so the
-//   larger operand is read in place and the smaller one packed.
+//   reused about M/MR times. A is packed only when transposed (A^T B) with more than
+//   kColumnPanels micro-panels of B, or for a last partial micro-panel: a row-major A is read in
+//   place (MR rows of kc values, in L1 while the kernel runs over every micro-panel of B), and so
+//   is a transposed A that feeds few micro-panels of B (MR adjacent values of each column). B
+//   transposed with M < N and K > M/2 is done as C^T = B^T A^T, so the larger operand is read in
+//   place and the smaller one packed.
 // * Cache levels. The A block MC x KC (48 x 384 floats = 72 KiB) and the current B
 //   micro-panel (at most 384 x 64 floats = 96 KiB) stay in L2 (1 MiB); the current A
 //   micro-panel (MR x 384 floats, at most 18 KiB) is in L1. The packed B panel KC x NC
@@ -2709,8 +2713,9 @@ template <typename T> inline T madd(T a, T b, T c) { return a * b + c; }
 #endif
 
 // Block sizes per element type and target (see the comment above for the register budgets).
-// MR x NR is the wide tile; for products with at most NR2 columns (one attention head) the
-// MR2 x NR2 tile wastes no work on zero padding.
+// MR x NR is the wide tile; for products whose N the narrow NR2 covers with at least a tenth
+// fewer columns (one attention head, N = 32 with AVX2's NR = 24) the MR2 x NR2 tile wastes less
+// work on zero padding (narrow_tile_pays).
 template <typename T> struct Blocking {
     static constexpr int L = kVectorBytes / int(sizeof(T));   // lanes per vector register
 #if defined(__AVX512F__) || defined(__ARM_NEON) || defined(__aarch64__)
@@ -2718,7 +2723,7 @@ template <typename T> struct Blocking {
 #elif defined(__AVX__) && defined(__clang__)
     static constexpr int MR = 6, NR = 2 * L, MR2 = 6, NR2 = 2 * L;
 #elif defined(__AVX__)
-    static constexpr int MR = 4, NR = 3 * L, MR2 = 4, NR2 = 2 * L;
+    static constexpr int MR = 4, NR = 3 * L, MR2 = 6, NR2 = 2 * L;
 #else
     static constexpr int MR = 4, NR = 2 * L, MR2 = 4, NR2 = 2 * L;
 #endif
@@ -2726,6 +2731,13 @@ template <typename T> struct Blocking {
     static constexpr int MC = 48;                            // rows of packed A (a multiple of every MR)
     static constexpr int NC = 63 * 64 * 4 / int(sizeof(T));  // columns of packed B (a multiple of every NR)
 };
+
+// Columns of C that micro-panels w wide compute for n columns, the zero padding included.
+constexpr long padded_columns(int n, int w) { return long(n + w - 1) / w * w; }
+// Whether the narrow tile computes at least a tenth fewer columns of C than the wide one.
+template <typename T> bool narrow_tile_pays(int N) {
+    return padded_columns(N, Blocking<T>::NR2) * 10 <= padded_columns(N, Blocking<T>::NR) * 9;
+}
 
 // When to skip packing and use the simple i-k-j loop instead (measured):
 //  * tiny products (below ~8x16x16), where packing overhead dominates;
@@ -2736,6 +2748,9 @@ template <typename T> struct Blocking {
 //    (lane_dot) per column of B, reading B in its memory order.
 constexpr long kSmallWork = 2048;
 constexpr int kFewRows = 3;
+// A column-major A (A^T X: a weight's gradient) is read in place, not packed, when B's block has
+// at most this many micro-panels (see gemm_blocked).
+constexpr int kColumnPanels = 2;
 
 // Pack the kc x n block X(p, j) = X[p*rsK + j*csN] into micro-panels of W
 // columns: panel q holds X(p, q*W + j) at dst[q*W*kc + p*W + j]. Columns
@@ -2789,7 +2804,8 @@ void pack_panels(int kc, int n, const T* X, long rsK, long csN, T* __restrict ds
 }
 
 // Micro-kernel: acc = Apanel * Bpanel over kc steps, where b[p*NR + j] = B(p,j) and
-// A(i,p) = a[p*MR + i] (a packed micro-panel) or, with DirectA, A(i,p) = a[i*lda + p]: the rows
+// A(i,p) = a[p*lda + i] (a packed micro-panel, lda = MR, or the columns of a column-major A read
+// in place, lda its column stride) or, with DirectA, A(i,p) = a[i*lda + p]: the rows
 // of a row-major A read in place (each A(i,p) is one broadcast either way, and MR rows of kc
 // values stay in L1 while the kernel runs over every B micro-panel, so packing A buys nothing
 // there; it costs a strided copy of A per product, as much as the product itself for one
@@ -2804,14 +2820,14 @@ TF_KERNEL_SCHEDULE void micro_kernel(int kc, const T* __restrict a, long lda, co
 #if defined(__clang__)
         constexpr int L = Blocking<T>::L;
         for (int i = 0; i < MR; ++i) {
-            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];
+            const T ai = DirectA ? a[i * lda + p] : a[p * lda + i];
             TF_PRAGMA(clang loop vectorize_width(L) interleave_count(NR / L))
             for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
         }
 #else
         TF_UNROLL(64)
         for (int i = 0; i < MR; ++i) {
-            const T ai = DirectA ? a[i * lda + p] : a[p * MR + i];   // hoisted: GCC's vectoriser needs this
+            const T ai = DirectA ? a[i * lda + p] : a[p * lda + i];   // hoisted: GCC's vectoriser needs this
             TF_UNROLL(64)
             for (int j = 0; j < NR; ++j) acc[i][j] = madd(ai, b[j], acc[i][j]);
         }
@@ -2896,10 +2912,15 @@ static void gemm_blocked(int M, int N, int K,
 
             for (int ic = 0; ic < M; ic += MC) {
                 const int mc = std::min(MC, M - ic);
-                // Row-major A (csA == 1) is read in place, but for a last, partial micro-panel
-                // (its missing rows must read as zeros); otherwise A is packed.
+                // Row-major A (csA == 1) is read in place, and so is a column-major A (rsA == 1,
+                // A^T X) when B's block has at most kColumnPanels micro-panels: each A micro-panel
+                // then feeds that many kernel calls at most, and its packed copy saved less than it
+                // cost (one head's X^T dQ_i, N = 64: 186 against 240 GFLOP/s with AVX-512). The
+                // last, partial micro-panel is packed all the same (its missing rows must read as
+                // zeros), and so is A otherwise.
                 const bool direct = csA == 1;
-                const int packed_from = direct ? mc / MR * MR : 0;
+                const bool columns = !direct && rsA == 1 && nc <= kColumnPanels * NR;
+                const int packed_from = direct || columns ? mc / MR * MR : 0;
                 pack_panels<T, MR>(kc, mc - packed_from, A + (ic + packed_from) * rsA + pc * csA, csA, rsA,
                                    packA + std::size_t(packed_from) * kc);
 
@@ -2909,10 +2930,12 @@ static void gemm_blocked(int M, int N, int K,
                         const long i = ic + ir, j = jc + jr;
                         T* c = TransC ? C + j * ldc + i : C + i * ldc + j;
                         const int mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
-                        if (ir < packed_from)
+                        if (ir < packed_from && direct)
                             micro_kernel<T, MR, NR, true, TransC>(kc, A + i * rsA + pc, rsA, b, c, ldc, mr, nr, overwrite);
+                        else if (ir < packed_from)   // A(i, p) at A[i + p*csA]: MR values of one p side by side
+                            micro_kernel<T, MR, NR, false, TransC>(kc, A + i + pc * csA, csA, b, c, ldc, mr, nr, overwrite);
                         else   // A micro-panel ir/MR
-                            micro_kernel<T, MR, NR, false, TransC>(kc, packA + std::size_t(ir) * kc, 0, b, c, ldc, mr, nr, overwrite);
+                            micro_kernel<T, MR, NR, false, TransC>(kc, packA + std::size_t(ir) * kc, MR, b, c, ldc, mr, nr, overwrite);
                     }
                 }
             }
@@ -3007,13 +3030,17 @@ void gemm(int M, int N, int K, const T* A, long rsA, long csA, const T* B, long 
                 const T dot = lane_dot(A + (long)i * rsA, B + (long)j * csB, K);
                 C[(long)i * ldc + j] = accumulate ? C[(long)i * ldc + j] + dot : dot;
             }
-    else if (csA == 1 && rsB == 1 && csB != 1 && M < N)
+    else if (csA == 1 && rsB == 1 && csB != 1 && M < N && 2 * K > M)
         // B given transposed (X W_e^T, dY W^T) and fewer rows than columns: packing B would mean a
         // strided copy of all of it (a sixth of the time for X W_e^T). C^T = B^T A^T reads B's rows
         // in place as the A of the micro-kernel and packs the smaller A instead; the tiles are
-        // written back transposed. Each C(i, j) is the same sum in the same order.
+        // written back transposed, one scalar per entry of C and chunk of K. Each C(i, j) is the
+        // same sum in the same order. With K at most M / 2 (one head's dQ_i W_i^Q^T: K = 64, M = 256)
+        // those scattered stores cost more than the strided copy of B (K N values) they save
+        // (measured: 180 against 238 GFLOP/s at K = 64, 217 against 243 at K = 128, and the
+        // transposed product ahead from K = 256 on).
         gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR, true>(N, M, K, B, csB, 1, A, 1, rsA, C, ldc, accumulate);
-    else if (N <= Blocking<T>::NR2)
+    else if (narrow_tile_pays<T>(N))
         gemm_blocked<T, Blocking<T>::MR2, Blocking<T>::NR2>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
     else
         gemm_blocked<T, Blocking<T>::MR, Blocking<T>::NR>(M, N, K, A, rsA, csA, B, rsB, csB, C, ldc, accumulate);
