@@ -12985,7 +12985,7 @@ TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.
     // cases in it and on the solution, and compares the counts with those the document states. Its
     // output (the counts, which include failing cases by design) is shown only when it fails.
 #ifdef TF_TESTS_DEBUG
-    MESSAGE("make assignments-check links the -O3 build's tests.o: run by ./tests, not ./tests-debug");
+    MESSAGE("make assignments-check links the -O3 build's tests.o: run by make test-long, not ./tests-debug");
 #else
     REQUIRE_MESSAGE(m_exists("docs/assignments.md"), "run the tests from the project's root (make test does)");
     const std::string log = m_path("assignments-check.log");
@@ -12999,7 +12999,7 @@ TEST_CASE("handout: every assignment's handout fails the cases docs/assignments.
 // by ./tests and this is false; else the files they need must be there, and this is true.
 bool m_grade_can_run(std::initializer_list<const char*> files) {
 #ifdef TF_TESTS_DEBUG
-    MESSAGE("make grade links the -O0 build's tests.o: run by ./tests, not ./tests-debug");
+    MESSAGE("make grade links the -O0 build's tests.o: run by make test-long, not ./tests-debug");
     (void)files;
     return false;
 #else
@@ -15053,7 +15053,7 @@ TEST_CASE("readme: make run prints what README.md and docs/training.md quote" * 
     // make run's commands, run in a scratch directory (its files are written there), and its
     // output against the blocks that the README and docs/training.md quote, line by line.
 #ifdef TF_TESTS_DEBUG
-    MESSAGE("the 3000 steps of make run take minutes in the sanitized build: run by ./tests, not ./tests-debug");
+    MESSAGE("the 3000 steps of make run take minutes in the sanitized build: run by make test-long, not ./tests-debug");
 #else
     const std::string dir = m_path("makerun"), program = m_project_root() + "/transformer";
     ::mkdir(dir.c_str(), 0755);
@@ -15200,7 +15200,7 @@ TEST_CASE("identical: builds for x86-64-v3, the native CPU, x86-64-v4 and clang+
     // clang++ (with libstdc++, and with libc++, the Mac's library, where installed), trains,
     // fine-tunes, samples and explains to the same bytes.
 #ifdef TF_TESTS_DEBUG
-    MESSAGE("the other builds take minutes: run by ./tests, not ./tests-debug");
+    MESSAGE("the other builds take minutes: run by make test-long, not ./tests-debug");
 #else
     const std::string root = m_project_root();
     std::vector<m_Build> builds = {{"g++ -march=native", root + "/transformer", "", ""}};
@@ -15243,7 +15243,7 @@ TEST_CASE("identical: aarch64 builds (g++ and clang++) under qemu give the x86 b
     // from x86-64's in the last bit of a few results.
     // qemu runs the program about 100 times slower: the runs are tens of steps of small batches.
 #ifdef TF_TESTS_DEBUG
-    MESSAGE("the aarch64 builds take minutes: run by ./tests, not ./tests-debug");
+    MESSAGE("the aarch64 builds take minutes: run by make test-long, not ./tests-debug");
 #elif !defined(__x86_64__)
     WARN_MESSAGE(false, "./transformer is not an x86-64 program here: the x86 bytes the aarch64 builds are compared with are not made");
 #else
@@ -15299,7 +15299,7 @@ TEST_CASE("identical: the C library's exp, log, tanh, erf, cos, sin and pow move
     // arguments (the low bit of a hash of the argument's bits). The identical: commands are run with
     // and without it by ./transformer and must write the same bytes.
 #if defined(TF_TESTS_DEBUG)
-    MESSAGE("the sanitized transformer-debug takes no LD_PRELOAD shim before its sanitizer runtime: run by ./tests, not ./tests-debug");
+    MESSAGE("the sanitized transformer-debug takes no LD_PRELOAD shim before its sanitizer runtime: run by make test-long, not ./tests-debug");
 #elif !defined(__linux__) || !defined(__GLIBC__)
     MESSAGE("skipped: the LD_PRELOAD shim needs Linux's dynamic linker and glibc's dlsym(RTLD_NEXT) (this is not Linux with glibc)");
 #else
@@ -15516,7 +15516,7 @@ TEST_CASE("build times: make and make test from a fresh copy within docs/perform
     // when one is more than its margin over its target scaled by the reference's time against the
     // documented computer's. A slow computer scales its targets; a slower build fails.
 #ifdef TF_TESTS_DEBUG
-    MESSAGE("the builds take minutes: run by ./tests, not ./tests-debug");
+    MESSAGE("the builds take minutes: run by make test-long, not ./tests-debug");
 #else
     const std::string root = m_project_root(), log = m_path("build-times.log");
     const std::string cmd = "cd '" + root + "' && " + m_MAKE + " build-times CHECK=1 > " + log + " 2>&1";
