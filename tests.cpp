@@ -7312,9 +7312,7 @@ void m_check_hf_gpt_loaded(LoadedModel& lm, Variant variant, const Config& c, co
 }  // namespace
 
 TEST_CASE("GPT-2 weights: a Hugging Face model.safetensors loads as a gpt2 model, every number in place") {
-    const std::pair<Config, Params<float>> made = m_hf_model(m_hf_config(13), 71);
-    const Config& c = made.first;
-    const Params<float>& p = made.second;
+    const auto [c, p] = m_hf_model(m_hf_config(13), 71);
     const std::string dir = m_path("");
     const std::string path = m_path("hf_model.safetensors");
     m_write(dir + "config.json", "{\"n_head\": 3, \"n_embd\": 12, \"layer_norm_epsilon\": 1e-05, \"activation_function\": \"gelu_new\"}");
@@ -7340,6 +7338,7 @@ TEST_CASE("GPT-2 weights: a Hugging Face model.safetensors loads as a gpt2 model
 }
 
 TEST_CASE("GPT-2 weights: missing, misshaped and unexpected tensors, and unknown head counts, are errors") {
+    // c and p by reference, not by a structured binding: the lambda below captures them (C++17 does not capture a binding).
     const std::pair<Config, Params<float>> made = m_hf_model(m_hf_config(13), 72);
     const Config& c = made.first;
     const Params<float>& p = made.second;
@@ -7515,9 +7514,7 @@ std::vector<m_RawTensor> m_bert_hf(const Config& c, const Params<float>& p, bool
 }  // namespace
 
 TEST_CASE("GPT-1 weights: a Hugging Face openai-gpt model.safetensors loads as a gpt model, every number in place") {
-    const std::pair<Config, Params<float>> made = m_hf_model(m_gpt1_hf_config(), 1240);
-    const Config& c = made.first;
-    const Params<float>& p = made.second;
+    const auto [c, p] = m_hf_model(m_gpt1_hf_config(), 1240);
     const std::string dir = m_hf_dir("hf_gpt1", "{\"afn\": \"gelu\", \"n_head\": 3, \"n_embd\": 12, \"n_layer\": 2, \"n_positions\": 16, "
                                       "\"vocab_size\": 13, \"layer_norm_epsilon\": 1e-05}");
     for (const std::string prefix : {"", "transformer."}) {
@@ -7542,9 +7539,7 @@ TEST_CASE("GPT-1 weights: a Hugging Face openai-gpt model.safetensors loads as a
 }
 
 TEST_CASE("GPT-1 weights: missing, misshaped, unexpected and untied tensors, and a contradicting config, are errors") {
-    const std::pair<Config, Params<float>> made = m_hf_model(m_gpt1_hf_config(), 1241);
-    const Config& c = made.first;
-    const Params<float>& p = made.second;
+    const auto [c, p] = m_hf_model(m_gpt1_hf_config(), 1241);
     const std::string dir = m_hf_dir("hf_gpt1_bad", "{\"n_head\": 3}"), path = dir + "model.safetensors";
     const auto t = m_gpt1_hf(c, p, "transformer.");
     m_check_raw_error(path, t, [](auto& x) { x.erase(x.begin() + 4); },  // h.0.attn.c_proj.weight
@@ -7573,9 +7568,7 @@ TEST_CASE("GPT-1 weights: missing, misshaped, unexpected and untied tensors, and
 }
 
 TEST_CASE("BERT weights: a Hugging Face bert-base-uncased model.safetensors loads as a bert model, every number in place") {
-    const std::pair<Config, Params<float>> made = m_hf_model(m_bert_hf_config(), 1250);
-    const Config& c = made.first;
-    const Params<float>& p = made.second;
+    const auto [c, p] = m_hf_model(m_bert_hf_config(), 1250);
     const std::string dir = m_hf_dir("hf_bert", "{\"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, \"num_hidden_layers\": 2, "
                                       "\"intermediate_size\": 16, \"max_position_embeddings\": 16, \"vocab_size\": 13, "
                                       "\"type_vocab_size\": 2, \"layer_norm_eps\": 1e-12, \"position_embedding_type\": \"absolute\"}");
@@ -7625,9 +7618,7 @@ TEST_CASE("BERT weights: a Hugging Face bert-base-uncased model.safetensors load
 }
 
 TEST_CASE("BERT weights: missing, misshaped, unexpected and untied tensors, bad vocab.txt and config, are errors") {
-    const std::pair<Config, Params<float>> made = m_hf_model(m_bert_hf_config(), 1251);
-    const Config& c = made.first;
-    const Params<float>& p = made.second;
+    const auto [c, p] = m_hf_model(m_bert_hf_config(), 1251);
     const std::string dir = m_hf_dir("hf_bert_bad", "{\"num_attention_heads\": 2}"), path = dir + "model.safetensors";
     m_write(dir + "vocab.txt", m_BERT_VOCAB);
     const auto t = m_bert_hf(c, p, false);
@@ -7699,9 +7690,7 @@ std::vector<m_RawTensor> m_roberta_hf(const Config& c, const Params<float>& p, c
 }  // namespace
 
 TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads as a roberta model, every number in place") {
-    const std::pair<Config, Params<float>> made = m_hf_model(m_roberta_hf_config(), 1255);
-    const Config& c = made.first;
-    const Params<float>& p = made.second;
+    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1255);
     const std::string dir = m_hf_dir("hf_roberta", "{\"model_type\": \"roberta\", \"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, "
                                       "\"num_hidden_layers\": 2, \"intermediate_size\": 16, \"max_position_embeddings\": 18, "
                                       "\"vocab_size\": 265, \"type_vocab_size\": 1, \"layer_norm_eps\": 1e-05, \"pad_token_id\": 1}");
@@ -7767,9 +7756,7 @@ TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads 
 }
 
 TEST_CASE("RoBERTa weights: a bad vocab.json or config.json and an untied decoder are errors") {
-    const std::pair<Config, Params<float>> made = m_hf_model(m_roberta_hf_config(), 1256);
-    const Config& c = made.first;
-    const Params<float>& p = made.second;
+    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1256);
     const std::string dir = m_hf_dir("hf_roberta_bad", "{\"num_attention_heads\": 2}"), path = dir + "model.safetensors";
     m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
     const auto t = m_roberta_hf(c, p, Tensor<float>(1, c.H, 0.f), "roberta.");
@@ -9787,9 +9774,7 @@ TEST_CASE("CLI: sample and eval with GPT-2's tokenizer on imported GPT-2 weights
 
 TEST_CASE("CLI: released RoBERTa files with their tokenizer: fill, eval, tokenize, finetune and predict") {
     const std::string dir = m_mkdir("cli_roberta");
-    const std::pair<Config, Params<float>> made = m_hf_model(m_roberta_hf_config(), 1257);
-    const Config& c = made.first;
-    const Params<float>& p = made.second;
+    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1257);
     m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
     m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
     m_write(dir + "merges.txt", m_vocab_bpe(m_RB_MERGES));
