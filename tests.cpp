@@ -12549,8 +12549,8 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
     m_sh("cd " + dir + " && ./tests -nc -ltc --no-skip '-ts=*(long)'", dir + "/long.log");
     const std::string long_cases = m_read(dir + "/long.log");
     for (const std::string& s : skipped) {
-        INFO("skipped: " << s << "; the long cases are:\n" << long_cases);
-        CHECK(m_contains(long_cases, "\n" + s + "\n"));
+        CHECK_MESSAGE(m_contains(long_cases, "\n" + s + "\n"), "the handout's run skipped '" << s << "', expected only the long cases "
+                                                                "(the suites \"... (long)\", which ./tests skips), which are:\n" << long_cases);
     }
     for (const auto& f : failed) {  // each failure names a blanked function, and only those
         INFO("failing case: " << f.first);
