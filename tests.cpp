@@ -19,14 +19,9 @@
 //     TRAINING                       AdamW, the schedules, clipping, train_step, sampling, generation
 //   PART II. THE MACHINERY
 //     THE FAST MATRIX PRODUCT        the memory pool, gemm (packed, blocked), reductions, row kernels
-//     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
-//     DATA                           the character vocabulary, the built-in addition task
-//     BENCH                          the speed of a model: loading, generation
-//     THE TRAINING LOOP              the memory a run needs, the plot, the loop, starting from a checkpoint
-//     FINE-TUNING                    labelled files, the head on a pre-trained model
-//     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
-//     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
-//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
+//     TEXT                           numbers, UTF-8, JSON, the character vocabulary, every tokenizer, tokenizer files
+//     MODEL FILES                    whose file, safetensors, checkpoints, Hugging Face import, load_model, export
+//     RUNS                           the built-in tasks, the run's memory, the plot, the training loop, fine-tuning, bench
 //     TEACHING                       heat maps, attention pictures, explain
 //     PLATFORM                       every call to the operating system: files, signals, memory
 //     GENERATED TABLES               Unicode classes
