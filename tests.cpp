@@ -8994,6 +8994,52 @@ TEST_SUITE_END();
 // part of the repository)
 // ================================================================================================
 TEST_SUITE_BEGIN("text");
+TEST_CASE("numbers: read_integer, read_unsigned and read_real take the whole text as one decimal number, and say why not") {
+    long long i = 0;
+    CHECK(read_integer("-42", i) == NumberRead::ok);
+    CHECK(i == -42);
+    CHECK(read_integer("9223372036854775807", i) == NumberRead::ok);  // LLONG_MAX, the last that fits
+    CHECK(i == 9223372036854775807LL);
+    CHECK(read_integer("9223372036854775808", i) == NumberRead::out_of_range);
+    for (const char* bad : {"", "12x", "1.5", "0x10", "-", "3 "}) {
+        INFO("read_integer(\"" << bad << "\") should be not_a_number: nothing may follow the digits");
+        CHECK(read_integer(bad, i) == NumberRead::not_a_number);
+    }
+    uint64_t u = 0;
+    CHECK(read_unsigned("18446744073709551615", u) == NumberRead::ok);  // 2^64 - 1
+    CHECK(u == 18446744073709551615ULL);
+    CHECK(read_unsigned("18446744073709551616", u) == NumberRead::out_of_range);
+    for (const char* bad : {"", "-1", "+1", " 1", "1e3"}) {
+        INFO("read_unsigned(\"" << bad << "\") should be not_a_number: digits alone");
+        CHECK(read_unsigned(bad, u) == NumberRead::not_a_number);
+    }
+    double d = 0;
+    CHECK(read_real("1e-3", d) == NumberRead::ok);
+    CHECK(d == 1e-3);
+    CHECK(read_real("1e999", d) == NumberRead::out_of_range);
+    CHECK(read_real("nan", d) == NumberRead::out_of_range);
+    CHECK(read_real("0.5.", d) == NumberRead::not_a_number);
+    // The errors every metadata value gets, and int's range.
+    CHECK(parse_int("2147483647", "x") == 2147483647);
+    CHECK_THROWS_WITH_AS(parse_int("2147483648", "metadata 'H'"), "metadata 'H': '2147483648' is not an integer", Error);
+    CHECK_THROWS_WITH_AS(parse_u64("-1", "train.seed"), "train.seed: '-1' is not an unsigned integer", Error);
+    CHECK_THROWS_WITH_AS(parse_double("fast", "train.lr"), "train.lr: 'fast' is not a number", Error);
+    CHECK(parse_i64("-9000000000", "x") == -9000000000LL);
+}
+
+TEST_CASE("numbers: full_digits and shortest_double read back as the same double; whole_number writes a count") {
+    for (double v : {0.1, 1e-5, 1.0 / 3.0, 6.25e-5, -2.5, 1e300, 5e-324}) {
+        INFO("v = " << std::setprecision(17) << v);
+        CHECK(std::strtod(full_digits(v).c_str(), nullptr) == v);
+        CHECK(std::strtod(shortest_double(v).c_str(), nullptr) == v);
+    }
+    CHECK(full_digits(0.1) == "0.10000000000000001");  // %.17g
+    CHECK(shortest_double(0.1) == "0.1");
+    CHECK(shortest_double(1e-5) == "1e-05");
+    CHECK(whole_number(123456789.0) == "123456789");
+    CHECK(whole_number(1e20) == "1e+20");
+}
+
 TEST_CASE("tokenizer: bytes_to_unicode maps printable bytes to themselves and the 68 others to U+0100...") {
     CHECK(bytes_to_unicode('A') == "A");
     CHECK(bytes_to_unicode('~') == "~");
