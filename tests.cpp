@@ -10687,6 +10687,7 @@ std::vector<ExplainStep> m_steps_of_page(const Json& j) {
     for (const Json& box : j.get("boxes")->arr) {
         ExplainStep s;
         s.depth = (int)box.get("depth")->num, s.box = box.get("box")->str, s.formula = box.get("formula")->str;
+        s.backward = box.get("backward")->b;
         s.function = box.get("function")->str;
         for (const Json& line : box.get("picture")->arr) s.picture.push_back(line.str);
         for (const Json& t : box.get("tensors")->arr) {
@@ -10967,7 +10968,7 @@ TEST_CASE("explain --html: one failing box is \"1 of N backward boxes fails its 
     CHECK(m_contains(page.html, "f / F next / previous failing box"));
     // A stub in place of FFN_backward: its one box is not implemented yet, "1 more is".
     o.backwards.FFN_backward = [](const Tensor<double>&, const FFNParams<double>&, Activation, const FFNCache<double>&, const Tensor<double>&,
-                                  FFNParams<double>&) -> Tensor<double> { throw Error("not implemented: FFN_backward (assignment 5)"); };
+                                  FFNParams<double>&) -> Tensor<double> { throw NotImplemented("FFN_backward", "assignment 5"); };
     const ExplainPage stub = explain_html(c, p, b, o);
     REQUIRE(stub.missing == 1);
     CHECK(m_contains(stub.html, "<span class=\"missing\">1 more is not implemented yet.</span>"));
@@ -12437,7 +12438,7 @@ TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 an
 
 TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" fails exactly the cases needing them" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // Teaching: `make handout` copies the project into DIR with the bodies of FUNCS replaced by
-    // a stub throwing tf::Error("not implemented: NAME"). Checked here on a handout in the scratch
+    // a stub throwing tf::NotImplemented("NAME"), whose message is "not implemented: NAME". Checked here on a handout in the scratch
     // directory: an unknown name is an error; only the two bodies change (and the "handout: ..." cases
     // leave tests.cpp); the handout's transformer.cpp compiles without a warning; its tests, run in the
     // handout, fail exactly where a blanked function is needed, each failure naming it. To keep this
@@ -12517,12 +12518,12 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
             std::string sig;
             for (std::size_t k = s > 0 ? s - 1 : 0; k < i; k++) sig += a[k];
             while (j < b.size() && m_starts(b[j], "    (void)")) j++;
-            const std::string throw_pre = "    throw tf::Error(\"not implemented: ";
-            if (j >= b.size() || !m_starts(b[j], throw_pre) || b[j].substr(b[j].size() - 3) != "\");") {
+            const std::string throw_pre = "    throw tf::NotImplemented(\"";
+            if (j >= b.size() || !m_starts(b[j], throw_pre) || b[j].substr(b[j].size() - 2) != ");") {
                 same = false;
                 break;
             }
-            const std::string name = b[j].substr(throw_pre.size(), b[j].size() - 3 - throw_pre.size());
+            const std::string name = b[j].substr(throw_pre.size(), b[j].find('"', throw_pre.size()) - throw_pre.size());
             INFO("blanked " << name << " after line " << i << ": " << (i > 0 ? a[i - 1] : ""));
             CHECK(i > 0);
             CHECK(m_contains(sig, " " + name + "("));
@@ -12854,7 +12855,7 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in
         REQUIRE(std::system(("awk -v funcs='" + funcs + "' -v labels='" + labels + "' -f tools/blank.awk transformer.cpp > " + blanked).c_str()) == 0);
         std::string answer = m_read(blanked);
         for (const Mistake& k : m.mistakes) {
-            REQUIRE(m_contains(m_read(dir + "/transformer.cpp"), "not implemented: " + k.function));
+            REQUIRE(m_contains(m_read(dir + "/transformer.cpp"), "NotImplemented(\"" + k.function + "\""));
             const std::size_t at = answer.find(k.right);
             REQUIRE_MESSAGE(at != std::string::npos, "the code to plant the mistake in is not in transformer.cpp: " << k.right);
             REQUIRE_MESSAGE(answer.find(k.right, at + 1) == std::string::npos, "the code to plant the mistake in is not unique: " << k.right);
@@ -15476,7 +15477,8 @@ TEST_CASE("tools: the blanker and the mutant generator find a body written in ot
     const std::string src =
         "#include <stdexcept>\n"
         "#include <string>\n"
-        "namespace tf { struct Error : std::runtime_error { using std::runtime_error::runtime_error; }; }\n"
+        "namespace tf { struct Error : std::runtime_error { using std::runtime_error::runtime_error; }; "
+        "struct NotImplemented : Error { explicit NotImplemented(const std::string& f) : Error(\"not implemented: \" + f) {} }; }\n"
         "int one_line(int x) { return x + 1; }\n"
         "static double\n"
         "three_lines(const double* v,\n"
@@ -15504,7 +15506,7 @@ TEST_CASE("tools: the blanker and the mutant generator find a body written in ot
     const std::string got = m_read(out);
     INFO("tools/blank.awk wrote:\n" << got);
     for (const char* f : {"one_line", "three_lines", "with_lambda"})
-        CHECK(m_contains(got, std::string("throw tf::Error(\"not implemented: ") + f + "\");"));
+        CHECK(m_contains(got, std::string("throw tf::NotImplemented(\"") + f + "\");"));
     CHECK(m_contains(got, "int one_line(int x) {\n"));
     CHECK(m_contains(got, "            int n)\n{\n    (void)v; (void)n;\n"));
     CHECK(m_contains(got, "}  // with_lambda\nint after(int x) {\n    return x - 1;\n}\n"));
@@ -15550,7 +15552,7 @@ TEST_CASE("tools: every program in tools/ answers --help, refuses an unknown arg
     // tools/handout from another directory: DIR is the caller's, the files the project's.
     const int made = std::system(("cd " + scratch + " && sh " + root + "/tools/handout --dir h --funcs diag_backward > hand.log 2>&1").c_str());
     CHECK_MESSAGE(made == 0, m_read(scratch + "/hand.log"));
-    CHECK(m_contains(m_read(scratch + "/h/transformer.cpp"), "not implemented: diag_backward"));
+    CHECK(m_contains(m_read(scratch + "/h/transformer.cpp"), "NotImplemented(\"diag_backward\""));
     CHECK(m_exists(scratch + "/h/tools/handout"));
 }
 

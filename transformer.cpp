@@ -8840,10 +8840,12 @@ struct ExplainWalk {
     int n, values;
     std::vector<ExplainStep> steps;
     const ExplainDetail* detail = nullptr;
-    bool mute = false;  // past a handout's stub: boxes without values
+    bool mute = false;      // past a handout's stub: boxes without values
+    bool backward = false;  // the walk is in the backward pass: the boxes from here on are its
     void step(int depth, const std::string& box, const std::string& formula, const std::string& function) {
         ExplainStep s;
         s.depth = depth, s.box = box, s.formula = formula, s.function = function;
+        s.backward = backward;
         steps.push_back(s);
     }
     // A tensor with its symbol, checked against its real shape: the walk cannot print a shape that
@@ -8855,7 +8857,7 @@ struct ExplainWalk {
         for (std::string f; ss >> f;)
             if (f != "x") dims.push_back(symbol_size(f, c, n));
         if (dims != shape) throw Error("explain: " + name + " is " + shape_str(shape) + " but its formula box says " + symbol);
-        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values, {}, {}, {}, {}};
+        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values, {}, {}, {}, {}, ExplainTensor::Scale::values};
         for (std::size_t k = 0; k < size && k < (std::size_t)values; k++) t.first.push_back((double)data[k]);
         if (detail) {
             const int R = shape.size() == 2 ? shape[0] : 1, C = shape.empty() ? 1 : shape.back();
@@ -8866,13 +8868,15 @@ struct ExplainWalk {
         }
         return t;
     }
-    void in(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+    void in(const std::string& name, const std::string& symbol, const Tensor<T>& t, ExplainTensor::Scale scale = ExplainTensor::Scale::values) {
         if (mute) return;
         steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0, t.size()));
+        steps.back().in.back().scale = scale;
     }
-    void out(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+    void out(const std::string& name, const std::string& symbol, const Tensor<T>& t, ExplainTensor::Scale scale = ExplainTensor::Scale::values) {
         if (mute) return;
         steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size(), t.size()));
+        steps.back().out.back().scale = scale;
     }
 };
 
@@ -8893,7 +8897,7 @@ static void explain_attention(ExplainWalk<T>& w, const std::string& box, const s
                               const Tensor<T>& Mask, const MultiHeadSACache<T>& k, const Tensor<T>& out) {
     w.step(0, box, "MultiHeadSA(X, Mask) = Concat(head_1, ..., head_A) W^O", "MultiHeadSA");
     w.in(X, "n x H", Xin);
-    w.in("Mask", "n x n", Mask);
+    w.in("Mask", "n x n", Mask, ExplainTensor::Scale::mask);
     w.out("MultiHeadSA(" + X + ", Mask)", "n x H", out);
     for (std::size_t i = 0; i < k.head.size(); i++) {
         const std::string h = std::to_string(i + 1);
@@ -8902,7 +8906,7 @@ static void explain_attention(ExplainWalk<T>& w, const std::string& box, const s
         w.in("Q = X W_" + h + "^Q", "n x D", k.Q[i]);
         w.in("K = X W_" + h + "^K", "n x D", k.K[i]);
         w.in("V = X W_" + h + "^V", "n x D", k.V[i]);
-        w.out("P = Softmax(Mask (.) Q K^T / sqrt(D))", "n x n", k.att[i][0].P);
+        w.out("P = Softmax(Mask (.) Q K^T / sqrt(D))", "n x n", k.att[i][0].P, ExplainTensor::Scale::attention);
         w.out("head_" + h, "n x D", k.head[i]);
     }
     w.step(1, "Concat", "Concat(head_1, ..., head_A)_{:, (k-1)D+1 : kD} = head_k", "Concat");
@@ -9838,9 +9842,9 @@ struct ExplainRun : Trace {
         XF = pre ? "X_f" : XL;
     }
 
-    // A handout's stub ("not implemented: NAME (assignment N)"), with ExplainDetail::stubs: the
-    // walk stops there and r.stopped says so.
-    bool stub(const Error& e) const { return detail && detail->stubs && std::string(e.what()).rfind("not implemented: ", 0) == 0; }
+    // A handout's stub (NotImplemented), with ExplainDetail::stubs: the walk stops there and
+    // r.stopped says so; without, it is an error like any other.
+    bool stubs() const { return detail && detail->stubs; }
     ForwardOptions options(Trace* t) const {
         ForwardOptions o;
         o.keep_sublayers = true;
@@ -9860,8 +9864,8 @@ struct ExplainRun : Trace {
         boundaries_only = walk_flops(c, n, n) > 1e9;
         try {
             loss(&gd, &record);
-        } catch (const Error& e) {
-            if (!stub(e)) throw;
+        } catch (const NotImplemented&) {
+            if (!stubs()) throw;
         }
     }
 
@@ -9874,9 +9878,10 @@ struct ExplainRun : Trace {
         r.loss = NAN;
         try {
             r.loss = model_loss(c, p, batch, &r.g, options(this), &k);  // the loss event showed it in T; here as model_loss returns it
-        } catch (const Error& e) {
-            if (!stub(e)) throw;
+        } catch (const NotImplemented& e) {
+            if (!stubs()) throw;
             r.stopped = e.what();
+            r.stopped_at = e.function;
             if (!std::isnan(r.loss)) r.loss = CrossEntropy_logits(r.Z, batch.targets);  // the backward stopped: the loss as model_loss computed it
             if (masks_shown < masks_seen && blocks_shown == masks_shown) mask_box(masks_shown);
         }
@@ -10011,7 +10016,7 @@ struct ExplainRun : Trace {
         const std::string block = pre ? "pre_ln_block_forward" : "post_ln_block_forward";
         w.step(0, box, c.variant == Variant::gpt3 ? "Mask^(l) = Mask^AR if l is even, Mask^ST if l is odd: " + M : "Mask: " + M,
                "layer_mask (" + std::string(M == "Mask^BD" ? "Mask_BD" : M == "Mask^ST" ? "Mask_ST" : "Mask_AR") + "); the block: " + block);
-        w.out("Mask^(" + L1 + ")", "n x n", Mask);
+        w.out("Mask^(" + L1 + ")", "n x n", Mask, ExplainTensor::Scale::mask);
         for (int i = 0; i < n && n <= 16; i++) {
             std::string row;
             for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
@@ -10087,10 +10092,10 @@ struct ExplainRun : Trace {
         w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + rows_of_X + "_{n,:} W_e^T) = Y_{n,:}"
                             : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + logits_j + ") = Y_{j,:}",
                "Softmax");
-        w.out("Y = Softmax(Z)", "n x V", Y);
+        w.out("Y = Softmax(Z)", "n x V", Y, ExplainTensor::Scale::probability);
         Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
         Y_row.shape = {c.V};
-        w.out("Y_" + j + ",:", "V", Y_row);
+        w.out("Y_" + j + ",:", "V", Y_row, ExplainTensor::Scale::probability);
         w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (formulas §25)"
                                                : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
                "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
@@ -10109,8 +10114,8 @@ struct ExplainRun : Trace {
         ExplainCheck ck;
         try {
             ck = f();
-        } catch (const Error& e) {
-            if (!stub(e)) throw;
+        } catch (const NotImplemented& e) {
+            if (!stubs()) throw;
             ck = ExplainCheck();
             ck.done = true, ck.missing = e.what();
             const std::string& fn = w.steps.back().function;
@@ -10216,6 +10221,7 @@ struct ExplainRun : Trace {
 
     void backward_loss_box(const Tensor<T>& gradient) {
         backward_started = true;
+        w.backward = true;
         boxed_loss = true;
         dZ = gradient;
         w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
@@ -10485,7 +10491,7 @@ std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps)
     bool backward = false;
     int number = 0;
     for (const ExplainStep& s : steps) {
-        if (number == 0 || (!backward && s.box.rfind("Backward", 0) == 0)) {
+        if (number == 0 || (!backward && s.backward)) {
             backward = number > 0;
             o << "\n==== " << (backward ? "backward: d loss / d theta, from the loss down" : "forward") << " ====\n";
         }
@@ -10987,12 +10993,6 @@ static std::string left_out(const ExplainTensor& t) {
     return o;
 }
 
-// A tensor drawn on the probability scale, 0 (white) to 1 (blue): P of a head, Y = Softmax(Z) and
-// its row, a mask (its kept entry 1; -inf hatched).
-static bool probability_tensor(const ExplainTensor& t) {
-    const std::string& w = t.name;
-    return w.rfind("P = ", 0) == 0 || w.rfind("Y = Softmax", 0) == 0 || w.rfind("Y_", 0) == 0 || w.rfind("Mask", 0) == 0;
-}
 
 // A cell's number: 3 significant digits, short ("−5.65e-4", a minus sign, no zero in the exponent).
 static std::string cell_num(double v) {
@@ -11009,13 +11009,13 @@ static std::string cell_num(double v) {
 static const std::size_t NUMBERED = 16;
 
 // A tensor's heat map: a cell per value shown, its (i, j) and value in its title. On the probability
-// scale (probability_tensor) white 0 to blue 1; else red positive, blue negative, white 0, with
+// scale (every ExplainTensor::Scale but values) white 0 to blue 1; else red positive, blue negative, white 0, with
 // scale the |value| of the colour scale's ends (0: the tensor's own largest |value|; maps drawn side
 // by side for comparison share one). NaN: not compared (grey); -inf, and the entries where mask (a
 // mask of the same rows and columns, for P) is -inf: masked, hatched. Up to NUMBERED x NUMBERED
 // values the cells print their numbers.
 static std::string heat_map(const ExplainTensor& t, const std::string& role, double scale = 0, const ExplainTensor* mask = nullptr) {
-    const bool vec = t.dims.size() < 2, prob = probability_tensor(t);
+    const bool vec = t.dims.size() < 2, prob = t.scale != ExplainTensor::Scale::values;
     const bool fits = mask && mask->rows == t.rows && mask->cols == t.cols && mask->cells.size() == t.cells.size();
     auto masked_at = [&](std::size_t at) { return fits && mask->cells[at] == -INFINITY; };
     double m = 0;
@@ -11038,7 +11038,7 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role, dou
     // .key that stays on one line.
     if (prob) o << " &middot; <span class=\"key\">0 <span class=\"legend prob\" aria-hidden=\"true\"></span> 1</span>";
     else o << " &middot; <span class=\"key\">&minus;" << num(m) << " <span class=\"legend\" aria-hidden=\"true\"></span> " << num(m) << "</span>";
-    o << (inf ? " &middot; <span class=\"key\">hatched: masked (&minus;inf" + std::string(prob && !t.cells.empty() && t.name.rfind("Mask", 0) != 0 ? ", so 0" : "") + ")</span>" : "")
+    o << (inf ? " &middot; <span class=\"key\">hatched: masked (&minus;inf" + std::string(prob && !t.cells.empty() && t.scale != ExplainTensor::Scale::mask ? ", so 0" : "") + ")</span>" : "")
       << (unknown ? " &middot; <span class=\"key\">grey: not compared</span>" : "") << "</figcaption>";
     o << "<div class=\"hm" << (numbers ? " num" : "") << "\" tabindex=\"0\" data-cols=\"" << t.cols.size() << "\" style=\"grid-template-columns:repeat("
       << t.cols.size() << ",auto)\" aria-label=\"" << html_text(t.name) << ": " << t.rows.size() * t.cols.size()
@@ -11167,7 +11167,7 @@ struct ExplainPageWriter {
     const ExplainHtml& o;
     Explained<float>& e;
     ExplainPage& page;
-    std::string stop_fn;  // where a handout's stub stopped the run: "Mask_AR", from "not implemented: Mask_AR (assignment 3)"
+    std::string stop_fn;  // where a handout's stub stopped the run: "Mask_AR" (Explained::stopped_at)
     std::string source;   // transformer.cpp's text, for the functions' lines ("": not found)
     std::string sheet;    // docs/formulas.md's text, for the boxes' § ("": not found)
     std::vector<std::string> labels;  // one per token
@@ -11305,14 +11305,14 @@ struct ExplainPageWriter {
             std::size_t end = k;
             bool bad = false;
             while (end < e.steps.size() && e.steps[end].box == e.steps[k].box) bad |= e.steps[end].check.done && !e.steps[end].check.pass, end++;
-            const bool backward_start = e.steps[k].box.rfind("Backward", 0) == 0 && (k == 0 || e.steps[k - 1].box.rfind("Backward", 0) != 0);
+            const bool backward_start = e.steps[k].backward && (k == 0 || !e.steps[k - 1].backward);
             if (backward_start) h << "</ol><h2>Backward</h2><ol>\n";
             h << "<li class=\"group\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
               << (bad ? " <span class=\"tag inside\">contains a failing box</span>" : "") << "<ol>";
             for (std::size_t j = k; j < end; j++) {
                 const ExplainStep& s = e.steps[j];
                 std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
-                if (s.depth) label = s.box.rfind("Backward", 0) != 0 ? s.box
+                if (s.depth) label = !s.backward ? s.box
                                      : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
                 const bool fails = s.check.done && s.check.missing.empty() && !s.check.pass;
                 h << "<li value=\"" << j + 1 << "\"" << (s.depth || fails ? std::string(" class=\"") + (s.depth ? "d1" : "") + (s.depth && fails ? " " : "") + (fails ? "fail" : "") + "\"" : "")
@@ -11456,14 +11456,14 @@ struct ExplainPageWriter {
     // Box k's pictures: a layer's mask, and each head's P with the tokens as labels.
     void pictures_html(std::size_t k) {
         const ExplainStep& s = e.steps[k];
-        if (s.function.rfind("layer_mask", 0) == 0 && !s.out.empty() && !s.out[0].cells.empty())
+        if (!s.out.empty() && s.out[0].scale == ExplainTensor::Scale::mask && !s.out[0].cells.empty())
             h << "<div class=\"pics\">" << inline_svg(heatmap_svg({panel_of(s.out[0], labels, s.out[0].name)}, 1, "The mask of " + s.box, {}, false, figure_ids(k)))
               << "</div>\n";
-        if (s.function == "MultiHeadSA") {
+        if (s.depth == 0 && !s.backward) {  // a forward box's heads: each one's P
             std::vector<HeatPanel> heads;
             for (std::size_t j = k + 1; j < e.steps.size() && e.steps[j].depth == 1; j++)
                 for (const ExplainTensor& t : e.steps[j].out)
-                    if (t.name.rfind("P = ", 0) == 0) heads.push_back(panel_of(t, labels, e.steps[j].box, mask_of(k)));
+                    if (t.scale == ExplainTensor::Scale::attention) heads.push_back(panel_of(t, labels, e.steps[j].box, mask_of(k)));
             if (!heads.empty())
                 h << "<div class=\"pics\">" << inline_svg(heatmap_svg(heads, std::min<int>(4, (int)heads.size()), "Attention P of each head, " + s.box,
                                                                       {"Row i: the query token, column j: the key token."}, true, figure_ids(k)))
@@ -11479,7 +11479,7 @@ struct ExplainPageWriter {
         for (int io = 0; io < 2; io++)
             for (const ExplainTensor& t : io ? s.out : s.in) {
                 if (k == 0 && s.box == "Input" && t.dims.size() == 1) h << token_row(t, labels, io ? "out" : "in");
-                else h << heat_map(t, io ? "out" : "in", 0, t.name.rfind("P = ", 0) == 0 ? mask_of(k) : nullptr);
+                else h << heat_map(t, io ? "out" : "in", 0, t.scale == ExplainTensor::Scale::attention ? mask_of(k) : nullptr);
                 json << (first ? "" : ",") << "{\"role\":\"" << (io ? "out" : "in") << "\",\"name\":" << json_escape(t.name) << ",\"symbol\":"
                      << json_escape(t.symbol) << ",\"shape\":[";
                 for (std::size_t a = 0; a < t.dims.size(); a++) json << (a ? "," : "") << t.dims[a];
@@ -11526,7 +11526,7 @@ struct ExplainPageWriter {
         h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code></p>\n";
         sheet_html(sec);
         const std::string lines_json = code_html(s);
-        json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"box\":" << json_escape(s.box)
+        json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"backward\":" << (s.backward ? "true" : "false") << ",\"box\":" << json_escape(s.box)
              << ",\"formula\":" << json_escape(s.formula) << ",\"section\":" << sec << ",\"function\":" << json_escape(s.function)
              << ",\"lines\":{" << lines_json << "}";
         if (s.check.done) check_html(k, s.check);
@@ -11544,7 +11544,7 @@ struct ExplainPageWriter {
         json << "],\"loss\":" << json_num(e.loss) << ",\"stopped\":" << json_escape(e.stopped) << ",\"fold\":" << fold << ",\"source\":" << json_escape(page.source) << ",\"boxes\":[";
         bool backward = false;
         for (std::size_t k = 0; k < e.steps.size(); k++) {
-            if (k == 0 || (!backward && e.steps[k].box.rfind("Backward", 0) == 0)) {
+            if (k == 0 || (!backward && e.steps[k].backward)) {
                 backward = k > 0;
                 if (backward && !e.stopped.empty())
                     h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b></p>\n";
@@ -11561,9 +11561,9 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
     d.fold = o.fold, d.backwards = o.backwards, d.stubs = true;
     Explained<float> e = explain(c, p, batch, o.values, &d);
     ExplainPage page;
-    page.loss = e.loss, page.stopped = e.stopped;
+    page.loss = e.loss, page.stopped = e.stopped, page.stopped_at = e.stopped_at;
     ExplainPageWriter pw(c, batch, o, e, page);
-    pw.stop_fn = e.stopped.empty() ? "" : e.stopped.substr(17, e.stopped.find_first_of(" (", 17) - 17);
+    pw.stop_fn = e.stopped_at;
     pw.source = read_source(o.source, page.source);
     pw.sheet = read_sheet(o.sheet, page.sheet);
     pw.refold_to_budget();

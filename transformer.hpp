@@ -57,6 +57,14 @@ namespace tf {
 struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
+// What a handout's stub throws in place of a function still to be written (tools/blank.awk writes
+// them): the message "not implemented: NAME (assignment N)", and NAME in `function`, which explain
+// reports as the place the run stops.
+struct NotImplemented : Error {
+    std::string function;
+    explicit NotImplemented(const std::string& name, const std::string& assignment = "")
+        : Error("not implemented: " + name + (assignment.empty() ? "" : " (" + assignment + ")")), function(name) {}
+};
 // The value of an enum whose name is s, among all of them; else an Error "unknown WHAT 's'
 // (expected a, b or c)".
 template <typename E>
@@ -1836,6 +1844,10 @@ struct ExplainTensor {
     // row (rows = {0}) of its entries.
     std::vector<int> dims, rows, cols;
     std::vector<double> cells;        // rows.size() x cols.size(), row-major
+    // How a heat map colours it: signed values (red above 0, blue below), or on the probability
+    // scale, white 0 to blue 1: a probability (Y = Softmax(Z) and its rows), a head's attention P
+    // (hatched where its layer's mask is -inf), a mask (its kept entry 1; -inf hatched).
+    enum class Scale { values, probability, attention, mask } scale = Scale::values;
 };
 // A backward box's own gradient check (ExplainDetail::check): the box's forward f, in double, on
 // the run's inputs, contracted with a fixed pseudo-random R of f's shape (s = sum(R .* f), as the
@@ -1920,6 +1932,7 @@ struct ExplainCheck {
 struct ExplainStep {
     int depth = 0;                    // 1: a box inside the one above (a head inside MultiHeadSA)
     std::string box;                  // where: "Layers, l = 1", "Backward, l = 2", ...
+    bool backward = false;            // a box of the backward pass
     std::string formula;              // as the formula sheet writes it
     std::string function;             // the function(s) in transformer.cpp
     std::vector<ExplainTensor> in, out;
@@ -1961,6 +1974,7 @@ struct Explained {
     // forward boxes are those it reached (the loss NaN if it did not reach it); the backward boxes
     // after the stop carry no values, only their checks.
     std::string stopped;
+    std::string stopped_at;  // the function whose stub stopped it ("Mask_AR"), NotImplemented::function
 };
 // batch: one sequence (B = 1) with targets (GPT: next_token_targets; BERT/RoBERTa: the masked
 // positions' ids, the tokens there replaced by the mask id). values: how many first values to keep.
@@ -1992,6 +2006,7 @@ struct ExplainPage {
     std::string html;
     int boxes = 0, checked = 0, failing = 0, maths = 0, missing = 0;
     std::string stopped;                // Explained::stopped
+    std::string stopped_at;             // Explained::stopped_at
     std::vector<std::string> failing_boxes;  // "[17] Backward, l = 2 (LayerNorm_backward)"
     double loss = 0;
     std::string source;                 // the transformer.cpp whose lines the page cites ("": none found)
