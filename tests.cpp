@@ -10928,6 +10928,7 @@ TEST_CASE("explain --html: the tokens, the masks and P are never folded, while t
     for (std::size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) text.replace(at, 1, "&lt;");
     for (std::size_t at = text.find('>'); at != std::string::npos; at = text.find('>', at + 1)) text.replace(at, 1, "&gt;");
     for (std::size_t at = text.find('"'); at != std::string::npos; at = text.find('"', at + 1)) text.replace(at, 1, "&quot;");
+    for (std::size_t at = text.find('\''); at != std::string::npos; at = text.find('\'', at + 1)) text.replace(at, 1, "&apos;");
     CHECK(m_contains(page.html, "<template id=\"s15\"><pre>" + text + "</pre></template>"));
     // Without the sheet the page says so; a sheet that cannot be read is an error naming it.
     ExplainHtml none = o;

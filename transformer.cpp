@@ -8556,9 +8556,12 @@ TF_COLD_BEGIN
 // TEACHING: pictures and explain
 // ================================================================================================
 // ---- Heat maps (SVG, written by hand as loss_svg is) ---------------------------------------------
-static std::string xml_text(const std::string& s) {
+// Text in SVG and HTML, as content or in an attribute quoted with ' or ": the five characters that
+// could end either escaped.
+static std::string markup_text(const std::string& s) {
     std::string o;
-    for (char ch : s) o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '\'' ? "&apos;" : std::string(1, ch);
+    for (char ch : s)
+        o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '\'' ? "&apos;" : ch == '"' ? "&quot;" : std::string(1, ch);
     return o;
 }
 static std::string num(double v, const char* format = "%.4g") {
@@ -8590,19 +8593,24 @@ std::string token_label(const std::string& bytes) {
     return o.empty() ? "\u2205" : o;
 }
 
-// The colour of v in [0, 1]: white (0) to dark blue (1), linear between five stops.
-static const char* const BLUES[5] = {"#ffffff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"};
-static std::string blue(double v) {
-    v = std::min(1.0, std::max(0.0, v)) * 4;
-    const int k = std::min(3, (int)v);
-    const double t = v - k;
-    unsigned a = 0, b = 0;
-    std::sscanf(BLUES[k] + 1, "%x", &a), std::sscanf(BLUES[k + 1] + 1, "%x", &b);
+// The one colour ramp of every heat map: the colour t in [0, 1] of the way along `stops` (0xRRGGBB,
+// evenly spaced), each channel linear between the two stops around t. BLUES is the probability
+// scale, white (0) to dark blue (1); the page's signed values run from white to red or to blue.
+static const std::vector<unsigned> BLUES = {0xffffff, 0xc6dbef, 0x6baed6, 0x2171b5, 0x08306b};
+static unsigned ramp(const std::vector<unsigned>& stops, double t) {
+    const double v = std::min(1.0, std::max(0.0, t)) * (double)(stops.size() - 1);
+    const std::size_t k = std::min(stops.size() - 2, (std::size_t)v);
+    const double f = v - (double)k;
+    const unsigned a = stops[k], b = stops[k + 1];
+    auto mix = [&](int shift) { return (unsigned)std::lround(((a >> shift) & 255) * (1 - f) + ((b >> shift) & 255) * f); };
+    return mix(16) << 16 | mix(8) << 8 | mix(0);
+}
+static std::string hex_colour(unsigned rgb) {
     char o[8];
-    auto mix = [&](int shift) { return (int)std::lround(((a >> shift) & 255) * (1 - t) + ((b >> shift) & 255) * t); };
-    std::snprintf(o, sizeof o, "#%02x%02x%02x", mix(16), mix(8), mix(0));
+    std::snprintf(o, sizeof o, "#%06x", rgb & 0xffffff);
     return o;
 }
+static std::string blue(double v) { return hex_colour(ramp(BLUES, v)); }
 
 // Room for a panel's labels: its row labels on the left, its column labels on top, upright when long.
 struct HeatMargins {
@@ -8625,16 +8633,16 @@ static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0,
     const HeatMargins m = heat_margins(q, cs, font);
     const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
     o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
-    o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
+    o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << markup_text(q.title) << "</text>\n";
     for (int j = 0; j < C; j++) {  // keys j across the top
         const double cx = gx + (j + 0.5) * cs;
         if (m.upright)
-            o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
+            o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << markup_text(q.cols[j]) << "</text>\n";
         else
-            o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
+            o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << markup_text(q.cols[j]) << "</text>\n";
     }
     for (int i = 0; i < R; i++)  // queries i down the side
-        o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
+        o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << markup_text(q.rows[i]) << "</text>\n";
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++) {
             const std::size_t at = (std::size_t)i * C + j;
@@ -8645,7 +8653,7 @@ static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0,
         }
     o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
     for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
-        o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
+        o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << markup_text(q.notes[k2]) << "</text>\n";
     o << "</g>\n";
 }
 
@@ -8657,7 +8665,7 @@ static void heat_legend_svg(std::ostringstream& o, double margin, double ly, boo
             o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
         o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
     } else {
-        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
+        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << hex_colour(BLUES[4]) << "'/>\n";
         o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
     }
     const double mx = margin + (probability ? 280 : 300);
@@ -8708,11 +8716,11 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
     o << "<defs><pattern id='" << ids << "hatch' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
          "<rect width='4' height='4' fill='#e4e4e4'/><line x1='0' y1='0' x2='0' y2='4' stroke='#a0a0a0' stroke-width='1.6'/></pattern>\n";
     o << "<linearGradient id='" << ids << "scale'>";
-    for (int k = 0; k < 5; k++) o << "<stop offset='" << k * 25 << "%' stop-color='" << BLUES[k] << "'/>";
+    for (int k = 0; k < 5; k++) o << "<stop offset='" << k * 25 << "%' stop-color='" << hex_colour(BLUES[k]) << "'/>";
     o << "</linearGradient></defs>\n<rect width='100%' height='100%' fill='white'/>\n";
-    o << "<text x='" << margin << "' y='22' font-size='15'>" << xml_text(title) << "</text>\n";
+    o << "<text x='" << margin << "' y='22' font-size='15'>" << markup_text(title) << "</text>\n";
     for (std::size_t k = 0; k < caption.size(); k++)
-        o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << xml_text(caption[k]) << "</text>\n";
+        o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << markup_text(caption[k]) << "</text>\n";
     for (std::size_t k = 0; k < panels.size(); k++) {
         heat_panel_svg(o, panels[k], col_x[k % per_row], row_y[k / per_row], cs, font, probability, ids);
     }
@@ -10538,12 +10546,6 @@ int definition_line(const std::string& source, const std::string& name) {
     return 0;
 }
 
-static std::string html_text(const std::string& s) {
-    std::string o;
-    for (char ch : s) o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '"' ? "&quot;" : std::string(1, ch);
-    return o;
-}
-
 // The project's plain-text notation (docs/formulas.md, explain_text) as MathML: identifiers with
 // ^ and _ scripts (an argument in {} loses its braces, one in () keeps them: X^(0); a second script
 // of the same kind scripts the whole: W_i^Q^T is (W_i^Q)^T), sqrt(...), sum_{..}^{..}, (.) as ⊙,
@@ -10645,7 +10647,7 @@ struct Parser {
             return std::isdigit((unsigned char)w[0]) ? "<mn>" + w + "</mn>" : "<mi>" + greek(w) + "</mi>";
         }
         if (s[i] == '-' && i + 1 < s.size() && s[i + 1] == '1') return i += 2, "<mrow><mo>\u2212</mo><mn>1</mn></mrow>";
-        return "<mo>" + html_text(std::string(1, s[i++])) + "</mo>";
+        return "<mo>" + markup_text(std::string(1, s[i++])) + "</mo>";
     }
     // The token at i: a bracketed group, an operator, an identifier, a word, a number.
     Atom base() {
@@ -10659,7 +10661,7 @@ struct Parser {
             if (j < s.size() && s[j] == '>') {
                 const std::string t = s.substr(i, j + 1 - i);
                 i = j + 1;
-                return Atom{"<mtext>" + html_text(t) + "</mtext>", true};
+                return Atom{"<mtext>" + markup_text(t) + "</mtext>", true};
             }
         }
         if (s.compare(i, 2, "\u00a7") == 0) {  // § and its number: text
@@ -10694,7 +10696,7 @@ struct Parser {
             if (code) {  // a function of the code: its name whole, upright
                 const std::string w = s.substr(i, code - i);
                 i = code;
-                return Atom{"<mi mathvariant=\"normal\">" + html_text(w) + "</mi>", true};
+                return Atom{"<mi mathvariant=\"normal\">" + markup_text(w) + "</mi>", true};
             }
             const std::string w = s.substr(i, j - i);
             i = j;
@@ -10727,7 +10729,7 @@ struct Parser {
             return Atom{"<mi>" + t + "</mi>", true};
         }
         i++;
-        const std::string op = ch == '-' ? "\u2212" : ch == '*' ? "\u2299" : html_text(std::string(1, ch));
+        const std::string op = ch == '-' ? "\u2212" : ch == '*' ? "\u2299" : markup_text(std::string(1, ch));
         return Atom{"<mo>" + op + "</mo>"};
     }
     std::string seq(char close) {
@@ -10847,26 +10849,17 @@ static double contrast(unsigned a, unsigned b) {
 static unsigned ink(unsigned fill) { return contrast(fill, 0x000000) >= contrast(fill, 0xffffff) ? 0x000000 : 0xffffff; }
 
 // The colours of the heat maps: 8 steps from white (0) to red (positive) and to blue (negative),
-// of the largest |value| of the tensor, and (b1..b8) from white (0) to dark blue (1), of a
+// of the largest |value| of the tensor, and (b1..b8) along BLUES, the SVG pictures' scale, of a
 // probability; dark mode from near black. Each step prints its numbers in its own ink(), so a
 // number never takes the colour of the text around the map (a failing gradient's red).
 static std::string heat_css() {
-    auto hex = [](unsigned c) {
-        char o[8];
-        std::snprintf(o, sizeof o, "#%06x", c & 0xffffff);
-        return std::string(o);
-    };
-    auto mix = [](const unsigned a, const unsigned b, double t) {
-        auto ch = [&](int sh) { return (unsigned)std::lround(((a >> sh) & 255) * (1 - t) + ((b >> sh) & 255) * t); };
-        return ch(16) << 16 | ch(8) << 8 | ch(0);
-    };
-    auto cell = [&](const std::string& cls, unsigned fill) { return ".hm i." + cls + "{background:" + hex(fill) + ";color:" + hex(ink(fill)) + "}"; };
+    auto cell = [&](const std::string& cls, unsigned fill) { return ".hm i." + cls + "{background:" + hex_colour(fill) + ";color:" + hex_colour(ink(fill)) + "}"; };
     std::string light, dark;
     for (int k = 1; k <= 8; k++) {
         const double t = k / 8.0;
         const std::string n = std::to_string(k);
-        light += cell("p" + n, mix(0xffffff, 0xb2182b, t)) + cell("n" + n, mix(0xffffff, 0x2166ac, t)) + cell("b" + n, mix(0xffffff, 0x08306b, t));
-        dark += cell("p" + n, mix(0x202124, 0xff6b5b, t)) + cell("n" + n, mix(0x202124, 0x5fa8ff, t)) + cell("b" + n, mix(0x202124, 0x9ecae1, t));
+        light += cell("p" + n, ramp({0xffffff, 0xb2182b}, t)) + cell("n" + n, ramp({0xffffff, 0x2166ac}, t)) + cell("b" + n, ramp(BLUES, t));
+        dark += cell("p" + n, ramp({0x202124, 0xff6b5b}, t)) + cell("n" + n, ramp({0x202124, 0x5fa8ff}, t)) + cell("b" + n, ramp({0x202124, 0x9ecae1}, t));
     }
     return light + cell("z", 0xffffff) + cell("u", 0xd0d0d0) + "\n@media (prefers-color-scheme: dark){" + dark + cell("z", 0x202124) + "}\n";
 }
@@ -11032,7 +11025,7 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role, dou
     const bool numbers = t.rows.size() <= NUMBERED && t.cols.size() <= NUMBERED;
     std::ostringstream o;
     const std::string out = left_out(t);
-    o << "<figure><figcaption><b>" << html_text(t.name) << "</b> (" << role << ") " << html_text(t.symbol) << " = " << t.shape;
+    o << "<figure><figcaption><b>" << markup_text(t.name) << "</b> (" << role << ") " << markup_text(t.symbol) << " = " << t.shape;
     if (!out.empty()) o << " &middot; <span class=\"note\">folded: " << out << "</span>";
     // The legend: the colour scale between its ends, and what hatching and grey mean; each a
     // .key that stays on one line.
@@ -11041,7 +11034,7 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role, dou
     o << (inf ? " &middot; <span class=\"key\">hatched: masked (&minus;inf" + std::string(prob && !t.cells.empty() && t.scale != ExplainTensor::Scale::mask ? ", so 0" : "") + ")</span>" : "")
       << (unknown ? " &middot; <span class=\"key\">grey: not compared</span>" : "") << "</figcaption>";
     o << "<div class=\"hm" << (numbers ? " num" : "") << "\" tabindex=\"0\" data-cols=\"" << t.cols.size() << "\" style=\"grid-template-columns:repeat("
-      << t.cols.size() << ",auto)\" aria-label=\"" << html_text(t.name) << ": " << t.rows.size() * t.cols.size()
+      << t.cols.size() << ",auto)\" aria-label=\"" << markup_text(t.name) << ": " << t.rows.size() * t.cols.size()
       << (numbers ? " values; each cell holds its value, its title its (i, j), counted from 1\">" : " values; each cell's title holds its (i, j), counted from 1, and its value\">");
     for (std::size_t a = 0; a < t.rows.size(); a++)
         for (std::size_t b = 0; b < t.cols.size(); b++) {
@@ -11072,13 +11065,13 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role, dou
 static std::string token_row(const ExplainTensor& t, const std::vector<std::string>& labels, const std::string& role) {
     const bool ids = t.name == "x" || t.name == "x'";
     std::ostringstream o;
-    o << "<figure><figcaption><b>" << html_text(t.name) << "</b> (" << role << ") " << html_text(t.symbol) << " = " << t.shape
+    o << "<figure><figcaption><b>" << markup_text(t.name) << "</b> (" << role << ") " << markup_text(t.symbol) << " = " << t.shape
       << (ids ? " &middot; the tokens: position i, the token, its id" : " &middot; the segment of each position") << "</figcaption><div class=\"tok\">";
     for (std::size_t b = 0; b < t.cols.size(); b++) {
         const int i = t.cols[b];
         const std::string v = num(t.cells[b], "%.0f");
         const std::string label = ids && i < (int)labels.size() ? labels[i] : v;
-        o << "<span title=\"" << html_text(t.name) << "_" << i + 1 << " = " << v << "\"><small>" << i + 1 << "</small><b>" << html_text(label) << "</b>";
+        o << "<span title=\"" << markup_text(t.name) << "_" << i + 1 << " = " << v << "\"><small>" << i + 1 << "</small><b>" << markup_text(label) << "</b>";
         if (label != v) o << "<small>" << v << "</small>";
         o << "</span>";
     }
@@ -11244,13 +11237,13 @@ struct ExplainPageWriter {
         const int n = batch.n;
         h << "<!DOCTYPE html>\n" << SVG_MARK << "\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
           << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-          << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << GRADIENT_CSS << "</style></head>\n<body>\n";
-        h << "<header><h1>explain: " << html_text(o.title) << "</h1><p>" << html_text(what) << "; tokens x = ";
-        for (int i = 0; i < n; i++) h << (i ? ", " : "") << html_text(labels[i]);
+          << "<title>explain: " << markup_text(o.title) << ", " << markup_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << GRADIENT_CSS << "</style></head>\n<body>\n";
+        h << "<header><h1>explain: " << markup_text(o.title) << "</h1><p>" << markup_text(what) << "; tokens x = ";
+        for (int i = 0; i < n; i++) h << (i ? ", " : "") << markup_text(labels[i]);
         h << "; loss " << (std::isnan(e.loss) ? std::string("not reached") : num(e.loss, "%.9g")) << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
           << "formula indices count from 1.</p>";
         if (!e.stopped.empty())
-            h << "<p class=\"stop\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b> "
+            h << "<p class=\"stop\"><b>The run stops at " << markup_text(stop_fn) << ": " << markup_text(e.stopped) << ".</b> "
               << "The forward boxes are those the run reached; every backward box is still checked alone: on the run's own input of it where the "
                  "forward reached the box, else on inputs drawn at random (fixed seed) with the model's shapes, marked <i>random inputs</i>. "
                  "A box whose backward, or a function it needs, is not written yet is marked <span class=\"missing\">not implemented yet</span> "
@@ -11265,8 +11258,8 @@ struct ExplainPageWriter {
               << (failing.size() == 1 ? " fails its" : " fail their") << " gradient check:</b></span> ";
             for (std::size_t k = 0; k < failing.size(); k++) {  // innermost first: those failing through a box they call last
                 const ExplainCheck& ck = e.steps[failing[k]].check;
-                h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
-                  << " (" << html_text(ck.function) << ")</a>";
+                h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << markup_text(e.steps[failing[k]].box)
+                  << " (" << markup_text(ck.function) << ")</a>";
                 const int via = ck.callee;
                 if (via >= 0) h << " through <a href=\"#b" << via + 1 << "\">[" << via + 1 << "]</a>";
             }
@@ -11307,7 +11300,7 @@ struct ExplainPageWriter {
             while (end < e.steps.size() && e.steps[end].box == e.steps[k].box) bad |= e.steps[end].check.done && !e.steps[end].check.pass, end++;
             const bool backward_start = e.steps[k].backward && (k == 0 || !e.steps[k - 1].backward);
             if (backward_start) h << "</ol><h2>Backward</h2><ol>\n";
-            h << "<li class=\"group\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
+            h << "<li class=\"group\"><a href=\"#b" << k + 1 << "\">" << markup_text(e.steps[k].box) << "</a>"
               << (bad ? " <span class=\"tag inside\">contains a failing box</span>" : "") << "<ol>";
             for (std::size_t j = k; j < end; j++) {
                 const ExplainStep& s = e.steps[j];
@@ -11316,7 +11309,7 @@ struct ExplainPageWriter {
                                      : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
                 const bool fails = s.check.done && s.check.missing.empty() && !s.check.pass;
                 h << "<li value=\"" << j + 1 << "\"" << (s.depth || fails ? std::string(" class=\"") + (s.depth ? "d1" : "") + (s.depth && fails ? " " : "") + (fails ? "fail" : "") + "\"" : "")
-                  << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
+                  << "><a href=\"#b" << j + 1 << "\">" << markup_text(label) << "</a>";
                 if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
                 else if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
                 if (s.check.done && s.check.random) h << " <span class=\"note\">(random inputs)</span>";
@@ -11341,11 +11334,11 @@ struct ExplainPageWriter {
                 const std::string w = f.substr(i, j - i);
                 const int line = w.find(':') == std::string::npos && w.size() > 2 ? definition_line(source, w) : 0;
                 if (line) {
-                    h << "<code>" << html_text(w) << "</code> <span class=\"note\">(transformer.cpp:" << line << ")</span>";
+                    h << "<code>" << markup_text(w) << "</code> <span class=\"note\">(transformer.cpp:" << line << ")</span>";
                     lines_json += std::string(lines_json.empty() ? "" : ",") + json_escape(w) + ":" + std::to_string(line);
-                } else h << html_text(w);
+                } else h << markup_text(w);
                 i = j;
-            } else h << html_text(std::string(1, f[i++]));
+            } else h << markup_text(std::string(1, f[i++]));
         }
         h << "</p>\n";
         return lines_json;
@@ -11370,27 +11363,27 @@ struct ExplainPageWriter {
         const std::string entry = entry_of(ck.shape, ck.at);
         const std::string on = ck.random ? " on inputs drawn at random (fixed seed; the run did not reach this box)" : "";
         if (!ck.missing.empty())
-            h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << html_text(ck.function) << " is not checked" << on
-              << ", the run meets a stub (" << html_text(ck.missing) << ")";
+            h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << markup_text(ck.function) << " is not checked" << on
+              << ", the run meets a stub (" << markup_text(ck.missing) << ")";
         else
             h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
-              << "</b> (" << html_text(ck.function)
+              << "</b> (" << markup_text(ck.function)
               << (ck.composition.empty() ? " against central differences of its forward" : ": the walk's gradients against central differences of their lines")
               << on << "): " << ck.entries << " entries compared; ";
-        if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
+        if (!ck.problem.empty()) h << markup_text(ck.problem) << "; ";
         if (!ck.tensor.empty())
-            h << "worst: " << html_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
+            h << "worst: " << markup_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
               << ", backward " << num(ck.ana, "%.9g") << ", |num &minus; g| / max(1, |g|) = " << num(ck.err, "%.3g") << " against the tolerance "
               << num(ck.tol) << " (h = " << num(ck.h) << ")";
         h << "</div>\n";
         if (ck.callee >= 0) {
             const ExplainStep& callee = e.steps[(std::size_t)ck.callee];
             h << "<p class=\"callee fail\" data-callee=\"b" << ck.callee + 1 << "\">This box fails through <a href=\"#b" << ck.callee + 1 << "\">["
-              << ck.callee + 1 << "] " << html_text(callee.function.substr(0, callee.function.find(','))) << (callee.function.find(',') == std::string::npos ? "" : ")")
-              << "</a>, which " << html_text(ck.function) << " calls and whose own check fails: fix that first.</p>\n";
+              << ck.callee + 1 << "] " << markup_text(callee.function.substr(0, callee.function.find(','))) << (callee.function.find(',') == std::string::npos ? "" : ")")
+              << "</a>, which " << markup_text(ck.function) << " calls and whose own check fails: fix that first.</p>\n";
         }
-        if (!ck.composition.empty()) h << "<p class=\"composition fail\">" << html_text(ck.composition) << ".</p>\n";
-        if (!ck.first_failing.empty()) h << "<p class=\"first-failing\">" << html_text(ck.first_failing) << "</p>\n";
+        if (!ck.composition.empty()) h << "<p class=\"composition fail\">" << markup_text(ck.composition) << ".</p>\n";
+        if (!ck.first_failing.empty()) h << "<p class=\"first-failing\">" << markup_text(ck.first_failing) << "</p>\n";
         json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
              << ",\"random\":" << (ck.random ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
              << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
@@ -11411,16 +11404,16 @@ struct ExplainPageWriter {
         const char* verdict = g.pass ? "passes" : "fails";
         const std::string entry = entry_of(g.shape, g.at);
         const bool brief = !drawn(g);  // one line: a passing gradient of the walk, or a page too large to draw every gradient
-        h << "<div class=\"grad " << (g.pass ? "pass" : "fail") << "\" id=\"b" << box + 1 << "-g" << i + 1 << "\" data-gradient=\"" << html_text(g.name)
-          << "\" data-verdict=\"" << verdict << "\"><p><b>" << html_text(g.name) << "</b> ";
-        if (!brief) h << to_mathml(g.formula, "<span class=\"gf\" title=\"" + html_text(g.formula) + "\">", "</span>") << " &middot; ";
+        h << "<div class=\"grad " << (g.pass ? "pass" : "fail") << "\" id=\"b" << box + 1 << "-g" << i + 1 << "\" data-gradient=\"" << markup_text(g.name)
+          << "\" data-verdict=\"" << verdict << "\"><p><b>" << markup_text(g.name) << "</b> ";
+        if (!brief) h << to_mathml(g.formula, "<span class=\"gf\" title=\"" + markup_text(g.formula) + "\">", "</span>") << " &middot; ";
         h << "<span class=\"verdict " << (g.pass ? "pass" : "fail") << "\">" << verdict << "</span>: ";
         if (brief) h << g.entries << (g.entries == 1 ? " entry" : " entries") << ", error &le; " << num(g.err, "%.3g");
-        else if (!g.problem.empty()) h << html_text(g.problem);
+        else if (!g.problem.empty()) h << markup_text(g.problem);
         else if (!brief)
             h << g.entries << (g.entries == 1 ? " entry" : " entries") << " compared; worst " << entry << ": finite difference " << num(g.num, "%.9g")
               << ", backward " << num(g.ana, "%.9g") << ", error " << num(g.err, "%.3g");
-        if (!g.relation.empty()) h << ". <span class=\"relation\">" << html_text(g.relation) << "</span>";
+        if (!g.relation.empty()) h << ". <span class=\"relation\">" << markup_text(g.relation) << "</span>";
         h << "</p>\n";
         json << (i ? "," : "") << "{\"name\":" << json_escape(g.name) << ",\"formula\":" << json_escape(g.formula) << ",\"pass\":" << (g.pass ? "true" : "false")
              << ",\"entries\":" << g.entries << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(g.num) << ",\"ana\":" << json_num(g.ana)
@@ -11434,7 +11427,7 @@ struct ExplainPageWriter {
             for (double v : t->cells)
                 if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
         h << (g.pass ? "<details><summary>its heat maps</summary>" : "") << "<div class=\"maps\">";
-        for (const ExplainTensor* t : {&g.fd, &g.backward, &g.diff}) h << heat_map(*t, html_text(g.name), scale);
+        for (const ExplainTensor* t : {&g.fd, &g.backward, &g.diff}) h << heat_map(*t, markup_text(g.name), scale);
         h << "</div>" << (g.pass ? "</details>" : "") << "</div>\n";
     }
 
@@ -11509,8 +11502,8 @@ struct ExplainPageWriter {
               << ": its text is not in the page)</p>\n";
             return;
         }
-        h << "<details class=\"sheet\" data-s=\"" << sec << "\"><summary>formulas &sect;" << sec << " " << html_text(title) << "</summary></details>\n";
-        if (sections.insert(sec).second) tail << "<template id=\"s" << sec << "\"><pre>" << html_text(text) << "</pre></template>\n";
+        h << "<details class=\"sheet\" data-s=\"" << sec << "\"><summary>formulas &sect;" << sec << " " << markup_text(title) << "</summary></details>\n";
+        if (sections.insert(sec).second) tail << "<template id=\"s" << sec << "\"><pre>" << markup_text(text) << "</pre></template>\n";
     }
 
     // Box k: its heading, formula, code, check, pictures and tensors.
@@ -11519,11 +11512,11 @@ struct ExplainPageWriter {
         const int sec = section_of(c, s);
         const bool bad = s.check.done && !s.check.pass;
         h << "<section id=\"b" << k + 1 << "\" class=\"box" << (s.depth ? " d1" : "") << (bad ? " bad" : "") << "\" tabindex=\"-1\" aria-labelledby=\"h" << k + 1 << "\">\n";
-        h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << html_text(s.box);
+        h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << markup_text(s.box);
         if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
         else if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
         h << "</h3>\n" << to_mathml(s.formula) << "\n";
-        h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code></p>\n";
+        h << "<p class=\"plain\"><code>" << markup_text(s.formula) << "</code></p>\n";
         sheet_html(sec);
         const std::string lines_json = code_html(s);
         json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"backward\":" << (s.backward ? "true" : "false") << ",\"box\":" << json_escape(s.box)
@@ -11547,7 +11540,7 @@ struct ExplainPageWriter {
             if (k == 0 || (!backward && e.steps[k].backward)) {
                 backward = k > 0;
                 if (backward && !e.stopped.empty())
-                    h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b></p>\n";
+                    h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << markup_text(stop_fn) << ": " << markup_text(e.stopped) << ".</b></p>\n";
                 h << "<h2>" << (backward ? "Backward: d loss / d &theta;, from the loss down" : "Forward") << "</h2>\n";
             }
             box_html(k);
