@@ -195,6 +195,8 @@ static int cmd_tokenize(Flags& f) {
     }
     const std::string input = f.has("file") ? read_file(file) : text;
     const std::string where = f.has("file") ? "'" + file + "'" : "--text";
+    const std::string line_ends = f.has("file") ? line_end_warning(input, file) : "";
+    if (!line_ends.empty()) std::fprintf(stderr, "%s\n", line_ends.c_str());
     const std::vector<int> tokens = encode_with_progress(bpe, input, where, !f.has("file"));
     if (f.has("out")) {  // llm.c's token file, for train --data and eval --data
         write_file_atomic(out, token_file_bytes(tokens));

@@ -5451,6 +5451,15 @@ void require_text(const std::string& text, const std::string& path) {
     throw Error("'" + path + buf);
 }
 
+std::string line_end_warning(const std::string& text, const std::string& path) {
+    const std::size_t cr = (std::size_t)std::count(text.begin(), text.end(), '\r');
+    if (cr == 0) return "";
+    return "warning: '" + path + "' has " + std::to_string(cr) + (cr == 1 ? " CR byte" : " CR bytes") +
+           " (Windows ends its lines with CR LF): each CR is a character of the text like any other, with tokens of its own, "
+           "so the vocabulary and every number differ from those of the same text with LF line ends; if that is not meant, "
+           "convert it first: dos2unix '" + path + "' (or tr -d '\\r' < IN > OUT)";
+}
+
 std::string read_file(const std::string& path) {
     std::FILE* f = open_input(path);
     std::string out;
@@ -7066,6 +7075,8 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
             return parse_token_file(text, "'" + file + "'", bpe->size());
         }
         require_text(text, file);
+        const std::string line_ends = line_end_warning(text, file);
+        if (!line_ends.empty()) std::fprintf(stderr, "%s\n", line_ends.c_str());
         if (!bpe && file == path) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
         return bpe ? encode_with_progress(*bpe, text, "'" + file + "'", quiet)  // BPE tokens
                    : k.vocab.encode(text, "'" + file + "'");
