@@ -3981,7 +3981,7 @@ CharVocab CharVocab::from_metadata(const std::string& s) {
 
 // ---- GPT-2's byte-level BPE (see transformer.hpp for the three steps) ---------------------------
 
-// ---- Unicode: UTF-8 and the classes \p{L}, \p{N}, \s of GPT-2's pattern ---------------------------
+// ---- Unicode: the classes \p{L}, \p{N}, \s of GPT-2's pattern -----------------------------------
 static bool unicode_letter(uint32_t cp);  // general category L* (tables at the end of this section)
 static bool unicode_number(uint32_t cp);  // general category N*
 static bool unicode_space(uint32_t cp) {  // the White_Space property
@@ -4248,7 +4248,7 @@ BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_
     return load_encoder_and_merges(encoder_json_path, vocab_bpe_path, make_bpe);
 }
 
-// ---- Learning a byte-level BPE vocabulary (bpe) ----
+// ---- Learning a byte-level BPE vocabulary (bpe) -------------------------------------------------
 // See transformer.hpp for the rule. The trainer's state:
 //   words   every distinct piece as its current symbol ids, in one array (start, length), with its count;
 //   pairs   an open-addressing table (left << 32 | right) -> record: the pair's count over all words
@@ -4938,7 +4938,7 @@ WordPiece load_wordpiece(const std::string& vocab_txt_path) {
     }
 }
 
-// ---- One tokenizer for the commands (Tokenizer's methods: "THE TOKENIZER OF A CHECKPOINT") ----
+// ---- One tokenizer for the commands (Tokenizer's methods: "The tokenizer of a checkpoint") ----
 bool is_bidirectional_tokenizer(const std::string& kind) { return kind == "bert-wordpiece" || kind == "roberta-bpe"; }
 
 void subword_special_ids(const Tokenizer& t, Config& c) {

@@ -1262,7 +1262,7 @@ struct WordPiece {
 WordPiece make_wordpiece(const std::string& vocab_txt);
 WordPiece load_wordpiece(const std::string& vocab_txt_path);
 
-// One tokenizer for the commands and for checkpoints (see "THE TOKENIZER OF A CHECKPOINT" above).
+// One tokenizer for the commands and for checkpoints (see "The tokenizer of a checkpoint" below).
 struct Tokenizer {
     std::string kind;  // "" (none recorded), "char", "gpt2-bpe", "gpt1-bpe", "roberta-bpe", "bert-wordpiece"
     CharVocab chars;
