@@ -7037,6 +7037,7 @@ struct Corpus {
     uint64_t hash = 0;
     std::size_t val_bytes = 0;  // the same for --val's file, if given
     uint64_t val_hash = 0;
+    std::vector<std::string> warnings;  // about the text files (line_end_warning), printed with the run's other warnings
 };
 
 // FNV-1a, 64 bits: the content hash a checkpoint records for its training text.
@@ -7076,7 +7077,7 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
         }
         require_text(text, file);
         const std::string line_ends = line_end_warning(text, file);
-        if (!line_ends.empty()) std::fprintf(stderr, "%s\n", line_ends.c_str());
+        if (!line_ends.empty()) k.warnings.push_back(line_ends);
         if (!bpe && file == path) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
         return bpe ? encode_with_progress(*bpe, text, "'" + file + "'", quiet)  // BPE tokens
                    : k.vocab.encode(text, "'" + file + "'");
@@ -7831,6 +7832,7 @@ TrainResult train(const TrainOptions& opt_in) {
         if (!o.quiet) std::printf("val loss before training (the --init-from weights): %.4f\n", val_before), std::fflush(stdout);
     }
     if (o.resume.empty()) warn_warmup(o.warmup, o.steps);  // a resumed run keeps its checkpoint's schedule
+    for (const std::string& w : k.warnings) std::fprintf(stderr, "%s\n", w.c_str());
     if (!o.data.empty())
         warn_same_file(o.val_data, "--data", o.data, "the model trains on all of it and the validation loss is measured on text it trained on");
     TrainResult r = run_training(o, s, obj);
