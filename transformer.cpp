@@ -57,7 +57,8 @@
 #include <shellapi.h>
 #include <sys/stat.h>
 #if defined(_MSC_VER)
-#pragma comment(lib, "shell32.lib")  // CommandLineToArgvW; MinGW links it by default
+#pragma comment(lib, "shell32.lib")  // CommandLineToArgvW; MinGW links both by default
+#pragma comment(lib, "user32.lib")   // CharLowerBuffW
 #endif
 #else
 #include <dirent.h>
