@@ -1479,6 +1479,8 @@ std::vector<std::string> m_words(const std::string& line) {
             k = end;
         } else if (ch == '"') {
             for (k++; k < line.size() && line[k] != '"'; k++) {
+                REQUIRE_MESSAGE((line[k] != '$' && line[k] != '`'),
+                                "m_words: '" << line[k] << "' inside \"...\" asks for a shell, which no case's program gets: " << line);
                 if (line[k] == '\\' && k + 1 < line.size() && (line[k + 1] == '"' || line[k + 1] == '\\')) k++;
                 word += line[k];
             }
@@ -1506,9 +1508,11 @@ m_Run m_run(const std::vector<std::string>& args) { return m_run_program(m_PROGR
 m_Run m_run(const std::string& args) { return m_run(m_words(args)); }
 // The command must fail cleanly: exit status exactly 1 (no signal, no abort) and stderr starting
 // with "error:" and containing `part`.
-void m_cli_fails(const std::string& args, const std::string& part) {
+void m_cli_fails(const std::vector<std::string>& args, const std::string& part) {
     const m_Run r = m_run(args);
-    INFO("command: transformer " << args);
+    std::string line;
+    for (const std::string& arg : args) line += " " + arg;
+    INFO("command: transformer" << line);
     INFO("stdout: " << r.out);
     INFO("stderr: " << r.err);
     CHECK(r.exited);
@@ -1516,6 +1520,7 @@ void m_cli_fails(const std::string& args, const std::string& part) {
     CHECK(r.err.rfind("error:", 0) == 0);
     CHECK_MESSAGE(m_contains(r.err, part), "stderr lacks '" << part << "'");
 }
+void m_cli_fails(const std::string& args, const std::string& part) { m_cli_fails(m_words(args), part); }
 // The make that the cases which build run: the caller's make's flags and level unset, quiet, and
 // without "Entering directory" lines.
 const std::string m_MAKE = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory";
@@ -14685,7 +14690,7 @@ TEST_CASE("export: a character model's tokenizer.json refuses a byte outside its
         CHECK_FALSE(model->get("byte_fallback")->b);
         // transformer tokenize refuses such a text, from the checkpoint and from the export alike.
         for (const std::string& from : {ck, dir + "/model.safetensors"}) {
-            m_cli_fails("tokenize --checkpoint " + from + " --text \"$(printf 'the\\tcat')\"", "character U+0009 at byte 3 (line 1, column 4) of --text is not in the model's vocabulary");
+            m_cli_fails({"tokenize", "--checkpoint", from, "--text", "the\tcat"}, "character U+0009 at byte 3 (line 1, column 4) of --text is not in the model's vocabulary");
             CHECK(m_run_ok("tokenize --checkpoint " + from + " --text 'the cat'").out != "");
         }
     }
