@@ -6493,9 +6493,21 @@ TEST_CASE("math: pow_int against the C library's long double pow, AdamW's bias c
     for (double beta : {0.9, 0.95, 0.98, 0.99, 0.999})  // AdamW's bias corrections: beta^t for every step t
         for (long long t = 1; t <= 20000; t++) check(beta, t);
     for (int i = 0; i < 10000; i++) check(-wide(g), (long long)(g.next() % 400));  // negative bases, odd and even powers
-    CHECK_MESSAGE(worst <= 0.51 + m_ref_slack, "math::pow_int: " << worst << " ulp from std::pow(long double) at "
-                                                  << std::setprecision(17) << worst_b << "^" << worst_n << "; documented: under 0.51 ulp");
-    MESSAGE("math::pow_int: at most " << worst << " ulp over " << counted << " powers");
+    // The reference judged first: 1.0001970636354514^719865 is 4.0050155028857925120672e61 (worked
+    // out exactly in decimal). A C library whose long double pow misses it by more than a tenth of a
+    // double's ulp (half an ulp where long double is double) cannot judge pow_int (MinGW-w64's gives
+    // 4.00501550288569608e61, 2.4e-14 off).
+    volatile double probe_b = 1.0001970636354514;
+    const long double probe = std::pow((long double)probe_b, 719865.0L), exact = 4.0050155028857925120672e61L;
+    const long double probe_error = std::fabs(probe / exact - 1);
+    if (probe_error > (m_ref_slack > 0 ? 1.2e-16L : 1e-17L)) {
+        MESSAGE("skipped the ulp check of math::pow_int: this C library's long double pow is off by " << (double)probe_error
+                << " at 1.0001970636354514^719865 (" << std::setprecision(17) << (double)probe << " for 4.0050155028857925e61), too far to judge it");
+    } else {
+        CHECK_MESSAGE(worst <= 0.51 + m_ref_slack, "math::pow_int: " << worst << " ulp from std::pow(long double) at "
+                                                      << std::setprecision(17) << worst_b << "^" << worst_n << "; documented: under 0.51 ulp");
+        MESSAGE("math::pow_int: at most " << worst << " ulp over " << counted << " powers");
+    }
     const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
     CHECK(math::pow_int(0.999, 0) == 1.0);
     CHECK(math::pow_int(nan, 0) == 1.0);  // as std::pow
@@ -7170,6 +7182,7 @@ TEST_CASE("files: checkpoint headers are valid UTF-8 JSON whatever the strings (
     CHECK(json_escape("a\xFF" "b") == "\"a\xEF\xBF\xBD" "b\"");
     CHECK(json_escape("\xE2\x82\xAC\x01\"") == "\"\xE2\x82\xAC\\u0001\\\"\"");
     CHECK(json_escape("\xE2\x82") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // truncated sequence
+    M_SKIP_ON_WINDOWS("a file name that is not UTF-8, which Windows (its names are UTF-16) cannot hold");
     const std::string dir = m_path("utf8 dir");
     m_make_dir(dir);
     const std::string data = dir + "/x\xFF.txt", ck = m_path("utf8.st");
@@ -10078,7 +10091,10 @@ TEST_CASE("token files: llm.c's .bin format, written by tokenize --out, read by 
     const m_Run e2 = m_run("eval --checkpoint " + m_path("tf_text.safetensors") + " --data " + bin);
     CHECK(e1.status == 0);
     CHECK(e2.status == 0);
-    CHECK(e1.out.substr(e1.out.find(':')) == e2.out.substr(e2.out.find(':')));  // the same loss over the same count
+    const std::size_t loss1 = e1.out.find(": mean loss "), loss2 = e2.out.find(": mean loss ");  // after the data's path
+    REQUIRE(loss1 != std::string::npos);
+    REQUIRE(loss2 != std::string::npos);
+    CHECK(e1.out.substr(loss1) == e2.out.substr(loss2));  // the same loss over the same count
     // Progress on standard error at every tenth of the windows, its last mean the final loss's
     // neighbour; the final lines in nats per token and bits per byte.
     const long long windows = (load_bpe(enc, merges).encode(t).size() - 1 + 7) / 8;
