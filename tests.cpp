@@ -14782,7 +14782,7 @@ TEST_CASE("StagedDir: until commit only staged files exist; without commit a new
         CHECK_FALSE(s.created());
         write_file_atomic(s.stage("a.txt"), "new A");
         write_file_atomic(s.stage("b.txt"), "B");
-        CHECK(m_contains(s.failure("cannot write '" + old + "/.a.txt.staged." + std::to_string((long long)getpid()) + "'"),
+        CHECK(m_contains(s.failure("cannot write '" + old + "/.a.txt.staged." + std::to_string(process_id()) + "'"),
                          "cannot write '" + old + "/a.txt'; '" + old + "' unchanged"));
     }
     CHECK(m_read(old + "/a.txt") == "old A");
