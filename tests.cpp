@@ -19,14 +19,9 @@
 //     TRAINING                       AdamW, the schedules, clipping, train_step, sampling, generation
 //   PART II. THE MACHINERY
 //     THE FAST MATRIX PRODUCT        the memory pool, gemm (packed, blocked), reductions, row kernels
-//     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
-//     DATA                           the character vocabulary, the built-in addition task
-//     BENCH                          the speed of a model: loading, generation
-//     THE TRAINING LOOP              the memory a run needs, the plot, the loop, starting from a checkpoint
-//     FINE-TUNING                    labelled files, the head on a pre-trained model
-//     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
-//     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
-//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
+//     TEXT                           numbers, UTF-8, JSON, the character vocabulary, every tokenizer, tokenizer files
+//     MODEL FILES                    whose file, safetensors, checkpoints, Hugging Face import, load_model, export
+//     RUNS                           the built-in tasks, the run's memory, the plot, the training loop, fine-tuning, bench
 //     TEACHING                       heat maps, attention pictures, explain
 //     PLATFORM                       every call to the operating system: files, signals, memory
 //     GENERATED TABLES               Unicode classes
@@ -9386,6 +9381,52 @@ TEST_SUITE_END();
 // part of the repository)
 // ================================================================================================
 TEST_SUITE_BEGIN("text");
+TEST_CASE("numbers: read_integer, read_unsigned and read_real take the whole text as one decimal number, and say why not") {
+    long long i = 0;
+    CHECK(read_integer("-42", i) == NumberRead::ok);
+    CHECK(i == -42);
+    CHECK(read_integer("9223372036854775807", i) == NumberRead::ok);  // LLONG_MAX, the last that fits
+    CHECK(i == 9223372036854775807LL);
+    CHECK(read_integer("9223372036854775808", i) == NumberRead::out_of_range);
+    for (const char* bad : {"", "12x", "1.5", "0x10", "-", "3 "}) {
+        INFO("read_integer(\"" << bad << "\") should be not_a_number: nothing may follow the digits");
+        CHECK(read_integer(bad, i) == NumberRead::not_a_number);
+    }
+    uint64_t u = 0;
+    CHECK(read_unsigned("18446744073709551615", u) == NumberRead::ok);  // 2^64 - 1
+    CHECK(u == 18446744073709551615ULL);
+    CHECK(read_unsigned("18446744073709551616", u) == NumberRead::out_of_range);
+    for (const char* bad : {"", "-1", "+1", " 1", "1e3"}) {
+        INFO("read_unsigned(\"" << bad << "\") should be not_a_number: digits alone");
+        CHECK(read_unsigned(bad, u) == NumberRead::not_a_number);
+    }
+    double d = 0;
+    CHECK(read_real("1e-3", d) == NumberRead::ok);
+    CHECK(d == 1e-3);
+    CHECK(read_real("1e999", d) == NumberRead::out_of_range);
+    CHECK(read_real("nan", d) == NumberRead::out_of_range);
+    CHECK(read_real("0.5.", d) == NumberRead::not_a_number);
+    // The errors every metadata value gets, and int's range.
+    CHECK(parse_int("2147483647", "x") == 2147483647);
+    CHECK_THROWS_WITH_AS(parse_int("2147483648", "metadata 'H'"), "metadata 'H': '2147483648' is not an integer", Error);
+    CHECK_THROWS_WITH_AS(parse_u64("-1", "train.seed"), "train.seed: '-1' is not an unsigned integer", Error);
+    CHECK_THROWS_WITH_AS(parse_double("fast", "train.lr"), "train.lr: 'fast' is not a number", Error);
+    CHECK(parse_i64("-9000000000", "x") == -9000000000LL);
+}
+
+TEST_CASE("numbers: full_digits and shortest_double read back as the same double; whole_number writes a count") {
+    for (double v : {0.1, 1e-5, 1.0 / 3.0, 6.25e-5, -2.5, 1e300, 5e-324}) {
+        INFO("v = " << std::setprecision(17) << v);
+        CHECK(std::strtod(full_digits(v).c_str(), nullptr) == v);
+        CHECK(std::strtod(shortest_double(v).c_str(), nullptr) == v);
+    }
+    CHECK(full_digits(0.1) == "0.10000000000000001");  // %.17g
+    CHECK(shortest_double(0.1) == "0.1");
+    CHECK(shortest_double(1e-5) == "1e-05");
+    CHECK(whole_number(123456789.0) == "123456789");
+    CHECK(whole_number(1e20) == "1e+20");
+}
+
 TEST_CASE("tokenizer: bytes_to_unicode maps printable bytes to themselves and the 68 others to U+0100...") {
     CHECK(bytes_to_unicode('A') == "A");
     CHECK(bytes_to_unicode('~') == "~");
@@ -11040,6 +11081,7 @@ std::vector<ExplainStep> m_steps_of_page(const Json& j) {
     for (const Json& box : j.get("boxes")->arr) {
         ExplainStep s;
         s.depth = (int)box.get("depth")->num, s.box = box.get("box")->str, s.formula = box.get("formula")->str;
+        s.backward = box.get("backward")->b;
         s.function = box.get("function")->str;
         for (const Json& line : box.get("picture")->arr) s.picture.push_back(line.str);
         for (const Json& t : box.get("tensors")->arr) {
@@ -11280,6 +11322,7 @@ TEST_CASE("explain --html: the tokens, the masks and P are never folded, while t
     for (std::size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) text.replace(at, 1, "&lt;");
     for (std::size_t at = text.find('>'); at != std::string::npos; at = text.find('>', at + 1)) text.replace(at, 1, "&gt;");
     for (std::size_t at = text.find('"'); at != std::string::npos; at = text.find('"', at + 1)) text.replace(at, 1, "&quot;");
+    for (std::size_t at = text.find('\''); at != std::string::npos; at = text.find('\'', at + 1)) text.replace(at, 1, "&apos;");
     CHECK(m_contains(page.html, "<template id=\"s15\"><pre>" + text + "</pre></template>"));
     // Without the sheet the page says so; a sheet that cannot be read is an error naming it.
     ExplainHtml none = o;
@@ -11320,7 +11363,7 @@ TEST_CASE("explain --html: one failing box is \"1 of N backward boxes fails its 
     CHECK(m_contains(page.html, "f / F next / previous failing box"));
     // A stub in place of FFN_backward: its one box is not implemented yet, "1 more is".
     o.backwards.FFN_backward = [](const Tensor<double>&, const FFNParams<double>&, Activation, const FFNCache<double>&, const Tensor<double>&,
-                                  FFNParams<double>&) -> Tensor<double> { throw Error("not implemented: FFN_backward (assignment 5)"); };
+                                  FFNParams<double>&) -> Tensor<double> { throw NotImplemented("FFN_backward", "assignment 5"); };
     const ExplainPage stub = explain_html(c, p, b, o);
     REQUIRE(stub.missing == 1);
     CHECK(m_contains(stub.html, "<span class=\"missing\">1 more is not implemented yet.</span>"));
@@ -12787,7 +12830,7 @@ TEST_CASE("debugger: lldb with lldb_tensor.py prints p X as Tensor<float> 3x8 an
 
 TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" fails exactly the cases needing them" * doctest::test_suite("teaching (long)") * doctest::skip()) {
     // Teaching: `make handout` copies the project into DIR with the bodies of FUNCS replaced by
-    // a stub throwing tf::Error("not implemented: NAME"). Checked here on a handout in the scratch
+    // a stub throwing tf::NotImplemented("NAME"), whose message is "not implemented: NAME". Checked here on a handout in the scratch
     // directory: an unknown name is an error; only the two bodies change (and the "handout: ..." cases
     // leave tests.cpp); the handout's transformer.cpp compiles without a warning; its tests, run in the
     // handout, fail exactly where a blanked function is needed, each failure naming it. To keep this
@@ -12867,12 +12910,12 @@ TEST_CASE("handout: make handout FUNCS=\"Softmax_backward LayerNorm_backward\" f
             std::string sig;
             for (std::size_t k = s > 0 ? s - 1 : 0; k < i; k++) sig += a[k];
             while (j < b.size() && m_starts(b[j], "    (void)")) j++;
-            const std::string throw_pre = "    throw tf::Error(\"not implemented: ";
-            if (j >= b.size() || !m_starts(b[j], throw_pre) || b[j].substr(b[j].size() - 3) != "\");") {
+            const std::string throw_pre = "    throw tf::NotImplemented(\"";
+            if (j >= b.size() || !m_starts(b[j], throw_pre) || b[j].substr(b[j].size() - 2) != ");") {
                 same = false;
                 break;
             }
-            const std::string name = b[j].substr(throw_pre.size(), b[j].size() - 3 - throw_pre.size());
+            const std::string name = b[j].substr(throw_pre.size(), b[j].find('"', throw_pre.size()) - throw_pre.size());
             INFO("blanked " << name << " after line " << i << ": " << (i > 0 ? a[i - 1] : ""));
             CHECK(i > 0);
             CHECK(m_contains(sig, " " + name + "("));
@@ -13203,7 +13246,7 @@ TEST_CASE("handout: explain --html in handouts 2 and 3 with planted mistakes: in
         REQUIRE(std::system(("awk -v funcs='" + funcs + "' -v labels='" + labels + "' -f tools/blank.awk transformer.cpp > " + blanked).c_str()) == 0);
         std::string answer = m_read(blanked);
         for (const Mistake& k : m.mistakes) {
-            REQUIRE(m_contains(m_read(dir + "/transformer.cpp"), "not implemented: " + k.function));
+            REQUIRE(m_contains(m_read(dir + "/transformer.cpp"), "NotImplemented(\"" + k.function + "\""));
             const std::size_t at = answer.find(k.right);
             REQUIRE_MESSAGE(at != std::string::npos, "the code to plant the mistake in is not in transformer.cpp: " << k.right);
             REQUIRE_MESSAGE(answer.find(k.right, at + 1) == std::string::npos, "the code to plant the mistake in is not unique: " << k.right);
@@ -15823,7 +15866,8 @@ TEST_CASE("tools: the blanker and the mutant generator find a body written in ot
     const std::string src =
         "#include <stdexcept>\n"
         "#include <string>\n"
-        "namespace tf { struct Error : std::runtime_error { using std::runtime_error::runtime_error; }; }\n"
+        "namespace tf { struct Error : std::runtime_error { using std::runtime_error::runtime_error; }; "
+        "struct NotImplemented : Error { explicit NotImplemented(const std::string& f) : Error(\"not implemented: \" + f) {} }; }\n"
         "int one_line(int x) { return x + 1; }\n"
         "static double\n"
         "three_lines(const double* v,\n"
@@ -15851,7 +15895,7 @@ TEST_CASE("tools: the blanker and the mutant generator find a body written in ot
     const std::string got = m_read(out);
     INFO("tools/blank.awk wrote:\n" << got);
     for (const char* f : {"one_line", "three_lines", "with_lambda"})
-        CHECK(m_contains(got, std::string("throw tf::Error(\"not implemented: ") + f + "\");"));
+        CHECK(m_contains(got, std::string("throw tf::NotImplemented(\"") + f + "\");"));
     CHECK(m_contains(got, "int one_line(int x) {\n"));
     CHECK(m_contains(got, "            int n)\n{\n    (void)v; (void)n;\n"));
     CHECK(m_contains(got, "}  // with_lambda\nint after(int x) {\n    return x - 1;\n}\n"));
@@ -15897,7 +15941,7 @@ TEST_CASE("tools: every program in tools/ answers --help, refuses an unknown arg
     // tools/handout from another directory: DIR is the caller's, the files the project's.
     const int made = std::system(("cd " + scratch + " && sh " + root + "/tools/handout --dir h --funcs diag_backward > hand.log 2>&1").c_str());
     CHECK_MESSAGE(made == 0, m_read(scratch + "/hand.log"));
-    CHECK(m_contains(m_read(scratch + "/h/transformer.cpp"), "not implemented: diag_backward"));
+    CHECK(m_contains(m_read(scratch + "/h/transformer.cpp"), "NotImplemented(\"diag_backward\""));
     CHECK(m_exists(scratch + "/h/tools/handout"));
 }
 

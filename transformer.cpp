@@ -12,14 +12,9 @@
 //     TRAINING                       AdamW, the schedules, clipping, train_step, sampling, generation
 //   PART II. THE MACHINERY
 //     THE FAST MATRIX PRODUCT        the memory pool, gemm (packed, blocked), reductions, row kernels
-//     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
-//     DATA                           the character vocabulary, the built-in addition task
-//     BENCH                          the speed of a model: loading, generation
-//     THE TRAINING LOOP              the memory a run needs, the plot, the loop, starting from a checkpoint
-//     FINE-TUNING                    labelled files, the head on a pre-trained model
-//     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
-//     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
-//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
+//     TEXT                           numbers, UTF-8, JSON, the character vocabulary, every tokenizer, tokenizer files
+//     MODEL FILES                    whose file, safetensors, checkpoints, Hugging Face import, load_model, export
+//     RUNS                           the built-in tasks, the run's memory, the plot, the training loop, fine-tuning, bench
 //     TEACHING                       heat maps, attention pictures, explain
 //     PLATFORM                       every call to the operating system: files, signals, memory
 //     GENERATED TABLES               Unicode classes
@@ -3595,8 +3590,91 @@ std::vector<float> read_buffer(double weight_bytes);
 
 TF_COLD_BEGIN
 // ================================================================================================
-// FILES: JSON, outputs, safetensors, checkpoints, Hugging Face import and export
+// TEXT: UTF-8 and JSON, the character vocabulary, GPT-2's byte-level BPE and learning one, the
+// tokenizers of the released GPT-1 and BERT, the tokenizer of a checkpoint, tokenizer files for
+// Hugging Face (see transformer.hpp for each tokenizer's steps)
 // ================================================================================================
+
+// ---- Numbers, read from text and written as text ------------------------------------------------
+// Every number the program reads from a flag, a metadata value or a file goes through these three:
+// the whole text is the number (decimal; nothing may follow it), and the caller words the error.
+NumberRead read_integer(const std::string& s, long long& v) {
+    char* end = nullptr;
+    errno = 0;
+    v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0') return NumberRead::not_a_number;
+    return errno == ERANGE ? NumberRead::out_of_range : NumberRead::ok;
+}
+
+NumberRead read_unsigned(const std::string& s, uint64_t& v) {
+    v = 0;
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return NumberRead::not_a_number;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long u = std::strtoull(s.c_str(), &end, 10);
+    if (errno == ERANGE) return NumberRead::out_of_range;
+    v = (uint64_t)u;
+    return NumberRead::ok;
+}
+
+NumberRead read_real(const std::string& s, double& v) {
+    char* end = nullptr;
+    v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0') return NumberRead::not_a_number;
+    return std::isfinite(v) ? NumberRead::ok : NumberRead::out_of_range;
+}
+
+// The same with the error every metadata value and file field gets: "WHAT: 'TEXT' is not ...".
+int parse_int(const std::string& s, const std::string& what) {
+    long long v = 0;
+    if (read_integer(s, v) != NumberRead::ok || v < -2147483647LL || v > 2147483647LL)
+        throw Error(what + ": '" + s + "' is not an integer");
+    return (int)v;
+}
+
+long long parse_i64(const std::string& s, const std::string& what) {
+    long long v = 0;
+    if (read_integer(s, v) != NumberRead::ok) throw Error(what + ": '" + s + "' is not an integer");
+    return v;
+}
+
+uint64_t parse_u64(const std::string& s, const std::string& what) {
+    uint64_t v = 0;
+    if (read_unsigned(s, v) != NumberRead::ok) throw Error(what + ": '" + s + "' is not an unsigned integer");
+    return v;
+}
+
+double parse_double(const std::string& s, const std::string& what) {
+    double v = 0;
+    if (read_real(s, v) != NumberRead::ok) throw Error(what + ": '" + s + "' is not a number");
+    return v;
+}
+
+// 17 significant digits: reads back as the same double on every platform (metadata, the loss log).
+std::string full_digits(double v) {
+    std::ostringstream o;
+    o.precision(17);
+    o << v;
+    return o.str();
+}
+
+// The shortest form that reads back as the same double (1e-05, not 1.0000000000000001e-05).
+std::string shortest_double(double v) {
+    char buf[64];
+    for (int digits = 1; digits <= 17; digits++) {
+        std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (std::strtod(buf, nullptr) == v) break;
+    }
+    return buf;
+}
+
+// A count read from a file, for an error message: whole digits up to 1e18, beyond that 3 digits and
+// an exponent (a shape's product or an offset may be any number a JSON file can hold).
+std::string whole_number(double v) {
+    char text[64];
+    std::snprintf(text, sizeof text, std::fabs(v) < 1e18 ? "%.0f" : "%.3g", v);
+    return text;
+}
 
 // ---- UTF-8 -------------------------------------------------------------------------------------
 // The length (1..4) of the valid UTF-8 sequence that starts at byte i, its code point in cp; 0 if
@@ -3845,6 +3923,1362 @@ std::string json_escape(const std::string& s) {
     return out + "\"";
 }
 
+// ---- Character vocabulary ------------------------------------------------------------------------
+CharVocab::CharVocab() {
+    for (int& v : id) v = -1;
+}
+
+CharVocab CharVocab::from_text(const std::string& text) {
+    bool seen[256] = {};
+    for (unsigned char ch : text) seen[ch] = true;
+    CharVocab v;
+    for (int b = 0; b < 256; b++)
+        if (seen[b]) v.id[b] = (int)v.chars.size(), v.chars.push_back((unsigned char)b);
+    return v;
+}
+
+std::vector<int> CharVocab::encode(const std::string& text, const std::string& where) const {
+    std::vector<int> ids;
+    ids.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); i++) {
+        const unsigned char ch = (unsigned char)text[i];
+        if (id[ch] < 0) throw Error(describe_char_at(text, i, where) + " is not in the model's vocabulary");
+        ids.push_back(id[ch]);
+    }
+    return ids;
+}
+
+std::string CharVocab::decode(const std::vector<int>& ids) const {
+    std::string s;
+    for (int t : ids) {
+        if (t >= 0 && t < size()) s += (char)chars[t];
+        else if (t == size()) s += "[CLS]";
+        else if (t == size() + 1) s += "[SEP]";
+        else s += "_";
+    }
+    return s;
+}
+
+std::string CharVocab::to_metadata() const {
+    std::string s;
+    for (std::size_t k = 0; k < chars.size(); k++) s += (k ? "," : "") + std::to_string(chars[k]);
+    return s;
+}
+
+CharVocab CharVocab::from_metadata(const std::string& s) {
+    CharVocab v;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const int b = parse_int(item, "metadata 'vocab'");
+        if (b < 0 || b > 255 || v.id[b] >= 0) throw Error("metadata 'vocab': bad or repeated byte " + item);
+        v.id[b] = (int)v.chars.size();
+        v.chars.push_back((unsigned char)b);
+    }
+    if (v.chars.empty()) throw Error("metadata 'vocab' is empty");
+    return v;
+}
+
+// ---- GPT-2's byte-level BPE (see transformer.hpp for the three steps) ---------------------------
+
+// ---- Unicode: UTF-8 and the classes \p{L}, \p{N}, \s of GPT-2's pattern ---------------------------
+static bool unicode_letter(uint32_t cp);  // general category L* (tables at the end of this section)
+static bool unicode_number(uint32_t cp);  // general category N*
+static bool unicode_space(uint32_t cp) {  // the White_Space property
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+// ---- Step 1: pre-tokenization ------------------------------------------------------------------
+// The pattern's alternatives in order; c[i..j) is the piece found at position i (code points).
+std::vector<std::string> gpt2_pretokenize(const std::string& text) {
+    std::vector<uint32_t> c;
+    std::vector<std::size_t> at;
+    utf8_decode(text, c, at);
+    enum Class { letter, number, space, other };
+    auto cls = [&](std::size_t k) {
+        return unicode_letter(c[k]) ? letter : unicode_number(c[k]) ? number : unicode_space(c[k]) ? space : other;
+    };
+    const std::size_t n = c.size();
+    std::vector<std::string> pieces;
+    for (std::size_t i = 0, j; i < n; i = j) {
+        j = i;
+        if (c[i] == '\'' && i + 1 < n) {  // 's|'t|'re|'ve|'m|'ll|'d
+            const uint32_t a = c[i + 1], b = i + 2 < n ? c[i + 2] : 0;
+            if (a == 's' || a == 't' || a == 'm' || a == 'd') j = i + 2;
+            else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) j = i + 3;
+        }
+        if (j == i) {  //  ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+ : an optional space, then one class's run
+            const std::size_t k = c[i] == ' ' && i + 1 < n && cls(i + 1) != space ? i + 1 : i;
+            const Class run = cls(k);
+            if (run != space)
+                for (j = k + 1; j < n && cls(j) == run;) j++;
+        }
+        if (j == i) {  // \s+(?!\S)|\s+ : white space; before more text its last character is left
+            std::size_t e = i;  // to start the next piece (" word"), unless the run is one character
+            while (e < n && cls(e) == space) e++;
+            j = e < n && e - i >= 2 ? e - 1 : e;
+        }
+        pieces.push_back(text.substr(at[i], at[j] - at[i]));
+    }
+    return pieces;
+}
+
+// ---- Step 2: bytes as printable symbols --------------------------------------------------------
+static const std::string& byte_symbol(unsigned char b) {
+    static const std::vector<std::string> table = [] {
+        auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
+        std::vector<std::string> t(256);
+        for (int x = 0, next = 0x100; x < 256; x++) utf8_append(t[x], printable(x) ? (uint32_t)x : (uint32_t)next++);
+        return t;
+    }();
+    return table[b];
+}
+std::string bytes_to_unicode(unsigned char b) { return byte_symbol(b); }
+
+// ---- Step 3: merges ----------------------------------------------------------------------------
+std::vector<MergeLine> read_merges(const std::string& text, const std::string& file) {
+    std::vector<MergeLine> out;
+    std::stringstream ss(text);
+    std::string line;
+    for (int line_no = 1; std::getline(ss, line); line_no++) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+        const std::size_t sp = line.find(' ');
+        if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
+            throw Error(file + ": line " + std::to_string(line_no) + " is not two symbols separated by one space");
+        out.push_back({line.substr(0, sp), line.substr(sp + 1), line_no});
+    }
+    return out;
+}
+
+std::vector<std::string> read_encoder(const std::string& json, const std::string& file, const std::string& what,
+                                      std::unordered_map<std::string, int>& encoder) {
+    const Json j = parse_json(json);
+    if (j.type != Json::object || j.obj.empty()) throw Error(file + ": expected an object {\"" + what + "\": id, ...}");
+    const std::size_t N = j.obj.size();
+    std::vector<std::string> symbols(N);
+    std::vector<bool> seen(N, false);
+    for (const auto& kv : j.obj) {
+        const double v = kv.second.num;
+        if (kv.second.type != Json::number || v != std::floor(v) || v < 0 || v >= (double)N)
+            throw Error(file + ": the id of '" + kv.first + "' is not an integer in 0.." + std::to_string(N - 1));
+        const int id = (int)v;
+        if (seen[id]) throw Error(file + ": id " + std::to_string(id) + " is given twice");
+        if (kv.first.empty() || !encoder.emplace(kv.first, id).second)
+            throw Error(file + ": the " + what + " '" + kv.first + "' is empty or given twice");
+        seen[id] = true;
+        symbols[id] = kv.first;
+    }
+    return symbols;
+}
+
+// GPT-2's loop: find the adjacent pair with the lowest rank, merge every occurrence of it left to
+// right, repeat until no pair has a rank. Rescanning the whole piece each time is O(n^2), which a
+// long piece without spaces makes hours, so the same passes run on a linked list of symbols with
+// a heap of candidate pairs (rank, left symbol): O(n log n). A merge never recreates the pair just
+// merged (the new symbol is longer than both halves), and the pairs it does create are queued only
+// after the pass, so the passes are exactly GPT-2's.
+// Step 3 on a word's first symbols (GPT-2: one per byte; GPT-1: one per character, "</w>" on the
+// last), shared by both BPEs: repeatedly merge every occurrence, left to right, of the adjacent
+// pair with the lowest rank. A heap holds the candidate pairs (rank, left symbol), so a long word
+// costs O(n log n), not O(n^2).
+static std::vector<std::string> bpe_merges(std::vector<std::string> sym, const std::unordered_map<std::string, int>& ranks) {
+    const int n = (int)sym.size();
+    std::vector<int> prev(n), next(n);
+    std::vector<char> alive(n, 1);
+    for (int i = 0; i < n; i++) prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
+    auto rank_of = [&](int i) {  // rank of the pair (sym[i], sym[next[i]]), -1 if none
+        if (i < 0 || next[i] < 0) return -1;
+        auto it = ranks.find(sym[i] + " " + sym[next[i]]);
+        return it == ranks.end() ? -1 : it->second;
+    };
+    using Candidate = std::pair<int, int>;  // (rank, left symbol): the lowest rank, then leftmost, first
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+    auto push = [&](int i) {
+        const int r = rank_of(i);
+        if (r >= 0) heap.push({r, i});
+    };
+    for (int i = 0; i < n; i++) push(i);
+    std::vector<int> merged;
+    while (!heap.empty()) {
+        const int r = heap.top().first;  // one pass: every occurrence of the pair of rank r
+        merged.clear();
+        while (!heap.empty() && heap.top().first == r) {
+            const int i = heap.top().second;
+            heap.pop();
+            if (!alive[i] || rank_of(i) != r) continue;  // out of date: a neighbour was merged
+            const int j = next[i];
+            sym[i] += sym[j], alive[j] = 0;
+            next[i] = next[j];
+            if (next[j] >= 0) prev[next[j]] = i;
+            merged.push_back(i);
+        }
+        for (int i : merged)
+            if (alive[i]) push(prev[i]), push(i);
+    }
+    std::vector<std::string> out;
+    for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(std::move(sym[i]));
+    return out;
+}
+
+std::vector<std::string> BPE::bpe(const std::string& piece) const {
+    std::vector<std::string> sym(piece.size());
+    for (std::size_t i = 0; i < piece.size(); i++) sym[i] = byte_symbol((unsigned char)piece[i]);
+    return bpe_merges(std::move(sym), ranks);
+}
+
+std::vector<int> BPE::encode(const std::string& text, const std::function<void(std::size_t, std::size_t)>& progress) const {
+    std::vector<int> ids;
+    std::unordered_map<std::string, std::vector<int>> done;  // pieces repeat: merge each once
+    std::size_t bytes = 0;
+    for (const std::string& piece : gpt2_pretokenize(text)) {
+        auto it = done.find(piece);
+        if (it == done.end()) {
+            std::vector<int> v;
+            for (const std::string& sym : bpe(piece)) {
+                auto e = encoder.find(sym);
+                if (e == encoder.end()) throw Error("BPE: the symbol '" + sym + "' is not in the vocabulary");
+                v.push_back(e->second);
+            }
+            it = done.emplace(piece, std::move(v)).first;
+        }
+        ids.insert(ids.end(), it->second.begin(), it->second.end());
+        bytes += piece.size();
+        if (progress) progress(bytes, ids.size());
+    }
+    return ids;
+}
+
+std::string BPE::decode(const std::vector<int>& ids) const {
+    std::string out;
+    for (int id : ids) {
+        if (id < 0 || id >= size())
+            throw Error("BPE: token id " + std::to_string(id) + " is outside 0.." + std::to_string(size() - 1));
+        out += decoder[id];
+    }
+    return out;
+}
+
+// The tokens of a byte-level BPE vocabulary that no merge makes: GPT-2's "<|endoftext|>", RoBERTa's
+// <s>, <pad>, </s>, <unk>, <mask> and the "madeupword0000".. that pad its vocabulary.
+static bool is_bpe_special(const std::string& w) {
+    if (w.size() > 4 && w.compare(0, 2, "<|") == 0 && w.compare(w.size() - 2, 2, "|>") == 0) return true;
+    if (w == "<s>" || w == "<pad>" || w == "</s>" || w == "<unk>" || w == "<mask>") return true;
+    return w.size() == 14 && w.compare(0, 10, "madeupword") == 0 && w.find_first_not_of("0123456789", 10) == std::string::npos;
+}
+
+// RoBERTa's tokenizer (roberta-bpe): GPT-2's byte-level BPE with RoBERTa's vocab.json and merges.txt.
+// Its special tokens <s>, <pad>, </s>, <unk>, <mask> written in the text are those tokens, and
+// <mask> takes the white space before it along (Hugging Face's lstrip): "Paris is <mask>." is
+// "Paris" "Ġis" <mask> ".", where a plain BPE of " <mask>" would leave a token "Ġ" before it.
+std::vector<int> roberta_encode(const BPE& bpe, const std::string& text) {
+    static const char* const specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
+    std::vector<int> ids;
+    std::size_t from = 0;  // the text before `from` is encoded
+    for (std::size_t i = 0; i < text.size(); i++) {
+        if (text[i] != '<') continue;
+        for (const char* sp : specials) {
+            const std::size_t len = std::strlen(sp);
+            if (text.compare(i, len, sp) != 0) continue;
+            std::size_t end = i;
+            if (std::strcmp(sp, "<mask>") == 0)
+                while (end > from && (text[end - 1] == ' ' || text[end - 1] == '\t' || text[end - 1] == '\n' || text[end - 1] == '\r')) end--;
+            const std::vector<int> before = bpe.encode(text.substr(from, end - from));
+            ids.insert(ids.end(), before.begin(), before.end());
+            ids.push_back(bpe.encoder.at(sp));
+            from = i + len, i = from - 1;
+            break;
+        }
+    }
+    const std::vector<int> rest = bpe.encode(text.substr(from));
+    ids.insert(ids.end(), rest.begin(), rest.end());
+    return ids;
+}
+
+BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
+    BPE t;
+    const std::vector<std::string> symbols = read_encoder(encoder_json, "encoder.json", "token", t.encoder);
+    std::map<uint32_t, char> byte_of;  // symbol code point -> the byte it stands for
+    for (int b = 0; b < 256; b++) {
+        std::vector<uint32_t> cp;
+        std::vector<std::size_t> at;
+        utf8_decode(byte_symbol((unsigned char)b), cp, at);
+        byte_of[cp[0]] = (char)b;
+    }
+    t.decoder.assign(symbols.size(), std::string());
+    for (std::size_t id = 0; id < symbols.size(); id++) {
+        std::vector<uint32_t> cps;
+        std::vector<std::size_t> at;
+        utf8_decode(symbols[id], cps, at);
+        for (uint32_t cp : cps) {
+            auto b = byte_of.find(cp);
+            if (b == byte_of.end())
+                throw Error("encoder.json: the token '" + symbols[id] + "' has a character outside the 256 byte symbols");
+            t.decoder[id] += b->second;
+        }
+    }
+    auto eot = t.encoder.find("<|endoftext|>");
+    t.eot = eot == t.encoder.end() ? -1 : eot->second;
+    for (const MergeLine& m : read_merges(vocab_bpe, "vocab.bpe")) t.ranks.emplace(m.a + " " + m.b, (int)t.ranks.size());
+    if (t.ranks.empty()) throw Error("vocab.bpe: no merges");
+    // Every token beyond the 256 byte symbols and the special ones ("<|endoftext|>") is made by one
+    // merge, so fewer merges than those tokens means a cut file (GPT-2's: 50000 merges, 50257 tokens).
+    long long made = (long long)t.encoder.size() - 256;
+    for (const auto& kv : t.encoder) made -= is_bpe_special(kv.first);
+    if ((long long)t.ranks.size() < made)
+        throw Error("vocab.bpe: " + std::to_string(t.ranks.size()) + " merges, but encoder.json has " + std::to_string(made) +
+                    " tokens made by merges (beyond the 256 byte symbols and the special ones): the file is cut short");
+    return t;
+}
+
+// make(encoder, merges) on the two files' texts; an error names both files.
+template <typename Make>
+static auto load_encoder_and_merges(const std::string& encoder_path, const std::string& merges_path, Make make) {
+    const std::string enc = read_file(encoder_path), merges = read_file(merges_path);
+    try {
+        return make(enc, merges);
+    } catch (const Error& e) {
+        throw Error("'" + encoder_path + "', '" + merges_path + "': " + e.what());
+    }
+}
+
+BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+    return load_encoder_and_merges(encoder_json_path, vocab_bpe_path, make_bpe);
+}
+
+// ---- Learning a byte-level BPE vocabulary (bpe) ----
+// See transformer.hpp for the rule. The trainer's state:
+//   words   every distinct piece as its current symbol ids, in one array (start, length), with its count;
+//   pairs   an open-addressing table (left << 32 | right) -> record: the pair's count over all words
+//           and the list of words where it was formed in the current merge;
+//   heap    entries (count, pair, list of words): the largest count first, then the smallest pair.
+// A merge takes the top entry; if its count is out of date it goes back with the current one (it
+// only ever overstates: a count that grows gets a fresh entry), else the pair is merged in the
+// entry's words. Merging in a word changes its neighbours' pairs exactly as Hugging Face's
+// Word::merge reports them: for each occurrence (x A B y) -> (x R y), pairs (x A) and (B y) lose the
+// word's count, (x R) and (R y) gain it, and the words of the gained pairs become new entries.
+
+std::string bpe_special_problem(const std::string& s) {
+    if (s.empty()) return "it is empty";
+    for (unsigned char ch : s)
+        if (ch < 0x21 || ch > 0x7E) return "it must be printable ASCII without spaces";
+    const bool bracketed = s.size() > 4 && s.compare(0, 2, "<|") == 0 && s.compare(s.size() - 2, 2, "|>") == 0;
+    if (!bracketed && s != "<s>" && s != "<pad>" && s != "</s>" && s != "<unk>" && s != "<mask>")
+        return "the GPT-2 loader keeps only <|NAME|> and RoBERTa's <s> <pad> </s> <unk> <mask> out of the merges";
+    return "";
+}
+
+// The id of each byte: its symbol's rank in code-point order.
+static const std::vector<int>& bpe_byte_ids() {
+    static const std::vector<int> ids = [] {
+        std::vector<std::pair<uint32_t, int>> by_cp;
+        for (int b = 0; b < 256; b++) {
+            uint32_t cp = 0;
+            utf8_next(byte_symbol((unsigned char)b), 0, cp);
+            by_cp.push_back({cp, b});
+        }
+        std::sort(by_cp.begin(), by_cp.end());
+        std::vector<int> v(256);
+        for (int k = 0; k < 256; k++) v[by_cp[k].second] = k;
+        return v;
+    }();
+    return ids;
+}
+
+// One line (with its newline); `offset` is its first byte's offset in the file, line_no its number.
+static void bpe_count_line(BpePieces& p, const std::string& line, const std::vector<std::string>& specials,
+                           const std::string& where, long long line_no, long long offset) {
+    for (std::size_t i = 0; i < line.size();) {
+        uint32_t cp;
+        const int len = (unsigned char)line[i] < 0x80 ? 1 : utf8_next(line, i, cp);
+        if (len == 0) {
+            char buf[128];
+            std::snprintf(buf, sizeof buf, ": line %lld is not valid UTF-8: byte 0x%02X at byte offset %lld (byte %zu of the line)",
+                          line_no, (unsigned)(unsigned char)line[i], offset + (long long)i, i + 1);
+            throw Error(where + buf);
+        }
+        i += (std::size_t)len;
+    }
+    p.lines++, p.bytes += (long long)line.size();
+    auto count = [&](std::size_t from, std::size_t to) {
+        if (to <= from) return;
+        for (std::string& piece : gpt2_pretokenize(line.substr(from, to - from))) p.count[std::move(piece)]++, p.pieces++;
+    };
+    std::size_t from = 0;
+    while (!specials.empty()) {  // the leftmost special token, the longest of those starting there
+        std::size_t at = std::string::npos, len = 0;
+        for (const std::string& s : specials) {
+            const std::size_t k = line.find(s, from);
+            if (k != std::string::npos && (k < at || (k == at && s.size() > len))) at = k, len = s.size();
+        }
+        if (at == std::string::npos) break;
+        count(from, at);
+        from = at + len;
+    }
+    count(from, line.size());
+}
+
+void bpe_count_text(BpePieces& p, const std::string& text, const std::vector<std::string>& specials, const std::string& where) {
+    long long line_no = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        const std::size_t nl = text.find('\n', i);
+        const std::size_t end = nl == std::string::npos ? text.size() : nl + 1;
+        bpe_count_line(p, text.substr(i, end - i), specials, where, ++line_no, (long long)i);
+        i = end;
+    }
+}
+
+void bpe_count_file(BpePieces& p, const std::string& path, const std::vector<std::string>& specials,
+                    const std::function<void(long long)>& progress) {
+    std::FILE* f = open_input(path);
+    const std::string where = "--data '" + path + "'";
+    std::vector<char> buf(1 << 20);
+    std::string line;
+    long long line_no = 0, offset = 0, read = 0, next_report = 16 << 20;
+    try {
+        std::size_t got;
+        while ((got = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+            read += (long long)got;
+            for (std::size_t i = 0; i < got;) {
+                const char* nl = (const char*)std::memchr(buf.data() + i, '\n', got - i);
+                const std::size_t end = nl ? (std::size_t)(nl - buf.data()) + 1 : got;
+                line.append(buf.data() + i, end - i);
+                i = end;
+                if (nl) {
+                    bpe_count_line(p, line, specials, where, ++line_no, offset);
+                    offset += (long long)line.size();
+                    line.clear();
+                }
+            }
+            if (progress && read >= next_report) progress(read), next_report += 16 << 20;
+        }
+        if (std::ferror(f)) throw Error(where + ": read error: " + std::strerror(errno));
+        if (!line.empty()) bpe_count_line(p, line, specials, where, ++line_no, offset);
+    } catch (...) {
+        std::fclose(f);
+        throw;
+    }
+    std::fclose(f);
+}
+
+namespace {
+// (left, right) -> index of the pair's record; linear probing in a power-of-two table.
+struct BpePairIndex {
+    std::vector<uint64_t> keys;  // EMPTY where free
+    std::vector<int32_t> vals;
+    std::size_t used = 0;
+    static constexpr uint64_t EMPTY = ~0ull;
+    BpePairIndex() : keys(1 << 16, EMPTY), vals(1 << 16, -1) {}
+    static std::size_t slot(uint64_t key, std::size_t mask) { return (std::size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask; }
+    // The value slot of key, inserted as -1 if absent.
+    int32_t& at(uint64_t key) {
+        if (2 * (used + 1) > keys.size()) grow();
+        const std::size_t mask = keys.size() - 1;
+        std::size_t k = slot(key, mask);
+        while (keys[k] != key && keys[k] != EMPTY) k = (k + 1) & mask;
+        if (keys[k] == EMPTY) keys[k] = key, vals[k] = -1, used++;
+        return vals[k];
+    }
+    void grow() {
+        std::vector<uint64_t> old_keys(keys.size() * 2, EMPTY);
+        std::vector<int32_t> old_vals(keys.size() * 2, -1);
+        old_keys.swap(keys), old_vals.swap(vals);
+        const std::size_t mask = keys.size() - 1;
+        for (std::size_t i = 0; i < old_keys.size(); i++) {
+            if (old_keys[i] == EMPTY) continue;
+            std::size_t k = slot(old_keys[i], mask);
+            while (keys[k] != EMPTY) k = (k + 1) & mask;
+            keys[k] = old_keys[i], vals[k] = old_vals[i];
+        }
+    }
+};
+struct BpePairRecord {
+    uint64_t key;
+    long long count = 0;
+    int list = -1;       // the words where the pair was formed in merge `step`
+    long long step = -1;
+};
+struct BpeHeapEntry {
+    long long count;
+    uint64_t key;
+    int list;
+    bool operator<(const BpeHeapEntry& o) const { return count != o.count ? count < o.count : key > o.key; }
+};
+}  // namespace
+
+// bpe_learn's state: the words as symbol ids in one array, each pair's count and the words it occurs
+// in (listed when its count grew since the pair was last taken from the heap), and the heap of pairs.
+struct BpeLearner {
+    std::vector<int32_t> sym;
+    std::vector<std::size_t> start;
+    std::vector<int32_t> len;
+    std::vector<long long> wcount;
+    BpePairIndex index;
+    std::vector<BpePairRecord> rec;
+    std::vector<std::vector<int32_t>> lists;
+    std::vector<int> free_lists;
+    std::vector<int> touched;  // records given a list in this step
+    long long step = 0;
+    std::priority_queue<BpeHeapEntry> heap;
+
+    // The words of the pieces, each piece's bytes as the byte symbols' ids.
+    BpeLearner(const BpePieces& pieces, const std::vector<int>& byte_id) {
+        std::size_t total = 0;
+        for (const auto& kv : pieces.count) total += kv.first.size();
+        sym.reserve(total), start.reserve(pieces.count.size()), len.reserve(pieces.count.size()), wcount.reserve(pieces.count.size());
+        for (const auto& kv : pieces.count) {
+            start.push_back(sym.size()), len.push_back((int32_t)kv.first.size()), wcount.push_back(kv.second);
+            for (unsigned char ch : kv.first) sym.push_back(byte_id[ch]);
+        }
+    }
+    int new_list() {
+        if (!free_lists.empty()) {
+            const int l = free_lists.back();
+            free_lists.pop_back();
+            return l;
+        }
+        lists.emplace_back();
+        return (int)lists.size() - 1;
+    }
+    void release(int l) {
+        std::vector<int32_t>().swap(lists[l]);
+        free_lists.push_back(l);
+    }
+    // The count of pair (x, y) changes by delta in word w; a gain lists w with the pair.
+    void add(int32_t x, int32_t y, long long delta, int32_t w) {
+        const uint64_t key = (uint64_t)(uint32_t)x << 32 | (uint32_t)y;
+        int32_t& v = index.at(key);
+        if (v < 0) {
+            v = (int32_t)rec.size();
+            rec.push_back(BpePairRecord{key});
+        }
+        BpePairRecord& r = rec[v];
+        r.count += delta;
+        if (delta <= 0) return;
+        if (r.step != step) r.step = step, r.list = new_list(), touched.push_back(v);
+        std::vector<int32_t>& l = lists[r.list];
+        if (l.empty() || l.back() != w) l.push_back(w);
+    }
+    // The pairs whose count grew in this step onto the heap, with their lists of words.
+    void push_touched() {
+        for (int v : touched) {
+            BpePairRecord& r = rec[v];
+            if (r.count > 0) heap.push({r.count, r.key, r.list});
+            else release(r.list);
+            r.list = -1;
+        }
+        touched.clear();
+    }
+    // Every pair of every word counted once, then on the heap.
+    void count_pairs() {
+        for (int32_t w = 0; w < (int32_t)start.size(); w++)
+            for (int32_t k = 0; k + 1 < len[w]; k++) add(sym[start[w] + k], sym[start[w] + k + 1], wcount[w], w);
+        push_touched();
+    }
+    // The most frequent pair whose count is current, popped from the heap; false when none is left.
+    bool pop_best(BpeHeapEntry& top) {
+        while (!heap.empty()) {
+            top = heap.top();
+            heap.pop();
+            const long long now = rec[index.at(top.key)].count;
+            if (top.count == now) return true;
+            if (now > 0) top.count = now, heap.push(top);  // out of date
+            else release(top.list);                       // the pair is gone everywhere
+        }
+        return false;
+    }
+    // Pair (A, B) merged into R in word w, left to right without overlap; the counts of its neighbours' pairs follow.
+    void merge_in_word(int32_t w, int32_t A, int32_t B, int32_t R) {
+        int32_t* s = sym.data() + start[w];
+        const int32_t n = len[w];
+        const long long c = wcount[w];
+        int32_t r = 0;
+        while (r + 1 < n && !(s[r] == A && s[r + 1] == B)) r++;
+        if (r + 1 >= n) return;  // merged already (a pair listed twice) or never here
+        int32_t out = r;
+        while (r < n) {
+            if (r + 1 < n && s[r] == A && s[r + 1] == B) {
+                if (out > 0) add(s[out - 1], A, -c, w), add(s[out - 1], R, c, w);
+                if (r + 2 < n) add(B, s[r + 2], -c, w), add(R, s[r + 2], c, w);
+                s[out++] = R, r += 2;
+            } else {
+                s[out++] = s[r++];
+            }
+        }
+        len[w] = out;
+    }
+};
+
+BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
+    if (o.merges < 1) throw Error("bpe: the number of merges must be positive, got " + std::to_string(o.merges));
+    if (o.min_count < 1) throw Error("bpe: the minimum count must be at least 1, got " + std::to_string(o.min_count));
+    BpeLearnt b;
+    std::unordered_map<std::string, int> id_of;
+    const std::vector<int>& byte_id = bpe_byte_ids();
+    b.tokens.assign(256, std::string());
+    for (int x = 0; x < 256; x++) b.tokens[byte_id[x]] = std::string(1, (char)x);
+    for (int k = 0; k < 256; k++) id_of.emplace(b.tokens[k], k);
+    BpeLearner m(pieces, byte_id);
+    m.count_pairs();
+    BpeHeapEntry top;
+    while ((long long)b.merges.size() < o.merges && m.pop_best(top)) {
+        if (top.count < o.min_count) break;
+        const int32_t A = (int32_t)(top.key >> 32), B = (int32_t)(top.key & 0xFFFFFFFFu);
+        const std::string made = b.tokens[A] + b.tokens[B];
+        auto it = id_of.find(made);
+        const int32_t R = it != id_of.end() ? it->second : (int32_t)b.tokens.size();
+        if (it == id_of.end()) id_of.emplace(made, R), b.tokens.push_back(made);
+        b.merges.push_back({A, B, R, top.count});
+        m.step++;
+        std::vector<int32_t> words;
+        words.swap(m.lists[top.list]);
+        m.release(top.list);
+        for (int32_t w : words) m.merge_in_word(w, A, B, R);
+        m.push_touched();
+        if (o.progress) o.progress(b);
+    }
+    for (const std::string& s : o.specials) {
+        if (id_of.count(s)) throw Error("bpe: the special token '" + s + "' is already a token");
+        id_of.emplace(s, (int)b.tokens.size()), b.tokens.push_back(s), b.specials++;
+    }
+    return b;
+}
+
+const char* const BPE_VOCAB_HEADER = "#version: 0.2 written by transformer bpe";  // file_has_mark sees it
+
+static std::string bpe_symbols(const std::string& bytes) {
+    std::string s;
+    for (unsigned char ch : bytes) s += byte_symbol(ch);
+    return s;
+}
+
+std::string bpe_encoder_json(const BpeLearnt& b) {
+    std::string out = "{";
+    const int first_special = (int)b.tokens.size() - b.specials;
+    for (std::size_t id = 0; id < b.tokens.size(); id++)
+        out += (id ? ", " : "") + json_escape((int)id < first_special ? bpe_symbols(b.tokens[id]) : b.tokens[id]) + ": " + std::to_string(id);
+    return out + "}\n";
+}
+
+std::string bpe_vocab_bpe(const BpeLearnt& b) {
+    std::unordered_map<uint64_t, std::size_t> last;  // pair -> its last merge
+    for (std::size_t k = 0; k < b.merges.size(); k++) last[(uint64_t)(uint32_t)b.merges[k].left << 32 | (uint32_t)b.merges[k].right] = k;
+    std::string out = std::string(BPE_VOCAB_HEADER) + "\n";
+    for (std::size_t k = 0; k < b.merges.size(); k++) {
+        const BpeMerge& m = b.merges[k];
+        if (last[(uint64_t)(uint32_t)m.left << 32 | (uint32_t)m.right] != k) continue;
+        out += bpe_symbols(b.tokens[m.left]) + " " + bpe_symbols(b.tokens[m.right]) + "\n";
+    }
+    return out;
+}
+
+void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& inputs) {
+    check_output_dir(dir, "--out", {"encoder.json", "vocab.bpe"}, "vocab.bpe");  // our vocab.bpe's first line is the mark
+    if (path_kind(dir) == PathKind::missing) return;  // created later: holds nothing yet
+    std::vector<InputFile> in;
+    for (const std::string& i : inputs) in.push_back({i, "--data"});
+    check_outputs({{path_in_dir(dir, "encoder.json"), "--out encoder.json", OutputKind::in_own_dir},
+                   {path_in_dir(dir, "vocab.bpe"), "--out vocab.bpe", OutputKind::in_own_dir}},
+                  in);
+}
+
+void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs) {
+    bpe_check_out_dir(dir, inputs);
+    const std::string enc = bpe_encoder_json(b), voc = bpe_vocab_bpe(b);
+    StagedDir staged(dir);  // both files or neither (and no new directory left behind)
+    try {
+        write_file_atomic(staged.stage("vocab.bpe"), voc);
+        write_file_atomic(staged.stage("encoder.json"), enc);
+        staged.commit();
+    } catch (const Error& e) {
+        throw Error(staged.failure(e.what()));
+    }
+}
+
+// ---- The tokenizers of the released GPT-1 and BERT (see transformer.hpp) ------------------------
+
+static bool unicode_mark_nonspacing(uint32_t cp);  // Mn (tables at the end of this section)
+static bool unicode_punctuation(uint32_t cp);      // P*
+static bool unicode_control(uint32_t cp);          // Cc, Cf, Co, Cs
+static bool unicode_unassigned(uint32_t cp);       // Cn
+static void unicode_lower(uint32_t cp, std::vector<uint32_t>& out);
+static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out);
+
+// BERT's _is_chinese_char: the CJK Unified Ideographs blocks and their extensions, and the CJK
+// Compatibility Ideographs (not Hangul, Hiragana or Katakana).
+static bool cjk_ideograph(uint32_t cp) {
+    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+           (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
+           (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+// BERT's punctuation: every ASCII character that is neither a letter, a digit nor a space (so $ + <
+// = > ^ ` | ~, which Unicode calls symbols, count), and Unicode's P*.
+static bool bert_punctuation(uint32_t cp) {
+    return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126) ||
+           unicode_punctuation(cp);
+}
+// Hangul syllable s = 0xAC00 + (L * 21 + V) * 28 + T -> the jamo 0x1100 + L, 0x1161 + V and, for
+// T > 0, 0x11A7 + T (the Unicode standard's arithmetic decomposition; no jamo is a mark).
+static bool hangul_nfd(uint32_t cp, std::vector<uint32_t>& out) {
+    if (cp < 0xAC00 || cp > 0xD7A3) return false;
+    const uint32_t s = cp - 0xAC00, T = s % 28;
+    out.push_back(0x1100 + s / (21 * 28)), out.push_back(0x1161 + (s % (21 * 28)) / 28);
+    if (T) out.push_back(0x11A7 + T);
+    return true;
+}
+
+std::string bert_normalize(const std::string& text) {
+    std::vector<uint32_t> cps, step;
+    std::vector<std::size_t> at;
+    utf8_decode(text, cps, at);
+    for (uint32_t cp : cps) {  // 1. clean and 2. CJK
+        const bool keep_control = cp == '\t' || cp == '\n' || cp == '\r';
+        if (cp == 0 || cp == 0xFFFD || (!keep_control && (unicode_control(cp) || unicode_unassigned(cp)))) continue;
+        if (unicode_space(cp)) step.push_back(' ');
+        else if (cjk_ideograph(cp)) step.push_back(' '), step.push_back(cp), step.push_back(' ');
+        else step.push_back(cp);
+    }
+    std::vector<uint32_t> stripped, out;
+    for (uint32_t cp : step)  // 3. NFD without the nonspacing marks
+        if (!hangul_nfd(cp, stripped)) unicode_strip_accents(cp, stripped);
+    for (uint32_t cp : stripped) unicode_lower(cp, out);  // 4. lower case
+    return utf8_encode(out);
+}
+
+std::vector<std::string> bert_pretokenize(const std::string& normalized) {
+    std::vector<uint32_t> cps;
+    std::vector<std::size_t> at;
+    utf8_decode(normalized, cps, at);
+    std::vector<std::string> words;
+    std::size_t start = 0;  // byte offset where the current word began
+    bool in_word = false;
+    for (std::size_t i = 0; i < cps.size(); i++) {
+        const bool space = unicode_space(cps[i]), punct = !space && bert_punctuation(cps[i]);
+        if ((space || punct) && in_word) words.push_back(normalized.substr(start, at[i] - start)), in_word = false;
+        if (punct) words.push_back(normalized.substr(at[i], at[i + 1] - at[i]));
+        else if (!space && !in_word) start = at[i], in_word = true;
+    }
+    if (in_word) words.push_back(normalized.substr(start));
+    return words;
+}
+
+std::vector<std::string> bert_words(const std::string& text) { return bert_pretokenize(bert_normalize(text)); }
+
+// The text split at the special tokens written in it: (piece, -1) for ordinary text, ("", id) for
+// a special token (the leftmost match first, the longest at one position).
+static std::vector<std::pair<std::string, int>> split_specials(const std::string& text,
+                                                               const std::vector<std::pair<std::string, int>>& specials) {
+    std::vector<std::pair<std::string, int>> out;
+    std::size_t from = 0, i = 0;
+    while (i < text.size()) {
+        int best = -1;
+        for (int k = 0; k < (int)specials.size(); k++)
+            if (specials[k].second >= 0 && text.compare(i, specials[k].first.size(), specials[k].first) == 0 &&
+                (best < 0 || specials[k].first.size() > specials[best].first.size()))
+                best = k;
+        if (best < 0) {
+            i++;
+            continue;
+        }
+        if (i > from) out.push_back({text.substr(from, i - from), -1});
+        out.push_back({"", specials[best].second});
+        i += specials[best].first.size(), from = i;
+    }
+    if (from < text.size()) out.push_back({text.substr(from), -1});
+    return out;
+}
+
+// ---- GPT-1's BPE -------------------------------------------------------------------------------
+// The merges of bpe_merges, on the word's characters with "</w>" on the last one.
+std::vector<std::string> GPT1BPE::bpe(const std::string& word) const {
+    std::vector<uint32_t> cps;
+    std::vector<std::size_t> at;
+    utf8_decode(word, cps, at);
+    const int n = (int)cps.size();
+    std::vector<std::string> sym(n);
+    for (int i = 0; i < n; i++) sym[i] = word.substr(at[i], at[i + 1] - at[i]) + (i == n - 1 ? "</w>" : "");
+    return bpe_merges(std::move(sym), ranks);
+}
+
+std::vector<int> GPT1BPE::encode(const std::string& text) const {
+    std::vector<int> ids;
+    std::unordered_map<std::string, std::vector<int>> done;  // words repeat: merge each once
+    for (const auto& part : split_specials(text, {{"<unk>", unk}})) {
+        if (part.second >= 0) {
+            ids.push_back(part.second);
+            continue;
+        }
+        for (const std::string& word : bert_words(part.first)) {
+            auto it = done.find(word);
+            if (it == done.end()) {
+                std::vector<int> v;
+                for (const std::string& s : bpe(word)) {
+                    auto e = encoder.find(s);
+                    if (e != encoder.end()) v.push_back(e->second);
+                    else if (unk >= 0) v.push_back(unk);
+                    else throw Error("GPT-1 BPE: the symbol '" + s + "' is not in the vocabulary, which has no <unk>");
+                }
+                it = done.emplace(word, std::move(v)).first;
+            }
+            ids.insert(ids.end(), it->second.begin(), it->second.end());
+        }
+    }
+    return ids;
+}
+
+std::string GPT1BPE::decode(const std::vector<int>& ids) const {
+    std::string out;
+    for (int id : ids) {
+        if (id < 0 || id >= size())
+            throw Error("GPT-1 BPE: token id " + std::to_string(id) + " is outside 0.." + std::to_string(size() - 1));
+        const std::string& s = decoder[id];
+        for (std::size_t a = 0; a < s.size();) {  // s with every "</w>" written as " "
+            const std::size_t k = s.find("</w>", a);
+            if (k == std::string::npos) {
+                out.append(s, a, std::string::npos);
+                break;
+            }
+            out.append(s, a, k - a);
+            out += ' ';
+            a = k + 4;
+        }
+    }
+    if (!out.empty() && out.back() == ' ' && !ids.empty() && decoder[ids.back()].size() >= 4 &&
+        decoder[ids.back()].compare(decoder[ids.back()].size() - 4, 4, "</w>") == 0)
+        out.pop_back();  // the last word's "</w>" becomes nothing
+    return out;
+}
+
+GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
+    GPT1BPE t;
+    t.decoder = read_encoder(encoder_json, "encoder", "symbol", t.encoder);
+    for (std::size_t id = 0; id < t.decoder.size(); id++) {
+        uint32_t cp;
+        for (std::size_t i = 0; i < t.decoder[id].size();) {
+            const int len = utf8_next(t.decoder[id], i, cp);
+            if (!len) throw Error("encoder: the symbol of id " + std::to_string(id) + " is not valid UTF-8");
+            i += (std::size_t)len;
+        }
+    }
+    auto unk = t.encoder.find("<unk>");
+    t.unk = unk == t.encoder.end() ? -1 : unk->second;
+    for (const MergeLine& m : read_merges(vocab_bpe, "merges")) {
+        const std::string line = m.a + " " + m.b;
+        for (const std::string& s : {m.a, m.b, m.a + m.b})
+            if (!t.encoder.count(s))
+                throw Error("merges: line " + std::to_string(m.line_no) + " ('" + line + "'): '" + s + "' is not in the encoder");
+        t.ranks.emplace(line, (int)t.ranks.size());
+    }
+    if (t.ranks.empty()) throw Error("merges: no merges");
+    // Every symbol but one character (with or without "</w>") and "<unk>" is made by one merge, so
+    // fewer merges than those symbols means a cut file (GPT-1's: 40000 merges, 40478 symbols).
+    long long made = 0;
+    for (const auto& kv : t.encoder) {
+        const std::string& w = kv.first;
+        const bool eow = w.size() > 4 && w.compare(w.size() - 4, 4, "</w>") == 0;
+        uint32_t cp;
+        const int first = utf8_next(w, 0, cp);  // valid UTF-8: checked above
+        made += w != "<unk>" && (std::size_t)first != w.size() - (eow ? 4 : 0);
+    }
+    if ((long long)t.ranks.size() < made)
+        throw Error("merges: " + std::to_string(t.ranks.size()) + " merges, but the encoder has " + std::to_string(made) +
+                    " symbols made by merges (beyond the single characters and <unk>): the file is cut short");
+    return t;
+}
+
+GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+    return load_encoder_and_merges(encoder_json_path, vocab_bpe_path, make_gpt1_bpe);
+}
+
+// ---- llm.c's token files ------------------------------------------------------------------------
+static int32_t le_int32(const std::string& b, std::size_t at) {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; k++) v |= (uint32_t)(unsigned char)b[at + k] << (8 * k);
+    return (int32_t)v;
+}
+
+static const std::size_t TOKEN_FILE_HEADER = 256 * 4;  // bytes: 256 int32
+
+static const char TOKEN_FILE_MARK[] = "written by transformer";
+static const std::size_t TOKEN_FILE_MARK_AT = 64;
+
+bool is_token_file(const std::string& bytes) { return bytes.size() >= 4 && le_int32(bytes, 0) == TOKEN_FILE_MAGIC; }
+bool is_own_token_file(const std::string& bytes) {
+    const std::size_t n = sizeof TOKEN_FILE_MARK - 1;
+    return bytes.size() >= TOKEN_FILE_MARK_AT + n && bytes.compare(TOKEN_FILE_MARK_AT, n, TOKEN_FILE_MARK) == 0;
+}
+
+std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V) {
+    const std::size_t header = TOKEN_FILE_HEADER;
+    if (!is_token_file(bytes)) throw Error(name + " is not a token file (no magic " + std::to_string(TOKEN_FILE_MAGIC) + ")");
+    if (bytes.size() < header)
+        throw Error(name + ": the token file's header is cut short (" + std::to_string(bytes.size()) + " of " + std::to_string(header) + " bytes)");
+    const int32_t version = le_int32(bytes, 4), count = le_int32(bytes, 8);
+    if (version != 1)
+        throw Error(name + ": token file version " + std::to_string(version) + " is not supported (version 1: uint16 ids)");
+    if (count < 0) throw Error(name + ": the header's token count is negative (" + std::to_string(count) + "): a damaged file");
+    if (bytes.size() != header + 2 * (std::size_t)count)
+        throw Error(name + ": the header says " + std::to_string(count) + " tokens (" + std::to_string(header + 2 * (std::size_t)count) +
+                    " bytes) but the file has " + std::to_string(bytes.size()) + " bytes: cut short or damaged");
+    std::vector<int> ids((std::size_t)count);
+    for (std::size_t i = 0; i < ids.size(); i++) {
+        ids[i] = (unsigned char)bytes[header + 2 * i] | (unsigned char)bytes[header + 2 * i + 1] << 8;
+        if (ids[i] >= V)
+            throw Error(name + ": token " + std::to_string(i) + " is " + std::to_string(ids[i]) + ", outside the tokenizer's " +
+                        std::to_string(V) + " ids (a token file of another tokenizer?)");
+    }
+    return ids;
+}
+
+std::string token_file_bytes(const std::vector<int>& ids) {
+    if (ids.size() > (std::size_t)INT32_MAX) throw Error("a token file holds at most 2^31 - 1 tokens");
+    std::string b(TOKEN_FILE_HEADER + 2 * ids.size(), '\0');
+    auto put32 = [&](std::size_t at, uint32_t v) {
+        for (int k = 0; k < 4; k++) b[at + k] = (char)(v >> (8 * k) & 0xFF);
+    };
+    put32(0, (uint32_t)TOKEN_FILE_MAGIC), put32(4, 1), put32(8, (uint32_t)ids.size());
+    b.replace(TOKEN_FILE_MARK_AT, sizeof TOKEN_FILE_MARK - 1, TOKEN_FILE_MARK);
+    for (std::size_t i = 0; i < ids.size(); i++) {
+        if (ids[i] < 0 || ids[i] > 65535) throw Error("token " + std::to_string(ids[i]) + " does not fit a token file's uint16");
+        b[TOKEN_FILE_HEADER + 2 * i] = (char)(ids[i] & 0xFF), b[TOKEN_FILE_HEADER + 2 * i + 1] = (char)(ids[i] >> 8);
+    }
+    return b;
+}
+
+// ---- BERT's WordPiece ----------------------------------------------------------------------------
+std::vector<int> WordPiece::wordpiece(const std::string& word) const {
+    std::vector<uint32_t> cps;
+    std::vector<std::size_t> at;
+    utf8_decode(word, cps, at);
+    const int n = (int)cps.size();
+    if (n > max_chars) return {unk};
+    std::vector<int> out;
+    for (int start = 0; start < n;) {  // the longest piece from start, "##" after the first
+        int end = n, id = -1;
+        for (; end > start; end--) {
+            const std::string piece = (start > 0 ? "##" : "") + word.substr(at[start], at[end] - at[start]);
+            auto it = vocab.find(piece);
+            if (it != vocab.end()) {
+                id = it->second;
+                break;
+            }
+        }
+        if (id < 0) return {unk};
+        out.push_back(id), start = end;
+    }
+    return out;
+}
+
+std::vector<int> WordPiece::encode(const std::string& text) const {
+    std::vector<int> ids;
+    for (const auto& part : split_specials(text, {{"[PAD]", pad}, {"[UNK]", unk}, {"[CLS]", cls}, {"[SEP]", sep}, {"[MASK]", mask}})) {
+        if (part.second >= 0) {
+            ids.push_back(part.second);
+            continue;
+        }
+        for (const std::string& word : bert_words(part.first)) {
+            const std::vector<int> v = wordpiece(word);
+            ids.insert(ids.end(), v.begin(), v.end());
+        }
+    }
+    return ids;
+}
+
+std::string WordPiece::decode(const std::vector<int>& ids) const {
+    std::string out;
+    for (int id : ids) {
+        if (id < 0 || id >= size())
+            throw Error("WordPiece: token id " + std::to_string(id) + " is outside 0.." + std::to_string(size() - 1));
+        const std::string& t = tokens[id];
+        if (t.size() > 2 && t.compare(0, 2, "##") == 0 && !out.empty()) out += t.substr(2);
+        else out += (out.empty() ? "" : " ") + t;
+    }
+    return out;
+}
+
+WordPiece make_wordpiece(const std::string& vocab_txt) {
+    WordPiece w;
+    std::size_t from = 0;
+    int line_no = 0;
+    while (from < vocab_txt.size()) {
+        std::size_t end = vocab_txt.find('\n', from);
+        if (end == std::string::npos) end = vocab_txt.size();
+        std::string tok = vocab_txt.substr(from, end - from);
+        from = end + 1, line_no++;
+        if (!tok.empty() && tok.back() == '\r') tok.pop_back();
+        const std::string where = "vocab.txt: line " + std::to_string(line_no);
+        if (tok.empty()) throw Error(where + " is empty (one token per line)");
+        uint32_t cp;
+        for (std::size_t i = 0; i < tok.size();) {
+            const int len = utf8_next(tok, i, cp);
+            if (!len) throw Error(where + " is not valid UTF-8");
+            i += (std::size_t)len;
+        }
+        if (!w.vocab.emplace(tok, (int)w.tokens.size()).second) throw Error(where + ": the token '" + tok + "' is given twice");
+        w.tokens.push_back(tok);
+    }
+    auto id = [&](const char* s) {
+        auto it = w.vocab.find(s);
+        return it == w.vocab.end() ? -1 : it->second;
+    };
+    w.unk = id("[UNK]"), w.cls = id("[CLS]"), w.sep = id("[SEP]"), w.mask = id("[MASK]"), w.pad = id("[PAD]");
+    if (w.tokens.empty()) throw Error("vocab.txt: no tokens");
+    if (w.unk < 0) throw Error("vocab.txt: has no [UNK] token");
+    return w;
+}
+
+WordPiece load_wordpiece(const std::string& vocab_txt_path) {
+    const std::string text = read_file(vocab_txt_path);
+    try {
+        return make_wordpiece(text);
+    } catch (const Error& e) {
+        throw Error("'" + vocab_txt_path + "': " + e.what());
+    }
+}
+
+// ---- One tokenizer for the commands (Tokenizer's methods: "THE TOKENIZER OF A CHECKPOINT") ----
+bool is_bidirectional_tokenizer(const std::string& kind) { return kind == "bert-wordpiece" || kind == "roberta-bpe"; }
+
+void subword_special_ids(const Tokenizer& t, Config& c) {
+    if (t.kind == "bert-wordpiece") {
+        if (t.wordpiece.cls < 0 || t.wordpiece.sep < 0 || t.wordpiece.mask < 0) throw Error("the WordPiece vocabulary lacks [CLS], [SEP] or [MASK]");
+        c.cls_id = t.wordpiece.cls, c.sep_id = t.wordpiece.sep, c.mask_id = t.wordpiece.mask;
+        if (c.variant == Variant::roberta) c.pad_id = t.wordpiece.pad;  // -1 without [PAD]
+    } else if (t.kind == "roberta-bpe") {
+        c.cls_id = t.bpe.encoder.at("<s>"), c.sep_id = t.bpe.encoder.at("</s>"), c.mask_id = t.bpe.encoder.at("<mask>");
+        if (c.variant == Variant::roberta) c.pad_id = t.bpe.encoder.at("<pad>");  // RoBERTa's positions skip it
+    } else {
+        throw Error("the tokenizer " + t.kind + " has no [CLS], [SEP], [MASK] (it goes with next-token models)");
+    }
+}
+
+const char* tokenizer_title(const std::string& kind) {
+    if (kind == "gpt2-bpe") return "GPT-2's byte-level BPE";
+    if (kind == "gpt1-bpe") return "GPT-1's BPE";
+    if (kind == "roberta-bpe") return "RoBERTa's byte-level BPE";
+    if (kind == "bert-wordpiece") return "BERT's WordPiece";
+    return "characters";
+}
+static const char* const SUBWORD_KINDS = "gpt2-bpe, gpt1-bpe, roberta-bpe or bert-wordpiece";
+static bool is_subword_kind(const std::string& k) {
+    return k == "gpt2-bpe" || k == "gpt1-bpe" || k == "roberta-bpe" || k == "bert-wordpiece";
+}
+std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text) {
+    if (encoder_text.empty()) {
+        if (vocab_text.compare(0, 1, "{") == 0) return "unknown (a JSON file where vocab.txt was expected)";
+        return vocab_text.rfind("#version", 0) == 0 ? "unknown (a merge list where vocab.txt was expected)" : "bert-wordpiece";
+    }
+    if (encoder_text.find("</w>\"") != std::string::npos) return "gpt1-bpe";
+    if (encoder_text.find("\"\\u0120") != std::string::npos || encoder_text.find("\"\xC4\xA0") != std::string::npos)
+        return encoder_text.find("\"<mask>\"") != std::string::npos ? "roberta-bpe" : "gpt2-bpe";
+    return "unknown (an encoder with neither \"</w>\" nor byte symbols)";
+}
+
+Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_path, const std::string& vocab_path) {
+    if (vocab_path.empty()) throw Error("a tokenizer needs its vocabulary file");
+    const std::string enc = encoder_path.empty() ? std::string() : read_file(encoder_path);
+    const std::string voc = read_file(vocab_path);
+    const std::string files = encoder_path.empty() ? "'" + vocab_path + "'" : "'" + encoder_path + "', '" + vocab_path + "'";
+    const std::string found = tokenizer_kind_of(enc, voc);
+    if (!kind.empty() && !is_subword_kind(kind)) throw Error("unknown tokenizer '" + kind + "' (expected " + SUBWORD_KINDS + ")");
+    if (found.rfind("unknown", 0) == 0) throw Error(files + ": not a tokenizer this program knows: " + found);
+    if (!kind.empty() && kind != found)
+        throw Error(files + ": these are " + found + " files, not " + kind +
+                    (kind == "bert-wordpiece" ? " (WordPiece takes vocab.txt alone, without an encoder)" : ""));
+    return make_tokenizer(found, enc, voc, files);
+}
+
+// ---- The tokenizer of a checkpoint (see transformer.hpp) ----------------------------------------
+
+int Tokenizer::size() const {
+    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.size();
+    if (kind == "gpt1-bpe") return gpt1.size();
+    if (kind == "bert-wordpiece") return wordpiece.size();
+    return chars.size();
+}
+
+std::vector<int> Tokenizer::encode(const std::string& text, const std::string& where) const {
+    if (kind == "gpt2-bpe") return bpe.encode(text);
+    if (kind == "roberta-bpe") return roberta_encode(bpe, text);
+    if (kind == "gpt1-bpe") return gpt1.encode(text);
+    if (kind == "bert-wordpiece") return wordpiece.encode(text);
+    if (kind == "char") return chars.encode(text, where);
+    throw Error("no tokenizer to encode " + where + " with");
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.decode(ids);
+    if (kind == "gpt1-bpe") return gpt1.decode(ids);
+    if (kind == "bert-wordpiece") return wordpiece.decode(ids);
+    if (kind == "char") return chars.decode(ids);
+    throw Error("no tokenizer to decode with");
+}
+
+std::map<std::string, std::string> Tokenizer::metadata() const {
+    if (kind == "gpt2-bpe" || kind == "gpt1-bpe" || kind == "roberta-bpe")
+        return {{"tokenizer", kind}, {"tokenizer.encoder_json", encoder_json}, {"tokenizer.vocab_bpe", vocab}};
+    if (kind == "bert-wordpiece") return {{"tokenizer", kind}, {"tokenizer.vocab_txt", vocab}};
+    if (kind == "char") return {{"vocab", chars.to_metadata()}};  // a character vocabulary
+    return {};
+}
+
+Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_text, const std::string& vocab_text,
+                         const std::string& where) {
+    Tokenizer t;
+    t.kind = kind, t.encoder_json = encoder_text, t.vocab = vocab_text;
+    try {
+        if (kind == "gpt2-bpe" || kind == "roberta-bpe") t.bpe = make_bpe(encoder_text, vocab_text);
+        else if (kind == "gpt1-bpe") t.gpt1 = make_gpt1_bpe(encoder_text, vocab_text);
+        else if (kind == "bert-wordpiece") t.wordpiece = make_wordpiece(vocab_text);
+        else throw Error("unknown tokenizer '" + kind + "' (expected " + SUBWORD_KINDS + ")");
+        if (kind == "roberta-bpe")
+            for (const char* special : {"<s>", "<pad>", "</s>", "<unk>", "<mask>"})
+                if (!t.bpe.encoder.count(special)) throw Error(std::string("vocab.json lacks RoBERTa's special token ") + special);
+    } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+    }
+    return t;
+}
+
+Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+    return make_tokenizer("gpt2-bpe", read_file(encoder_json_path), read_file(vocab_bpe_path),
+                          "GPT-2's tokenizer from '" + encoder_json_path + "' and '" + vocab_bpe_path + "'");
+}
+
+Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::string& path) {
+    Tokenizer t;
+    const auto kind = m.find("tokenizer");
+    if (kind == m.end()) {
+        if (m.count("vocab")) t.kind = "char", t.chars = CharVocab::from_metadata(m.at("vocab"));
+        return t;
+    }
+    const std::string& k = kind->second;
+    if (!is_subword_kind(k))
+        throw Error("'" + path + "' records the tokenizer '" + k + "', which this program does not know (it knows " +
+                    SUBWORD_KINDS + " and characters)");
+    const bool bpe = k != "bert-wordpiece";
+    for (const char* key : bpe ? std::vector<const char*>{"tokenizer.encoder_json", "tokenizer.vocab_bpe"}
+                               : std::vector<const char*>{"tokenizer.vocab_txt"})
+        if (!m.count(key)) throw Error("'" + path + "': its tokenizer " + k + " lacks " + key);
+    return make_tokenizer(k, bpe ? m.at("tokenizer.encoder_json") : "", m.at(bpe ? "tokenizer.vocab_bpe" : "tokenizer.vocab_txt"),
+                          "'" + path + "': its recorded tokenizer");
+}
+
+// A text the tokenizer refused: the first byte that is not UTF-8, with the file (or flag) it is in
+// (a quoted file name also gets the question whether it is a binary file).
+static void check_utf8(const std::string& text, const std::string& where) {
+    std::size_t line = 1, line_start = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        const int len = utf8_next(text, i, cp);
+        if (len == 0) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, " is not UTF-8 text: byte 0x%02X at byte offset %zu (line %zu, byte %zu of the line)",
+                          (unsigned)(unsigned char)text[i], i, line, i - line_start + 1);
+            throw Error(where + buf + (where[0] == '\'' ? "; is it a binary file?" : ""));
+        }
+        if (text[i] == '\n') line++, line_start = i + 1;
+        i += (std::size_t)len;
+    }
+}
+
+static std::vector<int> encode_with_progress_unchecked(const Tokenizer& t, const std::string& text, const std::string& where,
+                                                       bool quiet) {
+    if (t.kind != "gpt2-bpe" || quiet || text.size() < (1u << 20)) return t.encode(text, where);
+    // BPE::encode with a line every ~10% of the text.
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    // Each line names the bytes read so far; the count of the whole text comes once, at the end.
+    const std::string what = "encoding " + where + " (a byte-level BPE of " + std::to_string(t.size()) + " tokens)";
+    std::size_t next_report = text.size() / 10;
+    std::vector<int> ids = t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
+        if (bytes < next_report || bytes >= text.size()) return;
+        std::fprintf(stderr, "%s: %3.0f%% of the bytes, %zu tokens so far, %.1f s\n", what.c_str(), 100.0 * (double)bytes / (double)text.size(),
+                     ids, std::chrono::duration<double>(clock::now() - t0).count());
+        next_report += text.size() / 10;
+    });
+    std::fprintf(stderr, "%s: done, %zu tokens in %.1f s\n", what.c_str(), ids.size(),
+                 std::chrono::duration<double>(clock::now() - t0).count());
+    return ids;
+}
+
+std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet) {
+    try {
+        return encode_with_progress_unchecked(t, text, where, quiet);
+    } catch (const Error&) {
+        check_utf8(text, where);  // a binary file: say which file and where, not only "text"
+        throw;
+    }
+}
+
+const char* const HF_CHAR_OUTSIDE = "<a character outside this model's vocabulary>";
+
+// ---- The tokenizer's files for Hugging Face (see hf_tokenizer_files in transformer.hpp) ----------
+static bool is_bpe_special(const std::string& w);
+namespace {
+std::string tj_bool(bool b) { return b ? "true" : "false"; }
+// One entry of tokenizer.json's added_tokens: a special token matched in the text before the model.
+std::string tj_added(int id, const std::string& content, bool lstrip = false, bool normalized = false) {
+    return "    {\"id\": " + std::to_string(id) + ", \"content\": " + json_escape(content) + ", \"single_word\": false, \"lstrip\": " +
+           tj_bool(lstrip) + ", \"rstrip\": false, \"normalized\": " + tj_bool(normalized) + ", \"special\": true}";
+}
+// {"token": id, ...} in id order.
+std::string tj_vocab(const std::vector<std::string>& by_id) {
+    std::string v = "{";
+    for (std::size_t i = 0; i < by_id.size(); i++) v += (i ? ",\n      " : "\n      ") + json_escape(by_id[i]) + ": " + std::to_string(i);
+    return v + "\n    }";
+}
+// The merges of vocab.bpe / merges.txt in order, each "A B", as make_bpe and make_gpt1_bpe read them.
+static std::vector<std::string> merge_lines(const std::string& vocab_bpe) {
+    std::vector<std::string> out;
+    for (const MergeLine& m : read_merges(vocab_bpe, "merges")) out.push_back(m.a + " " + m.b);
+    return out;
+}
+// merges.txt as the slow classes read it: they drop the first line and the last (empty) one.
+std::string merges_txt(const std::string& vocab_bpe) {
+    std::string m = "#version: 0.2\n";
+    for (const std::string& line : merge_lines(vocab_bpe)) m += line + "\n";
+    return m;
+}
+std::string tj_bpe_model(const std::vector<std::string>& by_id, const std::vector<std::string>& merges, const std::string& unk,
+                         const std::string& suffix) {
+    std::string m = "{\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": " + (unk.empty() ? "null" : json_escape(unk)) +
+                    ",\n    \"continuing_subword_prefix\": \"\",\n    \"end_of_word_suffix\": " + json_escape(suffix) +
+                    ",\n    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n    \"vocab\": " + tj_vocab(by_id) + ",\n    \"merges\": [";
+    for (std::size_t i = 0; i < merges.size(); i++) m += (i ? ",\n      " : "\n      ") + json_escape(merges[i]);
+    return m + (merges.empty() ? "]\n  }" : "\n    ]\n  }");
+}
+const char* const TJ_BYTE_LEVEL_PRE = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}";
+const char* const TJ_BYTE_LEVEL_DEC = "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true}";
+const char* const TJ_BERT_NORMALIZER =
+    "{\"type\": \"BertNormalizer\", \"clean_text\": true, \"handle_chinese_chars\": true, \"strip_accents\": null, \"lowercase\": true}";
+std::string tj_whole(const std::vector<std::string>& added, const std::string& normalizer, const std::string& pre,
+                     const std::string& post, const std::string& decoder, const std::string& model) {
+    std::string j = "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
+    for (std::size_t i = 0; i < added.size(); i++) j += (i ? ",\n" : "\n") + added[i];
+    j += added.empty() ? "],\n" : "\n  ],\n";
+    j += "  \"normalizer\": " + normalizer + ",\n  \"pre_tokenizer\": " + pre + ",\n  \"post_processor\": " + post +
+         ",\n  \"decoder\": " + decoder + ",\n  \"model\": " + model + "\n}\n";
+    return j;
+}
+// tokenizer_config.json: the class AutoTokenizer builds and the special tokens (null: none).
+std::string tokenizer_config(const std::string& cls, int n_ctx, const std::vector<std::pair<std::string, std::string>>& fields) {
+    std::string j = "{\n  \"tokenizer_class\": \"" + cls + "\",\n  \"model_max_length\": " + std::to_string(n_ctx) +
+                    ",\n  \"clean_up_tokenization_spaces\": false";
+    for (const auto& kv : fields) j += ",\n  \"" + kv.first + "\": " + kv.second;
+    return j + "\n}\n";
+}
+std::string token_or_null(const std::unordered_map<std::string, int>& vocab, const std::string& token) {
+    return vocab.count(token) ? json_escape(token) : "null";
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokenizer& t, const Config& c) {
+    std::vector<std::pair<std::string, std::string>> files;
+    const bool masked = c.variant == Variant::bert || c.variant == Variant::roberta;
+    if (t.kind == "gpt2-bpe" || t.kind == "roberta-bpe") {
+        std::vector<std::string> by_id(t.bpe.size());
+        for (const auto& kv : t.bpe.encoder) by_id[kv.second] = kv.first;
+        const bool roberta = t.kind == "roberta-bpe";
+        std::vector<std::string> added;
+        for (int id = 0; id < (int)by_id.size(); id++)
+            if (is_bpe_special(by_id[id])) added.push_back(tj_added(id, by_id[id], roberta && by_id[id] == "<mask>", !(roberta && by_id[id] == "<mask>")));
+        std::string post = "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true}";
+        if (roberta)
+            post = "{\"type\": \"RobertaProcessing\", \"sep\": [\"</s>\", " + std::to_string(t.bpe.encoder.at("</s>")) + "], \"cls\": [\"<s>\", " +
+                   std::to_string(t.bpe.encoder.at("<s>")) + "], \"trim_offsets\": true, \"add_prefix_space\": false}";
+        files.push_back({"vocab.json", t.encoder_json});
+        files.push_back({"merges.txt", merges_txt(t.vocab)});
+        files.push_back({"tokenizer.json", tj_whole(added, "null", TJ_BYTE_LEVEL_PRE, post, TJ_BYTE_LEVEL_DEC,
+                                                    tj_bpe_model(by_id, merge_lines(t.vocab), "", ""))});
+        const std::string eot = token_or_null(t.bpe.encoder, "<|endoftext|>");
+        if (roberta)
+            files.push_back({"tokenizer_config.json",
+                             tokenizer_config("RobertaTokenizer", c.n_ctx,
+                                              {{"add_prefix_space", "false"}, {"trim_offsets", "true"}, {"bos_token", "\"<s>\""},
+                                               {"cls_token", "\"<s>\""}, {"eos_token", "\"</s>\""}, {"sep_token", "\"</s>\""},
+                                               {"unk_token", "\"<unk>\""}, {"pad_token", "\"<pad>\""}, {"mask_token", "\"<mask>\""}})});
+        else
+            files.push_back({"tokenizer_config.json",
+                             tokenizer_config("GPT2Tokenizer", c.n_ctx,
+                                              {{"add_prefix_space", "false"}, {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot}})});
+    } else if (t.kind == "gpt1-bpe") {
+        std::vector<std::string> added;
+        if (t.gpt1.unk >= 0) added.push_back(tj_added(t.gpt1.unk, "<unk>"));
+        files.push_back({"vocab.json", t.encoder_json});
+        files.push_back({"merges.txt", merges_txt(t.vocab)});
+        files.push_back({"tokenizer.json", tj_whole(added, TJ_BERT_NORMALIZER, "{\"type\": \"BertPreTokenizer\"}", "null",
+                                                    "{\"type\": \"BPEDecoder\", \"suffix\": \"</w>\"}",
+                                                    tj_bpe_model(t.gpt1.decoder, merge_lines(t.vocab), "<unk>", "</w>"))});
+        files.push_back({"tokenizer_config.json", tokenizer_config("OpenAIGPTTokenizer", c.n_ctx, {{"unk_token", "\"<unk>\""}})});
+    } else if (t.kind == "bert-wordpiece") {
+        const WordPiece& w = t.wordpiece;
+        std::vector<std::string> added;
+        for (const char* special : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
+            if (w.vocab.count(special)) added.push_back(tj_added(w.vocab.at(special), special));
+        std::sort(added.begin(), added.end(), [](const std::string& a, const std::string& b) {  // by id, as the library keeps them
+            return std::atoi(a.c_str() + a.find(':') + 1) < std::atoi(b.c_str() + b.find(':') + 1);
+        });
+        std::string post = "null";
+        if (w.cls >= 0 && w.sep >= 0) {  // [CLS] A [SEP] and [CLS] A [SEP] B [SEP], B with token type 1 (w_B)
+            auto tok = [](const char* k, const char* id, int type) {
+                return std::string("{\"") + k + "\": {\"id\": \"" + id + "\", \"type_id\": " + std::to_string(type) + "}}";
+            };
+            post = "{\"type\": \"TemplateProcessing\", \"single\": [" + tok("SpecialToken", "[CLS]", 0) + ", " + tok("Sequence", "A", 0) +
+                   ", " + tok("SpecialToken", "[SEP]", 0) + "], \"pair\": [" + tok("SpecialToken", "[CLS]", 0) + ", " +
+                   tok("Sequence", "A", 0) + ", " + tok("SpecialToken", "[SEP]", 0) + ", " + tok("Sequence", "B", 1) + ", " +
+                   tok("SpecialToken", "[SEP]", 1) + "], \"special_tokens\": {\"[CLS]\": {\"id\": \"[CLS]\", \"ids\": [" +
+                   std::to_string(w.cls) + "], \"tokens\": [\"[CLS]\"]}, \"[SEP]\": {\"id\": \"[SEP]\", \"ids\": [" + std::to_string(w.sep) +
+                   "], \"tokens\": [\"[SEP]\"]}}}";
+        }
+        std::string vocab_txt;
+        for (const std::string& token : w.tokens) vocab_txt += token + "\n";
+        files.push_back({"vocab.txt", vocab_txt});
+        files.push_back({"tokenizer.json",
+                         tj_whole(added, TJ_BERT_NORMALIZER, "{\"type\": \"BertPreTokenizer\"}", post,
+                                  "{\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true}",
+                                  "{\n    \"type\": \"WordPiece\",\n    \"unk_token\": \"[UNK]\",\n    \"continuing_subword_prefix\": \"##\",\n"
+                                  "    \"max_input_chars_per_word\": " + std::to_string(w.max_chars) + ",\n    \"vocab\": " + tj_vocab(w.tokens) + "\n  }")});
+        files.push_back({"tokenizer_config.json",
+                         tokenizer_config("BertTokenizer", c.n_ctx,
+                                          {{"do_lower_case", "true"}, {"tokenize_chinese_chars", "true"}, {"strip_accents", "null"},
+                                           {"unk_token", token_or_null(w.vocab, "[UNK]")}, {"sep_token", token_or_null(w.vocab, "[SEP]")},
+                                           {"pad_token", token_or_null(w.vocab, "[PAD]")}, {"cls_token", token_or_null(w.vocab, "[CLS]")},
+                                           {"mask_token", token_or_null(w.vocab, "[MASK]")}})});
+    } else if (t.kind == "char") {
+        // Each byte of the text is one id: a byte-level model without merges (each byte's symbol, as
+        // GPT-2's bytes_to_unicode writes it, mapped to the byte's id) behind a ByteLevel pre-tokeniser
+        // that does not split. BERT's and RoBERTa's three special ids follow the characters.
+        std::vector<std::string> by_id;
+        for (unsigned char ch : t.chars.chars) by_id.push_back(bytes_to_unicode(ch));
+        std::vector<std::string> added;
+        std::vector<std::pair<std::string, std::string>> fields;
+        if (masked) {
+            const bool roberta = c.variant == Variant::roberta;
+            const std::string names[3] = {roberta ? "<s>" : "[CLS]", roberta ? "</s>" : "[SEP]", roberta ? "<mask>" : "[MASK]"};
+            const int ids[3] = {c.cls_id, c.sep_id, c.mask_id};
+            for (int k = 0; k < 3; k++) added.push_back(tj_added(ids[k], names[k]));
+            fields = {{"cls_token", json_escape(names[0])}, {"sep_token", json_escape(names[1])}, {"mask_token", json_escape(names[2])}};
+            if (roberta) fields.insert(fields.begin(), {{"bos_token", json_escape(names[0])}, {"eos_token", json_escape(names[1])}});
+        }
+        // A byte outside the vocabulary: `transformer tokenize` refuses the text, and so does the
+        // tokenizers library, because the model's unk_token is a name that is not in its vocabulary
+        // ("Unk token `...` not found in the vocabulary"); with no unk_token it would drop the byte.
+        files.push_back({"tokenizer.json",
+                         tj_whole(added, "null", "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}",
+                                  "null", TJ_BYTE_LEVEL_DEC, tj_bpe_model(by_id, {}, HF_CHAR_OUTSIDE, ""))});
+        files.push_back({"tokenizer_config.json", tokenizer_config("PreTrainedTokenizerFast", c.n_ctx, fields)});
+    }
+    return files;
+}
+
+// ================================================================================================
+// MODEL FILES: whose file a path is, safetensors, checkpoints, Hugging Face import, load_model,
+// export to the Hugging Face classes
+// ================================================================================================
+
 // ---- Whose file is it? ---------------------------------------------------------------------------
 // Every kind of file this program writes carries a mark it can recognise later: the key
 // "written_by": "transformer" in a safetensors file's metadata and in an exported config.json, a
@@ -4030,16 +5464,7 @@ std::string read_file(const std::string& path) {
 }
 
 TF_COLD_END
-
 // ---- safetensors ---------------------------------------------------------------------------------
-// A count read from a file for an error message: whole digits up to 1e18, beyond that 3 digits and
-// an exponent (a shape's product or an offset may be any number a JSON file can hold).
-static std::string whole_number(double v) {
-    char text[64];
-    std::snprintf(text, sizeof text, std::fabs(v) < 1e18 ? "%.0f" : "%.3g", v);
-    return text;
-}
-
 const Tensor<float>* SafeTensors::find(const std::string& name) const {
     for (auto& kv : tensors)
         if (kv.first == name) return &kv.second;
@@ -4247,17 +5672,11 @@ SafeTensors load_safetensors(const std::string& path) {
 
 // ---- Model checkpoints ---------------------------------------------------------------------------
 std::map<std::string, std::string> config_metadata(const Config& c) {
-    auto num = [](double v) {
-        std::ostringstream o;
-        o.precision(17);
-        o << v;
-        return o.str();
-    };
     std::map<std::string, std::string> m = {
         {"variant", variant_name(c.variant)}, {"V", std::to_string(c.V)}, {"H", std::to_string(c.H)},
         {"F", std::to_string(c.F)},           {"D", std::to_string(c.D)}, {"L", std::to_string(c.L)},
         {"A", std::to_string(c.A)},           {"n_ctx", std::to_string(c.n_ctx)},
-        {"activation", activation_name(c.activation)}, {"eps", num(c.eps)}};
+        {"activation", activation_name(c.activation)}, {"eps", full_digits(c.eps)}};
     if (c.variant == Variant::bert || c.variant == Variant::roberta) {
         m["cls_id"] = std::to_string(c.cls_id);
         m["sep_id"] = std::to_string(c.sep_id);
@@ -4272,15 +5691,6 @@ std::map<std::string, std::string> config_metadata(const Config& c) {
     if (c.mlm_head) m["mlm_head"] = "1";
     if (c.pooler) m["pooler"] = "1";
     return m;
-}
-
-static int parse_int(const std::string& s, const std::string& what) {
-    char* end = nullptr;
-    errno = 0;
-    const long v = std::strtol(s.c_str(), &end, 10);
-    if (s.empty() || *end != '\0' || errno || v < -2147483647L || v > 2147483647L)
-        throw Error(what + ": '" + s + "' is not an integer");
-    return (int)v;
 }
 
 Config config_from_metadata(const std::map<std::string, std::string>& m) {
@@ -4347,6 +5757,11 @@ std::pair<long long, long long> strip_checkpoint(const std::string& in, const st
     const long long a = file_size(in), b = file_size(out);
     return a >= 0 && b >= 0 ? std::make_pair(a, b) : std::make_pair(-1LL, -1LL);
 }
+
+static Error nonfinite_error(const std::string& path, const std::string& tensor) {
+    return Error("'" + path + "': tensor '" + tensor + "' holds a value that is not finite (NaN or infinity); the model is unusable");
+}
+
 
 namespace {
 // ---- What the importers of Hugging Face files share ----------------------------------------------
@@ -4974,6 +6389,60 @@ static LoadedModel import_hf_bert(const std::string& path, const SafeTensorsRead
     return lm;
 }
 
+// A checkpoint of this program's own format; every parameter is checked to be finite as it is read.
+static LoadedModel load_own_model(const std::string& path, const SafeTensorsReader& st,
+                                  const std::vector<std::string>& allowed_extra_prefixes) {
+    if (!st.int_buffers.empty()) throw Error("'" + path + "': unexpected tensor '" + st.int_buffers[0] + "' (integers)");
+    LoadedModel lm;
+    lm.file.metadata = st.metadata;
+    try {
+        lm.config = config_from_metadata(lm.file.metadata);
+    } catch (const Error& e) {
+        throw Error("'" + path + "': " + e.what());
+    }
+    lm.params = make_params<float>(lm.config, false);  // shapes only: each tensor is read into its place
+    ArenaScope arena(arena_bytes(lm.config, lm.params));
+    std::vector<Named<float>> named = named_tensors(lm.config, lm.params);
+    std::map<std::string, Tensor<float>*> want;
+    for (auto& nt : named) want[nt.name] = nt.tensor;
+    for (auto& e : st.entries) {  // checked before anything is read
+        auto it = want.find(e.name);
+        if (it == want.end()) {
+            bool allowed = false;
+            for (auto& pre : allowed_extra_prefixes) allowed |= e.name.rfind(pre, 0) == 0;
+            if (!allowed)
+                throw Error("'" + path + "': unexpected tensor '" + e.name + "' for a " + variant_name(lm.config.variant) +
+                            " model with L=" + std::to_string(lm.config.L) + ", A=" + std::to_string(lm.config.A));
+        } else if (e.shape != it->second->shape) {
+            throw Error("'" + path + "': tensor '" + e.name + "' is " + shape_str(e.shape) + ", expected " +
+                        shape_str(it->second->shape));
+        }
+    }
+    for (auto& kv : want)  // the first missing name in sorted order
+        if (!st.find(kv.first)) throw Error("'" + path + "': missing tensor '" + kv.first + "'");
+    for (auto& nt : named) *nt.tensor = Tensor<float>::uninit(nt.tensor->shape);  // in the arena, in this order
+    for (auto& e : st.entries) {
+        auto it = want.find(e.name);
+        if (it == want.end()) lm.file.tensors.emplace_back(e.name, st.read(e));
+        else if (!st.read(e, it->second->ptr(), 0, it->second->size())) throw nonfinite_error(path, e.name);
+    }
+    return lm;
+}
+
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
+    const SafeTensorsReader st(path);
+    LoadedModel lm;
+    if (is_hf_gpt2(st)) lm = import_hf_gpt2(path, st);
+    else if (is_hf_openai_gpt(st)) lm = import_hf_openai_gpt(path, st);
+    else if (is_hf_roberta(st)) lm = import_hf_bert(path, st, true);
+    else if (is_hf_bert(st)) lm = import_hf_bert(path, st, false);
+    else return load_own_model(path, st, allowed_extra_prefixes);
+    // The imports convert (split, transpose) as they read: checked afterwards, named in our terms.
+    const std::string bad = first_nonfinite(lm.config, lm.params);
+    if (!bad.empty()) throw nonfinite_error(path, bad);
+    return lm;
+}
+
 // ---- Export to the Hugging Face classes (see transformer.hpp) ------------------------------------
 // The inverse of the imports above, through the same tables (openai_gpt_slots, bert_slots) and the
 // inverse of each join or split; GPT-2's names are written here as import_hf_gpt2 reads them.
@@ -5028,16 +6497,6 @@ static const char* hf_activation_name(Activation a) {
         case Activation::gelu_sigmoid: return "quick_gelu";  // x sigmoid(1.702 x), Hugging Face's QuickGELU
     }
     return "?";
-}
-
-// The shortest form that reads back as the same double (1e-05, not 1.0000000000000001e-05).
-static std::string shortest_double(double v) {
-    char buf[64];
-    for (int digits = 1; digits <= 17; digits++) {
-        std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-        if (std::strtod(buf, nullptr) == v) break;
-    }
-    return buf;
 }
 
 std::string hf_gpt2_config_json(const Config& c, int eos_id) {
@@ -5139,168 +6598,8 @@ void check_output_dir(const std::string& dir, const std::string& role, const std
         throw Error("cannot write " + what + ": cannot create it in '" + parent + "' (" + std::strerror(errno) + ")");
 }
 
-const char* const HF_CHAR_OUTSIDE = "<a character outside this model's vocabulary>";
 const std::vector<std::string> HF_EXPORT_FILES = {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
                                                    "vocab.json", "merges.txt", "vocab.txt"};
-
-// ---- The tokenizer's files for Hugging Face (see hf_tokenizer_files in transformer.hpp) ----------
-static bool is_bpe_special(const std::string& w);
-namespace {
-std::string tj_bool(bool b) { return b ? "true" : "false"; }
-// One entry of tokenizer.json's added_tokens: a special token matched in the text before the model.
-std::string tj_added(int id, const std::string& content, bool lstrip = false, bool normalized = false) {
-    return "    {\"id\": " + std::to_string(id) + ", \"content\": " + json_escape(content) + ", \"single_word\": false, \"lstrip\": " +
-           tj_bool(lstrip) + ", \"rstrip\": false, \"normalized\": " + tj_bool(normalized) + ", \"special\": true}";
-}
-// {"token": id, ...} in id order.
-std::string tj_vocab(const std::vector<std::string>& by_id) {
-    std::string v = "{";
-    for (std::size_t i = 0; i < by_id.size(); i++) v += (i ? ",\n      " : "\n      ") + json_escape(by_id[i]) + ": " + std::to_string(i);
-    return v + "\n    }";
-}
-// The merges of vocab.bpe / merges.txt in order, each "A B", as make_bpe and make_gpt1_bpe read them.
-static std::vector<std::string> merge_lines(const std::string& vocab_bpe) {
-    std::vector<std::string> out;
-    for (const MergeLine& m : read_merges(vocab_bpe, "merges")) out.push_back(m.a + " " + m.b);
-    return out;
-}
-// merges.txt as the slow classes read it: they drop the first line and the last (empty) one.
-std::string merges_txt(const std::string& vocab_bpe) {
-    std::string m = "#version: 0.2\n";
-    for (const std::string& line : merge_lines(vocab_bpe)) m += line + "\n";
-    return m;
-}
-std::string tj_bpe_model(const std::vector<std::string>& by_id, const std::vector<std::string>& merges, const std::string& unk,
-                         const std::string& suffix) {
-    std::string m = "{\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": " + (unk.empty() ? "null" : json_escape(unk)) +
-                    ",\n    \"continuing_subword_prefix\": \"\",\n    \"end_of_word_suffix\": " + json_escape(suffix) +
-                    ",\n    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n    \"vocab\": " + tj_vocab(by_id) + ",\n    \"merges\": [";
-    for (std::size_t i = 0; i < merges.size(); i++) m += (i ? ",\n      " : "\n      ") + json_escape(merges[i]);
-    return m + (merges.empty() ? "]\n  }" : "\n    ]\n  }");
-}
-const char* const TJ_BYTE_LEVEL_PRE = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}";
-const char* const TJ_BYTE_LEVEL_DEC = "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true}";
-const char* const TJ_BERT_NORMALIZER =
-    "{\"type\": \"BertNormalizer\", \"clean_text\": true, \"handle_chinese_chars\": true, \"strip_accents\": null, \"lowercase\": true}";
-std::string tj_whole(const std::vector<std::string>& added, const std::string& normalizer, const std::string& pre,
-                     const std::string& post, const std::string& decoder, const std::string& model) {
-    std::string j = "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
-    for (std::size_t i = 0; i < added.size(); i++) j += (i ? ",\n" : "\n") + added[i];
-    j += added.empty() ? "],\n" : "\n  ],\n";
-    j += "  \"normalizer\": " + normalizer + ",\n  \"pre_tokenizer\": " + pre + ",\n  \"post_processor\": " + post +
-         ",\n  \"decoder\": " + decoder + ",\n  \"model\": " + model + "\n}\n";
-    return j;
-}
-// tokenizer_config.json: the class AutoTokenizer builds and the special tokens (null: none).
-std::string tokenizer_config(const std::string& cls, int n_ctx, const std::vector<std::pair<std::string, std::string>>& fields) {
-    std::string j = "{\n  \"tokenizer_class\": \"" + cls + "\",\n  \"model_max_length\": " + std::to_string(n_ctx) +
-                    ",\n  \"clean_up_tokenization_spaces\": false";
-    for (const auto& kv : fields) j += ",\n  \"" + kv.first + "\": " + kv.second;
-    return j + "\n}\n";
-}
-std::string token_or_null(const std::unordered_map<std::string, int>& vocab, const std::string& token) {
-    return vocab.count(token) ? json_escape(token) : "null";
-}
-}  // namespace
-
-std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokenizer& t, const Config& c) {
-    std::vector<std::pair<std::string, std::string>> files;
-    const bool masked = c.variant == Variant::bert || c.variant == Variant::roberta;
-    if (t.kind == "gpt2-bpe" || t.kind == "roberta-bpe") {
-        std::vector<std::string> by_id(t.bpe.size());
-        for (const auto& kv : t.bpe.encoder) by_id[kv.second] = kv.first;
-        const bool roberta = t.kind == "roberta-bpe";
-        std::vector<std::string> added;
-        for (int id = 0; id < (int)by_id.size(); id++)
-            if (is_bpe_special(by_id[id])) added.push_back(tj_added(id, by_id[id], roberta && by_id[id] == "<mask>", !(roberta && by_id[id] == "<mask>")));
-        std::string post = "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true}";
-        if (roberta)
-            post = "{\"type\": \"RobertaProcessing\", \"sep\": [\"</s>\", " + std::to_string(t.bpe.encoder.at("</s>")) + "], \"cls\": [\"<s>\", " +
-                   std::to_string(t.bpe.encoder.at("<s>")) + "], \"trim_offsets\": true, \"add_prefix_space\": false}";
-        files.push_back({"vocab.json", t.encoder_json});
-        files.push_back({"merges.txt", merges_txt(t.vocab)});
-        files.push_back({"tokenizer.json", tj_whole(added, "null", TJ_BYTE_LEVEL_PRE, post, TJ_BYTE_LEVEL_DEC,
-                                                    tj_bpe_model(by_id, merge_lines(t.vocab), "", ""))});
-        const std::string eot = token_or_null(t.bpe.encoder, "<|endoftext|>");
-        if (roberta)
-            files.push_back({"tokenizer_config.json",
-                             tokenizer_config("RobertaTokenizer", c.n_ctx,
-                                              {{"add_prefix_space", "false"}, {"trim_offsets", "true"}, {"bos_token", "\"<s>\""},
-                                               {"cls_token", "\"<s>\""}, {"eos_token", "\"</s>\""}, {"sep_token", "\"</s>\""},
-                                               {"unk_token", "\"<unk>\""}, {"pad_token", "\"<pad>\""}, {"mask_token", "\"<mask>\""}})});
-        else
-            files.push_back({"tokenizer_config.json",
-                             tokenizer_config("GPT2Tokenizer", c.n_ctx,
-                                              {{"add_prefix_space", "false"}, {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot}})});
-    } else if (t.kind == "gpt1-bpe") {
-        std::vector<std::string> added;
-        if (t.gpt1.unk >= 0) added.push_back(tj_added(t.gpt1.unk, "<unk>"));
-        files.push_back({"vocab.json", t.encoder_json});
-        files.push_back({"merges.txt", merges_txt(t.vocab)});
-        files.push_back({"tokenizer.json", tj_whole(added, TJ_BERT_NORMALIZER, "{\"type\": \"BertPreTokenizer\"}", "null",
-                                                    "{\"type\": \"BPEDecoder\", \"suffix\": \"</w>\"}",
-                                                    tj_bpe_model(t.gpt1.decoder, merge_lines(t.vocab), "<unk>", "</w>"))});
-        files.push_back({"tokenizer_config.json", tokenizer_config("OpenAIGPTTokenizer", c.n_ctx, {{"unk_token", "\"<unk>\""}})});
-    } else if (t.kind == "bert-wordpiece") {
-        const WordPiece& w = t.wordpiece;
-        std::vector<std::string> added;
-        for (const char* special : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
-            if (w.vocab.count(special)) added.push_back(tj_added(w.vocab.at(special), special));
-        std::sort(added.begin(), added.end(), [](const std::string& a, const std::string& b) {  // by id, as the library keeps them
-            return std::atoi(a.c_str() + a.find(':') + 1) < std::atoi(b.c_str() + b.find(':') + 1);
-        });
-        std::string post = "null";
-        if (w.cls >= 0 && w.sep >= 0) {  // [CLS] A [SEP] and [CLS] A [SEP] B [SEP], B with token type 1 (w_B)
-            auto tok = [](const char* k, const char* id, int type) {
-                return std::string("{\"") + k + "\": {\"id\": \"" + id + "\", \"type_id\": " + std::to_string(type) + "}}";
-            };
-            post = "{\"type\": \"TemplateProcessing\", \"single\": [" + tok("SpecialToken", "[CLS]", 0) + ", " + tok("Sequence", "A", 0) +
-                   ", " + tok("SpecialToken", "[SEP]", 0) + "], \"pair\": [" + tok("SpecialToken", "[CLS]", 0) + ", " +
-                   tok("Sequence", "A", 0) + ", " + tok("SpecialToken", "[SEP]", 0) + ", " + tok("Sequence", "B", 1) + ", " +
-                   tok("SpecialToken", "[SEP]", 1) + "], \"special_tokens\": {\"[CLS]\": {\"id\": \"[CLS]\", \"ids\": [" +
-                   std::to_string(w.cls) + "], \"tokens\": [\"[CLS]\"]}, \"[SEP]\": {\"id\": \"[SEP]\", \"ids\": [" + std::to_string(w.sep) +
-                   "], \"tokens\": [\"[SEP]\"]}}}";
-        }
-        std::string vocab_txt;
-        for (const std::string& token : w.tokens) vocab_txt += token + "\n";
-        files.push_back({"vocab.txt", vocab_txt});
-        files.push_back({"tokenizer.json",
-                         tj_whole(added, TJ_BERT_NORMALIZER, "{\"type\": \"BertPreTokenizer\"}", post,
-                                  "{\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true}",
-                                  "{\n    \"type\": \"WordPiece\",\n    \"unk_token\": \"[UNK]\",\n    \"continuing_subword_prefix\": \"##\",\n"
-                                  "    \"max_input_chars_per_word\": " + std::to_string(w.max_chars) + ",\n    \"vocab\": " + tj_vocab(w.tokens) + "\n  }")});
-        files.push_back({"tokenizer_config.json",
-                         tokenizer_config("BertTokenizer", c.n_ctx,
-                                          {{"do_lower_case", "true"}, {"tokenize_chinese_chars", "true"}, {"strip_accents", "null"},
-                                           {"unk_token", token_or_null(w.vocab, "[UNK]")}, {"sep_token", token_or_null(w.vocab, "[SEP]")},
-                                           {"pad_token", token_or_null(w.vocab, "[PAD]")}, {"cls_token", token_or_null(w.vocab, "[CLS]")},
-                                           {"mask_token", token_or_null(w.vocab, "[MASK]")}})});
-    } else if (t.kind == "char") {
-        // Each byte of the text is one id: a byte-level model without merges (each byte's symbol, as
-        // GPT-2's bytes_to_unicode writes it, mapped to the byte's id) behind a ByteLevel pre-tokeniser
-        // that does not split. BERT's and RoBERTa's three special ids follow the characters.
-        std::vector<std::string> by_id;
-        for (unsigned char ch : t.chars.chars) by_id.push_back(bytes_to_unicode(ch));
-        std::vector<std::string> added;
-        std::vector<std::pair<std::string, std::string>> fields;
-        if (masked) {
-            const bool roberta = c.variant == Variant::roberta;
-            const std::string names[3] = {roberta ? "<s>" : "[CLS]", roberta ? "</s>" : "[SEP]", roberta ? "<mask>" : "[MASK]"};
-            const int ids[3] = {c.cls_id, c.sep_id, c.mask_id};
-            for (int k = 0; k < 3; k++) added.push_back(tj_added(ids[k], names[k]));
-            fields = {{"cls_token", json_escape(names[0])}, {"sep_token", json_escape(names[1])}, {"mask_token", json_escape(names[2])}};
-            if (roberta) fields.insert(fields.begin(), {{"bos_token", json_escape(names[0])}, {"eos_token", json_escape(names[1])}});
-        }
-        // A byte outside the vocabulary: `transformer tokenize` refuses the text, and so does the
-        // tokenizers library, because the model's unk_token is a name that is not in its vocabulary
-        // ("Unk token `...` not found in the vocabulary"); with no unk_token it would drop the byte.
-        files.push_back({"tokenizer.json",
-                         tj_whole(added, "null", "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}",
-                                  "null", TJ_BYTE_LEVEL_DEC, tj_bpe_model(by_id, {}, HF_CHAR_OUTSIDE, ""))});
-        files.push_back({"tokenizer_config.json", tokenizer_config("PreTrainedTokenizerFast", c.n_ctx, fields)});
-    }
-    return files;
-}
 
 // The model as the layout holds it: with attention biases (zeros where the model has none).
 static Params<float> with_attention_biases(const Config& c, const Params<float>& p, Config& e) {
@@ -5443,123 +6742,10 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
     return done;
 }
 
-static Error nonfinite_error(const std::string& path, const std::string& tensor) {
-    return Error("'" + path + "': tensor '" + tensor + "' holds a value that is not finite (NaN or infinity); the model is unusable");
-}
-
-// A checkpoint of this program's own format; every parameter is checked to be finite as it is read.
-static LoadedModel load_own_model(const std::string& path, const SafeTensorsReader& st,
-                                  const std::vector<std::string>& allowed_extra_prefixes) {
-    if (!st.int_buffers.empty()) throw Error("'" + path + "': unexpected tensor '" + st.int_buffers[0] + "' (integers)");
-    LoadedModel lm;
-    lm.file.metadata = st.metadata;
-    try {
-        lm.config = config_from_metadata(lm.file.metadata);
-    } catch (const Error& e) {
-        throw Error("'" + path + "': " + e.what());
-    }
-    lm.params = make_params<float>(lm.config, false);  // shapes only: each tensor is read into its place
-    ArenaScope arena(arena_bytes(lm.config, lm.params));
-    std::vector<Named<float>> named = named_tensors(lm.config, lm.params);
-    std::map<std::string, Tensor<float>*> want;
-    for (auto& nt : named) want[nt.name] = nt.tensor;
-    for (auto& e : st.entries) {  // checked before anything is read
-        auto it = want.find(e.name);
-        if (it == want.end()) {
-            bool allowed = false;
-            for (auto& pre : allowed_extra_prefixes) allowed |= e.name.rfind(pre, 0) == 0;
-            if (!allowed)
-                throw Error("'" + path + "': unexpected tensor '" + e.name + "' for a " + variant_name(lm.config.variant) +
-                            " model with L=" + std::to_string(lm.config.L) + ", A=" + std::to_string(lm.config.A));
-        } else if (e.shape != it->second->shape) {
-            throw Error("'" + path + "': tensor '" + e.name + "' is " + shape_str(e.shape) + ", expected " +
-                        shape_str(it->second->shape));
-        }
-    }
-    for (auto& kv : want)  // the first missing name in sorted order
-        if (!st.find(kv.first)) throw Error("'" + path + "': missing tensor '" + kv.first + "'");
-    for (auto& nt : named) *nt.tensor = Tensor<float>::uninit(nt.tensor->shape);  // in the arena, in this order
-    for (auto& e : st.entries) {
-        auto it = want.find(e.name);
-        if (it == want.end()) lm.file.tensors.emplace_back(e.name, st.read(e));
-        else if (!st.read(e, it->second->ptr(), 0, it->second->size())) throw nonfinite_error(path, e.name);
-    }
-    return lm;
-}
-
-LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes) {
-    const SafeTensorsReader st(path);
-    LoadedModel lm;
-    if (is_hf_gpt2(st)) lm = import_hf_gpt2(path, st);
-    else if (is_hf_openai_gpt(st)) lm = import_hf_openai_gpt(path, st);
-    else if (is_hf_roberta(st)) lm = import_hf_bert(path, st, true);
-    else if (is_hf_bert(st)) lm = import_hf_bert(path, st, false);
-    else return load_own_model(path, st, allowed_extra_prefixes);
-    // The imports convert (split, transpose) as they read: checked afterwards, named in our terms.
-    const std::string bad = first_nonfinite(lm.config, lm.params);
-    if (!bad.empty()) throw nonfinite_error(path, bad);
-    return lm;
-}
-
 // ================================================================================================
-// DATA: the character vocabulary, the built-in addition task
+// RUNS: the built-in tasks, the memory a run needs, the plot, one training loop for every objective,
+// starting from a checkpoint, fine-tuning (formulas §28), bench
 // ================================================================================================
-
-// ---- Character vocabulary ------------------------------------------------------------------------
-CharVocab::CharVocab() {
-    for (int& v : id) v = -1;
-}
-
-CharVocab CharVocab::from_text(const std::string& text) {
-    bool seen[256] = {};
-    for (unsigned char ch : text) seen[ch] = true;
-    CharVocab v;
-    for (int b = 0; b < 256; b++)
-        if (seen[b]) v.id[b] = (int)v.chars.size(), v.chars.push_back((unsigned char)b);
-    return v;
-}
-
-std::vector<int> CharVocab::encode(const std::string& text, const std::string& where) const {
-    std::vector<int> ids;
-    ids.reserve(text.size());
-    for (std::size_t i = 0; i < text.size(); i++) {
-        const unsigned char ch = (unsigned char)text[i];
-        if (id[ch] < 0) throw Error(describe_char_at(text, i, where) + " is not in the model's vocabulary");
-        ids.push_back(id[ch]);
-    }
-    return ids;
-}
-
-std::string CharVocab::decode(const std::vector<int>& ids) const {
-    std::string s;
-    for (int t : ids) {
-        if (t >= 0 && t < size()) s += (char)chars[t];
-        else if (t == size()) s += "[CLS]";
-        else if (t == size() + 1) s += "[SEP]";
-        else s += "_";
-    }
-    return s;
-}
-
-std::string CharVocab::to_metadata() const {
-    std::string s;
-    for (std::size_t k = 0; k < chars.size(); k++) s += (k ? "," : "") + std::to_string(chars[k]);
-    return s;
-}
-
-CharVocab CharVocab::from_metadata(const std::string& s) {
-    CharVocab v;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        const int b = parse_int(item, "metadata 'vocab'");
-        if (b < 0 || b > 255 || v.id[b] >= 0) throw Error("metadata 'vocab': bad or repeated byte " + item);
-        v.id[b] = (int)v.chars.size();
-        v.chars.push_back((unsigned char)b);
-    }
-    if (v.chars.empty()) throw Error("metadata 'vocab' is empty");
-    return v;
-}
 
 // ---- The built-in task: addition -----------------------------------------------------------------
 const std::string AdditionTask::alphabet = "\n+0123456789=";
@@ -5586,8 +6772,78 @@ static void addition_example(const CharVocab& vocab, int a, int b, std::vector<i
     for (std::size_t i = AdditionTask::prompt_len() - 1; i < x.size(); i++) y[i] = ids[i + 1];
 }
 
-TF_COLD_END
+// The built-in labelled tasks, one per input transformation, in the world of the addition task
+// (operands and sums written as the pre-training text writes them: "123+456", sum "9750"):
+//   classify    big|small: is the sum 1000 or more?          "big<TAB>623+456"
+//   entailment  yes|no: is the hypothesis the sum?           "yes<TAB>123+456<TAB>9750"
+//   similarity  same|different: do the two sums agree?       "same<TAB>123+456<TAB>300+279"
+//   choice      which of 4 sums is the sum?                   "2<TAB>123+456<TAB>3850<TAB>0141<TAB>9750<TAB>6201"
+// A wrong sum is any other sum 0..1998, so its units digit differs 9 times in 10: the tasks need
+// the arithmetic, mostly of the digit the pre-training text states first. The premise stops before
+// "=": with the start token in front and the delimiter in the place of "=", every digit sits where
+// it sat in a pre-training line read with --line-windows.
+// held_out: only pairs the pre-training never saw (AdditionTask::held_out), for validation files.
+std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t seed, bool held_out) {
+    if (examples < 1) throw Error("addition_finetune_task: examples must be >= 1");
+    Rng rng(seed);
+    auto pair = [&](int& a, int& b) {
+        do a = rng.below(1000), b = rng.below(1000);
+        while (AdditionTask::held_out(a, b) != held_out);
+    };
+    auto operands = [](int a, int b) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%03d+%03d", a, b);
+        return std::string(buf);
+    };
+    auto sum_text = [](int s) {  // least significant digit first, 4 digits
+        char buf[48];
+        std::snprintf(buf, sizeof buf, "%d%d%d%d", s % 10, s / 10 % 10, s / 100 % 10, s / 1000);
+        return std::string(buf);
+    };
+    auto other = [&](int s) {  // a different sum 0..1998
+        int t;
+        do t = rng.below(1999);
+        while (t == s);
+        return t;
+    };
+    std::string out;
+    for (int k = 0; k < examples; k++) {
+        int a, b;
+        pair(a, b);
+        const int s = a + b;
+        switch (kind) {
+            case FinetuneKind::classify: out += std::string(s >= 1000 ? "big" : "small") + "\t" + operands(a, b); break;
+            case FinetuneKind::entailment: {
+                const bool yes = rng.below(2) == 0;
+                out += std::string(yes ? "yes" : "no") + "\t" + operands(a, b) + "\t" + sum_text(yes ? s : other(s));
+                break;
+            }
+            case FinetuneKind::similarity: {
+                const bool same = rng.below(2) == 0;
+                const int t = same ? s : other(s);
+                const int c = std::max(0, t - 999) + rng.below(std::min(t, 999) - std::max(0, t - 999) + 1);  // c + d = t
+                out += std::string(same ? "same" : "different") + "\t" + operands(a, b) + "\t" + operands(c, t - c);
+                break;
+            }
+            case FinetuneKind::choice: {
+                const int answer = rng.below(4);
+                std::vector<int> sums = {s};
+                while (sums.size() < 4) {
+                    const int t = other(s);
+                    if (std::find(sums.begin(), sums.end(), t) == sums.end()) sums.push_back(t);
+                }
+                std::swap(sums[0], sums[answer]);
+                out += std::to_string(answer) + "\t" + operands(a, b);
+                for (int t : sums) out += "\t" + sum_text(t);
+                break;
+            }
+        }
+        out += "\n";
+    }
+    return out;
+}
 
+TF_COLD_END
 double addition_accuracy(const Config& c, const Params<float>& p, const CharVocab& vocab, int problems, uint64_t seed) {
     Rng rng(seed);
     int right = 0, done = 0;
@@ -5604,69 +6860,7 @@ double addition_accuracy(const Config& c, const Params<float>& p, const CharVoca
     return (double)right / problems;
 }
 
-// ================================================================================================
-// BENCH: the speed of a model (loading, generation)
-// ================================================================================================
-
-ModelSpeed model_speed(const Config& c, Params<float>& p) {
-    using Clock = std::chrono::steady_clock;
-    auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
-    ModelSpeed r;
-    const std::string path = temporary_directory() + "/transformer-bench-" + std::to_string(process_id()) + ".safetensors";
-    struct Removed {
-        std::string path;
-        ~Removed() { std::remove(path.c_str()); }
-    } removed{path};
-    save_model(path, c, p);
-    r.load_ms = r.fread_ms = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
-        auto t = Clock::now();
-        {
-            std::FILE* f = std::fopen(path.c_str(), "rb");
-            if (!f) throw Error("bench: cannot read back '" + path + "': " + std::strerror(errno));
-            std::fseek(f, 0, SEEK_END);
-            const long size = std::ftell(f);
-            std::fseek(f, 0, SEEK_SET);
-            std::unique_ptr<char[]> fresh(new char[(std::size_t)std::max(size, 1L)]);  // not written: fresh pages
-            const std::size_t got = std::fread(fresh.get(), 1, (std::size_t)size, f);
-            std::fclose(f);
-            if (size < 0 || got != (std::size_t)size) throw Error("bench: reading '" + path + "' back failed");
-            r.file_bytes = (double)size;
-            r.fread_ms = std::min(r.fread_ms, ms_since(t));
-        }
-        pool_trim();  // load into fresh memory too, not into blocks the pool kept
-        t = Clock::now();
-        {
-            const LoadedModel lm = load_model(path);
-            r.load_ms = std::min(r.load_ms, ms_since(t));
-        }
-        pool_trim();
-    }
-    if (!is_causal(c.variant)) return r;
-    r.context_to = std::min(128, c.n_ctx), r.context_from = r.context_to / 2;
-    KVCache<float> k;
-    Rng rng(11);
-    r.token_ms = 1e30;
-    // The yardstick's passes alternate with the tokens' passes, so both see the machine in the same
-    // state (one core's read speed drifts by 10-15% from one second to the next on a shared host).
-    const std::vector<float> buf = read_buffer(4.0 * (double)count_params(c).actual);
-    for (int pass = 0; pass < 6; pass++) {  // the first warms the pool and the caches; then the best of 5
-        kv_init(c, k);
-        for (int t = 0; t < r.context_from; t++) model_step(c, p, rng.below(c.V), k);
-        const auto t0 = Clock::now();
-        for (int t = r.context_from; t < r.context_to; t++) model_step(c, p, rng.below(c.V), k);
-        if (pass > 0) r.token_ms = std::min(r.token_ms, ms_since(t0) / std::max(1, r.context_to - r.context_from));
-        if (pass > 0) r.mem_read_gbps = std::max(r.mem_read_gbps, read_pass_gbps(buf));
-    }
-    return r;
-}
-
 TF_COLD_BEGIN
-// ================================================================================================
-// THE TRAINING LOOP: the memory a run needs, the plot, one loop for every objective, starting from a
-// checkpoint
-// ================================================================================================
-
 // ---- Memory of a training run ----------------------------------------------------------------
 // Activations per step (floats, B*n rows): per layer the caches of two LayerNorms, the inputs of
 // both sub-blocks, Q K V and the concatenated heads (4 H), the attention probabilities (A n per
@@ -5740,32 +6934,6 @@ std::string loss_svg(const std::vector<std::pair<long long, double>>& train,
 }
 
 // ---- The training loop ---------------------------------------------------------------------------
-static std::string num_str(double v) {
-    std::ostringstream o;
-    o.precision(17);
-    o << v;
-    return o.str();
-}
-static long long parse_i64(const std::string& s, const std::string& what) {
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || *end != '\0' || errno) throw Error(what + ": '" + s + "' is not an integer");
-    return v;
-}
-static uint64_t parse_u64(const std::string& s, const std::string& what) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-    if (s.empty() || s[0] == '-' || *end != '\0' || errno) throw Error(what + ": '" + s + "' is not an unsigned integer");
-    return v;
-}
-static double parse_double(const std::string& s, const std::string& what) {
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || !std::isfinite(v)) throw Error(what + ": '" + s + "' is not a number");
-    return v;
-}
 
 // The hyperparameters travel in the checkpoint as "train.<flag>" metadata, so --resume continues
 // the same run.
@@ -5780,13 +6948,13 @@ static std::map<std::string, std::string> options_metadata(const TrainOptions& o
             {"train.eval_steps", std::to_string(o.eval_steps)},
             {"train.save_every", std::to_string(o.save_every)},
             {"train.log_every", std::to_string(o.log_every)},
-            {"train.lr", num_str(o.lr)},
-            {"train.min_lr", num_str(o.min_lr)},
-            {"train.weight_decay", num_str(o.weight_decay)},
-            {"train.beta1", num_str(o.beta1)},
-            {"train.beta2", num_str(o.beta2)},
-            {"train.grad_clip", num_str(o.grad_clip)},
-            {"train.dropout", num_str(o.dropout)},
+            {"train.lr", full_digits(o.lr)},
+            {"train.min_lr", full_digits(o.min_lr)},
+            {"train.weight_decay", full_digits(o.weight_decay)},
+            {"train.beta1", full_digits(o.beta1)},
+            {"train.beta2", full_digits(o.beta2)},
+            {"train.grad_clip", full_digits(o.grad_clip)},
+            {"train.dropout", full_digits(o.dropout)},
             {"train.seed", std::to_string(o.seed)},
             {"train.schedule", o.schedule},
             {"train.objective", o.objective},
@@ -6122,8 +7290,8 @@ static double learning_rate(const TrainOptions& o, long long step_index) {
 // One line of the run's CSV log: step, train loss, validation loss (empty when not evaluated), the
 // learning rate, and the objective's parts of the loss.
 static std::string log_line(long long step, double loss, double val, double lr, const std::vector<double>& parts) {
-    std::string line = std::to_string(step) + "," + num_str(loss) + "," + (val >= 0 ? num_str(val) : "") + "," + num_str(lr);
-    for (double v : parts) line += "," + num_str(v);
+    std::string line = std::to_string(step) + "," + full_digits(loss) + "," + (val >= 0 ? full_digits(val) : "") + "," + full_digits(lr);
+    for (double v : parts) line += "," + full_digits(v);
     return line + "\n";
 }
 
@@ -6192,7 +7360,7 @@ TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& ob
         const std::string kept = saved_step < 0 ? "no checkpoint was written"
                                                 : "'" + o.out + "' still holds step " + std::to_string(saved_step);
         const std::string remedy = o.grad_clip > 0 ? "Lower --lr or --grad-clip?" : "Lower --lr, or clip the gradient (--grad-clip 1)?";
-        return Error("train: " + what + " became " + num_str(v) + " at step " + std::to_string(step) + "; stopped (" + kept + "). " +
+        return Error("train: " + what + " became " + full_digits(v) + " at step " + std::to_string(step) + "; stopped (" + kept + "). " +
                      remedy);
     };
     TrainResult r;
@@ -6660,9 +7828,7 @@ TrainResult train(const TrainOptions& opt_in) {
     return r;
 }
 
-// ================================================================================================
-// FINE-TUNING (formulas §28): labelled files, the head on a pre-trained model
-// ================================================================================================
+// ---- Fine-tuning (formulas §28): labelled files, the head on a pre-trained model ----------------
 
 TrainOptions finetune_loop_defaults() {
     TrainOptions t;
@@ -7196,7 +8362,7 @@ static void finetune_metadata(RunState& s, const FinetuneOptions& fo, const Fine
         s.meta["vocab"] = vocab.to_metadata();
     }
     spec_to_metadata(spec, s.meta);
-    s.meta["finetune.lambda"] = num_str(fo.lambda);
+    s.meta["finetune.lambda"] = full_digits(fo.lambda);
     s.meta["finetune.from"] = fo.scratch ? "(scratch)" : fo.checkpoint;
     s.meta["finetune.train"] = fo.train_file;
     s.meta["train.data"] = "";
@@ -7283,7 +8449,7 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     finetune_metadata(s, fo, spec, tok, vocab);
     Objective obj;
     obj.part_names = {"L1", "L2"};
-    obj.title = std::string(variant_name(c.variant)) + " fine-tuning (" + fo.task + "): L3 = L2 + " + num_str(fo.lambda) + " L1";
+    obj.title = std::string(variant_name(c.variant)) + " fine-tuning (" + fo.task + "): L3 = L2 + " + full_digits(fo.lambda) + " L1";
     obj.step = [&](Params<float>& g, Rng& rng, std::vector<double>& parts) {
         std::vector<const EncodedExample*> chunk;
         const std::vector<int>& pool = by_K.size() == 1 ? by_K.begin()->second : by_K[train_ex[rng.below((int)N)].seqs.size()];
@@ -7329,1223 +8495,73 @@ FinetuneResult finetune(const FinetuneOptions& fo) {
     return r;
 }
 
+TF_COLD_END
+// ---- bench: the speed of a model (loading, generation) ------------------------------------------
 
-// The built-in labelled tasks, one per input transformation, in the world of the addition task
-// (operands and sums written as the pre-training text writes them: "123+456", sum "9750"):
-//   classify    big|small: is the sum 1000 or more?          "big<TAB>623+456"
-//   entailment  yes|no: is the hypothesis the sum?           "yes<TAB>123+456<TAB>9750"
-//   similarity  same|different: do the two sums agree?       "same<TAB>123+456<TAB>300+279"
-//   choice      which of 4 sums is the sum?                   "2<TAB>123+456<TAB>3850<TAB>0141<TAB>9750<TAB>6201"
-// A wrong sum is any other sum 0..1998, so its units digit differs 9 times in 10: the tasks need
-// the arithmetic, mostly of the digit the pre-training text states first. The premise stops before
-// "=": with the start token in front and the delimiter in the place of "=", every digit sits where
-// it sat in a pre-training line read with --line-windows.
-// held_out: only pairs the pre-training never saw (AdditionTask::held_out), for validation files.
-std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t seed, bool held_out) {
-    if (examples < 1) throw Error("addition_finetune_task: examples must be >= 1");
-    Rng rng(seed);
-    auto pair = [&](int& a, int& b) {
-        do a = rng.below(1000), b = rng.below(1000);
-        while (AdditionTask::held_out(a, b) != held_out);
-    };
-    auto operands = [](int a, int b) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%03d+%03d", a, b);
-        return std::string(buf);
-    };
-    auto sum_text = [](int s) {  // least significant digit first, 4 digits
-        char buf[48];
-        std::snprintf(buf, sizeof buf, "%d%d%d%d", s % 10, s / 10 % 10, s / 100 % 10, s / 1000);
-        return std::string(buf);
-    };
-    auto other = [&](int s) {  // a different sum 0..1998
-        int t;
-        do t = rng.below(1999);
-        while (t == s);
-        return t;
-    };
-    std::string out;
-    for (int k = 0; k < examples; k++) {
-        int a, b;
-        pair(a, b);
-        const int s = a + b;
-        switch (kind) {
-            case FinetuneKind::classify: out += std::string(s >= 1000 ? "big" : "small") + "\t" + operands(a, b); break;
-            case FinetuneKind::entailment: {
-                const bool yes = rng.below(2) == 0;
-                out += std::string(yes ? "yes" : "no") + "\t" + operands(a, b) + "\t" + sum_text(yes ? s : other(s));
-                break;
-            }
-            case FinetuneKind::similarity: {
-                const bool same = rng.below(2) == 0;
-                const int t = same ? s : other(s);
-                const int c = std::max(0, t - 999) + rng.below(std::min(t, 999) - std::max(0, t - 999) + 1);  // c + d = t
-                out += std::string(same ? "same" : "different") + "\t" + operands(a, b) + "\t" + operands(c, t - c);
-                break;
-            }
-            case FinetuneKind::choice: {
-                const int answer = rng.below(4);
-                std::vector<int> sums = {s};
-                while (sums.size() < 4) {
-                    const int t = other(s);
-                    if (std::find(sums.begin(), sums.end(), t) == sums.end()) sums.push_back(t);
-                }
-                std::swap(sums[0], sums[answer]);
-                out += std::to_string(answer) + "\t" + operands(a, b);
-                for (int t : sums) out += "\t" + sum_text(t);
-                break;
-            }
+ModelSpeed model_speed(const Config& c, Params<float>& p) {
+    using Clock = std::chrono::steady_clock;
+    auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+    ModelSpeed r;
+    const std::string path = temporary_directory() + "/transformer-bench-" + std::to_string(process_id()) + ".safetensors";
+    struct Removed {
+        std::string path;
+        ~Removed() { std::remove(path.c_str()); }
+    } removed{path};
+    save_model(path, c, p);
+    r.load_ms = r.fread_ms = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        auto t = Clock::now();
+        {
+            std::FILE* f = std::fopen(path.c_str(), "rb");
+            if (!f) throw Error("bench: cannot read back '" + path + "': " + std::strerror(errno));
+            std::fseek(f, 0, SEEK_END);
+            const long size = std::ftell(f);
+            std::fseek(f, 0, SEEK_SET);
+            std::unique_ptr<char[]> fresh(new char[(std::size_t)std::max(size, 1L)]);  // not written: fresh pages
+            const std::size_t got = std::fread(fresh.get(), 1, (std::size_t)size, f);
+            std::fclose(f);
+            if (size < 0 || got != (std::size_t)size) throw Error("bench: reading '" + path + "' back failed");
+            r.file_bytes = (double)size;
+            r.fread_ms = std::min(r.fread_ms, ms_since(t));
         }
-        out += "\n";
-    }
-    return out;
-}
-
-// ================================================================================================
-// TOKENIZER: GPT-2's byte-level BPE (see transformer.hpp for the three steps)
-// ================================================================================================
-
-// ---- Unicode: UTF-8 and the classes \p{L}, \p{N}, \s of GPT-2's pattern ---------------------------
-static bool unicode_letter(uint32_t cp);  // general category L* (tables at the end of this section)
-static bool unicode_number(uint32_t cp);  // general category N*
-static bool unicode_space(uint32_t cp) {  // the White_Space property
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-           cp == 0x3000;
-}
-
-// ---- Step 1: pre-tokenization ------------------------------------------------------------------
-// The pattern's alternatives in order; c[i..j) is the piece found at position i (code points).
-std::vector<std::string> gpt2_pretokenize(const std::string& text) {
-    std::vector<uint32_t> c;
-    std::vector<std::size_t> at;
-    utf8_decode(text, c, at);
-    enum Class { letter, number, space, other };
-    auto cls = [&](std::size_t k) {
-        return unicode_letter(c[k]) ? letter : unicode_number(c[k]) ? number : unicode_space(c[k]) ? space : other;
-    };
-    const std::size_t n = c.size();
-    std::vector<std::string> pieces;
-    for (std::size_t i = 0, j; i < n; i = j) {
-        j = i;
-        if (c[i] == '\'' && i + 1 < n) {  // 's|'t|'re|'ve|'m|'ll|'d
-            const uint32_t a = c[i + 1], b = i + 2 < n ? c[i + 2] : 0;
-            if (a == 's' || a == 't' || a == 'm' || a == 'd') j = i + 2;
-            else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) j = i + 3;
+        pool_trim();  // load into fresh memory too, not into blocks the pool kept
+        t = Clock::now();
+        {
+            const LoadedModel lm = load_model(path);
+            r.load_ms = std::min(r.load_ms, ms_since(t));
         }
-        if (j == i) {  //  ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+ : an optional space, then one class's run
-            const std::size_t k = c[i] == ' ' && i + 1 < n && cls(i + 1) != space ? i + 1 : i;
-            const Class run = cls(k);
-            if (run != space)
-                for (j = k + 1; j < n && cls(j) == run;) j++;
-        }
-        if (j == i) {  // \s+(?!\S)|\s+ : white space; before more text its last character is left
-            std::size_t e = i;  // to start the next piece (" word"), unless the run is one character
-            while (e < n && cls(e) == space) e++;
-            j = e < n && e - i >= 2 ? e - 1 : e;
-        }
-        pieces.push_back(text.substr(at[i], at[j] - at[i]));
+        pool_trim();
     }
-    return pieces;
-}
-
-// ---- Step 2: bytes as printable symbols --------------------------------------------------------
-static const std::string& byte_symbol(unsigned char b) {
-    static const std::vector<std::string> table = [] {
-        auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
-        std::vector<std::string> t(256);
-        for (int x = 0, next = 0x100; x < 256; x++) utf8_append(t[x], printable(x) ? (uint32_t)x : (uint32_t)next++);
-        return t;
-    }();
-    return table[b];
-}
-std::string bytes_to_unicode(unsigned char b) { return byte_symbol(b); }
-
-// ---- Step 3: merges ----------------------------------------------------------------------------
-std::vector<MergeLine> read_merges(const std::string& text, const std::string& file) {
-    std::vector<MergeLine> out;
-    std::stringstream ss(text);
-    std::string line;
-    for (int line_no = 1; std::getline(ss, line); line_no++) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-        const std::size_t sp = line.find(' ');
-        if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
-            throw Error(file + ": line " + std::to_string(line_no) + " is not two symbols separated by one space");
-        out.push_back({line.substr(0, sp), line.substr(sp + 1), line_no});
+    if (!is_causal(c.variant)) return r;
+    r.context_to = std::min(128, c.n_ctx), r.context_from = r.context_to / 2;
+    KVCache<float> k;
+    Rng rng(11);
+    r.token_ms = 1e30;
+    // The yardstick's passes alternate with the tokens' passes, so both see the machine in the same
+    // state (one core's read speed drifts by 10-15% from one second to the next on a shared host).
+    const std::vector<float> buf = read_buffer(4.0 * (double)count_params(c).actual);
+    for (int pass = 0; pass < 6; pass++) {  // the first warms the pool and the caches; then the best of 5
+        kv_init(c, k);
+        for (int t = 0; t < r.context_from; t++) model_step(c, p, rng.below(c.V), k);
+        const auto t0 = Clock::now();
+        for (int t = r.context_from; t < r.context_to; t++) model_step(c, p, rng.below(c.V), k);
+        if (pass > 0) r.token_ms = std::min(r.token_ms, ms_since(t0) / std::max(1, r.context_to - r.context_from));
+        if (pass > 0) r.mem_read_gbps = std::max(r.mem_read_gbps, read_pass_gbps(buf));
     }
-    return out;
+    return r;
 }
 
-std::vector<std::string> read_encoder(const std::string& json, const std::string& file, const std::string& what,
-                                      std::unordered_map<std::string, int>& encoder) {
-    const Json j = parse_json(json);
-    if (j.type != Json::object || j.obj.empty()) throw Error(file + ": expected an object {\"" + what + "\": id, ...}");
-    const std::size_t N = j.obj.size();
-    std::vector<std::string> symbols(N);
-    std::vector<bool> seen(N, false);
-    for (const auto& kv : j.obj) {
-        const double v = kv.second.num;
-        if (kv.second.type != Json::number || v != std::floor(v) || v < 0 || v >= (double)N)
-            throw Error(file + ": the id of '" + kv.first + "' is not an integer in 0.." + std::to_string(N - 1));
-        const int id = (int)v;
-        if (seen[id]) throw Error(file + ": id " + std::to_string(id) + " is given twice");
-        if (kv.first.empty() || !encoder.emplace(kv.first, id).second)
-            throw Error(file + ": the " + what + " '" + kv.first + "' is empty or given twice");
-        seen[id] = true;
-        symbols[id] = kv.first;
-    }
-    return symbols;
-}
-
-// GPT-2's loop: find the adjacent pair with the lowest rank, merge every occurrence of it left to
-// right, repeat until no pair has a rank. Rescanning the whole piece each time is O(n^2), which a
-// long piece without spaces makes hours, so the same passes run on a linked list of symbols with
-// a heap of candidate pairs (rank, left symbol): O(n log n). A merge never recreates the pair just
-// merged (the new symbol is longer than both halves), and the pairs it does create are queued only
-// after the pass, so the passes are exactly GPT-2's.
-// Step 3 on a word's first symbols (GPT-2: one per byte; GPT-1: one per character, "</w>" on the
-// last), shared by both BPEs: repeatedly merge every occurrence, left to right, of the adjacent
-// pair with the lowest rank. A heap holds the candidate pairs (rank, left symbol), so a long word
-// costs O(n log n), not O(n^2).
-static std::vector<std::string> bpe_merges(std::vector<std::string> sym, const std::unordered_map<std::string, int>& ranks) {
-    const int n = (int)sym.size();
-    std::vector<int> prev(n), next(n);
-    std::vector<char> alive(n, 1);
-    for (int i = 0; i < n; i++) prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
-    auto rank_of = [&](int i) {  // rank of the pair (sym[i], sym[next[i]]), -1 if none
-        if (i < 0 || next[i] < 0) return -1;
-        auto it = ranks.find(sym[i] + " " + sym[next[i]]);
-        return it == ranks.end() ? -1 : it->second;
-    };
-    using Candidate = std::pair<int, int>;  // (rank, left symbol): the lowest rank, then leftmost, first
-    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-    auto push = [&](int i) {
-        const int r = rank_of(i);
-        if (r >= 0) heap.push({r, i});
-    };
-    for (int i = 0; i < n; i++) push(i);
-    std::vector<int> merged;
-    while (!heap.empty()) {
-        const int r = heap.top().first;  // one pass: every occurrence of the pair of rank r
-        merged.clear();
-        while (!heap.empty() && heap.top().first == r) {
-            const int i = heap.top().second;
-            heap.pop();
-            if (!alive[i] || rank_of(i) != r) continue;  // out of date: a neighbour was merged
-            const int j = next[i];
-            sym[i] += sym[j], alive[j] = 0;
-            next[i] = next[j];
-            if (next[j] >= 0) prev[next[j]] = i;
-            merged.push_back(i);
-        }
-        for (int i : merged)
-            if (alive[i]) push(prev[i]), push(i);
-    }
-    std::vector<std::string> out;
-    for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(std::move(sym[i]));
-    return out;
-}
-
-std::vector<std::string> BPE::bpe(const std::string& piece) const {
-    std::vector<std::string> sym(piece.size());
-    for (std::size_t i = 0; i < piece.size(); i++) sym[i] = byte_symbol((unsigned char)piece[i]);
-    return bpe_merges(std::move(sym), ranks);
-}
-
-std::vector<int> BPE::encode(const std::string& text, const std::function<void(std::size_t, std::size_t)>& progress) const {
-    std::vector<int> ids;
-    std::unordered_map<std::string, std::vector<int>> done;  // pieces repeat: merge each once
-    std::size_t bytes = 0;
-    for (const std::string& piece : gpt2_pretokenize(text)) {
-        auto it = done.find(piece);
-        if (it == done.end()) {
-            std::vector<int> v;
-            for (const std::string& sym : bpe(piece)) {
-                auto e = encoder.find(sym);
-                if (e == encoder.end()) throw Error("BPE: the symbol '" + sym + "' is not in the vocabulary");
-                v.push_back(e->second);
-            }
-            it = done.emplace(piece, std::move(v)).first;
-        }
-        ids.insert(ids.end(), it->second.begin(), it->second.end());
-        bytes += piece.size();
-        if (progress) progress(bytes, ids.size());
-    }
-    return ids;
-}
-
-std::string BPE::decode(const std::vector<int>& ids) const {
-    std::string out;
-    for (int id : ids) {
-        if (id < 0 || id >= size())
-            throw Error("BPE: token id " + std::to_string(id) + " is outside 0.." + std::to_string(size() - 1));
-        out += decoder[id];
-    }
-    return out;
-}
-
-// The tokens of a byte-level BPE vocabulary that no merge makes: GPT-2's "<|endoftext|>", RoBERTa's
-// <s>, <pad>, </s>, <unk>, <mask> and the "madeupword0000".. that pad its vocabulary.
-static bool is_bpe_special(const std::string& w) {
-    if (w.size() > 4 && w.compare(0, 2, "<|") == 0 && w.compare(w.size() - 2, 2, "|>") == 0) return true;
-    if (w == "<s>" || w == "<pad>" || w == "</s>" || w == "<unk>" || w == "<mask>") return true;
-    return w.size() == 14 && w.compare(0, 10, "madeupword") == 0 && w.find_first_not_of("0123456789", 10) == std::string::npos;
-}
-
-// RoBERTa's tokenizer (roberta-bpe): GPT-2's byte-level BPE with RoBERTa's vocab.json and merges.txt.
-// Its special tokens <s>, <pad>, </s>, <unk>, <mask> written in the text are those tokens, and
-// <mask> takes the white space before it along (Hugging Face's lstrip): "Paris is <mask>." is
-// "Paris" "Ġis" <mask> ".", where a plain BPE of " <mask>" would leave a token "Ġ" before it.
-std::vector<int> roberta_encode(const BPE& bpe, const std::string& text) {
-    static const char* const specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
-    std::vector<int> ids;
-    std::size_t from = 0;  // the text before `from` is encoded
-    for (std::size_t i = 0; i < text.size(); i++) {
-        if (text[i] != '<') continue;
-        for (const char* sp : specials) {
-            const std::size_t len = std::strlen(sp);
-            if (text.compare(i, len, sp) != 0) continue;
-            std::size_t end = i;
-            if (std::strcmp(sp, "<mask>") == 0)
-                while (end > from && (text[end - 1] == ' ' || text[end - 1] == '\t' || text[end - 1] == '\n' || text[end - 1] == '\r')) end--;
-            const std::vector<int> before = bpe.encode(text.substr(from, end - from));
-            ids.insert(ids.end(), before.begin(), before.end());
-            ids.push_back(bpe.encoder.at(sp));
-            from = i + len, i = from - 1;
-            break;
-        }
-    }
-    const std::vector<int> rest = bpe.encode(text.substr(from));
-    ids.insert(ids.end(), rest.begin(), rest.end());
-    return ids;
-}
-
-BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
-    BPE t;
-    const std::vector<std::string> symbols = read_encoder(encoder_json, "encoder.json", "token", t.encoder);
-    std::map<uint32_t, char> byte_of;  // symbol code point -> the byte it stands for
-    for (int b = 0; b < 256; b++) {
-        std::vector<uint32_t> cp;
-        std::vector<std::size_t> at;
-        utf8_decode(byte_symbol((unsigned char)b), cp, at);
-        byte_of[cp[0]] = (char)b;
-    }
-    t.decoder.assign(symbols.size(), std::string());
-    for (std::size_t id = 0; id < symbols.size(); id++) {
-        std::vector<uint32_t> cps;
-        std::vector<std::size_t> at;
-        utf8_decode(symbols[id], cps, at);
-        for (uint32_t cp : cps) {
-            auto b = byte_of.find(cp);
-            if (b == byte_of.end())
-                throw Error("encoder.json: the token '" + symbols[id] + "' has a character outside the 256 byte symbols");
-            t.decoder[id] += b->second;
-        }
-    }
-    auto eot = t.encoder.find("<|endoftext|>");
-    t.eot = eot == t.encoder.end() ? -1 : eot->second;
-    for (const MergeLine& m : read_merges(vocab_bpe, "vocab.bpe")) t.ranks.emplace(m.a + " " + m.b, (int)t.ranks.size());
-    if (t.ranks.empty()) throw Error("vocab.bpe: no merges");
-    // Every token beyond the 256 byte symbols and the special ones ("<|endoftext|>") is made by one
-    // merge, so fewer merges than those tokens means a cut file (GPT-2's: 50000 merges, 50257 tokens).
-    long long made = (long long)t.encoder.size() - 256;
-    for (const auto& kv : t.encoder) made -= is_bpe_special(kv.first);
-    if ((long long)t.ranks.size() < made)
-        throw Error("vocab.bpe: " + std::to_string(t.ranks.size()) + " merges, but encoder.json has " + std::to_string(made) +
-                    " tokens made by merges (beyond the 256 byte symbols and the special ones): the file is cut short");
-    return t;
-}
-
-// make(encoder, merges) on the two files' texts; an error names both files.
-template <typename Make>
-static auto load_encoder_and_merges(const std::string& encoder_path, const std::string& merges_path, Make make) {
-    const std::string enc = read_file(encoder_path), merges = read_file(merges_path);
-    try {
-        return make(enc, merges);
-    } catch (const Error& e) {
-        throw Error("'" + encoder_path + "', '" + merges_path + "': " + e.what());
-    }
-}
-
-BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
-    return load_encoder_and_merges(encoder_json_path, vocab_bpe_path, make_bpe);
-}
-
-// ---- Learning a byte-level BPE vocabulary (bpe) ----
-// See transformer.hpp for the rule. The trainer's state:
-//   words   every distinct piece as its current symbol ids, in one array (start, length), with its count;
-//   pairs   an open-addressing table (left << 32 | right) -> record: the pair's count over all words
-//           and the list of words where it was formed in the current merge;
-//   heap    entries (count, pair, list of words): the largest count first, then the smallest pair.
-// A merge takes the top entry; if its count is out of date it goes back with the current one (it
-// only ever overstates: a count that grows gets a fresh entry), else the pair is merged in the
-// entry's words. Merging in a word changes its neighbours' pairs exactly as Hugging Face's
-// Word::merge reports them: for each occurrence (x A B y) -> (x R y), pairs (x A) and (B y) lose the
-// word's count, (x R) and (R y) gain it, and the words of the gained pairs become new entries.
-
-std::string bpe_special_problem(const std::string& s) {
-    if (s.empty()) return "it is empty";
-    for (unsigned char ch : s)
-        if (ch < 0x21 || ch > 0x7E) return "it must be printable ASCII without spaces";
-    const bool bracketed = s.size() > 4 && s.compare(0, 2, "<|") == 0 && s.compare(s.size() - 2, 2, "|>") == 0;
-    if (!bracketed && s != "<s>" && s != "<pad>" && s != "</s>" && s != "<unk>" && s != "<mask>")
-        return "the GPT-2 loader keeps only <|NAME|> and RoBERTa's <s> <pad> </s> <unk> <mask> out of the merges";
-    return "";
-}
-
-// The id of each byte: its symbol's rank in code-point order.
-static const std::vector<int>& bpe_byte_ids() {
-    static const std::vector<int> ids = [] {
-        std::vector<std::pair<uint32_t, int>> by_cp;
-        for (int b = 0; b < 256; b++) {
-            uint32_t cp = 0;
-            utf8_next(byte_symbol((unsigned char)b), 0, cp);
-            by_cp.push_back({cp, b});
-        }
-        std::sort(by_cp.begin(), by_cp.end());
-        std::vector<int> v(256);
-        for (int k = 0; k < 256; k++) v[by_cp[k].second] = k;
-        return v;
-    }();
-    return ids;
-}
-
-// One line (with its newline); `offset` is its first byte's offset in the file, line_no its number.
-static void bpe_count_line(BpePieces& p, const std::string& line, const std::vector<std::string>& specials,
-                           const std::string& where, long long line_no, long long offset) {
-    for (std::size_t i = 0; i < line.size();) {
-        uint32_t cp;
-        const int len = (unsigned char)line[i] < 0x80 ? 1 : utf8_next(line, i, cp);
-        if (len == 0) {
-            char buf[128];
-            std::snprintf(buf, sizeof buf, ": line %lld is not valid UTF-8: byte 0x%02X at byte offset %lld (byte %zu of the line)",
-                          line_no, (unsigned)(unsigned char)line[i], offset + (long long)i, i + 1);
-            throw Error(where + buf);
-        }
-        i += (std::size_t)len;
-    }
-    p.lines++, p.bytes += (long long)line.size();
-    auto count = [&](std::size_t from, std::size_t to) {
-        if (to <= from) return;
-        for (std::string& piece : gpt2_pretokenize(line.substr(from, to - from))) p.count[std::move(piece)]++, p.pieces++;
-    };
-    std::size_t from = 0;
-    while (!specials.empty()) {  // the leftmost special token, the longest of those starting there
-        std::size_t at = std::string::npos, len = 0;
-        for (const std::string& s : specials) {
-            const std::size_t k = line.find(s, from);
-            if (k != std::string::npos && (k < at || (k == at && s.size() > len))) at = k, len = s.size();
-        }
-        if (at == std::string::npos) break;
-        count(from, at);
-        from = at + len;
-    }
-    count(from, line.size());
-}
-
-void bpe_count_text(BpePieces& p, const std::string& text, const std::vector<std::string>& specials, const std::string& where) {
-    long long line_no = 0;
-    for (std::size_t i = 0; i < text.size();) {
-        const std::size_t nl = text.find('\n', i);
-        const std::size_t end = nl == std::string::npos ? text.size() : nl + 1;
-        bpe_count_line(p, text.substr(i, end - i), specials, where, ++line_no, (long long)i);
-        i = end;
-    }
-}
-
-void bpe_count_file(BpePieces& p, const std::string& path, const std::vector<std::string>& specials,
-                    const std::function<void(long long)>& progress) {
-    std::FILE* f = open_input(path);
-    const std::string where = "--data '" + path + "'";
-    std::vector<char> buf(1 << 20);
-    std::string line;
-    long long line_no = 0, offset = 0, read = 0, next_report = 16 << 20;
-    try {
-        std::size_t got;
-        while ((got = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
-            read += (long long)got;
-            for (std::size_t i = 0; i < got;) {
-                const char* nl = (const char*)std::memchr(buf.data() + i, '\n', got - i);
-                const std::size_t end = nl ? (std::size_t)(nl - buf.data()) + 1 : got;
-                line.append(buf.data() + i, end - i);
-                i = end;
-                if (nl) {
-                    bpe_count_line(p, line, specials, where, ++line_no, offset);
-                    offset += (long long)line.size();
-                    line.clear();
-                }
-            }
-            if (progress && read >= next_report) progress(read), next_report += 16 << 20;
-        }
-        if (std::ferror(f)) throw Error(where + ": read error: " + std::strerror(errno));
-        if (!line.empty()) bpe_count_line(p, line, specials, where, ++line_no, offset);
-    } catch (...) {
-        std::fclose(f);
-        throw;
-    }
-    std::fclose(f);
-}
-
-namespace {
-// (left, right) -> index of the pair's record; linear probing in a power-of-two table.
-struct BpePairIndex {
-    std::vector<uint64_t> keys;  // EMPTY where free
-    std::vector<int32_t> vals;
-    std::size_t used = 0;
-    static constexpr uint64_t EMPTY = ~0ull;
-    BpePairIndex() : keys(1 << 16, EMPTY), vals(1 << 16, -1) {}
-    static std::size_t slot(uint64_t key, std::size_t mask) { return (std::size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask; }
-    // The value slot of key, inserted as -1 if absent.
-    int32_t& at(uint64_t key) {
-        if (2 * (used + 1) > keys.size()) grow();
-        const std::size_t mask = keys.size() - 1;
-        std::size_t k = slot(key, mask);
-        while (keys[k] != key && keys[k] != EMPTY) k = (k + 1) & mask;
-        if (keys[k] == EMPTY) keys[k] = key, vals[k] = -1, used++;
-        return vals[k];
-    }
-    void grow() {
-        std::vector<uint64_t> old_keys(keys.size() * 2, EMPTY);
-        std::vector<int32_t> old_vals(keys.size() * 2, -1);
-        old_keys.swap(keys), old_vals.swap(vals);
-        const std::size_t mask = keys.size() - 1;
-        for (std::size_t i = 0; i < old_keys.size(); i++) {
-            if (old_keys[i] == EMPTY) continue;
-            std::size_t k = slot(old_keys[i], mask);
-            while (keys[k] != EMPTY) k = (k + 1) & mask;
-            keys[k] = old_keys[i], vals[k] = old_vals[i];
-        }
-    }
-};
-struct BpePairRecord {
-    uint64_t key;
-    long long count = 0;
-    int list = -1;       // the words where the pair was formed in merge `step`
-    long long step = -1;
-};
-struct BpeHeapEntry {
-    long long count;
-    uint64_t key;
-    int list;
-    bool operator<(const BpeHeapEntry& o) const { return count != o.count ? count < o.count : key > o.key; }
-};
-}  // namespace
-
-// bpe_learn's state: the words as symbol ids in one array, each pair's count and the words it occurs
-// in (listed when its count grew since the pair was last taken from the heap), and the heap of pairs.
-struct BpeLearner {
-    std::vector<int32_t> sym;
-    std::vector<std::size_t> start;
-    std::vector<int32_t> len;
-    std::vector<long long> wcount;
-    BpePairIndex index;
-    std::vector<BpePairRecord> rec;
-    std::vector<std::vector<int32_t>> lists;
-    std::vector<int> free_lists;
-    std::vector<int> touched;  // records given a list in this step
-    long long step = 0;
-    std::priority_queue<BpeHeapEntry> heap;
-
-    // The words of the pieces, each piece's bytes as the byte symbols' ids.
-    BpeLearner(const BpePieces& pieces, const std::vector<int>& byte_id) {
-        std::size_t total = 0;
-        for (const auto& kv : pieces.count) total += kv.first.size();
-        sym.reserve(total), start.reserve(pieces.count.size()), len.reserve(pieces.count.size()), wcount.reserve(pieces.count.size());
-        for (const auto& kv : pieces.count) {
-            start.push_back(sym.size()), len.push_back((int32_t)kv.first.size()), wcount.push_back(kv.second);
-            for (unsigned char ch : kv.first) sym.push_back(byte_id[ch]);
-        }
-    }
-    int new_list() {
-        if (!free_lists.empty()) {
-            const int l = free_lists.back();
-            free_lists.pop_back();
-            return l;
-        }
-        lists.emplace_back();
-        return (int)lists.size() - 1;
-    }
-    void release(int l) {
-        std::vector<int32_t>().swap(lists[l]);
-        free_lists.push_back(l);
-    }
-    // The count of pair (x, y) changes by delta in word w; a gain lists w with the pair.
-    void add(int32_t x, int32_t y, long long delta, int32_t w) {
-        const uint64_t key = (uint64_t)(uint32_t)x << 32 | (uint32_t)y;
-        int32_t& v = index.at(key);
-        if (v < 0) {
-            v = (int32_t)rec.size();
-            rec.push_back(BpePairRecord{key});
-        }
-        BpePairRecord& r = rec[v];
-        r.count += delta;
-        if (delta <= 0) return;
-        if (r.step != step) r.step = step, r.list = new_list(), touched.push_back(v);
-        std::vector<int32_t>& l = lists[r.list];
-        if (l.empty() || l.back() != w) l.push_back(w);
-    }
-    // The pairs whose count grew in this step onto the heap, with their lists of words.
-    void push_touched() {
-        for (int v : touched) {
-            BpePairRecord& r = rec[v];
-            if (r.count > 0) heap.push({r.count, r.key, r.list});
-            else release(r.list);
-            r.list = -1;
-        }
-        touched.clear();
-    }
-    // Every pair of every word counted once, then on the heap.
-    void count_pairs() {
-        for (int32_t w = 0; w < (int32_t)start.size(); w++)
-            for (int32_t k = 0; k + 1 < len[w]; k++) add(sym[start[w] + k], sym[start[w] + k + 1], wcount[w], w);
-        push_touched();
-    }
-    // The most frequent pair whose count is current, popped from the heap; false when none is left.
-    bool pop_best(BpeHeapEntry& top) {
-        while (!heap.empty()) {
-            top = heap.top();
-            heap.pop();
-            const long long now = rec[index.at(top.key)].count;
-            if (top.count == now) return true;
-            if (now > 0) top.count = now, heap.push(top);  // out of date
-            else release(top.list);                       // the pair is gone everywhere
-        }
-        return false;
-    }
-    // Pair (A, B) merged into R in word w, left to right without overlap; the counts of its neighbours' pairs follow.
-    void merge_in_word(int32_t w, int32_t A, int32_t B, int32_t R) {
-        int32_t* s = sym.data() + start[w];
-        const int32_t n = len[w];
-        const long long c = wcount[w];
-        int32_t r = 0;
-        while (r + 1 < n && !(s[r] == A && s[r + 1] == B)) r++;
-        if (r + 1 >= n) return;  // merged already (a pair listed twice) or never here
-        int32_t out = r;
-        while (r < n) {
-            if (r + 1 < n && s[r] == A && s[r + 1] == B) {
-                if (out > 0) add(s[out - 1], A, -c, w), add(s[out - 1], R, c, w);
-                if (r + 2 < n) add(B, s[r + 2], -c, w), add(R, s[r + 2], c, w);
-                s[out++] = R, r += 2;
-            } else {
-                s[out++] = s[r++];
-            }
-        }
-        len[w] = out;
-    }
-};
-
-BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o) {
-    if (o.merges < 1) throw Error("bpe: the number of merges must be positive, got " + std::to_string(o.merges));
-    if (o.min_count < 1) throw Error("bpe: the minimum count must be at least 1, got " + std::to_string(o.min_count));
-    BpeLearnt b;
-    std::unordered_map<std::string, int> id_of;
-    const std::vector<int>& byte_id = bpe_byte_ids();
-    b.tokens.assign(256, std::string());
-    for (int x = 0; x < 256; x++) b.tokens[byte_id[x]] = std::string(1, (char)x);
-    for (int k = 0; k < 256; k++) id_of.emplace(b.tokens[k], k);
-    BpeLearner m(pieces, byte_id);
-    m.count_pairs();
-    BpeHeapEntry top;
-    while ((long long)b.merges.size() < o.merges && m.pop_best(top)) {
-        if (top.count < o.min_count) break;
-        const int32_t A = (int32_t)(top.key >> 32), B = (int32_t)(top.key & 0xFFFFFFFFu);
-        const std::string made = b.tokens[A] + b.tokens[B];
-        auto it = id_of.find(made);
-        const int32_t R = it != id_of.end() ? it->second : (int32_t)b.tokens.size();
-        if (it == id_of.end()) id_of.emplace(made, R), b.tokens.push_back(made);
-        b.merges.push_back({A, B, R, top.count});
-        m.step++;
-        std::vector<int32_t> words;
-        words.swap(m.lists[top.list]);
-        m.release(top.list);
-        for (int32_t w : words) m.merge_in_word(w, A, B, R);
-        m.push_touched();
-        if (o.progress) o.progress(b);
-    }
-    for (const std::string& s : o.specials) {
-        if (id_of.count(s)) throw Error("bpe: the special token '" + s + "' is already a token");
-        id_of.emplace(s, (int)b.tokens.size()), b.tokens.push_back(s), b.specials++;
-    }
-    return b;
-}
-
-const char* const BPE_VOCAB_HEADER = "#version: 0.2 written by transformer bpe";  // file_has_mark sees it
-
-static std::string bpe_symbols(const std::string& bytes) {
-    std::string s;
-    for (unsigned char ch : bytes) s += byte_symbol(ch);
-    return s;
-}
-
-std::string bpe_encoder_json(const BpeLearnt& b) {
-    std::string out = "{";
-    const int first_special = (int)b.tokens.size() - b.specials;
-    for (std::size_t id = 0; id < b.tokens.size(); id++)
-        out += (id ? ", " : "") + json_escape((int)id < first_special ? bpe_symbols(b.tokens[id]) : b.tokens[id]) + ": " + std::to_string(id);
-    return out + "}\n";
-}
-
-std::string bpe_vocab_bpe(const BpeLearnt& b) {
-    std::unordered_map<uint64_t, std::size_t> last;  // pair -> its last merge
-    for (std::size_t k = 0; k < b.merges.size(); k++) last[(uint64_t)(uint32_t)b.merges[k].left << 32 | (uint32_t)b.merges[k].right] = k;
-    std::string out = std::string(BPE_VOCAB_HEADER) + "\n";
-    for (std::size_t k = 0; k < b.merges.size(); k++) {
-        const BpeMerge& m = b.merges[k];
-        if (last[(uint64_t)(uint32_t)m.left << 32 | (uint32_t)m.right] != k) continue;
-        out += bpe_symbols(b.tokens[m.left]) + " " + bpe_symbols(b.tokens[m.right]) + "\n";
-    }
-    return out;
-}
-
-void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& inputs) {
-    check_output_dir(dir, "--out", {"encoder.json", "vocab.bpe"}, "vocab.bpe");  // our vocab.bpe's first line is the mark
-    if (path_kind(dir) == PathKind::missing) return;  // created later: holds nothing yet
-    std::vector<InputFile> in;
-    for (const std::string& i : inputs) in.push_back({i, "--data"});
-    check_outputs({{path_in_dir(dir, "encoder.json"), "--out encoder.json", OutputKind::in_own_dir},
-                   {path_in_dir(dir, "vocab.bpe"), "--out vocab.bpe", OutputKind::in_own_dir}},
-                  in);
-}
-
-void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs) {
-    bpe_check_out_dir(dir, inputs);
-    const std::string enc = bpe_encoder_json(b), voc = bpe_vocab_bpe(b);
-    StagedDir staged(dir);  // both files or neither (and no new directory left behind)
-    try {
-        write_file_atomic(staged.stage("vocab.bpe"), voc);
-        write_file_atomic(staged.stage("encoder.json"), enc);
-        staged.commit();
-    } catch (const Error& e) {
-        throw Error(staged.failure(e.what()));
-    }
-}
-
-// ================================================================================================
-// TOKENIZERS of the released GPT-1 and BERT (see transformer.hpp)
-// ================================================================================================
-static bool unicode_mark_nonspacing(uint32_t cp);  // Mn (tables at the end of this section)
-static bool unicode_punctuation(uint32_t cp);      // P*
-static bool unicode_control(uint32_t cp);          // Cc, Cf, Co, Cs
-static bool unicode_unassigned(uint32_t cp);       // Cn
-static void unicode_lower(uint32_t cp, std::vector<uint32_t>& out);
-static void unicode_strip_accents(uint32_t cp, std::vector<uint32_t>& out);
-
-// BERT's _is_chinese_char: the CJK Unified Ideographs blocks and their extensions, and the CJK
-// Compatibility Ideographs (not Hangul, Hiragana or Katakana).
-static bool cjk_ideograph(uint32_t cp) {
-    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
-           (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
-           (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
-}
-// BERT's punctuation: every ASCII character that is neither a letter, a digit nor a space (so $ + <
-// = > ^ ` | ~, which Unicode calls symbols, count), and Unicode's P*.
-static bool bert_punctuation(uint32_t cp) {
-    return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126) ||
-           unicode_punctuation(cp);
-}
-// Hangul syllable s = 0xAC00 + (L * 21 + V) * 28 + T -> the jamo 0x1100 + L, 0x1161 + V and, for
-// T > 0, 0x11A7 + T (the Unicode standard's arithmetic decomposition; no jamo is a mark).
-static bool hangul_nfd(uint32_t cp, std::vector<uint32_t>& out) {
-    if (cp < 0xAC00 || cp > 0xD7A3) return false;
-    const uint32_t s = cp - 0xAC00, T = s % 28;
-    out.push_back(0x1100 + s / (21 * 28)), out.push_back(0x1161 + (s % (21 * 28)) / 28);
-    if (T) out.push_back(0x11A7 + T);
-    return true;
-}
-
-std::string bert_normalize(const std::string& text) {
-    std::vector<uint32_t> cps, step;
-    std::vector<std::size_t> at;
-    utf8_decode(text, cps, at);
-    for (uint32_t cp : cps) {  // 1. clean and 2. CJK
-        const bool keep_control = cp == '\t' || cp == '\n' || cp == '\r';
-        if (cp == 0 || cp == 0xFFFD || (!keep_control && (unicode_control(cp) || unicode_unassigned(cp)))) continue;
-        if (unicode_space(cp)) step.push_back(' ');
-        else if (cjk_ideograph(cp)) step.push_back(' '), step.push_back(cp), step.push_back(' ');
-        else step.push_back(cp);
-    }
-    std::vector<uint32_t> stripped, out;
-    for (uint32_t cp : step)  // 3. NFD without the nonspacing marks
-        if (!hangul_nfd(cp, stripped)) unicode_strip_accents(cp, stripped);
-    for (uint32_t cp : stripped) unicode_lower(cp, out);  // 4. lower case
-    return utf8_encode(out);
-}
-
-std::vector<std::string> bert_pretokenize(const std::string& normalized) {
-    std::vector<uint32_t> cps;
-    std::vector<std::size_t> at;
-    utf8_decode(normalized, cps, at);
-    std::vector<std::string> words;
-    std::size_t start = 0;  // byte offset where the current word began
-    bool in_word = false;
-    for (std::size_t i = 0; i < cps.size(); i++) {
-        const bool space = unicode_space(cps[i]), punct = !space && bert_punctuation(cps[i]);
-        if ((space || punct) && in_word) words.push_back(normalized.substr(start, at[i] - start)), in_word = false;
-        if (punct) words.push_back(normalized.substr(at[i], at[i + 1] - at[i]));
-        else if (!space && !in_word) start = at[i], in_word = true;
-    }
-    if (in_word) words.push_back(normalized.substr(start));
-    return words;
-}
-
-std::vector<std::string> bert_words(const std::string& text) { return bert_pretokenize(bert_normalize(text)); }
-
-// The text split at the special tokens written in it: (piece, -1) for ordinary text, ("", id) for
-// a special token (the leftmost match first, the longest at one position).
-static std::vector<std::pair<std::string, int>> split_specials(const std::string& text,
-                                                               const std::vector<std::pair<std::string, int>>& specials) {
-    std::vector<std::pair<std::string, int>> out;
-    std::size_t from = 0, i = 0;
-    while (i < text.size()) {
-        int best = -1;
-        for (int k = 0; k < (int)specials.size(); k++)
-            if (specials[k].second >= 0 && text.compare(i, specials[k].first.size(), specials[k].first) == 0 &&
-                (best < 0 || specials[k].first.size() > specials[best].first.size()))
-                best = k;
-        if (best < 0) {
-            i++;
-            continue;
-        }
-        if (i > from) out.push_back({text.substr(from, i - from), -1});
-        out.push_back({"", specials[best].second});
-        i += specials[best].first.size(), from = i;
-    }
-    if (from < text.size()) out.push_back({text.substr(from), -1});
-    return out;
-}
-
-// ---- GPT-1's BPE -------------------------------------------------------------------------------
-// The merges of bpe_merges, on the word's characters with "</w>" on the last one.
-std::vector<std::string> GPT1BPE::bpe(const std::string& word) const {
-    std::vector<uint32_t> cps;
-    std::vector<std::size_t> at;
-    utf8_decode(word, cps, at);
-    const int n = (int)cps.size();
-    std::vector<std::string> sym(n);
-    for (int i = 0; i < n; i++) sym[i] = word.substr(at[i], at[i + 1] - at[i]) + (i == n - 1 ? "</w>" : "");
-    return bpe_merges(std::move(sym), ranks);
-}
-
-std::vector<int> GPT1BPE::encode(const std::string& text) const {
-    std::vector<int> ids;
-    std::unordered_map<std::string, std::vector<int>> done;  // words repeat: merge each once
-    for (const auto& part : split_specials(text, {{"<unk>", unk}})) {
-        if (part.second >= 0) {
-            ids.push_back(part.second);
-            continue;
-        }
-        for (const std::string& word : bert_words(part.first)) {
-            auto it = done.find(word);
-            if (it == done.end()) {
-                std::vector<int> v;
-                for (const std::string& s : bpe(word)) {
-                    auto e = encoder.find(s);
-                    if (e != encoder.end()) v.push_back(e->second);
-                    else if (unk >= 0) v.push_back(unk);
-                    else throw Error("GPT-1 BPE: the symbol '" + s + "' is not in the vocabulary, which has no <unk>");
-                }
-                it = done.emplace(word, std::move(v)).first;
-            }
-            ids.insert(ids.end(), it->second.begin(), it->second.end());
-        }
-    }
-    return ids;
-}
-
-std::string GPT1BPE::decode(const std::vector<int>& ids) const {
-    std::string out;
-    for (int id : ids) {
-        if (id < 0 || id >= size())
-            throw Error("GPT-1 BPE: token id " + std::to_string(id) + " is outside 0.." + std::to_string(size() - 1));
-        const std::string& s = decoder[id];
-        for (std::size_t a = 0; a < s.size();) {  // s with every "</w>" written as " "
-            const std::size_t k = s.find("</w>", a);
-            if (k == std::string::npos) {
-                out.append(s, a, std::string::npos);
-                break;
-            }
-            out.append(s, a, k - a);
-            out += ' ';
-            a = k + 4;
-        }
-    }
-    if (!out.empty() && out.back() == ' ' && !ids.empty() && decoder[ids.back()].size() >= 4 &&
-        decoder[ids.back()].compare(decoder[ids.back()].size() - 4, 4, "</w>") == 0)
-        out.pop_back();  // the last word's "</w>" becomes nothing
-    return out;
-}
-
-GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe) {
-    GPT1BPE t;
-    t.decoder = read_encoder(encoder_json, "encoder", "symbol", t.encoder);
-    for (std::size_t id = 0; id < t.decoder.size(); id++) {
-        uint32_t cp;
-        for (std::size_t i = 0; i < t.decoder[id].size();) {
-            const int len = utf8_next(t.decoder[id], i, cp);
-            if (!len) throw Error("encoder: the symbol of id " + std::to_string(id) + " is not valid UTF-8");
-            i += (std::size_t)len;
-        }
-    }
-    auto unk = t.encoder.find("<unk>");
-    t.unk = unk == t.encoder.end() ? -1 : unk->second;
-    for (const MergeLine& m : read_merges(vocab_bpe, "merges")) {
-        const std::string line = m.a + " " + m.b;
-        for (const std::string& s : {m.a, m.b, m.a + m.b})
-            if (!t.encoder.count(s))
-                throw Error("merges: line " + std::to_string(m.line_no) + " ('" + line + "'): '" + s + "' is not in the encoder");
-        t.ranks.emplace(line, (int)t.ranks.size());
-    }
-    if (t.ranks.empty()) throw Error("merges: no merges");
-    // Every symbol but one character (with or without "</w>") and "<unk>" is made by one merge, so
-    // fewer merges than those symbols means a cut file (GPT-1's: 40000 merges, 40478 symbols).
-    long long made = 0;
-    for (const auto& kv : t.encoder) {
-        const std::string& w = kv.first;
-        const bool eow = w.size() > 4 && w.compare(w.size() - 4, 4, "</w>") == 0;
-        uint32_t cp;
-        const int first = utf8_next(w, 0, cp);  // valid UTF-8: checked above
-        made += w != "<unk>" && (std::size_t)first != w.size() - (eow ? 4 : 0);
-    }
-    if ((long long)t.ranks.size() < made)
-        throw Error("merges: " + std::to_string(t.ranks.size()) + " merges, but the encoder has " + std::to_string(made) +
-                    " symbols made by merges (beyond the single characters and <unk>): the file is cut short");
-    return t;
-}
-
-GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
-    return load_encoder_and_merges(encoder_json_path, vocab_bpe_path, make_gpt1_bpe);
-}
-
-// ---- llm.c's token files ------------------------------------------------------------------------
-static int32_t le_int32(const std::string& b, std::size_t at) {
-    uint32_t v = 0;
-    for (int k = 0; k < 4; k++) v |= (uint32_t)(unsigned char)b[at + k] << (8 * k);
-    return (int32_t)v;
-}
-
-static const std::size_t TOKEN_FILE_HEADER = 256 * 4;  // bytes: 256 int32
-
-static const char TOKEN_FILE_MARK[] = "written by transformer";
-static const std::size_t TOKEN_FILE_MARK_AT = 64;
-
-bool is_token_file(const std::string& bytes) { return bytes.size() >= 4 && le_int32(bytes, 0) == TOKEN_FILE_MAGIC; }
-bool is_own_token_file(const std::string& bytes) {
-    const std::size_t n = sizeof TOKEN_FILE_MARK - 1;
-    return bytes.size() >= TOKEN_FILE_MARK_AT + n && bytes.compare(TOKEN_FILE_MARK_AT, n, TOKEN_FILE_MARK) == 0;
-}
-
-std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V) {
-    const std::size_t header = TOKEN_FILE_HEADER;
-    if (!is_token_file(bytes)) throw Error(name + " is not a token file (no magic " + std::to_string(TOKEN_FILE_MAGIC) + ")");
-    if (bytes.size() < header)
-        throw Error(name + ": the token file's header is cut short (" + std::to_string(bytes.size()) + " of " + std::to_string(header) + " bytes)");
-    const int32_t version = le_int32(bytes, 4), count = le_int32(bytes, 8);
-    if (version != 1)
-        throw Error(name + ": token file version " + std::to_string(version) + " is not supported (version 1: uint16 ids)");
-    if (count < 0) throw Error(name + ": the header's token count is negative (" + std::to_string(count) + "): a damaged file");
-    if (bytes.size() != header + 2 * (std::size_t)count)
-        throw Error(name + ": the header says " + std::to_string(count) + " tokens (" + std::to_string(header + 2 * (std::size_t)count) +
-                    " bytes) but the file has " + std::to_string(bytes.size()) + " bytes: cut short or damaged");
-    std::vector<int> ids((std::size_t)count);
-    for (std::size_t i = 0; i < ids.size(); i++) {
-        ids[i] = (unsigned char)bytes[header + 2 * i] | (unsigned char)bytes[header + 2 * i + 1] << 8;
-        if (ids[i] >= V)
-            throw Error(name + ": token " + std::to_string(i) + " is " + std::to_string(ids[i]) + ", outside the tokenizer's " +
-                        std::to_string(V) + " ids (a token file of another tokenizer?)");
-    }
-    return ids;
-}
-
-std::string token_file_bytes(const std::vector<int>& ids) {
-    if (ids.size() > (std::size_t)INT32_MAX) throw Error("a token file holds at most 2^31 - 1 tokens");
-    std::string b(TOKEN_FILE_HEADER + 2 * ids.size(), '\0');
-    auto put32 = [&](std::size_t at, uint32_t v) {
-        for (int k = 0; k < 4; k++) b[at + k] = (char)(v >> (8 * k) & 0xFF);
-    };
-    put32(0, (uint32_t)TOKEN_FILE_MAGIC), put32(4, 1), put32(8, (uint32_t)ids.size());
-    b.replace(TOKEN_FILE_MARK_AT, sizeof TOKEN_FILE_MARK - 1, TOKEN_FILE_MARK);
-    for (std::size_t i = 0; i < ids.size(); i++) {
-        if (ids[i] < 0 || ids[i] > 65535) throw Error("token " + std::to_string(ids[i]) + " does not fit a token file's uint16");
-        b[TOKEN_FILE_HEADER + 2 * i] = (char)(ids[i] & 0xFF), b[TOKEN_FILE_HEADER + 2 * i + 1] = (char)(ids[i] >> 8);
-    }
-    return b;
-}
-
-// ---- BERT's WordPiece ----------------------------------------------------------------------------
-std::vector<int> WordPiece::wordpiece(const std::string& word) const {
-    std::vector<uint32_t> cps;
-    std::vector<std::size_t> at;
-    utf8_decode(word, cps, at);
-    const int n = (int)cps.size();
-    if (n > max_chars) return {unk};
-    std::vector<int> out;
-    for (int start = 0; start < n;) {  // the longest piece from start, "##" after the first
-        int end = n, id = -1;
-        for (; end > start; end--) {
-            const std::string piece = (start > 0 ? "##" : "") + word.substr(at[start], at[end] - at[start]);
-            auto it = vocab.find(piece);
-            if (it != vocab.end()) {
-                id = it->second;
-                break;
-            }
-        }
-        if (id < 0) return {unk};
-        out.push_back(id), start = end;
-    }
-    return out;
-}
-
-std::vector<int> WordPiece::encode(const std::string& text) const {
-    std::vector<int> ids;
-    for (const auto& part : split_specials(text, {{"[PAD]", pad}, {"[UNK]", unk}, {"[CLS]", cls}, {"[SEP]", sep}, {"[MASK]", mask}})) {
-        if (part.second >= 0) {
-            ids.push_back(part.second);
-            continue;
-        }
-        for (const std::string& word : bert_words(part.first)) {
-            const std::vector<int> v = wordpiece(word);
-            ids.insert(ids.end(), v.begin(), v.end());
-        }
-    }
-    return ids;
-}
-
-std::string WordPiece::decode(const std::vector<int>& ids) const {
-    std::string out;
-    for (int id : ids) {
-        if (id < 0 || id >= size())
-            throw Error("WordPiece: token id " + std::to_string(id) + " is outside 0.." + std::to_string(size() - 1));
-        const std::string& t = tokens[id];
-        if (t.size() > 2 && t.compare(0, 2, "##") == 0 && !out.empty()) out += t.substr(2);
-        else out += (out.empty() ? "" : " ") + t;
-    }
-    return out;
-}
-
-WordPiece make_wordpiece(const std::string& vocab_txt) {
-    WordPiece w;
-    std::size_t from = 0;
-    int line_no = 0;
-    while (from < vocab_txt.size()) {
-        std::size_t end = vocab_txt.find('\n', from);
-        if (end == std::string::npos) end = vocab_txt.size();
-        std::string tok = vocab_txt.substr(from, end - from);
-        from = end + 1, line_no++;
-        if (!tok.empty() && tok.back() == '\r') tok.pop_back();
-        const std::string where = "vocab.txt: line " + std::to_string(line_no);
-        if (tok.empty()) throw Error(where + " is empty (one token per line)");
-        uint32_t cp;
-        for (std::size_t i = 0; i < tok.size();) {
-            const int len = utf8_next(tok, i, cp);
-            if (!len) throw Error(where + " is not valid UTF-8");
-            i += (std::size_t)len;
-        }
-        if (!w.vocab.emplace(tok, (int)w.tokens.size()).second) throw Error(where + ": the token '" + tok + "' is given twice");
-        w.tokens.push_back(tok);
-    }
-    auto id = [&](const char* s) {
-        auto it = w.vocab.find(s);
-        return it == w.vocab.end() ? -1 : it->second;
-    };
-    w.unk = id("[UNK]"), w.cls = id("[CLS]"), w.sep = id("[SEP]"), w.mask = id("[MASK]"), w.pad = id("[PAD]");
-    if (w.tokens.empty()) throw Error("vocab.txt: no tokens");
-    if (w.unk < 0) throw Error("vocab.txt: has no [UNK] token");
-    return w;
-}
-
-WordPiece load_wordpiece(const std::string& vocab_txt_path) {
-    const std::string text = read_file(vocab_txt_path);
-    try {
-        return make_wordpiece(text);
-    } catch (const Error& e) {
-        throw Error("'" + vocab_txt_path + "': " + e.what());
-    }
-}
-
-// ---- One tokenizer for the commands (Tokenizer's methods: "THE TOKENIZER OF A CHECKPOINT") ----
-bool is_bidirectional_tokenizer(const std::string& kind) { return kind == "bert-wordpiece" || kind == "roberta-bpe"; }
-
-void subword_special_ids(const Tokenizer& t, Config& c) {
-    if (t.kind == "bert-wordpiece") {
-        if (t.wordpiece.cls < 0 || t.wordpiece.sep < 0 || t.wordpiece.mask < 0) throw Error("the WordPiece vocabulary lacks [CLS], [SEP] or [MASK]");
-        c.cls_id = t.wordpiece.cls, c.sep_id = t.wordpiece.sep, c.mask_id = t.wordpiece.mask;
-        if (c.variant == Variant::roberta) c.pad_id = t.wordpiece.pad;  // -1 without [PAD]
-    } else if (t.kind == "roberta-bpe") {
-        c.cls_id = t.bpe.encoder.at("<s>"), c.sep_id = t.bpe.encoder.at("</s>"), c.mask_id = t.bpe.encoder.at("<mask>");
-        if (c.variant == Variant::roberta) c.pad_id = t.bpe.encoder.at("<pad>");  // RoBERTa's positions skip it
-    } else {
-        throw Error("the tokenizer " + t.kind + " has no [CLS], [SEP], [MASK] (it goes with next-token models)");
-    }
-}
-
-const char* tokenizer_title(const std::string& kind) {
-    if (kind == "gpt2-bpe") return "GPT-2's byte-level BPE";
-    if (kind == "gpt1-bpe") return "GPT-1's BPE";
-    if (kind == "roberta-bpe") return "RoBERTa's byte-level BPE";
-    if (kind == "bert-wordpiece") return "BERT's WordPiece";
-    return "characters";
-}
-static const char* const SUBWORD_KINDS = "gpt2-bpe, gpt1-bpe, roberta-bpe or bert-wordpiece";
-static bool is_subword_kind(const std::string& k) {
-    return k == "gpt2-bpe" || k == "gpt1-bpe" || k == "roberta-bpe" || k == "bert-wordpiece";
-}
-std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text) {
-    if (encoder_text.empty()) {
-        if (vocab_text.compare(0, 1, "{") == 0) return "unknown (a JSON file where vocab.txt was expected)";
-        return vocab_text.rfind("#version", 0) == 0 ? "unknown (a merge list where vocab.txt was expected)" : "bert-wordpiece";
-    }
-    if (encoder_text.find("</w>\"") != std::string::npos) return "gpt1-bpe";
-    if (encoder_text.find("\"\\u0120") != std::string::npos || encoder_text.find("\"\xC4\xA0") != std::string::npos)
-        return encoder_text.find("\"<mask>\"") != std::string::npos ? "roberta-bpe" : "gpt2-bpe";
-    return "unknown (an encoder with neither \"</w>\" nor byte symbols)";
-}
-
-Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_path, const std::string& vocab_path) {
-    if (vocab_path.empty()) throw Error("a tokenizer needs its vocabulary file");
-    const std::string enc = encoder_path.empty() ? std::string() : read_file(encoder_path);
-    const std::string voc = read_file(vocab_path);
-    const std::string files = encoder_path.empty() ? "'" + vocab_path + "'" : "'" + encoder_path + "', '" + vocab_path + "'";
-    const std::string found = tokenizer_kind_of(enc, voc);
-    if (!kind.empty() && !is_subword_kind(kind)) throw Error("unknown tokenizer '" + kind + "' (expected " + SUBWORD_KINDS + ")");
-    if (found.rfind("unknown", 0) == 0) throw Error(files + ": not a tokenizer this program knows: " + found);
-    if (!kind.empty() && kind != found)
-        throw Error(files + ": these are " + found + " files, not " + kind +
-                    (kind == "bert-wordpiece" ? " (WordPiece takes vocab.txt alone, without an encoder)" : ""));
-    return make_tokenizer(found, enc, voc, files);
-}
-
-// ================================================================================================
-// THE TOKENIZER OF A CHECKPOINT (see transformer.hpp)
-// ================================================================================================
-int Tokenizer::size() const {
-    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.size();
-    if (kind == "gpt1-bpe") return gpt1.size();
-    if (kind == "bert-wordpiece") return wordpiece.size();
-    return chars.size();
-}
-
-std::vector<int> Tokenizer::encode(const std::string& text, const std::string& where) const {
-    if (kind == "gpt2-bpe") return bpe.encode(text);
-    if (kind == "roberta-bpe") return roberta_encode(bpe, text);
-    if (kind == "gpt1-bpe") return gpt1.encode(text);
-    if (kind == "bert-wordpiece") return wordpiece.encode(text);
-    if (kind == "char") return chars.encode(text, where);
-    throw Error("no tokenizer to encode " + where + " with");
-}
-
-std::string Tokenizer::decode(const std::vector<int>& ids) const {
-    if (kind == "gpt2-bpe" || kind == "roberta-bpe") return bpe.decode(ids);
-    if (kind == "gpt1-bpe") return gpt1.decode(ids);
-    if (kind == "bert-wordpiece") return wordpiece.decode(ids);
-    if (kind == "char") return chars.decode(ids);
-    throw Error("no tokenizer to decode with");
-}
-
-std::map<std::string, std::string> Tokenizer::metadata() const {
-    if (kind == "gpt2-bpe" || kind == "gpt1-bpe" || kind == "roberta-bpe")
-        return {{"tokenizer", kind}, {"tokenizer.encoder_json", encoder_json}, {"tokenizer.vocab_bpe", vocab}};
-    if (kind == "bert-wordpiece") return {{"tokenizer", kind}, {"tokenizer.vocab_txt", vocab}};
-    if (kind == "char") return {{"vocab", chars.to_metadata()}};  // a character vocabulary
-    return {};
-}
-
-Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_text, const std::string& vocab_text,
-                         const std::string& where) {
-    Tokenizer t;
-    t.kind = kind, t.encoder_json = encoder_text, t.vocab = vocab_text;
-    try {
-        if (kind == "gpt2-bpe" || kind == "roberta-bpe") t.bpe = make_bpe(encoder_text, vocab_text);
-        else if (kind == "gpt1-bpe") t.gpt1 = make_gpt1_bpe(encoder_text, vocab_text);
-        else if (kind == "bert-wordpiece") t.wordpiece = make_wordpiece(vocab_text);
-        else throw Error("unknown tokenizer '" + kind + "' (expected " + SUBWORD_KINDS + ")");
-        if (kind == "roberta-bpe")
-            for (const char* special : {"<s>", "<pad>", "</s>", "<unk>", "<mask>"})
-                if (!t.bpe.encoder.count(special)) throw Error(std::string("vocab.json lacks RoBERTa's special token ") + special);
-    } catch (const Error& e) {
-        throw Error(where + ": " + e.what());
-    }
-    return t;
-}
-
-Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
-    return make_tokenizer("gpt2-bpe", read_file(encoder_json_path), read_file(vocab_bpe_path),
-                          "GPT-2's tokenizer from '" + encoder_json_path + "' and '" + vocab_bpe_path + "'");
-}
-
-Tokenizer tokenizer_of(const std::map<std::string, std::string>& m, const std::string& path) {
-    Tokenizer t;
-    const auto kind = m.find("tokenizer");
-    if (kind == m.end()) {
-        if (m.count("vocab")) t.kind = "char", t.chars = CharVocab::from_metadata(m.at("vocab"));
-        return t;
-    }
-    const std::string& k = kind->second;
-    if (!is_subword_kind(k))
-        throw Error("'" + path + "' records the tokenizer '" + k + "', which this program does not know (it knows " +
-                    SUBWORD_KINDS + " and characters)");
-    const bool bpe = k != "bert-wordpiece";
-    for (const char* key : bpe ? std::vector<const char*>{"tokenizer.encoder_json", "tokenizer.vocab_bpe"}
-                               : std::vector<const char*>{"tokenizer.vocab_txt"})
-        if (!m.count(key)) throw Error("'" + path + "': its tokenizer " + k + " lacks " + key);
-    return make_tokenizer(k, bpe ? m.at("tokenizer.encoder_json") : "", m.at(bpe ? "tokenizer.vocab_bpe" : "tokenizer.vocab_txt"),
-                          "'" + path + "': its recorded tokenizer");
-}
-
-// A text the tokenizer refused: the first byte that is not UTF-8, with the file (or flag) it is in
-// (a quoted file name also gets the question whether it is a binary file).
-static void check_utf8(const std::string& text, const std::string& where) {
-    std::size_t line = 1, line_start = 0;
-    for (std::size_t i = 0; i < text.size();) {
-        uint32_t cp = 0;
-        const int len = utf8_next(text, i, cp);
-        if (len == 0) {
-            char buf[160];
-            std::snprintf(buf, sizeof buf, " is not UTF-8 text: byte 0x%02X at byte offset %zu (line %zu, byte %zu of the line)",
-                          (unsigned)(unsigned char)text[i], i, line, i - line_start + 1);
-            throw Error(where + buf + (where[0] == '\'' ? "; is it a binary file?" : ""));
-        }
-        if (text[i] == '\n') line++, line_start = i + 1;
-        i += (std::size_t)len;
-    }
-}
-
-static std::vector<int> encode_with_progress_unchecked(const Tokenizer& t, const std::string& text, const std::string& where,
-                                                       bool quiet) {
-    if (t.kind != "gpt2-bpe" || quiet || text.size() < (1u << 20)) return t.encode(text, where);
-    // BPE::encode with a line every ~10% of the text.
-    using clock = std::chrono::steady_clock;
-    const auto t0 = clock::now();
-    // Each line names the bytes read so far; the count of the whole text comes once, at the end.
-    const std::string what = "encoding " + where + " (a byte-level BPE of " + std::to_string(t.size()) + " tokens)";
-    std::size_t next_report = text.size() / 10;
-    std::vector<int> ids = t.bpe.encode(text, [&](std::size_t bytes, std::size_t ids) {
-        if (bytes < next_report || bytes >= text.size()) return;
-        std::fprintf(stderr, "%s: %3.0f%% of the bytes, %zu tokens so far, %.1f s\n", what.c_str(), 100.0 * (double)bytes / (double)text.size(),
-                     ids, std::chrono::duration<double>(clock::now() - t0).count());
-        next_report += text.size() / 10;
-    });
-    std::fprintf(stderr, "%s: done, %zu tokens in %.1f s\n", what.c_str(), ids.size(),
-                 std::chrono::duration<double>(clock::now() - t0).count());
-    return ids;
-}
-
-std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet) {
-    try {
-        return encode_with_progress_unchecked(t, text, where, quiet);
-    } catch (const Error&) {
-        check_utf8(text, where);  // a binary file: say which file and where, not only "text"
-        throw;
-    }
-}
-
+TF_COLD_BEGIN
 // ================================================================================================
 // TEACHING: pictures and explain
 // ================================================================================================
 // ---- Heat maps (SVG, written by hand as loss_svg is) ---------------------------------------------
-static std::string xml_text(const std::string& s) {
+// Text in SVG and HTML, as content or in an attribute quoted with ' or ": the five characters that
+// could end either escaped.
+static std::string markup_text(const std::string& s) {
     std::string o;
-    for (char ch : s) o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '\'' ? "&apos;" : std::string(1, ch);
+    for (char ch : s)
+        o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '\'' ? "&apos;" : ch == '"' ? "&quot;" : std::string(1, ch);
     return o;
 }
 static std::string num(double v, const char* format = "%.4g") {
@@ -8577,19 +8593,24 @@ std::string token_label(const std::string& bytes) {
     return o.empty() ? "\u2205" : o;
 }
 
-// The colour of v in [0, 1]: white (0) to dark blue (1), linear between five stops.
-static const char* const BLUES[5] = {"#ffffff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"};
-static std::string blue(double v) {
-    v = std::min(1.0, std::max(0.0, v)) * 4;
-    const int k = std::min(3, (int)v);
-    const double t = v - k;
-    unsigned a = 0, b = 0;
-    std::sscanf(BLUES[k] + 1, "%x", &a), std::sscanf(BLUES[k + 1] + 1, "%x", &b);
+// The one colour ramp of every heat map: the colour t in [0, 1] of the way along `stops` (0xRRGGBB,
+// evenly spaced), each channel linear between the two stops around t. BLUES is the probability
+// scale, white (0) to dark blue (1); the page's signed values run from white to red or to blue.
+static const std::vector<unsigned> BLUES = {0xffffff, 0xc6dbef, 0x6baed6, 0x2171b5, 0x08306b};
+static unsigned ramp(const std::vector<unsigned>& stops, double t) {
+    const double v = std::min(1.0, std::max(0.0, t)) * (double)(stops.size() - 1);
+    const std::size_t k = std::min(stops.size() - 2, (std::size_t)v);
+    const double f = v - (double)k;
+    const unsigned a = stops[k], b = stops[k + 1];
+    auto mix = [&](int shift) { return (unsigned)std::lround(((a >> shift) & 255) * (1 - f) + ((b >> shift) & 255) * f); };
+    return mix(16) << 16 | mix(8) << 8 | mix(0);
+}
+static std::string hex_colour(unsigned rgb) {
     char o[8];
-    auto mix = [&](int shift) { return (int)std::lround(((a >> shift) & 255) * (1 - t) + ((b >> shift) & 255) * t); };
-    std::snprintf(o, sizeof o, "#%02x%02x%02x", mix(16), mix(8), mix(0));
+    std::snprintf(o, sizeof o, "#%06x", rgb & 0xffffff);
     return o;
 }
+static std::string blue(double v) { return hex_colour(ramp(BLUES, v)); }
 
 // Room for a panel's labels: its row labels on the left, its column labels on top, upright when long.
 struct HeatMargins {
@@ -8612,16 +8633,16 @@ static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0,
     const HeatMargins m = heat_margins(q, cs, font);
     const double gx = m.lab, gy = 20 + m.colh;  // the grid's corner inside the panel
     o << "<g class='panel' transform='translate(" << x0 << "," << y0 << ")' font-size='" << font << "'>\n";
-    o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << xml_text(q.title) << "</text>\n";
+    o << "<text x='0' y='13' font-size='13' font-weight='bold'>" << markup_text(q.title) << "</text>\n";
     for (int j = 0; j < C; j++) {  // keys j across the top
         const double cx = gx + (j + 0.5) * cs;
         if (m.upright)
-            o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << xml_text(q.cols[j]) << "</text>\n";
+            o << "<text transform='translate(" << cx + font * 0.35 << "," << gy - 4 << ") rotate(-90)'>" << markup_text(q.cols[j]) << "</text>\n";
         else
-            o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << xml_text(q.cols[j]) << "</text>\n";
+            o << "<text x='" << cx << "' y='" << gy - 4 << "' text-anchor='middle'>" << markup_text(q.cols[j]) << "</text>\n";
     }
     for (int i = 0; i < R; i++)  // queries i down the side
-        o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << xml_text(q.rows[i]) << "</text>\n";
+        o << "<text x='" << gx - 4 << "' y='" << gy + (i + 0.5) * cs + font * 0.35 << "' text-anchor='end'>" << markup_text(q.rows[i]) << "</text>\n";
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++) {
             const std::size_t at = (std::size_t)i * C + j;
@@ -8632,7 +8653,7 @@ static void heat_panel_svg(std::ostringstream& o, const HeatPanel& q, double x0,
         }
     o << "<rect x='" << gx << "' y='" << gy << "' width='" << C * cs << "' height='" << R * cs << "' fill='none' stroke='#666'/>\n";
     for (std::size_t k2 = 0; k2 < q.notes.size(); k2++)
-        o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << xml_text(q.notes[k2]) << "</text>\n";
+        o << "<text x='0' y='" << gy + R * cs + 18 + 14.0 * (double)k2 << "' font-size='11'>" << markup_text(q.notes[k2]) << "</text>\n";
     o << "</g>\n";
 }
 
@@ -8644,7 +8665,7 @@ static void heat_legend_svg(std::ostringstream& o, double margin, double ly, boo
             o << "<text x='" << margin + 60 * k << "' y='" << ly + 26 << "' text-anchor='middle' font-size='11'>" << num(k / 4.0, "%.2f") << "</text>\n";
         o << "<text x='" << margin << "' y='" << ly - 6 << "' font-size='11'>attention probability P_ij (row i: query, column j: key; each row sums to 1)</text>\n";
     } else {
-        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << BLUES[4] << "'/>\n";
+        o << "<rect x='" << margin << "' y='" << ly << "' width='14' height='14' fill='" << hex_colour(BLUES[4]) << "'/>\n";
         o << "<text x='" << margin + 20 << "' y='" << ly + 11 << "'>1: the score Q_i . K_j / sqrt(D) is kept</text>\n";
     }
     const double mx = margin + (probability ? 280 : 300);
@@ -8695,11 +8716,11 @@ std::string heatmap_svg(const std::vector<HeatPanel>& panels, int per_row, const
     o << "<defs><pattern id='" << ids << "hatch' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
          "<rect width='4' height='4' fill='#e4e4e4'/><line x1='0' y1='0' x2='0' y2='4' stroke='#a0a0a0' stroke-width='1.6'/></pattern>\n";
     o << "<linearGradient id='" << ids << "scale'>";
-    for (int k = 0; k < 5; k++) o << "<stop offset='" << k * 25 << "%' stop-color='" << BLUES[k] << "'/>";
+    for (int k = 0; k < 5; k++) o << "<stop offset='" << k * 25 << "%' stop-color='" << hex_colour(BLUES[k]) << "'/>";
     o << "</linearGradient></defs>\n<rect width='100%' height='100%' fill='white'/>\n";
-    o << "<text x='" << margin << "' y='22' font-size='15'>" << xml_text(title) << "</text>\n";
+    o << "<text x='" << margin << "' y='22' font-size='15'>" << markup_text(title) << "</text>\n";
     for (std::size_t k = 0; k < caption.size(); k++)
-        o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << xml_text(caption[k]) << "</text>\n";
+        o << "<text x='" << margin << "' y='" << 40 + 16 * k << "' fill='#444'>" << markup_text(caption[k]) << "</text>\n";
     for (std::size_t k = 0; k < panels.size(); k++) {
         heat_panel_svg(o, panels[k], col_x[k % per_row], row_y[k / per_row], cs, font, probability, ids);
     }
@@ -8827,10 +8848,12 @@ struct ExplainWalk {
     int n, values;
     std::vector<ExplainStep> steps;
     const ExplainDetail* detail = nullptr;
-    bool mute = false;  // past a handout's stub: boxes without values
+    bool mute = false;      // past a handout's stub: boxes without values
+    bool backward = false;  // the walk is in the backward pass: the boxes from here on are its
     void step(int depth, const std::string& box, const std::string& formula, const std::string& function) {
         ExplainStep s;
         s.depth = depth, s.box = box, s.formula = formula, s.function = function;
+        s.backward = backward;
         steps.push_back(s);
     }
     // A tensor with its symbol, checked against its real shape: the walk cannot print a shape that
@@ -8842,7 +8865,7 @@ struct ExplainWalk {
         for (std::string f; ss >> f;)
             if (f != "x") dims.push_back(symbol_size(f, c, n));
         if (dims != shape) throw Error("explain: " + name + " is " + shape_str(shape) + " but its formula box says " + symbol);
-        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values, {}, {}, {}, {}};
+        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values, {}, {}, {}, {}, ExplainTensor::Scale::values};
         for (std::size_t k = 0; k < size && k < (std::size_t)values; k++) t.first.push_back((double)data[k]);
         if (detail) {
             const int R = shape.size() == 2 ? shape[0] : 1, C = shape.empty() ? 1 : shape.back();
@@ -8853,13 +8876,15 @@ struct ExplainWalk {
         }
         return t;
     }
-    void in(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+    void in(const std::string& name, const std::string& symbol, const Tensor<T>& t, ExplainTensor::Scale scale = ExplainTensor::Scale::values) {
         if (mute) return;
         steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0, t.size()));
+        steps.back().in.back().scale = scale;
     }
-    void out(const std::string& name, const std::string& symbol, const Tensor<T>& t) {
+    void out(const std::string& name, const std::string& symbol, const Tensor<T>& t, ExplainTensor::Scale scale = ExplainTensor::Scale::values) {
         if (mute) return;
         steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size(), t.size()));
+        steps.back().out.back().scale = scale;
     }
 };
 
@@ -8880,7 +8905,7 @@ static void explain_attention(ExplainWalk<T>& w, const std::string& box, const s
                               const Tensor<T>& Mask, const MultiHeadSACache<T>& k, const Tensor<T>& out) {
     w.step(0, box, "MultiHeadSA(X, Mask) = Concat(head_1, ..., head_A) W^O", "MultiHeadSA");
     w.in(X, "n x H", Xin);
-    w.in("Mask", "n x n", Mask);
+    w.in("Mask", "n x n", Mask, ExplainTensor::Scale::mask);
     w.out("MultiHeadSA(" + X + ", Mask)", "n x H", out);
     for (std::size_t i = 0; i < k.head.size(); i++) {
         const std::string h = std::to_string(i + 1);
@@ -8889,7 +8914,7 @@ static void explain_attention(ExplainWalk<T>& w, const std::string& box, const s
         w.in("Q = X W_" + h + "^Q", "n x D", k.Q[i]);
         w.in("K = X W_" + h + "^K", "n x D", k.K[i]);
         w.in("V = X W_" + h + "^V", "n x D", k.V[i]);
-        w.out("P = Softmax(Mask (.) Q K^T / sqrt(D))", "n x n", k.att[i][0].P);
+        w.out("P = Softmax(Mask (.) Q K^T / sqrt(D))", "n x n", k.att[i][0].P, ExplainTensor::Scale::attention);
         w.out("head_" + h, "n x D", k.head[i]);
     }
     w.step(1, "Concat", "Concat(head_1, ..., head_A)_{:, (k-1)D+1 : kD} = head_k", "Concat");
@@ -9825,9 +9850,9 @@ struct ExplainRun : Trace {
         XF = pre ? "X_f" : XL;
     }
 
-    // A handout's stub ("not implemented: NAME (assignment N)"), with ExplainDetail::stubs: the
-    // walk stops there and r.stopped says so.
-    bool stub(const Error& e) const { return detail && detail->stubs && std::string(e.what()).rfind("not implemented: ", 0) == 0; }
+    // A handout's stub (NotImplemented), with ExplainDetail::stubs: the walk stops there and
+    // r.stopped says so; without, it is an error like any other.
+    bool stubs() const { return detail && detail->stubs; }
     ForwardOptions options(Trace* t) const {
         ForwardOptions o;
         o.keep_sublayers = true;
@@ -9847,8 +9872,8 @@ struct ExplainRun : Trace {
         boundaries_only = walk_flops(c, n, n) > 1e9;
         try {
             loss(&gd, &record);
-        } catch (const Error& e) {
-            if (!stub(e)) throw;
+        } catch (const NotImplemented&) {
+            if (!stubs()) throw;
         }
     }
 
@@ -9861,9 +9886,10 @@ struct ExplainRun : Trace {
         r.loss = NAN;
         try {
             r.loss = model_loss(c, p, batch, &r.g, options(this), &k);  // the loss event showed it in T; here as model_loss returns it
-        } catch (const Error& e) {
-            if (!stub(e)) throw;
+        } catch (const NotImplemented& e) {
+            if (!stubs()) throw;
             r.stopped = e.what();
+            r.stopped_at = e.function;
             if (!std::isnan(r.loss)) r.loss = CrossEntropy_logits(r.Z, batch.targets);  // the backward stopped: the loss as model_loss computed it
             if (masks_shown < masks_seen && blocks_shown == masks_shown) mask_box(masks_shown);
         }
@@ -9998,7 +10024,7 @@ struct ExplainRun : Trace {
         const std::string block = pre ? "pre_ln_block_forward" : "post_ln_block_forward";
         w.step(0, box, c.variant == Variant::gpt3 ? "Mask^(l) = Mask^AR if l is even, Mask^ST if l is odd: " + M : "Mask: " + M,
                "layer_mask (" + std::string(M == "Mask^BD" ? "Mask_BD" : M == "Mask^ST" ? "Mask_ST" : "Mask_AR") + "); the block: " + block);
-        w.out("Mask^(" + L1 + ")", "n x n", Mask);
+        w.out("Mask^(" + L1 + ")", "n x n", Mask, ExplainTensor::Scale::mask);
         for (int i = 0; i < n && n <= 16; i++) {
             std::string row;
             for (int j = 0; j < n; j++) row += Mask(i, j) == T(1) ? " 1" : " .";
@@ -10074,10 +10100,10 @@ struct ExplainRun : Trace {
         w.step(0, "Output", is_causal(c.variant) ? "GPT(x) = Softmax(" + rows_of_X + "_{n,:} W_e^T) = Y_{n,:}"
                             : std::string(seg ? "BERT(x', t, j)" : "RoBERTa(x', j)") + " = Softmax(" + logits_j + ") = Y_{j,:}",
                "Softmax");
-        w.out("Y = Softmax(Z)", "n x V", Y);
+        w.out("Y = Softmax(Z)", "n x V", Y, ExplainTensor::Scale::probability);
         Tensor<T> Y_row = rows_of(Y, row, 1);  // 1 x V, read as the vector V
         Y_row.shape = {c.V};
-        w.out("Y_" + j + ",:", "V", Y_row);
+        w.out("Y_" + j + ",:", "V", Y_row, ExplainTensor::Scale::probability);
         w.step(0, "Loss", is_causal(c.variant) ? "loss = - sum_{j=2}^n log Y_{j-1, x_j}, as a mean over the n-1 terms (formulas §25)"
                                                : "loss = - sum_{i=1}^m log Y_{j_i, x_{j_i}} over the masked positions j_i, as a mean",
                "CrossEntropy_logits (logsumexp(Z_i) - Z_{i,t_i})");
@@ -10096,8 +10122,8 @@ struct ExplainRun : Trace {
         ExplainCheck ck;
         try {
             ck = f();
-        } catch (const Error& e) {
-            if (!stub(e)) throw;
+        } catch (const NotImplemented& e) {
+            if (!stubs()) throw;
             ck = ExplainCheck();
             ck.done = true, ck.missing = e.what();
             const std::string& fn = w.steps.back().function;
@@ -10203,6 +10229,7 @@ struct ExplainRun : Trace {
 
     void backward_loss_box(const Tensor<T>& gradient) {
         backward_started = true;
+        w.backward = true;
         boxed_loss = true;
         dZ = gradient;
         w.step(0, "Backward: loss", "dZ = (Softmax(Z) - OneHot(targets)) / count (rows without a target: 0)", "CrossEntropy_logits");
@@ -10472,7 +10499,7 @@ std::string explain_text(const Config& c, const std::vector<ExplainStep>& steps)
     bool backward = false;
     int number = 0;
     for (const ExplainStep& s : steps) {
-        if (number == 0 || (!backward && s.box.rfind("Backward", 0) == 0)) {
+        if (number == 0 || (!backward && s.backward)) {
             backward = number > 0;
             o << "\n==== " << (backward ? "backward: d loss / d theta, from the loss down" : "forward") << " ====\n";
         }
@@ -10517,12 +10544,6 @@ int definition_line(const std::string& source, const std::string& name) {
         decided = start;
     }
     return 0;
-}
-
-static std::string html_text(const std::string& s) {
-    std::string o;
-    for (char ch : s) o += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '"' ? "&quot;" : std::string(1, ch);
-    return o;
 }
 
 // The project's plain-text notation (docs/formulas.md, explain_text) as MathML: identifiers with
@@ -10626,7 +10647,7 @@ struct Parser {
             return std::isdigit((unsigned char)w[0]) ? "<mn>" + w + "</mn>" : "<mi>" + greek(w) + "</mi>";
         }
         if (s[i] == '-' && i + 1 < s.size() && s[i + 1] == '1') return i += 2, "<mrow><mo>\u2212</mo><mn>1</mn></mrow>";
-        return "<mo>" + html_text(std::string(1, s[i++])) + "</mo>";
+        return "<mo>" + markup_text(std::string(1, s[i++])) + "</mo>";
     }
     // The token at i: a bracketed group, an operator, an identifier, a word, a number.
     Atom base() {
@@ -10640,7 +10661,7 @@ struct Parser {
             if (j < s.size() && s[j] == '>') {
                 const std::string t = s.substr(i, j + 1 - i);
                 i = j + 1;
-                return Atom{"<mtext>" + html_text(t) + "</mtext>", true};
+                return Atom{"<mtext>" + markup_text(t) + "</mtext>", true};
             }
         }
         if (s.compare(i, 2, "\u00a7") == 0) {  // § and its number: text
@@ -10675,7 +10696,7 @@ struct Parser {
             if (code) {  // a function of the code: its name whole, upright
                 const std::string w = s.substr(i, code - i);
                 i = code;
-                return Atom{"<mi mathvariant=\"normal\">" + html_text(w) + "</mi>", true};
+                return Atom{"<mi mathvariant=\"normal\">" + markup_text(w) + "</mi>", true};
             }
             const std::string w = s.substr(i, j - i);
             i = j;
@@ -10708,7 +10729,7 @@ struct Parser {
             return Atom{"<mi>" + t + "</mi>", true};
         }
         i++;
-        const std::string op = ch == '-' ? "\u2212" : ch == '*' ? "\u2299" : html_text(std::string(1, ch));
+        const std::string op = ch == '-' ? "\u2212" : ch == '*' ? "\u2299" : markup_text(std::string(1, ch));
         return Atom{"<mo>" + op + "</mo>"};
     }
     std::string seq(char close) {
@@ -10828,26 +10849,17 @@ static double contrast(unsigned a, unsigned b) {
 static unsigned ink(unsigned fill) { return contrast(fill, 0x000000) >= contrast(fill, 0xffffff) ? 0x000000 : 0xffffff; }
 
 // The colours of the heat maps: 8 steps from white (0) to red (positive) and to blue (negative),
-// of the largest |value| of the tensor, and (b1..b8) from white (0) to dark blue (1), of a
+// of the largest |value| of the tensor, and (b1..b8) along BLUES, the SVG pictures' scale, of a
 // probability; dark mode from near black. Each step prints its numbers in its own ink(), so a
 // number never takes the colour of the text around the map (a failing gradient's red).
 static std::string heat_css() {
-    auto hex = [](unsigned c) {
-        char o[8];
-        std::snprintf(o, sizeof o, "#%06x", c & 0xffffff);
-        return std::string(o);
-    };
-    auto mix = [](const unsigned a, const unsigned b, double t) {
-        auto ch = [&](int sh) { return (unsigned)std::lround(((a >> sh) & 255) * (1 - t) + ((b >> sh) & 255) * t); };
-        return ch(16) << 16 | ch(8) << 8 | ch(0);
-    };
-    auto cell = [&](const std::string& cls, unsigned fill) { return ".hm i." + cls + "{background:" + hex(fill) + ";color:" + hex(ink(fill)) + "}"; };
+    auto cell = [&](const std::string& cls, unsigned fill) { return ".hm i." + cls + "{background:" + hex_colour(fill) + ";color:" + hex_colour(ink(fill)) + "}"; };
     std::string light, dark;
     for (int k = 1; k <= 8; k++) {
         const double t = k / 8.0;
         const std::string n = std::to_string(k);
-        light += cell("p" + n, mix(0xffffff, 0xb2182b, t)) + cell("n" + n, mix(0xffffff, 0x2166ac, t)) + cell("b" + n, mix(0xffffff, 0x08306b, t));
-        dark += cell("p" + n, mix(0x202124, 0xff6b5b, t)) + cell("n" + n, mix(0x202124, 0x5fa8ff, t)) + cell("b" + n, mix(0x202124, 0x9ecae1, t));
+        light += cell("p" + n, ramp({0xffffff, 0xb2182b}, t)) + cell("n" + n, ramp({0xffffff, 0x2166ac}, t)) + cell("b" + n, ramp(BLUES, t));
+        dark += cell("p" + n, ramp({0x202124, 0xff6b5b}, t)) + cell("n" + n, ramp({0x202124, 0x5fa8ff}, t)) + cell("b" + n, ramp({0x202124, 0x9ecae1}, t));
     }
     return light + cell("z", 0xffffff) + cell("u", 0xd0d0d0) + "\n@media (prefers-color-scheme: dark){" + dark + cell("z", 0x202124) + "}\n";
 }
@@ -10974,12 +10986,6 @@ static std::string left_out(const ExplainTensor& t) {
     return o;
 }
 
-// A tensor drawn on the probability scale, 0 (white) to 1 (blue): P of a head, Y = Softmax(Z) and
-// its row, a mask (its kept entry 1; -inf hatched).
-static bool probability_tensor(const ExplainTensor& t) {
-    const std::string& w = t.name;
-    return w.rfind("P = ", 0) == 0 || w.rfind("Y = Softmax", 0) == 0 || w.rfind("Y_", 0) == 0 || w.rfind("Mask", 0) == 0;
-}
 
 // A cell's number: 3 significant digits, short ("−5.65e-4", a minus sign, no zero in the exponent).
 static std::string cell_num(double v) {
@@ -10996,13 +11002,13 @@ static std::string cell_num(double v) {
 static const std::size_t NUMBERED = 16;
 
 // A tensor's heat map: a cell per value shown, its (i, j) and value in its title. On the probability
-// scale (probability_tensor) white 0 to blue 1; else red positive, blue negative, white 0, with
+// scale (every ExplainTensor::Scale but values) white 0 to blue 1; else red positive, blue negative, white 0, with
 // scale the |value| of the colour scale's ends (0: the tensor's own largest |value|; maps drawn side
 // by side for comparison share one). NaN: not compared (grey); -inf, and the entries where mask (a
 // mask of the same rows and columns, for P) is -inf: masked, hatched. Up to NUMBERED x NUMBERED
 // values the cells print their numbers.
 static std::string heat_map(const ExplainTensor& t, const std::string& role, double scale = 0, const ExplainTensor* mask = nullptr) {
-    const bool vec = t.dims.size() < 2, prob = probability_tensor(t);
+    const bool vec = t.dims.size() < 2, prob = t.scale != ExplainTensor::Scale::values;
     const bool fits = mask && mask->rows == t.rows && mask->cols == t.cols && mask->cells.size() == t.cells.size();
     auto masked_at = [&](std::size_t at) { return fits && mask->cells[at] == -INFINITY; };
     double m = 0;
@@ -11019,16 +11025,16 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role, dou
     const bool numbers = t.rows.size() <= NUMBERED && t.cols.size() <= NUMBERED;
     std::ostringstream o;
     const std::string out = left_out(t);
-    o << "<figure><figcaption><b>" << html_text(t.name) << "</b> (" << role << ") " << html_text(t.symbol) << " = " << t.shape;
+    o << "<figure><figcaption><b>" << markup_text(t.name) << "</b> (" << role << ") " << markup_text(t.symbol) << " = " << t.shape;
     if (!out.empty()) o << " &middot; <span class=\"note\">folded: " << out << "</span>";
     // The legend: the colour scale between its ends, and what hatching and grey mean; each a
     // .key that stays on one line.
     if (prob) o << " &middot; <span class=\"key\">0 <span class=\"legend prob\" aria-hidden=\"true\"></span> 1</span>";
     else o << " &middot; <span class=\"key\">&minus;" << num(m) << " <span class=\"legend\" aria-hidden=\"true\"></span> " << num(m) << "</span>";
-    o << (inf ? " &middot; <span class=\"key\">hatched: masked (&minus;inf" + std::string(prob && !t.cells.empty() && t.name.rfind("Mask", 0) != 0 ? ", so 0" : "") + ")</span>" : "")
+    o << (inf ? " &middot; <span class=\"key\">hatched: masked (&minus;inf" + std::string(prob && !t.cells.empty() && t.scale != ExplainTensor::Scale::mask ? ", so 0" : "") + ")</span>" : "")
       << (unknown ? " &middot; <span class=\"key\">grey: not compared</span>" : "") << "</figcaption>";
     o << "<div class=\"hm" << (numbers ? " num" : "") << "\" tabindex=\"0\" data-cols=\"" << t.cols.size() << "\" style=\"grid-template-columns:repeat("
-      << t.cols.size() << ",auto)\" aria-label=\"" << html_text(t.name) << ": " << t.rows.size() * t.cols.size()
+      << t.cols.size() << ",auto)\" aria-label=\"" << markup_text(t.name) << ": " << t.rows.size() * t.cols.size()
       << (numbers ? " values; each cell holds its value, its title its (i, j), counted from 1\">" : " values; each cell's title holds its (i, j), counted from 1, and its value\">");
     for (std::size_t a = 0; a < t.rows.size(); a++)
         for (std::size_t b = 0; b < t.cols.size(); b++) {
@@ -11059,13 +11065,13 @@ static std::string heat_map(const ExplainTensor& t, const std::string& role, dou
 static std::string token_row(const ExplainTensor& t, const std::vector<std::string>& labels, const std::string& role) {
     const bool ids = t.name == "x" || t.name == "x'";
     std::ostringstream o;
-    o << "<figure><figcaption><b>" << html_text(t.name) << "</b> (" << role << ") " << html_text(t.symbol) << " = " << t.shape
+    o << "<figure><figcaption><b>" << markup_text(t.name) << "</b> (" << role << ") " << markup_text(t.symbol) << " = " << t.shape
       << (ids ? " &middot; the tokens: position i, the token, its id" : " &middot; the segment of each position") << "</figcaption><div class=\"tok\">";
     for (std::size_t b = 0; b < t.cols.size(); b++) {
         const int i = t.cols[b];
         const std::string v = num(t.cells[b], "%.0f");
         const std::string label = ids && i < (int)labels.size() ? labels[i] : v;
-        o << "<span title=\"" << html_text(t.name) << "_" << i + 1 << " = " << v << "\"><small>" << i + 1 << "</small><b>" << html_text(label) << "</b>";
+        o << "<span title=\"" << markup_text(t.name) << "_" << i + 1 << " = " << v << "\"><small>" << i + 1 << "</small><b>" << markup_text(label) << "</b>";
         if (label != v) o << "<small>" << v << "</small>";
         o << "</span>";
     }
@@ -11154,7 +11160,7 @@ struct ExplainPageWriter {
     const ExplainHtml& o;
     Explained<float>& e;
     ExplainPage& page;
-    std::string stop_fn;  // where a handout's stub stopped the run: "Mask_AR", from "not implemented: Mask_AR (assignment 3)"
+    std::string stop_fn;  // where a handout's stub stopped the run: "Mask_AR" (Explained::stopped_at)
     std::string source;   // transformer.cpp's text, for the functions' lines ("": not found)
     std::string sheet;    // docs/formulas.md's text, for the boxes' § ("": not found)
     std::vector<std::string> labels;  // one per token
@@ -11231,13 +11237,13 @@ struct ExplainPageWriter {
         const int n = batch.n;
         h << "<!DOCTYPE html>\n" << SVG_MARK << "\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
           << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-          << "<title>explain: " << html_text(o.title) << ", " << html_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << GRADIENT_CSS << "</style></head>\n<body>\n";
-        h << "<header><h1>explain: " << html_text(o.title) << "</h1><p>" << html_text(what) << "; tokens x = ";
-        for (int i = 0; i < n; i++) h << (i ? ", " : "") << html_text(labels[i]);
+          << "<title>explain: " << markup_text(o.title) << ", " << markup_text(what) << "</title>\n<style>" << PAGE_CSS << heat_css() << GRADIENT_CSS << "</style></head>\n<body>\n";
+        h << "<header><h1>explain: " << markup_text(o.title) << "</h1><p>" << markup_text(what) << "; tokens x = ";
+        for (int i = 0; i < n; i++) h << (i ? ", " : "") << markup_text(labels[i]);
         h << "; loss " << (std::isnan(e.loss) ? std::string("not reached") : num(e.loss, "%.9g")) << ". One forward and backward pass, formula box by formula box, in the order of <code>explain</code>'s text; "
           << "formula indices count from 1.</p>";
         if (!e.stopped.empty())
-            h << "<p class=\"stop\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b> "
+            h << "<p class=\"stop\"><b>The run stops at " << markup_text(stop_fn) << ": " << markup_text(e.stopped) << ".</b> "
               << "The forward boxes are those the run reached; every backward box is still checked alone: on the run's own input of it where the "
                  "forward reached the box, else on inputs drawn at random (fixed seed) with the model's shapes, marked <i>random inputs</i>. "
                  "A box whose backward, or a function it needs, is not written yet is marked <span class=\"missing\">not implemented yet</span> "
@@ -11252,8 +11258,8 @@ struct ExplainPageWriter {
               << (failing.size() == 1 ? " fails its" : " fail their") << " gradient check:</b></span> ";
             for (std::size_t k = 0; k < failing.size(); k++) {  // innermost first: those failing through a box they call last
                 const ExplainCheck& ck = e.steps[failing[k]].check;
-                h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << html_text(e.steps[failing[k]].box)
-                  << " (" << html_text(ck.function) << ")</a>";
+                h << (k ? ", " : "") << "<a href=\"#b" << failing[k] + 1 << "\">[" << failing[k] + 1 << "] " << markup_text(e.steps[failing[k]].box)
+                  << " (" << markup_text(ck.function) << ")</a>";
                 const int via = ck.callee;
                 if (via >= 0) h << " through <a href=\"#b" << via + 1 << "\">[" << via + 1 << "]</a>";
             }
@@ -11292,18 +11298,18 @@ struct ExplainPageWriter {
             std::size_t end = k;
             bool bad = false;
             while (end < e.steps.size() && e.steps[end].box == e.steps[k].box) bad |= e.steps[end].check.done && !e.steps[end].check.pass, end++;
-            const bool backward_start = e.steps[k].box.rfind("Backward", 0) == 0 && (k == 0 || e.steps[k - 1].box.rfind("Backward", 0) != 0);
+            const bool backward_start = e.steps[k].backward && (k == 0 || !e.steps[k - 1].backward);
             if (backward_start) h << "</ol><h2>Backward</h2><ol>\n";
-            h << "<li class=\"group\"><a href=\"#b" << k + 1 << "\">" << html_text(e.steps[k].box) << "</a>"
+            h << "<li class=\"group\"><a href=\"#b" << k + 1 << "\">" << markup_text(e.steps[k].box) << "</a>"
               << (bad ? " <span class=\"tag inside\">contains a failing box</span>" : "") << "<ol>";
             for (std::size_t j = k; j < end; j++) {
                 const ExplainStep& s = e.steps[j];
                 std::string label = s.function.substr(0, s.function.find_first_of(" ,("));
-                if (s.depth) label = s.box.rfind("Backward", 0) != 0 ? s.box
+                if (s.depth) label = !s.backward ? s.box
                                      : s.function.find(',') == std::string::npos ? s.function : s.function.substr(0, s.function.find(',')) + ")";
                 const bool fails = s.check.done && s.check.missing.empty() && !s.check.pass;
                 h << "<li value=\"" << j + 1 << "\"" << (s.depth || fails ? std::string(" class=\"") + (s.depth ? "d1" : "") + (s.depth && fails ? " " : "") + (fails ? "fail" : "") + "\"" : "")
-                  << "><a href=\"#b" << j + 1 << "\">" << html_text(label) << "</a>";
+                  << "><a href=\"#b" << j + 1 << "\">" << markup_text(label) << "</a>";
                 if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
                 else if (s.check.done) h << (s.check.pass ? " <span class=\"pass\">&#10003;</span>" : " <span class=\"tag fail\">&#10007; fails</span>");
                 if (s.check.done && s.check.random) h << " <span class=\"note\">(random inputs)</span>";
@@ -11328,11 +11334,11 @@ struct ExplainPageWriter {
                 const std::string w = f.substr(i, j - i);
                 const int line = w.find(':') == std::string::npos && w.size() > 2 ? definition_line(source, w) : 0;
                 if (line) {
-                    h << "<code>" << html_text(w) << "</code> <span class=\"note\">(transformer.cpp:" << line << ")</span>";
+                    h << "<code>" << markup_text(w) << "</code> <span class=\"note\">(transformer.cpp:" << line << ")</span>";
                     lines_json += std::string(lines_json.empty() ? "" : ",") + json_escape(w) + ":" + std::to_string(line);
-                } else h << html_text(w);
+                } else h << markup_text(w);
                 i = j;
-            } else h << html_text(std::string(1, f[i++]));
+            } else h << markup_text(std::string(1, f[i++]));
         }
         h << "</p>\n";
         return lines_json;
@@ -11357,27 +11363,27 @@ struct ExplainPageWriter {
         const std::string entry = entry_of(ck.shape, ck.at);
         const std::string on = ck.random ? " on inputs drawn at random (fixed seed; the run did not reach this box)" : "";
         if (!ck.missing.empty())
-            h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << html_text(ck.function) << " is not checked" << on
-              << ", the run meets a stub (" << html_text(ck.missing) << ")";
+            h << "<div class=\"check missing\" role=\"status\"><b>Not implemented yet</b>: " << markup_text(ck.function) << " is not checked" << on
+              << ", the run meets a stub (" << markup_text(ck.missing) << ")";
         else
             h << "<div class=\"check " << (ck.pass ? "pass" : "fail") << "\" role=\"status\"><b>" << (ck.pass ? "Gradient check passes" : "Gradient check fails")
-              << "</b> (" << html_text(ck.function)
+              << "</b> (" << markup_text(ck.function)
               << (ck.composition.empty() ? " against central differences of its forward" : ": the walk's gradients against central differences of their lines")
               << on << "): " << ck.entries << " entries compared; ";
-        if (!ck.problem.empty()) h << html_text(ck.problem) << "; ";
+        if (!ck.problem.empty()) h << markup_text(ck.problem) << "; ";
         if (!ck.tensor.empty())
-            h << "worst: " << html_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
+            h << "worst: " << markup_text(ck.tensor) << " " << entry << " of " << shape_str(ck.shape) << ", finite difference " << num(ck.num, "%.9g")
               << ", backward " << num(ck.ana, "%.9g") << ", |num &minus; g| / max(1, |g|) = " << num(ck.err, "%.3g") << " against the tolerance "
               << num(ck.tol) << " (h = " << num(ck.h) << ")";
         h << "</div>\n";
         if (ck.callee >= 0) {
             const ExplainStep& callee = e.steps[(std::size_t)ck.callee];
             h << "<p class=\"callee fail\" data-callee=\"b" << ck.callee + 1 << "\">This box fails through <a href=\"#b" << ck.callee + 1 << "\">["
-              << ck.callee + 1 << "] " << html_text(callee.function.substr(0, callee.function.find(','))) << (callee.function.find(',') == std::string::npos ? "" : ")")
-              << "</a>, which " << html_text(ck.function) << " calls and whose own check fails: fix that first.</p>\n";
+              << ck.callee + 1 << "] " << markup_text(callee.function.substr(0, callee.function.find(','))) << (callee.function.find(',') == std::string::npos ? "" : ")")
+              << "</a>, which " << markup_text(ck.function) << " calls and whose own check fails: fix that first.</p>\n";
         }
-        if (!ck.composition.empty()) h << "<p class=\"composition fail\">" << html_text(ck.composition) << ".</p>\n";
-        if (!ck.first_failing.empty()) h << "<p class=\"first-failing\">" << html_text(ck.first_failing) << "</p>\n";
+        if (!ck.composition.empty()) h << "<p class=\"composition fail\">" << markup_text(ck.composition) << ".</p>\n";
+        if (!ck.first_failing.empty()) h << "<p class=\"first-failing\">" << markup_text(ck.first_failing) << "</p>\n";
         json << ",\"check\":{\"pass\":" << (!ck.missing.empty() ? "null" : ck.pass ? "true" : "false") << ",\"missing\":" << json_escape(ck.missing)
              << ",\"random\":" << (ck.random ? "true" : "false") << ",\"function\":" << json_escape(ck.function)
              << ",\"tensor\":" << json_escape(ck.tensor) << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(ck.num)
@@ -11398,16 +11404,16 @@ struct ExplainPageWriter {
         const char* verdict = g.pass ? "passes" : "fails";
         const std::string entry = entry_of(g.shape, g.at);
         const bool brief = !drawn(g);  // one line: a passing gradient of the walk, or a page too large to draw every gradient
-        h << "<div class=\"grad " << (g.pass ? "pass" : "fail") << "\" id=\"b" << box + 1 << "-g" << i + 1 << "\" data-gradient=\"" << html_text(g.name)
-          << "\" data-verdict=\"" << verdict << "\"><p><b>" << html_text(g.name) << "</b> ";
-        if (!brief) h << to_mathml(g.formula, "<span class=\"gf\" title=\"" + html_text(g.formula) + "\">", "</span>") << " &middot; ";
+        h << "<div class=\"grad " << (g.pass ? "pass" : "fail") << "\" id=\"b" << box + 1 << "-g" << i + 1 << "\" data-gradient=\"" << markup_text(g.name)
+          << "\" data-verdict=\"" << verdict << "\"><p><b>" << markup_text(g.name) << "</b> ";
+        if (!brief) h << to_mathml(g.formula, "<span class=\"gf\" title=\"" + markup_text(g.formula) + "\">", "</span>") << " &middot; ";
         h << "<span class=\"verdict " << (g.pass ? "pass" : "fail") << "\">" << verdict << "</span>: ";
         if (brief) h << g.entries << (g.entries == 1 ? " entry" : " entries") << ", error &le; " << num(g.err, "%.3g");
-        else if (!g.problem.empty()) h << html_text(g.problem);
+        else if (!g.problem.empty()) h << markup_text(g.problem);
         else if (!brief)
             h << g.entries << (g.entries == 1 ? " entry" : " entries") << " compared; worst " << entry << ": finite difference " << num(g.num, "%.9g")
               << ", backward " << num(g.ana, "%.9g") << ", error " << num(g.err, "%.3g");
-        if (!g.relation.empty()) h << ". <span class=\"relation\">" << html_text(g.relation) << "</span>";
+        if (!g.relation.empty()) h << ". <span class=\"relation\">" << markup_text(g.relation) << "</span>";
         h << "</p>\n";
         json << (i ? "," : "") << "{\"name\":" << json_escape(g.name) << ",\"formula\":" << json_escape(g.formula) << ",\"pass\":" << (g.pass ? "true" : "false")
              << ",\"entries\":" << g.entries << ",\"entry\":" << json_escape(entry) << ",\"num\":" << json_num(g.num) << ",\"ana\":" << json_num(g.ana)
@@ -11421,7 +11427,7 @@ struct ExplainPageWriter {
             for (double v : t->cells)
                 if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
         h << (g.pass ? "<details><summary>its heat maps</summary>" : "") << "<div class=\"maps\">";
-        for (const ExplainTensor* t : {&g.fd, &g.backward, &g.diff}) h << heat_map(*t, html_text(g.name), scale);
+        for (const ExplainTensor* t : {&g.fd, &g.backward, &g.diff}) h << heat_map(*t, markup_text(g.name), scale);
         h << "</div>" << (g.pass ? "</details>" : "") << "</div>\n";
     }
 
@@ -11443,14 +11449,14 @@ struct ExplainPageWriter {
     // Box k's pictures: a layer's mask, and each head's P with the tokens as labels.
     void pictures_html(std::size_t k) {
         const ExplainStep& s = e.steps[k];
-        if (s.function.rfind("layer_mask", 0) == 0 && !s.out.empty() && !s.out[0].cells.empty())
+        if (!s.out.empty() && s.out[0].scale == ExplainTensor::Scale::mask && !s.out[0].cells.empty())
             h << "<div class=\"pics\">" << inline_svg(heatmap_svg({panel_of(s.out[0], labels, s.out[0].name)}, 1, "The mask of " + s.box, {}, false, figure_ids(k)))
               << "</div>\n";
-        if (s.function == "MultiHeadSA") {
+        if (s.depth == 0 && !s.backward) {  // a forward box's heads: each one's P
             std::vector<HeatPanel> heads;
             for (std::size_t j = k + 1; j < e.steps.size() && e.steps[j].depth == 1; j++)
                 for (const ExplainTensor& t : e.steps[j].out)
-                    if (t.name.rfind("P = ", 0) == 0) heads.push_back(panel_of(t, labels, e.steps[j].box, mask_of(k)));
+                    if (t.scale == ExplainTensor::Scale::attention) heads.push_back(panel_of(t, labels, e.steps[j].box, mask_of(k)));
             if (!heads.empty())
                 h << "<div class=\"pics\">" << inline_svg(heatmap_svg(heads, std::min<int>(4, (int)heads.size()), "Attention P of each head, " + s.box,
                                                                       {"Row i: the query token, column j: the key token."}, true, figure_ids(k)))
@@ -11466,7 +11472,7 @@ struct ExplainPageWriter {
         for (int io = 0; io < 2; io++)
             for (const ExplainTensor& t : io ? s.out : s.in) {
                 if (k == 0 && s.box == "Input" && t.dims.size() == 1) h << token_row(t, labels, io ? "out" : "in");
-                else h << heat_map(t, io ? "out" : "in", 0, t.name.rfind("P = ", 0) == 0 ? mask_of(k) : nullptr);
+                else h << heat_map(t, io ? "out" : "in", 0, t.scale == ExplainTensor::Scale::attention ? mask_of(k) : nullptr);
                 json << (first ? "" : ",") << "{\"role\":\"" << (io ? "out" : "in") << "\",\"name\":" << json_escape(t.name) << ",\"symbol\":"
                      << json_escape(t.symbol) << ",\"shape\":[";
                 for (std::size_t a = 0; a < t.dims.size(); a++) json << (a ? "," : "") << t.dims[a];
@@ -11496,8 +11502,8 @@ struct ExplainPageWriter {
               << ": its text is not in the page)</p>\n";
             return;
         }
-        h << "<details class=\"sheet\" data-s=\"" << sec << "\"><summary>formulas &sect;" << sec << " " << html_text(title) << "</summary></details>\n";
-        if (sections.insert(sec).second) tail << "<template id=\"s" << sec << "\"><pre>" << html_text(text) << "</pre></template>\n";
+        h << "<details class=\"sheet\" data-s=\"" << sec << "\"><summary>formulas &sect;" << sec << " " << markup_text(title) << "</summary></details>\n";
+        if (sections.insert(sec).second) tail << "<template id=\"s" << sec << "\"><pre>" << markup_text(text) << "</pre></template>\n";
     }
 
     // Box k: its heading, formula, code, check, pictures and tensors.
@@ -11506,14 +11512,14 @@ struct ExplainPageWriter {
         const int sec = section_of(c, s);
         const bool bad = s.check.done && !s.check.pass;
         h << "<section id=\"b" << k + 1 << "\" class=\"box" << (s.depth ? " d1" : "") << (bad ? " bad" : "") << "\" tabindex=\"-1\" aria-labelledby=\"h" << k + 1 << "\">\n";
-        h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << html_text(s.box);
+        h << "<h3 id=\"h" << k + 1 << "\">[" << k + 1 << "] " << markup_text(s.box);
         if (s.check.done && !s.check.missing.empty()) h << " <span class=\"tag missing\">not implemented yet</span>";
         else if (s.check.done) h << (s.check.pass ? " <span class=\"tag pass\">gradient check passes</span>" : " <span class=\"tag fail\">gradient check fails</span>");
         h << "</h3>\n" << to_mathml(s.formula) << "\n";
-        h << "<p class=\"plain\"><code>" << html_text(s.formula) << "</code></p>\n";
+        h << "<p class=\"plain\"><code>" << markup_text(s.formula) << "</code></p>\n";
         sheet_html(sec);
         const std::string lines_json = code_html(s);
-        json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"box\":" << json_escape(s.box)
+        json << (k ? "," : "") << "\n{\"number\":" << k + 1 << ",\"depth\":" << s.depth << ",\"backward\":" << (s.backward ? "true" : "false") << ",\"box\":" << json_escape(s.box)
              << ",\"formula\":" << json_escape(s.formula) << ",\"section\":" << sec << ",\"function\":" << json_escape(s.function)
              << ",\"lines\":{" << lines_json << "}";
         if (s.check.done) check_html(k, s.check);
@@ -11531,10 +11537,10 @@ struct ExplainPageWriter {
         json << "],\"loss\":" << json_num(e.loss) << ",\"stopped\":" << json_escape(e.stopped) << ",\"fold\":" << fold << ",\"source\":" << json_escape(page.source) << ",\"boxes\":[";
         bool backward = false;
         for (std::size_t k = 0; k < e.steps.size(); k++) {
-            if (k == 0 || (!backward && e.steps[k].box.rfind("Backward", 0) == 0)) {
+            if (k == 0 || (!backward && e.steps[k].backward)) {
                 backward = k > 0;
                 if (backward && !e.stopped.empty())
-                    h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << html_text(stop_fn) << ": " << html_text(e.stopped) << ".</b></p>\n";
+                    h << "<p class=\"stop\" role=\"status\"><b>The run stops at " << markup_text(stop_fn) << ": " << markup_text(e.stopped) << ".</b></p>\n";
                 h << "<h2>" << (backward ? "Backward: d loss / d &theta;, from the loss down" : "Forward") << "</h2>\n";
             }
             box_html(k);
@@ -11548,9 +11554,9 @@ ExplainPage explain_html(const Config& c, const Params<float>& p, const Batch& b
     d.fold = o.fold, d.backwards = o.backwards, d.stubs = true;
     Explained<float> e = explain(c, p, batch, o.values, &d);
     ExplainPage page;
-    page.loss = e.loss, page.stopped = e.stopped;
+    page.loss = e.loss, page.stopped = e.stopped, page.stopped_at = e.stopped_at;
     ExplainPageWriter pw(c, batch, o, e, page);
-    pw.stop_fn = e.stopped.empty() ? "" : e.stopped.substr(17, e.stopped.find_first_of(" (", 17) - 17);
+    pw.stop_fn = e.stopped_at;
     pw.source = read_source(o.source, page.source);
     pw.sheet = read_sheet(o.sheet, page.sheet);
     pw.refold_to_budget();

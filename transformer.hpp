@@ -14,14 +14,9 @@
 //     TRAINING                       AdamW, the schedules, clipping, train_step, sampling, generation
 //   PART II. THE MACHINERY
 //     THE FAST MATRIX PRODUCT        the memory pool, gemm (packed, blocked), reductions, row kernels
-//     FILES                          JSON, checked atomic outputs, safetensors, Hugging Face import/export
-//     DATA                           the character vocabulary, the built-in addition task
-//     BENCH                          the speed of a model: loading, generation
-//     THE TRAINING LOOP              the memory a run needs, the plot, the loop, starting from a checkpoint
-//     FINE-TUNING                    labelled files, the head on a pre-trained model
-//     TOKENIZER: GPT-2's             GPT-2's byte-level BPE, learning a BPE vocabulary
-//     TOKENIZERS of the released     GPT-1's BPE, token files, BERT's WordPiece
-//     THE TOKENIZER OF A CHECKPOINT  one tokenizer for the commands
+//     TEXT                           numbers, UTF-8, JSON, the character vocabulary, every tokenizer, tokenizer files
+//     MODEL FILES                    whose file, safetensors, checkpoints, Hugging Face import, load_model, export
+//     RUNS                           the built-in tasks, the run's memory, the plot, the training loop, fine-tuning, bench
 //     TEACHING                       heat maps, attention pictures, explain
 //     PLATFORM                       every call to the operating system: files, signals, memory
 //     GENERATED TABLES               Unicode classes
@@ -61,6 +56,14 @@ namespace tf {
 // ------------------------------------------------------------------------------------------------
 struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
+};
+// What a handout's stub throws in place of a function still to be written (tools/blank.awk writes
+// them): the message "not implemented: NAME (assignment N)", and NAME in `function`, which explain
+// reports as the place the run stops.
+struct NotImplemented : Error {
+    std::string function;
+    explicit NotImplemented(const std::string& name, const std::string& assignment = "")
+        : Error("not implemented: " + name + (assignment.empty() ? "" : " (" + assignment + ")")), function(name) {}
 };
 // The value of an enum whose name is s, among all of them; else an Error "unknown WHAT 's'
 // (expected a, b or c)".
@@ -998,8 +1001,7 @@ template <typename T>
 std::vector<TokenProb> next_token_probs(const Config& c, const Params<T>& p, const std::vector<int>& x, int k);
 
 // ################################################################################################
-// PART II. THE MACHINERY: the fast product, files, data, bench, the training loop, fine-tuning,
-// the tokenizers, teaching
+// PART II. THE MACHINERY: the fast product, text, model files, runs, teaching, the platform
 // ################################################################################################
 // ================================================================================================
 // THE FAST MATRIX PRODUCT: the memory pool (Storage) and gemm are declared in Part I, where Tensor
@@ -1007,47 +1009,27 @@ std::vector<TokenProb> next_token_probs(const Config& c, const Params<T>& p, con
 // ================================================================================================
 
 // ================================================================================================
-// FILES: safetensors (8-byte little-endian header size N, N bytes of JSON header, raw
-// little-endian data). float32 tensors; the configuration as strings in "__metadata__".
-// Then JSON, UTF-8, the checked outputs and their one durable writer, the export to the Hugging Face
-// classes (GPT2LMHeadModel, OpenAIGPTLMHeadModel, BertForMaskedLM, RobertaForMaskedLM, ...).
+// TEXT: numbers read and written, JSON, UTF-8, the character vocabulary, GPT-2's byte-level BPE
+// and learning one, the tokenizers of the released GPT-1 and BERT, the tokenizer of a checkpoint,
+// the tokenizer's files for Hugging Face.
 // ================================================================================================
-struct SafeTensors {
-    std::map<std::string, std::string> metadata;
-    std::vector<std::pair<std::string, Tensor<float>>> tensors;  // in file order
-    const Tensor<float>* find(const std::string& name) const;
-};
-// Written through AtomicFile: a crash or a full disk never leaves a half-written file.
-void save_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
-                      const std::vector<std::pair<std::string, const Tensor<float>*>>& tensors);
-SafeTensors load_safetensors(const std::string& path);  // throws Error naming what is wrong
-
-std::map<std::string, std::string> config_metadata(const Config& c);
-Config config_from_metadata(const std::map<std::string, std::string>& m);
-// A model checkpoint: the config, every parameter under its name, and extra tensors/metadata
-// (e.g. the optimiser state "adam.m.<name>", "adam.v.<name>" of a training checkpoint).
-void save_model(const std::string& path, const Config& c, Params<float>& p,
-                const std::map<std::string, std::string>& extra_metadata = {},
-                const std::vector<std::pair<std::string, const Tensor<float>*>>& extra_tensors = {});
-struct LoadedModel {
-    Config config;
-    Params<float> params;
-    SafeTensors file;  // metadata and the tensors that are not parameters
-};
-// Every parameter must be present with its shape; any other tensor is an error unless its name
-// starts with one of allowed_extra_prefixes. A file without our metadata whose tensors are named
-// as in the released GPT-2 (wte.weight, h.0.attn.c_attn.weight, ...: a Hugging Face
-// model.safetensors) is read as a gpt2 model with gelu_tanh and attention biases (see
-// import_hf_gpt2 in transformer.cpp for the mapping of names). Likewise a Hugging Face GPT-1 file
-// (tokens_embed.weight, ...: a gpt model, import_hf_openai_gpt) and a BERT file
-// (bert.embeddings.word_embeddings.weight, ...: a bert model with emb_ln, mlm_head and pooler as
-// the file has them, import_hf_bert; the next-sentence head goes to file.tensors).
-LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes = {});
-// `strip`: the checkpoint at `in` written to `out` without AdamW's m and v and the state that
-// resuming needs (adam.t, train.rng), marked "weights_only": a third of the file, read by sample,
-// eval, fill, predict, export, finetune and --init-from alike; --resume refuses it. Returns the
-// sizes of the two files in bytes.
-std::pair<long long, long long> strip_checkpoint(const std::string& in, const std::string& out);
+// ---- Numbers, read from text and written as text ------------------------------------------------
+// Every number read from a flag, a metadata value or a file: the whole text is the number (decimal,
+// nothing after it; read_unsigned takes digits alone). The caller words the error.
+enum class NumberRead { ok, not_a_number, out_of_range };
+NumberRead read_integer(const std::string& s, long long& v);
+NumberRead read_unsigned(const std::string& s, uint64_t& v);
+NumberRead read_real(const std::string& s, double& v);  // out_of_range: not finite
+// The same, throwing Error("WHAT: 'TEXT' is not an integer" / "... an unsigned integer" / "... a number").
+int parse_int(const std::string& s, const std::string& what);  // |v| <= 2^31 - 1
+long long parse_i64(const std::string& s, const std::string& what);
+uint64_t parse_u64(const std::string& s, const std::string& what);
+double parse_double(const std::string& s, const std::string& what);
+// Written: 17 significant digits (reads back as the same double: metadata, logs); the shortest text
+// that reads back as the same double; a count for an error message (whole digits below 1e18).
+std::string full_digits(double v);
+std::string shortest_double(double v);
+std::string whole_number(double v);
 
 // A minimal JSON reader (for safetensors headers and tokenizer files).
 struct Json {
@@ -1069,6 +1051,294 @@ void utf8_append(std::string& out, uint32_t cp);
 // `offset` (the one message of every "not in the vocabulary" error).
 std::string describe_char_at(const std::string& text, std::size_t offset, const std::string& where);
 
+// A character-level vocabulary: the distinct bytes of a text, sorted; id = index. BERT/RoBERTa add
+// three special tokens after them ([CLS]/<s>, [SEP]/</s>, [MASK]/<mask>).
+struct CharVocab {
+    std::vector<unsigned char> chars;
+    int id[256];
+    CharVocab();
+    static CharVocab from_text(const std::string& text);
+    int size() const { return (int)chars.size(); }
+    // Throws Error on an unknown character, naming it and where it is (describe_char_at).
+    std::vector<int> encode(const std::string& text, const std::string& where = "the text") const;
+    std::string decode(const std::vector<int>& ids) const;   // special ids become "[CLS]", "[SEP]", "_"
+    std::string to_metadata() const;                         // "10,32,33,..." byte values
+    static CharVocab from_metadata(const std::string& s);
+};
+
+// ---- GPT-2's byte-level BPE ---------------------------------------------------------------------
+// GPT-2 paper, section 2.2; for the released weights and for vocabularies learnt with bpe.
+
+// Text -> ids in three steps:
+//   1. pre-tokenize: split the UTF-8 text into pieces with GPT-2's pattern
+//        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//      (the first alternative that matches at the current position, as long as it can be; a run of
+//      white space before more text leaves its last character to start the next piece, " word");
+//   2. each piece's bytes become symbols: byte b -> one printable character bytes_to_unicode(b)
+//      (the printable bytes stand for themselves, the 68 others for U+0100 + k in byte order, so a
+//      space is "Ġ", a newline "Ċ");
+//   3. BPE: repeatedly merge the adjacent pair of symbols with the lowest rank in the merge list
+//      (every occurrence, left to right) until no pair is in the list; each symbol is a token id.
+// decode maps ids back to their symbols and the symbols back to bytes. The ids match OpenAI's
+// encoder (encode treats "<|endoftext|>" as plain text; its id is eot).
+struct BPE {
+    std::unordered_map<std::string, int> encoder;  // symbol string (UTF-8) -> id
+    std::vector<std::string> decoder;              // id -> the raw bytes it stands for
+    std::unordered_map<std::string, int> ranks;    // "A B" (two symbols) -> merge rank, 0 first
+    int eot = -1;                                  // id of "<|endoftext|>", -1 if absent
+    int size() const { return (int)decoder.size(); }
+    // throws Error on invalid UTF-8; progress, if given, is called after each piece with the bytes
+    // of text done and the ids so far
+    std::vector<int> encode(const std::string& text,
+                            const std::function<void(std::size_t bytes, std::size_t ids)>& progress = {}) const;
+    std::string decode(const std::vector<int>& ids) const;  // throws Error on an id outside 0..size-1
+    std::vector<std::string> bpe(const std::string& piece) const;  // step 3 for one piece: its symbols
+};
+// From the contents of encoder.json ({"token": id, ...}, ids 0..N-1 each once) and vocab.bpe (a
+// "#version" line, then one merge "A B" per line); throws Error naming what is malformed.
+BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
+BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+// RoBERTa's tokenizer (kind roberta-bpe): GPT-2's byte-level BPE with RoBERTa's vocab.json and
+// merges.txt; <s>, <pad>, </s>, <unk>, <mask> written in the text are those tokens, and <mask> takes
+// the white space before it along (Hugging Face's lstrip): "is <mask>." -> "Ġis" <mask> ".".
+// No <s> ... </s> are added.
+std::vector<int> roberta_encode(const BPE& bpe, const std::string& text);
+// Step 1 alone: the pieces (byte strings) of GPT-2's pattern; throws Error on invalid UTF-8.
+std::vector<std::string> gpt2_pretokenize(const std::string& text);
+// Step 2's alphabet: the UTF-8 of the character that stands for byte b.
+std::string bytes_to_unicode(unsigned char b);
+
+// ---- Learning a byte-level BPE vocabulary (bpe) ----
+// Learns the two files of GPT-2's tokenizer (encoder.json, vocab.bpe) from text, with the rule of
+// Hugging Face's BpeTrainer behind a ByteLevel pre-tokenizer (add_prefix_space=false, use_regex=true):
+//   1. count: each line (its newline kept) loses the --special tokens, the rest is cut into pieces by
+//      gpt2_pretokenize, and identical pieces are counted once with their number of occurrences;
+//   2. the 256 byte symbols are ids 0..255, numbered in code-point order of their characters (the
+//      order of GPT-2's encoder.json: "!" is 0, "Ġ" (the space) is 220);
+//   3. each merge joins the adjacent pair of symbols with the largest count (occurrences inside the
+//      pieces, weighted by the pieces' counts); among equal counts the smallest (left id, right id)
+//      wins. Inside a piece the pair is merged left to right without overlap ("aaa" -> "aa" "a").
+//      The new symbol takes the next id (Hugging Face's rule would keep the id of a string made
+//      before from other halves; the code follows it, though with plain byte symbols each string
+//      is always made by one pair: see docs/bpe.md);
+//   4. stop after `merges` merges, or when the most frequent pair occurs fewer than min_count times;
+//      the special tokens then take the next ids.
+// Counting is incremental as in Hugging Face's trainer: each pair keeps the pieces where it was
+// formed, a merge rewrites only those pieces, and a heap holds (count, pair) entries whose stale
+// counts are corrected when they come to the top.
+struct BpePieces {
+    std::unordered_map<std::string, long long> count;  // piece (raw bytes) -> occurrences
+    long long pieces = 0, bytes = 0, lines = 0;        // totals over everything counted
+};
+// Why s cannot be a --special token ("" if it can): it must be printable ASCII without spaces and a
+// form the GPT-2 loader keeps out of the merges: <|NAME|>, or RoBERTa's <s> <pad> </s> <unk> <mask>.
+std::string bpe_special_problem(const std::string& s);
+// Counts the pieces of text (lines up to and with each "\n"; the last one may lack it). where names
+// the text in errors: invalid UTF-8 is an error giving where, the line and the byte offset.
+void bpe_count_text(BpePieces& p, const std::string& text, const std::vector<std::string>& specials = {},
+                    const std::string& where = "the text");
+// The same for a file, streamed (memory follows the distinct pieces, not the file); progress, if
+// given, is called every few MB with the bytes of this file read so far.
+void bpe_count_file(BpePieces& p, const std::string& path, const std::vector<std::string>& specials,
+                    const std::function<void(long long bytes)>& progress = {});
+struct BpeMerge {
+    int left, right, id;  // ids of the two halves and of the symbol they make
+    long long count;      // occurrences of the pair when it was merged
+};
+struct BpeLearnt {
+    std::vector<std::string> tokens;  // id -> raw bytes: 0..255 the bytes, then merged symbols, then specials
+    std::vector<BpeMerge> merges;     // in the order learnt
+    int specials = 0;                 // the last `specials` tokens
+};
+struct BpeLearnOptions {
+    long long merges = 0;     // at most this many (> 0)
+    long long min_count = 1;  // stop when the most frequent pair occurs fewer times (>= 1)
+    std::vector<std::string> specials;
+    // called after each merge with the result so far (for a progress line)
+    std::function<void(const BpeLearnt&)> progress;
+};
+BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o);
+// The files: encoder.json ({"symbols": id, ...} in id order) and vocab.bpe (BPE_VOCAB_HEADER, then
+// one merge "A B" a line). A pair merged twice (possible only after a reused id) is written once,
+// at its last place, as Hugging Face's trainer stores it.
+extern const char* const BPE_VOCAB_HEADER;  // "#version: 0.2 written by transformer bpe"
+std::string bpe_encoder_json(const BpeLearnt& b);
+std::string bpe_vocab_bpe(const BpeLearnt& b);
+// Throws Error unless --out DIR can take the files: DIR exists (writable) or can be created, and any
+// encoder.json or vocab.bpe in it was written by this command (vocab.bpe starts with
+// BPE_VOCAB_HEADER; an encoder.json without such a vocab.bpe is not ours). inputs may not be replaced.
+void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& inputs);
+// DIR/encoder.json and DIR/vocab.bpe through AtomicFile (DIR created if missing), after bpe_check_out_dir.
+void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs);
+
+// The files of a byte-pair encoding, read one way for GPT-2, GPT-1 and RoBERTa: the merges of
+// vocab.bpe / merges.txt in order ("A B" lines; a "#version" first line, empty lines and CR line
+// ends skipped; FILE names the file in the error for a line that is not two symbols), and an
+// encoder (encoder.json, vocab.json: {"symbol": id} with the ids 0..N-1, each once) as the symbol of
+// each id, its pairs added to `encoder` (WHAT names an entry in an error: "token", "symbol").
+struct MergeLine {
+    std::string a, b;
+    int line_no;  // 1-based
+};
+std::vector<MergeLine> read_merges(const std::string& text, const std::string& file);
+std::vector<std::string> read_encoder(const std::string& json, const std::string& file, const std::string& what,
+                                      std::unordered_map<std::string, int>& encoder);
+
+// ---- The tokenizers of the released GPT-1 and BERT ----------------------------------------------
+// BERT's normaliser and pre-tokeniser, then
+// GPT-1's BPE (end-of-word suffix "</w>") or BERT's WordPiece (continuation prefix "##"), as Hugging
+// Face's fast tokenizers for openai-gpt and bert-base-uncased do it; llm.c's token files; the one
+// Tokenizer of the commands.
+
+// BERT's normaliser (BertNormalizer with lowercase, hence strip_accents) on UTF-8 text, in order:
+//   1. clean: drop U+0000, U+FFFD and every character of category Cc, Cf, Cn, Co or Cs except \t \n \r;
+//      each remaining White_Space character becomes ' ';
+//   2. CJK: ' ' before and after every CJK ideograph (the ranges of BERT's _is_chinese_char);
+//   3. strip accents: canonical decomposition (NFD), then drop the nonspacing marks (Mn);
+//   4. lower-case, one code point at a time (Unicode's mapping; U+0130 -> "i" U+0307).
+// Tables: Unicode 14.0 (Python's unicodedata), every canonical decomposition (Hangul by arithmetic).
+// Not done: marks are not reordered by their
+// combining class (it cannot change what is left once the Mn marks are dropped, except for the
+// few spacing marks with a class). Throws Error on invalid UTF-8.
+std::string bert_normalize(const std::string& text);
+// BERT's pre-tokeniser on normalised text: split at white space (dropped) and around every
+// punctuation character (ASCII 33-47, 58-64, 91-96, 123-126, and category P*), which becomes a
+// word of its own: "hi,there!!" -> "hi" "," "there" "!" "!".
+std::vector<std::string> bert_pretokenize(const std::string& normalized);
+// Both, then the words (what GPT-1's BPE and WordPiece see).
+std::vector<std::string> bert_words(const std::string& text);
+
+// GPT-1's BPE: each word's characters are its first symbols, the last one with "</w>" appended
+// ("cat" -> c a t</w>); a symbol not in the vocabulary is "<unk>"; then the merges (lowest rank
+// first, as GPT-2's). "<unk>" written in the text is the token <unk> itself. decode joins the
+// symbols and turns each "</w>" into a space (none after the last word).
+struct GPT1BPE {
+    std::unordered_map<std::string, int> encoder;  // symbol -> id ("the</w>" -> 481)
+    std::vector<std::string> decoder;              // id -> symbol
+    std::unordered_map<std::string, int> ranks;    // "A B" -> merge rank, 0 first
+    int unk = -1;                                  // id of "<unk>"
+    int size() const { return (int)decoder.size(); }
+    std::vector<std::string> bpe(const std::string& word) const;  // one word -> its symbols
+    std::vector<int> encode(const std::string& text) const;       // throws Error on invalid UTF-8
+    std::string decode(const std::vector<int>& ids) const;       // throws Error on an id outside 0..size-1
+};
+// From encoder_bpe_40000.json (vocab.json: {"symbol": id}, ids 0..N-1 each once, "<unk>" among them)
+// and vocab_40000.bpe (merges.txt: an optional "#version" line, then "A B" per line; both halves and
+// their concatenation must be symbols); throws Error naming what is malformed.
+GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
+GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+
+// llm.c's token files (dev/data/*.bin, e.g. its tiny Shakespeare and FineWeb in GPT-2's tokens):
+// a header of 256 little-endian int32 (magic 20240520, version 1, the number of tokens N, the rest
+// 0), then N uint16 token ids. A text tokenized once is read by train and eval in no time. This
+// program's own token files carry the text "written by transformer" at byte 64 of the header
+// (where llm.c's readers see zeros they ignore), so that tokenize --out replaces only its own.
+constexpr int32_t TOKEN_FILE_MAGIC = 20240520;
+bool is_token_file(const std::string& bytes);      // starts with the magic
+bool is_own_token_file(const std::string& bytes);  // and carries this program's mark
+// The ids of a token file; throws Error naming `name` on a short header, another version, a size
+// that is not the header's 1024 bytes plus 2 N, or an id >= V (the tokenizer's size).
+std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V = 65536);
+// The file's bytes; throws Error if an id is outside 0..65535 (uint16).
+std::string token_file_bytes(const std::vector<int>& ids);
+
+// BERT's WordPiece (uncased): each word, if longer than 100 characters [UNK], else split greedily
+// into the longest pieces in the vocabulary from the left, pieces after the first written "##...";
+// a word with a part no piece matches is [UNK] as a whole. The vocabulary's special tokens [PAD],
+// [UNK], [CLS], [SEP], [MASK] written in the text (exactly so) are those tokens. No [CLS]/[SEP]
+// are added. decode joins the tokens with spaces, a "##" piece glued to the one before it.
+struct WordPiece {
+    std::unordered_map<std::string, int> vocab;  // token -> id (line number - 1)
+    std::vector<std::string> tokens;             // id -> token
+    int unk = -1, cls = -1, sep = -1, mask = -1, pad = -1;
+    int max_chars = 100;
+    int size() const { return (int)tokens.size(); }
+    std::vector<int> wordpiece(const std::string& word) const;  // one word -> its ids
+    std::vector<int> encode(const std::string& text) const;     // throws Error on invalid UTF-8
+    std::string decode(const std::vector<int>& ids) const;
+};
+// From vocab.txt: one token per line (a final newline optional); [UNK] is required; an empty line,
+// a token given twice or invalid UTF-8 is an error naming the line.
+WordPiece make_wordpiece(const std::string& vocab_txt);
+WordPiece load_wordpiece(const std::string& vocab_txt_path);
+
+// One tokenizer for the commands and for checkpoints (see "THE TOKENIZER OF A CHECKPOINT" above).
+struct Tokenizer {
+    std::string kind;  // "" (none recorded), "char", "gpt2-bpe", "gpt1-bpe", "roberta-bpe", "bert-wordpiece"
+    CharVocab chars;
+    BPE bpe;              // gpt2-bpe, roberta-bpe
+    GPT1BPE gpt1;         // gpt1-bpe
+    WordPiece wordpiece;  // bert-wordpiece
+    std::string encoder_json, vocab;  // the subword kinds' files, as read (vocab: vocab.bpe or vocab.txt)
+    int size() const;                 // ids 0..size-1 (char: without BERT's 3 specials)
+    std::vector<int> encode(const std::string& text, const std::string& where = "the text") const;
+    std::string decode(const std::vector<int>& ids) const;
+    std::map<std::string, std::string> metadata() const;  // what a checkpoint records
+};
+// A subword tokenizer from its files' contents (kind named; where: for errors).
+Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_text, const std::string& vocab_text,
+                         const std::string& where);
+// kind "" recognises it from the files: a vocabulary alone is WordPiece's; with an encoder, GPT-1's
+// has "</w>" symbols, GPT-2's the byte symbols ("\u0120"), RoBERTa's those and "<mask>". A kind named that the files are not is
+// an error saying what they are.
+Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_path, const std::string& vocab_path);
+// Whether a tokenizer kind goes with bert/roberta models (bert-wordpiece, roberta-bpe) rather than GPTs.
+bool is_bidirectional_tokenizer(const std::string& kind);
+// The ids of [CLS], [SEP], [MASK] in a bert-wordpiece or roberta-bpe vocabulary (<s>, </s>, <mask>),
+// into c.cls_id, c.sep_id, c.mask_id (and, for a roberta model, [PAD] or <pad> into c.pad_id);
+// throws Error for other kinds or a vocabulary without them.
+void subword_special_ids(const Tokenizer& t, Config& c);
+const char* tokenizer_title(const std::string& kind);  // "GPT-2's byte-level BPE", ..., "characters"
+// The kind the files are ("gpt2-bpe", ...), from their contents.
+std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text);
+
+// ---- The tokenizer of a checkpoint --------------------------------------------------------------
+// Which text <-> ids mapping a model was trained with, kept in its
+// metadata so that sample and eval need no tokenizer flags.
+
+// Recorded in the metadata under a kind string:
+//   no "tokenizer", "vocab"   characters: "vocab" = CharVocab::to_metadata() (every older checkpoint)
+//   "tokenizer" = KIND        a subword tokenizer (gpt2-bpe, gpt1-bpe, roberta-bpe, bert-wordpiece: see the
+//                             TOKENIZERS section above) with its files whole, so a moved checkpoint
+//                             still samples: "tokenizer.encoder_json" and "tokenizer.vocab_bpe" for
+//                             the BPEs (encoder.json and vocab.bpe; about 1.5 MB of header for GPT-2's
+//                             50257 tokens), "tokenizer.vocab_txt" for WordPiece
+// The Tokenizer struct itself (one for every kind) is declared with the tokenizers above.
+struct Tokenizer;
+Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+// The tokenizer a checkpoint's metadata records (kind "" if none: released weights); throws
+// Error naming `path` on an unknown kind or a damaged record.
+Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const std::string& path);
+// tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
+// A text that is not UTF-8 is an Error naming `where` (a quoted file name or a flag) and the byte offset.
+std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
+
+// A character-level model's tokenizer.json names this as its unk_token, which is not in its
+// vocabulary: the tokenizers library then refuses a text with a byte outside the vocabulary
+// ("Unk token `...` not found in the vocabulary"), as `transformer tokenize` does, instead of
+// dropping the byte.
+extern const char* const HF_CHAR_OUTSIDE;
+// The tokenizer's files in the formats Hugging Face's classes read, as (name, contents):
+//   gpt2-bpe (GPT-2's or a learnt byte-level BPE): vocab.json, merges.txt (GPT2Tokenizer)
+//   gpt1-bpe: vocab.json, merges.txt with "</w>" (OpenAIGPTTokenizer)
+//   roberta-bpe: vocab.json, merges.txt (RobertaTokenizer, with <s> <pad> </s> <unk> <mask>)
+//   bert-wordpiece: vocab.txt (BertTokenizer, lower-casing and stripping accents, as bert_normalize)
+//   char: none of these (no slow class reads characters)
+// and for every kind tokenizer.json (the `tokenizers` library's format: the same normaliser,
+// pre-tokeniser and model; characters as a byte-level model without merges, each byte's symbol
+// mapped to its id) and tokenizer_config.json (the class AutoTokenizer builds, the special tokens).
+// merges.txt always starts with a "#version" line and ends with a newline (the slow classes drop
+// the first and the last line). Empty for a tokenizer of no kind (released weights read alone).
+struct Tokenizer;
+std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokenizer& t, const Config& c);
+
+// ================================================================================================
+// MODEL FILES: every output checked and written by one durable writer, safetensors (8-byte
+// little-endian header size N, N bytes of JSON header, raw little-endian data; float32 tensors,
+// the configuration as strings in "__metadata__"), checkpoints, load_model and its Hugging Face
+// imports, the export to the Hugging Face classes (GPT2LMHeadModel, OpenAIGPTLMHeadModel,
+// BertForMaskedLM, RobertaForMaskedLM, ...).
+// ================================================================================================
 // ---- Files: every output is checked before the work starts and written by one durable writer ----
 // The kinds of file this program writes. Each is recognisable as this program's own (a mark in the
 // file, or its format), and only such files, or empty ones, are ever replaced.
@@ -1152,6 +1422,44 @@ private:
 // The program as the user ran it (main sets it from argv[0], quoted for the shell when needed;
 // "transformer" until then): the first word of every command line the program prints.
 std::string& program_name();
+
+struct SafeTensors {
+    std::map<std::string, std::string> metadata;
+    std::vector<std::pair<std::string, Tensor<float>>> tensors;  // in file order
+    const Tensor<float>* find(const std::string& name) const;
+};
+// Written through AtomicFile: a crash or a full disk never leaves a half-written file.
+void save_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                      const std::vector<std::pair<std::string, const Tensor<float>*>>& tensors);
+SafeTensors load_safetensors(const std::string& path);  // throws Error naming what is wrong
+
+std::map<std::string, std::string> config_metadata(const Config& c);
+Config config_from_metadata(const std::map<std::string, std::string>& m);
+// A model checkpoint: the config, every parameter under its name, and extra tensors/metadata
+// (e.g. the optimiser state "adam.m.<name>", "adam.v.<name>" of a training checkpoint).
+void save_model(const std::string& path, const Config& c, Params<float>& p,
+                const std::map<std::string, std::string>& extra_metadata = {},
+                const std::vector<std::pair<std::string, const Tensor<float>*>>& extra_tensors = {});
+struct LoadedModel {
+    Config config;
+    Params<float> params;
+    SafeTensors file;  // metadata and the tensors that are not parameters
+};
+// Every parameter must be present with its shape; any other tensor is an error unless its name
+// starts with one of allowed_extra_prefixes. A file without our metadata whose tensors are named
+// as in the released GPT-2 (wte.weight, h.0.attn.c_attn.weight, ...: a Hugging Face
+// model.safetensors) is read as a gpt2 model with gelu_tanh and attention biases (see
+// import_hf_gpt2 in transformer.cpp for the mapping of names). Likewise a Hugging Face GPT-1 file
+// (tokens_embed.weight, ...: a gpt model, import_hf_openai_gpt) and a BERT file
+// (bert.embeddings.word_embeddings.weight, ...: a bert model with emb_ln, mlm_head and pooler as
+// the file has them, import_hf_bert; the next-sentence head goes to file.tensors).
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& allowed_extra_prefixes = {});
+// `strip`: the checkpoint at `in` written to `out` without AdamW's m and v and the state that
+// resuming needs (adam.t, train.rng), marked "weights_only": a third of the file, read by sample,
+// eval, fill, predict, export, finetune and --init-from alike; --resume refuses it. Returns the
+// sizes of the two files in bytes.
+std::pair<long long, long long> strip_checkpoint(const std::string& in, const std::string& out);
+
 // Export: DIR/model.safetensors and DIR/config.json as the Hugging Face class that holds the model
 // exactly reads them, the inverse of the imports in load_model (one table of names per layout,
 // shared with them: see "Released GPT-1, BERT and RoBERTa weights" in transformer.cpp):
@@ -1192,24 +1500,7 @@ bool file_has_mark(const std::string& path);
 // The files export may write into its directory (the tokenizer's as its kind has them; an earlier
 // export's files that this one does not write are removed).
 extern const std::vector<std::string> HF_EXPORT_FILES;
-// A character-level model's tokenizer.json names this as its unk_token, which is not in its
-// vocabulary: the tokenizers library then refuses a text with a byte outside the vocabulary
-// ("Unk token `...` not found in the vocabulary"), as `transformer tokenize` does, instead of
-// dropping the byte.
-extern const char* const HF_CHAR_OUTSIDE;
-// The tokenizer's files in the formats Hugging Face's classes read, as (name, contents):
-//   gpt2-bpe (GPT-2's or a learnt byte-level BPE): vocab.json, merges.txt (GPT2Tokenizer)
-//   gpt1-bpe: vocab.json, merges.txt with "</w>" (OpenAIGPTTokenizer)
-//   roberta-bpe: vocab.json, merges.txt (RobertaTokenizer, with <s> <pad> </s> <unk> <mask>)
-//   bert-wordpiece: vocab.txt (BertTokenizer, lower-casing and stripping accents, as bert_normalize)
-//   char: none of these (no slow class reads characters)
-// and for every kind tokenizer.json (the `tokenizers` library's format: the same normaliser,
-// pre-tokeniser and model; characters as a byte-level model without merges, each byte's symbol
-// mapped to its id) and tokenizer_config.json (the class AutoTokenizer builds, the special tokens).
-// merges.txt always starts with a "#version" line and ends with a newline (the slow classes drop
-// the first and the last line). Empty for a tokenizer of no kind (released weights read alone).
-struct Tokenizer;
-std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokenizer& t, const Config& c);
+
 // What export wrote: the class, model_type and the files (names in DIR), in order.
 struct HfExport {
     std::string architecture, model_type;
@@ -1224,23 +1515,9 @@ HfExport export_hf(const std::string& dir, const Config& c, const Params<float>&
                    const std::map<std::string, std::string>& extra_metadata = {}, const std::string& input = "");
 
 // ================================================================================================
-// DATA: the character vocabulary, the built-in addition task
+// RUNS: the built-in tasks, the memory a run needs, the plot, one training loop for every objective,
+// starting from a checkpoint, fine-tuning (formulas §28), bench
 // ================================================================================================
-// A character-level vocabulary: the distinct bytes of a text, sorted; id = index. BERT/RoBERTa add
-// three special tokens after them ([CLS]/<s>, [SEP]/</s>, [MASK]/<mask>).
-struct CharVocab {
-    std::vector<unsigned char> chars;
-    int id[256];
-    CharVocab();
-    static CharVocab from_text(const std::string& text);
-    int size() const { return (int)chars.size(); }
-    // Throws Error on an unknown character, naming it and where it is (describe_char_at).
-    std::vector<int> encode(const std::string& text, const std::string& where = "the text") const;
-    std::string decode(const std::vector<int>& ids) const;   // special ids become "[CLS]", "[SEP]", "_"
-    std::string to_metadata() const;                         // "10,32,33,..." byte values
-    static CharVocab from_metadata(const std::string& s);
-};
-
 // The built-in task: 3-digit addition "123+456=" -> the sum's 4 digits, least significant first
 // (so each digit depends only on digits already seen: 123+456=9750). One problem = 13 characters
 // including the newline. A tenth of the problems, chosen by a hash of the pair
@@ -1256,26 +1533,6 @@ struct AdditionTask {
 // The held-out accuracy of a model on the built-in addition task (greedy answers, all 4 digits right).
 double addition_accuracy(const Config& c, const Params<float>& p, const CharVocab& vocab, int problems, uint64_t seed);
 
-// ================================================================================================
-// BENCH: the speed of a model (loading, generation)
-// ================================================================================================
-// What `bench` measures besides a training step: p is written as a checkpoint to the temporary
-// directory ($TMPDIR or /tmp), then timed (best of 3 each) as load_model and as one fread of the
-// whole file into fresh memory, the reference; the file is removed. token_ms: the mean time of
-// one token from model_step with a warm cache at contexts context_from..context_to-1 (64..127
-// when n_ctx allows), the best of 5 such runs; -1 for a model that does not generate.
-// mem_read_gbps: the yardstick of mem_read_gbps(weight bytes), its passes taken between those runs.
-struct ModelSpeed {
-    double file_bytes = 0, load_ms = 0, fread_ms = 0, token_ms = -1;
-    int context_from = 0, context_to = 0;
-    double mem_read_gbps = 0;  // measured in passes between the token passes (causal models), else 0
-};
-ModelSpeed model_speed(const Config& c, Params<float>& p);
-
-// ================================================================================================
-// THE TRAINING LOOP: the memory a run needs, the plot, one loop for every objective, starting from a
-// checkpoint
-// ================================================================================================
 // Bytes the training loop holds for a model: parameters, gradients, AdamW's m and v (4 bytes per
 // float each), and an estimate of one step's activations (forward caches and logits at B x n; a
 // masked LM de-embeds about 15% of its rows).
@@ -1410,9 +1667,8 @@ struct RunState {
 };
 TrainResult run_training(const TrainOptions& o, RunState& s, const Objective& obj);
 
-// ================================================================================================
-// FINE-TUNING (formulas §28): labelled files, the head on a pre-trained model
-// ================================================================================================
+// ---- Fine-tuning (formulas §28): labelled files, the head on a pre-trained model ----------------
+
 // Fine-tuning as a command (formulas §28): labelled tab-separated files, one example a line:
 //   classify    LABEL<TAB>TEXT
 //   entailment  LABEL<TAB>PREMISE<TAB>HYPOTHESIS
@@ -1523,252 +1779,21 @@ FinetuneResult finetune(const FinetuneOptions& o);
 // pre-training never saw (validation).
 std::string addition_finetune_task(FinetuneKind kind, int examples, uint64_t seed, bool held_out);
 
-// The files of a byte-pair encoding, read one way for GPT-2, GPT-1 and RoBERTa: the merges of
-// vocab.bpe / merges.txt in order ("A B" lines; a "#version" first line, empty lines and CR line
-// ends skipped; FILE names the file in the error for a line that is not two symbols), and an
-// encoder (encoder.json, vocab.json: {"symbol": id} with the ids 0..N-1, each once) as the symbol of
-// each id, its pairs added to `encoder` (WHAT names an entry in an error: "token", "symbol").
-struct MergeLine {
-    std::string a, b;
-    int line_no;  // 1-based
-};
-std::vector<MergeLine> read_merges(const std::string& text, const std::string& file);
-std::vector<std::string> read_encoder(const std::string& json, const std::string& file, const std::string& what,
-                                      std::unordered_map<std::string, int>& encoder);
+// ---- bench: the speed of a model (loading, generation) ------------------------------------------
 
-// ================================================================================================
-// TOKENIZER: GPT-2's byte-level BPE (GPT-2 paper, section 2.2), for the released weights and for vocabularies learnt with bpe.
-// ================================================================================================
-// Text -> ids in three steps:
-//   1. pre-tokenize: split the UTF-8 text into pieces with GPT-2's pattern
-//        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//      (the first alternative that matches at the current position, as long as it can be; a run of
-//      white space before more text leaves its last character to start the next piece, " word");
-//   2. each piece's bytes become symbols: byte b -> one printable character bytes_to_unicode(b)
-//      (the printable bytes stand for themselves, the 68 others for U+0100 + k in byte order, so a
-//      space is "Ġ", a newline "Ċ");
-//   3. BPE: repeatedly merge the adjacent pair of symbols with the lowest rank in the merge list
-//      (every occurrence, left to right) until no pair is in the list; each symbol is a token id.
-// decode maps ids back to their symbols and the symbols back to bytes. The ids match OpenAI's
-// encoder (encode treats "<|endoftext|>" as plain text; its id is eot).
-struct BPE {
-    std::unordered_map<std::string, int> encoder;  // symbol string (UTF-8) -> id
-    std::vector<std::string> decoder;              // id -> the raw bytes it stands for
-    std::unordered_map<std::string, int> ranks;    // "A B" (two symbols) -> merge rank, 0 first
-    int eot = -1;                                  // id of "<|endoftext|>", -1 if absent
-    int size() const { return (int)decoder.size(); }
-    // throws Error on invalid UTF-8; progress, if given, is called after each piece with the bytes
-    // of text done and the ids so far
-    std::vector<int> encode(const std::string& text,
-                            const std::function<void(std::size_t bytes, std::size_t ids)>& progress = {}) const;
-    std::string decode(const std::vector<int>& ids) const;  // throws Error on an id outside 0..size-1
-    std::vector<std::string> bpe(const std::string& piece) const;  // step 3 for one piece: its symbols
+// What `bench` measures besides a training step: p is written as a checkpoint to the temporary
+// directory ($TMPDIR or /tmp), then timed (best of 3 each) as load_model and as one fread of the
+// whole file into fresh memory, the reference; the file is removed. token_ms: the mean time of
+// one token from model_step with a warm cache at contexts context_from..context_to-1 (64..127
+// when n_ctx allows), the best of 5 such runs; -1 for a model that does not generate.
+// mem_read_gbps: the yardstick of mem_read_gbps(weight bytes), its passes taken between those runs.
+struct ModelSpeed {
+    double file_bytes = 0, load_ms = 0, fread_ms = 0, token_ms = -1;
+    int context_from = 0, context_to = 0;
+    double mem_read_gbps = 0;  // measured in passes between the token passes (causal models), else 0
 };
-// From the contents of encoder.json ({"token": id, ...}, ids 0..N-1 each once) and vocab.bpe (a
-// "#version" line, then one merge "A B" per line); throws Error naming what is malformed.
-BPE make_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
-BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
-// RoBERTa's tokenizer (kind roberta-bpe): GPT-2's byte-level BPE with RoBERTa's vocab.json and
-// merges.txt; <s>, <pad>, </s>, <unk>, <mask> written in the text are those tokens, and <mask> takes
-// the white space before it along (Hugging Face's lstrip): "is <mask>." -> "Ġis" <mask> ".".
-// No <s> ... </s> are added.
-std::vector<int> roberta_encode(const BPE& bpe, const std::string& text);
-// Step 1 alone: the pieces (byte strings) of GPT-2's pattern; throws Error on invalid UTF-8.
-std::vector<std::string> gpt2_pretokenize(const std::string& text);
-// Step 2's alphabet: the UTF-8 of the character that stands for byte b.
-std::string bytes_to_unicode(unsigned char b);
+ModelSpeed model_speed(const Config& c, Params<float>& p);
 
-// ---- Learning a byte-level BPE vocabulary (bpe) ----
-// Learns the two files of GPT-2's tokenizer (encoder.json, vocab.bpe) from text, with the rule of
-// Hugging Face's BpeTrainer behind a ByteLevel pre-tokenizer (add_prefix_space=false, use_regex=true):
-//   1. count: each line (its newline kept) loses the --special tokens, the rest is cut into pieces by
-//      gpt2_pretokenize, and identical pieces are counted once with their number of occurrences;
-//   2. the 256 byte symbols are ids 0..255, numbered in code-point order of their characters (the
-//      order of GPT-2's encoder.json: "!" is 0, "Ġ" (the space) is 220);
-//   3. each merge joins the adjacent pair of symbols with the largest count (occurrences inside the
-//      pieces, weighted by the pieces' counts); among equal counts the smallest (left id, right id)
-//      wins. Inside a piece the pair is merged left to right without overlap ("aaa" -> "aa" "a").
-//      The new symbol takes the next id (Hugging Face's rule would keep the id of a string made
-//      before from other halves; the code follows it, though with plain byte symbols each string
-//      is always made by one pair: see docs/bpe.md);
-//   4. stop after `merges` merges, or when the most frequent pair occurs fewer than min_count times;
-//      the special tokens then take the next ids.
-// Counting is incremental as in Hugging Face's trainer: each pair keeps the pieces where it was
-// formed, a merge rewrites only those pieces, and a heap holds (count, pair) entries whose stale
-// counts are corrected when they come to the top.
-struct BpePieces {
-    std::unordered_map<std::string, long long> count;  // piece (raw bytes) -> occurrences
-    long long pieces = 0, bytes = 0, lines = 0;        // totals over everything counted
-};
-// Why s cannot be a --special token ("" if it can): it must be printable ASCII without spaces and a
-// form the GPT-2 loader keeps out of the merges: <|NAME|>, or RoBERTa's <s> <pad> </s> <unk> <mask>.
-std::string bpe_special_problem(const std::string& s);
-// Counts the pieces of text (lines up to and with each "\n"; the last one may lack it). where names
-// the text in errors: invalid UTF-8 is an error giving where, the line and the byte offset.
-void bpe_count_text(BpePieces& p, const std::string& text, const std::vector<std::string>& specials = {},
-                    const std::string& where = "the text");
-// The same for a file, streamed (memory follows the distinct pieces, not the file); progress, if
-// given, is called every few MB with the bytes of this file read so far.
-void bpe_count_file(BpePieces& p, const std::string& path, const std::vector<std::string>& specials,
-                    const std::function<void(long long bytes)>& progress = {});
-struct BpeMerge {
-    int left, right, id;  // ids of the two halves and of the symbol they make
-    long long count;      // occurrences of the pair when it was merged
-};
-struct BpeLearnt {
-    std::vector<std::string> tokens;  // id -> raw bytes: 0..255 the bytes, then merged symbols, then specials
-    std::vector<BpeMerge> merges;     // in the order learnt
-    int specials = 0;                 // the last `specials` tokens
-};
-struct BpeLearnOptions {
-    long long merges = 0;     // at most this many (> 0)
-    long long min_count = 1;  // stop when the most frequent pair occurs fewer times (>= 1)
-    std::vector<std::string> specials;
-    // called after each merge with the result so far (for a progress line)
-    std::function<void(const BpeLearnt&)> progress;
-};
-BpeLearnt bpe_learn(const BpePieces& pieces, const BpeLearnOptions& o);
-// The files: encoder.json ({"symbols": id, ...} in id order) and vocab.bpe (BPE_VOCAB_HEADER, then
-// one merge "A B" a line). A pair merged twice (possible only after a reused id) is written once,
-// at its last place, as Hugging Face's trainer stores it.
-extern const char* const BPE_VOCAB_HEADER;  // "#version: 0.2 written by transformer bpe"
-std::string bpe_encoder_json(const BpeLearnt& b);
-std::string bpe_vocab_bpe(const BpeLearnt& b);
-// Throws Error unless --out DIR can take the files: DIR exists (writable) or can be created, and any
-// encoder.json or vocab.bpe in it was written by this command (vocab.bpe starts with
-// BPE_VOCAB_HEADER; an encoder.json without such a vocab.bpe is not ours). inputs may not be replaced.
-void bpe_check_out_dir(const std::string& dir, const std::vector<std::string>& inputs);
-// DIR/encoder.json and DIR/vocab.bpe through AtomicFile (DIR created if missing), after bpe_check_out_dir.
-void bpe_write(const std::string& dir, const BpeLearnt& b, const std::vector<std::string>& inputs);
-
-// ================================================================================================
-// TOKENIZERS of the released GPT-1 and BERT: BERT's normaliser and pre-tokeniser, then
-// GPT-1's BPE (end-of-word suffix "</w>") or BERT's WordPiece (continuation prefix "##"), as Hugging
-// Face's fast tokenizers for openai-gpt and bert-base-uncased do it; llm.c's token files; the one
-// Tokenizer of the commands.
-// ================================================================================================
-// BERT's normaliser (BertNormalizer with lowercase, hence strip_accents) on UTF-8 text, in order:
-//   1. clean: drop U+0000, U+FFFD and every character of category Cc, Cf, Cn, Co or Cs except \t \n \r;
-//      each remaining White_Space character becomes ' ';
-//   2. CJK: ' ' before and after every CJK ideograph (the ranges of BERT's _is_chinese_char);
-//   3. strip accents: canonical decomposition (NFD), then drop the nonspacing marks (Mn);
-//   4. lower-case, one code point at a time (Unicode's mapping; U+0130 -> "i" U+0307).
-// Tables: Unicode 14.0 (Python's unicodedata), every canonical decomposition (Hangul by arithmetic).
-// Not done: marks are not reordered by their
-// combining class (it cannot change what is left once the Mn marks are dropped, except for the
-// few spacing marks with a class). Throws Error on invalid UTF-8.
-std::string bert_normalize(const std::string& text);
-// BERT's pre-tokeniser on normalised text: split at white space (dropped) and around every
-// punctuation character (ASCII 33-47, 58-64, 91-96, 123-126, and category P*), which becomes a
-// word of its own: "hi,there!!" -> "hi" "," "there" "!" "!".
-std::vector<std::string> bert_pretokenize(const std::string& normalized);
-// Both, then the words (what GPT-1's BPE and WordPiece see).
-std::vector<std::string> bert_words(const std::string& text);
-
-// GPT-1's BPE: each word's characters are its first symbols, the last one with "</w>" appended
-// ("cat" -> c a t</w>); a symbol not in the vocabulary is "<unk>"; then the merges (lowest rank
-// first, as GPT-2's). "<unk>" written in the text is the token <unk> itself. decode joins the
-// symbols and turns each "</w>" into a space (none after the last word).
-struct GPT1BPE {
-    std::unordered_map<std::string, int> encoder;  // symbol -> id ("the</w>" -> 481)
-    std::vector<std::string> decoder;              // id -> symbol
-    std::unordered_map<std::string, int> ranks;    // "A B" -> merge rank, 0 first
-    int unk = -1;                                  // id of "<unk>"
-    int size() const { return (int)decoder.size(); }
-    std::vector<std::string> bpe(const std::string& word) const;  // one word -> its symbols
-    std::vector<int> encode(const std::string& text) const;       // throws Error on invalid UTF-8
-    std::string decode(const std::vector<int>& ids) const;       // throws Error on an id outside 0..size-1
-};
-// From encoder_bpe_40000.json (vocab.json: {"symbol": id}, ids 0..N-1 each once, "<unk>" among them)
-// and vocab_40000.bpe (merges.txt: an optional "#version" line, then "A B" per line; both halves and
-// their concatenation must be symbols); throws Error naming what is malformed.
-GPT1BPE make_gpt1_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
-GPT1BPE load_gpt1_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
-
-// llm.c's token files (dev/data/*.bin, e.g. its tiny Shakespeare and FineWeb in GPT-2's tokens):
-// a header of 256 little-endian int32 (magic 20240520, version 1, the number of tokens N, the rest
-// 0), then N uint16 token ids. A text tokenized once is read by train and eval in no time. This
-// program's own token files carry the text "written by transformer" at byte 64 of the header
-// (where llm.c's readers see zeros they ignore), so that tokenize --out replaces only its own.
-constexpr int32_t TOKEN_FILE_MAGIC = 20240520;
-bool is_token_file(const std::string& bytes);      // starts with the magic
-bool is_own_token_file(const std::string& bytes);  // and carries this program's mark
-// The ids of a token file; throws Error naming `name` on a short header, another version, a size
-// that is not the header's 1024 bytes plus 2 N, or an id >= V (the tokenizer's size).
-std::vector<int> parse_token_file(const std::string& bytes, const std::string& name, int V = 65536);
-// The file's bytes; throws Error if an id is outside 0..65535 (uint16).
-std::string token_file_bytes(const std::vector<int>& ids);
-
-// BERT's WordPiece (uncased): each word, if longer than 100 characters [UNK], else split greedily
-// into the longest pieces in the vocabulary from the left, pieces after the first written "##...";
-// a word with a part no piece matches is [UNK] as a whole. The vocabulary's special tokens [PAD],
-// [UNK], [CLS], [SEP], [MASK] written in the text (exactly so) are those tokens. No [CLS]/[SEP]
-// are added. decode joins the tokens with spaces, a "##" piece glued to the one before it.
-struct WordPiece {
-    std::unordered_map<std::string, int> vocab;  // token -> id (line number - 1)
-    std::vector<std::string> tokens;             // id -> token
-    int unk = -1, cls = -1, sep = -1, mask = -1, pad = -1;
-    int max_chars = 100;
-    int size() const { return (int)tokens.size(); }
-    std::vector<int> wordpiece(const std::string& word) const;  // one word -> its ids
-    std::vector<int> encode(const std::string& text) const;     // throws Error on invalid UTF-8
-    std::string decode(const std::vector<int>& ids) const;
-};
-// From vocab.txt: one token per line (a final newline optional); [UNK] is required; an empty line,
-// a token given twice or invalid UTF-8 is an error naming the line.
-WordPiece make_wordpiece(const std::string& vocab_txt);
-WordPiece load_wordpiece(const std::string& vocab_txt_path);
-
-// One tokenizer for the commands and for checkpoints (see "THE TOKENIZER OF A CHECKPOINT" above).
-struct Tokenizer {
-    std::string kind;  // "" (none recorded), "char", "gpt2-bpe", "gpt1-bpe", "roberta-bpe", "bert-wordpiece"
-    CharVocab chars;
-    BPE bpe;              // gpt2-bpe, roberta-bpe
-    GPT1BPE gpt1;         // gpt1-bpe
-    WordPiece wordpiece;  // bert-wordpiece
-    std::string encoder_json, vocab;  // the subword kinds' files, as read (vocab: vocab.bpe or vocab.txt)
-    int size() const;                 // ids 0..size-1 (char: without BERT's 3 specials)
-    std::vector<int> encode(const std::string& text, const std::string& where = "the text") const;
-    std::string decode(const std::vector<int>& ids) const;
-    std::map<std::string, std::string> metadata() const;  // what a checkpoint records
-};
-// A subword tokenizer from its files' contents (kind named; where: for errors).
-Tokenizer make_tokenizer(const std::string& kind, const std::string& encoder_text, const std::string& vocab_text,
-                         const std::string& where);
-// kind "" recognises it from the files: a vocabulary alone is WordPiece's; with an encoder, GPT-1's
-// has "</w>" symbols, GPT-2's the byte symbols ("\u0120"), RoBERTa's those and "<mask>". A kind named that the files are not is
-// an error saying what they are.
-Tokenizer load_tokenizer(const std::string& kind, const std::string& encoder_path, const std::string& vocab_path);
-// Whether a tokenizer kind goes with bert/roberta models (bert-wordpiece, roberta-bpe) rather than GPTs.
-bool is_bidirectional_tokenizer(const std::string& kind);
-// The ids of [CLS], [SEP], [MASK] in a bert-wordpiece or roberta-bpe vocabulary (<s>, </s>, <mask>),
-// into c.cls_id, c.sep_id, c.mask_id (and, for a roberta model, [PAD] or <pad> into c.pad_id);
-// throws Error for other kinds or a vocabulary without them.
-void subword_special_ids(const Tokenizer& t, Config& c);
-const char* tokenizer_title(const std::string& kind);  // "GPT-2's byte-level BPE", ..., "characters"
-// The kind the files are ("gpt2-bpe", ...), from their contents.
-std::string tokenizer_kind_of(const std::string& encoder_text, const std::string& vocab_text);
-
-// ================================================================================================
-// THE TOKENIZER OF A CHECKPOINT: which text <-> ids mapping a model was trained with, kept in its
-// metadata so that sample and eval need no tokenizer flags.
-// ================================================================================================
-// Recorded in the metadata under a kind string:
-//   no "tokenizer", "vocab"   characters: "vocab" = CharVocab::to_metadata() (every older checkpoint)
-//   "tokenizer" = KIND        a subword tokenizer (gpt2-bpe, gpt1-bpe, roberta-bpe, bert-wordpiece: see the
-//                             TOKENIZERS section above) with its files whole, so a moved checkpoint
-//                             still samples: "tokenizer.encoder_json" and "tokenizer.vocab_bpe" for
-//                             the BPEs (encoder.json and vocab.bpe; about 1.5 MB of header for GPT-2's
-//                             50257 tokens), "tokenizer.vocab_txt" for WordPiece
-// The Tokenizer struct itself (one for every kind) is declared with the tokenizers above.
-struct Tokenizer;
-Tokenizer gpt2_tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
-// The tokenizer a checkpoint's metadata records (kind "" if none: released weights); throws
-// Error naming `path` on an unknown kind or a damaged record.
-Tokenizer tokenizer_of(const std::map<std::string, std::string>& metadata, const std::string& path);
-// tokenizer.encode with a progress line on stderr for a large text (BPE of a few MB takes seconds).
-// A text that is not UTF-8 is an Error naming `where` (a quoted file name or a flag) and the byte offset.
-std::vector<int> encode_with_progress(const Tokenizer& t, const std::string& text, const std::string& where, bool quiet);
 // ================================================================================================
 // TEACHING: pictures and explain. Layers, heads and permutation positions count from 1
 // here, as in the formulas; token ids are code ids (0-based), as everywhere.
@@ -1819,6 +1844,10 @@ struct ExplainTensor {
     // row (rows = {0}) of its entries.
     std::vector<int> dims, rows, cols;
     std::vector<double> cells;        // rows.size() x cols.size(), row-major
+    // How a heat map colours it: signed values (red above 0, blue below), or on the probability
+    // scale, white 0 to blue 1: a probability (Y = Softmax(Z) and its rows), a head's attention P
+    // (hatched where its layer's mask is -inf), a mask (its kept entry 1; -inf hatched).
+    enum class Scale { values, probability, attention, mask } scale = Scale::values;
 };
 // A backward box's own gradient check (ExplainDetail::check): the box's forward f, in double, on
 // the run's inputs, contracted with a fixed pseudo-random R of f's shape (s = sum(R .* f), as the
@@ -1903,6 +1932,7 @@ struct ExplainCheck {
 struct ExplainStep {
     int depth = 0;                    // 1: a box inside the one above (a head inside MultiHeadSA)
     std::string box;                  // where: "Layers, l = 1", "Backward, l = 2", ...
+    bool backward = false;            // a box of the backward pass
     std::string formula;              // as the formula sheet writes it
     std::string function;             // the function(s) in transformer.cpp
     std::vector<ExplainTensor> in, out;
@@ -1944,6 +1974,7 @@ struct Explained {
     // forward boxes are those it reached (the loss NaN if it did not reach it); the backward boxes
     // after the stop carry no values, only their checks.
     std::string stopped;
+    std::string stopped_at;  // the function whose stub stopped it ("Mask_AR"), NotImplemented::function
 };
 // batch: one sequence (B = 1) with targets (GPT: next_token_targets; BERT/RoBERTa: the masked
 // positions' ids, the tokens there replaced by the mask id). values: how many first values to keep.
@@ -1975,6 +2006,7 @@ struct ExplainPage {
     std::string html;
     int boxes = 0, checked = 0, failing = 0, maths = 0, missing = 0;
     std::string stopped;                // Explained::stopped
+    std::string stopped_at;             // Explained::stopped_at
     std::vector<std::string> failing_boxes;  // "[17] Backward, l = 2 (LayerNorm_backward)"
     double loss = 0;
     std::string source;                 // the transformer.cpp whose lines the page cites ("": none found)

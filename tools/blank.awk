@@ -55,7 +55,7 @@ function decide(    p, i, c, depth, rest, names, line, k, n) {
         line = line " (void)" arg[k] ";"
     }
     if (n > 0) stub = stub line "\n"
-    stub = stub "    throw tf::Error(\"not implemented: " name ((name in label) ? " (" label[name] ")" : "") "\");"
+    stub = stub "    throw tf::NotImplemented(\"" name "\"" ((name in label) ? ", \"" label[name] "\"" : "") ");"
     return 2
 }
 BEGIN {
