@@ -140,7 +140,7 @@ constexpr bool m_ON_WINDOWS = true;
 #else
 constexpr bool m_ON_WINDOWS = false;
 #endif
-// A case that needs what Windows lacks ends at once there, saying what it needs.
+// The rest of a case needs what Windows lacks: there it ends here, saying what it needs.
 #define M_SKIP_ON_WINDOWS(needs)                                    \
     do {                                                            \
         if (m_ON_WINDOWS) {                                         \
