@@ -11,20 +11,24 @@ IS_CLANG := $(findstring clang,$(shell $(CXX) --version 2>/dev/null | head -n 1)
 LEVEL    := $(strip -O2 $(if $(IS_CLANG),,-fvect-cost-model=dynamic) -DTF_COLD_O1)
 # The CPU's own instructions: -march=native on x86-64; on arm64, -mcpu=apple-m1 with Apple's clang
 # (up to 14 it refuses native) and -mcpu=native on aarch64 Linux (clang 14 refuses -march=native).
-# A compiler for another machine (--target, a cross g++) gets none; ARCH=... chooses.
+# A compiler for another machine (--target, a cross g++, MinGW-w64's outside Windows) gets none; ARCH=... chooses.
 MACHINE  := $(shell $(CXX) -dumpmachine 2>/dev/null)
 HOST_CPU := $(subst amd64,x86_64,$(subst arm64,aarch64,$(shell uname -m 2>/dev/null)))
 TARGET_CPU := $(subst amd64,x86_64,$(subst arm64,aarch64,$(firstword $(subst -, ,$(MACHINE)))))
 APPLE_ARM := $(and $(findstring -apple-darwin,$(MACHINE)),$(filter aarch64,$(TARGET_CPU)))
+# EXE: .exe when the compiler makes Windows programs (MinGW-w64; MSYS2): their flags and g++ as docs/windows.md says.
+EXE      := $(if $(or $(findstring mingw,$(MACHINE)),$(findstring windows,$(MACHINE)),$(filter Windows_NT,$(OS))),.exe)
+OS_FLAGS := $(if $(EXE),-Xassembler -mbig-obj -static -Xlinker --stack=16777216)
+$(if $(findstring Thread model: win32,$(if $(EXE),$(shell $(CXX) -v 2>&1))),$(eval override CXX := $(strip $(firstword $(CXX))$(if $(shell command -v $(firstword $(CXX))-posix),-posix) $(wordlist 2,99,$(CXX)))))
 NATIVE   := $(if $(filter $(HOST_CPU),$(TARGET_CPU)),$(if $(filter x86_64,$(TARGET_CPU)),-march=native,$(if $(filter aarch64,$(TARGET_CPU)),-mcpu=native)))
-ARCH     ?= $(if $(APPLE_ARM),$(if $(IS_CLANG),-mcpu=apple-m1),$(NATIVE))
+ARCH     ?= $(if $(APPLE_ARM),$(if $(IS_CLANG),-mcpu=apple-m1),$(if $(filter Windows_NT,$(OS))$(if $(EXE),,not-windows),$(NATIVE)))
 # a*b + c is a product and a sum, each rounded, unless the source calls std::fma: every x86-64 build
 # with AVX2 and FMA, with either compiler, gives the same bits (docs/performance.md, "The same
 # numbers on every machine"). -fno-trapping-math lets g++ vectorise vexp's clamps on AVX2.
 FP       := -ffp-contract=off -fno-trapping-math -fno-math-errno
-OPT      := $(LEVEL) $(ARCH) $(FP)
+OPT      := $(strip $(LEVEL) $(ARCH) $(FP) $(OS_FLAGS))
 TESTS_LEVEL ?= -O0
-BUILD    ?= build
+BUILD    ?= build$(if $(EXE),-windows)
 # g++'s garbage collector runs less often: less time, about 1 GB more memory.
 GCFLAGS  := $(if $(IS_CLANG),,--param ggc-min-expand=100 --param ggc-min-heapsize=1048576)
 # -D_GLIBCXX_ASSERTIONS: an index past a tensor's end aborts (AddressSanitizer misses it inside a pool block).
@@ -69,17 +73,12 @@ TRANSFORMER_O := $(BUILD)/transformer-machinery.o $(BUILD)/transformer-mathemati
 $(BUILD)/debug-%.o: %.cpp transformer.hpp | $(BUILD)
 	@$(say) CXX $@
 	$(Q)$(CXX) $(STD) $(WARN) $(DBG) $(GCFLAGS) -c -o $@ $<
-$(BUILD):
-	$(Q)mkdir -p $@
-transformer $(BUILD)/transformer: $(BUILD)/main.o $(TRANSFORMER_O)
-	@$(say) LINK $@
-	$(Q)$(CXX) $(OPT) -o $@ $^
 # The tests run on their own build of transformer.cpp with the index checks (an index one past a
 # tensor's end aborts; docs/mutation.md). tests.cpp holds no hot loop: -O0, without -march, the
 # same object on every CPU, so a handout carries it; toolchain.key (the compiler's version, target
 # and flags, rewritten only when it differs) rebuilds it for another compiler or machine.
 CHECKED   := -D_GLIBCXX_ASSERTIONS
-TESTS_OPT := $(TESTS_LEVEL) $(FP)
+TESTS_OPT := $(strip $(TESTS_LEVEL) $(FP) $(OS_FLAGS))
 $(BUILD)/toolchain.key: FORCE | $(BUILD)
 	$(Q){ $(CXX) --version; $(CXX) -dumpmachine; echo '$(STD) $(WARN) $(TESTS_OPT) $(CHECKED) $(DOCTEST_CFLAGS)'; } | cksum > $@.new
 	$(Q)if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
@@ -90,7 +89,10 @@ $(BUILD)/checked-mathematics.o $(BUILD)/checked-machinery.o: transformer.cpp tra
 	@$(say) CXX $@
 	$(Q)$(CXX) $(STD) $(WARN) $(OPT) $(GCFLAGS) $(CHECKED) $(PART_FLAG) -c -o $@ transformer.cpp
 CHECKED_O := $(BUILD)/checked-machinery.o $(BUILD)/checked-mathematics.o
-tests $(BUILD)/tests: $(BUILD)/tests.o $(CHECKED_O)
+$(if $(EXE),transformer tests): %: %$(EXE) ;
+transformer$(EXE) $(BUILD)/transformer$(EXE): $(BUILD)/main.o $(TRANSFORMER_O)
+tests$(EXE) $(BUILD)/tests$(EXE): $(BUILD)/tests.o $(CHECKED_O)
+transformer$(EXE) $(BUILD)/transformer$(EXE) tests$(EXE) $(BUILD)/tests$(EXE):
 	@$(say) LINK $@
 	$(Q)$(CXX) $(OPT) -o $@ $^
 $(BUILD)/tests.o $(BUILD)/debug-tests.o: | doctest
@@ -148,9 +150,8 @@ $(BUILD)/debug-tests.o: tests.cpp transformer.hpp | $(BUILD)
 	@$(say) CXX $@
 	$(Q)$(CXX) $(STD) $(WARN) $(DBG_TESTS) $(GCFLAGS) $(DOCTEST_CFLAGS) -c -o $@ $<
 transformer-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-main.o
-	@$(say) LINK $@
-	$(Q)$(CXX) $(DBG) -o $@ $^
 tests-debug: $(BUILD)/debug-transformer.o $(BUILD)/debug-tests.o
+transformer-debug tests-debug:
 	@$(say) LINK $@
 	$(Q)$(CXX) $(DBG) -o $@ $^
 
@@ -164,10 +165,9 @@ build-times: | doctest
 	  sh tools/build-times $(if $(filter 1,$(CHECK)),--check)
 
 # What the targets write, and masks.svg (masks' help example); never a path git tracks, DIR only if a handout.
-GENERATED := transformer tests transformer-debug tests-debug build build-avx2 build-clang build-clang-avx2 \
-             build-v4 build-libcxx build-aarch64 build-aarch64-clang build-aarch64-tests \
-             addition.safetensors addition.csv addition.svg demo masks.svg build-fast build-mutants build-fuzz mutants.log \
-             results.json results.xml
+GENERATED := transformer tests transformer.exe tests.exe transformer-debug tests-debug build build-windows build-avx2 build-clang \
+             build-clang-avx2 build-v4 build-libcxx build-aarch64 build-aarch64-clang build-aarch64-tests addition.safetensors \
+             addition.csv addition.svg demo masks.svg build-fast build-mutants build-fuzz mutants.log results.json results.xml
 clean:
 	@for f in $(GENERATED) $$(for d in '$(DIR)' handout-*; do [ -f "$$d/HANDOUT.md" ] && echo "$$d"; done); do \
 	  if git ls-files --error-unmatch "$$f" >/dev/null 2>&1; then echo "make clean: keeping $$f (tracked by git)"; \
@@ -204,8 +204,8 @@ ASSIGNMENT_5_FUNCS := mlm_corrupt Mask_XL xlnet_loss
 ASSIGNMENT_6_FUNCS := adamw_step lr_schedule clip_grad_norm
 # make check's fast build: -Og compiles in a fraction of -O2's time and runs an assignment's cases
 # fast enough (docs/assignments.md has the times), with the index checks.
-FAST_OPT   := -Og $(ARCH) $(FP) -D_GLIBCXX_ASSERTIONS -DTF_COLD_O0
-FAST_MACHINERY_OPT := -Og $(FP) -D_GLIBCXX_ASSERTIONS -DTF_COLD_O0
+FAST_OPT   := $(strip -Og $(ARCH) $(FP) $(OS_FLAGS) -D_GLIBCXX_ASSERTIONS -DTF_COLD_O0)
+FAST_MACHINERY_OPT := $(strip -Og $(FP) $(OS_FLAGS) -D_GLIBCXX_ASSERTIONS -DTF_COLD_O0)
 FAST_BUILD := build-fast
 -include handout.mk
 ifneq ($(strip $(ASSIGNMENT)),)
@@ -235,7 +235,7 @@ handout:
 # mathematics.o (Part I and the fast product) is compiled after every edit; machinery.o (the rest,
 # without -march, so a handout carries it) when its preprocessed text, with the compiler and flags,
 # changes (machinery.key); both are linked with tests.o and the cases run.
-$(FAST_BUILD):
+$(BUILD) $(FAST_BUILD):
 	$(Q)mkdir -p $@
 $(FAST_BUILD)/mathematics.o: transformer.cpp transformer.hpp | $(FAST_BUILD)
 	@$(say) CXX $@

@@ -328,16 +328,6 @@ static int stopped_by_signal(int sig, long long step, const std::string& file, c
     return 128 + sig;
 }
 
-// One word as a POSIX shell reads it back: as it is when it is plain, else in single quotes.
-static std::string shell_word(const std::string& s) {
-    const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=+:,@%-") ==
-                                         std::string::npos;
-    if (plain) return s;
-    std::string q = "'";
-    for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-    return q + "'";
-}
-
 // `command` with the flags it was given, each as the shell reads it back, where `replace` gives
 // a flag a new value (placed first, in its order).
 static std::string command_again(const std::string& command, const Flags& f,
@@ -359,7 +349,7 @@ static std::string command_again(const std::string& command, const Flags& f,
 
 // The file name after `path` in the series NAME.EXT, NAME-2.EXT, NAME-3.EXT, ...
 static std::string next_in_series(const std::string& path) {
-    const std::size_t slash = path.find_last_of('/'), dot = path.find_last_of('.');
+    const std::size_t slash = last_separator(path), dot = path.find_last_of('.');
     const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
     std::string stem = has_ext ? path.substr(0, dot) : path;
     const std::string ext = has_ext ? path.substr(dot) : "";
@@ -858,7 +848,8 @@ static int cmd_eval(Flags& f) {
 // The pictures are SVG: an --out named .png (or anything but .svg) would hold text a viewer refuses.
 static void check_svg_out(const std::string& out) {
     const std::size_t dot = out.rfind('.');
-    std::string ext = dot == std::string::npos || out.find('/', dot) != std::string::npos ? "" : out.substr(dot);
+    const std::size_t slash = last_separator(out);
+    std::string ext = dot == std::string::npos || (slash != std::string::npos && slash > dot) ? "" : out.substr(dot);
     for (char& ch : ext) ch = (char)std::tolower((unsigned char)ch);
     if (ext != ".svg") throw Error("--out '" + out + "': the picture is SVG, so its name must end in .svg");
 }
@@ -931,7 +922,7 @@ static int cmd_attention(Flags& f) {
     if (x.empty()) throw Error("--text is empty");
     const std::vector<HeatPanel> panels =
         attention_panels(c, lm.params, x, labels, layer, head, perm.empty() ? std::vector<int>() : parse_perm(perm, (int)x.size()));
-    const std::string name = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+    const std::string name = path.substr(last_separator(path) == std::string::npos ? 0 : last_separator(path) + 1);
     const std::string what = std::string(variant_name(c.variant)) + (c.xlnet ? " trained as XLNet" : "") + ", L=" +
                              std::to_string(c.L) + " A=" + std::to_string(c.A) + " D=" + std::to_string(c.D);
     std::vector<std::string> caption = {
@@ -1004,11 +995,9 @@ static int cmd_explain(Flags& f) {
         o.values = values;
         o.labels = labels;
         // The § links: formulas.md beside the page (docs/), else the repository's, by its full path.
-        const std::size_t slash = html.rfind('/');
-        const std::string dir = slash == std::string::npos ? "." : html.substr(0, slash + 1);
         const std::string full = real_path("docs/formulas.md");
-        if (path_kind(dir + "/formulas.md") != PathKind::missing) o.formulas = "formulas.md";
-        else if (!full.empty()) o.formulas = "file://" + full;
+        if (path_kind(path_in_dir(dir_of(html), "formulas.md")) != PathKind::missing) o.formulas = "formulas.md";
+        else if (!full.empty()) o.formulas = (full[0] == '/' ? "file://" : "file:///") + full;  // file:///C:/... on Windows
         const ExplainPage page = explain_html(lm.config, lm.params, b, o);
         write_file_atomic(html, page.html);
         auto boxes = [](int k, const char* what) { return std::to_string(k) + " " + what + (k == 1 ? "box" : "boxes"); };
@@ -1230,7 +1219,7 @@ static int cmd_bpe(Flags& f) {
             throw Error("--special '<mask>' makes the files RoBERTa's kind, which needs all five of <s> <pad> </s> <unk> <mask>: "
                         "give --special '" + std::string(sp) + "' too");
     for (const std::string& d : data) {  // every input readable before any work
-        std::FILE* in = std::fopen(d.c_str(), "rb");
+        std::FILE* in = open_file(d, "rb");
         if (!in) throw Error("--data '" + d + "': cannot open it: " + std::strerror(errno));
         std::fclose(in);
     }
@@ -1691,9 +1680,15 @@ static int run(int argc, char** argv) {
 
 // Standard output is checked like any other file (as coreutils do): output that could not be
 // written (a full disk, /dev/full, a closed pipe) is an error, never a silent exit 0.
+// The arguments are UTF-8 on every system (program_arguments).
 int main(int argc, char** argv) {
-    if (argc > 0 && argv[0] && *argv[0]) program_name() = shell_word(argv[0]);  // ./transformer as typed, not "transformer"
-    const int status = run(argc, argv);
+    platform_start();
+    std::vector<std::string> args = program_arguments(argc, argv);
+    std::vector<char*> arg_pointers;
+    for (std::string& a : args) arg_pointers.push_back(&a[0]);
+    arg_pointers.push_back(nullptr);
+    if (!args.empty() && !args[0].empty()) program_name() = shell_word(args[0]);  // ./transformer as typed, not "transformer"
+    const int status = run((int)args.size(), arg_pointers.data());
     errno = 0;
     const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout);
     const int err = g_stdout_errno ? g_stdout_errno : errno;

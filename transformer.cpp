@@ -41,6 +41,25 @@
 #include <sstream>
 #include <unordered_map>
 
+// The operating system's headers, for the PLATFORM section alone: Windows' (windows.h without its
+// min and max macros, which would break std::min and std::max) or POSIX's.
+#if defined(_WIN32)
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#include <fcntl.h>
+#include <io.h>
+#include <psapi.h>
+#include <shellapi.h>
+#include <sys/stat.h>
+#if defined(_MSC_VER)
+#pragma comment(lib, "shell32.lib")  // CommandLineToArgvW; MinGW links it by default
+#endif
+#else
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -49,6 +68,7 @@
 #include <unistd.h>
 #if defined(__APPLE__)
 #include <mach-o/dyld.h>  // _NSGetExecutablePath
+#endif
 #endif
 
 // Every a*b + c is rounded twice (a product, then a sum) unless the code calls std::fma: the
@@ -11583,10 +11603,221 @@ template Explained<double> explain(const Config&, const Params<double>&, const B
 // under this banner: what a path names, sizes and seeking past 2 GiB, directories, the durable
 // writers (AtomicFile, StagedDir) and the signals that clean up after them, the training loop's
 // stop, the program's own path, the temporary directory, memory. The rest of the program calls
-// these and nothing of the system; a port to another system changes this section alone.
+// these and nothing of the system; a port to another system changes this section alone. Each
+// function has a POSIX branch (Linux, macOS, the BSDs) and a Windows one (_WIN32: MinGW-w64 and
+// MSVC), with the same contract and the same error messages.
 // ================================================================================================
 
+// ---- Windows: UTF-8 names through the wide functions -----------------------------------------------
+// The program's strings are UTF-8. Windows' narrow functions (fopen, _stat, argv) read the ANSI code
+// page, which holds few characters; its wide ones (_wfopen, CreateFileW, ...) take any name, so every
+// name is converted to UTF-16 on its way in and back to UTF-8 on its way out. The paths this section
+// makes (executable_path, real_path, temporary_directory) use '/' between their parts, as Windows
+// accepts and as the rest of the program splits paths; the ones it is given may use '\' or '/'.
+#if defined(_WIN32)
+static std::wstring wide(const std::string& s) {
+    if (s.empty()) return std::wstring();
+    const int n = ::MultiByteToWideChar(CP_UTF8, 0, s.data(), (int)s.size(), nullptr, 0);
+    std::wstring w((std::size_t)std::max(n, 0), L'\0');
+    if (n > 0) ::MultiByteToWideChar(CP_UTF8, 0, s.data(), (int)s.size(), &w[0], n);
+    return w;
+}
+
+static std::string narrow(const wchar_t* w, std::size_t len) {
+    if (len == 0) return std::string();
+    const int n = ::WideCharToMultiByte(CP_UTF8, 0, w, (int)len, nullptr, 0, nullptr, nullptr);
+    std::string s((std::size_t)std::max(n, 0), '\0');
+    if (n > 0) ::WideCharToMultiByte(CP_UTF8, 0, w, (int)len, &s[0], n, nullptr, nullptr);
+    return s;
+}
+
+static std::string narrow(const std::wstring& w) { return narrow(w.data(), w.size()); }
+
+// A path made by Windows with '/' between its parts.
+static std::string forward_slashes(std::string path) {
+    std::replace(path.begin(), path.end(), '\\', '/');
+    return path;
+}
+
+// errno for a Windows error code, so that strerror words a failure as it does on POSIX.
+static int errno_of(DWORD error) {
+    switch (error) {
+    case ERROR_FILE_NOT_FOUND:
+    case ERROR_PATH_NOT_FOUND:
+    case ERROR_INVALID_DRIVE:
+    case ERROR_BAD_NETPATH:
+    case ERROR_BAD_NET_NAME:
+        return ENOENT;
+    case ERROR_ACCESS_DENIED:
+    case ERROR_SHARING_VIOLATION:
+    case ERROR_LOCK_VIOLATION:
+        return EACCES;
+    case ERROR_WRITE_PROTECT:
+        return EROFS;
+    case ERROR_DISK_FULL:
+    case ERROR_HANDLE_DISK_FULL:
+        return ENOSPC;
+    case ERROR_FILE_EXISTS:
+    case ERROR_ALREADY_EXISTS:
+        return EEXIST;
+    case ERROR_DIRECTORY:
+        return ENOTDIR;
+    case ERROR_DIR_NOT_EMPTY:
+        return ENOTEMPTY;
+    case ERROR_FILENAME_EXCED_RANGE:
+        return ENAMETOOLONG;
+    case ERROR_NOT_ENOUGH_MEMORY:
+    case ERROR_OUTOFMEMORY:
+        return ENOMEM;
+    case ERROR_INVALID_NAME:
+        return EINVAL;
+    default:
+        return EIO;
+    }
+}
+
+// errno set from GetLastError; false, for `return failed();`.
+static bool failed() {
+    errno = errno_of(::GetLastError());
+    return false;
+}
+
+// An existing file or directory opened for its metadata alone (no read or write access, every
+// sharing mode, links followed); INVALID_HANDLE_VALUE when it cannot be.
+static HANDLE open_metadata(const std::string& path) {
+    return ::CreateFileW(wide(path).c_str(), 0, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, nullptr, OPEN_EXISTING,
+                         FILE_FLAG_BACKUP_SEMANTICS, nullptr);
+}
+
+// The path an open handle reaches, every link resolved, without the "\\?\" prefix
+// GetFinalPathNameByHandleW puts before it ("\\?\UNC\server\share" is "//server/share"); "" on failure.
+static std::string final_path(HANDLE h) {
+    std::vector<wchar_t> buf(MAX_PATH + 1);
+    for (;;) {
+        const DWORD n = ::GetFinalPathNameByHandleW(h, buf.data(), (DWORD)buf.size(), FILE_NAME_NORMALIZED | VOLUME_NAME_DOS);
+        if (n == 0) return "";
+        if (n < buf.size()) {
+            std::string p = narrow(buf.data(), n);
+            if (p.rfind("\\\\?\\UNC\\", 0) == 0) p = "\\\\" + p.substr(8);
+            else if (p.rfind("\\\\?\\", 0) == 0) p = p.substr(4);
+            return forward_slashes(p);
+        }
+        buf.resize((std::size_t)n + 1);
+    }
+}
+#endif
+
 // ---- Paths and files -----------------------------------------------------------------------------
+// A path's separators and its root: '/' and "/" on POSIX; on Windows '\' or '/', and a root of a
+// drive ("C:\", or "C:" alone: that drive's current directory) or of the current drive ("\").
+#if defined(_WIN32)
+static bool is_separator(char ch) { return ch == '/' || ch == '\\'; }
+
+static std::size_t root_length(const std::string& path) {
+    const std::size_t drive = path.size() >= 2 && path[1] == ':' && std::isalpha((unsigned char)path[0]) ? 2 : 0;
+    return drive < path.size() && is_separator(path[drive]) ? drive + 1 : drive;
+}
+
+// The separator to put after dir: the one it uses ('\' when it holds one), else '/'.
+static char separator_for(const std::string& dir) { return dir.find('\\') != std::string::npos ? '\\' : '/'; }
+#else
+static bool is_separator(char ch) { return ch == '/'; }
+
+static std::size_t root_length(const std::string& path) { return !path.empty() && path[0] == '/' ? 1 : 0; }
+
+static char separator_for(const std::string&) { return '/'; }
+#endif
+
+std::size_t last_separator(const std::string& path) {
+    const std::size_t root = root_length(path);
+    for (std::size_t k = path.size(); k > root; k--)
+        if (is_separator(path[k - 1])) return k - 1;
+    return root > 0 ? root - 1 : std::string::npos;
+}
+
+std::string trim_separators(const std::string& path) {
+    std::string p = path;
+    const std::size_t keep = std::max<std::size_t>(root_length(p), 1);
+    while (p.size() > keep && is_separator(p.back())) p.pop_back();
+    return p;
+}
+
+std::FILE* open_file(const std::string& path, const char* mode) {
+#if defined(_WIN32)
+    return ::_wfopen(wide(path).c_str(), wide(mode).c_str());
+#else
+    return std::fopen(path.c_str(), mode);
+#endif
+}
+
+#if defined(_WIN32)
+// _wstat64 refuses a directory named with a separator after it ("dir\"): it is asked without one.
+PathKind path_kind(const std::string& path) {
+    struct _stat64 st;
+    if (::_wstat64(wide(trim_separators(path)).c_str(), &st) != 0) return PathKind::missing;
+    const unsigned type = (unsigned)st.st_mode & _S_IFMT;
+    if (type == _S_IFREG) return PathKind::regular;
+    if (type == _S_IFDIR) return PathKind::directory;
+    if (type == _S_IFIFO) return PathKind::fifo;
+    if (type == _S_IFCHR) return PathKind::device;
+    return PathKind::other;
+}
+
+long long file_size(const std::string& path) {
+    struct _stat64 st;
+    return ::_wstat64(wide(path).c_str(), &st) == 0 ? (long long)st.st_size : -1;
+}
+
+long long file_size(std::FILE* f) {
+    struct _stat64 st;
+    return ::_fstat64(::_fileno(f), &st) == 0 ? (long long)st.st_size : -1;
+}
+
+bool is_directory(std::FILE* f) {
+    struct _stat64 st;
+    return ::_fstat64(::_fileno(f), &st) == 0 && ((unsigned)st.st_mode & _S_IFMT) == _S_IFDIR;
+}
+
+bool seek_to(std::FILE* f, long long at) {
+    return ::_fseeki64(f, at, SEEK_SET) == 0;
+}
+
+// A directory's permissions are its access list, which no mode bit shows: a probe file made there
+// (and deleted when closed) answers whether files can be made.
+bool directory_writable(const std::string& dir) {
+    const std::string probe = path_in_dir(dir, ".transformer-probe." + std::to_string(::GetCurrentProcessId()));
+    const HANDLE h = ::CreateFileW(wide(probe).c_str(), GENERIC_WRITE, 0, nullptr, CREATE_NEW,
+                                   FILE_ATTRIBUTE_TEMPORARY | FILE_ATTRIBUTE_HIDDEN | FILE_FLAG_DELETE_ON_CLOSE, nullptr);
+    if (h == INVALID_HANDLE_VALUE) return ::GetLastError() == ERROR_FILE_EXISTS || failed();
+    ::CloseHandle(h);
+    return true;
+}
+
+bool directory_entries(const std::string& dir, std::vector<std::string>& names) {
+    WIN32_FIND_DATAW found;
+    const HANDLE h = ::FindFirstFileW(wide(path_in_dir(dir, "*")).c_str(), &found);
+    if (h == INVALID_HANDLE_VALUE) {
+        const DWORD error = ::GetLastError();
+        if (error == ERROR_FILE_NOT_FOUND) return true;  // a drive's root may hold nothing, not even "." and ".."
+        errno = path_kind(dir) == PathKind::regular ? ENOTDIR : errno_of(error);
+        return false;
+    }
+    do {
+        const std::string name = narrow(found.cFileName);
+        if (name != "." && name != "..") names.push_back(name);
+    } while (::FindNextFileW(h, &found));
+    ::FindClose(h);
+    return true;
+}
+
+std::string real_path(const std::string& path) {
+    const HANDLE h = open_metadata(path);
+    if (h == INVALID_HANDLE_VALUE) return "";
+    const std::string r = final_path(h);
+    ::CloseHandle(h);
+    return r;
+}
+#else
 PathKind path_kind(const std::string& path) {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return PathKind::missing;
@@ -11635,14 +11866,86 @@ std::string real_path(const std::string& path) {
     std::free(real);
     return r;
 }
+#endif
 
 std::string dir_of(const std::string& path) {
-    const std::size_t slash = path.rfind('/');
-    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    const std::size_t root = root_length(path);
+    const std::size_t slash = last_separator(path);
+    if (slash == std::string::npos) return ".";
+    return slash + 1 <= root ? path.substr(0, root) : path.substr(0, slash);
 }
 
 // The file that writing to `path` replaces: symbolic links are followed, so a link stays a link
 // and its target gets the new contents.
+#if defined(_WIN32)
+// On Windows a symbolic link is a reparse point with the tag IO_REPARSE_TAG_SYMLINK (other reparse
+// points, such as a cloud drive's files, are files to write in place); it is followed by opening
+// it, which reaches the final target, so a missing target is an error.
+std::string resolve_output_path(const std::string& path) {
+    WIN32_FIND_DATAW found;
+    const HANDLE find = ::FindFirstFileW(wide(trim_separators(path)).c_str(), &found);
+    if (find == INVALID_HANDLE_VALUE) return path;
+    ::FindClose(find);
+    if (!(found.dwFileAttributes & FILE_ATTRIBUTE_REPARSE_POINT) || found.dwReserved0 != IO_REPARSE_TAG_SYMLINK) return path;
+    const HANDLE h = open_metadata(path);
+    if (h == INVALID_HANDLE_VALUE) {
+        failed();
+        throw Error("cannot read the symbolic link '" + path + "': " + std::strerror(errno));
+    }
+    const std::string target = final_path(h);
+    ::CloseHandle(h);
+    if (target.empty()) throw Error("cannot read the symbolic link '" + path + "': its target has no name");
+    return target;
+}
+
+// Two names are the same file if they reach the same file index on the same volume, or (for files
+// that do not exist yet) the same name, in either case, in the same real directory: Windows' file
+// systems compare names without case.
+std::string file_identity(const std::string& path) {
+    const std::string p = resolve_output_path(path);
+    const HANDLE h = open_metadata(p);
+    if (h != INVALID_HANDLE_VALUE) {
+        BY_HANDLE_FILE_INFORMATION info;
+        const BOOL got = ::GetFileInformationByHandle(h, &info);
+        ::CloseHandle(h);
+        if (got)
+            return "file " + std::to_string(info.dwVolumeSerialNumber) + ":" +
+                   std::to_string(((unsigned long long)info.nFileIndexHigh << 32) | info.nFileIndexLow);
+    }
+    const std::string real = real_path(dir_of(p));
+    const std::size_t slash = last_separator(p);
+    std::wstring name = wide((real.empty() ? dir_of(p) : real) + "/" + p.substr(slash == std::string::npos ? 0 : slash + 1));
+    if (!name.empty()) ::CharLowerBuffW(&name[0], (DWORD)name.size());
+    return "path " + narrow(name);
+}
+
+// GetTempPathW: %TMP%, else %TEMP%, else %USERPROFILE%, else the Windows directory.
+std::string temporary_directory() {
+    wchar_t buf[MAX_PATH + 2];
+    const DWORD n = ::GetTempPathW(MAX_PATH + 2, buf);
+    if (n == 0 || n > MAX_PATH + 1) return ".";
+    return forward_slashes(trim_separators(narrow(buf, n)));
+}
+
+long long process_id() {
+    return (long long)::GetCurrentProcessId();
+}
+
+bool stdout_is_terminal() {
+    return ::_isatty(::_fileno(stdout)) != 0;
+}
+
+std::string executable_path() {
+    std::vector<wchar_t> buf(MAX_PATH + 1);
+    for (;;) {
+        const DWORD n = ::GetModuleFileNameW(nullptr, buf.data(), (DWORD)buf.size());
+        if (n == 0) return "";
+        if (n < buf.size()) return forward_slashes(narrow(buf.data(), n));
+        if (buf.size() > 65536) return "";
+        buf.resize(buf.size() * 2);
+    }
+}
+#else
 std::string resolve_output_path(const std::string& path) {
     std::string p = path;
     for (int hops = 0; hops < 40; hops++) {
@@ -11702,6 +12005,87 @@ std::string executable_path() {
     return "";
 #endif
 }
+#endif
+
+// ---- The program's start: its standard files and its arguments ---------------------------------------
+#if defined(_WIN32)
+// The console's output code page before platform_start made it UTF-8 (0: unchanged), put back when
+// the program ends, normally or by a console event.
+static UINT g_console_code_page = 0;
+
+static void restore_console_code_page() {
+    if (g_console_code_page != 0) ::SetConsoleOutputCP(g_console_code_page);
+}
+
+// Standard input, output and error in binary mode: the bytes as written, LF never made CR LF, so
+// that output redirected to a file is the same as on POSIX. A console shows the UTF-8 the program
+// writes when its output code page is UTF-8 (65001); it is set for the run and put back at the end.
+void platform_start() {
+    ::_setmode(::_fileno(stdin), _O_BINARY);
+    ::_setmode(::_fileno(stdout), _O_BINARY);
+    ::_setmode(::_fileno(stderr), _O_BINARY);
+    const UINT page = ::GetConsoleOutputCP();
+    if (page != 0 && page != CP_UTF8 && ::SetConsoleOutputCP(CP_UTF8)) {
+        g_console_code_page = page;
+        std::atexit(restore_console_code_page);
+    }
+}
+
+// argv holds the ANSI code page's characters alone (others become '?'); the wide command line holds
+// them all, split as the C runtime splits it (CommandLineToArgvW).
+std::vector<std::string> program_arguments(int argc, char** argv) {
+    int n = 0;
+    LPWSTR* w = ::CommandLineToArgvW(::GetCommandLineW(), &n);
+    std::vector<std::string> args;
+    if (!w || n != argc) {  // not the command line argv came from: argv as it is
+        if (w) ::LocalFree(w);
+        for (int k = 0; k < argc; k++) args.push_back(argv[k]);
+        return args;
+    }
+    for (int k = 0; k < n; k++) args.push_back(narrow(std::wstring(w[k])));
+    ::LocalFree(w);
+    return args;
+}
+
+// One word as cmd.exe and PowerShell pass it to the program: as it is when it is plain, else in
+// double quotes, a quote inside as \" and the backslashes before a quote doubled, as the C
+// runtime reads a command line back. cmd.exe still expands %NAME% and PowerShell $NAME inside
+// double quotes; file names rarely hold them.
+std::string shell_word(const std::string& s) {
+    const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./\\=+:,@-") ==
+                                         std::string::npos;
+    if (plain) return s;
+    std::string q = "\"";
+    std::size_t backslashes = 0;
+    for (char ch : s) {
+        if (ch == '\\') {
+            backslashes++;
+            continue;
+        }
+        q.append(ch == '"' ? 2 * backslashes + 1 : backslashes, '\\');
+        backslashes = 0;
+        q += ch;
+    }
+    q.append(2 * backslashes, '\\');
+    return q + "\"";
+}
+#else
+void platform_start() {}
+
+std::vector<std::string> program_arguments(int argc, char** argv) {
+    return std::vector<std::string>(argv, argv + argc);
+}
+
+// One word as a POSIX shell reads it back: as it is when it is plain, else in single quotes.
+std::string shell_word(const std::string& s) {
+    const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=+:,@%-") ==
+                                         std::string::npos;
+    if (plain) return s;
+    std::string q = "'";
+    for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return q + "'";
+}
+#endif
 
 // ---- The durable writers and the signals that clean up after them --------------------------------
 // The temporary file being written, so that Ctrl-C (SIGINT), SIGTERM or SIGHUP removes it before
@@ -11710,16 +12094,105 @@ std::string executable_path() {
 // While a training loop runs (g_loop_stoppable), the first SIGINT or SIGTERM only records itself
 // in g_stop_signal: the loop finishes its step, writes a checkpoint and returns (TrainResult::signal);
 // a second signal ends the program as before.
-static char g_tmp_path[PATH_MAX + 1];
+// Windows has no such signals: Ctrl-C and Ctrl-Break reach a console program as console events, on
+// a thread of their own (SetConsoleCtrlHandler), as do the console's closing, log-off and shut-down.
+// Ctrl-C stands for SIGINT, Ctrl-Break for SIGTERM and the others for SIGHUP; the handler does what
+// the POSIX one does and ends the program as Windows' default handler does (exit status 0xC000013A,
+// STATUS_CONTROL_C_EXIT).
+// The paths are UTF-8, at most PATH_LIMIT bytes (Windows' own limit, MAX_PATH, counts UTF-16 units).
+#if defined(_WIN32)
+static constexpr std::size_t PATH_LIMIT = 4096;
+#else
+static constexpr std::size_t PATH_LIMIT = PATH_MAX;
+#endif
+static char g_tmp_path[PATH_LIMIT + 1];
 static volatile std::sig_atomic_t g_tmp_active = 0;
 static volatile std::sig_atomic_t g_loop_stoppable = 0, g_stop_signal = 0;
 // A StagedDir's files and (when it made it) its directory, for the handler to remove: a slot is
 // filled before the count that makes it visible grows.
 static constexpr int STAGED_MAX = 16;
-static char g_staged_paths[STAGED_MAX][PATH_MAX + 1];
+static char g_staged_paths[STAGED_MAX][PATH_LIMIT + 1];
 static volatile std::sig_atomic_t g_staged_count = 0;
-static char g_staged_dir[PATH_MAX + 1];
+static char g_staged_dir[PATH_LIMIT + 1];
 static volatile std::sig_atomic_t g_staged_dir_active = 0;
+
+// The file operations of the writers, true on success (false: errno says why).
+#if defined(_WIN32)
+bool remove_file(const std::string& path) { return ::DeleteFileW(wide(path).c_str()) || failed(); }
+
+static bool remove_empty_directory(const std::string& path) { return ::RemoveDirectoryW(wide(path).c_str()) || failed(); }
+
+static bool make_directory(const std::string& path) { return ::CreateDirectoryW(wide(path).c_str(), nullptr) || failed(); }
+
+// MoveFileExW replaces an existing `to` and returns once the move is on the disk. A virus scanner
+// or an indexer that has just opened a new file holds it for a moment: a sharing failure is tried
+// again for up to a second.
+static bool replace_file(const std::string& from, const std::string& to) {
+    const std::wstring f = wide(from), t = wide(to);
+    for (int attempt = 0;; attempt++) {
+        if (::MoveFileExW(f.c_str(), t.c_str(), MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH)) return true;
+        const DWORD error = ::GetLastError();
+        if (attempt == 20 || (error != ERROR_ACCESS_DENIED && error != ERROR_SHARING_VIOLATION && error != ERROR_LOCK_VIOLATION))
+            return failed();
+        ::Sleep(50);
+    }
+}
+
+static long long write_some(int fd, const char* data, std::size_t n) {
+    return ::_write(fd, data, (unsigned)std::min<std::size_t>(n, 1u << 30));
+}
+
+static int close_file(int fd) { return ::_close(fd); }
+
+// The lock SignalsHeld takes and the console handler waits for.
+static CRITICAL_SECTION& held_lock() {
+    static CRITICAL_SECTION lock;
+    static const bool ready = (::InitializeCriticalSection(&lock), true);
+    (void)ready;
+    return lock;
+}
+
+static BOOL WINAPI on_console_event(DWORD event) {
+    const int sig = event == CTRL_C_EVENT ? SIGINT : event == CTRL_BREAK_EVENT ? SIGTERM : 0;
+    if (g_loop_stoppable && !g_stop_signal && sig != 0) {
+        g_stop_signal = sig;
+        return TRUE;
+    }
+    ::EnterCriticalSection(&held_lock());  // kept: the program ends with the event
+    if (g_tmp_active) ::DeleteFileW(wide(g_tmp_path).c_str());
+    for (int k = 0; k < g_staged_count; k++) ::DeleteFileW(wide(g_staged_paths[k]).c_str());
+    if (g_staged_dir_active) ::RemoveDirectoryW(wide(g_staged_dir).c_str());
+    restore_console_code_page();
+    ::ExitProcess(STATUS_CONTROL_C_EXIT);
+}
+
+static void install_removal_handlers() {
+    static bool installed = false;
+    if (installed) return;
+    ::SetConsoleCtrlHandler(on_console_event, TRUE);
+    installed = true;
+}
+
+// The console's events held off in a scope: the handler waits for its end.
+struct SignalsHeld {
+    SignalsHeld() { ::EnterCriticalSection(&held_lock()); }
+    ~SignalsHeld() { ::LeaveCriticalSection(&held_lock()); }
+    SignalsHeld(const SignalsHeld&) = delete;
+    SignalsHeld& operator=(const SignalsHeld&) = delete;
+};
+#else
+bool remove_file(const std::string& path) { return ::unlink(path.c_str()) == 0; }
+
+static bool remove_empty_directory(const std::string& path) { return ::rmdir(path.c_str()) == 0; }
+
+static bool make_directory(const std::string& path) { return ::mkdir(path.c_str(), 0777) == 0; }
+
+static bool replace_file(const std::string& from, const std::string& to) { return ::rename(from.c_str(), to.c_str()) == 0; }
+
+static long long write_some(int fd, const char* data, std::size_t n) { return (long long)::write(fd, data, n); }
+
+static int close_file(int fd) { return ::close(fd); }
+
 extern "C" void remove_tmp_on_signal(int sig) {
     if (g_loop_stoppable && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
         g_stop_signal = sig;
@@ -11750,7 +12223,50 @@ struct SignalsHeld {
     }
     ~SignalsHeld() { sigprocmask(SIG_SETMASK, &old, nullptr); }
 };
+#endif
 
+#if defined(_WIN32)
+// The temporary file is made with CreateFileW, sharing delete, so that the console handler can
+// remove it while it is open; a new file has the default attributes, as a plain fopen would give.
+AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(path)) {
+    const PathKind kind = path_kind(target_);
+    if (kind != PathKind::missing && kind != PathKind::regular)
+        throw Error("cannot write '" + path + "': it exists and is not a regular file");
+    const std::size_t slash = last_separator(target_);
+    const std::string base = target_.substr(slash == std::string::npos ? 0 : slash + 1);
+    const std::string dir = dir_of(target_);
+    static const char letters[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned long long seed = ((unsigned long long)::GetCurrentProcessId() << 32) ^ ::GetTickCount64();
+    for (int attempt = 0; fd_ < 0; attempt++) {
+        std::string suffix;
+        for (int k = 0; k < 6; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            suffix += letters[(seed >> 33) % 62];
+        }
+        const std::string name = path_in_dir(dir, "." + base + ".tmp." + suffix);
+        if (name.size() > PATH_LIMIT) throw Error("cannot write '" + path + "': the path is too long");
+        const HANDLE h = ::CreateFileW(wide(name).c_str(), GENERIC_WRITE, FILE_SHARE_READ | FILE_SHARE_DELETE, nullptr, CREATE_NEW,
+                                       FILE_ATTRIBUTE_NORMAL, nullptr);
+        if (h == INVALID_HANDLE_VALUE && ::GetLastError() == ERROR_FILE_EXISTS && attempt < 100) continue;
+        if (h == INVALID_HANDLE_VALUE) {
+            failed();
+            throw Error("cannot write '" + path + "': cannot create a temporary file in '" + dir + "': " + std::strerror(errno));
+        }
+        fd_ = ::_open_osfhandle((intptr_t)h, _O_WRONLY | _O_BINARY);
+        if (fd_ < 0) {
+            ::CloseHandle(h);
+            ::DeleteFileW(wide(name).c_str());
+            throw Error("cannot write '" + path + "': cannot create a temporary file in '" + dir + "': " + std::strerror(errno));
+        }
+        tmp_ = name;
+    }
+    install_removal_handlers();
+    const SignalsHeld held;
+    std::memcpy(g_tmp_path, tmp_.c_str(), tmp_.size() + 1);
+    g_tmp_active = 1;
+    buf_.reserve(1 << 20);
+}
+#else
 AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(path)) {
     struct stat st;
     const bool exists = ::stat(target_.c_str(), &st) == 0;
@@ -11771,17 +12287,18 @@ AtomicFile::AtomicFile(const std::string& path) : target_(resolve_output_path(pa
     g_tmp_active = 1;
     buf_.reserve(1 << 20);
 }
+#endif
 
 AtomicFile::~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+    if (fd_ >= 0) close_file(fd_);
+    if (!committed_ && !tmp_.empty()) remove_file(tmp_);
     g_tmp_active = 0;
 }
 
 void AtomicFile::fail(const std::string& what) {
     const std::string reason = std::strerror(errno);
-    if (fd_ >= 0) ::close(fd_), fd_ = -1;
-    ::unlink(tmp_.c_str());
+    if (fd_ >= 0) close_file(fd_), fd_ = -1;
+    remove_file(tmp_);
     tmp_.clear();
     g_tmp_active = 0;
     throw Error("cannot write '" + target_ + "': " + what + ": " + reason + " (the previous file, if any, is unchanged)");
@@ -11790,7 +12307,7 @@ void AtomicFile::fail(const std::string& what) {
 void AtomicFile::flush_buffer() {
     std::size_t done = 0;
     while (done < buf_.size()) {
-        const ssize_t k = ::write(fd_, buf_.data() + done, buf_.size() - done);
+        const long long k = write_some(fd_, buf_.data() + done, buf_.size() - done);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             if (k == 0) errno = ENOSPC;
@@ -11814,6 +12331,22 @@ void AtomicFile::write(const void* data, std::size_t n) {
     buf_.insert(buf_.end(), p, p + n);
 }
 
+#if defined(_WIN32)
+// _commit is fsync (FlushFileBuffers); the rename is made durable by MOVEFILE_WRITE_THROUGH, and
+// happens whole or not at all before a console event's handler runs.
+void AtomicFile::commit() {
+    if (fd_ < 0) throw Error("AtomicFile: commit twice or after failure");
+    flush_buffer();
+    if (::_commit(fd_) != 0) fail("fsync failed");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::_close(fd) != 0) fail("close failed");
+    const SignalsHeld held;
+    if (!replace_file(tmp_, target_)) fail("cannot rename the temporary file over it");
+    committed_ = true;
+    g_tmp_active = 0;
+}
+#else
 void AtomicFile::commit() {
     if (fd_ < 0) throw Error("AtomicFile: commit twice or after failure");
     flush_buffer();
@@ -11833,6 +12366,7 @@ void AtomicFile::commit() {
             throw Error("wrote '" + target_ + "' but could not fsync its directory: " + std::strerror(e));
     }
 }
+#endif
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
     AtomicFile f(path);
@@ -11841,9 +12375,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 std::string path_in_dir(const std::string& dir, const std::string& name) {
-    std::string d = dir;
-    while (d.size() > 1 && d.back() == '/') d.pop_back();
-    return d == "/" ? "/" + name : d + "/" + name;
+    const std::string d = trim_separators(dir);
+    if (!d.empty() && d.size() == root_length(d)) return d + name;
+    return d + separator_for(d) + name;
 }
 
 std::string& program_name() {
@@ -11853,12 +12387,11 @@ std::string& program_name() {
 
 StagedDir::StagedDir(const std::string& dir) : dir_(dir) {
     if (g_staged_count > 0 || g_staged_dir_active) throw Error("StagedDir: another staged directory is open");
-    if (path_in_dir(dir, "").size() > PATH_MAX) throw Error("cannot write '" + dir + "': the path is too long");
+    if (path_in_dir(dir, "").size() > PATH_LIMIT) throw Error("cannot write '" + dir + "': the path is too long");
     install_removal_handlers();
-    struct stat st;
-    if (::stat(dir.c_str(), &st) == 0) return;
+    if (path_kind(dir) != PathKind::missing) return;
     const SignalsHeld held;  // the directory and the note that it is ours come into being together
-    if (::mkdir(dir.c_str(), 0777) != 0) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
+    if (!make_directory(dir)) throw Error("cannot create --out '" + dir + "': " + std::strerror(errno));
     std::snprintf(g_staged_dir, sizeof g_staged_dir, "%s", dir.c_str());
     g_staged_dir_active = 1;
     created_ = true;
@@ -11868,7 +12401,7 @@ std::string StagedDir::stage(const std::string& name) {
     if (committed_) throw Error("StagedDir: stage after commit");
     if ((int)staged_.size() >= STAGED_MAX) throw Error("StagedDir: more than " + std::to_string(STAGED_MAX) + " files");
     const std::string path = path_in_dir(dir_, "." + name + ".staged." + std::to_string(process_id()));
-    if (path.size() > PATH_MAX) throw Error("cannot write '" + path_in_dir(dir_, name) + "': the path is too long");
+    if (path.size() > PATH_LIMIT) throw Error("cannot write '" + path_in_dir(dir_, name) + "': the path is too long");
     const int k = (int)g_staged_count;
     std::snprintf(g_staged_paths[k], sizeof g_staged_paths[k], "%s", path.c_str());
     g_staged_count = k + 1;
@@ -11880,22 +12413,24 @@ void StagedDir::commit(const std::vector<std::string>& remove) {
     if (committed_) throw Error("StagedDir: commit twice");
     const SignalsHeld held;  // all of it, or (on an error) what the destructor leaves
     for (std::size_t k = 0; k < staged_.size(); k++) {
-        if (::rename(staged_[k].first.c_str(), staged_[k].second.c_str()) != 0)
+        if (!replace_file(staged_[k].first, staged_[k].second))
             throw Error("cannot rename '" + staged_[k].first + "' to '" + staged_[k].second + "': " + std::strerror(errno));
         staged_[k].first = staged_[k].second;  // in place now: removed only with a directory this object made
     }
     for (const std::string& name : remove) {
         const std::string path = path_in_dir(dir_, name);
-        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+        if (!remove_file(path) && errno != ENOENT)
             throw Error("cannot remove the earlier run's '" + path + "': " + std::strerror(errno));
     }
     committed_ = true;
     g_staged_count = 0, g_staged_dir_active = 0;
+#if !defined(_WIN32)  // on Windows MOVEFILE_WRITE_THROUGH made each rename durable
     const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
     if (dfd >= 0) {  // the renames durable (some file systems cannot fsync a directory)
         ::fsync(dfd);
         ::close(dfd);
     }
+#endif
 }
 
 std::string StagedDir::failure(std::string message) const {
@@ -11914,16 +12449,21 @@ StagedDir::~StagedDir() {
     const SignalsHeld held;
     g_staged_count = 0, g_staged_dir_active = 0;
     for (const auto& f : staged_)  // staged files, and files already in place when a commit failed in a new directory
-        if (f.first != f.second || created_) ::unlink(f.first.c_str());
-    if (created_) ::rmdir(dir_.c_str());  // only if empty: a file someone else put there keeps it
+        if (f.first != f.second || created_) remove_file(f.first);
+    if (created_) remove_empty_directory(dir_);  // only if empty: a file someone else put there keeps it
 }
 
-// The training loop's stop: the first SIGINT or SIGTERM is recorded instead of ending the program.
+// The training loop's stop: the first SIGINT or SIGTERM (on Windows Ctrl-C or Ctrl-Break) is
+// recorded instead of ending the program.
 void loop_stop_begin() {
     g_stop_signal = 0;
     g_loop_stoppable = 1;
+#if defined(_WIN32)
+    install_removal_handlers();
+#else
     for (int sig : {SIGINT, SIGTERM})
         if (std::signal(sig, remove_tmp_on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+#endif
 }
 
 int loop_stop_signal() {
@@ -11935,6 +12475,33 @@ void loop_stop_end() {
 }
 
 // ---- Memory --------------------------------------------------------------------------------------
+#if defined(_WIN32)
+// The peak working set (K32GetProcessMemoryInfo is kernel32's, so no psapi library is linked).
+double peak_memory_mib() {
+    PROCESS_MEMORY_COUNTERS pmc;
+    if (!::K32GetProcessMemoryInfo(::GetCurrentProcess(), &pmc, sizeof pmc)) return -1;
+    return (double)pmc.PeakWorkingSetSize / (1024.0 * 1024.0);
+}
+
+// The physical memory, and a job object's limit on the process or the job (Windows' cgroup).
+MemoryLimit memory_limit() {
+    MemoryLimit m;
+    MEMORYSTATUSEX status;
+    status.dwLength = sizeof status;
+    m.bytes = ::GlobalMemoryStatusEx(&status) ? (double)status.ullTotalPhys : 0;
+    m.source = "the machine's physical memory";
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION job;
+    if (::QueryInformationJobObject(nullptr, JobObjectExtendedLimitInformation, &job, sizeof job, nullptr)) {
+        const DWORD flags = job.BasicLimitInformation.LimitFlags;
+        auto consider = [&](double bytes, const char* source) {
+            if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m.bytes = bytes, m.source = source;
+        };
+        if (flags & JOB_OBJECT_LIMIT_PROCESS_MEMORY) consider((double)job.ProcessMemoryLimit, "the job object's process memory limit");
+        if (flags & JOB_OBJECT_LIMIT_JOB_MEMORY) consider((double)job.JobMemoryLimit, "the job object's memory limit");
+    }
+    return m;
+}
+#else
 // The peak resident set of getrusage in MiB: ru_maxrss counts bytes on macOS, KiB on Linux and the BSDs.
 double peak_memory_mib() {
     struct rusage ru;
@@ -11974,6 +12541,7 @@ MemoryLimit memory_limit() {
     if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) consider((double)as.rlim_cur, "the address-space limit (ulimit -v)");
     return m;
 }
+#endif
 
 // ================================================================================================
 // GENERATED TABLES: Unicode classes of the tokenizers

@@ -2024,8 +2024,24 @@ std::string to_mathml(const std::string& plain, const std::string& open_tag = "<
 
 // ================================================================================================
 // PLATFORM: every call to the operating system (transformer.cpp's PLATFORM section holds them all,
-// with AtomicFile's and StagedDir's; a port to another system changes that section alone)
+// with AtomicFile's and StagedDir's; a port to another system changes that section alone). POSIX
+// and Windows (MinGW-w64, MSVC): on Windows every path is UTF-8 and may use '\' or '/' and a drive
+// ("C:\"), and the paths the section makes use '/'.
 // ================================================================================================
+// What the program does first (main calls it): on Windows, standard input, output and error in
+// binary mode (LF is never written as CR LF) and the console's output code page UTF-8 until the
+// program ends; nothing elsewhere.
+void platform_start();
+// The program's arguments as UTF-8: argv itself on POSIX; on Windows the wide command line's, which
+// hold every character (argv holds the ANSI code page's alone).
+std::vector<std::string> program_arguments(int argc, char** argv);
+// One word as the user's shell reads it back: as it is when plain, else quoted (POSIX sh: in single
+// quotes; Windows' cmd.exe and PowerShell: in double quotes, as the C runtime reads a command line).
+std::string shell_word(const std::string& s);
+// fopen of a UTF-8 path (_wfopen on Windows).
+std::FILE* open_file(const std::string& path, const char* mode);
+// Removes a file (false: errno says why).
+bool remove_file(const std::string& path);
 // What a path names, symbolic links followed: nothing (or nothing this process may see), a regular
 // file, a directory, a FIFO or pipe, a device, or something else.
 enum class PathKind { missing, regular, directory, fifo, device, other };
@@ -2037,7 +2053,12 @@ long long file_size(std::FILE* f);
 bool is_directory(std::FILE* f);
 // f moved to byte `at` from its start, with 64-bit offsets (files over 2 GiB); false on failure.
 bool seek_to(std::FILE* f, long long at);
-// The directory of a path ("." for a bare name, "/" for "/NAME").
+// The position of the last separator of a path ('/'; on Windows '\' too, or the ':' of "C:NAME"),
+// std::string::npos when it has none: the name in it starts one after.
+std::size_t last_separator(const std::string& path);
+// The path without the separators it ends with, a root kept ("dir//" gives "dir", "/" stays "/").
+std::string trim_separators(const std::string& path);
+// The directory of a path ("." for a bare name, "/" for "/NAME"; on Windows "C:\" for "C:\NAME").
 std::string dir_of(const std::string& path);
 // Whether files can be made in the directory (false: errno says why).
 bool directory_writable(const std::string& dir);
@@ -2045,10 +2066,11 @@ bool directory_writable(const std::string& dir);
 bool directory_entries(const std::string& dir, std::vector<std::string>& names);
 // The absolute path with every link resolved; "" when it cannot be resolved.
 std::string real_path(const std::string& path);
-// A string equal for two paths of the same file: the device and inode of an existing file, else
-// the real directory and the name.
+// A string equal for two paths of the same file: the device and inode of an existing file (on
+// Windows the volume serial number and file index), else the real directory and the name (on
+// Windows compared without case).
 std::string file_identity(const std::string& path);
-// The directory for temporary files: $TMPDIR, else /tmp.
+// The directory for temporary files: $TMPDIR, else /tmp; on Windows GetTempPathW's (%TMP%, %TEMP%, ...).
 std::string temporary_directory();
 // This process's number (in the names of its temporary files).
 long long process_id();
@@ -2057,11 +2079,13 @@ bool stdout_is_terminal();
 // The running program's absolute path; "" where the system does not say.
 std::string executable_path();
 // The training loop's stop: from loop_stop_begin() to loop_stop_end(), the first SIGINT or SIGTERM
-// is recorded (loop_stop_signal(): its number, else 0) instead of ending the program; a second ends it.
+// (on Windows Ctrl-C or Ctrl-Break) is recorded (loop_stop_signal(): its number, else 0) instead
+// of ending the program; a second ends it.
 void loop_stop_begin();
 int loop_stop_signal();
 void loop_stop_end();
-// This process's peak resident memory in MiB; -1 when the system does not say.
+// This process's peak resident memory (on Windows its peak working set) in MiB; -1 when the system
+// does not say.
 double peak_memory_mib();
 
 // ================================================================================================
