@@ -32,6 +32,7 @@
 // (long)": the cases that build, run handouts, start a browser or a debugger), which ./tests and
 // ./tests-debug skip unless --no-skip asks (make test-long). Search for a section's title to jump to it:
 //
+//   The operating system                              starting a program (an argument vector), fork: POSIX and Windows
 //   Helpers                                           grad_check, CHECK_THROWS_NAMING, random modules
 //   Helpers of the model, file and command tests      m_*: the program under test, tiny models, files
 //   PART I. THE MATHEMATICS
