@@ -1,17 +1,15 @@
-# The transformer: the README's table lists the targets. Programs of more than a few lines are
-# files in tools/ (docs/code.md, "Tools"); a recipe here calls one with the Makefile's settings.
-# Another compiler: make test CXX=clang++ BUILD=build-clang (its objects apart; ./tests and
-# ./transformer are linked from them); CXX="clang++ -stdlib=libc++" for LLVM's library, macOS's.
+# The transformer: the README's table lists the targets; programs of more than a few lines are in tools/
+# (docs/code.md, "Tools"). Another compiler: make test CXX=clang++ BUILD=build-clang (its objects apart;
+# ./tests and ./transformer are linked from them); CXX="clang++ -stdlib=libc++" for LLVM's library, macOS's.
 CXX      ?= g++
 STD      := -std=c++17
 WARN     := -Wall -Wextra -Wpedantic
-# g++: -O2 with the vectoriser's full cost model, -O1 where no hot loop runs (-DTF_COLD_O1); clang:
-# -O2, those regions for size. As fast as -O3 in a third of the build (docs/performance.md).
+# g++ -O2 with the vectoriser's full cost model, -O1 where no hot loop runs (-DTF_COLD_O1); clang -O2, those regions
+# for size. As fast as -O3 in a third of the build (docs/performance.md).
 IS_CLANG := $(findstring clang,$(shell $(CXX) --version 2>/dev/null | head -n 1))
 LEVEL    := $(strip -O2 $(if $(IS_CLANG),,-fvect-cost-model=dynamic) -DTF_COLD_O1)
-# The CPU's own instructions: -march=native on x86-64; on arm64, -mcpu=apple-m1 with Apple's clang
-# (up to 14 it refuses native) and -mcpu=native on aarch64 Linux (clang 14 refuses -march=native).
-# A compiler for another machine (--target, a cross g++, MinGW-w64's outside Windows) gets none; ARCH=... chooses.
+# The CPU's own instructions: -march=native on x86-64; -mcpu=apple-m1 with Apple's clang (up to 14 it refuses native),
+# -mcpu=native on aarch64 Linux; none for another machine (--target, a cross g++, MinGW-w64's on Linux); ARCH= chooses.
 MACHINE  := $(shell $(CXX) -dumpmachine 2>/dev/null)
 HOST_CPU := $(subst amd64,x86_64,$(subst arm64,aarch64,$(shell uname -m 2>/dev/null)))
 TARGET_CPU := $(subst amd64,x86_64,$(subst arm64,aarch64,$(firstword $(subst -, ,$(MACHINE)))))
@@ -22,27 +20,23 @@ OS_FLAGS := $(if $(EXE),-Xassembler -mbig-obj -static -Xlinker --stack=16777216)
 $(if $(findstring Thread model: win32,$(if $(EXE),$(shell $(CXX) -v 2>&1))),$(eval override CXX := $(strip $(firstword $(CXX))$(if $(shell command -v $(firstword $(CXX))-posix),-posix) $(wordlist 2,99,$(CXX)))))
 NATIVE   := $(if $(filter $(HOST_CPU),$(TARGET_CPU)),$(if $(filter x86_64,$(TARGET_CPU)),-march=native,$(if $(filter aarch64,$(TARGET_CPU)),-mcpu=native)))
 ARCH     ?= $(if $(APPLE_ARM),$(if $(IS_CLANG),-mcpu=apple-m1),$(if $(filter Windows_NT,$(OS))$(if $(EXE),,not-windows),$(NATIVE)))
-# a*b + c is a product and a sum, each rounded, unless the source calls std::fma: every x86-64 build
-# with AVX2 and FMA, with either compiler, gives the same bits (docs/performance.md, "The same
-# numbers on every machine"). -fno-trapping-math lets g++ vectorise vexp's clamps on AVX2.
+# a*b + c is rounded twice unless the source calls std::fma: every x86-64 build with AVX2 and FMA gives the same bits
+# (docs/performance.md, "The same numbers on every machine"). -fno-trapping-math: g++ vectorises vexp's clamps.
 FP       := -ffp-contract=off -fno-trapping-math -fno-math-errno
 OPT      := $(strip $(LEVEL) $(ARCH) $(FP) $(OS_FLAGS))
 TESTS_LEVEL ?= -O0
 BUILD    ?= build$(if $(EXE),-windows)
-# g++'s garbage collector runs less often: less time, about 1 GB more memory.
+# GCFLAGS: g++'s garbage collector runs less often (less time, about 1 GB more memory). DBG's -D_GLIBCXX_ASSERTIONS:
+# an index past a tensor's end aborts (AddressSanitizer misses it inside a pool block).
 GCFLAGS  := $(if $(IS_CLANG),,--param ggc-min-expand=100 --param ggc-min-heapsize=1048576)
-# -D_GLIBCXX_ASSERTIONS: an index past a tensor's end aborts (AddressSanitizer misses it inside a pool block).
 DBG      := -O0 -g3 -ffp-contract=off -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS
-# doctest: on the compiler's own include path (Debian's doctest-dev), else DOCTEST_INCLUDE=DIR (the
-# directory holding doctest/doctest.h), else Homebrew's (brew install doctest: /opt/homebrew on
-# arm64, /usr/local on x86-64, or where `brew --prefix` says).
+# doctest: on the compiler's include path (Debian's doctest-dev), else DOCTEST_INCLUDE=DIR (holding doctest/doctest.h),
+# else Homebrew's (brew install doctest: /opt/homebrew on arm64, /usr/local on x86-64, or where `brew --prefix` says).
 DOCTEST_INCLUDE ?= $(patsubst %/doctest/doctest.h,%,$(firstword $(wildcard $(addsuffix /include/doctest/doctest.h,\
                    /opt/homebrew /usr/local $(shell command -v brew >/dev/null 2>&1 && brew --prefix 2>/dev/null)))))
 DOCTEST_CFLAGS = $(if $(strip $(DOCTEST_INCLUDE)),-I$(strip $(DOCTEST_INCLUDE)))
-DOCTEST_CHECK = printf '\043include <doctest/doctest.h>\n' | $(CXX) $(STD) $(DOCTEST_CFLAGS) -fsyntax-only -x c++ - 2>/dev/null
-# As many jobs as cores unless -j is given; a short line per object (V=1 shows the commands). GNU
-# make before 4.3 (macOS's /usr/bin/make is 3.81) hides the command line's -j from the makefile and
-# lets the makefile's override it: there it is looked for in make's own command line (ps).
+# As many jobs as cores unless -j is given; a short line per object (V=1: the commands). GNU make before 4.3 (macOS's
+# 3.81) hides the command line's -j from the makefile and lets ours override it: it is looked for with ps.
 ifeq ($(MAKELEVEL),0)
   ifneq ($(filter 3.% 4.0% 4.1% 4.2%,$(MAKE_VERSION)),)
     GIVEN_JOBS := $(filter -j% --jobs%,$(shell echo "$$MAKEFLAGS"; ps -o args= -p $$PPID 2>/dev/null))
@@ -54,17 +48,15 @@ endif
 Q        := $(if $(filter 1,$(V)),,@)
 say       = $(if $(filter 1,$(V)),:,printf '  %-5s %s\n')
 
-.PHONY: FORCE fuzz part-one-check all test test-long test-sanitized run bench bench-portable build-times finetune-demo debug clean doctest \
-        handout check assignments-check assignments-text-check grade mutants mutants-all mutants-assignments
+.PHONY: FORCE fuzz part-one-check all test test-long test-sanitized test-windows run bench bench-portable build-times finetune-demo \
+        debug clean doctest handout check assignments-check assignments-text-check grade mutants mutants-all mutants-assignments
 all: transformer
 
 $(BUILD)/%.o: %.cpp transformer.hpp | $(BUILD)
 	@$(say) CXX $@
 	$(Q)$(CXX) $(STD) $(WARN) $(OPT) $(GCFLAGS) -c -o $@ $<
-# transformer.cpp, one source file, is compiled as two objects that build side by side: its
-# mathematics (Part I and the fast product it calls, every hot loop) and its machinery (the rest,
-# -DTF_ONLY_MACHINERY). The program is the same code with the same flags, so the same bits and the
-# same speed; `make` waits for the larger half instead of the whole (docs/performance.md, "Build time").
+# transformer.cpp is compiled as two objects side by side, its mathematics (Part I, the fast product) and its
+# machinery (-DTF_ONLY_MACHINERY): the same code and flags, bits and speed, in half the wait (docs/performance.md).
 PART_FLAG = $(if $(filter %-machinery.o,$@),-DTF_ONLY_MACHINERY,-DTF_ONLY_MATHEMATICS)
 $(BUILD)/transformer-mathematics.o $(BUILD)/transformer-machinery.o: transformer.cpp transformer.hpp | $(BUILD)
 	@$(say) CXX $@
@@ -73,10 +65,8 @@ TRANSFORMER_O := $(BUILD)/transformer-machinery.o $(BUILD)/transformer-mathemati
 $(BUILD)/debug-%.o: %.cpp transformer.hpp | $(BUILD)
 	@$(say) CXX $@
 	$(Q)$(CXX) $(STD) $(WARN) $(DBG) $(GCFLAGS) -c -o $@ $<
-# The tests run on their own build of transformer.cpp with the index checks (an index one past a
-# tensor's end aborts; docs/mutation.md). tests.cpp holds no hot loop: -O0, without -march, the
-# same object on every CPU, so a handout carries it; toolchain.key (the compiler's version, target
-# and flags, rewritten only when it differs) rebuilds it for another compiler or machine.
+# The tests run on a build of transformer.cpp with the index checks (docs/mutation.md); tests.cpp at -O0 without
+# -march, one object for every CPU (a handout carries it), rebuilt when toolchain.key (compiler, flags) changes.
 CHECKED   := -D_GLIBCXX_ASSERTIONS
 TESTS_OPT := $(strip $(TESTS_LEVEL) $(FP) $(OS_FLAGS))
 $(BUILD)/toolchain.key: FORCE | $(BUILD)
@@ -97,19 +87,12 @@ transformer$(EXE) $(BUILD)/transformer$(EXE) tests$(EXE) $(BUILD)/tests$(EXE):
 	$(Q)$(CXX) $(OPT) -o $@ $^
 $(BUILD)/tests.o $(BUILD)/debug-tests.o: | doctest
 
-# doctest (DOCTEST_INCLUDE above); Debian's doctest-dev is installed when missing and we are root.
+# doctest (DOCTEST_INCLUDE above): found, else installed as Debian's doctest-dev when root, else how (tools/doctest-check).
 doctest:
-	@$(DOCTEST_CHECK) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo "doctest missing: installing Debian package doctest-dev" && \
-	  { apt-get install -y doctest-dev || { apt-get update && apt-get install -y doctest-dev; }; } >/dev/null; $(DOCTEST_CHECK); } || \
-	  { echo "error: <doctest/doctest.h> not found$(if $(strip $(DOCTEST_INCLUDE)), in DOCTEST_INCLUDE=$(strip $(DOCTEST_INCLUDE)),) (README.md, \"Set-up\"):"; \
-	    echo "  macOS: brew install doctest (Homebrew), or make DOCTEST_INCLUDE=DIR, DIR holding doctest/doctest.h"; \
-	    echo "  Debian, Ubuntu, and Windows in WSL: sudo apt-get install doctest-dev"; exit 1; } >&2
+	@sh tools/doctest-check '$(CXX) $(STD) $(DOCTEST_CFLAGS)' '$(strip $(DOCTEST_INCLUDE))'
 
-# The CLI tests call ./transformer, so it is built too. Every case is in a doctest test suite of its
-# topic (./tests -lts); the long ones (handouts, the browser, the debuggers, the README's quoted runs,
-# the other builds' bytes, the build times), in the suites "... (long)", are skipped unless asked
-# for (--no-skip): make test-long runs them.
-# The objects are listed longest build first, so that the two cores finish together.
+# The CLI tests call ./transformer, so it is built too (the objects longest build first: the cores finish together).
+# Every case is in its topic's doctest suite; the long ones, in "... (long)", run with make test-long.
 test: $(BUILD)/tests.o $(BUILD)/checked-machinery.o $(BUILD)/transformer-machinery.o $(CHECKED_O) $(TRANSFORMER_O) $(BUILD)/main.o tests transformer
 	./tests
 test-long: tests transformer
@@ -118,6 +101,9 @@ test-long: tests transformer
 SANITIZED_SUITES := tensor,matrix products,modules,models,objectives,training,assignment*
 test-sanitized: tests-debug
 	./tests-debug -ts='$(SANITIZED_SUITES)'
+# The MinGW-w64 build under wine: tests.exe, and a training run byte for byte this build's (tools/windows-check).
+test-windows: transformer
+	@MAKE='$(MAKE)' sh tools/windows-check
 
 # The main job: train a small GPT-2 on 3-digit addition, then answer a few unseen problems.
 run: transformer
@@ -155,9 +141,8 @@ transformer-debug tests-debug:
 	@$(say) LINK $@
 	$(Q)$(CXX) $(DBG) -o $@ $^
 
-# make build-times [CHECK=1]: tools/build-times measures each build in a fresh copy and prints
-# docs/performance.md's table ("Build time"); CHECK=1: only make and make test, failing when over
-# their targets scaled by a reference compile.
+# make build-times [CHECK=1]: tools/build-times, docs/performance.md's table "Build time"; CHECK=1: make and make
+# test alone, failing when over their targets scaled by a reference compile.
 BT_CHECK := LayerNorm*
 build-times: | doctest
 	@CXX='$(CXX)' STD='$(STD)' WARN='$(WARN)' OPT='$(OPT)' CHECKED='$(CHECKED)' TESTS_OPT='$(TESTS_OPT) $(DOCTEST_CFLAGS)' FAST_OPT='$(FAST_OPT)' \
@@ -165,9 +150,9 @@ build-times: | doctest
 	  sh tools/build-times $(if $(filter 1,$(CHECK)),--check)
 
 # What the targets write, and masks.svg (masks' help example); never a path git tracks, DIR only if a handout.
-GENERATED := transformer tests transformer.exe tests.exe transformer-debug tests-debug build build-windows build-avx2 build-clang \
-             build-clang-avx2 build-v4 build-libcxx build-aarch64 build-aarch64-clang build-aarch64-tests addition.safetensors \
-             addition.csv addition.svg demo masks.svg build-fast build-mutants build-fuzz mutants.log results.json results.xml
+GENERATED := transformer tests transformer.exe tests.exe transformer-debug tests-debug build build-windows build-avx2 build-clang build-clang-avx2 \
+             build-v4 build-libcxx build-aarch64 build-aarch64-clang build-aarch64-tests addition.safetensors addition.csv addition.svg demo \
+             masks.svg build-fast build-mutants build-fuzz mutants.log results.json results.xml
 clean:
 	@for f in $(GENERATED) $$(for d in '$(DIR)' handout-*; do [ -f "$$d/HANDOUT.md" ] && echo "$$d"; done); do \
 	  if git ls-files --error-unmatch "$$f" >/dev/null 2>&1; then echo "make clean: keeping $$f (tracked by git)"; \
@@ -180,9 +165,8 @@ PART_ONE_CALLS := gemm softmax_row softmax_numerators activation_array activatio
 part-one-check:
 	@CXX='$(CXX)' STD='$(STD)' PART_ONE_CALLS='$(strip $(PART_ONE_CALLS))' sh tools/part-one-check
 
-# ---- make handout: a student copy with chosen function bodies replaced by a stub -----------------
-# make handout [DIR=handout] [FUNCS="..."] [ASSIGNMENT=N]: tools/handout (--help). The default FUNCS:
-# every seed module's backward, with the helpers that hold the answer.
+# ---- make handout [DIR=handout] [FUNCS="..."] [ASSIGNMENT=N]: a student copy, FUNCS stubs (tools/handout).
+# The default FUNCS: every seed module's backward, with the helpers that hold the answer.
 HANDOUT_FUNCS := diag_backward Stack_backward Embedding_backward Softmax_backward softmax_backward_row \
                  Attention_backward Concat_backward MultiHeadSA_backward FFN_backward activation_derivative \
                  LayerNorm_backward CrossEntropy_backward
@@ -190,16 +174,13 @@ HANDOUT_FUNCS := diag_backward Stack_backward Embedding_backward Softmax_backwar
 # mathematics alone); HANDOUT_OBJECTS=0 leaves them out.
 HANDOUT_OBJECTS ?= 1
 
-# ---- The assignments of docs/assignments.md ------------------------------------------------------
-# Assignment N blanks ASSIGNMENT_N_FUNCS; its graded cases carry it in tests.cpp as the doctest test
-# suite "assignment N" (1 point each) or "assignment N (P points)", the filter SUITES_OF.
+# ---- The assignments of docs/assignments.md: N blanks ASSIGNMENT_N_FUNCS; its graded cases are in the
+# doctest suite "assignment N" (1 point each) or "assignment N (P points)", the filter SUITES_OF.
 ASSIGNMENTS := 1 2 3 4 5 6
 ASSIGNMENT_1_FUNCS := diag_backward Stack_backward Embedding_backward
-ASSIGNMENT_2_FUNCS := Softmax_backward softmax_backward_row activation_derivative activation_derivative_array \
-                      FFN_backward LayerNorm_backward
+ASSIGNMENT_2_FUNCS := Softmax_backward softmax_backward_row activation_derivative activation_derivative_array FFN_backward LayerNorm_backward
 ASSIGNMENT_3_FUNCS := Mask_BD Mask_AR Mask_ST apply_mask Attention_backward Concat_backward MultiHeadSA_backward
-ASSIGNMENT_4_FUNCS := CrossEntropy_backward embed_backward post_ln_block_backward pre_ln_block_backward \
-                      blocks_backward model_backward
+ASSIGNMENT_4_FUNCS := CrossEntropy_backward embed_backward post_ln_block_backward pre_ln_block_backward blocks_backward model_backward
 ASSIGNMENT_5_FUNCS := mlm_corrupt Mask_XL xlnet_loss
 ASSIGNMENT_6_FUNCS := adamw_step lr_schedule clip_grad_norm
 # make check's fast build: -Og compiles in a fraction of -O2's time and runs an assignment's cases
@@ -231,10 +212,8 @@ handout:
 	  --labels '$(strip $(LATER_LABELS))' $(if $(strip $(ASSIGNMENT)),--assignment '$(strip $(ASSIGNMENT))' --suites '$(call SUITES_OF,$(ASSIGNMENT))') \
 	  $(if $(filter-out 0,$(HANDOUT_OBJECTS)),--objects)
 
-# make check ASSIGNMENT=N (a handout knows its own) or TESTS="pattern": one student round.
-# mathematics.o (Part I and the fast product) is compiled after every edit; machinery.o (the rest,
-# without -march, so a handout carries it) when its preprocessed text, with the compiler and flags,
-# changes (machinery.key); both are linked with tests.o and the cases run.
+# make check ASSIGNMENT=N (a handout knows its own) or TESTS="pattern": one student round. mathematics.o is compiled
+# after every edit; machinery.o (no -march: a handout carries it) when machinery.key (its preprocessed text) changes.
 $(BUILD) $(FAST_BUILD):
 	$(Q)mkdir -p $@
 $(FAST_BUILD)/mathematics.o: transformer.cpp transformer.hpp | $(FAST_BUILD)
@@ -257,10 +236,8 @@ check: | doctest
 	@$(MAKE) --no-print-directory $(FAST_BUILD)/tests
 	./$(FAST_BUILD)/tests -r=student $(if $(strip $(TESTS)),-tc="$(TESTS)",-ts="$(call SUITES_OF,$(ASSIGNMENT))")
 
-# ---- make grade: the score of a course platform's autograder -------------------------------------
-# make grade [ASSIGNMENT=N] [GRADE_DIR=.] [GRADE_TIMEOUT=30] [GRADE_VISIBILITY=...]: builds as make
-# check does, then tools/grade scores each case of assignment N's suites on its own and writes
-# GRADE_DIR/results.json (Gradescope) and results.xml (JUnit); docs/assignments.md, "Grading".
+# ---- make grade [ASSIGNMENT=N] [GRADE_DIR=.] [GRADE_TIMEOUT=30] [GRADE_VISIBILITY=...]: an autograder's score. It
+# builds as make check does; tools/grade runs each case alone, writes results.json and results.xml (docs/assignments.md).
 GRADE_DIR     ?= .
 GRADE_TIMEOUT ?= 30
 GRADE_VISIBILITY ?=
@@ -287,9 +264,8 @@ assignments-check:
 	@$(ASSIGN_ENV) CXX='$(CXX)' STD='$(STD)' WARN='$(WARN)' FAST_OPT='$(FAST_OPT)' GCFLAGS='$(GCFLAGS)' MAKE='$(MAKE)' \
 	  ASSIGN_TESTS_O='$(ASSIGN_TESTS_O)' ASSIGN_TESTS='$(ASSIGN_TESTS)' GRADE_TIMEOUT='$(GRADE_TIMEOUT)' sh tools/assignments-check
 
-# ---- make fuzz: every reader of the program under libFuzzer ----------------------------------------
-# make fuzz [SECONDS=60] [FUZZ="json ..."]: tools/fuzz.cpp's targets built with clang++ (libFuzzer,
-# the sanitizers, the index checks), run by tools/fuzz from tools/fuzz-corpus (docs/files.md).
+# ---- make fuzz [SECONDS=60] [FUZZ="json ..."]: every reader under libFuzzer, tools/fuzz.cpp's targets built with
+# clang++ (the sanitizers, the index checks), run by tools/fuzz from tools/fuzz-corpus (docs/files.md).
 FUZZ_TARGETS := json safetensors hf_config gpt2_bpe gpt1_bpe wordpiece token_file labelled bpe_roundtrip subword_utf8
 FUZZ         ?= $(FUZZ_TARGETS)
 SECONDS      ?= 60
@@ -304,10 +280,8 @@ $(FUZZ_BUILD)/fuzz-%: tools/fuzz.cpp $(FUZZ_BUILD)/transformer.o
 fuzz: $(addprefix $(FUZZ_BUILD)/fuzz-,$(FUZZ))
 	@sh tools/fuzz --seconds '$(SECONDS)' --build $(FUZZ_BUILD) $(FUZZ)
 
-# ---- make mutants: mutation testing of the formula functions -----------------------------------
-# make mutants FUNC=name [TESTS="pattern"] [MAX=n] [TIMEOUT=s] [JOBS=n] [BEFORE=tests.o] [SAN=1]; make
-# mutants-all [FUNCS="name[:tests] ..."] [MAX=25] (tools/mutant-funcs.txt); make mutants-assignments
-# [MAX=3]. tools/mutants (--help); docs/mutation.md. ./transformer first: some cases run it.
+# ---- make mutants FUNC=name [TESTS="pattern"] [MAX=n] [TIMEOUT=s] [JOBS=n] [BEFORE=tests.o] [SAN=1], mutants-all
+# [FUNCS="name[:tests] ..."] [MAX=25], mutants-assignments [MAX=3]: mutation testing (tools/mutants, docs/mutation.md).
 MUT_OPT   ?= -O0
 MUT_BUILD ?= build-mutants
 MUT_SAN    = $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS)
