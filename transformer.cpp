@@ -57,7 +57,8 @@
 #include <shellapi.h>
 #include <sys/stat.h>
 #if defined(_MSC_VER)
-#pragma comment(lib, "shell32.lib")  // CommandLineToArgvW; MinGW links it by default
+#pragma comment(lib, "shell32.lib")  // CommandLineToArgvW; MinGW links both by default
+#pragma comment(lib, "user32.lib")   // CharLowerBuffW
 #endif
 #else
 #include <dirent.h>
@@ -11742,13 +11743,33 @@ std::string trim_separators(const std::string& path) {
     return p;
 }
 
-std::FILE* open_file(const std::string& path, const char* mode) {
 #if defined(_WIN32)
-    return ::_wfopen(wide(path).c_str(), wide(mode).c_str());
-#else
-    return std::fopen(path.c_str(), mode);
-#endif
+// A file opened for reading shares deletion as well, so that a file the program reads can be
+// replaced (renamed over) while it is open, as on POSIX; _wfopen would refuse that to everyone. A
+// directory opens too (FILE_FLAG_BACKUP_SEMANTICS), as fopen opens one on Linux: is_directory tells.
+std::FILE* open_file(const std::string& path, const char* mode) {
+    const std::string m = mode;
+    if (m.empty() || m[0] != 'r' || m.find('+') != std::string::npos) return ::_wfopen(wide(path).c_str(), wide(mode).c_str());
+    const HANDLE h = ::CreateFileW(wide(path).c_str(), GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, nullptr,
+                                   OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, nullptr);
+    if (h == INVALID_HANDLE_VALUE) {
+        failed();
+        return nullptr;
+    }
+    const int fd = ::_open_osfhandle((intptr_t)h, _O_RDONLY | (m.find('b') != std::string::npos ? _O_BINARY : _O_TEXT));
+    if (fd < 0) {
+        ::CloseHandle(h);
+        return nullptr;
+    }
+    std::FILE* f = ::_fdopen(fd, mode);
+    if (!f) ::_close(fd);
+    return f;
 }
+#else
+std::FILE* open_file(const std::string& path, const char* mode) {
+    return std::fopen(path.c_str(), mode);
+}
+#endif
 
 #if defined(_WIN32)
 // _wstat64 refuses a directory named with a separator after it ("dir\"): it is asked without one.
@@ -11774,8 +11795,9 @@ long long file_size(std::FILE* f) {
 }
 
 bool is_directory(std::FILE* f) {
-    struct _stat64 st;
-    return ::_fstat64(::_fileno(f), &st) == 0 && ((unsigned)st.st_mode & _S_IFMT) == _S_IFDIR;
+    const HANDLE h = (HANDLE)::_get_osfhandle(::_fileno(f));
+    BY_HANDLE_FILE_INFORMATION info;
+    return h != INVALID_HANDLE_VALUE && ::GetFileInformationByHandle(h, &info) && (info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY);
 }
 
 bool seek_to(std::FILE* f, long long at) {

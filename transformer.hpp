@@ -2038,7 +2038,8 @@ std::vector<std::string> program_arguments(int argc, char** argv);
 // One word as the user's shell reads it back: as it is when plain, else quoted (POSIX sh: in single
 // quotes; Windows' cmd.exe and PowerShell: in double quotes, as the C runtime reads a command line).
 std::string shell_word(const std::string& s);
-// fopen of a UTF-8 path (_wfopen on Windows).
+// fopen of a UTF-8 path. On Windows through its wide name; a file opened for reading can be
+// replaced (renamed over) while open, and a directory opens, as on POSIX.
 std::FILE* open_file(const std::string& path, const char* mode);
 // Removes a file (false: errno says why).
 bool remove_file(const std::string& path);
@@ -2049,7 +2050,8 @@ PathKind path_kind(const std::string& path);
 // The size in bytes of the file at a path, or of an open file; -1 when the system does not say.
 long long file_size(const std::string& path);
 long long file_size(std::FILE* f);
-// Whether an open file is a directory (fopen opens one on Linux; reading it then fails).
+// Whether an open file is a directory (fopen opens one on Linux, open_file everywhere; reading it
+// then fails).
 bool is_directory(std::FILE* f);
 // f moved to byte `at` from its start, with 64-bit offsets (files over 2 GiB); false on failure.
 bool seek_to(std::FILE* f, long long at);
