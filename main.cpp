@@ -196,6 +196,8 @@ static int cmd_tokenize(Flags& f) {
     const std::string input = f.has("file") ? read_file(file) : text;
     const std::string where = f.has("file") ? "'" + file + "'" : "--text";
     const std::vector<int> tokens = encode_with_progress(bpe, input, where, !f.has("file"));
+    const std::string line_ends = f.has("file") ? line_end_warning(input, file) : "";  // after any error: a refused run says that first
+    if (!line_ends.empty()) std::fprintf(stderr, "%s\n", line_ends.c_str());
     if (f.has("out")) {  // llm.c's token file, for train --data and eval --data
         write_file_atomic(out, token_file_bytes(tokens));
         std::printf("wrote %s: %zu tokens (llm.c's .bin format: a 1024-byte header, then uint16 ids)\n", out.c_str(), tokens.size());

@@ -9382,6 +9382,42 @@ TEST_SUITE_END();
 // part of the repository)
 // ================================================================================================
 TEST_SUITE_BEGIN("text");
+TEST_CASE("text: a text with CR bytes gets one warning line from line_end_warning, train and tokenize, and is used as its bytes say") {
+    CHECK(line_end_warning("to be\nor not\n", "a.txt").empty());
+    const std::string w = line_end_warning("to be\r\nor not\r\n", "a.txt");
+    INFO("line_end_warning said: " << w);
+    CHECK(m_starts(w, "warning: 'a.txt' has 2 CR bytes (Windows ends its lines with CR LF)"));
+    CHECK(m_contains(w, "dos2unix 'a.txt'"));
+    CHECK(w.find('\n') == std::string::npos);  // one line
+    CHECK(m_contains(line_end_warning("\r", "b"), "has 1 CR byte "));
+    // The commands: the warning on stderr, once per file, and the CR is a character of the vocabulary.
+    const std::string crlf = m_path("crlf.txt"), lf = m_path("crlf-lf.txt");
+    auto lines_with = [](const std::string& s, const std::string& part) {
+        std::size_t k = 0;
+        for (std::size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) k++;
+        return k;
+    };
+    std::string text;
+    for (int i = 0; i < 40; i++) text += "to be or not to be\r\n";
+    m_write(crlf, text);
+    std::string lf_text = text;
+    lf_text.erase(std::remove(lf_text.begin(), lf_text.end(), '\r'), lf_text.end());
+    m_write(lf, lf_text);
+    const m_Run t = m_run("train --data " + crlf + " --steps 1 --layers 1 --embd 16 --heads 2 --eval-every 1 --out " + m_path("crlf-m.safetensors"));
+    INFO("train said:\n" << t.out << t.err);
+    REQUIRE(t.status == 0);
+    CHECK(lines_with(t.err, "warning: '" + crlf + "' has 40 CR bytes") == 1);
+    const m_Run u = m_run("train --data " + lf + " --steps 1 --layers 1 --embd 16 --heads 2 --eval-every 1 --out " + m_path("crlf-n.safetensors"));
+    REQUIRE(u.status == 0);
+    CHECK_FALSE(m_contains(u.err, "CR byte"));
+    const LoadedModel with_cr = load_model(m_path("crlf-m.safetensors"), {"adam."}), without = load_model(m_path("crlf-n.safetensors"), {"adam."});
+    CHECK(with_cr.config.V == without.config.V + 1);  // '\r' is a token of its own
+    const m_Run k = m_run("tokenize --checkpoint " + m_path("crlf-m.safetensors") + " --file " + crlf);
+    INFO("tokenize said:\n" << k.out << k.err);
+    CHECK(k.status == 0);
+    CHECK(lines_with(k.err, "warning: '" + crlf + "' has 40 CR bytes") == 1);
+}
+
 TEST_CASE("numbers: read_integer, read_unsigned and read_real take the whole text as one decimal number, and say why not") {
     long long i = 0;
     CHECK(read_integer("-42", i) == NumberRead::ok);

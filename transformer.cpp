@@ -4002,7 +4002,7 @@ CharVocab CharVocab::from_metadata(const std::string& s) {
 
 // ---- GPT-2's byte-level BPE (see transformer.hpp for the three steps) ---------------------------
 
-// ---- Unicode: UTF-8 and the classes \p{L}, \p{N}, \s of GPT-2's pattern ---------------------------
+// ---- Unicode: the classes \p{L}, \p{N}, \s of GPT-2's pattern -----------------------------------
 static bool unicode_letter(uint32_t cp);  // general category L* (tables at the end of this section)
 static bool unicode_number(uint32_t cp);  // general category N*
 static bool unicode_space(uint32_t cp) {  // the White_Space property
@@ -4269,7 +4269,7 @@ BPE load_bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_
     return load_encoder_and_merges(encoder_json_path, vocab_bpe_path, make_bpe);
 }
 
-// ---- Learning a byte-level BPE vocabulary (bpe) ----
+// ---- Learning a byte-level BPE vocabulary (bpe) -------------------------------------------------
 // See transformer.hpp for the rule. The trainer's state:
 //   words   every distinct piece as its current symbol ids, in one array (start, length), with its count;
 //   pairs   an open-addressing table (left << 32 | right) -> record: the pair's count over all words
@@ -4959,7 +4959,7 @@ WordPiece load_wordpiece(const std::string& vocab_txt_path) {
     }
 }
 
-// ---- One tokenizer for the commands (Tokenizer's methods: "THE TOKENIZER OF A CHECKPOINT") ----
+// ---- One tokenizer for the commands (Tokenizer's methods: "The tokenizer of a checkpoint") ----
 bool is_bidirectional_tokenizer(const std::string& kind) { return kind == "bert-wordpiece" || kind == "roberta-bpe"; }
 
 void subword_special_ids(const Tokenizer& t, Config& c) {
@@ -5470,6 +5470,15 @@ void require_text(const std::string& text, const std::string& path) {
     std::snprintf(buf, sizeof buf, "' looks binary, not text: %zu control bytes, the first 0x%02X at byte offset %zu", odd,
                   (unsigned)(unsigned char)text[first], first);
     throw Error("'" + path + buf);
+}
+
+std::string line_end_warning(const std::string& text, const std::string& path) {
+    const std::size_t cr = (std::size_t)std::count(text.begin(), text.end(), '\r');
+    if (cr == 0) return "";
+    return "warning: '" + path + "' has " + std::to_string(cr) + (cr == 1 ? " CR byte" : " CR bytes") +
+           " (Windows ends its lines with CR LF): each CR is a character of the text like any other, with tokens of its own, "
+           "so the vocabulary and every number differ from those of the same text with LF line ends; if that is not meant, "
+           "convert it first: dos2unix '" + path + "' (or tr -d '\\r' < IN > OUT)";
 }
 
 std::string read_file(const std::string& path) {
@@ -7049,6 +7058,7 @@ struct Corpus {
     uint64_t hash = 0;
     std::size_t val_bytes = 0;  // the same for --val's file, if given
     uint64_t val_hash = 0;
+    std::vector<std::string> warnings;  // about the text files (line_end_warning), printed with the run's other warnings
 };
 
 // FNV-1a, 64 bits: the content hash a checkpoint records for its training text.
@@ -7087,6 +7097,8 @@ static Corpus load_corpus(const std::string& path, const CharVocab* vocab, int n
             return parse_token_file(text, "'" + file + "'", bpe->size());
         }
         require_text(text, file);
+        const std::string line_ends = line_end_warning(text, file);
+        if (!line_ends.empty()) k.warnings.push_back(line_ends);
         if (!bpe && file == path) k.vocab = vocab ? *vocab : CharVocab::from_text(text);
         return bpe ? encode_with_progress(*bpe, text, "'" + file + "'", quiet)  // BPE tokens
                    : k.vocab.encode(text, "'" + file + "'");
@@ -7841,6 +7853,7 @@ TrainResult train(const TrainOptions& opt_in) {
         if (!o.quiet) std::printf("val loss before training (the --init-from weights): %.4f\n", val_before), std::fflush(stdout);
     }
     if (o.resume.empty()) warn_warmup(o.warmup, o.steps);  // a resumed run keeps its checkpoint's schedule
+    for (const std::string& w : k.warnings) std::fprintf(stderr, "%s\n", w.c_str());
     if (!o.data.empty())
         warn_same_file(o.val_data, "--data", o.data, "the model trains on all of it and the validation loss is measured on text it trained on");
     TrainResult r = run_training(o, s, obj);

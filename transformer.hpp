@@ -1262,7 +1262,7 @@ struct WordPiece {
 WordPiece make_wordpiece(const std::string& vocab_txt);
 WordPiece load_wordpiece(const std::string& vocab_txt_path);
 
-// One tokenizer for the commands and for checkpoints (see "THE TOKENIZER OF A CHECKPOINT" above).
+// One tokenizer for the commands and for checkpoints (see "The tokenizer of a checkpoint" below).
 struct Tokenizer {
     std::string kind;  // "" (none recorded), "char", "gpt2-bpe", "gpt1-bpe", "roberta-bpe", "bert-wordpiece"
     CharVocab chars;
@@ -1388,6 +1388,10 @@ std::string read_file(const std::string& path);
 //     control bytes other than tab, LF and CR.
 std::FILE* open_input(const std::string& path);
 void require_text(const std::string& text, const std::string& path);
+// A text with CR bytes (Windows line ends, CR LF): the one-line warning train and tokenize print on
+// stderr, saying what it means (each CR is a character, with tokens of its own) and how to
+// convert; "" for a text without CR. The text is used as its bytes say either way.
+std::string line_end_warning(const std::string& text, const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& bytes);
 // DIR/NAME with one slash between them, however many DIR ends with ("hf/" and "hf" give
 // "hf/model.safetensors"; "/" gives "/NAME").
