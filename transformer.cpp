@@ -2722,7 +2722,7 @@ constexpr int kVectorBytes = 32;   // 16 ymm registers (AVX2 + FMA on every CPU 
 #else
 constexpr int kVectorBytes = 16;   // NEON: 32 q registers; SSE2 and others: 16 xmm registers
 #endif
-#if defined(__FMA__) || defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
+#if defined(__FMA__) || defined(__aarch64__) || defined(__ARM_FEATURE_FMA) || (defined(_MSC_VER) && defined(__AVX2__))
 template <typename T> inline T madd(T a, T b, T c) { return std::fma(a, b, c); }
 #else
 template <typename T> inline T madd(T a, T b, T c) { return a * b + c; }
@@ -5313,7 +5313,7 @@ const char* const SVG_MARK = "<!-- written by transformer -->";
 // The metadata of a safetensors file (empty if the header is not a JSON object of such a file).
 static std::map<std::string, std::string> safetensors_metadata(const std::string& p) {
     std::map<std::string, std::string> m;
-    std::FILE* f = std::fopen(p.c_str(), "rb");
+    std::FILE* f = open_file(p, "rb");
     if (!f) return m;
     unsigned char size_le[8];
     uint64_t n = 0;
@@ -5369,7 +5369,7 @@ static bool is_task_text(const std::string& head) {
 // Does the existing regular file at p hold what this program writes as `kind`? (Only such files,
 // and empty ones, are ever replaced.)
 static bool holds_kind(const std::string& p, OutputKind kind) {
-    std::FILE* f = std::fopen(p.c_str(), "rb");
+    std::FILE* f = open_file(p, "rb");
     if (!f) return false;
     std::string h(1 << 16, '\0');
     const std::size_t got = std::fread(&h[0], 1, h.size(), f);
@@ -5449,7 +5449,7 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
 }
 
 std::FILE* open_input(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
+    std::FILE* f = open_file(path, "rb");
     if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
     if (is_directory(f)) {
         std::fclose(f);
@@ -5858,9 +5858,9 @@ struct HfTensors {
 
 // config.json beside the model file, or a null Json if there is none.
 Json hf_config_json(const std::string& path, std::string& config_path) {
-    const std::size_t slash = path.find_last_of('/');
+    const std::size_t slash = last_separator(path);
     config_path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
-    std::FILE* probe = std::fopen(config_path.c_str(), "rb");
+    std::FILE* probe = open_file(config_path, "rb");
     if (!probe) return Json();
     std::fclose(probe);
     try {
@@ -6299,7 +6299,7 @@ static void read_bert_config(const Json& j, const std::string& cj, Config& c, in
 static void bert_special_ids(const HfTensors& t, const std::string& path, const std::string& cj, bool roberta, Config& c) {
     const std::string vocab_path = cj.substr(0, cj.size() - std::strlen("config.json")) + (roberta ? "vocab.json" : "vocab.txt");
     const Tokenizer recorded = tokenizer_of(t.st.metadata, path);
-    std::FILE* probe = recorded.kind.empty() ? std::fopen(vocab_path.c_str(), "rb") : nullptr;
+    std::FILE* probe = recorded.kind.empty() ? open_file(vocab_path, "rb") : nullptr;
     if (probe) std::fclose(probe);
     if (recorded.kind == "char") {
         if (recorded.size() + 3 != c.V)
@@ -6584,7 +6584,7 @@ std::string hf_export_config_json(const Config& c, int eos_id, int bert_pad_id) 
 }
 
 bool file_has_mark(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
+    std::FILE* f = open_file(path, "rb");
     if (!f) return false;
     char head[4096];
     const std::size_t got = std::fread(head, 1, sizeof head, f);
@@ -6619,8 +6619,7 @@ void check_output_dir(const std::string& dir, const std::string& role, const std
                         "choose a new or empty directory");
         return;
     }
-    std::string d = dir;
-    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    const std::string d = trim_separators(dir);
     const std::string parent = dir_of(d);
     if (path_kind(parent) != PathKind::directory)
         throw Error("cannot write " + what + ": its parent directory '" + parent + "' does not exist");
@@ -7158,7 +7157,7 @@ static std::string resume_data_path(const std::map<std::string, std::string>& md
         const std::string abs = md.count(key + "_path") ? md.at(key + "_path") : "";
         path = path_kind(recorded) != PathKind::missing || abs.empty() || path_kind(abs) == PathKind::missing ? recorded : abs;
     }
-    std::FILE* f = std::fopen(path.c_str(), "rb");
+    std::FILE* f = open_file(path, "rb");
     if (!f)
         throw Error("the " + std::string(r.what) + " '" + path + "' of '" + checkpoint + "' cannot be opened (" + std::strerror(errno) +
                     "); if it moved, give " + r.flag + " FILE with the same text");
@@ -7305,7 +7304,7 @@ static void parse_log(const std::string& csv, std::vector<std::pair<long long, d
 }
 
 static std::string strip_ext(const std::string& path) {
-    const std::size_t dot = path.rfind('.'), slash = path.rfind('/');
+    const std::size_t dot = path.rfind('.'), slash = last_separator(path);
     return dot != std::string::npos && (slash == std::string::npos || dot > slash) ? path.substr(0, dot) : path;
 }
 
@@ -8539,19 +8538,17 @@ ModelSpeed model_speed(const Config& c, Params<float>& p) {
     const std::string path = temporary_directory() + "/transformer-bench-" + std::to_string(process_id()) + ".safetensors";
     struct Removed {
         std::string path;
-        ~Removed() { std::remove(path.c_str()); }
+        ~Removed() { remove_file(path); }
     } removed{path};
     save_model(path, c, p);
     r.load_ms = r.fread_ms = 1e30;
     for (int rep = 0; rep < 3; rep++) {
         auto t = Clock::now();
         {
-            std::FILE* f = std::fopen(path.c_str(), "rb");
+            std::FILE* f = open_file(path, "rb");
             if (!f) throw Error("bench: cannot read back '" + path + "': " + std::strerror(errno));
-            std::fseek(f, 0, SEEK_END);
-            const long size = std::ftell(f);
-            std::fseek(f, 0, SEEK_SET);
-            std::unique_ptr<char[]> fresh(new char[(std::size_t)std::max(size, 1L)]);  // not written: fresh pages
+            const long long size = file_size(f);
+            std::unique_ptr<char[]> fresh(new char[(std::size_t)std::max(size, 1LL)]);  // not written: fresh pages
             const std::size_t got = std::fread(fresh.get(), 1, (std::size_t)size, f);
             std::fclose(f);
             if (size < 0 || got != (std::size_t)size) throw Error("bench: reading '" + path + "' back failed");
@@ -11166,7 +11163,7 @@ static std::string read_sheet(const std::string& given, std::string& used) {
         const std::string e = executable_path();
         if (!e.empty()) tries.push_back(e.substr(0, e.rfind('/') + 1) + "docs/formulas.md");
         const std::string built = __FILE__;
-        tries.push_back(built.substr(0, built.rfind('/') + 1) + "docs/formulas.md");
+        tries.push_back(built.substr(0, last_separator(built) + 1) + "docs/formulas.md");
     }
     return read_first(tries, given, "the formula sheet", used);
 }
