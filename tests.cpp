@@ -240,8 +240,16 @@ m_Child m_start_argv(const std::vector<std::string>& argv, const std::string& ou
     si.dwFlags = STARTF_USESTDHANDLES;
     si.hStdInput = hin, si.hStdOutput = hout, si.hStdError = herr;
     PROCESS_INFORMATION pi = {};
-    const BOOL started = ::CreateProcessW(nullptr, &line[0], nullptr, nullptr, TRUE, 0, nullptr, nullptr, &si, &pi);
-    const DWORD why = ::GetLastError();
+    // wine's CreateProcessW fails now and then with ERROR_INTERNAL_ERROR (1359) while many processes
+    // start: a few tries, a tenth of a second apart.
+    BOOL started = FALSE;
+    DWORD why = 0;
+    for (int attempt = 0; attempt < 5 && !started; attempt++) {
+        if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        started = ::CreateProcessW(nullptr, &line[0], nullptr, nullptr, TRUE, 0, nullptr, nullptr, &si, &pi);
+        why = started ? 0 : ::GetLastError();
+        if (why != ERROR_INTERNAL_ERROR) break;
+    }
     ::CloseHandle(hin), ::CloseHandle(hout), ::CloseHandle(herr);
     REQUIRE_MESSAGE(started, "CreateProcessW could not start " << argv[0] << " (error " << why << ")");
     ::CloseHandle(pi.hThread);
