@@ -141,8 +141,7 @@ transformer-debug tests-debug:
 	@$(say) LINK $@
 	$(Q)$(CXX) $(DBG) -o $@ $^
 
-# make build-times [CHECK=1]: tools/build-times, docs/performance.md's table "Build time"; CHECK=1: make and make
-# test alone, failing when over their targets scaled by a reference compile.
+# make build-times [CHECK=1]: tools/build-times, docs/performance.md's "Build time" (CHECK=1: make, make test vs targets).
 BT_CHECK := LayerNorm*
 build-times: | doctest
 	@CXX='$(CXX)' STD='$(STD)' WARN='$(WARN)' OPT='$(OPT)' CHECKED='$(CHECKED)' TESTS_OPT='$(TESTS_OPT) $(DOCTEST_CFLAGS)' FAST_OPT='$(FAST_OPT)' \

@@ -15968,7 +15968,7 @@ TEST_CASE("tools: every program in tools/ answers --help, refuses an unknown arg
     M_SKIP_ON_WINDOWS("a POSIX shell: the programs of tools/ are sh programs");
     const std::vector<std::string> programs = {"tools/handout",         "tools/grade",      "tools/mutants",        "tools/assignments-check",
                                                "tools/build-times",     "tools/part-one-check", "tools/fuzz",
-                                               "tools/finetune-demo",   "tools/time-limit"};
+                                               "tools/finetune-demo",   "tools/time-limit", "tools/doctest-check", "tools/windows-check"};
     const std::string cwd = m_cwd();
     const std::string root = cwd, scratch = m_path("tools-elsewhere");
     REQUIRE(m_make_dir(scratch));
@@ -16021,7 +16021,7 @@ TEST_CASE("shellcheck: the sh programs of tools/ are clean" * doctest::test_suit
                     "shellcheck is not installed (Debian: apt-get install shellcheck; .ci/run installs it)");
     const std::string log = m_path("shellcheck.log");
     const int st = std::system(("shellcheck tools/handout tools/grade tools/mutants tools/assignments-check tools/build-times "
-                                "tools/part-one-check tools/fuzz tools/finetune-demo tools/time-limit .ci/run > " + log + " 2>&1").c_str());
+                                "tools/part-one-check tools/fuzz tools/finetune-demo tools/time-limit tools/doctest-check tools/windows-check .ci/run > " + log + " 2>&1").c_str());
     CHECK_MESSAGE(st == 0, "shellcheck said:\n" << m_read(log));
 }
 
