@@ -70,23 +70,23 @@
 //   PART II. THE MACHINERY
 //     The vectorised forms                            THE FAST MATRIX PRODUCT          fast paths
 //     The C library's functions
-//     Files and failures                              FILES                            platform
-//     Checkpoints                                                                      model files
+//     Files and failures                              MODEL FILES, PLATFORM            platform
+//     Checkpoints                                     MODEL FILES                      model files
 //     Released GPT-2 weights
 //     Released GPT-1, BERT and RoBERTa weights
 //     Export to Hugging Face's layout
 //     Generation with a key/value cache               TRAINING (generation)            training
-//     Training                                        THE TRAINING LOOP                runs
+//     Training                                        RUNS                             runs
 //     Starting from a checkpoint's weights
-//     Fine-tuning and XLNet as commands               FINE-TUNING
-//     Tokenizer: GPT-2's byte-level BPE               TOKENIZER: GPT-2's               text
+//     Fine-tuning and XLNet as commands
+//     Tokenizer: GPT-2's byte-level BPE               TEXT                             text
 //     bpe: learning a byte-level BPE vocabulary
-//     Tokenizers of the released GPT-1 and BERT       TOKENIZERS of the released
-//     The tokenizer of a checkpoint                   THE TOKENIZER OF A CHECKPOINT
+//     Tokenizers of the released GPT-1 and BERT
+//     The tokenizer of a checkpoint
 //     Teaching                                        TEACHING                         teaching
 //     The command-line program                        main.cpp                         command line
 //     Help, flag checks
-//     Export to the Hugging Face classes              FILES (export)                   model files
+//     Export to the Hugging Face classes              MODEL FILES (export)             model files
 //     What a new user's bad inputs and exports showed
 //   The project itself                                the sources, the tools, builds   the project
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
