@@ -13101,7 +13101,7 @@ TEST_CASE("handout: a wrong solution of every assignment fails make check in at 
                     "run the tests from the project's root after make tests");
     const std::string dir = m_path("planted");
     REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/build && cp Makefile transformer.hpp main.cpp tests.cpp " + dir +
-                         " && cp build/toolchain.key build/tests.o " + dir + "/build/").c_str()) == 0);
+                         " && cp -R tools " + dir + "/ && cp build/toolchain.key build/tests.o " + dir + "/build/").c_str()) == 0);
     const std::string solution = m_read("transformer.cpp");
     const std::string make = m_MAKE + " -C " + dir;
     const std::string main_o = real_path("build/main.o");
