@@ -35,6 +35,7 @@
 //   The operating system                              starting a program (an argument vector), fork: POSIX and Windows
 //   Helpers                                           grad_check, CHECK_THROWS_NAMING, random modules
 //   Helpers of the model, file and command tests      m_*: the program under test, tiny models, files
+//     Fixtures the sections share                     hand-made tokenizers, explain's batch, SVG panels
 //   PART I. THE MATHEMATICS
 //     Tensor basics                                   Tensor                           tensor
 //     Matrix products                                 Matrix products                  matrix products
@@ -75,6 +76,8 @@
 //     Released GPT-2 weights
 //     Released GPT-1, BERT and RoBERTa weights
 //     Export to Hugging Face's layout
+//     Export to the Hugging Face classes
+//     What a new user's bad inputs and exports showed
 //     Generation with a key/value cache               TRAINING (generation)            training
 //     Training                                        RUNS                             runs
 //     Starting from a checkpoint's weights
@@ -86,8 +89,6 @@
 //     Teaching                                        TEACHING                         teaching
 //     The command-line program                        main.cpp                         command line
 //     Help, flag checks
-//     Export to the Hugging Face classes              MODEL FILES (export)             model files
-//     What a new user's bad inputs and exports showed
 //   The project itself                                the sources, the tools, builds   the project
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -1671,6 +1672,81 @@ void m11_strip_metadata(const std::string& from, const std::string& to) {
 }
 
 }  // namespace
+
+// ---- Fixtures the sections share ----------------------------------------------------------------
+// Tokenizers on hand-made vocabularies, explain's batch, the panels of an SVG, the commands, a
+// program started in the background.
+namespace {
+// A GPT-1 tokenizer on a hand-made vocabulary: ids in the order given.
+const std::vector<std::string> m_GPT1_SYMBOLS = {"<unk>", "l", "o", "w", "e", "s", "t", "r", "w</w>", "r</w>", "t</w>",
+                                                 "!</w>", "lo", "low", "low</w>", "er</w>", "lower</w>", "es", "est</w>",
+                                                 "o</w>", "a</w>"};
+std::string m_gpt1_encoder_json(const std::vector<std::string>& symbols) {
+    std::string j = "{";
+    for (std::size_t k = 0; k < symbols.size(); k++) j += (k ? ", \"" : "\"") + symbols[k] + "\": " + std::to_string(k);
+    return j + "}";
+}
+const std::string m_GPT1_MERGES = "#version: 0.2\nl o\nlo w</w>\ne r</w>\nlo w\nlow er</w>\ne s\nes t</w>\n";
+GPT1BPE m_gpt1() { return make_gpt1_bpe(m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES); }
+int m_gpt1_id(const std::string& s) { return (int)(std::find(m_GPT1_SYMBOLS.begin(), m_GPT1_SYMBOLS.end(), s) - m_GPT1_SYMBOLS.begin()); }
+
+const std::string m_WP_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncapital\nof\nfrance\nis\n.\nun\n##aff\n##able\na\n##a\n"
+                               "ecole\n\xE4\xB8\xAD\n,\n!\n";  // 中 at id 17
+}  // namespace
+
+// The panels of an SVG written by heatmap_svg: each one's title and its cells in row-major order
+// (masked or not, and the value in the cell's <title>).
+struct m_SvgPanel {
+    std::string title;
+    std::vector<bool> masked;
+    std::vector<double> values;
+};
+std::vector<m_SvgPanel> m_svg_panels(const std::string& svg) {
+    std::vector<m_SvgPanel> out;
+    const std::string start = "<g class='panel'";
+    for (std::size_t p = svg.find(start); p != std::string::npos; p = svg.find(start, p + 1)) {
+        const std::string g = svg.substr(p, svg.find("</g>", p) - p);
+        m_SvgPanel q;
+        const std::size_t t = g.find("font-weight='bold'>") + 19;
+        q.title = g.substr(t, g.find("</text>", t) - t);
+        for (std::size_t r = g.find("<rect "); r != std::string::npos; r = g.find("<rect ", r + 1)) {
+            const std::size_t e = g.find('>', r);
+            const std::string tag = g.substr(r, e - r);
+            if (!m_contains(tag, "class=")) continue;  // the frame
+            q.masked.push_back(m_contains(tag, "class='masked'"));
+            const std::size_t v = g.find("<title>", e) + 7;
+            const std::string value = g.substr(v, g.find("</title>", v) - v);
+            q.values.push_back(value == "-inf" ? -INFINITY : std::stod(value));
+        }
+        out.push_back(q);
+    }
+    return out;
+}
+
+// The batch of `transformer explain` / `grad` for a tiny preset: GPT variants predict 2..n, BERT
+// ([CLS] a [SEP] b [SEP], segments) and RoBERTa predict masked positions.
+Batch m_explain_batch(const Config& c) {
+    Batch b;
+    if (is_causal(c.variant)) {
+        b.n = 5, b.tokens = {3, 1, 4, 1, 5}, b.targets = next_token_targets(b.tokens, 1, 5);
+    } else if (c.variant == Variant::bert) {
+        b.n = 6, b.tokens = {10, 12, 2, 11, 12, 11}, b.segments = {0, 0, 0, 0, 1, 1}, b.targets = {-1, 1, -1, -1, 3, -1};
+    } else {
+        b.n = 5, b.tokens = {10, 1, 12, 3, 11}, b.targets = {-1, -1, 2, -1, -1};
+    }
+    return b;
+}
+
+const std::vector<std::string> m_COMMANDS = {"train", "finetune", "bpe", "sample", "fill", "eval", "predict", "explain", "grad", "strip",
+                                             "params", "attention", "masks", "bench", "init", "task", "tokenize", "export"};
+
+// Starts the program with `args` in the background (no shell, SIGINT and SIGTERM at their defaults),
+// stdout and stderr to base.out / base.err.
+m_Child m_start(const std::string& args, const std::string& base) {
+    std::vector<std::string> argv = {m_PROGRAM};
+    for (const std::string& word : m_words(args)) argv.push_back(word);
+    return m_start_argv(argv, base + ".out", base + ".err");
+}
 
 // ################################################################################################
 // PART I. THE MATHEMATICS, in transformer.cpp's order: Tensor, matrix products, the modules,
@@ -8330,6 +8406,697 @@ TEST_CASE("export: unfit models and bad outputs are refused; the command writes 
     // Only the two files: no temporary (".NAME.tmp.XXXXXX") is left behind.
     CHECK(m_names_in(dir, "") == std::vector<std::string>{"config.json", "model.safetensors"});
 }
+
+// ================================================================================================
+// Export to the Hugging Face classes of every variant, with the tokenizer's files
+// ================================================================================================
+namespace {
+// The probe text of the tokenizer checks: accents, CJK, a tab, CRLF, runs of spaces.
+const std::string m_PROBE = "Caf\xC3\xA9 na\xC3\xAFve,\t\xE4\xB8\xAD \xE6\x96\x87!\r\nlower  lowest   the capital.\r\n";
+struct m_ExportCase {
+    std::string preset, tokenizer;  // tokenizer: "char" or a subword kind
+    Activation activation;
+    bool bias, mlm_head;
+};
+// The tokenizer of a case: characters of the probe, or the small hand-made vocabularies.
+Tokenizer m_export_tokenizer(const std::string& kind) {
+    if (kind == "char") {
+        Tokenizer t;
+        t.kind = "char", t.chars = CharVocab::from_text(m_PROBE);
+        return t;
+    }
+    if (kind == "gpt1-bpe") return make_tokenizer(kind, m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES, "test");
+    if (kind == "bert-wordpiece") return make_tokenizer(kind, "", m_WP_VOCAB, "test");
+    if (kind == "roberta-bpe")
+        return make_tokenizer(kind, m_encoder_json({"he", "<s>", "<pad>", "</s>", "<unk>", "<mask>"}), m_vocab_bpe({"h e"}), "test");
+    return make_tokenizer(kind, m_encoder_json({"he", "ll", "hell", m_G + "hell", "<|endoftext|>"}),
+                          m_vocab_bpe({"h e", "l l", "he ll", m_G + " hell"}), "test");
+}
+// The config of a case: the preset's shape with the tokenizer's vocabulary and special ids.
+Config m_export_config(const m_ExportCase& k, const Tokenizer& t) {
+    Config c = preset(k.preset);
+    c.activation = k.activation, c.attn_bias = k.bias;
+    const bool masked = !is_causal(c.variant);
+    c.V = t.size() + (masked && t.kind == "char" ? 3 : 0);
+    if (c.variant == Variant::gpt) c.F = 4 * c.H;  // OpenAIGPTLMHeadModel's width
+    c.pad_id = -1;
+    if (masked) {  // without the head the class is BertModel / RobertaModel, which needs a pooler
+        c.emb_ln = true, c.mlm_head = k.mlm_head, c.pooler = !k.mlm_head;
+        if (t.kind == "char") c.cls_id = t.size(), c.sep_id = t.size() + 1, c.mask_id = t.size() + 2;
+        else subword_special_ids(t, c);
+    }
+    validate(c);
+    return c;
+}
+Tensor<float>* m_tensor_named(const Config& c, Params<float>& p, const std::string& name) {
+    for (auto& nt : named_tensors(c, p))
+        if (nt.name == name) return nt.tensor;
+    return nullptr;
+}
+}  // namespace
+
+TEST_CASE("export: every variant through its Hugging Face class and back, weights bit for bit, the tokenizer's ids the same") {
+    const Activation tanh_ = Activation::gelu_tanh, erf = Activation::gelu_erf, relu = Activation::relu, sig = Activation::gelu_sigmoid;
+    const std::vector<m_ExportCase> cases = {
+        {"tiny-gpt", "char", tanh_, false, false},        {"tiny-gpt", "gpt1-bpe", relu, true, false},
+        {"tiny-gpt", "gpt2-bpe", tanh_, true, false},     {"tiny-gpt2", "char", sig, false, false},
+        {"tiny-gpt2", "gpt2-bpe", erf, true, false},      {"tiny-bert", "bert-wordpiece", erf, true, true},
+        {"tiny-bert", "bert-wordpiece", relu, false, false}, {"tiny-bert", "char", sig, true, true},
+        {"tiny-bert", "char", tanh_, false, false},       {"tiny-roberta", "roberta-bpe", erf, true, true},
+        {"tiny-roberta", "roberta-bpe", sig, false, false}, {"tiny-roberta", "char", relu, true, true},
+        {"tiny-roberta", "char", tanh_, false, false}};
+    const char* classes[][2] = {{"OpenAIGPTLMHeadModel", "OpenAIGPTLMHeadModel"}, {"GPT2LMHeadModel", "GPT2LMHeadModel"},
+                                {"BertModel", "BertForMaskedLM"}, {"RobertaModel", "RobertaForMaskedLM"}};
+    int case_no = 0;
+    for (const m_ExportCase& k : cases) {
+        CAPTURE(k.preset);
+        CAPTURE(k.tokenizer);
+        CAPTURE(activation_name(k.activation));
+        CAPTURE(k.bias);
+        CAPTURE(k.mlm_head);
+        const Tokenizer tok = m_export_tokenizer(k.tokenizer);
+        const Config c = m_export_config(k, tok);
+        REQUIRE(hf_export_problem(c) == "");
+        Params<float> p = m_model<float>(c, 31 + case_no, 0.05);
+        const std::string dir = m_path("i12_export_" + std::to_string(case_no++));
+        const HfExport done = export_hf(dir, c, p, tok.metadata());
+        const int row = c.variant == Variant::gpt ? 0 : c.variant == Variant::gpt2 ? 1 : c.variant == Variant::bert ? 2 : 3;
+        CHECK(done.architecture == classes[row][c.mlm_head ? 1 : 0]);
+        // config.json: the class, the shapes and the activation under the class's own keys.
+        const Json j = parse_json(m_read(dir + "/config.json"));
+        CHECK(j.get("architectures")->arr.at(0).str == done.architecture);
+        CHECK(j.get("model_type")->str == done.model_type);
+        CHECK(j.get("vocab_size")->num == c.V);
+        if (c.variant == Variant::gpt) {
+            CHECK(j.get("afn")->str == (c.activation == relu ? "relu" : "gelu"));
+            CHECK(j.get("n_positions")->num == c.n_ctx);
+            CHECK(j.get("n_head")->num == c.A);
+            CHECK(j.get("layer_norm_epsilon")->num == c.eps);
+        } else if (!is_causal(c.variant)) {
+            const char* act[] = {"quick_gelu", "gelu_new", "gelu", "relu"};
+            const int a = c.activation == sig ? 0 : c.activation == tanh_ ? 1 : c.activation == erf ? 2 : 3;
+            CHECK(j.get("hidden_act")->str == act[a]);
+            CHECK(j.get("num_attention_heads")->num == c.A);
+            CHECK(j.get("intermediate_size")->num == c.F);
+            CHECK(j.get("layer_norm_eps")->num == c.eps);
+            CHECK(j.get("type_vocab_size")->num == (c.variant == Variant::bert ? 2 : 1));
+            if (c.variant == Variant::roberta) {
+                CHECK(j.get("pad_token_id")->num == c.pad_id);
+                CHECK(j.get("max_position_embeddings")->num == c.n_ctx + c.pad_id + 1);
+            } else {
+                CHECK(j.get("max_position_embeddings")->num == c.n_ctx);
+            }
+        }
+        // The file's names: the class's prefix and head, the tied decoder left out.
+        const SafeTensors st = load_safetensors(dir + "/model.safetensors");
+        CHECK(st.metadata.at("format") == "pt");
+        if (c.variant == Variant::gpt) {
+            REQUIRE(st.find("transformer.h.1.attn.c_attn.weight"));
+            CHECK((*st.find("transformer.h.1.attn.c_attn.weight"))(3, c.H + c.D + 2) == p.layers[1].attn.W_K[1](3, 2));
+            CHECK(!st.find("lm_head.weight"));
+        }
+        if (!is_causal(c.variant)) {
+            const bool roberta = c.variant == Variant::roberta;
+            const std::string pre = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
+            const Tensor<float>* q = st.find(pre + "encoder.layer.1.attention.self.query.weight");
+            REQUIRE(q);
+            CHECK(q->shape == std::vector<int>{c.A * c.D, c.H});
+            CHECK((*q)(1 * c.D + 2, 3) == p.layers[1].attn.W_Q[1](3, 2));  // out x in: head 1's column 2, input 3
+            const Tensor<float>* tt = st.find(pre + "embeddings.token_type_embeddings.weight");
+            REQUIRE(tt);
+            if (!roberta) CHECK(((*tt)(0, 1) == p.w_A[1] && (*tt)(1, 1) == p.w_B[1]));  // t_i = 0 -> w_A
+            if (roberta && c.pad_id >= 0) CHECK((*st.find(pre + "embeddings.position_embeddings.weight"))(c.pad_id, 2) == p.w_pad[2]);
+            const std::string head = roberta ? "lm_head." : "cls.predictions.";
+            CHECK(!st.find(head + "decoder.weight"));
+            CHECK(static_cast<bool>(st.find(head + "bias")) == c.mlm_head);
+            CHECK(static_cast<bool>(st.find(pre + "pooler.dense.weight")) == c.pooler);
+        }
+        // Read back: the same config and every tensor bit for bit (absent attention biases as zeros).
+        LoadedModel lm = load_model(dir + "/model.safetensors");
+        const Config& r = lm.config;
+        CHECK(r.variant == c.variant);
+        CHECK(r.activation == c.activation);
+        CHECK(r.eps == c.eps);
+        CHECK((r.V == c.V && r.H == c.H && r.F == c.F && r.D == c.D && r.L == c.L && r.A == c.A && r.n_ctx == c.n_ctx));
+        CHECK((r.cls_id == c.cls_id && r.sep_id == c.sep_id && r.mask_id == c.mask_id && r.pad_id == c.pad_id));
+        CHECK((r.emb_ln == c.emb_ln && r.mlm_head == c.mlm_head && r.pooler == c.pooler));
+        CHECK(r.attn_bias);
+        for (auto& nt : named_tensors(c, p)) {
+            CAPTURE(nt.name);
+            const Tensor<float>* back = m_tensor_named(r, lm.params, nt.name);
+            REQUIRE(back);
+            CHECK(m_bits_equal(*nt.tensor, *back));
+        }
+        if (!c.attn_bias)
+            for (auto& y : lm.params.layers) {
+                for (float v : y.attn.b_O.data) CHECK(v == 0.0f);
+                for (auto& b : y.attn.b_Q) CHECK(std::all_of(b.data.begin(), b.data.end(), [](float v) { return v == 0.0f; }));
+            }
+        Batch b = m_batch(c, 5);
+        for (int& x : b.tokens)  // ids of this vocabulary (the batch's 0..9 may be special here)
+            if (x == 4 && c.pad_id >= 0) x = c.pad_id;  // RoBERTa's <pad> inside: w_pad's row
+        CHECK(m_bits_equal(model_forward(c, p, b), model_forward(r, lm.params, b)));
+        CHECK(model_loss(c, p, b) == model_loss(r, lm.params, b));
+        // The tokenizer comes back with the model, and its files say the same.
+        const Tokenizer back = tokenizer_of(lm.file.metadata, dir);
+        CHECK(back.kind == tok.kind);
+        const std::string text = k.tokenizer == "char" ? m_PROBE : m_PROBE + " hello lower [MASK] <mask>";
+        CHECK(back.encode(text) == tok.encode(text));
+        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
+        const Json* model = tj.get("model");
+        REQUIRE(model);
+        const Json* vocab = model->get("vocab");
+        REQUIRE(vocab);
+        CHECK((int)vocab->obj.size() == tok.size());
+        const Json tc = parse_json(m_read(dir + "/tokenizer_config.json"));
+        if (k.tokenizer == "char") {
+            CHECK(model->get("type")->str == "BPE");
+            CHECK(model->get("merges")->arr.empty());
+            for (int id = 0; id < tok.size(); id++) CHECK(vocab->get(bytes_to_unicode(tok.chars.chars[id]))->num == id);
+            CHECK(tc.get("tokenizer_class")->str == "PreTrainedTokenizerFast");
+            CHECK(tj.get("added_tokens")->arr.size() == (is_causal(c.variant) ? 0u : 3u));
+            CHECK(!m_exists(dir + "/vocab.json"));
+        } else if (k.tokenizer == "bert-wordpiece") {
+            CHECK(m_read(dir + "/vocab.txt") == m_WP_VOCAB);
+            CHECK(model->get("type")->str == "WordPiece");
+            CHECK(vocab->get("##aff")->num == 12);
+            CHECK(tc.get("tokenizer_class")->str == "BertTokenizer");
+            CHECK(tc.get("do_lower_case")->b);
+            CHECK(tj.get("normalizer")->get("lowercase")->b);
+        } else {
+            CHECK(m_read(dir + "/vocab.json") == tok.encoder_json);
+            const std::string merges = m_read(dir + "/merges.txt");
+            CHECK(merges.rfind("#version", 0) == 0);
+            CHECK(merges.back() == '\n');
+            CHECK(model->get("merges")->arr.size() == (k.tokenizer == "gpt1-bpe" ? 7u : k.tokenizer == "roberta-bpe" ? 1u : 4u));
+            CHECK(model->get("merges")->arr.at(0).str == (k.tokenizer == "gpt1-bpe" ? "l o" : "h e"));
+            CHECK(model->get("end_of_word_suffix")->str == (k.tokenizer == "gpt1-bpe" ? "</w>" : ""));
+            const char* cls = k.tokenizer == "gpt1-bpe" ? "OpenAIGPTTokenizer" : k.tokenizer == "roberta-bpe" ? "RobertaTokenizer" : "GPT2Tokenizer";
+            CHECK(tc.get("tokenizer_class")->str == cls);
+            CHECK(!m_exists(dir + "/vocab.txt"));
+        }
+    }
+}
+
+TEST_CASE("export: refusals name the reason (gpt3, a gpt activation or width the class lacks, no embedding LayerNorm)") {
+    Params<float> none;
+    M_CHECK_TF_ERROR(export_hf(m_path("i12_never"), preset("tiny-gpt3"), none), "gpt3", "GPTNeoForCausalLM", "1/sqrt(D)");
+    Config gpt = preset("tiny-gpt");
+    gpt.activation = Activation::gelu_sigmoid;
+    CHECK(m_contains(hf_export_problem(gpt), "relu, silu and gelu"));
+    CHECK(m_contains(hf_export_problem(gpt), "gelu_sigmoid"));
+    gpt.activation = Activation::gelu_erf;
+    CHECK(m_contains(hf_export_problem(gpt), "gelu_erf"));
+    gpt.activation = Activation::relu, gpt.F = 3 * gpt.H;
+    CHECK(m_contains(hf_export_problem(gpt), "4 n_embd"));
+    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        CHECK(m_contains(hf_export_problem(c), "embeddings.LayerNorm"));
+        CHECK(m_contains(hf_export_problem(c), "--mlm-head"));
+        c.emb_ln = true;  // BertModel / RobertaModel: only with a pooler (see the case below)
+        c.pooler = true;
+        CHECK(hf_export_problem(c) == "");
+        c.W_y_rows = c.H, c.W_y_cols = 2;
+        CHECK(m_contains(hf_export_problem(c), "W_y"));
+    }
+    Config odd = preset("tiny-gpt2");
+    odd.D = odd.H / odd.A + 1;
+    CHECK(m_contains(hf_export_problem(odd), "D = H / A"));
+    CHECK(!m_exists(m_path("i12_never")));
+    // A recorded tokenizer that does not fit the model is an error before anything is written.
+    Config g2 = preset("tiny-gpt2");
+    Params<float> p = make_params<float>(g2);
+    M_CHECK_TF_ERROR(export_hf(m_path("i12_unfit"), g2, p, m_export_tokenizer("gpt2-bpe").metadata()), "recorded tokenizer", "V = 13");
+    CHECK(!m_exists(m_path("i12_unfit")));
+}
+
+TEST_CASE("CLI: train a BERT and a RoBERTa with --mlm-head, export, and read back the same loss and tokens") {
+    const std::string dir = m_path("i12_cli");
+    m_make_dir(dir);
+    const std::string data = dir + "/data.txt";
+    std::string text;
+    for (int i = 0; i < 30; i++) text += m_PROBE;
+    m_write(data, text);
+    m_write(dir + "/probe.txt", m_PROBE);
+    const std::string common = " --data " + data + " --steps 2 --warmup 1 --layers 1 --heads 2 --embd 16 --block 16 --eval-every 0 --quiet";
+    struct Run {
+        std::string name, flags, cls;
+    };
+    const std::vector<Run> runs = {{"bert", "--model bert --mlm-head --activation relu", "BertForMaskedLM"},
+                                   {"roberta", "--model roberta --mlm-head --attn-bias --activation gelu_tanh", "RobertaForMaskedLM"},
+                                   {"gpt", "--model gpt --activation gelu_tanh", "OpenAIGPTLMHeadModel"}};
+    for (const Run& run : runs) {
+        CAPTURE(run.name);
+        const std::string ck = dir + "/" + run.name + ".safetensors", hf = dir + "/hf_" + run.name;
+        m_run_ok("train " + run.flags + common + " --out " + ck);
+        const LoadedModel orig = load_model(ck, {"adam."});
+        CHECK(orig.config.mlm_head == (run.name != "gpt"));
+        CHECK(orig.config.emb_ln == (run.name != "gpt"));
+        const m_Run e = m_run_ok("export --checkpoint " + ck + " --out " + hf);
+        CHECK(m_contains(e.out, run.cls));
+        CHECK(m_contains(e.out, hf + "/tokenizer.json"));
+        const std::string masked = run.name == "gpt" ? "" : " --masked 2,5";
+        const m_Run a = m_run_ok("grad --checkpoint " + ck + " --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g1.st");
+        const m_Run b = m_run_ok("grad --checkpoint " + hf + "/model.safetensors --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g2.st");
+        CHECK(a.out.substr(0, a.out.find('\n')) == b.out.substr(0, b.out.find('\n')));  // "loss X", printed to 9 digits
+        const m_Run ta = m_run_ok("tokenize --checkpoint " + ck + " --file " + dir + "/probe.txt");
+        const m_Run tb = m_run_ok("tokenize --checkpoint " + hf + "/model.safetensors --file " + dir + "/probe.txt");
+        CHECK(ta.out == tb.out);
+        std::string ids;
+        for (int id : tokenizer_of(orig.file.metadata, ck).encode(m_PROBE)) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+        CHECK(ta.out == ids + "\n");
+    }
+    m_cli_fails("train --model gpt2 --mlm-head" + common + " --out " + dir + "/x.safetensors", "apply to bert and roberta");
+    m_cli_fails("init --preset tiny-gpt --mlm-head --out " + dir + "/x.safetensors", "apply to bert and roberta");
+    m_run_ok("init --preset tiny-bert --mlm-head --out " + dir + "/init.safetensors");
+    CHECK(load_model(dir + "/init.safetensors").config.mlm_head);
+    m_cli_fails("tokenize --checkpoint " + dir + "/init.safetensors --text hi", "records no tokenizer");
+    m_cli_fails("tokenize --text hi", "missing flag --vocab");
+}
+
+// ================================================================================================
+// What a new user's bad inputs and exports showed: the export's classes and tokenizer, interrupted
+// exports, help, printed commands, wording, the next token's distribution
+// ================================================================================================
+TEST_CASE("export: a BERT or RoBERTa without the masked-LM head and without a pooler is refused: BertModel would load pooler.dense with random weights") {
+    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        c.emb_ln = true;
+        const std::string problem = hf_export_problem(c);
+        CHECK(m_contains(problem, std::string(c.variant == Variant::bert ? "BertModel" : "RobertaModel") + " has a pooler (pooler.dense)"));
+        CHECK(m_contains(problem, "random weights"));
+        CHECK(m_contains(problem, "--mlm-head"));
+        const std::string dir = m_path(std::string("nopool_") + name);
+        const Params<float> p = m_model<float>(c, 3, 0.1);
+        M_CHECK_TF_ERROR(export_hf(dir, c, p), "pooler.dense", "random weights");
+        CHECK_FALSE(m_exists(dir));
+        c.pooler = true;  // a released encoder's pooler: BertModel / RobertaModel then hold every weight
+        CHECK(hf_export_problem(c) == "");
+        c.pooler = false, c.mlm_head = true;  // BertForMaskedLM / RobertaForMaskedLM have no pooler
+        CHECK(hf_export_problem(c) == "");
+    }
+    // The command line: a RoBERTa trained with --emb-ln alone is refused, and nothing is created.
+    const std::string ck = m_path("nopool.safetensors"), out = m_path("nopool_hf");
+    m_run_ok("train --model roberta --emb-ln --data " + m_text_file() +
+             " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
+    m_cli_fails("export --checkpoint " + ck + " --out " + out,
+                "RobertaModel has a pooler (pooler.dense) and this model has none, so Hugging Face would load it with random weights");
+    CHECK_FALSE(m_exists(out));
+}
+
+TEST_CASE("export: a character model's tokenizer.json refuses a byte outside its vocabulary, as tokenize does (its unk_token is no token of it)") {
+    const CharVocab v = CharVocab::from_text("the cat sat\n");
+    for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        const bool masked = !is_causal(c.variant);
+        c.V = v.size() + (masked ? 3 : 0);
+        if (masked) c.cls_id = v.size(), c.sep_id = v.size() + 1, c.mask_id = v.size() + 2, c.emb_ln = c.mlm_head = true;
+        Params<float> p = m_model<float>(c, 7, 0.05);
+        const std::string ck = m_path(std::string("charunk_") + name + ".st"), dir = m_path(std::string("charunk_") + name);
+        save_model(ck, c, p, {{"vocab", v.to_metadata()}});
+        m_run_ok("export --checkpoint " + ck + " --out " + dir);
+        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
+        const Json* model = tj.get("model");
+        REQUIRE(model);
+        // With "unk_token": null the tokenizers library drops an unknown byte without a word; a name
+        // that is not in the vocabulary makes it fail ("Unk token `...` not found in the vocabulary").
+        const Json* unk = model->get("unk_token");
+        REQUIRE(unk);
+        REQUIRE(unk->type == Json::string);
+        CHECK(unk->str == HF_CHAR_OUTSIDE);
+        CHECK(model->get("vocab")->get(unk->str) == nullptr);
+        for (const Json& added : tj.get("added_tokens")->arr) CHECK(added.get("content")->str != unk->str);
+        CHECK_FALSE(model->get("fuse_unk")->b);
+        CHECK_FALSE(model->get("byte_fallback")->b);
+        // transformer tokenize refuses such a text, from the checkpoint and from the export alike.
+        for (const std::string& from : {ck, dir + "/model.safetensors"}) {
+            m_cli_fails({"tokenize", "--checkpoint", from, "--text", "the\tcat"}, "character U+0009 at byte 3 (line 1, column 4) of --text is not in the model's vocabulary");
+            CHECK(m_run_ok("tokenize --checkpoint " + from + " --text 'the cat'").out != "");
+        }
+    }
+}
+
+TEST_CASE("CLI: help for an unknown command and an unknown flag followed by --help are errors that name them" * doctest::test_suite("command line")) {
+    m_cli_fails("help nosuch", "unknown command 'nosuch' (the commands: train,");
+    m_cli_fails("--help nosuch", "unknown command 'nosuch'");
+    m_cli_fails("help train extra", "takes one command, got 'extra' after 'train'");
+    m_cli_fails("train --bogus --help", "unknown flag --bogus for train (its flags: --model, --layers");
+    m_cli_fails("train --help --bogus", "unknown flag --bogus for train");
+    m_cli_fails("sample --bogus", "unknown flag --bogus for sample");
+    m_cli_fails("export --bogus=1 --checkpoint x", "unknown flag --bogus for export");
+    m_cli_fails("init --emb-ln=maybe --bogus", "--emb-ln is a switch");  // a known flag's value is checked as before
+    CHECK(m_run_ok("help train").out == m_run_ok("train --help").out);
+    CHECK(m_run_ok("help").out == m_run_ok("--help").out);
+}
+
+TEST_CASE("CLI: every command line it prints starts with the program as it was run (argv[0], quoted for the shell)" * doctest::test_suite("command line")) {
+    // As the tests run it, ./transformer: no bare "transformer " starts a printed command.
+    CHECK(m_contains(m_run_ok("sample --help").out, "example:\n  " + std::string(m_PROGRAM) + " sample --checkpoint"));
+    CHECK_FALSE(m_contains(m_run_ok("--help").out, "usage: transformer "));
+    M_SKIP_ON_WINDOWS("a symbolic link to the program (a name with a space), which Windows makes only with a privilege");
+    const std::string program = std::filesystem::current_path().generic_string() + "/" + std::string(m_PROGRAM).substr(2);  // m_PROGRAM is ./NAME
+    const std::string link = m_path("my tf"), quoted = "'" + link + "'";  // a space: the printed name must be quoted
+    std::remove(link.c_str());
+    REQUIRE(m_make_symlink(program, link));
+    auto run = [&](const std::string& args) {
+        std::vector<std::string> argv = {link};
+        for (const std::string& word : m_words(args)) argv.push_back(word);
+        return m_capture(argv, m_path("argv0"));
+    };
+    const m_Run overview = run("--help");
+    CHECK(overview.status == 0);
+    CHECK(m_contains(overview.out, "usage: " + quoted + " COMMAND [flags]   (" + quoted + " COMMAND --help"));
+    const m_Run train = run("train --help");
+    CHECK(m_contains(train.out, "usage: " + quoted + " train [flags]"));
+    CHECK(m_contains(train.out, "example:\n  " + quoted + " train --data "));
+    const m_Run bad = run("nosuch");
+    CHECK(bad.status == 1);
+    CHECK(m_contains(bad.err, "; " + quoted + " --help describes them"));
+    const m_Run ex = run("explain --preset tiny-gpt --tokens 1,2");
+    INFO("explain's stderr: " << ex.err);
+    CHECK(m_contains(ex.out, "`" + quoted + " grad` writes every gradient"));
+}
+
+TEST_CASE("StagedDir: until commit only staged files exist; without commit a new directory is removed and an existing one is as it was" * doctest::test_suite("platform")) {
+    const std::string fresh = m_path("staged_new");
+    {
+        StagedDir s(fresh);
+        CHECK(s.created());
+        write_file_atomic(s.stage("a.txt"), "A");
+        CHECK(m_exists(fresh));
+        CHECK_FALSE(m_exists(fresh + "/a.txt"));
+    }
+    CHECK_FALSE(m_exists(fresh));
+    const std::string old = m_path("staged_old");
+    m_make_dir(old);
+    m_write(old + "/a.txt", "old A");
+    m_write(old + "/c.txt", "old C");
+    {
+        StagedDir s(old);
+        CHECK_FALSE(s.created());
+        write_file_atomic(s.stage("a.txt"), "new A");
+        write_file_atomic(s.stage("b.txt"), "B");
+        CHECK(m_contains(s.failure("cannot write '" + old + "/.a.txt.staged." + std::to_string(process_id()) + "'"),
+                         "cannot write '" + old + "/a.txt'; '" + old + "' unchanged"));
+    }
+    CHECK(m_read(old + "/a.txt") == "old A");
+    CHECK(m_names_in(old, ".").empty());
+    CHECK_FALSE(m_exists(old + "/b.txt"));
+    {
+        StagedDir s(old);
+        write_file_atomic(s.stage("a.txt"), "new A");
+        write_file_atomic(s.stage("b.txt"), "B");
+        s.commit({"c.txt", "d.txt"});  // c.txt an earlier run's, removed; d.txt absent
+    }
+    CHECK(m_read(old + "/a.txt") == "new A");
+    CHECK(m_read(old + "/b.txt") == "B");
+    CHECK_FALSE(m_exists(old + "/c.txt"));
+    CHECK(m_names_in(old, ".").empty());
+    StagedDir one(m_path("staged_one"));
+    M_CHECK_TF_ERROR(StagedDir(m_path("staged_two")), "another staged directory");
+    CHECK_FALSE(m_exists(m_path("staged_two")));
+    CHECK(path_in_dir("hf/", "model.safetensors") == "hf/model.safetensors");
+    CHECK(path_in_dir("hf//", "config.json") == "hf/config.json");
+    CHECK(path_in_dir("/", "x") == "/x");
+}
+
+TEST_CASE("export: an error midway (a write that fails) leaves no new directory, and an earlier export as it was") {
+    M_SKIP_ON_WINDOWS("a POSIX shell's ulimit -f (a file size limit) on the program");
+    const std::string ck = m_path("mid.st"), ck2 = m_path("mid2.st");
+    m_run_ok("init --preset tiny-gpt2 --out " + ck);
+    m_run_ok("init --preset tiny-gpt2 --seed 2 --out " + ck2);
+    // A file size limit (SIGXFSZ ignored, so the write fails with EFBIG) stops the first file.
+    auto limited = [&](const std::string& args) {
+        m_Run r;
+        const std::string base = m_path("mid_run");
+        const std::string cmd = "sh -c \"trap '' XFSZ; ulimit -f 2; exec " + std::string(m_PROGRAM) + " " + args + "\" > " + base +
+                                ".out 2> " + base + ".err";
+        const int st = std::system(cmd.c_str());
+        r.status = m_system_status(st);
+        r.err = m_read(base + ".err");
+        return r;
+    };
+    const std::string fresh = m_path("mid_new");
+    const m_Run a = limited("export --checkpoint " + ck + " --out " + fresh);
+    INFO("stderr: " << a.err);
+    CHECK(a.status == 1);
+    CHECK(m_contains(a.err, "error: cannot write '" + fresh + "/model.safetensors'"));  // the file asked for, not the staged name
+    CHECK(m_contains(a.err, "nothing written ('" + fresh + "' not created)"));
+    CHECK_FALSE(m_exists(fresh));
+    const std::string earlier = m_path("mid_old");
+    m_run_ok("export --checkpoint " + ck + " --out " + earlier);
+    const std::string model = m_read(earlier + "/model.safetensors"), config = m_read(earlier + "/config.json");
+    const m_Run b = limited("export --checkpoint " + ck2 + " --out " + earlier);
+    INFO("stderr: " << b.err);
+    CHECK(b.status == 1);
+    CHECK(m_contains(b.err, "'" + earlier + "' unchanged"));
+    CHECK(m_read(earlier + "/model.safetensors") == model);
+    CHECK(m_read(earlier + "/config.json") == config);
+    CHECK(m_names_in(earlier, ".").empty());
+    const std::string empty = m_path("mid_empty");  // an empty directory of the user's stays
+    m_make_dir(empty);
+    CHECK(limited("export --checkpoint " + ck + " --out " + empty).status == 1);
+    CHECK(m_exists(empty));
+    CHECK(m_names_in(empty, "").empty());
+}
+
+TEST_CASE("export: SIGINT or SIGTERM while it writes leaves no new directory and no file behind" * doctest::test_suite("model files (long)") * doctest::skip()) {
+    M_SKIP_ON_WINDOWS("POSIX signals (SIGINT, SIGTERM) sent to a running program");
+    // A model of some 60 MB, so that the signal arrives while the files are written.
+    Config c = preset("tiny-gpt2");
+    c.V = 60000, c.H = 256, c.A = 4, c.D = 64, c.F = 1024, c.L = 1;
+    validate(c);
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    const std::string dir = m_path("sigexp");
+    m_make_dir(dir);
+    const std::string ck = dir + "/big.st";
+    save_model(ck, c, p);
+    int caught = 0;
+    for (const int sig : {SIGINT, SIGTERM, SIGINT, SIGTERM}) {
+        CAPTURE(sig);
+        const std::string out = dir + "/hf", base = dir + "/log";
+        std::filesystem::remove_all(out);  // the directory that appears is this run's
+        m_Child run = m_start("export --checkpoint " + ck + " --out " + out, base);
+        m_Exit e;
+        bool ended = false;
+        for (int k = 0; k < 20000 && !m_exists(out); k++) {  // until the directory appears (at most 20 s)
+            if (m_wait(run, e, false)) {
+                ended = true;
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (!ended) {
+            m_send_signal(run, sig);
+            REQUIRE(m_wait(run, e));
+        }
+        INFO("stderr: " << m_read(base + ".err"));
+        if (e.signal && !m_exists(out + "/config.json")) {  // stopped while it wrote: the handler removed what it made
+            CHECK(e.signal == sig);
+            CHECK_FALSE(m_exists(out));
+            caught++;
+        } else if (e.signal) {  // the signal waited for the renames into place: a whole export
+            CHECK(m_exists(out + "/model.safetensors"));
+            CHECK(m_names_in(out, ".").empty());
+            std::filesystem::remove_all(out);
+        } else {  // it finished first: a whole export
+            CHECK(e.exited);
+            CHECK(e.status == 0);
+            CHECK(m_exists(out + "/config.json"));
+            std::filesystem::remove_all(out);
+        }
+        CHECK(m_names_in(dir, ".").empty());
+    }
+    CHECK_MESSAGE(caught >= 1, "no signal arrived while export ran (each run finished first)");
+}
+
+TEST_CASE("CLI help: train's --init-from names GPT-1, export says what each variant needs, the README lists every command and the build's level" * doctest::test_suite("command line")) {
+    const std::string train = m_run_ok("train --help").out;
+    const std::string init_from = train.substr(train.find("  --init-from "), train.find('\n', train.find("  --init-from ")) - train.find("  --init-from "));
+    CHECK(m_contains(init_from, "GPT-1 (openai-gpt), GPT-2, BERT or RoBERTa"));
+    CHECK(m_contains(init_from, "config.json"));
+    const std::string exp = m_run_ok("export --help").out;
+    CHECK(m_contains(exp, "gpt trained with --activation relu or gelu_tanh and F = 4 H"));
+    CHECK(m_contains(exp, "--mlm-head"));
+    CHECK(m_contains(exp, "pooler"));
+    const std::string readme = m_read("README.md");
+    REQUIRE_FALSE(readme.empty());
+    for (const std::string& cmd : m_COMMANDS) CHECK_MESSAGE(m_contains(readme, "| `" + cmd + "` |"), "README's command table lacks " << cmd);
+    CHECK_MESSAGE(m_contains(readme, "| `strip` |"), "README's command table lacks strip");
+    // The optimisation level the README names is the Makefile's.
+    const std::string makefile = m_read("Makefile");
+    const std::size_t defined = makefile.find("\nLEVEL "), level = makefile.find("-O", defined);
+    REQUIRE(defined != std::string::npos);
+    REQUIRE(level < makefile.find('\n', defined + 1));
+    const std::string O = makefile.substr(level, 3);  // "-O2"
+    CHECK(m_contains(readme, "`" + O + " "));
+    for (const char* other : {"-O0 -march", "-O1 -march", "-O2 -march", "-O3 -march"})
+        if (std::string(other).substr(0, 3) != O) CHECK_MESSAGE(!m_contains(readme, other), "README names " << other << "; the Makefile builds " << O);
+}
+
+TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the masked-LM head, box by box, equals model_forward and model_loss" * doctest::test_suite("teaching")) {
+    for (const char* name : {"tiny-bert", "tiny-roberta"})
+        for (const bool head : {false, true}) {
+            CAPTURE(name);
+            CAPTURE(head);
+            Config c = preset(name);
+            c.emb_ln = true, c.mlm_head = head;
+            const Batch b = m_explain_batch(c);
+            const Params<double> p = m_model<double>(c, 23, 0.2);
+            const Explained<double> e = explain(c, p, b, 64);
+            m_check_explained_against_model(c, p, b, e);
+            // The extra boxes, with the values the model computes.
+            std::map<std::string, std::vector<double>> shown;
+            std::vector<std::string> boxes;
+            for (const ExplainStep& s : e.steps) {
+                boxes.push_back(s.box);
+                for (const ExplainTensor& t : s.out) shown[t.name] = t.first;
+            }
+            auto has_box = [&](const std::string& box) { return std::find(boxes.begin(), boxes.end(), box) != boxes.end(); };
+            CHECK(has_box("Embedding LayerNorm"));
+            CHECK(has_box("Backward: Embedding LayerNorm"));
+            CHECK(has_box("Masked-LM head") == head);
+            CHECK(has_box("Backward: masked-LM head") == head);
+            ForwardCache<double> k;
+            ForwardOptions keep;
+            keep.keep_sublayers = true;
+            model_forward(c, p, b, &k, keep);
+            const Tensor<double>& X0 = k.blocks[0].attn_in;  // X^(0) = LayerNorm_e(E), the first block's input
+            for (std::size_t i = 0; i < shown["X^(0)"].size(); i++) CHECK(shown["X^(0)"][i] == doctest::Approx(X0[i]).epsilon(1e-12));
+            for (std::size_t i = 0; i < shown["dgamma_e"].size(); i++) CHECK(shown["dgamma_e"][i] == doctest::Approx(e.g.gamma_e[i]).epsilon(1e-9));
+            if (head) {
+                for (std::size_t i = 0; i < shown["X_t"].size(); i++) CHECK(shown["X_t"][i] == doctest::Approx(k.mlm.X_t[i]).epsilon(1e-12));
+                for (std::size_t i = 0; i < shown["dW_t"].size(); i++) CHECK(shown["dW_t"][i] == doctest::Approx(e.g.W_t[i]).epsilon(1e-9));
+                for (std::size_t i = 0; i < shown["db_z"].size(); i++) CHECK(shown["db_z"][i] == doctest::Approx(e.g.b_z[i]).epsilon(1e-9));
+            }
+        }
+    // The command line, on a checkpoint init wrote with the head.
+    const std::string ck = m_path("explain_mlm.st");
+    m_run_ok("init --preset tiny-roberta --mlm-head --out " + ck);
+    const m_Run r = m_run_ok("explain --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3");
+    CHECK(m_contains(r.out, "Embedding LayerNorm:  X^(0) = LayerNorm_e(E)"));
+    CHECK(m_contains(r.out, "Masked-LM head:  U = X^(2) W_t + Stack_n(b_t)"));
+    CHECK(m_contains(r.out, "Output:  Z = MLMHead(X^(2)) = X_t W_e^T + Stack_n(b_z)"));
+    const m_Run g = m_run_ok("grad --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3 --out " + m_path("explain_mlm_g.st"));
+    const std::string loss = g.out.substr(0, g.out.find('\n'));  // "loss X"
+    CHECK(m_contains(r.out, "\n" + loss + " (model_loss"));
+}
+
+TEST_CASE("CLI: wording: numbers as written, singular panels, one slash in paths, a divergence hint that fits --grad-clip, masked cells' P" * doctest::test_suite("command line")) {
+    // A number in an error as it was written, not std::to_string's "-1.000000".
+    const std::string ck = m_path("wording.st");
+    m_run_ok("train --data " + m_text_file() + " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --temperature -1", "--temperature must be >= 0 (0 = greedy), got -1");
+    CHECK_FALSE(m_contains(m_run("sample --checkpoint " + ck + " --prompt the --temperature -1").err, "-1.000000"));
+    m_cli_fails("train --lr -1 --steps 1", "--lr must be > 0, got -1");
+    m_cli_fails("train --lr 0.1 --min-lr 0.5 --steps 1", "--min-lr must be in [0, --lr] = [0, 0.1], got 0.5");
+    m_cli_fails("train --beta2 1.5 --steps 1", "--beta2 must be in [0, 1), got 1.5");
+    m_cli_fails("train --grad-clip -2 --steps 1", "--grad-clip must be >= 0 (0 = off), got -2");
+    m_cli_fails("train --dropout 1 --steps 1", "--dropout must be in [0, 1), got 1");
+    // One panel, one token.
+    const m_Run one = m_run_ok("attention --checkpoint " + ck + " --tokens 1 --layer 1 --head 1 --out " + m_path("one.svg"));
+    CHECK(m_contains(one.out, ": 1 panel ("));
+    CHECK(m_contains(one.out, ", 1 token\n"));
+    // A directory given with a trailing slash: one slash in every path printed.
+    const m_Run ex = m_run_ok("export --checkpoint " + ck + " --out " + m_path("slash_hf") + "/");
+    CHECK(m_contains(ex.out, "wrote " + m_path("slash_hf") + "/model.safetensors, "));
+    CHECK_FALSE(m_contains(ex.out, "//"));
+    const m_Run bp = m_run_ok("bpe --data " + m_text_file() + " --merges 5 --quiet --out " + m_path("slash_bpe") + "/");
+    CHECK(m_contains(bp.out, "wrote " + m_path("slash_bpe") + "/encoder.json ("));
+    CHECK_FALSE(m_contains(bp.out, "//"));
+    // Divergence: with clipping off the hint does not say to lower it.
+    const std::string flags = " --data " + m_text_file() + " --steps 20 --warmup 0 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 "
+                              "--quiet --lr 1e30 --min-lr 0 --out " + m_path("diverged.st");
+    const m_Run off = m_run(std::string("train") + flags + " --grad-clip 0");
+    CHECK(off.status == 1);
+    CHECK(m_contains(off.err, "Lower --lr, or clip the gradient (--grad-clip 1)?"));
+    CHECK_FALSE(m_contains(off.err, "or --grad-clip?"));
+    const m_Run on = m_run(std::string("train") + flags + " --grad-clip 1");
+    CHECK(on.status == 1);
+    CHECK(m_contains(on.err, "Lower --lr or --grad-clip?"));
+    // The attention picture's masked cells show P = 0; the masks picture keeps the mask's -inf.
+    const Config c = preset("tiny-gpt2");
+    const Params<float> p = m_model<float>(c, 3, 0.1);
+    const std::vector<HeatPanel> panels = attention_panels(c, p, {1, 2, 3}, {"a", "b", "c"}, 1, 1);
+    const std::string att = heatmap_svg(panels, 1, "t", {}, true);
+    CHECK(m_contains(att, "class='masked' fill='url(#hatch)'><title>0 (masked: Mask_ij = -inf)</title>"));
+    CHECK_FALSE(m_contains(att, "<title>-inf</title>"));
+    for (const m_SvgPanel& q : m_svg_panels(att))
+        for (std::size_t a = 0; a < q.masked.size(); a++)
+            if (q.masked[a]) CHECK(q.values[a] == 0.0);
+    CHECK(m_contains(masks_svg(4, 2, 2, {0, 1, 2, 3}), "<title>-inf</title>"));
+}
+
+TEST_CASE("sample --top-probs: the K most likely next tokens with Softmax(z) of model_forward's last row, sorted, summing to at most 1" * doctest::test_suite("runs")) {
+    Config c = preset("tiny-gpt2");
+    const CharVocab v = CharVocab::from_text("the cat sat on a mat\n");
+    c.V = v.size();
+    Params<float> p = m_model<float>(c, 41, 0.5);
+    const std::string ck = m_path("topprobs.st");
+    save_model(ck, c, p, {{"vocab", v.to_metadata()}});
+    const std::vector<int> x = v.encode("the ca");
+    // Softmax of the last row, in double.
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x;
+    const Tensor<float> Z = model_forward(c, p, b);
+    std::vector<double> P(c.V);
+    double m = -1e300, sum = 0;
+    for (int j = 0; j < c.V; j++) m = std::max(m, (double)Z(b.n - 1, j));
+    for (int j = 0; j < c.V; j++) sum += P[j] = std::exp((double)Z(b.n - 1, j) - m);
+    for (double& q : P) q /= sum;
+    // The library: every id with its probability, most likely first.
+    const std::vector<TokenProb> all = next_token_probs(c, p, x, 1000);
+    REQUIRE((int)all.size() == c.V);
+    double total = 0;
+    for (std::size_t r = 0; r < all.size(); r++) {
+        CHECK(all[r].p == doctest::Approx(P[all[r].id]).epsilon(1e-12));
+        if (r) CHECK(all[r - 1].p >= all[r].p);
+        total += all[r].p;
+    }
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-12));
+    // The command: 5 lines of rank, probability, id, token.
+    const m_Run r = m_run_ok("sample --checkpoint " + ck + " --prompt 'the ca' --top-probs 5");
+    std::istringstream lines(r.out);
+    std::string line;
+    std::getline(lines, line);
+    CHECK(m_contains(line, "the next token after 6 tokens: the 5 most likely of V = " + std::to_string(c.V)));
+    std::getline(lines, line);
+    CHECK(line == "rank  probability     id  token");
+    double shown_sum = 0, last = 2;
+    int rank = 0;
+    while (std::getline(lines, line)) {
+        std::istringstream f(line);
+        int k = 0, id = -1;
+        double prob = -1;
+        std::string token;
+        f >> k >> prob >> id >> token;
+        CAPTURE(line);
+        CHECK(k == ++rank);
+        REQUIRE((id >= 0 && id < c.V));
+        CHECK(prob == doctest::Approx(P[id]).epsilon(1e-6).scale(1e-9));
+        CHECK(id == all[rank - 1].id);
+        CHECK(token == token_label(v.decode({id})));
+        CHECK(prob <= last);
+        last = prob, shown_sum += prob;
+    }
+    CHECK(rank == 5);
+    CHECK(shown_sum <= 1.0 + 1e-8);
+    // It draws nothing: the sampling flags do not apply; a count is positive; a GPT only.
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --temperature 0.5", "--temperature does not apply with --top-probs");
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --tokens 4", "--tokens does not apply with --top-probs");
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 0", "--top-probs must be positive, got 0");
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs x", "--top-probs expects an integer, got 'x'");
+    CHECK(m_contains(m_run_ok("sample --help").out, "  --top-probs K  draw nothing"));
+    const std::string bert = m_path("topprobs_bert.st");
+    m_run_ok("init --preset tiny-bert --out " + bert);
+    m_cli_fails("sample --checkpoint " + bert + " --prompt x --top-probs 3", "sample needs a gpt, gpt2 or gpt3 model");
+    M_CHECK_TF_ERROR(next_token_probs(preset("tiny-bert"), m_model<float>(preset("tiny-bert"), 1, 0.1), {1, 2}, 3), "does not predict");
+}
+
 TEST_SUITE_END();
 
 // ================================================================================================
@@ -10009,23 +10776,6 @@ TEST_CASE("bpe: a GPT trains on the learnt tokens, and eval reports bits per byt
 // Tokenizers of the released GPT-1 and BERT: BERT's normaliser and pre-tokeniser, GPT-1's BPE,
 // WordPiece, tokenizer files, llm.c's token files
 // ================================================================================================
-namespace {
-// A GPT-1 tokenizer on a hand-made vocabulary: ids in the order given.
-const std::vector<std::string> m_GPT1_SYMBOLS = {"<unk>", "l", "o", "w", "e", "s", "t", "r", "w</w>", "r</w>", "t</w>",
-                                                 "!</w>", "lo", "low", "low</w>", "er</w>", "lower</w>", "es", "est</w>",
-                                                 "o</w>", "a</w>"};
-std::string m_gpt1_encoder_json(const std::vector<std::string>& symbols) {
-    std::string j = "{";
-    for (std::size_t k = 0; k < symbols.size(); k++) j += (k ? ", \"" : "\"") + symbols[k] + "\": " + std::to_string(k);
-    return j + "}";
-}
-const std::string m_GPT1_MERGES = "#version: 0.2\nl o\nlo w</w>\ne r</w>\nlo w\nlow er</w>\ne s\nes t</w>\n";
-GPT1BPE m_gpt1() { return make_gpt1_bpe(m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES); }
-int m_gpt1_id(const std::string& s) { return (int)(std::find(m_GPT1_SYMBOLS.begin(), m_GPT1_SYMBOLS.end(), s) - m_GPT1_SYMBOLS.begin()); }
-
-const std::string m_WP_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncapital\nof\nfrance\nis\n.\nun\n##aff\n##able\na\n##a\n"
-                               "ecole\n\xE4\xB8\xAD\n,\n!\n";  // 中 at id 17
-}  // namespace
 
 TEST_CASE("BERT normaliser: control characters, white space, CJK, accents, lower case, Hangul") {
     CHECK(bert_normalize("") == "");
@@ -10646,34 +11396,6 @@ TEST_CASE("token_label: printable UTF-8 as it is, a space as an open box, a newl
     CHECK(token_label("") == "\u2205");
 }
 
-// The panels of an SVG written by heatmap_svg: each one's title and its cells in row-major order
-// (masked or not, and the value in the cell's <title>).
-struct m_SvgPanel {
-    std::string title;
-    std::vector<bool> masked;
-    std::vector<double> values;
-};
-std::vector<m_SvgPanel> m_svg_panels(const std::string& svg) {
-    std::vector<m_SvgPanel> out;
-    const std::string start = "<g class='panel'";
-    for (std::size_t p = svg.find(start); p != std::string::npos; p = svg.find(start, p + 1)) {
-        const std::string g = svg.substr(p, svg.find("</g>", p) - p);
-        m_SvgPanel q;
-        const std::size_t t = g.find("font-weight='bold'>") + 19;
-        q.title = g.substr(t, g.find("</text>", t) - t);
-        for (std::size_t r = g.find("<rect "); r != std::string::npos; r = g.find("<rect ", r + 1)) {
-            const std::size_t e = g.find('>', r);
-            const std::string tag = g.substr(r, e - r);
-            if (!m_contains(tag, "class=")) continue;  // the frame
-            q.masked.push_back(m_contains(tag, "class='masked'"));
-            const std::size_t v = g.find("<title>", e) + 7;
-            const std::string value = g.substr(v, g.find("</title>", v) - v);
-            q.values.push_back(value == "-inf" ? -INFINITY : std::stod(value));
-        }
-        out.push_back(q);
-    }
-    return out;
-}
 // Well-formed XML (xmllint when the machine has it, else python3's parser; with neither, the
 // check is skipped with a warning: .ci/run installs libxml2-utils for xmllint).
 void m_check_xml(const std::string& path) {
@@ -10875,20 +11597,6 @@ TEST_CASE("CLI: masks and attention write SVGs (valid XML, a panel per head), ba
     m_cli_fails("attention --checkpoint " + ck + " --text 12 --out " + dir + "/no/such/dir/a.svg", "does not exist");
     m_cli_fails("attention --checkpoint " + ck + " --text 12 --out " + ck, "would overwrite --checkpoint");
     CHECK_FALSE(m_exists(dir + "/bad.svg"));
-}
-
-// The batch of `transformer explain` / `grad` for a tiny preset: GPT variants predict 2..n, BERT
-// ([CLS] a [SEP] b [SEP], segments) and RoBERTa predict masked positions.
-Batch m_explain_batch(const Config& c) {
-    Batch b;
-    if (is_causal(c.variant)) {
-        b.n = 5, b.tokens = {3, 1, 4, 1, 5}, b.targets = next_token_targets(b.tokens, 1, 5);
-    } else if (c.variant == Variant::bert) {
-        b.n = 6, b.tokens = {10, 12, 2, 11, 12, 11}, b.segments = {0, 0, 0, 0, 1, 1}, b.targets = {-1, 1, -1, -1, 3, -1};
-    } else {
-        b.n = 5, b.tokens = {10, 1, 12, 3, 11}, b.targets = {-1, -1, 2, -1, -1};
-    }
-    return b;
 }
 
 // Runs body on the preset name (captured) with its batch m_explain_batch(c), its model
@@ -14107,9 +14815,6 @@ std::set<std::string> m_flags_read(const std::string& source, const std::string&
     return flags;
 }
 
-const std::vector<std::string> m_COMMANDS = {"train", "finetune", "bpe", "sample", "fill", "eval", "predict", "explain", "grad", "strip",
-                                             "params", "attention", "masks", "bench", "init", "task", "tokenize", "export"};
-
 TEST_CASE("CLI help: every command's --help exits 0, names the command, has an example and lists every flag its code reads") {
     const std::string source = m_read("main.cpp");
     REQUIRE_FALSE(source.empty());
@@ -14361,14 +15066,6 @@ TEST_CASE("CLI: tokenize's progress ends with the final count; --line-windows sa
     CHECK(m_contains(t.out, "not starting at newlines as --line-windows' training and estimate windows do"));
 }
 
-// Starts the program with `args` in the background (no shell, SIGINT and SIGTERM at their defaults),
-// stdout and stderr to base.out / base.err.
-m_Child m_start(const std::string& args, const std::string& base) {
-    std::vector<std::string> argv = {m_PROGRAM};
-    for (const std::string& word : m_words(args)) argv.push_back(word);
-    return m_start_argv(argv, base + ".out", base + ".err");
-}
-
 // Waits until the run started by m_start prints its first progress line (the loop runs); false,
 // with its stderr shown, if it ends first or prints none within 30 s.
 bool m_wait_for_progress(m_Child& run, const std::string& base) {
@@ -14474,698 +15171,6 @@ TEST_CASE("finetune: SIGTERM finishes the step, writes the checkpoint, says how 
     CHECK(m_contains(err, "by SIGTERM; checkpoint " + ft + "; fine-tune further from its weights (a new schedule of the same flags) with: " +
                           m_PROGRAM + " finetune --checkpoint " + ft + " --out " + dir + "/ft-2.st "));
     CHECK(load_model(ft, {"adam."}).file.metadata.count("finetune.task") == 1);
-}
-TEST_SUITE_END();
-
-// ================================================================================================
-// Export to the Hugging Face classes of every variant, with the tokenizer's files
-// ================================================================================================
-TEST_SUITE_BEGIN("model files");
-namespace {
-// The probe text of the tokenizer checks: accents, CJK, a tab, CRLF, runs of spaces.
-const std::string m_PROBE = "Caf\xC3\xA9 na\xC3\xAFve,\t\xE4\xB8\xAD \xE6\x96\x87!\r\nlower  lowest   the capital.\r\n";
-struct m_ExportCase {
-    std::string preset, tokenizer;  // tokenizer: "char" or a subword kind
-    Activation activation;
-    bool bias, mlm_head;
-};
-// The tokenizer of a case: characters of the probe, or the small hand-made vocabularies.
-Tokenizer m_export_tokenizer(const std::string& kind) {
-    if (kind == "char") {
-        Tokenizer t;
-        t.kind = "char", t.chars = CharVocab::from_text(m_PROBE);
-        return t;
-    }
-    if (kind == "gpt1-bpe") return make_tokenizer(kind, m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES, "test");
-    if (kind == "bert-wordpiece") return make_tokenizer(kind, "", m_WP_VOCAB, "test");
-    if (kind == "roberta-bpe")
-        return make_tokenizer(kind, m_encoder_json({"he", "<s>", "<pad>", "</s>", "<unk>", "<mask>"}), m_vocab_bpe({"h e"}), "test");
-    return make_tokenizer(kind, m_encoder_json({"he", "ll", "hell", m_G + "hell", "<|endoftext|>"}),
-                          m_vocab_bpe({"h e", "l l", "he ll", m_G + " hell"}), "test");
-}
-// The config of a case: the preset's shape with the tokenizer's vocabulary and special ids.
-Config m_export_config(const m_ExportCase& k, const Tokenizer& t) {
-    Config c = preset(k.preset);
-    c.activation = k.activation, c.attn_bias = k.bias;
-    const bool masked = !is_causal(c.variant);
-    c.V = t.size() + (masked && t.kind == "char" ? 3 : 0);
-    if (c.variant == Variant::gpt) c.F = 4 * c.H;  // OpenAIGPTLMHeadModel's width
-    c.pad_id = -1;
-    if (masked) {  // without the head the class is BertModel / RobertaModel, which needs a pooler
-        c.emb_ln = true, c.mlm_head = k.mlm_head, c.pooler = !k.mlm_head;
-        if (t.kind == "char") c.cls_id = t.size(), c.sep_id = t.size() + 1, c.mask_id = t.size() + 2;
-        else subword_special_ids(t, c);
-    }
-    validate(c);
-    return c;
-}
-Tensor<float>* m_tensor_named(const Config& c, Params<float>& p, const std::string& name) {
-    for (auto& nt : named_tensors(c, p))
-        if (nt.name == name) return nt.tensor;
-    return nullptr;
-}
-}  // namespace
-
-TEST_CASE("export: every variant through its Hugging Face class and back, weights bit for bit, the tokenizer's ids the same") {
-    const Activation tanh_ = Activation::gelu_tanh, erf = Activation::gelu_erf, relu = Activation::relu, sig = Activation::gelu_sigmoid;
-    const std::vector<m_ExportCase> cases = {
-        {"tiny-gpt", "char", tanh_, false, false},        {"tiny-gpt", "gpt1-bpe", relu, true, false},
-        {"tiny-gpt", "gpt2-bpe", tanh_, true, false},     {"tiny-gpt2", "char", sig, false, false},
-        {"tiny-gpt2", "gpt2-bpe", erf, true, false},      {"tiny-bert", "bert-wordpiece", erf, true, true},
-        {"tiny-bert", "bert-wordpiece", relu, false, false}, {"tiny-bert", "char", sig, true, true},
-        {"tiny-bert", "char", tanh_, false, false},       {"tiny-roberta", "roberta-bpe", erf, true, true},
-        {"tiny-roberta", "roberta-bpe", sig, false, false}, {"tiny-roberta", "char", relu, true, true},
-        {"tiny-roberta", "char", tanh_, false, false}};
-    const char* classes[][2] = {{"OpenAIGPTLMHeadModel", "OpenAIGPTLMHeadModel"}, {"GPT2LMHeadModel", "GPT2LMHeadModel"},
-                                {"BertModel", "BertForMaskedLM"}, {"RobertaModel", "RobertaForMaskedLM"}};
-    int case_no = 0;
-    for (const m_ExportCase& k : cases) {
-        CAPTURE(k.preset);
-        CAPTURE(k.tokenizer);
-        CAPTURE(activation_name(k.activation));
-        CAPTURE(k.bias);
-        CAPTURE(k.mlm_head);
-        const Tokenizer tok = m_export_tokenizer(k.tokenizer);
-        const Config c = m_export_config(k, tok);
-        REQUIRE(hf_export_problem(c) == "");
-        Params<float> p = m_model<float>(c, 31 + case_no, 0.05);
-        const std::string dir = m_path("i12_export_" + std::to_string(case_no++));
-        const HfExport done = export_hf(dir, c, p, tok.metadata());
-        const int row = c.variant == Variant::gpt ? 0 : c.variant == Variant::gpt2 ? 1 : c.variant == Variant::bert ? 2 : 3;
-        CHECK(done.architecture == classes[row][c.mlm_head ? 1 : 0]);
-        // config.json: the class, the shapes and the activation under the class's own keys.
-        const Json j = parse_json(m_read(dir + "/config.json"));
-        CHECK(j.get("architectures")->arr.at(0).str == done.architecture);
-        CHECK(j.get("model_type")->str == done.model_type);
-        CHECK(j.get("vocab_size")->num == c.V);
-        if (c.variant == Variant::gpt) {
-            CHECK(j.get("afn")->str == (c.activation == relu ? "relu" : "gelu"));
-            CHECK(j.get("n_positions")->num == c.n_ctx);
-            CHECK(j.get("n_head")->num == c.A);
-            CHECK(j.get("layer_norm_epsilon")->num == c.eps);
-        } else if (!is_causal(c.variant)) {
-            const char* act[] = {"quick_gelu", "gelu_new", "gelu", "relu"};
-            const int a = c.activation == sig ? 0 : c.activation == tanh_ ? 1 : c.activation == erf ? 2 : 3;
-            CHECK(j.get("hidden_act")->str == act[a]);
-            CHECK(j.get("num_attention_heads")->num == c.A);
-            CHECK(j.get("intermediate_size")->num == c.F);
-            CHECK(j.get("layer_norm_eps")->num == c.eps);
-            CHECK(j.get("type_vocab_size")->num == (c.variant == Variant::bert ? 2 : 1));
-            if (c.variant == Variant::roberta) {
-                CHECK(j.get("pad_token_id")->num == c.pad_id);
-                CHECK(j.get("max_position_embeddings")->num == c.n_ctx + c.pad_id + 1);
-            } else {
-                CHECK(j.get("max_position_embeddings")->num == c.n_ctx);
-            }
-        }
-        // The file's names: the class's prefix and head, the tied decoder left out.
-        const SafeTensors st = load_safetensors(dir + "/model.safetensors");
-        CHECK(st.metadata.at("format") == "pt");
-        if (c.variant == Variant::gpt) {
-            REQUIRE(st.find("transformer.h.1.attn.c_attn.weight"));
-            CHECK((*st.find("transformer.h.1.attn.c_attn.weight"))(3, c.H + c.D + 2) == p.layers[1].attn.W_K[1](3, 2));
-            CHECK(!st.find("lm_head.weight"));
-        }
-        if (!is_causal(c.variant)) {
-            const bool roberta = c.variant == Variant::roberta;
-            const std::string pre = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
-            const Tensor<float>* q = st.find(pre + "encoder.layer.1.attention.self.query.weight");
-            REQUIRE(q);
-            CHECK(q->shape == std::vector<int>{c.A * c.D, c.H});
-            CHECK((*q)(1 * c.D + 2, 3) == p.layers[1].attn.W_Q[1](3, 2));  // out x in: head 1's column 2, input 3
-            const Tensor<float>* tt = st.find(pre + "embeddings.token_type_embeddings.weight");
-            REQUIRE(tt);
-            if (!roberta) CHECK(((*tt)(0, 1) == p.w_A[1] && (*tt)(1, 1) == p.w_B[1]));  // t_i = 0 -> w_A
-            if (roberta && c.pad_id >= 0) CHECK((*st.find(pre + "embeddings.position_embeddings.weight"))(c.pad_id, 2) == p.w_pad[2]);
-            const std::string head = roberta ? "lm_head." : "cls.predictions.";
-            CHECK(!st.find(head + "decoder.weight"));
-            CHECK(static_cast<bool>(st.find(head + "bias")) == c.mlm_head);
-            CHECK(static_cast<bool>(st.find(pre + "pooler.dense.weight")) == c.pooler);
-        }
-        // Read back: the same config and every tensor bit for bit (absent attention biases as zeros).
-        LoadedModel lm = load_model(dir + "/model.safetensors");
-        const Config& r = lm.config;
-        CHECK(r.variant == c.variant);
-        CHECK(r.activation == c.activation);
-        CHECK(r.eps == c.eps);
-        CHECK((r.V == c.V && r.H == c.H && r.F == c.F && r.D == c.D && r.L == c.L && r.A == c.A && r.n_ctx == c.n_ctx));
-        CHECK((r.cls_id == c.cls_id && r.sep_id == c.sep_id && r.mask_id == c.mask_id && r.pad_id == c.pad_id));
-        CHECK((r.emb_ln == c.emb_ln && r.mlm_head == c.mlm_head && r.pooler == c.pooler));
-        CHECK(r.attn_bias);
-        for (auto& nt : named_tensors(c, p)) {
-            CAPTURE(nt.name);
-            const Tensor<float>* back = m_tensor_named(r, lm.params, nt.name);
-            REQUIRE(back);
-            CHECK(m_bits_equal(*nt.tensor, *back));
-        }
-        if (!c.attn_bias)
-            for (auto& y : lm.params.layers) {
-                for (float v : y.attn.b_O.data) CHECK(v == 0.0f);
-                for (auto& b : y.attn.b_Q) CHECK(std::all_of(b.data.begin(), b.data.end(), [](float v) { return v == 0.0f; }));
-            }
-        Batch b = m_batch(c, 5);
-        for (int& x : b.tokens)  // ids of this vocabulary (the batch's 0..9 may be special here)
-            if (x == 4 && c.pad_id >= 0) x = c.pad_id;  // RoBERTa's <pad> inside: w_pad's row
-        CHECK(m_bits_equal(model_forward(c, p, b), model_forward(r, lm.params, b)));
-        CHECK(model_loss(c, p, b) == model_loss(r, lm.params, b));
-        // The tokenizer comes back with the model, and its files say the same.
-        const Tokenizer back = tokenizer_of(lm.file.metadata, dir);
-        CHECK(back.kind == tok.kind);
-        const std::string text = k.tokenizer == "char" ? m_PROBE : m_PROBE + " hello lower [MASK] <mask>";
-        CHECK(back.encode(text) == tok.encode(text));
-        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
-        const Json* model = tj.get("model");
-        REQUIRE(model);
-        const Json* vocab = model->get("vocab");
-        REQUIRE(vocab);
-        CHECK((int)vocab->obj.size() == tok.size());
-        const Json tc = parse_json(m_read(dir + "/tokenizer_config.json"));
-        if (k.tokenizer == "char") {
-            CHECK(model->get("type")->str == "BPE");
-            CHECK(model->get("merges")->arr.empty());
-            for (int id = 0; id < tok.size(); id++) CHECK(vocab->get(bytes_to_unicode(tok.chars.chars[id]))->num == id);
-            CHECK(tc.get("tokenizer_class")->str == "PreTrainedTokenizerFast");
-            CHECK(tj.get("added_tokens")->arr.size() == (is_causal(c.variant) ? 0u : 3u));
-            CHECK(!m_exists(dir + "/vocab.json"));
-        } else if (k.tokenizer == "bert-wordpiece") {
-            CHECK(m_read(dir + "/vocab.txt") == m_WP_VOCAB);
-            CHECK(model->get("type")->str == "WordPiece");
-            CHECK(vocab->get("##aff")->num == 12);
-            CHECK(tc.get("tokenizer_class")->str == "BertTokenizer");
-            CHECK(tc.get("do_lower_case")->b);
-            CHECK(tj.get("normalizer")->get("lowercase")->b);
-        } else {
-            CHECK(m_read(dir + "/vocab.json") == tok.encoder_json);
-            const std::string merges = m_read(dir + "/merges.txt");
-            CHECK(merges.rfind("#version", 0) == 0);
-            CHECK(merges.back() == '\n');
-            CHECK(model->get("merges")->arr.size() == (k.tokenizer == "gpt1-bpe" ? 7u : k.tokenizer == "roberta-bpe" ? 1u : 4u));
-            CHECK(model->get("merges")->arr.at(0).str == (k.tokenizer == "gpt1-bpe" ? "l o" : "h e"));
-            CHECK(model->get("end_of_word_suffix")->str == (k.tokenizer == "gpt1-bpe" ? "</w>" : ""));
-            const char* cls = k.tokenizer == "gpt1-bpe" ? "OpenAIGPTTokenizer" : k.tokenizer == "roberta-bpe" ? "RobertaTokenizer" : "GPT2Tokenizer";
-            CHECK(tc.get("tokenizer_class")->str == cls);
-            CHECK(!m_exists(dir + "/vocab.txt"));
-        }
-    }
-}
-
-TEST_CASE("export: refusals name the reason (gpt3, a gpt activation or width the class lacks, no embedding LayerNorm)") {
-    Params<float> none;
-    M_CHECK_TF_ERROR(export_hf(m_path("i12_never"), preset("tiny-gpt3"), none), "gpt3", "GPTNeoForCausalLM", "1/sqrt(D)");
-    Config gpt = preset("tiny-gpt");
-    gpt.activation = Activation::gelu_sigmoid;
-    CHECK(m_contains(hf_export_problem(gpt), "relu, silu and gelu"));
-    CHECK(m_contains(hf_export_problem(gpt), "gelu_sigmoid"));
-    gpt.activation = Activation::gelu_erf;
-    CHECK(m_contains(hf_export_problem(gpt), "gelu_erf"));
-    gpt.activation = Activation::relu, gpt.F = 3 * gpt.H;
-    CHECK(m_contains(hf_export_problem(gpt), "4 n_embd"));
-    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
-        CAPTURE(name);
-        Config c = preset(name);
-        CHECK(m_contains(hf_export_problem(c), "embeddings.LayerNorm"));
-        CHECK(m_contains(hf_export_problem(c), "--mlm-head"));
-        c.emb_ln = true;  // BertModel / RobertaModel: only with a pooler (see the case below)
-        c.pooler = true;
-        CHECK(hf_export_problem(c) == "");
-        c.W_y_rows = c.H, c.W_y_cols = 2;
-        CHECK(m_contains(hf_export_problem(c), "W_y"));
-    }
-    Config odd = preset("tiny-gpt2");
-    odd.D = odd.H / odd.A + 1;
-    CHECK(m_contains(hf_export_problem(odd), "D = H / A"));
-    CHECK(!m_exists(m_path("i12_never")));
-    // A recorded tokenizer that does not fit the model is an error before anything is written.
-    Config g2 = preset("tiny-gpt2");
-    Params<float> p = make_params<float>(g2);
-    M_CHECK_TF_ERROR(export_hf(m_path("i12_unfit"), g2, p, m_export_tokenizer("gpt2-bpe").metadata()), "recorded tokenizer", "V = 13");
-    CHECK(!m_exists(m_path("i12_unfit")));
-}
-
-TEST_CASE("CLI: train a BERT and a RoBERTa with --mlm-head, export, and read back the same loss and tokens") {
-    const std::string dir = m_path("i12_cli");
-    m_make_dir(dir);
-    const std::string data = dir + "/data.txt";
-    std::string text;
-    for (int i = 0; i < 30; i++) text += m_PROBE;
-    m_write(data, text);
-    m_write(dir + "/probe.txt", m_PROBE);
-    const std::string common = " --data " + data + " --steps 2 --warmup 1 --layers 1 --heads 2 --embd 16 --block 16 --eval-every 0 --quiet";
-    struct Run {
-        std::string name, flags, cls;
-    };
-    const std::vector<Run> runs = {{"bert", "--model bert --mlm-head --activation relu", "BertForMaskedLM"},
-                                   {"roberta", "--model roberta --mlm-head --attn-bias --activation gelu_tanh", "RobertaForMaskedLM"},
-                                   {"gpt", "--model gpt --activation gelu_tanh", "OpenAIGPTLMHeadModel"}};
-    for (const Run& run : runs) {
-        CAPTURE(run.name);
-        const std::string ck = dir + "/" + run.name + ".safetensors", hf = dir + "/hf_" + run.name;
-        m_run_ok("train " + run.flags + common + " --out " + ck);
-        const LoadedModel orig = load_model(ck, {"adam."});
-        CHECK(orig.config.mlm_head == (run.name != "gpt"));
-        CHECK(orig.config.emb_ln == (run.name != "gpt"));
-        const m_Run e = m_run_ok("export --checkpoint " + ck + " --out " + hf);
-        CHECK(m_contains(e.out, run.cls));
-        CHECK(m_contains(e.out, hf + "/tokenizer.json"));
-        const std::string masked = run.name == "gpt" ? "" : " --masked 2,5";
-        const m_Run a = m_run_ok("grad --checkpoint " + ck + " --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g1.st");
-        const m_Run b = m_run_ok("grad --checkpoint " + hf + "/model.safetensors --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g2.st");
-        CHECK(a.out.substr(0, a.out.find('\n')) == b.out.substr(0, b.out.find('\n')));  // "loss X", printed to 9 digits
-        const m_Run ta = m_run_ok("tokenize --checkpoint " + ck + " --file " + dir + "/probe.txt");
-        const m_Run tb = m_run_ok("tokenize --checkpoint " + hf + "/model.safetensors --file " + dir + "/probe.txt");
-        CHECK(ta.out == tb.out);
-        std::string ids;
-        for (int id : tokenizer_of(orig.file.metadata, ck).encode(m_PROBE)) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-        CHECK(ta.out == ids + "\n");
-    }
-    m_cli_fails("train --model gpt2 --mlm-head" + common + " --out " + dir + "/x.safetensors", "apply to bert and roberta");
-    m_cli_fails("init --preset tiny-gpt --mlm-head --out " + dir + "/x.safetensors", "apply to bert and roberta");
-    m_run_ok("init --preset tiny-bert --mlm-head --out " + dir + "/init.safetensors");
-    CHECK(load_model(dir + "/init.safetensors").config.mlm_head);
-    m_cli_fails("tokenize --checkpoint " + dir + "/init.safetensors --text hi", "records no tokenizer");
-    m_cli_fails("tokenize --text hi", "missing flag --vocab");
-}
-
-// ================================================================================================
-// What a new user's bad inputs and exports showed: the export's classes and tokenizer, interrupted
-// exports, help, printed commands, wording, the next token's distribution
-// ================================================================================================
-TEST_CASE("export: a BERT or RoBERTa without the masked-LM head and without a pooler is refused: BertModel would load pooler.dense with random weights") {
-    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
-        CAPTURE(name);
-        Config c = preset(name);
-        c.emb_ln = true;
-        const std::string problem = hf_export_problem(c);
-        CHECK(m_contains(problem, std::string(c.variant == Variant::bert ? "BertModel" : "RobertaModel") + " has a pooler (pooler.dense)"));
-        CHECK(m_contains(problem, "random weights"));
-        CHECK(m_contains(problem, "--mlm-head"));
-        const std::string dir = m_path(std::string("nopool_") + name);
-        const Params<float> p = m_model<float>(c, 3, 0.1);
-        M_CHECK_TF_ERROR(export_hf(dir, c, p), "pooler.dense", "random weights");
-        CHECK_FALSE(m_exists(dir));
-        c.pooler = true;  // a released encoder's pooler: BertModel / RobertaModel then hold every weight
-        CHECK(hf_export_problem(c) == "");
-        c.pooler = false, c.mlm_head = true;  // BertForMaskedLM / RobertaForMaskedLM have no pooler
-        CHECK(hf_export_problem(c) == "");
-    }
-    // The command line: a RoBERTa trained with --emb-ln alone is refused, and nothing is created.
-    const std::string ck = m_path("nopool.safetensors"), out = m_path("nopool_hf");
-    m_run_ok("train --model roberta --emb-ln --data " + m_text_file() +
-             " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
-    m_cli_fails("export --checkpoint " + ck + " --out " + out,
-                "RobertaModel has a pooler (pooler.dense) and this model has none, so Hugging Face would load it with random weights");
-    CHECK_FALSE(m_exists(out));
-}
-
-TEST_CASE("export: a character model's tokenizer.json refuses a byte outside its vocabulary, as tokenize does (its unk_token is no token of it)") {
-    const CharVocab v = CharVocab::from_text("the cat sat\n");
-    for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
-        CAPTURE(name);
-        Config c = preset(name);
-        const bool masked = !is_causal(c.variant);
-        c.V = v.size() + (masked ? 3 : 0);
-        if (masked) c.cls_id = v.size(), c.sep_id = v.size() + 1, c.mask_id = v.size() + 2, c.emb_ln = c.mlm_head = true;
-        Params<float> p = m_model<float>(c, 7, 0.05);
-        const std::string ck = m_path(std::string("charunk_") + name + ".st"), dir = m_path(std::string("charunk_") + name);
-        save_model(ck, c, p, {{"vocab", v.to_metadata()}});
-        m_run_ok("export --checkpoint " + ck + " --out " + dir);
-        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
-        const Json* model = tj.get("model");
-        REQUIRE(model);
-        // With "unk_token": null the tokenizers library drops an unknown byte without a word; a name
-        // that is not in the vocabulary makes it fail ("Unk token `...` not found in the vocabulary").
-        const Json* unk = model->get("unk_token");
-        REQUIRE(unk);
-        REQUIRE(unk->type == Json::string);
-        CHECK(unk->str == HF_CHAR_OUTSIDE);
-        CHECK(model->get("vocab")->get(unk->str) == nullptr);
-        for (const Json& added : tj.get("added_tokens")->arr) CHECK(added.get("content")->str != unk->str);
-        CHECK_FALSE(model->get("fuse_unk")->b);
-        CHECK_FALSE(model->get("byte_fallback")->b);
-        // transformer tokenize refuses such a text, from the checkpoint and from the export alike.
-        for (const std::string& from : {ck, dir + "/model.safetensors"}) {
-            m_cli_fails({"tokenize", "--checkpoint", from, "--text", "the\tcat"}, "character U+0009 at byte 3 (line 1, column 4) of --text is not in the model's vocabulary");
-            CHECK(m_run_ok("tokenize --checkpoint " + from + " --text 'the cat'").out != "");
-        }
-    }
-}
-
-TEST_CASE("CLI: help for an unknown command and an unknown flag followed by --help are errors that name them" * doctest::test_suite("command line")) {
-    m_cli_fails("help nosuch", "unknown command 'nosuch' (the commands: train,");
-    m_cli_fails("--help nosuch", "unknown command 'nosuch'");
-    m_cli_fails("help train extra", "takes one command, got 'extra' after 'train'");
-    m_cli_fails("train --bogus --help", "unknown flag --bogus for train (its flags: --model, --layers");
-    m_cli_fails("train --help --bogus", "unknown flag --bogus for train");
-    m_cli_fails("sample --bogus", "unknown flag --bogus for sample");
-    m_cli_fails("export --bogus=1 --checkpoint x", "unknown flag --bogus for export");
-    m_cli_fails("init --emb-ln=maybe --bogus", "--emb-ln is a switch");  // a known flag's value is checked as before
-    CHECK(m_run_ok("help train").out == m_run_ok("train --help").out);
-    CHECK(m_run_ok("help").out == m_run_ok("--help").out);
-}
-
-TEST_CASE("CLI: every command line it prints starts with the program as it was run (argv[0], quoted for the shell)" * doctest::test_suite("command line")) {
-    // As the tests run it, ./transformer: no bare "transformer " starts a printed command.
-    CHECK(m_contains(m_run_ok("sample --help").out, "example:\n  " + std::string(m_PROGRAM) + " sample --checkpoint"));
-    CHECK_FALSE(m_contains(m_run_ok("--help").out, "usage: transformer "));
-    M_SKIP_ON_WINDOWS("a symbolic link to the program (a name with a space), which Windows makes only with a privilege");
-    const std::string program = std::filesystem::current_path().generic_string() + "/" + std::string(m_PROGRAM).substr(2);  // m_PROGRAM is ./NAME
-    const std::string link = m_path("my tf"), quoted = "'" + link + "'";  // a space: the printed name must be quoted
-    std::remove(link.c_str());
-    REQUIRE(m_make_symlink(program, link));
-    auto run = [&](const std::string& args) {
-        std::vector<std::string> argv = {link};
-        for (const std::string& word : m_words(args)) argv.push_back(word);
-        return m_capture(argv, m_path("argv0"));
-    };
-    const m_Run overview = run("--help");
-    CHECK(overview.status == 0);
-    CHECK(m_contains(overview.out, "usage: " + quoted + " COMMAND [flags]   (" + quoted + " COMMAND --help"));
-    const m_Run train = run("train --help");
-    CHECK(m_contains(train.out, "usage: " + quoted + " train [flags]"));
-    CHECK(m_contains(train.out, "example:\n  " + quoted + " train --data "));
-    const m_Run bad = run("nosuch");
-    CHECK(bad.status == 1);
-    CHECK(m_contains(bad.err, "; " + quoted + " --help describes them"));
-    const m_Run ex = run("explain --preset tiny-gpt --tokens 1,2");
-    INFO("explain's stderr: " << ex.err);
-    CHECK(m_contains(ex.out, "`" + quoted + " grad` writes every gradient"));
-}
-
-TEST_CASE("StagedDir: until commit only staged files exist; without commit a new directory is removed and an existing one is as it was" * doctest::test_suite("platform")) {
-    const std::string fresh = m_path("staged_new");
-    {
-        StagedDir s(fresh);
-        CHECK(s.created());
-        write_file_atomic(s.stage("a.txt"), "A");
-        CHECK(m_exists(fresh));
-        CHECK_FALSE(m_exists(fresh + "/a.txt"));
-    }
-    CHECK_FALSE(m_exists(fresh));
-    const std::string old = m_path("staged_old");
-    m_make_dir(old);
-    m_write(old + "/a.txt", "old A");
-    m_write(old + "/c.txt", "old C");
-    {
-        StagedDir s(old);
-        CHECK_FALSE(s.created());
-        write_file_atomic(s.stage("a.txt"), "new A");
-        write_file_atomic(s.stage("b.txt"), "B");
-        CHECK(m_contains(s.failure("cannot write '" + old + "/.a.txt.staged." + std::to_string(process_id()) + "'"),
-                         "cannot write '" + old + "/a.txt'; '" + old + "' unchanged"));
-    }
-    CHECK(m_read(old + "/a.txt") == "old A");
-    CHECK(m_names_in(old, ".").empty());
-    CHECK_FALSE(m_exists(old + "/b.txt"));
-    {
-        StagedDir s(old);
-        write_file_atomic(s.stage("a.txt"), "new A");
-        write_file_atomic(s.stage("b.txt"), "B");
-        s.commit({"c.txt", "d.txt"});  // c.txt an earlier run's, removed; d.txt absent
-    }
-    CHECK(m_read(old + "/a.txt") == "new A");
-    CHECK(m_read(old + "/b.txt") == "B");
-    CHECK_FALSE(m_exists(old + "/c.txt"));
-    CHECK(m_names_in(old, ".").empty());
-    StagedDir one(m_path("staged_one"));
-    M_CHECK_TF_ERROR(StagedDir(m_path("staged_two")), "another staged directory");
-    CHECK_FALSE(m_exists(m_path("staged_two")));
-    CHECK(path_in_dir("hf/", "model.safetensors") == "hf/model.safetensors");
-    CHECK(path_in_dir("hf//", "config.json") == "hf/config.json");
-    CHECK(path_in_dir("/", "x") == "/x");
-}
-
-TEST_CASE("export: an error midway (a write that fails) leaves no new directory, and an earlier export as it was") {
-    M_SKIP_ON_WINDOWS("a POSIX shell's ulimit -f (a file size limit) on the program");
-    const std::string ck = m_path("mid.st"), ck2 = m_path("mid2.st");
-    m_run_ok("init --preset tiny-gpt2 --out " + ck);
-    m_run_ok("init --preset tiny-gpt2 --seed 2 --out " + ck2);
-    // A file size limit (SIGXFSZ ignored, so the write fails with EFBIG) stops the first file.
-    auto limited = [&](const std::string& args) {
-        m_Run r;
-        const std::string base = m_path("mid_run");
-        const std::string cmd = "sh -c \"trap '' XFSZ; ulimit -f 2; exec " + std::string(m_PROGRAM) + " " + args + "\" > " + base +
-                                ".out 2> " + base + ".err";
-        const int st = std::system(cmd.c_str());
-        r.status = m_system_status(st);
-        r.err = m_read(base + ".err");
-        return r;
-    };
-    const std::string fresh = m_path("mid_new");
-    const m_Run a = limited("export --checkpoint " + ck + " --out " + fresh);
-    INFO("stderr: " << a.err);
-    CHECK(a.status == 1);
-    CHECK(m_contains(a.err, "error: cannot write '" + fresh + "/model.safetensors'"));  // the file asked for, not the staged name
-    CHECK(m_contains(a.err, "nothing written ('" + fresh + "' not created)"));
-    CHECK_FALSE(m_exists(fresh));
-    const std::string earlier = m_path("mid_old");
-    m_run_ok("export --checkpoint " + ck + " --out " + earlier);
-    const std::string model = m_read(earlier + "/model.safetensors"), config = m_read(earlier + "/config.json");
-    const m_Run b = limited("export --checkpoint " + ck2 + " --out " + earlier);
-    INFO("stderr: " << b.err);
-    CHECK(b.status == 1);
-    CHECK(m_contains(b.err, "'" + earlier + "' unchanged"));
-    CHECK(m_read(earlier + "/model.safetensors") == model);
-    CHECK(m_read(earlier + "/config.json") == config);
-    CHECK(m_names_in(earlier, ".").empty());
-    const std::string empty = m_path("mid_empty");  // an empty directory of the user's stays
-    m_make_dir(empty);
-    CHECK(limited("export --checkpoint " + ck + " --out " + empty).status == 1);
-    CHECK(m_exists(empty));
-    CHECK(m_names_in(empty, "").empty());
-}
-
-TEST_CASE("export: SIGINT or SIGTERM while it writes leaves no new directory and no file behind" * doctest::test_suite("model files (long)") * doctest::skip()) {
-    M_SKIP_ON_WINDOWS("POSIX signals (SIGINT, SIGTERM) sent to a running program");
-    // A model of some 60 MB, so that the signal arrives while the files are written.
-    Config c = preset("tiny-gpt2");
-    c.V = 60000, c.H = 256, c.A = 4, c.D = 64, c.F = 1024, c.L = 1;
-    validate(c);
-    Params<float> p = make_params<float>(c);
-    init_params(c, p, 1);
-    const std::string dir = m_path("sigexp");
-    m_make_dir(dir);
-    const std::string ck = dir + "/big.st";
-    save_model(ck, c, p);
-    int caught = 0;
-    for (const int sig : {SIGINT, SIGTERM, SIGINT, SIGTERM}) {
-        CAPTURE(sig);
-        const std::string out = dir + "/hf", base = dir + "/log";
-        std::filesystem::remove_all(out);  // the directory that appears is this run's
-        m_Child run = m_start("export --checkpoint " + ck + " --out " + out, base);
-        m_Exit e;
-        bool ended = false;
-        for (int k = 0; k < 20000 && !m_exists(out); k++) {  // until the directory appears (at most 20 s)
-            if (m_wait(run, e, false)) {
-                ended = true;
-                break;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-        if (!ended) {
-            m_send_signal(run, sig);
-            REQUIRE(m_wait(run, e));
-        }
-        INFO("stderr: " << m_read(base + ".err"));
-        if (e.signal && !m_exists(out + "/config.json")) {  // stopped while it wrote: the handler removed what it made
-            CHECK(e.signal == sig);
-            CHECK_FALSE(m_exists(out));
-            caught++;
-        } else if (e.signal) {  // the signal waited for the renames into place: a whole export
-            CHECK(m_exists(out + "/model.safetensors"));
-            CHECK(m_names_in(out, ".").empty());
-            std::filesystem::remove_all(out);
-        } else {  // it finished first: a whole export
-            CHECK(e.exited);
-            CHECK(e.status == 0);
-            CHECK(m_exists(out + "/config.json"));
-            std::filesystem::remove_all(out);
-        }
-        CHECK(m_names_in(dir, ".").empty());
-    }
-    CHECK_MESSAGE(caught >= 1, "no signal arrived while export ran (each run finished first)");
-}
-
-TEST_CASE("CLI help: train's --init-from names GPT-1, export says what each variant needs, the README lists every command and the build's level" * doctest::test_suite("command line")) {
-    const std::string train = m_run_ok("train --help").out;
-    const std::string init_from = train.substr(train.find("  --init-from "), train.find('\n', train.find("  --init-from ")) - train.find("  --init-from "));
-    CHECK(m_contains(init_from, "GPT-1 (openai-gpt), GPT-2, BERT or RoBERTa"));
-    CHECK(m_contains(init_from, "config.json"));
-    const std::string exp = m_run_ok("export --help").out;
-    CHECK(m_contains(exp, "gpt trained with --activation relu or gelu_tanh and F = 4 H"));
-    CHECK(m_contains(exp, "--mlm-head"));
-    CHECK(m_contains(exp, "pooler"));
-    const std::string readme = m_read("README.md");
-    REQUIRE_FALSE(readme.empty());
-    for (const std::string& cmd : m_COMMANDS) CHECK_MESSAGE(m_contains(readme, "| `" + cmd + "` |"), "README's command table lacks " << cmd);
-    CHECK_MESSAGE(m_contains(readme, "| `strip` |"), "README's command table lacks strip");
-    // The optimisation level the README names is the Makefile's.
-    const std::string makefile = m_read("Makefile");
-    const std::size_t defined = makefile.find("\nLEVEL "), level = makefile.find("-O", defined);
-    REQUIRE(defined != std::string::npos);
-    REQUIRE(level < makefile.find('\n', defined + 1));
-    const std::string O = makefile.substr(level, 3);  // "-O2"
-    CHECK(m_contains(readme, "`" + O + " "));
-    for (const char* other : {"-O0 -march", "-O1 -march", "-O2 -march", "-O3 -march"})
-        if (std::string(other).substr(0, 3) != O) CHECK_MESSAGE(!m_contains(readme, other), "README names " << other << "; the Makefile builds " << O);
-}
-
-TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the masked-LM head, box by box, equals model_forward and model_loss" * doctest::test_suite("teaching")) {
-    for (const char* name : {"tiny-bert", "tiny-roberta"})
-        for (const bool head : {false, true}) {
-            CAPTURE(name);
-            CAPTURE(head);
-            Config c = preset(name);
-            c.emb_ln = true, c.mlm_head = head;
-            const Batch b = m_explain_batch(c);
-            const Params<double> p = m_model<double>(c, 23, 0.2);
-            const Explained<double> e = explain(c, p, b, 64);
-            m_check_explained_against_model(c, p, b, e);
-            // The extra boxes, with the values the model computes.
-            std::map<std::string, std::vector<double>> shown;
-            std::vector<std::string> boxes;
-            for (const ExplainStep& s : e.steps) {
-                boxes.push_back(s.box);
-                for (const ExplainTensor& t : s.out) shown[t.name] = t.first;
-            }
-            auto has_box = [&](const std::string& box) { return std::find(boxes.begin(), boxes.end(), box) != boxes.end(); };
-            CHECK(has_box("Embedding LayerNorm"));
-            CHECK(has_box("Backward: Embedding LayerNorm"));
-            CHECK(has_box("Masked-LM head") == head);
-            CHECK(has_box("Backward: masked-LM head") == head);
-            ForwardCache<double> k;
-            ForwardOptions keep;
-            keep.keep_sublayers = true;
-            model_forward(c, p, b, &k, keep);
-            const Tensor<double>& X0 = k.blocks[0].attn_in;  // X^(0) = LayerNorm_e(E), the first block's input
-            for (std::size_t i = 0; i < shown["X^(0)"].size(); i++) CHECK(shown["X^(0)"][i] == doctest::Approx(X0[i]).epsilon(1e-12));
-            for (std::size_t i = 0; i < shown["dgamma_e"].size(); i++) CHECK(shown["dgamma_e"][i] == doctest::Approx(e.g.gamma_e[i]).epsilon(1e-9));
-            if (head) {
-                for (std::size_t i = 0; i < shown["X_t"].size(); i++) CHECK(shown["X_t"][i] == doctest::Approx(k.mlm.X_t[i]).epsilon(1e-12));
-                for (std::size_t i = 0; i < shown["dW_t"].size(); i++) CHECK(shown["dW_t"][i] == doctest::Approx(e.g.W_t[i]).epsilon(1e-9));
-                for (std::size_t i = 0; i < shown["db_z"].size(); i++) CHECK(shown["db_z"][i] == doctest::Approx(e.g.b_z[i]).epsilon(1e-9));
-            }
-        }
-    // The command line, on a checkpoint init wrote with the head.
-    const std::string ck = m_path("explain_mlm.st");
-    m_run_ok("init --preset tiny-roberta --mlm-head --out " + ck);
-    const m_Run r = m_run_ok("explain --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3");
-    CHECK(m_contains(r.out, "Embedding LayerNorm:  X^(0) = LayerNorm_e(E)"));
-    CHECK(m_contains(r.out, "Masked-LM head:  U = X^(2) W_t + Stack_n(b_t)"));
-    CHECK(m_contains(r.out, "Output:  Z = MLMHead(X^(2)) = X_t W_e^T + Stack_n(b_z)"));
-    const m_Run g = m_run_ok("grad --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3 --out " + m_path("explain_mlm_g.st"));
-    const std::string loss = g.out.substr(0, g.out.find('\n'));  // "loss X"
-    CHECK(m_contains(r.out, "\n" + loss + " (model_loss"));
-}
-
-TEST_CASE("CLI: wording: numbers as written, singular panels, one slash in paths, a divergence hint that fits --grad-clip, masked cells' P" * doctest::test_suite("command line")) {
-    // A number in an error as it was written, not std::to_string's "-1.000000".
-    const std::string ck = m_path("wording.st");
-    m_run_ok("train --data " + m_text_file() + " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --temperature -1", "--temperature must be >= 0 (0 = greedy), got -1");
-    CHECK_FALSE(m_contains(m_run("sample --checkpoint " + ck + " --prompt the --temperature -1").err, "-1.000000"));
-    m_cli_fails("train --lr -1 --steps 1", "--lr must be > 0, got -1");
-    m_cli_fails("train --lr 0.1 --min-lr 0.5 --steps 1", "--min-lr must be in [0, --lr] = [0, 0.1], got 0.5");
-    m_cli_fails("train --beta2 1.5 --steps 1", "--beta2 must be in [0, 1), got 1.5");
-    m_cli_fails("train --grad-clip -2 --steps 1", "--grad-clip must be >= 0 (0 = off), got -2");
-    m_cli_fails("train --dropout 1 --steps 1", "--dropout must be in [0, 1), got 1");
-    // One panel, one token.
-    const m_Run one = m_run_ok("attention --checkpoint " + ck + " --tokens 1 --layer 1 --head 1 --out " + m_path("one.svg"));
-    CHECK(m_contains(one.out, ": 1 panel ("));
-    CHECK(m_contains(one.out, ", 1 token\n"));
-    // A directory given with a trailing slash: one slash in every path printed.
-    const m_Run ex = m_run_ok("export --checkpoint " + ck + " --out " + m_path("slash_hf") + "/");
-    CHECK(m_contains(ex.out, "wrote " + m_path("slash_hf") + "/model.safetensors, "));
-    CHECK_FALSE(m_contains(ex.out, "//"));
-    const m_Run bp = m_run_ok("bpe --data " + m_text_file() + " --merges 5 --quiet --out " + m_path("slash_bpe") + "/");
-    CHECK(m_contains(bp.out, "wrote " + m_path("slash_bpe") + "/encoder.json ("));
-    CHECK_FALSE(m_contains(bp.out, "//"));
-    // Divergence: with clipping off the hint does not say to lower it.
-    const std::string flags = " --data " + m_text_file() + " --steps 20 --warmup 0 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 "
-                              "--quiet --lr 1e30 --min-lr 0 --out " + m_path("diverged.st");
-    const m_Run off = m_run(std::string("train") + flags + " --grad-clip 0");
-    CHECK(off.status == 1);
-    CHECK(m_contains(off.err, "Lower --lr, or clip the gradient (--grad-clip 1)?"));
-    CHECK_FALSE(m_contains(off.err, "or --grad-clip?"));
-    const m_Run on = m_run(std::string("train") + flags + " --grad-clip 1");
-    CHECK(on.status == 1);
-    CHECK(m_contains(on.err, "Lower --lr or --grad-clip?"));
-    // The attention picture's masked cells show P = 0; the masks picture keeps the mask's -inf.
-    const Config c = preset("tiny-gpt2");
-    const Params<float> p = m_model<float>(c, 3, 0.1);
-    const std::vector<HeatPanel> panels = attention_panels(c, p, {1, 2, 3}, {"a", "b", "c"}, 1, 1);
-    const std::string att = heatmap_svg(panels, 1, "t", {}, true);
-    CHECK(m_contains(att, "class='masked' fill='url(#hatch)'><title>0 (masked: Mask_ij = -inf)</title>"));
-    CHECK_FALSE(m_contains(att, "<title>-inf</title>"));
-    for (const m_SvgPanel& q : m_svg_panels(att))
-        for (std::size_t a = 0; a < q.masked.size(); a++)
-            if (q.masked[a]) CHECK(q.values[a] == 0.0);
-    CHECK(m_contains(masks_svg(4, 2, 2, {0, 1, 2, 3}), "<title>-inf</title>"));
-}
-
-TEST_CASE("sample --top-probs: the K most likely next tokens with Softmax(z) of model_forward's last row, sorted, summing to at most 1" * doctest::test_suite("runs")) {
-    Config c = preset("tiny-gpt2");
-    const CharVocab v = CharVocab::from_text("the cat sat on a mat\n");
-    c.V = v.size();
-    Params<float> p = m_model<float>(c, 41, 0.5);
-    const std::string ck = m_path("topprobs.st");
-    save_model(ck, c, p, {{"vocab", v.to_metadata()}});
-    const std::vector<int> x = v.encode("the ca");
-    // Softmax of the last row, in double.
-    Batch b;
-    b.n = (int)x.size(), b.tokens = x;
-    const Tensor<float> Z = model_forward(c, p, b);
-    std::vector<double> P(c.V);
-    double m = -1e300, sum = 0;
-    for (int j = 0; j < c.V; j++) m = std::max(m, (double)Z(b.n - 1, j));
-    for (int j = 0; j < c.V; j++) sum += P[j] = std::exp((double)Z(b.n - 1, j) - m);
-    for (double& q : P) q /= sum;
-    // The library: every id with its probability, most likely first.
-    const std::vector<TokenProb> all = next_token_probs(c, p, x, 1000);
-    REQUIRE((int)all.size() == c.V);
-    double total = 0;
-    for (std::size_t r = 0; r < all.size(); r++) {
-        CHECK(all[r].p == doctest::Approx(P[all[r].id]).epsilon(1e-12));
-        if (r) CHECK(all[r - 1].p >= all[r].p);
-        total += all[r].p;
-    }
-    CHECK(total == doctest::Approx(1.0).epsilon(1e-12));
-    // The command: 5 lines of rank, probability, id, token.
-    const m_Run r = m_run_ok("sample --checkpoint " + ck + " --prompt 'the ca' --top-probs 5");
-    std::istringstream lines(r.out);
-    std::string line;
-    std::getline(lines, line);
-    CHECK(m_contains(line, "the next token after 6 tokens: the 5 most likely of V = " + std::to_string(c.V)));
-    std::getline(lines, line);
-    CHECK(line == "rank  probability     id  token");
-    double shown_sum = 0, last = 2;
-    int rank = 0;
-    while (std::getline(lines, line)) {
-        std::istringstream f(line);
-        int k = 0, id = -1;
-        double prob = -1;
-        std::string token;
-        f >> k >> prob >> id >> token;
-        CAPTURE(line);
-        CHECK(k == ++rank);
-        REQUIRE((id >= 0 && id < c.V));
-        CHECK(prob == doctest::Approx(P[id]).epsilon(1e-6).scale(1e-9));
-        CHECK(id == all[rank - 1].id);
-        CHECK(token == token_label(v.decode({id})));
-        CHECK(prob <= last);
-        last = prob, shown_sum += prob;
-    }
-    CHECK(rank == 5);
-    CHECK(shown_sum <= 1.0 + 1e-8);
-    // It draws nothing: the sampling flags do not apply; a count is positive; a GPT only.
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --temperature 0.5", "--temperature does not apply with --top-probs");
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --tokens 4", "--tokens does not apply with --top-probs");
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 0", "--top-probs must be positive, got 0");
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs x", "--top-probs expects an integer, got 'x'");
-    CHECK(m_contains(m_run_ok("sample --help").out, "  --top-probs K  draw nothing"));
-    const std::string bert = m_path("topprobs_bert.st");
-    m_run_ok("init --preset tiny-bert --out " + bert);
-    m_cli_fails("sample --checkpoint " + bert + " --prompt x --top-probs 3", "sample needs a gpt, gpt2 or gpt3 model");
-    M_CHECK_TF_ERROR(next_token_probs(preset("tiny-bert"), m_model<float>(preset("tiny-bert"), 1, 0.1), {1, 2}, 3), "does not predict");
 }
 TEST_SUITE_END();
 
