@@ -71,22 +71,22 @@
 //   PART II. THE MACHINERY
 //     The vectorised forms                            THE FAST MATRIX PRODUCT          fast paths
 //     The C library's functions
-//     Files and failures                              MODEL FILES, PLATFORM            platform
+//     Generation with a key/value cache               TRAINING (generation)            training
+//     Tokenizer: GPT-2's byte-level BPE               TEXT                             text
+//     bpe: learning a byte-level BPE vocabulary
+//     Tokenizers of the released GPT-1 and BERT
+//     The tokenizer of a checkpoint
 //     Checkpoints                                     MODEL FILES                      model files
 //     Released GPT-2 weights
 //     Released GPT-1, BERT and RoBERTa weights
 //     Export to Hugging Face's layout
 //     Export to the Hugging Face classes
 //     What a new user's bad inputs and exports showed
-//     Generation with a key/value cache               TRAINING (generation)            training
 //     Training                                        RUNS                             runs
 //     Starting from a checkpoint's weights
 //     Fine-tuning and XLNet as commands
-//     Tokenizer: GPT-2's byte-level BPE               TEXT                             text
-//     bpe: learning a byte-level BPE vocabulary
-//     Tokenizers of the released GPT-1 and BERT
-//     The tokenizer of a checkpoint
 //     Teaching                                        TEACHING                         teaching
+//     Files and failures                              MODEL FILES, PLATFORM            platform
 //     The command-line program                        main.cpp                         command line
 //     Help, flag checks
 //   The project itself                                the sources, the tools, builds   the project
@@ -1676,6 +1676,288 @@ void m11_strip_metadata(const std::string& from, const std::string& to) {
 // ---- Fixtures the sections share ----------------------------------------------------------------
 // Tokenizers on hand-made vocabularies, explain's batch, the panels of an SVG, the commands, a
 // program started in the background.
+namespace {
+// tiny-bert (or tiny-roberta) with the released BERT's additions switched on.
+Config m_released_bert(const std::string& preset_name, bool pooler) {
+    Config c = preset(preset_name);
+    c.attn_bias = true, c.emb_ln = true, c.mlm_head = true, c.pooler = pooler;
+    c.activation = Activation::gelu_erf;
+    return c;
+}
+}  // namespace
+
+// A command that must succeed; on failure its stderr is the message (in a handout it names the
+// function to implement).
+m_Run m_run_ok(const std::string& args) {
+    const m_Run r = m_run(args);
+    REQUIRE_MESSAGE(r.status == 0, "transformer " << args << "\nstderr: " << r.err);
+    return r;
+}
+
+// Every name in directory `dir` that starts with `prefix` (to find stray temporaries).
+std::vector<std::string> m_names_in(const std::string& dir, const std::string& prefix) {
+    std::vector<std::string> names, out;
+    REQUIRE_MESSAGE(directory_entries(dir, names), "cannot list the directory " << dir);
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names)
+        if (name.rfind(prefix, 0) == 0) out.push_back(name);
+    return out;
+}
+
+namespace {
+// The query, key and value weights and biases of layer y packed as GPT-2's and GPT-1's c_attn
+// (Conv1D: in x out): W = [W_Q^1..W_Q^A | W_K^1.. | W_V^1..] (H x 3H), b likewise.
+void m_pack_c_attn(const Config& c, const Layer<float>& y, Tensor<float>& W, Tensor<float>& b) {
+    const int H = c.H, D = c.D;
+    W = Tensor<float>(H, 3 * H);
+    b = Tensor<float>({3 * H});
+    for (int i = 0; i < c.A; i++) {
+        const Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
+        const Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
+        for (int part = 0; part < 3; part++)
+            for (int d = 0; d < D; d++) {
+                for (int r = 0; r < H; r++) W(r, part * H + i * D + d) = (*Wi[part])(r, d);
+                b[part * H + i * D + d] = (*bi[part])[d];
+            }
+    }
+}
+// The tensors of c/p under GPT-2's names: c_attn = [W_Q^1..W_Q^A | W_K^1.. | W_V^1..] and so on.
+std::vector<std::pair<std::string, Tensor<float>>> m_hf_tensors(const Config& c, const Params<float>& p,
+                                                                const std::string& prefix = "") {
+    std::vector<std::pair<std::string, Tensor<float>>> t;
+    t.push_back({prefix + "wte.weight", p.W_e});
+    t.push_back({prefix + "wpe.weight", p.W_p});
+    for (int l = 0; l < c.L; l++) {
+        const Layer<float>& y = p.layers[l];
+        const std::string h = prefix + "h." + std::to_string(l) + ".";
+        Tensor<float> W, b;
+        m_pack_c_attn(c, y, W, b);
+        t.push_back({h + "ln_1.weight", y.ln_1_gamma});
+        t.push_back({h + "ln_1.bias", y.ln_1_beta});
+        t.push_back({h + "attn.c_attn.weight", W});
+        t.push_back({h + "attn.c_attn.bias", b});
+        t.push_back({h + "attn.c_proj.weight", y.attn.W_O});
+        t.push_back({h + "attn.c_proj.bias", y.attn.b_O});
+        t.push_back({h + "ln_2.weight", y.ln_2_gamma});
+        t.push_back({h + "ln_2.bias", y.ln_2_beta});
+        t.push_back({h + "mlp.c_fc.weight", y.ffn.W_1});
+        t.push_back({h + "mlp.c_fc.bias", y.ffn.b_1});
+        t.push_back({h + "mlp.c_proj.weight", y.ffn.W_2});
+        t.push_back({h + "mlp.c_proj.bias", y.ffn.b_2});
+        t.push_back({h + "attn.bias", Tensor<float>({1, 1, c.n_ctx, c.n_ctx}, 1.f)});  // a mask buffer
+    }
+    t.push_back({prefix + "ln_f.weight", p.ln_f_gamma});
+    t.push_back({prefix + "ln_f.bias", p.ln_f_beta});
+    return t;
+}
+void m_write_hf(const std::string& path, const std::vector<std::pair<std::string, Tensor<float>>>& t) {
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    for (auto& kv : t) list.push_back({kv.first, &kv.second});
+    save_safetensors(path, {{"format", "pt"}}, list);
+}
+Config m_hf_config(int V) {  // a small GPT-2 as released: gelu_tanh, attention biases, 3 heads
+    Config c = preset("tiny-gpt2");
+    c.V = V, c.H = 12, c.A = 3, c.D = 4, c.F = 20, c.L = 2, c.n_ctx = 16;
+    c.activation = Activation::gelu_tanh, c.attn_bias = true;
+    return c;
+}
+// A released model's configuration c in small and its model m_model<float>(c, seed, 0.5), as the
+// weights cases use them.
+std::pair<Config, Params<float>> m_hf_model(const Config& c, uint64_t seed) { return {c, m_model<float>(c, seed, 0.5)}; }
+// Checks a GPT-2 or GPT-1 of 13 tokens as released in small (m_hf_config, m_gpt1_hf_config), made
+// from c and p and loaded as lm: its variant, gelu_tanh and attention biases, its sizes and eps,
+// every number of p and hence the same logits.
+void m_check_hf_gpt_loaded(LoadedModel& lm, Variant variant, const Config& c, const Params<float>& p) {
+    const Config& d = lm.config;
+    CHECK(d.variant == variant);
+    CHECK(d.activation == Activation::gelu_tanh);
+    CHECK(d.attn_bias);
+    CHECK(d.V == 13);
+    CHECK(d.H == 12);
+    CHECK(d.A == 3);
+    CHECK(d.D == 4);
+    CHECK(d.F == 20);
+    CHECK(d.L == 2);
+    CHECK(d.n_ctx == 16);
+    CHECK(d.eps == 1e-5);
+    Params<float> q = p;
+    CHECK(m_params_bits_equal(c, q, lm.params));
+    Batch b;
+    b.n = 6, b.tokens = {1, 5, 2, 12, 0, 7};
+    CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+}
+}  // namespace
+
+namespace {
+// A safetensors file written byte by byte: (name, dtype, shape, raw little-endian bytes).
+struct m_RawTensor {
+    std::string name, dtype;
+    std::vector<int> shape;
+    std::string bytes;
+};
+m_RawTensor m_raw(const std::string& name, const Tensor<float>& t) {
+    return {name, "F32", t.shape, std::string(reinterpret_cast<const char*>(t.ptr()), t.size() * 4)};
+}
+void m_write_raw(const std::string& path, const std::vector<m_RawTensor>& ts) {
+    std::string header = "{\"__metadata__\":{\"format\":\"pt\"}", body;
+    for (auto& t : ts) {
+        std::string shape;
+        for (std::size_t k = 0; k < t.shape.size(); k++) shape += (k ? "," : "") + std::to_string(t.shape[k]);
+        header += ",\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+                  std::to_string(body.size()) + "," + std::to_string(body.size() + t.bytes.size()) + "]}";
+        body += t.bytes;
+    }
+    m_write(path, m_st_bytes(header + "}", body));
+}
+std::string m_mkdir(const std::string& name) {
+    REQUIRE(m_make_dir(m_path(name)));
+    return m_path(name) + "/";
+}
+// Makes the directory name in the scratch directory with a config.json holding config_json; its
+// path, with a "/" after it.
+std::string m_hf_dir(const std::string& name, const std::string& config_json) {
+    const std::string dir = m_mkdir(name);
+    m_write(dir + "config.json", config_json);
+    return dir;
+}
+// Writes the tensors t, changed by change, to path and checks that load_model(path) then fails
+// naming every one of parts.
+void m_check_raw_error(const std::string& path, std::vector<m_RawTensor> t, const std::function<void(std::vector<m_RawTensor>&)>& change,
+                       const std::vector<std::string>& parts) {
+    change(t);
+    m_write_raw(path, t);
+    M_CHECK_TF_ERROR(load_model(path), parts);
+}
+// For each (config.json text, parts) of cases: writes the text to dir/config.json and checks that
+// load_model(path) then fails naming every one of parts.
+void m_check_config_errors(const std::string& dir, const std::string& path,
+                           const std::vector<std::pair<std::string, std::vector<std::string>>>& cases) {
+    for (const auto& k : cases) {
+        CAPTURE(k.first);
+        m_write(dir + "config.json", k.first);
+        M_CHECK_TF_ERROR(load_model(path), k.second);
+    }
+}
+Config m_gpt1_hf_config() {  // GPT-1 as released in small: post-LN, gelu_tanh, attention biases, 3 heads
+    Config c = preset("tiny-gpt");
+    c.V = 13, c.H = 12, c.A = 3, c.D = 4, c.F = 20, c.L = 2, c.n_ctx = 16;
+    c.activation = Activation::gelu_tanh, c.attn_bias = true;
+    return c;
+}
+// The tensors of a gpt model under Hugging Face's OpenAIGPTModel names (Conv1D: in x out).
+std::vector<m_RawTensor> m_gpt1_hf(const Config& c, const Params<float>& p, const std::string& prefix) {
+    std::vector<m_RawTensor> t = {m_raw(prefix + "tokens_embed.weight", p.W_e), m_raw(prefix + "positions_embed.weight", p.W_p)};
+    for (int l = 0; l < c.L; l++) {
+        const Layer<float>& y = p.layers[l];
+        const std::string h = prefix + "h." + std::to_string(l) + ".";
+        Tensor<float> W, b;
+        m_pack_c_attn(c, y, W, b);
+        for (auto& kv : std::vector<std::pair<std::string, const Tensor<float>*>>{
+                 {"attn.c_attn.weight", &W}, {"attn.c_attn.bias", &b}, {"attn.c_proj.weight", &y.attn.W_O},
+                 {"attn.c_proj.bias", &y.attn.b_O}, {"ln_1.weight", &y.ln_1_gamma}, {"ln_1.bias", &y.ln_1_beta},
+                 {"mlp.c_fc.weight", &y.ffn.W_1}, {"mlp.c_fc.bias", &y.ffn.b_1}, {"mlp.c_proj.weight", &y.ffn.W_2},
+                 {"mlp.c_proj.bias", &y.ffn.b_2}, {"ln_2.weight", &y.ln_2_gamma}, {"ln_2.bias", &y.ln_2_beta}})
+            t.push_back(m_raw(h + kv.first, *kv.second));
+    }
+    return t;
+}
+Config m_bert_hf_config() {  // BERT as released in small: tiny-bert with attention biases and the additions
+    Config c = m_released_bert("tiny-bert", true);
+    c.A = 2, c.D = 4, c.H = 8, c.F = 16, c.L = 2, c.n_ctx = 16, c.V = 13;
+    return c;
+}
+const std::string m_BERT_VOCAB = "[UNK]\nt1\nt2\nt3\nt4\nt5\nt6\nt7\nt8\nt9\n[CLS]\n[SEP]\n[MASK]\n";
+// The tensors of a bert model under Hugging Face's BertForPreTraining names (Linear: out x in).
+std::vector<m_RawTensor> m_bert_hf(const Config& c, const Params<float>& p, bool legacy_ln) {
+    const std::string g = legacy_ln ? "gamma" : "weight", be = legacy_ln ? "beta" : "bias";
+    Tensor<float> tt(2, c.H);
+    std::copy(p.w_A.data.begin(), p.w_A.data.end(), tt.row(0));
+    std::copy(p.w_B.data.begin(), p.w_B.data.end(), tt.row(1));
+    std::vector<m_RawTensor> t = {m_raw("bert.embeddings.word_embeddings.weight", p.W_e),
+                                  m_raw("bert.embeddings.position_embeddings.weight", p.W_p),
+                                  m_raw("bert.embeddings.token_type_embeddings.weight", tt),
+                                  m_raw("bert.embeddings.LayerNorm." + g, p.gamma_e), m_raw("bert.embeddings.LayerNorm." + be, p.beta_e)};
+    for (int l = 0; l < c.L; l++) {
+        const Layer<float>& y = p.layers[l];
+        const std::string e = "bert.encoder.layer." + std::to_string(l) + ".";
+        const std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
+        const std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
+        const char* names[3] = {"query", "key", "value"};
+        for (int part = 0; part < 3; part++) {
+            Tensor<float> W(c.A * c.D, c.H), b({c.A * c.D});
+            for (int i = 0; i < c.A; i++)
+                for (int d = 0; d < c.D; d++) {
+                    for (int r = 0; r < c.H; r++) W(i * c.D + d, r) = (*Ws[part])[i](r, d);
+                    b[i * c.D + d] = (*bs[part])[i][d];
+                }
+            t.push_back(m_raw(e + "attention.self." + names[part] + ".weight", W));
+            t.push_back(m_raw(e + "attention.self." + names[part] + ".bias", b));
+        }
+        t.push_back(m_raw(e + "attention.output.dense.weight", transpose(y.attn.W_O)));
+        t.push_back(m_raw(e + "attention.output.dense.bias", y.attn.b_O));
+        t.push_back(m_raw(e + "attention.output.LayerNorm." + g, y.ln_1_gamma));
+        t.push_back(m_raw(e + "attention.output.LayerNorm." + be, y.ln_1_beta));
+        t.push_back(m_raw(e + "intermediate.dense.weight", transpose(y.ffn.W_1)));
+        t.push_back(m_raw(e + "intermediate.dense.bias", y.ffn.b_1));
+        t.push_back(m_raw(e + "output.dense.weight", transpose(y.ffn.W_2)));
+        t.push_back(m_raw(e + "output.dense.bias", y.ffn.b_2));
+        t.push_back(m_raw(e + "output.LayerNorm." + g, y.ln_2_gamma));
+        t.push_back(m_raw(e + "output.LayerNorm." + be, y.ln_2_beta));
+    }
+    t.push_back(m_raw("bert.pooler.dense.weight", transpose(p.W_pool)));
+    t.push_back(m_raw("bert.pooler.dense.bias", p.b_pool));
+    t.push_back(m_raw("cls.predictions.bias", p.b_z));
+    t.push_back(m_raw("cls.predictions.transform.dense.weight", transpose(p.W_t)));
+    t.push_back(m_raw("cls.predictions.transform.dense.bias", p.b_t));
+    t.push_back(m_raw("cls.predictions.transform.LayerNorm." + g, p.gamma_t));
+    t.push_back(m_raw("cls.predictions.transform.LayerNorm." + be, p.beta_t));
+    return t;
+}
+}  // namespace
+
+namespace {
+// RoBERTa's tokenizer in small: the 256 byte symbols (ids 0..255), four merged tokens and the
+// special ones (<s> 260, <pad> 261, </s> 262, <unk> 263, <mask> 264).
+const std::vector<std::string> m_RB_MERGED = {"he", "ll", "hell", m_G + "hell", "<s>", "<pad>", "</s>", "<unk>", "<mask>"};
+const std::vector<std::string> m_RB_MERGES = {"h e", "l l", "he ll", m_G + " hell"};
+Config m_roberta_hf_config() {  // RoBERTa as released in small: tiny-roberta with attention biases and the additions
+    Config c = m_released_bert("tiny-roberta", true);
+    c.A = 2, c.D = 4, c.H = 8, c.F = 16, c.L = 2, c.n_ctx = 16, c.V = 265, c.eps = 1e-5;
+    c.cls_id = 260, c.sep_id = 262, c.mask_id = 264;
+    c.pad_id = 1;  // padding_idx: RobertaConfig's pad_token_id when config.json does not say
+    return c;
+}
+// The tensors of a roberta model under Hugging Face's RobertaForMaskedLM names: BERT's, renamed,
+// with positions numbered from padding_idx + 1 = c.pad_id + 1, row padding_idx the pads' (w_pad),
+// rows before it never read, each less the one token type row tt.
+std::vector<m_RawTensor> m_roberta_hf(const Config& c, const Params<float>& p, const Tensor<float>& tt, const std::string& prefix) {
+    std::vector<m_RawTensor> out;
+    for (m_RawTensor& t : m_bert_hf(c, p, false)) {
+        const std::pair<const char*, const char*> renames[] = {
+            {"cls.predictions.transform.dense.", "lm_head.dense."}, {"cls.predictions.transform.LayerNorm.", "lm_head.layer_norm."},
+            {"cls.predictions.bias", "lm_head.bias"}, {"bert.", prefix.c_str()}};
+        for (const auto& r : renames)
+            if (t.name.rfind(r.first, 0) == 0) {
+                t.name = r.second + t.name.substr(std::strlen(r.first));
+                break;
+            }
+        if (t.name == prefix + "embeddings.token_type_embeddings.weight") t = m_raw(t.name, tt);
+        if (t.name == prefix + "embeddings.position_embeddings.weight") {
+            const int pad = c.pad_id;
+            Tensor<float> wp(c.n_ctx + pad + 1, c.H, 0.f);
+            for (int r = 0; r < pad; r++)
+                for (int h = 0; h < c.H; h++) wp(r, h) = 9.f;  // rows no sequence reads
+            for (int h = 0; h < c.H; h++) wp(pad, h) = p.w_pad[h] - tt(0, h);
+            for (int i = 0; i < c.n_ctx; i++)
+                for (int h = 0; h < c.H; h++) wp(i + pad + 1, h) = p.W_p(i, h) - tt(0, h);
+            t = m_raw(t.name, wp);
+        }
+        out.push_back(t);
+    }
+    return out;
+}
+}  // namespace
+
 namespace {
 // A GPT-1 tokenizer on a hand-made vocabulary: ids in the order given.
 const std::vector<std::string> m_GPT1_SYMBOLS = {"<unk>", "l", "o", "w", "e", "s", "t", "r", "w</w>", "r</w>", "t</w>",
@@ -4735,15 +5017,6 @@ TEST_CASE("dropout: every site draws a mask: the embedding and both residual bra
 // ================================================================================================
 // The released BERT's additions: the masked-LM head (MLMHead), the embedding LayerNorm, the pooler
 // ================================================================================================
-namespace {
-// tiny-bert (or tiny-roberta) with the released BERT's additions switched on.
-Config m_released_bert(const std::string& preset_name, bool pooler) {
-    Config c = preset(preset_name);
-    c.attn_bias = true, c.emb_ln = true, c.mlm_head = true, c.pooler = pooler;
-    c.activation = Activation::gelu_erf;
-    return c;
-}
-}  // namespace
 
 TEST_CASE("MLMHead: a value computed by hand (H = 2: the LayerNorm of two numbers is +-1)") {
     Config c = preset("tiny-bert");
@@ -6350,12 +6623,12 @@ TEST_CASE("apply_mask: the first entry is masked too (Mask(0, 0) = -inf), double
         CHECK((double)Rf[k] == want[k]);
     }
 }
+TEST_SUITE_END();
 
 // ################################################################################################
-// PART II. THE MACHINERY, in transformer.cpp's order: the fast forms and the pool, files,
-// training drivers, tokenizers, teaching; then the command-line program (main.cpp)
+// PART II. THE MACHINERY, in transformer.cpp's order: the fast forms and the pool, text, model
+// files, runs, teaching, the platform; then the command-line program (main.cpp)
 // ################################################################################################
-TEST_SUITE_END();
 // ================================================================================================
 // The vectorised forms against their references, and no memory per warm step
 // ================================================================================================
@@ -6933,2173 +7206,6 @@ TEST_CASE("ArenaScope: a model's parameters lie in one block, in order; the bloc
 TEST_SUITE_END();
 
 // ================================================================================================
-// Files and failures: outputs checked before work, one durable writer, no non-finite
-// model, resume knows its data, stdout checked, strict flags, errors that point at the place.
-// ================================================================================================
-TEST_SUITE_BEGIN("platform");
-// A command that must succeed; on failure its stderr is the message (in a handout it names the
-// function to implement).
-m_Run m_run_ok(const std::string& args) {
-    const m_Run r = m_run(args);
-    REQUIRE_MESSAGE(r.status == 0, "transformer " << args << "\nstderr: " << r.err);
-    return r;
-}
-
-// Every name in directory `dir` that starts with `prefix` (to find stray temporaries).
-std::vector<std::string> m_names_in(const std::string& dir, const std::string& prefix) {
-    std::vector<std::string> names, out;
-    REQUIRE_MESSAGE(directory_entries(dir, names), "cannot list the directory " << dir);
-    std::sort(names.begin(), names.end());
-    for (const std::string& name : names)
-        if (name.rfind(prefix, 0) == 0) out.push_back(name);
-    return out;
-}
-
-TEST_CASE("files: train checks every output before any work (missing directory, directory, log clash, FIFO, foreign file, input)") {
-    const std::string text = m_text_file();
-    const std::string dir = m_path("outs");
-    m_make_dir(dir);
-    const std::string args = " --data " + text + " --layers 1 --heads 2 --embd 8 --block 8 --steps 200000 --quiet";
-    // No "model ..." line and no file: the command failed before training started.
-    auto refused = [&](const std::string& out, const std::string& part) {
-        const m_Run r = m_run("train" + args + " --out " + out);
-        INFO("--out " << out << "\nstderr: " << r.err);
-        CHECK(r.status == 1);
-        CHECK(r.out.empty());
-        CHECK(m_contains(r.err, part));
-    };
-    refused(dir + "/nodir/m.st", "directory '" + dir + "/nodir' does not exist");
-    refused(dir, "it is a directory");
-    refused(dir + "/run.csv", "the loss log '" + dir + "/run.csv' are the same file");
-    const std::string notes = dir + "/notes.txt";
-    m_write(notes, "my notes\n");
-    refused(notes, "refusing to replace --out '" + notes + "'");
-    CHECK(m_read(notes) == "my notes\n");
-    refused(text, "would overwrite --data '" + text + "'");
-    // The log's name clashes with the data: train --data X.csv --out X.st.
-    const std::string csv_data = dir + "/data.csv";
-    m_write(csv_data, m_read(text));
-    const m_Run r = m_run("train --data " + csv_data + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet --out " + dir + "/data.st");
-    CHECK(r.status == 1);
-    CHECK(m_contains(r.err, "the loss log '" + dir + "/data.csv' would overwrite --data"));
-    CHECK(m_read(csv_data) == m_read(text));
-    CHECK(m_names_in(dir, "data.st").empty());
-    // Files the program wrote are replaced: a second run over the same --out succeeds.
-    const std::string ok = dir + "/ok.st";
-    for (int k = 0; k < 2; k++) m_run_ok("train --data " + text + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet --out " + ok);
-    CHECK(m_run("grad --checkpoint " + ok + " --tokens 1,2,3 --out " + ok).status == 1);  // grad's input
-    CHECK(m_contains(m_run("grad --checkpoint " + ok + " --tokens 1,2,3 --out " + ok).err, "would overwrite --checkpoint"));
-    M_SKIP_ON_WINDOWS("a FIFO (mkfifo) and a POSIX shell's pipe for the FIFO's checks");
-    const std::string fifo = dir + "/fifo";
-    REQUIRE(m_make_fifo(fifo));
-    refused(fifo, "it is a FIFO");
-    {  // --out /dev/stdout into a pipe: /proc/self/fd/1 is a link to "pipe:[...]", no file name
-        const std::string b = dir + "/stdout_pipe";
-        const std::string cmd = "( " + std::string(m_PROGRAM) + " init --preset tiny-gpt --out /dev/stdout 2> " + b +
-                                ".err; echo $? > " + b + ".rc ) | cat > " + b + ".out";
-        REQUIRE(std::system(cmd.c_str()) == 0);
-        CHECK(m_read(b + ".rc") == "1\n");
-        CHECK(m_read(b + ".out").empty());
-        CHECK(m_contains(m_read(b + ".err"), "--out '/dev/stdout': it is a FIFO or pipe"));
-    }
-    CHECK(m_is_fifo(fifo));  // still a FIFO
-}
-
-TEST_CASE("files: a symlinked --out writes the link's target and keeps the link; check_outputs on a dangling link") {
-    M_SKIP_ON_WINDOWS("a symbolic link, which Windows makes only with a privilege");
-    const std::string dir = m_path("links");
-    m_make_dir(dir);
-    const std::string link = dir + "/link.st", target = dir + "/real.st";
-    REQUIRE(m_make_symlink("real.st", link));  // dangling until written
-    CHECK_NOTHROW(check_outputs({{link, "--out", OutputKind::checkpoint}}));
-    CHECK(resolve_output_path(link) == dir + "/real.st");
-    const m_Run r = m_run("init --preset tiny-gpt --out " + link);
-    INFO(r.err);
-    REQUIRE(r.status == 0);
-    CHECK(m_is_symlink(link));
-    CHECK(load_model(target).config.variant == Variant::gpt);
-    m_run_ok("init --preset tiny-gpt2 --out " + link);  // again, through the link
-    CHECK(m_is_symlink(link));
-    CHECK(load_model(target).config.variant == Variant::gpt2);
-    CHECK(m_names_in(dir, ".").empty());  // no temporaries left
-}
-
-TEST_CASE("files: two concurrent writers of the same path both succeed and leave one whole file") {
-    const std::string dir = m_path("concurrent");
-    m_make_dir(dir);
-    // Through the program: two `init` runs at once on one --out.
-    const std::string out = dir + "/init.st";
-    std::vector<m_Child> runs;
-    for (const char* seed : {"1", "2"})
-        runs.push_back(m_start_argv({m_PROGRAM, "init", "--preset", "tiny-gpt", "--seed", seed, "--out", out}, dir + "/init" + seed + ".out",
-                                    dir + "/init" + seed + ".err"));
-    for (m_Child& run : runs) {
-        m_Exit e;
-        REQUIRE(m_wait(run, e));
-        INFO("stderr: " << m_read(dir + "/init1.err") << m_read(dir + "/init2.err"));
-        CHECK(e.exited);
-        CHECK(e.status == 0);
-    }
-    CHECK_NOTHROW(load_model(out));
-    M_SKIP_ON_WINDOWS("fork, for two processes that call save_safetensors");
-    const std::string path = dir + "/same.st";
-    Tensor<float> a(300, 700, 1.0f), b(300, 700, 2.0f);  // ~0.8 MB each, so the writes overlap
-    std::vector<m_Child> kids;
-    for (int w = 0; w < 2; w++)
-        kids.push_back(m_fork([&, w] {
-            for (int rep = 0; rep < 10; rep++) save_safetensors(path, {{"writer", std::to_string(w)}}, {{"t", w ? &b : &a}});
-            return 0;
-        }));
-    for (m_Child& kid : kids) {
-        m_Exit e;
-        REQUIRE(m_wait(kid, e));
-        CHECK(e.exited);
-        CHECK(e.status == 0);
-    }
-    const SafeTensors f = load_safetensors(path);
-    REQUIRE(f.metadata.count("writer"));
-    const float want = f.metadata.at("writer") == "1" ? 2.0f : 1.0f;
-    REQUIRE(f.find("t"));
-    CHECK(std::all_of(f.find("t")->data.begin(), f.find("t")->data.end(), [&](float v) { return v == want; }));
-    CHECK(m_names_in(dir, ".").empty());
-}
-
-TEST_CASE("files: a failed write (file size limit, as on a full disk) keeps the previous file and leaves no temporary") {
-    M_SKIP_ON_WINDOWS("fork and setrlimit's file size limit");
-    const std::string dir = m_path("fulldisk");
-    m_make_dir(dir);
-    const std::string path = dir + "/m.st";
-    Tensor<float> small(4, 4, 1.0f), big(1000, 1000, 3.0f);
-    save_safetensors(path, {{"which", "old"}}, {{"t", &small}});
-    const std::string before = m_read(path);
-    m_Child kid = m_fork([&] {  // the write fails with EFBIG past 64 KiB
-        try {
-            save_safetensors(path, {{"which", "new"}}, {{"t", &big}});
-            return 0;
-        } catch (const Error& e) {
-            return m_contains(e.what(), "previous file, if any, is unchanged") ? 2 : 4;
-        }
-    }, "", "", 1 << 16);
-    m_Exit e;
-    REQUIRE(m_wait(kid, e));
-    REQUIRE(e.exited);
-    CHECK(e.status == 2);  // a tf::Error that says so
-    CHECK(m_read(path) == before);
-    CHECK(m_names_in(dir, ".").empty());
-    {  // destroyed without commit: the target is untouched, the temporary gone
-        AtomicFile f(path);
-        f.write("partial", 7);
-    }
-    CHECK(m_read(path) == before);
-    CHECK(m_names_in(dir, ".").empty());
-}
-
-TEST_CASE("train: a divergent run (lr 1e38) stops naming the step and writes nothing over the last checkpoint") {
-    const std::string dir = m_path("diverge");
-    m_make_dir(dir);
-    const std::string out = dir + "/m.st";
-    const m_Run r = m_run("train --steps 1 --lr 1e38 --warmup 0 --quiet --out " + out);
-    INFO(r.err);
-    CHECK(r.status == 1);
-    CHECK(m_contains(r.err, "at step 1"));
-    CHECK(m_contains(r.err, "no checkpoint was written"));
-    CHECK_FALSE(m_exists(out));
-    CHECK(m_names_in(dir, "").empty());
-    // A good checkpoint at --out stays as it was when the next run over it diverges.
-    m_run_ok("train --steps 2 --quiet --out " + out);
-    const std::string good = m_read(out);
-    const m_Run r2 = m_run("train --steps 3 --lr 1e38 --warmup 0 --quiet --out " + out);
-    CHECK(r2.status == 1);
-    CHECK(m_contains(r2.err, "at step 2"));  // the first update's huge weights overflow the next loss
-    CHECK(m_read(out) == good);
-    CHECK(m_names_in(dir, ".").empty());
-}
-
-TEST_CASE("files: load checks every chunk it reads: a NaN or infinity past the first 1 MiB of a tensor is found") {
-    Config c = preset("tiny-gpt");
-    c.V = (1 << 18) / c.H + 16;  // W_e: more than the 2^18 floats of one chunk
-    Params<float> p = make_params<float>(c);
-    init_params(c, p, 1);
-    const std::string path = m_path("nan_chunk.st");
-    save_model(path, c, p);
-    CHECK(load_model(path).params.W_e.data.back() == p.W_e.data.back());
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
-        p.W_e.data.back() = bad;  // in the second chunk
-        save_model(path, c, p);
-        M_CHECK_TF_ERROR(load_model(path), "'W_e'", "not finite");
-    }
-}
-
-TEST_CASE("files: a NaN parameter is named by first_nonfinite, an infinity too, and sample_logits refuses a NaN logit") {
-    // No command runs here (make mutants runs this case where no ./transformer is built).
-    const Config c = preset("tiny-gpt");
-    Params<float> p = make_params<float>(c);
-    init_params(c, p, 1);
-    CHECK(first_nonfinite(c, p) == "");
-    p.layers[1].ffn.W_2(2, 3) = std::numeric_limits<float>::quiet_NaN();
-    CHECK(first_nonfinite(c, p) == "layers.1.ffn.W_2");
-    p.layers[0].attn.W_Q[1](0, 0) = -std::numeric_limits<float>::infinity();
-    CHECK(first_nonfinite(c, p) == "layers.0.attn.W_Q.1");
-    p.layers[0].attn.W_Q[1](0, 0) = 0;
-    p.layers[1].ffn.W_2(2, 3) = std::numeric_limits<float>::infinity();
-    CHECK(first_nonfinite(c, p) == "layers.1.ffn.W_2");
-    p.layers[1].ffn.W_2(2, 3) = 0;
-    CHECK(first_nonfinite(c, p) == "");
-    std::vector<float> z = {0.5f, std::numeric_limits<float>::quiet_NaN()};
-    Rng rng(1);
-    M_CHECK_TF_ERROR(sample_logits(z, 1.0, 0, rng), "not finite");
-}
-
-TEST_CASE("files: load_model, sample and eval refuse a checkpoint with a NaN parameter, naming the tensor") {
-    const Config c = preset("tiny-gpt");
-    Params<float> p = make_params<float>(c);
-    init_params(c, p, 1);
-    p.layers[1].ffn.W_2(2, 3) = std::numeric_limits<float>::quiet_NaN();
-    const std::string path = m_path("nan.st");
-    save_model(path, c, p, {{"vocab", CharVocab::from_text("abcdefghijklm").to_metadata()}});
-    M_CHECK_TF_ERROR(load_model(path), "layers.1.ffn.W_2", "not finite");
-    m_cli_fails("sample --checkpoint " + path + " --prompt abc", "layers.1.ffn.W_2");
-    m_write(m_path("nan_eval.txt"), "abcabcabcabc");
-    m_cli_fails("eval --checkpoint " + path + " --data " + m_path("nan_eval.txt"), "layers.1.ffn.W_2");
-}
-
-TEST_CASE("train: --resume refuses a changed or missing data file and accepts a moved copy with --data") {
-    const std::string dir = m_path("resume_data");
-    m_make_dir(dir);
-    const std::string data = dir + "/a.txt", moved = dir + "/b.txt", ck = dir + "/r.st";
-    std::string text = m_read(m_text_file());
-    m_write(data, text);
-    const std::string args = " --layers 1 --heads 2 --embd 8 --block 8 --batch 2 --steps 4 --eval-steps 1 --quiet";
-    m_run_ok("train --data " + data + args + " --stop-at 2 --out " + ck);
-    const LoadedModel lm = load_model(ck, {"adam."});
-    CHECK(lm.file.metadata.at("train.data") == data);
-    CHECK(lm.file.metadata.at("train.data_bytes") == std::to_string(text.size()));
-    CHECK(lm.file.metadata.count("train.data_fnv1a64"));
-    CHECK(std::filesystem::path(lm.file.metadata.at("train.data_path")).is_absolute());
-    const std::string saved = m_read(ck);
-    std::string edited = text;  // same characters, same size, other text
-    std::swap(edited[0], edited[1]);
-    REQUIRE(edited != text);
-    m_write(data, edited);
-    m_cli_fails("train --resume " + ck, "'" + data + "' has changed");
-    m_write(data, text + "x");
-    m_cli_fails("train --resume " + ck, "its size is");
-    CHECK(m_read(ck) == saved);
-    REQUIRE(std::rename(data.c_str(), moved.c_str()) == 0);
-    m_cli_fails("train --resume " + ck, "cannot be opened");
-    m_write(moved, edited);
-    m_cli_fails("train --resume " + ck + " --data " + moved, "'" + moved + "' has changed");
-    m_write(moved, text);
-    const m_Run ok = m_run("train --resume " + ck + " --data " + moved);
-    INFO(ok.err);
-    CHECK(ok.status == 0);
-    CHECK(load_model(ck, {"adam."}).file.metadata.at("train.data") == moved);
-}
-
-TEST_CASE("CLI: a failed write to standard output is an error (stdout on /dev/full)") {
-#ifdef __APPLE__
-    MESSAGE("skipped on macOS: it has no /dev/full (a device on which every write fails, ENOSPC); the case runs on Linux");
-    return;
-#endif
-    M_SKIP_ON_WINDOWS("/dev/full, a device on which every write fails (ENOSPC)");
-    // stdout goes to /dev/full, stderr to a file (m_run sends stdout to a file of its own, so not through it).
-    auto run_full = [](const std::string& args) {
-        std::vector<std::string> argv = {m_PROGRAM};
-        for (const std::string& word : m_words(args)) argv.push_back(word);
-        const std::string err = m_path("full.err");
-        const m_Exit e = m_run_argv(argv, "/dev/full", err);
-        m_Run r;
-        r.exited = e.exited;
-        r.status = e.exited ? e.status : -1;
-        r.err = m_read(err);
-        return r;
-    };
-    for (const std::string args : {"params --preset gpt2-124m", "--help", "help", "train --help", "bench --preset tiny-gpt --steps 1"}) {
-        const m_Run r = run_full(args);
-        INFO(args << "\nstderr: " << r.err);
-        CHECK(r.status == 1);
-        CHECK(m_contains(r.err, "error: writing standard output: No space left on device"));
-    }
-    const std::string ck = m_path("stdout_full.st");
-    m_run_ok("train --steps 2 --quiet --out " + ck);
-    const m_Run s = run_full("sample --checkpoint " + ck + " --prompt 12 --tokens 3");
-    CHECK(s.status == 1);
-    CHECK(m_contains(s.err, "writing standard output"));
-}
-
-TEST_CASE("CLI: switches take =true/false/1/0 or nothing, values are taken as values, unknown commands fail") {
-    const std::string off = m_path("ab_off.st"), on = m_path("ab_on.st");
-    m_run_ok("train --steps 1 --quiet --attn-bias=0 --out " + off);
-    m_run_ok("train --steps 1 --quiet --attn-bias=true --out " + on);
-    CHECK_FALSE(load_model(off, {"adam."}).config.attn_bias);
-    CHECK(load_model(on, {"adam."}).config.attn_bias);
-    m_cli_fails("train --steps 1 --attn-bias=maybe", "--attn-bias is a switch");
-    m_cli_fails("params --preset --help", "--help");  // a value, not a request for help
-    m_cli_fails("bogus --help", "unknown command 'bogus'");
-    m_cli_fails("bogus", "unknown command 'bogus'");
-    m_cli_fails("train --block 32", "--block does not apply to the built-in addition task");
-    m_cli_fails("sample --checkpoint x.st --prompt a --temperature 0 --top-k 5", "--top-k does not apply with --temperature 0");
-    m_cli_fails("sample --checkpoint x.st --prompt a --temperature 0 --seed 5", "--seed does not apply with --temperature 0");
-    for (const std::string& name : preset_names()) {
-        if (name.rfind("tiny-", 0) != 0) continue;  // the published sizes work too, but take seconds
-        const m_Run r = m_run("bench --preset " + name + " --steps 1 --json");
-        INFO(name << ": " << r.err);
-        CHECK(r.status == 0);
-    }
-}
-
-TEST_CASE("errors: an unknown character is named with its code point, byte offset, line and column") {
-    const std::string s = "hello [MASK] wor\xE2\x82\xAC" "ld";
-    CHECK(describe_char_at(s, 16, "--text") == "character '\xE2\x82\xAC' (U+20AC) at byte 16 (line 1, column 17) of --text");
-    CHECK(describe_char_at(s, 17, "--text") == describe_char_at(s, 16, "--text"));  // a continuation byte
-    CHECK(describe_char_at("ab\ncd\x01", 5, "'f.txt'") == "character U+0001 at byte 5 (line 2, column 3) of 'f.txt'");
-    CHECK(describe_char_at("a\xFFz", 1, "x") == "byte 0xFF (not UTF-8) at byte 1 (line 1, column 2) of x");
-    CHECK(describe_char_at("\xC3\xA9t\xC3\xA9\n\xC3\xA9!", 8, "y") == "character '!' (U+0021) at byte 8 (line 2, column 2) of y");
-    const CharVocab v = CharVocab::from_text("abc\n");
-    M_CHECK_TF_ERROR(v.encode("ab\nc\xE2\x82\xAC", "'d.txt'"), "character '\xE2\x82\xAC' (U+20AC) at byte 4 (line 2, column 2) of 'd.txt'");
-    // fill names the place in the whole text, not in one character.
-    const std::string bert = m_path("chars_bert.st");
-    m_run_ok("train --model bert --data " + m_text_file() + " --layers 1 --heads 2 --embd 8 --block 16 --batch 2 --steps 1 --quiet --out " + bert);
-    m_cli_fails("fill --checkpoint " + bert + " --text 'the [MASK] wor\xE2\x82\xAC" "ld'", "(U+20AC) at byte 14 (line 1, column 15) of --text");
-    const std::string other = m_path("chars_other.txt");
-    m_write(other, "the fox\nthe dog\nthe cat\xE2\x82\xAC\n");
-    m_cli_fails("eval --checkpoint " + bert + " --data " + other, "at byte 23 (line 3, column 8) of '" + other + "'");
-}
-
-TEST_CASE("files: checkpoint headers are valid UTF-8 JSON whatever the strings (a file name that is not UTF-8)") {
-    CHECK(json_escape("a\xFF" "b") == "\"a\xEF\xBF\xBD" "b\"");
-    CHECK(json_escape("\xE2\x82\xAC\x01\"") == "\"\xE2\x82\xAC\\u0001\\\"\"");
-    CHECK(json_escape("\xE2\x82") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // truncated sequence
-    M_SKIP_ON_WINDOWS("a file name that is not UTF-8, which Windows (its names are UTF-16) cannot hold");
-    const std::string dir = m_path("utf8 dir");
-    m_make_dir(dir);
-    const std::string data = dir + "/x\xFF.txt", ck = m_path("utf8.st");
-    m_write(data, m_read(m_text_file()));
-    const m_Run r = m_run("train --data '" + data + "' --layers 1 --heads 2 --embd 8 --block 8 --steps 1 --quiet --out " + ck);
-    INFO(r.err);
-    REQUIRE(r.status == 0);
-    const std::string bytes = m_read(ck);
-    uint64_t n = 0;
-    for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)bytes[k] << (8 * k);
-    const std::string header = bytes.substr(8, n);
-    for (std::size_t i = 0; i < header.size();) {  // valid UTF-8 throughout
-        uint32_t cp;
-        const int len = utf8_next(header, i, cp);
-        REQUIRE(len > 0);
-        i += (std::size_t)len;
-    }
-    const Json h = parse_json(header);
-    CHECK(h.get("__metadata__")->get("train.data")->str == dir + "/x\xEF\xBF\xBD.txt");
-}
-
-TEST_CASE("files: no command replaces a file it did not write (every writing command, every kind of foreign file)") {
-    const std::string dir = m_path("foreign");
-    m_make_dir(dir);
-    const std::string ck = dir + "/ck.safetensors", corpus = m_text_file(), tr = dir + "/tr.tsv", va = dir + "/va.tsv";
-    const std::string enc = dir + "/enc.json", merges = dir + "/merges.bpe";
-    m11_write_bpe(enc, merges);
-    m_run_ok("init --preset tiny-gpt2 --out " + ck);
-    m_run_ok("task --task classify --examples 40 --out " + tr);
-    m_run_ok("task --task classify --examples 20 --seed 2 --out " + va);
-    const std::string pre = dir + "/pre.safetensors", sums = dir + "/sums.txt";  // finetune starts from a trained model
-    m_run_ok("task --task text --examples 200 --out " + sums);
-    m_run_ok("train --data " + sums + " --layers 1 --heads 2 --embd 8 --block 16 --steps 2 --quiet --out " + pre);
-    std::string llmc = token_file_bytes({1, 2, 3});  // llm.c's own token file: the format, not our mark
-    llmc.replace(64, 22, std::string(22, '\0'));
-    const std::vector<std::pair<std::string, std::string>> foreign = {
-        {"source", "#include <cstdio>\nint main() { return 0; }\n"},
-        {"released model", m_st_bytes("{\"__metadata__\":{\"format\":\"pt\"},\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd")},
-        {"picture", "<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"10\" height=\"10\"></svg>\n"},
-        {"spreadsheet", "step,loss\n1,2.5\n"},
-        {"llm.c tokens", llmc},
-        {"labelled notes", "good\tthe play was fine\n"},
-        {"JSON", "{\"model_type\": \"gpt2\"}\n"}};
-    // Each command with its output flag; a train or finetune run's log and plot are --out's name
-    // with .csv and .svg, so a foreign file there is tried too.
-    const std::string train = "train --data " + corpus + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet";
-    const std::string ft = "finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --steps 1 --quiet";
-    struct Writer {
-        std::string args, ext;  // the command before --out; the extension its --out takes
-        std::string sibling;    // "" or the extension of the file beside --out that gets the foreign bytes
-    };
-    const std::vector<Writer> writers = {
-        {"task --task classify --examples 10", ".tsv", ""},
-        {"task --task text --examples 10", ".txt", ""},
-        {"init --preset tiny-gpt", ".safetensors", ""},
-        {"grad --checkpoint " + ck + " --tokens 1,2,3", ".safetensors", ""},
-        {"tokenize --encoder " + enc + " --vocab " + merges + " --text hat", ".bin", ""},
-        {"masks --n 3", ".svg", ""},
-        {"attention --checkpoint " + ck + " --tokens 1,2,3", ".svg", ""},
-        {train, ".safetensors", ""},
-        {train, ".safetensors", ".csv"},
-        {train, ".safetensors", ".svg"},
-        {ft, ".safetensors", ""},
-        {ft, ".safetensors", ".csv"},
-        {ft, ".safetensors", ".svg"}};
-    int k = 0;
-    for (const Writer& w : writers)
-        for (const auto& f : foreign) {
-            const std::string base = dir + "/f" + std::to_string(k++);
-            const std::string out = base + w.ext, victim = w.sibling.empty() ? out : base + w.sibling;
-            m_write(victim, f.second);
-            const m_Run r = m_run(w.args + " --out " + out);
-            INFO("transformer " << w.args << " --out " << out << "\nforeign file: " << f.first << " at " << victim
-                                << "\nstdout: " << r.out << "\nstderr: " << r.err);
-            CHECK(r.status == 1);
-            CHECK(m_contains(r.err, "refusing to replace"));
-            CHECK(m_read(victim) == f.second);  // byte for byte
-            if (!w.sibling.empty()) CHECK_FALSE(m_exists(out));
-        }
-    // What this program wrote is replaced: the same commands over their own files succeed.
-    for (const Writer& w : writers) {
-        const std::string out = dir + "/own" + w.ext;
-        INFO("transformer " << w.args << " --out " << out);
-        m_run_ok(w.args + " --out " + out);
-        m_run_ok(w.args + " --out " + out);
-    }
-}
-TEST_SUITE_END();
-
-// ================================================================================================
-// Checkpoints
-// ================================================================================================
-TEST_SUITE_BEGIN("model files");
-TEST_CASE("checkpoint: save_model / load_model round trip bit for bit for every tiny variant") {
-    for (const std::string name : m_TINY) {
-        CAPTURE(name);
-        const Config c = preset(name);
-        Params<float> p = m_model<float>(c, 31, 0.5);
-        const std::string path = m_path("rt_" + name + ".safetensors");
-        save_model(path, c, p, {{"note", "hello \"world\"\n\\"}});
-        CHECK_FALSE(m_exists(path + ".tmp"));  // atomic write: the temporary was renamed
-        LoadedModel lm = load_model(path);
-        CHECK(lm.config.variant == c.variant);
-        CHECK(lm.config.V == c.V);
-        CHECK(lm.config.activation == c.activation);
-        CHECK(lm.config.eps == c.eps);
-        CHECK(lm.config.st_window == c.st_window);
-        CHECK(lm.config.mask_id == c.mask_id);
-        CHECK(m_params_bits_equal(c, p, lm.params));
-        CHECK(lm.file.metadata["note"] == "hello \"world\"\n\\");
-        CHECK(lm.file.tensors.empty());
-        // Overwriting an existing checkpoint replaces it.
-        Params<float> p2 = m_model<float>(c, 32, 0.5);
-        save_model(path, c, p2);
-        LoadedModel lm2 = load_model(path);
-        CHECK(m_params_bits_equal(c, p2, lm2.params));
-        CHECK_FALSE(m_exists(path + ".tmp"));
-    }
-}
-
-TEST_CASE("checkpoint: config_metadata round trip for every preset") {
-    for (const std::string& name : preset_names()) {
-        CAPTURE(name);
-        const Config c = preset(name);
-        const Config d = config_from_metadata(config_metadata(c));
-        CHECK(d.variant == c.variant);
-        CHECK(d.activation == c.activation);
-        CHECK(d.eps == c.eps);  // exactly: 17 significant digits
-        CHECK(d.attn_bias == c.attn_bias);
-        const struct {
-            const char* field;
-            int got, want;
-        } sizes[] = {{"V", d.V, c.V}, {"H", d.H, c.H}, {"F", d.F, c.F}, {"D", d.D, c.D}, {"L", d.L, c.L}, {"A", d.A, c.A},
-                     {"n_ctx", d.n_ctx, c.n_ctx}, {"cls_id", d.cls_id, c.cls_id}, {"sep_id", d.sep_id, c.sep_id},
-                     {"mask_id", d.mask_id, c.mask_id}, {"st_window", d.st_window, c.st_window}, {"st_stride", d.st_stride, c.st_stride}};
-        for (const auto& f : sizes) CHECK_MESSAGE(f.got == f.want, f.field << ": expected " << f.want << ", got " << f.got);
-    }
-    CHECK(preset("gpt2-124m").attn_bias);
-    CHECK_FALSE(preset("gpt1").attn_bias);
-    std::map<std::string, std::string> m = config_metadata(preset("tiny-gpt2"));
-    CHECK(m.count("attn_bias") == 0);  // absent means no biases: older checkpoints load unchanged
-    m["attn_bias"] = "2";
-    M_CHECK_TF_ERROR(config_from_metadata(m), "attn_bias");
-}
-
-TEST_CASE("checkpoint: a model with attention biases round trips with its b_Q, b_K, b_V, b_O tensors") {
-    Config c = preset("tiny-gpt2");
-    c.attn_bias = true;
-    Params<float> p = m_model<float>(c, 33, 0.5);
-    const std::string path = m_path("rt_attn_bias.safetensors");
-    save_model(path, c, p);
-    LoadedModel lm = load_model(path);
-    CHECK(lm.config.attn_bias);
-    CHECK(m_params_bits_equal(c, p, lm.params));
-    const std::string bytes = m_read(path);
-    CHECK(m_contains(bytes, "\"layers.1.attn.b_Q.1\""));
-    CHECK(m_contains(bytes, "\"layers.0.attn.b_O\""));
-    CHECK(m_contains(bytes, "\"attn_bias\":\"1\""));
-    CHECK(lm.params.layers[1].attn.b_V[0].shape == std::vector<int>{c.D});
-    // Without biases: no bias tensors, no attn_bias key, and loading gives empty biases.
-    Config c0 = c;
-    c0.attn_bias = false;
-    Params<float> p0 = m_model<float>(c0, 33, 0.5);
-    save_model(path, c0, p0);
-    LoadedModel lm0 = load_model(path);
-    CHECK_FALSE(lm0.config.attn_bias);
-    CHECK(lm0.params.layers[0].attn.b_O.empty());
-    CHECK_FALSE(m_contains(m_read(path), "b_O"));
-    CHECK_FALSE(m_contains(m_read(path), "attn_bias"));
-    // attn_bias = 1 in the metadata but no bias tensors in the file: a missing tensor, named.
-    std::vector<std::pair<std::string, const Tensor<float>*>> list;
-    for (auto& nt : named_tensors(c0, p0)) list.push_back({nt.name, nt.tensor});
-    save_safetensors(path, config_metadata(c), list);
-    M_CHECK_TF_ERROR(load_model(path), "missing tensor 'layers.0.attn.b_");
-}
-
-TEST_CASE("checkpoint: save_safetensors byte layout (u64 LE header size, padded JSON, LE float32 data)") {
-    const std::string f = m_path("layout.safetensors");
-    const Tensor<float> t = Tensor<float>::vector({1.0f, -2.0f});
-    save_safetensors(f, {{"k", "v"}}, {{"t", &t}});
-    CHECK_FALSE(m_exists(f + ".tmp"));
-    const std::string b = m_read(f);
-    REQUIRE(b.size() >= 16);
-    uint64_t n = 0;
-    for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)b[k] << (8 * k);
-    CHECK(n % 8 == 0);
-    REQUIRE(b.size() == 8 + n + 8);
-    const Json h = parse_json(b.substr(8, n));
-    REQUIRE(h.type == Json::object);
-    REQUIRE(h.get("t") != nullptr);
-    CHECK(h.get("t")->get("dtype")->str == "F32");
-    CHECK(h.get("t")->get("shape")->arr.size() == 1);
-    CHECK(h.get("t")->get("shape")->arr[0].num == 2);
-    CHECK(h.get("t")->get("data_offsets")->arr[0].num == 0);
-    CHECK(h.get("t")->get("data_offsets")->arr[1].num == 8);
-    CHECK(h.get("__metadata__")->get("k")->str == "v");
-    CHECK(b.substr(8 + n) == std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8));  // 1.0f, -2.0f
-}
-
-TEST_CASE("checkpoint: malformed safetensors files give a tf::Error naming the problem") {
-    const std::string f = m_path("bad.safetensors");
-    auto load = [&](const std::string& bytes) {
-        m_write(f, bytes);
-        return load_safetensors(f);
-    };
-    M_CHECK_TF_ERROR(load(""), "bad.safetensors", "8-byte");
-    M_CHECK_TF_ERROR(load("\x05\x00\x00"), "8-byte");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{}").substr(0, 7)), "8-byte");
-    {  // header size larger than the file, including absurd sizes
-        std::string b = m_st_bytes("{}");
-        b[0] = 100;
-        M_CHECK_TF_ERROR(load(b), "header size 100", "exceeds");
-        for (int k = 0; k < 8; k++) b[k] = (char)0xFF;
-        M_CHECK_TF_ERROR(load(b), "exceeds");
-        b = m_st_bytes("{}");
-        b[0] = 3;  // the header "{}" has 2 bytes, the size says 3
-        M_CHECK_TF_ERROR(load(b), "exceeds");
-    }
-    M_CHECK_TF_ERROR(load(m_st_bytes("{not json")), "header", "JSON");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":1} trailing")), "header", "JSON");
-    M_CHECK_TF_ERROR(load(m_st_bytes("[1, 2]")), "not a JSON object");
-    M_CHECK_TF_ERROR(load(m_st_bytes("\"text\"")), "not a JSON object");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", std::string(8, '\0'))),
-                     "'a'", "dtype");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", std::string(8, '\0'))),
-                     "'a'", "shape");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", std::string(8, '\0'))), "'a'",
-                     "data_offsets");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", std::string(8, '\0'))),
-                     "'a'", "data_offsets");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":7}", std::string(8, '\0'))), "'a'");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", std::string(4, '\0'))),
-                     "'a'", "F16");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", std::string(8, '\0'))),
-                     "'a'", "8 bytes");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", std::string(8, '\0'))),
-                     "'a'");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", std::string(8, '\0'))),
-                     "'a'", "shape");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,10]}}", std::string(10, '\0'))),
-                     "'a'", "shape");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", std::string(6, '\0'))),
-                     "'a'", "truncated");
-    M_CHECK_TF_ERROR(
-        load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2147483647,2147483647],\"data_offsets\":[0,18446744056529682436]}}",
-                        std::string(8, '\0'))),
-        "'a'");
-    // A shape whose size is beyond any integer type is named as a number, not converted to one
-    // (converting 4 x (2^31 - 1)^3 to long long is undefined; the fuzzer found it).
-    M_CHECK_TF_ERROR(
-        load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2147483647,2147483647,2147483647],\"data_offsets\":[0,4]}}",
-                        std::string(4, '\0'))),
-        "'a' of shape 2147483647x2147483647x2147483647 needs 3.96e+28 bytes but data_offsets give 4");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                                     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-                                     std::string(12, '\0'))),
-                     "overlap");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                                     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                                     std::string(8, '\0'))),
-                     "'a'", "twice");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"__metadata__\":{\"k\":1}}")), "metadata");
-    M_CHECK_TF_ERROR(load(m_st_bytes("{\"__metadata__\":[]}")), "__metadata__");
-    M_CHECK_TF_ERROR(load_safetensors(m_path("does_not_exist.safetensors")), "does_not_exist.safetensors");
-    // A valid minimal file loads.
-    const SafeTensors ok = load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-                                           std::string("\x00\x00\x80\x3f", 4)));
-    REQUIRE(ok.find("a"));
-    CHECK(ok.find("a")->data == std::vector<float>{1.0f});
-    CHECK(ok.find("b") == nullptr);
-}
-
-TEST_CASE("checkpoint: a truncated model checkpoint is an error, at every cut") {
-    const Config c = preset("tiny-gpt2");
-    Params<float> p = m_model<float>(c, 33, 0.1);
-    const std::string full = m_path("full.safetensors"), cut = m_path("cut.safetensors");
-    save_model(full, c, p);
-    const std::string bytes = m_read(full);
-    for (std::size_t keep : {bytes.size() - 1, bytes.size() - 10, bytes.size() / 2, (std::size_t)100, (std::size_t)9}) {
-        CAPTURE(keep);
-        m_write(cut, bytes.substr(0, keep));
-        const std::string msg = m_error_of([&] { (void)load_model(cut); });
-        INFO(msg);
-        CHECK(msg.rfind("tf::Error: ", 0) == 0);
-        CHECK(m_contains(msg, "cut.safetensors"));
-    }
-    m_write(cut, bytes.substr(0, bytes.size() - 10));
-    M_CHECK_TF_ERROR(load_model(cut), "truncated");
-}
-
-TEST_CASE("checkpoint: load_model reports missing, misshaped and unexpected tensors, bad metadata") {
-    const Config c = preset("tiny-gpt2");
-    Params<float> p = m_model<float>(c, 34, 0.1);
-    const std::string f = m_path("model_bad.safetensors");
-    auto tensors = [&](Params<float>& q) {
-        std::vector<std::pair<std::string, const Tensor<float>*>> list;
-        for (auto& nt : named_tensors(c, q)) list.push_back({nt.name, nt.tensor});
-        return list;
-    };
-    {  // one tensor left out
-        auto list = tensors(p);
-        const std::string left_out = list[5].first;
-        list.erase(list.begin() + 5);
-        save_safetensors(f, config_metadata(c), list);
-        M_CHECK_TF_ERROR(load_model(f), "model_bad.safetensors", "missing tensor '" + left_out + "'");
-    }
-    {  // a tensor of the wrong shape
-        auto list = tensors(p);
-        Tensor<float> wrong(3, 8, 0.5f);
-        list[1].second = &wrong;  // W_p is 16x8
-        save_safetensors(f, config_metadata(c), list);
-        M_CHECK_TF_ERROR(load_model(f), "'W_p'", "3x8", "16x8");
-        Tensor<float> vec({128});  // same size, different shape
-        list[1].second = &vec;
-        save_safetensors(f, config_metadata(c), list);
-        M_CHECK_TF_ERROR(load_model(f), "'W_p'", "16x8");
-    }
-    {  // an extra tensor: an error, unless its name has an allowed prefix
-        auto list = tensors(p);
-        Tensor<float> extra(std::vector<int>{4}, 2.0f);
-        list.push_back({"bogus", &extra});
-        save_safetensors(f, config_metadata(c), list);
-        M_CHECK_TF_ERROR(load_model(f), "unexpected tensor 'bogus'");
-        M_CHECK_TF_ERROR(load_model(f, {"adam."}), "unexpected tensor 'bogus'");
-        list.back().first = "layers.2.attn.W_O";  // a layer the config does not have
-        save_safetensors(f, config_metadata(c), list);
-        M_CHECK_TF_ERROR(load_model(f), "unexpected tensor 'layers.2.attn.W_O'");
-        list.back().first = "adam.m.W_e";
-        save_safetensors(f, config_metadata(c), list);
-        LoadedModel lm = load_model(f, {"adam."});
-        CHECK(m_params_bits_equal(c, p, lm.params));
-        REQUIRE(lm.file.tensors.size() == 1);
-        CHECK(lm.file.tensors[0].first == "adam.m.W_e");
-        CHECK(lm.file.tensors[0].second.data == extra.data);
-        M_CHECK_TF_ERROR(load_model(f), "unexpected tensor 'adam.m.W_e'");
-    }
-    {  // metadata problems
-        auto meta = config_metadata(c);
-        meta.erase("variant");
-        save_safetensors(f, meta, tensors(p));
-        M_CHECK_TF_ERROR(load_model(f), "model_bad.safetensors", "'variant'");
-        meta = config_metadata(c);
-        meta["variant"] = "gpt5";
-        save_safetensors(f, meta, tensors(p));
-        M_CHECK_TF_ERROR(load_model(f), "model_bad.safetensors", "gpt5");
-        meta = config_metadata(c);
-        meta["H"] = "eight";
-        save_safetensors(f, meta, tensors(p));
-        M_CHECK_TF_ERROR(load_model(f), "'H'", "eight");
-        meta["H"] = "8x";
-        save_safetensors(f, meta, tensors(p));
-        M_CHECK_TF_ERROR(load_model(f), "'H'");
-        meta["H"] = "-8";
-        save_safetensors(f, meta, tensors(p));
-        M_CHECK_TF_ERROR(load_model(f), "H");
-        meta = config_metadata(c);
-        meta["eps"] = "tiny";
-        save_safetensors(f, meta, tensors(p));
-        M_CHECK_TF_ERROR(load_model(f), "eps");
-        meta = config_metadata(c);
-        meta["activation"] = "swish";
-        save_safetensors(f, meta, tensors(p));
-        M_CHECK_TF_ERROR(load_model(f), "swish");
-        meta = config_metadata(c);
-        meta.erase("n_ctx");
-        save_safetensors(f, meta, tensors(p));
-        M_CHECK_TF_ERROR(load_model(f), "'n_ctx'");
-        save_safetensors(f, {}, tensors(p));
-        M_CHECK_TF_ERROR(load_model(f), "lacks");
-    }
-    {  // BERT ids outside the vocabulary
-        const Config cb = preset("tiny-bert");
-        Params<float> pb = m_model<float>(cb, 35, 0.1);
-        auto meta = config_metadata(cb);
-        meta["mask_id"] = "13";
-        std::vector<std::pair<std::string, const Tensor<float>*>> list;
-        for (auto& nt : named_tensors(cb, pb)) list.push_back({nt.name, nt.tensor});
-        save_safetensors(f, meta, list);
-        M_CHECK_TF_ERROR(load_model(f), "mask_id");
-    }
-    M_CHECK_TF_ERROR(save_model(m_path("no/such/dir/x.safetensors"), c, p), "no/such/dir");
-}
-
-TEST_CASE("checkpoint: a file written by another writer (key order, spaces, no padding) loads") {
-    const Config c = preset("tiny-bert");
-    Params<float> p = m_model<float>(c, 36, 0.3);
-    auto named = named_tensors(c, p);
-    // Body in reverse order of the header; header keys in another order, with spaces; metadata last.
-    std::string body;
-    std::vector<std::pair<std::size_t, std::size_t>> offsets(named.size());
-    for (std::size_t k = named.size(); k-- > 0;) {
-        offsets[k].first = body.size();
-        for (float v : named[k].tensor->data) {
-            uint32_t u;
-            std::memcpy(&u, &v, 4);
-            for (int b = 0; b < 4; b++) body += (char)((u >> (8 * b)) & 0xFF);
-        }
-        offsets[k].second = body.size();
-    }
-    std::string header = "{ ";
-    for (std::size_t k = 0; k < named.size(); k++) {
-        const Tensor<float>& t = *named[k].tensor;
-        header += "\"" + named[k].name + "\" : { \"shape\" : [ ";
-        for (std::size_t d = 0; d < t.shape.size(); d++) header += (d ? ", " : "") + std::to_string(t.shape[d]);
-        header += " ], \"data_offsets\" : [ " + std::to_string(offsets[k].first) + ", " +
-                  std::to_string(offsets[k].second) + " ], \"dtype\" : \"F32\" },\n  ";
-    }
-    header += "\"__metadata__\" : { ";
-    bool first = true;
-    for (auto& kv : config_metadata(c)) header += (first ? "" : ", ") + json_escape(kv.first) + " : " + json_escape(kv.second), first = false;
-    header += " } }";
-    if (header.size() % 8 == 0) header += "\n";  // make sure it is not a multiple of 8
-    REQUIRE(header.size() % 8 != 0);
-    const std::string f = m_path("other_writer.safetensors");
-    m_write(f, m_st_bytes(header, body));
-    LoadedModel lm = load_model(f);
-    CHECK(lm.config.variant == Variant::bert);
-    CHECK(lm.config.eps == c.eps);
-    CHECK(m_params_bits_equal(c, p, lm.params));
-}
-
-// ================================================================================================
-// Released GPT-2 weights: a Hugging Face model.safetensors (names and layout of GPT-2), made here
-// from a small model so that the test knows every number
-// ================================================================================================
-namespace {
-// The query, key and value weights and biases of layer y packed as GPT-2's and GPT-1's c_attn
-// (Conv1D: in x out): W = [W_Q^1..W_Q^A | W_K^1.. | W_V^1..] (H x 3H), b likewise.
-void m_pack_c_attn(const Config& c, const Layer<float>& y, Tensor<float>& W, Tensor<float>& b) {
-    const int H = c.H, D = c.D;
-    W = Tensor<float>(H, 3 * H);
-    b = Tensor<float>({3 * H});
-    for (int i = 0; i < c.A; i++) {
-        const Tensor<float>* Wi[3] = {&y.attn.W_Q[i], &y.attn.W_K[i], &y.attn.W_V[i]};
-        const Tensor<float>* bi[3] = {&y.attn.b_Q[i], &y.attn.b_K[i], &y.attn.b_V[i]};
-        for (int part = 0; part < 3; part++)
-            for (int d = 0; d < D; d++) {
-                for (int r = 0; r < H; r++) W(r, part * H + i * D + d) = (*Wi[part])(r, d);
-                b[part * H + i * D + d] = (*bi[part])[d];
-            }
-    }
-}
-// The tensors of c/p under GPT-2's names: c_attn = [W_Q^1..W_Q^A | W_K^1.. | W_V^1..] and so on.
-std::vector<std::pair<std::string, Tensor<float>>> m_hf_tensors(const Config& c, const Params<float>& p,
-                                                                const std::string& prefix = "") {
-    std::vector<std::pair<std::string, Tensor<float>>> t;
-    t.push_back({prefix + "wte.weight", p.W_e});
-    t.push_back({prefix + "wpe.weight", p.W_p});
-    for (int l = 0; l < c.L; l++) {
-        const Layer<float>& y = p.layers[l];
-        const std::string h = prefix + "h." + std::to_string(l) + ".";
-        Tensor<float> W, b;
-        m_pack_c_attn(c, y, W, b);
-        t.push_back({h + "ln_1.weight", y.ln_1_gamma});
-        t.push_back({h + "ln_1.bias", y.ln_1_beta});
-        t.push_back({h + "attn.c_attn.weight", W});
-        t.push_back({h + "attn.c_attn.bias", b});
-        t.push_back({h + "attn.c_proj.weight", y.attn.W_O});
-        t.push_back({h + "attn.c_proj.bias", y.attn.b_O});
-        t.push_back({h + "ln_2.weight", y.ln_2_gamma});
-        t.push_back({h + "ln_2.bias", y.ln_2_beta});
-        t.push_back({h + "mlp.c_fc.weight", y.ffn.W_1});
-        t.push_back({h + "mlp.c_fc.bias", y.ffn.b_1});
-        t.push_back({h + "mlp.c_proj.weight", y.ffn.W_2});
-        t.push_back({h + "mlp.c_proj.bias", y.ffn.b_2});
-        t.push_back({h + "attn.bias", Tensor<float>({1, 1, c.n_ctx, c.n_ctx}, 1.f)});  // a mask buffer
-    }
-    t.push_back({prefix + "ln_f.weight", p.ln_f_gamma});
-    t.push_back({prefix + "ln_f.bias", p.ln_f_beta});
-    return t;
-}
-void m_write_hf(const std::string& path, const std::vector<std::pair<std::string, Tensor<float>>>& t) {
-    std::vector<std::pair<std::string, const Tensor<float>*>> list;
-    for (auto& kv : t) list.push_back({kv.first, &kv.second});
-    save_safetensors(path, {{"format", "pt"}}, list);
-}
-Config m_hf_config(int V) {  // a small GPT-2 as released: gelu_tanh, attention biases, 3 heads
-    Config c = preset("tiny-gpt2");
-    c.V = V, c.H = 12, c.A = 3, c.D = 4, c.F = 20, c.L = 2, c.n_ctx = 16;
-    c.activation = Activation::gelu_tanh, c.attn_bias = true;
-    return c;
-}
-// A released model's configuration c in small and its model m_model<float>(c, seed, 0.5), as the
-// weights cases use them.
-std::pair<Config, Params<float>> m_hf_model(const Config& c, uint64_t seed) { return {c, m_model<float>(c, seed, 0.5)}; }
-// Checks a GPT-2 or GPT-1 of 13 tokens as released in small (m_hf_config, m_gpt1_hf_config), made
-// from c and p and loaded as lm: its variant, gelu_tanh and attention biases, its sizes and eps,
-// every number of p and hence the same logits.
-void m_check_hf_gpt_loaded(LoadedModel& lm, Variant variant, const Config& c, const Params<float>& p) {
-    const Config& d = lm.config;
-    CHECK(d.variant == variant);
-    CHECK(d.activation == Activation::gelu_tanh);
-    CHECK(d.attn_bias);
-    CHECK(d.V == 13);
-    CHECK(d.H == 12);
-    CHECK(d.A == 3);
-    CHECK(d.D == 4);
-    CHECK(d.F == 20);
-    CHECK(d.L == 2);
-    CHECK(d.n_ctx == 16);
-    CHECK(d.eps == 1e-5);
-    Params<float> q = p;
-    CHECK(m_params_bits_equal(c, q, lm.params));
-    Batch b;
-    b.n = 6, b.tokens = {1, 5, 2, 12, 0, 7};
-    CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
-}
-}  // namespace
-
-TEST_CASE("GPT-2 weights: a Hugging Face model.safetensors loads as a gpt2 model, every number in place") {
-    const auto [c, p] = m_hf_model(m_hf_config(13), 71);
-    const std::string dir = m_path("");
-    const std::string path = m_path("hf_model.safetensors");
-    m_write(dir + "config.json", "{\"n_head\": 3, \"n_embd\": 12, \"layer_norm_epsilon\": 1e-05, \"activation_function\": \"gelu_new\"}");
-    for (const std::string prefix : {"", "transformer."}) {
-        CAPTURE(prefix);
-        m_write_hf(path, m_hf_tensors(c, p, prefix));
-        LoadedModel lm = load_model(path);
-        m_check_hf_gpt_loaded(lm, Variant::gpt2, c, p);
-        // It round trips through this project's own format.
-        save_model(m_path("hf_converted.safetensors"), lm.config, lm.params);
-        LoadedModel back = load_model(m_path("hf_converted.safetensors"));
-        Params<float> q = p;
-        CHECK(m_params_bits_equal(c, q, back.params));
-    }
-    // A tied lm_head is accepted; an untied one is an error.
-    auto t = m_hf_tensors(c, p);
-    t.push_back({"lm_head.weight", p.W_e});
-    m_write_hf(path, t);
-    CHECK(load_model(path).config.V == 13);
-    t.back().second[3] += 1.f;
-    m_write_hf(path, t);
-    M_CHECK_TF_ERROR(load_model(path), "lm_head.weight", "tied");
-}
-
-TEST_CASE("GPT-2 weights: missing, misshaped and unexpected tensors, and unknown head counts, are errors") {
-    // c and p by reference, not by a structured binding: the lambda below captures them (C++17 does not capture a binding).
-    const std::pair<Config, Params<float>> made = m_hf_model(m_hf_config(13), 72);
-    const Config& c = made.first;
-    const Params<float>& p = made.second;
-    const std::string path = m_path("hf_bad/model.safetensors");
-    REQUIRE(m_make_dir(m_path("hf_bad")));
-    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3}");
-    auto with = [&](const std::function<void(std::vector<std::pair<std::string, Tensor<float>>>&)>& change) {
-        auto t = m_hf_tensors(c, p);
-        change(t);
-        m_write_hf(path, t);
-    };
-    auto find = [](std::vector<std::pair<std::string, Tensor<float>>>& t, const std::string& name) -> Tensor<float>& {
-        for (auto& kv : t)
-            if (kv.first == name) return kv.second;
-        throw std::runtime_error("no " + name);
-    };
-    with([](auto& t) { t.erase(std::remove_if(t.begin(), t.end(), [](auto& kv) { return kv.first == "h.1.mlp.c_fc.bias"; }), t.end()); });
-    M_CHECK_TF_ERROR(load_model(path), "missing tensor 'h.1.mlp.c_fc.bias'", "GPT-2 weights");
-    with([&](auto& t) { find(t, "h.0.attn.c_attn.weight") = Tensor<float>(12, 35); });
-    M_CHECK_TF_ERROR(load_model(path), "h.0.attn.c_attn.weight", "12x35", "expected 12x36");
-    with([](auto& t) { t.push_back({"h.0.attn.extra", Tensor<float>({3})}); });
-    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.0.attn.extra'");
-    with([](auto& t) { t.push_back({"h.x.ln_1.weight", Tensor<float>({3})}); });
-    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.x.ln_1.weight'");
-    with([](auto&) {});
-    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 5}");  // 12 is not a multiple of 5
-    M_CHECK_TF_ERROR(load_model(path), "config.json", "n_head", "n_head must divide n_embd = 12");
-    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 1e12}");
-    M_CHECK_TF_ERROR(load_model(path), "n_head");
-    m_write(m_path("hf_bad/config.json"), "{\"n_embd\": 12}");
-    M_CHECK_TF_ERROR(load_model(path), "n_head");
-    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"activation_function\": \"swish\"}");
-    M_CHECK_TF_ERROR(load_model(path), "activation_function 'swish'");
-    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"layer_norm_epsilon\": \"small\"}");
-    M_CHECK_TF_ERROR(load_model(path), "layer_norm_epsilon");
-    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"n_layer\": 12}");
-    M_CHECK_TF_ERROR(load_model(path), "n_layer does not match the weights (2)");
-    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"activation_function\": \"gelu\", \"n_layer\": 2, \"vocab_size\": 13}");
-    CHECK(load_model(path).config.activation == Activation::gelu_erf);  // Hugging Face's "gelu" is the erf form
-    REQUIRE(std::remove(m_path("hf_bad/config.json").c_str()) == 0);  // no config.json: H = 12 has no heads of 64
-    M_CHECK_TF_ERROR(load_model(path), "config.json", "n_head");
-}
-
-// ================================================================================================
-// Released GPT-1, BERT and RoBERTa weights: Hugging Face model.safetensors files written byte
-// by byte from small models
-// ================================================================================================
-namespace {
-// A safetensors file written byte by byte: (name, dtype, shape, raw little-endian bytes).
-struct m_RawTensor {
-    std::string name, dtype;
-    std::vector<int> shape;
-    std::string bytes;
-};
-m_RawTensor m_raw(const std::string& name, const Tensor<float>& t) {
-    return {name, "F32", t.shape, std::string(reinterpret_cast<const char*>(t.ptr()), t.size() * 4)};
-}
-void m_write_raw(const std::string& path, const std::vector<m_RawTensor>& ts) {
-    std::string header = "{\"__metadata__\":{\"format\":\"pt\"}", body;
-    for (auto& t : ts) {
-        std::string shape;
-        for (std::size_t k = 0; k < t.shape.size(); k++) shape += (k ? "," : "") + std::to_string(t.shape[k]);
-        header += ",\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
-                  std::to_string(body.size()) + "," + std::to_string(body.size() + t.bytes.size()) + "]}";
-        body += t.bytes;
-    }
-    m_write(path, m_st_bytes(header + "}", body));
-}
-std::string m_mkdir(const std::string& name) {
-    REQUIRE(m_make_dir(m_path(name)));
-    return m_path(name) + "/";
-}
-// Makes the directory name in the scratch directory with a config.json holding config_json; its
-// path, with a "/" after it.
-std::string m_hf_dir(const std::string& name, const std::string& config_json) {
-    const std::string dir = m_mkdir(name);
-    m_write(dir + "config.json", config_json);
-    return dir;
-}
-// Writes the tensors t, changed by change, to path and checks that load_model(path) then fails
-// naming every one of parts.
-void m_check_raw_error(const std::string& path, std::vector<m_RawTensor> t, const std::function<void(std::vector<m_RawTensor>&)>& change,
-                       const std::vector<std::string>& parts) {
-    change(t);
-    m_write_raw(path, t);
-    M_CHECK_TF_ERROR(load_model(path), parts);
-}
-// For each (config.json text, parts) of cases: writes the text to dir/config.json and checks that
-// load_model(path) then fails naming every one of parts.
-void m_check_config_errors(const std::string& dir, const std::string& path,
-                           const std::vector<std::pair<std::string, std::vector<std::string>>>& cases) {
-    for (const auto& k : cases) {
-        CAPTURE(k.first);
-        m_write(dir + "config.json", k.first);
-        M_CHECK_TF_ERROR(load_model(path), k.second);
-    }
-}
-Config m_gpt1_hf_config() {  // GPT-1 as released in small: post-LN, gelu_tanh, attention biases, 3 heads
-    Config c = preset("tiny-gpt");
-    c.V = 13, c.H = 12, c.A = 3, c.D = 4, c.F = 20, c.L = 2, c.n_ctx = 16;
-    c.activation = Activation::gelu_tanh, c.attn_bias = true;
-    return c;
-}
-// The tensors of a gpt model under Hugging Face's OpenAIGPTModel names (Conv1D: in x out).
-std::vector<m_RawTensor> m_gpt1_hf(const Config& c, const Params<float>& p, const std::string& prefix) {
-    std::vector<m_RawTensor> t = {m_raw(prefix + "tokens_embed.weight", p.W_e), m_raw(prefix + "positions_embed.weight", p.W_p)};
-    for (int l = 0; l < c.L; l++) {
-        const Layer<float>& y = p.layers[l];
-        const std::string h = prefix + "h." + std::to_string(l) + ".";
-        Tensor<float> W, b;
-        m_pack_c_attn(c, y, W, b);
-        for (auto& kv : std::vector<std::pair<std::string, const Tensor<float>*>>{
-                 {"attn.c_attn.weight", &W}, {"attn.c_attn.bias", &b}, {"attn.c_proj.weight", &y.attn.W_O},
-                 {"attn.c_proj.bias", &y.attn.b_O}, {"ln_1.weight", &y.ln_1_gamma}, {"ln_1.bias", &y.ln_1_beta},
-                 {"mlp.c_fc.weight", &y.ffn.W_1}, {"mlp.c_fc.bias", &y.ffn.b_1}, {"mlp.c_proj.weight", &y.ffn.W_2},
-                 {"mlp.c_proj.bias", &y.ffn.b_2}, {"ln_2.weight", &y.ln_2_gamma}, {"ln_2.bias", &y.ln_2_beta}})
-            t.push_back(m_raw(h + kv.first, *kv.second));
-    }
-    return t;
-}
-Config m_bert_hf_config() {  // BERT as released in small: tiny-bert with attention biases and the additions
-    Config c = m_released_bert("tiny-bert", true);
-    c.A = 2, c.D = 4, c.H = 8, c.F = 16, c.L = 2, c.n_ctx = 16, c.V = 13;
-    return c;
-}
-const std::string m_BERT_VOCAB = "[UNK]\nt1\nt2\nt3\nt4\nt5\nt6\nt7\nt8\nt9\n[CLS]\n[SEP]\n[MASK]\n";
-// The tensors of a bert model under Hugging Face's BertForPreTraining names (Linear: out x in).
-std::vector<m_RawTensor> m_bert_hf(const Config& c, const Params<float>& p, bool legacy_ln) {
-    const std::string g = legacy_ln ? "gamma" : "weight", be = legacy_ln ? "beta" : "bias";
-    Tensor<float> tt(2, c.H);
-    std::copy(p.w_A.data.begin(), p.w_A.data.end(), tt.row(0));
-    std::copy(p.w_B.data.begin(), p.w_B.data.end(), tt.row(1));
-    std::vector<m_RawTensor> t = {m_raw("bert.embeddings.word_embeddings.weight", p.W_e),
-                                  m_raw("bert.embeddings.position_embeddings.weight", p.W_p),
-                                  m_raw("bert.embeddings.token_type_embeddings.weight", tt),
-                                  m_raw("bert.embeddings.LayerNorm." + g, p.gamma_e), m_raw("bert.embeddings.LayerNorm." + be, p.beta_e)};
-    for (int l = 0; l < c.L; l++) {
-        const Layer<float>& y = p.layers[l];
-        const std::string e = "bert.encoder.layer." + std::to_string(l) + ".";
-        const std::vector<Tensor<float>>* Ws[3] = {&y.attn.W_Q, &y.attn.W_K, &y.attn.W_V};
-        const std::vector<Tensor<float>>* bs[3] = {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V};
-        const char* names[3] = {"query", "key", "value"};
-        for (int part = 0; part < 3; part++) {
-            Tensor<float> W(c.A * c.D, c.H), b({c.A * c.D});
-            for (int i = 0; i < c.A; i++)
-                for (int d = 0; d < c.D; d++) {
-                    for (int r = 0; r < c.H; r++) W(i * c.D + d, r) = (*Ws[part])[i](r, d);
-                    b[i * c.D + d] = (*bs[part])[i][d];
-                }
-            t.push_back(m_raw(e + "attention.self." + names[part] + ".weight", W));
-            t.push_back(m_raw(e + "attention.self." + names[part] + ".bias", b));
-        }
-        t.push_back(m_raw(e + "attention.output.dense.weight", transpose(y.attn.W_O)));
-        t.push_back(m_raw(e + "attention.output.dense.bias", y.attn.b_O));
-        t.push_back(m_raw(e + "attention.output.LayerNorm." + g, y.ln_1_gamma));
-        t.push_back(m_raw(e + "attention.output.LayerNorm." + be, y.ln_1_beta));
-        t.push_back(m_raw(e + "intermediate.dense.weight", transpose(y.ffn.W_1)));
-        t.push_back(m_raw(e + "intermediate.dense.bias", y.ffn.b_1));
-        t.push_back(m_raw(e + "output.dense.weight", transpose(y.ffn.W_2)));
-        t.push_back(m_raw(e + "output.dense.bias", y.ffn.b_2));
-        t.push_back(m_raw(e + "output.LayerNorm." + g, y.ln_2_gamma));
-        t.push_back(m_raw(e + "output.LayerNorm." + be, y.ln_2_beta));
-    }
-    t.push_back(m_raw("bert.pooler.dense.weight", transpose(p.W_pool)));
-    t.push_back(m_raw("bert.pooler.dense.bias", p.b_pool));
-    t.push_back(m_raw("cls.predictions.bias", p.b_z));
-    t.push_back(m_raw("cls.predictions.transform.dense.weight", transpose(p.W_t)));
-    t.push_back(m_raw("cls.predictions.transform.dense.bias", p.b_t));
-    t.push_back(m_raw("cls.predictions.transform.LayerNorm." + g, p.gamma_t));
-    t.push_back(m_raw("cls.predictions.transform.LayerNorm." + be, p.beta_t));
-    return t;
-}
-}  // namespace
-
-TEST_CASE("GPT-1 weights: a Hugging Face openai-gpt model.safetensors loads as a gpt model, every number in place") {
-    const auto [c, p] = m_hf_model(m_gpt1_hf_config(), 1240);
-    const std::string dir = m_hf_dir("hf_gpt1", "{\"afn\": \"gelu\", \"n_head\": 3, \"n_embd\": 12, \"n_layer\": 2, \"n_positions\": 16, "
-                                      "\"vocab_size\": 13, \"layer_norm_epsilon\": 1e-05}");
-    for (const std::string prefix : {"", "transformer."}) {
-        CAPTURE(prefix);
-        auto t = m_gpt1_hf(c, p, prefix);
-        t.push_back(m_raw(prefix + "h.0.attn.bias", Tensor<float>({1, 1, 16, 16}, 1.f)));  // a mask buffer
-        if (!prefix.empty()) t.push_back(m_raw("lm_head.weight", p.W_e));                   // tied
-        m_write_raw(dir + "model.safetensors", t);
-        LoadedModel lm = load_model(dir + "model.safetensors");
-        m_check_hf_gpt_loaded(lm, Variant::gpt, c, p);
-        const ParamCount k = count_params(lm.config);
-        CHECK(k.actual - k.seed_lambda == k.attn_biases);
-        CHECK(k.attn_biases == 2 * (3 * 12 + 12));
-    }
-    m_write(dir + "config.json", "{\"afn\": \"relu\", \"n_head\": 4, \"layer_norm_epsilon\": 1e-3}");
-    m_write_raw(dir + "model.safetensors", m_gpt1_hf(c, p, ""));
-    const Config r = load_model(dir + "model.safetensors").config;
-    CHECK(r.activation == Activation::relu);
-    CHECK(r.A == 4);
-    CHECK(r.D == 3);
-    CHECK(r.eps == 1e-3);
-}
-
-TEST_CASE("GPT-1 weights: missing, misshaped, unexpected and untied tensors, and a contradicting config, are errors") {
-    const auto [c, p] = m_hf_model(m_gpt1_hf_config(), 1241);
-    const std::string dir = m_hf_dir("hf_gpt1_bad", "{\"n_head\": 3}"), path = dir + "model.safetensors";
-    const auto t = m_gpt1_hf(c, p, "transformer.");
-    m_check_raw_error(path, t, [](auto& x) { x.erase(x.begin() + 4); },  // h.0.attn.c_proj.weight
-                      {"GPT-1 weights", "missing tensor 'h.0.attn.c_proj.weight'"});
-    m_check_raw_error(path, t, [](auto& x) { x[3] = m_raw("transformer.h.0.attn.c_attn.bias", Tensor<float>({35})); },
-                      {"tensor 'h.0.attn.c_attn.bias' is 35, expected 36"});
-    m_check_raw_error(path, t, [](auto& x) { x.push_back(m_raw("transformer.h.1.attn.extra", Tensor<float>({2}))); },
-                      {"unexpected tensor 'h.1.attn.extra'"});
-    m_check_raw_error(path, t, [](auto& x) { x.push_back(m_raw("transformer.h.x.ln_1.weight", Tensor<float>({2}))); },
-                      {"unexpected tensor 'h.x.ln_1.weight'"});
-    Tensor<float> other = p.W_e;
-    other[7] += 1.f;
-    m_check_raw_error(path, t, [&](auto& x) { x.push_back(m_raw("lm_head.weight", other)); }, {"lm_head.weight differs", "tied"});
-    m_write_raw(path, t);
-    m_check_config_errors(dir, path,
-                          {{"{\"n_head\": 5}", {"n_head must divide n_embd = 12"}},
-                           {"{\"n_head\": 3, \"n_layer\": 3}", {"n_layer does not match the weights (2)"}},
-                           {"{\"n_head\": 3, \"afn\": \"swish\"}", {"afn 'swish'"}},
-                           {"{\"n_head\": 3", {"config.json"}}});
-    std::remove((dir + "config.json").c_str());
-    M_CHECK_TF_ERROR(load_model(path), "cannot tell the number of heads");  // H = 12: no multiple of 64
-    Tensor<float> bad = p.W_p;
-    bad[3] = std::nanf("");
-    m_write(dir + "config.json", "{\"n_head\": 3}");
-    m_check_raw_error(path, t, [&](auto& x) { x[1] = m_raw("transformer.positions_embed.weight", bad); }, {"W_p", "not finite"});
-}
-
-TEST_CASE("BERT weights: a Hugging Face bert-base-uncased model.safetensors loads as a bert model, every number in place") {
-    const auto [c, p] = m_hf_model(m_bert_hf_config(), 1250);
-    const std::string dir = m_hf_dir("hf_bert", "{\"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, \"num_hidden_layers\": 2, "
-                                      "\"intermediate_size\": 16, \"max_position_embeddings\": 16, \"vocab_size\": 13, "
-                                      "\"type_vocab_size\": 2, \"layer_norm_eps\": 1e-12, \"position_embedding_type\": \"absolute\"}");
-    m_write(dir + "vocab.txt", m_BERT_VOCAB);
-    Tensor<float> nsp_W(2, 8, 0.25f), nsp_b({2}, 0.5f);
-    for (bool legacy : {false, true}) {
-        CAPTURE(legacy);
-        auto t = m_bert_hf(c, p, legacy);
-        t.push_back({"bert.embeddings.position_ids", "I64", {1, 16}, std::string(16 * 8, '\0')});  // a buffer
-        t.push_back(m_raw("cls.predictions.decoder.weight", p.W_e));  // tied
-        t.push_back(m_raw("cls.predictions.decoder.bias", p.b_z));    // tied
-        t.push_back(m_raw("cls.seq_relationship.weight", nsp_W));
-        t.push_back(m_raw("cls.seq_relationship.bias", nsp_b));
-        m_write_raw(dir + "model.safetensors", t);
-        LoadedModel lm = load_model(dir + "model.safetensors");
-        const Config& d = lm.config;
-        CHECK(d.variant == Variant::bert);
-        CHECK(d.activation == Activation::gelu_erf);
-        CHECK(d.attn_bias);
-        CHECK(d.emb_ln);
-        CHECK(d.mlm_head);
-        CHECK(d.pooler);
-        CHECK(d.eps == 1e-12);
-        CHECK(d.cls_id == 10);
-        CHECK(d.sep_id == 11);
-        CHECK(d.mask_id == 12);
-        CHECK((d.V == 13 && d.H == 8 && d.A == 2 && d.D == 4 && d.F == 16 && d.L == 2 && d.n_ctx == 16));
-        Params<float> q = p;
-        CHECK(m_params_bits_equal(c, q, lm.params));
-        REQUIRE(lm.file.tensors.size() == 2);  // the next-sentence head, kept
-        CHECK(lm.file.tensors[0].first == "cls.seq_relationship.weight");
-        CHECK(m_bits_equal(lm.file.tensors[0].second, nsp_W));
-        Batch b;
-        b.n = 6, b.tokens = {10, 5, 12, 11, 3, 11}, b.segments = {0, 0, 0, 0, 1, 1};
-        CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
-    }
-    // Without the masked-LM head and the pooler (BertModel): the de-embedding of formulas §17; ids 101..103 need V > 103.
-    auto t = m_bert_hf(c, p, false);
-    t.resize(t.size() - 7);
-    m_write_raw(dir + "model.safetensors", t);
-    const Config d = load_model(dir + "model.safetensors").config;
-    CHECK_FALSE(d.mlm_head);
-    CHECK_FALSE(d.pooler);
-    CHECK(d.emb_ln);
-    std::remove((dir + "vocab.txt").c_str());
-    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "[CLS], [SEP], [MASK]", "no vocab.txt");
-}
-
-TEST_CASE("BERT weights: missing, misshaped, unexpected and untied tensors, bad vocab.txt and config, are errors") {
-    const auto [c, p] = m_hf_model(m_bert_hf_config(), 1251);
-    const std::string dir = m_hf_dir("hf_bert_bad", "{\"num_attention_heads\": 2}"), path = dir + "model.safetensors";
-    m_write(dir + "vocab.txt", m_BERT_VOCAB);
-    const auto t = m_bert_hf(c, p, false);
-    m_check_raw_error(path, t, [](auto& x) { x.erase(x.begin() + 2); },  // token_type_embeddings
-                      {"BERT weights", "missing tensor 'embeddings.token_type_embeddings.weight'"});
-    m_check_raw_error(path, t, [](auto& x) { x[5] = m_raw("bert.encoder.layer.0.attention.self.query.weight", Tensor<float>(8, 7)); },
-                      {"'encoder.layer.0.attention.self.query.weight' is 8x7, expected 8x8"});
-    m_check_raw_error(path, t, [](auto& x) { x.push_back(m_raw("cls.predictions.extra", Tensor<float>({2}))); },
-                      {"unexpected tensor 'cls.predictions.extra'"});
-    Tensor<float> bias = p.b_z;
-    bias[0] += 1.f;
-    m_check_raw_error(path, t, [&](auto& x) { x.push_back(m_raw("cls.predictions.decoder.bias", bias)); },
-                      {"cls.predictions.decoder.bias differs"});
-    m_check_raw_error(path, t, [](auto& x) { x.push_back({"bert.embeddings.other_ids", "I64", {1, 2}, std::string(16, '\0')}); },
-                      {"only F32 is supported"});
-    m_write_raw(path, t);
-    m_write(dir + "vocab.txt", "[UNK]\n[CLS]\n");
-    M_CHECK_TF_ERROR(load_model(path), "vocab.txt' has 2 tokens but the model's V = 13");
-    m_write(dir + "vocab.txt", "[UNK]\nt1\nt2\nt3\nt4\nt5\nt6\nt7\nt8\nt9\n[CLS]\n[SEP]\nmask\n");
-    M_CHECK_TF_ERROR(load_model(path), "lacks [CLS], [SEP] or [MASK]");
-    m_write(dir + "vocab.txt", m_BERT_VOCAB);
-    m_check_config_errors(dir, path,
-                          {{"{\"num_attention_heads\": 2, \"type_vocab_size\": 3}", {"type_vocab_size does not match the weights (2)"}},
-                           {"{\"num_attention_heads\": 2, \"position_embedding_type\": \"relative_key\"}", {"position_embedding_type must be absolute"}},
-                           {"{\"num_attention_heads\": 2, \"hidden_act\": \"tanh\"}", {"hidden_act 'tanh'"}}});
-}
-
-namespace {
-// RoBERTa's tokenizer in small: the 256 byte symbols (ids 0..255), four merged tokens and the
-// special ones (<s> 260, <pad> 261, </s> 262, <unk> 263, <mask> 264).
-const std::vector<std::string> m_RB_MERGED = {"he", "ll", "hell", m_G + "hell", "<s>", "<pad>", "</s>", "<unk>", "<mask>"};
-const std::vector<std::string> m_RB_MERGES = {"h e", "l l", "he ll", m_G + " hell"};
-Config m_roberta_hf_config() {  // RoBERTa as released in small: tiny-roberta with attention biases and the additions
-    Config c = m_released_bert("tiny-roberta", true);
-    c.A = 2, c.D = 4, c.H = 8, c.F = 16, c.L = 2, c.n_ctx = 16, c.V = 265, c.eps = 1e-5;
-    c.cls_id = 260, c.sep_id = 262, c.mask_id = 264;
-    c.pad_id = 1;  // padding_idx: RobertaConfig's pad_token_id when config.json does not say
-    return c;
-}
-// The tensors of a roberta model under Hugging Face's RobertaForMaskedLM names: BERT's, renamed,
-// with positions numbered from padding_idx + 1 = c.pad_id + 1, row padding_idx the pads' (w_pad),
-// rows before it never read, each less the one token type row tt.
-std::vector<m_RawTensor> m_roberta_hf(const Config& c, const Params<float>& p, const Tensor<float>& tt, const std::string& prefix) {
-    std::vector<m_RawTensor> out;
-    for (m_RawTensor& t : m_bert_hf(c, p, false)) {
-        const std::pair<const char*, const char*> renames[] = {
-            {"cls.predictions.transform.dense.", "lm_head.dense."}, {"cls.predictions.transform.LayerNorm.", "lm_head.layer_norm."},
-            {"cls.predictions.bias", "lm_head.bias"}, {"bert.", prefix.c_str()}};
-        for (const auto& r : renames)
-            if (t.name.rfind(r.first, 0) == 0) {
-                t.name = r.second + t.name.substr(std::strlen(r.first));
-                break;
-            }
-        if (t.name == prefix + "embeddings.token_type_embeddings.weight") t = m_raw(t.name, tt);
-        if (t.name == prefix + "embeddings.position_embeddings.weight") {
-            const int pad = c.pad_id;
-            Tensor<float> wp(c.n_ctx + pad + 1, c.H, 0.f);
-            for (int r = 0; r < pad; r++)
-                for (int h = 0; h < c.H; h++) wp(r, h) = 9.f;  // rows no sequence reads
-            for (int h = 0; h < c.H; h++) wp(pad, h) = p.w_pad[h] - tt(0, h);
-            for (int i = 0; i < c.n_ctx; i++)
-                for (int h = 0; h < c.H; h++) wp(i + pad + 1, h) = p.W_p(i, h) - tt(0, h);
-            t = m_raw(t.name, wp);
-        }
-        out.push_back(t);
-    }
-    return out;
-}
-}  // namespace
-
-TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads as a roberta model, every number in place") {
-    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1255);
-    const std::string dir = m_hf_dir("hf_roberta", "{\"model_type\": \"roberta\", \"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, "
-                                      "\"num_hidden_layers\": 2, \"intermediate_size\": 16, \"max_position_embeddings\": 18, "
-                                      "\"vocab_size\": 265, \"type_vocab_size\": 1, \"layer_norm_eps\": 1e-05, \"pad_token_id\": 1}");
-    m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
-    const Tensor<float> zero(1, c.H, 0.f);
-    auto t = m_roberta_hf(c, p, zero, "roberta.");
-    t.push_back({"roberta.embeddings.position_ids", "I64", {1, 18}, std::string(18 * 8, '\0')});    // buffers
-    t.push_back({"roberta.embeddings.token_type_ids", "I64", {1, 18}, std::string(18 * 8, '\0')});
-    t.push_back(m_raw("lm_head.decoder.weight", p.W_e));  // tied
-    t.push_back(m_raw("lm_head.decoder.bias", p.b_z));    // tied
-    m_write_raw(dir + "model.safetensors", t);
-    LoadedModel lm = load_model(dir + "model.safetensors");
-    const Config& d = lm.config;
-    CHECK(d.variant == Variant::roberta);
-    CHECK(d.activation == Activation::gelu_erf);
-    CHECK((d.attn_bias && d.emb_ln && d.mlm_head && d.pooler));
-    CHECK(d.eps == 1e-5);
-    CHECK((d.cls_id == 260 && d.sep_id == 262 && d.mask_id == 264));
-    CHECK(d.pad_id == 1);  // pad_token_id: the pads' position row
-    CHECK((d.V == 265 && d.H == 8 && d.A == 2 && d.D == 4 && d.F == 16 && d.L == 2 && d.n_ctx == 16));
-    Params<float> q = p;
-    CHECK(m_params_bits_equal(c, q, lm.params));
-    Batch b;
-    b.n = 6, b.tokens = {260, 5, 264, 262, 3, 262};
-    CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
-    // The token type row is added at every position: folded into W_p.
-    Tensor<float> tt(1, c.H);
-    for (int h = 0; h < c.H; h++) tt(0, h) = 0.125f * (float)(h + 1);
-    const auto t2 = m_roberta_hf(c, p, tt, "");  // RobertaModel's names, and no lm_head: told by the one token type
-    std::vector<m_RawTensor> bare;
-    for (const auto& x : t2)
-        if (x.name.rfind("lm_head.", 0) != 0 && x.name.rfind("pooler.", 0) != 0) bare.push_back(x);
-    m_write_raw(dir + "model.safetensors", bare);
-    LoadedModel l2 = load_model(dir + "model.safetensors");
-    CHECK(l2.config.variant == Variant::roberta);
-    CHECK_FALSE(l2.config.mlm_head);
-    CHECK_FALSE(l2.config.pooler);
-    bool folded = true;
-    for (int i = 0; i < c.n_ctx; i++)
-        for (int h = 0; h < c.H; h++) folded &= l2.params.W_p(i, h) == (p.W_p(i, h) - tt(0, h)) + tt(0, h);
-    for (int h = 0; h < c.H; h++) folded &= l2.params.w_pad[h] == (p.w_pad[h] - tt(0, h)) + tt(0, h);
-    CHECK(folded);
-    // Another pad_token_id moves the rows: padding_idx 261 (this vocabulary's <pad>) needs n_ctx + 262 rows.
-    Config c261 = c;
-    c261.pad_id = 261;
-    const Params<float> p261 = m_model<float>(c261, 1259, 0.5);
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"pad_token_id\": 261, \"max_position_embeddings\": 278}");
-    m_write_raw(dir + "model.safetensors", m_roberta_hf(c261, p261, tt, "roberta."));
-    LoadedModel l3 = load_model(dir + "model.safetensors");
-    CHECK(l3.config.pad_id == 261);
-    CHECK(l3.config.n_ctx == 16);
-    bool moved = true;
-    for (int i = 0; i < c.n_ctx; i++)
-        for (int h = 0; h < c.H; h++) moved &= l3.params.W_p(i, h) == (p261.W_p(i, h) - tt(0, h)) + tt(0, h);
-    for (int h = 0; h < c.H; h++) moved &= l3.params.w_pad[h] == (p261.w_pad[h] - tt(0, h)) + tt(0, h);
-    CHECK(moved);
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"pad_token_id\": 300}");  // more than the table's rows
-    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "(n_ctx + pad_token_id + 1) x H");
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
-    // Without vocab.json, only roberta-base's size tells the special ids.
-    std::remove((dir + "vocab.json").c_str());
-    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "RoBERTa weights", "<s>, </s>, <mask>", "no vocab.json");
-}
-
-TEST_CASE("RoBERTa weights: a bad vocab.json or config.json and an untied decoder are errors") {
-    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1256);
-    const std::string dir = m_hf_dir("hf_roberta_bad", "{\"num_attention_heads\": 2}"), path = dir + "model.safetensors";
-    m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
-    const auto t = m_roberta_hf(c, p, Tensor<float>(1, c.H, 0.f), "roberta.");
-    m_write_raw(path, t);
-    CHECK(load_model(path).config.variant == Variant::roberta);
-    Tensor<float> W = p.W_e;
-    W[3] += 1.f;
-    m_check_raw_error(path, t, [&](auto& x) { x.push_back(m_raw("lm_head.decoder.weight", W)); },
-                      {"RoBERTa weights", "lm_head.decoder.weight differs"});
-    m_write_raw(path, t);
-    m_check_config_errors(dir, path,
-                          {{"{\"num_attention_heads\": 2, \"max_position_embeddings\": 16}", {"max_position_embeddings does not match the weights (18)"}},
-                           {"{\"num_attention_heads\": 2, \"type_vocab_size\": 2}", {"type_vocab_size does not match the weights (1)"}}});
-    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
-    std::vector<std::string> no_mask(m_RB_MERGED.begin(), m_RB_MERGED.end() - 1);
-    no_mask.push_back("<masks>");
-    m_write(dir + "vocab.json", m_encoder_json(no_mask));
-    M_CHECK_TF_ERROR(load_model(path), "vocab.json' lacks <mask>");
-    m_write(dir + "vocab.json", m_encoder_json({"he"}));
-    M_CHECK_TF_ERROR(load_model(path), "vocab.json' has 257 tokens but the model's V = 265");
-    m_write(dir + "vocab.json", "{\"<s>\": 0");
-    M_CHECK_TF_ERROR(load_model(path), "vocab.json'", "JSON");
-}
-
-// ================================================================================================
-// Export to Hugging Face's layout
-// ================================================================================================
-TEST_CASE("export: a directory of released weights, or of anything else, is never written into; a re-export leaves no stale tokenizer") {
-    const std::string dir = m_path("exp_foreign");
-    m_make_dir(dir);
-    const std::string ck = dir + "/ck.safetensors";
-    m_run_ok("init --preset tiny-gpt2 --out " + ck);
-    // A downloaded GPT-2: its model, config and tokenizer. Nothing in it changes.
-    const std::string hf = dir + "/gpt2";
-    m_make_dir(hf);
-    const std::map<std::string, std::string> released = {
-        {"model.safetensors", m_st_bytes("{\"__metadata__\":{\"format\":\"pt\"}}")},
-        {"config.json", "{\"model_type\": \"gpt2\", \"vocab_size\": 50257}\n"},
-        {"vocab.json", "{\"!\": 0}\n"},
-        {"merges.txt", "#version: 0.2\nh e\n"}};
-    for (auto& kv : released) m_write(hf + "/" + kv.first, kv.second);
-    m_cli_fails("export --checkpoint " + ck + " --out " + hf, "config.json was not written by this program");
-    for (auto& kv : released) CHECK(m_read(hf + "/" + kv.first) == kv.second);
-    // Only a config.json (someone's), or one of ours beside a file export does not write: refused too.
-    const std::string other = dir + "/other";
-    m_make_dir(other);
-    m_write(other + "/config.json", released.at("config.json"));
-    m_cli_fails("export --checkpoint " + ck + " --out " + other, "refusing to write into --out");
-    CHECK(m_read(other + "/config.json") == released.at("config.json"));
-    const std::string mine = dir + "/mine";
-    m_run_ok("export --checkpoint " + ck + " --out " + mine);
-    CHECK(m_contains(m_read(mine + "/config.json"), "\"written_by\": \"transformer\""));
-    m_write(mine + "/README.md", "my notes\n");
-    m_cli_fails("export --checkpoint " + ck + " --out " + mine, "it holds 'README.md'");
-    CHECK(m_read(mine + "/README.md") == "my notes\n");
-    std::remove((mine + "/README.md").c_str());
-    // An earlier export of ours is replaced whole: a tokenizer it had does not stay beside a model
-    // that records none (init's checkpoint).
-    m_write(mine + "/vocab.json", released.at("vocab.json"));
-    m_write(mine + "/merges.txt", released.at("merges.txt"));
-    m_run_ok("export --checkpoint " + ck + " --out " + mine);
-    CHECK_FALSE(m_exists(mine + "/vocab.json"));
-    CHECK_FALSE(m_exists(mine + "/merges.txt"));
-    CHECK(m_exists(mine + "/model.safetensors"));
-    // An empty directory is fine.
-    const std::string empty = dir + "/empty";
-    m_make_dir(empty);
-    m_run_ok("export --checkpoint " + ck + " --out " + empty);
-    CHECK(m_exists(empty + "/config.json"));
-}
-
-TEST_CASE("export: Hugging Face layout, read back with identical tensors and logits, for every activation and with or without biases") {
-    const Activation acts[] = {Activation::gelu_tanh, Activation::gelu_erf, Activation::relu, Activation::gelu_sigmoid};
-    const char* hf[] = {"gelu_new", "gelu", "relu", "quick_gelu"};
-    int case_no = 0;
-    for (int bias = 0; bias < 2; bias++)
-        for (int k = 0; k < 4; k++) {
-            Config c = preset("tiny-gpt2");
-            c.activation = acts[k], c.attn_bias = bias == 1, c.eps = 1e-6;
-            c.F = k == 2 ? 3 * c.H : 4 * c.H;  // n_inner: a number, or null (= 4 n_embd)
-            INFO("activation " << std::string(activation_name(c.activation)));
-            CAPTURE(bias);
-            Params<float> p = m_model<float>(c, 11 + case_no, 0.05);
-            const std::string dir = m_path("i11_export_" + std::to_string(case_no++));
-            export_hf(dir, c, p);
-            const Json j = parse_json(m_read(dir + "/config.json"));
-            CHECK(j.get("model_type")->str == "gpt2");
-            CHECK(j.get("architectures")->arr.at(0).str == "GPT2LMHeadModel");
-            CHECK(j.get("activation_function")->str == hf[k]);
-            CHECK(j.get("n_head")->num == c.A);
-            CHECK(j.get("n_layer")->num == c.L);
-            CHECK(j.get("n_positions")->num == c.n_ctx);
-            CHECK(j.get("layer_norm_epsilon")->num == c.eps);
-            CHECK(j.get("n_inner")->type == (c.F == 4 * c.H ? Json::null : Json::number));
-            const SafeTensors st = load_safetensors(dir + "/model.safetensors");
-            CHECK(st.metadata.at("format") == "pt");
-            CHECK(st.find("lm_head.weight") == nullptr);  // tied to wte
-            // c_attn joins the heads: row r, column part*H + i*D + d is W_{Q,K,V}^i(r, d).
-            const Tensor<float>* ca = st.find("h.1.attn.c_attn.weight");
-            REQUIRE(ca);
-            CHECK(ca->shape == std::vector<int>{c.H, 3 * c.H});
-            CHECK((*ca)(3, 1 * c.H + 1 * c.D + 2) == p.layers[1].attn.W_K[1](3, 2));
-            CHECK((*ca)(0, 2 * c.H + (c.A - 1) * c.D) == p.layers[1].attn.W_V[c.A - 1](0, 0));
-            LoadedModel lm = load_model(dir + "/model.safetensors");
-            const Config& r = lm.config;
-            CHECK(r.variant == Variant::gpt2);
-            CHECK(r.activation == c.activation);
-            CHECK(r.eps == c.eps);
-            CHECK((r.V == c.V && r.H == c.H && r.F == c.F && r.D == c.D && r.L == c.L && r.A == c.A && r.n_ctx == c.n_ctx));
-            CHECK(r.attn_bias);  // a released GPT-2 has them: absent ones come back as zeros
-            for (auto& nt : named_tensors(c, p)) {  // every tensor of the original, bit for bit
-                CAPTURE(nt.name);
-                Tensor<float>* back = nullptr;
-                for (auto& mt : named_tensors(r, lm.params))
-                    if (mt.name == nt.name) back = mt.tensor;
-                REQUIRE(back);
-                CHECK(m_bits_equal(*nt.tensor, *back));
-            }
-            if (!c.attn_bias)
-                for (auto& y : lm.params.layers) {
-                    for (auto* heads : {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V})
-                        for (auto& b : *heads)
-                            for (float v : b.data) CHECK(v == 0.0f);
-                    for (float v : y.attn.b_O.data) CHECK(v == 0.0f);
-                }
-            Batch b = m_batch(c, 5);
-            CHECK(m_bits_equal(model_forward(c, p, b), model_forward(r, lm.params, b)));
-        }
-}
-
-TEST_CASE("export: unfit models and bad outputs are refused; the command writes every file or none") {
-    for (const char* name : {"tiny-gpt3", "tiny-bert", "tiny-roberta"}) {  // gpt3 never; the formulas' BERTs lack emb_ln
-        const Config c = preset(name);
-        CAPTURE(name);
-        CHECK(!hf_export_problem(c).empty());
-        Params<float> p = make_params<float>(c);
-        M_CHECK_TF_ERROR(export_hf(m_path("i11_never"), c, p), c.variant == Variant::gpt3 ? "gpt3" : "--mlm-head");
-    }
-    CHECK(!m_exists(m_path("i11_never")));
-    Config odd = preset("tiny-gpt2");
-    odd.D = odd.H / odd.A + 1;
-    CHECK(m_contains(hf_export_problem(odd), "D = H / A"));
-    Config head = preset("tiny-gpt2");
-    head.W_y_rows = head.H, head.W_y_cols = 2;
-    CHECK(m_contains(hf_export_problem(head), "W_y"));
-    Config xl = preset("tiny-gpt2");
-    xl.xlnet = true;
-    CHECK(m_contains(hf_export_problem(xl), "xlnet"));
-    CHECK(hf_export_problem(preset("gpt2-124m")).empty());
-    // The command line.
-    const std::string gpt = m_path("i11_gpt.safetensors"), g2 = m_path("i11_g2.safetensors");
-    REQUIRE(m_run("init --preset tiny-gpt --out " + gpt).status == 0);
-    REQUIRE(m_run("init --preset tiny-gpt2 --out " + g2).status == 0);
-    m_cli_fails("export --checkpoint " + gpt + " --out " + m_path("i11_x1"), "OpenAIGPTLMHeadModel's activations");
-    CHECK(!m_exists(m_path("i11_x1")));
-    m_cli_fails("export --checkpoint " + g2 + " --out " + m_path("no_such_dir/x"), "does not exist");
-    m_cli_fails("export --checkpoint " + g2 + " --out " + g2, "is not a directory");
-    m_cli_fails("export --checkpoint " + m_path("i11_none.safetensors") + " --out " + m_path("i11_x2"), "cannot open");
-    CHECK(!m_exists(m_path("i11_x2")));
-    m_cli_fails("export --checkpoint " + g2, "missing flag --out");
-    const std::string dir = m_path("i11_x3");
-    m_make_dir(dir);
-    m_write(dir + "/config.json", "not json, someone's notes");
-    m_cli_fails("export --checkpoint " + g2 + " --out " + dir, "config.json");
-    CHECK(!m_exists(dir + "/model.safetensors"));  // checked before anything is written
-    CHECK(m_read(dir + "/config.json") == "not json, someone's notes");
-    std::remove((dir + "/config.json").c_str());
-    const m_Run ok = m_run("export --checkpoint " + g2 + " --out " + dir);
-    INFO("stderr: " << ok.err);
-    CHECK(ok.status == 0);
-    CHECK(m_contains(ok.out, "attention biases written as zeros"));
-    CHECK(m_exists(dir + "/model.safetensors"));
-    CHECK(m_exists(dir + "/config.json"));
-    const m_Run again = m_run("export --checkpoint " + g2 + " --out " + dir);  // replaces its own files
-    INFO("stderr: " << again.err);
-    CHECK(again.status == 0);
-    m_cli_fails("export --checkpoint " + dir + "/model.safetensors --out " + dir, "would overwrite --checkpoint");
-    // Only the two files: no temporary (".NAME.tmp.XXXXXX") is left behind.
-    CHECK(m_names_in(dir, "") == std::vector<std::string>{"config.json", "model.safetensors"});
-}
-
-// ================================================================================================
-// Export to the Hugging Face classes of every variant, with the tokenizer's files
-// ================================================================================================
-namespace {
-// The probe text of the tokenizer checks: accents, CJK, a tab, CRLF, runs of spaces.
-const std::string m_PROBE = "Caf\xC3\xA9 na\xC3\xAFve,\t\xE4\xB8\xAD \xE6\x96\x87!\r\nlower  lowest   the capital.\r\n";
-struct m_ExportCase {
-    std::string preset, tokenizer;  // tokenizer: "char" or a subword kind
-    Activation activation;
-    bool bias, mlm_head;
-};
-// The tokenizer of a case: characters of the probe, or the small hand-made vocabularies.
-Tokenizer m_export_tokenizer(const std::string& kind) {
-    if (kind == "char") {
-        Tokenizer t;
-        t.kind = "char", t.chars = CharVocab::from_text(m_PROBE);
-        return t;
-    }
-    if (kind == "gpt1-bpe") return make_tokenizer(kind, m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES, "test");
-    if (kind == "bert-wordpiece") return make_tokenizer(kind, "", m_WP_VOCAB, "test");
-    if (kind == "roberta-bpe")
-        return make_tokenizer(kind, m_encoder_json({"he", "<s>", "<pad>", "</s>", "<unk>", "<mask>"}), m_vocab_bpe({"h e"}), "test");
-    return make_tokenizer(kind, m_encoder_json({"he", "ll", "hell", m_G + "hell", "<|endoftext|>"}),
-                          m_vocab_bpe({"h e", "l l", "he ll", m_G + " hell"}), "test");
-}
-// The config of a case: the preset's shape with the tokenizer's vocabulary and special ids.
-Config m_export_config(const m_ExportCase& k, const Tokenizer& t) {
-    Config c = preset(k.preset);
-    c.activation = k.activation, c.attn_bias = k.bias;
-    const bool masked = !is_causal(c.variant);
-    c.V = t.size() + (masked && t.kind == "char" ? 3 : 0);
-    if (c.variant == Variant::gpt) c.F = 4 * c.H;  // OpenAIGPTLMHeadModel's width
-    c.pad_id = -1;
-    if (masked) {  // without the head the class is BertModel / RobertaModel, which needs a pooler
-        c.emb_ln = true, c.mlm_head = k.mlm_head, c.pooler = !k.mlm_head;
-        if (t.kind == "char") c.cls_id = t.size(), c.sep_id = t.size() + 1, c.mask_id = t.size() + 2;
-        else subword_special_ids(t, c);
-    }
-    validate(c);
-    return c;
-}
-Tensor<float>* m_tensor_named(const Config& c, Params<float>& p, const std::string& name) {
-    for (auto& nt : named_tensors(c, p))
-        if (nt.name == name) return nt.tensor;
-    return nullptr;
-}
-}  // namespace
-
-TEST_CASE("export: every variant through its Hugging Face class and back, weights bit for bit, the tokenizer's ids the same") {
-    const Activation tanh_ = Activation::gelu_tanh, erf = Activation::gelu_erf, relu = Activation::relu, sig = Activation::gelu_sigmoid;
-    const std::vector<m_ExportCase> cases = {
-        {"tiny-gpt", "char", tanh_, false, false},        {"tiny-gpt", "gpt1-bpe", relu, true, false},
-        {"tiny-gpt", "gpt2-bpe", tanh_, true, false},     {"tiny-gpt2", "char", sig, false, false},
-        {"tiny-gpt2", "gpt2-bpe", erf, true, false},      {"tiny-bert", "bert-wordpiece", erf, true, true},
-        {"tiny-bert", "bert-wordpiece", relu, false, false}, {"tiny-bert", "char", sig, true, true},
-        {"tiny-bert", "char", tanh_, false, false},       {"tiny-roberta", "roberta-bpe", erf, true, true},
-        {"tiny-roberta", "roberta-bpe", sig, false, false}, {"tiny-roberta", "char", relu, true, true},
-        {"tiny-roberta", "char", tanh_, false, false}};
-    const char* classes[][2] = {{"OpenAIGPTLMHeadModel", "OpenAIGPTLMHeadModel"}, {"GPT2LMHeadModel", "GPT2LMHeadModel"},
-                                {"BertModel", "BertForMaskedLM"}, {"RobertaModel", "RobertaForMaskedLM"}};
-    int case_no = 0;
-    for (const m_ExportCase& k : cases) {
-        CAPTURE(k.preset);
-        CAPTURE(k.tokenizer);
-        CAPTURE(activation_name(k.activation));
-        CAPTURE(k.bias);
-        CAPTURE(k.mlm_head);
-        const Tokenizer tok = m_export_tokenizer(k.tokenizer);
-        const Config c = m_export_config(k, tok);
-        REQUIRE(hf_export_problem(c) == "");
-        Params<float> p = m_model<float>(c, 31 + case_no, 0.05);
-        const std::string dir = m_path("i12_export_" + std::to_string(case_no++));
-        const HfExport done = export_hf(dir, c, p, tok.metadata());
-        const int row = c.variant == Variant::gpt ? 0 : c.variant == Variant::gpt2 ? 1 : c.variant == Variant::bert ? 2 : 3;
-        CHECK(done.architecture == classes[row][c.mlm_head ? 1 : 0]);
-        // config.json: the class, the shapes and the activation under the class's own keys.
-        const Json j = parse_json(m_read(dir + "/config.json"));
-        CHECK(j.get("architectures")->arr.at(0).str == done.architecture);
-        CHECK(j.get("model_type")->str == done.model_type);
-        CHECK(j.get("vocab_size")->num == c.V);
-        if (c.variant == Variant::gpt) {
-            CHECK(j.get("afn")->str == (c.activation == relu ? "relu" : "gelu"));
-            CHECK(j.get("n_positions")->num == c.n_ctx);
-            CHECK(j.get("n_head")->num == c.A);
-            CHECK(j.get("layer_norm_epsilon")->num == c.eps);
-        } else if (!is_causal(c.variant)) {
-            const char* act[] = {"quick_gelu", "gelu_new", "gelu", "relu"};
-            const int a = c.activation == sig ? 0 : c.activation == tanh_ ? 1 : c.activation == erf ? 2 : 3;
-            CHECK(j.get("hidden_act")->str == act[a]);
-            CHECK(j.get("num_attention_heads")->num == c.A);
-            CHECK(j.get("intermediate_size")->num == c.F);
-            CHECK(j.get("layer_norm_eps")->num == c.eps);
-            CHECK(j.get("type_vocab_size")->num == (c.variant == Variant::bert ? 2 : 1));
-            if (c.variant == Variant::roberta) {
-                CHECK(j.get("pad_token_id")->num == c.pad_id);
-                CHECK(j.get("max_position_embeddings")->num == c.n_ctx + c.pad_id + 1);
-            } else {
-                CHECK(j.get("max_position_embeddings")->num == c.n_ctx);
-            }
-        }
-        // The file's names: the class's prefix and head, the tied decoder left out.
-        const SafeTensors st = load_safetensors(dir + "/model.safetensors");
-        CHECK(st.metadata.at("format") == "pt");
-        if (c.variant == Variant::gpt) {
-            REQUIRE(st.find("transformer.h.1.attn.c_attn.weight"));
-            CHECK((*st.find("transformer.h.1.attn.c_attn.weight"))(3, c.H + c.D + 2) == p.layers[1].attn.W_K[1](3, 2));
-            CHECK(!st.find("lm_head.weight"));
-        }
-        if (!is_causal(c.variant)) {
-            const bool roberta = c.variant == Variant::roberta;
-            const std::string pre = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
-            const Tensor<float>* q = st.find(pre + "encoder.layer.1.attention.self.query.weight");
-            REQUIRE(q);
-            CHECK(q->shape == std::vector<int>{c.A * c.D, c.H});
-            CHECK((*q)(1 * c.D + 2, 3) == p.layers[1].attn.W_Q[1](3, 2));  // out x in: head 1's column 2, input 3
-            const Tensor<float>* tt = st.find(pre + "embeddings.token_type_embeddings.weight");
-            REQUIRE(tt);
-            if (!roberta) CHECK(((*tt)(0, 1) == p.w_A[1] && (*tt)(1, 1) == p.w_B[1]));  // t_i = 0 -> w_A
-            if (roberta && c.pad_id >= 0) CHECK((*st.find(pre + "embeddings.position_embeddings.weight"))(c.pad_id, 2) == p.w_pad[2]);
-            const std::string head = roberta ? "lm_head." : "cls.predictions.";
-            CHECK(!st.find(head + "decoder.weight"));
-            CHECK(static_cast<bool>(st.find(head + "bias")) == c.mlm_head);
-            CHECK(static_cast<bool>(st.find(pre + "pooler.dense.weight")) == c.pooler);
-        }
-        // Read back: the same config and every tensor bit for bit (absent attention biases as zeros).
-        LoadedModel lm = load_model(dir + "/model.safetensors");
-        const Config& r = lm.config;
-        CHECK(r.variant == c.variant);
-        CHECK(r.activation == c.activation);
-        CHECK(r.eps == c.eps);
-        CHECK((r.V == c.V && r.H == c.H && r.F == c.F && r.D == c.D && r.L == c.L && r.A == c.A && r.n_ctx == c.n_ctx));
-        CHECK((r.cls_id == c.cls_id && r.sep_id == c.sep_id && r.mask_id == c.mask_id && r.pad_id == c.pad_id));
-        CHECK((r.emb_ln == c.emb_ln && r.mlm_head == c.mlm_head && r.pooler == c.pooler));
-        CHECK(r.attn_bias);
-        for (auto& nt : named_tensors(c, p)) {
-            CAPTURE(nt.name);
-            const Tensor<float>* back = m_tensor_named(r, lm.params, nt.name);
-            REQUIRE(back);
-            CHECK(m_bits_equal(*nt.tensor, *back));
-        }
-        if (!c.attn_bias)
-            for (auto& y : lm.params.layers) {
-                for (float v : y.attn.b_O.data) CHECK(v == 0.0f);
-                for (auto& b : y.attn.b_Q) CHECK(std::all_of(b.data.begin(), b.data.end(), [](float v) { return v == 0.0f; }));
-            }
-        Batch b = m_batch(c, 5);
-        for (int& x : b.tokens)  // ids of this vocabulary (the batch's 0..9 may be special here)
-            if (x == 4 && c.pad_id >= 0) x = c.pad_id;  // RoBERTa's <pad> inside: w_pad's row
-        CHECK(m_bits_equal(model_forward(c, p, b), model_forward(r, lm.params, b)));
-        CHECK(model_loss(c, p, b) == model_loss(r, lm.params, b));
-        // The tokenizer comes back with the model, and its files say the same.
-        const Tokenizer back = tokenizer_of(lm.file.metadata, dir);
-        CHECK(back.kind == tok.kind);
-        const std::string text = k.tokenizer == "char" ? m_PROBE : m_PROBE + " hello lower [MASK] <mask>";
-        CHECK(back.encode(text) == tok.encode(text));
-        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
-        const Json* model = tj.get("model");
-        REQUIRE(model);
-        const Json* vocab = model->get("vocab");
-        REQUIRE(vocab);
-        CHECK((int)vocab->obj.size() == tok.size());
-        const Json tc = parse_json(m_read(dir + "/tokenizer_config.json"));
-        if (k.tokenizer == "char") {
-            CHECK(model->get("type")->str == "BPE");
-            CHECK(model->get("merges")->arr.empty());
-            for (int id = 0; id < tok.size(); id++) CHECK(vocab->get(bytes_to_unicode(tok.chars.chars[id]))->num == id);
-            CHECK(tc.get("tokenizer_class")->str == "PreTrainedTokenizerFast");
-            CHECK(tj.get("added_tokens")->arr.size() == (is_causal(c.variant) ? 0u : 3u));
-            CHECK(!m_exists(dir + "/vocab.json"));
-        } else if (k.tokenizer == "bert-wordpiece") {
-            CHECK(m_read(dir + "/vocab.txt") == m_WP_VOCAB);
-            CHECK(model->get("type")->str == "WordPiece");
-            CHECK(vocab->get("##aff")->num == 12);
-            CHECK(tc.get("tokenizer_class")->str == "BertTokenizer");
-            CHECK(tc.get("do_lower_case")->b);
-            CHECK(tj.get("normalizer")->get("lowercase")->b);
-        } else {
-            CHECK(m_read(dir + "/vocab.json") == tok.encoder_json);
-            const std::string merges = m_read(dir + "/merges.txt");
-            CHECK(merges.rfind("#version", 0) == 0);
-            CHECK(merges.back() == '\n');
-            CHECK(model->get("merges")->arr.size() == (k.tokenizer == "gpt1-bpe" ? 7u : k.tokenizer == "roberta-bpe" ? 1u : 4u));
-            CHECK(model->get("merges")->arr.at(0).str == (k.tokenizer == "gpt1-bpe" ? "l o" : "h e"));
-            CHECK(model->get("end_of_word_suffix")->str == (k.tokenizer == "gpt1-bpe" ? "</w>" : ""));
-            const char* cls = k.tokenizer == "gpt1-bpe" ? "OpenAIGPTTokenizer" : k.tokenizer == "roberta-bpe" ? "RobertaTokenizer" : "GPT2Tokenizer";
-            CHECK(tc.get("tokenizer_class")->str == cls);
-            CHECK(!m_exists(dir + "/vocab.txt"));
-        }
-    }
-}
-
-TEST_CASE("export: refusals name the reason (gpt3, a gpt activation or width the class lacks, no embedding LayerNorm)") {
-    Params<float> none;
-    M_CHECK_TF_ERROR(export_hf(m_path("i12_never"), preset("tiny-gpt3"), none), "gpt3", "GPTNeoForCausalLM", "1/sqrt(D)");
-    Config gpt = preset("tiny-gpt");
-    gpt.activation = Activation::gelu_sigmoid;
-    CHECK(m_contains(hf_export_problem(gpt), "relu, silu and gelu"));
-    CHECK(m_contains(hf_export_problem(gpt), "gelu_sigmoid"));
-    gpt.activation = Activation::gelu_erf;
-    CHECK(m_contains(hf_export_problem(gpt), "gelu_erf"));
-    gpt.activation = Activation::relu, gpt.F = 3 * gpt.H;
-    CHECK(m_contains(hf_export_problem(gpt), "4 n_embd"));
-    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
-        CAPTURE(name);
-        Config c = preset(name);
-        CHECK(m_contains(hf_export_problem(c), "embeddings.LayerNorm"));
-        CHECK(m_contains(hf_export_problem(c), "--mlm-head"));
-        c.emb_ln = true;  // BertModel / RobertaModel: only with a pooler (see the case below)
-        c.pooler = true;
-        CHECK(hf_export_problem(c) == "");
-        c.W_y_rows = c.H, c.W_y_cols = 2;
-        CHECK(m_contains(hf_export_problem(c), "W_y"));
-    }
-    Config odd = preset("tiny-gpt2");
-    odd.D = odd.H / odd.A + 1;
-    CHECK(m_contains(hf_export_problem(odd), "D = H / A"));
-    CHECK(!m_exists(m_path("i12_never")));
-    // A recorded tokenizer that does not fit the model is an error before anything is written.
-    Config g2 = preset("tiny-gpt2");
-    Params<float> p = make_params<float>(g2);
-    M_CHECK_TF_ERROR(export_hf(m_path("i12_unfit"), g2, p, m_export_tokenizer("gpt2-bpe").metadata()), "recorded tokenizer", "V = 13");
-    CHECK(!m_exists(m_path("i12_unfit")));
-}
-
-TEST_CASE("CLI: train a BERT and a RoBERTa with --mlm-head, export, and read back the same loss and tokens") {
-    const std::string dir = m_path("i12_cli");
-    m_make_dir(dir);
-    const std::string data = dir + "/data.txt";
-    std::string text;
-    for (int i = 0; i < 30; i++) text += m_PROBE;
-    m_write(data, text);
-    m_write(dir + "/probe.txt", m_PROBE);
-    const std::string common = " --data " + data + " --steps 2 --warmup 1 --layers 1 --heads 2 --embd 16 --block 16 --eval-every 0 --quiet";
-    struct Run {
-        std::string name, flags, cls;
-    };
-    const std::vector<Run> runs = {{"bert", "--model bert --mlm-head --activation relu", "BertForMaskedLM"},
-                                   {"roberta", "--model roberta --mlm-head --attn-bias --activation gelu_tanh", "RobertaForMaskedLM"},
-                                   {"gpt", "--model gpt --activation gelu_tanh", "OpenAIGPTLMHeadModel"}};
-    for (const Run& run : runs) {
-        CAPTURE(run.name);
-        const std::string ck = dir + "/" + run.name + ".safetensors", hf = dir + "/hf_" + run.name;
-        m_run_ok("train " + run.flags + common + " --out " + ck);
-        const LoadedModel orig = load_model(ck, {"adam."});
-        CHECK(orig.config.mlm_head == (run.name != "gpt"));
-        CHECK(orig.config.emb_ln == (run.name != "gpt"));
-        const m_Run e = m_run_ok("export --checkpoint " + ck + " --out " + hf);
-        CHECK(m_contains(e.out, run.cls));
-        CHECK(m_contains(e.out, hf + "/tokenizer.json"));
-        const std::string masked = run.name == "gpt" ? "" : " --masked 2,5";
-        const m_Run a = m_run_ok("grad --checkpoint " + ck + " --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g1.st");
-        const m_Run b = m_run_ok("grad --checkpoint " + hf + "/model.safetensors --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g2.st");
-        CHECK(a.out.substr(0, a.out.find('\n')) == b.out.substr(0, b.out.find('\n')));  // "loss X", printed to 9 digits
-        const m_Run ta = m_run_ok("tokenize --checkpoint " + ck + " --file " + dir + "/probe.txt");
-        const m_Run tb = m_run_ok("tokenize --checkpoint " + hf + "/model.safetensors --file " + dir + "/probe.txt");
-        CHECK(ta.out == tb.out);
-        std::string ids;
-        for (int id : tokenizer_of(orig.file.metadata, ck).encode(m_PROBE)) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-        CHECK(ta.out == ids + "\n");
-    }
-    m_cli_fails("train --model gpt2 --mlm-head" + common + " --out " + dir + "/x.safetensors", "apply to bert and roberta");
-    m_cli_fails("init --preset tiny-gpt --mlm-head --out " + dir + "/x.safetensors", "apply to bert and roberta");
-    m_run_ok("init --preset tiny-bert --mlm-head --out " + dir + "/init.safetensors");
-    CHECK(load_model(dir + "/init.safetensors").config.mlm_head);
-    m_cli_fails("tokenize --checkpoint " + dir + "/init.safetensors --text hi", "records no tokenizer");
-    m_cli_fails("tokenize --text hi", "missing flag --vocab");
-}
-
-// ================================================================================================
-// What a new user's bad inputs and exports showed: the export's classes and tokenizer, interrupted
-// exports, help, printed commands, wording, the next token's distribution
-// ================================================================================================
-TEST_CASE("export: a BERT or RoBERTa without the masked-LM head and without a pooler is refused: BertModel would load pooler.dense with random weights") {
-    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
-        CAPTURE(name);
-        Config c = preset(name);
-        c.emb_ln = true;
-        const std::string problem = hf_export_problem(c);
-        CHECK(m_contains(problem, std::string(c.variant == Variant::bert ? "BertModel" : "RobertaModel") + " has a pooler (pooler.dense)"));
-        CHECK(m_contains(problem, "random weights"));
-        CHECK(m_contains(problem, "--mlm-head"));
-        const std::string dir = m_path(std::string("nopool_") + name);
-        const Params<float> p = m_model<float>(c, 3, 0.1);
-        M_CHECK_TF_ERROR(export_hf(dir, c, p), "pooler.dense", "random weights");
-        CHECK_FALSE(m_exists(dir));
-        c.pooler = true;  // a released encoder's pooler: BertModel / RobertaModel then hold every weight
-        CHECK(hf_export_problem(c) == "");
-        c.pooler = false, c.mlm_head = true;  // BertForMaskedLM / RobertaForMaskedLM have no pooler
-        CHECK(hf_export_problem(c) == "");
-    }
-    // The command line: a RoBERTa trained with --emb-ln alone is refused, and nothing is created.
-    const std::string ck = m_path("nopool.safetensors"), out = m_path("nopool_hf");
-    m_run_ok("train --model roberta --emb-ln --data " + m_text_file() +
-             " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
-    m_cli_fails("export --checkpoint " + ck + " --out " + out,
-                "RobertaModel has a pooler (pooler.dense) and this model has none, so Hugging Face would load it with random weights");
-    CHECK_FALSE(m_exists(out));
-}
-
-TEST_CASE("export: a character model's tokenizer.json refuses a byte outside its vocabulary, as tokenize does (its unk_token is no token of it)") {
-    const CharVocab v = CharVocab::from_text("the cat sat\n");
-    for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
-        CAPTURE(name);
-        Config c = preset(name);
-        const bool masked = !is_causal(c.variant);
-        c.V = v.size() + (masked ? 3 : 0);
-        if (masked) c.cls_id = v.size(), c.sep_id = v.size() + 1, c.mask_id = v.size() + 2, c.emb_ln = c.mlm_head = true;
-        Params<float> p = m_model<float>(c, 7, 0.05);
-        const std::string ck = m_path(std::string("charunk_") + name + ".st"), dir = m_path(std::string("charunk_") + name);
-        save_model(ck, c, p, {{"vocab", v.to_metadata()}});
-        m_run_ok("export --checkpoint " + ck + " --out " + dir);
-        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
-        const Json* model = tj.get("model");
-        REQUIRE(model);
-        // With "unk_token": null the tokenizers library drops an unknown byte without a word; a name
-        // that is not in the vocabulary makes it fail ("Unk token `...` not found in the vocabulary").
-        const Json* unk = model->get("unk_token");
-        REQUIRE(unk);
-        REQUIRE(unk->type == Json::string);
-        CHECK(unk->str == HF_CHAR_OUTSIDE);
-        CHECK(model->get("vocab")->get(unk->str) == nullptr);
-        for (const Json& added : tj.get("added_tokens")->arr) CHECK(added.get("content")->str != unk->str);
-        CHECK_FALSE(model->get("fuse_unk")->b);
-        CHECK_FALSE(model->get("byte_fallback")->b);
-        // transformer tokenize refuses such a text, from the checkpoint and from the export alike.
-        for (const std::string& from : {ck, dir + "/model.safetensors"}) {
-            m_cli_fails({"tokenize", "--checkpoint", from, "--text", "the\tcat"}, "character U+0009 at byte 3 (line 1, column 4) of --text is not in the model's vocabulary");
-            CHECK(m_run_ok("tokenize --checkpoint " + from + " --text 'the cat'").out != "");
-        }
-    }
-}
-
-TEST_CASE("CLI: help for an unknown command and an unknown flag followed by --help are errors that name them" * doctest::test_suite("command line")) {
-    m_cli_fails("help nosuch", "unknown command 'nosuch' (the commands: train,");
-    m_cli_fails("--help nosuch", "unknown command 'nosuch'");
-    m_cli_fails("help train extra", "takes one command, got 'extra' after 'train'");
-    m_cli_fails("train --bogus --help", "unknown flag --bogus for train (its flags: --model, --layers");
-    m_cli_fails("train --help --bogus", "unknown flag --bogus for train");
-    m_cli_fails("sample --bogus", "unknown flag --bogus for sample");
-    m_cli_fails("export --bogus=1 --checkpoint x", "unknown flag --bogus for export");
-    m_cli_fails("init --emb-ln=maybe --bogus", "--emb-ln is a switch");  // a known flag's value is checked as before
-    CHECK(m_run_ok("help train").out == m_run_ok("train --help").out);
-    CHECK(m_run_ok("help").out == m_run_ok("--help").out);
-}
-
-TEST_CASE("CLI: every command line it prints starts with the program as it was run (argv[0], quoted for the shell)" * doctest::test_suite("command line")) {
-    // As the tests run it, ./transformer: no bare "transformer " starts a printed command.
-    CHECK(m_contains(m_run_ok("sample --help").out, "example:\n  " + std::string(m_PROGRAM) + " sample --checkpoint"));
-    CHECK_FALSE(m_contains(m_run_ok("--help").out, "usage: transformer "));
-    M_SKIP_ON_WINDOWS("a symbolic link to the program (a name with a space), which Windows makes only with a privilege");
-    const std::string program = std::filesystem::current_path().generic_string() + "/" + std::string(m_PROGRAM).substr(2);  // m_PROGRAM is ./NAME
-    const std::string link = m_path("my tf"), quoted = "'" + link + "'";  // a space: the printed name must be quoted
-    std::remove(link.c_str());
-    REQUIRE(m_make_symlink(program, link));
-    auto run = [&](const std::string& args) {
-        std::vector<std::string> argv = {link};
-        for (const std::string& word : m_words(args)) argv.push_back(word);
-        return m_capture(argv, m_path("argv0"));
-    };
-    const m_Run overview = run("--help");
-    CHECK(overview.status == 0);
-    CHECK(m_contains(overview.out, "usage: " + quoted + " COMMAND [flags]   (" + quoted + " COMMAND --help"));
-    const m_Run train = run("train --help");
-    CHECK(m_contains(train.out, "usage: " + quoted + " train [flags]"));
-    CHECK(m_contains(train.out, "example:\n  " + quoted + " train --data "));
-    const m_Run bad = run("nosuch");
-    CHECK(bad.status == 1);
-    CHECK(m_contains(bad.err, "; " + quoted + " --help describes them"));
-    const m_Run ex = run("explain --preset tiny-gpt --tokens 1,2");
-    INFO("explain's stderr: " << ex.err);
-    CHECK(m_contains(ex.out, "`" + quoted + " grad` writes every gradient"));
-}
-
-TEST_CASE("StagedDir: until commit only staged files exist; without commit a new directory is removed and an existing one is as it was" * doctest::test_suite("platform")) {
-    const std::string fresh = m_path("staged_new");
-    {
-        StagedDir s(fresh);
-        CHECK(s.created());
-        write_file_atomic(s.stage("a.txt"), "A");
-        CHECK(m_exists(fresh));
-        CHECK_FALSE(m_exists(fresh + "/a.txt"));
-    }
-    CHECK_FALSE(m_exists(fresh));
-    const std::string old = m_path("staged_old");
-    m_make_dir(old);
-    m_write(old + "/a.txt", "old A");
-    m_write(old + "/c.txt", "old C");
-    {
-        StagedDir s(old);
-        CHECK_FALSE(s.created());
-        write_file_atomic(s.stage("a.txt"), "new A");
-        write_file_atomic(s.stage("b.txt"), "B");
-        CHECK(m_contains(s.failure("cannot write '" + old + "/.a.txt.staged." + std::to_string(process_id()) + "'"),
-                         "cannot write '" + old + "/a.txt'; '" + old + "' unchanged"));
-    }
-    CHECK(m_read(old + "/a.txt") == "old A");
-    CHECK(m_names_in(old, ".").empty());
-    CHECK_FALSE(m_exists(old + "/b.txt"));
-    {
-        StagedDir s(old);
-        write_file_atomic(s.stage("a.txt"), "new A");
-        write_file_atomic(s.stage("b.txt"), "B");
-        s.commit({"c.txt", "d.txt"});  // c.txt an earlier run's, removed; d.txt absent
-    }
-    CHECK(m_read(old + "/a.txt") == "new A");
-    CHECK(m_read(old + "/b.txt") == "B");
-    CHECK_FALSE(m_exists(old + "/c.txt"));
-    CHECK(m_names_in(old, ".").empty());
-    StagedDir one(m_path("staged_one"));
-    M_CHECK_TF_ERROR(StagedDir(m_path("staged_two")), "another staged directory");
-    CHECK_FALSE(m_exists(m_path("staged_two")));
-    CHECK(path_in_dir("hf/", "model.safetensors") == "hf/model.safetensors");
-    CHECK(path_in_dir("hf//", "config.json") == "hf/config.json");
-    CHECK(path_in_dir("/", "x") == "/x");
-}
-
-TEST_CASE("export: an error midway (a write that fails) leaves no new directory, and an earlier export as it was") {
-    M_SKIP_ON_WINDOWS("a POSIX shell's ulimit -f (a file size limit) on the program");
-    const std::string ck = m_path("mid.st"), ck2 = m_path("mid2.st");
-    m_run_ok("init --preset tiny-gpt2 --out " + ck);
-    m_run_ok("init --preset tiny-gpt2 --seed 2 --out " + ck2);
-    // A file size limit (SIGXFSZ ignored, so the write fails with EFBIG) stops the first file.
-    auto limited = [&](const std::string& args) {
-        m_Run r;
-        const std::string base = m_path("mid_run");
-        const std::string cmd = "sh -c \"trap '' XFSZ; ulimit -f 2; exec " + std::string(m_PROGRAM) + " " + args + "\" > " + base +
-                                ".out 2> " + base + ".err";
-        const int st = std::system(cmd.c_str());
-        r.status = m_system_status(st);
-        r.err = m_read(base + ".err");
-        return r;
-    };
-    const std::string fresh = m_path("mid_new");
-    const m_Run a = limited("export --checkpoint " + ck + " --out " + fresh);
-    INFO("stderr: " << a.err);
-    CHECK(a.status == 1);
-    CHECK(m_contains(a.err, "error: cannot write '" + fresh + "/model.safetensors'"));  // the file asked for, not the staged name
-    CHECK(m_contains(a.err, "nothing written ('" + fresh + "' not created)"));
-    CHECK_FALSE(m_exists(fresh));
-    const std::string earlier = m_path("mid_old");
-    m_run_ok("export --checkpoint " + ck + " --out " + earlier);
-    const std::string model = m_read(earlier + "/model.safetensors"), config = m_read(earlier + "/config.json");
-    const m_Run b = limited("export --checkpoint " + ck2 + " --out " + earlier);
-    INFO("stderr: " << b.err);
-    CHECK(b.status == 1);
-    CHECK(m_contains(b.err, "'" + earlier + "' unchanged"));
-    CHECK(m_read(earlier + "/model.safetensors") == model);
-    CHECK(m_read(earlier + "/config.json") == config);
-    CHECK(m_names_in(earlier, ".").empty());
-    const std::string empty = m_path("mid_empty");  // an empty directory of the user's stays
-    m_make_dir(empty);
-    CHECK(limited("export --checkpoint " + ck + " --out " + empty).status == 1);
-    CHECK(m_exists(empty));
-    CHECK(m_names_in(empty, "").empty());
-}
-
-TEST_CASE("export: SIGINT or SIGTERM while it writes leaves no new directory and no file behind" * doctest::test_suite("model files (long)") * doctest::skip()) {
-    M_SKIP_ON_WINDOWS("POSIX signals (SIGINT, SIGTERM) sent to a running program");
-    // A model of some 60 MB, so that the signal arrives while the files are written.
-    Config c = preset("tiny-gpt2");
-    c.V = 60000, c.H = 256, c.A = 4, c.D = 64, c.F = 1024, c.L = 1;
-    validate(c);
-    Params<float> p = make_params<float>(c);
-    init_params(c, p, 1);
-    const std::string dir = m_path("sigexp");
-    m_make_dir(dir);
-    const std::string ck = dir + "/big.st";
-    save_model(ck, c, p);
-    int caught = 0;
-    for (const int sig : {SIGINT, SIGTERM, SIGINT, SIGTERM}) {
-        CAPTURE(sig);
-        const std::string out = dir + "/hf", base = dir + "/log";
-        std::filesystem::remove_all(out);  // the directory that appears is this run's
-        m_Child run = m_start("export --checkpoint " + ck + " --out " + out, base);
-        m_Exit e;
-        bool ended = false;
-        for (int k = 0; k < 20000 && !m_exists(out); k++) {  // until the directory appears (at most 20 s)
-            if (m_wait(run, e, false)) {
-                ended = true;
-                break;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-        if (!ended) {
-            m_send_signal(run, sig);
-            REQUIRE(m_wait(run, e));
-        }
-        INFO("stderr: " << m_read(base + ".err"));
-        if (e.signal && !m_exists(out + "/config.json")) {  // stopped while it wrote: the handler removed what it made
-            CHECK(e.signal == sig);
-            CHECK_FALSE(m_exists(out));
-            caught++;
-        } else if (e.signal) {  // the signal waited for the renames into place: a whole export
-            CHECK(m_exists(out + "/model.safetensors"));
-            CHECK(m_names_in(out, ".").empty());
-            std::filesystem::remove_all(out);
-        } else {  // it finished first: a whole export
-            CHECK(e.exited);
-            CHECK(e.status == 0);
-            CHECK(m_exists(out + "/config.json"));
-            std::filesystem::remove_all(out);
-        }
-        CHECK(m_names_in(dir, ".").empty());
-    }
-    CHECK_MESSAGE(caught >= 1, "no signal arrived while export ran (each run finished first)");
-}
-
-TEST_CASE("CLI help: train's --init-from names GPT-1, export says what each variant needs, the README lists every command and the build's level" * doctest::test_suite("command line")) {
-    const std::string train = m_run_ok("train --help").out;
-    const std::string init_from = train.substr(train.find("  --init-from "), train.find('\n', train.find("  --init-from ")) - train.find("  --init-from "));
-    CHECK(m_contains(init_from, "GPT-1 (openai-gpt), GPT-2, BERT or RoBERTa"));
-    CHECK(m_contains(init_from, "config.json"));
-    const std::string exp = m_run_ok("export --help").out;
-    CHECK(m_contains(exp, "gpt trained with --activation relu or gelu_tanh and F = 4 H"));
-    CHECK(m_contains(exp, "--mlm-head"));
-    CHECK(m_contains(exp, "pooler"));
-    const std::string readme = m_read("README.md");
-    REQUIRE_FALSE(readme.empty());
-    for (const std::string& cmd : m_COMMANDS) CHECK_MESSAGE(m_contains(readme, "| `" + cmd + "` |"), "README's command table lacks " << cmd);
-    CHECK_MESSAGE(m_contains(readme, "| `strip` |"), "README's command table lacks strip");
-    // The optimisation level the README names is the Makefile's.
-    const std::string makefile = m_read("Makefile");
-    const std::size_t defined = makefile.find("\nLEVEL "), level = makefile.find("-O", defined);
-    REQUIRE(defined != std::string::npos);
-    REQUIRE(level < makefile.find('\n', defined + 1));
-    const std::string O = makefile.substr(level, 3);  // "-O2"
-    CHECK(m_contains(readme, "`" + O + " "));
-    for (const char* other : {"-O0 -march", "-O1 -march", "-O2 -march", "-O3 -march"})
-        if (std::string(other).substr(0, 3) != O) CHECK_MESSAGE(!m_contains(readme, other), "README names " << other << "; the Makefile builds " << O);
-}
-
-TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the masked-LM head, box by box, equals model_forward and model_loss" * doctest::test_suite("teaching")) {
-    for (const char* name : {"tiny-bert", "tiny-roberta"})
-        for (const bool head : {false, true}) {
-            CAPTURE(name);
-            CAPTURE(head);
-            Config c = preset(name);
-            c.emb_ln = true, c.mlm_head = head;
-            const Batch b = m_explain_batch(c);
-            const Params<double> p = m_model<double>(c, 23, 0.2);
-            const Explained<double> e = explain(c, p, b, 64);
-            m_check_explained_against_model(c, p, b, e);
-            // The extra boxes, with the values the model computes.
-            std::map<std::string, std::vector<double>> shown;
-            std::vector<std::string> boxes;
-            for (const ExplainStep& s : e.steps) {
-                boxes.push_back(s.box);
-                for (const ExplainTensor& t : s.out) shown[t.name] = t.first;
-            }
-            auto has_box = [&](const std::string& box) { return std::find(boxes.begin(), boxes.end(), box) != boxes.end(); };
-            CHECK(has_box("Embedding LayerNorm"));
-            CHECK(has_box("Backward: Embedding LayerNorm"));
-            CHECK(has_box("Masked-LM head") == head);
-            CHECK(has_box("Backward: masked-LM head") == head);
-            ForwardCache<double> k;
-            ForwardOptions keep;
-            keep.keep_sublayers = true;
-            model_forward(c, p, b, &k, keep);
-            const Tensor<double>& X0 = k.blocks[0].attn_in;  // X^(0) = LayerNorm_e(E), the first block's input
-            for (std::size_t i = 0; i < shown["X^(0)"].size(); i++) CHECK(shown["X^(0)"][i] == doctest::Approx(X0[i]).epsilon(1e-12));
-            for (std::size_t i = 0; i < shown["dgamma_e"].size(); i++) CHECK(shown["dgamma_e"][i] == doctest::Approx(e.g.gamma_e[i]).epsilon(1e-9));
-            if (head) {
-                for (std::size_t i = 0; i < shown["X_t"].size(); i++) CHECK(shown["X_t"][i] == doctest::Approx(k.mlm.X_t[i]).epsilon(1e-12));
-                for (std::size_t i = 0; i < shown["dW_t"].size(); i++) CHECK(shown["dW_t"][i] == doctest::Approx(e.g.W_t[i]).epsilon(1e-9));
-                for (std::size_t i = 0; i < shown["db_z"].size(); i++) CHECK(shown["db_z"][i] == doctest::Approx(e.g.b_z[i]).epsilon(1e-9));
-            }
-        }
-    // The command line, on a checkpoint init wrote with the head.
-    const std::string ck = m_path("explain_mlm.st");
-    m_run_ok("init --preset tiny-roberta --mlm-head --out " + ck);
-    const m_Run r = m_run_ok("explain --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3");
-    CHECK(m_contains(r.out, "Embedding LayerNorm:  X^(0) = LayerNorm_e(E)"));
-    CHECK(m_contains(r.out, "Masked-LM head:  U = X^(2) W_t + Stack_n(b_t)"));
-    CHECK(m_contains(r.out, "Output:  Z = MLMHead(X^(2)) = X_t W_e^T + Stack_n(b_z)"));
-    const m_Run g = m_run_ok("grad --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3 --out " + m_path("explain_mlm_g.st"));
-    const std::string loss = g.out.substr(0, g.out.find('\n'));  // "loss X"
-    CHECK(m_contains(r.out, "\n" + loss + " (model_loss"));
-}
-
-TEST_CASE("CLI: wording: numbers as written, singular panels, one slash in paths, a divergence hint that fits --grad-clip, masked cells' P" * doctest::test_suite("command line")) {
-    // A number in an error as it was written, not std::to_string's "-1.000000".
-    const std::string ck = m_path("wording.st");
-    m_run_ok("train --data " + m_text_file() + " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --temperature -1", "--temperature must be >= 0 (0 = greedy), got -1");
-    CHECK_FALSE(m_contains(m_run("sample --checkpoint " + ck + " --prompt the --temperature -1").err, "-1.000000"));
-    m_cli_fails("train --lr -1 --steps 1", "--lr must be > 0, got -1");
-    m_cli_fails("train --lr 0.1 --min-lr 0.5 --steps 1", "--min-lr must be in [0, --lr] = [0, 0.1], got 0.5");
-    m_cli_fails("train --beta2 1.5 --steps 1", "--beta2 must be in [0, 1), got 1.5");
-    m_cli_fails("train --grad-clip -2 --steps 1", "--grad-clip must be >= 0 (0 = off), got -2");
-    m_cli_fails("train --dropout 1 --steps 1", "--dropout must be in [0, 1), got 1");
-    // One panel, one token.
-    const m_Run one = m_run_ok("attention --checkpoint " + ck + " --tokens 1 --layer 1 --head 1 --out " + m_path("one.svg"));
-    CHECK(m_contains(one.out, ": 1 panel ("));
-    CHECK(m_contains(one.out, ", 1 token\n"));
-    // A directory given with a trailing slash: one slash in every path printed.
-    const m_Run ex = m_run_ok("export --checkpoint " + ck + " --out " + m_path("slash_hf") + "/");
-    CHECK(m_contains(ex.out, "wrote " + m_path("slash_hf") + "/model.safetensors, "));
-    CHECK_FALSE(m_contains(ex.out, "//"));
-    const m_Run bp = m_run_ok("bpe --data " + m_text_file() + " --merges 5 --quiet --out " + m_path("slash_bpe") + "/");
-    CHECK(m_contains(bp.out, "wrote " + m_path("slash_bpe") + "/encoder.json ("));
-    CHECK_FALSE(m_contains(bp.out, "//"));
-    // Divergence: with clipping off the hint does not say to lower it.
-    const std::string flags = " --data " + m_text_file() + " --steps 20 --warmup 0 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 "
-                              "--quiet --lr 1e30 --min-lr 0 --out " + m_path("diverged.st");
-    const m_Run off = m_run(std::string("train") + flags + " --grad-clip 0");
-    CHECK(off.status == 1);
-    CHECK(m_contains(off.err, "Lower --lr, or clip the gradient (--grad-clip 1)?"));
-    CHECK_FALSE(m_contains(off.err, "or --grad-clip?"));
-    const m_Run on = m_run(std::string("train") + flags + " --grad-clip 1");
-    CHECK(on.status == 1);
-    CHECK(m_contains(on.err, "Lower --lr or --grad-clip?"));
-    // The attention picture's masked cells show P = 0; the masks picture keeps the mask's -inf.
-    const Config c = preset("tiny-gpt2");
-    const Params<float> p = m_model<float>(c, 3, 0.1);
-    const std::vector<HeatPanel> panels = attention_panels(c, p, {1, 2, 3}, {"a", "b", "c"}, 1, 1);
-    const std::string att = heatmap_svg(panels, 1, "t", {}, true);
-    CHECK(m_contains(att, "class='masked' fill='url(#hatch)'><title>0 (masked: Mask_ij = -inf)</title>"));
-    CHECK_FALSE(m_contains(att, "<title>-inf</title>"));
-    for (const m_SvgPanel& q : m_svg_panels(att))
-        for (std::size_t a = 0; a < q.masked.size(); a++)
-            if (q.masked[a]) CHECK(q.values[a] == 0.0);
-    CHECK(m_contains(masks_svg(4, 2, 2, {0, 1, 2, 3}), "<title>-inf</title>"));
-}
-
-TEST_CASE("sample --top-probs: the K most likely next tokens with Softmax(z) of model_forward's last row, sorted, summing to at most 1" * doctest::test_suite("runs")) {
-    Config c = preset("tiny-gpt2");
-    const CharVocab v = CharVocab::from_text("the cat sat on a mat\n");
-    c.V = v.size();
-    Params<float> p = m_model<float>(c, 41, 0.5);
-    const std::string ck = m_path("topprobs.st");
-    save_model(ck, c, p, {{"vocab", v.to_metadata()}});
-    const std::vector<int> x = v.encode("the ca");
-    // Softmax of the last row, in double.
-    Batch b;
-    b.n = (int)x.size(), b.tokens = x;
-    const Tensor<float> Z = model_forward(c, p, b);
-    std::vector<double> P(c.V);
-    double m = -1e300, sum = 0;
-    for (int j = 0; j < c.V; j++) m = std::max(m, (double)Z(b.n - 1, j));
-    for (int j = 0; j < c.V; j++) sum += P[j] = std::exp((double)Z(b.n - 1, j) - m);
-    for (double& q : P) q /= sum;
-    // The library: every id with its probability, most likely first.
-    const std::vector<TokenProb> all = next_token_probs(c, p, x, 1000);
-    REQUIRE((int)all.size() == c.V);
-    double total = 0;
-    for (std::size_t r = 0; r < all.size(); r++) {
-        CHECK(all[r].p == doctest::Approx(P[all[r].id]).epsilon(1e-12));
-        if (r) CHECK(all[r - 1].p >= all[r].p);
-        total += all[r].p;
-    }
-    CHECK(total == doctest::Approx(1.0).epsilon(1e-12));
-    // The command: 5 lines of rank, probability, id, token.
-    const m_Run r = m_run_ok("sample --checkpoint " + ck + " --prompt 'the ca' --top-probs 5");
-    std::istringstream lines(r.out);
-    std::string line;
-    std::getline(lines, line);
-    CHECK(m_contains(line, "the next token after 6 tokens: the 5 most likely of V = " + std::to_string(c.V)));
-    std::getline(lines, line);
-    CHECK(line == "rank  probability     id  token");
-    double shown_sum = 0, last = 2;
-    int rank = 0;
-    while (std::getline(lines, line)) {
-        std::istringstream f(line);
-        int k = 0, id = -1;
-        double prob = -1;
-        std::string token;
-        f >> k >> prob >> id >> token;
-        CAPTURE(line);
-        CHECK(k == ++rank);
-        REQUIRE((id >= 0 && id < c.V));
-        CHECK(prob == doctest::Approx(P[id]).epsilon(1e-6).scale(1e-9));
-        CHECK(id == all[rank - 1].id);
-        CHECK(token == token_label(v.decode({id})));
-        CHECK(prob <= last);
-        last = prob, shown_sum += prob;
-    }
-    CHECK(rank == 5);
-    CHECK(shown_sum <= 1.0 + 1e-8);
-    // It draws nothing: the sampling flags do not apply; a count is positive; a GPT only.
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --temperature 0.5", "--temperature does not apply with --top-probs");
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --tokens 4", "--tokens does not apply with --top-probs");
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 0", "--top-probs must be positive, got 0");
-    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs x", "--top-probs expects an integer, got 'x'");
-    CHECK(m_contains(m_run_ok("sample --help").out, "  --top-probs K  draw nothing"));
-    const std::string bert = m_path("topprobs_bert.st");
-    m_run_ok("init --preset tiny-bert --out " + bert);
-    m_cli_fails("sample --checkpoint " + bert + " --prompt x --top-probs 3", "sample needs a gpt, gpt2 or gpt3 model");
-    M_CHECK_TF_ERROR(next_token_probs(preset("tiny-bert"), m_model<float>(preset("tiny-bert"), 1, 0.1), {1, 2}, 3), "does not predict");
-}
-
-TEST_SUITE_END();
-
-// ================================================================================================
 // Generation with a key/value cache
 // ================================================================================================
 TEST_SUITE_BEGIN("training");
@@ -9234,921 +7340,6 @@ TEST_CASE("sample: generate with the cache gives the tokens of full forward pass
         plain.push_back(best);
     }
     CHECK(cached == plain);
-}
-TEST_SUITE_END();
-
-// ================================================================================================
-// Training
-// ================================================================================================
-TEST_SUITE_BEGIN("runs");
-TEST_CASE("corpus_loss: consecutive windows of n_ctx + 1 ids, each weighted by its predicted tokens") {
-    const Config c = preset("tiny-gpt2");
-    const int n = c.n_ctx;
-    const Params<double> p = m_model<double>(c, 3, 0.05);
-    Rng r(11);
-    const std::vector<int> ids = m_random_ids(2 * n + 5, 10, r);
-    auto window = [&](int start, int m) {  // x_{start+1..start+m} predicting x_{start+2..start+m+1}
-        Batch b;
-        b.n = m;
-        b.tokens.assign(ids.begin() + start, ids.begin() + start + m);
-        b.targets.assign(ids.begin() + start + 1, ids.begin() + start + m + 1);
-        return model_loss(c, p, b);
-    };
-    const double expected = (n * window(0, n) + n * window(n, n) + 4 * window(2 * n, 4)) / (2.0 * n + 4);
-    long long count = 0;
-    CHECK(corpus_loss(c, p, ids, 1, &count) == doctest::Approx(expected).epsilon(1e-12));
-    CHECK(count == 2 * n + 4);  // every id but the first is predicted once
-    const std::vector<int> one(ids.begin(), ids.begin() + n + 1);
-    CHECK(corpus_loss(c, p, one, 1, &count) == doctest::Approx(window(0, n)).epsilon(1e-12));
-    CHECK(count == n);
-    CHECK_THROWS_AS(corpus_loss(c, p, std::vector<int>{3}, 1), Error);
-
-    const Config cb = preset("tiny-bert");
-    const Params<double> pb = m_model<double>(cb, 4, 0.05);
-    const std::vector<int> text = m_random_ids(3 * cb.n_ctx, 10, r);
-    long long masked = 0;
-    const double lb = corpus_loss(cb, pb, text, 7, &masked);
-    CHECK(masked > 0);
-    CHECK(masked < (long long)text.size() / 2);  // about 15% of the positions
-    CHECK(std::isfinite(lb));
-    CHECK(corpus_loss(cb, pb, text, 7) == lb);  // the masking is drawn from the seed
-    // cls_sep: windows of n_ctx - 2 ids, each read as [CLS] window [SEP]; the specials never predicted.
-    Rng rw(7);
-    double sum = 0;
-    long long m_all = 0;
-    const int body = cb.n_ctx - 2;
-    for (std::size_t start = 0; start < text.size(); start += body) {
-        std::vector<int> w = {cb.cls_id};
-        w.insert(w.end(), text.begin() + start, text.begin() + std::min(text.size(), start + body));
-        w.push_back(cb.sep_id);
-        const MLMExample e = mlm_corrupt(w, 1, (int)w.size(), cb, rw);
-        CHECK(e.targets.front() == -1);
-        CHECK(e.targets.back() == -1);
-        long long m = 0;
-        for (int t : e.targets) m += t >= 0;
-        Batch b;
-        b.n = (int)w.size(), b.tokens = e.tokens, b.targets = e.targets;
-        sum += model_loss(cb, pb, b) * (double)m, m_all += m;
-    }
-    long long wrapped = 0;
-    CHECK(corpus_loss(cb, pb, text, 7, &wrapped, 0, true) == doctest::Approx(sum / (double)m_all).epsilon(1e-12));
-    CHECK(wrapped == m_all);
-    CHECK(corpus_loss(cb, pb, text, 7, nullptr, 0, true) != lb);
-    CHECK_THROWS_AS(corpus_loss(c, p, ids, 1, nullptr, 0, true), Error);  // a GPT has no [CLS]
-}
-
-// The largest |a - b| over every parameter of two models of the same shape.
-double m_max_param_diff(const LoadedModel& a, const LoadedModel& b) {
-    const auto A = named_tensors(a.config, const_cast<Params<float>&>(a.params));
-    const auto B = named_tensors(b.config, const_cast<Params<float>&>(b.params));
-    REQUIRE(A.size() == B.size());
-    double d = 0;
-    for (std::size_t j = 0; j < A.size(); j++) {
-        REQUIRE(A[j].tensor->data.size() == B[j].tensor->data.size());
-        for (std::size_t i = 0; i < A[j].tensor->data.size(); i++)
-            d = std::max(d, (double)std::fabs(A[j].tensor->data[i] - B[j].tensor->data[i]));
-    }
-    return d;
-}
-
-TEST_CASE("train: --accum 2 with batch 8 takes the steps of batch 16 (the mean of the two batches' gradients)") {
-    // Without dropout the generator draws only window starts, so two batches of 8 are the 16 windows of one batch.
-    auto run = [](int batch, int accum, const std::string& name) {
-        TrainOptions o = m_small_train(m_path(name));
-        o.batch = batch, o.accum = accum, o.dropout = 0, o.steps = 3, o.warmup = 1;
-        const TrainResult r = train(o);
-        return std::make_pair(r.train_losses, load_model(o.out, {"adam."}));
-    };
-    const auto one = run(16, 1, "accum_16x1.safetensors"), two = run(8, 2, "accum_8x2.safetensors"),
-               half = run(8, 1, "accum_8x1.safetensors");
-    REQUIRE(one.first.size() == 3);
-    for (int k = 0; k < 3; k++) CHECK(two.first[k] == doctest::Approx(one.first[k]).epsilon(1e-5));
-    CHECK(two.first[0] != doctest::Approx(half.first[0]).epsilon(1e-5));  // the first batch of 8 alone differs
-    const auto max_diff = m_max_param_diff;
-    CHECK(max_diff(one.second, two.second) < 1e-4);  // float sums in another order; a step moves weights by ~lr = 1e-2
-    CHECK(max_diff(one.second, half.second) > 1e-3);
-    CHECK(two.second.file.metadata.at("train.accum") == "2");
-    TrainOptions bad = m_small_train(m_path("accum_bad.safetensors"));
-    bad.accum = 0;
-    M_CHECK_TF_ERROR(train(bad), "--accum must be 1..65536");
-}
-
-TEST_CASE("train: --val FILE is the validation split (its whole-split loss is eval's on it), recorded and checked on resume") {
-    const std::string val = m_path("val_only.txt"), out = m_path("val_run.safetensors");
-    m_write(val, "the lazy dog jumps over the quick brown fox; abe abd abc.\nthe quick brown fox; abc.\n");
-    TrainOptions o = m_small_train(out);
-    o.val_data = val, o.steps = 20, o.eval_every = 20;  // validated at the last step, then the whole split
-    const TrainResult r = train(o);
-    LoadedModel lm = load_model(out, {"adam."});
-    const auto& md = lm.file.metadata;
-    CHECK(md.at("train.val_data") == val);
-    CHECK(md.at("train.val_data_bytes") == std::to_string(m_read(val).size()));
-    // The whole-split loss at the end is the loss of the --val text, as eval measures it.
-    const CharVocab v = CharVocab::from_metadata(md.at("vocab"));
-    const double expected = corpus_loss(lm.config, lm.params, v.encode(m_read(val)), 1234, nullptr, o.block);
-    CHECK(r.val_loss_split == doctest::Approx(expected).epsilon(1e-9));
-    TrainOptions plain = m_small_train(m_path("val_plain.safetensors"));
-    plain.steps = 20;
-    CHECK(train(plain).val_loss_split != doctest::Approx(r.val_loss_split));  // the last 10% of --data is another text
-    // Resume finds and checks the recorded file; a changed one is refused, naming it.
-    const m_Run ok = m_run("train --resume " + out + " --steps 22 --quiet");
-    INFO(ok.err);
-    CHECK(ok.status == 0);
-    m_write(val, "the lazy dog jumps over the quick brown fox; abe abd abc.\nthe quick brown fox; abd.\n");
-    m_cli_fails("train --resume " + out + " --steps 24 --quiet", "the validation data '" + val + "' has changed");
-    // Errors: a character outside --data's vocabulary, no --data, --val on a run trained without it.
-    m_write(m_path("val_bad.txt"), std::string(80, 'Z'));
-    M_CHECK_TF_ERROR(train([&] { TrainOptions b = m_small_train(m_path("val_x.safetensors")); b.val_data = m_path("val_bad.txt"); return b; }()),
-                     "val_bad.txt");
-    m_write(m_path("val_short.txt"), "the fox\n");
-    M_CHECK_TF_ERROR(train([&] { TrainOptions b = m_small_train(m_path("val_x.safetensors")); b.val_data = m_path("val_short.txt"); return b; }()),
-                     "--val '" + m_path("val_short.txt") + "' is too short: 8 tokens");
-    TrainOptions task = m_small_train(m_path("val_x.safetensors"));
-    task.data = "", task.val_data = val, task.block = 0;
-    M_CHECK_TF_ERROR(train(task), "--val needs --data");
-    m_cli_fails("train --resume " + m_path("val_plain.safetensors") + " --val " + val + " --steps 22", "--val: '" + m_path("val_plain.safetensors") + "' was trained without --val");
-    CHECK(!m_exists(m_path("val_x.safetensors")));
-}
-
-TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg" * doctest::test_suite("assignment 6")) {
-    TrainOptions o = m_small_train(m_path("train_small.safetensors"));
-    o.eval_every = 60;  // validated at the last step, then the whole split
-    const TrainResult r = train(o);
-    REQUIRE(r.train_losses.size() == 60);
-    CHECK(r.steps_done == 60);
-    double first = 0, last = 0;
-    for (int k = 0; k < 10; k++) first += r.train_losses[k] / 10, last += r.train_losses[50 + k] / 10;
-    MESSAGE("mean loss of the first 10 steps " << first << ", of the last 10 " << last);
-    INFO("train (tiny GPT-2 on a text file, 60 steps; every step calls clip_grad_norm, lr_schedule and adamw_step, "
-         "formulas §29-§31): mean loss of the first 10 steps " << first << ", of the last 10 " << last
-         << ", validation " << r.val_loss);
-    CHECK_MESSAGE(last < first - 0.5, "the mean loss of the last 10 steps must be at least 0.5 below that of the first 10");
-    CHECK_MESSAGE(r.val_loss > 0, "the validation loss must be positive");
-    CHECK_MESSAGE(std::isfinite(r.val_loss), "the validation loss must be finite");
-    CHECK(r.accuracy == -1);  // a text file, not the built-in task
-    CHECK(r.val_loss_split > 0);  // the whole validation split, measured at the end
-    CHECK(std::fabs(r.val_loss_split - r.val_loss) < 0.5);
-    CHECK(m_exists(m_path("train_small.safetensors")));
-    CHECK_FALSE(m_exists(m_path("train_small.safetensors.tmp")));
-    const std::string csv = m_read(m_path("train_small.csv"));
-    CHECK(csv.rfind("step,train_loss,val_loss,lr\n", 0) == 0);
-    CHECK(std::count(csv.begin(), csv.end(), '\n') == 61);
-    CHECK(m_contains(csv, "\n60,"));
-    CHECK(m_read(m_path("train_small.svg")).rfind("<svg", 0) == 0);
-    LoadedModel lm = load_model(m_path("train_small.safetensors"), {"adam."});
-    CHECK(lm.config.variant == Variant::gpt2);
-    CHECK(lm.config.H == 16);
-    CHECK(lm.config.n_ctx == 16);
-    CHECK(lm.file.metadata.count("vocab") == 1);
-    CHECK(lm.file.metadata["train.step"] == "60");
-    CHECK(lm.file.find("adam.m.W_e") != nullptr);
-    CHECK(lm.file.find("adam.v.ln_f.gamma") != nullptr);
-}
-
-TEST_CASE("train: resuming at step 20 gives the losses and weights of an uninterrupted run, bit for bit") {
-    for (const std::string model : {"gpt3", "bert"}) {
-        CAPTURE(model);
-        TrainOptions u = m_small_train(m_path("resume_u_" + model + ".safetensors"));
-        u.model = model, u.steps = 40, u.eval_every = 10, u.dropout = 0.1;
-        const TrainResult ru = train(u);
-        REQUIRE(ru.train_losses.size() == 40);
-
-        TrainOptions a = u;
-        a.out = m_path("resume_a_" + model + ".safetensors");
-        a.stop_at = 20;
-        const TrainResult ra = train(a);
-        REQUIRE(ra.train_losses.size() == 20);
-        CHECK(ra.steps_done == 20);
-        for (int s = 0; s < 20; s++) CHECK(ra.train_losses[s] == ru.train_losses[s]);
-
-        TrainOptions b;
-        b.resume = a.out;
-        b.steps = 40;
-        b.quiet = true;
-        b.out = m_path("resume_b_" + model + ".safetensors");
-        const TrainResult rb = train(b);
-        REQUIRE(rb.train_losses.size() == 20);  // the steps of this call: 21..40
-        CHECK(rb.steps_done == 40);
-        for (int s = 0; s < 20; s++) {
-            CAPTURE(s + 21);
-            CHECK(rb.train_losses[s] == ru.train_losses[20 + s]);
-        }
-        CHECK(rb.val_loss == ru.val_loss);
-        LoadedModel mu = load_model(u.out, {"adam."}), mb = load_model(b.out, {"adam."});
-        CHECK(m_params_bits_equal(mu.config, mu.params, mb.params));
-        const Tensor<float>*vu = mu.file.find("adam.v.W_e"), *vb = mb.file.find("adam.v.W_e");
-        REQUIRE(vu);
-        REQUIRE(vb);
-        CHECK(m_bits_equal(*vu, *vb));
-        // The CSV of the resumed run covers all 40 steps.
-        const std::string csv = m_read(m_path("resume_b_" + model + ".csv"));
-        CHECK(std::count(csv.begin(), csv.end(), '\n') == 41);
-        CHECK(m_contains(csv, "\n1,"));
-        CHECK(m_contains(csv, "\n40,"));
-        // Resuming a finished run has nothing to do: no step, no file.
-        TrainOptions again = b;
-        again.resume = b.out;
-        again.out = m_path("resume_again.safetensors");
-        long long done = -1;
-        const std::string warned = m_stderr_of([&] { done = train(again).steps_done; });
-        CHECK(done == 0);
-        CHECK(m_contains(warned, "is already at step 40 and --steps is 40: nothing to train, no file written"));
-        CHECK_FALSE(m_exists(again.out));
-    }
-}
-
-TEST_CASE("train: a tampered training checkpoint is a tf::Error naming the problem, not a crash") {
-    TrainOptions o = m_small_train(m_path("tamper_src.safetensors"));
-    o.steps = 4, o.stop_at = 2, o.warmup = 1;
-    train(o);
-    LoadedModel lm = load_model(o.out, {"adam."});
-    auto rewrite = [&](const std::string& key, const std::string& value) {
-        std::map<std::string, std::string> meta = lm.file.metadata;
-        if (value.empty()) meta.erase(key);
-        else meta[key] = value;
-        std::vector<std::pair<std::string, const Tensor<float>*>> extra;
-        for (auto& kv : lm.file.tensors) extra.push_back({kv.first, &kv.second});
-        const std::string f = m_path("tampered.safetensors");
-        save_model(f, lm.config, lm.params, meta, extra);
-        TrainOptions r;
-        r.resume = f, r.steps = 4, r.quiet = true, r.out = m_path("tampered_out.safetensors");
-        return r;
-    };
-    M_CHECK_TF_ERROR(train(rewrite("train.seed", "abc")), "train.seed");
-    M_CHECK_TF_ERROR(train(rewrite("train.rng", "xyz")), "train.rng");
-    M_CHECK_TF_ERROR(train(rewrite("train.step", "two")), "train.step");
-    M_CHECK_TF_ERROR(train(rewrite("vocab", "")), "vocab");
-    M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\nabc,def,,\n")), "train.log");
-    M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\n1e300,2.5,,\n")), "train.log", "step 1e300",
-                     "whole number");
-    M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\n-1,2.5,,\n")), "train.log", "step -1");
-}
-
-TEST_CASE("train: attn_bias trains the attention biases, saves them, and a resumed run keeps them") {
-    TrainOptions o = m_small_train(m_path("train_bias.safetensors"));
-    o.attn_bias = true;
-    o.steps = 20;
-    const TrainResult r = train(o);
-    CHECK(r.train_losses.back() < r.train_losses.front());
-    LoadedModel lm = load_model(m_path("train_bias.safetensors"), {"adam."});
-    REQUIRE(lm.config.attn_bias);
-    auto nonzero = [](const Tensor<float>& t) { return std::any_of(t.data.begin(), t.data.end(), [](float v) { return v != 0; }); };
-    CHECK(nonzero(lm.params.layers[0].attn.b_Q[1]));  // initialised to 0, moved by AdamW
-    CHECK(nonzero(lm.params.layers[0].attn.b_O));
-    TrainOptions ro;
-    ro.resume = m_path("train_bias.safetensors");
-    ro.out = "";  // continue in the same file
-    ro.steps = 25;
-    ro.quiet = true;
-    CHECK(train(ro).steps_done == 25);
-    LoadedModel lm2 = load_model(m_path("train_bias.safetensors"), {"adam."});
-    CHECK(lm2.config.attn_bias);
-    CHECK(nonzero(lm2.params.layers[0].attn.b_V[0]));
-    CHECK_FALSE(m_bits_equal(lm2.params.layers[0].attn.b_V[0], lm.params.layers[0].attn.b_V[0]));  // trained on
-}
-
-TEST_CASE("train: the built-in addition task runs and reports a held-out accuracy") {
-    TrainOptions o;
-    o.model = "gpt";
-    o.layers = 1, o.heads = 2, o.embd = 16, o.batch = 8, o.steps = 20, o.warmup = 2, o.eval_every = 0, o.eval_steps = 1;
-    o.quiet = true;
-    o.out = m_path("task.safetensors");
-    const TrainResult r = train(o);
-    CHECK(r.train_losses.size() == 20);
-    CHECK(r.accuracy >= 0);
-    CHECK(r.accuracy <= 1);
-    LoadedModel lm = load_model(o.out, {"adam."});
-    CHECK(lm.config.n_ctx == 12);
-    CHECK(lm.config.V == 13);
-}
-
-TEST_CASE("train: bad data and bad options are tf::Errors") {
-    const std::string empty = m_path("empty.txt"), binary = m_path("binary.bin"), tiny = m_path("short.txt");
-    m_write(empty, "");
-    std::string bin;
-    for (int k = 0; k < 2000; k++) bin += (char)(k * 37 % 256);
-    m_write(binary, bin);
-    m_write(tiny, "hello world\n");
-    TrainOptions o = m_small_train(m_path("bad_train.safetensors"));
-    o.steps = 2;
-    o.data = empty;
-    M_CHECK_TF_ERROR(train(o), "empty.txt", "empty");
-    o.data = binary;
-    M_CHECK_TF_ERROR(train(o), "binary.bin", "binary");
-    o.data = tiny;
-    M_CHECK_TF_ERROR(train(o), "short.txt", "too short: 12 bytes (12 tokens)");
-    o.data = m_path("missing.txt");
-    M_CHECK_TF_ERROR(train(o), "missing.txt");
-    o = m_small_train(m_path("bad_train.safetensors"));
-    o.heads = 3;
-    M_CHECK_TF_ERROR(train(o), "divisible");
-    o = m_small_train(m_path("bad_train.safetensors"));
-    o.dropout = 1.5;
-    M_CHECK_TF_ERROR(train(o), "dropout");
-    o = m_small_train(m_path("bad_train.safetensors"));
-    o.model = "gpt5";
-    M_CHECK_TF_ERROR(train(o), "gpt5");
-    o = m_small_train(m_path("bad_train.safetensors"));
-    o.lr = 0;
-    M_CHECK_TF_ERROR(train(o), "lr");
-    o = m_small_train(m_path("bad_train.safetensors"));
-    o.resume = m_path("no_such_checkpoint.safetensors");
-    M_CHECK_TF_ERROR(train(o), "no_such_checkpoint");
-    // A checkpoint that is not a training checkpoint.
-    const Config c = preset("tiny-gpt2");
-    Params<float> p = make_params<float>(c);
-    init_params(c, p, 1);
-    save_model(m_path("plain.safetensors"), c, p);
-    o.resume = m_path("plain.safetensors");
-    M_CHECK_TF_ERROR(train(o), "plain.safetensors");
-    CHECK_FALSE(m_exists(m_path("bad_train.safetensors")));
-}
-
-TEST_CASE("train --line-windows: windows start at newlines with a whole window after them") {
-    // ids: 0 = newline; n = 3 needs 4 ids from the start on.
-    const std::vector<int> ids = {0, 5, 6, 0, 7, 8, 9, 0, 1};
-    CHECK(line_window_starts(ids, 0, 3) == std::vector<int>{0, 3});  // 7 has only 2 ids after it
-    CHECK(line_window_starts(ids, 0, 1) == std::vector<int>{0, 3, 7});
-    CHECK(line_window_starts(ids, -1, 3).empty());  // no newline in the vocabulary
-    const std::string dir = m_path("linewin");
-    m_make_dir(dir);
-    std::string lines;
-    for (int i = 0; i < 200; i++) lines += "ab" + std::string(1 + i % 5, 'c') + "\n";
-    m_write(dir + "/lines.txt", lines);
-    m_write(dir + "/flat.txt", std::string(4000, 'a'));
-    m_run_ok("train --data " + dir + "/lines.txt --line-windows --block 8 --layers 1 --embd 16 --heads 2 --steps 2 "
-             "--eval-every 0 --quiet --out " + dir + "/m.safetensors");
-    CHECK(load_model(dir + "/m.safetensors", {"adam."}).file.metadata.at("train.line_windows") == "1");
-    const m_Run flat = m_run("train --data " + dir + "/flat.txt --line-windows --block 8 --steps 2 --out " + dir + "/f.safetensors");
-    CHECK(flat.status == 1);
-    CHECK(m_contains(flat.err, "--line-windows: the training (first 90%) split"));
-    CHECK(m_contains(flat.err, "has no newline"));
-    const m_Run task = m_run("train --line-windows --steps 2 --out " + dir + "/t.safetensors");
-    CHECK(task.status == 1);
-    CHECK(m_contains(task.err, "not to the built-in task"));
-}
-
-TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 on the built-in addition task below loss 1.6" * doctest::test_suite("assignment 6")) {
-    // Assignment 6 of docs/assignments.md: adamw_step, lr_schedule and clip_grad_norm are what
-    // train's loop calls each step; with them a 1-layer GPT-2 takes the built-in 3-digit addition
-    // task (no data file) from about log 13 = 2.56 nats per answer token to below the stated loss in
-    // 300 steps (about 1.39: the units digit, the thousands digit and the newline learnt; the other
-    // digits need the carry and some 1000 steps of a 2-layer model, too slow for a student's check).
-#ifdef TF_TESTS_DEBUG
-    MESSAGE("300 training steps take half a minute under the sanitizers: run by ./tests; the cases of adamw_step, "
-            "lr_schedule and clip_grad_norm run here");
-#else
-    TrainOptions o;  // o.data empty: the built-in task
-    o.model = "gpt2";
-    o.layers = 1, o.heads = 2, o.embd = 32, o.batch = 16, o.steps = 300, o.warmup = 20;
-    o.eval_every = 0, o.eval_steps = 4;
-    o.lr = 1e-2, o.min_lr = 1e-3, o.dropout = 0;
-    o.quiet = true;
-    o.out = m_path("assignment6.safetensors");
-    const TrainResult r = train(o);
-    REQUIRE(r.train_losses.size() == 300);
-    double last = 0;
-    for (int k = 300 - 20; k < 300; k++) last += r.train_losses[k] / 20;
-    INFO("train (1-layer GPT-2, H 32, the built-in addition task, 300 steps, lr 1e-2 to 1e-3, warm-up 20), which calls "
-         "clip_grad_norm, lr_schedule and adamw_step every step (formulas §29-§31): first step's loss "
-         << r.train_losses[0] << ", mean of the last 20 " << last << ", validation " << r.val_loss
-         << ", held-out accuracy " << r.accuracy);
-    CHECK_MESSAGE(r.train_losses[0] > 2.3, "the first step's loss must be about log 13 = 2.56 (above 2.3): "
-                                           "the model starts untrained");
-    CHECK_MESSAGE(last < 1.6, "the mean training loss of the last 20 steps must fall below 1.6 (a correct AdamW, schedule "
-                              "and clipping reach about 1.39)");
-    CHECK_MESSAGE(r.val_loss < 1.6, "the validation loss must fall below 1.6 (a correct solution reaches about 1.39)");
-#endif
-}
-
-// ================================================================================================
-// Starting from a checkpoint's weights (train --init-from)
-// ================================================================================================
-TEST_CASE("init-from: fine-tuning starts from the file's weights bit for bit (ours and the exported HF file), fresh optimiser") {
-    const std::string base = m_path("i11_base.safetensors");
-    TrainOptions a = m_small_train(base);
-    a.steps = 20, a.eval_steps = 3, a.dropout = 0, a.eval_every = 20;
-    const TrainResult ra = train(a);
-    // The validation batches depend only on the seed, batch and block: the same numbers at the start
-    // of the fine-tuning run mean the same weights.
-    TrainOptions b = m11_init_from(base, m_path("i11_ft.safetensors"));
-    b.dropout = 0;
-    const TrainResult rb = train(b);
-    CHECK(rb.val_loss_before == ra.val_loss);
-    CHECK(rb.steps_done == 5);
-    LoadedModel ft = load_model(b.out, {"adam."});
-    CHECK(ft.file.metadata.at("train.step") == "5");  // steps count from 0 again
-    CHECK(ft.file.metadata.at("adam.t") == "5");
-    CHECK(ft.file.metadata.at("train.init_from") == base);
-    CHECK(ft.file.metadata.at("vocab") == load_model(base, {"adam."}).file.metadata.at("vocab"));
-    LoadedModel orig = load_model(base, {"adam."});
-    CHECK(ft.config.L == orig.config.L);
-    CHECK(ft.config.H == orig.config.H);
-    CHECK(!m_params_bits_equal(ft.config, ft.params, orig.params));  // it did train
-    // A step of lr 1e-30 moves no weight of this size by half a unit in the last place: what is
-    // saved after it is the file's weights, bit for bit.
-    TrainOptions z = m11_init_from(base, m_path("i11_ft_zero.safetensors"));
-    z.steps = 1, z.lr = 1e-30, z.min_lr = 0, z.warmup = 0;
-    train(z);
-    LoadedModel same = load_model(z.out, {"adam."});
-    CHECK(m_params_bits_equal(same.config, same.params, orig.params));
-    // The same through Hugging Face's layout (attention biases come back as zeros: same sums).
-    const std::string dir = m_path("i11_base_hf");
-    export_hf(dir, orig.config, orig.params, {{"vocab", orig.file.metadata.at("vocab")}});
-    TrainOptions h = m11_init_from(dir + "/model.safetensors", m_path("i11_ft_hf.safetensors"));
-    h.dropout = 0;
-    const TrainResult rh = train(h);
-    CHECK(rh.val_loss_before == ra.val_loss);
-    CHECK(load_model(h.out, {"adam."}).config.attn_bias);
-}
-
-TEST_CASE("init-from: flags that contradict the file, and bad inputs, are errors") {
-    const std::string base = m_path("i11_contra.safetensors");
-    TrainOptions a = m_small_train(base);
-    a.steps = 3, a.warmup = 1;
-    train(a);  // L=1, A=2, H=16, F=64, n_ctx=16, gelu_sigmoid, no attention biases
-    const std::string out = m_path("i11_contra_out.safetensors");
-    auto with = [&](const std::function<void(TrainOptions&)>& set) {
-        TrainOptions o = m11_init_from(base, out);
-        set(o);
-        return o;
-    };
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.layers = 2; })), "--layers 2", "L = 1");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.heads = 4; })), "--heads 4", "A = 2");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.embd = 32; })), "--embd 32", "H = 16");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.ffn = 10; })), "--ffn 10", "F = 64");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.model = "gpt"; })), "--model gpt", "gpt2");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.activation = "relu"; })), "--activation relu", "gelu_sigmoid");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.attn_bias = true; })), "--attn-bias", "no attention biases");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.gpt2_init = true; })), "--gpt2-init");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.block = 17; })), "--block 17", "n_ctx = 16");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.resume = o.init_from; })), "--init-from and --resume");
-    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.init_from = m_path("i11_missing.safetensors"); })), "cannot open");
-    CHECK_NOTHROW(train(with([&](TrainOptions& o) { o.layers = 1, o.heads = 2, o.embd = 16, o.block = 8, o.out = out + ".ok.safetensors"; })));  // agreeing flags, shorter windows
-    // A character the checkpoint's vocabulary lacks is named.
-    const std::string euro = m_path("i11_euro.txt");
-    m_write(euro, std::string(300, 'a') + "\xE2\x82\xAC" + std::string(300, 'b'));
-    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.data = euro; })), "U+20AC", "i11_euro.txt");
-    // GPT-2's BPE on a character model; a bare Hugging Face file needs the tokenizer, of its size.
-    const std::string enc = m_path("i11_c_enc.json"), merges = m_path("i11_c_merges.bpe");
-    m11_write_bpe(enc, merges);
-    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.encoder = enc, o.bpe_vocab = merges; })), "trained on characters");
-    LoadedModel lm = load_model(base, {"adam."});
-    const std::string dir = m_path("i11_contra_hf"), bare_dir = m_path("i11_contra_bare"), bare = bare_dir + "/model.safetensors";
-    export_hf(dir, lm.config, lm.params);
-    m_make_dir(bare_dir);
-    m11_strip_metadata(dir + "/model.safetensors", bare);  // as released: config.json beside it, no tokenizer
-    m_write(bare_dir + "/config.json", m_read(dir + "/config.json"));
-    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.init_from = bare; })), "records no tokenizer", "--encoder");
-    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.init_from = bare, o.encoder = enc, o.bpe_vocab = merges; })),
-                     "260 tokens", "V = " + std::to_string(lm.config.V));
-    // The command line: the same refusals, exit status 1.
-    const std::string data = m_text_file();
-    m_cli_fails("train --init-from " + base + " --data " + data + " --heads 4 --out " + out, "--heads 4 contradicts");
-    m_cli_fails("train --init-from " + base + " --data " + data + " --block 64 --out " + out, "n_ctx = 16");
-    m_cli_fails("train --init-from " + base + " --data " + data + " --vocab " + merges + " --out " + out, "--encoder");
-    m_cli_fails("train --init-from " + base + " --data " + data + " --out " + base, "would overwrite --init-from");
-    CHECK(!m_exists(out));
-}
-
-// ================================================================================================
-// Fine-tuning and XLNet as commands
-// ================================================================================================
-TEST_CASE("finetune: the four file formats parse, and each malformed line names the file, the line and the reason") {
-    std::vector<std::string> classes;
-    auto ex = parse_labelled("pos\tgood film\nneg\tbad\r\npos\tfine\n", "c.tsv", FinetuneKind::classify, classes, true, true);
-    REQUIRE(ex.size() == 3);
-    CHECK(classes == std::vector<std::string>{"pos", "neg"});
-    CHECK(ex[1].label == 1);
-    CHECK(ex[1].fields == std::vector<std::string>{"bad"});
-    CHECK(ex[2].line == 3);
-    CHECK(ex[1].at == std::vector<std::size_t>{18});  // byte offset of "bad" in the file
-    classes = {};
-    ex = parse_labelled("yes\ta b\tc\nno\td\te\n", "e.tsv", FinetuneKind::entailment, classes, true, true);
-    CHECK(ex[0].fields == std::vector<std::string>{"a b", "c"});
-    ex = parse_labelled("2\tctx\tx\ty\tz\n0\tc2\tp\tq\n", "m.tsv", FinetuneKind::choice, classes, false, true);
-    CHECK(ex[0].label == 2);
-    CHECK(ex[0].fields.size() == 4);
-    CHECK(ex[1].fields.size() == 3);  // K may differ between lines
-    classes = {"pos", "neg"};
-    M_CHECK_TF_ERROR(parse_labelled("pos\tok\npos\ta\tb\n", "c.tsv", FinetuneKind::classify, classes, false, true), "'c.tsv' line 2", "expected 2");
-    M_CHECK_TF_ERROR(parse_labelled("pos\t\n", "c.tsv", FinetuneKind::classify, classes, false, true), "line 1", "field 2 is empty");
-    M_CHECK_TF_ERROR(parse_labelled("pos\tok\nmaybe\tx\n", "v.tsv", FinetuneKind::classify, classes, false, true), "'v.tsv' line 2", "'maybe' was not in the training file");
-    M_CHECK_TF_ERROR(parse_labelled("3\tctx\tx\ty\tz\n", "m.tsv", FinetuneKind::choice, classes, false, true), "answer '3' is not an index 0..2");
-    M_CHECK_TF_ERROR(parse_labelled("x\tctx\n", "m.tsv", FinetuneKind::choice, classes, false, true), "at least 4");
-    M_CHECK_TF_ERROR(parse_labelled("", "e.tsv", FinetuneKind::similarity, classes, false, true), "is empty");
-    M_CHECK_TF_ERROR(parse_labelled("\n \r\n\n", "e.tsv", FinetuneKind::similarity, classes, false, true), "'e.tsv' has no examples");
-    // Blank lines (empty, spaces, a lone CR) are skipped wherever they are; a last line without a
-    // newline and CRLF ends are read as lines; an error keeps the file's own line number.
-    classes = {};
-    ex = parse_labelled("\npos\tgood\r\n\r\n  \nneg\tbad\n\n", "b.tsv", FinetuneKind::classify, classes, true, true);
-    REQUIRE(ex.size() == 2);
-    CHECK(ex[0].line == 2);
-    CHECK(ex[1].line == 5);
-    CHECK(ex[1].fields == std::vector<std::string>{"bad"});
-    CHECK(ex[1].at == std::vector<std::size_t>{20});  // byte offset of "bad" in the file
-    ex = parse_labelled("pos\tgood\nneg\tbad", "b.tsv", FinetuneKind::classify, classes, false, true);
-    CHECK(ex.size() == 2);
-    CHECK(ex[1].fields == std::vector<std::string>{"bad"});
-    M_CHECK_TF_ERROR(parse_labelled("pos\tgood\n\n\nneg\n", "b.tsv", FinetuneKind::classify, classes, false, true), "'b.tsv' line 4",
-                     "expected 2 tab-separated fields");
-    CHECK(has_label_column("\n\npos\tgood\n", FinetuneKind::classify));
-    std::vector<std::string> one;
-    M_CHECK_TF_ERROR(parse_labelled("a\tx\na\ty\n", "c.tsv", FinetuneKind::classify, one, true, true), "at least 2");
-    // Without the label column: one field fewer, decided per file.
-    CHECK(has_label_column("pos\tgood\n", FinetuneKind::classify));
-    CHECK_FALSE(has_label_column("good film\n", FinetuneKind::classify));
-    CHECK(has_label_column("1\tctx\ta\tb\n", FinetuneKind::choice));
-    CHECK_FALSE(has_label_column("ctx\ta\tb\n", FinetuneKind::choice));
-    ex = parse_labelled("good film\n", "p.tsv", FinetuneKind::classify, classes, false, false);
-    CHECK(ex[0].label == -1);
-    CHECK(ex[0].fields == std::vector<std::string>{"good film"});
-    // Characters and lengths: the input transformation through the pre-trained vocabulary.
-    Config c = preset("tiny-gpt");
-    c.n_ctx = 8;
-    const CharVocab v = CharVocab::from_text("abcdefg ");
-    FinetuneSpec s;
-    s.kind = FinetuneKind::entailment, s.classes = {"yes", "no"}, s.specials = {10, 11, 12};
-    const std::string text = "yes\tab\tcd\nno\tab\tc\xE2\x82\xAC\nno\tabcdef\tg\n";
-    classes = s.classes;
-    ex = parse_labelled(text, "t.tsv", FinetuneKind::entailment, classes, false, true);
-    const EncodedExample e0 = encode_example(c, s, v, ex[0], text, "t.tsv");
-    CHECK(e0.seqs == std::vector<std::vector<int>>{{10, 1, 2, 11, 3, 4, 12}});  // [s] a b [$] c d [e]
-    M_CHECK_TF_ERROR(encode_example(c, s, v, ex[1], text, "t.tsv"), "(U+20AC) at byte 17 (line 2, column 8) of 't.tsv'");
-    // Longer than n_ctx: kept whole, and check_example_lengths names every such example; with
-    // --truncate, the longer text loses tokens at the end (right) or the start (left) until it fits.
-    const EncodedExample e2 = encode_example(c, s, v, ex[2], text, "t.tsv");
-    CHECK(e2.length == 10);  // [s] abcdef [$] g [e]
-    CHECK_FALSE(e2.truncated);
-    M_CHECK_TF_ERROR(check_example_lengths({e0, e2}, c, "t.tsv", Truncation::none), "'t.tsv': 1 of 2 examples are longer than n_ctx = 8",
-                     "at lines 3 (10 tokens); give --truncate right or --truncate left");
-    const EncodedExample r2 = encode_example(c, s, v, ex[2], text, "t.tsv", Truncation::right);
-    CHECK(r2.seqs == std::vector<std::vector<int>>{{10, 1, 2, 3, 4, 11, 7, 12}});  // [s] abcd [$] g [e]
-    CHECK(r2.truncated);
-    CHECK(r2.length == 10);
-    const EncodedExample l2 = encode_example(c, s, v, ex[2], text, "t.tsv", Truncation::left);
-    CHECK(l2.seqs == std::vector<std::vector<int>>{{10, 3, 4, 5, 6, 11, 7, 12}});  // [s] cdef [$] g [e]
-    CHECK(check_example_lengths({e0, r2}, c, "t.tsv", Truncation::right) ==
-          "'t.tsv': 1 of 2 examples longer than n_ctx = 8 tokens truncated to fit (--truncate right: the end of the longer text dropped)");
-    CHECK(check_example_lengths({e0}, c, "t.tsv", Truncation::none).empty());
-    CHECK_FALSE(encode_example(c, s, v, ex[0], text, "t.tsv", Truncation::right).truncated);
-    // A tie: the first text loses the token; a classify text keeps [s] and [e].
-    const std::string tie = "yes\tabc\tdef\n";
-    auto tx = parse_labelled(tie, "t.tsv", FinetuneKind::entailment, classes, false, true);
-    CHECK(encode_example(c, s, v, tx[0], tie, "t.tsv", Truncation::right).seqs == std::vector<std::vector<int>>{{10, 1, 2, 11, 4, 5, 6, 12}});
-    FinetuneSpec s1 = s;
-    s1.kind = FinetuneKind::classify;
-    const std::string one_text = "yes\tabcdefgab\n";
-    auto cx = parse_labelled(one_text, "c.tsv", FinetuneKind::classify, classes, false, true);
-    CHECK(encode_example(c, s1, v, cx[0], one_text, "c.tsv", Truncation::left).seqs ==
-          std::vector<std::vector<int>>{{10, 4, 5, 6, 7, 1, 2, 12}});  // [s] defgab (the last 6) [e]
-    c.n_ctx = 4;
-    M_CHECK_TF_ERROR(encode_example(c, s, v, tx[0], tie, "t.tsv", Truncation::right), "'t.tsv' line 1", "leaves no room");
-    M_CHECK_TF_ERROR(truncation_from_name("middle"), "--truncate takes right or left", "'middle'");
-}
-
-TEST_CASE("finetune: class_report's confusion matrix, precision, recall and F1 against a hand count") {
-    // gold 0 0 0 1 1 2, predicted 0 1 0 1 2 2: class 0 TP 2 (P 2/2, R 2/3), class 1 TP 1 (P 1/2,
-    // R 1/2), class 2 TP 1 (P 1/2, R 1/1); F1 = 2PR/(P+R): 0.8, 0.5, 2/3.
-    const ClassReport r = class_report({0, 1, 0, 1, 2, 2}, {0, 0, 0, 1, 1, 2}, 3);
-    CHECK(r.confusion == std::vector<std::vector<int>>{{2, 1, 0}, {0, 1, 1}, {0, 0, 1}});
-    CHECK(r.precision[0] == doctest::Approx(1.0));
-    CHECK(r.recall[0] == doctest::Approx(2.0 / 3));
-    CHECK(r.f1[0] == doctest::Approx(0.8));
-    CHECK(r.precision[1] == doctest::Approx(0.5));
-    CHECK(r.recall[1] == doctest::Approx(0.5));
-    CHECK(r.f1[1] == doctest::Approx(0.5));
-    CHECK(r.precision[2] == doctest::Approx(0.5));
-    CHECK(r.recall[2] == doctest::Approx(1.0));
-    CHECK(r.f1[2] == doctest::Approx(2.0 / 3));
-    CHECK(r.support == std::vector<int>{3, 2, 1});
-    CHECK(r.macro_f1 == doctest::Approx((0.8 + 0.5 + 2.0 / 3) / 3));
-    CHECK(r.accuracy == doctest::Approx(4.0 / 6));
-    // A class never predicted and never given: 0, not a division by zero.
-    const ClassReport z = class_report({0, 0}, {0, 0}, 2);
-    CHECK(z.precision[1] == 0);
-    CHECK(z.recall[1] == 0);
-    CHECK(z.f1[1] == 0);
-    const std::string text = class_report_text(r, {"pos", "neg", "neutral"});
-    CHECK(m_contains(text, "  pos               2         1         0\n"));
-    CHECK(m_contains(text, "  pos           1.000     0.667     0.800         3\n"));
-    M_CHECK_TF_ERROR(class_report({0}, {0, 1}, 2), "1 predictions for 2 labels");
-    M_CHECK_TF_ERROR(class_report({0, 2}, {0, 1}, 2), "outside 0..1");
-}
-
-// The sum a + b as the pre-training text writes it (least significant digit first) and back.
-static int m_sum_from_text(const std::string& d) { return (d[0] - '0') + 10 * (d[1] - '0') + 100 * (d[2] - '0') + 1000 * (d[3] - '0'); }
-static void m_operands(const std::string& f, int& a, int& b) {
-    REQUIRE(f.size() == 7);
-    REQUIRE(f[3] == '+');
-    a = std::stoi(f.substr(0, 3)), b = std::stoi(f.substr(4, 3));
-}
-
-TEST_CASE("finetune: the built-in labelled tasks' labels are the arithmetic's truth") {
-    for (bool held : {false, true}) {
-        std::vector<std::string> classes;
-        int a, b, c, d;
-        const std::string cl = addition_finetune_task(FinetuneKind::classify, 200, 5, held);
-        for (const auto& e : parse_labelled(cl, "c", FinetuneKind::classify, classes, true, true)) {
-            m_operands(e.fields[0], a, b);
-            CHECK(AdditionTask::held_out(a, b) == held);
-            CHECK(classes[e.label] == (a + b >= 1000 ? "big" : "small"));
-        }
-        classes = {};
-        int yes = 0;
-        for (const auto& e : parse_labelled(addition_finetune_task(FinetuneKind::entailment, 200, 6, held), "e",
-                                            FinetuneKind::entailment, classes, true, true)) {
-            m_operands(e.fields[0], a, b);
-            const bool right = m_sum_from_text(e.fields[1]) == a + b;
-            CHECK(classes[e.label] == (right ? "yes" : "no"));
-            yes += right;
-        }
-        CHECK(yes > 60);
-        CHECK(yes < 140);  // about half
-        classes = {};
-        for (const auto& e : parse_labelled(addition_finetune_task(FinetuneKind::similarity, 200, 7, held), "s",
-                                            FinetuneKind::similarity, classes, true, true)) {
-            m_operands(e.fields[0], a, b);
-            m_operands(e.fields[1], c, d);
-            CHECK(classes[e.label] == (a + b == c + d ? "same" : "different"));
-        }
-        std::vector<int> answers(4, 0);
-        for (const auto& e : parse_labelled(addition_finetune_task(FinetuneKind::choice, 200, 8, held), "m",
-                                            FinetuneKind::choice, classes, false, true)) {
-            REQUIRE(e.fields.size() == 5);
-            m_operands(e.fields[0], a, b);  // the context stops before "=": the delimiter takes its place
-            for (int k = 1; k <= 4; k++) CHECK((m_sum_from_text(e.fields[k]) == a + b) == (k - 1 == e.label));
-            answers[e.label]++;
-        }
-        for (int n : answers) CHECK(n > 25);  // every position holds the answer sometimes
-    }
-}
-
-TEST_CASE("finetune: BERT's [CLS] head with segments; padding is masked out (key_padding_mask)") {
-    const Config c = preset("tiny-bert");
-    Params<double> p = m_model<double>(c, 91, 0.2);
-    Rng r(92);
-    const TD W_y = randn(c.H, 2, r, 0.5);
-    FinetuneSpec s;
-    s.kind = FinetuneKind::entailment, s.classes = {"a", "b"}, s.specials = {c.cls_id, c.sep_id, c.sep_id};
-    EncodedExample short_ex, long_ex;
-    std::vector<int> x, t;
-    bert_pair(c, {1, 2}, {3}, x, t);
-    short_ex.seqs = {x}, short_ex.segs = {t}, short_ex.label = 0;
-    bert_pair(c, {4, 5, 6, 7}, {8, 9}, x, t);
-    long_ex.seqs = {x}, long_ex.segs = {t}, long_ex.label = 1;
-    std::vector<int> at, labels;
-    // Alone (no padding) and batched with a longer example (padded): the same P(y | x).
-    const Batch alone = finetune_batch(c, s, {&short_ex}, at, labels, nullptr);
-    CHECK(at == std::vector<int>{0});
-    CHECK(alone.segments == std::vector<int>{0, 0, 0, 0, 1, 1});
-    const TD P1 = finetune_probs(c, p, W_y, FinetuneTask::classify, 1, alone, at);
-    const Batch both = finetune_batch(c, s, {&short_ex, &long_ex}, at, labels, nullptr);
-    CHECK(both.lengths == std::vector<int>{6, 9});
-    CHECK(both.n == 9);
-    const TD P2 = finetune_probs(c, p, W_y, FinetuneTask::classify, 1, both, at);
-    CHECK(P2(0, 0) == doctest::Approx(P1(0, 0)).epsilon(1e-12));
-    Batch unmasked = both;  // without the mask the padding would change [CLS]
-    unmasked.lengths.clear();
-    CHECK(std::abs(finetune_probs(c, p, W_y, FinetuneTask::classify, 1, unmasked, at)(0, 0) - P1(0, 0)) > 1e-6);
-    // Gradient check of L3 with the masked-LM L1 on the padded batch.
-    Rng mlm(93);
-    const Batch b = finetune_batch(c, s, {&short_ex, &long_ex}, at, labels, &mlm);
-    REQUIRE(std::any_of(b.targets.begin(), b.targets.end(), [](int y) { return y >= 0; }));
-    auto loss = [&](Params<double>* g) {
-        TD dW(W_y.shape);
-        return finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, labels, 0.5, g, g ? &dW : nullptr).L3;
-    };
-    m_grad_check(c, p, loss, 94, "finetune bert padded");
-}
-
-TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same predictions; --scratch starts fresh") {
-    const std::string dir = m_path("ft");
-    m_make_dir(dir);
-    const std::string pre = dir + "/pre.st", text = dir + "/pre.txt", tr = dir + "/tr.tsv", va = dir + "/va.tsv";
-    m_run_ok("task --task text --examples 600 --out " + text);
-    m_run_ok("task --task classify --examples 300 --out " + tr);
-    m_run_ok("task --task classify --examples 60 --seed 2 --held-out --out " + va);
-    const bool labelled_line = m_read(tr).rfind("big\t", 0) == 0 || m_read(tr).rfind("small\t", 0) == 0;
-    CHECK(labelled_line);
-    m_run_ok("train --data " + text + " --layers 1 --heads 2 --embd 16 --block 24 --batch 8 --steps 30 --eval-steps 1 --quiet --out " + pre);
-    const std::string ft = dir + "/ft.st", sc = dir + "/sc.st";
-    const std::string files = " --task classify --train " + tr + " --val " + va, args = files + " --lr 3e-3 --steps 40 --batch 16";
-    const m_Run r = m_run_ok("finetune --checkpoint " + pre + args + " --out " + ft);
-    CHECK(m_contains(r.out, "val accuracy: "));
-    CHECK(m_contains(r.out, "(L1 "));
-    CHECK(m_exists(dir + "/ft.csv"));
-    const LoadedModel pm = load_model(pre, {"adam."}), fm = load_model(ft, {"adam."});
-    CHECK(fm.config.V == pm.config.V + 3);  // start, delimiter, extract: new rows of W_e
-    CHECK(fm.config.W_y_rows == fm.config.H);
-    CHECK(fm.config.W_y_cols == 2);
-    const FinetuneSpec spec = finetune_spec_of(fm, ft);
-    CHECK(spec.specials.start == pm.config.V);
-    CHECK(spec.classes.size() == 2);
-    // predict: one label per line, in order, equal to finetune_predict on the reloaded model.
-    const m_Run p1 = m_run_ok("predict --checkpoint " + ft + " --data " + va);
-    CHECK(m_contains(p1.err, "accuracy: "));
-    // --accum 2 with batch 8 takes the steps of batch 16 (lambda 0, no dropout: L2 is a mean over examples).
-    const std::string acc = files + " --lr 3e-3 --steps 3 --lambda 0 --dropout 0 --quiet --out " + dir;
-    m_run_ok("finetune --checkpoint " + pre + acc + "/a16.st --batch 16");
-    m_run_ok("finetune --checkpoint " + pre + acc + "/a8x2.st --batch 8 --accum 2");
-    m_run_ok("finetune --checkpoint " + pre + acc + "/a8.st --batch 8");
-    const LoadedModel a16 = load_model(dir + "/a16.st", {"adam."}), a8x2 = load_model(dir + "/a8x2.st", {"adam."});
-    CHECK(m_max_param_diff(a16, a8x2) < 1e-5);
-    CHECK(m_max_param_diff(a16, load_model(dir + "/a8.st", {"adam."})) > 1e-4);
-    // --quiet silences the progress but not the result: one line, the accuracy predict reports.
-    const m_Run q = m_run_ok("finetune --checkpoint " + pre + args + " --quiet --out " + dir + "/q.st");
-    CHECK(q.out == "val " + p1.err.substr(0, p1.err.find(';')) + "\n");
-    CHECK(m_contains(p1.err, "; always answering '"));
-    std::vector<std::string> classes = spec.classes;
-    const std::string vtext = m_read(va);
-    std::vector<EncodedExample> ex;
-    for (auto& e : parse_labelled(vtext, va, FinetuneKind::classify, classes, false, true))
-        ex.push_back(encode_example(fm.config, spec, CharVocab::from_metadata(fm.file.metadata.at("vocab")), e, vtext, va));
-    std::string want;
-    for (int y : finetune_predict(fm.config, fm.params, spec, ex)) want += spec.classes[y] + "\n";
-    CHECK(p1.out == want);
-    // finetune's help states the defaults the run records (its checkpoint's train.* metadata).
-    {
-        const std::string fhelp = m_run_ok("finetune --help").out;
-        m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --steps 1 --quiet --out " + dir +
-                 "/defaults.st");
-        const auto md = load_model(dir + "/defaults.st", {"adam."}).file.metadata;
-        for (const auto& kv : std::vector<std::pair<std::string, std::string>>{
-                 {"batch", "train.batch"}, {"accum", "train.accum"}, {"lr", "train.lr"}, {"dropout", "train.dropout"},
-                 {"weight-decay", "train.weight_decay"}, {"grad-clip", "train.grad_clip"}, {"log-every", "train.log_every"},
-                 {"seed", "train.seed"}, {"lambda", "finetune.lambda"}}) {
-            CAPTURE(kv.first);
-            CHECK(m_help_default(fhelp, kv.first) == doctest::Approx(std::stod(md.at(kv.second))));
-        }
-    }
-    // --probs: each label, then every class with its probability (the largest is the label's).
-    const m_Run pp = m_run_ok("predict --checkpoint " + ft + " --data " + va + " --probs");
-    std::stringstream pps(pp.out), p1s(p1.out);
-    int prob_lines = 0;
-    for (std::string l, label; std::getline(pps, l) && std::getline(p1s, label); prob_lines++) {
-        CAPTURE(l);
-        CHECK(l.rfind(label + "\t", 0) == 0);
-        double sum = 0, best = -1;
-        std::string best_name;
-        std::stringstream fs(l.substr(l.find('\t') + 1));
-        for (std::string field; std::getline(fs, field, '\t');) {
-            const double p = std::stod(field.substr(field.find('=') + 1));
-            sum += p;
-            if (p > best) best = p, best_name = field.substr(0, field.find('='));
-        }
-        CHECK(sum == doctest::Approx(1.0).epsilon(1e-3));
-        CHECK(best_name == label);
-    }
-    CHECK(prob_lines == (int)std::count(p1.out.begin(), p1.out.end(), '\n'));
-    // With labels: the confusion matrix and each class's precision, recall and F1 on stderr.
-    CHECK(m_contains(p1.err, "confusion matrix (rows: the label given, columns: the label predicted):"));
-    CHECK(m_contains(p1.err, "precision    recall        F1   support"));
-    // Without labels: the same predictions, no accuracy.
-    std::string unlabelled;
-    std::stringstream ss(vtext);
-    for (std::string line; std::getline(ss, line);) unlabelled += line.substr(line.find('\t') + 1) + "\n";
-    m_write(dir + "/u.tsv", unlabelled);
-    const m_Run p2 = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/u.tsv");
-    CHECK(p2.out == p1.out);
-    CHECK_FALSE(m_contains(p2.err, "accuracy"));
-    // Blank lines (a trailing one, CRLF ends, a last line without a newline) change nothing.
-    std::string crlf;
-    for (char ch : vtext) crlf += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
-    m_write(dir + "/blank.tsv", "\n" + crlf.substr(0, crlf.size() - 2) + "\r\n\r\n\n");
-    const m_Run p3 = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/blank.tsv");
-    CHECK(p3.out == p1.out);
-    m_write(dir + "/last.tsv", vtext.substr(0, vtext.size() - 1));
-    CHECK(m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/last.tsv").out == p1.out);
-    m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + dir + "/blank.tsv --val " + dir + "/last.tsv --steps 1 --quiet --out " +
-             dir + "/blank.st");
-    // Examples longer than n_ctx: an error naming every one (file, lines, lengths), or --truncate.
-    const std::string first = vtext.substr(0, vtext.find('\n'));
-    std::string long_text = first.substr(first.find('\t') + 1);
-    while ((int)long_text.size() < 3 * fm.config.n_ctx) long_text += long_text;
-    const std::string label = first.substr(0, first.find('\t'));
-    m_write(dir + "/long.tsv", vtext + label + "\t" + long_text + "\n" + vtext + label + "\t" + long_text + "\n");
-    const int lines_before = (int)std::count(vtext.begin(), vtext.end(), '\n');
-    m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv",
-                "2 of " + std::to_string(2 * lines_before + 2) + " examples are longer than n_ctx = " + std::to_string(fm.config.n_ctx));
-    m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv",
-                "at lines " + std::to_string(lines_before + 1) + " (" + std::to_string(long_text.size() + 2) + " tokens), " +
-                    std::to_string(2 * lines_before + 2));
-    // One wording per kind of bad input, whichever command reads it: a directory, a binary file.
-    std::string binary(400, '\0');
-    for (int k = 0; k < 400; k += 7) binary[k] = 'a';
-    m_write(dir + "/binary.dat", binary);
-    for (const std::string& cmd : std::vector<std::string>{"predict --checkpoint " + ft + " --data " + dir + "/binary.dat",
-                                   "finetune --checkpoint " + pre + " --task classify --train " + dir + "/binary.dat --val " + va +
-                                       " --out " + dir + "/bin.st",
-                                   "train --data " + dir + "/binary.dat --steps 1 --out " + dir + "/bin.st"}) {
-        CAPTURE(cmd);
-        m_cli_fails(cmd, "binary.dat' looks binary, not text: 342 control bytes, the first 0x00 at byte offset 1");
-    }
-    for (const std::string& cmd : std::vector<std::string>{"predict --checkpoint " + dir + " --data " + va, "predict --checkpoint " + ft + " --data " + dir,
-                                   "sample --checkpoint " + dir + " --prompt 1", "eval --checkpoint " + pre + " --data " + dir,
-                                   "train --data " + dir + " --steps 1 --out " + dir + "/dir.st",
-                                   "finetune --checkpoint " + pre + " --task classify --train " + dir + " --val " + va + " --out " + dir + "/d.st"}) {
-        CAPTURE(cmd);
-        m_cli_fails(cmd, "cannot read '" + dir + "': it is a directory, not a file");
-    }
-    const m_Run pt = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/long.tsv --truncate right");
-    CHECK(std::count(pt.out.begin(), pt.out.end(), '\n') == 2 * lines_before + 2);
-    CHECK(m_contains(pt.err, "note: '" + dir + "/long.tsv': 2 of " + std::to_string(2 * lines_before + 2) + " examples longer than n_ctx"));
-    m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv --truncate middle", "--truncate takes right or left");
-    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + dir + "/long.tsv --val " + va + " --steps 1 --quiet --out " +
-                    dir + "/long.st",
-                "examples are longer than n_ctx");
-    const m_Run ftt = m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + dir + "/long.tsv --val " + va +
-                               " --steps 1 --quiet --truncate left --out " + dir + "/long.st");
-    CHECK(m_contains(ftt.err, "(--truncate left: the start of the longer text dropped)"));
-    // --scratch: the same shapes, but the pre-trained rows of W_e are not carried over.
-    const m_Run s0 = m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --scratch --out " + sc);
-    // At chance (one step at lr 1e-9), finetune says so, naming the most frequent label and its share.
-    int big = 0, lines = 0;
-    std::stringstream vs(m_read(va));
-    for (std::string l; std::getline(vs, l);) lines++, big += l.rfind("big\t", 0) == 0;
-    char share[64];
-    std::snprintf(share, sizeof share, "' (%.1f%% of the validation examples)", 100.0 * std::max(big, lines - big) / lines);
-    const std::string most = 2 * big == lines ? "" : 2 * big > lines ? "'big" : "'small";  // a tie: the first to reach it
-    CHECK(lines == 60);
-    CHECK(m_contains(s0.err, "note: that is within two standard errors of always answering " + most));
-    CHECK(m_contains(s0.err, most + share));
-    CHECK(m_contains(s0.err, "needs a larger --lr"));
-    m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --out " + dir + "/one.st");
-    const LoadedModel s1 = load_model(sc, {"adam."}), o1 = load_model(dir + "/one.st", {"adam."});
-    CHECK(s1.config.V == o1.config.V);
-    double d_scratch = 0, d_pre = 0;
-    for (int k = 0; k < pm.params.W_e.cols(); k++) {
-        d_scratch += std::abs(s1.params.W_e(3, k) - pm.params.W_e(3, k));
-        d_pre += std::abs(o1.params.W_e(3, k) - pm.params.W_e(3, k));
-    }
-    CHECK(d_pre < 1e-5);
-    CHECK(d_scratch > 1e-2);
-    // Bad input.
-    m_cli_fails("finetune --checkpoint " + pre + " --task sorting --train " + tr + " --val " + va + " --out " + dir + "/x.st", "unknown task 'sorting'");
-    m_cli_fails("predict --checkpoint " + pre + " --data " + va, "not a fine-tuned checkpoint");
-    m_write(dir + "/bad.tsv", "big\t123+456\nhuge\t1+1\n");
-    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + dir + "/bad.tsv --out " + dir + "/x.st",
-                "bad.tsv' line 2: the label 'huge' was not in the training file");
-    // A batch no machine holds is refused before any work, naming --batch and the way around it.
-    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --batch 4000000 --out " +
-                    dir + "/x.st",
-                "finetune: this run needs about");
-    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --batch 4000000 --out " +
-                    dir + "/x.st",
-                "make --batch smaller, or give --no-memory-check");
-    CHECK_FALSE(m_exists(dir + "/x.st"));
-}
-
-TEST_CASE("xlnet: train --objective xlnet lowers the loss, keeps w in the checkpoint and resumes exactly") {
-    const std::string dir = m_path("xl");
-    m_make_dir(dir);
-    const std::string full = dir + "/full.st", half = dir + "/half.st";
-    const std::string args = " --objective xlnet --data " + m_text_file() +
-                             " --layers 1 --heads 2 --embd 16 --block 16 --batch 16 --predict 8 --steps 200 --warmup 5 --eval-steps 2 --lr 1e-2 --quiet";
-    m_run_ok("train" + args + " --out " + full);
-    m_run_ok("train" + args + " --stop-at 100 --out " + half);
-    m_run_ok("train --resume " + half);
-    const LoadedModel a = load_model(full, {"adam."}), b = load_model(half, {"adam."});
-    CHECK(a.config.xlnet);
-    CHECK(a.params.w.size() == 16);
-    CHECK(a.file.metadata.at("train.objective") == "xlnet");
-    CHECK(a.file.metadata.at("train.predict") == "8");
-    CHECK(m_bits_equal(a.params.W_e, b.params.W_e));
-    CHECK(m_bits_equal(a.params.w, b.params.w));
-    // The loss went down: the log's first and last train losses.
-    std::stringstream log(a.file.metadata.at("train.log"));
-    std::string line;
-    std::vector<double> losses;
-    std::getline(log, line);
-    while (std::getline(log, line)) losses.push_back(std::stod(line.substr(line.find(',') + 1)));
-    REQUIRE(losses.size() == 200);
-    double first = 0, last = 0;  // means of the first and the last 20 steps (one batch is noisy)
-    for (int k = 0; k < 20; k++) first += losses[k] / 20, last += losses[180 + k] / 20;
-    CHECK(last < first - 0.3);
-    const m_Run e = m_run_ok("eval --checkpoint " + full + " --data " + m_text_file());
-    CHECK(m_contains(e.out, "mean XLNet permutation loss"));
-    CHECK(m_contains(e.out, "4 random permutations"));
-    CHECK(m_contains(e.out, "read left to right (z = identity"));
-    // Left to right: windows of n_ctx, z = identity, every position after the first predicted.
-    const CharVocab v = CharVocab::from_metadata(a.file.metadata.at("vocab"));
-    const std::vector<int> ids = v.encode(m_read(m_text_file()).substr(0, 40));  // windows of 16, 16, 8
-    long long count = 0;
-    const double ltr = xlnet_left_to_right_loss(a.config, a.params, ids, &count);
-    CHECK(count == 15 + 15 + 7);
-    double sum = 0;
-    for (int start : {0, 16, 32}) {
-        const int n = start == 32 ? 8 : 16;
-        std::vector<int> z(n);
-        for (int i = 0; i < n; i++) z[i] = i;
-        sum += xlnet_loss(a.config, a.params, a.params.w, std::vector<int>(ids.begin() + start, ids.begin() + start + n), 1, z, n - 1) * (n - 1);
-    }
-    CHECK(ltr == doctest::Approx(sum / 37).epsilon(1e-12));
-    CHECK(ltr < std::log((double)a.config.V));  // the trained model beats the uniform guess
-    m_cli_fails("train --objective xlnet --model bert --data " + m_text_file() + " --out " + dir + "/b.st", "not bert");
-    m_cli_fails("train --objective xlnet --steps 2 --out " + dir + "/t.st", "needs --data");
-    m_cli_fails("train --predict 3 --data " + m_text_file() + " --out " + dir + "/t.st", "--predict applies to --objective xlnet");
 }
 TEST_SUITE_END();
 
@@ -11380,6 +8571,2407 @@ TEST_CASE("train: prints the memory of the model, its gradients and AdamW at the
     CHECK(m_contains(r.out, "memory: parameters"));
     CHECK(m_contains(r.out, "AdamW m and v"));
     CHECK(m_contains(r.out, "peak memory"));
+}
+TEST_SUITE_END();
+
+// ================================================================================================
+// Checkpoints
+// ================================================================================================
+TEST_SUITE_BEGIN("model files");
+TEST_CASE("checkpoint: save_model / load_model round trip bit for bit for every tiny variant") {
+    for (const std::string name : m_TINY) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        Params<float> p = m_model<float>(c, 31, 0.5);
+        const std::string path = m_path("rt_" + name + ".safetensors");
+        save_model(path, c, p, {{"note", "hello \"world\"\n\\"}});
+        CHECK_FALSE(m_exists(path + ".tmp"));  // atomic write: the temporary was renamed
+        LoadedModel lm = load_model(path);
+        CHECK(lm.config.variant == c.variant);
+        CHECK(lm.config.V == c.V);
+        CHECK(lm.config.activation == c.activation);
+        CHECK(lm.config.eps == c.eps);
+        CHECK(lm.config.st_window == c.st_window);
+        CHECK(lm.config.mask_id == c.mask_id);
+        CHECK(m_params_bits_equal(c, p, lm.params));
+        CHECK(lm.file.metadata["note"] == "hello \"world\"\n\\");
+        CHECK(lm.file.tensors.empty());
+        // Overwriting an existing checkpoint replaces it.
+        Params<float> p2 = m_model<float>(c, 32, 0.5);
+        save_model(path, c, p2);
+        LoadedModel lm2 = load_model(path);
+        CHECK(m_params_bits_equal(c, p2, lm2.params));
+        CHECK_FALSE(m_exists(path + ".tmp"));
+    }
+}
+
+TEST_CASE("checkpoint: config_metadata round trip for every preset") {
+    for (const std::string& name : preset_names()) {
+        CAPTURE(name);
+        const Config c = preset(name);
+        const Config d = config_from_metadata(config_metadata(c));
+        CHECK(d.variant == c.variant);
+        CHECK(d.activation == c.activation);
+        CHECK(d.eps == c.eps);  // exactly: 17 significant digits
+        CHECK(d.attn_bias == c.attn_bias);
+        const struct {
+            const char* field;
+            int got, want;
+        } sizes[] = {{"V", d.V, c.V}, {"H", d.H, c.H}, {"F", d.F, c.F}, {"D", d.D, c.D}, {"L", d.L, c.L}, {"A", d.A, c.A},
+                     {"n_ctx", d.n_ctx, c.n_ctx}, {"cls_id", d.cls_id, c.cls_id}, {"sep_id", d.sep_id, c.sep_id},
+                     {"mask_id", d.mask_id, c.mask_id}, {"st_window", d.st_window, c.st_window}, {"st_stride", d.st_stride, c.st_stride}};
+        for (const auto& f : sizes) CHECK_MESSAGE(f.got == f.want, f.field << ": expected " << f.want << ", got " << f.got);
+    }
+    CHECK(preset("gpt2-124m").attn_bias);
+    CHECK_FALSE(preset("gpt1").attn_bias);
+    std::map<std::string, std::string> m = config_metadata(preset("tiny-gpt2"));
+    CHECK(m.count("attn_bias") == 0);  // absent means no biases: older checkpoints load unchanged
+    m["attn_bias"] = "2";
+    M_CHECK_TF_ERROR(config_from_metadata(m), "attn_bias");
+}
+
+TEST_CASE("checkpoint: a model with attention biases round trips with its b_Q, b_K, b_V, b_O tensors") {
+    Config c = preset("tiny-gpt2");
+    c.attn_bias = true;
+    Params<float> p = m_model<float>(c, 33, 0.5);
+    const std::string path = m_path("rt_attn_bias.safetensors");
+    save_model(path, c, p);
+    LoadedModel lm = load_model(path);
+    CHECK(lm.config.attn_bias);
+    CHECK(m_params_bits_equal(c, p, lm.params));
+    const std::string bytes = m_read(path);
+    CHECK(m_contains(bytes, "\"layers.1.attn.b_Q.1\""));
+    CHECK(m_contains(bytes, "\"layers.0.attn.b_O\""));
+    CHECK(m_contains(bytes, "\"attn_bias\":\"1\""));
+    CHECK(lm.params.layers[1].attn.b_V[0].shape == std::vector<int>{c.D});
+    // Without biases: no bias tensors, no attn_bias key, and loading gives empty biases.
+    Config c0 = c;
+    c0.attn_bias = false;
+    Params<float> p0 = m_model<float>(c0, 33, 0.5);
+    save_model(path, c0, p0);
+    LoadedModel lm0 = load_model(path);
+    CHECK_FALSE(lm0.config.attn_bias);
+    CHECK(lm0.params.layers[0].attn.b_O.empty());
+    CHECK_FALSE(m_contains(m_read(path), "b_O"));
+    CHECK_FALSE(m_contains(m_read(path), "attn_bias"));
+    // attn_bias = 1 in the metadata but no bias tensors in the file: a missing tensor, named.
+    std::vector<std::pair<std::string, const Tensor<float>*>> list;
+    for (auto& nt : named_tensors(c0, p0)) list.push_back({nt.name, nt.tensor});
+    save_safetensors(path, config_metadata(c), list);
+    M_CHECK_TF_ERROR(load_model(path), "missing tensor 'layers.0.attn.b_");
+}
+
+TEST_CASE("checkpoint: save_safetensors byte layout (u64 LE header size, padded JSON, LE float32 data)") {
+    const std::string f = m_path("layout.safetensors");
+    const Tensor<float> t = Tensor<float>::vector({1.0f, -2.0f});
+    save_safetensors(f, {{"k", "v"}}, {{"t", &t}});
+    CHECK_FALSE(m_exists(f + ".tmp"));
+    const std::string b = m_read(f);
+    REQUIRE(b.size() >= 16);
+    uint64_t n = 0;
+    for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)b[k] << (8 * k);
+    CHECK(n % 8 == 0);
+    REQUIRE(b.size() == 8 + n + 8);
+    const Json h = parse_json(b.substr(8, n));
+    REQUIRE(h.type == Json::object);
+    REQUIRE(h.get("t") != nullptr);
+    CHECK(h.get("t")->get("dtype")->str == "F32");
+    CHECK(h.get("t")->get("shape")->arr.size() == 1);
+    CHECK(h.get("t")->get("shape")->arr[0].num == 2);
+    CHECK(h.get("t")->get("data_offsets")->arr[0].num == 0);
+    CHECK(h.get("t")->get("data_offsets")->arr[1].num == 8);
+    CHECK(h.get("__metadata__")->get("k")->str == "v");
+    CHECK(b.substr(8 + n) == std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8));  // 1.0f, -2.0f
+}
+
+TEST_CASE("checkpoint: malformed safetensors files give a tf::Error naming the problem") {
+    const std::string f = m_path("bad.safetensors");
+    auto load = [&](const std::string& bytes) {
+        m_write(f, bytes);
+        return load_safetensors(f);
+    };
+    M_CHECK_TF_ERROR(load(""), "bad.safetensors", "8-byte");
+    M_CHECK_TF_ERROR(load("\x05\x00\x00"), "8-byte");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{}").substr(0, 7)), "8-byte");
+    {  // header size larger than the file, including absurd sizes
+        std::string b = m_st_bytes("{}");
+        b[0] = 100;
+        M_CHECK_TF_ERROR(load(b), "header size 100", "exceeds");
+        for (int k = 0; k < 8; k++) b[k] = (char)0xFF;
+        M_CHECK_TF_ERROR(load(b), "exceeds");
+        b = m_st_bytes("{}");
+        b[0] = 3;  // the header "{}" has 2 bytes, the size says 3
+        M_CHECK_TF_ERROR(load(b), "exceeds");
+    }
+    M_CHECK_TF_ERROR(load(m_st_bytes("{not json")), "header", "JSON");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":1} trailing")), "header", "JSON");
+    M_CHECK_TF_ERROR(load(m_st_bytes("[1, 2]")), "not a JSON object");
+    M_CHECK_TF_ERROR(load(m_st_bytes("\"text\"")), "not a JSON object");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", std::string(8, '\0'))),
+                     "'a'", "dtype");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", std::string(8, '\0'))),
+                     "'a'", "shape");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", std::string(8, '\0'))), "'a'",
+                     "data_offsets");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", std::string(8, '\0'))),
+                     "'a'", "data_offsets");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":7}", std::string(8, '\0'))), "'a'");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", std::string(4, '\0'))),
+                     "'a'", "F16");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", std::string(8, '\0'))),
+                     "'a'", "8 bytes");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", std::string(8, '\0'))),
+                     "'a'");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", std::string(8, '\0'))),
+                     "'a'", "shape");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,10]}}", std::string(10, '\0'))),
+                     "'a'", "shape");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", std::string(6, '\0'))),
+                     "'a'", "truncated");
+    M_CHECK_TF_ERROR(
+        load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2147483647,2147483647],\"data_offsets\":[0,18446744056529682436]}}",
+                        std::string(8, '\0'))),
+        "'a'");
+    // A shape whose size is beyond any integer type is named as a number, not converted to one
+    // (converting 4 x (2^31 - 1)^3 to long long is undefined; the fuzzer found it).
+    M_CHECK_TF_ERROR(
+        load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2147483647,2147483647,2147483647],\"data_offsets\":[0,4]}}",
+                        std::string(4, '\0'))),
+        "'a' of shape 2147483647x2147483647x2147483647 needs 3.96e+28 bytes but data_offsets give 4");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                                     std::string(12, '\0'))),
+                     "overlap");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                                     std::string(8, '\0'))),
+                     "'a'", "twice");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"__metadata__\":{\"k\":1}}")), "metadata");
+    M_CHECK_TF_ERROR(load(m_st_bytes("{\"__metadata__\":[]}")), "__metadata__");
+    M_CHECK_TF_ERROR(load_safetensors(m_path("does_not_exist.safetensors")), "does_not_exist.safetensors");
+    // A valid minimal file loads.
+    const SafeTensors ok = load(m_st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                                           std::string("\x00\x00\x80\x3f", 4)));
+    REQUIRE(ok.find("a"));
+    CHECK(ok.find("a")->data == std::vector<float>{1.0f});
+    CHECK(ok.find("b") == nullptr);
+}
+
+TEST_CASE("checkpoint: a truncated model checkpoint is an error, at every cut") {
+    const Config c = preset("tiny-gpt2");
+    Params<float> p = m_model<float>(c, 33, 0.1);
+    const std::string full = m_path("full.safetensors"), cut = m_path("cut.safetensors");
+    save_model(full, c, p);
+    const std::string bytes = m_read(full);
+    for (std::size_t keep : {bytes.size() - 1, bytes.size() - 10, bytes.size() / 2, (std::size_t)100, (std::size_t)9}) {
+        CAPTURE(keep);
+        m_write(cut, bytes.substr(0, keep));
+        const std::string msg = m_error_of([&] { (void)load_model(cut); });
+        INFO(msg);
+        CHECK(msg.rfind("tf::Error: ", 0) == 0);
+        CHECK(m_contains(msg, "cut.safetensors"));
+    }
+    m_write(cut, bytes.substr(0, bytes.size() - 10));
+    M_CHECK_TF_ERROR(load_model(cut), "truncated");
+}
+
+TEST_CASE("checkpoint: load_model reports missing, misshaped and unexpected tensors, bad metadata") {
+    const Config c = preset("tiny-gpt2");
+    Params<float> p = m_model<float>(c, 34, 0.1);
+    const std::string f = m_path("model_bad.safetensors");
+    auto tensors = [&](Params<float>& q) {
+        std::vector<std::pair<std::string, const Tensor<float>*>> list;
+        for (auto& nt : named_tensors(c, q)) list.push_back({nt.name, nt.tensor});
+        return list;
+    };
+    {  // one tensor left out
+        auto list = tensors(p);
+        const std::string left_out = list[5].first;
+        list.erase(list.begin() + 5);
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "model_bad.safetensors", "missing tensor '" + left_out + "'");
+    }
+    {  // a tensor of the wrong shape
+        auto list = tensors(p);
+        Tensor<float> wrong(3, 8, 0.5f);
+        list[1].second = &wrong;  // W_p is 16x8
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "'W_p'", "3x8", "16x8");
+        Tensor<float> vec({128});  // same size, different shape
+        list[1].second = &vec;
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "'W_p'", "16x8");
+    }
+    {  // an extra tensor: an error, unless its name has an allowed prefix
+        auto list = tensors(p);
+        Tensor<float> extra(std::vector<int>{4}, 2.0f);
+        list.push_back({"bogus", &extra});
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "unexpected tensor 'bogus'");
+        M_CHECK_TF_ERROR(load_model(f, {"adam."}), "unexpected tensor 'bogus'");
+        list.back().first = "layers.2.attn.W_O";  // a layer the config does not have
+        save_safetensors(f, config_metadata(c), list);
+        M_CHECK_TF_ERROR(load_model(f), "unexpected tensor 'layers.2.attn.W_O'");
+        list.back().first = "adam.m.W_e";
+        save_safetensors(f, config_metadata(c), list);
+        LoadedModel lm = load_model(f, {"adam."});
+        CHECK(m_params_bits_equal(c, p, lm.params));
+        REQUIRE(lm.file.tensors.size() == 1);
+        CHECK(lm.file.tensors[0].first == "adam.m.W_e");
+        CHECK(lm.file.tensors[0].second.data == extra.data);
+        M_CHECK_TF_ERROR(load_model(f), "unexpected tensor 'adam.m.W_e'");
+    }
+    {  // metadata problems
+        auto meta = config_metadata(c);
+        meta.erase("variant");
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "model_bad.safetensors", "'variant'");
+        meta = config_metadata(c);
+        meta["variant"] = "gpt5";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "model_bad.safetensors", "gpt5");
+        meta = config_metadata(c);
+        meta["H"] = "eight";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "'H'", "eight");
+        meta["H"] = "8x";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "'H'");
+        meta["H"] = "-8";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "H");
+        meta = config_metadata(c);
+        meta["eps"] = "tiny";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "eps");
+        meta = config_metadata(c);
+        meta["activation"] = "swish";
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "swish");
+        meta = config_metadata(c);
+        meta.erase("n_ctx");
+        save_safetensors(f, meta, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "'n_ctx'");
+        save_safetensors(f, {}, tensors(p));
+        M_CHECK_TF_ERROR(load_model(f), "lacks");
+    }
+    {  // BERT ids outside the vocabulary
+        const Config cb = preset("tiny-bert");
+        Params<float> pb = m_model<float>(cb, 35, 0.1);
+        auto meta = config_metadata(cb);
+        meta["mask_id"] = "13";
+        std::vector<std::pair<std::string, const Tensor<float>*>> list;
+        for (auto& nt : named_tensors(cb, pb)) list.push_back({nt.name, nt.tensor});
+        save_safetensors(f, meta, list);
+        M_CHECK_TF_ERROR(load_model(f), "mask_id");
+    }
+    M_CHECK_TF_ERROR(save_model(m_path("no/such/dir/x.safetensors"), c, p), "no/such/dir");
+}
+
+TEST_CASE("checkpoint: a file written by another writer (key order, spaces, no padding) loads") {
+    const Config c = preset("tiny-bert");
+    Params<float> p = m_model<float>(c, 36, 0.3);
+    auto named = named_tensors(c, p);
+    // Body in reverse order of the header; header keys in another order, with spaces; metadata last.
+    std::string body;
+    std::vector<std::pair<std::size_t, std::size_t>> offsets(named.size());
+    for (std::size_t k = named.size(); k-- > 0;) {
+        offsets[k].first = body.size();
+        for (float v : named[k].tensor->data) {
+            uint32_t u;
+            std::memcpy(&u, &v, 4);
+            for (int b = 0; b < 4; b++) body += (char)((u >> (8 * b)) & 0xFF);
+        }
+        offsets[k].second = body.size();
+    }
+    std::string header = "{ ";
+    for (std::size_t k = 0; k < named.size(); k++) {
+        const Tensor<float>& t = *named[k].tensor;
+        header += "\"" + named[k].name + "\" : { \"shape\" : [ ";
+        for (std::size_t d = 0; d < t.shape.size(); d++) header += (d ? ", " : "") + std::to_string(t.shape[d]);
+        header += " ], \"data_offsets\" : [ " + std::to_string(offsets[k].first) + ", " +
+                  std::to_string(offsets[k].second) + " ], \"dtype\" : \"F32\" },\n  ";
+    }
+    header += "\"__metadata__\" : { ";
+    bool first = true;
+    for (auto& kv : config_metadata(c)) header += (first ? "" : ", ") + json_escape(kv.first) + " : " + json_escape(kv.second), first = false;
+    header += " } }";
+    if (header.size() % 8 == 0) header += "\n";  // make sure it is not a multiple of 8
+    REQUIRE(header.size() % 8 != 0);
+    const std::string f = m_path("other_writer.safetensors");
+    m_write(f, m_st_bytes(header, body));
+    LoadedModel lm = load_model(f);
+    CHECK(lm.config.variant == Variant::bert);
+    CHECK(lm.config.eps == c.eps);
+    CHECK(m_params_bits_equal(c, p, lm.params));
+}
+
+// ================================================================================================
+// Released GPT-2 weights: a Hugging Face model.safetensors (names and layout of GPT-2), made here
+// from a small model so that the test knows every number
+// ================================================================================================
+
+TEST_CASE("GPT-2 weights: a Hugging Face model.safetensors loads as a gpt2 model, every number in place") {
+    const auto [c, p] = m_hf_model(m_hf_config(13), 71);
+    const std::string dir = m_path("");
+    const std::string path = m_path("hf_model.safetensors");
+    m_write(dir + "config.json", "{\"n_head\": 3, \"n_embd\": 12, \"layer_norm_epsilon\": 1e-05, \"activation_function\": \"gelu_new\"}");
+    for (const std::string prefix : {"", "transformer."}) {
+        CAPTURE(prefix);
+        m_write_hf(path, m_hf_tensors(c, p, prefix));
+        LoadedModel lm = load_model(path);
+        m_check_hf_gpt_loaded(lm, Variant::gpt2, c, p);
+        // It round trips through this project's own format.
+        save_model(m_path("hf_converted.safetensors"), lm.config, lm.params);
+        LoadedModel back = load_model(m_path("hf_converted.safetensors"));
+        Params<float> q = p;
+        CHECK(m_params_bits_equal(c, q, back.params));
+    }
+    // A tied lm_head is accepted; an untied one is an error.
+    auto t = m_hf_tensors(c, p);
+    t.push_back({"lm_head.weight", p.W_e});
+    m_write_hf(path, t);
+    CHECK(load_model(path).config.V == 13);
+    t.back().second[3] += 1.f;
+    m_write_hf(path, t);
+    M_CHECK_TF_ERROR(load_model(path), "lm_head.weight", "tied");
+}
+
+TEST_CASE("GPT-2 weights: missing, misshaped and unexpected tensors, and unknown head counts, are errors") {
+    // c and p by reference, not by a structured binding: the lambda below captures them (C++17 does not capture a binding).
+    const std::pair<Config, Params<float>> made = m_hf_model(m_hf_config(13), 72);
+    const Config& c = made.first;
+    const Params<float>& p = made.second;
+    const std::string path = m_path("hf_bad/model.safetensors");
+    REQUIRE(m_make_dir(m_path("hf_bad")));
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3}");
+    auto with = [&](const std::function<void(std::vector<std::pair<std::string, Tensor<float>>>&)>& change) {
+        auto t = m_hf_tensors(c, p);
+        change(t);
+        m_write_hf(path, t);
+    };
+    auto find = [](std::vector<std::pair<std::string, Tensor<float>>>& t, const std::string& name) -> Tensor<float>& {
+        for (auto& kv : t)
+            if (kv.first == name) return kv.second;
+        throw std::runtime_error("no " + name);
+    };
+    with([](auto& t) { t.erase(std::remove_if(t.begin(), t.end(), [](auto& kv) { return kv.first == "h.1.mlp.c_fc.bias"; }), t.end()); });
+    M_CHECK_TF_ERROR(load_model(path), "missing tensor 'h.1.mlp.c_fc.bias'", "GPT-2 weights");
+    with([&](auto& t) { find(t, "h.0.attn.c_attn.weight") = Tensor<float>(12, 35); });
+    M_CHECK_TF_ERROR(load_model(path), "h.0.attn.c_attn.weight", "12x35", "expected 12x36");
+    with([](auto& t) { t.push_back({"h.0.attn.extra", Tensor<float>({3})}); });
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.0.attn.extra'");
+    with([](auto& t) { t.push_back({"h.x.ln_1.weight", Tensor<float>({3})}); });
+    M_CHECK_TF_ERROR(load_model(path), "unexpected tensor 'h.x.ln_1.weight'");
+    with([](auto&) {});
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 5}");  // 12 is not a multiple of 5
+    M_CHECK_TF_ERROR(load_model(path), "config.json", "n_head", "n_head must divide n_embd = 12");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 1e12}");
+    M_CHECK_TF_ERROR(load_model(path), "n_head");
+    m_write(m_path("hf_bad/config.json"), "{\"n_embd\": 12}");
+    M_CHECK_TF_ERROR(load_model(path), "n_head");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"activation_function\": \"swish\"}");
+    M_CHECK_TF_ERROR(load_model(path), "activation_function 'swish'");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"layer_norm_epsilon\": \"small\"}");
+    M_CHECK_TF_ERROR(load_model(path), "layer_norm_epsilon");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"n_layer\": 12}");
+    M_CHECK_TF_ERROR(load_model(path), "n_layer does not match the weights (2)");
+    m_write(m_path("hf_bad/config.json"), "{\"n_head\": 3, \"activation_function\": \"gelu\", \"n_layer\": 2, \"vocab_size\": 13}");
+    CHECK(load_model(path).config.activation == Activation::gelu_erf);  // Hugging Face's "gelu" is the erf form
+    REQUIRE(std::remove(m_path("hf_bad/config.json").c_str()) == 0);  // no config.json: H = 12 has no heads of 64
+    M_CHECK_TF_ERROR(load_model(path), "config.json", "n_head");
+}
+
+// ================================================================================================
+// Released GPT-1, BERT and RoBERTa weights: Hugging Face model.safetensors files written byte
+// by byte from small models
+// ================================================================================================
+
+TEST_CASE("GPT-1 weights: a Hugging Face openai-gpt model.safetensors loads as a gpt model, every number in place") {
+    const auto [c, p] = m_hf_model(m_gpt1_hf_config(), 1240);
+    const std::string dir = m_hf_dir("hf_gpt1", "{\"afn\": \"gelu\", \"n_head\": 3, \"n_embd\": 12, \"n_layer\": 2, \"n_positions\": 16, "
+                                      "\"vocab_size\": 13, \"layer_norm_epsilon\": 1e-05}");
+    for (const std::string prefix : {"", "transformer."}) {
+        CAPTURE(prefix);
+        auto t = m_gpt1_hf(c, p, prefix);
+        t.push_back(m_raw(prefix + "h.0.attn.bias", Tensor<float>({1, 1, 16, 16}, 1.f)));  // a mask buffer
+        if (!prefix.empty()) t.push_back(m_raw("lm_head.weight", p.W_e));                   // tied
+        m_write_raw(dir + "model.safetensors", t);
+        LoadedModel lm = load_model(dir + "model.safetensors");
+        m_check_hf_gpt_loaded(lm, Variant::gpt, c, p);
+        const ParamCount k = count_params(lm.config);
+        CHECK(k.actual - k.seed_lambda == k.attn_biases);
+        CHECK(k.attn_biases == 2 * (3 * 12 + 12));
+    }
+    m_write(dir + "config.json", "{\"afn\": \"relu\", \"n_head\": 4, \"layer_norm_epsilon\": 1e-3}");
+    m_write_raw(dir + "model.safetensors", m_gpt1_hf(c, p, ""));
+    const Config r = load_model(dir + "model.safetensors").config;
+    CHECK(r.activation == Activation::relu);
+    CHECK(r.A == 4);
+    CHECK(r.D == 3);
+    CHECK(r.eps == 1e-3);
+}
+
+TEST_CASE("GPT-1 weights: missing, misshaped, unexpected and untied tensors, and a contradicting config, are errors") {
+    const auto [c, p] = m_hf_model(m_gpt1_hf_config(), 1241);
+    const std::string dir = m_hf_dir("hf_gpt1_bad", "{\"n_head\": 3}"), path = dir + "model.safetensors";
+    const auto t = m_gpt1_hf(c, p, "transformer.");
+    m_check_raw_error(path, t, [](auto& x) { x.erase(x.begin() + 4); },  // h.0.attn.c_proj.weight
+                      {"GPT-1 weights", "missing tensor 'h.0.attn.c_proj.weight'"});
+    m_check_raw_error(path, t, [](auto& x) { x[3] = m_raw("transformer.h.0.attn.c_attn.bias", Tensor<float>({35})); },
+                      {"tensor 'h.0.attn.c_attn.bias' is 35, expected 36"});
+    m_check_raw_error(path, t, [](auto& x) { x.push_back(m_raw("transformer.h.1.attn.extra", Tensor<float>({2}))); },
+                      {"unexpected tensor 'h.1.attn.extra'"});
+    m_check_raw_error(path, t, [](auto& x) { x.push_back(m_raw("transformer.h.x.ln_1.weight", Tensor<float>({2}))); },
+                      {"unexpected tensor 'h.x.ln_1.weight'"});
+    Tensor<float> other = p.W_e;
+    other[7] += 1.f;
+    m_check_raw_error(path, t, [&](auto& x) { x.push_back(m_raw("lm_head.weight", other)); }, {"lm_head.weight differs", "tied"});
+    m_write_raw(path, t);
+    m_check_config_errors(dir, path,
+                          {{"{\"n_head\": 5}", {"n_head must divide n_embd = 12"}},
+                           {"{\"n_head\": 3, \"n_layer\": 3}", {"n_layer does not match the weights (2)"}},
+                           {"{\"n_head\": 3, \"afn\": \"swish\"}", {"afn 'swish'"}},
+                           {"{\"n_head\": 3", {"config.json"}}});
+    std::remove((dir + "config.json").c_str());
+    M_CHECK_TF_ERROR(load_model(path), "cannot tell the number of heads");  // H = 12: no multiple of 64
+    Tensor<float> bad = p.W_p;
+    bad[3] = std::nanf("");
+    m_write(dir + "config.json", "{\"n_head\": 3}");
+    m_check_raw_error(path, t, [&](auto& x) { x[1] = m_raw("transformer.positions_embed.weight", bad); }, {"W_p", "not finite"});
+}
+
+TEST_CASE("BERT weights: a Hugging Face bert-base-uncased model.safetensors loads as a bert model, every number in place") {
+    const auto [c, p] = m_hf_model(m_bert_hf_config(), 1250);
+    const std::string dir = m_hf_dir("hf_bert", "{\"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, \"num_hidden_layers\": 2, "
+                                      "\"intermediate_size\": 16, \"max_position_embeddings\": 16, \"vocab_size\": 13, "
+                                      "\"type_vocab_size\": 2, \"layer_norm_eps\": 1e-12, \"position_embedding_type\": \"absolute\"}");
+    m_write(dir + "vocab.txt", m_BERT_VOCAB);
+    Tensor<float> nsp_W(2, 8, 0.25f), nsp_b({2}, 0.5f);
+    for (bool legacy : {false, true}) {
+        CAPTURE(legacy);
+        auto t = m_bert_hf(c, p, legacy);
+        t.push_back({"bert.embeddings.position_ids", "I64", {1, 16}, std::string(16 * 8, '\0')});  // a buffer
+        t.push_back(m_raw("cls.predictions.decoder.weight", p.W_e));  // tied
+        t.push_back(m_raw("cls.predictions.decoder.bias", p.b_z));    // tied
+        t.push_back(m_raw("cls.seq_relationship.weight", nsp_W));
+        t.push_back(m_raw("cls.seq_relationship.bias", nsp_b));
+        m_write_raw(dir + "model.safetensors", t);
+        LoadedModel lm = load_model(dir + "model.safetensors");
+        const Config& d = lm.config;
+        CHECK(d.variant == Variant::bert);
+        CHECK(d.activation == Activation::gelu_erf);
+        CHECK(d.attn_bias);
+        CHECK(d.emb_ln);
+        CHECK(d.mlm_head);
+        CHECK(d.pooler);
+        CHECK(d.eps == 1e-12);
+        CHECK(d.cls_id == 10);
+        CHECK(d.sep_id == 11);
+        CHECK(d.mask_id == 12);
+        CHECK((d.V == 13 && d.H == 8 && d.A == 2 && d.D == 4 && d.F == 16 && d.L == 2 && d.n_ctx == 16));
+        Params<float> q = p;
+        CHECK(m_params_bits_equal(c, q, lm.params));
+        REQUIRE(lm.file.tensors.size() == 2);  // the next-sentence head, kept
+        CHECK(lm.file.tensors[0].first == "cls.seq_relationship.weight");
+        CHECK(m_bits_equal(lm.file.tensors[0].second, nsp_W));
+        Batch b;
+        b.n = 6, b.tokens = {10, 5, 12, 11, 3, 11}, b.segments = {0, 0, 0, 0, 1, 1};
+        CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+    }
+    // Without the masked-LM head and the pooler (BertModel): the de-embedding of formulas §17; ids 101..103 need V > 103.
+    auto t = m_bert_hf(c, p, false);
+    t.resize(t.size() - 7);
+    m_write_raw(dir + "model.safetensors", t);
+    const Config d = load_model(dir + "model.safetensors").config;
+    CHECK_FALSE(d.mlm_head);
+    CHECK_FALSE(d.pooler);
+    CHECK(d.emb_ln);
+    std::remove((dir + "vocab.txt").c_str());
+    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "[CLS], [SEP], [MASK]", "no vocab.txt");
+}
+
+TEST_CASE("BERT weights: missing, misshaped, unexpected and untied tensors, bad vocab.txt and config, are errors") {
+    const auto [c, p] = m_hf_model(m_bert_hf_config(), 1251);
+    const std::string dir = m_hf_dir("hf_bert_bad", "{\"num_attention_heads\": 2}"), path = dir + "model.safetensors";
+    m_write(dir + "vocab.txt", m_BERT_VOCAB);
+    const auto t = m_bert_hf(c, p, false);
+    m_check_raw_error(path, t, [](auto& x) { x.erase(x.begin() + 2); },  // token_type_embeddings
+                      {"BERT weights", "missing tensor 'embeddings.token_type_embeddings.weight'"});
+    m_check_raw_error(path, t, [](auto& x) { x[5] = m_raw("bert.encoder.layer.0.attention.self.query.weight", Tensor<float>(8, 7)); },
+                      {"'encoder.layer.0.attention.self.query.weight' is 8x7, expected 8x8"});
+    m_check_raw_error(path, t, [](auto& x) { x.push_back(m_raw("cls.predictions.extra", Tensor<float>({2}))); },
+                      {"unexpected tensor 'cls.predictions.extra'"});
+    Tensor<float> bias = p.b_z;
+    bias[0] += 1.f;
+    m_check_raw_error(path, t, [&](auto& x) { x.push_back(m_raw("cls.predictions.decoder.bias", bias)); },
+                      {"cls.predictions.decoder.bias differs"});
+    m_check_raw_error(path, t, [](auto& x) { x.push_back({"bert.embeddings.other_ids", "I64", {1, 2}, std::string(16, '\0')}); },
+                      {"only F32 is supported"});
+    m_write_raw(path, t);
+    m_write(dir + "vocab.txt", "[UNK]\n[CLS]\n");
+    M_CHECK_TF_ERROR(load_model(path), "vocab.txt' has 2 tokens but the model's V = 13");
+    m_write(dir + "vocab.txt", "[UNK]\nt1\nt2\nt3\nt4\nt5\nt6\nt7\nt8\nt9\n[CLS]\n[SEP]\nmask\n");
+    M_CHECK_TF_ERROR(load_model(path), "lacks [CLS], [SEP] or [MASK]");
+    m_write(dir + "vocab.txt", m_BERT_VOCAB);
+    m_check_config_errors(dir, path,
+                          {{"{\"num_attention_heads\": 2, \"type_vocab_size\": 3}", {"type_vocab_size does not match the weights (2)"}},
+                           {"{\"num_attention_heads\": 2, \"position_embedding_type\": \"relative_key\"}", {"position_embedding_type must be absolute"}},
+                           {"{\"num_attention_heads\": 2, \"hidden_act\": \"tanh\"}", {"hidden_act 'tanh'"}}});
+}
+
+TEST_CASE("RoBERTa weights: a Hugging Face roberta-base model.safetensors loads as a roberta model, every number in place") {
+    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1255);
+    const std::string dir = m_hf_dir("hf_roberta", "{\"model_type\": \"roberta\", \"hidden_act\": \"gelu\", \"num_attention_heads\": 2, \"hidden_size\": 8, "
+                                      "\"num_hidden_layers\": 2, \"intermediate_size\": 16, \"max_position_embeddings\": 18, "
+                                      "\"vocab_size\": 265, \"type_vocab_size\": 1, \"layer_norm_eps\": 1e-05, \"pad_token_id\": 1}");
+    m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
+    const Tensor<float> zero(1, c.H, 0.f);
+    auto t = m_roberta_hf(c, p, zero, "roberta.");
+    t.push_back({"roberta.embeddings.position_ids", "I64", {1, 18}, std::string(18 * 8, '\0')});    // buffers
+    t.push_back({"roberta.embeddings.token_type_ids", "I64", {1, 18}, std::string(18 * 8, '\0')});
+    t.push_back(m_raw("lm_head.decoder.weight", p.W_e));  // tied
+    t.push_back(m_raw("lm_head.decoder.bias", p.b_z));    // tied
+    m_write_raw(dir + "model.safetensors", t);
+    LoadedModel lm = load_model(dir + "model.safetensors");
+    const Config& d = lm.config;
+    CHECK(d.variant == Variant::roberta);
+    CHECK(d.activation == Activation::gelu_erf);
+    CHECK((d.attn_bias && d.emb_ln && d.mlm_head && d.pooler));
+    CHECK(d.eps == 1e-5);
+    CHECK((d.cls_id == 260 && d.sep_id == 262 && d.mask_id == 264));
+    CHECK(d.pad_id == 1);  // pad_token_id: the pads' position row
+    CHECK((d.V == 265 && d.H == 8 && d.A == 2 && d.D == 4 && d.F == 16 && d.L == 2 && d.n_ctx == 16));
+    Params<float> q = p;
+    CHECK(m_params_bits_equal(c, q, lm.params));
+    Batch b;
+    b.n = 6, b.tokens = {260, 5, 264, 262, 3, 262};
+    CHECK(m_bits_equal(model_forward(d, lm.params, b), model_forward(c, p, b)));
+    // The token type row is added at every position: folded into W_p.
+    Tensor<float> tt(1, c.H);
+    for (int h = 0; h < c.H; h++) tt(0, h) = 0.125f * (float)(h + 1);
+    const auto t2 = m_roberta_hf(c, p, tt, "");  // RobertaModel's names, and no lm_head: told by the one token type
+    std::vector<m_RawTensor> bare;
+    for (const auto& x : t2)
+        if (x.name.rfind("lm_head.", 0) != 0 && x.name.rfind("pooler.", 0) != 0) bare.push_back(x);
+    m_write_raw(dir + "model.safetensors", bare);
+    LoadedModel l2 = load_model(dir + "model.safetensors");
+    CHECK(l2.config.variant == Variant::roberta);
+    CHECK_FALSE(l2.config.mlm_head);
+    CHECK_FALSE(l2.config.pooler);
+    bool folded = true;
+    for (int i = 0; i < c.n_ctx; i++)
+        for (int h = 0; h < c.H; h++) folded &= l2.params.W_p(i, h) == (p.W_p(i, h) - tt(0, h)) + tt(0, h);
+    for (int h = 0; h < c.H; h++) folded &= l2.params.w_pad[h] == (p.w_pad[h] - tt(0, h)) + tt(0, h);
+    CHECK(folded);
+    // Another pad_token_id moves the rows: padding_idx 261 (this vocabulary's <pad>) needs n_ctx + 262 rows.
+    Config c261 = c;
+    c261.pad_id = 261;
+    const Params<float> p261 = m_model<float>(c261, 1259, 0.5);
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"pad_token_id\": 261, \"max_position_embeddings\": 278}");
+    m_write_raw(dir + "model.safetensors", m_roberta_hf(c261, p261, tt, "roberta."));
+    LoadedModel l3 = load_model(dir + "model.safetensors");
+    CHECK(l3.config.pad_id == 261);
+    CHECK(l3.config.n_ctx == 16);
+    bool moved = true;
+    for (int i = 0; i < c.n_ctx; i++)
+        for (int h = 0; h < c.H; h++) moved &= l3.params.W_p(i, h) == (p261.W_p(i, h) - tt(0, h)) + tt(0, h);
+    for (int h = 0; h < c.H; h++) moved &= l3.params.w_pad[h] == (p261.w_pad[h] - tt(0, h)) + tt(0, h);
+    CHECK(moved);
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2, \"pad_token_id\": 300}");  // more than the table's rows
+    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "(n_ctx + pad_token_id + 1) x H");
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
+    // Without vocab.json, only roberta-base's size tells the special ids.
+    std::remove((dir + "vocab.json").c_str());
+    M_CHECK_TF_ERROR(load_model(dir + "model.safetensors"), "RoBERTa weights", "<s>, </s>, <mask>", "no vocab.json");
+}
+
+TEST_CASE("RoBERTa weights: a bad vocab.json or config.json and an untied decoder are errors") {
+    const auto [c, p] = m_hf_model(m_roberta_hf_config(), 1256);
+    const std::string dir = m_hf_dir("hf_roberta_bad", "{\"num_attention_heads\": 2}"), path = dir + "model.safetensors";
+    m_write(dir + "vocab.json", m_encoder_json(m_RB_MERGED));
+    const auto t = m_roberta_hf(c, p, Tensor<float>(1, c.H, 0.f), "roberta.");
+    m_write_raw(path, t);
+    CHECK(load_model(path).config.variant == Variant::roberta);
+    Tensor<float> W = p.W_e;
+    W[3] += 1.f;
+    m_check_raw_error(path, t, [&](auto& x) { x.push_back(m_raw("lm_head.decoder.weight", W)); },
+                      {"RoBERTa weights", "lm_head.decoder.weight differs"});
+    m_write_raw(path, t);
+    m_check_config_errors(dir, path,
+                          {{"{\"num_attention_heads\": 2, \"max_position_embeddings\": 16}", {"max_position_embeddings does not match the weights (18)"}},
+                           {"{\"num_attention_heads\": 2, \"type_vocab_size\": 2}", {"type_vocab_size does not match the weights (1)"}}});
+    m_write(dir + "config.json", "{\"num_attention_heads\": 2}");
+    std::vector<std::string> no_mask(m_RB_MERGED.begin(), m_RB_MERGED.end() - 1);
+    no_mask.push_back("<masks>");
+    m_write(dir + "vocab.json", m_encoder_json(no_mask));
+    M_CHECK_TF_ERROR(load_model(path), "vocab.json' lacks <mask>");
+    m_write(dir + "vocab.json", m_encoder_json({"he"}));
+    M_CHECK_TF_ERROR(load_model(path), "vocab.json' has 257 tokens but the model's V = 265");
+    m_write(dir + "vocab.json", "{\"<s>\": 0");
+    M_CHECK_TF_ERROR(load_model(path), "vocab.json'", "JSON");
+}
+
+// ================================================================================================
+// Export to Hugging Face's layout
+// ================================================================================================
+TEST_CASE("export: a directory of released weights, or of anything else, is never written into; a re-export leaves no stale tokenizer") {
+    const std::string dir = m_path("exp_foreign");
+    m_make_dir(dir);
+    const std::string ck = dir + "/ck.safetensors";
+    m_run_ok("init --preset tiny-gpt2 --out " + ck);
+    // A downloaded GPT-2: its model, config and tokenizer. Nothing in it changes.
+    const std::string hf = dir + "/gpt2";
+    m_make_dir(hf);
+    const std::map<std::string, std::string> released = {
+        {"model.safetensors", m_st_bytes("{\"__metadata__\":{\"format\":\"pt\"}}")},
+        {"config.json", "{\"model_type\": \"gpt2\", \"vocab_size\": 50257}\n"},
+        {"vocab.json", "{\"!\": 0}\n"},
+        {"merges.txt", "#version: 0.2\nh e\n"}};
+    for (auto& kv : released) m_write(hf + "/" + kv.first, kv.second);
+    m_cli_fails("export --checkpoint " + ck + " --out " + hf, "config.json was not written by this program");
+    for (auto& kv : released) CHECK(m_read(hf + "/" + kv.first) == kv.second);
+    // Only a config.json (someone's), or one of ours beside a file export does not write: refused too.
+    const std::string other = dir + "/other";
+    m_make_dir(other);
+    m_write(other + "/config.json", released.at("config.json"));
+    m_cli_fails("export --checkpoint " + ck + " --out " + other, "refusing to write into --out");
+    CHECK(m_read(other + "/config.json") == released.at("config.json"));
+    const std::string mine = dir + "/mine";
+    m_run_ok("export --checkpoint " + ck + " --out " + mine);
+    CHECK(m_contains(m_read(mine + "/config.json"), "\"written_by\": \"transformer\""));
+    m_write(mine + "/README.md", "my notes\n");
+    m_cli_fails("export --checkpoint " + ck + " --out " + mine, "it holds 'README.md'");
+    CHECK(m_read(mine + "/README.md") == "my notes\n");
+    std::remove((mine + "/README.md").c_str());
+    // An earlier export of ours is replaced whole: a tokenizer it had does not stay beside a model
+    // that records none (init's checkpoint).
+    m_write(mine + "/vocab.json", released.at("vocab.json"));
+    m_write(mine + "/merges.txt", released.at("merges.txt"));
+    m_run_ok("export --checkpoint " + ck + " --out " + mine);
+    CHECK_FALSE(m_exists(mine + "/vocab.json"));
+    CHECK_FALSE(m_exists(mine + "/merges.txt"));
+    CHECK(m_exists(mine + "/model.safetensors"));
+    // An empty directory is fine.
+    const std::string empty = dir + "/empty";
+    m_make_dir(empty);
+    m_run_ok("export --checkpoint " + ck + " --out " + empty);
+    CHECK(m_exists(empty + "/config.json"));
+}
+
+TEST_CASE("export: Hugging Face layout, read back with identical tensors and logits, for every activation and with or without biases") {
+    const Activation acts[] = {Activation::gelu_tanh, Activation::gelu_erf, Activation::relu, Activation::gelu_sigmoid};
+    const char* hf[] = {"gelu_new", "gelu", "relu", "quick_gelu"};
+    int case_no = 0;
+    for (int bias = 0; bias < 2; bias++)
+        for (int k = 0; k < 4; k++) {
+            Config c = preset("tiny-gpt2");
+            c.activation = acts[k], c.attn_bias = bias == 1, c.eps = 1e-6;
+            c.F = k == 2 ? 3 * c.H : 4 * c.H;  // n_inner: a number, or null (= 4 n_embd)
+            INFO("activation " << std::string(activation_name(c.activation)));
+            CAPTURE(bias);
+            Params<float> p = m_model<float>(c, 11 + case_no, 0.05);
+            const std::string dir = m_path("i11_export_" + std::to_string(case_no++));
+            export_hf(dir, c, p);
+            const Json j = parse_json(m_read(dir + "/config.json"));
+            CHECK(j.get("model_type")->str == "gpt2");
+            CHECK(j.get("architectures")->arr.at(0).str == "GPT2LMHeadModel");
+            CHECK(j.get("activation_function")->str == hf[k]);
+            CHECK(j.get("n_head")->num == c.A);
+            CHECK(j.get("n_layer")->num == c.L);
+            CHECK(j.get("n_positions")->num == c.n_ctx);
+            CHECK(j.get("layer_norm_epsilon")->num == c.eps);
+            CHECK(j.get("n_inner")->type == (c.F == 4 * c.H ? Json::null : Json::number));
+            const SafeTensors st = load_safetensors(dir + "/model.safetensors");
+            CHECK(st.metadata.at("format") == "pt");
+            CHECK(st.find("lm_head.weight") == nullptr);  // tied to wte
+            // c_attn joins the heads: row r, column part*H + i*D + d is W_{Q,K,V}^i(r, d).
+            const Tensor<float>* ca = st.find("h.1.attn.c_attn.weight");
+            REQUIRE(ca);
+            CHECK(ca->shape == std::vector<int>{c.H, 3 * c.H});
+            CHECK((*ca)(3, 1 * c.H + 1 * c.D + 2) == p.layers[1].attn.W_K[1](3, 2));
+            CHECK((*ca)(0, 2 * c.H + (c.A - 1) * c.D) == p.layers[1].attn.W_V[c.A - 1](0, 0));
+            LoadedModel lm = load_model(dir + "/model.safetensors");
+            const Config& r = lm.config;
+            CHECK(r.variant == Variant::gpt2);
+            CHECK(r.activation == c.activation);
+            CHECK(r.eps == c.eps);
+            CHECK((r.V == c.V && r.H == c.H && r.F == c.F && r.D == c.D && r.L == c.L && r.A == c.A && r.n_ctx == c.n_ctx));
+            CHECK(r.attn_bias);  // a released GPT-2 has them: absent ones come back as zeros
+            for (auto& nt : named_tensors(c, p)) {  // every tensor of the original, bit for bit
+                CAPTURE(nt.name);
+                Tensor<float>* back = nullptr;
+                for (auto& mt : named_tensors(r, lm.params))
+                    if (mt.name == nt.name) back = mt.tensor;
+                REQUIRE(back);
+                CHECK(m_bits_equal(*nt.tensor, *back));
+            }
+            if (!c.attn_bias)
+                for (auto& y : lm.params.layers) {
+                    for (auto* heads : {&y.attn.b_Q, &y.attn.b_K, &y.attn.b_V})
+                        for (auto& b : *heads)
+                            for (float v : b.data) CHECK(v == 0.0f);
+                    for (float v : y.attn.b_O.data) CHECK(v == 0.0f);
+                }
+            Batch b = m_batch(c, 5);
+            CHECK(m_bits_equal(model_forward(c, p, b), model_forward(r, lm.params, b)));
+        }
+}
+
+TEST_CASE("export: unfit models and bad outputs are refused; the command writes every file or none") {
+    for (const char* name : {"tiny-gpt3", "tiny-bert", "tiny-roberta"}) {  // gpt3 never; the formulas' BERTs lack emb_ln
+        const Config c = preset(name);
+        CAPTURE(name);
+        CHECK(!hf_export_problem(c).empty());
+        Params<float> p = make_params<float>(c);
+        M_CHECK_TF_ERROR(export_hf(m_path("i11_never"), c, p), c.variant == Variant::gpt3 ? "gpt3" : "--mlm-head");
+    }
+    CHECK(!m_exists(m_path("i11_never")));
+    Config odd = preset("tiny-gpt2");
+    odd.D = odd.H / odd.A + 1;
+    CHECK(m_contains(hf_export_problem(odd), "D = H / A"));
+    Config head = preset("tiny-gpt2");
+    head.W_y_rows = head.H, head.W_y_cols = 2;
+    CHECK(m_contains(hf_export_problem(head), "W_y"));
+    Config xl = preset("tiny-gpt2");
+    xl.xlnet = true;
+    CHECK(m_contains(hf_export_problem(xl), "xlnet"));
+    CHECK(hf_export_problem(preset("gpt2-124m")).empty());
+    // The command line.
+    const std::string gpt = m_path("i11_gpt.safetensors"), g2 = m_path("i11_g2.safetensors");
+    REQUIRE(m_run("init --preset tiny-gpt --out " + gpt).status == 0);
+    REQUIRE(m_run("init --preset tiny-gpt2 --out " + g2).status == 0);
+    m_cli_fails("export --checkpoint " + gpt + " --out " + m_path("i11_x1"), "OpenAIGPTLMHeadModel's activations");
+    CHECK(!m_exists(m_path("i11_x1")));
+    m_cli_fails("export --checkpoint " + g2 + " --out " + m_path("no_such_dir/x"), "does not exist");
+    m_cli_fails("export --checkpoint " + g2 + " --out " + g2, "is not a directory");
+    m_cli_fails("export --checkpoint " + m_path("i11_none.safetensors") + " --out " + m_path("i11_x2"), "cannot open");
+    CHECK(!m_exists(m_path("i11_x2")));
+    m_cli_fails("export --checkpoint " + g2, "missing flag --out");
+    const std::string dir = m_path("i11_x3");
+    m_make_dir(dir);
+    m_write(dir + "/config.json", "not json, someone's notes");
+    m_cli_fails("export --checkpoint " + g2 + " --out " + dir, "config.json");
+    CHECK(!m_exists(dir + "/model.safetensors"));  // checked before anything is written
+    CHECK(m_read(dir + "/config.json") == "not json, someone's notes");
+    std::remove((dir + "/config.json").c_str());
+    const m_Run ok = m_run("export --checkpoint " + g2 + " --out " + dir);
+    INFO("stderr: " << ok.err);
+    CHECK(ok.status == 0);
+    CHECK(m_contains(ok.out, "attention biases written as zeros"));
+    CHECK(m_exists(dir + "/model.safetensors"));
+    CHECK(m_exists(dir + "/config.json"));
+    const m_Run again = m_run("export --checkpoint " + g2 + " --out " + dir);  // replaces its own files
+    INFO("stderr: " << again.err);
+    CHECK(again.status == 0);
+    m_cli_fails("export --checkpoint " + dir + "/model.safetensors --out " + dir, "would overwrite --checkpoint");
+    // Only the two files: no temporary (".NAME.tmp.XXXXXX") is left behind.
+    CHECK(m_names_in(dir, "") == std::vector<std::string>{"config.json", "model.safetensors"});
+}
+
+// ================================================================================================
+// Export to the Hugging Face classes of every variant, with the tokenizer's files
+// ================================================================================================
+namespace {
+// The probe text of the tokenizer checks: accents, CJK, a tab, CRLF, runs of spaces.
+const std::string m_PROBE = "Caf\xC3\xA9 na\xC3\xAFve,\t\xE4\xB8\xAD \xE6\x96\x87!\r\nlower  lowest   the capital.\r\n";
+struct m_ExportCase {
+    std::string preset, tokenizer;  // tokenizer: "char" or a subword kind
+    Activation activation;
+    bool bias, mlm_head;
+};
+// The tokenizer of a case: characters of the probe, or the small hand-made vocabularies.
+Tokenizer m_export_tokenizer(const std::string& kind) {
+    if (kind == "char") {
+        Tokenizer t;
+        t.kind = "char", t.chars = CharVocab::from_text(m_PROBE);
+        return t;
+    }
+    if (kind == "gpt1-bpe") return make_tokenizer(kind, m_gpt1_encoder_json(m_GPT1_SYMBOLS), m_GPT1_MERGES, "test");
+    if (kind == "bert-wordpiece") return make_tokenizer(kind, "", m_WP_VOCAB, "test");
+    if (kind == "roberta-bpe")
+        return make_tokenizer(kind, m_encoder_json({"he", "<s>", "<pad>", "</s>", "<unk>", "<mask>"}), m_vocab_bpe({"h e"}), "test");
+    return make_tokenizer(kind, m_encoder_json({"he", "ll", "hell", m_G + "hell", "<|endoftext|>"}),
+                          m_vocab_bpe({"h e", "l l", "he ll", m_G + " hell"}), "test");
+}
+// The config of a case: the preset's shape with the tokenizer's vocabulary and special ids.
+Config m_export_config(const m_ExportCase& k, const Tokenizer& t) {
+    Config c = preset(k.preset);
+    c.activation = k.activation, c.attn_bias = k.bias;
+    const bool masked = !is_causal(c.variant);
+    c.V = t.size() + (masked && t.kind == "char" ? 3 : 0);
+    if (c.variant == Variant::gpt) c.F = 4 * c.H;  // OpenAIGPTLMHeadModel's width
+    c.pad_id = -1;
+    if (masked) {  // without the head the class is BertModel / RobertaModel, which needs a pooler
+        c.emb_ln = true, c.mlm_head = k.mlm_head, c.pooler = !k.mlm_head;
+        if (t.kind == "char") c.cls_id = t.size(), c.sep_id = t.size() + 1, c.mask_id = t.size() + 2;
+        else subword_special_ids(t, c);
+    }
+    validate(c);
+    return c;
+}
+Tensor<float>* m_tensor_named(const Config& c, Params<float>& p, const std::string& name) {
+    for (auto& nt : named_tensors(c, p))
+        if (nt.name == name) return nt.tensor;
+    return nullptr;
+}
+}  // namespace
+
+TEST_CASE("export: every variant through its Hugging Face class and back, weights bit for bit, the tokenizer's ids the same") {
+    const Activation tanh_ = Activation::gelu_tanh, erf = Activation::gelu_erf, relu = Activation::relu, sig = Activation::gelu_sigmoid;
+    const std::vector<m_ExportCase> cases = {
+        {"tiny-gpt", "char", tanh_, false, false},        {"tiny-gpt", "gpt1-bpe", relu, true, false},
+        {"tiny-gpt", "gpt2-bpe", tanh_, true, false},     {"tiny-gpt2", "char", sig, false, false},
+        {"tiny-gpt2", "gpt2-bpe", erf, true, false},      {"tiny-bert", "bert-wordpiece", erf, true, true},
+        {"tiny-bert", "bert-wordpiece", relu, false, false}, {"tiny-bert", "char", sig, true, true},
+        {"tiny-bert", "char", tanh_, false, false},       {"tiny-roberta", "roberta-bpe", erf, true, true},
+        {"tiny-roberta", "roberta-bpe", sig, false, false}, {"tiny-roberta", "char", relu, true, true},
+        {"tiny-roberta", "char", tanh_, false, false}};
+    const char* classes[][2] = {{"OpenAIGPTLMHeadModel", "OpenAIGPTLMHeadModel"}, {"GPT2LMHeadModel", "GPT2LMHeadModel"},
+                                {"BertModel", "BertForMaskedLM"}, {"RobertaModel", "RobertaForMaskedLM"}};
+    int case_no = 0;
+    for (const m_ExportCase& k : cases) {
+        CAPTURE(k.preset);
+        CAPTURE(k.tokenizer);
+        CAPTURE(activation_name(k.activation));
+        CAPTURE(k.bias);
+        CAPTURE(k.mlm_head);
+        const Tokenizer tok = m_export_tokenizer(k.tokenizer);
+        const Config c = m_export_config(k, tok);
+        REQUIRE(hf_export_problem(c) == "");
+        Params<float> p = m_model<float>(c, 31 + case_no, 0.05);
+        const std::string dir = m_path("i12_export_" + std::to_string(case_no++));
+        const HfExport done = export_hf(dir, c, p, tok.metadata());
+        const int row = c.variant == Variant::gpt ? 0 : c.variant == Variant::gpt2 ? 1 : c.variant == Variant::bert ? 2 : 3;
+        CHECK(done.architecture == classes[row][c.mlm_head ? 1 : 0]);
+        // config.json: the class, the shapes and the activation under the class's own keys.
+        const Json j = parse_json(m_read(dir + "/config.json"));
+        CHECK(j.get("architectures")->arr.at(0).str == done.architecture);
+        CHECK(j.get("model_type")->str == done.model_type);
+        CHECK(j.get("vocab_size")->num == c.V);
+        if (c.variant == Variant::gpt) {
+            CHECK(j.get("afn")->str == (c.activation == relu ? "relu" : "gelu"));
+            CHECK(j.get("n_positions")->num == c.n_ctx);
+            CHECK(j.get("n_head")->num == c.A);
+            CHECK(j.get("layer_norm_epsilon")->num == c.eps);
+        } else if (!is_causal(c.variant)) {
+            const char* act[] = {"quick_gelu", "gelu_new", "gelu", "relu"};
+            const int a = c.activation == sig ? 0 : c.activation == tanh_ ? 1 : c.activation == erf ? 2 : 3;
+            CHECK(j.get("hidden_act")->str == act[a]);
+            CHECK(j.get("num_attention_heads")->num == c.A);
+            CHECK(j.get("intermediate_size")->num == c.F);
+            CHECK(j.get("layer_norm_eps")->num == c.eps);
+            CHECK(j.get("type_vocab_size")->num == (c.variant == Variant::bert ? 2 : 1));
+            if (c.variant == Variant::roberta) {
+                CHECK(j.get("pad_token_id")->num == c.pad_id);
+                CHECK(j.get("max_position_embeddings")->num == c.n_ctx + c.pad_id + 1);
+            } else {
+                CHECK(j.get("max_position_embeddings")->num == c.n_ctx);
+            }
+        }
+        // The file's names: the class's prefix and head, the tied decoder left out.
+        const SafeTensors st = load_safetensors(dir + "/model.safetensors");
+        CHECK(st.metadata.at("format") == "pt");
+        if (c.variant == Variant::gpt) {
+            REQUIRE(st.find("transformer.h.1.attn.c_attn.weight"));
+            CHECK((*st.find("transformer.h.1.attn.c_attn.weight"))(3, c.H + c.D + 2) == p.layers[1].attn.W_K[1](3, 2));
+            CHECK(!st.find("lm_head.weight"));
+        }
+        if (!is_causal(c.variant)) {
+            const bool roberta = c.variant == Variant::roberta;
+            const std::string pre = c.mlm_head ? (roberta ? "roberta." : "bert.") : "";
+            const Tensor<float>* q = st.find(pre + "encoder.layer.1.attention.self.query.weight");
+            REQUIRE(q);
+            CHECK(q->shape == std::vector<int>{c.A * c.D, c.H});
+            CHECK((*q)(1 * c.D + 2, 3) == p.layers[1].attn.W_Q[1](3, 2));  // out x in: head 1's column 2, input 3
+            const Tensor<float>* tt = st.find(pre + "embeddings.token_type_embeddings.weight");
+            REQUIRE(tt);
+            if (!roberta) CHECK(((*tt)(0, 1) == p.w_A[1] && (*tt)(1, 1) == p.w_B[1]));  // t_i = 0 -> w_A
+            if (roberta && c.pad_id >= 0) CHECK((*st.find(pre + "embeddings.position_embeddings.weight"))(c.pad_id, 2) == p.w_pad[2]);
+            const std::string head = roberta ? "lm_head." : "cls.predictions.";
+            CHECK(!st.find(head + "decoder.weight"));
+            CHECK(static_cast<bool>(st.find(head + "bias")) == c.mlm_head);
+            CHECK(static_cast<bool>(st.find(pre + "pooler.dense.weight")) == c.pooler);
+        }
+        // Read back: the same config and every tensor bit for bit (absent attention biases as zeros).
+        LoadedModel lm = load_model(dir + "/model.safetensors");
+        const Config& r = lm.config;
+        CHECK(r.variant == c.variant);
+        CHECK(r.activation == c.activation);
+        CHECK(r.eps == c.eps);
+        CHECK((r.V == c.V && r.H == c.H && r.F == c.F && r.D == c.D && r.L == c.L && r.A == c.A && r.n_ctx == c.n_ctx));
+        CHECK((r.cls_id == c.cls_id && r.sep_id == c.sep_id && r.mask_id == c.mask_id && r.pad_id == c.pad_id));
+        CHECK((r.emb_ln == c.emb_ln && r.mlm_head == c.mlm_head && r.pooler == c.pooler));
+        CHECK(r.attn_bias);
+        for (auto& nt : named_tensors(c, p)) {
+            CAPTURE(nt.name);
+            const Tensor<float>* back = m_tensor_named(r, lm.params, nt.name);
+            REQUIRE(back);
+            CHECK(m_bits_equal(*nt.tensor, *back));
+        }
+        if (!c.attn_bias)
+            for (auto& y : lm.params.layers) {
+                for (float v : y.attn.b_O.data) CHECK(v == 0.0f);
+                for (auto& b : y.attn.b_Q) CHECK(std::all_of(b.data.begin(), b.data.end(), [](float v) { return v == 0.0f; }));
+            }
+        Batch b = m_batch(c, 5);
+        for (int& x : b.tokens)  // ids of this vocabulary (the batch's 0..9 may be special here)
+            if (x == 4 && c.pad_id >= 0) x = c.pad_id;  // RoBERTa's <pad> inside: w_pad's row
+        CHECK(m_bits_equal(model_forward(c, p, b), model_forward(r, lm.params, b)));
+        CHECK(model_loss(c, p, b) == model_loss(r, lm.params, b));
+        // The tokenizer comes back with the model, and its files say the same.
+        const Tokenizer back = tokenizer_of(lm.file.metadata, dir);
+        CHECK(back.kind == tok.kind);
+        const std::string text = k.tokenizer == "char" ? m_PROBE : m_PROBE + " hello lower [MASK] <mask>";
+        CHECK(back.encode(text) == tok.encode(text));
+        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
+        const Json* model = tj.get("model");
+        REQUIRE(model);
+        const Json* vocab = model->get("vocab");
+        REQUIRE(vocab);
+        CHECK((int)vocab->obj.size() == tok.size());
+        const Json tc = parse_json(m_read(dir + "/tokenizer_config.json"));
+        if (k.tokenizer == "char") {
+            CHECK(model->get("type")->str == "BPE");
+            CHECK(model->get("merges")->arr.empty());
+            for (int id = 0; id < tok.size(); id++) CHECK(vocab->get(bytes_to_unicode(tok.chars.chars[id]))->num == id);
+            CHECK(tc.get("tokenizer_class")->str == "PreTrainedTokenizerFast");
+            CHECK(tj.get("added_tokens")->arr.size() == (is_causal(c.variant) ? 0u : 3u));
+            CHECK(!m_exists(dir + "/vocab.json"));
+        } else if (k.tokenizer == "bert-wordpiece") {
+            CHECK(m_read(dir + "/vocab.txt") == m_WP_VOCAB);
+            CHECK(model->get("type")->str == "WordPiece");
+            CHECK(vocab->get("##aff")->num == 12);
+            CHECK(tc.get("tokenizer_class")->str == "BertTokenizer");
+            CHECK(tc.get("do_lower_case")->b);
+            CHECK(tj.get("normalizer")->get("lowercase")->b);
+        } else {
+            CHECK(m_read(dir + "/vocab.json") == tok.encoder_json);
+            const std::string merges = m_read(dir + "/merges.txt");
+            CHECK(merges.rfind("#version", 0) == 0);
+            CHECK(merges.back() == '\n');
+            CHECK(model->get("merges")->arr.size() == (k.tokenizer == "gpt1-bpe" ? 7u : k.tokenizer == "roberta-bpe" ? 1u : 4u));
+            CHECK(model->get("merges")->arr.at(0).str == (k.tokenizer == "gpt1-bpe" ? "l o" : "h e"));
+            CHECK(model->get("end_of_word_suffix")->str == (k.tokenizer == "gpt1-bpe" ? "</w>" : ""));
+            const char* cls = k.tokenizer == "gpt1-bpe" ? "OpenAIGPTTokenizer" : k.tokenizer == "roberta-bpe" ? "RobertaTokenizer" : "GPT2Tokenizer";
+            CHECK(tc.get("tokenizer_class")->str == cls);
+            CHECK(!m_exists(dir + "/vocab.txt"));
+        }
+    }
+}
+
+TEST_CASE("export: refusals name the reason (gpt3, a gpt activation or width the class lacks, no embedding LayerNorm)") {
+    Params<float> none;
+    M_CHECK_TF_ERROR(export_hf(m_path("i12_never"), preset("tiny-gpt3"), none), "gpt3", "GPTNeoForCausalLM", "1/sqrt(D)");
+    Config gpt = preset("tiny-gpt");
+    gpt.activation = Activation::gelu_sigmoid;
+    CHECK(m_contains(hf_export_problem(gpt), "relu, silu and gelu"));
+    CHECK(m_contains(hf_export_problem(gpt), "gelu_sigmoid"));
+    gpt.activation = Activation::gelu_erf;
+    CHECK(m_contains(hf_export_problem(gpt), "gelu_erf"));
+    gpt.activation = Activation::relu, gpt.F = 3 * gpt.H;
+    CHECK(m_contains(hf_export_problem(gpt), "4 n_embd"));
+    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        CHECK(m_contains(hf_export_problem(c), "embeddings.LayerNorm"));
+        CHECK(m_contains(hf_export_problem(c), "--mlm-head"));
+        c.emb_ln = true;  // BertModel / RobertaModel: only with a pooler (see the case below)
+        c.pooler = true;
+        CHECK(hf_export_problem(c) == "");
+        c.W_y_rows = c.H, c.W_y_cols = 2;
+        CHECK(m_contains(hf_export_problem(c), "W_y"));
+    }
+    Config odd = preset("tiny-gpt2");
+    odd.D = odd.H / odd.A + 1;
+    CHECK(m_contains(hf_export_problem(odd), "D = H / A"));
+    CHECK(!m_exists(m_path("i12_never")));
+    // A recorded tokenizer that does not fit the model is an error before anything is written.
+    Config g2 = preset("tiny-gpt2");
+    Params<float> p = make_params<float>(g2);
+    M_CHECK_TF_ERROR(export_hf(m_path("i12_unfit"), g2, p, m_export_tokenizer("gpt2-bpe").metadata()), "recorded tokenizer", "V = 13");
+    CHECK(!m_exists(m_path("i12_unfit")));
+}
+
+TEST_CASE("CLI: train a BERT and a RoBERTa with --mlm-head, export, and read back the same loss and tokens") {
+    const std::string dir = m_path("i12_cli");
+    m_make_dir(dir);
+    const std::string data = dir + "/data.txt";
+    std::string text;
+    for (int i = 0; i < 30; i++) text += m_PROBE;
+    m_write(data, text);
+    m_write(dir + "/probe.txt", m_PROBE);
+    const std::string common = " --data " + data + " --steps 2 --warmup 1 --layers 1 --heads 2 --embd 16 --block 16 --eval-every 0 --quiet";
+    struct Run {
+        std::string name, flags, cls;
+    };
+    const std::vector<Run> runs = {{"bert", "--model bert --mlm-head --activation relu", "BertForMaskedLM"},
+                                   {"roberta", "--model roberta --mlm-head --attn-bias --activation gelu_tanh", "RobertaForMaskedLM"},
+                                   {"gpt", "--model gpt --activation gelu_tanh", "OpenAIGPTLMHeadModel"}};
+    for (const Run& run : runs) {
+        CAPTURE(run.name);
+        const std::string ck = dir + "/" + run.name + ".safetensors", hf = dir + "/hf_" + run.name;
+        m_run_ok("train " + run.flags + common + " --out " + ck);
+        const LoadedModel orig = load_model(ck, {"adam."});
+        CHECK(orig.config.mlm_head == (run.name != "gpt"));
+        CHECK(orig.config.emb_ln == (run.name != "gpt"));
+        const m_Run e = m_run_ok("export --checkpoint " + ck + " --out " + hf);
+        CHECK(m_contains(e.out, run.cls));
+        CHECK(m_contains(e.out, hf + "/tokenizer.json"));
+        const std::string masked = run.name == "gpt" ? "" : " --masked 2,5";
+        const m_Run a = m_run_ok("grad --checkpoint " + ck + " --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g1.st");
+        const m_Run b = m_run_ok("grad --checkpoint " + hf + "/model.safetensors --tokens 1,5,9,3,2,7" + masked + " --out " + dir + "/g2.st");
+        CHECK(a.out.substr(0, a.out.find('\n')) == b.out.substr(0, b.out.find('\n')));  // "loss X", printed to 9 digits
+        const m_Run ta = m_run_ok("tokenize --checkpoint " + ck + " --file " + dir + "/probe.txt");
+        const m_Run tb = m_run_ok("tokenize --checkpoint " + hf + "/model.safetensors --file " + dir + "/probe.txt");
+        CHECK(ta.out == tb.out);
+        std::string ids;
+        for (int id : tokenizer_of(orig.file.metadata, ck).encode(m_PROBE)) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+        CHECK(ta.out == ids + "\n");
+    }
+    m_cli_fails("train --model gpt2 --mlm-head" + common + " --out " + dir + "/x.safetensors", "apply to bert and roberta");
+    m_cli_fails("init --preset tiny-gpt --mlm-head --out " + dir + "/x.safetensors", "apply to bert and roberta");
+    m_run_ok("init --preset tiny-bert --mlm-head --out " + dir + "/init.safetensors");
+    CHECK(load_model(dir + "/init.safetensors").config.mlm_head);
+    m_cli_fails("tokenize --checkpoint " + dir + "/init.safetensors --text hi", "records no tokenizer");
+    m_cli_fails("tokenize --text hi", "missing flag --vocab");
+}
+
+// ================================================================================================
+// What a new user's bad inputs and exports showed: the export's classes and tokenizer, interrupted
+// exports, help, printed commands, wording, the next token's distribution
+// ================================================================================================
+TEST_CASE("export: a BERT or RoBERTa without the masked-LM head and without a pooler is refused: BertModel would load pooler.dense with random weights") {
+    for (const char* name : {"tiny-bert", "tiny-roberta"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        c.emb_ln = true;
+        const std::string problem = hf_export_problem(c);
+        CHECK(m_contains(problem, std::string(c.variant == Variant::bert ? "BertModel" : "RobertaModel") + " has a pooler (pooler.dense)"));
+        CHECK(m_contains(problem, "random weights"));
+        CHECK(m_contains(problem, "--mlm-head"));
+        const std::string dir = m_path(std::string("nopool_") + name);
+        const Params<float> p = m_model<float>(c, 3, 0.1);
+        M_CHECK_TF_ERROR(export_hf(dir, c, p), "pooler.dense", "random weights");
+        CHECK_FALSE(m_exists(dir));
+        c.pooler = true;  // a released encoder's pooler: BertModel / RobertaModel then hold every weight
+        CHECK(hf_export_problem(c) == "");
+        c.pooler = false, c.mlm_head = true;  // BertForMaskedLM / RobertaForMaskedLM have no pooler
+        CHECK(hf_export_problem(c) == "");
+    }
+    // The command line: a RoBERTa trained with --emb-ln alone is refused, and nothing is created.
+    const std::string ck = m_path("nopool.safetensors"), out = m_path("nopool_hf");
+    m_run_ok("train --model roberta --emb-ln --data " + m_text_file() +
+             " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
+    m_cli_fails("export --checkpoint " + ck + " --out " + out,
+                "RobertaModel has a pooler (pooler.dense) and this model has none, so Hugging Face would load it with random weights");
+    CHECK_FALSE(m_exists(out));
+}
+
+TEST_CASE("export: a character model's tokenizer.json refuses a byte outside its vocabulary, as tokenize does (its unk_token is no token of it)") {
+    const CharVocab v = CharVocab::from_text("the cat sat\n");
+    for (const char* name : {"tiny-gpt2", "tiny-bert"}) {
+        CAPTURE(name);
+        Config c = preset(name);
+        const bool masked = !is_causal(c.variant);
+        c.V = v.size() + (masked ? 3 : 0);
+        if (masked) c.cls_id = v.size(), c.sep_id = v.size() + 1, c.mask_id = v.size() + 2, c.emb_ln = c.mlm_head = true;
+        Params<float> p = m_model<float>(c, 7, 0.05);
+        const std::string ck = m_path(std::string("charunk_") + name + ".st"), dir = m_path(std::string("charunk_") + name);
+        save_model(ck, c, p, {{"vocab", v.to_metadata()}});
+        m_run_ok("export --checkpoint " + ck + " --out " + dir);
+        const Json tj = parse_json(m_read(dir + "/tokenizer.json"));
+        const Json* model = tj.get("model");
+        REQUIRE(model);
+        // With "unk_token": null the tokenizers library drops an unknown byte without a word; a name
+        // that is not in the vocabulary makes it fail ("Unk token `...` not found in the vocabulary").
+        const Json* unk = model->get("unk_token");
+        REQUIRE(unk);
+        REQUIRE(unk->type == Json::string);
+        CHECK(unk->str == HF_CHAR_OUTSIDE);
+        CHECK(model->get("vocab")->get(unk->str) == nullptr);
+        for (const Json& added : tj.get("added_tokens")->arr) CHECK(added.get("content")->str != unk->str);
+        CHECK_FALSE(model->get("fuse_unk")->b);
+        CHECK_FALSE(model->get("byte_fallback")->b);
+        // transformer tokenize refuses such a text, from the checkpoint and from the export alike.
+        for (const std::string& from : {ck, dir + "/model.safetensors"}) {
+            m_cli_fails({"tokenize", "--checkpoint", from, "--text", "the\tcat"}, "character U+0009 at byte 3 (line 1, column 4) of --text is not in the model's vocabulary");
+            CHECK(m_run_ok("tokenize --checkpoint " + from + " --text 'the cat'").out != "");
+        }
+    }
+}
+
+TEST_CASE("CLI: help for an unknown command and an unknown flag followed by --help are errors that name them" * doctest::test_suite("command line")) {
+    m_cli_fails("help nosuch", "unknown command 'nosuch' (the commands: train,");
+    m_cli_fails("--help nosuch", "unknown command 'nosuch'");
+    m_cli_fails("help train extra", "takes one command, got 'extra' after 'train'");
+    m_cli_fails("train --bogus --help", "unknown flag --bogus for train (its flags: --model, --layers");
+    m_cli_fails("train --help --bogus", "unknown flag --bogus for train");
+    m_cli_fails("sample --bogus", "unknown flag --bogus for sample");
+    m_cli_fails("export --bogus=1 --checkpoint x", "unknown flag --bogus for export");
+    m_cli_fails("init --emb-ln=maybe --bogus", "--emb-ln is a switch");  // a known flag's value is checked as before
+    CHECK(m_run_ok("help train").out == m_run_ok("train --help").out);
+    CHECK(m_run_ok("help").out == m_run_ok("--help").out);
+}
+
+TEST_CASE("CLI: every command line it prints starts with the program as it was run (argv[0], quoted for the shell)" * doctest::test_suite("command line")) {
+    // As the tests run it, ./transformer: no bare "transformer " starts a printed command.
+    CHECK(m_contains(m_run_ok("sample --help").out, "example:\n  " + std::string(m_PROGRAM) + " sample --checkpoint"));
+    CHECK_FALSE(m_contains(m_run_ok("--help").out, "usage: transformer "));
+    M_SKIP_ON_WINDOWS("a symbolic link to the program (a name with a space), which Windows makes only with a privilege");
+    const std::string program = std::filesystem::current_path().generic_string() + "/" + std::string(m_PROGRAM).substr(2);  // m_PROGRAM is ./NAME
+    const std::string link = m_path("my tf"), quoted = "'" + link + "'";  // a space: the printed name must be quoted
+    std::remove(link.c_str());
+    REQUIRE(m_make_symlink(program, link));
+    auto run = [&](const std::string& args) {
+        std::vector<std::string> argv = {link};
+        for (const std::string& word : m_words(args)) argv.push_back(word);
+        return m_capture(argv, m_path("argv0"));
+    };
+    const m_Run overview = run("--help");
+    CHECK(overview.status == 0);
+    CHECK(m_contains(overview.out, "usage: " + quoted + " COMMAND [flags]   (" + quoted + " COMMAND --help"));
+    const m_Run train = run("train --help");
+    CHECK(m_contains(train.out, "usage: " + quoted + " train [flags]"));
+    CHECK(m_contains(train.out, "example:\n  " + quoted + " train --data "));
+    const m_Run bad = run("nosuch");
+    CHECK(bad.status == 1);
+    CHECK(m_contains(bad.err, "; " + quoted + " --help describes them"));
+    const m_Run ex = run("explain --preset tiny-gpt --tokens 1,2");
+    INFO("explain's stderr: " << ex.err);
+    CHECK(m_contains(ex.out, "`" + quoted + " grad` writes every gradient"));
+}
+
+TEST_CASE("StagedDir: until commit only staged files exist; without commit a new directory is removed and an existing one is as it was" * doctest::test_suite("platform")) {
+    const std::string fresh = m_path("staged_new");
+    {
+        StagedDir s(fresh);
+        CHECK(s.created());
+        write_file_atomic(s.stage("a.txt"), "A");
+        CHECK(m_exists(fresh));
+        CHECK_FALSE(m_exists(fresh + "/a.txt"));
+    }
+    CHECK_FALSE(m_exists(fresh));
+    const std::string old = m_path("staged_old");
+    m_make_dir(old);
+    m_write(old + "/a.txt", "old A");
+    m_write(old + "/c.txt", "old C");
+    {
+        StagedDir s(old);
+        CHECK_FALSE(s.created());
+        write_file_atomic(s.stage("a.txt"), "new A");
+        write_file_atomic(s.stage("b.txt"), "B");
+        CHECK(m_contains(s.failure("cannot write '" + old + "/.a.txt.staged." + std::to_string(process_id()) + "'"),
+                         "cannot write '" + old + "/a.txt'; '" + old + "' unchanged"));
+    }
+    CHECK(m_read(old + "/a.txt") == "old A");
+    CHECK(m_names_in(old, ".").empty());
+    CHECK_FALSE(m_exists(old + "/b.txt"));
+    {
+        StagedDir s(old);
+        write_file_atomic(s.stage("a.txt"), "new A");
+        write_file_atomic(s.stage("b.txt"), "B");
+        s.commit({"c.txt", "d.txt"});  // c.txt an earlier run's, removed; d.txt absent
+    }
+    CHECK(m_read(old + "/a.txt") == "new A");
+    CHECK(m_read(old + "/b.txt") == "B");
+    CHECK_FALSE(m_exists(old + "/c.txt"));
+    CHECK(m_names_in(old, ".").empty());
+    StagedDir one(m_path("staged_one"));
+    M_CHECK_TF_ERROR(StagedDir(m_path("staged_two")), "another staged directory");
+    CHECK_FALSE(m_exists(m_path("staged_two")));
+    CHECK(path_in_dir("hf/", "model.safetensors") == "hf/model.safetensors");
+    CHECK(path_in_dir("hf//", "config.json") == "hf/config.json");
+    CHECK(path_in_dir("/", "x") == "/x");
+}
+
+TEST_CASE("export: an error midway (a write that fails) leaves no new directory, and an earlier export as it was") {
+    M_SKIP_ON_WINDOWS("a POSIX shell's ulimit -f (a file size limit) on the program");
+    const std::string ck = m_path("mid.st"), ck2 = m_path("mid2.st");
+    m_run_ok("init --preset tiny-gpt2 --out " + ck);
+    m_run_ok("init --preset tiny-gpt2 --seed 2 --out " + ck2);
+    // A file size limit (SIGXFSZ ignored, so the write fails with EFBIG) stops the first file.
+    auto limited = [&](const std::string& args) {
+        m_Run r;
+        const std::string base = m_path("mid_run");
+        const std::string cmd = "sh -c \"trap '' XFSZ; ulimit -f 2; exec " + std::string(m_PROGRAM) + " " + args + "\" > " + base +
+                                ".out 2> " + base + ".err";
+        const int st = std::system(cmd.c_str());
+        r.status = m_system_status(st);
+        r.err = m_read(base + ".err");
+        return r;
+    };
+    const std::string fresh = m_path("mid_new");
+    const m_Run a = limited("export --checkpoint " + ck + " --out " + fresh);
+    INFO("stderr: " << a.err);
+    CHECK(a.status == 1);
+    CHECK(m_contains(a.err, "error: cannot write '" + fresh + "/model.safetensors'"));  // the file asked for, not the staged name
+    CHECK(m_contains(a.err, "nothing written ('" + fresh + "' not created)"));
+    CHECK_FALSE(m_exists(fresh));
+    const std::string earlier = m_path("mid_old");
+    m_run_ok("export --checkpoint " + ck + " --out " + earlier);
+    const std::string model = m_read(earlier + "/model.safetensors"), config = m_read(earlier + "/config.json");
+    const m_Run b = limited("export --checkpoint " + ck2 + " --out " + earlier);
+    INFO("stderr: " << b.err);
+    CHECK(b.status == 1);
+    CHECK(m_contains(b.err, "'" + earlier + "' unchanged"));
+    CHECK(m_read(earlier + "/model.safetensors") == model);
+    CHECK(m_read(earlier + "/config.json") == config);
+    CHECK(m_names_in(earlier, ".").empty());
+    const std::string empty = m_path("mid_empty");  // an empty directory of the user's stays
+    m_make_dir(empty);
+    CHECK(limited("export --checkpoint " + ck + " --out " + empty).status == 1);
+    CHECK(m_exists(empty));
+    CHECK(m_names_in(empty, "").empty());
+}
+
+TEST_CASE("export: SIGINT or SIGTERM while it writes leaves no new directory and no file behind" * doctest::test_suite("model files (long)") * doctest::skip()) {
+    M_SKIP_ON_WINDOWS("POSIX signals (SIGINT, SIGTERM) sent to a running program");
+    // A model of some 60 MB, so that the signal arrives while the files are written.
+    Config c = preset("tiny-gpt2");
+    c.V = 60000, c.H = 256, c.A = 4, c.D = 64, c.F = 1024, c.L = 1;
+    validate(c);
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    const std::string dir = m_path("sigexp");
+    m_make_dir(dir);
+    const std::string ck = dir + "/big.st";
+    save_model(ck, c, p);
+    int caught = 0;
+    for (const int sig : {SIGINT, SIGTERM, SIGINT, SIGTERM}) {
+        CAPTURE(sig);
+        const std::string out = dir + "/hf", base = dir + "/log";
+        std::filesystem::remove_all(out);  // the directory that appears is this run's
+        m_Child run = m_start("export --checkpoint " + ck + " --out " + out, base);
+        m_Exit e;
+        bool ended = false;
+        for (int k = 0; k < 20000 && !m_exists(out); k++) {  // until the directory appears (at most 20 s)
+            if (m_wait(run, e, false)) {
+                ended = true;
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (!ended) {
+            m_send_signal(run, sig);
+            REQUIRE(m_wait(run, e));
+        }
+        INFO("stderr: " << m_read(base + ".err"));
+        if (e.signal && !m_exists(out + "/config.json")) {  // stopped while it wrote: the handler removed what it made
+            CHECK(e.signal == sig);
+            CHECK_FALSE(m_exists(out));
+            caught++;
+        } else if (e.signal) {  // the signal waited for the renames into place: a whole export
+            CHECK(m_exists(out + "/model.safetensors"));
+            CHECK(m_names_in(out, ".").empty());
+            std::filesystem::remove_all(out);
+        } else {  // it finished first: a whole export
+            CHECK(e.exited);
+            CHECK(e.status == 0);
+            CHECK(m_exists(out + "/config.json"));
+            std::filesystem::remove_all(out);
+        }
+        CHECK(m_names_in(dir, ".").empty());
+    }
+    CHECK_MESSAGE(caught >= 1, "no signal arrived while export ran (each run finished first)");
+}
+
+TEST_CASE("CLI help: train's --init-from names GPT-1, export says what each variant needs, the README lists every command and the build's level" * doctest::test_suite("command line")) {
+    const std::string train = m_run_ok("train --help").out;
+    const std::string init_from = train.substr(train.find("  --init-from "), train.find('\n', train.find("  --init-from ")) - train.find("  --init-from "));
+    CHECK(m_contains(init_from, "GPT-1 (openai-gpt), GPT-2, BERT or RoBERTa"));
+    CHECK(m_contains(init_from, "config.json"));
+    const std::string exp = m_run_ok("export --help").out;
+    CHECK(m_contains(exp, "gpt trained with --activation relu or gelu_tanh and F = 4 H"));
+    CHECK(m_contains(exp, "--mlm-head"));
+    CHECK(m_contains(exp, "pooler"));
+    const std::string readme = m_read("README.md");
+    REQUIRE_FALSE(readme.empty());
+    for (const std::string& cmd : m_COMMANDS) CHECK_MESSAGE(m_contains(readme, "| `" + cmd + "` |"), "README's command table lacks " << cmd);
+    CHECK_MESSAGE(m_contains(readme, "| `strip` |"), "README's command table lacks strip");
+    // The optimisation level the README names is the Makefile's.
+    const std::string makefile = m_read("Makefile");
+    const std::size_t defined = makefile.find("\nLEVEL "), level = makefile.find("-O", defined);
+    REQUIRE(defined != std::string::npos);
+    REQUIRE(level < makefile.find('\n', defined + 1));
+    const std::string O = makefile.substr(level, 3);  // "-O2"
+    CHECK(m_contains(readme, "`" + O + " "));
+    for (const char* other : {"-O0 -march", "-O1 -march", "-O2 -march", "-O3 -march"})
+        if (std::string(other).substr(0, 3) != O) CHECK_MESSAGE(!m_contains(readme, other), "README names " << other << "; the Makefile builds " << O);
+}
+
+TEST_CASE("explain: a BERT or RoBERTa with the embedding LayerNorm and the masked-LM head, box by box, equals model_forward and model_loss" * doctest::test_suite("teaching")) {
+    for (const char* name : {"tiny-bert", "tiny-roberta"})
+        for (const bool head : {false, true}) {
+            CAPTURE(name);
+            CAPTURE(head);
+            Config c = preset(name);
+            c.emb_ln = true, c.mlm_head = head;
+            const Batch b = m_explain_batch(c);
+            const Params<double> p = m_model<double>(c, 23, 0.2);
+            const Explained<double> e = explain(c, p, b, 64);
+            m_check_explained_against_model(c, p, b, e);
+            // The extra boxes, with the values the model computes.
+            std::map<std::string, std::vector<double>> shown;
+            std::vector<std::string> boxes;
+            for (const ExplainStep& s : e.steps) {
+                boxes.push_back(s.box);
+                for (const ExplainTensor& t : s.out) shown[t.name] = t.first;
+            }
+            auto has_box = [&](const std::string& box) { return std::find(boxes.begin(), boxes.end(), box) != boxes.end(); };
+            CHECK(has_box("Embedding LayerNorm"));
+            CHECK(has_box("Backward: Embedding LayerNorm"));
+            CHECK(has_box("Masked-LM head") == head);
+            CHECK(has_box("Backward: masked-LM head") == head);
+            ForwardCache<double> k;
+            ForwardOptions keep;
+            keep.keep_sublayers = true;
+            model_forward(c, p, b, &k, keep);
+            const Tensor<double>& X0 = k.blocks[0].attn_in;  // X^(0) = LayerNorm_e(E), the first block's input
+            for (std::size_t i = 0; i < shown["X^(0)"].size(); i++) CHECK(shown["X^(0)"][i] == doctest::Approx(X0[i]).epsilon(1e-12));
+            for (std::size_t i = 0; i < shown["dgamma_e"].size(); i++) CHECK(shown["dgamma_e"][i] == doctest::Approx(e.g.gamma_e[i]).epsilon(1e-9));
+            if (head) {
+                for (std::size_t i = 0; i < shown["X_t"].size(); i++) CHECK(shown["X_t"][i] == doctest::Approx(k.mlm.X_t[i]).epsilon(1e-12));
+                for (std::size_t i = 0; i < shown["dW_t"].size(); i++) CHECK(shown["dW_t"][i] == doctest::Approx(e.g.W_t[i]).epsilon(1e-9));
+                for (std::size_t i = 0; i < shown["db_z"].size(); i++) CHECK(shown["db_z"][i] == doctest::Approx(e.g.b_z[i]).epsilon(1e-9));
+            }
+        }
+    // The command line, on a checkpoint init wrote with the head.
+    const std::string ck = m_path("explain_mlm.st");
+    m_run_ok("init --preset tiny-roberta --mlm-head --out " + ck);
+    const m_Run r = m_run_ok("explain --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3");
+    CHECK(m_contains(r.out, "Embedding LayerNorm:  X^(0) = LayerNorm_e(E)"));
+    CHECK(m_contains(r.out, "Masked-LM head:  U = X^(2) W_t + Stack_n(b_t)"));
+    CHECK(m_contains(r.out, "Output:  Z = MLMHead(X^(2)) = X_t W_e^T + Stack_n(b_z)"));
+    const m_Run g = m_run_ok("grad --checkpoint " + ck + " --tokens 10,3,12,4,11 --masked 3 --out " + m_path("explain_mlm_g.st"));
+    const std::string loss = g.out.substr(0, g.out.find('\n'));  // "loss X"
+    CHECK(m_contains(r.out, "\n" + loss + " (model_loss"));
+}
+
+TEST_CASE("CLI: wording: numbers as written, singular panels, one slash in paths, a divergence hint that fits --grad-clip, masked cells' P" * doctest::test_suite("command line")) {
+    // A number in an error as it was written, not std::to_string's "-1.000000".
+    const std::string ck = m_path("wording.st");
+    m_run_ok("train --data " + m_text_file() + " --steps 1 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 --quiet --out " + ck);
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --temperature -1", "--temperature must be >= 0 (0 = greedy), got -1");
+    CHECK_FALSE(m_contains(m_run("sample --checkpoint " + ck + " --prompt the --temperature -1").err, "-1.000000"));
+    m_cli_fails("train --lr -1 --steps 1", "--lr must be > 0, got -1");
+    m_cli_fails("train --lr 0.1 --min-lr 0.5 --steps 1", "--min-lr must be in [0, --lr] = [0, 0.1], got 0.5");
+    m_cli_fails("train --beta2 1.5 --steps 1", "--beta2 must be in [0, 1), got 1.5");
+    m_cli_fails("train --grad-clip -2 --steps 1", "--grad-clip must be >= 0 (0 = off), got -2");
+    m_cli_fails("train --dropout 1 --steps 1", "--dropout must be in [0, 1), got 1");
+    // One panel, one token.
+    const m_Run one = m_run_ok("attention --checkpoint " + ck + " --tokens 1 --layer 1 --head 1 --out " + m_path("one.svg"));
+    CHECK(m_contains(one.out, ": 1 panel ("));
+    CHECK(m_contains(one.out, ", 1 token\n"));
+    // A directory given with a trailing slash: one slash in every path printed.
+    const m_Run ex = m_run_ok("export --checkpoint " + ck + " --out " + m_path("slash_hf") + "/");
+    CHECK(m_contains(ex.out, "wrote " + m_path("slash_hf") + "/model.safetensors, "));
+    CHECK_FALSE(m_contains(ex.out, "//"));
+    const m_Run bp = m_run_ok("bpe --data " + m_text_file() + " --merges 5 --quiet --out " + m_path("slash_bpe") + "/");
+    CHECK(m_contains(bp.out, "wrote " + m_path("slash_bpe") + "/encoder.json ("));
+    CHECK_FALSE(m_contains(bp.out, "//"));
+    // Divergence: with clipping off the hint does not say to lower it.
+    const std::string flags = " --data " + m_text_file() + " --steps 20 --warmup 0 --layers 1 --heads 2 --embd 8 --block 8 --eval-every 0 "
+                              "--quiet --lr 1e30 --min-lr 0 --out " + m_path("diverged.st");
+    const m_Run off = m_run(std::string("train") + flags + " --grad-clip 0");
+    CHECK(off.status == 1);
+    CHECK(m_contains(off.err, "Lower --lr, or clip the gradient (--grad-clip 1)?"));
+    CHECK_FALSE(m_contains(off.err, "or --grad-clip?"));
+    const m_Run on = m_run(std::string("train") + flags + " --grad-clip 1");
+    CHECK(on.status == 1);
+    CHECK(m_contains(on.err, "Lower --lr or --grad-clip?"));
+    // The attention picture's masked cells show P = 0; the masks picture keeps the mask's -inf.
+    const Config c = preset("tiny-gpt2");
+    const Params<float> p = m_model<float>(c, 3, 0.1);
+    const std::vector<HeatPanel> panels = attention_panels(c, p, {1, 2, 3}, {"a", "b", "c"}, 1, 1);
+    const std::string att = heatmap_svg(panels, 1, "t", {}, true);
+    CHECK(m_contains(att, "class='masked' fill='url(#hatch)'><title>0 (masked: Mask_ij = -inf)</title>"));
+    CHECK_FALSE(m_contains(att, "<title>-inf</title>"));
+    for (const m_SvgPanel& q : m_svg_panels(att))
+        for (std::size_t a = 0; a < q.masked.size(); a++)
+            if (q.masked[a]) CHECK(q.values[a] == 0.0);
+    CHECK(m_contains(masks_svg(4, 2, 2, {0, 1, 2, 3}), "<title>-inf</title>"));
+}
+
+TEST_CASE("sample --top-probs: the K most likely next tokens with Softmax(z) of model_forward's last row, sorted, summing to at most 1" * doctest::test_suite("runs")) {
+    Config c = preset("tiny-gpt2");
+    const CharVocab v = CharVocab::from_text("the cat sat on a mat\n");
+    c.V = v.size();
+    Params<float> p = m_model<float>(c, 41, 0.5);
+    const std::string ck = m_path("topprobs.st");
+    save_model(ck, c, p, {{"vocab", v.to_metadata()}});
+    const std::vector<int> x = v.encode("the ca");
+    // Softmax of the last row, in double.
+    Batch b;
+    b.n = (int)x.size(), b.tokens = x;
+    const Tensor<float> Z = model_forward(c, p, b);
+    std::vector<double> P(c.V);
+    double m = -1e300, sum = 0;
+    for (int j = 0; j < c.V; j++) m = std::max(m, (double)Z(b.n - 1, j));
+    for (int j = 0; j < c.V; j++) sum += P[j] = std::exp((double)Z(b.n - 1, j) - m);
+    for (double& q : P) q /= sum;
+    // The library: every id with its probability, most likely first.
+    const std::vector<TokenProb> all = next_token_probs(c, p, x, 1000);
+    REQUIRE((int)all.size() == c.V);
+    double total = 0;
+    for (std::size_t r = 0; r < all.size(); r++) {
+        CHECK(all[r].p == doctest::Approx(P[all[r].id]).epsilon(1e-12));
+        if (r) CHECK(all[r - 1].p >= all[r].p);
+        total += all[r].p;
+    }
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-12));
+    // The command: 5 lines of rank, probability, id, token.
+    const m_Run r = m_run_ok("sample --checkpoint " + ck + " --prompt 'the ca' --top-probs 5");
+    std::istringstream lines(r.out);
+    std::string line;
+    std::getline(lines, line);
+    CHECK(m_contains(line, "the next token after 6 tokens: the 5 most likely of V = " + std::to_string(c.V)));
+    std::getline(lines, line);
+    CHECK(line == "rank  probability     id  token");
+    double shown_sum = 0, last = 2;
+    int rank = 0;
+    while (std::getline(lines, line)) {
+        std::istringstream f(line);
+        int k = 0, id = -1;
+        double prob = -1;
+        std::string token;
+        f >> k >> prob >> id >> token;
+        CAPTURE(line);
+        CHECK(k == ++rank);
+        REQUIRE((id >= 0 && id < c.V));
+        CHECK(prob == doctest::Approx(P[id]).epsilon(1e-6).scale(1e-9));
+        CHECK(id == all[rank - 1].id);
+        CHECK(token == token_label(v.decode({id})));
+        CHECK(prob <= last);
+        last = prob, shown_sum += prob;
+    }
+    CHECK(rank == 5);
+    CHECK(shown_sum <= 1.0 + 1e-8);
+    // It draws nothing: the sampling flags do not apply; a count is positive; a GPT only.
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --temperature 0.5", "--temperature does not apply with --top-probs");
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 3 --tokens 4", "--tokens does not apply with --top-probs");
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs 0", "--top-probs must be positive, got 0");
+    m_cli_fails("sample --checkpoint " + ck + " --prompt the --top-probs x", "--top-probs expects an integer, got 'x'");
+    CHECK(m_contains(m_run_ok("sample --help").out, "  --top-probs K  draw nothing"));
+    const std::string bert = m_path("topprobs_bert.st");
+    m_run_ok("init --preset tiny-bert --out " + bert);
+    m_cli_fails("sample --checkpoint " + bert + " --prompt x --top-probs 3", "sample needs a gpt, gpt2 or gpt3 model");
+    M_CHECK_TF_ERROR(next_token_probs(preset("tiny-bert"), m_model<float>(preset("tiny-bert"), 1, 0.1), {1, 2}, 3), "does not predict");
+}
+TEST_SUITE_END();
+
+// ================================================================================================
+// Training
+// ================================================================================================
+TEST_SUITE_BEGIN("runs");
+TEST_CASE("corpus_loss: consecutive windows of n_ctx + 1 ids, each weighted by its predicted tokens") {
+    const Config c = preset("tiny-gpt2");
+    const int n = c.n_ctx;
+    const Params<double> p = m_model<double>(c, 3, 0.05);
+    Rng r(11);
+    const std::vector<int> ids = m_random_ids(2 * n + 5, 10, r);
+    auto window = [&](int start, int m) {  // x_{start+1..start+m} predicting x_{start+2..start+m+1}
+        Batch b;
+        b.n = m;
+        b.tokens.assign(ids.begin() + start, ids.begin() + start + m);
+        b.targets.assign(ids.begin() + start + 1, ids.begin() + start + m + 1);
+        return model_loss(c, p, b);
+    };
+    const double expected = (n * window(0, n) + n * window(n, n) + 4 * window(2 * n, 4)) / (2.0 * n + 4);
+    long long count = 0;
+    CHECK(corpus_loss(c, p, ids, 1, &count) == doctest::Approx(expected).epsilon(1e-12));
+    CHECK(count == 2 * n + 4);  // every id but the first is predicted once
+    const std::vector<int> one(ids.begin(), ids.begin() + n + 1);
+    CHECK(corpus_loss(c, p, one, 1, &count) == doctest::Approx(window(0, n)).epsilon(1e-12));
+    CHECK(count == n);
+    CHECK_THROWS_AS(corpus_loss(c, p, std::vector<int>{3}, 1), Error);
+
+    const Config cb = preset("tiny-bert");
+    const Params<double> pb = m_model<double>(cb, 4, 0.05);
+    const std::vector<int> text = m_random_ids(3 * cb.n_ctx, 10, r);
+    long long masked = 0;
+    const double lb = corpus_loss(cb, pb, text, 7, &masked);
+    CHECK(masked > 0);
+    CHECK(masked < (long long)text.size() / 2);  // about 15% of the positions
+    CHECK(std::isfinite(lb));
+    CHECK(corpus_loss(cb, pb, text, 7) == lb);  // the masking is drawn from the seed
+    // cls_sep: windows of n_ctx - 2 ids, each read as [CLS] window [SEP]; the specials never predicted.
+    Rng rw(7);
+    double sum = 0;
+    long long m_all = 0;
+    const int body = cb.n_ctx - 2;
+    for (std::size_t start = 0; start < text.size(); start += body) {
+        std::vector<int> w = {cb.cls_id};
+        w.insert(w.end(), text.begin() + start, text.begin() + std::min(text.size(), start + body));
+        w.push_back(cb.sep_id);
+        const MLMExample e = mlm_corrupt(w, 1, (int)w.size(), cb, rw);
+        CHECK(e.targets.front() == -1);
+        CHECK(e.targets.back() == -1);
+        long long m = 0;
+        for (int t : e.targets) m += t >= 0;
+        Batch b;
+        b.n = (int)w.size(), b.tokens = e.tokens, b.targets = e.targets;
+        sum += model_loss(cb, pb, b) * (double)m, m_all += m;
+    }
+    long long wrapped = 0;
+    CHECK(corpus_loss(cb, pb, text, 7, &wrapped, 0, true) == doctest::Approx(sum / (double)m_all).epsilon(1e-12));
+    CHECK(wrapped == m_all);
+    CHECK(corpus_loss(cb, pb, text, 7, nullptr, 0, true) != lb);
+    CHECK_THROWS_AS(corpus_loss(c, p, ids, 1, nullptr, 0, true), Error);  // a GPT has no [CLS]
+}
+
+// The largest |a - b| over every parameter of two models of the same shape.
+double m_max_param_diff(const LoadedModel& a, const LoadedModel& b) {
+    const auto A = named_tensors(a.config, const_cast<Params<float>&>(a.params));
+    const auto B = named_tensors(b.config, const_cast<Params<float>&>(b.params));
+    REQUIRE(A.size() == B.size());
+    double d = 0;
+    for (std::size_t j = 0; j < A.size(); j++) {
+        REQUIRE(A[j].tensor->data.size() == B[j].tensor->data.size());
+        for (std::size_t i = 0; i < A[j].tensor->data.size(); i++)
+            d = std::max(d, (double)std::fabs(A[j].tensor->data[i] - B[j].tensor->data[i]));
+    }
+    return d;
+}
+
+TEST_CASE("train: --accum 2 with batch 8 takes the steps of batch 16 (the mean of the two batches' gradients)") {
+    // Without dropout the generator draws only window starts, so two batches of 8 are the 16 windows of one batch.
+    auto run = [](int batch, int accum, const std::string& name) {
+        TrainOptions o = m_small_train(m_path(name));
+        o.batch = batch, o.accum = accum, o.dropout = 0, o.steps = 3, o.warmup = 1;
+        const TrainResult r = train(o);
+        return std::make_pair(r.train_losses, load_model(o.out, {"adam."}));
+    };
+    const auto one = run(16, 1, "accum_16x1.safetensors"), two = run(8, 2, "accum_8x2.safetensors"),
+               half = run(8, 1, "accum_8x1.safetensors");
+    REQUIRE(one.first.size() == 3);
+    for (int k = 0; k < 3; k++) CHECK(two.first[k] == doctest::Approx(one.first[k]).epsilon(1e-5));
+    CHECK(two.first[0] != doctest::Approx(half.first[0]).epsilon(1e-5));  // the first batch of 8 alone differs
+    const auto max_diff = m_max_param_diff;
+    CHECK(max_diff(one.second, two.second) < 1e-4);  // float sums in another order; a step moves weights by ~lr = 1e-2
+    CHECK(max_diff(one.second, half.second) > 1e-3);
+    CHECK(two.second.file.metadata.at("train.accum") == "2");
+    TrainOptions bad = m_small_train(m_path("accum_bad.safetensors"));
+    bad.accum = 0;
+    M_CHECK_TF_ERROR(train(bad), "--accum must be 1..65536");
+}
+
+TEST_CASE("train: --val FILE is the validation split (its whole-split loss is eval's on it), recorded and checked on resume") {
+    const std::string val = m_path("val_only.txt"), out = m_path("val_run.safetensors");
+    m_write(val, "the lazy dog jumps over the quick brown fox; abe abd abc.\nthe quick brown fox; abc.\n");
+    TrainOptions o = m_small_train(out);
+    o.val_data = val, o.steps = 20, o.eval_every = 20;  // validated at the last step, then the whole split
+    const TrainResult r = train(o);
+    LoadedModel lm = load_model(out, {"adam."});
+    const auto& md = lm.file.metadata;
+    CHECK(md.at("train.val_data") == val);
+    CHECK(md.at("train.val_data_bytes") == std::to_string(m_read(val).size()));
+    // The whole-split loss at the end is the loss of the --val text, as eval measures it.
+    const CharVocab v = CharVocab::from_metadata(md.at("vocab"));
+    const double expected = corpus_loss(lm.config, lm.params, v.encode(m_read(val)), 1234, nullptr, o.block);
+    CHECK(r.val_loss_split == doctest::Approx(expected).epsilon(1e-9));
+    TrainOptions plain = m_small_train(m_path("val_plain.safetensors"));
+    plain.steps = 20;
+    CHECK(train(plain).val_loss_split != doctest::Approx(r.val_loss_split));  // the last 10% of --data is another text
+    // Resume finds and checks the recorded file; a changed one is refused, naming it.
+    const m_Run ok = m_run("train --resume " + out + " --steps 22 --quiet");
+    INFO(ok.err);
+    CHECK(ok.status == 0);
+    m_write(val, "the lazy dog jumps over the quick brown fox; abe abd abc.\nthe quick brown fox; abd.\n");
+    m_cli_fails("train --resume " + out + " --steps 24 --quiet", "the validation data '" + val + "' has changed");
+    // Errors: a character outside --data's vocabulary, no --data, --val on a run trained without it.
+    m_write(m_path("val_bad.txt"), std::string(80, 'Z'));
+    M_CHECK_TF_ERROR(train([&] { TrainOptions b = m_small_train(m_path("val_x.safetensors")); b.val_data = m_path("val_bad.txt"); return b; }()),
+                     "val_bad.txt");
+    m_write(m_path("val_short.txt"), "the fox\n");
+    M_CHECK_TF_ERROR(train([&] { TrainOptions b = m_small_train(m_path("val_x.safetensors")); b.val_data = m_path("val_short.txt"); return b; }()),
+                     "--val '" + m_path("val_short.txt") + "' is too short: 8 tokens");
+    TrainOptions task = m_small_train(m_path("val_x.safetensors"));
+    task.data = "", task.val_data = val, task.block = 0;
+    M_CHECK_TF_ERROR(train(task), "--val needs --data");
+    m_cli_fails("train --resume " + m_path("val_plain.safetensors") + " --val " + val + " --steps 22", "--val: '" + m_path("val_plain.safetensors") + "' was trained without --val");
+    CHECK(!m_exists(m_path("val_x.safetensors")));
+}
+
+TEST_CASE("train: a tiny GPT-2 run on a text file lowers the loss and writes .safetensors, .csv, .svg" * doctest::test_suite("assignment 6")) {
+    TrainOptions o = m_small_train(m_path("train_small.safetensors"));
+    o.eval_every = 60;  // validated at the last step, then the whole split
+    const TrainResult r = train(o);
+    REQUIRE(r.train_losses.size() == 60);
+    CHECK(r.steps_done == 60);
+    double first = 0, last = 0;
+    for (int k = 0; k < 10; k++) first += r.train_losses[k] / 10, last += r.train_losses[50 + k] / 10;
+    MESSAGE("mean loss of the first 10 steps " << first << ", of the last 10 " << last);
+    INFO("train (tiny GPT-2 on a text file, 60 steps; every step calls clip_grad_norm, lr_schedule and adamw_step, "
+         "formulas §29-§31): mean loss of the first 10 steps " << first << ", of the last 10 " << last
+         << ", validation " << r.val_loss);
+    CHECK_MESSAGE(last < first - 0.5, "the mean loss of the last 10 steps must be at least 0.5 below that of the first 10");
+    CHECK_MESSAGE(r.val_loss > 0, "the validation loss must be positive");
+    CHECK_MESSAGE(std::isfinite(r.val_loss), "the validation loss must be finite");
+    CHECK(r.accuracy == -1);  // a text file, not the built-in task
+    CHECK(r.val_loss_split > 0);  // the whole validation split, measured at the end
+    CHECK(std::fabs(r.val_loss_split - r.val_loss) < 0.5);
+    CHECK(m_exists(m_path("train_small.safetensors")));
+    CHECK_FALSE(m_exists(m_path("train_small.safetensors.tmp")));
+    const std::string csv = m_read(m_path("train_small.csv"));
+    CHECK(csv.rfind("step,train_loss,val_loss,lr\n", 0) == 0);
+    CHECK(std::count(csv.begin(), csv.end(), '\n') == 61);
+    CHECK(m_contains(csv, "\n60,"));
+    CHECK(m_read(m_path("train_small.svg")).rfind("<svg", 0) == 0);
+    LoadedModel lm = load_model(m_path("train_small.safetensors"), {"adam."});
+    CHECK(lm.config.variant == Variant::gpt2);
+    CHECK(lm.config.H == 16);
+    CHECK(lm.config.n_ctx == 16);
+    CHECK(lm.file.metadata.count("vocab") == 1);
+    CHECK(lm.file.metadata["train.step"] == "60");
+    CHECK(lm.file.find("adam.m.W_e") != nullptr);
+    CHECK(lm.file.find("adam.v.ln_f.gamma") != nullptr);
+}
+
+TEST_CASE("train: resuming at step 20 gives the losses and weights of an uninterrupted run, bit for bit") {
+    for (const std::string model : {"gpt3", "bert"}) {
+        CAPTURE(model);
+        TrainOptions u = m_small_train(m_path("resume_u_" + model + ".safetensors"));
+        u.model = model, u.steps = 40, u.eval_every = 10, u.dropout = 0.1;
+        const TrainResult ru = train(u);
+        REQUIRE(ru.train_losses.size() == 40);
+
+        TrainOptions a = u;
+        a.out = m_path("resume_a_" + model + ".safetensors");
+        a.stop_at = 20;
+        const TrainResult ra = train(a);
+        REQUIRE(ra.train_losses.size() == 20);
+        CHECK(ra.steps_done == 20);
+        for (int s = 0; s < 20; s++) CHECK(ra.train_losses[s] == ru.train_losses[s]);
+
+        TrainOptions b;
+        b.resume = a.out;
+        b.steps = 40;
+        b.quiet = true;
+        b.out = m_path("resume_b_" + model + ".safetensors");
+        const TrainResult rb = train(b);
+        REQUIRE(rb.train_losses.size() == 20);  // the steps of this call: 21..40
+        CHECK(rb.steps_done == 40);
+        for (int s = 0; s < 20; s++) {
+            CAPTURE(s + 21);
+            CHECK(rb.train_losses[s] == ru.train_losses[20 + s]);
+        }
+        CHECK(rb.val_loss == ru.val_loss);
+        LoadedModel mu = load_model(u.out, {"adam."}), mb = load_model(b.out, {"adam."});
+        CHECK(m_params_bits_equal(mu.config, mu.params, mb.params));
+        const Tensor<float>*vu = mu.file.find("adam.v.W_e"), *vb = mb.file.find("adam.v.W_e");
+        REQUIRE(vu);
+        REQUIRE(vb);
+        CHECK(m_bits_equal(*vu, *vb));
+        // The CSV of the resumed run covers all 40 steps.
+        const std::string csv = m_read(m_path("resume_b_" + model + ".csv"));
+        CHECK(std::count(csv.begin(), csv.end(), '\n') == 41);
+        CHECK(m_contains(csv, "\n1,"));
+        CHECK(m_contains(csv, "\n40,"));
+        // Resuming a finished run has nothing to do: no step, no file.
+        TrainOptions again = b;
+        again.resume = b.out;
+        again.out = m_path("resume_again.safetensors");
+        long long done = -1;
+        const std::string warned = m_stderr_of([&] { done = train(again).steps_done; });
+        CHECK(done == 0);
+        CHECK(m_contains(warned, "is already at step 40 and --steps is 40: nothing to train, no file written"));
+        CHECK_FALSE(m_exists(again.out));
+    }
+}
+
+TEST_CASE("train: a tampered training checkpoint is a tf::Error naming the problem, not a crash") {
+    TrainOptions o = m_small_train(m_path("tamper_src.safetensors"));
+    o.steps = 4, o.stop_at = 2, o.warmup = 1;
+    train(o);
+    LoadedModel lm = load_model(o.out, {"adam."});
+    auto rewrite = [&](const std::string& key, const std::string& value) {
+        std::map<std::string, std::string> meta = lm.file.metadata;
+        if (value.empty()) meta.erase(key);
+        else meta[key] = value;
+        std::vector<std::pair<std::string, const Tensor<float>*>> extra;
+        for (auto& kv : lm.file.tensors) extra.push_back({kv.first, &kv.second});
+        const std::string f = m_path("tampered.safetensors");
+        save_model(f, lm.config, lm.params, meta, extra);
+        TrainOptions r;
+        r.resume = f, r.steps = 4, r.quiet = true, r.out = m_path("tampered_out.safetensors");
+        return r;
+    };
+    M_CHECK_TF_ERROR(train(rewrite("train.seed", "abc")), "train.seed");
+    M_CHECK_TF_ERROR(train(rewrite("train.rng", "xyz")), "train.rng");
+    M_CHECK_TF_ERROR(train(rewrite("train.step", "two")), "train.step");
+    M_CHECK_TF_ERROR(train(rewrite("vocab", "")), "vocab");
+    M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\nabc,def,,\n")), "train.log");
+    M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\n1e300,2.5,,\n")), "train.log", "step 1e300",
+                     "whole number");
+    M_CHECK_TF_ERROR(train(rewrite("train.log", "step,train_loss,val_loss,lr\n-1,2.5,,\n")), "train.log", "step -1");
+}
+
+TEST_CASE("train: attn_bias trains the attention biases, saves them, and a resumed run keeps them") {
+    TrainOptions o = m_small_train(m_path("train_bias.safetensors"));
+    o.attn_bias = true;
+    o.steps = 20;
+    const TrainResult r = train(o);
+    CHECK(r.train_losses.back() < r.train_losses.front());
+    LoadedModel lm = load_model(m_path("train_bias.safetensors"), {"adam."});
+    REQUIRE(lm.config.attn_bias);
+    auto nonzero = [](const Tensor<float>& t) { return std::any_of(t.data.begin(), t.data.end(), [](float v) { return v != 0; }); };
+    CHECK(nonzero(lm.params.layers[0].attn.b_Q[1]));  // initialised to 0, moved by AdamW
+    CHECK(nonzero(lm.params.layers[0].attn.b_O));
+    TrainOptions ro;
+    ro.resume = m_path("train_bias.safetensors");
+    ro.out = "";  // continue in the same file
+    ro.steps = 25;
+    ro.quiet = true;
+    CHECK(train(ro).steps_done == 25);
+    LoadedModel lm2 = load_model(m_path("train_bias.safetensors"), {"adam."});
+    CHECK(lm2.config.attn_bias);
+    CHECK(nonzero(lm2.params.layers[0].attn.b_V[0]));
+    CHECK_FALSE(m_bits_equal(lm2.params.layers[0].attn.b_V[0], lm.params.layers[0].attn.b_V[0]));  // trained on
+}
+
+TEST_CASE("train: the built-in addition task runs and reports a held-out accuracy") {
+    TrainOptions o;
+    o.model = "gpt";
+    o.layers = 1, o.heads = 2, o.embd = 16, o.batch = 8, o.steps = 20, o.warmup = 2, o.eval_every = 0, o.eval_steps = 1;
+    o.quiet = true;
+    o.out = m_path("task.safetensors");
+    const TrainResult r = train(o);
+    CHECK(r.train_losses.size() == 20);
+    CHECK(r.accuracy >= 0);
+    CHECK(r.accuracy <= 1);
+    LoadedModel lm = load_model(o.out, {"adam."});
+    CHECK(lm.config.n_ctx == 12);
+    CHECK(lm.config.V == 13);
+}
+
+TEST_CASE("train: bad data and bad options are tf::Errors") {
+    const std::string empty = m_path("empty.txt"), binary = m_path("binary.bin"), tiny = m_path("short.txt");
+    m_write(empty, "");
+    std::string bin;
+    for (int k = 0; k < 2000; k++) bin += (char)(k * 37 % 256);
+    m_write(binary, bin);
+    m_write(tiny, "hello world\n");
+    TrainOptions o = m_small_train(m_path("bad_train.safetensors"));
+    o.steps = 2;
+    o.data = empty;
+    M_CHECK_TF_ERROR(train(o), "empty.txt", "empty");
+    o.data = binary;
+    M_CHECK_TF_ERROR(train(o), "binary.bin", "binary");
+    o.data = tiny;
+    M_CHECK_TF_ERROR(train(o), "short.txt", "too short: 12 bytes (12 tokens)");
+    o.data = m_path("missing.txt");
+    M_CHECK_TF_ERROR(train(o), "missing.txt");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.heads = 3;
+    M_CHECK_TF_ERROR(train(o), "divisible");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.dropout = 1.5;
+    M_CHECK_TF_ERROR(train(o), "dropout");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.model = "gpt5";
+    M_CHECK_TF_ERROR(train(o), "gpt5");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.lr = 0;
+    M_CHECK_TF_ERROR(train(o), "lr");
+    o = m_small_train(m_path("bad_train.safetensors"));
+    o.resume = m_path("no_such_checkpoint.safetensors");
+    M_CHECK_TF_ERROR(train(o), "no_such_checkpoint");
+    // A checkpoint that is not a training checkpoint.
+    const Config c = preset("tiny-gpt2");
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    save_model(m_path("plain.safetensors"), c, p);
+    o.resume = m_path("plain.safetensors");
+    M_CHECK_TF_ERROR(train(o), "plain.safetensors");
+    CHECK_FALSE(m_exists(m_path("bad_train.safetensors")));
+}
+
+TEST_CASE("train --line-windows: windows start at newlines with a whole window after them") {
+    // ids: 0 = newline; n = 3 needs 4 ids from the start on.
+    const std::vector<int> ids = {0, 5, 6, 0, 7, 8, 9, 0, 1};
+    CHECK(line_window_starts(ids, 0, 3) == std::vector<int>{0, 3});  // 7 has only 2 ids after it
+    CHECK(line_window_starts(ids, 0, 1) == std::vector<int>{0, 3, 7});
+    CHECK(line_window_starts(ids, -1, 3).empty());  // no newline in the vocabulary
+    const std::string dir = m_path("linewin");
+    m_make_dir(dir);
+    std::string lines;
+    for (int i = 0; i < 200; i++) lines += "ab" + std::string(1 + i % 5, 'c') + "\n";
+    m_write(dir + "/lines.txt", lines);
+    m_write(dir + "/flat.txt", std::string(4000, 'a'));
+    m_run_ok("train --data " + dir + "/lines.txt --line-windows --block 8 --layers 1 --embd 16 --heads 2 --steps 2 "
+             "--eval-every 0 --quiet --out " + dir + "/m.safetensors");
+    CHECK(load_model(dir + "/m.safetensors", {"adam."}).file.metadata.at("train.line_windows") == "1");
+    const m_Run flat = m_run("train --data " + dir + "/flat.txt --line-windows --block 8 --steps 2 --out " + dir + "/f.safetensors");
+    CHECK(flat.status == 1);
+    CHECK(m_contains(flat.err, "--line-windows: the training (first 90%) split"));
+    CHECK(m_contains(flat.err, "has no newline"));
+    const m_Run task = m_run("train --line-windows --steps 2 --out " + dir + "/t.safetensors");
+    CHECK(task.status == 1);
+    CHECK(m_contains(task.err, "not to the built-in task"));
+}
+
+TEST_CASE("training: AdamW, the cosine schedule and clipping take a tiny GPT-2 on the built-in addition task below loss 1.6" * doctest::test_suite("assignment 6")) {
+    // Assignment 6 of docs/assignments.md: adamw_step, lr_schedule and clip_grad_norm are what
+    // train's loop calls each step; with them a 1-layer GPT-2 takes the built-in 3-digit addition
+    // task (no data file) from about log 13 = 2.56 nats per answer token to below the stated loss in
+    // 300 steps (about 1.39: the units digit, the thousands digit and the newline learnt; the other
+    // digits need the carry and some 1000 steps of a 2-layer model, too slow for a student's check).
+#ifdef TF_TESTS_DEBUG
+    MESSAGE("300 training steps take half a minute under the sanitizers: run by ./tests; the cases of adamw_step, "
+            "lr_schedule and clip_grad_norm run here");
+#else
+    TrainOptions o;  // o.data empty: the built-in task
+    o.model = "gpt2";
+    o.layers = 1, o.heads = 2, o.embd = 32, o.batch = 16, o.steps = 300, o.warmup = 20;
+    o.eval_every = 0, o.eval_steps = 4;
+    o.lr = 1e-2, o.min_lr = 1e-3, o.dropout = 0;
+    o.quiet = true;
+    o.out = m_path("assignment6.safetensors");
+    const TrainResult r = train(o);
+    REQUIRE(r.train_losses.size() == 300);
+    double last = 0;
+    for (int k = 300 - 20; k < 300; k++) last += r.train_losses[k] / 20;
+    INFO("train (1-layer GPT-2, H 32, the built-in addition task, 300 steps, lr 1e-2 to 1e-3, warm-up 20), which calls "
+         "clip_grad_norm, lr_schedule and adamw_step every step (formulas §29-§31): first step's loss "
+         << r.train_losses[0] << ", mean of the last 20 " << last << ", validation " << r.val_loss
+         << ", held-out accuracy " << r.accuracy);
+    CHECK_MESSAGE(r.train_losses[0] > 2.3, "the first step's loss must be about log 13 = 2.56 (above 2.3): "
+                                           "the model starts untrained");
+    CHECK_MESSAGE(last < 1.6, "the mean training loss of the last 20 steps must fall below 1.6 (a correct AdamW, schedule "
+                              "and clipping reach about 1.39)");
+    CHECK_MESSAGE(r.val_loss < 1.6, "the validation loss must fall below 1.6 (a correct solution reaches about 1.39)");
+#endif
+}
+
+// ================================================================================================
+// Starting from a checkpoint's weights (train --init-from)
+// ================================================================================================
+TEST_CASE("init-from: fine-tuning starts from the file's weights bit for bit (ours and the exported HF file), fresh optimiser") {
+    const std::string base = m_path("i11_base.safetensors");
+    TrainOptions a = m_small_train(base);
+    a.steps = 20, a.eval_steps = 3, a.dropout = 0, a.eval_every = 20;
+    const TrainResult ra = train(a);
+    // The validation batches depend only on the seed, batch and block: the same numbers at the start
+    // of the fine-tuning run mean the same weights.
+    TrainOptions b = m11_init_from(base, m_path("i11_ft.safetensors"));
+    b.dropout = 0;
+    const TrainResult rb = train(b);
+    CHECK(rb.val_loss_before == ra.val_loss);
+    CHECK(rb.steps_done == 5);
+    LoadedModel ft = load_model(b.out, {"adam."});
+    CHECK(ft.file.metadata.at("train.step") == "5");  // steps count from 0 again
+    CHECK(ft.file.metadata.at("adam.t") == "5");
+    CHECK(ft.file.metadata.at("train.init_from") == base);
+    CHECK(ft.file.metadata.at("vocab") == load_model(base, {"adam."}).file.metadata.at("vocab"));
+    LoadedModel orig = load_model(base, {"adam."});
+    CHECK(ft.config.L == orig.config.L);
+    CHECK(ft.config.H == orig.config.H);
+    CHECK(!m_params_bits_equal(ft.config, ft.params, orig.params));  // it did train
+    // A step of lr 1e-30 moves no weight of this size by half a unit in the last place: what is
+    // saved after it is the file's weights, bit for bit.
+    TrainOptions z = m11_init_from(base, m_path("i11_ft_zero.safetensors"));
+    z.steps = 1, z.lr = 1e-30, z.min_lr = 0, z.warmup = 0;
+    train(z);
+    LoadedModel same = load_model(z.out, {"adam."});
+    CHECK(m_params_bits_equal(same.config, same.params, orig.params));
+    // The same through Hugging Face's layout (attention biases come back as zeros: same sums).
+    const std::string dir = m_path("i11_base_hf");
+    export_hf(dir, orig.config, orig.params, {{"vocab", orig.file.metadata.at("vocab")}});
+    TrainOptions h = m11_init_from(dir + "/model.safetensors", m_path("i11_ft_hf.safetensors"));
+    h.dropout = 0;
+    const TrainResult rh = train(h);
+    CHECK(rh.val_loss_before == ra.val_loss);
+    CHECK(load_model(h.out, {"adam."}).config.attn_bias);
+}
+
+TEST_CASE("init-from: flags that contradict the file, and bad inputs, are errors") {
+    const std::string base = m_path("i11_contra.safetensors");
+    TrainOptions a = m_small_train(base);
+    a.steps = 3, a.warmup = 1;
+    train(a);  // L=1, A=2, H=16, F=64, n_ctx=16, gelu_sigmoid, no attention biases
+    const std::string out = m_path("i11_contra_out.safetensors");
+    auto with = [&](const std::function<void(TrainOptions&)>& set) {
+        TrainOptions o = m11_init_from(base, out);
+        set(o);
+        return o;
+    };
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.layers = 2; })), "--layers 2", "L = 1");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.heads = 4; })), "--heads 4", "A = 2");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.embd = 32; })), "--embd 32", "H = 16");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.ffn = 10; })), "--ffn 10", "F = 64");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.model = "gpt"; })), "--model gpt", "gpt2");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.activation = "relu"; })), "--activation relu", "gelu_sigmoid");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.attn_bias = true; })), "--attn-bias", "no attention biases");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.gpt2_init = true; })), "--gpt2-init");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.block = 17; })), "--block 17", "n_ctx = 16");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.resume = o.init_from; })), "--init-from and --resume");
+    M_CHECK_TF_ERROR(train(with([](TrainOptions& o) { o.init_from = m_path("i11_missing.safetensors"); })), "cannot open");
+    CHECK_NOTHROW(train(with([&](TrainOptions& o) { o.layers = 1, o.heads = 2, o.embd = 16, o.block = 8, o.out = out + ".ok.safetensors"; })));  // agreeing flags, shorter windows
+    // A character the checkpoint's vocabulary lacks is named.
+    const std::string euro = m_path("i11_euro.txt");
+    m_write(euro, std::string(300, 'a') + "\xE2\x82\xAC" + std::string(300, 'b'));
+    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.data = euro; })), "U+20AC", "i11_euro.txt");
+    // GPT-2's BPE on a character model; a bare Hugging Face file needs the tokenizer, of its size.
+    const std::string enc = m_path("i11_c_enc.json"), merges = m_path("i11_c_merges.bpe");
+    m11_write_bpe(enc, merges);
+    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.encoder = enc, o.bpe_vocab = merges; })), "trained on characters");
+    LoadedModel lm = load_model(base, {"adam."});
+    const std::string dir = m_path("i11_contra_hf"), bare_dir = m_path("i11_contra_bare"), bare = bare_dir + "/model.safetensors";
+    export_hf(dir, lm.config, lm.params);
+    m_make_dir(bare_dir);
+    m11_strip_metadata(dir + "/model.safetensors", bare);  // as released: config.json beside it, no tokenizer
+    m_write(bare_dir + "/config.json", m_read(dir + "/config.json"));
+    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.init_from = bare; })), "records no tokenizer", "--encoder");
+    M_CHECK_TF_ERROR(train(with([&](TrainOptions& o) { o.init_from = bare, o.encoder = enc, o.bpe_vocab = merges; })),
+                     "260 tokens", "V = " + std::to_string(lm.config.V));
+    // The command line: the same refusals, exit status 1.
+    const std::string data = m_text_file();
+    m_cli_fails("train --init-from " + base + " --data " + data + " --heads 4 --out " + out, "--heads 4 contradicts");
+    m_cli_fails("train --init-from " + base + " --data " + data + " --block 64 --out " + out, "n_ctx = 16");
+    m_cli_fails("train --init-from " + base + " --data " + data + " --vocab " + merges + " --out " + out, "--encoder");
+    m_cli_fails("train --init-from " + base + " --data " + data + " --out " + base, "would overwrite --init-from");
+    CHECK(!m_exists(out));
+}
+
+// ================================================================================================
+// Fine-tuning and XLNet as commands
+// ================================================================================================
+TEST_CASE("finetune: the four file formats parse, and each malformed line names the file, the line and the reason") {
+    std::vector<std::string> classes;
+    auto ex = parse_labelled("pos\tgood film\nneg\tbad\r\npos\tfine\n", "c.tsv", FinetuneKind::classify, classes, true, true);
+    REQUIRE(ex.size() == 3);
+    CHECK(classes == std::vector<std::string>{"pos", "neg"});
+    CHECK(ex[1].label == 1);
+    CHECK(ex[1].fields == std::vector<std::string>{"bad"});
+    CHECK(ex[2].line == 3);
+    CHECK(ex[1].at == std::vector<std::size_t>{18});  // byte offset of "bad" in the file
+    classes = {};
+    ex = parse_labelled("yes\ta b\tc\nno\td\te\n", "e.tsv", FinetuneKind::entailment, classes, true, true);
+    CHECK(ex[0].fields == std::vector<std::string>{"a b", "c"});
+    ex = parse_labelled("2\tctx\tx\ty\tz\n0\tc2\tp\tq\n", "m.tsv", FinetuneKind::choice, classes, false, true);
+    CHECK(ex[0].label == 2);
+    CHECK(ex[0].fields.size() == 4);
+    CHECK(ex[1].fields.size() == 3);  // K may differ between lines
+    classes = {"pos", "neg"};
+    M_CHECK_TF_ERROR(parse_labelled("pos\tok\npos\ta\tb\n", "c.tsv", FinetuneKind::classify, classes, false, true), "'c.tsv' line 2", "expected 2");
+    M_CHECK_TF_ERROR(parse_labelled("pos\t\n", "c.tsv", FinetuneKind::classify, classes, false, true), "line 1", "field 2 is empty");
+    M_CHECK_TF_ERROR(parse_labelled("pos\tok\nmaybe\tx\n", "v.tsv", FinetuneKind::classify, classes, false, true), "'v.tsv' line 2", "'maybe' was not in the training file");
+    M_CHECK_TF_ERROR(parse_labelled("3\tctx\tx\ty\tz\n", "m.tsv", FinetuneKind::choice, classes, false, true), "answer '3' is not an index 0..2");
+    M_CHECK_TF_ERROR(parse_labelled("x\tctx\n", "m.tsv", FinetuneKind::choice, classes, false, true), "at least 4");
+    M_CHECK_TF_ERROR(parse_labelled("", "e.tsv", FinetuneKind::similarity, classes, false, true), "is empty");
+    M_CHECK_TF_ERROR(parse_labelled("\n \r\n\n", "e.tsv", FinetuneKind::similarity, classes, false, true), "'e.tsv' has no examples");
+    // Blank lines (empty, spaces, a lone CR) are skipped wherever they are; a last line without a
+    // newline and CRLF ends are read as lines; an error keeps the file's own line number.
+    classes = {};
+    ex = parse_labelled("\npos\tgood\r\n\r\n  \nneg\tbad\n\n", "b.tsv", FinetuneKind::classify, classes, true, true);
+    REQUIRE(ex.size() == 2);
+    CHECK(ex[0].line == 2);
+    CHECK(ex[1].line == 5);
+    CHECK(ex[1].fields == std::vector<std::string>{"bad"});
+    CHECK(ex[1].at == std::vector<std::size_t>{20});  // byte offset of "bad" in the file
+    ex = parse_labelled("pos\tgood\nneg\tbad", "b.tsv", FinetuneKind::classify, classes, false, true);
+    CHECK(ex.size() == 2);
+    CHECK(ex[1].fields == std::vector<std::string>{"bad"});
+    M_CHECK_TF_ERROR(parse_labelled("pos\tgood\n\n\nneg\n", "b.tsv", FinetuneKind::classify, classes, false, true), "'b.tsv' line 4",
+                     "expected 2 tab-separated fields");
+    CHECK(has_label_column("\n\npos\tgood\n", FinetuneKind::classify));
+    std::vector<std::string> one;
+    M_CHECK_TF_ERROR(parse_labelled("a\tx\na\ty\n", "c.tsv", FinetuneKind::classify, one, true, true), "at least 2");
+    // Without the label column: one field fewer, decided per file.
+    CHECK(has_label_column("pos\tgood\n", FinetuneKind::classify));
+    CHECK_FALSE(has_label_column("good film\n", FinetuneKind::classify));
+    CHECK(has_label_column("1\tctx\ta\tb\n", FinetuneKind::choice));
+    CHECK_FALSE(has_label_column("ctx\ta\tb\n", FinetuneKind::choice));
+    ex = parse_labelled("good film\n", "p.tsv", FinetuneKind::classify, classes, false, false);
+    CHECK(ex[0].label == -1);
+    CHECK(ex[0].fields == std::vector<std::string>{"good film"});
+    // Characters and lengths: the input transformation through the pre-trained vocabulary.
+    Config c = preset("tiny-gpt");
+    c.n_ctx = 8;
+    const CharVocab v = CharVocab::from_text("abcdefg ");
+    FinetuneSpec s;
+    s.kind = FinetuneKind::entailment, s.classes = {"yes", "no"}, s.specials = {10, 11, 12};
+    const std::string text = "yes\tab\tcd\nno\tab\tc\xE2\x82\xAC\nno\tabcdef\tg\n";
+    classes = s.classes;
+    ex = parse_labelled(text, "t.tsv", FinetuneKind::entailment, classes, false, true);
+    const EncodedExample e0 = encode_example(c, s, v, ex[0], text, "t.tsv");
+    CHECK(e0.seqs == std::vector<std::vector<int>>{{10, 1, 2, 11, 3, 4, 12}});  // [s] a b [$] c d [e]
+    M_CHECK_TF_ERROR(encode_example(c, s, v, ex[1], text, "t.tsv"), "(U+20AC) at byte 17 (line 2, column 8) of 't.tsv'");
+    // Longer than n_ctx: kept whole, and check_example_lengths names every such example; with
+    // --truncate, the longer text loses tokens at the end (right) or the start (left) until it fits.
+    const EncodedExample e2 = encode_example(c, s, v, ex[2], text, "t.tsv");
+    CHECK(e2.length == 10);  // [s] abcdef [$] g [e]
+    CHECK_FALSE(e2.truncated);
+    M_CHECK_TF_ERROR(check_example_lengths({e0, e2}, c, "t.tsv", Truncation::none), "'t.tsv': 1 of 2 examples are longer than n_ctx = 8",
+                     "at lines 3 (10 tokens); give --truncate right or --truncate left");
+    const EncodedExample r2 = encode_example(c, s, v, ex[2], text, "t.tsv", Truncation::right);
+    CHECK(r2.seqs == std::vector<std::vector<int>>{{10, 1, 2, 3, 4, 11, 7, 12}});  // [s] abcd [$] g [e]
+    CHECK(r2.truncated);
+    CHECK(r2.length == 10);
+    const EncodedExample l2 = encode_example(c, s, v, ex[2], text, "t.tsv", Truncation::left);
+    CHECK(l2.seqs == std::vector<std::vector<int>>{{10, 3, 4, 5, 6, 11, 7, 12}});  // [s] cdef [$] g [e]
+    CHECK(check_example_lengths({e0, r2}, c, "t.tsv", Truncation::right) ==
+          "'t.tsv': 1 of 2 examples longer than n_ctx = 8 tokens truncated to fit (--truncate right: the end of the longer text dropped)");
+    CHECK(check_example_lengths({e0}, c, "t.tsv", Truncation::none).empty());
+    CHECK_FALSE(encode_example(c, s, v, ex[0], text, "t.tsv", Truncation::right).truncated);
+    // A tie: the first text loses the token; a classify text keeps [s] and [e].
+    const std::string tie = "yes\tabc\tdef\n";
+    auto tx = parse_labelled(tie, "t.tsv", FinetuneKind::entailment, classes, false, true);
+    CHECK(encode_example(c, s, v, tx[0], tie, "t.tsv", Truncation::right).seqs == std::vector<std::vector<int>>{{10, 1, 2, 11, 4, 5, 6, 12}});
+    FinetuneSpec s1 = s;
+    s1.kind = FinetuneKind::classify;
+    const std::string one_text = "yes\tabcdefgab\n";
+    auto cx = parse_labelled(one_text, "c.tsv", FinetuneKind::classify, classes, false, true);
+    CHECK(encode_example(c, s1, v, cx[0], one_text, "c.tsv", Truncation::left).seqs ==
+          std::vector<std::vector<int>>{{10, 4, 5, 6, 7, 1, 2, 12}});  // [s] defgab (the last 6) [e]
+    c.n_ctx = 4;
+    M_CHECK_TF_ERROR(encode_example(c, s, v, tx[0], tie, "t.tsv", Truncation::right), "'t.tsv' line 1", "leaves no room");
+    M_CHECK_TF_ERROR(truncation_from_name("middle"), "--truncate takes right or left", "'middle'");
+}
+
+TEST_CASE("finetune: class_report's confusion matrix, precision, recall and F1 against a hand count") {
+    // gold 0 0 0 1 1 2, predicted 0 1 0 1 2 2: class 0 TP 2 (P 2/2, R 2/3), class 1 TP 1 (P 1/2,
+    // R 1/2), class 2 TP 1 (P 1/2, R 1/1); F1 = 2PR/(P+R): 0.8, 0.5, 2/3.
+    const ClassReport r = class_report({0, 1, 0, 1, 2, 2}, {0, 0, 0, 1, 1, 2}, 3);
+    CHECK(r.confusion == std::vector<std::vector<int>>{{2, 1, 0}, {0, 1, 1}, {0, 0, 1}});
+    CHECK(r.precision[0] == doctest::Approx(1.0));
+    CHECK(r.recall[0] == doctest::Approx(2.0 / 3));
+    CHECK(r.f1[0] == doctest::Approx(0.8));
+    CHECK(r.precision[1] == doctest::Approx(0.5));
+    CHECK(r.recall[1] == doctest::Approx(0.5));
+    CHECK(r.f1[1] == doctest::Approx(0.5));
+    CHECK(r.precision[2] == doctest::Approx(0.5));
+    CHECK(r.recall[2] == doctest::Approx(1.0));
+    CHECK(r.f1[2] == doctest::Approx(2.0 / 3));
+    CHECK(r.support == std::vector<int>{3, 2, 1});
+    CHECK(r.macro_f1 == doctest::Approx((0.8 + 0.5 + 2.0 / 3) / 3));
+    CHECK(r.accuracy == doctest::Approx(4.0 / 6));
+    // A class never predicted and never given: 0, not a division by zero.
+    const ClassReport z = class_report({0, 0}, {0, 0}, 2);
+    CHECK(z.precision[1] == 0);
+    CHECK(z.recall[1] == 0);
+    CHECK(z.f1[1] == 0);
+    const std::string text = class_report_text(r, {"pos", "neg", "neutral"});
+    CHECK(m_contains(text, "  pos               2         1         0\n"));
+    CHECK(m_contains(text, "  pos           1.000     0.667     0.800         3\n"));
+    M_CHECK_TF_ERROR(class_report({0}, {0, 1}, 2), "1 predictions for 2 labels");
+    M_CHECK_TF_ERROR(class_report({0, 2}, {0, 1}, 2), "outside 0..1");
+}
+
+// The sum a + b as the pre-training text writes it (least significant digit first) and back.
+static int m_sum_from_text(const std::string& d) { return (d[0] - '0') + 10 * (d[1] - '0') + 100 * (d[2] - '0') + 1000 * (d[3] - '0'); }
+static void m_operands(const std::string& f, int& a, int& b) {
+    REQUIRE(f.size() == 7);
+    REQUIRE(f[3] == '+');
+    a = std::stoi(f.substr(0, 3)), b = std::stoi(f.substr(4, 3));
+}
+
+TEST_CASE("finetune: the built-in labelled tasks' labels are the arithmetic's truth") {
+    for (bool held : {false, true}) {
+        std::vector<std::string> classes;
+        int a, b, c, d;
+        const std::string cl = addition_finetune_task(FinetuneKind::classify, 200, 5, held);
+        for (const auto& e : parse_labelled(cl, "c", FinetuneKind::classify, classes, true, true)) {
+            m_operands(e.fields[0], a, b);
+            CHECK(AdditionTask::held_out(a, b) == held);
+            CHECK(classes[e.label] == (a + b >= 1000 ? "big" : "small"));
+        }
+        classes = {};
+        int yes = 0;
+        for (const auto& e : parse_labelled(addition_finetune_task(FinetuneKind::entailment, 200, 6, held), "e",
+                                            FinetuneKind::entailment, classes, true, true)) {
+            m_operands(e.fields[0], a, b);
+            const bool right = m_sum_from_text(e.fields[1]) == a + b;
+            CHECK(classes[e.label] == (right ? "yes" : "no"));
+            yes += right;
+        }
+        CHECK(yes > 60);
+        CHECK(yes < 140);  // about half
+        classes = {};
+        for (const auto& e : parse_labelled(addition_finetune_task(FinetuneKind::similarity, 200, 7, held), "s",
+                                            FinetuneKind::similarity, classes, true, true)) {
+            m_operands(e.fields[0], a, b);
+            m_operands(e.fields[1], c, d);
+            CHECK(classes[e.label] == (a + b == c + d ? "same" : "different"));
+        }
+        std::vector<int> answers(4, 0);
+        for (const auto& e : parse_labelled(addition_finetune_task(FinetuneKind::choice, 200, 8, held), "m",
+                                            FinetuneKind::choice, classes, false, true)) {
+            REQUIRE(e.fields.size() == 5);
+            m_operands(e.fields[0], a, b);  // the context stops before "=": the delimiter takes its place
+            for (int k = 1; k <= 4; k++) CHECK((m_sum_from_text(e.fields[k]) == a + b) == (k - 1 == e.label));
+            answers[e.label]++;
+        }
+        for (int n : answers) CHECK(n > 25);  // every position holds the answer sometimes
+    }
+}
+
+TEST_CASE("finetune: BERT's [CLS] head with segments; padding is masked out (key_padding_mask)") {
+    const Config c = preset("tiny-bert");
+    Params<double> p = m_model<double>(c, 91, 0.2);
+    Rng r(92);
+    const TD W_y = randn(c.H, 2, r, 0.5);
+    FinetuneSpec s;
+    s.kind = FinetuneKind::entailment, s.classes = {"a", "b"}, s.specials = {c.cls_id, c.sep_id, c.sep_id};
+    EncodedExample short_ex, long_ex;
+    std::vector<int> x, t;
+    bert_pair(c, {1, 2}, {3}, x, t);
+    short_ex.seqs = {x}, short_ex.segs = {t}, short_ex.label = 0;
+    bert_pair(c, {4, 5, 6, 7}, {8, 9}, x, t);
+    long_ex.seqs = {x}, long_ex.segs = {t}, long_ex.label = 1;
+    std::vector<int> at, labels;
+    // Alone (no padding) and batched with a longer example (padded): the same P(y | x).
+    const Batch alone = finetune_batch(c, s, {&short_ex}, at, labels, nullptr);
+    CHECK(at == std::vector<int>{0});
+    CHECK(alone.segments == std::vector<int>{0, 0, 0, 0, 1, 1});
+    const TD P1 = finetune_probs(c, p, W_y, FinetuneTask::classify, 1, alone, at);
+    const Batch both = finetune_batch(c, s, {&short_ex, &long_ex}, at, labels, nullptr);
+    CHECK(both.lengths == std::vector<int>{6, 9});
+    CHECK(both.n == 9);
+    const TD P2 = finetune_probs(c, p, W_y, FinetuneTask::classify, 1, both, at);
+    CHECK(P2(0, 0) == doctest::Approx(P1(0, 0)).epsilon(1e-12));
+    Batch unmasked = both;  // without the mask the padding would change [CLS]
+    unmasked.lengths.clear();
+    CHECK(std::abs(finetune_probs(c, p, W_y, FinetuneTask::classify, 1, unmasked, at)(0, 0) - P1(0, 0)) > 1e-6);
+    // Gradient check of L3 with the masked-LM L1 on the padded batch.
+    Rng mlm(93);
+    const Batch b = finetune_batch(c, s, {&short_ex, &long_ex}, at, labels, &mlm);
+    REQUIRE(std::any_of(b.targets.begin(), b.targets.end(), [](int y) { return y >= 0; }));
+    auto loss = [&](Params<double>* g) {
+        TD dW(W_y.shape);
+        return finetune_loss(c, p, W_y, FinetuneTask::classify, 1, b, at, labels, 0.5, g, g ? &dW : nullptr).L3;
+    };
+    m_grad_check(c, p, loss, 94, "finetune bert padded");
+}
+
+TEST_CASE("finetune: CLI pre-train, fine-tune, predict; reload gives the same predictions; --scratch starts fresh") {
+    const std::string dir = m_path("ft");
+    m_make_dir(dir);
+    const std::string pre = dir + "/pre.st", text = dir + "/pre.txt", tr = dir + "/tr.tsv", va = dir + "/va.tsv";
+    m_run_ok("task --task text --examples 600 --out " + text);
+    m_run_ok("task --task classify --examples 300 --out " + tr);
+    m_run_ok("task --task classify --examples 60 --seed 2 --held-out --out " + va);
+    const bool labelled_line = m_read(tr).rfind("big\t", 0) == 0 || m_read(tr).rfind("small\t", 0) == 0;
+    CHECK(labelled_line);
+    m_run_ok("train --data " + text + " --layers 1 --heads 2 --embd 16 --block 24 --batch 8 --steps 30 --eval-steps 1 --quiet --out " + pre);
+    const std::string ft = dir + "/ft.st", sc = dir + "/sc.st";
+    const std::string files = " --task classify --train " + tr + " --val " + va, args = files + " --lr 3e-3 --steps 40 --batch 16";
+    const m_Run r = m_run_ok("finetune --checkpoint " + pre + args + " --out " + ft);
+    CHECK(m_contains(r.out, "val accuracy: "));
+    CHECK(m_contains(r.out, "(L1 "));
+    CHECK(m_exists(dir + "/ft.csv"));
+    const LoadedModel pm = load_model(pre, {"adam."}), fm = load_model(ft, {"adam."});
+    CHECK(fm.config.V == pm.config.V + 3);  // start, delimiter, extract: new rows of W_e
+    CHECK(fm.config.W_y_rows == fm.config.H);
+    CHECK(fm.config.W_y_cols == 2);
+    const FinetuneSpec spec = finetune_spec_of(fm, ft);
+    CHECK(spec.specials.start == pm.config.V);
+    CHECK(spec.classes.size() == 2);
+    // predict: one label per line, in order, equal to finetune_predict on the reloaded model.
+    const m_Run p1 = m_run_ok("predict --checkpoint " + ft + " --data " + va);
+    CHECK(m_contains(p1.err, "accuracy: "));
+    // --accum 2 with batch 8 takes the steps of batch 16 (lambda 0, no dropout: L2 is a mean over examples).
+    const std::string acc = files + " --lr 3e-3 --steps 3 --lambda 0 --dropout 0 --quiet --out " + dir;
+    m_run_ok("finetune --checkpoint " + pre + acc + "/a16.st --batch 16");
+    m_run_ok("finetune --checkpoint " + pre + acc + "/a8x2.st --batch 8 --accum 2");
+    m_run_ok("finetune --checkpoint " + pre + acc + "/a8.st --batch 8");
+    const LoadedModel a16 = load_model(dir + "/a16.st", {"adam."}), a8x2 = load_model(dir + "/a8x2.st", {"adam."});
+    CHECK(m_max_param_diff(a16, a8x2) < 1e-5);
+    CHECK(m_max_param_diff(a16, load_model(dir + "/a8.st", {"adam."})) > 1e-4);
+    // --quiet silences the progress but not the result: one line, the accuracy predict reports.
+    const m_Run q = m_run_ok("finetune --checkpoint " + pre + args + " --quiet --out " + dir + "/q.st");
+    CHECK(q.out == "val " + p1.err.substr(0, p1.err.find(';')) + "\n");
+    CHECK(m_contains(p1.err, "; always answering '"));
+    std::vector<std::string> classes = spec.classes;
+    const std::string vtext = m_read(va);
+    std::vector<EncodedExample> ex;
+    for (auto& e : parse_labelled(vtext, va, FinetuneKind::classify, classes, false, true))
+        ex.push_back(encode_example(fm.config, spec, CharVocab::from_metadata(fm.file.metadata.at("vocab")), e, vtext, va));
+    std::string want;
+    for (int y : finetune_predict(fm.config, fm.params, spec, ex)) want += spec.classes[y] + "\n";
+    CHECK(p1.out == want);
+    // finetune's help states the defaults the run records (its checkpoint's train.* metadata).
+    {
+        const std::string fhelp = m_run_ok("finetune --help").out;
+        m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --steps 1 --quiet --out " + dir +
+                 "/defaults.st");
+        const auto md = load_model(dir + "/defaults.st", {"adam."}).file.metadata;
+        for (const auto& kv : std::vector<std::pair<std::string, std::string>>{
+                 {"batch", "train.batch"}, {"accum", "train.accum"}, {"lr", "train.lr"}, {"dropout", "train.dropout"},
+                 {"weight-decay", "train.weight_decay"}, {"grad-clip", "train.grad_clip"}, {"log-every", "train.log_every"},
+                 {"seed", "train.seed"}, {"lambda", "finetune.lambda"}}) {
+            CAPTURE(kv.first);
+            CHECK(m_help_default(fhelp, kv.first) == doctest::Approx(std::stod(md.at(kv.second))));
+        }
+    }
+    // --probs: each label, then every class with its probability (the largest is the label's).
+    const m_Run pp = m_run_ok("predict --checkpoint " + ft + " --data " + va + " --probs");
+    std::stringstream pps(pp.out), p1s(p1.out);
+    int prob_lines = 0;
+    for (std::string l, label; std::getline(pps, l) && std::getline(p1s, label); prob_lines++) {
+        CAPTURE(l);
+        CHECK(l.rfind(label + "\t", 0) == 0);
+        double sum = 0, best = -1;
+        std::string best_name;
+        std::stringstream fs(l.substr(l.find('\t') + 1));
+        for (std::string field; std::getline(fs, field, '\t');) {
+            const double p = std::stod(field.substr(field.find('=') + 1));
+            sum += p;
+            if (p > best) best = p, best_name = field.substr(0, field.find('='));
+        }
+        CHECK(sum == doctest::Approx(1.0).epsilon(1e-3));
+        CHECK(best_name == label);
+    }
+    CHECK(prob_lines == (int)std::count(p1.out.begin(), p1.out.end(), '\n'));
+    // With labels: the confusion matrix and each class's precision, recall and F1 on stderr.
+    CHECK(m_contains(p1.err, "confusion matrix (rows: the label given, columns: the label predicted):"));
+    CHECK(m_contains(p1.err, "precision    recall        F1   support"));
+    // Without labels: the same predictions, no accuracy.
+    std::string unlabelled;
+    std::stringstream ss(vtext);
+    for (std::string line; std::getline(ss, line);) unlabelled += line.substr(line.find('\t') + 1) + "\n";
+    m_write(dir + "/u.tsv", unlabelled);
+    const m_Run p2 = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/u.tsv");
+    CHECK(p2.out == p1.out);
+    CHECK_FALSE(m_contains(p2.err, "accuracy"));
+    // Blank lines (a trailing one, CRLF ends, a last line without a newline) change nothing.
+    std::string crlf;
+    for (char ch : vtext) crlf += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
+    m_write(dir + "/blank.tsv", "\n" + crlf.substr(0, crlf.size() - 2) + "\r\n\r\n\n");
+    const m_Run p3 = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/blank.tsv");
+    CHECK(p3.out == p1.out);
+    m_write(dir + "/last.tsv", vtext.substr(0, vtext.size() - 1));
+    CHECK(m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/last.tsv").out == p1.out);
+    m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + dir + "/blank.tsv --val " + dir + "/last.tsv --steps 1 --quiet --out " +
+             dir + "/blank.st");
+    // Examples longer than n_ctx: an error naming every one (file, lines, lengths), or --truncate.
+    const std::string first = vtext.substr(0, vtext.find('\n'));
+    std::string long_text = first.substr(first.find('\t') + 1);
+    while ((int)long_text.size() < 3 * fm.config.n_ctx) long_text += long_text;
+    const std::string label = first.substr(0, first.find('\t'));
+    m_write(dir + "/long.tsv", vtext + label + "\t" + long_text + "\n" + vtext + label + "\t" + long_text + "\n");
+    const int lines_before = (int)std::count(vtext.begin(), vtext.end(), '\n');
+    m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv",
+                "2 of " + std::to_string(2 * lines_before + 2) + " examples are longer than n_ctx = " + std::to_string(fm.config.n_ctx));
+    m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv",
+                "at lines " + std::to_string(lines_before + 1) + " (" + std::to_string(long_text.size() + 2) + " tokens), " +
+                    std::to_string(2 * lines_before + 2));
+    // One wording per kind of bad input, whichever command reads it: a directory, a binary file.
+    std::string binary(400, '\0');
+    for (int k = 0; k < 400; k += 7) binary[k] = 'a';
+    m_write(dir + "/binary.dat", binary);
+    for (const std::string& cmd : std::vector<std::string>{"predict --checkpoint " + ft + " --data " + dir + "/binary.dat",
+                                   "finetune --checkpoint " + pre + " --task classify --train " + dir + "/binary.dat --val " + va +
+                                       " --out " + dir + "/bin.st",
+                                   "train --data " + dir + "/binary.dat --steps 1 --out " + dir + "/bin.st"}) {
+        CAPTURE(cmd);
+        m_cli_fails(cmd, "binary.dat' looks binary, not text: 342 control bytes, the first 0x00 at byte offset 1");
+    }
+    for (const std::string& cmd : std::vector<std::string>{"predict --checkpoint " + dir + " --data " + va, "predict --checkpoint " + ft + " --data " + dir,
+                                   "sample --checkpoint " + dir + " --prompt 1", "eval --checkpoint " + pre + " --data " + dir,
+                                   "train --data " + dir + " --steps 1 --out " + dir + "/dir.st",
+                                   "finetune --checkpoint " + pre + " --task classify --train " + dir + " --val " + va + " --out " + dir + "/d.st"}) {
+        CAPTURE(cmd);
+        m_cli_fails(cmd, "cannot read '" + dir + "': it is a directory, not a file");
+    }
+    const m_Run pt = m_run_ok("predict --checkpoint " + ft + " --data " + dir + "/long.tsv --truncate right");
+    CHECK(std::count(pt.out.begin(), pt.out.end(), '\n') == 2 * lines_before + 2);
+    CHECK(m_contains(pt.err, "note: '" + dir + "/long.tsv': 2 of " + std::to_string(2 * lines_before + 2) + " examples longer than n_ctx"));
+    m_cli_fails("predict --checkpoint " + ft + " --data " + dir + "/long.tsv --truncate middle", "--truncate takes right or left");
+    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + dir + "/long.tsv --val " + va + " --steps 1 --quiet --out " +
+                    dir + "/long.st",
+                "examples are longer than n_ctx");
+    const m_Run ftt = m_run_ok("finetune --checkpoint " + pre + " --task classify --train " + dir + "/long.tsv --val " + va +
+                               " --steps 1 --quiet --truncate left --out " + dir + "/long.st");
+    CHECK(m_contains(ftt.err, "(--truncate left: the start of the longer text dropped)"));
+    // --scratch: the same shapes, but the pre-trained rows of W_e are not carried over.
+    const m_Run s0 = m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --scratch --out " + sc);
+    // At chance (one step at lr 1e-9), finetune says so, naming the most frequent label and its share.
+    int big = 0, lines = 0;
+    std::stringstream vs(m_read(va));
+    for (std::string l; std::getline(vs, l);) lines++, big += l.rfind("big\t", 0) == 0;
+    char share[64];
+    std::snprintf(share, sizeof share, "' (%.1f%% of the validation examples)", 100.0 * std::max(big, lines - big) / lines);
+    const std::string most = 2 * big == lines ? "" : 2 * big > lines ? "'big" : "'small";  // a tie: the first to reach it
+    CHECK(lines == 60);
+    CHECK(m_contains(s0.err, "note: that is within two standard errors of always answering " + most));
+    CHECK(m_contains(s0.err, most + share));
+    CHECK(m_contains(s0.err, "needs a larger --lr"));
+    m_run_ok("finetune --checkpoint " + pre + files + " --steps 1 --lr 1e-9 --out " + dir + "/one.st");
+    const LoadedModel s1 = load_model(sc, {"adam."}), o1 = load_model(dir + "/one.st", {"adam."});
+    CHECK(s1.config.V == o1.config.V);
+    double d_scratch = 0, d_pre = 0;
+    for (int k = 0; k < pm.params.W_e.cols(); k++) {
+        d_scratch += std::abs(s1.params.W_e(3, k) - pm.params.W_e(3, k));
+        d_pre += std::abs(o1.params.W_e(3, k) - pm.params.W_e(3, k));
+    }
+    CHECK(d_pre < 1e-5);
+    CHECK(d_scratch > 1e-2);
+    // Bad input.
+    m_cli_fails("finetune --checkpoint " + pre + " --task sorting --train " + tr + " --val " + va + " --out " + dir + "/x.st", "unknown task 'sorting'");
+    m_cli_fails("predict --checkpoint " + pre + " --data " + va, "not a fine-tuned checkpoint");
+    m_write(dir + "/bad.tsv", "big\t123+456\nhuge\t1+1\n");
+    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + dir + "/bad.tsv --out " + dir + "/x.st",
+                "bad.tsv' line 2: the label 'huge' was not in the training file");
+    // A batch no machine holds is refused before any work, naming --batch and the way around it.
+    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --batch 4000000 --out " +
+                    dir + "/x.st",
+                "finetune: this run needs about");
+    m_cli_fails("finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --batch 4000000 --out " +
+                    dir + "/x.st",
+                "make --batch smaller, or give --no-memory-check");
+    CHECK_FALSE(m_exists(dir + "/x.st"));
+}
+
+TEST_CASE("xlnet: train --objective xlnet lowers the loss, keeps w in the checkpoint and resumes exactly") {
+    const std::string dir = m_path("xl");
+    m_make_dir(dir);
+    const std::string full = dir + "/full.st", half = dir + "/half.st";
+    const std::string args = " --objective xlnet --data " + m_text_file() +
+                             " --layers 1 --heads 2 --embd 16 --block 16 --batch 16 --predict 8 --steps 200 --warmup 5 --eval-steps 2 --lr 1e-2 --quiet";
+    m_run_ok("train" + args + " --out " + full);
+    m_run_ok("train" + args + " --stop-at 100 --out " + half);
+    m_run_ok("train --resume " + half);
+    const LoadedModel a = load_model(full, {"adam."}), b = load_model(half, {"adam."});
+    CHECK(a.config.xlnet);
+    CHECK(a.params.w.size() == 16);
+    CHECK(a.file.metadata.at("train.objective") == "xlnet");
+    CHECK(a.file.metadata.at("train.predict") == "8");
+    CHECK(m_bits_equal(a.params.W_e, b.params.W_e));
+    CHECK(m_bits_equal(a.params.w, b.params.w));
+    // The loss went down: the log's first and last train losses.
+    std::stringstream log(a.file.metadata.at("train.log"));
+    std::string line;
+    std::vector<double> losses;
+    std::getline(log, line);
+    while (std::getline(log, line)) losses.push_back(std::stod(line.substr(line.find(',') + 1)));
+    REQUIRE(losses.size() == 200);
+    double first = 0, last = 0;  // means of the first and the last 20 steps (one batch is noisy)
+    for (int k = 0; k < 20; k++) first += losses[k] / 20, last += losses[180 + k] / 20;
+    CHECK(last < first - 0.3);
+    const m_Run e = m_run_ok("eval --checkpoint " + full + " --data " + m_text_file());
+    CHECK(m_contains(e.out, "mean XLNet permutation loss"));
+    CHECK(m_contains(e.out, "4 random permutations"));
+    CHECK(m_contains(e.out, "read left to right (z = identity"));
+    // Left to right: windows of n_ctx, z = identity, every position after the first predicted.
+    const CharVocab v = CharVocab::from_metadata(a.file.metadata.at("vocab"));
+    const std::vector<int> ids = v.encode(m_read(m_text_file()).substr(0, 40));  // windows of 16, 16, 8
+    long long count = 0;
+    const double ltr = xlnet_left_to_right_loss(a.config, a.params, ids, &count);
+    CHECK(count == 15 + 15 + 7);
+    double sum = 0;
+    for (int start : {0, 16, 32}) {
+        const int n = start == 32 ? 8 : 16;
+        std::vector<int> z(n);
+        for (int i = 0; i < n; i++) z[i] = i;
+        sum += xlnet_loss(a.config, a.params, a.params.w, std::vector<int>(ids.begin() + start, ids.begin() + start + n), 1, z, n - 1) * (n - 1);
+    }
+    CHECK(ltr == doctest::Approx(sum / 37).epsilon(1e-12));
+    CHECK(ltr < std::log((double)a.config.V));  // the trained model beats the uniform guess
+    m_cli_fails("train --objective xlnet --model bert --data " + m_text_file() + " --out " + dir + "/b.st", "not bert");
+    m_cli_fails("train --objective xlnet --steps 2 --out " + dir + "/t.st", "needs --data");
+    m_cli_fails("train --predict 3 --data " + m_text_file() + " --out " + dir + "/t.st", "--predict applies to --objective xlnet");
 }
 TEST_SUITE_END();
 
@@ -14480,6 +14072,417 @@ TEST_CASE("handout: the student's path with macOS's tools (BSD awk, no timeout, 
 TEST_SUITE_END();
 
 // ================================================================================================
+// Files and failures: outputs checked before work, one durable writer, no non-finite
+// model, resume knows its data, stdout checked, strict flags, errors that point at the place.
+// ================================================================================================
+TEST_SUITE_BEGIN("platform");
+
+TEST_CASE("files: train checks every output before any work (missing directory, directory, log clash, FIFO, foreign file, input)") {
+    const std::string text = m_text_file();
+    const std::string dir = m_path("outs");
+    m_make_dir(dir);
+    const std::string args = " --data " + text + " --layers 1 --heads 2 --embd 8 --block 8 --steps 200000 --quiet";
+    // No "model ..." line and no file: the command failed before training started.
+    auto refused = [&](const std::string& out, const std::string& part) {
+        const m_Run r = m_run("train" + args + " --out " + out);
+        INFO("--out " << out << "\nstderr: " << r.err);
+        CHECK(r.status == 1);
+        CHECK(r.out.empty());
+        CHECK(m_contains(r.err, part));
+    };
+    refused(dir + "/nodir/m.st", "directory '" + dir + "/nodir' does not exist");
+    refused(dir, "it is a directory");
+    refused(dir + "/run.csv", "the loss log '" + dir + "/run.csv' are the same file");
+    const std::string notes = dir + "/notes.txt";
+    m_write(notes, "my notes\n");
+    refused(notes, "refusing to replace --out '" + notes + "'");
+    CHECK(m_read(notes) == "my notes\n");
+    refused(text, "would overwrite --data '" + text + "'");
+    // The log's name clashes with the data: train --data X.csv --out X.st.
+    const std::string csv_data = dir + "/data.csv";
+    m_write(csv_data, m_read(text));
+    const m_Run r = m_run("train --data " + csv_data + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet --out " + dir + "/data.st");
+    CHECK(r.status == 1);
+    CHECK(m_contains(r.err, "the loss log '" + dir + "/data.csv' would overwrite --data"));
+    CHECK(m_read(csv_data) == m_read(text));
+    CHECK(m_names_in(dir, "data.st").empty());
+    // Files the program wrote are replaced: a second run over the same --out succeeds.
+    const std::string ok = dir + "/ok.st";
+    for (int k = 0; k < 2; k++) m_run_ok("train --data " + text + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet --out " + ok);
+    CHECK(m_run("grad --checkpoint " + ok + " --tokens 1,2,3 --out " + ok).status == 1);  // grad's input
+    CHECK(m_contains(m_run("grad --checkpoint " + ok + " --tokens 1,2,3 --out " + ok).err, "would overwrite --checkpoint"));
+    M_SKIP_ON_WINDOWS("a FIFO (mkfifo) and a POSIX shell's pipe for the FIFO's checks");
+    const std::string fifo = dir + "/fifo";
+    REQUIRE(m_make_fifo(fifo));
+    refused(fifo, "it is a FIFO");
+    {  // --out /dev/stdout into a pipe: /proc/self/fd/1 is a link to "pipe:[...]", no file name
+        const std::string b = dir + "/stdout_pipe";
+        const std::string cmd = "( " + std::string(m_PROGRAM) + " init --preset tiny-gpt --out /dev/stdout 2> " + b +
+                                ".err; echo $? > " + b + ".rc ) | cat > " + b + ".out";
+        REQUIRE(std::system(cmd.c_str()) == 0);
+        CHECK(m_read(b + ".rc") == "1\n");
+        CHECK(m_read(b + ".out").empty());
+        CHECK(m_contains(m_read(b + ".err"), "--out '/dev/stdout': it is a FIFO or pipe"));
+    }
+    CHECK(m_is_fifo(fifo));  // still a FIFO
+}
+
+TEST_CASE("files: a symlinked --out writes the link's target and keeps the link; check_outputs on a dangling link") {
+    M_SKIP_ON_WINDOWS("a symbolic link, which Windows makes only with a privilege");
+    const std::string dir = m_path("links");
+    m_make_dir(dir);
+    const std::string link = dir + "/link.st", target = dir + "/real.st";
+    REQUIRE(m_make_symlink("real.st", link));  // dangling until written
+    CHECK_NOTHROW(check_outputs({{link, "--out", OutputKind::checkpoint}}));
+    CHECK(resolve_output_path(link) == dir + "/real.st");
+    const m_Run r = m_run("init --preset tiny-gpt --out " + link);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK(m_is_symlink(link));
+    CHECK(load_model(target).config.variant == Variant::gpt);
+    m_run_ok("init --preset tiny-gpt2 --out " + link);  // again, through the link
+    CHECK(m_is_symlink(link));
+    CHECK(load_model(target).config.variant == Variant::gpt2);
+    CHECK(m_names_in(dir, ".").empty());  // no temporaries left
+}
+
+TEST_CASE("files: two concurrent writers of the same path both succeed and leave one whole file") {
+    const std::string dir = m_path("concurrent");
+    m_make_dir(dir);
+    // Through the program: two `init` runs at once on one --out.
+    const std::string out = dir + "/init.st";
+    std::vector<m_Child> runs;
+    for (const char* seed : {"1", "2"})
+        runs.push_back(m_start_argv({m_PROGRAM, "init", "--preset", "tiny-gpt", "--seed", seed, "--out", out}, dir + "/init" + seed + ".out",
+                                    dir + "/init" + seed + ".err"));
+    for (m_Child& run : runs) {
+        m_Exit e;
+        REQUIRE(m_wait(run, e));
+        INFO("stderr: " << m_read(dir + "/init1.err") << m_read(dir + "/init2.err"));
+        CHECK(e.exited);
+        CHECK(e.status == 0);
+    }
+    CHECK_NOTHROW(load_model(out));
+    M_SKIP_ON_WINDOWS("fork, for two processes that call save_safetensors");
+    const std::string path = dir + "/same.st";
+    Tensor<float> a(300, 700, 1.0f), b(300, 700, 2.0f);  // ~0.8 MB each, so the writes overlap
+    std::vector<m_Child> kids;
+    for (int w = 0; w < 2; w++)
+        kids.push_back(m_fork([&, w] {
+            for (int rep = 0; rep < 10; rep++) save_safetensors(path, {{"writer", std::to_string(w)}}, {{"t", w ? &b : &a}});
+            return 0;
+        }));
+    for (m_Child& kid : kids) {
+        m_Exit e;
+        REQUIRE(m_wait(kid, e));
+        CHECK(e.exited);
+        CHECK(e.status == 0);
+    }
+    const SafeTensors f = load_safetensors(path);
+    REQUIRE(f.metadata.count("writer"));
+    const float want = f.metadata.at("writer") == "1" ? 2.0f : 1.0f;
+    REQUIRE(f.find("t"));
+    CHECK(std::all_of(f.find("t")->data.begin(), f.find("t")->data.end(), [&](float v) { return v == want; }));
+    CHECK(m_names_in(dir, ".").empty());
+}
+
+TEST_CASE("files: a failed write (file size limit, as on a full disk) keeps the previous file and leaves no temporary") {
+    M_SKIP_ON_WINDOWS("fork and setrlimit's file size limit");
+    const std::string dir = m_path("fulldisk");
+    m_make_dir(dir);
+    const std::string path = dir + "/m.st";
+    Tensor<float> small(4, 4, 1.0f), big(1000, 1000, 3.0f);
+    save_safetensors(path, {{"which", "old"}}, {{"t", &small}});
+    const std::string before = m_read(path);
+    m_Child kid = m_fork([&] {  // the write fails with EFBIG past 64 KiB
+        try {
+            save_safetensors(path, {{"which", "new"}}, {{"t", &big}});
+            return 0;
+        } catch (const Error& e) {
+            return m_contains(e.what(), "previous file, if any, is unchanged") ? 2 : 4;
+        }
+    }, "", "", 1 << 16);
+    m_Exit e;
+    REQUIRE(m_wait(kid, e));
+    REQUIRE(e.exited);
+    CHECK(e.status == 2);  // a tf::Error that says so
+    CHECK(m_read(path) == before);
+    CHECK(m_names_in(dir, ".").empty());
+    {  // destroyed without commit: the target is untouched, the temporary gone
+        AtomicFile f(path);
+        f.write("partial", 7);
+    }
+    CHECK(m_read(path) == before);
+    CHECK(m_names_in(dir, ".").empty());
+}
+
+TEST_CASE("train: a divergent run (lr 1e38) stops naming the step and writes nothing over the last checkpoint") {
+    const std::string dir = m_path("diverge");
+    m_make_dir(dir);
+    const std::string out = dir + "/m.st";
+    const m_Run r = m_run("train --steps 1 --lr 1e38 --warmup 0 --quiet --out " + out);
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(m_contains(r.err, "at step 1"));
+    CHECK(m_contains(r.err, "no checkpoint was written"));
+    CHECK_FALSE(m_exists(out));
+    CHECK(m_names_in(dir, "").empty());
+    // A good checkpoint at --out stays as it was when the next run over it diverges.
+    m_run_ok("train --steps 2 --quiet --out " + out);
+    const std::string good = m_read(out);
+    const m_Run r2 = m_run("train --steps 3 --lr 1e38 --warmup 0 --quiet --out " + out);
+    CHECK(r2.status == 1);
+    CHECK(m_contains(r2.err, "at step 2"));  // the first update's huge weights overflow the next loss
+    CHECK(m_read(out) == good);
+    CHECK(m_names_in(dir, ".").empty());
+}
+
+TEST_CASE("files: load checks every chunk it reads: a NaN or infinity past the first 1 MiB of a tensor is found") {
+    Config c = preset("tiny-gpt");
+    c.V = (1 << 18) / c.H + 16;  // W_e: more than the 2^18 floats of one chunk
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    const std::string path = m_path("nan_chunk.st");
+    save_model(path, c, p);
+    CHECK(load_model(path).params.W_e.data.back() == p.W_e.data.back());
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+        p.W_e.data.back() = bad;  // in the second chunk
+        save_model(path, c, p);
+        M_CHECK_TF_ERROR(load_model(path), "'W_e'", "not finite");
+    }
+}
+
+TEST_CASE("files: a NaN parameter is named by first_nonfinite, an infinity too, and sample_logits refuses a NaN logit") {
+    // No command runs here (make mutants runs this case where no ./transformer is built).
+    const Config c = preset("tiny-gpt");
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    CHECK(first_nonfinite(c, p) == "");
+    p.layers[1].ffn.W_2(2, 3) = std::numeric_limits<float>::quiet_NaN();
+    CHECK(first_nonfinite(c, p) == "layers.1.ffn.W_2");
+    p.layers[0].attn.W_Q[1](0, 0) = -std::numeric_limits<float>::infinity();
+    CHECK(first_nonfinite(c, p) == "layers.0.attn.W_Q.1");
+    p.layers[0].attn.W_Q[1](0, 0) = 0;
+    p.layers[1].ffn.W_2(2, 3) = std::numeric_limits<float>::infinity();
+    CHECK(first_nonfinite(c, p) == "layers.1.ffn.W_2");
+    p.layers[1].ffn.W_2(2, 3) = 0;
+    CHECK(first_nonfinite(c, p) == "");
+    std::vector<float> z = {0.5f, std::numeric_limits<float>::quiet_NaN()};
+    Rng rng(1);
+    M_CHECK_TF_ERROR(sample_logits(z, 1.0, 0, rng), "not finite");
+}
+
+TEST_CASE("files: load_model, sample and eval refuse a checkpoint with a NaN parameter, naming the tensor") {
+    const Config c = preset("tiny-gpt");
+    Params<float> p = make_params<float>(c);
+    init_params(c, p, 1);
+    p.layers[1].ffn.W_2(2, 3) = std::numeric_limits<float>::quiet_NaN();
+    const std::string path = m_path("nan.st");
+    save_model(path, c, p, {{"vocab", CharVocab::from_text("abcdefghijklm").to_metadata()}});
+    M_CHECK_TF_ERROR(load_model(path), "layers.1.ffn.W_2", "not finite");
+    m_cli_fails("sample --checkpoint " + path + " --prompt abc", "layers.1.ffn.W_2");
+    m_write(m_path("nan_eval.txt"), "abcabcabcabc");
+    m_cli_fails("eval --checkpoint " + path + " --data " + m_path("nan_eval.txt"), "layers.1.ffn.W_2");
+}
+
+TEST_CASE("train: --resume refuses a changed or missing data file and accepts a moved copy with --data") {
+    const std::string dir = m_path("resume_data");
+    m_make_dir(dir);
+    const std::string data = dir + "/a.txt", moved = dir + "/b.txt", ck = dir + "/r.st";
+    std::string text = m_read(m_text_file());
+    m_write(data, text);
+    const std::string args = " --layers 1 --heads 2 --embd 8 --block 8 --batch 2 --steps 4 --eval-steps 1 --quiet";
+    m_run_ok("train --data " + data + args + " --stop-at 2 --out " + ck);
+    const LoadedModel lm = load_model(ck, {"adam."});
+    CHECK(lm.file.metadata.at("train.data") == data);
+    CHECK(lm.file.metadata.at("train.data_bytes") == std::to_string(text.size()));
+    CHECK(lm.file.metadata.count("train.data_fnv1a64"));
+    CHECK(std::filesystem::path(lm.file.metadata.at("train.data_path")).is_absolute());
+    const std::string saved = m_read(ck);
+    std::string edited = text;  // same characters, same size, other text
+    std::swap(edited[0], edited[1]);
+    REQUIRE(edited != text);
+    m_write(data, edited);
+    m_cli_fails("train --resume " + ck, "'" + data + "' has changed");
+    m_write(data, text + "x");
+    m_cli_fails("train --resume " + ck, "its size is");
+    CHECK(m_read(ck) == saved);
+    REQUIRE(std::rename(data.c_str(), moved.c_str()) == 0);
+    m_cli_fails("train --resume " + ck, "cannot be opened");
+    m_write(moved, edited);
+    m_cli_fails("train --resume " + ck + " --data " + moved, "'" + moved + "' has changed");
+    m_write(moved, text);
+    const m_Run ok = m_run("train --resume " + ck + " --data " + moved);
+    INFO(ok.err);
+    CHECK(ok.status == 0);
+    CHECK(load_model(ck, {"adam."}).file.metadata.at("train.data") == moved);
+}
+
+TEST_CASE("CLI: a failed write to standard output is an error (stdout on /dev/full)") {
+#ifdef __APPLE__
+    MESSAGE("skipped on macOS: it has no /dev/full (a device on which every write fails, ENOSPC); the case runs on Linux");
+    return;
+#endif
+    M_SKIP_ON_WINDOWS("/dev/full, a device on which every write fails (ENOSPC)");
+    // stdout goes to /dev/full, stderr to a file (m_run sends stdout to a file of its own, so not through it).
+    auto run_full = [](const std::string& args) {
+        std::vector<std::string> argv = {m_PROGRAM};
+        for (const std::string& word : m_words(args)) argv.push_back(word);
+        const std::string err = m_path("full.err");
+        const m_Exit e = m_run_argv(argv, "/dev/full", err);
+        m_Run r;
+        r.exited = e.exited;
+        r.status = e.exited ? e.status : -1;
+        r.err = m_read(err);
+        return r;
+    };
+    for (const std::string args : {"params --preset gpt2-124m", "--help", "help", "train --help", "bench --preset tiny-gpt --steps 1"}) {
+        const m_Run r = run_full(args);
+        INFO(args << "\nstderr: " << r.err);
+        CHECK(r.status == 1);
+        CHECK(m_contains(r.err, "error: writing standard output: No space left on device"));
+    }
+    const std::string ck = m_path("stdout_full.st");
+    m_run_ok("train --steps 2 --quiet --out " + ck);
+    const m_Run s = run_full("sample --checkpoint " + ck + " --prompt 12 --tokens 3");
+    CHECK(s.status == 1);
+    CHECK(m_contains(s.err, "writing standard output"));
+}
+
+TEST_CASE("CLI: switches take =true/false/1/0 or nothing, values are taken as values, unknown commands fail") {
+    const std::string off = m_path("ab_off.st"), on = m_path("ab_on.st");
+    m_run_ok("train --steps 1 --quiet --attn-bias=0 --out " + off);
+    m_run_ok("train --steps 1 --quiet --attn-bias=true --out " + on);
+    CHECK_FALSE(load_model(off, {"adam."}).config.attn_bias);
+    CHECK(load_model(on, {"adam."}).config.attn_bias);
+    m_cli_fails("train --steps 1 --attn-bias=maybe", "--attn-bias is a switch");
+    m_cli_fails("params --preset --help", "--help");  // a value, not a request for help
+    m_cli_fails("bogus --help", "unknown command 'bogus'");
+    m_cli_fails("bogus", "unknown command 'bogus'");
+    m_cli_fails("train --block 32", "--block does not apply to the built-in addition task");
+    m_cli_fails("sample --checkpoint x.st --prompt a --temperature 0 --top-k 5", "--top-k does not apply with --temperature 0");
+    m_cli_fails("sample --checkpoint x.st --prompt a --temperature 0 --seed 5", "--seed does not apply with --temperature 0");
+    for (const std::string& name : preset_names()) {
+        if (name.rfind("tiny-", 0) != 0) continue;  // the published sizes work too, but take seconds
+        const m_Run r = m_run("bench --preset " + name + " --steps 1 --json");
+        INFO(name << ": " << r.err);
+        CHECK(r.status == 0);
+    }
+}
+
+TEST_CASE("errors: an unknown character is named with its code point, byte offset, line and column") {
+    const std::string s = "hello [MASK] wor\xE2\x82\xAC" "ld";
+    CHECK(describe_char_at(s, 16, "--text") == "character '\xE2\x82\xAC' (U+20AC) at byte 16 (line 1, column 17) of --text");
+    CHECK(describe_char_at(s, 17, "--text") == describe_char_at(s, 16, "--text"));  // a continuation byte
+    CHECK(describe_char_at("ab\ncd\x01", 5, "'f.txt'") == "character U+0001 at byte 5 (line 2, column 3) of 'f.txt'");
+    CHECK(describe_char_at("a\xFFz", 1, "x") == "byte 0xFF (not UTF-8) at byte 1 (line 1, column 2) of x");
+    CHECK(describe_char_at("\xC3\xA9t\xC3\xA9\n\xC3\xA9!", 8, "y") == "character '!' (U+0021) at byte 8 (line 2, column 2) of y");
+    const CharVocab v = CharVocab::from_text("abc\n");
+    M_CHECK_TF_ERROR(v.encode("ab\nc\xE2\x82\xAC", "'d.txt'"), "character '\xE2\x82\xAC' (U+20AC) at byte 4 (line 2, column 2) of 'd.txt'");
+    // fill names the place in the whole text, not in one character.
+    const std::string bert = m_path("chars_bert.st");
+    m_run_ok("train --model bert --data " + m_text_file() + " --layers 1 --heads 2 --embd 8 --block 16 --batch 2 --steps 1 --quiet --out " + bert);
+    m_cli_fails("fill --checkpoint " + bert + " --text 'the [MASK] wor\xE2\x82\xAC" "ld'", "(U+20AC) at byte 14 (line 1, column 15) of --text");
+    const std::string other = m_path("chars_other.txt");
+    m_write(other, "the fox\nthe dog\nthe cat\xE2\x82\xAC\n");
+    m_cli_fails("eval --checkpoint " + bert + " --data " + other, "at byte 23 (line 3, column 8) of '" + other + "'");
+}
+
+TEST_CASE("files: checkpoint headers are valid UTF-8 JSON whatever the strings (a file name that is not UTF-8)") {
+    CHECK(json_escape("a\xFF" "b") == "\"a\xEF\xBF\xBD" "b\"");
+    CHECK(json_escape("\xE2\x82\xAC\x01\"") == "\"\xE2\x82\xAC\\u0001\\\"\"");
+    CHECK(json_escape("\xE2\x82") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // truncated sequence
+    M_SKIP_ON_WINDOWS("a file name that is not UTF-8, which Windows (its names are UTF-16) cannot hold");
+    const std::string dir = m_path("utf8 dir");
+    m_make_dir(dir);
+    const std::string data = dir + "/x\xFF.txt", ck = m_path("utf8.st");
+    m_write(data, m_read(m_text_file()));
+    const m_Run r = m_run("train --data '" + data + "' --layers 1 --heads 2 --embd 8 --block 8 --steps 1 --quiet --out " + ck);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const std::string bytes = m_read(ck);
+    uint64_t n = 0;
+    for (int k = 0; k < 8; k++) n |= (uint64_t)(unsigned char)bytes[k] << (8 * k);
+    const std::string header = bytes.substr(8, n);
+    for (std::size_t i = 0; i < header.size();) {  // valid UTF-8 throughout
+        uint32_t cp;
+        const int len = utf8_next(header, i, cp);
+        REQUIRE(len > 0);
+        i += (std::size_t)len;
+    }
+    const Json h = parse_json(header);
+    CHECK(h.get("__metadata__")->get("train.data")->str == dir + "/x\xEF\xBF\xBD.txt");
+}
+
+TEST_CASE("files: no command replaces a file it did not write (every writing command, every kind of foreign file)") {
+    const std::string dir = m_path("foreign");
+    m_make_dir(dir);
+    const std::string ck = dir + "/ck.safetensors", corpus = m_text_file(), tr = dir + "/tr.tsv", va = dir + "/va.tsv";
+    const std::string enc = dir + "/enc.json", merges = dir + "/merges.bpe";
+    m11_write_bpe(enc, merges);
+    m_run_ok("init --preset tiny-gpt2 --out " + ck);
+    m_run_ok("task --task classify --examples 40 --out " + tr);
+    m_run_ok("task --task classify --examples 20 --seed 2 --out " + va);
+    const std::string pre = dir + "/pre.safetensors", sums = dir + "/sums.txt";  // finetune starts from a trained model
+    m_run_ok("task --task text --examples 200 --out " + sums);
+    m_run_ok("train --data " + sums + " --layers 1 --heads 2 --embd 8 --block 16 --steps 2 --quiet --out " + pre);
+    std::string llmc = token_file_bytes({1, 2, 3});  // llm.c's own token file: the format, not our mark
+    llmc.replace(64, 22, std::string(22, '\0'));
+    const std::vector<std::pair<std::string, std::string>> foreign = {
+        {"source", "#include <cstdio>\nint main() { return 0; }\n"},
+        {"released model", m_st_bytes("{\"__metadata__\":{\"format\":\"pt\"},\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd")},
+        {"picture", "<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"10\" height=\"10\"></svg>\n"},
+        {"spreadsheet", "step,loss\n1,2.5\n"},
+        {"llm.c tokens", llmc},
+        {"labelled notes", "good\tthe play was fine\n"},
+        {"JSON", "{\"model_type\": \"gpt2\"}\n"}};
+    // Each command with its output flag; a train or finetune run's log and plot are --out's name
+    // with .csv and .svg, so a foreign file there is tried too.
+    const std::string train = "train --data " + corpus + " --layers 1 --heads 2 --embd 8 --block 8 --steps 2 --quiet";
+    const std::string ft = "finetune --checkpoint " + pre + " --task classify --train " + tr + " --val " + va + " --steps 1 --quiet";
+    struct Writer {
+        std::string args, ext;  // the command before --out; the extension its --out takes
+        std::string sibling;    // "" or the extension of the file beside --out that gets the foreign bytes
+    };
+    const std::vector<Writer> writers = {
+        {"task --task classify --examples 10", ".tsv", ""},
+        {"task --task text --examples 10", ".txt", ""},
+        {"init --preset tiny-gpt", ".safetensors", ""},
+        {"grad --checkpoint " + ck + " --tokens 1,2,3", ".safetensors", ""},
+        {"tokenize --encoder " + enc + " --vocab " + merges + " --text hat", ".bin", ""},
+        {"masks --n 3", ".svg", ""},
+        {"attention --checkpoint " + ck + " --tokens 1,2,3", ".svg", ""},
+        {train, ".safetensors", ""},
+        {train, ".safetensors", ".csv"},
+        {train, ".safetensors", ".svg"},
+        {ft, ".safetensors", ""},
+        {ft, ".safetensors", ".csv"},
+        {ft, ".safetensors", ".svg"}};
+    int k = 0;
+    for (const Writer& w : writers)
+        for (const auto& f : foreign) {
+            const std::string base = dir + "/f" + std::to_string(k++);
+            const std::string out = base + w.ext, victim = w.sibling.empty() ? out : base + w.sibling;
+            m_write(victim, f.second);
+            const m_Run r = m_run(w.args + " --out " + out);
+            INFO("transformer " << w.args << " --out " << out << "\nforeign file: " << f.first << " at " << victim
+                                << "\nstdout: " << r.out << "\nstderr: " << r.err);
+            CHECK(r.status == 1);
+            CHECK(m_contains(r.err, "refusing to replace"));
+            CHECK(m_read(victim) == f.second);  // byte for byte
+            if (!w.sibling.empty()) CHECK_FALSE(m_exists(out));
+        }
+    // What this program wrote is replaced: the same commands over their own files succeed.
+    for (const Writer& w : writers) {
+        const std::string out = dir + "/own" + w.ext;
+        INFO("transformer " << w.args << " --out " << out);
+        m_run_ok(w.args + " --out " + out);
+        m_run_ok(w.args + " --out " + out);
+    }
+}
+TEST_SUITE_END();
+
+// ================================================================================================
 // The command-line program
 // ================================================================================================
 TEST_SUITE_BEGIN("command line");
@@ -16173,5 +16176,4 @@ TEST_CASE("docs/hf_check.py reads a probe file's bytes exactly: a CRLF stays a C
     CHECK(st == 0);
     CHECK(m_read(out) == bytes);
 }
-
 TEST_SUITE_END();
