@@ -592,6 +592,13 @@ struct StringMaker<tf::Tensor<T>> {
         return out.str().c_str();
     }
 };
+// A number reader's verdict by its name: CHECK(read_integer(...) == NumberRead::ok) shows what it got.
+template <>
+struct StringMaker<tf::NumberRead> {
+    static String convert(tf::NumberRead r) {
+        return r == tf::NumberRead::ok ? "ok" : r == tf::NumberRead::not_a_number ? "not_a_number" : "out_of_range";
+    }
+};
 }  // namespace doctest
 
 namespace {

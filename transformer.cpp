@@ -8890,13 +8890,13 @@ struct ExplainWalk {
     // A tensor with its symbol, checked against its real shape: the walk cannot print a shape that
     // is not the formula box's.
     ExplainTensor tensor(const std::string& name, const std::string& symbol, const std::vector<int>& shape,
-                         const T* data, std::size_t size, std::size_t total) {
+                         const T* data, std::size_t size, std::size_t total, ExplainTensor::Scale scale) {
         std::vector<int> dims;
         std::stringstream ss(symbol);
         for (std::string f; ss >> f;)
             if (f != "x") dims.push_back(symbol_size(f, c, n));
         if (dims != shape) throw Error("explain: " + name + " is " + shape_str(shape) + " but its formula box says " + symbol);
-        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values, {}, {}, {}, {}, ExplainTensor::Scale::values};
+        ExplainTensor t{name, symbol, shape_str(shape), {}, size > (std::size_t)values, {}, {}, {}, {}, scale};
         for (std::size_t k = 0; k < size && k < (std::size_t)values; k++) t.first.push_back((double)data[k]);
         if (detail) {
             const int R = shape.size() == 2 ? shape[0] : 1, C = shape.empty() ? 1 : shape.back();
@@ -8909,13 +8909,11 @@ struct ExplainWalk {
     }
     void in(const std::string& name, const std::string& symbol, const Tensor<T>& t, ExplainTensor::Scale scale = ExplainTensor::Scale::values) {
         if (mute) return;
-        steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0, t.size()));
-        steps.back().in.back().scale = scale;
+        steps.back().in.push_back(tensor(name, symbol, t.shape, t.ptr(), 0, t.size(), scale));
     }
     void out(const std::string& name, const std::string& symbol, const Tensor<T>& t, ExplainTensor::Scale scale = ExplainTensor::Scale::values) {
         if (mute) return;
-        steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size(), t.size()));
-        steps.back().out.back().scale = scale;
+        steps.back().out.push_back(tensor(name, symbol, t.shape, t.ptr(), t.size(), t.size(), scale));
     }
 };
 
